@@ -1,0 +1,105 @@
+"""The event envelope, its digest and chain, and how bodies are stored (msgpack, zstd above a threshold)."""
+
+import hashlib
+
+import msgspec
+import zstandard
+
+from .errors import DigestMismatch, InvalidInput, TooLarge, UnknownKind
+from .ids import is_uuid, now_ms, uuid7
+from .kinds import KINDS, Body, BodyUnion
+
+COMPRESS_THRESHOLD = 512
+MAX_BODY_BYTES = 8 * 1024 * 1024
+CODEC_RAW = 0
+CODEC_ZSTD = 1
+ZERO_CHAIN = "0" * 64
+
+
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One immutable event. `seq`, `recorded_at` and `chain` are this store's; the rest travel."""
+
+    id: str
+    ts: int
+    agent: str
+    layer: str
+    body: BodyUnion
+    digest: str = ""
+    seq: int | None = None
+    recorded_at: int | None = None
+    chain: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.body.__struct_config__.tag
+
+
+_body_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_body_decoder = msgspec.msgpack.Decoder(BodyUnion)
+_canonical_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_zc = zstandard.ZstdCompressor(level=3)
+_zd = zstandard.ZstdDecompressor()
+
+
+def encode_body(body: Body) -> bytes:
+    return _body_encoder.encode(body)
+
+
+def decode_body(raw: bytes) -> Body:
+    try:
+        return _body_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        if "Invalid value" in str(exc) and "$.kind" in str(exc):
+            raise UnknownKind(f"unknown event kind: {exc}") from None
+        raise InvalidInput(f"invalid event body: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidInput(f"undecodable event body: {exc}") from None
+
+
+def compute_digest(id: str, ts: int, agent: str, layer: str, kind: str, body_raw: bytes) -> str:
+    return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_raw])).hexdigest()
+
+
+def chain_next(previous: str, digest: str) -> str:
+    return hashlib.sha256(bytes.fromhex(previous) + bytes.fromhex(digest)).hexdigest()
+
+
+def pack_body(body_raw: bytes) -> tuple[int, bytes]:
+    if len(body_raw) > COMPRESS_THRESHOLD:
+        return CODEC_ZSTD, _zc.compress(body_raw)
+    return CODEC_RAW, body_raw
+
+
+def unpack_body(codec: int, stored: bytes) -> bytes:
+    return _zd.decompress(stored) if codec == CODEC_ZSTD else stored
+
+
+def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: str | None = None) -> Event:
+    """A fresh event from this producer, with its id, origin time and digest."""
+    ts = now_ms() if ts is None else ts
+    id = id or uuid7(ts)
+    raw = encode_body(body)
+    check_body_size(raw)
+    return Event(id=id, ts=ts, agent=agent, layer=layer, body=body,
+                 digest=compute_digest(id, ts, agent, layer, body.__struct_config__.tag, raw))
+
+
+def check_body_size(raw: bytes) -> None:
+    if len(raw) > MAX_BODY_BYTES:
+        raise TooLarge(f"event body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+
+
+def check_event(event: Event) -> bytes:
+    """Validates an event that came from elsewhere: its id, names, and digest. Returns its body bytes."""
+    if not is_uuid(event.id):
+        raise InvalidInput(f"event id {event.id!r} is not a UUID")
+    if not event.agent or not event.layer:
+        raise InvalidInput("event agent and layer must be non-empty")
+    if event.kind not in KINDS:
+        raise UnknownKind(f"unknown event kind {event.kind!r}")
+    raw = encode_body(event.body)
+    check_body_size(raw)
+    expected = compute_digest(event.id, event.ts, event.agent, event.layer, event.kind, raw)
+    if event.digest != expected:
+        raise DigestMismatch(f"event {event.id}: digest does not match its content (tampered or corrupt)")
+    return raw

@@ -1,0 +1,39 @@
+"""Event ids (UUIDv7) and clocks."""
+
+import os
+import time
+import uuid
+
+_last_ms = 0
+_last_rand = 0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def uuid7(ms: int | None = None) -> str:
+    """A UUIDv7: 48 bits of milliseconds, then random bits, monotonic within one process.
+
+    Ids made in one process sort in creation order even within one millisecond, which
+    keeps the log's id index append-friendly.
+    """
+    global _last_ms, _last_rand
+    ms = now_ms() if ms is None else ms
+    if ms <= _last_ms:
+        ms = _last_ms
+        rand = _last_rand + 1
+    else:
+        rand = int.from_bytes(os.urandom(10), "big") >> 6  # 74 random bits
+    _last_ms, _last_rand = ms, rand
+    rand_a = (rand >> 62) & 0xFFF
+    rand_b = rand & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    return str(uuid.UUID(int=value))
+
+
+def is_uuid(text: str) -> bool:
+    try:
+        return str(uuid.UUID(text)) == text
+    except (ValueError, AttributeError, TypeError):
+        return False

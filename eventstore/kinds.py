@@ -1,0 +1,154 @@
+"""Every event body kind, as msgspec Structs in one tagged union (the tag field is `kind`).
+
+These Structs are the single schema of an event's payload: storage, digests and the wire
+all encode exactly these.
+"""
+
+from typing import Any, Union
+
+import msgspec
+
+
+class Body(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    pass
+
+
+# --- the mind wiki -------------------------------------------------------------------------
+
+class PageIngest(Body, tag="page.ingest"):
+    """A new page. `frontmatter` is the parsed YAML mapping; `text` is the markdown after it."""
+
+    slug: str
+    frontmatter: dict[str, Any]
+    text: str
+    note: str = ""
+    parents: list[str] = []
+
+
+class PageUpdate(Body, tag="page.update"):
+    """A new version of a page; `parents` are the ids of the versions it supersedes."""
+
+    slug: str
+    frontmatter: dict[str, Any]
+    text: str
+    note: str = ""
+    parents: list[str] = []
+
+
+class PageDelete(Body, tag="page.delete"):
+    slug: str
+    note: str = ""
+    parents: list[str] = []
+
+
+class PageRename(Body, tag="page.rename"):
+    old: str
+    new: str
+    note: str = ""
+    parents: list[str] = []
+
+
+class AlwaysAdd(Body, tag="always.add"):
+    line: str
+
+
+class AlwaysRemove(Body, tag="always.remove"):
+    """Removes the first `## Always` line equal to `line` (the text, not a position)."""
+
+    line: str
+
+
+class Lint(Body, tag="lint"):
+    summary: str
+    findings: list[str] = []
+
+
+# --- the loop, files, messages, config (ADF) ------------------------------------------------
+
+class LoopAppend(Body, tag="loop.append"):
+    role: str
+    content: list[Any]
+    loop: str = "main"
+    model: str | None = None
+    tokens: dict[str, Any] | None = None
+
+
+class LoopCompact(Body, tag="loop.compact"):
+    summary: str
+    preserve: int = 0
+    loop: str = "main"
+
+
+class LoopClear(Body, tag="loop.clear"):
+    start: int | None = None
+    end: int | None = None
+    loop: str = "main"
+
+
+class InboxMessage(Body, tag="inbox.message"):
+    message: dict[str, Any]
+
+
+class OutboxMessage(Body, tag="outbox.message"):
+    message: dict[str, Any]
+
+
+class FileWrite(Body, tag="file.write"):
+    path: str
+    content: bytes
+    mime_type: str | None = None
+    protection: str = "none"
+
+
+class FileDelete(Body, tag="file.delete"):
+    path: str
+
+
+class ConfigSet(Body, tag="config.set"):
+    key: str
+    value: Any
+
+
+class AuditImport(Body, tag="audit.import"):
+    """An audit row carried over verbatim from an imported ADF file."""
+
+    source: str
+    entry_count: int
+    size_bytes: int
+    data: bytes
+    created_at: int
+    start_seq: int | None = None
+    end_seq: int | None = None
+    ref: str | None = None
+
+
+# --- shared layers ---------------------------------------------------------------------------
+
+class EntryAppend(Body, tag="entry.append"):
+    """A typed entry `[TYPE] YYYY-MM-DD: content` in an `entries` layer."""
+
+    type: str
+    date: str
+    content: str
+    reverses: str | None = None
+
+
+class ContractChange(Body, tag="contract.change"):
+    layers: dict[str, Any]
+
+
+class Redaction(Body, tag="redaction"):
+    """Hides the bodies of the named events from every view; the events themselves stay."""
+
+    target_ids: list[str]
+    reason: str
+
+
+BodyUnion = Union[
+    PageIngest, PageUpdate, PageDelete, PageRename, AlwaysAdd, AlwaysRemove, Lint,
+    LoopAppend, LoopCompact, LoopClear, InboxMessage, OutboxMessage, FileWrite, FileDelete,
+    ConfigSet, AuditImport, EntryAppend, ContractChange, Redaction,
+]
+
+KINDS: dict[str, type[Body]] = {cls.__struct_config__.tag: cls for cls in BodyUnion.__args__}
+PAGE_KINDS = ("page.ingest", "page.update", "page.delete", "page.rename")

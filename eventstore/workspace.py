@@ -1,0 +1,62 @@
+"""A workspace on disk: the memory files an agent reads, and `.mem/` with the log and the views."""
+
+import json
+import os
+from pathlib import Path
+
+import msgspec
+
+from .errors import InvalidInput, NoWorkspace
+
+MEM_DIR = ".mem"
+CONFIG_FILE = "config.json"
+
+
+class WorkspaceConfig(msgspec.Struct, kw_only=True):
+    agent: str = "agent"
+    synchronous: str = "FULL"
+
+
+class Workspace:
+    def __init__(self, root: str | Path):
+        self.root = Path(root).absolute()
+        self.mem_dir = self.root / MEM_DIR
+        self.log_path = self.mem_dir / "log.db"
+        self.views_path = self.mem_dir / "views.db"
+        self.lock_path = self.mem_dir / "project.lock"
+
+    @property
+    def exists(self) -> bool:
+        return (self.mem_dir / CONFIG_FILE).exists()
+
+    def config(self) -> WorkspaceConfig:
+        try:
+            return msgspec.json.decode((self.mem_dir / CONFIG_FILE).read_bytes(), type=WorkspaceConfig)
+        except FileNotFoundError:
+            raise NoWorkspace(f"{self.root} is not a mindlog workspace (run `mem init`)") from None
+
+    def write_config(self, config: WorkspaceConfig) -> None:
+        self.mem_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.mem_dir / (CONFIG_FILE + ".tmp")
+        tmp.write_text(json.dumps(msgspec.to_builtins(config), indent=2) + "\n")
+        os.replace(tmp, self.mem_dir / CONFIG_FILE)
+
+    @classmethod
+    def init(cls, root: str | Path, agent: str = "agent") -> "Workspace":
+        if not agent or any(c in agent for c in "/\\\n\r\t ") or len(agent) > 64:
+            raise InvalidInput(f"agent name {agent!r} must be one word of at most 64 characters")
+        ws = cls(root)
+        ws.root.mkdir(parents=True, exist_ok=True)
+        (ws.root / "mind").mkdir(exist_ok=True)
+        if not ws.exists:
+            ws.write_config(WorkspaceConfig(agent=agent))
+        return ws
+
+    @classmethod
+    def find(cls, start: str | Path | None = None) -> "Workspace":
+        """The workspace at `start` (or MEM_WORKSPACE, or the cwd) or the nearest one above it."""
+        start = Path(start or os.environ.get("MEM_WORKSPACE") or os.getcwd()).absolute()
+        for candidate in (start, *start.parents):
+            if (candidate / MEM_DIR / CONFIG_FILE).exists():
+                return cls(candidate)
+        raise NoWorkspace(f"no mindlog workspace at or above {start}; run `mem init` or pass --workspace")

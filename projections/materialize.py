@@ -1,0 +1,130 @@
+"""Writing views out as files: atomically, only when bytes change, never over a hand edit."""
+
+import hashlib
+import os
+from pathlib import Path
+
+import msgspec
+
+from .views import LOG_PATH, MIND_PATH, Views, slug_of
+
+
+class FileReport(msgspec.Struct):
+    written: list[str] = []
+    removed: list[str] = []
+    refused: list[str] = []
+
+
+def file_hash(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _write_temp(target: Path, chunks) -> tuple[Path, str]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.mem-tmp-{os.getpid()}"
+    digest = hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for chunk in chunks:
+            data = chunk.encode("utf-8")
+            digest.update(data)
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return tmp, digest.hexdigest()
+
+
+def write_atomic(target: Path, chunks) -> str:
+    tmp, digest = _write_temp(target, chunks)
+    os.replace(tmp, target)
+    return digest
+
+
+def hand_edited(views: Views, root: Path, paths=None) -> list[str]:
+    """Files whose bytes on disk are not what mindlog last wrote there."""
+    rows = views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
+    found = []
+    for path, written in rows:
+        if paths is not None and path not in paths:
+            continue
+        on_disk = file_hash(root / path)
+        if on_disk is None or on_disk == written:
+            continue
+        chunks = views.file_chunks(path)
+        if chunks is not None and _hash_chunks(chunks) == on_disk:
+            continue  # written, but the process stopped before recording it
+        found.append(path)
+    return sorted(found)
+
+
+def _hash_chunks(chunks) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk.encode("utf-8"))
+    return digest.hexdigest()
+
+
+def untracked(views: Views, root: Path) -> list[str]:
+    known = {p for (p,) in views.db.execute("SELECT path FROM file_state")}
+    mind = root / "mind"
+    found = []
+    if mind.is_dir():
+        for entry in sorted(mind.iterdir()):
+            rel = f"mind/{entry.name}"
+            if entry.name.startswith(".") or rel in known:
+                continue
+            found.append(rel)
+    return found
+
+
+def materialize(views: Views, root: Path, *, force: bool = False, paths: list[str] | None = None) -> FileReport:
+    """Brings every dirty file on disk up to date with the views.
+
+    A file whose disk bytes differ both from what was last written and from the new text was
+    edited by hand: it is left alone (and reported) unless `force`.
+    """
+    report = FileReport(written=[], removed=[], refused=[])
+    db = views.db
+    if paths is None:
+        rows = db.execute("SELECT path, written_hash FROM file_state WHERE dirty = 1 ORDER BY path").fetchall()
+    else:
+        rows = [(p, (db.execute("SELECT written_hash FROM file_state WHERE path = ?", (p,)).fetchone() or [None])[0])
+                for p in paths]
+    for path, written in rows:
+        target = root / path
+        if target.is_symlink():
+            report.refused.append(path)
+            continue
+        on_disk = file_hash(target)
+        edited = on_disk is not None and on_disk != written
+        chunks = views.file_chunks(path)
+        if chunks is None:
+            if on_disk is not None:
+                if edited and not force:
+                    report.refused.append(path)
+                    continue
+                target.unlink()
+                report.removed.append(path)
+            new_hash = None
+        else:
+            tmp, new_hash = _write_temp(target, chunks)
+            if on_disk == new_hash:
+                tmp.unlink()
+            elif edited and not force:
+                tmp.unlink()
+                report.refused.append(path)
+                continue
+            else:
+                os.replace(tmp, target)
+                report.written.append(path)
+        db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
+                   "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
+                   (path, new_hash))
+    return report
+
+
+def is_view_path(path: str) -> bool:
+    return path in (MIND_PATH, LOG_PATH) or slug_of(path) is not None

@@ -1,0 +1,132 @@
+"""An agent's memory: the write side, the log and the projections wired together.
+
+This is the library the CLI is a thin layer over: every method validates, appends one event,
+then brings the views and the files up to date.
+"""
+
+import fcntl
+from contextlib import contextmanager
+from pathlib import Path
+
+from eventstore.envelope import Event
+from eventstore.errors import HandEdited
+from eventstore.sqlite import SQLiteLog
+from eventstore.workspace import Workspace
+from eventstore.writer import Writer
+
+from .fold import catch_up
+from .materialize import FileReport, hand_edited, materialize, write_atomic
+from .views import LOG_PATH, MIND_PATH, Views, page_path
+
+
+class Memory:
+    def __init__(self, workspace: Workspace):
+        self.ws = workspace
+        self.config = workspace.config()
+        self.log = SQLiteLog(workspace.log_path, synchronous=self.config.synchronous)
+        self.views = Views(workspace.views_path)
+        self.writer = Writer(self.config.agent, self.views)
+        self.last_report = FileReport()
+
+    @classmethod
+    def open(cls, root: str | Path | None = None) -> "Memory":
+        return cls(Workspace.find(root))
+
+    @classmethod
+    def init(cls, root: str | Path, agent: str = "agent") -> "Memory":
+        memory = cls(Workspace.init(root, agent))
+        memory.refresh()
+        return memory
+
+    def close(self) -> None:
+        self.views.close()
+        self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def root(self) -> Path:
+        return self.ws.root
+
+    @contextmanager
+    def lock(self):
+        """One projector at a time per workspace (appends need no lock: SQLite serialises them)."""
+        self.ws.mem_dir.mkdir(exist_ok=True)
+        with open(self.ws.lock_path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def refresh(self, *, force: bool = False, progress=None) -> FileReport:
+        """Catches the views up with the log and writes what changed to the workspace."""
+        with self.lock():
+            catch_up(self.log, self.views, progress=progress)
+            self.last_report = materialize(self.views, self.root, force=force)
+        return self.last_report
+
+    def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
+               force: bool = False) -> int:
+        """Appends one event, refusing first if a file it would rewrite was edited by hand."""
+        if not force:
+            self.refresh()
+            edited = [p for p in hand_edited(self.views, self.root, set(touches))
+                      if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
+            if edited:
+                raise HandEdited(
+                    f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
+                    "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
+        seq = self.log.append([event])[0]
+        self.refresh(force=force)
+        return seq
+
+    # --- the wiki -----------------------------------------------------------------------------
+
+    def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False) -> int:
+        event = self.writer.page_write(slug, document, note)
+        path = page_path(event.body.slug)
+        return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force)
+
+    def delete_page(self, slug: str, note: str = "", *, force: bool = False) -> int:
+        event = self.writer.page_delete(slug, note)
+        return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force)
+
+    def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False) -> int:
+        event = self.writer.page_rename(old, new, note)
+        touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
+        return self.append(event, touches=touches, force=force)
+
+    def always_add(self, line: str, *, force: bool = False) -> int:
+        return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force)
+
+    def always_remove(self, number: int, *, force: bool = False) -> int:
+        return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
+
+    def always(self) -> list[str]:
+        return self.views.always()
+
+    # --- point in time ------------------------------------------------------------------------
+
+    def seq_at(self, at_ms: int | None = None, seq: int | None = None) -> int:
+        """The seq that a (time, seq) pair names; the head when neither is given."""
+        if seq is not None:
+            return min(seq, self.views.checkpoint())
+        if at_ms is not None:
+            return min(self.log.seq_at(at_ms), self.views.checkpoint())
+        return self.views.checkpoint()
+
+    def show(self, path: str, as_of: int) -> str | None:
+        return self.views.file_text(path, as_of)
+
+    def checkout(self, target: Path, as_of: int) -> list[str]:
+        """Writes every file as of a seq into `target` (which must be outside this workspace's views)."""
+        written = []
+        for path in self.views.paths(as_of):
+            write_atomic(Path(target) / path, self.views.file_chunks(path, as_of))
+            written.append(path)
+        return written

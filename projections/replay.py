@@ -1,0 +1,87 @@
+"""`mem replay`: delete every view and rebuild it from the log, or check that a rebuild agrees."""
+
+import os
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from eventstore.errors import HandEdited
+
+from .fold import catch_up
+from .materialize import FileReport, file_hash, hand_edited, materialize
+from .views import Views
+
+
+class ReplayReport(msgspec.Struct):
+    checkpoint: int
+    events: int
+    files: FileReport | None = None
+
+
+class CheckReport(msgspec.Struct):
+    checkpoint: int
+    same: bool
+    differences: list[str]
+
+
+def _build(log, path: Path, upto: int | None, progress) -> Views:
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        leftover.unlink(missing_ok=True)
+    views = Views(path, fast=True)
+    catch_up(log, views, upto=upto, batch=20000, progress=progress)
+    return views
+
+
+def replay(memory, upto: int | None = None, *, force: bool = False, progress=None) -> ReplayReport:
+    """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it."""
+    with memory.lock():
+        old = memory.views
+        edited = hand_edited(old, memory.root)
+        if edited and not force:
+            raise HandEdited(f"{', '.join(edited)} edited by hand; a replay would overwrite "
+                             "it. Keep the edit with `mem page write`, or pass --force")
+        carried = old.db.execute("SELECT path, written_hash FROM file_state").fetchall()
+        old.close()
+        target = memory.ws.views_path
+        rebuilt = Path(f"{target}.rebuild")
+        views = _build(memory.log, rebuilt, upto, progress)
+        views.db.execute("BEGIN")
+        views.db.executemany("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) "
+                             "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
+                             carried)
+        views.db.execute("COMMIT")
+        checkpoint = views.checkpoint()
+        views.close()
+        with open(rebuilt, "rb+") as f:
+            os.fsync(f.fileno())
+        for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
+            stale.unlink(missing_ok=True)
+        os.replace(rebuilt, target)
+        memory.views = Views(target)
+        memory.writer.state = memory.views
+        files = materialize(memory.views, memory.root, force=force)
+    return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
+
+
+def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
+    """Rebuilds into a temporary directory and lists every file or view row that differs."""
+    with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
+        views = _build(memory.log, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
+                       progress)
+        out = Path(tmp) / "files"
+        for path in views.paths():
+            views.db.execute("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)", (path,))
+        materialize(views, out)
+        differences = []
+        current_paths = set(memory.views.paths())
+        for path in sorted(current_paths | set(views.paths())):
+            if file_hash(memory.root / path) != file_hash(out / path):
+                differences.append(f"file {path} differs from a rebuild")
+        ours, theirs = memory.views.dump(), views.dump()
+        for table in ours:
+            if ours[table] != theirs[table]:
+                differences.append(f"view table {table} differs from a rebuild")
+        checkpoint = views.checkpoint()
+        views.close()
+    return CheckReport(checkpoint=checkpoint, same=not differences, differences=differences)

@@ -1,0 +1,137 @@
+"""The views database: disposable tables folded from the log, with their checkpoint.
+
+Every read here takes `as_of` (a seq): the current state is simply the state as of the
+checkpoint, so a point-in-time read and a current read are the same query.
+"""
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import render
+
+SCHEMA_VERSION = "1"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS page_versions (
+    slug TEXT NOT NULL, seq INTEGER NOT NULL, version_id TEXT NOT NULL, deleted INTEGER NOT NULL,
+    parents TEXT NOT NULL, title TEXT NOT NULL, hook TEXT NOT NULL, content TEXT,
+    PRIMARY KEY (slug, seq)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS page_versions_by_seq ON page_versions(seq);
+CREATE TABLE IF NOT EXISTS pages (
+    slug TEXT PRIMARY KEY, seq INTEGER NOT NULL, version_id TEXT NOT NULL,
+    title TEXT NOT NULL, hook TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, lines TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, entry TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS file_state (
+    path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
+"""
+
+VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries")
+MIND_PATH = "mind.md"
+LOG_PATH = "mind/log.md"
+
+
+def page_path(slug: str) -> str:
+    return f"mind/{slug}.md"
+
+
+def slug_of(path: str) -> str | None:
+    if path.startswith("mind/") and path.endswith(".md") and path != LOG_PATH and path.count("/") == 1:
+        return path[5:-3]
+    return None
+
+
+class Views:
+    def __init__(self, path: str | Path, *, fast: bool = False):
+        """`fast` turns off syncing, for a rebuild into a new file that is renamed into place after."""
+        self.path = str(path)
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        self.db.execute("PRAGMA busy_timeout = 60000")
+        if fast:
+            self.db.execute("PRAGMA journal_mode = OFF")
+            self.db.execute("PRAGMA synchronous = OFF")
+        else:
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                self.db.execute(statement)
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def checkpoint(self) -> int:
+        return int(self.db.execute("SELECT value FROM meta WHERE key='checkpoint'").fetchone()[0])
+
+    # --- the wiki as of a seq -----------------------------------------------------------------
+
+    def heads(self, slug: str) -> list[str]:
+        row = self.db.execute("SELECT version_id FROM pages WHERE slug = ?", (slug,)).fetchone()
+        return [row[0]] if row else []
+
+    def always(self, as_of: int | None = None) -> list[str]:
+        if as_of is None:
+            row = self.db.execute("SELECT lines FROM always_versions ORDER BY seq DESC LIMIT 1").fetchone()
+        else:
+            row = self.db.execute("SELECT lines FROM always_versions WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
+                                  (as_of,)).fetchone()
+        return json.loads(row[0]) if row else []
+
+    def catalog(self, as_of: int | None = None) -> list[tuple[str, str, str]]:
+        if as_of is None:
+            return self.db.execute("SELECT slug, title, hook FROM pages ORDER BY slug").fetchall()
+        rows = self.db.execute(
+            "SELECT slug, MAX(seq), deleted, title, hook FROM page_versions WHERE seq <= ? GROUP BY slug ORDER BY slug",
+            (as_of,)).fetchall()
+        return [(slug, title, hook) for slug, _seq, deleted, title, hook in rows if not deleted]
+
+    def page(self, slug: str, as_of: int | None = None) -> str | None:
+        """A page's file text as of a seq: one index lookup on (slug, seq)."""
+        if as_of is None:
+            row = self.db.execute(
+                "SELECT v.content FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
+                "WHERE p.slug = ?", (slug,)).fetchone()
+        else:
+            row = self.db.execute(
+                "SELECT content FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+                (slug, as_of)).fetchone()
+        return row[0] if row else None
+
+    def mind(self, as_of: int | None = None) -> str:
+        return render.mind(self.always(as_of), self.catalog(as_of))
+
+    def log_chunks(self, as_of: int | None = None) -> Iterator[str]:
+        cursor = self.db.execute("SELECT entry FROM log_entries WHERE seq <= ? ORDER BY seq DESC",
+                                 (as_of if as_of is not None else self.checkpoint(),))
+        return render.log(entry for (entry,) in cursor)
+
+    def file_chunks(self, path: str, as_of: int | None = None) -> Iterator[str] | None:
+        """The chunks of a materialised file's text as of a seq, or None when it does not exist then."""
+        if path == MIND_PATH:
+            return iter([self.mind(as_of)])
+        if path == LOG_PATH:
+            return self.log_chunks(as_of)
+        slug = slug_of(path)
+        content = self.page(slug, as_of) if slug else None
+        return iter([content]) if content is not None else None
+
+    def file_text(self, path: str, as_of: int | None = None) -> str | None:
+        chunks = self.file_chunks(path, as_of)
+        return "".join(chunks) if chunks is not None else None
+
+    def paths(self, as_of: int | None = None) -> list[str]:
+        """Every file that exists as of a seq: mind.md, mind/log.md and each live page."""
+        return [MIND_PATH, LOG_PATH] + [page_path(slug) for slug, _t, _h in self.catalog(as_of)]
+
+    def page_history(self, slug: str) -> list[tuple[int, str, int]]:
+        return self.db.execute("SELECT seq, version_id, deleted FROM page_versions WHERE slug = ? ORDER BY seq",
+                               (slug,)).fetchall()
+
+    def dump(self) -> dict[str, list]:
+        """Every view table's rows, for comparing two builds."""
+        return {table: self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() for table in VIEW_TABLES}
