@@ -145,6 +145,10 @@ class SQLiteLog(Recorder):
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id,)).fetchone()
         return row_to_event(row) if row else None
 
+    def get_by_seq(self, seq: int) -> Event | None:
+        row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        return row_to_event(row) if row else None
+
     def head(self) -> int:
         row = self.db.execute("SELECT MAX(seq) FROM events").fetchone()
         return row[0] or 0

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore import validate
+from eventstore.errors import UnsafePath
+
 from .views import LOG_PATH, MIND_PATH, Views, slug_of
 
 
@@ -94,8 +97,9 @@ def materialize(views: Views, root: Path, *, force: bool = False, paths: list[st
         rows = [(p, (db.execute("SELECT written_hash FROM file_state WHERE path = ?", (p,)).fetchone() or [None])[0])
                 for p in paths]
     for path, written in rows:
-        target = root / path
-        if target.is_symlink():
+        try:
+            target = validate.inside_workspace(root, path)
+        except UnsafePath:
             report.refused.append(path)
             continue
         on_disk = file_hash(target)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eventstore.envelope import Event
+from eventstore import validate
 from eventstore.errors import HandEdited
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
@@ -72,7 +73,9 @@ class Memory:
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
                force: bool = False) -> int:
-        """Appends one event, refusing first if a file it would rewrite was edited by hand."""
+        """Appends one event, refusing first if a file it would rewrite is unsafe or was edited by hand."""
+        for path in touches:
+            validate.inside_workspace(self.root, path)
         if not force:
             self.refresh()
             edited = [p for p in hand_edited(self.views, self.root, set(touches))

@@ -36,9 +36,8 @@ def catalog_line(slug: str, title: str, hook: str) -> str:
 
 def mind(always: Iterable[str], catalog: Iterable[tuple[str, str, str]]) -> str:
     """mind.md: title, `## Always` (one line each), `## Pages` (a catalog line per page, by slug)."""
-    parts = [MIND_TITLE, "\n\n## Always\n\n"]
-    parts.extend(f"- {line}\n" for line in always)
-    parts.append("\n## Pages\n\n")
+    lines = [f"- {line}\n" for line in always]
+    parts = [MIND_TITLE, "\n\n## Always\n\n", *lines, "\n" if lines else "", "## Pages\n\n"]
     parts.extend(catalog_line(slug, title, hook) for slug, title, hook in catalog)
     return "".join(parts)
 

@@ -61,6 +61,8 @@ class Views:
                 self.db.execute(statement)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        self.db.executemany("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)",
+                            [(MIND_PATH,), (LOG_PATH,)])
 
     def close(self) -> None:
         self.db.close()

@@ -1,0 +1,1 @@
+"""The `mem` command: thin typer commands over eventstore, projections and sync."""

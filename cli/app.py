@@ -1,0 +1,279 @@
+"""The `mem` command. Each command parses its options and calls the library in a line or three."""
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from eventstore.errors import MemError
+from eventstore.instants import parse_instant
+
+from .output import emit_json, event_line, fail, progress_bar
+
+app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False)
+page_app = typer.Typer(help="Pages of the mind wiki (mind/<slug>.md).", no_args_is_help=True)
+always_app = typer.Typer(help="The `## Always` section of mind.md.", no_args_is_help=True)
+app.add_typer(page_app, name="page")
+app.add_typer(always_app, name="always")
+
+state = {"workspace": None}
+
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
+ForceOpt = typer.Option(False, "--force", help="Overwrite files that were edited by hand.")
+
+
+@app.callback()
+def main_options(workspace: Optional[Path] = typer.Option(
+        None, "--workspace", "-w", envvar="MEM_WORKSPACE", help="The workspace (default: the one around the cwd).")):
+    state["workspace"] = workspace
+
+
+def memory(refresh: bool = True):
+    from projections.memory import Memory
+
+    mem = Memory.open(state["workspace"])
+    if refresh:
+        report = mem.refresh()
+        if report.refused:
+            typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
+                       err=True)
+    return mem
+
+
+def read_input(file: str) -> bytes:
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}")
+
+
+def as_of(mem, at: Optional[str], seq: Optional[int]) -> int:
+    if at is not None and seq is not None:
+        fail("give --at or --seq, not both", 2)
+    return mem.seq_at(parse_instant(at) if at is not None else None, seq)
+
+
+def point(mem, text: str) -> int:
+    """A moment given as `seq:N` or an ISO 8601 time."""
+    if text.startswith("seq:") and text[4:].isdigit():
+        return mem.seq_at(seq=int(text[4:]))
+    return mem.seq_at(parse_instant(text))
+
+
+# --- workspace ----------------------------------------------------------------------------------
+
+@app.command()
+def init(agent: str = typer.Option("agent", "--agent", help="This agent's name.")):
+    """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
+    from projections.memory import Memory
+
+    root = state["workspace"] or Path.cwd()
+    with Memory.init(root, agent) as mem:
+        typer.echo(f"initialised {mem.root} for agent {mem.config.agent}")
+
+
+@app.command()
+def status(json: bool = JsonOpt):
+    """Is each view up to date with the log? Which files were edited by hand?"""
+    from projections.status import workspace_status
+
+    with memory(refresh=False) as mem:
+        report = workspace_status(mem)
+    if json:
+        return emit_json(report)
+    typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
+               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
+    for label, paths in (("edited by hand", report.hand_edited), ("not yet written", report.pending),
+                         ("untracked", report.untracked)):
+        for path in paths:
+            typer.echo(f"{label + ':':<17}{path}")
+    if report.clean:
+        typer.echo("clean: every file is what the log says")
+
+
+# --- pages and Always ---------------------------------------------------------------------------
+
+@page_app.command("write")
+def page_write(slug: str, file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
+               note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
+               force: bool = ForceOpt):
+    """Ingest a page when new, update it otherwise."""
+    with memory() as mem:
+        seq = mem.write_page(slug, read_input(file), note, force=force)
+        event = mem.log.get_by_seq(seq)
+        typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {seq})")
+
+
+@page_app.command("delete")
+def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt):
+    """Delete a page; the delete is an event and a log entry."""
+    with memory() as mem:
+        seq = mem.delete_page(slug, note, force=force)
+        typer.echo(f"delete mind/{slug.removesuffix('.md')}.md (seq {seq})")
+
+
+@page_app.command("rename")
+def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt):
+    """Rename a page (its history stays under both names)."""
+    with memory() as mem:
+        seq = mem.rename_page(old, new, note, force=force)
+        typer.echo(f"rename mind/{old}.md -> mind/{new}.md (seq {seq})")
+
+
+@page_app.command("list")
+def page_list(json: bool = JsonOpt):
+    """The pages in the catalog, with their hooks."""
+    with memory() as mem:
+        rows = [{"slug": s, "title": t, "hook": h} for s, t, h in mem.views.catalog()]
+    if json:
+        return emit_json(rows)
+    for row in rows:
+        typer.echo(f"{row['slug']:<28} {row['title']}" + (f" — {row['hook']}" if row["hook"] else ""))
+
+
+@always_app.command("add")
+def always_add(line: str, force: bool = ForceOpt):
+    """Add a line to `## Always`."""
+    with memory() as mem:
+        seq = mem.always_add(line, force=force)
+        typer.echo(f"always + {mem.always()[-1]} (seq {seq})")
+
+
+@always_app.command("remove")
+def always_remove(number: int, force: bool = ForceOpt):
+    """Remove line N (as numbered by `mem always list`)."""
+    with memory() as mem:
+        line = mem.always()[number - 1] if 1 <= number <= len(mem.always()) else None
+        seq = mem.always_remove(number, force=force)
+        typer.echo(f"always - {line} (seq {seq})")
+
+
+@always_app.command("list")
+def always_list(json: bool = JsonOpt):
+    """The `## Always` lines, numbered."""
+    with memory() as mem:
+        lines = mem.always()
+    if json:
+        return emit_json(lines)
+    for number, line in enumerate(lines, 1):
+        typer.echo(f"{number:>3}  {line}")
+
+
+# --- point in time ------------------------------------------------------------------------------
+
+AtOpt = typer.Option(None, "--at", help="ISO 8601 date or time (UTC unless an offset is given).")
+SeqOpt = typer.Option(None, "--seq", help="A log position.")
+
+
+@app.command()
+def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+    """Print mind.md, mind/log.md or mind/<slug>.md as of any moment."""
+    with memory() as mem:
+        text = mem.show(path, as_of(mem, at, seq))
+    if text is None:
+        fail(f"{path} did not exist then" if at or seq is not None else f"{path} does not exist")
+    sys.stdout.write(text)
+
+
+@app.command()
+def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+    """Write the whole memory as it was into DIRECTORY."""
+    with memory() as mem:
+        point_seq = as_of(mem, at, seq)
+        written = mem.checkout(directory, point_seq)
+    typer.echo(f"wrote {len(written)} files as of seq {point_seq} to {directory}")
+
+
+@app.command()
+def diff(path: str, from_: str = typer.Option(..., "--from", help="ISO time or seq:N"),
+         to: str = typer.Option(None, "--to", help="ISO time or seq:N (default: now)")):
+    """A unified diff of one file between two moments."""
+    with memory() as mem:
+        a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
+        old, new = mem.show(path, a) or "", mem.show(path, b) or ""
+    sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                               f"{path}@{a}", f"{path}@{b}"))
+
+
+# --- the log ------------------------------------------------------------------------------------
+
+@app.command("log")
+def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only these kinds (repeatable)."),
+         layer: Optional[list[str]] = typer.Option(None, "--layer", help="Only these layers (repeatable)."),
+         since: Optional[str] = typer.Option(None, "--since", help="Recorded at or after this time."),
+         n: Optional[int] = typer.Option(None, "-n", help="The newest N only."),
+         json: bool = JsonOpt):
+    """The events themselves, oldest first."""
+    with memory(refresh=False) as mem:
+        events = list(mem.log.read(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None,
+                                   limit=n, newest_first=n is not None))
+    events.sort(key=lambda e: e.seq)
+    if json:
+        return emit_json(events)
+    for event in events:
+        typer.echo(event_line(event))
+
+
+@app.command()
+def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of this seq."),
+           check: bool = typer.Option(False, "--check", help="Rebuild elsewhere and report differences only."),
+           force: bool = ForceOpt, json: bool = JsonOpt):
+    """Delete every view and rebuild it from the log."""
+    from projections import replay as replaying
+
+    with memory(refresh=False) as mem:
+        total = to if to is not None else mem.log.head()
+        with progress_bar("replay", total) as advance:
+            if check:
+                report = replaying.check(mem, to, progress=advance)
+            else:
+                report = replaying.replay(mem, to, force=force, progress=advance)
+    if json:
+        return emit_json(report)
+    if check:
+        typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
+        for line in report.differences:
+            typer.echo(f"  {line}")
+        raise typer.Exit(0 if report.same else 1)
+    typer.echo(f"replayed {report.events} events; views at seq {report.checkpoint}; "
+               f"{len(report.files.written)} files written, {len(report.files.removed)} removed")
+
+
+@app.command()
+def verify(json: bool = JsonOpt):
+    """Check every event's digest and the chain; report the first bad seq."""
+    with memory(refresh=False) as mem:
+        with progress_bar("verify", mem.log.head()) as advance:
+            report = mem.log.verify(progress=lambda _n: advance(1))
+    if json:
+        emit_json(report)
+    elif report.ok:
+        typer.echo(f"ok: {report.checked} events, digests and chain intact")
+    else:
+        typer.echo(f"BAD at seq {report.first_bad_seq}: {report.problem}")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def demo(keep: Optional[Path] = typer.Option(None, "--keep", help="Run in this directory and keep it.")):
+    """Run one agent through its memory's life, in a temporary workspace, and show each step."""
+    from .demo import run_demo
+
+    run_demo(keep)
+
+
+def main() -> None:
+    try:
+        app()
+    except MemError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""How the CLI prints: plain lines for people, `--json` for programs, rich progress bars."""
+
+import contextlib
+import sys
+
+import msgspec
+import typer
+
+from eventstore.envelope import Event
+from eventstore.instants import format_instant
+
+
+def emit_json(value) -> None:
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
+
+
+def fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def summary(event: Event) -> str:
+    body = event.body
+    for field in ("slug", "line", "path", "summary", "key", "content", "role"):
+        value = getattr(body, field, None)
+        if isinstance(value, str):
+            return value if len(value) <= 60 else value[:57] + "..."
+    if hasattr(body, "old"):
+        return f"{body.old} -> {body.new}"
+    return ""
+
+
+def event_line(event: Event) -> str:
+    return (f"{event.seq:>6}  {format_instant(event.recorded_at)}  {event.agent:<10} {event.layer:<8} "
+            f"{event.kind:<14} {summary(event)}")
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int):
+    """Yields a callback that advances a rich progress bar by n; silent when not on a terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=True, disable=not sys.stderr.isatty() or total < 1000,
+                  console=Console(stderr=True)) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n: progress.advance(task, n)

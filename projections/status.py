@@ -1,0 +1,28 @@
+"""`mem status`: how the views and the files on disk stand against the log."""
+
+import msgspec
+
+from .materialize import hand_edited, untracked
+
+
+class WorkspaceStatus(msgspec.Struct):
+    workspace: str
+    agent: str
+    head: int
+    checkpoint: int
+    behind: int
+    hand_edited: list[str]
+    pending: list[str]
+    untracked: list[str]
+    clean: bool
+
+
+def workspace_status(memory) -> WorkspaceStatus:
+    head, checkpoint = memory.log.head(), memory.views.checkpoint()
+    edited = hand_edited(memory.views, memory.root)
+    pending = [p for (p,) in memory.views.db.execute("SELECT path FROM file_state WHERE dirty = 1 ORDER BY path")
+               if p not in edited]
+    loose = untracked(memory.views, memory.root)
+    return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
+                           behind=head - checkpoint, hand_edited=edited, pending=pending, untracked=loose,
+                           clean=head == checkpoint and not (edited or pending or loose))

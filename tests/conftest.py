@@ -1,0 +1,52 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from projections.memory import Memory
+
+PAGE = b"---\ntype: procedure\ndescription: staging first\n---\n# Deploy procedure\n\nStaging first.\n"
+
+
+def mem_command() -> list[str]:
+    exe = shutil.which("mem")
+    return [exe] if exe else [sys.executable, "-c", "from cli.app import main; main()"]
+
+
+def run_mem(*args, cwd=None, input=None, check=False, env=None):
+    """Runs the real `mem` command in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("MEM_WORKSPACE", None)
+    result = subprocess.run([*mem_command(), *map(str, args)], cwd=cwd, input=input, capture_output=True,
+                            env=full_env, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"mem {' '.join(map(str, args))} failed ({result.returncode}):\n"
+                             f"{result.stdout.decode()}\n{result.stderr.decode()}")
+    return result
+
+
+def log_rows(root: Path) -> list[tuple]:
+    """Every row of the event log, for checking that a refusal left it exactly as it was."""
+    import sqlite3
+
+    db = sqlite3.connect(root / ".mem" / "log.db")
+    try:
+        return db.execute("SELECT * FROM events ORDER BY seq").fetchall()
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    root = tmp_path / "ws"
+    Memory.init(root, "alice").close()
+    return root
+
+
+@pytest.fixture
+def memory(workspace):
+    with Memory.open(workspace) as mem:
+        yield mem

@@ -1,0 +1,84 @@
+"""The conformance suite every event-log backend must pass (subclass it with a `recorder` fixture)."""
+
+import pytest
+
+from eventstore.envelope import new_event
+from eventstore.errors import DigestMismatch, IdConflict
+from eventstore.kinds import AlwaysAdd, PageIngest
+
+
+def ev(i: int, layer: str = "mind", ts: int | None = None):
+    return new_event(AlwaysAdd(line=f"line {i}"), agent="alice", layer=layer, ts=ts)
+
+
+class RecorderConformance:
+    def test_empty_log(self, recorder):
+        assert recorder.head() == 0
+        assert list(recorder.read()) == []
+        assert recorder.verify().ok
+
+    def test_append_assigns_gapless_seqs(self, recorder):
+        assert recorder.append([ev(1)]) == [1]
+        assert recorder.append([ev(2), ev(3), ev(4)]) == [2, 3, 4]
+        assert [e.seq for e in recorder.read()] == [1, 2, 3, 4]
+        assert recorder.head() == 4
+
+    def test_round_trip_keeps_every_envelope_field(self, recorder):
+        event = new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text="x" * 5000), agent="a", layer="mind")
+        recorder.append([event])
+        (back,) = list(recorder.read())
+        assert (back.id, back.ts, back.agent, back.layer, back.kind, back.body, back.digest) == (
+            event.id, event.ts, event.agent, event.layer, event.kind, event.body, event.digest)
+        assert back.seq == 1 and back.recorded_at and len(back.chain) == 64
+
+    def test_same_id_same_digest_is_a_no_op(self, recorder):
+        event = ev(1)
+        recorder.append([ev(0), event])
+        assert recorder.append([event]) == [2]
+        assert recorder.head() == 2
+
+    def test_same_id_other_digest_refuses_the_whole_batch(self, recorder):
+        event = ev(1)
+        recorder.append([event])
+        forged = new_event(AlwaysAdd(line="other"), agent="alice", layer="mind", id=event.id, ts=event.ts)
+        with pytest.raises(IdConflict):
+            recorder.append([ev(2), forged])
+        assert recorder.head() == 1
+
+    def test_duplicate_inside_one_batch_is_stored_once(self, recorder):
+        event = ev(1)
+        assert recorder.append([event, event]) == [1, 1]
+        assert recorder.head() == 1
+
+    def test_untrusted_append_recomputes_digests(self, untrusted_recorder):
+        event = ev(1)
+        event.digest = "0" * 64
+        with pytest.raises(DigestMismatch):
+            untrusted_recorder.append([ev(0), event])
+        assert untrusted_recorder.head() == 0
+
+    def test_read_filters(self, recorder):
+        recorder.append([ev(1, "mind"), ev(2, "loop"), ev(3, "mind"),
+                         new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text=""), agent="a", layer="mind")])
+        assert [e.seq for e in recorder.read(layers=["mind"])] == [1, 3, 4]
+        assert [e.seq for e in recorder.read(kinds=["page.ingest"])] == [4]
+        assert [e.seq for e in recorder.read(after=1, upto=3)] == [2, 3]
+        assert [e.seq for e in recorder.read(limit=2, newest_first=True)] == [4, 3]
+        first = recorder.get_by_seq(1).recorded_at
+        assert [e.seq for e in recorder.read(since_ms=first + 10**9)] == []
+        assert recorder.seq_at(first - 1) == 0
+        assert recorder.seq_at(first + 10**9) == 4
+        assert recorder.get(recorder.get_by_seq(2).id).seq == 2
+
+    def test_recorded_at_never_goes_backwards(self, recorder):
+        for i in range(20):
+            recorder.append([ev(i)])
+        times = [e.recorded_at for e in recorder.read()]
+        assert times == sorted(times)
+
+    def test_verify_passes_then_finds_tampering(self, recorder, tamper):
+        recorder.append([ev(i) for i in range(10)])
+        assert recorder.verify().ok and recorder.verify().checked == 10
+        tamper(6)
+        report = recorder.verify()
+        assert not report.ok and report.first_bad_seq == 6
