@@ -89,6 +89,7 @@ def status(json: bool = JsonOpt):
     typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
                f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
     for label, paths in (("edited by hand", report.hand_edited), ("not yet written", report.pending),
+                         ("missing", report.missing),
                          ("untracked", report.untracked)):
         for path in paths:
             typer.echo(f"{label + ':':<17}{path}")

@@ -40,6 +40,13 @@ def _write_temp(target: Path, chunks) -> tuple[Path, str]:
     return tmp, digest.hexdigest()
 
 
+def remove_stale_temp_files(root: Path) -> None:
+    """Temporary files left by a process killed mid-write (the caller holds the projector lock)."""
+    for folder in (root, root / "mind"):
+        for leftover in folder.glob(".*.mem-tmp-*"):
+            leftover.unlink(missing_ok=True)
+
+
 def write_atomic(target: Path, chunks) -> str:
     tmp, digest = _write_temp(target, chunks)
     os.replace(tmp, target)
@@ -83,11 +90,12 @@ def untracked(views: Views, root: Path) -> list[str]:
     return found
 
 
-def materialize(views: Views, root: Path, *, force: bool = False, paths: list[str] | None = None) -> FileReport:
+def materialize(views: Views, root: Path, *, force: bool = False, paths: list[str] | None = None,
+                dry_run: bool = False) -> FileReport:
     """Brings every dirty file on disk up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
-    edited by hand: it is left alone (and reported) unless `force`.
+    edited by hand: it is left alone (and reported) unless `force`. `dry_run` only reports.
     """
     report = FileReport(written=[], removed=[], refused=[])
     db = views.db
@@ -110,10 +118,16 @@ def materialize(views: Views, root: Path, *, force: bool = False, paths: list[st
                 if edited and not force:
                     report.refused.append(path)
                     continue
-                target.unlink()
+                if not dry_run:
+                    target.unlink()
                 report.removed.append(path)
             new_hash = None
         else:
+            if dry_run:
+                new_hash = _hash_chunks(chunks)
+                if on_disk != new_hash:
+                    (report.refused if edited and not force else report.written).append(path)
+                continue
             tmp, new_hash = _write_temp(target, chunks)
             if on_disk == new_hash:
                 tmp.unlink()
@@ -124,6 +138,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, paths: list[st
             else:
                 os.replace(tmp, target)
                 report.written.append(path)
+        if dry_run:
+            continue
         db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
                    "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
                    (path, new_hash))

@@ -16,7 +16,7 @@ from eventstore.workspace import Workspace
 from eventstore.writer import Writer
 
 from .fold import catch_up
-from .materialize import FileReport, hand_edited, materialize, write_atomic
+from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
 
@@ -67,6 +67,7 @@ class Memory:
     def refresh(self, *, force: bool = False, progress=None) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace."""
         with self.lock():
+            remove_stale_temp_files(self.root)
             catch_up(self.log, self.views, progress=progress)
             self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report

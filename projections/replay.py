@@ -9,7 +9,7 @@ import msgspec
 from eventstore.errors import HandEdited
 
 from .fold import catch_up
-from .materialize import FileReport, file_hash, hand_edited, materialize
+from .materialize import FileReport, file_hash, materialize
 from .views import Views
 
 
@@ -34,15 +34,13 @@ def _build(log, path: Path, upto: int | None, progress) -> Views:
 
 
 def replay(memory, upto: int | None = None, *, force: bool = False, progress=None) -> ReplayReport:
-    """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it."""
+    """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it.
+
+    A file edited by hand (its bytes neither what was last written nor what the rebuild says)
+    stops the replay before anything changes, unless `force`.
+    """
     with memory.lock():
-        old = memory.views
-        edited = hand_edited(old, memory.root)
-        if edited and not force:
-            raise HandEdited(f"{', '.join(edited)} edited by hand; a replay would overwrite "
-                             "it. Keep the edit with `mem page write`, or pass --force")
-        carried = old.db.execute("SELECT path, written_hash FROM file_state").fetchall()
-        old.close()
+        carried = memory.views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
         views = _build(memory.log, rebuilt, upto, progress)
@@ -51,10 +49,16 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
                              "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
                              carried)
         views.db.execute("COMMIT")
+        refused = materialize(views, memory.root, force=force, dry_run=True).refused
         checkpoint = views.checkpoint()
         views.close()
+        if refused:
+            rebuilt.unlink()
+            raise HandEdited(f"{', '.join(refused)} edited by hand; a replay would overwrite it. "
+                             "Keep the edit with `mem page write`, or pass --force")
         with open(rebuilt, "rb+") as f:
             os.fsync(f.fileno())
+        memory.views.close()
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)

@@ -13,6 +13,7 @@ class WorkspaceStatus(msgspec.Struct):
     behind: int
     hand_edited: list[str]
     pending: list[str]
+    missing: list[str]
     untracked: list[str]
     clean: bool
 
@@ -23,6 +24,7 @@ def workspace_status(memory) -> WorkspaceStatus:
     pending = [p for (p,) in memory.views.db.execute("SELECT path FROM file_state WHERE dirty = 1 ORDER BY path")
                if p not in edited]
     loose = untracked(memory.views, memory.root)
+    missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
-                           behind=head - checkpoint, hand_edited=edited, pending=pending, untracked=loose,
-                           clean=head == checkpoint and not (edited or pending or loose))
+                           behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
+                           untracked=loose, clean=head == checkpoint and not (edited or pending or missing or loose))
