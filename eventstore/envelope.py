@@ -13,11 +13,13 @@ COMPRESS_THRESHOLD = 512
 MAX_BODY_BYTES = 8 * 1024 * 1024
 CODEC_RAW = 0
 CODEC_ZSTD = 1
-ZERO_CHAIN = "0" * 64
 
 
-class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One immutable event. `seq`, `recorded_at` and `chain` are this store's; the rest travel."""
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True):
+    """One immutable event. `seq`, `recorded_at` and `chain` are this store's; the rest travel.
+
+    An event made here keeps its encoded body (`raw_body()`), so appending does not encode twice.
+    """
 
     id: str
     ts: int
@@ -32,6 +34,12 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
     @property
     def kind(self) -> str:
         return self.body.__struct_config__.tag
+
+    def raw_body(self) -> bytes:
+        raw = self.__dict__.get("_raw")
+        if raw is None:
+            raw = self.__dict__["_raw"] = encode_body(self.body)
+        return raw
 
 
 _body_encoder = msgspec.msgpack.Encoder(order="deterministic")
@@ -60,10 +68,6 @@ def compute_digest(id: str, ts: int, agent: str, layer: str, kind: str, body_raw
     return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_raw])).hexdigest()
 
 
-def chain_next(previous: str, digest: str) -> str:
-    return hashlib.sha256(bytes.fromhex(previous) + bytes.fromhex(digest)).hexdigest()
-
-
 def pack_body(body_raw: bytes) -> tuple[int, bytes]:
     if len(body_raw) > COMPRESS_THRESHOLD:
         return CODEC_ZSTD, _zc.compress(body_raw)
@@ -80,8 +84,10 @@ def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: 
     id = id or uuid7(ts)
     raw = encode_body(body)
     check_body_size(raw)
-    return Event(id=id, ts=ts, agent=agent, layer=layer, body=body,
-                 digest=compute_digest(id, ts, agent, layer, body.__struct_config__.tag, raw))
+    event = Event(id=id, ts=ts, agent=agent, layer=layer, body=body,
+                  digest=compute_digest(id, ts, agent, layer, body.__struct_config__.tag, raw))
+    event.__dict__["_raw"] = raw
+    return event
 
 
 def check_body_size(raw: bytes) -> None:

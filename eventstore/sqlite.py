@@ -1,19 +1,22 @@
 """The event log in SQLite: WAL mode, synchronous=FULL by default, one writer at a time."""
 
+import hashlib
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .envelope import (ZERO_CHAIN, Event, chain_next, check_event, compute_digest, decode_body,
-                       encode_body, pack_body, unpack_body)
+from .envelope import Event, check_event, compute_digest, decode_body, pack_body, unpack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .recorder import Recorder, VerifyReport
 
+ZERO_CHAIN = bytes(32)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id BLOB NOT NULL UNIQUE,
     ts INTEGER NOT NULL,
     recorded_at INTEGER NOT NULL,
     agent TEXT NOT NULL,
@@ -21,21 +24,41 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     codec INTEGER NOT NULL,
     body BLOB NOT NULL,
-    digest TEXT NOT NULL,
-    chain TEXT NOT NULL
+    digest BLOB NOT NULL,
+    chain BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS events_kind ON events(kind, seq);
-CREATE INDEX IF NOT EXISTS events_layer ON events(layer, seq);
-CREATE INDEX IF NOT EXISTS events_recorded_at ON events(recorded_at);
 """
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
 
+# One statement appends one event: the next seq, a recorded_at that never goes backwards and the
+# next chain link are all computed inside SQLite's write transaction, so a single append costs
+# one round trip and concurrent appenders can never take the same seq.
+APPEND_ONE = f"""
+INSERT INTO events ({COLUMNS})
+SELECT IFNULL(last.seq, 0) + 1, :id, :ts, MAX(:now, IFNULL(last.recorded_at, 0)), :agent, :layer, :kind,
+       :codec, :body, :digest, mem_chain(last.chain, :digest)
+FROM (SELECT 1) LEFT JOIN (SELECT seq, recorded_at, chain FROM events ORDER BY seq DESC LIMIT 1) AS last
+"""
+
+
+def id_bytes(id: str) -> bytes:
+    return bytes.fromhex(id.replace("-", ""))
+
+
+def id_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _chain(previous: bytes | None, digest: bytes) -> bytes:
+    return hashlib.sha256((previous or ZERO_CHAIN) + digest).digest()
+
 
 def row_to_event(row) -> Event:
     seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
-    return Event(id=id, ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
-                 digest=digest, seq=seq, recorded_at=recorded_at, chain=chain)
+    return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
+                 digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
 
 class SQLiteLog(Recorder):
@@ -50,6 +73,7 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        self.db.create_function("mem_chain", 2, _chain, deterministic=True)
         if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='events'").fetchone():
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -68,48 +92,92 @@ class SQLiteLog(Recorder):
     def append(self, events: Sequence[Event]) -> list[int]:
         prepared = []
         for event in events:
-            raw = check_event(event) if not self.trusted else encode_body(event.body)
+            raw = check_event(event) if not self.trusted else event.raw_body()
             if self.trusted and not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
+        if len(prepared) == 1:
+            return [self._append_one(*prepared[0])]
         db = self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            seqs = self._append_locked(prepared)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        return seqs
+        for check_known in (False, True):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                seqs = self._append_locked(prepared, check_known)
+                db.execute("COMMIT")
+                return seqs
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")  # some ids are known already: the careful path sorts them out
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        raise AssertionError("unreachable: the careful path never violates the id constraint")
 
-    def _append_locked(self, prepared) -> list[int]:
+    def _append_one(self, event: Event, raw: bytes) -> int:
+        codec, stored = pack_body(raw)
+        params = {"id": id_bytes(event.id), "ts": event.ts, "now": now_ms(), "agent": event.agent,
+                  "layer": event.layer, "kind": event.kind, "codec": codec, "body": stored,
+                  "digest": bytes.fromhex(event.digest)}
+        for attempt in range(10_000):
+            try:
+                return self.db.execute(APPEND_ONE, params).lastrowid
+            except sqlite3.IntegrityError:
+                known = self._existing([event.id]).get(event.id)
+                if known is None:
+                    raise
+                if known[0] != event.digest:
+                    raise IdConflict(f"event {event.id} is already in the log with a different digest") from None
+                return known[1]
+            except sqlite3.OperationalError as exc:
+                # Another process committed between this statement's read and its write (WAL
+                # snapshot conflicts are reported at once, without the busy handler): try again.
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                time.sleep(min(0.0005 * attempt, 0.01))
+        raise TimeoutError("the event log stayed locked")
+
+    def _append_locked(self, prepared, check_known: bool) -> list[int]:
+        """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
+        every id is new (the common case) and lets the unique index object otherwise."""
         db = self.db
         last = db.execute("SELECT seq, chain, recorded_at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         seq, chain, last_recorded = last if last else (0, ZERO_CHAIN, 0)
         recorded_at = max(now_ms(), last_recorded)
-        seen: dict[str, tuple[str, int]] = {}
+        seen = self._existing([event.id for event, _raw in prepared]) if check_known else {}
         rows, seqs = [], []
+        sha256 = hashlib.sha256
         for event, raw in prepared:
             known = seen.get(event.id)
-            if known is None:
-                found = db.execute("SELECT digest, seq FROM events WHERE id = ?", (event.id,)).fetchone()
-                known = (found[0], found[1]) if found else None
             if known is not None:
                 if known[0] != event.digest:
                     raise IdConflict(f"event {event.id} is already in the log with a different digest")
                 seqs.append(known[1])
                 continue
             seq += 1
-            chain = chain_next(chain, event.digest)
+            digest = bytes.fromhex(event.digest)
+            chain = sha256(chain + digest).digest()
             codec, stored = pack_body(raw)
-            rows.append((seq, event.id, event.ts, recorded_at, event.agent, event.layer, event.kind,
-                         codec, stored, event.digest, chain))
-            seen[event.id] = (event.digest, seq)
+            rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.kind,
+                         codec, stored, digest, chain))
+            if check_known:
+                seen[event.id] = (event.digest, seq)
             seqs.append(seq)
         if rows:
             db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         return seqs
+
+    def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:
+        """(digest, seq) of each of these ids already in the log, in one query per 500 ids."""
+        found = {}
+        for i in range(0, len(ids), 500):
+            chunk = [id_bytes(id) for id in ids[i:i + 500]]
+            if len(chunk) == 1:
+                rows = self.db.execute("SELECT id, digest, seq FROM events WHERE id = ?", chunk)
+            else:
+                rows = self.db.execute(f"SELECT id, digest, seq FROM events WHERE id IN ({','.join('?' * len(chunk))})",
+                                       chunk)
+            found.update((id_text(id), (digest.hex(), seq)) for id, digest, seq in rows)
+        return found
 
     # --- read ---------------------------------------------------------------------------------
 
@@ -142,7 +210,7 @@ class SQLiteLog(Recorder):
             yield row_to_event(row)
 
     def get(self, id: str) -> Event | None:
-        row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id,)).fetchone()
+        row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()
         return row_to_event(row) if row else None
 
     def get_by_seq(self, seq: int) -> Event | None:
@@ -154,8 +222,15 @@ class SQLiteLog(Recorder):
         return row[0] or 0
 
     def seq_at(self, recorded_at_ms: int) -> int:
-        row = self.db.execute("SELECT MAX(seq) FROM events WHERE recorded_at <= ?", (recorded_at_ms,)).fetchone()
-        return row[0] or 0
+        """A binary search over seq: recorded_at never decreases along the log, so no index is needed."""
+        low, high = 0, self.head()
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.recorded_at(middle) <= recorded_at_ms:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
     def recorded_at(self, seq: int) -> int | None:
         row = self.db.execute("SELECT recorded_at FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -181,9 +256,9 @@ class SQLiteLog(Recorder):
                 return bad(f"body does not decode: {exc}")
             if decoded.__struct_config__.tag != kind:
                 return bad(f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
-            if compute_digest(id, ts, agent, layer, kind, raw) != digest:
+            if compute_digest(id_text(id), ts, agent, layer, kind, raw) != digest.hex():
                 return bad("digest mismatch: the event's content was changed after it was appended")
-            chain = chain_next(chain, digest)
+            chain = _chain(chain, digest)
             if chain != stored_chain:
                 return bad("chain mismatch: an event before this one was changed, removed or reordered")
             checked += 1

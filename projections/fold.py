@@ -3,26 +3,29 @@
 One page event yields its page version, its catalog line (the `pages` row) and its log entry in
 one batch, so the three cannot drift apart. Incremental updates and `mem replay` run this same
 code; only the size of the batches differs.
+
+A page version keeps the event's own encoded body (`doc`); its file text is rendered when read,
+which keeps a rebuild from formatting a million versions nobody asked for.
 """
 
 import json
 from collections.abc import Callable
 
-from eventstore import frontmatter
 from eventstore.envelope import decode_body, unpack_body
 from eventstore.kinds import AlwaysAdd, AlwaysRemove, Lint, PageDelete, PageIngest, PageRename, PageUpdate
 
 from . import render
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
-_DELETED = None
+WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
+                        "lint"})
 
 
 class WikiFold:
     def __init__(self, views: Views):
         self.views = views
         self.db = views.db
-        self._pages: dict[str, tuple | None] = {}
+        self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc) or None
         self._always: list[str] | None = None
         self._reset_batch()
 
@@ -35,8 +38,10 @@ class WikiFold:
 
     def _page(self, slug: str):
         if slug not in self._pages:
-            row = self.db.execute("SELECT seq, version_id, title, hook FROM pages WHERE slug = ?", (slug,)).fetchone()
-            self._pages[slug] = tuple(row) if row else _DELETED
+            row = self.db.execute(
+                "SELECT p.seq, p.version_id, p.title, p.hook, v.doc FROM pages p "
+                "JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
+            self._pages[slug] = tuple(row) if row else None
         return self._pages[slug]
 
     def _always_lines(self) -> list[str]:
@@ -44,28 +49,26 @@ class WikiFold:
             self._always = self.views.always()
         return self._always
 
-    def _version(self, seq, version_id, slug, parents, fm, text):
+    def _version(self, seq, version_id, slug, parents, fm, text, doc):
         title = render.title_of(slug, fm, text)
         hook = render.hook_of(fm)
-        self.versions.append((slug, seq, version_id, 0, json.dumps(parents), title, hook, render.page(fm, text)))
-        self._pages[slug] = (seq, version_id, title, hook)
+        self.versions.append((slug, seq, version_id, 0, ",".join(parents), title, hook, doc))
+        self._pages[slug] = (seq, version_id, title, hook, doc)
         self.touched_pages.add(slug)
-        self.dirty.add(page_path(slug))
         return title
 
     def _tombstone(self, seq, version_id, slug, parents):
-        current = self._page(slug)
-        title, hook = (current[2], current[3]) if current else (slug, "")
-        self.versions.append((slug, seq, version_id, 1, json.dumps(parents), title, hook, None))
-        self._pages[slug] = _DELETED
+        _seq, _id, title, hook, _doc = self._page(slug)
+        self.versions.append((slug, seq, version_id, 1, ",".join(parents), title, hook, None))
+        self._pages[slug] = None
         self.touched_pages.add(slug)
-        self.dirty.add(page_path(slug))
         return title
 
-    def apply(self, seq: int, version_id: str, ts: int, body) -> None:
+    def apply(self, seq: int, version_id: bytes, ts: int, body, raw: bytes) -> None:
+        """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
         if isinstance(body, (PageIngest, PageUpdate)):
             kind = "update" if self._page(body.slug) is not None else "ingest"
-            title = self._version(seq, version_id, body.slug, body.parents, body.frontmatter, body.text)
+            title = self._version(seq, version_id, body.slug, body.parents, body.frontmatter, body.text, raw)
             self._log(seq, ts, kind, title, body.note)
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
@@ -73,12 +76,12 @@ class WikiFold:
             title = self._tombstone(seq, version_id, body.slug, body.parents)
             self._log(seq, ts, "delete", title, body.note)
         elif isinstance(body, PageRename):
-            if self._page(body.old) is None:
+            current = self._page(body.old)
+            if current is None or self._page(body.new) is not None:
                 return
-            content = self._content(body.old)
             self._tombstone(seq, version_id, body.old, body.parents)
-            fm, text = _split_rendered(content)
-            title = self._version(seq, version_id, body.new, body.parents, fm, text)
+            page = decode_body(current[4])
+            title = self._version(seq, version_id, body.new, body.parents, page.frontmatter, page.text, current[4])
             moved = f"mind/{body.old}.md → mind/{body.new}.md"
             self._log(seq, ts, "rename", title, f"{moved}. {body.note}" if body.note else moved)
         elif isinstance(body, AlwaysAdd):
@@ -95,16 +98,8 @@ class WikiFold:
             note = body.summary + "".join(f"\n- {finding}" for finding in body.findings)
             self._log(seq, ts, "lint", "Lint pass", note)
 
-    def _content(self, slug: str) -> str:
-        for row in reversed(self.versions):
-            if row[0] == slug and row[7] is not None:
-                return row[7]
-        return self.views.page(slug)
-
     def _log(self, seq, ts, kind, title, note):
         self.entries.append((seq, render.log_entry(ts, kind, title, note)))
-        self.dirty.add(LOG_PATH)
-        self.dirty.add(MIND_PATH)
 
     def flush(self, checkpoint: int) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction."""
@@ -115,25 +110,18 @@ class WikiFold:
             db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?)", self.entries)
         if self.always_rows:
             db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?)", self.always_rows)
-        for slug in self.touched_pages:
-            page = self._pages[slug]
-            if page is None:
-                db.execute("DELETE FROM pages WHERE slug = ?", (slug,))
-            else:
-                db.execute("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?)", (slug, *page))
+        gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
+        live = [(slug, *self._pages[slug][:4]) for slug in self.touched_pages if self._pages[slug] is not None]
+        db.executemany("DELETE FROM pages WHERE slug = ?", gone)
+        db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?)", live)
+        self.dirty.update(page_path(slug) for slug in self.touched_pages)
+        if self.entries:
+            self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
             db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) "
                            "ON CONFLICT(path) DO UPDATE SET dirty = 1", [(p,) for p in sorted(self.dirty)])
         db.execute("UPDATE meta SET value = ? WHERE key = 'checkpoint'", (str(checkpoint),))
         self._reset_batch()
-
-
-def _split_rendered(content: str) -> tuple[dict, str]:
-    yaml_text, text = frontmatter.split(content)
-    return frontmatter.parse(yaml_text or ""), text
-
-
-WIKI_KINDS = ("page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove", "lint")
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
@@ -154,20 +142,18 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                 db.execute("COMMIT")
                 return start
             end = min(start + batch, target)
-            applied = 0
+            apply = fold.apply
             for seq, version_id, ts, kind, codec, body in log.db.execute(
                     "SELECT seq, id, ts, kind, codec, body FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
                     (start, end)):
-                applied += 1
                 if kind in WIKI_KINDS:
-                    fold.apply(seq, version_id, ts, decode_body(unpack_body(codec, body)))
+                    raw = unpack_body(codec, body)
+                    apply(seq, version_id, ts, decode_body(raw), raw)
             fold.flush(end)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            fold = WikiFold(views)
             raise
         if progress:
-            progress(applied)
-
+            progress(end - start)

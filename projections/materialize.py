@@ -9,7 +9,7 @@ import msgspec
 from eventstore import validate
 from eventstore.errors import UnsafePath
 
-from .views import LOG_PATH, MIND_PATH, Views, slug_of
+from .views import Views
 
 
 class FileReport(msgspec.Struct):
@@ -90,8 +90,7 @@ def untracked(views: Views, root: Path) -> list[str]:
     return found
 
 
-def materialize(views: Views, root: Path, *, force: bool = False, paths: list[str] | None = None,
-                dry_run: bool = False) -> FileReport:
+def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False) -> FileReport:
     """Brings every dirty file on disk up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
@@ -99,11 +98,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, paths: list[st
     """
     report = FileReport(written=[], removed=[], refused=[])
     db = views.db
-    if paths is None:
-        rows = db.execute("SELECT path, written_hash FROM file_state WHERE dirty = 1 ORDER BY path").fetchall()
-    else:
-        rows = [(p, (db.execute("SELECT written_hash FROM file_state WHERE path = ?", (p,)).fetchone() or [None])[0])
-                for p in paths]
+    rows = db.execute("SELECT path, written_hash FROM file_state WHERE dirty = 1 ORDER BY path").fetchall()
     for path, written in rows:
         try:
             target = validate.inside_workspace(root, path)
@@ -123,20 +118,13 @@ def materialize(views: Views, root: Path, *, force: bool = False, paths: list[st
                 report.removed.append(path)
             new_hash = None
         else:
-            if dry_run:
-                new_hash = _hash_chunks(chunks)
-                if on_disk != new_hash:
-                    (report.refused if edited and not force else report.written).append(path)
-                continue
-            tmp, new_hash = _write_temp(target, chunks)
-            if on_disk == new_hash:
-                tmp.unlink()
-            elif edited and not force:
-                tmp.unlink()
-                report.refused.append(path)
-                continue
-            else:
-                os.replace(tmp, target)
+            new_hash = _hash_chunks(chunks)
+            if on_disk != new_hash:
+                if edited and not force:
+                    report.refused.append(path)
+                    continue
+                if not dry_run:
+                    write_atomic(target, views.file_chunks(path))
                 report.written.append(path)
         if dry_run:
             continue
@@ -145,6 +133,3 @@ def materialize(views: Views, root: Path, *, force: bool = False, paths: list[st
                    (path, new_hash))
     return report
 
-
-def is_view_path(path: str) -> bool:
-    return path in (MIND_PATH, LOG_PATH) or slug_of(path) is not None

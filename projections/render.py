@@ -1,6 +1,7 @@
 """Pure renderers: the bytes of mind.md, a page, and mind/log.md from view rows."""
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -18,6 +19,10 @@ def page(fm: dict, text: str) -> str:
 
 
 def title_of(slug: str, fm: dict, text: str) -> str:
+    if text.startswith("# "):
+        first = text[2:text.find("\n")] if "\n" in text else text[2:]
+        if "#" not in first and "\r" not in first:
+            return " ".join(first.split())
     match = _H1.search(text)
     title = match.group(1) if match else fm.get("title") or slug
     return " ".join(str(title).split())
@@ -42,18 +47,27 @@ def mind(always: Iterable[str], catalog: Iterable[tuple[str, str, str]]) -> str:
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=4096)
+def _day(day_number: int) -> str:
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=day_number)).isoformat()
+
+
 def day(ts_ms: int) -> str:
-    return dt.datetime.fromtimestamp(ts_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+    return _day(ts_ms // 86_400_000)
 
 
 def log_entry(ts_ms: int, kind: str, title: str, note: str) -> str:
-    heading = f"## [{day(ts_ms)}] {kind} | {' '.join(title.split())}"
+    if "\n" in title or "\r" in title:
+        title = " ".join(title.split())
+    heading = f"## [{day(ts_ms)}] {kind} | {title}"
     return f"{heading}\n\n{note}\n" if note else heading + "\n"
 
 
-def log(entries_newest_first: Iterable[str]) -> Iterator[str]:
-    """mind/log.md, streamed: the title, then every entry, newest first, a blank line apart."""
+def log(blocks_newest_first: Iterable[list[tuple[str]]]) -> Iterator[str]:
+    """mind/log.md, streamed: the title, then every entry, newest first, a blank line apart.
+
+    Entries come in blocks of 1-tuples (database rows), and leave as one string per block.
+    """
     yield LOG_TITLE + "\n"
-    for entry in entries_newest_first:
-        yield "\n"
-        yield entry
+    for block in blocks_newest_first:
+        yield "".join(["\n" + entry for (entry,) in block])

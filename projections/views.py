@@ -9,6 +9,9 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from eventstore.envelope import decode_body
+from eventstore.sqlite import id_text
+
 from . import render
 
 SCHEMA_VERSION = "1"
@@ -16,12 +19,11 @@ SCHEMA_VERSION = "1"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS page_versions (
-    slug TEXT NOT NULL, seq INTEGER NOT NULL, version_id TEXT NOT NULL, deleted INTEGER NOT NULL,
-    parents TEXT NOT NULL, title TEXT NOT NULL, hook TEXT NOT NULL, content TEXT,
-    PRIMARY KEY (slug, seq)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS page_versions_by_seq ON page_versions(seq);
+    slug TEXT NOT NULL, seq INTEGER NOT NULL, version_id BLOB NOT NULL, deleted INTEGER NOT NULL,
+    parents TEXT NOT NULL, title TEXT NOT NULL, hook TEXT NOT NULL, doc BLOB);
+CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq);
 CREATE TABLE IF NOT EXISTS pages (
-    slug TEXT PRIMARY KEY, seq INTEGER NOT NULL, version_id TEXT NOT NULL,
+    slug TEXT PRIMARY KEY, seq INTEGER NOT NULL, version_id BLOB NOT NULL,
     title TEXT NOT NULL, hook TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, lines TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, entry TEXT NOT NULL);
@@ -53,6 +55,7 @@ class Views:
         if fast:
             self.db.execute("PRAGMA journal_mode = OFF")
             self.db.execute("PRAGMA synchronous = OFF")
+            self.db.execute("PRAGMA cache_size = -65536")
         else:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
@@ -74,7 +77,7 @@ class Views:
 
     def heads(self, slug: str) -> list[str]:
         row = self.db.execute("SELECT version_id FROM pages WHERE slug = ?", (slug,)).fetchone()
-        return [row[0]] if row else []
+        return [id_text(row[0])] if row else []
 
     def always(self, as_of: int | None = None) -> list[str]:
         if as_of is None:
@@ -96,13 +99,16 @@ class Views:
         """A page's file text as of a seq: one index lookup on (slug, seq)."""
         if as_of is None:
             row = self.db.execute(
-                "SELECT v.content FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
+                "SELECT v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
                 "WHERE p.slug = ?", (slug,)).fetchone()
         else:
             row = self.db.execute(
-                "SELECT content FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+                "SELECT doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
                 (slug, as_of)).fetchone()
-        return row[0] if row else None
+        if not row or row[0] is None:
+            return None
+        document = decode_body(row[0])
+        return render.page(document.frontmatter, document.text)
 
     def mind(self, as_of: int | None = None) -> str:
         return render.mind(self.always(as_of), self.catalog(as_of))
@@ -110,7 +116,7 @@ class Views:
     def log_chunks(self, as_of: int | None = None) -> Iterator[str]:
         cursor = self.db.execute("SELECT entry FROM log_entries WHERE seq <= ? ORDER BY seq DESC",
                                  (as_of if as_of is not None else self.checkpoint(),))
-        return render.log(entry for (entry,) in cursor)
+        return render.log(iter(lambda: cursor.fetchmany(2000), []))
 
     def file_chunks(self, path: str, as_of: int | None = None) -> Iterator[str] | None:
         """The chunks of a materialised file's text as of a seq, or None when it does not exist then."""
@@ -130,10 +136,7 @@ class Views:
         """Every file that exists as of a seq: mind.md, mind/log.md and each live page."""
         return [MIND_PATH, LOG_PATH] + [page_path(slug) for slug, _t, _h in self.catalog(as_of)]
 
-    def page_history(self, slug: str) -> list[tuple[int, str, int]]:
-        return self.db.execute("SELECT seq, version_id, deleted FROM page_versions WHERE slug = ? ORDER BY seq",
-                               (slug,)).fetchall()
-
     def dump(self) -> dict[str, list]:
         """Every view table's rows, for comparing two builds."""
-        return {table: self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() for table in VIEW_TABLES}
+        return {table: self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+                for table in VIEW_TABLES}

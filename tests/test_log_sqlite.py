@@ -52,7 +52,8 @@ class TestSQLiteLog(RecorderConformance):
         event = recorder.get_by_seq(2)
         body = encode_body(AlwaysAdd(line="forged"))
         digest = compute_digest(event.id, event.ts, event.agent, event.layer, event.kind, body)
-        recorder.db.execute("UPDATE events SET body = ?, codec = 0, digest = ? WHERE seq = 2", (body, digest))
+        recorder.db.execute("UPDATE events SET body = ?, codec = 0, digest = ? WHERE seq = 2",
+                            (body, bytes.fromhex(digest)))
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 2 and "chain" in report.problem
 

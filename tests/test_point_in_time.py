@@ -90,10 +90,11 @@ def test_diff_between_two_moments(history):
 def test_page_as_of_is_an_index_lookup(memory):
     memory.write_page("a", PAGE)
     plan = memory.views.db.execute(
-        "EXPLAIN QUERY PLAN SELECT content FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+        "EXPLAIN QUERY PLAN SELECT doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
         ("a", 1)).fetchall()
     detail = " ".join(row[-1] for row in plan)
-    assert "SEARCH page_versions USING PRIMARY KEY (slug=? AND seq<?)" in detail and "TEMP B-TREE" not in detail
+    assert "SEARCH page_versions USING INDEX page_versions_by_slug (slug=? AND seq<?)" in detail
+    assert "TEMP B-TREE" not in detail
 
 
 def test_parse_instant():
