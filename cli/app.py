@@ -269,6 +269,8 @@ def demo(keep: Optional[Path] = typer.Option(None, "--keep", help="Run in this d
 
 
 def main() -> None:
+    from . import adf_commands  # noqa: F401  (registers its commands on `app`)
+
     try:
         app()
     except MemError as exc:

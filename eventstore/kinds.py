@@ -16,13 +16,17 @@ class Body(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, omit_de
 # --- the mind wiki -------------------------------------------------------------------------
 
 class PageIngest(Body, tag="page.ingest"):
-    """A new page. `frontmatter` is the parsed YAML mapping; `text` is the markdown after it."""
+    """A new page. `frontmatter` is the parsed YAML mapping; `text` is the markdown after it.
+
+    `quiet` ingests (from an imported file whose own log.md is restored) add no log entry.
+    """
 
     slug: str
     frontmatter: dict[str, Any]
     text: str
     note: str = ""
     parents: list[str] = []
+    quiet: bool = False
 
 
 class PageUpdate(Body, tag="page.update"):
@@ -58,6 +62,12 @@ class AlwaysRemove(Body, tag="always.remove"):
     line: str
 
 
+class LogRestore(Body, tag="log.restore"):
+    """Entries of an imported mind/log.md, verbatim and newest first, placed below later entries."""
+
+    entries: list[str]
+
+
 class Lint(Body, tag="lint"):
     summary: str
     findings: list[str] = []
@@ -66,11 +76,15 @@ class Lint(Body, tag="lint"):
 # --- the loop, files, messages, config (ADF) ------------------------------------------------
 
 class LoopAppend(Body, tag="loop.append"):
+    """A loop message; its loop seq is the event's seq. `ord` comes only from imported files."""
+
     role: str
     content: list[Any]
     loop: str = "main"
     model: str | None = None
     tokens: dict[str, Any] | None = None
+    created_at: int | None = None
+    ord: int | None = None
 
 
 class LoopCompact(Body, tag="loop.compact"):
@@ -86,18 +100,26 @@ class LoopClear(Body, tag="loop.clear"):
 
 
 class InboxMessage(Body, tag="inbox.message"):
+    """A received message (ADF's ALF shape). `imported` ones were audited in their own file already."""
+
     message: dict[str, Any]
+    imported: bool = False
 
 
 class OutboxMessage(Body, tag="outbox.message"):
     message: dict[str, Any]
+    imported: bool = False
 
 
 class FileWrite(Body, tag="file.write"):
+    """A file in adf_files; `created_at`/`updated_at` (ISO) come only from imported files."""
+
     path: str
     content: bytes
     mime_type: str | None = None
     protection: str = "none"
+    created_at: str | None = None
+    updated_at: str | None = None
 
 
 class FileDelete(Body, tag="file.delete"):
@@ -105,8 +127,16 @@ class FileDelete(Body, tag="file.delete"):
 
 
 class ConfigSet(Body, tag="config.set"):
+    """Sets one dotted key of the agent config (`audit.files`); the empty key replaces it whole."""
+
     key: str
     value: Any
+
+
+class ImportGap(Body, tag="import.gap"):
+    """Holds a seq that an imported file's own counter had used, so imported loop seqs line up."""
+
+    source: str
 
 
 class AuditImport(Body, tag="audit.import"):
@@ -145,9 +175,9 @@ class Redaction(Body, tag="redaction"):
 
 
 BodyUnion = Union[
-    PageIngest, PageUpdate, PageDelete, PageRename, AlwaysAdd, AlwaysRemove, Lint,
+    PageIngest, PageUpdate, PageDelete, PageRename, AlwaysAdd, AlwaysRemove, LogRestore, Lint,
     LoopAppend, LoopCompact, LoopClear, InboxMessage, OutboxMessage, FileWrite, FileDelete,
-    ConfigSet, AuditImport, EntryAppend, ContractChange, Redaction,
+    ConfigSet, ImportGap, AuditImport, EntryAppend, ContractChange, Redaction,
 ]
 
 KINDS: dict[str, type[Body]] = {cls.__struct_config__.tag: cls for cls in BodyUnion.__args__}

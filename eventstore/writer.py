@@ -4,12 +4,16 @@ Nothing here touches the log: every check happens before an event exists, so a r
 leaves the log exactly as it was.
 """
 
+import mimetypes
+import re
 from typing import Protocol
 
 from . import validate
 from .envelope import Event, new_event
-from .errors import InvalidInput, NotFound
-from .kinds import AlwaysAdd, AlwaysRemove, Lint, PageDelete, PageIngest, PageRename, PageUpdate
+from .errors import InvalidInput, NotFound, TooLarge, UnsafePath
+from .ids import now_ms, uuid7
+from .kinds import (AlwaysAdd, AlwaysRemove, ConfigSet, FileDelete, FileWrite, InboxMessage, Lint, LoopAppend,
+                    LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRename, PageUpdate)
 
 MIND = "mind"
 
@@ -72,3 +76,117 @@ class Writer:
     def lint(self, summary: str, findings: list[str]) -> Event:
         return self._event(Lint(summary=validate.one_line(summary, "the lint summary"),
                                 findings=[validate.one_line(f, "a finding") for f in findings]))
+
+
+LOOP = "loop"
+AGENT = "agent"
+ROLES = ("user", "assistant")
+PROTECTIONS = ("none", "read_only", "no_delete")
+_LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+class FileState(Protocol):
+    def file(self, path: str): ...
+
+
+def loop_name(name: str) -> str:
+    if not _LOOP_NAME.match(name or ""):
+        raise InvalidInput(f"loop name {name!r} must be lowercase letters, digits, '-' or '_' (like 'main')")
+    return name
+
+
+def file_path(path: str) -> str:
+    """A path for adf_files: relative, no traversal, and not one of the wiki's own files."""
+    if not path or path.startswith("/") or "\\" in path or "\x00" in path or re.match(r"^[A-Za-z]:", path):
+        raise UnsafePath(f"file path {path!r} must be a relative path like 'notes/today.md'")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")
+    if path == "mind.md" or parts[0] == "mind":
+        raise UnsafePath(f"{path} belongs to the mind wiki; use `mem page write` or `mem always add`")
+    if len(path) > 512:
+        raise UnsafePath("file path is longer than 512 characters")
+    return path
+
+
+class AdfWriter:
+    """The write side of the loop, files, messages and config."""
+
+    def __init__(self, agent: str, files: FileState):
+        self.agent = agent
+        self.files = files
+
+    def _event(self, body, layer: str) -> Event:
+        return new_event(body, agent=self.agent, layer=layer)
+
+    def loop_append(self, role: str, content: list, loop: str = "main", model: str | None = None,
+                    tokens: dict | None = None) -> Event:
+        if role not in ROLES:
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        if not isinstance(content, list) or not content or not all(
+                isinstance(block, dict) and isinstance(block.get("type"), str) for block in content):
+            raise InvalidInput("content must be a non-empty JSON array of blocks, each an object with a `type`")
+        if tokens is not None and not isinstance(tokens, dict):
+            raise InvalidInput("tokens must be a JSON object, like {\"input\": 120, \"output\": 40}")
+        return self._event(LoopAppend(role=role, content=content, loop=loop_name(loop), model=model or None,
+                                      tokens=tokens), LOOP)
+
+    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main") -> Event:
+        if not summary.strip():
+            raise InvalidInput("a compaction needs a non-empty summary")
+        if preserve < 0:
+            raise InvalidInput("--preserve must be zero or more")
+        return self._event(LoopCompact(summary=summary, preserve=preserve, loop=loop_name(loop)), LOOP)
+
+    def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> Event:
+        return self._event(LoopClear(start=start, end=end, loop=loop_name(loop)), LOOP)
+
+    def file_write(self, path: str, content: bytes, mime_type: str | None = None, protection: str = "none") -> Event:
+        path = file_path(path)
+        if protection not in PROTECTIONS:
+            raise InvalidInput(f"protection must be one of {', '.join(PROTECTIONS)}")
+        if len(content) > validate.MAX_PAGE_BYTES * 8:
+            raise TooLarge(f"the file is {len(content)} bytes; the limit is {validate.MAX_PAGE_BYTES * 8}")
+        current = self.files.file(path)
+        if current is not None and current[4] == "read_only":
+            raise InvalidInput(f"{path} is read_only")
+        return self._event(FileWrite(path=path, content=content, mime_type=mime_type or _guess_mime(path),
+                                     protection=protection), AGENT)
+
+    def file_delete(self, path: str) -> Event:
+        path = file_path(path)
+        current = self.files.file(path)
+        if current is None:
+            raise NotFound(f"there is no file {path}")
+        if current[4] != "none":
+            raise InvalidInput(f"{path} is protected ({current[4]}) and cannot be deleted")
+        return self._event(FileDelete(path=path), AGENT)
+
+    def message(self, box: str, message: dict) -> Event:
+        if not isinstance(message, dict):
+            raise InvalidInput("a message must be a JSON object")
+        required = ("from", "content") + (("to",) if box == "outbox" else ())
+        missing = [key for key in required if not isinstance(message.get(key), str) or not message[key]]
+        if missing:
+            raise InvalidInput(f"the message needs {', '.join(repr(k) for k in missing)} (strings)")
+        ts = now_ms()
+        id = uuid7(ts)
+        message = dict(message)
+        message.setdefault("id", id)
+        message.setdefault("received_at" if box == "inbox" else "created_at", ts)
+        message.setdefault("status", "unread" if box == "inbox" else "pending")
+        body = InboxMessage(message=message) if box == "inbox" else OutboxMessage(message=message)
+        return new_event(body, agent=self.agent, layer=AGENT, ts=ts, id=id)
+
+    def config_set(self, key: str, value) -> Event:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", key):
+            raise InvalidInput(f"config key {key!r} must be a dotted name like audit.files")
+        if key.startswith("audit.") and key.count(".") == 1 and not isinstance(value, bool):
+            raise InvalidInput(f"{key} is a switch: give true or false")
+        return self._event(ConfigSet(key=key, value=value), AGENT)
+
+
+def _guess_mime(path: str) -> str:
+    if path.endswith(".md"):
+        return "text/markdown"
+    return mimetypes.guess_type(path)[0] or "application/octet-stream"

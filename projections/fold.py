@@ -12,13 +12,15 @@ import json
 from collections.abc import Callable
 
 from eventstore.envelope import decode_body, unpack_body
-from eventstore.kinds import AlwaysAdd, AlwaysRemove, Lint, PageDelete, PageIngest, PageRename, PageUpdate
+from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
+                              PageUpdate)
 
 from . import render
+from .adf import ADF_KINDS, AdfFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
 WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-                        "lint"})
+                        "lint", "log.restore"})
 
 
 class WikiFold:
@@ -49,17 +51,17 @@ class WikiFold:
             self._always = self.views.always()
         return self._always
 
-    def _version(self, seq, version_id, slug, parents, fm, text, doc):
+    def _version(self, seq, version_id, ts, slug, parents, fm, text, doc):
         title = render.title_of(slug, fm, text)
         hook = render.hook_of(fm)
-        self.versions.append((slug, seq, version_id, 0, ",".join(parents), title, hook, doc))
+        self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
         self._pages[slug] = (seq, version_id, title, hook, doc)
         self.touched_pages.add(slug)
         return title
 
-    def _tombstone(self, seq, version_id, slug, parents):
+    def _tombstone(self, seq, version_id, ts, slug, parents):
         _seq, _id, title, hook, _doc = self._page(slug)
-        self.versions.append((slug, seq, version_id, 1, ",".join(parents), title, hook, None))
+        self.versions.append((slug, seq, version_id, ts, 1, ",".join(parents), title, hook, None))
         self._pages[slug] = None
         self.touched_pages.add(slug)
         return title
@@ -68,48 +70,52 @@ class WikiFold:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
         if isinstance(body, (PageIngest, PageUpdate)):
             kind = "update" if self._page(body.slug) is not None else "ingest"
-            title = self._version(seq, version_id, body.slug, body.parents, body.frontmatter, body.text, raw)
-            self._log(seq, ts, kind, title, body.note)
+            title = self._version(seq, version_id, ts, body.slug, body.parents, body.frontmatter, body.text, raw)
+            if not getattr(body, "quiet", False):
+                self._log(seq, ts, kind, title, body.note)
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
-            title = self._tombstone(seq, version_id, body.slug, body.parents)
+            title = self._tombstone(seq, version_id, ts, body.slug, body.parents)
             self._log(seq, ts, "delete", title, body.note)
         elif isinstance(body, PageRename):
             current = self._page(body.old)
             if current is None or self._page(body.new) is not None:
                 return
-            self._tombstone(seq, version_id, body.old, body.parents)
+            self._tombstone(seq, version_id, ts, body.old, body.parents)
             page = decode_body(current[4])
-            title = self._version(seq, version_id, body.new, body.parents, page.frontmatter, page.text, current[4])
+            title = self._version(seq, version_id, ts, body.new, body.parents, page.frontmatter, page.text, current[4])
             moved = f"mind/{body.old}.md → mind/{body.new}.md"
             self._log(seq, ts, "rename", title, f"{moved}. {body.note}" if body.note else moved)
         elif isinstance(body, AlwaysAdd):
             self._always_lines().append(body.line)
-            self.always_rows.append((seq, json.dumps(self._always, ensure_ascii=False)))
+            self.always_rows.append((seq, ts, json.dumps(self._always, ensure_ascii=False)))
             self.dirty.add(MIND_PATH)
         elif isinstance(body, AlwaysRemove):
             lines = self._always_lines()
             if body.line in lines:
                 lines.remove(body.line)
-                self.always_rows.append((seq, json.dumps(lines, ensure_ascii=False)))
+                self.always_rows.append((seq, ts, json.dumps(lines, ensure_ascii=False)))
                 self.dirty.add(MIND_PATH)
+        elif isinstance(body, LogRestore):
+            if body.entries:
+                self.entries.append((seq, ts, "\n".join(body.entries)))
         elif isinstance(body, Lint):
             note = body.summary + "".join(f"\n- {finding}" for finding in body.findings)
             self._log(seq, ts, "lint", "Lint pass", note)
 
     def _log(self, seq, ts, kind, title, note):
-        self.entries.append((seq, render.log_entry(ts, kind, title, note)))
+        self.entries.append((seq, ts, render.log_entry(ts, kind, title, note)))
 
     def flush(self, checkpoint: int) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction."""
         db = self.db
         if self.versions:
-            db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
+            db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
         if self.entries:
-            db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?)", self.entries)
+            db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
         if self.always_rows:
-            db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?)", self.always_rows)
+            db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?,?)", self.always_rows)
         gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
         live = [(slug, *self._pages[slug][:4]) for slug in self.touched_pages if self._pages[slug] is not None]
         db.executemany("DELETE FROM pages WHERE slug = ?", gone)
@@ -132,7 +138,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     the process dies between batches.
     """
     target = log.head() if upto is None else upto
-    fold = WikiFold(views)
+    wiki, adf = WikiFold(views), AdfFold(views)
     db = views.db
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -142,14 +148,22 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                 db.execute("COMMIT")
                 return start
             end = min(start + batch, target)
-            apply = fold.apply
-            for seq, version_id, ts, kind, codec, body in log.db.execute(
-                    "SELECT seq, id, ts, kind, codec, body FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+            apply_wiki, apply_adf = wiki.apply, adf.apply
+            first = None
+            ts = 0
+            for seq, version_id, ts, agent, kind, codec, body in log.db.execute(
+                    "SELECT seq, id, ts, agent, kind, codec, body FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
                     (start, end)):
+                if first is None:
+                    first = (ts, agent)
                 if kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
-                    apply(seq, version_id, ts, decode_body(raw), raw)
-            fold.flush(end)
+                    apply_wiki(seq, version_id, ts, decode_body(raw), raw)
+                elif kind in ADF_KINDS:
+                    apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
+            if first is not None:
+                adf.note_events(first, ts)
+            wiki.flush(end)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

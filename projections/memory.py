@@ -13,7 +13,7 @@ from eventstore import validate
 from eventstore.errors import HandEdited
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
-from eventstore.writer import Writer
+from eventstore.writer import AdfWriter, Writer
 
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
@@ -27,6 +27,7 @@ class Memory:
         self.log = SQLiteLog(workspace.log_path, synchronous=self.config.synchronous)
         self.views = Views(workspace.views_path)
         self.writer = Writer(self.config.agent, self.views)
+        self.adf_writer = AdfWriter(self.config.agent, self.views)
         self.last_report = FileReport()
 
     @classmethod
@@ -113,6 +114,35 @@ class Memory:
 
     def always(self) -> list[str]:
         return self.views.always()
+
+    # --- the loop, files, messages, config ---------------------------------------------------
+
+    def loop_append(self, role: str, content: list, loop: str = "main", model=None, tokens=None) -> int:
+        return self.append(self.adf_writer.loop_append(role, content, loop, model, tokens))
+
+    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main") -> int:
+        return self.append(self.adf_writer.loop_compact(summary, preserve, loop))
+
+    def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> int:
+        return self.append(self.adf_writer.loop_clear(start, end, loop))
+
+    def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none") -> int:
+        return self.append(self.adf_writer.file_write(path, content, mime_type, protection))
+
+    def file_delete(self, path: str) -> int:
+        return self.append(self.adf_writer.file_delete(path))
+
+    def message(self, box: str, message: dict) -> int:
+        return self.append(self.adf_writer.message(box, message))
+
+    def config_set(self, key: str, value) -> int:
+        return self.append(self.adf_writer.config_set(key, value))
+
+    def swap_views(self, views: Views) -> None:
+        """Points every part at a new views database (after a replay)."""
+        self.views = views
+        self.writer.state = views
+        self.adf_writer.files = views
 
     # --- point in time ------------------------------------------------------------------------
 

@@ -62,8 +62,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)
-        memory.views = Views(target)
-        memory.writer.state = memory.views
+        memory.swap_views(Views(target))
         files = materialize(memory.views, memory.root, force=force)
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 

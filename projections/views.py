@@ -12,26 +12,27 @@ from pathlib import Path
 from eventstore.envelope import decode_body
 from eventstore.sqlite import id_text
 
-from . import render
+from . import adf, render
 
 SCHEMA_VERSION = "1"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS page_versions (
-    slug TEXT NOT NULL, seq INTEGER NOT NULL, version_id BLOB NOT NULL, deleted INTEGER NOT NULL,
+    slug TEXT NOT NULL, seq INTEGER NOT NULL, version_id BLOB NOT NULL, ts INTEGER NOT NULL, deleted INTEGER NOT NULL,
     parents TEXT NOT NULL, title TEXT NOT NULL, hook TEXT NOT NULL, doc BLOB);
 CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq);
 CREATE TABLE IF NOT EXISTS pages (
     slug TEXT PRIMARY KEY, seq INTEGER NOT NULL, version_id BLOB NOT NULL,
     title TEXT NOT NULL, hook TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, lines TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, entry TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, lines TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, entry TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS file_state (
     path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
 """
 
-VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries")
+VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
+               "config_versions", "adf_meta", "adf_inbox", "adf_outbox")
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 
@@ -59,9 +60,10 @@ class Views:
         else:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
-        for statement in SCHEMA.split(";"):
+        for statement in (SCHEMA + adf.SCHEMA).split(";"):
             if statement.strip():
                 self.db.execute(statement)
+        adf.init_meta(self.db)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
         self.db.executemany("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)",
@@ -135,6 +137,19 @@ class Views:
     def paths(self, as_of: int | None = None) -> list[str]:
         """Every file that exists as of a seq: mind.md, mind/log.md and each live page."""
         return [MIND_PATH, LOG_PATH] + [page_path(slug) for slug, _t, _h in self.catalog(as_of)]
+
+    def file(self, path: str, as_of: int | None = None):
+        """The adf_files row (path, content, mime, size, protection, authorized, created, updated) or None."""
+        row = self.db.execute(
+            "SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at, deleted "
+            "FROM file_versions WHERE path = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (path, as_of if as_of is not None else self.checkpoint())).fetchone()
+        return row[:8] if row and not row[8] else None
+
+    def config(self, as_of: int | None = None) -> dict:
+        row = self.db.execute("SELECT config_json FROM config_versions WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
+                              (as_of if as_of is not None else self.checkpoint(),)).fetchone()
+        return json.loads(row[0]) if row else adf.DEFAULT_CONFIG
 
     def dump(self) -> dict[str, list]:
         """Every view table's rows, for comparing two builds."""

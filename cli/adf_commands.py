@@ -1,0 +1,284 @@
+"""`mem loop`, `file`, `message`, `config`, `audit`, `cite`, `believed`, `lint`, `export`, `import`."""
+
+import json as jsonlib
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from eventstore.errors import InvalidInput
+from projections import audit as auditing
+from projections.adf_file import export_adf, import_adf
+from projections.lint import check_citations
+
+from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
+from .output import emit_json
+
+loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
+file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
+message_app = typer.Typer(help="Inbox and outbox messages.", no_args_is_help=True)
+config_app = typer.Typer(help="The agent config (audit switches).", no_args_is_help=True)
+audit_app = typer.Typer(help="The audit table: what compaction, clears and deletes archived.", no_args_is_help=True)
+export_app = typer.Typer(help="Export to other formats.", no_args_is_help=True)
+import_app = typer.Typer(help="Import from other formats.", no_args_is_help=True)
+for sub, name in ((loop_app, "loop"), (file_app, "file"), (message_app, "message"), (config_app, "config"),
+                  (audit_app, "audit"), (export_app, "export"), (import_app, "import")):
+    app.add_typer(sub, name=name)
+
+LoopOpt = typer.Option("main", "--loop", help="The loop's name.")
+
+
+def parse_json(text: str, what: str):
+    try:
+        return jsonlib.loads(text)
+    except jsonlib.JSONDecodeError as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+
+
+@loop_app.command("append")
+def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"),
+                text: Optional[str] = typer.Option(None, "--text"),
+                file: Optional[str] = typer.Option(None, "--file", help="A text file (- for stdin)."),
+                blocks: Optional[str] = typer.Option(None, "--json", help="Content blocks as a JSON array."),
+                loop: str = LoopOpt, model: Optional[str] = typer.Option(None, "--model"),
+                tokens: Optional[str] = typer.Option(None, "--tokens", help="Token counts as a JSON object.")):
+    """Append a message to a loop; its seq is the [S<seq>] that cites it."""
+    given = [v for v in (text, file, blocks) if v is not None]
+    if len(given) != 1:
+        fail("give exactly one of --text, --file, --json", 2)
+    if blocks is not None:
+        content = parse_json(blocks, "--json")
+    else:
+        raw = text.encode() if text is not None else read_input(file)
+        try:
+            content = [{"type": "text", "text": raw.decode("utf-8")}]
+        except UnicodeDecodeError:
+            raise InvalidInput("the message is not valid UTF-8") from None
+    with memory() as mem:
+        seq = mem.loop_append(role, content, loop, model, parse_json(tokens, "--tokens") if tokens else None)
+    typer.echo(f"[S{seq}] {role} appended to loop {loop}")
+
+
+@loop_app.command("show")
+def loop_show(loop: str = LoopOpt, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """The live loop in display order, with [S<seq>] markers."""
+    with memory() as mem:
+        rows = auditing.loop_rows(mem.views, loop, as_of(mem, at, seq))
+    if json:
+        return emit_json(rows)
+    for row in rows:
+        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+
+
+@loop_app.command("compact")
+def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="The summary (- for stdin)."),
+                 preserve: int = typer.Option(0, "--preserve", help="Keep the last N rows."), loop: str = LoopOpt):
+    """Replace all but the last N rows with a summary; the removed rows go to the audit."""
+    try:
+        summary = read_input(summary_file).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise InvalidInput("the summary is not valid UTF-8") from None
+    with memory() as mem:
+        seq = mem.loop_compact(summary, preserve, loop)
+        hits = [r for r in auditing.audit_rows(mem.views) if r.start_seq is not None]
+        last = hits[-1] if hits and mem.views.db.execute(
+            "SELECT 1 FROM audit_rows WHERE event_seq = ?", (seq,)).fetchone() else None
+    archived = f"; archived seqs {last.start_seq}..{last.end_seq} in audit {last.id}" if last else "; not audited"
+    typer.echo(f"[S{seq}] compacted loop {loop}{archived}")
+
+
+@loop_app.command("clear")
+def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] = typer.Argument(None),
+               loop: str = LoopOpt):
+    """Remove rows[START:END] (a Python slice over the display order); archived when audit is on."""
+    with memory() as mem:
+        seq = mem.loop_clear(start, end, loop)
+    typer.echo(f"cleared loop {loop}[{'' if start is None else start}:{'' if end is None else end}] (seq {seq})")
+
+
+@file_app.command("write")
+def file_write(path: str, file: str = typer.Option(..., "--file", help="The content (- for stdin)."),
+               mime: Optional[str] = typer.Option(None, "--mime"),
+               protection: str = typer.Option("none", "--protection", help="none, read_only or no_delete")):
+    """Write a file into adf_files."""
+    with memory() as mem:
+        seq = mem.file_write(path, read_input(file), mime, protection)
+    typer.echo(f"wrote {path} (seq {seq})")
+
+
+@file_app.command("delete")
+def file_delete(path: str):
+    """Delete a file (snapshotted into the audit when audit.files is on)."""
+    with memory() as mem:
+        seq = mem.file_delete(path)
+    typer.echo(f"deleted {path} (seq {seq})")
+
+
+@file_app.command("list")
+def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """Every file, the wiki's included, as adf_files shows them."""
+    from projections.adf_file import wiki_files
+
+    with memory() as mem:
+        point = as_of(mem, at, seq)
+        rows = wiki_files(mem.views, point) + [r[:8] for r in mem.views.db.execute(
+            "SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at, deleted FROM "
+            "file_versions f WHERE seq = (SELECT MAX(seq) FROM file_versions WHERE path = f.path AND seq <= ?)",
+            (point,)) if not r[8]]
+    listing = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
+               for r in sorted(rows)]
+    if json:
+        return emit_json(listing)
+    for row in listing:
+        typer.echo(f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {row['updated_at']}")
+
+
+def _message(box: str, file: str):
+    message = parse_json(read_input(file).decode("utf-8"), "the message")
+    with memory() as mem:
+        seq = mem.message(box, message)
+    typer.echo(f"{'received' if box == 'inbox' else 'sent'} message (seq {seq})")
+
+
+@message_app.command("receive")
+def message_receive(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin).")):
+    """Record an inbound message in adf_inbox."""
+    _message("inbox", json)
+
+
+@message_app.command("send")
+def message_send(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin).")):
+    """Record an outbound message in adf_outbox."""
+    _message("outbox", json)
+
+
+@config_app.command("set")
+def config_set(key: str, value: str):
+    """Set a config key; the value is JSON (true, 3, "text") or else a plain string."""
+    try:
+        parsed = jsonlib.loads(value)
+    except jsonlib.JSONDecodeError:
+        parsed = value
+    with memory() as mem:
+        seq = mem.config_set(key, parsed)
+    typer.echo(f"{key} = {jsonlib.dumps(parsed)} (seq {seq})")
+
+
+@config_app.command("show")
+def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+    """The agent config (adf_config), with ADF's audit defaults."""
+    with memory() as mem:
+        config = mem.views.config(as_of(mem, at, seq))
+    sys.stdout.write(jsonlib.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
+@audit_app.command("list")
+def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop, loop:NAME, file, inbox_message..."),
+               at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """The rows of adf_audit."""
+    with memory() as mem:
+        rows = auditing.audit_rows(mem.views, source, as_of(mem, at, seq))
+    if json:
+        return emit_json(rows)
+    for r in rows:
+        span = f"seq {r.start_seq}..{r.end_seq}" if r.start_seq is not None else (r.ref or "")
+        typer.echo(f"{r.id:>4}  {r.source:<16} {span:<24} {r.entry_count:>6} entries  {r.size_bytes:>8} bytes")
+
+
+@audit_app.command("read")
+def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop"), json: bool = JsonOpt):
+    """Resolve a seq: the live loop, then every audit blob that covers it, then the log; or missing."""
+    with memory() as mem:
+        hit = auditing.audit_read(mem.views, mem.log, seq, loop)
+    if json:
+        return emit_json(hit)
+    _print_hit(hit)
+
+
+def _print_hit(hit) -> None:
+    where = {"live": "live in the loop", "audit": f"in audit blob {hit.audit_id}",
+             "log": "not in any audit blob (loop audit was off); the event log still holds it",
+             "missing": "missing: not live, not in any audit blob, not in the log"}[hit.source]
+    typer.echo(f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else ""))
+    if hit.entry:
+        typer.echo(jsonlib.dumps(hit.entry, ensure_ascii=False))
+
+
+@app.command()
+def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH."""
+    with memory() as mem:
+        result = auditing.cite(mem.views, mem.log, citation, as_of(mem, at, seq))
+    if json:
+        emit_json(result)
+    elif result.kind == "seq":
+        _print_hit(result.hit)
+    elif result.resolved:
+        sys.stdout.write(result.text)
+    else:
+        typer.echo(f"{result.path}: no such file")
+    raise typer.Exit(0 if result.resolved else 1)
+
+
+@app.command()
+def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
+             last: int = typer.Option(10, "--last", help="How many loop messages."), json: bool = JsonOpt):
+    """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages."""
+    with memory() as mem:
+        result = auditing.believed(mem.views, as_of(mem, at, seq), last)
+    if json:
+        return emit_json(result)
+    typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
+    typer.echo(f"pages: {', '.join(p['slug'] for p in result.pages) or '(none)'}\n\nloop (last {last}):")
+    for row in result.loop:
+        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+
+
+@app.command()
+def lint(citations: bool = typer.Option(False, "--citations", help="Check that every citation resolves."),
+         record: bool = typer.Option(False, "--record", help="Append a lint entry to mind/log.md."),
+         json: bool = JsonOpt):
+    """Maintenance checks over the wiki (for now: --citations)."""
+    if not citations:
+        fail("choose a check: --citations", 2)
+    with memory() as mem:
+        findings = check_citations(mem.views, mem.log)
+        if record:
+            summary = f"Citation check: {len(findings)} unresolved." if findings else "Citation check: all resolve."
+            mem.append(mem.writer.lint(summary, [f"{f.page}: {f.citation} {f.problem}" for f in findings]))
+    if json:
+        emit_json(findings)
+    else:
+        for f in findings:
+            typer.echo(f"{f.page}: {f.citation} {f.problem}")
+        typer.echo(f"{len(findings)} unresolved citation(s)" if findings else "every citation resolves")
+    raise typer.Exit(1 if findings else 0)
+
+
+@export_app.command("adf")
+def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """Write a real ADF file (format 0.2, schema 28) of the memory as of now or a moment."""
+    with memory() as mem:
+        report = export_adf(mem, out, as_of(mem, at, seq))
+    if json:
+        return emit_json(report)
+    typer.echo(f"exported seq {report.seq} to {out}: " + ", ".join(f"{n} {t}" for t, n in report.rows.items()))
+
+
+@import_app.command("adf")
+def import_adf_command(source: Path, json: bool = JsonOpt):
+    """Turn an ADF file into events (into a new workspace)."""
+    if not source.exists():
+        fail(f"{source} does not exist")
+    with memory() as mem:
+        report = import_adf(mem, source)
+    if json:
+        return emit_json(report)
+    typer.echo(f"imported {source} (schema {report.schema_version}) as {report.events} events: "
+               + ", ".join(f"{n} {k}" for k, n in report.rows.items()))
+    for path in report.kept_aside:
+        typer.echo(f"kept as a file: {path}")
+
+
+__all__ = ["state"]

@@ -1,0 +1,176 @@
+"""Reading the loop and its audit: ADF's audit-read recipe, citations, and what an agent believed.
+
+`audit_read` follows the recipe in `reference/000_*.txt` ("Resolving a Citation"): the live loop
+first, then every candidate blob (several can cover a seq), and an honest `missing`. One step is
+mindlog's own: when no blob holds the entry but the log still does (loop audit was off when it was
+compacted away), the answer is `source: log`, since the log is the ground truth.
+"""
+
+import json
+import re
+from typing import Any
+
+import brotli
+import msgspec
+
+from eventstore.errors import InvalidInput
+from eventstore.kinds import LoopAppend, LoopCompact
+
+from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch
+from .views import LOG_PATH, MIND_PATH, Views, slug_of
+
+NEVER = 1 << 62
+
+
+class AuditHit(msgspec.Struct, omit_defaults=True):
+    source: str  # live | audit | log | missing
+    seq: int
+    loop: str | None = None
+    audit_id: int | None = None
+    entry: dict[str, Any] | None = None
+
+
+class AuditRow(msgspec.Struct):
+    id: int
+    source: str
+    start_seq: int | None
+    end_seq: int | None
+    ref: str | None
+    entry_count: int
+    size_bytes: int
+    created_at: int
+
+
+class LoopMessage(msgspec.Struct):
+    seq: int
+    loop: str
+    role: str
+    content: list[Any]
+    created_at: int
+    ord: int | None = None
+
+    def text(self) -> str:
+        parts = [b.get("text", "") if b.get("type") == "text" else f"[{b.get('type')}]" for b in self.content]
+        return " ".join(p for p in parts if p)
+
+
+def loop_rows(views: Views, loop: str | None = "main", as_of: int | None = None) -> list[LoopMessage]:
+    """The live loop as of a seq, in ADF's display order: COALESCE(ord, seq), seq."""
+    as_of = views.checkpoint() if as_of is None else as_of
+    sql = ("SELECT seq, loop, role, content_json, created_at, ord FROM loop_rows WHERE seq <= ? "
+           "AND (removed_seq IS NULL OR removed_seq > ?)")
+    params: list = [as_of, as_of]
+    if loop is not None:
+        sql += " AND loop = ?"
+        params.append(loop)
+    sql += " ORDER BY COALESCE(ord, seq), seq"
+    return [LoopMessage(seq=s, loop=lp, role=r, content=json.loads(c), created_at=t, ord=o)
+            for s, lp, r, c, t, o in views.db.execute(sql, params)]
+
+
+def audit_rows(views: Views, source: str | None = None, as_of: int | None = None) -> list[AuditRow]:
+    as_of = views.checkpoint() if as_of is None else as_of
+    sql = ("SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at FROM audit_rows "
+           "WHERE event_seq <= ?")
+    params: list = [as_of]
+    if source:
+        sql += " AND (source = ? OR (? = 'loop' AND source LIKE 'loop:%'))"
+        params += [source, source]
+    return [AuditRow(*row) for row in views.db.execute(sql + " ORDER BY id", params)]
+
+
+def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int | None = None) -> AuditHit:
+    as_of = views.checkpoint() if as_of is None else as_of
+    live = views.db.execute(
+        "SELECT seq, loop, role, content_json, created_at FROM loop_rows WHERE seq = ? AND seq <= ? "
+        "AND (removed_seq IS NULL OR removed_seq > ?)", (seq, as_of, as_of)).fetchone()
+    if live:
+        s, lp, role, content, created = live
+        return AuditHit(source="live", seq=seq, loop=lp, entry={"seq": s, "loop": lp, "role": role,
+                                                               "content_json": json.loads(content),
+                                                               "created_at": created})
+    if loop:
+        candidates = views.db.execute(
+            "SELECT id, source, data FROM audit_rows WHERE source = ? AND start_seq <= ? AND end_seq >= ? "
+            "AND event_seq <= ? ORDER BY start_seq DESC", (f"loop:{loop}", seq, seq, as_of))
+    else:
+        candidates = views.db.execute(
+            "SELECT id, source, data FROM audit_rows WHERE (source = 'loop' OR source LIKE 'loop:%') "
+            "AND start_seq <= ? AND end_seq >= ? AND event_seq <= ? ORDER BY start_seq DESC", (seq, seq, as_of))
+    for audit_id, source, data in candidates.fetchall():
+        entries = json.loads(brotli.decompress(data))
+        hit = next((e for e in entries if e.get("seq") == seq), None)
+        if hit is not None:
+            return AuditHit(source="audit", seq=seq, audit_id=audit_id,
+                            loop=re.sub(r"^loop:?", "", source) or "main", entry=hit)
+    event = log.get_by_seq(seq) if seq <= as_of else None
+    body = event.body if event is not None else None
+    if isinstance(body, (LoopAppend, LoopCompact)) and (loop is None or body.loop == loop):
+        if isinstance(body, LoopAppend):
+            role, content, created = body.role, body.content, body.created_at or event.ts
+        else:
+            prefix = COMPACTED_AUDITED if audit_switch(views.config(seq - 1), "loop") else COMPACTED
+            role, content, created = "user", [{"type": "text", "text": prefix + body.summary}], event.ts
+        entry = {"seq": seq, "role": role, "content_json": content, "created_at": created}
+        return AuditHit(source="log", seq=seq, loop=body.loop, entry=entry)
+    return AuditHit(source="missing", seq=seq)
+
+
+class Citation(msgspec.Struct, omit_defaults=True):
+    citation: str
+    kind: str  # seq | file
+    resolved: bool
+    hit: AuditHit | None = None
+    path: str | None = None
+    text: str | None = None
+
+
+_SEQ_CITE = re.compile(r"^\[?S(\d+)\]?$")
+_AUDIT_CITE = re.compile(r"^adf-audit://seq/(\d+)(?:\?loop=([a-z0-9_-]+))?$")
+
+
+def file_text(views: Views, path: str, as_of: int | None = None) -> str | None:
+    if path in (MIND_PATH, LOG_PATH) or slug_of(path):
+        return views.file_text(path, as_of)
+    row = views.file(path, as_of)
+    if row is None:
+        return None
+    try:
+        return bytes(row[1]).decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{row[3]} bytes of {row[2]}>"
+
+
+def cite(views: Views, log, citation: str, as_of: int | None = None) -> Citation:
+    text = citation.strip()
+    match = _SEQ_CITE.match(text) or _AUDIT_CITE.match(text)
+    if match:
+        loop = match.group(2) if match.re is _AUDIT_CITE else None
+        hit = audit_read(views, log, int(match.group(1)), loop, as_of)
+        return Citation(citation=text, kind="seq", resolved=hit.source != "missing", hit=hit)
+    if text.startswith("adf-file://"):
+        path = text[len("adf-file://"):]
+        body = file_text(views, path, as_of)
+        return Citation(citation=text, kind="file", resolved=body is not None, path=path, text=body)
+    raise InvalidInput(f"{citation!r} is not a citation: use [S412], adf-audit://seq/412[?loop=NAME] "
+                       "or adf-file://PATH")
+
+
+CITATION_IN_TEXT = re.compile(r"\[S(\d+)\]|adf-audit://seq/\d+(?:\?loop=[a-z0-9_-]+)?|adf-file://[^\s)\]>\"']+")
+
+
+def citations_in(text: str) -> list[str]:
+    return [m.group(0) for m in CITATION_IN_TEXT.finditer(text)]
+
+
+class Believed(msgspec.Struct):
+    seq: int
+    mind: str
+    pages: list[dict[str, str]]
+    loop: list[LoopMessage]
+
+
+def believed(views: Views, as_of: int, last: int = 10) -> Believed:
+    """What the agent had in front of it: mind.md, its page catalog, and the loop's last messages."""
+    pages = [{"slug": s, "title": t, "hook": h} for s, t, h in views.catalog(as_of)]
+    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:])

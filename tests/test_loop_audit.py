@@ -1,0 +1,245 @@
+"""The loop, compaction, clear and the audit, as ADF does them; citations; files and messages."""
+
+import json
+import sqlite3
+
+import brotli
+import pytest
+
+from eventstore.errors import InvalidInput, MemError, NotFound, UnsafePath
+from projections import audit
+from projections.adf_file import export_adf
+
+from adf_recipe import audit_read as recipe_read
+from conftest import log_rows, run_mem
+
+
+def say(memory, text, loop="main", role="user"):
+    return memory.loop_append(role, [{"type": "text", "text": text}], loop)
+
+
+def texts(memory, loop="main", as_of=None):
+    return [(r.seq, r.text()) for r in audit.loop_rows(memory.views, loop, as_of)]
+
+
+def blob(memory, audit_id):
+    data = memory.views.db.execute("SELECT data FROM adf_audit WHERE id = ?", (audit_id,)).fetchone()[0]
+    return json.loads(brotli.decompress(data))
+
+
+def test_a_loop_message_seq_is_its_event_seq(memory):
+    memory.always_add("x")
+    assert say(memory, "hello") == 2
+    assert memory.log.get_by_seq(2).kind == "loop.append"
+    assert texts(memory) == [(2, "hello")]
+
+
+def test_compaction_archives_exactly_as_adf(memory):
+    for i in range(1, 6):
+        memory.loop_append("user" if i % 2 else "assistant", [{"type": "text", "text": f"m{i}"}],
+                           model="m-1" if i == 2 else None, tokens={"input": i} if i == 3 else None)
+    seq = memory.loop_compact("the summary [S2]", preserve=2)
+    assert seq == 6
+    rows = memory.views.db.execute("SELECT seq, role, content_json, ord FROM adf_loop "
+                                   "ORDER BY COALESCE(ord, seq), seq").fetchall()
+    assert [(r[0], r[3]) for r in rows] == [(6, 3), (4, None), (5, None)]
+    assert json.loads(rows[0][2]) == [{"type": "text", "text": "[Loop Compacted, audited] the summary [S2]"}]
+    (row,) = memory.views.db.execute("SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, "
+                                     "created_at FROM adf_audit").fetchall()
+    assert row[1:6] == ("loop:main", 1, 3, None, 3)
+    entries = blob(memory, row[0])
+    assert row[6] == len(json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode())
+    assert row[7] == memory.log.get_by_seq(6).ts
+    assert [e["seq"] for e in entries] == [1, 2, 3]
+    assert entries[0] == {"seq": 1, "role": "user", "content_json": [{"text": "m1", "type": "text"}],
+                          "created_at": memory.log.get_by_seq(1).ts}
+    assert entries[1]["model"] == "m-1" and entries[2]["tokens"] == {"input": 3}
+    assert isinstance(entries[0]["content_json"], list)
+
+
+def test_compaction_without_preserve_and_successive_overlapping_ranges(memory):
+    for i in range(10):
+        say(memory, f"m{i + 1}")
+    memory.loop_clear(2, 4)  # rows 3 and 4
+    memory.loop_compact("all of it")
+    ranges = memory.views.db.execute("SELECT start_seq, end_seq, entry_count FROM adf_audit ORDER BY id").fetchall()
+    assert ranges == [(3, 4, 2), (1, 10, 8)]
+    assert [r.ord for r in audit.loop_rows(memory.views)] == [None]
+    for seq in range(1, 11):
+        hit = audit.audit_read(memory.views, memory.log, seq)
+        assert hit.source == "audit" and hit.entry["seq"] == seq
+    assert audit.audit_read(memory.views, memory.log, 3).audit_id == 1
+
+
+def test_sibling_loops_share_one_counter(memory):
+    say(memory, "main 1")
+    say(memory, "planner 2", loop="planner")
+    say(memory, "main 3")
+    memory.loop_compact("main summary")
+    assert memory.views.db.execute("SELECT source, start_seq, end_seq FROM adf_audit").fetchall() == [
+        ("loop:main", 1, 3)]
+    assert audit.audit_read(memory.views, memory.log, 2).source == "live"
+    memory.loop_compact("planner summary", loop="planner")
+    hit = audit.audit_read(memory.views, memory.log, 2)
+    assert (hit.source, hit.loop) == ("audit", "planner")
+    assert audit.audit_read(memory.views, memory.log, 2, loop="main").source == "missing"
+    assert audit.audit_read(memory.views, memory.log, 3, loop="main").entry["seq"] == 3
+
+
+def test_clear_is_a_python_slice_over_the_display_order(memory):
+    for i in range(6):
+        say(memory, f"m{i + 1}")
+    memory.loop_clear(-2, None)
+    assert [s for s, _ in texts(memory)] == [1, 2, 3, 4]
+    memory.loop_clear(None, 1)
+    assert [s for s, _ in texts(memory)] == [2, 3, 4]
+    memory.loop_clear()
+    assert texts(memory) == []
+    assert [r[0] for r in memory.views.db.execute("SELECT entry_count FROM adf_audit ORDER BY id")] == [2, 1, 3]
+
+
+def test_with_loop_audit_off_the_log_still_answers(memory):
+    memory.config_set("audit.loop", False)
+    say(memory, "secret plan")
+    memory.loop_compact("gone")
+    assert memory.views.db.execute("SELECT count(*) FROM adf_audit").fetchone()[0] == 0
+    assert texts(memory) == [(3, "[Loop Compacted] gone")]
+    hit = audit.audit_read(memory.views, memory.log, 2)
+    assert hit.source == "log" and hit.entry["content_json"] == [{"text": "secret plan", "type": "text"}]
+    assert audit.audit_read(memory.views, memory.log, 99).source == "missing"
+    assert audit.audit_read(memory.views, memory.log, 1).source == "missing"  # a config event, not a message
+
+
+def test_file_delete_and_messages_are_audited_by_their_switches(memory):
+    memory.file_write("notes/a.txt", b"alpha")
+    memory.file_delete("notes/a.txt")
+    assert memory.views.db.execute("SELECT count(*) FROM adf_audit").fetchone()[0] == 0
+    memory.config_set("audit.files", True)
+    memory.config_set("audit.inbox", True)
+    memory.file_write("notes/b.png", b"\x89PNG", "image/png")
+    memory.file_delete("notes/b.png")
+    memory.message("inbox", {"id": "msg-1", "from": "monitor", "content": "hi", "attachments": [{"n": 1}]})
+    memory.message("outbox", {"from": "me", "to": "monitor", "content": "hello"})
+    rows = memory.views.db.execute("SELECT id, source, ref, entry_count FROM adf_audit ORDER BY id").fetchall()
+    assert [r[1:] for r in rows] == [("file", "notes/b.png", 1), ("inbox_message", "msg-1", 1)]
+    assert blob(memory, rows[0][0]) == {"path": "notes/b.png", "content_base64": "iVBORw==",
+                                        "mime_type": "image/png", "size": 4}
+    assert blob(memory, rows[1][0])["attachments"] == [{"n": 1}]
+    inbox = memory.views.db.execute('SELECT id, "from", content, attachments, status FROM adf_inbox').fetchall()
+    assert inbox == [("msg-1", "monitor", "hi", '[{"n":1}]', "unread")]
+    assert memory.views.db.execute('SELECT "to", status FROM adf_outbox').fetchall() == [("monitor", "pending")]
+
+
+def test_refusals_leave_the_log_untouched(memory):
+    memory.file_write("keep.md", b"x", protection="no_delete")
+    before = log_rows(memory.root)
+    bad = [
+        (lambda: memory.loop_append("system", [{"type": "text", "text": "x"}]), InvalidInput),
+        (lambda: memory.loop_append("user", []), InvalidInput),
+        (lambda: memory.loop_append("user", ["not a block"]), InvalidInput),
+        (lambda: memory.loop_append("user", [{"type": "text"}], loop="../x"), InvalidInput),
+        (lambda: memory.loop_compact("   "), InvalidInput),
+        (lambda: memory.loop_compact("s", preserve=-1), InvalidInput),
+        (lambda: memory.file_write("../etc/passwd", b"x"), UnsafePath),
+        (lambda: memory.file_write("/abs", b"x"), UnsafePath),
+        (lambda: memory.file_write("mind/x.md", b"x"), UnsafePath),
+        (lambda: memory.file_write("a//b", b"x"), UnsafePath),
+        (lambda: memory.file_write("f", b"x", protection="sticky"), InvalidInput),
+        (lambda: memory.file_delete("nope"), NotFound),
+        (lambda: memory.file_delete("keep.md"), InvalidInput),
+        (lambda: memory.message("inbox", {"content": "no sender"}), InvalidInput),
+        (lambda: memory.message("outbox", {"from": "a", "content": "no recipient"}), InvalidInput),
+        (lambda: memory.config_set("audit.loop", "yes"), InvalidInput),
+        (lambda: memory.config_set("bad key", 1), InvalidInput),
+        (lambda: audit.cite(memory.views, memory.log, "see S12 somewhere"), InvalidInput),
+    ]
+    for action, error in bad:
+        with pytest.raises(error):
+            action()
+    assert log_rows(memory.root) == before
+
+
+def test_cli_refusals(workspace, tmp_path):
+    before = log_rows(workspace)
+    for args, expect in [
+        (["loop", "append", "--role", "user", "--json", "[not json"], "not valid JSON"),
+        (["loop", "append", "--role", "robot", "--text", "x"], "role must be"),
+        (["file", "write", "../x", "--file", __file__], "'..'"),
+        (["message", "receive", "--json", "-"], "needs 'from'"),
+        (["config", "set", "audit.files", "maybe"], "switch"),
+        (["cite", "nonsense"], "not a citation"),
+        (["import", "adf", __file__], "not an ADF file"),
+    ]:
+        result = run_mem("-w", workspace, *args, input=b'{"content": "x"}')
+        assert result.returncode != 0 and expect in result.stderr.decode(), (args, result.stderr)
+    assert log_rows(workspace) == before
+
+
+def test_citations_resolve_and_lint_finds_the_missing(workspace, tmp_path):
+    for i in range(3):
+        run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", f"fact {i}", check=True)
+    (tmp_path / "s.txt").write_text("facts 1-2\n")
+    run_mem("-w", workspace, "loop", "compact", "--summary-file", tmp_path / "s.txt", "--preserve", "1", check=True)
+    cited = run_mem("-w", workspace, "cite", "[S1]", check=True).stdout.decode()
+    assert cited.startswith("S1: in audit blob 1 (loop main)") and "fact 0" in cited
+    assert "live in the loop" in run_mem("-w", workspace, "cite", "adf-audit://seq/3?loop=main").stdout.decode()
+    page = tmp_path / "p.md"
+    page.write_text("---\ntype: lesson\nsources:\n  - adf-audit://seq/2\n---\n# Facts\n\nFrom [S1] and [S77].\n"
+                    "See adf-file://mind/nothing.md\n")
+    run_mem("-w", workspace, "page", "write", "facts", "--file", page, check=True)
+    assert run_mem("-w", workspace, "cite", "adf-file://mind/facts.md", check=True).stdout.startswith(b"---\n")
+    result = run_mem("-w", workspace, "lint", "--citations", "--json")
+    assert result.returncode == 1
+    found = {f["citation"] for f in json.loads(result.stdout)}
+    assert found == {"[S77]", "adf-file://mind/nothing.md"}
+    run_mem("-w", workspace, "lint", "--citations", "--record")
+    assert "lint | Lint pass" in (workspace / "mind/log.md").read_text()
+
+
+def test_point_in_time_for_the_loop_audit_files_and_belief(memory):
+    say(memory, "one")
+    say(memory, "two")
+    memory.file_write("a.txt", b"v1")
+    before = memory.log.head()
+    memory.loop_compact("short")
+    memory.file_write("a.txt", b"v2")
+    memory.always_add("be brief")
+    assert texts(memory, as_of=before) == [(1, "one"), (2, "two")]
+    assert audit.audit_rows(memory.views, as_of=before) == []
+    assert bytes(memory.views.file("a.txt", before)[1]) == b"v1"
+    assert bytes(memory.views.file("a.txt")[1]) == b"v2"
+    then = audit.believed(memory.views, before)
+    assert [m.text() for m in then.loop] == ["one", "two"] and "be brief" not in then.mind
+    now = audit.believed(memory.views, memory.log.head())
+    assert [m.text() for m in now.loop] == ["[Loop Compacted, audited] short"] and "- be brief" in now.mind
+    assert audit.audit_read(memory.views, memory.log, 1, as_of=before).source == "live"
+
+
+def test_exported_file_satisfies_adfs_own_recipe(memory, tmp_path):
+    say(memory, "a")
+    say(memory, "b", loop="planner")
+    say(memory, "c")
+    memory.loop_clear(0, 1)
+    say(memory, "d")
+    memory.loop_compact("sum", preserve=1)
+    memory.config_set("audit.loop", False)
+    say(memory, "e")
+    memory.loop_compact("lost")
+    out = tmp_path / "agent.adf"
+    export_adf(memory, out, memory.log.head())
+    db = sqlite3.connect(out)
+    assert dict(db.execute("SELECT key, value FROM adf_meta").fetchall())["adf_schema_version"] == "28"
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    for seq in range(1, memory.log.head() + 2):
+        ours = audit.audit_read(memory.views, memory.log, seq)
+        theirs = recipe_read(out, seq)
+        expected = ours.source if ours.source != "log" else "missing"
+        assert theirs["source"] == expected, seq
+        if theirs["source"] == "audit":
+            assert theirs["entry"] == ours.entry and theirs["audit_id"] == ours.audit_id
+    assert recipe_read(out, 2, loop="planner")["source"] == "live"
+    assert recipe_read(out, 1, loop="main")["source"] == "audit"
+
+
+def test_memerror_is_the_base_of_every_refusal():
+    assert issubclass(InvalidInput, MemError) and issubclass(UnsafePath, MemError)
