@@ -127,10 +127,13 @@ class FileDelete(Body, tag="file.delete"):
 
 
 class ConfigSet(Body, tag="config.set"):
-    """Sets one dotted key of the agent config (`audit.files`); the empty key replaces it whole."""
+    """Sets one dotted key of the agent config (`audit.files`); the empty key replaces it whole.
+
+    `updated_at` (ISO) comes only from imported files."""
 
     key: str
     value: Any
+    updated_at: str | None = None
 
 
 class ImportGap(Body, tag="import.gap"):

@@ -77,9 +77,11 @@ ADF_KINDS = frozenset({"loop.append", "loop.compact", "loop.clear", "inbox.messa
                        "file.delete", "config.set", "audit.import"})
 
 
-def dumps(value) -> str:
-    """JSON as ADF writes it (JSON.stringify): compact, UTF-8 kept."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def dumps(value, sort_keys: bool = False) -> str:
+    """JSON as ADF writes it (JSON.stringify): compact, UTF-8 kept.
+
+    Loop content is written with sorted keys, the order the log's canonical encoding gives it back."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
 
 
 def audit_switch(config: dict, source: str) -> bool:
@@ -165,8 +167,8 @@ class AdfFold:
         db = self.db
         if isinstance(body, LoopAppend):
             db.execute("INSERT INTO loop_rows VALUES (?,?,?,?,?,?,?,?,NULL)",
-                       (seq, body.loop, body.role, dumps(body.content), body.model,
-                        dumps(body.tokens) if body.tokens is not None else None,
+                       (seq, body.loop, body.role, dumps(body.content, True), body.model,
+                        dumps(body.tokens, True) if body.tokens is not None else None,
                         body.created_at if body.created_at is not None else ts, body.ord))
         elif isinstance(body, LoopCompact):
             rows = self._live_rows(body.loop)
@@ -175,7 +177,8 @@ class AdfFold:
             prefix = COMPACTED_AUDITED if audit_switch(self.config(), "loop") else COMPACTED
             ord = min(r[6] if r[6] is not None else r[0] for r in keep) - 1 if keep else None
             db.execute("INSERT INTO loop_rows VALUES (?,?,?,?,NULL,NULL,?,?,NULL)",
-                       (seq, body.loop, "user", dumps([{"type": "text", "text": prefix + body.summary}]), ts, ord))
+                       (seq, body.loop, "user", dumps([{"type": "text", "text": prefix + body.summary}], True), ts,
+                        ord))
         elif isinstance(body, LoopClear):
             rows = self._live_rows(body.loop)
             self._archive(seq, ts, body.loop, rows[body.start:body.end])
@@ -211,7 +214,8 @@ class AdfFold:
         elif isinstance(body, ConfigSet):
             self._config = set_dotted(self.config(), body.key, body.value)
             db.execute("INSERT INTO config_versions VALUES (?,?,?)",
-                       (seq, json.dumps(self._config, indent=2, ensure_ascii=False), format_instant(ts)))
+                       (seq, json.dumps(self._config, indent=2, ensure_ascii=False, sort_keys=True),
+                        body.updated_at or format_instant(ts)))
         elif isinstance(body, AuditImport):
             self._audit(seq, body.source, body.start_seq, body.end_seq, body.ref, body.entry_count, body.data,
                         body.size_bytes, body.created_at)

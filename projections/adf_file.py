@@ -190,10 +190,9 @@ def import_adf(memory, path: Path) -> ImportReport:
     def event(body, layer="agent", ts=None):
         return new_event(body, agent=agent, layer=layer, ts=ts or log_now)
 
-    config_row = db.execute("SELECT config_json FROM adf_config").fetchone()
-    config = json.loads(config_row[0]) if config_row else {}
+    config_row = db.execute("SELECT config_json, updated_at FROM adf_config").fetchone()
     if config_row:
-        others.append(event(ConfigSet(key="", value=config)))
+        others.append(event(ConfigSet(key="", value=json.loads(config_row[0]), updated_at=config_row[1])))
 
     audit_columns = _columns(db, "adf_audit")
     for row in db.execute("SELECT * FROM adf_audit ORDER BY id"):

@@ -46,3 +46,34 @@ def test_sigkill_during_appends_loses_nothing_committed(workspace):
     assert not [p for p in workspace.iterdir() if "mem-tmp" in p.name]
     seqs = [row[0] for row in log_rows(workspace)]
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_sigkill_during_compactions_leaves_whole_operations(workspace, tmp_path):
+    summary = tmp_path / "summary.txt"
+    summary.write_text("compacted so far")
+    mem = " ".join(f"'{part}'" for part in mem_command())
+    script = (f"i=0; while true; do {mem} -w '{workspace}' loop append --role user --text \"m $i\" >/dev/null "
+              f"&& echo \"ok $i\"; if [ $((i % 4)) -eq 3 ]; then {mem} -w '{workspace}' loop compact "
+              f"--summary-file '{summary}' --preserve 2 >/dev/null && echo compacted; fi; i=$((i+1)); done")
+    rng = random.Random(7)
+    for _round in range(6):
+        proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+        time.sleep(rng.uniform(0.5, 2.0))
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        assert run_mem("-w", workspace, "verify").returncode == 0
+    run_mem("-w", workspace, "loop", "show", check=True)  # catches the views up
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory:
+        compactions = [e.seq for e in memory.log.read(kinds=["loop.compact"])]
+        assert compactions, "no compaction happened; lengthen the rounds"
+        for seq in compactions:
+            row = memory.views.db.execute("SELECT content_json FROM loop_rows WHERE seq = ?", (seq,)).fetchone()
+            assert row and "[Loop Compacted, audited] compacted so far" in row[0]
+            archived = memory.views.db.execute("SELECT count(*) FROM loop_rows WHERE removed_seq = ?",
+                                               (seq,)).fetchone()[0]
+            blobs = memory.views.db.execute("SELECT entry_count FROM audit_rows WHERE event_seq = ?",
+                                            (seq,)).fetchall()
+            assert blobs == ([(archived,)] if archived else [])
+    assert run_mem("-w", workspace, "replay", "--check").returncode == 0

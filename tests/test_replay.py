@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError
+from projections import audit
 from projections.memory import Memory
 from projections.replay import _build, check, replay
 
@@ -22,6 +23,13 @@ op = st.one_of(
     st.tuples(st.just("rename"), st.sampled_from(SLUGS), st.sampled_from(SLUGS)),
     st.tuples(st.just("always_add"), st.text(min_size=1, max_size=30)),
     st.tuples(st.just("always_remove"), st.integers(min_value=1, max_value=4)),
+    st.tuples(st.just("say"), st.sampled_from(["main", "planner"]), st.sampled_from(["user", "assistant"]),
+              st.text(max_size=20)),
+    st.tuples(st.just("compact"), st.sampled_from(["main", "planner"]), st.integers(min_value=0, max_value=3)),
+    st.tuples(st.just("clear"), st.sampled_from(["main", "planner"]), st.none() | st.integers(-4, 4),
+              st.none() | st.integers(-4, 4)),
+    st.tuples(st.just("audit"), st.sampled_from(["loop", "files"]), st.booleans()),
+    st.tuples(st.just("file"), st.sampled_from(["a.txt", "b/c.md"]), st.booleans()),
 )
 
 
@@ -38,8 +46,20 @@ def perform(memory: Memory, step) -> None:
             memory.rename_page(step[1], step[2])
         elif kind == "always_add":
             memory.always_add(step[1])
-        else:
+        elif kind == "always_remove":
             memory.always_remove(step[1])
+        elif kind == "say":
+            memory.loop_append(step[2], [{"type": "text", "text": step[3]}], step[1])
+        elif kind == "compact":
+            memory.loop_compact(f"summary of {step[1]}", step[2], step[1])
+        elif kind == "clear":
+            memory.loop_clear(step[2], step[3], step[1])
+        elif kind == "audit":
+            memory.config_set(f"audit.{step[1]}", step[2])
+        elif step[2]:
+            memory.file_write(step[1], step[1].encode())
+        else:
+            memory.file_delete(step[1])
     except MemError:
         pass  # refused (a missing page, an empty line...): the log is unchanged, which is the point
 
@@ -49,7 +69,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
             if p.is_file() and ".mem" not in p.parts}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(op, min_size=1, max_size=25), data=st.data())
 def test_replay_is_byte_identical_to_incremental_updates(steps, data):
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,6 +88,8 @@ def test_replay_is_byte_identical_to_incremental_updates(steps, data):
             rebuilt = _build(memory.log, Path(tmp) / "at.db", at, None)
             for path in set(memory.views.paths(at)) | set(rebuilt.paths()):
                 assert memory.show(path, at) == rebuilt.file_text(path), path
+            assert audit.loop_rows(memory.views, None, at) == audit.loop_rows(rebuilt, None)
+            assert audit.audit_rows(memory.views, None, at) == audit.audit_rows(rebuilt, None)
             rebuilt.close()
 
 
