@@ -268,11 +268,21 @@ def demo(keep: Optional[Path] = typer.Option(None, "--keep", help="Run in this d
     run_demo(keep)
 
 
+def hoist_workspace(argv: list[str]) -> list[str]:
+    """Lets `--workspace DIR` (or `-w DIR`) come after the command too: `mem init --workspace DIR`."""
+    for i, arg in enumerate(argv[1:], 1):
+        if arg in ("--workspace", "-w") and i + 1 < len(argv):
+            return [arg, argv[i + 1], *argv[:i], *argv[i + 2:]]
+        if arg.startswith("--workspace="):
+            return [arg, *argv[:i], *argv[i + 1:]]
+    return argv
+
+
 def main() -> None:
     from . import adf_commands  # noqa: F401  (registers its commands on `app`)
 
     try:
-        app()
+        app(args=hoist_workspace(sys.argv[1:]))
     except MemError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)

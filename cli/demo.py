@@ -1,4 +1,5 @@
-"""`mem demo`: one agent through ingest, update, Always edits, delete, replay and `show --at`."""
+"""`mem demo`: one agent through ingest, update, Always edits, delete, replay, `show --at`, its loop,
+a compaction and a citation resolved through the audit."""
 
 import shutil
 import tempfile
@@ -9,6 +10,7 @@ import typer
 
 from eventstore.instants import format_instant
 from projections.memory import Memory
+from projections import audit as auditing
 from projections.replay import check, replay
 
 DEPLOY_V1 = b"""---
@@ -77,8 +79,10 @@ def _run(root: Path) -> None:
     typer.echo("ingest mind/monitor-agent.md")
 
     step("mem always add")
-    mem.always_add("Nothing from me on weekends unless it's urgent. They want their time off.")
-    mem.always_add("Prod deploys wait for the owner's ack. The 08-12 incident came from skipping it.")
+    for line in ("Nothing from me on weekends unless it's urgent. They want their time off.",
+                 "Prod deploys wait for the owner's ack. The 08-12 incident came from skipping it."):
+        mem.always_add(line)
+        typer.echo(f"always + {line}")
     before_update = mem.log.recorded_at(mem.log.head())
     time.sleep(0.01)
 
@@ -107,6 +111,26 @@ def _run(root: Path) -> None:
     typer.echo(mem.show("mind/deploy-procedure.md", mem.seq_at(before_update)).rstrip("\n"))
     step(f"mem show mind.md --at {at}")
     typer.echo(mem.show("mind.md", mem.seq_at(before_update)).rstrip("\n"))
+
+    step("mem loop append ×4 ; mem loop compact --preserve 1")
+    for role, text in (("user", "The staging deploy failed on the migration."),
+                       ("assistant", "Rolled back; the migration needs the new column first."),
+                       ("user", "Then prod needs my ack before anything ships."),
+                       ("assistant", "Understood: prod waits for your ack.")):
+        seq = mem.loop_append(role, [{"type": "text", "text": text}])
+        typer.echo(f"[S{seq}] {role}: {text}")
+    ack_seq = seq - 1
+    seq = mem.loop_compact(f"Staging failed, rolled back; prod needs the owner's ack [S{ack_seq}].", preserve=1)
+    for row in auditing.loop_rows(mem.views):
+        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+    for row in auditing.audit_rows(mem.views):
+        typer.echo(f"audit {row.id}: {row.source} seq {row.start_seq}..{row.end_seq}, {row.entry_count} entries, "
+                   f"{row.size_bytes} bytes of JSON, brotli")
+
+    step(f"mem cite [S{ack_seq}]   (compacted away: resolved through the audit blob)")
+    hit = auditing.cite(mem.views, mem.log, f"[S{ack_seq}]").hit
+    typer.echo(f"source {hit.source}, audit id {hit.audit_id}, loop {hit.loop}: "
+               f"{hit.entry['role']}: {hit.entry['content_json'][0]['text']}")
 
     verified = mem.log.verify()
     step("mem verify")

@@ -1,0 +1,57 @@
+"""The CLI as a new user meets it: the demo, listings and their --json."""
+
+import json
+
+from conftest import PAGE, run_mem
+
+
+def test_demo_runs_end_to_end():
+    out = run_mem("demo", check=True).stdout.decode()
+    for expected in ("ingest mind/deploy-procedure.md", "update | Deploy procedure", "delete | Monitor agent",
+                     "files rewritten: 0", "no differences", "[Loop Compacted, audited]",
+                     "source audit, audit id 1, loop main", "digests and chain intact"):
+        assert expected in out, expected
+
+
+def test_listings_have_json(workspace, tmp_path):
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    w = ("-w", workspace)
+    run_mem(*w, "page", "write", "deploy", "--file", page, check=True)
+    run_mem(*w, "always", "add", "be brief", check=True)
+    run_mem(*w, "loop", "append", "--role", "user", "--json", '[{"type": "text", "text": "hi"}]', "--model", "m1",
+            "--tokens", '{"input": 3}', check=True)
+    run_mem(*w, "file", "write", "notes/a.md", "--file", page, check=True)
+
+    events = json.loads(run_mem(*w, "log", "--json", check=True).stdout)
+    assert [e["body"]["kind"] for e in events] == ["page.ingest", "always.add", "loop.append", "file.write"]
+    assert [e["seq"] for e in json.loads(run_mem(*w, "log", "--json", "-n", "2", check=True).stdout)] == [3, 4]
+    only = json.loads(run_mem(*w, "log", "--json", "--kind", "always.add", check=True).stdout)
+    assert [e["body"]["line"] for e in only] == ["be brief"]
+    assert [e["seq"] for e in json.loads(run_mem(*w, "log", "--json", "--layer", "loop", check=True).stdout)] == [3]
+    assert json.loads(run_mem(*w, "log", "--json", "--since", "2999-01-01", check=True).stdout) == []
+    text = run_mem(*w, "log", check=True).stdout.decode().splitlines()
+    assert len(text) == 4 and "page.ingest" in text[0] and "deploy" in text[0]
+
+    assert json.loads(run_mem(*w, "page", "list", "--json", check=True).stdout) == [
+        {"slug": "deploy", "title": "Deploy procedure", "hook": "staging first"}]
+    assert json.loads(run_mem(*w, "always", "list", "--json", check=True).stdout) == ["be brief"]
+    loop = json.loads(run_mem(*w, "loop", "show", "--json", check=True).stdout)
+    assert loop[0]["seq"] == 3 and loop[0]["content"] == [{"text": "hi", "type": "text"}]
+    files = {f["path"] for f in json.loads(run_mem(*w, "file", "list", "--json", check=True).stdout)}
+    assert files == {"mind.md", "mind/log.md", "mind/deploy.md", "notes/a.md"}
+    believed = json.loads(run_mem(*w, "believed", "--seq", "2", "--json", check=True).stdout)
+    assert believed["seq"] == 2 and "- be brief" in believed["mind"] and believed["loop"] == []
+    assert json.loads(run_mem(*w, "audit", "list", "--json", check=True).stdout) == []
+    assert json.loads(run_mem(*w, "verify", "--json", check=True).stdout)["ok"] is True
+
+
+def test_workspace_option_before_or_after_the_command(tmp_path):
+    target = tmp_path / "elsewhere"
+    assert run_mem("init", "--workspace", target, "--agent", "bob", cwd=tmp_path, check=True).returncode == 0
+    assert (target / ".mem" / "log.db").exists() and (target / "mind.md").exists()
+    after = json.loads(run_mem("status", "-w", target, "--json", cwd=tmp_path, check=True).stdout)
+    before = json.loads(run_mem("-w", target, "status", "--json", cwd=tmp_path, check=True).stdout)
+    assert after == before and after["agent"] == "bob"
+    inside = json.loads(run_mem("status", "--json", cwd=target / "mind", check=True).stdout)
+    assert inside["workspace"] == str(target)
