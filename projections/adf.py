@@ -57,9 +57,13 @@ CREATE TABLE IF NOT EXISTS file_versions (
     path TEXT NOT NULL, seq INTEGER NOT NULL, deleted INTEGER NOT NULL, content BLOB, mime_type TEXT,
     size INTEGER NOT NULL, protection TEXT NOT NULL, authorized INTEGER NOT NULL, created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL, PRIMARY KEY (path, seq));
+CREATE TABLE IF NOT EXISTS wiki_files (
+    path TEXT PRIMARY KEY, content BLOB NOT NULL, mime_type TEXT, size INTEGER NOT NULL, protection TEXT NOT NULL,
+    authorized INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
 CREATE VIEW IF NOT EXISTS adf_files AS
     SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at FROM file_versions f
-    WHERE seq = (SELECT MAX(seq) FROM file_versions WHERE path = f.path) AND deleted = 0;
+    WHERE seq = (SELECT MAX(seq) FROM file_versions WHERE path = f.path) AND deleted = 0
+    UNION ALL SELECT * FROM wiki_files;
 CREATE TABLE IF NOT EXISTS config_versions (seq INTEGER PRIMARY KEY, config_json TEXT NOT NULL,
                                             updated_at TEXT NOT NULL);
 CREATE VIEW IF NOT EXISTS adf_config AS

@@ -67,27 +67,7 @@ def _message_schema(box: str) -> str:
 
 def wiki_files(views, as_of: int) -> list[tuple]:
     """mind.md, mind/log.md and the pages as adf_files rows, with ADF's protections."""
-    db = views.db
-    created = (db.execute("SELECT value FROM adf_meta WHERE key = 'adf_created_at'").fetchone() or ["1970-01-01T00:00:00.000Z"])[0]
-
-    def latest(sql):
-        row = db.execute(sql, (as_of,)).fetchone()
-        return format_instant(row[0]) if row and row[0] is not None else created
-
-    mind_updated = max(latest("SELECT MAX(ts) FROM always_versions WHERE seq <= ?"),
-                       latest("SELECT MAX(ts) FROM page_versions WHERE seq <= ?"))
-    rows = []
-    for path, protection, updated in ((MIND_PATH, "no_delete", mind_updated),
-                                      (LOG_PATH, "no_delete", latest("SELECT MAX(ts) FROM log_entries WHERE seq <= ?"))):
-        content = views.file_text(path, as_of).encode()
-        rows.append((path, content, "text/markdown", len(content), protection, 0, created, updated))
-    for slug, _title, _hook in views.catalog(as_of):
-        first, last = db.execute("SELECT MIN(ts), MAX(ts) FROM page_versions WHERE slug = ? AND seq <= ?",
-                                 (slug, as_of)).fetchone()
-        content = views.page(slug, as_of).encode()
-        rows.append((page_path(slug), content, "text/markdown", len(content), "none", 0,
-                     format_instant(first), format_instant(last)))
-    return rows
+    return [views.wiki_file_row(path, as_of) for path in views.paths(as_of)]
 
 
 def export_adf(memory, out: Path, as_of: int) -> ExportReport:

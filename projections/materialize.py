@@ -128,6 +128,11 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                 report.written.append(path)
         if dry_run:
             continue
+        row = views.wiki_file_row(path)
+        if row is None:
+            db.execute("DELETE FROM wiki_files WHERE path = ?", (path,))
+        else:
+            db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?,?,?,?,?,?,?,?)", row)
         db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
                    "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
                    (path, new_hash))

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from eventstore.envelope import decode_body
+from eventstore.instants import format_instant
 from eventstore.sqlite import id_text
 
 from . import adf, render
@@ -145,6 +146,28 @@ class Views:
             "FROM file_versions WHERE path = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
             (path, as_of if as_of is not None else self.checkpoint())).fetchone()
         return row[:8] if row and not row[8] else None
+
+    def wiki_file_row(self, path: str, as_of: int | None = None) -> tuple | None:
+        """A wiki file as an adf_files row: mind.md and mind/log.md no_delete, pages none (ADF's protections)."""
+        as_of = self.checkpoint() if as_of is None else as_of
+        text = self.file_text(path, as_of)
+        if text is None:
+            return None
+        created = (self.db.execute("SELECT value FROM adf_meta WHERE key = 'adf_created_at'").fetchone()
+                   or [adf.EPOCH_ISO])[0]
+        slug = slug_of(path)
+        if slug:
+            first, last = self.db.execute("SELECT MIN(ts), MAX(ts) FROM page_versions WHERE slug = ? AND seq <= ?",
+                                          (slug, as_of)).fetchone()
+            times, protection = (format_instant(first), format_instant(last)), "none"
+        else:
+            tables = ("always_versions", "page_versions") if path == MIND_PATH else ("log_entries",)
+            stamps = [self.db.execute(f"SELECT MAX(ts) FROM {t} WHERE seq <= ?", (as_of,)).fetchone()[0]
+                      for t in tables]
+            stamps = [s for s in stamps if s is not None]
+            times, protection = (created, format_instant(max(stamps)) if stamps else created), "no_delete"
+        content = text.encode("utf-8")
+        return (path, content, "text/markdown", len(content), protection, 0, *times)
 
     def config(self, as_of: int | None = None) -> dict:
         row = self.db.execute("SELECT config_json FROM config_versions WHERE seq <= ? ORDER BY seq DESC LIMIT 1",

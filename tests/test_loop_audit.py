@@ -243,3 +243,15 @@ def test_exported_file_satisfies_adfs_own_recipe(memory, tmp_path):
 
 def test_memerror_is_the_base_of_every_refusal():
     assert issubclass(InvalidInput, MemError) and issubclass(UnsafePath, MemError)
+
+
+def test_wiki_files_appear_in_adf_files_with_adfs_protections(memory):
+    from conftest import PAGE
+
+    memory.write_page("deploy", PAGE)
+    memory.file_write("notes/a.md", b"x")
+    rows = {r[0]: r for r in memory.views.db.execute("SELECT path, protection, content FROM adf_files")}
+    assert rows["mind.md"][1] == "no_delete" and rows["mind/log.md"][1] == "no_delete"
+    assert rows["mind/deploy.md"][1:] == ("none", PAGE) and rows["notes/a.md"][1] == "none"
+    memory.delete_page("deploy")
+    assert "mind/deploy.md" not in {r[0] for r in memory.views.db.execute("SELECT path FROM adf_files")}
