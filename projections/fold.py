@@ -41,7 +41,7 @@ class WikiFold:
     def _page(self, slug: str):
         if slug not in self._pages:
             row = self.db.execute(
-                "SELECT p.seq, p.version_id, p.title, p.hook, v.doc FROM pages p "
+                "SELECT p.seq, p.version_id, p.title, p.hook, v.doc, p.ts FROM pages p "
                 "JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
             self._pages[slug] = tuple(row) if row else None
         return self._pages[slug]
@@ -55,12 +55,12 @@ class WikiFold:
         title = render.title_of(slug, fm, text)
         hook = render.hook_of(fm)
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
-        self._pages[slug] = (seq, version_id, title, hook, doc)
+        self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
 
     def _tombstone(self, seq, version_id, ts, slug, parents):
-        _seq, _id, title, hook, _doc = self._page(slug)
+        _seq, _id, title, hook, _doc, _ts = self._page(slug)
         self.versions.append((slug, seq, version_id, ts, 1, ",".join(parents), title, hook, None))
         self._pages[slug] = None
         self.touched_pages.add(slug)
@@ -117,9 +117,10 @@ class WikiFold:
         if self.always_rows:
             db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?,?)", self.always_rows)
         gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
-        live = [(slug, *self._pages[slug][:4]) for slug in self.touched_pages if self._pages[slug] is not None]
+        live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
+                if self._pages[slug] is not None]
         db.executemany("DELETE FROM pages WHERE slug = ?", gone)
-        db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?)", live)
+        db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
         self.dirty.update(page_path(slug) for slug in self.touched_pages)
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))

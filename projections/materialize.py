@@ -9,7 +9,7 @@ import msgspec
 from eventstore import validate
 from eventstore.errors import UnsafePath
 
-from .views import Views
+from .views import LOG_PATH, Views
 
 
 class FileReport(msgspec.Struct):
@@ -32,7 +32,7 @@ def _write_temp(target: Path, chunks) -> tuple[Path, str]:
     digest = hashlib.sha256()
     with open(tmp, "wb") as f:
         for chunk in chunks:
-            data = chunk.encode("utf-8")
+            data = chunk.encode("utf-8") if isinstance(chunk, str) else chunk
             digest.update(data)
             f.write(data)
         f.flush()
@@ -48,6 +48,7 @@ def remove_stale_temp_files(root: Path) -> None:
 
 
 def write_atomic(target: Path, chunks) -> str:
+    """Writes chunks (str or bytes) to a temporary file, fsyncs it, and renames it over `target`."""
     tmp, digest = _write_temp(target, chunks)
     os.replace(tmp, target)
     return digest
@@ -91,7 +92,7 @@ def untracked(views: Views, root: Path) -> list[str]:
 
 
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False) -> FileReport:
-    """Brings every dirty file on disk up to date with the views.
+    """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
     edited by hand: it is left alone (and reported) unless `force`. `dry_run` only reports.
@@ -117,24 +118,62 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                     target.unlink()
                 report.removed.append(path)
             new_hash = None
+        elif path == LOG_PATH:
+            new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path)
         else:
-            new_hash = _hash_chunks(chunks)
+            content = "".join(chunks).encode("utf-8")
+            new_hash = hashlib.sha256(content).hexdigest()
             if on_disk != new_hash:
                 if edited and not force:
                     report.refused.append(path)
                     continue
                 if not dry_run:
-                    write_atomic(target, views.file_chunks(path))
+                    write_atomic(target, [content])
                 report.written.append(path)
-        if dry_run:
+        if dry_run or path in report.refused:
             continue
-        row = views.wiki_file_row(path)
-        if row is None:
-            db.execute("DELETE FROM wiki_files WHERE path = ?", (path,))
-        else:
-            db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?,?,?,?,?,?,?,?)", row)
-        db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
-                   "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
-                   (path, new_hash))
+        _record(views, target, path, new_hash, content if chunks is not None and path != LOG_PATH else None)
     return report
 
+
+def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path) -> str:
+    """A file too large to hold in memory (mind/log.md): rendered once into a temporary file."""
+    if dry_run:
+        if not refuse:  # nothing to decide: only an edited file could be refused
+            report.written.append(path)
+            return None
+        new_hash = _hash_chunks(chunks)
+        if on_disk != new_hash:
+            report.refused.append(path)
+        return new_hash
+    tmp, new_hash = _write_temp(target, chunks)
+    if on_disk == new_hash:
+        tmp.unlink()
+    elif refuse:
+        tmp.unlink()
+        report.refused.append(path)
+    else:
+        os.replace(tmp, target)
+        report.written.append(path)
+    return new_hash
+
+
+def _record(views: Views, target: Path, path: str, new_hash: str | None, content: bytes | None) -> None:
+    """Records what was written, and the file's adf_files row (a large file streamed from disk)."""
+    db = views.db
+    if new_hash is None:
+        db.execute("DELETE FROM wiki_files WHERE path = ?", (path,))
+    elif content is not None:
+        db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?, ?, 'text/markdown', ?, ?, ?, ?, ?)",
+                   (path, content, len(content), *views.wiki_file_meta(path)))
+    else:
+        size = target.stat().st_size
+        db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?, zeroblob(?), 'text/markdown', ?, ?, ?, ?, ?)",
+                   (path, size, size, *views.wiki_file_meta(path)))
+        rowid = db.execute("SELECT rowid FROM wiki_files WHERE path = ?", (path,)).fetchone()[0]
+        with db.blobopen("wiki_files", "content", rowid) as blob, open(target, "rb") as f:
+            while data := f.read(1 << 20):
+                blob.write(data)
+    db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
+               "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
+               (path, new_hash))

@@ -30,7 +30,12 @@ def title_of(slug: str, fm: dict, text: str) -> str:
 
 def hook_of(fm: dict) -> str:
     description = fm.get("description")
-    return " ".join(str(description).split()) if description is not None else ""
+    if description is None:
+        return ""
+    if isinstance(description, str) and "\n" not in description and "  " not in description \
+            and description == description.strip():
+        return description
+    return " ".join(str(description).split())
 
 
 def catalog_line(slug: str, title: str, hook: str) -> str:

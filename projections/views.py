@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS page_versions (
 CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq);
 CREATE TABLE IF NOT EXISTS pages (
     slug TEXT PRIMARY KEY, seq INTEGER NOT NULL, version_id BLOB NOT NULL,
-    title TEXT NOT NULL, hook TEXT NOT NULL);
+    title TEXT NOT NULL, hook TEXT NOT NULL, ts INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, lines TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, entry TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS file_state (
@@ -153,21 +153,33 @@ class Views:
         text = self.file_text(path, as_of)
         if text is None:
             return None
+        content = text.encode("utf-8")
+        return (path, content, "text/markdown", len(content), *self.wiki_file_meta(path, as_of))
+
+    def wiki_file_meta(self, path: str, as_of: int | None = None) -> tuple:
+        """(protection, authorized, created_at, updated_at) of a wiki file in adf_files."""
+        as_of = self.checkpoint() if as_of is None else as_of
         created = (self.db.execute("SELECT value FROM adf_meta WHERE key = 'adf_created_at'").fetchone()
                    or [adf.EPOCH_ISO])[0]
         slug = slug_of(path)
         if slug:
-            first, last = self.db.execute("SELECT MIN(ts), MAX(ts) FROM page_versions WHERE slug = ? AND seq <= ?",
-                                          (slug, as_of)).fetchone()
+            edge = "SELECT ts FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq {} LIMIT 1"
+            first = self.db.execute(edge.format("ASC"), (slug, as_of)).fetchone()[0]
+            last = self.db.execute(edge.format("DESC"), (slug, as_of)).fetchone()[0]
             times, protection = (format_instant(first), format_instant(last)), "none"
         else:
-            tables = ("always_versions", "page_versions") if path == MIND_PATH else ("log_entries",)
-            stamps = [self.db.execute(f"SELECT MAX(ts) FROM {t} WHERE seq <= ?", (as_of,)).fetchone()[0]
-                      for t in tables]
+            last = "SELECT ts FROM {} WHERE seq <= ? ORDER BY seq DESC LIMIT 1"
+            tables = ("always_versions", "log_entries") if path == MIND_PATH else ("log_entries",)
+            stamps = [(self.db.execute(last.format(t), (as_of,)).fetchone() or [None])[0] for t in tables]
+            if path == MIND_PATH:  # quiet (imported) ingests change the catalog without a log entry
+                if as_of >= self.checkpoint():
+                    stamps.append(self.db.execute("SELECT MAX(ts) FROM pages").fetchone()[0])
+                else:
+                    stamps.append(self.db.execute("SELECT MAX(ts) FROM page_versions WHERE seq <= ?",
+                                                  (as_of,)).fetchone()[0])
             stamps = [s for s in stamps if s is not None]
             times, protection = (created, format_instant(max(stamps)) if stamps else created), "no_delete"
-        content = text.encode("utf-8")
-        return (path, content, "text/markdown", len(content), protection, 0, *times)
+        return (protection, 0, *times)
 
     def config(self, as_of: int | None = None) -> dict:
         row = self.db.execute("SELECT config_json FROM config_versions WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
