@@ -102,8 +102,14 @@ def status(json: bool = JsonOpt):
 @page_app.command("write")
 def page_write(slug: str, file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
+               layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
                force: bool = ForceOpt):
     """Ingest a page when new, update it otherwise."""
+    if layer is not None and layer != "mind":
+        with memory() as mem:
+            seq = mem.shared_page_write(layer, slug, read_input(file))
+            event = mem.log.get_by_seq(seq)
+        return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {seq})")
     with memory() as mem:
         seq = mem.write_page(slug, read_input(file), note, force=force)
         event = mem.log.get_by_seq(seq)
@@ -279,7 +285,7 @@ def hoist_workspace(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from . import adf_commands  # noqa: F401  (registers its commands on `app`)
+    from . import adf_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
 
     try:
         app(args=hoist_workspace(sys.argv[1:]))

@@ -28,7 +28,7 @@ class Recorder(ABC):
 
     @abstractmethod
     def read(self, after: int = 0, upto: int | None = None, *, kinds: Sequence[str] | None = None,
-             layers: Sequence[str] | None = None, since_ms: int | None = None,
+             layers: Sequence[str] | None = None, agent: str | None = None, since_ms: int | None = None,
              limit: int | None = None, newest_first: bool = False) -> Iterator[Event]: ...
 
     @abstractmethod

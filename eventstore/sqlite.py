@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS events (
     digest BLOB NOT NULL,
     chain BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
@@ -74,7 +75,7 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.create_function("mem_chain", 2, _chain, deterministic=True)
-        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='events'").fetchone():
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='sync_state'").fetchone():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 for statement in SCHEMA.split(";"):
@@ -89,20 +90,25 @@ class SQLiteLog(Recorder):
 
     # --- write --------------------------------------------------------------------------------
 
-    def append(self, events: Sequence[Event]) -> list[int]:
+    def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
+               verify: bool = False) -> list[int]:
+        """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
+        `verify` recomputes every digest first (events from elsewhere)."""
         prepared = []
         for event in events:
-            raw = check_event(event) if not self.trusted else event.raw_body()
-            if self.trusted and not event.digest:
+            raw = check_event(event) if verify or not self.trusted else event.raw_body()
+            if not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
-        if len(prepared) == 1:
+        if len(prepared) == 1 and not state:
             return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
             try:
                 seqs = self._append_locked(prepared, check_known)
+                if state:
+                    db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(state.items()))
                 db.execute("COMMIT")
                 return seqs
             except sqlite3.IntegrityError:
@@ -181,9 +187,12 @@ class SQLiteLog(Recorder):
 
     # --- read ---------------------------------------------------------------------------------
 
-    def read_rows(self, after: int = 0, upto: int | None = None, *, kinds=None, layers=None,
+    def read_rows(self, after: int = 0, upto: int | None = None, *, kinds=None, layers=None, agent=None,
                   since_ms=None, limit=None, newest_first=False) -> Iterator[tuple]:
         where, params = ["seq > ?"], [after]
+        if agent is not None:
+            where.append("agent = ?")
+            params.append(agent)
         if upto is not None:
             where.append("seq <= ?")
             params.append(upto)
@@ -203,15 +212,22 @@ class SQLiteLog(Recorder):
         # A dedicated cursor so that a reader and a writer can share this connection.
         yield from self.db.execute(sql, params)
 
-    def read(self, after=0, upto=None, *, kinds=None, layers=None, since_ms=None, limit=None,
+    def read(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
              newest_first=False) -> Iterator[Event]:
-        for row in self.read_rows(after, upto, kinds=kinds, layers=layers, since_ms=since_ms,
+        for row in self.read_rows(after, upto, kinds=kinds, layers=layers, agent=agent, since_ms=since_ms,
                                   limit=limit, newest_first=newest_first):
             yield row_to_event(row)
 
     def get(self, id: str) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()
         return row_to_event(row) if row else None
+
+    def state(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM sync_state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_state(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", (key, value))
 
     def get_by_seq(self, seq: int) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()

@@ -4,6 +4,7 @@ Nothing here touches the log: every check happens before an event exists, so a r
 leaves the log exactly as it was.
 """
 
+import datetime as dt
 import mimetypes
 import re
 from typing import Protocol
@@ -12,8 +13,9 @@ from . import validate
 from .envelope import Event, new_event
 from .errors import InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
-from .kinds import (AlwaysAdd, AlwaysRemove, ConfigSet, FileDelete, FileWrite, InboxMessage, Lint, LoopAppend,
-                    LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRename, PageUpdate)
+from .kinds import (AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage, Lint,
+                    LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRename,
+                    PageUpdate)
 
 MIND = "mind"
 
@@ -190,3 +192,68 @@ def _guess_mime(path: str) -> str:
     if path.endswith(".md"):
         return "text/markdown"
     return mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
+_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d{4}-\d{2}(?:-\d{2})?):\s*)?(.+)$", re.S)
+
+
+class SharedState(Protocol):
+    def shared_heads(self, layer: str, slug: str) -> list[str]: ...
+
+    def shared_winner(self, layer: str, slug: str) -> str | None: ...
+
+    def entry_exists(self, layer: str, id: str) -> bool: ...
+
+
+class SharedWriter:
+    """The write side of shared layers: typed entries and pages whose versions form a DAG."""
+
+    def __init__(self, agent: str, state: SharedState):
+        self.agent = agent
+        self.state = state
+
+    def entry(self, layer: str, text: str, reverses: str | None = None) -> Event:
+        """`[TYPE] content` or `[TYPE] YYYY-MM-DD: content`; the date defaults to today (UTC)."""
+        match = _ENTRY.match(text.strip())
+        if not match:
+            raise InvalidInput("an entry reads `[TYPE] content` or `[TYPE] YYYY-MM-DD: content`, "
+                               f"TYPE one of {', '.join(ENTRY_TYPES)}")
+        kind, date, content = match.groups()
+        if kind not in ENTRY_TYPES:
+            raise InvalidInput(f"entry type [{kind}] is not one of {', '.join(ENTRY_TYPES)}")
+        content = validate.one_line(content, "the entry")
+        if reverses is not None and not self.state.entry_exists(layer, reverses):
+            raise NotFound(f"there is no entry {reverses} in layer {layer} to reverse")
+        ts = now_ms()
+        date = date or dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+        return new_event(EntryAppend(type=kind, date=date, content=content, reverses=reverses), agent=self.agent,
+                         layer=layer, ts=ts)
+
+    def page_write(self, layer: str, slug: str, document: bytes, note: str = "") -> Event:
+        slug = validate.slug(slug)
+        frontmatter, text = validate.page_document(document)
+        winner = self.state.shared_winner(layer, slug)
+        note = validate.one_line(note, "the note")
+        if winner is None:
+            body = PageIngest(slug=slug, frontmatter=frontmatter, text=text, note=note)
+        else:
+            body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note=note, parents=[winner])
+        return new_event(body, agent=self.agent, layer=layer)
+
+    def resolve(self, layer: str, slug: str, document: bytes) -> Event:
+        slug = validate.slug(slug)
+        frontmatter, text = validate.page_document(document)
+        heads = self.state.shared_heads(layer, slug)
+        if not heads:
+            raise NotFound(f"there is no page {slug} in layer {layer}")
+        return new_event(PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads),
+                         agent=self.agent, layer=layer)
+
+    def page_delete(self, layer: str, slug: str) -> Event:
+        slug = validate.slug(slug)
+        winner = self.state.shared_winner(layer, slug)
+        if winner is None:
+            raise NotFound(f"there is no page {slug} in layer {layer}")
+        return new_event(PageDelete(slug=slug, parents=self.state.shared_heads(layer, slug)), agent=self.agent,
+                         layer=layer)

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from eventstore.envelope import decode_body, unpack_body
 from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
                               PageUpdate)
+from eventstore.sqlite import id_text
 
 from . import render
 from .adf import ADF_KINDS, AdfFold
+from .shared import SHARED_PAGE_KINDS, SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
 WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
@@ -139,7 +141,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     the process dies between batches.
     """
     target = log.head() if upto is None else upto
-    wiki, adf = WikiFold(views), AdfFold(views)
+    wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
     db = views.db
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -152,16 +154,19 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             apply_wiki, apply_adf = wiki.apply, adf.apply
             first = None
             ts = 0
-            for seq, version_id, ts, agent, kind, codec, body in log.db.execute(
-                    "SELECT seq, id, ts, agent, kind, codec, body FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
-                    (start, end)):
+            for seq, version_id, ts, agent, layer, kind, codec, body in log.db.execute(
+                    "SELECT seq, id, ts, agent, layer, kind, codec, body FROM events WHERE seq > ? AND seq <= ? "
+                    "ORDER BY seq", (start, end)):
                 if first is None:
                     first = (ts, agent)
-                if kind in WIKI_KINDS:
+                if kind in WIKI_KINDS and layer == "mind":
                     raw = unpack_body(codec, body)
                     apply_wiki(seq, version_id, ts, decode_body(raw), raw)
                 elif kind in ADF_KINDS:
                     apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
+                elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
+                    raw = unpack_body(codec, body)
+                    shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
             if first is not None:
                 adf.note_events(first, ts)
             wiki.flush(end)

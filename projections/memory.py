@@ -8,12 +8,15 @@ import fcntl
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
+
 from eventstore.envelope import Event
 from eventstore import validate
-from eventstore.errors import HandEdited
+from eventstore.errors import HandEdited, InvalidInput
+from eventstore.layers import Contract
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
-from eventstore.writer import AdfWriter, Writer
+from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
@@ -28,6 +31,8 @@ class Memory:
         self.views = Views(workspace.views_path)
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
+        self.shared_writer = SharedWriter(self.config.agent, self.views)
+        self.views.contract = self.load_contract()
         self.last_report = FileReport()
 
     @classmethod
@@ -140,9 +145,70 @@ class Memory:
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
+        views.contract = self.views.contract
         self.views = views
         self.writer.state = views
         self.adf_writer.files = views
+        self.shared_writer.state = views
+
+    # --- shared layers ------------------------------------------------------------------------
+
+    @property
+    def contract_path(self) -> Path:
+        return self.ws.mem_dir / "contract.json"
+
+    def load_contract(self):
+        try:
+            return msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
+        except FileNotFoundError:
+            return None
+
+    def set_contract(self, contract) -> bool:
+        """Keeps the hub's contract for rendering shared layers; True when it changed."""
+        if contract == self.views.contract:
+            return False
+        old = self.views.shared_paths() if self.views.contract else []
+        write_atomic(self.contract_path, [msgspec.json.encode(contract)])
+        self.views.contract = contract
+        with self.lock():
+            self.views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) "
+                                      "DO UPDATE SET dirty = 1", [(p,) for p in old + self.views.shared_paths()])
+        self.refresh()
+        return True
+
+    def shared_layer(self, layer: str, format: str):
+        contract = self.views.contract
+        if contract is None:
+            raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
+        spec = contract.layers.get(layer)
+        if spec is None:
+            raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
+        if spec.format != format:
+            raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
+        if "*" not in spec.producers and self.config.agent not in spec.producers:
+            raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
+        return spec
+
+    def entry_add(self, layer: str, text: str, reverses: str | None = None) -> int:
+        spec = self.shared_layer(layer, "entries")
+        return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path])
+
+    def shared_page_write(self, layer: str, slug: str, document: bytes) -> int:
+        spec = self.shared_layer(layer, "pages")
+        event = self.shared_writer.page_write(layer, slug, document)
+        path = f"{spec.path}{event.body.slug}.md"
+        return self.append(event, touches=[path], adopt={path: document})
+
+    def shared_page_delete(self, layer: str, slug: str) -> int:
+        spec = self.shared_layer(layer, "pages")
+        event = self.shared_writer.page_delete(layer, slug)
+        return self.append(event, touches=[f"{spec.path}{event.body.slug}.md"])
+
+    def resolve(self, layer: str, slug: str, document: bytes) -> int:
+        spec = self.shared_layer(layer, "pages")
+        event = self.shared_writer.resolve(layer, slug, document)
+        path = f"{spec.path}{event.body.slug}.md"
+        return self.append(event, touches=[path], adopt={path: document})
 
     # --- point in time ------------------------------------------------------------------------
 

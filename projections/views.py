@@ -13,7 +13,7 @@ from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.sqlite import id_text
 
-from . import adf, render
+from . import adf, render, shared
 
 SCHEMA_VERSION = "1"
 
@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS file_state (
 """
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
-               "config_versions", "adf_meta", "adf_inbox", "adf_outbox")
+               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions")
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 
@@ -61,7 +61,9 @@ class Views:
         else:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
-        for statement in (SCHEMA + adf.SCHEMA).split(";"):
+        self.contract = None  # the shared layers' contract (sync.wire.Contract), set by Memory
+        self.shared = shared.SharedViews(self.db)
+        for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA).split(";"):
             if statement.strip():
                 self.db.execute(statement)
         adf.init_meta(self.db)
@@ -121,8 +123,61 @@ class Views:
                                  (as_of if as_of is not None else self.checkpoint(),))
         return render.log(iter(lambda: cursor.fetchmany(2000), []))
 
+    # --- shared layers ------------------------------------------------------------------------
+
+    def shared_path(self, layer: str, slug: str | None = None) -> str | None:
+        """Where a shared layer (or one page of it) is written, per the contract; None if unknown."""
+        spec = self.contract.layers.get(layer) if self.contract else None
+        if spec is None:
+            return None
+        if spec.format == "entries":
+            return spec.path
+        return f"{spec.path}{slug}.md" if slug else None
+
+    def shared_target(self, path: str) -> tuple[str, str | None] | None:
+        for name, spec in (self.contract.layers.items() if self.contract else ()):
+            if spec.format == "entries" and path == spec.path:
+                return name, None
+            if spec.format == "pages" and path.startswith(spec.path) and path.endswith(".md"):
+                slug = path[len(spec.path):-3]
+                if slug and "/" not in slug:
+                    return name, slug
+        return None
+
+    def shared_heads(self, layer: str, slug: str) -> list[str]:
+        return [h.id for h in self.shared.heads(layer, slug, self.checkpoint())]
+
+    def shared_winner(self, layer: str, slug: str) -> str | None:
+        heads = self.shared_heads(layer, slug)
+        return heads[-1] if heads else None
+
+    def entry_exists(self, layer: str, id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
+
+    def shared_paths(self, as_of: int | None = None) -> list[str]:
+        as_of = self.checkpoint() if as_of is None else as_of
+        paths = []
+        for name, spec in (self.contract.layers.items() if self.contract else ()):
+            if spec.format == "entries":
+                if self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",
+                                   (name, as_of)).fetchone():
+                    paths.append(spec.path)
+            else:
+                paths.extend(f"{spec.path}{slug}.md" for slug in self.shared.slugs(name, as_of)
+                             if self.shared.page_text(name, slug, as_of) is not None)
+        return sorted(paths)
+
     def file_chunks(self, path: str, as_of: int | None = None) -> Iterator[str] | None:
         """The chunks of a materialised file's text as of a seq, or None when it does not exist then."""
+        target = self.shared_target(path) if self.contract else None
+        if target is not None:
+            as_of = self.checkpoint() if as_of is None else as_of
+            layer, slug = target
+            text = (self.shared.render_entries(layer, as_of) if slug is None
+                    else self.shared.page_text(layer, slug, as_of))
+            if slug is None and text == f"# {layer}\n\n":
+                return None
+            return iter([text]) if text is not None else None
         if path == MIND_PATH:
             return iter([self.mind(as_of)])
         if path == LOG_PATH:
@@ -137,7 +192,8 @@ class Views:
 
     def paths(self, as_of: int | None = None) -> list[str]:
         """Every file that exists as of a seq: mind.md, mind/log.md and each live page."""
-        return [MIND_PATH, LOG_PATH] + [page_path(slug) for slug, _t, _h in self.catalog(as_of)]
+        return ([MIND_PATH, LOG_PATH] + [page_path(slug) for slug, _t, _h in self.catalog(as_of)]
+                + self.shared_paths(as_of))
 
     def file(self, path: str, as_of: int | None = None):
         """The adf_files row (path, content, mime, size, protection, authorized, created, updated) or None."""

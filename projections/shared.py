@@ -1,0 +1,142 @@
+"""Shared layers: typed entries and multi-producer pages, folded the same whatever the arrival order.
+
+Entries render sorted by id (UUIDv7: creation order), so every replica with the same events writes
+the same bytes. Page versions form a DAG through `parents`; the heads are the versions nobody names
+as a parent, the winner is the head with the greatest id, and a slug with several heads is listed
+as a conflict until an update names all of them.
+"""
+
+import json
+
+import msgspec
+
+from eventstore.envelope import decode_body
+from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
+
+from . import render
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    layer TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL, type TEXT NOT NULL,
+    date TEXT NOT NULL, content TEXT NOT NULL, reverses TEXT, PRIMARY KEY (layer, id));
+CREATE TABLE IF NOT EXISTS shared_versions (
+    layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
+    parents TEXT NOT NULL, deleted INTEGER NOT NULL, doc BLOB, PRIMARY KEY (layer, slug, id));
+"""
+
+SHARED_PAGE_KINDS = frozenset({"page.ingest", "page.update", "page.delete"})
+
+
+class Entry(msgspec.Struct):
+    id: str
+    agent: str
+    type: str
+    date: str
+    content: str
+    reverses: str | None = None
+    reversed_by: str | None = None
+
+
+class Head(msgspec.Struct):
+    id: str
+    agent: str
+    deleted: bool
+
+
+class Conflict(msgspec.Struct):
+    layer: str
+    slug: str
+    winner: str
+    heads: list[Head]
+
+
+def entry_line(entry: Entry) -> str:
+    line = f"[{entry.type}] {entry.date}: {entry.content}"
+    if entry.reverses:
+        line += f" (reverses {entry.reverses[:18]})"
+    if entry.reversed_by:
+        line += f" [reversed by {entry.reversed_by[:18]}]"
+    return line
+
+
+class SharedViews:
+    """Reads of the shared-layer tables, as of any seq."""
+
+    def __init__(self, db):
+        self.db = db
+
+    def entries(self, layer: str, as_of: int) -> list[Entry]:
+        rows = self.db.execute("SELECT id, agent, type, date, content, reverses FROM entries WHERE layer = ? "
+                               "AND seq <= ? ORDER BY id", (layer, as_of)).fetchall()
+        entries = [Entry(*row) for row in rows]
+        by_id = {e.id: e for e in entries}
+        for entry in entries:
+            target = by_id.get(entry.reverses) if entry.reverses else None
+            if target is not None and (target.reversed_by is None or entry.id > target.reversed_by):
+                target.reversed_by = entry.id
+        return entries
+
+    def render_entries(self, layer: str, as_of: int) -> str:
+        lines = [entry_line(e) + "\n" for e in self.entries(layer, as_of)]
+        return f"# {layer}\n\n" + "".join(lines)
+
+    def versions(self, layer: str, slug: str, as_of: int) -> list[tuple]:
+        return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
+                               "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
+
+    def heads(self, layer: str, slug: str, as_of: int) -> list[Head]:
+        rows = self.versions(layer, slug, as_of)
+        named = {parent for row in rows for parent in json.loads(row[2])}
+        return sorted((Head(id=r[0], agent=r[1], deleted=bool(r[3])) for r in rows if r[0] not in named),
+                      key=lambda h: h.id)
+
+    def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
+        heads = self.heads(layer, slug, as_of)
+        if not heads:
+            return None
+        chosen = heads[-1].id
+        return next(r for r in self.versions(layer, slug, as_of) if r[0] == chosen)
+
+    def page_text(self, layer: str, slug: str, as_of: int) -> str | None:
+        winner = self.winner(layer, slug, as_of)
+        if winner is None or winner[3]:
+            return None
+        page = decode_body(winner[4])
+        return render.page(page.frontmatter, page.text)
+
+    def slugs(self, layer: str, as_of: int) -> list[str]:
+        return [s for (s,) in self.db.execute("SELECT DISTINCT slug FROM shared_versions WHERE layer = ? AND seq <= ? "
+                                              "ORDER BY slug", (layer, as_of))]
+
+    def conflicts(self, as_of: int) -> list[Conflict]:
+        found = []
+        for layer, slug in self.db.execute("SELECT DISTINCT layer, slug FROM shared_versions WHERE seq <= ? "
+                                           "ORDER BY layer, slug", (as_of,)).fetchall():
+            heads = self.heads(layer, slug, as_of)
+            if len(heads) > 1:
+                found.append(Conflict(layer=layer, slug=slug, winner=heads[-1].id, heads=heads))
+        return found
+
+
+class SharedFold:
+    """Folds entry and shared-page events; `paths_of` maps a (layer, slug) to the files it dirties."""
+
+    def __init__(self, views):
+        self.db = views.db
+        self.views = views
+
+    def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
+        if isinstance(body, EntryAppend):
+            self.db.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)",
+                            (layer, id, seq, agent, body.type, body.date, body.content, body.reverses))
+            path = self.views.shared_path(layer)
+        elif isinstance(body, (PageIngest, PageUpdate, PageDelete)):
+            deleted = isinstance(body, PageDelete)
+            self.db.execute("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)",
+                            (layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
+                             None if deleted else raw))
+            path = self.views.shared_path(layer, body.slug)
+        else:
+            return
+        if path:
+            dirty.add(path)

@@ -1,0 +1,188 @@
+"""Pushing and pulling through a hub, CouchDB style: at-least-once sending, idempotent applying,
+checkpoints that move only after a durable commit.
+
+- push: this agent's own events in layers the contract lets it produce, after the push cursor;
+  the cursor moves once the hub has acknowledged the batch (a retry re-sends; the hub answers
+  `duplicate`).
+- pull: events after the pull cursor; they are appended (digests checked) in the same transaction
+  that stores the new cursor, so an interrupted pull neither loses nor duplicates anything.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import zstandard
+
+from eventstore.envelope import Event
+from eventstore.errors import InvalidInput, MemError
+
+from .contracts import produces
+from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+
+BATCH = 1000
+
+
+class Remote(msgspec.Struct):
+    name: str
+    url: str
+    token_file: str
+
+
+class HubRefused(MemError):
+    """The hub answered with a problem document."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(f"hub refused: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
+                         code=problem.type.rsplit("/", 1)[-1])
+        self.problem = problem
+        self.status = problem.status
+
+
+class PushReport(msgspec.Struct):
+    remote: str
+    pushed: int
+    duplicates: int
+
+
+class PullReport(msgspec.Struct):
+    remote: str
+    pulled: int
+    cursor: str
+
+
+def remotes_path(memory) -> Path:
+    return memory.ws.mem_dir / "remotes.json"
+
+
+def load_remotes(memory) -> dict[str, Remote]:
+    try:
+        return msgspec.json.decode(remotes_path(memory).read_bytes(), type=dict[str, Remote])
+    except FileNotFoundError:
+        return {}
+
+
+def add_remote(memory, name: str, url: str, token_file: str) -> Remote:
+    if not url.startswith(("http://", "https://")):
+        raise InvalidInput(f"{url!r} is not an http(s) URL")
+    token_path = Path(token_file).absolute()
+    if not token_path.is_file():
+        raise InvalidInput(f"token file {token_file} does not exist")
+    remotes = load_remotes(memory)
+    remotes[name] = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))
+    data = json.dumps(msgspec.to_builtins(remotes), indent=2) + "\n"
+    remotes_path(memory).write_text(data)
+    return remotes[name]
+
+
+def get_remote(memory, name: str | None) -> Remote:
+    remotes = load_remotes(memory)
+    if not remotes:
+        raise InvalidInput("no remote yet: `mem remote add NAME URL --token-file F`")
+    if name is None:
+        if len(remotes) > 1 and "origin" not in remotes:
+            raise InvalidInput(f"several remotes ({', '.join(remotes)}): name one")
+        name = "origin" if "origin" in remotes else next(iter(remotes))
+    if name not in remotes:
+        raise InvalidInput(f"no remote {name!r} (remotes: {', '.join(remotes)})")
+    return remotes[name]
+
+
+class HubClient:
+    def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None):
+        self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
+                                 headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+
+    @classmethod
+    def for_remote(cls, remote: Remote) -> "HubClient":
+        return cls(remote.url, Path(remote.token_file).read_text().strip())
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None):
+        headers = {}
+        if body is not None:
+            headers["content-type"] = "application/json"
+            if len(body) > 4096:
+                body = zstandard.ZstdCompressor(level=3).compress(body)
+                headers["content-encoding"] = "zstd"
+        response = self.http.request(method, path, content=body, params=params, headers=headers)
+        data = response.content
+        if response.headers.get("content-encoding") == "zstd":
+            data = zstandard.ZstdDecompressor().stream_reader(data).read()
+        if response.status_code >= 400:
+            try:
+                raise HubRefused(msgspec.json.decode(data, type=Problem))
+            except msgspec.DecodeError:
+                raise HubRefused(Problem(type="about:blank", title=f"HTTP {response.status_code}",
+                                         status=response.status_code)) from None
+        return msgspec.json.decode(data, type=type_)
+
+    def contract(self) -> ContractResponse:
+        return self._call("GET", "/v1/contract", ContractResponse)
+
+    def push(self, events: list[Event]) -> PushResponse:
+        return self._call("POST", "/v1/push", PushResponse, msgspec.json.encode(PushRequest(events=events)))
+
+    def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
+        return self._call("GET", "/v1/pull", PullResponse,
+                          params={"cursor": cursor, "limit": limit, "wait": wait})
+
+
+def _outgoing(event: Event) -> Event:
+    return Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
+                 digest=event.digest)
+
+
+def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
+    client = client or HubClient.for_remote(remote)
+    contract = client.contract()
+    memory.set_contract(contract.contract)
+    agent = memory.config.agent
+    layers = [name for name in contract.contract.layers if produces(contract.contract, agent, name)]
+    key = f"push:{remote.name}"
+    cursor = int(memory.log.state(key) or 0)
+    pushed = duplicates = 0
+    while layers:
+        batch = list(memory.log.read(after=cursor, layers=layers, agent=agent, limit=BATCH))
+        if not batch:
+            break
+        results = client.push([_outgoing(e) for e in batch]).results
+        duplicates += sum(r.duplicate for r in results)
+        pushed += sum(not r.duplicate for r in results)
+        cursor = batch[-1].seq
+        memory.log.set_state(key, str(cursor))
+        if progress:
+            progress(len(batch))
+    return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates)
+
+
+def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False, wait: float = 0,
+         progress=None, stop=None) -> PullReport:
+    client = client or HubClient.for_remote(remote)
+    contract = client.contract()
+    memory.set_contract(contract.contract)
+    key = f"pull:{remote.name}"
+    cursor = memory.log.state(key) or ""
+    pulled = 0
+    while True:
+        page = client.pull(cursor, BATCH, wait if follow else 0)
+        events = [_outgoing(e) for e in page.events]
+        memory.log.append(events, state={key: page.cursor}, verify=True)
+        cursor = page.cursor
+        pulled += len(events)
+        if events:
+            memory.refresh()
+            if progress:
+                progress(len(events))
+        if page.more:
+            continue
+        if not follow or (stop is not None and stop()):
+            break
+        if not events and wait == 0:
+            time.sleep(0.5)
+    memory.refresh()
+    return PullReport(remote=remote.name, pulled=pulled, cursor=cursor)

@@ -1,0 +1,45 @@
+"""The hub's OpenAPI description, built from the same msgspec Structs the hub encodes."""
+
+import functools
+
+import msgspec
+
+from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+
+
+@functools.cache
+def openapi_document() -> dict:
+    (push_req, push_resp, pull_resp, contract_resp, problem), components = msgspec.json.schema_components(
+        [PushRequest, PushResponse, PullResponse, ContractResponse, Problem],
+        ref_template="#/components/schemas/{name}")
+    problems = {str(code): {"description": text, "content": {"application/problem+json": {"schema": problem}}}
+                for code, text in ((400, "Bad request"), (401, "Missing, unknown or revoked token"),
+                                   (403, "Out of contract, or the event's agent is not the token's"),
+                                   (409, "Digest mismatch or an id known with another digest"),
+                                   (413, "Request too large"), (415, "Unsupported encoding"),
+                                   (422, "Invalid event"))}
+    security = [{"bearer": []}]
+    json_body = lambda schema: {"application/json": {"schema": schema}}  # noqa: E731
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "mindlog hub", "version": "1",
+                 "description": "Push and pull shared memory layers under producer/consumer contracts."},
+        "components": {"schemas": components,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": {
+            "/v1/contract": {"get": {"operationId": "contract", "security": security,
+                                     "responses": {"200": {"description": "The contract in force",
+                                                           "content": json_body(contract_resp)}, **problems}}},
+            "/v1/push": {"post": {"operationId": "push", "security": security,
+                                  "requestBody": {"required": True, "content": json_body(push_req)},
+                                  "responses": {"200": {"description": "Each event's position; duplicates marked",
+                                                        "content": json_body(push_resp)}, **problems}}},
+            "/v1/pull": {"get": {"operationId": "pull", "security": security, "parameters": [
+                {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 5000}},
+                {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30}}],
+                "responses": {"200": {"description": "Events after the cursor, in hub order",
+                                      "content": json_body(pull_resp)}, **problems}}},
+            "/health": {"get": {"operationId": "health", "responses": {"200": {"description": "The hub is up"}}}},
+        },
+    }

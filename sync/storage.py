@@ -1,0 +1,176 @@
+"""The hub's storage: one interface, one module per backend (SQLite, PostgreSQL).
+
+Positions are gapless and commit-ordered on both: a push holds the hub's single writer lock (SQLite)
+or the counter row (PostgreSQL) from before it reads the head until it commits, so a reader can
+never see position N+1 before N.
+"""
+
+import hashlib
+import hmac
+import secrets
+from abc import ABC, abstractmethod
+
+import msgspec
+
+from eventstore.envelope import Event, new_event
+from eventstore.errors import IdConflict, InvalidInput
+from eventstore.ids import now_ms
+from eventstore.kinds import ContractChange
+
+from .wire import Contract, PushResult
+
+CONTRACT_LAYER = "_contract"
+HUB_AGENT = "_hub"
+_stored = msgspec.msgpack.Encoder()
+_loaded = msgspec.msgpack.Decoder(Event)
+
+
+class AgentInfo(msgspec.Struct):
+    name: str
+    created_at: int
+    revoked_at: int | None = None
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return "mlg_" + secrets.token_urlsafe(32)
+
+
+def encode_stored(event: Event) -> bytes:
+    """The travelling part of an event (no seq, recorded_at or chain: those are each store's own)."""
+    return _stored.encode(Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
+                                digest=event.digest))
+
+
+def decode_stored(data: bytes, position: int, recorded_at: int) -> Event:
+    event = _loaded.decode(data)
+    event.seq, event.recorded_at = position, recorded_at
+    return event
+
+
+def contract_event(contract: Contract) -> Event:
+    return new_event(ContractChange(layers=msgspec.to_builtins(contract.layers)), agent=HUB_AGENT,
+                     layer=CONTRACT_LAYER)
+
+
+def contract_of(event: Event | None) -> Contract:
+    return Contract() if event is None else msgspec.convert({"layers": event.body.layers}, Contract)
+
+
+class HubStorage(ABC):
+    """What the hub keeps: agents and their hashed tokens, the event log, pull progress."""
+
+    # --- agents -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _insert_agent(self, name: str, token_hash: str, at: int) -> None: ...
+
+    @abstractmethod
+    def _agent_row(self, token_hash: str) -> tuple[str, str, int | None] | None: ...
+
+    @abstractmethod
+    def revoke_agent(self, name: str) -> None: ...
+
+    @abstractmethod
+    def agents(self) -> list[AgentInfo]: ...
+
+    def add_agent(self, name: str) -> str:
+        """Registers an agent and returns its token, which is stored only as a hash."""
+        if not name or not name.replace("-", "").replace("_", "").isalnum() or len(name) > 64 or name.startswith("_"):
+            raise InvalidInput(f"agent name {name!r} must be letters, digits, '-' or '_'")
+        token = new_token()
+        self._insert_agent(name, hash_token(token), now_ms())
+        return token
+
+    def agent_for_token(self, token: str) -> str | None:
+        """The agent a bearer token names, or None (unknown or revoked). Compared in constant time."""
+        digest = hash_token(token)
+        row = self._agent_row(digest)
+        if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
+            return None
+        return row[0]
+
+    # --- events -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def push(self, events: list[Event]) -> list[PushResult]:
+        """Appends a batch all or nothing; a known id with the same digest is a duplicate, another digest a refusal."""
+
+    @abstractmethod
+    def pull(self, after: int, layers: list[str], limit: int) -> list[Event]: ...
+
+    @abstractmethod
+    def head(self) -> int: ...
+
+    @abstractmethod
+    def wait(self, after: int, timeout: float) -> bool:
+        """Blocks until an event after `after` is committed or `timeout` passes; True if there is one."""
+
+    @abstractmethod
+    def latest_of_layer(self, layer: str, at_ms: int | None) -> Event | None: ...
+
+    # --- contracts and progress ---------------------------------------------------------------
+
+    def apply_contract(self, contract: Contract) -> int:
+        return self.push([contract_event(contract)])[0].position
+
+    def contract(self, at_ms: int | None = None) -> tuple[Contract, int]:
+        event = self.latest_of_layer(CONTRACT_LAYER, at_ms)
+        return contract_of(event), (event.seq if event else 0)
+
+    @abstractmethod
+    def record_pull(self, agent: str, cursor: int) -> None:
+        """Notes that `agent` has stored every event up to `cursor` (it asks for what comes after)."""
+
+    @abstractmethod
+    def received_by(self, agent: str, at_ms: int | None) -> int:
+        """The highest cursor `agent` had acknowledged by then."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def check_duplicates(events: list[Event], known: dict[str, tuple[str, int]]) -> tuple[list[Event], list]:
+    """Splits a batch into new events and results for known ones; refuses a known id with another digest."""
+    fresh, results, seen = [], [], {}
+    for event in events:
+        found = known.get(event.id) or seen.get(event.id)
+        if found is not None:
+            if found[0] != event.digest:
+                raise IdConflict(f"event {event.id} is already on the hub with a different digest")
+            results.append(PushResult(id=event.id, position=found[1], duplicate=True))
+            continue
+        seen[event.id] = (event.digest, -1)
+        fresh.append(event)
+        results.append(None)
+    return fresh, results
+
+
+def fill_positions(results: list, fresh: list[Event], first: int) -> list[PushResult]:
+    it = iter(range(first, first + len(fresh)))
+    filled, by_id = [], {}
+    for event in fresh:
+        by_id[event.id] = next(it)
+    fresh_iter = iter(fresh)
+    for result in results:
+        if result is None:
+            event = next(fresh_iter)
+            result = PushResult(id=event.id, position=by_id[event.id], duplicate=False)
+        filled.append(result)
+    return filled
+
+
+def open_storage(db: str) -> HubStorage:
+    """A hub storage from a `--db` value: a postgresql:// URL, or a SQLite file path.
+
+    Imported here, not at the top, so that a SQLite hub never loads the PostgreSQL driver."""
+    if db.startswith(("postgresql://", "postgres://")):
+        from .storage_postgres import PostgresHubStorage
+
+        return PostgresHubStorage(db)
+    from .storage_sqlite import SQLiteHubStorage
+
+    return SQLiteHubStorage(db)

@@ -1,0 +1,133 @@
+"""Hub storage in PostgreSQL, for hubs that outgrow one machine: several hub processes, one database.
+
+Positions come from a counter row locked at the start of every push and updated in the same
+transaction, so they are gapless and commit-ordered (a bare sequence would let a reader skip a
+position whose transaction commits late). Long-polls wake on LISTEN/NOTIFY.
+"""
+
+import threading
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from eventstore.errors import InvalidInput, NotFound
+from eventstore.ids import now_ms
+
+from .storage import AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions
+
+CHANNEL = "mindlog_hub"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS hub_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), position BIGINT NOT NULL);
+INSERT INTO hub_counter VALUES (TRUE, 0) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS hub_events (
+    position BIGINT PRIMARY KEY, id TEXT NOT NULL UNIQUE, digest TEXT NOT NULL, agent TEXT NOT NULL,
+    layer TEXT NOT NULL, recorded_at BIGINT NOT NULL, data BYTEA NOT NULL);
+CREATE INDEX IF NOT EXISTS hub_events_layer ON hub_events(layer, position);
+CREATE TABLE IF NOT EXISTS hub_agents (
+    name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, revoked_at BIGINT);
+CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor BIGINT NOT NULL, at BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
+"""
+
+
+class PostgresHubStorage(HubStorage):
+    def __init__(self, url: str, pool_size: int = 4):
+        self.url = url
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(727272)")
+            try:
+                conn.execute(SCHEMA)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(727272)")
+        self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True)
+        self._listener_lock = threading.Lock()
+        self._listener: psycopg.Connection | None = None
+
+    def close(self) -> None:
+        self.pool.close()
+        if self._listener is not None:
+            self._listener.close()
+
+    def _insert_agent(self, name, token_hash, at):
+        with self.pool.connection() as conn:
+            try:
+                conn.execute("INSERT INTO hub_agents VALUES (%s, %s, %s, NULL)", (name, token_hash, at))
+            except psycopg.errors.UniqueViolation:
+                raise InvalidInput(f"agent {name!r} exists already (revoke it to issue a new token)") from None
+
+    def _agent_row(self, token_hash):
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT name, token_hash, revoked_at FROM hub_agents WHERE token_hash = %s",
+                                (token_hash,)).fetchone()
+
+    def revoke_agent(self, name):
+        with self.pool.connection() as conn:
+            now = now_ms()
+            updated = conn.execute("UPDATE hub_agents SET revoked_at = %s, name = %s WHERE name = %s",
+                                   (now, f"{name}#revoked-{now}", name)).rowcount
+            if not updated:
+                raise NotFound(f"no agent {name!r} on this hub")
+
+    def agents(self):
+        with self.pool.connection() as conn:
+            rows = conn.execute("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at").fetchall()
+        return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r) for n, c, r in rows]
+
+    def push(self, events):
+        with self.pool.connection() as conn, conn.transaction():
+            head = conn.execute("SELECT position FROM hub_counter WHERE one FOR UPDATE").fetchone()[0]
+            known = {id: (digest, pos) for id, digest, pos in conn.execute(
+                "SELECT id, digest, position FROM hub_events WHERE id = ANY(%s)", ([e.id for e in events],))}
+            fresh, results = check_duplicates(events, known)
+            if fresh:
+                now = now_ms()
+                with conn.cursor() as cursor:
+                    cursor.executemany("INSERT INTO hub_events VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                                       [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
+                                        for i, e in enumerate(fresh)])
+                conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(fresh),))
+                conn.execute(f"NOTIFY {CHANNEL}")
+            return fill_positions(results, fresh, head + 1)
+
+    def pull(self, after, layers, limit):
+        if not layers:
+            return []
+        with self.pool.connection() as conn:
+            rows = conn.execute("SELECT position, recorded_at, data FROM hub_events WHERE position > %s "
+                                "AND layer = ANY(%s) ORDER BY position LIMIT %s", (after, layers, limit)).fetchall()
+        return [decode_stored(bytes(data), pos, at) for pos, at, data in rows]
+
+    def head(self):
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT position FROM hub_counter").fetchone()[0]
+
+    def wait(self, after, timeout):
+        if self.head() > after:
+            return True
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = psycopg.connect(self.url, autocommit=True)
+                self._listener.execute(f"LISTEN {CHANNEL}")
+            if self.head() > after:
+                return True
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                break
+        return self.head() > after
+
+    def latest_of_layer(self, layer, at_ms):
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT position, recorded_at, data FROM hub_events WHERE layer = %s "
+                               "AND recorded_at <= %s ORDER BY position DESC LIMIT 1",
+                               (layer, at_ms if at_ms is not None else 1 << 62)).fetchone()
+        return decode_stored(bytes(row[2]), row[0], row[1]) if row else None
+
+    def record_pull(self, agent, cursor):
+        with self.pool.connection() as conn:
+            conn.execute("INSERT INTO hub_pulls VALUES (%s, %s, %s)", (agent, cursor, now_ms()))
+
+    def received_by(self, agent, at_ms):
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT MAX(cursor) FROM hub_pulls WHERE agent = %s AND at <= %s",
+                               (agent, at_ms if at_ms is not None else 1 << 62)).fetchone()
+        return row[0] or 0
+

@@ -1,0 +1,127 @@
+"""Hub storage in SQLite (the default for `mem serve`): one file, one writer at a time."""
+
+import sqlite3
+import threading
+import time
+
+from eventstore.errors import InvalidInput, NotFound
+from eventstore.ids import now_ms
+
+from .storage import AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS hub_events (
+    position INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, digest TEXT NOT NULL, agent TEXT NOT NULL,
+    layer TEXT NOT NULL, recorded_at INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS hub_events_layer ON hub_events(layer, position);
+CREATE TABLE IF NOT EXISTS hub_agents (
+    name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, revoked_at INTEGER);
+CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NULL, at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
+"""
+
+
+class SQLiteHubStorage(HubStorage):
+    def __init__(self, path: str, synchronous: str = "FULL"):
+        self.path = str(path)
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                self.db.execute(statement)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _write(self, fn):
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn()
+                self.db.execute("COMMIT")
+                return result
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+
+    def _read(self, sql, params=()):
+        with self._lock:
+            return self.db.execute(sql, params).fetchall()
+
+    def _insert_agent(self, name, token_hash, at):
+        def insert():
+            if self.db.execute("SELECT 1 FROM hub_agents WHERE name = ?", (name,)).fetchone():
+                raise InvalidInput(f"agent {name!r} exists already (revoke it to issue a new token)")
+            self.db.execute("INSERT INTO hub_agents VALUES (?,?,?,NULL)", (name, token_hash, at))
+        self._write(insert)
+
+    def _agent_row(self, token_hash):
+        rows = self._read("SELECT name, token_hash, revoked_at FROM hub_agents WHERE token_hash = ?", (token_hash,))
+        return rows[0] if rows else None
+
+    def revoke_agent(self, name):
+        def revoke():
+            found = self.db.execute("SELECT revoked_at FROM hub_agents WHERE name = ?", (name,)).fetchone()
+            if found is None:
+                raise NotFound(f"no agent {name!r} on this hub")
+            # Freed for a new registration: the old row keeps the history, under a dated name.
+            self.db.execute("UPDATE hub_agents SET revoked_at = ?, name = ? WHERE name = ?",
+                            (now_ms(), f"{name}#revoked-{now_ms()}", name))
+        self._write(revoke)
+
+    def agents(self):
+        return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r)
+                for n, c, r in self._read("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at")]
+
+    def push(self, events):
+        def append():
+            ids = [e.id for e in events]
+            known = {}
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                known.update((id, (digest, pos)) for id, digest, pos in self.db.execute(
+                    f"SELECT id, digest, position FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+            fresh, results = check_duplicates(events, known)
+            head = self.db.execute("SELECT IFNULL(MAX(position), 0) FROM hub_events").fetchone()[0]
+            now = now_ms()
+            self.db.executemany("INSERT INTO hub_events VALUES (?,?,?,?,?,?,?)",
+                                [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
+                                 for i, e in enumerate(fresh)])
+            return fill_positions(results, fresh, head + 1)
+        return self._write(append)
+
+    def pull(self, after, layers, limit):
+        if not layers:
+            return []
+        rows = self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND layer IN "
+                          f"({','.join('?' * len(layers))}) ORDER BY position LIMIT ?", (after, *layers, limit))
+        return [decode_stored(data, pos, at) for pos, at, data in rows]
+
+    def head(self):
+        return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events")[0][0]
+
+    def wait(self, after, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.head() > after:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def latest_of_layer(self, layer, at_ms):
+        rows = self._read("SELECT position, recorded_at, data FROM hub_events WHERE layer = ? AND recorded_at <= ? "
+                          "ORDER BY position DESC LIMIT 1", (layer, at_ms if at_ms is not None else 1 << 62))
+        return decode_stored(rows[0][2], rows[0][0], rows[0][1]) if rows else None
+
+    def record_pull(self, agent, cursor):
+        self._write(lambda: self.db.execute("INSERT INTO hub_pulls VALUES (?,?,?)", (agent, cursor, now_ms())))
+
+    def received_by(self, agent, at_ms):
+        rows = self._read("SELECT MAX(cursor) FROM hub_pulls WHERE agent = ? AND at <= ?",
+                          (agent, at_ms if at_ms is not None else 1 << 62))
+        return rows[0][0] or 0

@@ -1,0 +1,49 @@
+"""The wire protocol: every request and response body is one of these Structs (JSON, optionally zstd)."""
+
+import msgspec
+
+from eventstore.envelope import Event
+from eventstore.layers import Contract, ContractLayer
+
+__all__ = ["Contract", "ContractLayer", "ContractResponse", "Problem", "PullResponse", "PushRequest", "PushResponse",
+           "PushResult"]
+
+
+class PushRequest(msgspec.Struct, forbid_unknown_fields=True):
+    events: list[Event]
+
+
+class PushResult(msgspec.Struct):
+    id: str
+    position: int
+    duplicate: bool
+
+
+class PushResponse(msgspec.Struct):
+    results: list[PushResult]
+
+
+class PullResponse(msgspec.Struct):
+    """Events after the cursor, in hub order; each event's `seq` is its hub position."""
+
+    events: list[Event]
+    cursor: str
+    more: bool
+
+
+class ContractResponse(msgspec.Struct):
+    contract: Contract
+    position: int
+    agent: str
+
+
+class Problem(msgspec.Struct, omit_defaults=True):
+    """RFC 9457 problem details; `type` is stable."""
+
+    type: str
+    title: str
+    status: int
+    detail: str = ""
+
+
+PROBLEM_BASE = "https://mindlog.dev/problems/"
