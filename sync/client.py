@@ -110,9 +110,7 @@ class HubClient:
                 body = zstandard.ZstdCompressor(level=3).compress(body)
                 headers["content-encoding"] = "zstd"
         response = self.http.request(method, path, content=body, params=params, headers=headers)
-        data = response.content
-        if response.headers.get("content-encoding") == "zstd":
-            data = zstandard.ZstdDecompressor().stream_reader(data).read()
+        data = response.content  # httpx undoes a zstd Content-Encoding itself
         if response.status_code >= 400:
             try:
                 raise HubRefused(msgspec.json.decode(data, type=Problem))

@@ -134,33 +134,37 @@ class HubStorage(ABC):
 
 
 def check_duplicates(events: list[Event], known: dict[str, tuple[str, int]]) -> tuple[list[Event], list]:
-    """Splits a batch into new events and results for known ones; refuses a known id with another digest."""
-    fresh, results, seen = [], [], {}
+    """Splits a batch into its new events and a plan for every result; refuses a known id with
+    another digest. An id repeated inside the batch is stored once and acknowledged twice."""
+    fresh, plan, seen = [], [], {}
     for event in events:
-        found = known.get(event.id) or seen.get(event.id)
+        found = known.get(event.id)
         if found is not None:
             if found[0] != event.digest:
                 raise IdConflict(f"event {event.id} is already on the hub with a different digest")
-            results.append(PushResult(id=event.id, position=found[1], duplicate=True))
-            continue
-        seen[event.id] = (event.digest, -1)
-        fresh.append(event)
-        results.append(None)
-    return fresh, results
+            plan.append(PushResult(id=event.id, position=found[1], duplicate=True))
+        elif event.id in seen:
+            if seen[event.id] != event.digest:
+                raise IdConflict(f"event {event.id} appears twice in the batch with different digests")
+            plan.append(event.id)
+        else:
+            seen[event.id] = event.digest
+            fresh.append(event)
+            plan.append(len(fresh) - 1)
+    return fresh, plan
 
 
-def fill_positions(results: list, fresh: list[Event], first: int) -> list[PushResult]:
-    it = iter(range(first, first + len(fresh)))
-    filled, by_id = [], {}
-    for event in fresh:
-        by_id[event.id] = next(it)
-    fresh_iter = iter(fresh)
-    for result in results:
-        if result is None:
-            event = next(fresh_iter)
-            result = PushResult(id=event.id, position=by_id[event.id], duplicate=False)
-        filled.append(result)
-    return filled
+def fill_positions(plan: list, fresh: list[Event], first: int) -> list[PushResult]:
+    positions = {event.id: first + i for i, event in enumerate(fresh)}
+    results = []
+    for step in plan:
+        if isinstance(step, PushResult):
+            results.append(step)
+        elif isinstance(step, int):
+            results.append(PushResult(id=fresh[step].id, position=first + step, duplicate=False))
+        else:
+            results.append(PushResult(id=step, position=positions[step], duplicate=True))
+    return results
 
 
 def open_storage(db: str) -> HubStorage:

@@ -50,3 +50,21 @@ def workspace(tmp_path) -> Path:
 def memory(workspace):
     with Memory.open(workspace) as mem:
         yield mem
+
+
+# --- PostgreSQL, started by the tests (pytest-postgresql) -----------------------------------------
+
+from pytest_postgresql import factories  # noqa: E402
+
+import pg  # noqa: E402
+
+postgresql_proc = factories.postgresql_proc(executable=pg.pg_ctl(), port=None)
+postgresql = factories.postgresql("postgresql_proc")
+
+
+@pytest.fixture
+def pg_url(postgresql) -> str:
+    """A fresh, empty database on the test server, as a URL."""
+    info = postgresql.info
+    password = f":{info.password}" if info.password else ""
+    return f"postgresql://{info.user}{password}@{info.host}:{info.port}/{info.dbname}"

@@ -1,0 +1,113 @@
+"""The conformance suite every hub storage backend passes (subclass it with a `hub` fixture)."""
+
+import threading
+import time
+
+import pytest
+
+from eventstore.envelope import new_event
+from eventstore.errors import IdConflict, InvalidInput, NotFound
+from eventstore.kinds import EntryAppend
+from sync.wire import Contract, ContractLayer
+
+CONTRACT = Contract(layers={
+    "insights": ContractLayer(path="memory/insights.md", format="entries", producers=["*"], consumers=["*"]),
+    "drafts": ContractLayer(path="content/drafts/", format="pages", producers=["writer"], consumers=["main"]),
+})
+
+
+def entry(agent="alice", text="x", layer="insights"):
+    return new_event(EntryAppend(type="FACT", date="2026-11-29", content=text), agent=agent, layer=layer)
+
+
+class HubStorageConformance:
+    def test_tokens_are_hashed_and_revocable(self, hub):
+        token = hub.add_agent("alice")
+        assert hub.agent_for_token(token) == "alice"
+        assert hub.agent_for_token(token + "x") is None and hub.agent_for_token("") is None
+        assert token not in repr(hub.agents())
+        with pytest.raises(InvalidInput):
+            hub.add_agent("alice")
+        hub.revoke_agent("alice")
+        assert hub.agent_for_token(token) is None
+        assert hub.agent_for_token(hub.add_agent("alice")) == "alice"
+        with pytest.raises(NotFound):
+            hub.revoke_agent("nobody")
+        with pytest.raises(InvalidInput):
+            hub.add_agent("bad name!")
+
+    def test_positions_are_gapless_and_duplicates_acknowledged(self, hub):
+        a, b, c = entry(text="a"), entry(text="b"), entry(text="c")
+        first = hub.push([a, b])
+        assert [(r.position, r.duplicate) for r in first] == [(1, False), (2, False)]
+        again = hub.push([b, c, c])
+        assert [(r.position, r.duplicate) for r in again] == [(2, True), (3, False), (3, True)]
+        assert hub.head() == 3
+        assert [e.id for e in hub.pull(0, ["insights"], 10)] == [a.id, b.id, c.id]
+        assert [e.seq for e in hub.pull(1, ["insights"], 10)] == [2, 3]
+
+    def test_a_known_id_with_another_digest_refuses_the_whole_batch(self, hub):
+        a = entry(text="a")
+        hub.push([a])
+        forged = new_event(EntryAppend(type="FACT", date="2026-11-29", content="forged"), agent="alice",
+                           layer="insights", id=a.id, ts=a.ts)
+        with pytest.raises(IdConflict):
+            hub.push([entry(text="new"), forged])
+        assert hub.head() == 1
+
+    def test_pull_filters_layers_and_limits(self, hub):
+        hub.push([entry(text="1"), entry(layer="drafts", agent="writer"), entry(text="3")])
+        assert [e.seq for e in hub.pull(0, ["insights"], 10)] == [1, 3]
+        assert [e.seq for e in hub.pull(0, ["insights", "drafts"], 2)] == [1, 2]
+        assert hub.pull(0, [], 10) == []
+        event = hub.pull(0, ["insights"], 1)[0]
+        assert event.recorded_at and event.digest and event.body.content == "1"
+
+    def test_contracts_are_events_answerable_as_of_a_time(self, hub):
+        assert hub.contract()[0] == Contract()
+        position = hub.apply_contract(CONTRACT)
+        middle = int(time.time() * 1000)
+        time.sleep(0.01)
+        changed = Contract(layers={"insights": CONTRACT.layers["insights"]})
+        hub.apply_contract(changed)
+        assert hub.contract()[0] == changed
+        assert hub.contract(middle) == (CONTRACT, position)
+        assert hub.contract(0)[0] == Contract()
+        assert hub.pull(0, ["insights", "drafts"], 10) == []  # contract events are never pulled
+
+    def test_pull_progress_answers_what_an_agent_had_received(self, hub):
+        hub.record_pull("alice", 3)
+        middle = int(time.time() * 1000)
+        time.sleep(0.01)
+        hub.record_pull("alice", 7)
+        assert hub.received_by("alice", middle) == 3
+        assert hub.received_by("alice", None) == 7
+        assert hub.received_by("bob", None) == 0
+
+    def test_wait_wakes_on_a_push(self, hub):
+        assert hub.wait(0, 0.05) is False
+        timer = threading.Timer(0.2, lambda: hub.push([entry()]))
+        timer.start()
+        started = time.monotonic()
+        assert hub.wait(0, 5) is True
+        assert time.monotonic() - started < 4
+        timer.join()
+
+    def test_concurrent_pushers_get_distinct_gapless_positions(self, hub):
+        results, errors = [], []
+
+        def pusher(n):
+            try:
+                for i in range(20):
+                    results.extend(r.position for r in hub.push([entry(agent=f"a{n}", text=f"{n}-{i}")]))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=pusher, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert sorted(results) == list(range(1, 81))
+        assert [e.seq for e in hub.pull(0, ["insights"], 1000)] == list(range(1, 81))
