@@ -176,11 +176,11 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
             memory.refresh()
             if progress:
                 progress(len(events))
-        if page.more:
-            continue
+        if page.more or events:
+            continue  # pull until a page comes back empty: that request acknowledges the last one
         if not follow or (stop is not None and stop()):
             break
-        if not events and wait == 0:
+        if wait == 0:
             time.sleep(0.5)
     memory.refresh()
     return PullReport(remote=remote.name, pulled=pulled, cursor=cursor)

@@ -1,0 +1,149 @@
+"""Two agents syncing through a `mem serve` hub, driven by the real `mem` command."""
+
+import json
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from conftest import log_rows, mem_command, run_mem
+from hubserver import free_port
+
+CONTRACT = """
+[layers.insights]
+path = "memory/cross-domain-insights.md"
+format = "entries"
+producers = ["*"]
+consumers = ["*"]
+
+[layers.drafts]
+path = "content/drafts/"
+format = "pages"
+producers = ["writer", "main"]
+consumers = ["main", "writer"]
+"""
+
+
+@pytest.fixture
+def team(tmp_path):
+    hub_db = tmp_path / "hub.db"
+    (tmp_path / "contracts.toml").write_text(CONTRACT)
+    hub = ("--db", hub_db)
+    run_mem("hub", "contract", "apply", tmp_path / "contracts.toml", *hub, check=True)
+    for agent in ("main", "writer"):
+        token = run_mem("hub", "agent", "add", agent, *hub, check=True).stdout.decode().strip()
+        (tmp_path / f"{agent}.token").write_text(token + "\n")
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url + "/health", timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    for agent in ("main", "writer"):
+        run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
+        run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
+                check=True)
+    yield tmp_path, hub
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def mem(tmp, agent, *args, **kw):
+    return run_mem("-w", tmp / agent, *args, **kw)
+
+
+def test_entries_travel_and_reversals_are_marked(team):
+    tmp, hub = team
+    mem(tmp, "main", "pull", check=True)
+    first = mem(tmp, "main", "entry", "add", "insights", "[DECISION] 2026-11-01: Hub on SQLite", check=True)
+    old_id = first.stdout.decode().split()[0]
+    mem(tmp, "main", "push", check=True)
+    mem(tmp, "writer", "pull", check=True)
+    mem(tmp, "writer", "entry", "add", "insights", "[DECISION] Hub on PostgreSQL", "--reverses", old_id,
+        check=True)
+    mem(tmp, "writer", "entry", "add", "insights", "[LESSON] Sync before you write", check=True)
+    assert json.loads(mem(tmp, "writer", "push", "--json", check=True).stdout)["pushed"] == 2
+    mem(tmp, "main", "pull", check=True)
+    a = (tmp / "main/memory/cross-domain-insights.md").read_text()
+    b = (tmp / "writer/memory/cross-domain-insights.md").read_text()
+    assert a == b
+    assert f"[DECISION] 2026-11-01: Hub on SQLite [reversed by " in a and f"(reverses {old_id[:18]})" in a
+    entries = json.loads(mem(tmp, "main", "entry", "list", "insights", "--json", check=True).stdout)
+    assert [e["type"] for e in entries] == ["DECISION", "DECISION", "LESSON"]
+    assert entries[0]["reversed_by"] == entries[1]["id"]
+    believed = json.loads(run_mem("hub", "believed", "writer", *hub, "--json", check=True).stdout)
+    assert believed["cursor"] >= 1
+
+
+def test_a_shared_page_conflict_and_its_resolution(team):
+    tmp, _hub = team
+    for agent in ("main", "writer"):
+        mem(tmp, agent, "pull", check=True)
+    page = tmp / "p.md"
+    page.write_text("---\ntype: draft\n---\n# Launch post\n\nfirst\n")
+    mem(tmp, "writer", "page", "write", "launch", "--layer", "drafts", "--file", page, check=True)
+    mem(tmp, "writer", "sync", check=True)
+    mem(tmp, "main", "sync", check=True)
+    for agent, text in (("main", "main's edit"), ("writer", "writer's edit")):
+        page.write_text(f"---\ntype: draft\n---\n# Launch post\n\n{text}\n")
+        mem(tmp, agent, "page", "write", "launch", "--layer", "drafts", "--file", page, check=True)
+    for agent in ("main", "writer", "main"):
+        mem(tmp, agent, "sync", check=True)
+    views = [json.loads(mem(tmp, a, "conflicts", "--json", check=True).stdout) for a in ("main", "writer")]
+    assert views[0] == views[1] and len(views[0]) == 1 and len(views[0][0]["heads"]) == 2
+    assert (tmp / "main/content/drafts/launch.md").read_bytes() == (tmp / "writer/content/drafts/launch.md").read_bytes()
+    page.write_text("---\ntype: draft\n---\n# Launch post\n\nboth edits\n")
+    mem(tmp, "main", "resolve", "drafts/launch", "--file", page, check=True)
+    mem(tmp, "main", "sync", check=True)
+    mem(tmp, "writer", "sync", check=True)
+    for agent in ("main", "writer"):
+        assert b"no conflicts" in mem(tmp, agent, "conflicts", check=True).stdout
+        assert "both edits" in (tmp / agent / "content/drafts/launch.md").read_text()
+
+
+def test_contract_history_and_refusals(team):
+    tmp, hub = team
+    before = int(time.time() * 1000)
+    time.sleep(0.05)
+    (tmp / "c2.toml").write_text(CONTRACT.replace('producers = ["writer", "main"]', 'producers = ["writer"]'))
+    run_mem("hub", "contract", "apply", tmp / "c2.toml", *hub, check=True)
+    from eventstore.instants import format_instant
+
+    then = run_mem("hub", "contract", "show", *hub, "--at", format_instant(before), check=True).stdout.decode()
+    assert 'producers = ["writer", "main"]' in then
+    assert 'producers = ["writer"]' in run_mem("hub", "contract", "show", *hub, check=True).stdout.decode()
+
+    mem(tmp, "main", "pull", check=True)
+    page = tmp / "p.md"
+    page.write_text("---\ntype: draft\n---\n# X\n")
+    before_rows = log_rows(tmp / "main")
+    for args, expect in [
+        (["page", "write", "x", "--layer", "drafts", "--file", page], "does not produce layer"),
+        (["entry", "add", "insights", "[OPINION] nope"], "not one of"),
+        (["entry", "add", "insights", "no type at all"], "[TYPE]"),
+        (["entry", "add", "nowhere", "[FACT] x"], "not in the contract"),
+        (["entry", "add", "drafts", "[FACT] x"], "holds pages"),
+        (["entry", "add", "insights", "[FACT] x", "--reverses", "01a20000-0000-7000-8000-000000000000"],
+         "no entry"),
+        (["resolve", "drafts/ghost", "--file", page], "does not produce"),
+        (["remote", "add", "x", "ftp://nowhere", "--token-file", page], "not an http"),
+    ]:
+        result = mem(tmp, "main", *args)
+        assert result.returncode != 0 and expect in result.stderr.decode(), (args, result.stderr)
+    assert log_rows(tmp / "main") == before_rows
+
+    run_mem("hub", "agent", "revoke", "writer", *hub, check=True)
+    refused = mem(tmp, "writer", "pull")
+    assert refused.returncode == 1 and b"Invalid token" in refused.stderr
+    duplicate = run_mem("hub", "agent", "add", "main", *hub)
+    assert duplicate.returncode == 1 and b"exists already" in duplicate.stderr
+    bad = tmp / "bad.toml"
+    bad.write_text('[layers.x]\npath = "../escape.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n')
+    assert b"inside the workspace" in run_mem("hub", "contract", "apply", bad, *hub).stderr
+    bad.write_text("[layers.x\n")
+    assert b"not valid TOML" in run_mem("hub", "contract", "apply", bad, *hub).stderr
