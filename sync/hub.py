@@ -58,7 +58,8 @@ def decode_cursor(cursor: str | None) -> int:
         raise HubError(400, "invalid-cursor", "Invalid cursor", "the cursor is not one this hub gave out") from None
 
 
-def create_app(storage: HubStorage) -> Starlette:
+def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starlette:
+    """The hub's ASGI app; a long-poll waits at most `max_wait` seconds, whatever it asks."""
     async def body_of(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
@@ -138,7 +139,7 @@ def create_app(storage: HubStorage) -> Starlette:
         after = decode_cursor(request.query_params.get("cursor"))
         try:
             limit = min(int(request.query_params.get("limit", "1000")), MAX_PULL)
-            wait = min(float(request.query_params.get("wait", "0")), MAX_WAIT_SECONDS)
+            wait = min(float(request.query_params.get("wait", "0")), max_wait)
         except ValueError:
             raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
         if limit < 1 or not wait >= 0:

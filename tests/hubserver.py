@@ -17,8 +17,9 @@ def free_port() -> int:
 
 
 class HubServer:
-    def __init__(self, db: str, port: int | None = None):
+    def __init__(self, db: str, port: int | None = None, **app_options):
         self.db = db
+        self.app_options = app_options
         self.port = port or free_port()
         self.storage = None
         self.server = None
@@ -30,7 +31,7 @@ class HubServer:
 
     def start(self) -> "HubServer":
         self.storage = open_storage(self.db)
-        config = uvicorn.Config(create_app(self.storage), host="127.0.0.1", port=self.port, log_level="error",
+        config = uvicorn.Config(create_app(self.storage, **self.app_options), host="127.0.0.1", port=self.port, log_level="error",
                                 lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
