@@ -22,7 +22,8 @@ from eventstore.errors import InvalidInput, MemError
 from .contracts import produces
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
-BATCH = 1000
+BATCH = 5000
+PULL_BATCH = 5000
 
 
 class Remote(msgspec.Struct):
@@ -167,15 +168,15 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     cursor = memory.log.state(key) or ""
     pulled = 0
     while True:
-        page = client.pull(cursor, BATCH, wait if follow else 0)
+        page = client.pull(cursor, PULL_BATCH, wait if follow else 0)
         events = [_outgoing(e) for e in page.events]
         memory.log.append(events, state={key: page.cursor}, verify=True)
         cursor = page.cursor
         pulled += len(events)
-        if events:
-            memory.refresh()
-            if progress:
-                progress(len(events))
+        if events and progress:
+            progress(len(events))
+        if events and not page.more:
+            memory.refresh()  # once caught up, not after every page: a burst renders its files once
         if page.more or events:
             continue  # pull until a page comes back empty: that request acknowledges the last one
         if not follow or (stop is not None and stop()):
