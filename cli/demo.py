@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from eventstore.ids import now_ms
 from eventstore.instants import format_instant
 from projections.memory import Memory
 from projections import audit as auditing
@@ -60,7 +61,8 @@ def show_file(root: Path, path: str) -> None:
 def run_demo(keep: Path | None = None) -> None:
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mem-demo-"))
     try:
-        _run(root)
+        _run(root / "artemis")
+        _run_team(root / "team")
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -136,3 +138,102 @@ def _run(root: Path) -> None:
     step("mem verify")
     typer.echo(f"ok: {verified.checked} events, digests and chain intact" if verified.ok else verified.problem)
     mem.close()
+
+
+TEAM_CONTRACT = """
+[layers.insights]
+path = "memory/cross-domain-insights.md"
+format = "entries"
+producers = ["*"]
+consumers = ["*"]
+
+[layers.drafts]
+path = "content/drafts/"
+format = "pages"
+producers = ["main", "writer"]
+consumers = ["main", "writer", "research"]
+"""
+
+
+def _draft(text: str) -> bytes:
+    return f"---\ntype: draft\ndescription: the launch announcement\n---\n# Launch post\n\n{text}\n".encode()
+
+
+def _run_team(root: Path) -> None:
+    from sync.client import HubClient, Remote, pull, push
+    from sync.contracts import parse_contract
+    from sync.server import BackgroundHub
+    from sync.storage import open_storage
+
+    root.mkdir(parents=True)
+    step("a hub on 127.0.0.1, three agents, one contract   (mem hub agent add / contract apply / serve)")
+    hub_db = str(root / "hub.db")
+    admin = open_storage(hub_db)
+    admin.apply_contract(parse_contract(TEAM_CONTRACT))
+    names = ("main", "writer", "research")
+    tokens = {name: admin.add_agent(name) for name in names}
+    admin.close()
+    hub = BackgroundHub(hub_db).start()
+    typer.echo(f"hub at {hub.url}; insights: everyone writes and reads; drafts: main and writer write")
+    team = {name: Memory.init(root / name, name) for name in names}
+    clients = {name: HubClient(hub.url, tokens[name]) for name in names}
+    remote = Remote(name="hub", url=hub.url, token_file="-")
+
+    def sync_all(rounds: int = 2) -> None:
+        for _ in range(rounds):
+            for name in names:
+                push(team[name], remote, clients[name])
+            for name in names:
+                pull(team[name], remote, clients[name])
+
+    try:
+        sync_all(1)
+        step("mem entry add insights ...   (each agent, then mem sync)")
+        for name, text in (("research", "[FACT] The staging database is a nightly copy of prod"),
+                           ("writer", "[LESSON] Announce after the deploy, never before"),
+                           ("main", "[DECISION] Launch on Tuesday")):
+            team[name].entry_add("insights", text)
+            typer.echo(f"{name}: {text}")
+        sync_all()
+        insights = "memory/cross-domain-insights.md"
+        show_file(team["research"].root, insights)
+        same = len({(team[n].root / insights).read_bytes() for n in names}) == 1
+        typer.echo(f"byte-identical in all three workspaces: {same}")
+
+        step("a shared page edited by two agents at once   (mem page write launch --layer drafts)")
+        team["writer"].shared_page_write("drafts", "launch", _draft("We launch on Tuesday."))
+        sync_all()
+        team["main"].shared_page_write("drafts", "launch", _draft("We launch on Tuesday at 10:00."))
+        team["writer"].shared_page_write("drafts", "launch", _draft("We launch on Tuesday. Tell support first."))
+        sync_all()
+        time.sleep(0.01)
+        moment = now_ms()
+        time.sleep(0.01)
+        for name in names:
+            for c in team[name].views.shared.conflicts(team[name].views.checkpoint()):
+                typer.echo(f"{name} sees drafts/{c.slug}: {len(c.heads)} heads, winner {c.winner[:18]}")
+
+        step("mem resolve drafts/launch   (main writes an update whose parents are both heads)")
+        team["main"].resolve("drafts", "launch", _draft("We launch on Tuesday at 10:00. Tell support first."))
+        sync_all()
+        for name in names:
+            left = team[name].views.shared.conflicts(team[name].views.checkpoint())
+            text = (team[name].root / "content/drafts/launch.md").read_text().splitlines()[-1]
+            typer.echo(f"{name}: {len(left)} conflicts; launch.md ends: {text}")
+
+        step(f"what each agent believed at {format_instant(moment)}   (mem believed / mem hub believed)")
+        for name in names:
+            views = team[name].views
+            seq = team[name].seq_at(moment)
+            lines = [line for line in (views.file_text(insights, seq) or "").splitlines() if line.startswith("[")]
+            page = views.file_text("content/drafts/launch.md", seq) or ""
+            typer.echo(f"{name} (seq {seq}): {len(lines)} insights; launch.md then: {page.splitlines()[-1]}")
+        for name in names:
+            typer.echo(f"hub: {name} had acknowledged hub events up to position "
+                       f"{hub.storage.received_by(name, moment)} by then")
+    finally:
+        for client in clients.values():
+            client.close()
+        for memory in team.values():
+            memory.close()
+        hub.stop()

@@ -1,59 +1,6 @@
 """A real hub served by uvicorn on 127.0.0.1, in a thread, that tests can stop and restart."""
 
-import socket
-import threading
-import time
+from sync.server import BackgroundHub as HubServer
+from sync.server import free_port
 
-import uvicorn
-
-from sync.hub import create_app
-from sync.storage import open_storage
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class HubServer:
-    def __init__(self, db: str, port: int | None = None, **app_options):
-        self.db = db
-        self.app_options = app_options
-        self.port = port or free_port()
-        self.storage = None
-        self.server = None
-        self.thread = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> "HubServer":
-        self.storage = open_storage(self.db)
-        config = uvicorn.Config(create_app(self.storage, **self.app_options), host="127.0.0.1", port=self.port, log_level="error",
-                                lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the hub did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.storage.close()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+__all__ = ["HubServer", "free_port"]

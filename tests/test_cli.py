@@ -9,7 +9,9 @@ def test_demo_runs_end_to_end():
     out = run_mem("demo", check=True).stdout.decode()
     for expected in ("ingest mind/deploy-procedure.md", "update | Deploy procedure", "delete | Monitor agent",
                      "files rewritten: 0", "no differences", "[Loop Compacted, audited]",
-                     "source audit, audit id 1, loop main", "digests and chain intact"):
+                     "source audit, audit id 1, loop main", "digests and chain intact",
+                     "byte-identical in all three workspaces: True", "research sees drafts/launch: 2 heads",
+                     "research: 0 conflicts", "hub: research had acknowledged hub events up to position"):
         assert expected in out, expected
 
 

@@ -1,0 +1,59 @@
+"""A hub served by uvicorn on 127.0.0.1 in a background thread (for `mem demo` and the tests)."""
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from .hub import create_app
+from .storage import open_storage
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BackgroundHub:
+    def __init__(self, db: str, port: int | None = None, **app_options):
+        self.db = db
+        self.port = port or free_port()
+        self.app_options = app_options
+        self.storage = None
+        self.server = None
+        self.thread = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "BackgroundHub":
+        self.storage = open_storage(self.db)
+        config = uvicorn.Config(create_app(self.storage, **self.app_options), host="127.0.0.1", port=self.port,
+                                log_level="error", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the hub did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.storage.close()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
