@@ -36,13 +36,15 @@ def event_line(event: Event) -> str:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: int):
-    """Yields a callback that advances a rich progress bar by n; silent when not on a terminal."""
+def progress_bar(description: str, total: int | None):
+    """Yields a callback that advances a rich progress bar by n; silent when not on a terminal.
+
+    A `total` of None draws a bar of unknown length (a pull does not know how much is waiting)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True, disable=not sys.stderr.isatty() or total < 1000,
+    with Progress(*columns, transient=True, disable=not sys.stderr.isatty() or (total is not None and total < 1000),
                   console=Console(stderr=True)) as progress:
         task = progress.add_task(description, total=total)
         yield lambda n: progress.advance(task, n)

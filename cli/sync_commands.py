@@ -41,7 +41,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
     from sync.hub import create_app
 
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db)), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(storage(db)), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 
 @agent_app.command("add")
@@ -164,7 +164,7 @@ def pull(remote: Optional[str] = typer.Argument(None),
 
     with memory() as mem:
         target = get_remote(mem, remote)
-        with progress_bar("pull", 0) as advance:
+        with progress_bar("pull", None) as advance:
             try:
                 report = pulling(mem, target, follow=follow, wait=25 if follow else 0, progress=advance)
             except KeyboardInterrupt:

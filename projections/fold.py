@@ -169,6 +169,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
             if first is not None:
                 adf.note_events(first, ts)
+            shared.flush()
             wiki.flush(end)
             db.execute("COMMIT")
         except BaseException:

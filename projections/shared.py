@@ -124,19 +124,27 @@ class SharedFold:
     def __init__(self, views):
         self.db = views.db
         self.views = views
+        self.entries: list[tuple] = []
+        self.versions: list[tuple] = []
 
     def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
         if isinstance(body, EntryAppend):
-            self.db.execute("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)",
-                            (layer, id, seq, agent, body.type, body.date, body.content, body.reverses))
+            self.entries.append((layer, id, seq, agent, body.type, body.date, body.content, body.reverses))
             path = self.views.shared_path(layer)
         elif isinstance(body, (PageIngest, PageUpdate, PageDelete)):
             deleted = isinstance(body, PageDelete)
-            self.db.execute("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)",
-                            (layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
-                             None if deleted else raw))
+            self.versions.append((layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
+                                  None if deleted else raw))
             path = self.views.shared_path(layer, body.slug)
         else:
             return
         if path:
             dirty.add(path)
+
+    def flush(self) -> None:
+        """Writes the batch; the caller holds the transaction that also moves the checkpoint."""
+        if self.entries:
+            self.db.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)", self.entries)
+        if self.versions:
+            self.db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
+        self.entries, self.versions = [], []

@@ -32,7 +32,7 @@ class BackgroundHub:
     def start(self) -> "BackgroundHub":
         self.storage = open_storage(self.db)
         config = uvicorn.Config(create_app(self.storage, **self.app_options), host="127.0.0.1", port=self.port,
-                                log_level="error", lifespan="off")
+                                log_level="error", lifespan="off", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -1,6 +1,7 @@
 """Two agents syncing through a `mem serve` hub, driven by the real `mem` command."""
 
 import json
+import signal
 import subprocess
 import time
 
@@ -147,3 +148,24 @@ def test_contract_history_and_refusals(team):
     assert b"inside the workspace" in run_mem("hub", "contract", "apply", bad, *hub).stderr
     bad.write_text("[layers.x\n")
     assert b"not valid TOML" in run_mem("hub", "contract", "apply", bad, *hub).stderr
+
+
+def test_pull_follow_long_polls_until_interrupted(team):
+    tmp, _hub = team
+    mem(tmp, "writer", "pull", check=True)
+    follower = subprocess.Popen([*mem_command(), "-w", tmp / "main", "pull", "--follow"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        mem(tmp, "writer", "entry", "add", "insights", "[FACT] Followers see this without asking", check=True)
+        mem(tmp, "writer", "push", check=True)
+        target = tmp / "main/memory/cross-domain-insights.md"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (target.exists() and "without asking" in target.read_text()):
+            time.sleep(0.2)
+        assert "Followers see this without asking" in target.read_text()
+        assert follower.poll() is None  # still following
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.wait(timeout=30)
+    assert follower.returncode == 0, follower.stderr.read()
