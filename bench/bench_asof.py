@@ -25,7 +25,7 @@ def build_git(memory: Memory, repo, limit: int) -> None:
     proc = subprocess.Popen(["git", "-C", str(repo), "fast-import", "--quiet"], stdin=subprocess.PIPE)
     mark = 0
     out = proc.stdin
-    for _seq, ts, _kind, codec, body in memory.log.db.execute(
+    for seq, ts, _kind, codec, body in memory.log.db.execute(
             "SELECT seq, ts, kind, codec, body FROM events WHERE kind IN ('page.ingest','page.update') "
             "ORDER BY seq LIMIT ?", (limit,)):
         page = decode_body(unpack_body(codec, body))

@@ -61,7 +61,8 @@ def raw_compaction(n: int) -> float:
     entries = [{"seq": s, "role": r, "content_json": json.loads(c), "created_at": t} for s, r, c, t in rows]
     text = json.dumps(entries, separators=(",", ":")).encode()
     db.execute("INSERT INTO adf_audit (source, start_seq, end_seq, entry_count, size_bytes, data, created_at) "
-               "VALUES ('loop:main', 1, ?, ?, ?, ?, 0)", (n, n, len(text), brotli.compress(text, quality=BROTLI_QUALITY)))
+               "VALUES ('loop:main', 1, ?, ?, ?, ?, 0)",
+               (n, n, len(text), brotli.compress(text, quality=BROTLI_QUALITY)))
     db.execute("DELETE FROM adf_loop")
     db.execute("INSERT INTO adf_loop VALUES (?, 'main', 'user', '[]', NULL, NULL, 0, NULL)", (n + 1,))
     db.execute("COMMIT")

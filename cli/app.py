@@ -100,7 +100,8 @@ def status(json: bool = JsonOpt):
 # --- pages and Always ---------------------------------------------------------------------------
 
 @page_app.command("write")
-def page_write(slug: str, file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
+def page_write(slug: str,
+               file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
                layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
                force: bool = ForceOpt):

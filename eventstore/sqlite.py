@@ -1,5 +1,6 @@
 """The event log in SQLite: WAL mode, synchronous=FULL by default, one writer at a time."""
 
+import functools
 import hashlib
 import sqlite3
 import time
@@ -205,7 +206,8 @@ class SQLiteLog(Recorder):
         if since_ms is not None:
             where.append("recorded_at >= ?")
             params.append(since_ms)
-        sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
+        order = "DESC" if newest_first else "ASC"
+        sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {order}"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
@@ -256,27 +258,24 @@ class SQLiteLog(Recorder):
         """Checks that seqs are gapless, every body decodes, every digest and the chain hold."""
         expected_seq, chain, checked = 0, ZERO_CHAIN, 0
         head = self.head()
-        for seq, id, ts, _rec, agent, layer, kind, codec, body, digest, stored_chain in self.db.execute(
-                f"SELECT {COLUMNS} FROM events ORDER BY seq"):
+        rows = self.db.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq")
+        for seq, id, ts, _rec, agent, layer, kind, codec, body, digest, stored_chain in rows:
             expected_seq += 1
-
-            def bad(problem):
-                return VerifyReport(ok=False, checked=checked, head=head, first_bad_seq=seq, problem=problem)
-
+            bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq)
             if seq != expected_seq:
-                return bad(f"gap: expected seq {expected_seq}, found {seq}")
+                return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
             try:
                 raw = unpack_body(codec, body)
                 decoded = decode_body(raw)
             except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
-                return bad(f"body does not decode: {exc}")
+                return bad(problem=f"body does not decode: {exc}")
             if decoded.__struct_config__.tag != kind:
-                return bad(f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
+                return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
             if compute_digest(id_text(id), ts, agent, layer, kind, raw) != digest.hex():
-                return bad("digest mismatch: the event's content was changed after it was appended")
+                return bad(problem="digest mismatch: the event's content was changed after it was appended")
             chain = _chain(chain, digest)
             if chain != stored_chain:
-                return bad("chain mismatch: an event before this one was changed, removed or reordered")
+                return bad(problem="chain mismatch: an event before this one was changed, removed or reordered")
             checked += 1
             if progress:
                 progress(checked)

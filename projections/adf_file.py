@@ -24,7 +24,7 @@ from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, Impo
 
 from . import render
 from .adf import MESSAGE_COLUMNS
-from .views import LOG_PATH, MIND_PATH, page_path
+from .views import LOG_PATH, MIND_PATH
 
 SCHEMA_28 = """
 CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL,

@@ -40,9 +40,11 @@ def _write_temp(target: Path, chunks) -> tuple[Path, str]:
     return tmp, digest.hexdigest()
 
 
-def remove_stale_temp_files(root: Path) -> None:
+def remove_stale_temp_files(views: Views, root: Path) -> None:
     """Temporary files left by a process killed mid-write (the caller holds the projector lock)."""
-    for folder in (root, root / "mind"):
+    known = views.db.execute("SELECT path FROM file_state")
+    folders = {root / "mind", root} | {(root / path).parent for (path,) in known}
+    for folder in folders:
         for leftover in folder.glob(".*.mem-tmp-*"):
             leftover.unlink(missing_ok=True)
 

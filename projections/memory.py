@@ -73,7 +73,7 @@ class Memory:
     def refresh(self, *, force: bool = False, progress=None) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace."""
         with self.lock():
-            remove_stale_temp_files(self.root)
+            remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
             self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report

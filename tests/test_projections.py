@@ -10,7 +10,8 @@ from projections.materialize import hand_edited
 
 from conftest import PAGE, run_mem
 
-V2 = b"---\ntype: procedure\ndescription: staging first, prod needs owner ack\nowner: ops\n---\n# Deploy procedure\n\nProd ack.\n"
+V2 = (b"---\ntype: procedure\ndescription: staging first, prod needs owner ack\nowner: ops\n---\n"
+      b"# Deploy procedure\n\nProd ack.\n")
 
 
 def read(memory, path):

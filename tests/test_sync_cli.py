@@ -73,7 +73,7 @@ def test_entries_travel_and_reversals_are_marked(team):
     a = (tmp / "main/memory/cross-domain-insights.md").read_text()
     b = (tmp / "writer/memory/cross-domain-insights.md").read_text()
     assert a == b
-    assert f"[DECISION] 2026-11-01: Hub on SQLite [reversed by " in a and f"(reverses {old_id[:18]})" in a
+    assert "[DECISION] 2026-11-01: Hub on SQLite [reversed by " in a and f"(reverses {old_id[:18]})" in a
     entries = json.loads(mem(tmp, "main", "entry", "list", "insights", "--json", check=True).stdout)
     assert [e["type"] for e in entries] == ["DECISION", "DECISION", "LESSON"]
     assert entries[0]["reversed_by"] == entries[1]["id"]
@@ -97,7 +97,8 @@ def test_a_shared_page_conflict_and_its_resolution(team):
         mem(tmp, agent, "sync", check=True)
     views = [json.loads(mem(tmp, a, "conflicts", "--json", check=True).stdout) for a in ("main", "writer")]
     assert views[0] == views[1] and len(views[0]) == 1 and len(views[0][0]["heads"]) == 2
-    assert (tmp / "main/content/drafts/launch.md").read_bytes() == (tmp / "writer/content/drafts/launch.md").read_bytes()
+    launch = "content/drafts/launch.md"
+    assert (tmp / "main" / launch).read_bytes() == (tmp / "writer" / launch).read_bytes()
     page.write_text("---\ntype: draft\n---\n# Launch post\n\nboth edits\n")
     mem(tmp, "main", "resolve", "drafts/launch", "--file", page, check=True)
     mem(tmp, "main", "sync", check=True)
