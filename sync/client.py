@@ -169,7 +169,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     pulled = 0
     while True:
         page = client.pull(cursor, PULL_BATCH, wait if follow else 0)
-        events = [_outgoing(e) for e in page.events]
+        events = page.events  # their seq, recorded_at and chain are the hub's; the local log sets its own
         memory.log.append(events, state={key: page.cursor}, verify=True)
         cursor = page.cursor
         pulled += len(events)

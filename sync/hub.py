@@ -88,7 +88,7 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starl
         data = msgspec.json.encode(value)
         headers = {}
         if "zstd" in request.headers.get("accept-encoding", "") and len(data) > 1024:
-            data = zstandard.ZstdCompressor(level=3).compress(data)
+            data = zstandard.ZstdCompressor(level=1).compress(data)
             headers["content-encoding"] = "zstd"
         return Response(data, status_code=status, media_type="application/json", headers=headers)
 
