@@ -77,3 +77,46 @@ def test_sigkill_during_compactions_leaves_whole_operations(workspace, tmp_path)
                                             (seq,)).fetchall()
             assert blobs == ([(archived,)] if archived else [])
     assert run_mem("-w", workspace, "replay", "--check").returncode == 0
+
+
+def test_sigkill_during_pulls_loses_and_duplicates_nothing(tmp_path):
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+    from sync.contracts import parse_contract
+    from sync.server import BackgroundHub
+    from sync.storage import open_storage
+
+    db = str(tmp_path / "hub.db")
+    hub = open_storage(db)
+    hub.apply_contract(parse_contract('[layers.insights]\npath = "memory/insights.md"\nformat = "entries"\n'
+                                      'producers = ["*"]\nconsumers = ["*"]\n'))
+    (tmp_path / "reader.token").write_text(hub.add_agent("reader"))
+    hub.add_agent("writer")
+    ids = []
+    for start in range(0, 30_000, 5_000):
+        batch = [new_event(EntryAppend(type="FACT", date="2026-11-29", content=f"fact {i}"), agent="writer",
+                           layer="insights") for i in range(start, start + 5_000)]
+        hub.push(batch)
+        ids += [e.id for e in batch]
+    hub.close()
+    workspace = tmp_path / "reader"
+    with BackgroundHub(db) as server:
+        run_mem("init", "-w", workspace, "--agent", "reader", check=True)
+        run_mem("remote", "add", "origin", server.url, "--token-file", tmp_path / "reader.token", "-w", workspace,
+                check=True)
+        rng = random.Random(11)
+        for _round in range(6):
+            proc = subprocess.Popen([*mem_command(), "-w", str(workspace), "pull"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            time.sleep(rng.uniform(0.4, 1.5))
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert run_mem("-w", workspace, "verify").returncode == 0
+        run_mem("-w", workspace, "pull", check=True)
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory:
+        pulled = [e.id for e in memory.log.read(layers=["insights"])]
+        assert len(pulled) == len(set(pulled)) == len(ids) and set(pulled) == set(ids)
+        lines = (workspace / "memory/insights.md").read_text().count("\n[FACT]")
+        assert lines == len(ids)
