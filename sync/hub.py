@@ -58,6 +58,22 @@ def decode_cursor(cursor: str | None) -> int:
         raise HubError(400, "invalid-cursor", "Invalid cursor", "the cursor is not one this hub gave out") from None
 
 
+def check_batch(events, agent: str, contract) -> None:
+    """Every check a pushed event must pass before any of its batch is applied."""
+    for event in events:
+        check_event(event)
+        if event.agent != agent:
+            raise HubError(403, "agent-mismatch", "Agent mismatch",
+                           f"event {event.id} names agent {event.agent!r}; the token is {agent!r}'s")
+        if not produces(contract, agent, event.layer):
+            raise HubError(403, "out-of-contract", "Out of contract",
+                           f"{agent!r} does not produce layer {event.layer!r}; nothing of the batch was applied")
+        allowed = LAYER_KINDS[contract.layers[event.layer].format]
+        if event.kind not in allowed:
+            raise HubError(422, "wrong-kind", "Wrong kind for layer",
+                           f"layer {event.layer!r} takes {', '.join(allowed)}, not {event.kind!r}")
+
+
 def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starlette:
     """The hub's ASGI app; a long-poll waits at most `max_wait` seconds, whatever it asks."""
     async def body_of(request: Request) -> bytes:
@@ -119,18 +135,8 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starl
         except msgspec.DecodeError as exc:
             raise HubError(400, "invalid-body", "Invalid body", f"not JSON: {exc}") from None
         current, _ = await run_in_threadpool(storage.contract)
-        for event in batch.events:
-            check_event(event)
-            if event.agent != agent:
-                raise HubError(403, "agent-mismatch", "Agent mismatch",
-                               f"event {event.id} names agent {event.agent!r}; the token is {agent!r}'s")
-            if not produces(current, agent, event.layer):
-                raise HubError(403, "out-of-contract", "Out of contract",
-                               f"{agent!r} does not produce layer {event.layer!r}; nothing of the batch was applied")
-            allowed = LAYER_KINDS[current.layers[event.layer].format]
-            if event.kind not in allowed:
-                raise HubError(422, "wrong-kind", "Wrong kind for layer",
-                               f"layer {event.layer!r} takes {', '.join(allowed)}, not {event.kind!r}")
+        # Digests are recomputed off the event loop: a large batch is real CPU work.
+        await run_in_threadpool(check_batch, batch.events, agent, current)
         results = await run_in_threadpool(storage.push, batch.events) if batch.events else []
         return reply(request, PushResponse(results=results))
 
