@@ -1,11 +1,20 @@
 """The one interface every event-log backend implements (SQLite here; the hub has its own storage)."""
 
+import functools
+import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
 
-from .envelope import Event
+from .envelope import Event, compute_digest, decode_body, unpack_body
+
+ZERO_CHAIN = bytes(32)
+
+
+def chain_link(previous: bytes | None, digest: bytes) -> bytes:
+    """The next link of the hash chain: sha256(previous link + this event's digest)."""
+    return hashlib.sha256((previous or ZERO_CHAIN) + digest).digest()
 
 
 class VerifyReport(msgspec.Struct):
@@ -52,3 +61,31 @@ class Recorder(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
+    """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
+    seq order: gapless seqs, bodies that decode to their kind, digests, and the chain."""
+    expected_seq, chain, checked = 0, ZERO_CHAIN, 0
+    for seq, id, ts, _recorded, agent, layer, kind, codec, body, digest, stored_chain in rows:
+        expected_seq += 1
+        bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq)
+        if seq != expected_seq:
+            return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
+        try:
+            raw = unpack_body(codec, bytes(body))
+            decoded = decode_body(raw)
+        except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
+            return bad(problem=f"body does not decode: {exc}")
+        if decoded.__struct_config__.tag != kind:
+            return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
+        digest = bytes(digest)
+        if compute_digest(id, ts, agent, layer, kind, raw) != digest.hex():
+            return bad(problem="digest mismatch: the event's content was changed after it was appended")
+        chain = chain_link(chain, digest)
+        if chain != bytes(stored_chain):
+            return bad(problem="chain mismatch: an event before this one was changed, removed or reordered")
+        checked += 1
+        if progress:
+            progress(checked)
+    return VerifyReport(ok=True, checked=checked, head=head)

@@ -1,18 +1,16 @@
 """The event log in SQLite: WAL mode, synchronous=FULL by default, one writer at a time."""
 
-import functools
 import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .envelope import Event, check_event, compute_digest, decode_body, pack_body, unpack_body
+from .envelope import Event, check_event, decode_body, pack_body, unpack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
-from .recorder import Recorder, VerifyReport
+from .recorder import ZERO_CHAIN, Recorder, VerifyReport, chain_link, verify_rows
 
-ZERO_CHAIN = bytes(32)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -53,10 +51,6 @@ def id_text(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _chain(previous: bytes | None, digest: bytes) -> bytes:
-    return hashlib.sha256((previous or ZERO_CHAIN) + digest).digest()
-
-
 def row_to_event(row) -> Event:
     seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
     return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
@@ -75,7 +69,7 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
-        self.db.create_function("mem_chain", 2, _chain, deterministic=True)
+        self.db.create_function("mem_chain", 2, chain_link, deterministic=True)
         if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='sync_state'").fetchone():
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -255,28 +249,5 @@ class SQLiteLog(Recorder):
         return row[0] if row else None
 
     def verify(self, progress=None) -> VerifyReport:
-        """Checks that seqs are gapless, every body decodes, every digest and the chain hold."""
-        expected_seq, chain, checked = 0, ZERO_CHAIN, 0
-        head = self.head()
         rows = self.db.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq")
-        for seq, id, ts, _rec, agent, layer, kind, codec, body, digest, stored_chain in rows:
-            expected_seq += 1
-            bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq)
-            if seq != expected_seq:
-                return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
-            try:
-                raw = unpack_body(codec, body)
-                decoded = decode_body(raw)
-            except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
-                return bad(problem=f"body does not decode: {exc}")
-            if decoded.__struct_config__.tag != kind:
-                return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
-            if compute_digest(id_text(id), ts, agent, layer, kind, raw) != digest.hex():
-                return bad(problem="digest mismatch: the event's content was changed after it was appended")
-            chain = _chain(chain, digest)
-            if chain != stored_chain:
-                return bad(problem="chain mismatch: an event before this one was changed, removed or reordered")
-            checked += 1
-            if progress:
-                progress(checked)
-        return VerifyReport(ok=True, checked=checked, head=head)
+        return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), self.head(), progress)

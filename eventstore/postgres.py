@@ -1,0 +1,128 @@
+"""The event log in PostgreSQL: the same Recorder as the SQLite log, for logs that live on a server.
+
+Seqs come from a counter row locked at the start of every append and updated in the same
+transaction, so they are gapless and commit-ordered with any number of writers.
+"""
+
+from collections.abc import Iterator, Sequence
+
+import psycopg
+
+from .envelope import Event, check_event, pack_body
+from .errors import IdConflict, InvalidInput
+from .ids import now_ms
+from .recorder import ZERO_CHAIN, Recorder, VerifyReport, chain_link, verify_rows
+from .sqlite import COLUMNS, id_bytes, id_text, row_to_event
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS log_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), seq BIGINT NOT NULL,
+                                        chain BYTEA NOT NULL, recorded_at BIGINT NOT NULL);
+INSERT INTO log_counter VALUES (TRUE, 0, '\\x0000000000000000000000000000000000000000000000000000000000000000', 0)
+    ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS events (
+    seq BIGINT PRIMARY KEY, id BYTEA NOT NULL UNIQUE, ts BIGINT NOT NULL, recorded_at BIGINT NOT NULL,
+    agent TEXT NOT NULL, layer TEXT NOT NULL, kind TEXT NOT NULL, codec SMALLINT NOT NULL, body BYTEA NOT NULL,
+    digest BYTEA NOT NULL, chain BYTEA NOT NULL);
+CREATE INDEX IF NOT EXISTS events_recorded_at ON events(recorded_at);
+"""
+
+
+def _row(row) -> tuple:
+    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
+    return (seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain))
+
+
+class PostgresLog(Recorder):
+    def __init__(self, url: str, *, trusted: bool = True):
+        self.trusted = trusted
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute("SELECT pg_advisory_lock(727273)")
+        try:
+            self.conn.execute(SCHEMA)
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock(727273)")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def append(self, events: Sequence[Event]) -> list[int]:
+        prepared = []
+        for event in events:
+            raw = check_event(event) if not self.trusted else event.raw_body()
+            if not event.digest:
+                raise InvalidInput(f"event {event.id} has no digest")
+            prepared.append((event, raw))
+        with self.conn.transaction():
+            seq, chain, last_recorded = self.conn.execute(
+                "SELECT seq, chain, recorded_at FROM log_counter WHERE one FOR UPDATE").fetchone()
+            chain = bytes(chain) or ZERO_CHAIN
+            known = {id_text(bytes(i)): (bytes(d).hex(), s) for i, d, s in self.conn.execute(
+                "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e, _r in prepared],))}
+            recorded_at = max(now_ms(), last_recorded)
+            rows, seqs = [], []
+            for event, raw in prepared:
+                found = known.get(event.id)
+                if found is not None:
+                    if found[0] != event.digest:
+                        raise IdConflict(f"event {event.id} is already in the log with a different digest")
+                    seqs.append(found[1])
+                    continue
+                seq += 1
+                digest = bytes.fromhex(event.digest)
+                chain = chain_link(chain, digest)
+                codec, stored = pack_body(raw)
+                rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.kind,
+                             codec, stored, digest, chain))
+                known[event.id] = (event.digest, seq)
+                seqs.append(seq)
+            if rows:
+                with self.conn.cursor() as cursor:
+                    cursor.executemany(f"INSERT INTO events ({COLUMNS}) VALUES "
+                                       "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+                self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
+                                  (seq, chain, recorded_at))
+        return seqs
+
+    def read_rows(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
+                  newest_first=False) -> Iterator[tuple]:
+        where, params = ["seq > %s"], [after]
+        for column, value in (("seq <=", upto), ("agent =", agent), ("recorded_at >=", since_ms)):
+            if value is not None:
+                where.append(f"{column} %s")
+                params.append(value)
+        for column, values in (("kind", kinds), ("layer", layers)):
+            if values:
+                where.append(f"{column} = ANY(%s)")
+                params.append(list(values))
+        sql = (f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} "
+               f"ORDER BY seq {'DESC' if newest_first else 'ASC'}")
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        for row in self.conn.execute(sql, params):
+            yield _row(row)
+
+    def read(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
+             newest_first=False) -> Iterator[Event]:
+        for row in self.read_rows(after, upto, kinds=kinds, layers=layers, agent=agent, since_ms=since_ms,
+                                  limit=limit, newest_first=newest_first):
+            yield row_to_event(row)
+
+    def get(self, id: str) -> Event | None:
+        row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()
+        return row_to_event(_row(row)) if row else None
+
+    def get_by_seq(self, seq: int) -> Event | None:
+        row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE seq = %s", (seq,)).fetchone()
+        return row_to_event(_row(row)) if row else None
+
+    def head(self) -> int:
+        return self.conn.execute("SELECT seq FROM log_counter").fetchone()[0]
+
+    def seq_at(self, recorded_at_ms: int) -> int:
+        row = self.conn.execute("SELECT MAX(seq) FROM events WHERE recorded_at <= %s", (recorded_at_ms,)).fetchone()
+        return row[0] or 0
+
+    def verify(self, progress=None) -> VerifyReport:
+        rows = (_row(r) for r in self.conn.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq"))
+        return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), self.head(), progress)
