@@ -25,10 +25,12 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
-def _build(log, path: Path, upto: int | None, progress) -> Views:
+def _build(log, path: Path, upto: int | None, progress, contract=None) -> Views:
+    """Folds the log into a new views database; `contract` places the shared layers' files."""
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
     views = Views(path, fast=True)
+    views.contract = contract
     catch_up(log, views, upto=upto, batch=20000, progress=progress)
     return views
 
@@ -43,7 +45,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         carried = memory.views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
-        views = _build(memory.log, rebuilt, upto, progress)
+        views = _build(memory.log, rebuilt, upto, progress, memory.views.contract)
         views.db.execute("BEGIN")
         views.db.executemany("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) "
                              "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
@@ -71,7 +73,7 @@ def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
     """Rebuilds into a temporary directory and lists every file or view row that differs."""
     with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
         views = _build(memory.log, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
-                       progress)
+                       progress, memory.views.contract)
         out = Path(tmp) / "files"
         for path in views.paths():
             views.db.execute("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)", (path,))

@@ -106,6 +106,10 @@ def test_a_shared_page_conflict_and_its_resolution(team):
     for agent in ("main", "writer"):
         assert b"no conflicts" in mem(tmp, agent, "conflicts", check=True).stdout
         assert "both edits" in (tmp / agent / "content/drafts/launch.md").read_text()
+        assert mem(tmp, agent, "replay", "--check").returncode == 0
+        before = (tmp / agent / "content/drafts/launch.md").read_bytes()
+        assert b"0 files written, 0 removed" in mem(tmp, agent, "replay", check=True).stdout
+        assert (tmp / agent / "content/drafts/launch.md").read_bytes() == before
 
 
 def test_contract_history_and_refusals(team):
