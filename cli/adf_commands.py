@@ -13,7 +13,7 @@ from projections.adf_file import export_adf, import_adf
 from projections.lint import check_citations
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import emit_json
+from .output import emit_json, progress_bar
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -271,8 +271,8 @@ def import_adf_command(source: Path, json: bool = JsonOpt):
     """Turn an ADF file into events (into a new workspace)."""
     if not source.exists():
         fail(f"{source} does not exist")
-    with memory() as mem:
-        report = import_adf(mem, source)
+    with memory() as mem, progress_bar("import", None) as advance:
+        report = import_adf(mem, source, progress=advance)
     if json:
         return emit_json(report)
     typer.echo(f"imported {source} (schema {report.schema_version}) as {report.events} events: "

@@ -181,8 +181,10 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
     with memory() as mem:
         target = get_remote(mem, remote)
-        pushed = pushing(mem, target)
-        pulled = pulling(mem, target)
+        with progress_bar("push", mem.log.head()) as advance:
+            pushed = pushing(mem, target, progress=advance)
+        with progress_bar("pull", None) as advance:
+            pulled = pulling(mem, target, progress=advance)
     if json:
         return emit_json({"push": pushed, "pull": pulled})
     typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})")

@@ -151,7 +151,7 @@ def _time(iso: str | None, fallback: int) -> int:
         return fallback
 
 
-def import_adf(memory, path: Path) -> ImportReport:
+def import_adf(memory, path: Path, progress=None) -> ImportReport:
     """Turns an ADF file into events appended in one batch; refused unless the log is empty, so that
     imported loop seqs stay the seqs their citations name."""
     if memory.log.head() != 0:
@@ -240,7 +240,7 @@ def import_adf(memory, path: Path) -> ImportReport:
     db.close()
     with memory.lock():
         memory.log.append(events)
-    memory.refresh()
+    memory.refresh(progress=progress)
     rows = {"loop": len(live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
             "files": sum(isinstance(e.body, FileWrite) for e in events),
             "pages": sum(isinstance(e.body, PageIngest) for e in events),
