@@ -151,6 +151,98 @@ def _time(iso: str | None, fallback: int) -> int:
         return fallback
 
 
+class _Importer:
+    """Reads one ADF file into events, table by table, all stamped with the importing agent."""
+
+    def __init__(self, db, agent: str, name: str):
+        self.db, self.agent, self.name = db, agent, name
+        self.now = now_ms()
+        self.wiki: list = []
+        self.others: list = []
+        self.kept_aside: list[str] = []
+
+    def event(self, body, layer: str = "agent", ts: int | None = None):
+        return new_event(body, agent=self.agent, layer=layer, ts=ts or self.now)
+
+    def config(self) -> None:
+        row = self.db.execute("SELECT config_json, updated_at FROM adf_config").fetchone()
+        if row:
+            self.others.append(self.event(ConfigSet(key="", value=json.loads(row[0]), updated_at=row[1])))
+
+    def audit(self) -> None:
+        columns = _columns(self.db, "adf_audit")
+        for row in self.db.execute("SELECT * FROM adf_audit ORDER BY id"):
+            record = dict(zip(columns, row))
+            start, end = record.get("start_seq"), record.get("end_seq")
+            if "start_seq" not in record and re.match(r"^loop(:|$)", record["source"]):
+                # Schema 21 has start_at/end_at (times): the seq range comes from the entries.
+                seqs = [e.get("seq") for e in json.loads(brotli.decompress(record["data"])) if "seq" in e]
+                start, end = (min(seqs), max(seqs)) if seqs else (None, None)
+            self.others.append(self.event(AuditImport(
+                source=record["source"], start_seq=start, end_seq=end, ref=record.get("ref"),
+                entry_count=record["entry_count"], size_bytes=record["size_bytes"], data=bytes(record["data"]),
+                created_at=record["created_at"])))
+
+    def files(self) -> None:
+        """Wiki pages become quiet ingests, `## Always` lines and the log are restored; other files are
+        written as they are, and a mind.md or log.md that is not mindlog's own is kept aside."""
+        files = {p: (bytes(c) if isinstance(c, (bytes, memoryview)) else str(c).encode(), m, pr, ca, ua)
+                 for p, c, m, pr, ca, ua in self.db.execute(
+                     "SELECT path, content, mime_type, protection, created_at, updated_at FROM adf_files")}
+        always: list[str] = []
+        for path, (content, mime, protection, created, updated) in sorted(files.items()):
+            if path == MIND_PATH:
+                always = _parse_always(content.decode("utf-8", "replace")) or []
+            elif path != LOG_PATH and not self._page(path, content, updated):
+                self.others.append(self.event(FileWrite(path=path, content=content, mime_type=mime,
+                                                        protection=protection, created_at=created,
+                                                        updated_at=updated)))
+        self.wiki.extend(self.event(AlwaysAdd(line=line), "mind") for line in always)
+        mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
+        log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
+        entries = _log_entries(log_text) if LOG_PATH in files else []
+        if entries:
+            self.wiki.append(self.event(LogRestore(entries=entries), "mind"))
+        if MIND_PATH in files and _rendered_mind_differs(mind_text, always, self.wiki):
+            self._keep_aside(MIND_PATH, mind_text, files[MIND_PATH])
+        if LOG_PATH in files and entries is None:
+            self._keep_aside(LOG_PATH, log_text, files[LOG_PATH])
+
+    def _page(self, path: str, content: bytes, updated: str) -> bool:
+        slug = path[5:-3] if path.startswith("mind/") and path.endswith(".md") else ""
+        if not slug or "/" in slug:
+            return False
+        try:
+            yaml_text, text = frontmatter.split(content.decode("utf-8"))
+            fm = frontmatter.parse(yaml_text) if yaml_text is not None else None
+        except (InvalidInput, UnicodeDecodeError):
+            return False
+        if fm is None:
+            return False
+        self.wiki.append(self.event(PageIngest(slug=slug, frontmatter=fm, text=text, quiet=True), "mind",
+                                    _time(updated, self.now)))
+        return True
+
+    def _keep_aside(self, path: str, text: str, original: tuple) -> None:
+        target = f"imported/{self.name}/{path}"
+        self.kept_aside.append(target)
+        self.others.append(self.event(FileWrite(path=target, content=text.encode(), mime_type="text/markdown",
+                                                protection="none", created_at=original[3], updated_at=original[4])))
+
+    def messages(self) -> None:
+        for box, kind in (("inbox", InboxMessage), ("outbox", OutboxMessage)):
+            columns = _columns(self.db, f"adf_{box}")
+            for row in self.db.execute(f"SELECT * FROM adf_{box}"):
+                message = {k: v for k, v in zip(columns, row) if v is not None}
+                self.others.append(self.event(kind(message=message, imported=True)))
+
+    def loop(self) -> tuple[list, list]:
+        """The live loop rows, and every event ordered so each row lands at its own seq."""
+        columns = _columns(self.db, "adf_loop")
+        live = [dict(zip(columns, row)) for row in self.db.execute("SELECT * FROM adf_loop ORDER BY seq")]
+        return live, _line_up(live, self.wiki + self.others, self.event, self.name)
+
+
 def import_adf(memory, path: Path, progress=None) -> ImportReport:
     """Turns an ADF file into events appended in one batch; refused unless the log is empty, so that
     imported loop seqs stay the seqs their citations name."""
@@ -159,85 +251,19 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
                            "so the log must be empty")
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
-        meta = dict((k, v) for k, v, *_ in db.execute("SELECT * FROM adf_meta"))
-    except sqlite3.DatabaseError as exc:
-        raise InvalidInput(f"{path} is not an ADF file: {exc}") from None
-    name = re.sub(r"[^a-z0-9_-]", "-", (meta.get("adf_handle") or meta.get("adf_name") or "adf").lower())
-    agent = memory.config.agent
-    now = log_now = now_ms()
-    others, kept_aside = [], []
-
-    def event(body, layer="agent", ts=None):
-        return new_event(body, agent=agent, layer=layer, ts=ts or log_now)
-
-    config_row = db.execute("SELECT config_json, updated_at FROM adf_config").fetchone()
-    if config_row:
-        others.append(event(ConfigSet(key="", value=json.loads(config_row[0]), updated_at=config_row[1])))
-
-    audit_columns = _columns(db, "adf_audit")
-    for row in db.execute("SELECT * FROM adf_audit ORDER BY id"):
-        record = dict(zip(audit_columns, row))
-        start, end = record.get("start_seq"), record.get("end_seq")
-        if "start_seq" not in record and re.match(r"^loop(:|$)", record["source"]):
-            seqs = [e.get("seq") for e in json.loads(brotli.decompress(record["data"])) if "seq" in e]
-            start, end = (min(seqs), max(seqs)) if seqs else (None, None)
-        others.append(event(AuditImport(source=record["source"], start_seq=start, end_seq=end,
-                                        ref=record.get("ref"), entry_count=record["entry_count"],
-                                        size_bytes=record["size_bytes"], data=bytes(record["data"]),
-                                        created_at=record["created_at"])))
-
-    files = {p: (bytes(c) if isinstance(c, (bytes, memoryview)) else str(c).encode(), m, pr, ca, ua)
-             for p, c, m, pr, ca, ua in db.execute(
-                 "SELECT path, content, mime_type, protection, created_at, updated_at FROM adf_files ORDER BY path")}
-    wiki = []
-    always: list[str] = []
-    for file_path, (content, mime, protection, created, updated) in files.items():
-        slug = file_path[5:-3] if file_path.startswith("mind/") and file_path.endswith(".md") else None
-        if slug and file_path != LOG_PATH and "/" not in slug:
-            try:
-                yaml_text, text = frontmatter.split(content.decode("utf-8"))
-                fm = frontmatter.parse(yaml_text) if yaml_text is not None else None
-            except (InvalidInput, UnicodeDecodeError):
-                fm = None
-            if fm is not None:
-                wiki.append(event(PageIngest(slug=slug, frontmatter=fm, text=text, quiet=True), "mind",
-                                  _time(updated, now)))
-                continue
-        if file_path == MIND_PATH:
-            lines = _parse_always(content.decode("utf-8", "replace"))
-            always = lines or []
-            continue
-        if file_path == LOG_PATH:
-            continue
-        others.append(event(FileWrite(path=file_path, content=content, mime_type=mime, protection=protection,
-                                      created_at=created, updated_at=updated)))
-    wiki.extend(event(AlwaysAdd(line=line), "mind") for line in always)
-    mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
-    log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
-    entries = _log_entries(log_text) if LOG_PATH in files else []
-    if entries:
-        wiki.append(event(LogRestore(entries=entries), "mind"))
-    for aside_path, aside_text, keep in ((MIND_PATH, mind_text, MIND_PATH in files),
-                                         (LOG_PATH, log_text, LOG_PATH in files and entries is None)):
-        if keep and (aside_path == LOG_PATH or _rendered_mind_differs(aside_text, always, wiki)):
-            target = f"imported/{name}/{aside_path}"
-            kept_aside.append(target)
-            others.append(event(FileWrite(path=target, content=aside_text.encode(), mime_type="text/markdown",
-                                          protection="none", created_at=files[aside_path][3],
-                                          updated_at=files[aside_path][4])))
-
-    for box in ("inbox", "outbox"):
-        columns = _columns(db, f"adf_{box}")
-        for row in db.execute(f"SELECT * FROM adf_{box}"):
-            message = {k: v for k, v in zip(columns, row) if v is not None}
-            body = InboxMessage(message=message, imported=True) if box == "inbox" else \
-                OutboxMessage(message=message, imported=True)
-            others.append(event(body))
-
-    loop_columns = _columns(db, "adf_loop")
-    live = [dict(zip(loop_columns, row)) for row in db.execute("SELECT * FROM adf_loop ORDER BY seq")]
-    events = _line_up(live, wiki + others, event, name)
-    db.close()
+        try:
+            meta = dict((k, v) for k, v, *_ in db.execute("SELECT * FROM adf_meta"))
+            name = re.sub(r"[^a-z0-9_-]", "-", (meta.get("adf_handle") or meta.get("adf_name") or "adf").lower())
+            reader = _Importer(db, memory.config.agent, name)
+            reader.config()
+            reader.audit()
+            reader.files()
+            reader.messages()
+            live, events = reader.loop()
+        finally:
+            db.close()
+    except (sqlite3.DatabaseError, KeyError) as exc:
+        raise InvalidInput(f"{path} is not an ADF file mindlog can read: {exc}") from None
     with memory.lock():
         memory.log.append(events)
     memory.refresh(progress=progress)
@@ -246,7 +272,7 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
             "pages": sum(isinstance(e.body, PageIngest) for e in events),
             "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events)}
     return ImportReport(path=str(path), schema_version=meta.get("adf_schema_version", "?"), events=len(events),
-                        rows=rows, kept_aside=kept_aside)
+                        rows=rows, kept_aside=reader.kept_aside)
 
 
 def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:

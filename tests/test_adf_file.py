@@ -156,4 +156,11 @@ def test_import_refuses_a_used_workspace_and_non_adf_files(tmp_path, fixture_adf
     junk.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(InvalidInput, match="not an ADF file"):
         import_adf(fresh, junk)
+    partial = tmp_path / "partial.adf"
+    db = sqlite3.connect(partial)
+    db.execute("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.commit()
+    db.close()
+    with pytest.raises(InvalidInput, match="not an ADF file"):
+        import_adf(fresh, partial)
     assert fresh.log.head() == 0
