@@ -268,6 +268,46 @@ def verify(json: bool = JsonOpt):
 
 
 @app.command()
+def adopt(json: bool = JsonOpt):
+    """Turn direct edits of the wiki files (pages, `## Always` lines in mind.md) into events."""
+    from projections.adopt import adopt as adopting
+
+    with memory(refresh=False) as mem:
+        report = adopting(mem)
+    if json:
+        return emit_json(report)
+    for path in report.adopted:
+        typer.echo(f"adopted {path}")
+    for path, why in report.refused.items():
+        typer.echo(f"left {path}: {why}")
+    if not report.adopted and not report.refused:
+        typer.echo("nothing edited by hand")
+    raise typer.Exit(1 if report.refused else 0)
+
+
+@app.command()
+def watch(debounce_ms: int = typer.Option(300, "--debounce-ms")):
+    """Adopt direct edits as they happen, until interrupted."""
+    import watchfiles
+
+    from projections.adopt import adopt as adopting
+
+    with memory() as mem:
+        typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
+        try:
+            for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
+                                             watch_filter=lambda _c, path: "/.mem/" not in path
+                                             and ".mem-tmp-" not in path):
+                report = adopting(mem)
+                for path in report.adopted:
+                    typer.echo(f"adopted {path}")
+                for path, why in report.refused.items():
+                    typer.echo(f"left {path}: {why}")
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command()
 def demo(keep: Optional[Path] = typer.Option(None, "--keep", help="Run in this directory and keep it.")):
     """Run one agent through its memory's life, in a temporary workspace, and show each step."""
     from .demo import run_demo

@@ -1,0 +1,77 @@
+"""Turning direct edits into events: agents that write `mind/<slug>.md` or `mind.md` in place (as ADF
+agents do with fs_write) get their edits into the log instead of losing them to the next write.
+
+What can be adopted is: a page edited, created or deleted by hand, and `## Always` lines changed in
+mind.md (its catalog is derived from the pages, so catalog edits are not). Anything that cannot be
+adopted — an edit that breaks the page contract, a hand edit of mind/log.md — is left on disk and
+reported, never overwritten.
+"""
+
+import msgspec
+
+from eventstore.errors import MemError
+
+from .materialize import hand_edited, untracked
+from .views import LOG_PATH, MIND_PATH, slug_of
+
+
+class AdoptReport(msgspec.Struct):
+    adopted: list[str] = []
+    refused: dict[str, str] = {}
+
+
+def _always_lines(text: str) -> list[str] | None:
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            if inside:
+                return lines
+            inside = line.strip() == "## Always"
+        elif inside and line.startswith("- "):
+            lines.append(line[2:].strip())
+    return lines if inside else None
+
+
+def adopt(memory) -> AdoptReport:
+    report = AdoptReport(adopted=[], refused={})
+    root = memory.root
+    edited = set(hand_edited(memory.views, root)) | set(untracked(memory.views, root))
+    missing = [p for p in memory.views.paths() if slug_of(p) and not (root / p).exists()]
+    for path in sorted(edited):
+        try:
+            if path == MIND_PATH:
+                _adopt_always(memory, (root / path).read_text(encoding="utf-8", errors="replace"), report)
+            elif path == LOG_PATH:
+                report.refused[path] = "mind/log.md is derived from the log; write a page or a lint entry instead"
+            elif slug_of(path):
+                memory.write_page(slug_of(path), (root / path).read_bytes(), "edited in place")
+                report.adopted.append(path)
+            else:
+                report.refused[path] = "not a page of the wiki"
+        except MemError as exc:
+            report.refused[path] = str(exc)
+    for path in missing:
+        try:
+            memory.delete_page(slug_of(path), "deleted in place", force=True)
+            report.adopted.append(path)
+        except MemError as exc:
+            report.refused[path] = str(exc)
+    return report
+
+
+def _adopt_always(memory, text: str, report: AdoptReport) -> None:
+    wanted = _always_lines(text)
+    if wanted is None:
+        report.refused[MIND_PATH] = "mind.md has no `## Always` section to adopt"
+        return
+    current = memory.always()
+    for number in range(len(current), 0, -1):
+        if current[number - 1] not in wanted:
+            memory.always_remove(number, force=True)
+    have = memory.always()
+    for line in wanted:
+        if line and line not in have:
+            memory.always_add(line, force=True)
+            have.append(line)
+    memory.refresh(force=True)  # mind.md is rendered again from what was adopted
+    report.adopted.append(MIND_PATH)
