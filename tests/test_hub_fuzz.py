@@ -22,7 +22,7 @@ def test_schemathesis_finds_no_server_errors(tmp_path):
         result = subprocess.run([command, "run", f"{hub.url}/openapi.json", "--checks", "not_a_server_error",
                                  "--header", f"Authorization: Bearer {token}", "--max-examples", "40",
                                  "--seed", "20261129", "--request-timeout", "30"],
-                                capture_output=True, text=True, timeout=600)
+                                capture_output=True, text=True, timeout=600, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "No issues found" in output and "generated" in output, output[-3000:]
