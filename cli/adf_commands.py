@@ -233,6 +233,8 @@ def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
     typer.echo(f"pages: {', '.join(p['slug'] for p in result.pages) or '(none)'}\n\nloop (last {last}):")
     for row in result.loop:
         typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+    for path, text in result.shared.items():
+        typer.echo(f"\nshared {path}:\n{text.rstrip()}")
 
 
 @app.command()

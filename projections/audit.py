@@ -168,9 +168,13 @@ class Believed(msgspec.Struct):
     mind: str
     pages: list[dict[str, str]]
     loop: list[LoopMessage]
+    shared: dict[str, str] = {}
 
 
 def believed(views: Views, as_of: int, last: int = 10) -> Believed:
-    """What the agent had in front of it: mind.md, its page catalog, and the loop's last messages."""
+    """What the agent had in front of it: mind.md, its page catalog, the loop's last messages, and
+    the shared layers' files as they stood (its own writes plus what it had pulled by then)."""
     pages = [{"slug": s, "title": t, "hook": h} for s, t, h in views.catalog(as_of)]
-    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:])
+    shared = {path: views.file_text(path, as_of) for path in views.shared_paths(as_of)}
+    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:],
+                    shared=shared)

@@ -79,6 +79,11 @@ def test_entries_travel_and_reversals_are_marked(team):
     assert entries[0]["reversed_by"] == entries[1]["id"]
     believed = json.loads(run_mem("hub", "believed", "writer", *hub, "--json", check=True).stdout)
     assert believed["cursor"] >= 1
+    own = json.loads(mem(tmp, "main", "believed", "--json", check=True).stdout)
+    assert own["shared"]["memory/cross-domain-insights.md"] == a
+    then = json.loads(mem(tmp, "main", "believed", "--seq", "1", "--json", check=True).stdout)
+    assert list(then["shared"]) == ["memory/cross-domain-insights.md"]
+    assert "Hub on PostgreSQL" not in then["shared"]["memory/cross-domain-insights.md"]
 
 
 def test_a_shared_page_conflict_and_its_resolution(team):
