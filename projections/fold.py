@@ -152,14 +152,13 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                 return start
             end = min(start + batch, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
-            first = None
             ts = 0
-            for seq, version_id, ts, agent, layer, kind, codec, body in log.db.execute(
-                    "SELECT seq, id, ts, agent, layer, kind, codec, body FROM events WHERE seq > ? AND seq <= ? "
-                    "ORDER BY seq", (start, end)):
-                if first is None:
-                    first = (ts, agent)
-                if kind in WIKI_KINDS and layer == "mind":
+            # The agent is read only where a fold keeps it (shared layers): a column less per row.
+            for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(
+                    "SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != 'mind' AND kind IN "
+                    "('entry.append', 'page.ingest', 'page.update', 'page.delete') THEN agent END FROM events "
+                    "WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)):
+                if layer == "mind" and kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
                     apply_wiki(seq, version_id, ts, decode_body(raw), raw)
                 elif kind in ADF_KINDS:
@@ -167,8 +166,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                 elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
                     raw = unpack_body(codec, body)
                     shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
-            if first is not None:
-                adf.note_events(first, ts)
+            adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)
             shared.flush()
             wiki.flush(end)
             db.execute("COMMIT")
