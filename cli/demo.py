@@ -18,25 +18,25 @@ DEPLOY_V1 = b"""---
 type: procedure
 description: staging first, then prod
 sources:
-  - adf-audit://seq/3
+  - adf-file://imported/runbooks/deploy.md
 ---
 # Deploy procedure
 
-Deploy to staging first, always. [S3]
+Deploy to staging first, always.
 """
 
 DEPLOY_V2 = b"""---
 type: procedure
 description: staging first, prod needs an owner ack
 status: current
+stale_after: 2027-06-01
 sources:
-  - adf-audit://seq/3
-  - adf-audit://seq/9
+  - adf-file://imported/runbooks/deploy.md
 ---
 # Deploy procedure
 
-Deploy to staging first, always. [S3]
-Prod deploys need an explicit owner ack. [S9]
+Deploy to staging first, always.
+Prod deploys need an explicit owner ack (the 08-12 incident).
 """
 
 MONITOR = b"""---
@@ -75,7 +75,7 @@ def _run(root: Path) -> None:
     mem = Memory.init(root, "artemis")
 
     step("mem page write deploy-procedure   (ingest)")
-    seq = mem.write_page("deploy-procedure", DEPLOY_V1, "Learned from the 08-12 deploy. [S3]")
+    seq = mem.write_page("deploy-procedure", DEPLOY_V1, "Distilled from the deploy runbook.")
     typer.echo(f"seq {seq}: ingest mind/deploy-procedure.md")
     mem.write_page("monitor-agent", MONITOR, "First notes on the monitor agent.")
     typer.echo("ingest mind/monitor-agent.md")
@@ -89,7 +89,7 @@ def _run(root: Path) -> None:
     time.sleep(0.01)
 
     step("mem page write deploy-procedure   (update)")
-    mem.write_page("deploy-procedure", DEPLOY_V2, "Prod ack requirement added after the 08-12 incident. [S9]")
+    mem.write_page("deploy-procedure", DEPLOY_V2, "Prod ack requirement added after the 08-12 incident.")
     show_file(root, "mind/deploy-procedure.md")
 
     step("mem always remove 2 ; mem page delete monitor-agent")
