@@ -8,11 +8,11 @@ from collections.abc import Iterator, Sequence
 
 import psycopg
 
-from .envelope import Event, check_event, pack_body
-from .errors import IdConflict, InvalidInput
+from .envelope import Event, check_event
+from .errors import InvalidInput
 from .ids import now_ms
-from .recorder import ZERO_CHAIN, Recorder, VerifyReport, chain_link, verify_rows
-from .sqlite import COLUMNS, id_bytes, id_text, row_to_event
+from .recorder import ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, verify_rows
+from .sqlite import COLUMNS, row_to_event
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), seq BIGINT NOT NULL,
@@ -59,22 +59,7 @@ class PostgresLog(Recorder):
             known = {id_text(bytes(i)): (bytes(d).hex(), s) for i, d, s in self.conn.execute(
                 "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e, _r in prepared],))}
             recorded_at = max(now_ms(), last_recorded)
-            rows, seqs = [], []
-            for event, raw in prepared:
-                found = known.get(event.id)
-                if found is not None:
-                    if found[0] != event.digest:
-                        raise IdConflict(f"event {event.id} is already in the log with a different digest")
-                    seqs.append(found[1])
-                    continue
-                seq += 1
-                digest = bytes.fromhex(event.digest)
-                chain = chain_link(chain, digest)
-                codec, stored = pack_body(raw)
-                rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.kind,
-                             codec, stored, digest, chain))
-                known[event.id] = (event.digest, seq)
-                seqs.append(seq)
+            rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
             if rows:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(f"INSERT INTO events ({COLUMNS}) VALUES "

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
 
-from .envelope import Event, compute_digest, decode_body, unpack_body
+from .envelope import Event, compute_digest, decode_body, pack_body, unpack_body
+from .errors import IdConflict
 
 ZERO_CHAIN = bytes(32)
 
@@ -15,6 +16,38 @@ ZERO_CHAIN = bytes(32)
 def chain_link(previous: bytes | None, digest: bytes) -> bytes:
     """The next link of the hash chain: sha256(previous link + this event's digest)."""
     return hashlib.sha256((previous or ZERO_CHAIN) + digest).digest()
+
+
+def id_bytes(id: str) -> bytes:
+    return bytes.fromhex(id.replace("-", ""))
+
+
+def id_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: bytes, recorded_at: int):
+    """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
+    and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
+    the batch are stored once. A known id with another digest refuses the whole batch."""
+    rows, seqs = [], []
+    for event, raw in prepared:
+        found = known.get(event.id)
+        if found is not None:
+            if found[0] != event.digest:
+                raise IdConflict(f"event {event.id} is already in the log with a different digest")
+            seqs.append(found[1])
+            continue
+        seq += 1
+        digest = bytes.fromhex(event.digest)
+        chain = chain_link(chain, digest)
+        codec, stored = pack_body(raw)
+        rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.kind,
+                     codec, stored, digest, chain))
+        known[event.id] = (event.digest, seq)
+        seqs.append(seq)
+    return rows, seqs, seq, chain
 
 
 class VerifyReport(msgspec.Struct):

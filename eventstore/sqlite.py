@@ -1,6 +1,5 @@
 """The event log in SQLite: WAL mode, synchronous=FULL by default, one writer at a time."""
 
-import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -9,7 +8,7 @@ from pathlib import Path
 from .envelope import Event, check_event, decode_body, pack_body, unpack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
-from .recorder import ZERO_CHAIN, Recorder, VerifyReport, chain_link, verify_rows
+from .recorder import ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows, verify_rows
 
 
 SCHEMA = """
@@ -40,15 +39,6 @@ SELECT IFNULL(last.seq, 0) + 1, :id, :ts, MAX(:now, IFNULL(last.recorded_at, 0))
        :codec, :body, :digest, mem_chain(last.chain, :digest)
 FROM (SELECT 1) LEFT JOIN (SELECT seq, recorded_at, chain FROM events ORDER BY seq DESC LIMIT 1) AS last
 """
-
-
-def id_bytes(id: str) -> bytes:
-    return bytes.fromhex(id.replace("-", ""))
-
-
-def id_text(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def row_to_event(row) -> Event:
@@ -144,25 +134,8 @@ class SQLiteLog(Recorder):
         last = db.execute("SELECT seq, chain, recorded_at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         seq, chain, last_recorded = last if last else (0, ZERO_CHAIN, 0)
         recorded_at = max(now_ms(), last_recorded)
-        seen = self._existing([event.id for event, _raw in prepared]) if check_known else {}
-        rows, seqs = [], []
-        sha256 = hashlib.sha256
-        for event, raw in prepared:
-            known = seen.get(event.id)
-            if known is not None:
-                if known[0] != event.digest:
-                    raise IdConflict(f"event {event.id} is already in the log with a different digest")
-                seqs.append(known[1])
-                continue
-            seq += 1
-            digest = bytes.fromhex(event.digest)
-            chain = sha256(chain + digest).digest()
-            codec, stored = pack_body(raw)
-            rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.kind,
-                         codec, stored, digest, chain))
-            if check_known:
-                seen[event.id] = (event.digest, seq)
-            seqs.append(seq)
+        known = self._existing([event.id for event, _raw in prepared]) if check_known else {}
+        rows, seqs, _seq, _chain = plan_rows(prepared, known, seq, chain, recorded_at)
         if rows:
             db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         return seqs
