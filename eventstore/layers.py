@@ -5,9 +5,6 @@ from typing import Literal
 
 import msgspec
 
-PRIVATE_LAYERS = ("mind", "loop", "agent")
-
-
 class ContractLayer(msgspec.Struct, forbid_unknown_fields=True):
     path: str
     format: Literal["pages", "entries"]

@@ -11,8 +11,8 @@ import psycopg
 from .envelope import Event, check_event
 from .errors import InvalidInput
 from .ids import now_ms
-from .recorder import ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, verify_rows
-from .sqlite import COLUMNS, row_to_event
+from .recorder import ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, row_to_event, verify_rows
+from .sqlite import COLUMNS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), seq BIGINT NOT NULL,
@@ -86,12 +86,6 @@ class PostgresLog(Recorder):
             params.append(limit)
         for row in self.conn.execute(sql, params):
             yield _row(row)
-
-    def read(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
-             newest_first=False) -> Iterator[Event]:
-        for row in self.read_rows(after, upto, kinds=kinds, layers=layers, agent=agent, since_ms=since_ms,
-                                  limit=limit, newest_first=newest_first):
-            yield row_to_event(row)
 
     def get(self, id: str) -> Event | None:
         row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()

@@ -27,6 +27,13 @@ def id_text(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def row_to_event(row) -> Event:
+    """A stored row (seq, id bytes, ts, recorded_at, agent, layer, kind, codec, body, digest, chain)."""
+    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
+    return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
+                 digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
+
+
 def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: bytes, recorded_at: int):
     """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
     and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
@@ -69,9 +76,16 @@ class Recorder(ABC):
     def append(self, events: Sequence[Event]) -> list[int]: ...
 
     @abstractmethod
-    def read(self, after: int = 0, upto: int | None = None, *, kinds: Sequence[str] | None = None,
-             layers: Sequence[str] | None = None, agent: str | None = None, since_ms: int | None = None,
-             limit: int | None = None, newest_first: bool = False) -> Iterator[Event]: ...
+    def read_rows(self, after: int = 0, upto: int | None = None, *, kinds: Sequence[str] | None = None,
+                  layers: Sequence[str] | None = None, agent: str | None = None, since_ms: int | None = None,
+                  limit: int | None = None, newest_first: bool = False) -> Iterator[tuple]:
+        """Stored rows in seq order (see `row_to_event`), filtered by seq range, kind, layer, agent, time."""
+
+    def read(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
+             newest_first=False) -> Iterator[Event]:
+        for row in self.read_rows(after, upto, kinds=kinds, layers=layers, agent=agent, since_ms=since_ms,
+                                  limit=limit, newest_first=newest_first):
+            yield row_to_event(row)
 
     @abstractmethod
     def get(self, id: str) -> Event | None: ...

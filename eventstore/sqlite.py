@@ -5,10 +5,11 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .envelope import Event, check_event, decode_body, pack_body, unpack_body
+from .envelope import Event, check_event, pack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
-from .recorder import ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows, verify_rows
+from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
+                       row_to_event, verify_rows)
 
 
 SCHEMA = """
@@ -39,12 +40,6 @@ SELECT IFNULL(last.seq, 0) + 1, :id, :ts, MAX(:now, IFNULL(last.recorded_at, 0))
        :codec, :body, :digest, mem_chain(last.chain, :digest)
 FROM (SELECT 1) LEFT JOIN (SELECT seq, recorded_at, chain FROM events ORDER BY seq DESC LIMIT 1) AS last
 """
-
-
-def row_to_event(row) -> Event:
-    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
-    return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
-                 digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
 
 class SQLiteLog(Recorder):
@@ -178,14 +173,7 @@ class SQLiteLog(Recorder):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        # A dedicated cursor so that a reader and a writer can share this connection.
         yield from self.db.execute(sql, params)
-
-    def read(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
-             newest_first=False) -> Iterator[Event]:
-        for row in self.read_rows(after, upto, kinds=kinds, layers=layers, agent=agent, since_ms=since_ms,
-                                  limit=limit, newest_first=newest_first):
-            yield row_to_event(row)
 
     def get(self, id: str) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()

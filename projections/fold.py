@@ -14,7 +14,7 @@ from collections.abc import Callable
 from eventstore.envelope import decode_body, unpack_body
 from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
                               PageUpdate)
-from eventstore.sqlite import id_text
+from eventstore.recorder import id_text
 
 from . import render
 from .adf import ADF_KINDS, AdfFold

@@ -84,7 +84,6 @@ class Memory:
         for path in touches:
             validate.inside_workspace(self.root, path)
         if not force:
-            self.refresh()
             edited = [p for p in hand_edited(self.views, self.root, set(touches))
                       if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
             if edited:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
-from eventstore.sqlite import id_text
+from eventstore.recorder import id_text
 
 from . import adf, render, shared
 

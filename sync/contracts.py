@@ -7,7 +7,7 @@ import msgspec
 
 from eventstore.errors import InvalidInput
 
-from eventstore.layers import PRIVATE_LAYERS, Contract, ContractLayer
+from eventstore.layers import Contract, ContractLayer
 
 LAYER_KINDS = {"entries": ("entry.append",), "pages": ("page.ingest", "page.update", "page.delete", "page.rename")}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -68,5 +68,5 @@ def to_toml(contract: Contract) -> str:
     return "\n".join(out)
 
 
-__all__ = ["Contract", "ContractLayer", "LAYER_KINDS", "PRIVATE_LAYERS", "consumed_layers", "consumes",
+__all__ = ["Contract", "ContractLayer", "LAYER_KINDS", "consumed_layers", "consumes",
            "parse_contract", "produces", "to_toml"]
