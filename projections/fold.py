@@ -18,6 +18,7 @@ from eventstore.recorder import id_text
 
 from . import render
 from .adf import ADF_KINDS, AdfFold
+from .search import SearchFold
 from .shared import SHARED_PAGE_KINDS, SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
@@ -141,7 +142,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     the process dies between batches.
     """
     target = log.head() if upto is None else upto
-    wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
+    wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
     db = views.db
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -160,14 +161,21 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     "WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)):
                 if layer == "mind" and kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
-                    apply_wiki(seq, version_id, ts, decode_body(raw), raw)
+                    decoded = decode_body(raw)
+                    apply_wiki(seq, version_id, ts, decoded, raw)
+                    search.apply(seq, layer, decoded)
                 elif kind in ADF_KINDS:
-                    apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
+                    decoded = decode_body(unpack_body(codec, body))
+                    apply_adf(seq, ts, decoded)
+                    search.apply(seq, layer, decoded)
                 elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
-                    raw = unpack_body(codec, body)
-                    shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
+                    raw, id = unpack_body(codec, body), id_text(version_id)
+                    decoded = decode_body(raw)
+                    shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
+                    search.apply(seq, layer, decoded, id, agent)
             adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)
             shared.flush()
+            search.flush()
             wiki.flush(end)
             db.execute("COMMIT")
         except BaseException:
