@@ -1,4 +1,4 @@
-"""`mem search`: finding things in memory, now or as of any moment, with the trust fields applied."""
+"""`mem search`, `believed`, `lint`, `page release`: reading memory with the trust fields applied, now or then."""
 
 from typing import Optional
 
@@ -9,7 +9,7 @@ from eventstore.instants import parse_instant
 from projections import search as searching
 from projections import trust
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory
+from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app
 from .output import emit_json
 
 
@@ -57,3 +57,63 @@ def search(query: str,
                    f"    cite {hit.citation}\n    {hit.snippet}")
     if not hits:
         typer.echo("no matches")
+
+
+@app.command()
+def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
+             last: int = typer.Option(10, "--last", help="How many loop messages."),
+             all_: bool = typer.Option(False, "--all", help="Include superseded, deprecated and archived pages."),
+             json: bool = JsonOpt):
+    """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages."""
+    from projections import audit as auditing
+
+    with memory() as mem:
+        as_of, day = moment(mem, at, seq)
+        result = auditing.believed(mem.views, mem.seq_at() if as_of is None else as_of, last, include_all=all_,
+                                   day=day)
+    if json:
+        return emit_json(result)
+    typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
+    pages = [p["slug"] + (f" ({p['flags']})" if p["flags"] else "") for p in result.pages]
+    typer.echo(f"pages: {', '.join(pages) or '(none)'}\n\nloop (last {last}):")
+    for row in result.loop:
+        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+    for path, text in result.shared.items():
+        typer.echo(f"\nshared {path}:\n{text.rstrip()}")
+
+
+@app.command()
+def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run only this check (repeatable): "
+                                                   "contradictions, stale, sources, one-off-types, dead-links, "
+                                                   "citations, orphans, budget."),
+         citations: bool = typer.Option(False, "--citations", help="Same as --check citations --check dead-links."),
+         judge: Optional[str] = typer.Option(None, "--judge", help="A command that rules on candidate pairs "
+                                             "(JSON on stdin; a first line starting `contradiction` is a finding)."),
+         record: bool = typer.Option(False, "--record", help="Append one lint entry to mind/log.md."),
+         at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """The maintenance checklist: every check by default; exit 1 when anything is found."""
+    from projections import lint as linting
+
+    names = list(check or []) + (["citations", "dead-links"] if citations else [])
+    with memory() as mem:
+        as_of, day = moment(mem, at, seq)
+        report = linting.lint(mem, names or None, mem.seq_at() if as_of is None else as_of, day, judge)
+        if record:
+            linting.record(mem, report)
+    if json:
+        emit_json(report.findings)
+    else:
+        for finding in report.findings:
+            typer.echo(finding.line())
+        for verdict in report.verdicts:
+            typer.echo(verdict)
+        typer.echo(report.summary())
+    raise typer.Exit(1 if report.findings else 0)
+
+
+@page_app.command("release")
+def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
+    """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
+    with memory() as mem:
+        seq = mem.release_page(slug, note)
+    typer.echo(f"release mind/{slug.removesuffix('.md')}.md (seq {seq})")

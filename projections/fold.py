@@ -12,18 +12,18 @@ import json
 from collections.abc import Callable
 
 from eventstore.envelope import decode_body, unpack_body
-from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
-                              PageUpdate)
+from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRelease,
+                              PageRename, PageUpdate)
 from eventstore.recorder import id_text
 
-from . import render
+from . import render, trust
 from .adf import ADF_KINDS, AdfFold
 from .search import SearchFold
 from .shared import SHARED_PAGE_KINDS, SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
-WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-                        "lint", "log.restore"})
+WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "page.release", "always.add",
+                        "always.remove", "lint", "log.restore"})
 
 
 class WikiFold:
@@ -73,6 +73,9 @@ class WikiFold:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
         if isinstance(body, (PageIngest, PageUpdate)):
             kind = "update" if self._page(body.slug) is not None else "ingest"
+            if trust.is_held(body.frontmatter) and (kind == "ingest" or not trust.is_held(
+                    decode_body(self._page(body.slug)[4]).frontmatter)):
+                kind = "hold"
             title = self._version(seq, version_id, ts, body.slug, body.parents, body.frontmatter, body.text, raw)
             if not getattr(body, "quiet", False):
                 self._log(seq, ts, kind, title, body.note)
@@ -90,6 +93,9 @@ class WikiFold:
             title = self._version(seq, version_id, ts, body.new, body.parents, page.frontmatter, page.text, current[4])
             moved = f"mind/{body.old}.md → mind/{body.new}.md"
             self._log(seq, ts, "rename", title, f"{moved}. {body.note}" if body.note else moved)
+        elif isinstance(body, PageRelease):
+            if self._page(body.slug) is not None:
+                self._log(seq, ts, "release", self._page(body.slug)[2], body.note)
         elif isinstance(body, AlwaysAdd):
             self._always_lines().append(body.line)
             self.always_rows.append((seq, ts, json.dumps(self._always, ensure_ascii=False)))

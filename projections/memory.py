@@ -18,6 +18,7 @@ from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
+from . import trust
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
 from .views import LOG_PATH, MIND_PATH, Views, page_path
@@ -83,6 +84,7 @@ class Memory:
         """Appends one event, refusing first if a file it would rewrite is unsafe or was edited by hand."""
         for path in touches:
             validate.inside_workspace(self.root, path)
+        trust.admit(self, event)
         if not force:
             edited = [p for p in hand_edited(self.views, self.root, set(touches))
                       if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
@@ -109,6 +111,11 @@ class Memory:
         event = self.writer.page_rename(old, new, note)
         touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
         return self.append(event, touches=touches, force=force)
+
+    def release_page(self, slug: str, note: str) -> int:
+        event = self.writer.page_release(slug, note)
+        trust.check_release(self, event.body.slug)
+        return self.append(event, touches=[LOG_PATH])
 
     def always_add(self, line: str, *, force: bool = False) -> int:
         return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force)

@@ -14,7 +14,9 @@ of mind.md and lint alike:
 import datetime as dt
 import re
 
-from eventstore.errors import InvalidInput
+from eventstore.envelope import decode_body
+from eventstore.errors import Held, InvalidInput
+from eventstore.kinds import PageDelete, PageIngest, PageRename, PageUpdate
 
 WITHHELD = ("superseded", "deprecated", "archived")
 HOLD = "hold"
@@ -121,3 +123,39 @@ def check_page(frontmatter: dict, page_exists) -> None:
 
 def is_held(frontmatter: dict | None) -> bool:
     return bool(frontmatter) and str(frontmatter.get("governance", "")).strip().lower() == HOLD
+
+
+def _release_seqs(log, slug: str) -> list[int]:
+    return [e.seq for e in log.read(kinds=["page.release"]) if e.body.slug == slug]
+
+
+def held_since(memory, slug: str) -> int | None:
+    """The seq of the version that holds a wiki page (`governance: hold`) not released since, or None."""
+    row = memory.views.db.execute("SELECT p.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug "
+                                  "AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
+    if row is None or row[1] is None or not is_held(decode_body(row[1]).frontmatter):
+        return None
+    return None if any(seq > row[0] for seq in _release_seqs(memory.log, slug)) else row[0]
+
+
+def check_release(memory, slug: str) -> None:
+    if held_since(memory, slug) is None:
+        raise InvalidInput(f"page {slug!r} is not held (no `governance: hold` in force); there is nothing to release")
+
+
+def admit(memory, event) -> None:
+    """Refuses, before anything is appended, a wiki page event that the trust rules forbid."""
+    body = event.body
+    if event.layer != "mind" or not isinstance(body, (PageIngest, PageUpdate, PageDelete, PageRename)):
+        return
+    slug = body.old if isinstance(body, PageRename) else body.slug
+    since = held_since(memory, slug)
+    if since is not None:
+        verb = {PageUpdate: "update", PageDelete: "delete", PageRename: "rename"}.get(type(body), "update")
+        raise Held(f"page {slug!r} is held (governance: hold, seq {since}); refusing to {verb} it. "
+                      f"Release it first: `mem page release {slug} --note \"why\"`")
+    if isinstance(body, (PageIngest, PageUpdate)):
+        if withheld(body.frontmatter.get("status")) == "superseded" and superseded_by(
+                body.frontmatter.get("status")) == body.slug:
+            raise InvalidInput(f"page {body.slug!r} cannot be superseded by itself")
+        check_page(body.frontmatter, lambda target: bool(memory.views.heads(target)))
