@@ -117,3 +117,33 @@ def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why th
     with memory() as mem:
         seq = mem.release_page(slug, note)
     typer.echo(f"release mind/{slug.removesuffix('.md')}.md (seq {seq})")
+
+
+layer_app = typer.Typer(help="Local layers: typed-entry files (or page folders) of this agent alone, no hub needed.",
+                        no_args_is_help=True)
+app.add_typer(layer_app, name="layer")
+
+
+@layer_app.command("add")
+def layer_add(name: str, path: str,
+              format: str = typer.Option("entries", "--format", help="entries (one file) or pages (a folder/).")):
+    """Declare a local layer (a config event): `mem layer add decisions memory/decisions.md`."""
+    with memory() as mem:
+        seq = mem.declare_layer(name, path, format)
+    typer.echo(f"layer {name} -> {path} ({format}, seq {seq})")
+
+
+@layer_app.command("list")
+def layer_list(json: bool = JsonOpt):
+    """Every layer this workspace renders: the hub's (as last pulled) and its own."""
+    from projections.local_layers import declared
+
+    with memory() as mem:
+        local = declared(mem.views.config(), mem.config.agent)
+        contract = mem.views.contract
+        rows = [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
+                for name, spec in sorted((contract.layers if contract else {}).items())]
+    if json:
+        return emit_json(rows)
+    for row in rows:
+        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}")

@@ -18,7 +18,7 @@ from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
-from . import trust
+from . import local_layers, trust
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
 from .views import LOG_PATH, MIND_PATH, Views, page_path
@@ -76,6 +76,7 @@ class Memory:
         with self.lock():
             remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
+            self.views.contract = self.load_contract()
             self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
@@ -138,6 +139,7 @@ class Memory:
         return self.append(self.adf_writer.loop_clear(start, end, loop))
 
     def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none") -> int:
+        local_layers.refuse_layer_path(path, self.views.contract)
         return self.append(self.adf_writer.file_write(path, content, mime_type, protection))
 
     def file_delete(self, path: str) -> int:
@@ -163,19 +165,27 @@ class Memory:
     def contract_path(self) -> Path:
         return self.ws.mem_dir / "contract.json"
 
-    def load_contract(self):
-        try:
-            return msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
-        except FileNotFoundError:
-            return None
+    def load_contract(self, hub=None):
+        """The hub's contract (as last pulled) with this workspace's local layers."""
+        if hub is None:
+            try:
+                hub = msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
+            except FileNotFoundError:
+                pass
+        return local_layers.merged(hub, self.views.config(), self.config.agent)
+
+    def declare_layer(self, name: str, path: str, format: str = "entries") -> int:
+        """A local layer (no hub needed): its declaration is a config event."""
+        spec = local_layers.check(name, path, format, self.views.contract)
+        return self.config_set(f"layers.{name}", spec)
 
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
-        if contract == self.views.contract:
+        if self.load_contract(contract) == self.views.contract:
             return False
         old = self.views.shared_paths() if self.views.contract else []
         write_atomic(self.contract_path, [msgspec.json.encode(contract)])
-        self.views.contract = contract
+        self.views.contract = self.load_contract(contract)
         with self.lock():
             self.views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) "
                                       "DO UPDATE SET dirty = 1", [(p,) for p in old + self.views.shared_paths()])

@@ -1,0 +1,54 @@
+"""Typed entries with no hub: local layers declared as config events, their files materialised."""
+
+import json
+
+from conftest import log_rows, run_mem
+
+from projections import replay as replaying
+
+
+def test_entries_without_a_hub_through_the_cli(workspace):
+    w = ("-w", workspace)
+    out = run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True).stdout.decode()
+    assert out.startswith("layer decisions -> memory/decisions.md (entries")
+    first = run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-29: Deploys need the owner's ack",
+                    check=True).stdout.decode().split()[0]
+    run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-30: Deploys need two acks", "--reverses", first,
+            check=True)
+    text = (workspace / "memory/decisions.md").read_text()
+    assert text.startswith("# decisions\n\n[DECISION] 2026-11-29: Deploys need the owner's ack [reversed by ")
+    assert "[DECISION] 2026-11-30: Deploys need two acks (reverses " in text
+    hits = json.loads(run_mem(*w, "search", "acks", "--json", check=True).stdout)
+    assert [h["kind"] for h in hits] == ["entry", "entry"] and hits[1]["citation"] == first
+    assert hits[0]["path"] == "memory/decisions.md" and hits[1]["flags"][0].startswith("reversed by")
+    layers = json.loads(run_mem(*w, "layer", "list", "--json", check=True).stdout)
+    assert layers == [{"layer": "decisions", "path": "memory/decisions.md", "format": "entries", "local": True}]
+    assert "no differences" in run_mem(*w, "replay", "--check", check=True).stdout.decode()
+
+
+def test_layer_refusals_leave_the_log_untouched(workspace, tmp_path):
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    before = log_rows(workspace)
+    note = tmp_path / "n.md"
+    note.write_text("[DECISION] by hand")
+    for args, message in ((("layer", "add", "mind", "memory/m.md"), b"must be lowercase"),
+                          (("layer", "add", "lessons", "memory/lessons.txt"), b"should end in .md"),
+                          (("layer", "add", "lessons", "../out.md"), b"error: "),
+                          (("layer", "add", "decisions", "memory/other.md"), b"already exists"),
+                          (("layer", "add", "again", "memory/decisions.md"), b"overlaps layer 'decisions'"),
+                          (("entry", "add", "lessons", "[LESSON] x"), b"not in the contract"),
+                          (("entry", "add", "decisions", "[WHIM] x"), b"not one of"),
+                          (("file", "write", "memory/decisions.md", "--file", note), b"belongs to layer 'decisions'")):
+        result = run_mem(*w, *args)
+        assert result.returncode == 1 and result.stderr.startswith(b"error: ") and message in result.stderr, args
+    assert log_rows(workspace) == before
+
+
+def test_a_replay_rebuilds_local_entry_files(memory):
+    memory.declare_layer("lessons", "memory/lessons.md")
+    memory.entry_add("lessons", "[LESSON] 2026-11-01: Canary first")
+    before = (memory.root / "memory/lessons.md").read_bytes()
+    (memory.root / "memory/lessons.md").unlink()
+    replaying.replay(memory)
+    assert (memory.root / "memory/lessons.md").read_bytes() == before
