@@ -132,8 +132,12 @@ _AUDIT_CITE = re.compile(r"^adf-audit://seq/(\d+)(?:\?loop=([a-z0-9_-]+))?$")
 
 
 def file_text(views: Views, path: str, as_of: int | None = None) -> str | None:
+    """A file as of a seq: a rendered one (the wiki, a layer's file), else one of adf_files."""
     if path in (MIND_PATH, LOG_PATH) or slug_of(path):
         return views.file_text(path, as_of)
+    rendered = views.file_text(path, as_of)
+    if rendered is not None:
+        return rendered
     row = views.file(path, as_of)
     if row is None:
         return None

@@ -76,7 +76,7 @@ class Memory:
         with self.lock():
             remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
-            self.views.contract = self.load_contract()
+            local_layers.adopt(self.views, self.load_contract())
             self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
@@ -153,7 +153,7 @@ class Memory:
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
-        views.contract = self.views.contract
+        views.contract = self.load_contract(views=views)
         self.views = views
         self.writer.state = views
         self.adf_writer.files = views
@@ -165,14 +165,14 @@ class Memory:
     def contract_path(self) -> Path:
         return self.ws.mem_dir / "contract.json"
 
-    def load_contract(self, hub=None):
-        """The hub's contract (as last pulled) with this workspace's local layers."""
+    def load_contract(self, hub=None, views: Views | None = None):
+        """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""
         if hub is None:
             try:
                 hub = msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
             except FileNotFoundError:
                 pass
-        return local_layers.merged(hub, self.views.config(), self.config.agent)
+        return local_layers.merged(hub, (views or self.views).config(), self.config.agent)
 
     def declare_layer(self, name: str, path: str, format: str = "entries") -> int:
         """A local layer (no hub needed): its declaration is a config event."""
@@ -183,12 +183,9 @@ class Memory:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
         if self.load_contract(contract) == self.views.contract:
             return False
-        old = self.views.shared_paths() if self.views.contract else []
         write_atomic(self.contract_path, [msgspec.json.encode(contract)])
-        self.views.contract = self.load_contract(contract)
         with self.lock():
-            self.views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) "
-                                      "DO UPDATE SET dirty = 1", [(p,) for p in old + self.views.shared_paths()])
+            local_layers.adopt(self.views, self.load_contract(contract))
         self.refresh()
         return True
 
@@ -237,7 +234,10 @@ class Memory:
         return self.views.checkpoint()
 
     def show(self, path: str, as_of: int) -> str | None:
-        return self.views.file_text(path, as_of)
+        """Any file as of a seq: the wiki, a layer's file, or one of adf_files (which stay off the disk)."""
+        from .audit import file_text
+
+        return file_text(self.views, path, as_of)
 
     def checkout(self, target: Path, as_of: int) -> list[str]:
         """Writes every file as of a seq into `target` (which must be outside this workspace's views)."""

@@ -52,3 +52,16 @@ def test_a_replay_rebuilds_local_entry_files(memory):
     (memory.root / "memory/lessons.md").unlink()
     replaying.replay(memory)
     assert (memory.root / "memory/lessons.md").read_bytes() == before
+
+
+def test_adf_files_are_read_with_show_and_cite_but_stay_off_the_disk(workspace, tmp_path):
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "people", "memory/people.md", check=True)
+    run_mem(*w, "entry", "add", "people", "[ENTITY] 2026-11-29: Dana owns deploys", check=True)
+    note = tmp_path / "n.md"
+    note.write_text("scratch notes\n")
+    run_mem(*w, "file", "write", "memory/scratch.md", "--file", note, check=True)
+    assert not (workspace / "memory/scratch.md").exists() and (workspace / "memory/people.md").exists()
+    assert run_mem(*w, "show", "memory/scratch.md", check=True).stdout == b"scratch notes\n"
+    assert b"Dana owns deploys" in run_mem(*w, "cite", "adf-file://memory/people.md", check=True).stdout
+    assert run_mem(*w, "show", "memory/scratch.md", "--seq", "1").returncode == 1
