@@ -53,7 +53,8 @@ def search(query: str,
     for number, hit in enumerate(hits, 1):
         status_text = f" · status: {hit.status}" if hit.status else ""
         flags = f" · FLAGGED: {', '.join(hit.flags)}" if hit.flags else ""
-        typer.echo(f"{number:>2}. {hit.title} — {hit.path} ({hit.kind}{status_text}){flags}\n"
+        title = f"{hit.citation} {hit.title}" if hit.kind == "loop" else hit.title
+        typer.echo(f"{number:>2}. {title} — {hit.path} ({hit.kind}{status_text}){flags}\n"
                    f"    cite {hit.citation}\n    {hit.snippet}")
     if not hits:
         typer.echo("no matches")

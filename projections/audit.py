@@ -192,5 +192,5 @@ def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = Fa
         pages.append({"slug": slug, "title": title, "hook": hook, "status": status or "",
                       "flags": ", ".join(trust.flags(status, stale_after, day))})
     shared = {path: views.file_text(path, as_of) for path in views.shared_paths(as_of)}
-    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:],
+    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:] if last > 0 else [],
                     shared=shared)

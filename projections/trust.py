@@ -146,6 +146,9 @@ def check_release(memory, slug: str) -> None:
 def admit(memory, event) -> None:
     """Refuses, before anything is appended, a wiki page event that the trust rules forbid."""
     body = event.body
+    if event.layer != "mind" and isinstance(body, (PageIngest, PageUpdate)):  # a page of a shared layer
+        check_page(body.frontmatter, lambda target: memory.views.shared_winner(event.layer, target) is not None)
+        return
     if event.layer != "mind" or not isinstance(body, (PageIngest, PageUpdate, PageDelete, PageRename)):
         return
     slug = body.old if isinstance(body, PageRename) else body.slug

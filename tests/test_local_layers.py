@@ -65,3 +65,26 @@ def test_adf_files_are_read_with_show_and_cite_but_stay_off_the_disk(workspace, 
     assert run_mem(*w, "show", "memory/scratch.md", check=True).stdout == b"scratch notes\n"
     assert b"Dana owns deploys" in run_mem(*w, "cite", "adf-file://memory/people.md", check=True).stdout
     assert run_mem(*w, "show", "memory/scratch.md", "--seq", "1").returncode == 1
+
+
+def test_pages_of_a_layer_are_searched_with_their_trust_fields(memory):
+    from eventstore.errors import InvalidInput
+    from projections import search
+
+    memory.declare_layer("drafts", "content/drafts/", "pages")
+    memory.shared_page_write("drafts", "launch", b"---\ntype: draft\n---\n# Launch\n\nWe launch on Tuesday.\n")
+    first = memory.views.checkpoint()
+    memory.shared_page_write("drafts", "launch", b"---\ntype: draft\nstatus: deprecated\n---\n# Launch\n\nTuesday.\n")
+    assert search.search(memory.views, "tuesday", day="2026-11-30") == []
+    [hit] = search.search(memory.views, "tuesday", day="2026-11-30", include_all=True, layers=["drafts"])
+    assert hit.kind == "shared-page" and hit.citation == "adf-file://content/drafts/launch.md"
+    assert hit.flags == ["deprecated"]
+    [then] = search.search(memory.views, "launch tuesday", as_of=first, day="2026-11-30", agent="alice")
+    assert then.seq == first and then.flags == []
+    assert search.search(memory.views, "launch", as_of=first, day="2026-11-30", agent="bob") == []
+    try:
+        memory.shared_page_write("drafts", "x", b"---\ntype: draft\nstale_after: someday\n---\n# X\n")
+    except InvalidInput as exc:
+        assert "stale_after" in str(exc)
+    else:
+        raise AssertionError("a malformed stale_after was accepted in a layer page")

@@ -24,12 +24,14 @@ def found(memory, query, day=TODAY, **options):
 @pytest.mark.parametrize("status", ["deprecated", "archived", "superseded-by: runbook", "Deprecated: use x"])
 def test_withheld_status_is_left_out_of_search_and_believed_unless_all(memory, status):
     memory.write_page("runbook", page("Runbook", "Rollback with the script."))
+    memory.loop_append("user", [{"type": "text", "text": "hello"}])
     current = memory.write_page("old", page("Old way", "Rollback by hand."))
     withheld = memory.write_page("old", page("Old way", "Rollback by hand.", status=status))
     assert found(memory, "rollback") == ["adf-file://mind/runbook.md"]
     assert "adf-file://mind/old.md" in found(memory, "rollback", include_all=True)
     assert found(memory, "hand") == [] and found(memory, "hand", as_of=withheld) == []
     assert found(memory, "hand", as_of=current) == ["adf-file://mind/old.md"]  # before it was withheld
+    assert audit.believed(memory.views, withheld, last=0, day=TODAY).loop == []
     slugs = [p["slug"] for p in audit.believed(memory.views, withheld, day=TODAY).pages]
     assert slugs == ["runbook"]
     assert [p["slug"] for p in audit.believed(memory.views, current, day=TODAY).pages] == ["old", "runbook"]
