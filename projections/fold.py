@@ -167,9 +167,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     "WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)):
                 if layer == "mind" and kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
-                    decoded = decode_body(raw)
-                    apply_wiki(seq, version_id, ts, decoded, raw)
-                    search.apply(seq, layer, decoded)
+                    apply_wiki(seq, version_id, ts, decode_body(raw), raw)
                 elif kind in ADF_KINDS:
                     decoded = decode_body(unpack_body(codec, body))
                     apply_adf(seq, ts, decoded)
@@ -181,6 +179,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     search.apply(seq, layer, decoded, id, agent)
             adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)
             shared.flush()
+            search.take_pages(wiki.touched_pages, wiki._page)
             search.flush()
             wiki.flush(end)
             db.execute("COMMIT")

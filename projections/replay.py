@@ -8,7 +8,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
-from . import local_layers
+from . import local_layers, search
 from .fold import catch_up
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
@@ -33,7 +33,8 @@ def _build(memory, path: Path, upto: int | None, progress) -> Views:
         leftover.unlink(missing_ok=True)
     views = Views(path, fast=True)
     views.contract = memory.views.contract
-    catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
+    with search.indexed_at_the_end(views.db):
+        catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
     local_layers.adopt(views, memory.load_contract(views=views))
     return views
 

@@ -17,12 +17,13 @@ The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
 import json
+from contextlib import contextmanager
 
 import msgspec
 
 from eventstore.envelope import decode_body
-from eventstore.kinds import (EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, PageIngest,
-                              PageRename, PageUpdate)
+from eventstore.kinds import EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, PageIngest, \
+    PageUpdate
 
 from . import render, trust
 
@@ -56,6 +57,18 @@ def init(db) -> None:
         for name in missing:
             database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
     db.execute("INSERT OR IGNORE INTO meta VALUES ('search_history', '0')")
+
+
+@contextmanager
+def indexed_at_the_end(db):
+    """For a rebuild into a new file (`mem replay`): the current index is dropped while the fold runs and
+    built once from `search_docs` after it, instead of following every insert and delete by trigger."""
+    import sqlite_utils
+
+    table = sqlite_utils.Database(db, recursive_triggers=False)["search_docs"]
+    table.disable_fts()
+    yield
+    table.enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
 
 
 def _text_of(content: list) -> str:
@@ -95,7 +108,7 @@ class SearchFold:
         self._reset()
 
     def _reset(self):
-        self.pending: dict[tuple, tuple] = {}  # (kind, key[, ref]) -> a row, or a (page) thunk
+        self.pending: dict[tuple, tuple] = {}  # (kind, key[, ref]) -> its row
         self.gone: set[int] = set()  # ids of stored rows that stopped being current
 
     def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
@@ -123,32 +136,10 @@ class SearchFold:
                     kept.append((id, ref))
             rows[:] = kept
 
-    def _current(self, kind: str, key: str) -> tuple | None:
-        if (kind, key) in self.pending:
-            row = self.pending[(kind, key)]
-            return row() if callable(row) else row
-        stored = [id for id, _ref in self._stored(kind, key)]
-        return self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM search_docs WHERE id = ?",
-                               (stored[0],)).fetchone() if stored else None
-
     def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
+        """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
         pending = self.pending
-        if layer == "mind":
-            if isinstance(body, (PageIngest, PageUpdate)):
-                key = f"mind/{body.slug}"
-                self._replace("page", key)
-                pending[("page", key)] = lambda: page_row(seq, "page", "mind", key, body.slug, body.frontmatter,
-                                                          body.text)
-            elif isinstance(body, PageDelete):
-                self._replace("page", f"mind/{body.slug}")
-            elif isinstance(body, PageRename):
-                old, new = f"mind/{body.old}", f"mind/{body.new}"
-                row = self._current("page", old)
-                if row is None or self._current("page", new) is not None:
-                    return
-                self._replace("page", old)
-                pending[("page", new)] = (seq, "page", "mind", new, *row[4:])
-        elif isinstance(body, LoopAppend):
+        if isinstance(body, LoopAppend):
             pending[("loop", seq)] = loop_row(seq, body.loop, body.role, _text_of(body.content))
         elif isinstance(body, LoopCompact):
             pending[("loop", seq)] = loop_row(seq, body.loop, "user", body.summary)
@@ -170,12 +161,25 @@ class SearchFold:
         elif isinstance(body, PageDelete):
             self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents))
 
+    def take_pages(self, touched: set[str], current) -> None:
+        """The wiki pages a batch touched, as the wiki fold left them: `current(slug)` is None for a page
+        deleted or renamed away, else (seq, version_id, title, hook, doc, ts). Reading them once per
+        batch, not once per event, keeps a page updated 500 times in a batch to one row written."""
+        for slug in touched:
+            key = f"mind/{slug}"
+            self._replace("page", key)
+            page = current(slug)
+            if page is not None:
+                document = decode_body(page[4])
+                self.pending[("page", key)] = page_row(page[0], "page", "mind", key, slug, document.frontmatter,
+                                                       document.text)
+
     def flush(self) -> None:
         """Writes the batch (the FTS triggers follow); the caller holds the transaction."""
         if self.gone:
             self.db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
         if self.pending:
-            rows = sorted(row() if callable(row) else row for row in self.pending.values())
+            rows = sorted(self.pending.values())
             self.db.executemany(f"INSERT INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
             for row in rows:
                 if row[1] in ("page", "file", "shared-page"):
