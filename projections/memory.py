@@ -13,7 +13,7 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore import validate
 from eventstore.errors import HandEdited, InvalidInput
-from eventstore.layers import Contract
+from eventstore.layers import lenient_contract, produces
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
@@ -158,9 +158,10 @@ class Memory:
 
     def load_contract(self):
         try:
-            return msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
+            data = msgspec.json.decode(self.contract_path.read_bytes())
         except FileNotFoundError:
             return None
+        return lenient_contract(data.get("layers") if isinstance(data, dict) else None)
 
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
@@ -184,7 +185,7 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
-        if "*" not in spec.producers and self.config.agent not in spec.producers:
+        if not produces(contract, self.config.agent, layer):
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
         return spec
 
