@@ -17,9 +17,12 @@ ENTRIES = "entries"
 class Body(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """`groups` names the folds that take this kind: `wiki` (the mind layer), `adf` (loop and agent
     layers), and the shared-layer formats `pages` and `entries` (a contract layer of that format
-    takes exactly those kinds). Every kind group below is computed from these, never listed."""
+    takes exactly those kinds). Every kind group below is computed from these, never listed.
+
+    `allowed_secrets` names what the secret scanner found in a write made with --allow-secret."""
 
     groups: ClassVar[frozenset[str]] = frozenset()
+    allowed_secrets: list[str] = []
 
 
 # --- the mind wiki -------------------------------------------------------------------------

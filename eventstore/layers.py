@@ -86,6 +86,7 @@ class ContractLayer(msgspec.Struct, forbid_unknown_fields=True):
     format: Format
     producers: AgentList
     consumers: AgentList
+    scan_secrets: bool = True
 
     def __post_init__(self):
         problem = path_problem(self.path, self.format)

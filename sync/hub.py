@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from eventstore import secrets
 from eventstore.envelope import check_event
 from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
@@ -76,6 +77,12 @@ def check_batch(events, agent: str, contract) -> None:
         if event.kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
                            f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.kind!r}")
+        if contract.layers[event.layer].scan_secrets:
+            found = secrets.scan_body(event.body)
+            if found:
+                raise HubError(422, "secret-detected", "Secret detected",
+                               f"event {event.id} in layer {event.layer!r}: {secrets.describe(found)}; "
+                               "nothing of the batch was applied")
 
 
 def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starlette:
