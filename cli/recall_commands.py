@@ -29,7 +29,7 @@ def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]
 
 @app.command()
 def search(query: str,
-           layer: Optional[list[str]] = typer.Option(None, "--layer", help="Only this layer: mind, loop, file, "
+           layer: Optional[list[str]] = typer.Option(None, "--layer", help="Only this layer: mind, loop, agent (files), "
                                                      "or a shared layer (repeatable)."),
            type_: Optional[list[str]] = typer.Option(None, "--type", help="Only this page or entry type, "
                                                      "or loop role (repeatable)."),

@@ -10,11 +10,9 @@ name wins.
 import re
 
 from eventstore.errors import InvalidInput
-from eventstore.layers import Contract, ContractLayer
-from eventstore.writer import file_path
+from eventstore.layers import FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem
 
-RESERVED = ("mind", "loop", "agent", "file")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_NAME = re.compile(LAYER_NAME_PATTERN)
 
 
 def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
@@ -22,10 +20,13 @@ def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
     found = {}
     for name, spec in sorted((config.get("layers") or {}).items()):
         if not (isinstance(spec, dict) and isinstance(spec.get("path"), str) and _NAME.match(name)
-                and name not in RESERVED and spec.get("format", "entries") in ("entries", "pages")):
+                and spec.get("format", "entries") in FORMATS):
             continue
-        found[name] = ContractLayer(path=spec["path"], format=spec.get("format", "entries"), producers=[agent],
-                                    consumers=[agent])
+        try:
+            found[name] = ContractLayer(path=spec["path"], format=spec.get("format", "entries"), producers=[agent],
+                                        consumers=[agent])
+        except ValueError:
+            continue
     return found
 
 
@@ -39,16 +40,14 @@ def merged(hub: Contract | None, config: dict, agent: str) -> Contract | None:
 
 def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
     """The config value declaring a local layer, or a refusal."""
-    if not _NAME.match(name) or name in RESERVED:
-        raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_', and not one of "
-                           f"{', '.join(RESERVED)}")
-    if format not in ("entries", "pages"):
-        raise InvalidInput(f"a layer's format is entries or pages, not {format!r}")
-    if format == "entries" and not path.endswith(".md"):
-        raise InvalidInput(f"an entries layer is one markdown file: {path!r} should end in .md")
-    if format == "pages" and not path.endswith("/"):
-        raise InvalidInput(f"a pages layer is a folder: {path!r} should end in /")
-    file_path(path.rstrip("/"))
+    if not _NAME.match(name):
+        raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_', starting with a "
+                           f"letter, and not one of {', '.join(sorted(RESERVED_LAYERS))}")
+    if format not in FORMATS:
+        raise InvalidInput(f"a layer's format is {' or '.join(FORMATS)}, not {format!r}")
+    problem = path_problem(path, format)
+    if problem:
+        raise InvalidInput(f"layer path {path!r}: {problem}")
     for other, spec in (contract.layers.items() if contract else ()):
         if other == name:
             raise InvalidInput(f"layer {name!r} already exists (at {spec.path})")

@@ -13,7 +13,7 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput
-from eventstore.layers import Contract
+from eventstore.layers import lenient_contract, produces
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
@@ -177,7 +177,8 @@ class Memory:
         """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""
         if hub is None:
             try:
-                hub = msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
+                data = msgspec.json.decode(self.contract_path.read_bytes())
+                hub = lenient_contract(data.get("layers") if isinstance(data, dict) else None)
             except FileNotFoundError:
                 pass
         return local_layers.merged(hub, (views or self.views).config(), self.config.agent)
@@ -206,7 +207,7 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
-        if "*" not in spec.producers and self.config.agent not in spec.producers:
+        if not produces(contract, self.config.agent, layer):
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
         if allow_secret and spec.scan_secrets:
             raise InvalidInput(f"the hub scans layer {layer!r} for secrets (scan_secrets in the contract): "

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import msgspec
 
 from eventstore.envelope import decode_body
+from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.kinds import EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, PageIngest, \
     PageUpdate
 
@@ -88,7 +89,7 @@ def file_row(seq, path, content: bytes, mime) -> tuple | None:
         text = bytes(content).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return None if "\x00" in text else (seq, "file", "file", path, path, text, mime, None, None, None, None, None)
+    return None if "\x00" in text else (seq, "file", AGENT, path, path, text, mime, None, None, None, None, None)
 
 
 def entry_row(seq, layer, id, type, date, content, reverses, agent) -> tuple:
@@ -96,7 +97,7 @@ def entry_row(seq, layer, id, type, date, content, reverses, agent) -> tuple:
 
 
 def loop_row(seq, loop, role, text) -> tuple:
-    return (seq, "loop", "loop", loop, role, text, role, None, None, None, None, None)
+    return (seq, "loop", LOOP, loop, role, text, role, None, None, None, None, None)
 
 
 class SearchFold:
@@ -171,7 +172,7 @@ class SearchFold:
             page = current(slug)
             if page is not None:
                 document = decode_body(page[4])
-                self.pending[("page", key)] = page_row(page[0], "page", "mind", key, slug, document.frontmatter,
+                self.pending[("page", key)] = page_row(page[0], "page", MIND, key, slug, document.frontmatter,
                                                        document.text)
 
     def flush(self) -> None:
@@ -223,7 +224,7 @@ def _versions_between(db, start: int, end: int):
     for slug, seq, doc in db.execute("SELECT slug, seq, doc FROM page_versions WHERE seq > ? AND seq <= ? "
                                      "AND doc IS NOT NULL", span).fetchall():
         page = decode_body(doc)
-        yield [page_row(seq, "page", "mind", f"mind/{slug}", slug, page.frontmatter, page.text)]
+        yield [page_row(seq, "page", MIND, f"mind/{slug}", slug, page.frontmatter, page.text)]
     for layer, slug, id, seq, agent, doc in db.execute(
             "SELECT layer, slug, id, seq, agent, doc FROM shared_versions WHERE seq > ? AND seq <= ? AND deleted = 0",
             span).fetchall():
