@@ -19,12 +19,13 @@ The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 import json
 from contextlib import contextmanager
 
+import brotli
 import msgspec
 
 from eventstore.envelope import decode_body
 from eventstore.layers import AGENT, LOOP, MIND
-from eventstore.kinds import EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, PageIngest, \
-    PageUpdate
+from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, \
+    PageIngest, PageUpdate
 
 from . import render, trust
 
@@ -100,6 +101,19 @@ def loop_row(seq, loop, role, text) -> tuple:
     return (seq, "loop", LOOP, loop, role, text, role, None, None, None, None, None)
 
 
+def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
+    """The loop messages inside an audit blob (one imported from an ADF file: `audit read` reaches them)."""
+    if not (source == "loop" or source.startswith("loop:")):
+        return []
+    try:
+        entries = json.loads(brotli.decompress(data))
+    except (brotli.error, ValueError):
+        return []
+    loop = source[5:] or "main"
+    return [loop_row(e["seq"], loop, str(e.get("role", "")), _text_of(e.get("content_json") or []))
+            for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+
+
 class SearchFold:
     """Folds events into `search_docs`: per batch, only what is current at its end is written."""
 
@@ -144,6 +158,9 @@ class SearchFold:
             pending[("loop", seq)] = loop_row(seq, body.loop, body.role, _text_of(body.content))
         elif isinstance(body, LoopCompact):
             pending[("loop", seq)] = loop_row(seq, body.loop, "user", body.summary)
+        elif isinstance(body, AuditImport):
+            for row in archived_loop_rows(body.source, body.data):
+                pending[("loop", row[0])] = row
         elif isinstance(body, FileWrite):
             self._replace("file", body.path)
             row = file_row(seq, body.path, body.content, body.mime_type)
@@ -181,7 +198,7 @@ class SearchFold:
             self.db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
         if self.pending:
             rows = sorted(self.pending.values())
-            self.db.executemany(f"INSERT INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+            self.db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
             for row in rows:
                 if row[1] in ("page", "file", "shared-page"):
                     self._stored(row[1], row[3]).append((row[0], row[9]))
@@ -235,6 +252,9 @@ def _versions_between(db, start: int, end: int):
                                            "WHERE seq > ? AND seq <= ?", span)]
     yield [loop_row(seq, loop, role, _text_of(json.loads(content))) for seq, loop, role, content in db.execute(
         "SELECT seq, loop, role, content_json FROM loop_rows WHERE seq > ? AND seq <= ?", span)]
+    for source, data in db.execute("SELECT source, data FROM audit_rows WHERE event_seq > ? AND event_seq <= ? "
+                                   "AND (source = 'loop' OR source LIKE 'loop:%')", span).fetchall():
+        yield [row for row in archived_loop_rows(source, data) if row[0] <= end]
     for path, seq, content, mime in db.execute("SELECT path, seq, content, mime_type FROM file_versions "
                                                "WHERE seq > ? AND seq <= ? AND deleted = 0", span).fetchall():
         row = file_row(seq, path, content, mime)
@@ -356,7 +376,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         citation = ref
     elif kind == "loop":
         removed = views.db.execute("SELECT removed_seq FROM loop_rows WHERE seq = ?", (id,)).fetchone()
-        compacted = removed is not None and removed[0] is not None and removed[0] <= as_of
+        compacted = removed is None or (removed[0] is not None and removed[0] <= as_of)  # None: imported archived
         path = f"loop {key}" + (" (compacted: `mem audit read`)" if compacted else "")
         citation = f"[S{id}]"
         if compacted:

@@ -113,3 +113,27 @@ def test_mem_search_cli(workspace, tmp_path):
     bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: ")
     assert log_rows(workspace) == before
+
+
+def test_filters_type_status_and_layer(memory):
+    memory.write_page("a", page("Alpha", "shared word"))
+    memory.write_page("b", b"---\ntype: lesson\nstatus: deprecated\n---\n# Beta\n\nshared word\n")
+    memory.loop_append("assistant", [{"type": "text", "text": "shared word"}])
+    assert cites(memory, "shared", types=["procedure"]) == ["adf-file://mind/a.md"]
+    assert cites(memory, "shared", status="deprecated") == ["adf-file://mind/b.md"]
+    assert cites(memory, "shared", types=["assistant"], layers=["loop"]) == ["[S3]"]
+    assert cites(memory, "shared", layers=["agent"]) == []
+
+
+def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
+    from projections.adf_file import export_adf, import_adf
+    from projections.memory import Memory
+
+    seq = memory.loop_append("user", [{"type": "text", "text": "The migration needs the new column."}])
+    memory.loop_append("user", [{"type": "text", "text": "ok"}])
+    memory.loop_compact("Summary.", preserve=1)
+    export_adf(memory, tmp_path / "a.adf", memory.views.checkpoint())
+    with Memory.init(tmp_path / "copy") as copy:
+        import_adf(copy, tmp_path / "a.adf")
+        [hit] = search.search(copy.views, "migration column", day=DAY)
+        assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
