@@ -20,6 +20,7 @@ from eventstore.ids import now_ms
 from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
+from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, Writer
 
 from . import render
@@ -249,7 +250,7 @@ class _Importer:
             return []
         return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
 
-    def event(self, body, layer: str = "agent", ts: int | None = None):
+    def event(self, body, layer: str = AGENT, ts: int | None = None):
         return new_event(body, agent=self.agent, layer=layer, ts=ts or self.now)
 
     @_reads("adf_meta", required=True)
@@ -329,7 +330,7 @@ class _Importer:
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
         entries = _log_entries(log_text) if LOG_PATH in files else []
         if entries:
-            self.wiki.append(self.event(LogRestore(entries=entries), "mind"))
+            self.wiki.append(self.event(LogRestore(entries=entries), MIND))
         restored = [e.body.line for e in self.wiki if isinstance(e.body, AlwaysAdd)]
         if MIND_PATH in files and _rendered_mind_differs(mind_text, restored, self.wiki):
             self._keep_aside(MIND_PATH, mind_text.encode(), files[MIND_PATH])
@@ -337,7 +338,7 @@ class _Importer:
             self._keep_aside(LOG_PATH, log_text.encode(), files[LOG_PATH])
 
     def _in_mind(self, body, ts: int | None = None):
-        return self.event(body, "mind", ts)
+        return self.event(body, MIND, ts)
 
     def _file(self, path, content, mime, protection, created, updated) -> None:
         try:
@@ -389,7 +390,8 @@ class _Importer:
             tokens = _json(row["tokens"], f"{where} tokens") if row.get("tokens") is not None else None
             try:
                 body = self.adf_writer.loop_append(
-                    _str(row.get("role"), f"{where} role", optional=False), content, row.get("loop") or "main",
+                    _str(row.get("role"), f"{where} role", optional=False), content,
+                    _str(row.get("loop"), f"{where} loop") or "main",
                     _str(row.get("model"), f"{where} model"), tokens).body
             except MemError as exc:
                 raise type(exc)(f"{where}: {exc}") from None
@@ -450,6 +452,6 @@ def _line_up(live: list[tuple[int, LoopAppend]], others: list, event, name: str)
         if seq + 1 < wanted:
             ordered.append(event(ImportGap(source=name, skipped=wanted - seq - 2)))
             seq = wanted - 1
-        ordered.append(event(body, "loop"))
+        ordered.append(event(body, LOOP))
         seq += 1
     return ordered + list(queue)
