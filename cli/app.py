@@ -68,7 +68,7 @@ def point(mem, text: str) -> int:
 # --- workspace ----------------------------------------------------------------------------------
 
 @app.command()
-def init(agent: str = typer.Option("agent", "--agent", help="This agent's name.")):
+def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's name (default: agent).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
     from projections.memory import Memory
 
@@ -189,11 +189,12 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
 
 
 @app.command()
-def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
-    """Write the whole memory as it was into DIRECTORY."""
+def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
+             force: bool = typer.Option(False, "--force", help="Write into a non-empty directory (never a workspace).")):
+    """Write the whole memory as it was into DIRECTORY (a new or empty directory outside any workspace)."""
     with memory() as mem:
         point_seq = as_of(mem, at, seq)
-        written = mem.checkout(directory, point_seq)
+        written = mem.checkout(directory, point_seq, force=force)
     typer.echo(f"wrote {len(written)} files as of seq {point_seq} to {directory}")
 
 

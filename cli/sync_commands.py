@@ -26,22 +26,51 @@ app.add_typer(entry_app, name="entry")
 DbOpt = typer.Option("hub.db", "--db", envvar="MEM_HUB_DB", help="SQLite file or postgresql:// URL.")
 
 
-def storage(db: str):
-    from sync.storage import open_storage
+def storage(db: str, create: bool = False):
+    """The hub's storage; a missing hub is an error unless `create` (`mem hub init`, `mem serve`)."""
+    from sync.storage import hub_exists, open_storage
 
+    if not create and not hub_exists(db):
+        fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
+             "or pass --db (or MEM_HUB_DB)")
     return open_storage(db)
+
+
+def _where(db: str) -> str:
+    return db.split("@")[-1] if "://" in db else str(Path(db).absolute())
+
+
+def _known_agent(hub, name: str) -> None:
+    names = {a.name.split("#revoked-")[0] for a in hub.agents()}
+    if name not in names:
+        fail(f"no agent {name!r} on this hub (agents: {', '.join(sorted(names)) or 'none'})")
 
 
 @app.command()
 def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
           port: int = typer.Option(8765, "--port")):
-    """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...)."""
+    """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing."""
     import uvicorn
 
     from sync.hub import create_app
+    from sync.storage import hub_exists
 
+    if not hub_exists(db):
+        typer.echo(f"created a new hub database at {_where(db)}", err=True)
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db)), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    uvicorn.run(create_app(storage(db, create=True)), host=host, port=port, log_level="warning",
+                timeout_graceful_shutdown=2)
+
+
+@hub_app.command("init")
+def hub_init(db: str = DbOpt):
+    """Create a new, empty hub database."""
+    from sync.storage import hub_exists
+
+    if hub_exists(db):
+        fail(f"a hub database exists already at {_where(db)}")
+    storage(db, create=True).close()
+    typer.echo(f"created hub database {_where(db)}")
 
 
 @agent_app.command("add")
@@ -98,6 +127,7 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
     from sync.contracts import consumed_layers
 
     hub = storage(db)
+    _known_agent(hub, agent)
     at_ms = parse_instant(at) if at else None
     cursor = hub.received_by(agent, at_ms)
     contract, _ = hub.contract(at_ms)
@@ -118,13 +148,29 @@ def _summary(event) -> str:
 
 
 @remote_app.command("add")
-def remote_add(name: str, url: str, token_file: str = typer.Option(..., "--token-file")):
-    """Add a hub to sync with; the token stays in its file."""
+def remote_add(name: str, url: str, token_file: str = typer.Option(..., "--token-file"),
+               force: bool = typer.Option(False, "--force", help="Accept a token of another agent."),
+               json: bool = JsonOpt):
+    """Add a hub to sync with: checks the token's agent and fetches the contract; the token stays in its file."""
     from sync.client import add_remote
 
     with memory(refresh=False) as mem:
-        remote = add_remote(mem, name, url, token_file)
-    typer.echo(f"remote {remote.name} -> {remote.url}")
+        added = add_remote(mem, name, url, token_file, force=force)
+    if json:
+        return emit_json(added)
+    if added.replaced is not None:
+        typer.echo(f"replaced remote {name} (was {added.replaced.url})")
+    typer.echo(f"remote {added.remote.name} -> {added.remote.url} (agent {added.agent})")
+
+
+@remote_app.command("remove")
+def remote_remove(name: str):
+    """Forget a remote and its sync positions."""
+    from sync.client import remove_remote
+
+    with memory(refresh=False) as mem:
+        removed = remove_remote(mem, name)
+    typer.echo(f"removed remote {removed.name} ({removed.url})")
 
 
 @remote_app.command("list")
@@ -140,9 +186,30 @@ def remote_list(json: bool = JsonOpt):
         typer.echo(f"{r.name:<12} {r.url}")
 
 
+def _held_lines(report) -> bool:
+    """Says what stays behind (stderr); True when something does."""
+    for held in report.held:
+        typer.echo(f"error: {held.count} event{'s' if held.count != 1 else ''} in layer {held.layer} "
+                   f"cannot be pushed: {held.why}", err=True)
+    return bool(report.held)
+
+
+def _pull_line(report) -> str:
+    line = f"pulled {report.pulled} events from {report.remote}"
+    if report.returned:
+        line += f" (and {report.returned} of this agent's own came back)"
+    return line
+
+
+def _skipped_lines(report) -> None:
+    for path in report.skipped:
+        typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
+                   "`mem status` lists it", err=True)
+
+
 @app.command()
 def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
-    """Send this agent's events in the shared layers it produces."""
+    """Send this agent's events in the shared layers it produces; exits 1 when some must stay behind."""
     from sync.client import get_remote, push as pushing
 
     with memory() as mem:
@@ -150,9 +217,11 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         with progress_bar("push", mem.log.head()) as advance:
             report = pushing(mem, target, progress=advance)
     if json:
-        return emit_json(report)
-    typer.echo(f"pushed {report.pushed} events to {report.remote}"
-               + (f" ({report.duplicates} already there)" if report.duplicates else ""))
+        emit_json(report)
+    else:
+        typer.echo(f"pushed {report.pushed} events to {report.remote}"
+                   + (f" ({report.duplicates} already there)" if report.duplicates else ""))
+    raise typer.Exit(1 if _held_lines(report) else 0)
 
 
 @app.command()
@@ -162,21 +231,27 @@ def pull(remote: Optional[str] = typer.Argument(None),
     """Fetch the shared events this agent consumes."""
     from sync.client import get_remote, pull as pulling
 
+    def batch_line(batch):
+        typer.echo(f"pulled {batch.pulled} events up to hub position {batch.position}"
+                   + (f" ({batch.returned} own came back)" if batch.returned else ""))
+
     with memory() as mem:
         target = get_remote(mem, remote)
         with progress_bar("pull", None) as advance:
             try:
-                report = pulling(mem, target, follow=follow, wait=25 if follow else 0, progress=advance)
+                report = pulling(mem, target, follow=follow, wait=25 if follow else 0, progress=advance,
+                                 on_batch=batch_line if follow and not json else None)
             except KeyboardInterrupt:
                 raise typer.Exit(0) from None
     if json:
         return emit_json(report)
-    typer.echo(f"pulled {report.pulled} events from {report.remote}")
+    typer.echo(_pull_line(report))
+    _skipped_lines(report)
 
 
 @app.command("sync")
 def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
-    """Push, then pull."""
+    """Push, then pull; exits 1 when some events must stay behind."""
     from sync.client import get_remote, pull as pulling, push as pushing
 
     with memory() as mem:
@@ -186,8 +261,12 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         with progress_bar("pull", None) as advance:
             pulled = pulling(mem, target, progress=advance)
     if json:
-        return emit_json({"push": pushed, "pull": pulled})
-    typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})")
+        emit_json({"push": pushed, "pull": pulled})
+    else:
+        typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
+                   + (f"; {pulled.returned} of this agent's own came back" if pulled.returned else ""))
+        _skipped_lines(pulled)
+    raise typer.Exit(1 if _held_lines(pushed) else 0)
 
 
 @entry_app.command("add")

@@ -195,7 +195,7 @@ def _guess_mime(path: str) -> str:
 
 
 ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
-_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d{4}-\d{2}(?:-\d{2})?):\s*)?(.+)$", re.S)
+_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d+-\d+(?:-\d+)?):\s*)?(.+)$", re.S)
 
 
 class SharedState(Protocol):
@@ -226,7 +226,8 @@ class SharedWriter:
         if reverses is not None and not self.state.entry_exists(layer, reverses):
             raise NotFound(f"there is no entry {reverses} in layer {layer} to reverse")
         ts = now_ms()
-        date = date or dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+        date = validate.entry_date(date) if date else dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%d")
         return new_event(EntryAppend(type=kind, date=date, content=content, reverses=reverses), agent=self.agent,
                          layer=layer, ts=ts)
 

@@ -20,7 +20,7 @@ from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
-from .views import LOG_PATH, MIND_PATH, Views, page_path
+from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
 
 
 class Memory:
@@ -40,7 +40,7 @@ class Memory:
         return cls(Workspace.find(root))
 
     @classmethod
-    def init(cls, root: str | Path, agent: str = "agent") -> "Memory":
+    def init(cls, root: str | Path, agent: str | None = None) -> "Memory":
         memory = cls(Workspace.init(root, agent))
         memory.refresh()
         return memory
@@ -87,12 +87,27 @@ class Memory:
             edited = [p for p in hand_edited(self.views, self.root, set(touches))
                       if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
             if edited:
-                raise HandEdited(
-                    f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
-                    "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
+                raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path)}"
+                                           for path in edited))
         seq = self.log.append([event])[0]
         self.refresh(force=force)
         return seq
+
+    def keep_hint(self, path: str) -> str:
+        """What a user can do about a hand-edited file, which depends on what the file is."""
+        if path == MIND_PATH:
+            return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
+        if path == LOG_PATH:
+            return "it is derived from the log and cannot be adopted; pass --force to overwrite it"
+        if slug_of(path):
+            return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
+                    "or pass --force to overwrite it")
+        target = self.views.shared_target(path) if self.views.contract else None
+        if target is not None and target[1] is not None:
+            return "`mem adopt` keeps the edit as a new version of the shared page"
+        if target is not None:
+            return "an entries layer is derived from its entries (`mem entry add`); delete the file to get it back"
+        return "pass --force to overwrite it"
 
     # --- the wiki -----------------------------------------------------------------------------
 
@@ -214,16 +229,33 @@ class Memory:
     def seq_at(self, at_ms: int | None = None, seq: int | None = None) -> int:
         """The seq that a (time, seq) pair names; the head when neither is given."""
         if seq is not None:
+            if seq > self.log.head():
+                raise InvalidInput(f"seq {seq} is past the log head ({self.log.head()})")
             return min(seq, self.views.checkpoint())
         if at_ms is not None:
             return min(self.log.seq_at(at_ms), self.views.checkpoint())
         return self.views.checkpoint()
 
     def show(self, path: str, as_of: int) -> str | None:
-        return self.views.file_text(path, as_of)
+        """A wiki or shared-layer file, or a file in adf_files, as of a seq."""
+        text = self.views.file_text(path, as_of)
+        if text is None:
+            row = self.views.file(path, as_of)
+            if row is not None:
+                return row[1].decode("utf-8", errors="replace")
+        return text
 
-    def checkout(self, target: Path, as_of: int) -> list[str]:
-        """Writes every file as of a seq into `target` (which must be outside this workspace's views)."""
+    def checkout(self, target: Path, as_of: int, *, force: bool = False) -> list[str]:
+        """Writes every file as of a seq into `target`: never inside a workspace (a watcher there
+        would record the old files as new edits), never into a non-empty directory unless `force`."""
+        target = Path(target).absolute()
+        around = Workspace.around(target)
+        if around is not None:
+            raise InvalidInput(f"{target} is inside the workspace {around.root}; check out into a new directory")
+        if not force and target.is_dir() and any(target.iterdir()):
+            raise InvalidInput(f"{target} is not empty; pick a new directory or pass --force to write into it")
+        if target.exists() and not target.is_dir():
+            raise InvalidInput(f"{target} is a file, not a directory")
         written = []
         for path in self.views.paths(as_of):
             write_atomic(Path(target) / path, self.views.file_chunks(path, as_of))

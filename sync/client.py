@@ -9,6 +9,7 @@ checkpoints that move only after a durable commit.
 """
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import msgspec
 import zstandard
 
 from eventstore.envelope import Event
-from eventstore.errors import InvalidInput, MemError
+from eventstore.errors import InvalidInput, MemError, NotFound
+from projections.materialize import write_atomic
 
 from .contracts import produces
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
@@ -42,16 +44,36 @@ class HubRefused(MemError):
         self.status = problem.status
 
 
+class HeldBack(msgspec.Struct):
+    """Own events that cannot be pushed: the contract no longer lets this agent produce their layer."""
+
+    layer: str
+    count: int
+    why: str
+
+
 class PushReport(msgspec.Struct):
     remote: str
     pushed: int
     duplicates: int
+    held: list[HeldBack] = []
 
 
 class PullReport(msgspec.Struct):
+    """`pulled` counts events new to this log; `returned` this agent's own events coming back (the
+    log had them already); `skipped` files not written because they were edited by hand."""
+
     remote: str
     pulled: int
     cursor: str
+    returned: int = 0
+    skipped: list[str] = []
+
+
+class PulledBatch(msgspec.Struct):
+    pulled: int
+    returned: int
+    position: int
 
 
 def remotes_path(memory) -> Path:
@@ -65,17 +87,61 @@ def load_remotes(memory) -> dict[str, Remote]:
         return {}
 
 
-def add_remote(memory, name: str, url: str, token_file: str) -> Remote:
+class RemoteAdded(msgspec.Struct):
+    remote: Remote
+    agent: str
+    replaced: Remote | None = None
+
+
+def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
+    data = json.dumps(msgspec.to_builtins(remotes), indent=2) + "\n"
+    write_atomic(remotes_path(memory), [data])
+
+
+def _forget_cursors(memory, name: str) -> None:
+    for key in (f"push:{name}", f"pull:{name}", f"held:{name}"):
+        memory.log.set_state(key, "")
+
+
+def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = False,
+               client: "HubClient | None" = None) -> RemoteAdded:
+    """Adds (or replaces) a remote after asking the hub who the token belongs to: a token of another
+    agent is refused unless `force`. The hub's contract is kept, so shared writes work at once."""
     if not url.startswith(("http://", "https://")):
         raise InvalidInput(f"{url!r} is not an http(s) URL")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", name):
+        raise InvalidInput(f"remote name {name!r} must be letters, digits, '-', '_' or '.'")
     token_path = Path(token_file).absolute()
     if not token_path.is_file():
         raise InvalidInput(f"token file {token_file} does not exist")
+    remote = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))
+    client = client or HubClient.for_remote(remote)
+    try:
+        answer = client.contract()
+    finally:
+        client.close()
+    agent = memory.config.agent
+    if answer.agent != agent and not force:
+        raise InvalidInput(f"the token is agent {answer.agent!r}'s but this workspace is agent {agent!r}'s; "
+                           "use that agent's token, or --force to sync as another agent")
     remotes = load_remotes(memory)
-    remotes[name] = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))
-    data = json.dumps(msgspec.to_builtins(remotes), indent=2) + "\n"
-    remotes_path(memory).write_text(data)
-    return remotes[name]
+    replaced = remotes.get(name)
+    if replaced is not None and replaced.url != remote.url:
+        _forget_cursors(memory, name)
+    remotes[name] = remote
+    _save_remotes(memory, remotes)
+    memory.set_contract(answer.contract)
+    return RemoteAdded(remote=remote, agent=answer.agent, replaced=replaced)
+
+
+def remove_remote(memory, name: str) -> Remote:
+    remotes = load_remotes(memory)
+    if name not in remotes:
+        raise NotFound(f"no remote {name!r}" + (f" (remotes: {', '.join(remotes)})" if remotes else ""))
+    removed = remotes.pop(name)
+    _save_remotes(memory, remotes)
+    _forget_cursors(memory, name)
+    return removed
 
 
 def get_remote(memory, name: str | None) -> Remote:
@@ -136,52 +202,108 @@ def _outgoing(event: Event) -> Event:
                  digest=event.digest)
 
 
+def _held_key(remote: Remote) -> str:
+    return f"held:{remote.name}"
+
+
+def _why_held(contract, agent: str, layer: str) -> str:
+    if layer not in contract.layers:
+        return f"layer {layer!r} is no longer in the hub's contract"
+    return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
+
+
+def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
+    """Own events kept back from the hub because the contract stopped letting this agent produce them."""
+    contract = contract or memory.views.contract
+    seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
+    counts: dict[str, int] = {}
+    for seq in seqs:
+        event = memory.log.get_by_seq(seq)
+        counts[event.layer] = counts.get(event.layer, 0) + 1
+    return [HeldBack(layer=layer, count=n, why=_why_held(contract, memory.config.agent, layer))
+            for layer, n in sorted(counts.items())]
+
+
+def unpushed(memory, remote: Remote) -> int:
+    """Own events in the layers this agent produces (by the last contract seen) not yet sent."""
+    contract = memory.views.contract
+    if contract is None:
+        return 0
+    agent = memory.config.agent
+    layers = [name for name in contract.layers if produces(contract, agent, name)]
+    cursor = int(memory.log.state(f"push:{remote.name}") or 0)
+    return sum(1 for _ in memory.log.read_rows(after=cursor, layers=layers, agent=agent)) if layers else 0
+
+
 def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
     client = client or HubClient.for_remote(remote)
-    contract = client.contract()
-    memory.set_contract(contract.contract)
+    contract = client.contract().contract
+    known = memory.views.contract
+    memory.set_contract(contract)
     agent = memory.config.agent
-    layers = [name for name in contract.contract.layers if produces(contract.contract, agent, name)]
-    key = f"push:{remote.name}"
+    shared = sorted(set(contract.layers) | set(known.layers if known else ()))
+    key, held_key = f"push:{remote.name}", _held_key(remote)
     cursor = int(memory.log.state(key) or 0)
+    held = json.loads(memory.log.state(held_key) or "[]")
     pushed = duplicates = 0
-    while layers:
-        batch = list(memory.log.read(after=cursor, layers=layers, agent=agent, limit=BATCH))
-        if not batch:
-            break
-        results = client.push([_outgoing(e) for e in batch]).results
+
+    def send(events: list[Event]) -> None:
+        nonlocal pushed, duplicates
+        if not events:
+            return
+        results = client.push([_outgoing(e) for e in events]).results
         duplicates += sum(r.duplicate for r in results)
         pushed += sum(not r.duplicate for r in results)
-        cursor = batch[-1].seq
-        memory.log.set_state(key, str(cursor))
         if progress:
-            progress(len(batch))
-    return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates)
+            progress(len(events))
+
+    retried = [memory.log.get_by_seq(seq) for seq in held]
+    send([e for e in retried if produces(contract, agent, e.layer)])
+    held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
+    memory.log.set_state(held_key, json.dumps(held))
+    while shared:
+        batch = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
+        if not batch:
+            break
+        send([e for e in batch if produces(contract, agent, e.layer)])
+        held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
+        cursor = batch[-1].seq
+        memory.log.append([], state={key: str(cursor), held_key: json.dumps(held)})
+    return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
+                      held=held_back(memory, remote, contract))
 
 
 def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False, wait: float = 0,
-         progress=None, stop=None) -> PullReport:
+         progress=None, stop=None, on_batch=None) -> PullReport:
+    """Pulls until caught up (or, with `follow`, until `stop()`); `on_batch` hears of every batch applied."""
     client = client or HubClient.for_remote(remote)
     contract = client.contract()
     memory.set_contract(contract.contract)
     key = f"pull:{remote.name}"
     cursor = memory.log.state(key) or ""
-    pulled = 0
+    pulled = returned = 0
+    skipped: set[str] = set()
     while True:
         page = client.pull(cursor, PULL_BATCH, wait if follow else 0)
         events = page.events  # their seq, recorded_at and chain are the hub's; the local log sets its own
-        memory.log.append(events, state={key: page.cursor}, verify=True)
+        position = events[-1].seq if events else 0
+        head = memory.log.head()
+        seqs = memory.log.append(events, state={key: page.cursor}, verify=True)
         cursor = page.cursor
-        pulled += len(events)
+        new = sum(seq > head for seq in seqs)
+        pulled += new
+        returned += len(seqs) - new
         if events and progress:
             progress(len(events))
         if events and not page.more:
-            memory.refresh()  # once caught up, not after every page: a burst renders its files once
+            skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
+        if events and on_batch:
+            on_batch(PulledBatch(pulled=new, returned=len(seqs) - new, position=position))
         if page.more or events:
             continue  # pull until a page comes back empty: that request acknowledges the last one
         if not follow or (stop is not None and stop()):
             break
         if wait == 0:
             time.sleep(0.5)
-    memory.refresh()
-    return PullReport(remote=remote.name, pulled=pulled, cursor=cursor)
+    skipped.update(memory.refresh().refused)
+    return PullReport(remote=remote.name, pulled=pulled, cursor=cursor, returned=returned, skipped=sorted(skipped))

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from eventstore import validate
 from eventstore.envelope import check_event
 from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
 
@@ -72,6 +73,8 @@ def check_batch(events, agent: str, contract) -> None:
         if event.kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
                            f"layer {event.layer!r} takes {', '.join(allowed)}, not {event.kind!r}")
+        if event.kind == "entry.append":
+            validate.entry_date(event.body.date)
 
 
 def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starlette:

@@ -31,6 +31,7 @@ def team(tmp_path):
     hub_db = tmp_path / "hub.db"
     (tmp_path / "contracts.toml").write_text(CONTRACT)
     hub = ("--db", hub_db)
+    run_mem("hub", "init", *hub, check=True)
     run_mem("hub", "contract", "apply", tmp_path / "contracts.toml", *hub, check=True)
     for agent in ("main", "writer"):
         token = run_mem("hub", "agent", "add", agent, *hub, check=True).stdout.decode().strip()
