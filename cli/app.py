@@ -292,18 +292,24 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms")):
     import watchfiles
 
     from projections.adopt import adopt as adopting
+    from projections.materialize import file_hash
 
     with memory() as mem:
         typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
+        told: dict[str, str] = {}  # a refusal is said once, until the file or the reason changes
         try:
             for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
                                              watch_filter=lambda _c, path: "/.mem/" not in path
                                              and ".mem-tmp-" not in path):
                 report = adopting(mem)
                 for path in report.adopted:
+                    told.pop(path, None)
                     typer.echo(f"adopted {path}")
                 for path, why in report.refused.items():
-                    typer.echo(f"left {path}: {why}")
+                    said = f"{why}\0{file_hash(mem.root / path)}"
+                    if told.get(path) != said:
+                        told[path] = said
+                        typer.echo(f"left {path}: {why}")
         except KeyboardInterrupt:
             pass
 
