@@ -122,7 +122,7 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
         client.close()
     agent = memory.config.agent
     if answer.agent != agent and not force:
-        raise InvalidInput(f"the token is agent {answer.agent!r}'s but this workspace is agent {agent!r}'s; "
+        raise InvalidInput(f"the token belongs to agent {answer.agent!r}, not to this workspace's agent {agent!r}: "
                            "use that agent's token, or --force to sync as another agent")
     remotes = load_remotes(memory)
     replaced = remotes.get(name)
