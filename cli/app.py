@@ -78,37 +78,28 @@ def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's
 
 
 @app.command()
-def status(json: bool = JsonOpt):
-    """Is each view up to date with the log? Which files were edited by hand?"""
-    from projections.status import workspace_status
+def status(json: bool = JsonOpt, fetch: bool = typer.Option(False, "--fetch", help="Ask each hub how far behind "
+                                                            "this workspace is (otherwise only a quick try).")):
+    """Views against the log, files edited by hand, conflicts, and per remote what waits to go out or in."""
+    from .sync_commands import show_status
 
-    with memory(refresh=False) as mem:
-        report = workspace_status(mem)
-    if json:
-        return emit_json(report)
-    typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
-               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
-    for label, paths in (("edited by hand", report.hand_edited), ("not yet written", report.pending),
-                         ("missing", report.missing),
-                         ("untracked", report.untracked)):
-        for path in paths:
-            typer.echo(f"{label + ':':<17}{path}")
-    if report.clean:
-        typer.echo("clean: every file is what the log says")
+    show_status(json, fetch)
 
 
 # --- pages and Always ---------------------------------------------------------------------------
+
+LayerOpt = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki.")
+
 
 @page_app.command("write")
 def page_write(slug: str,
                file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
-               layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
-               force: bool = ForceOpt):
+               layer: Optional[str] = LayerOpt, force: bool = ForceOpt):
     """Ingest a page when new, update it otherwise."""
     if layer is not None and layer != "mind":
         with memory() as mem:
-            seq = mem.shared_page_write(layer, slug, read_input(file))
+            seq = mem.shared_page_write(layer, slug, read_input(file), note)
             event = mem.log.get_by_seq(seq)
         return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {seq})")
     with memory() as mem:
@@ -118,24 +109,38 @@ def page_write(slug: str,
 
 
 @page_app.command("delete")
-def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt):
+def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
+                layer: Optional[str] = LayerOpt):
     """Delete a page; the delete is an event and a log entry."""
+    if layer is not None and layer != "mind":
+        from .sync_commands import shared_page_delete
+
+        return shared_page_delete(layer, slug, note)
     with memory() as mem:
         seq = mem.delete_page(slug, note, force=force)
         typer.echo(f"delete mind/{slug.removesuffix('.md')}.md (seq {seq})")
 
 
 @page_app.command("rename")
-def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt):
+def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
+                layer: Optional[str] = LayerOpt):
     """Rename a page (its history stays under both names)."""
+    if layer is not None and layer != "mind":
+        from .sync_commands import shared_page_rename
+
+        return shared_page_rename(layer, old, new, note)
     with memory() as mem:
         seq = mem.rename_page(old, new, note, force=force)
         typer.echo(f"rename mind/{old}.md -> mind/{new}.md (seq {seq})")
 
 
 @page_app.command("list")
-def page_list(json: bool = JsonOpt):
-    """The pages in the catalog, with their hooks."""
+def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
+    """The pages in the catalog, with their hooks (or a shared layer's pages, with their heads)."""
+    if layer is not None and layer != "mind":
+        from .sync_commands import shared_page_list
+
+        return shared_page_list(layer, json)
     with memory() as mem:
         rows = [{"slug": s, "title": t, "hook": h} for s, t, h in mem.views.catalog()]
     if json:

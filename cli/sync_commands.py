@@ -292,17 +292,78 @@ def entry_list(layer: str, json: bool = JsonOpt):
 
 
 @app.command()
-def conflicts(json: bool = JsonOpt):
-    """Shared pages with more than one head: every replica shows the same winner."""
+def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", help="Print every head's text.")):
+    """Shared pages with more than one head (every replica shows the same winner); exits 1 if any."""
+    from projections.conflicts import conflicts_shown
+
     with memory() as mem:
-        found = mem.views.shared.conflicts(mem.views.checkpoint())
+        found = conflicts_shown(mem) if show else mem.views.shared.conflicts(mem.views.checkpoint())
     if json:
-        return emit_json(found)
-    for c in found:
-        heads = ", ".join(f"{h.id[:18]} ({h.agent}{', deleted' if h.deleted else ''})" for h in c.heads)
-        typer.echo(f"{c.layer}/{c.slug}: winner {c.winner[:18]}; heads {heads}")
-    if not found:
+        emit_json(found)
+    elif not found:
         typer.echo("no conflicts")
+    for c in [] if json else found:
+        if not show:
+            heads = ", ".join(f"{h.id[:18]} ({h.agent}{', deleted' if h.deleted else ''})" for h in c.heads)
+            typer.echo(f"{c.layer}/{c.slug}: winner {c.winner[:18]}; heads {heads}")
+            continue
+        typer.echo(f"== {c.layer}/{c.slug}: {len(c.heads)} heads; `mem resolve {c.layer}/{c.slug} --file F` "
+                   "writes one version that supersedes them all")
+        for h in c.heads:
+            typer.echo(f"-- {h.id} by {h.agent} at {h.at}{' (the winner)' if h.id == c.winner else ''}"
+                       + (": deleted" if h.deleted else ""))
+            if h.text is not None:
+                typer.echo(h.text.rstrip("\n"))
+    raise typer.Exit(1 if found else 0)
+
+
+def shared_page_delete(layer: str, slug: str, note: str) -> None:
+    with memory() as mem:
+        seq = mem.shared_page_delete(layer, slug, note)
+    typer.echo(f"delete {layer}/{slug.removesuffix('.md')} (seq {seq})")
+
+
+def shared_page_rename(layer: str, old: str, new: str, note: str) -> None:
+    with memory() as mem:
+        seq = mem.shared_page_rename(layer, old, new, note)
+    typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {seq})")
+
+
+def shared_page_list(layer: str, json: bool) -> None:
+    with memory() as mem:
+        pages = mem.shared_pages(layer)
+    if json:
+        return emit_json(pages)
+    for p in pages:
+        typer.echo(f"{p.slug:<28} {p.title:<30} {p.agent}" + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""))
+
+
+def show_status(json: bool, fetch: bool) -> None:
+    from sync.status import sync_status
+
+    with memory(refresh=False) as mem:
+        report = sync_status(mem, fetch=fetch)
+    if json:
+        return emit_json(report)
+    typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
+               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
+    for label, paths in (("edited by hand", report.hand_edited), ("not written", report.skipped),
+                         ("not yet written", report.pending), ("missing", report.missing),
+                         ("untracked", report.untracked)):
+        for path in paths:
+            typer.echo(f"{label + ':':<17}{path}" + ("  (a newer version waits; `mem adopt` keeps the edit)"
+                                                     if label == "not written" else ""))
+    for c in report.conflicts:
+        typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
+    for r in report.remotes:
+        behind = ("unknown (" + r.hub_error + ")" if r.hub_error else "not asked") if r.behind is None else \
+            f"{r.behind}{'+' if r.more_behind else ''} events"
+        typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {behind}; "
+                   f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))
+        for held in r.held:
+            typer.echo(f"  held back: {held.count} in {held.layer}: {held.why}")
+    if report.clean:
+        typer.echo("clean: every file is what the log says")
 
 
 @app.command()

@@ -19,7 +19,9 @@ from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from .fold import catch_up
-from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
+from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
+                          written_hash)
+from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
 
 
@@ -81,6 +83,11 @@ class Memory:
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
                force: bool = False) -> int:
         """Appends one event, refusing first if a file it would rewrite is unsafe or was edited by hand."""
+        return self.append_all([event], touches=touches, adopt=adopt, force=force)[0]
+
+    def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
+                   force: bool = False) -> list[int]:
+        """Appends events in one transaction, with `append`'s checks."""
         for path in touches:
             validate.inside_workspace(self.root, path)
         if not force:
@@ -89,9 +96,14 @@ class Memory:
             if edited:
                 raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path)}"
                                            for path in edited))
-        seq = self.log.append([event])[0]
+        seqs = self.log.append(events)
+        for path, document in (adopt or {}).items():
+            target = self.root / path
+            if target.is_file() and target.read_bytes() == document:
+                with self.lock():
+                    record_adopted(self.views, path, document)
         self.refresh(force=force)
-        return seq
+        return seqs
 
     def keep_hint(self, path: str) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is."""
@@ -190,7 +202,7 @@ class Memory:
         self.refresh()
         return True
 
-    def shared_layer(self, layer: str, format: str):
+    def shared_layer(self, layer: str, format: str, *, produce: bool = True):
         contract = self.views.contract
         if contract is None:
             raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
@@ -199,7 +211,7 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
-        if "*" not in spec.producers and self.config.agent not in spec.producers:
+        if produce and "*" not in spec.producers and self.config.agent not in spec.producers:
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
         return spec
 
@@ -207,16 +219,49 @@ class Memory:
         spec = self.shared_layer(layer, "entries")
         return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path])
 
-    def shared_page_write(self, layer: str, slug: str, document: bytes) -> int:
-        spec = self.shared_layer(layer, "pages")
-        event = self.shared_writer.page_write(layer, slug, document)
-        path = f"{spec.path}{event.body.slug}.md"
+    def shared_page_path(self, layer: str, slug: str) -> str:
+        return f"{self.views.contract.layers[layer].path}{slug}.md"
+
+    def materialised_from(self, layer: str, slug: str) -> list[str] | None:
+        """When the page's file was changed by hand: the version that file showed before the edit
+        ([] when mindlog never wrote it). None when the file is as mindlog wrote it."""
+        path = self.shared_page_path(layer, slug)
+        on_disk = (self.root / path).exists()
+        if on_disk and not hand_edited(self.views, self.root, {path}):
+            return None
+        written = written_hash(self.views, path)
+        if written is None:
+            return [] if on_disk else None
+        found = self.views.shared.version_rendered_as(layer, slug, written)
+        return [found] if found else []
+
+    def shared_page_write(self, layer: str, slug: str, document: bytes, note: str = "") -> int:
+        """Writes a shared page; from a hand-edited file, its parent is the version the file showed,
+        so a teammate's version that arrived meanwhile stays a head (a conflict), never lost."""
+        self.shared_layer(layer, "pages")
+        slug = validate.slug(slug)
+        event = self.shared_writer.page_write(layer, slug, document, note, self.materialised_from(layer, slug))
+        path = self.shared_page_path(layer, slug)
         return self.append(event, touches=[path], adopt={path: document})
 
-    def shared_page_delete(self, layer: str, slug: str) -> int:
-        spec = self.shared_layer(layer, "pages")
-        event = self.shared_writer.page_delete(layer, slug)
-        return self.append(event, touches=[f"{spec.path}{event.body.slug}.md"])
+    def shared_page_delete(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False) -> int:
+        """Deletes a shared page; `by_hand` (its file was deleted) supersedes only the version the
+        file showed, so a teammate's newer version is kept as a conflict."""
+        self.shared_layer(layer, "pages")
+        slug = validate.slug(slug)
+        parents = self.materialised_from(layer, slug) if by_hand else None
+        event = self.shared_writer.page_delete(layer, slug, note, parents)
+        return self.append(event, touches=[self.shared_page_path(layer, slug)], force=by_hand)
+
+    def shared_page_rename(self, layer: str, old: str, new: str, note: str = "") -> int:
+        self.shared_layer(layer, "pages")
+        events = self.shared_writer.page_rename(layer, old, new, note)
+        touches = [self.shared_page_path(layer, e.body.slug) for e in events]
+        return self.append_all(events, touches=touches)[-1]
+
+    def shared_pages(self, layer: str) -> list[SharedPage]:
+        self.shared_layer(layer, "pages", produce=False)
+        return self.views.shared.pages(layer, self.views.checkpoint())
 
     def resolve(self, layer: str, slug: str, document: bytes) -> int:
         spec = self.shared_layer(layer, "pages")

@@ -19,6 +19,7 @@ import zstandard
 
 from eventstore.envelope import Event
 from eventstore.errors import InvalidInput, MemError, NotFound
+from eventstore.ids import now_ms
 from projections.materialize import write_atomic
 
 from .contracts import produces
@@ -99,7 +100,7 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 
 def _forget_cursors(memory, name: str) -> None:
-    for key in (f"push:{name}", f"pull:{name}", f"held:{name}"):
+    for key in (f"push:{name}", f"pull:{name}", f"held:{name}", f"pulled-to:{name}", f"pulled-at:{name}"):
         memory.log.set_state(key, "")
 
 
@@ -163,8 +164,13 @@ class HubClient:
                                  headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
 
     @classmethod
-    def for_remote(cls, remote: Remote) -> "HubClient":
-        return cls(remote.url, Path(remote.token_file).read_text().strip())
+    def for_remote(cls, remote: Remote, timeout: float = 60.0) -> "HubClient":
+        try:
+            token = Path(remote.token_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the token file {remote.token_file} of remote {remote.name}: "
+                               f"{exc.strerror}") from None
+        return cls(remote.url, token, timeout=timeout)
 
     def close(self) -> None:
         self.http.close()
@@ -288,7 +294,10 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
         events = page.events  # their seq, recorded_at and chain are the hub's; the local log sets its own
         position = events[-1].seq if events else 0
         head = memory.log.head()
-        seqs = memory.log.append(events, state={key: page.cursor}, verify=True)
+        state = {key: page.cursor, f"pulled-at:{remote.name}": str(now_ms())}
+        if events:
+            state[f"pulled-to:{remote.name}"] = str(position)
+        seqs = memory.log.append(events, state=state, verify=True)
         cursor = page.cursor
         new = sum(seq > head for seq in seqs)
         pulled += new
