@@ -113,8 +113,12 @@ class SharedViews:
         return render.page(page.frontmatter, page.text)
 
     def version_rendered_as(self, layer: str, slug: str, digest: str) -> str | None:
-        """The id of the version whose file text hashes to `digest` (what a file was materialised from)."""
-        for id, _agent, _parents, deleted, doc in self.versions(layer, slug, 1 << 62):
+        """The id of the version whose file text hashes to `digest` (what a file was materialised from).
+        Versions with the same text are told apart by preferring the winner, then the newest."""
+        winner = self.winner(layer, slug, 1 << 62)
+        rows = sorted(self.versions(layer, slug, 1 << 62), key=lambda r: (r[0] == (winner and winner[0]), r[0]),
+                      reverse=True)
+        for id, _agent, _parents, deleted, doc in rows:
             if not deleted:
                 page = decode_body(doc)
                 if hashlib.sha256(render.page(page.frontmatter, page.text).encode()).hexdigest() == digest:
