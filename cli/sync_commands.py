@@ -9,7 +9,7 @@ import typer
 from eventstore.instants import format_instant, parse_instant
 
 from .app import JsonOpt, app, fail, memory, read_input
-from .output import emit_json, progress_bar
+from .output import AllowSecretOpt, emit_json, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -271,10 +271,11 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
 @entry_app.command("add")
 def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None, "--reverses",
-                                                                              help="The id of the entry reversed.")):
+                                                                              help="The id of the entry reversed."),
+              allow_secret: bool = AllowSecretOpt):
     """Append a typed entry: "[DECISION] text" (dated today) or "[FACT] 2026-11-29: text"."""
     with memory() as mem:
-        seq = mem.entry_add(layer, text, reverses)
+        seq = mem.entry_add(layer, text, reverses, allow_secret=allow_secret)
         event = mem.log.get_by_seq(seq)
     typer.echo(f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content}")
 
@@ -317,15 +318,15 @@ def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", h
     raise typer.Exit(1 if found else 0)
 
 
-def shared_page_delete(layer: str, slug: str, note: str) -> None:
+def shared_page_delete(layer: str, slug: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
-        seq = mem.shared_page_delete(layer, slug, note)
+        seq = mem.shared_page_delete(layer, slug, note, allow_secret=allow_secret)
     typer.echo(f"delete {layer}/{slug.removesuffix('.md')} (seq {seq})")
 
 
-def shared_page_rename(layer: str, old: str, new: str, note: str) -> None:
+def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
-        seq = mem.shared_page_rename(layer, old, new, note)
+        seq = mem.shared_page_rename(layer, old, new, note, allow_secret=allow_secret)
     typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {seq})")
 
 
@@ -367,11 +368,12 @@ def show_status(json: bool, fetch: bool) -> None:
 
 
 @app.command()
-def resolve(target: str, file: str = typer.Option(..., "--file", help="The resolved page (- for stdin).")):
+def resolve(target: str, file: str = typer.Option(..., "--file", help="The resolved page (- for stdin)."),
+            allow_secret: bool = AllowSecretOpt):
     """Write LAYER/SLUG as an update whose parents are all its heads."""
     layer, _, slug = target.partition("/")
     if not slug:
         fail("name the page as LAYER/SLUG", 2)
     with memory() as mem:
-        seq = mem.resolve(layer, slug, read_input(file))
+        seq = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
     typer.echo(f"resolved {layer}/{slug} (seq {seq})")

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventstore import validate
+from eventstore import secrets, validate
 from eventstore.envelope import check_event
 from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
 
@@ -75,6 +75,12 @@ def check_batch(events, agent: str, contract) -> None:
                            f"layer {event.layer!r} takes {', '.join(allowed)}, not {event.kind!r}")
         if event.kind == "entry.append":
             validate.entry_date(event.body.date)
+        if contract.layers[event.layer].scan_secrets:
+            found = secrets.scan_body(event.body)
+            if found:
+                raise HubError(422, "secret-detected", "Secret detected",
+                               f"event {event.id} in layer {event.layer!r}: {secrets.describe(found)}; "
+                               "nothing of the batch was applied")
 
 
 def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starlette:
