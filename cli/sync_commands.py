@@ -348,7 +348,8 @@ def show_status(json: bool, fetch: bool) -> None:
         return emit_json(report)
     typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
                f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
-    for label, paths in (("edited by hand", report.hand_edited), ("not written", report.skipped),
+    edited = [p for p in report.hand_edited if p not in report.skipped]
+    for label, paths in (("edited by hand", edited), ("not written", report.skipped),
                          ("not yet written", report.pending), ("missing", report.missing),
                          ("untracked", report.untracked)):
         for path in paths:
