@@ -48,7 +48,9 @@ def _known_agent(hub, name: str) -> None:
 
 @app.command()
 def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
-          port: int = typer.Option(8765, "--port")):
+          port: int = typer.Option(8765, "--port"),
+          group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
+                                            help="Commit concurrent pushes together (off: one transaction each).")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing."""
     import uvicorn
 
@@ -58,8 +60,8 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
     if not hub_exists(db):
         typer.echo(f"created a new hub database at {_where(db)}", err=True)
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db, create=True)), host=host, port=port, log_level="warning",
-                timeout_graceful_shutdown=2)
+    uvicorn.run(create_app(storage(db, create=True), group_commit=group_commit), host=host, port=port,
+                log_level="warning", timeout_graceful_shutdown=2)
 
 
 @hub_app.command("init")
@@ -239,7 +241,8 @@ def pull(remote: Optional[str] = typer.Argument(None),
         target = get_remote(mem, remote)
         with progress_bar("pull", None) as advance:
             try:
-                report = pulling(mem, target, follow=follow, wait=25 if follow else 0, progress=advance,
+                report = pulling(mem, target, follow=follow, progress=advance,
+                                 say=lambda line: typer.echo(line, err=True),
                                  on_batch=batch_line if follow and not json else None)
             except KeyboardInterrupt:
                 raise typer.Exit(0) from None

@@ -27,6 +27,8 @@ from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResp
 
 BATCH = 5000
 PULL_BATCH = 5000
+FOLLOW_WAIT = 25.0
+RETRY_MAX_SECONDS = 15.0
 
 
 class Remote(msgspec.Struct):
@@ -43,6 +45,13 @@ class HubRefused(MemError):
                          code=problem.type.rsplit("/", 1)[-1])
         self.problem = problem
         self.status = problem.status
+
+
+class HubUnreachable(MemError):
+    """The hub could not be reached, or stopped answering (connection refused, reset, timed out)."""
+
+    code = "hub-unreachable"
+    status = 503
 
 
 class HeldBack(msgspec.Struct):
@@ -160,6 +169,7 @@ def get_remote(memory, name: str | None) -> Remote:
 
 class HubClient:
     def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None):
+        self.timeout = timeout
         self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
                                  headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
 
@@ -175,14 +185,19 @@ class HubClient:
     def close(self) -> None:
         self.http.close()
 
-    def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None):
+    def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None, wait: float = 0):
         headers = {}
         if body is not None:
             headers["content-type"] = "application/json"
             if len(body) > 4096:
                 body = zstandard.ZstdCompressor(level=3).compress(body)
                 headers["content-encoding"] = "zstd"
-        response = self.http.request(method, path, content=body, params=params, headers=headers)
+        try:
+            # A long-poll's read timeout covers its wait: an idle hub answers only when the wait ends.
+            response = self.http.request(method, path, content=body, params=params, headers=headers,
+                                         timeout=self.timeout + wait)
+        except httpx.TransportError as exc:
+            raise HubUnreachable(f"hub unreachable at {self.http.base_url}: {exc or type(exc).__name__}") from None
         data = response.content  # httpx undoes a zstd Content-Encoding itself
         if response.status_code >= 400:
             try:
@@ -200,7 +215,7 @@ class HubClient:
 
     def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
         return self._call("GET", "/v1/pull", PullResponse,
-                          params={"cursor": cursor, "limit": limit, "wait": wait})
+                          params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
 
 def _outgoing(event: Event) -> Event:
@@ -279,40 +294,77 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
                       held=held_back(memory, remote, contract))
 
 
-def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False, wait: float = 0,
-         progress=None, stop=None, on_batch=None) -> PullReport:
-    """Pulls until caught up (or, with `follow`, until `stop()`); `on_batch` hears of every batch applied."""
+def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False,
+         wait: float = FOLLOW_WAIT, progress=None, stop=None, say=None, on_batch=None) -> PullReport:
+    """Pulls until caught up; with `follow`, keeps long-polling (`wait` seconds per request) until
+    `stop()` is true. A follower outlives the hub: when it is unreachable (or answers 5xx) it says so
+    once through `say` and retries with backoff, then says when it is back. `on_batch` hears of every
+    batch applied."""
     client = client or HubClient.for_remote(remote)
-    contract = client.contract()
-    memory.set_contract(contract.contract)
     key = f"pull:{remote.name}"
-    cursor = memory.log.state(key) or ""
-    pulled = returned = 0
-    skipped: set[str] = set()
+    tally = _Tally(remote.name, progress, on_batch)
+    delay, down, behind = 0.5, False, True
     while True:
-        page = client.pull(cursor, PULL_BATCH, wait if follow else 0)
-        events = page.events  # their seq, recorded_at and chain are the hub's; the local log sets its own
+        try:
+            if behind:
+                _pull_until_caught_up(memory, client, tally)
+            if down and say:
+                say(f"hub {remote.url} answers again; following")
+            down, delay = False, 0.5
+            if not follow or (stop is not None and stop()):
+                break
+            page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
+            tally.store(memory, page)
+            behind = page.more
+        except (HubUnreachable, HubRefused) as exc:
+            if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
+                raise
+            if not down and say:
+                say(f"{exc}; retrying until it answers")
+            down, behind = True, True
+            if stop is not None and stop():
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+    tally.skipped.update(memory.refresh().refused)
+    return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
+                      returned=tally.returned, skipped=sorted(tally.skipped))
+
+
+class _Tally:
+    """Stores pulled pages and counts what they brought: new events apart from this agent's own
+    coming back, and files a hand edit kept from being written."""
+
+    def __init__(self, name: str, progress, on_batch):
+        self.name, self.progress, self.on_batch = name, progress, on_batch
+        self.pulled = self.returned = 0
+        self.skipped: set[str] = set()
+
+    def store(self, memory, page: PullResponse) -> None:
+        """Appends a page (digests checked) in the transaction that moves the cursor."""
+        events = page.events  # their seq is the hub position; the local log sets its own
         position = events[-1].seq if events else 0
-        head = memory.log.head()
-        state = {key: page.cursor, f"pulled-at:{remote.name}": str(now_ms())}
+        state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
         if events:
-            state[f"pulled-to:{remote.name}"] = str(position)
+            state[f"pulled-to:{self.name}"] = str(position)
+        head = memory.log.head()
         seqs = memory.log.append(events, state=state, verify=True)
-        cursor = page.cursor
         new = sum(seq > head for seq in seqs)
-        pulled += new
-        returned += len(seqs) - new
-        if events and progress:
-            progress(len(events))
+        self.pulled += new
+        self.returned += len(seqs) - new
+        if events and self.progress:
+            self.progress(len(events))
         if events and not page.more:
-            skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
-        if events and on_batch:
-            on_batch(PulledBatch(pulled=new, returned=len(seqs) - new, position=position))
-        if page.more or events:
-            continue  # pull until a page comes back empty: that request acknowledges the last one
-        if not follow or (stop is not None and stop()):
-            break
-        if wait == 0:
-            time.sleep(0.5)
-    skipped.update(memory.refresh().refused)
-    return PullReport(remote=remote.name, pulled=pulled, cursor=cursor, returned=returned, skipped=sorted(skipped))
+            self.skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
+        if events and self.on_batch:
+            self.on_batch(PulledBatch(pulled=new, returned=len(seqs) - new, position=position))
+
+
+def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
+    """Pulls pages until one comes back empty: that request acknowledges the last one."""
+    memory.set_contract(client.contract().contract)
+    while True:
+        page = client.pull(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
+        tally.store(memory, page)
+        if not page.events and not page.more:
+            return
