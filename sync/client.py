@@ -35,6 +35,7 @@ class Remote(msgspec.Struct):
     name: str
     url: str
     token_file: str
+    agent: str = ""  # the agent the token was accepted for (another than the workspace's only with --force)
 
 
 class HubRefused(MemError):
@@ -134,6 +135,7 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
     if answer.agent != agent and not force:
         raise InvalidInput(f"the token belongs to agent {answer.agent!r}, not to this workspace's agent {agent!r}: "
                            "use that agent's token, or --force to sync as another agent")
+    remote.agent = answer.agent
     remotes = load_remotes(memory)
     replaced = remotes.get(name)
     if replaced is not None and replaced.url != remote.url:
@@ -256,11 +258,22 @@ def unpushed(memory, remote: Remote) -> int:
     return sum(1 for _ in memory.log.read_rows(after=cursor, layers=layers, agent=agent)) if layers else 0
 
 
+def fetch_contract(memory, remote: Remote, client: HubClient):
+    """The hub's contract, kept for rendering; refused if the token is no longer the agent it was
+    accepted for (a token file swapped behind mindlog's back)."""
+    answer = client.contract()
+    expected = remote.agent or memory.config.agent
+    if answer.agent != expected:
+        raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
+                           "`mem remote add` it again with the right token")
+    memory.set_contract(answer.contract)
+    return answer.contract
+
+
 def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
     client = client or HubClient.for_remote(remote)
-    contract = client.contract().contract
     known = memory.views.contract
-    memory.set_contract(contract)
+    contract = fetch_contract(memory, remote, client)
     agent = memory.config.agent
     shared = sorted(set(contract.layers) | set(known.layers if known else ()))
     key, held_key = f"push:{remote.name}", _held_key(remote)
@@ -302,7 +315,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     batch applied."""
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
-    tally = _Tally(remote.name, progress, on_batch)
+    tally = _Tally(remote, progress, on_batch)
     delay, down, behind = 0.5, False, True
     while True:
         try:
@@ -335,8 +348,8 @@ class _Tally:
     """Stores pulled pages and counts what they brought: new events apart from this agent's own
     coming back, and files a hand edit kept from being written."""
 
-    def __init__(self, name: str, progress, on_batch):
-        self.name, self.progress, self.on_batch = name, progress, on_batch
+    def __init__(self, remote: Remote, progress, on_batch):
+        self.remote, self.name, self.progress, self.on_batch = remote, remote.name, progress, on_batch
         self.pulled = self.returned = 0
         self.skipped: set[str] = set()
 
@@ -362,7 +375,7 @@ class _Tally:
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
-    memory.set_contract(client.contract().contract)
+    fetch_contract(memory, tally.remote, client)
     while True:
         page = client.pull(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
         tally.store(memory, page)

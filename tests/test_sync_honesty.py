@@ -48,6 +48,16 @@ def test_remote_add_checks_the_agent_fetches_the_contract_and_lists(team, tmp_pa
     assert gone.returncode == 1 and b"no remote 'other'" in gone.stderr
     assert [r["name"] for r in json.loads(run_mem("-w", tmp_path / "fresh", "remote", "list", "--json").stdout)] \
         == ["origin"]
+    # a token file swapped behind mindlog's back is caught on the next sync
+    (tmp_path / "fresh.token").write_text((tmp_path / "writer.token").read_text())
+    run_mem("-w", tmp_path / "fresh", "remote", "add", "swap", team.url, "--token-file", tmp_path / "fresh.token",
+            check=True)
+    (tmp_path / "fresh.token").write_text((tmp_path / "reviewer.token").read_text())
+    rows = log_rows(tmp_path / "fresh")
+    for command in ("pull", "push"):
+        swapped = run_mem("-w", tmp_path / "fresh", command, "swap")
+        assert swapped.returncode == 1 and b"now belongs to agent 'reviewer', not 'writer'" in swapped.stderr
+    assert log_rows(tmp_path / "fresh") == rows
 
 
 def test_own_events_coming_back_are_counted_apart(team):
