@@ -117,6 +117,7 @@ def test_three_agents_converge_despite_faults(steps):
                 transport.cut = transport.duplicate = 0
             server.storage.apply_contract(CONTRACT)
             for i, memory in enumerate(agents):
+                memory.set_contract(CONTRACT)  # as its next sync would
                 adopt_checked(memory, i, bases)
                 assert not [k for k in bases if k[0] == i], "a hand edit was not adopted under the full contract"
             for _round in range(2):
