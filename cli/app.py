@@ -9,6 +9,7 @@ import typer
 
 from eventstore.errors import MemError
 from eventstore.instants import parse_instant
+from eventstore.layers import MIND
 
 from .output import AllowSecretOpt, emit_json, event_line, fail, progress_bar
 
@@ -97,7 +98,7 @@ def page_write(slug: str,
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
                layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Ingest a page when new, update it otherwise."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         with memory() as mem:
             seq = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
             event = mem.log.get_by_seq(seq)
@@ -338,7 +339,7 @@ def hoist_workspace(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from . import adf_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
+    from . import adf_commands, recall_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
 
     try:
         app(args=hoist_workspace(sys.argv[1:]))

@@ -20,9 +20,9 @@ import zstandard
 from eventstore.envelope import Event
 from eventstore.errors import InvalidInput, MemError, NotFound
 from eventstore.ids import now_ms
+from eventstore.layers import produced_layers, produces
 from projections.materialize import write_atomic
 
-from .contracts import produces
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
@@ -253,7 +253,7 @@ def unpushed(memory, remote: Remote) -> int:
     if contract is None:
         return 0
     agent = memory.config.agent
-    layers = [name for name in contract.layers if produces(contract, agent, name)]
+    layers = produced_layers(contract, agent)
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     return sum(1 for _ in memory.log.read_rows(after=cursor, layers=layers, agent=agent)) if layers else 0
 
