@@ -12,11 +12,11 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import validate
-from eventstore.errors import HandEdited, InvalidInput
+from eventstore.errors import HandEdited, InvalidInput, NotFound
 from eventstore.layers import Contract
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
-from eventstore.writer import AdfWriter, SharedWriter, Writer
+from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
@@ -135,6 +135,21 @@ class Memory:
 
     def file_delete(self, path: str) -> int:
         return self.append(self.adf_writer.file_delete(path))
+
+    def file_rename(self, old: str, new: str) -> int:
+        """Moves a file: its write at the new path and its delete, appended in one transaction (the log
+        has no rename kind for files). Refused like a write of `new` and a delete of `old` would be."""
+        current = self.views.file(file_path(old))
+        if current is None:
+            raise NotFound(f"there is no file {old}")
+        if self.views.file(file_path(new)) is not None:
+            raise InvalidInput(f"{new} exists already")
+        _path, content, mime_type, _size, protection = current[:5]
+        events = [self.adf_writer.file_write(new, bytes(content), mime_type, protection),
+                  self.adf_writer.file_delete(old)]
+        seqs = self.log.append(events)
+        self.refresh()
+        return seqs[-1]
 
     def message(self, box: str, message: dict) -> int:
         return self.append(self.adf_writer.message(box, message))
