@@ -34,6 +34,9 @@ class Memory:
         self.shared_writer = SharedWriter(self.config.agent, self.views)
         self.views.contract = self.load_contract()
         self.last_report = FileReport()
+        # A long-running caller (the MCP server) answers once the event is in the log and the views, and
+        # writes the files after: appends then leave them dirty for its own `refresh()`.
+        self.defer_files = False
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> "Memory":
@@ -70,12 +73,16 @@ class Memory:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def refresh(self, *, force: bool = False, progress=None) -> FileReport:
-        """Catches the views up with the log and writes what changed to the workspace."""
+    def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
+        """Catches the views up with the log and writes what changed to the workspace.
+
+        With `files` False only the views move; the files stay marked dirty until a later refresh."""
         with self.lock():
-            remove_stale_temp_files(self.views, self.root)
+            if files:
+                remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
-            self.last_report = materialize(self.views, self.root, force=force)
+            if files:
+                self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
@@ -91,7 +98,7 @@ class Memory:
                     f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
                     "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
         seq = self.log.append([event])[0]
-        self.refresh(force=force)
+        self.refresh(force=force, files=force or not self.defer_files)
         return seq
 
     # --- the wiki -----------------------------------------------------------------------------
@@ -148,7 +155,7 @@ class Memory:
         events = [self.adf_writer.file_write(new, bytes(content), mime_type, protection),
                   self.adf_writer.file_delete(old)]
         seqs = self.log.append(events)
-        self.refresh()
+        self.refresh(files=not self.defer_files)
         return seqs[-1]
 
     def message(self, box: str, message: dict) -> int:
