@@ -6,7 +6,9 @@ call `Memory` and the projections. A refusal is a tool error carrying the messag
 directly, so calls are applied one at a time on the server's event loop, in the order they arrive.
 """
 
+import asyncio
 import functools
+import sys
 from typing import Literal
 
 import msgspec
@@ -58,6 +60,31 @@ def point(mem: Memory, text: str) -> int:
     return mem.seq_at(parse_instant(text))
 
 
+class FileFlush:
+    """Writes the workspace's files shortly after a call changed the views, off the call's own path.
+
+    A call answers once its event is in the log and the views (every tool reads the views), so its
+    latency does not include rewriting mind.md, mind/log.md and the page; a burst of calls rewrites them
+    once. The files lag the log by at most FLUSH_DELAY, and are written when the server stops."""
+
+    FLUSH_DELAY = 0.05
+
+    def __init__(self, mem: Memory):
+        self.mem = mem
+        self.pending = None
+
+    def schedule(self) -> None:
+        if self.pending is None:
+            self.pending = asyncio.get_running_loop().call_later(self.FLUSH_DELAY, self.run)
+
+    def run(self) -> None:
+        self.pending = None
+        report = self.mem.refresh()
+        if report.refused:
+            print(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
+                  file=sys.stderr)
+
+
 class MindlogServer(MCPServer):
     """An MCPServer whose resource list names mind.md and every page as they are now."""
 
@@ -78,10 +105,14 @@ def build_server(mem: Memory) -> MCPServer:
     server = MindlogServer(mem, name="mindlog", instructions=INSTRUCTIONS.format(agent=mem.config.agent),
                            log_level="WARNING")
 
+    mem.defer_files = True
+    flush = FileFlush(mem)
+
     def current() -> None:
         """Catches up with events appended by other processes (the CLI, a pull) since the last call."""
         if mem.log.head() != mem.views.checkpoint():
-            mem.refresh()
+            mem.refresh(files=False)
+            flush.schedule()
 
     def register(fn=None, **options):
         def wrap(fn):
@@ -89,7 +120,11 @@ def build_server(mem: Memory) -> MCPServer:
             async def call(*args, **kwargs):
                 try:
                     current()
-                    return fn(*args, **kwargs)
+                    head = mem.views.checkpoint()
+                    result = fn(*args, **kwargs)
+                    if mem.views.checkpoint() != head:
+                        flush.schedule()
+                    return result
                 except (MemError, ToolError) as exc:
                     return refusal(str(exc))
 
@@ -250,8 +285,11 @@ def parse_http(address: str) -> tuple[str, int]:
 
 def serve(mem: Memory, http: str | None = None) -> None:
     server = build_server(mem)
-    if http is None:
-        server.run("stdio")
-    else:
-        host, port = parse_http(http)
-        server.run("streamable-http", host=host, port=port)
+    try:
+        if http is None:
+            server.run("stdio")
+        else:
+            host, port = parse_http(http)
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        mem.refresh()

@@ -83,8 +83,12 @@ class MemoryTool:
         return Target(path, "dir" if self._is_dir(rel) else "file", rel)
 
     def _listing(self) -> list[tuple[str, int]]:
-        """Every file that exists now, with its size: the wiki, shared layers and adf_files."""
-        return self.mem.views.db.execute("SELECT path, size FROM adf_files ORDER BY path").fetchall()
+        """Every file that exists now, with its size: the wiki and shared layers (from the views, which
+        may be ahead of the files on disk), and the rest of adf_files."""
+        views = self.mem.views
+        rendered = [(path, len(views.file_text(path).encode("utf-8"))) for path in views.paths()]
+        return sorted(rendered + views.db.execute(
+            "SELECT path, size FROM adf_files WHERE path NOT IN (SELECT path FROM wiki_files)").fetchall())
 
     def _is_dir(self, rel: str) -> bool:
         return any(p.startswith(rel + "/") for p, _size in self._listing())
