@@ -56,8 +56,8 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
             break
         text = _text(memory, path, event.seq)
         if text != last:
-            versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at), agent=event.agent,
-                                    kind=event.kind, deleted=text is None))
+            versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
+                                    agent=event.agent, kind=event.kind, deleted=text is None))
             last = text
     first = memory.log.get_by_seq(versions[0].seq) if versions and slug_of(path) else None
     if first is not None and first.kind == "page.rename" and first.body.new == slug_of(path):

@@ -91,7 +91,8 @@ def test_memory_tool_refusals_leave_the_log_untouched(tool, memory, workspace):
     assert refused(tool, workspace, "str_replace", "/memories/notes/a.md", "other", "x") == \
         "No replacement was performed, old_str `other` did not appear verbatim in /memories/notes/a.md."
     assert refused(tool, workspace, "str_replace", "/memories/notes/a.md", "same", "x") == \
-        "No replacement was performed. Multiple occurrences of old_str `same` in lines: 1, 2. Please ensure it is unique"
+        ("No replacement was performed. Multiple occurrences of old_str `same` in lines: 1, 2. "
+         "Please ensure it is unique")
     assert refused(tool, workspace, "insert", "/memories/notes/a.md", 3, "x") == \
         "Invalid `insert_line` parameter: 3. It should be within the range [0, 2]."
     assert refused(tool, workspace, "rename", "/memories/notes/a.md", "/memories/mind/deploy.md") == \
