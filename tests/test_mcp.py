@@ -128,6 +128,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
          ("page", "delete", "deploy")),
         ("loop_append", {"role": "user", "text": "hi", "loop": "Main Loop"},
          ("loop", "append", "--role", "user", "--text", "hi", "--loop", "Main Loop")),
+        ("sync", {}, ("sync",)),
     ]
     expected = [cli_error(workspace, *command) for _tool, _arguments, command in cases]
     before = log_rows(workspace)
@@ -192,3 +193,49 @@ def test_http_binds_to_loopback_unless_told():
     assert parse_http("0.0.0.0:9000") == ("0.0.0.0", 9000)
     with pytest.raises(Exception, match="HOST:PORT"):
         parse_http("localhost")
+
+
+def test_mindlog_tools_over_stdio(workspace, tmp_path):
+    from hubserver import HubServer
+    from sync.client import add_remote
+
+    hub = HubServer(str(tmp_path / "hub.db")).start()
+    try:
+        hub.storage.apply_contract(Contract(layers={"insights": ContractLayer(
+            path="memory/insights.md", format="entries", producers=["*"], consumers=["*"])}))
+        (tmp_path / "alice.token").write_text(hub.storage.add_agent("alice") + "\n")
+        with Memory.open(workspace) as mem:
+            add_remote(mem, "origin", hub.url, str(tmp_path / "alice.token"))
+
+        async def session_body(session):
+            answers = {}
+            for tool, arguments in [
+                    ("loop_append", {"role": "user", "text": "Prod needs my ack."}),
+                    ("cite", {"citation": "[S1]"}),
+                    ("sync", {}),
+                    ("entry_add", {"layer": "insights", "text": "[DECISION] 2026-11-01: The hub runs on SQLite"}),
+                    ("sync", {"direction": "push"}),
+                    ("believed", {"seq": 1}),
+                    ("log", {"n": 1}),
+                    ("memory", {"command": "view", "path": "/memories/memory/insights.md"}),
+                    ("memory", {"command": "create", "path": "/memories/notes.md"})]:
+                answers.setdefault(tool, []).append(await call(session, tool, **arguments))
+            return answers
+
+        answers = run_stdio(workspace, session_body)
+    finally:
+        hub.stop()
+    assert answers["loop_append"] == [(False, "[S1] user appended to loop main")]
+    cited = json.loads(answers["cite"][0][1])
+    assert cited["resolved"] and cited["hit"]["source"] == "live" and cited["hit"]["seq"] == 1
+    first_sync, push = (json.loads(text) for _error, text in answers["sync"])
+    assert first_sync["push"]["pushed"] == 0 and push == {"push": {**push["push"], "pushed": 1}}
+    assert answers["entry_add"][0][1].endswith("[DECISION] 2026-11-01: The hub runs on SQLite (seq 2)")
+    believed = json.loads(answers["believed"][0][1])
+    assert believed["seq"] == 1 and [m["seq"] for m in believed["loop"]] == [1]
+    assert [e["body"]["kind"] for e in json.loads(answers["log"][0][1])] == ["entry.append"]
+    assert answers["memory"][0] == (False, "Here's the content of /memories/memory/insights.md with line numbers:\n"
+                                           "     1\t# insights\n     2\t\n     3\t[DECISION] 2026-11-01: The hub runs "
+                                           "on SQLite\n     4\t")
+    assert answers["memory"][1] == (True, "create needs file_text")
+    assert [row[0] for row in log_rows(workspace)] == [1, 2]
