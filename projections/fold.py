@@ -12,17 +12,23 @@ import json
 from collections.abc import Callable
 
 from eventstore.envelope import decode_body, unpack_body
-from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
-                              PageUpdate)
+from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
+                              PageDelete, PageIngest, PageRename, PageUpdate)
+from eventstore.layers import MIND
 from eventstore.recorder import id_text
 
 from . import render
-from .adf import ADF_KINDS, AdfFold
-from .shared import SHARED_PAGE_KINDS, SharedFold
+from .adf import AdfFold
+from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
-WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-                        "lint", "log.restore"})
+def _sql_list(values) -> str:
+    return ", ".join(f"'{value}'" for value in sorted(values))
+
+
+# The agent is read only where a fold keeps it (shared layers): a column less per row.
+_CATCH_UP_SQL = (f"SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != '{MIND}' AND kind IN "
+                 f"({_sql_list(SHARED_KINDS)}) THEN agent END FROM events WHERE seq > ? AND seq <= ? ORDER BY seq")
 
 
 class WikiFold:
@@ -153,17 +159,13 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             end = min(start + batch, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
-            # The agent is read only where a fold keeps it (shared layers): a column less per row.
-            for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(
-                    "SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != 'mind' AND kind IN "
-                    "('entry.append', 'page.ingest', 'page.update', 'page.delete') THEN agent END FROM events "
-                    "WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)):
-                if layer == "mind" and kind in WIKI_KINDS:
+            for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(_CATCH_UP_SQL, (start, end)):
+                if layer == MIND and kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
                     apply_wiki(seq, version_id, ts, decode_body(raw), raw)
                 elif kind in ADF_KINDS:
                     apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
-                elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
+                elif kind in SHARED_KINDS:
                     raw = unpack_body(codec, body)
                     shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
             adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)

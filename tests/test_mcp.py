@@ -115,6 +115,8 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     (workspace / "mind/deploy.md").write_bytes(PAGE + b"edited by hand\n")
     bare = tmp_path / "bare.md"
     bare.write_bytes(b"no frontmatter\n")
+    secret = tmp_path / "keys.md"
+    secret.write_text("the deploy key is AKIA4HXQ7ZT2LMNB3K5P for now\n")
     cases = [  # (tool, arguments, the CLI command refused for the same reason)
         ("create", {"path": "/memories/mind/bare.md", "file_text": "no frontmatter\n"},
          ("page", "write", "bare", "--file", bare)),
@@ -129,6 +131,8 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         ("loop_append", {"role": "user", "text": "hi", "loop": "Main Loop"},
          ("loop", "append", "--role", "user", "--text", "hi", "--loop", "Main Loop")),
         ("sync", {}, ("sync",)),
+        ("create", {"path": "/memories/notes/keys.md", "file_text": secret.read_text()},
+         ("file", "write", "notes/keys.md", "--file", secret)),
     ]
     expected = [cli_error(workspace, *command) for _tool, _arguments, command in cases]
     before = log_rows(workspace)
@@ -143,6 +147,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert all(error for error, _text in answers)
     assert [text for _error, text in answers[:len(cases)]] == expected
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
+    assert "AWS Access Key" in expected[7]
     assert answers[-2][1] == "File /memories/mind/deploy.md already exists"
     assert "catalog is generated from the pages" in answers[-1][1]
     assert log_rows(workspace) == before
