@@ -47,6 +47,11 @@ def workspace_path(path: str) -> str:
     return path[len(ROOT):].strip("/") if path == ROOT or path.startswith(ROOT + "/") else path
 
 
+def seq_of(written) -> int:
+    """The seq of what a Memory write returned (a seq, or the event with its seq)."""
+    return written if isinstance(written, int) else written.seq
+
+
 def moment(mem: Memory, at: str | None, seq: int | None) -> int:
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
@@ -231,7 +236,7 @@ def build_server(mem: Memory) -> MCPServer:
     @register
     def entry_add(layer: str, text: str, reverses: str | None = None) -> str:
         """Append a typed entry to a shared `entries` layer: "[DECISION] text" or "[FACT] 2026-11-29: text"."""
-        seq = mem.entry_add(layer, text, reverses)
+        seq = seq_of(mem.entry_add(layer, text, reverses))
         event = mem.log.get_by_seq(seq)
         return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {seq})"
 
@@ -239,7 +244,7 @@ def build_server(mem: Memory) -> MCPServer:
     def loop_append(role: Literal["user", "assistant"], text: str, loop: str = "main",
                     model: str | None = None) -> str:
         """Append a message to a loop (the transcript); its seq is the [S<seq>] that cites it."""
-        seq = mem.loop_append(role, [{"type": "text", "text": text}], loop, model)
+        seq = seq_of(mem.loop_append(role, [{"type": "text", "text": text}], loop, model))
         return f"[S{seq}] {role} appended to loop {loop}"
 
     @register
