@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from eventstore.errors import MemError
 from eventstore.instants import parse_instant
 from projections import audit
+from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
@@ -30,7 +31,7 @@ INSTRUCTIONS = (
     "delete, rename) work over /memories: /memories/mind.md is the index (edit only its `## Always` lines), "
     "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
-    "believed, cite and log read it back.")
+    "search (with `at`), believed, cite and log read it back.")
 
 
 def json_text(value) -> str:
@@ -56,6 +57,15 @@ def moment(mem: Memory, at: str | None, seq: int | None) -> int:
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
     return mem.seq_at(parse_instant(at) if at is not None else None, seq)
+
+
+def trusted_moment(mem: Memory, at: str | None, seq: int | None) -> tuple[int | None, str]:
+    """(as_of, the day staleness is judged on), as `mem search` and `mem believed` take them."""
+    from .recall_commands import moment as recall_moment
+
+    if at is not None and seq is not None:
+        raise ToolError("give at or seq, not both")
+    return recall_moment(mem, at, seq)
 
 
 def point(mem: Memory, text: str) -> int:
@@ -216,9 +226,28 @@ def build_server(mem: Memory) -> MCPServer:
         return diff_of(mem, rel, point(mem, old), point(mem, new) if new else mem.seq_at()) or "(no differences)"
 
     @register
-    def believed(at: str | None = None, seq: int | None = None, last: int = 10) -> str:
-        """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages (JSON)."""
-        return json_text(audit.believed(mem.views, moment(mem, at, seq), last))
+    def believed(at: str | None = None, seq: int | None = None, last: int = 10, include_all: bool = False) -> str:
+        """What the agent had in front of it at a moment: mind.md, its pages (superseded, deprecated and archived
+        ones only with include_all), the loop's last messages (JSON)."""
+        as_of, day = trusted_moment(mem, at, seq)
+        return json_text(audit.believed(mem.views, mem.seq_at() if as_of is None else as_of, last,
+                                        include_all=include_all, day=day))
+
+    @register
+    def search(query: str, at: str | None = None, seq: int | None = None, layers: list[str] | None = None,
+               types: list[str] | None = None, kinds: list[str] | None = None, agent: str | None = None,
+               status: str | None = None, include_all: bool = False, n: int = 10) -> str:
+        """Full-text search (BM25) over pages, shared layers, entries, the loop and files, now or as of a moment
+        (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page, entry,
+        loop, file. Superseded, deprecated and archived material only with include_all."""
+        for kind in kinds or ():
+            if kind not in searching.KINDS:
+                raise ToolError(f"kind must be one of {', '.join(searching.KINDS)}, not {kind!r}")
+        as_of, day = trusted_moment(mem, at, seq)
+        return json_text(searching.search(mem.views, query, as_of=as_of, day=day, kinds=kinds or (),
+                                          layers=layers or (), types=types or (), agent=agent,
+                                          self_agent=mem.config.agent, status=status, include_all=include_all,
+                                          limit=n))
 
     @register
     def cite(citation: str, at: str | None = None, seq: int | None = None) -> str:

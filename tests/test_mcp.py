@@ -112,6 +112,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         mem.set_contract(Contract(layers={"decisions": ContractLayer(
             path="memory/decisions.md", format="entries", producers=["bob"], consumers=["*"])}))
         mem.write_page("deploy", PAGE)
+        mem.write_page("freeze", PAGE.replace(b"type: procedure", b"type: procedure\ngovernance: hold"))
     (workspace / "mind/deploy.md").write_bytes(PAGE + b"edited by hand\n")
     bare = tmp_path / "bare.md"
     bare.write_bytes(b"no frontmatter\n")
@@ -133,6 +134,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         ("sync", {}, ("sync",)),
         ("create", {"path": "/memories/notes/keys.md", "file_text": secret.read_text()},
          ("file", "write", "notes/keys.md", "--file", secret)),
+        ("delete", {"path": "/memories/mind/freeze.md"}, ("page", "delete", "freeze")),
     ]
     expected = [cli_error(workspace, *command) for _tool, _arguments, command in cases]
     before = log_rows(workspace)
@@ -147,7 +149,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert all(error for error, _text in answers)
     assert [text for _error, text in answers[:len(cases)]] == expected
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
-    assert "AWS Access Key" in expected[7]
+    assert "AWS Access Key" in expected[7] and "hold" in expected[8]
     assert answers[-2][1] == "File /memories/mind/deploy.md already exists"
     assert "catalog is generated from the pages" in answers[-1][1]
     assert log_rows(workspace) == before
@@ -223,6 +225,11 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
                     ("believed", {"seq": 1}),
                     ("log", {"n": 1}),
                     ("memory", {"command": "view", "path": "/memories/memory/insights.md"}),
+                    ("create", {"path": "/memories/mind/canary.md", "file_text": PAGE.decode().replace(
+                        "Staging first.", "Every deploy waits for a green canary.")}),
+                    ("search", {"query": "green canary"}),
+                    ("search", {"query": "green canary", "seq": 2}),
+                    ("search", {"query": "canary", "kinds": ["nonsense"]}),
                     ("memory", {"command": "create", "path": "/memories/notes.md"})]:
                 answers.setdefault(tool, []).append(await call(session, tool, **arguments))
             return answers
@@ -243,4 +250,9 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
                                            "     1\t# insights\n     2\t\n     3\t[DECISION] 2026-11-01: The hub runs "
                                            "on SQLite\n     4\t")
     assert answers["memory"][1] == (True, "create needs file_text")
-    assert [row[0] for row in log_rows(workspace)] == [1, 2]
+    now, then, bad_kind = answers["search"]
+    assert [(hit["path"], hit["citation"]) for hit in json.loads(now[1])] == [
+        ("mind/canary.md", "adf-file://mind/canary.md")]
+    assert json.loads(then[1]) == []
+    assert bad_kind == (True, "kind must be one of page, shared-page, entry, loop, file, not 'nonsense'")
+    assert [row[0] for row in log_rows(workspace)] == [1, 2, 3]
