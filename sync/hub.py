@@ -91,6 +91,7 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
     wait on a Fanout, woken by commits, holding no thread."""
     fanout = Fanout()
     committers: list[GroupCommitter] = []
+    compressor = zstandard.ZstdCompressor(level=1)  # one per app: replies are compressed on the event loop only
 
     def committer() -> GroupCommitter:
         """Started on the first request, inside the event loop that serves them."""
@@ -128,7 +129,7 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
         data = msgspec.json.encode(value)
         headers = {}
         if "zstd" in request.headers.get("accept-encoding", "") and len(data) > 1024:
-            data = zstandard.ZstdCompressor(level=1).compress(data)
+            data = compressor.compress(data)
             headers["content-encoding"] = "zstd"
         return Response(data, status_code=status, media_type="application/json", headers=headers)
 
