@@ -125,7 +125,8 @@ class HubClient:
             response = self.http.request(method, path, content=body, params=params, headers=headers,
                                          timeout=self.timeout + wait)
         except httpx.TransportError as exc:
-            raise HubUnreachable(f"hub unreachable at {self.http.base_url}: {exc or type(exc).__name__}") from None
+            reason = str(exc).rstrip(".") or type(exc).__name__
+            raise HubUnreachable(f"hub unreachable at {str(self.http.base_url).rstrip('/')}: {reason}") from None
         data = response.content  # httpx undoes a zstd Content-Encoding itself
         if response.status_code >= 400:
             try:
