@@ -186,10 +186,11 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     while True:
         try:
             if behind:
+                memory.set_contract(client.contract().contract)
+                if down and say:  # said at the first answer, before anything it brings is stored
+                    say(f"hub {remote.url} answers again; following")
+                down, delay = False, 0.5
                 pulled += _pull_until_caught_up(memory, client, key, progress)
-            if down and say:
-                say(f"hub {remote.url} answers again; following")
-            down, delay = False, 0.5
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
@@ -221,7 +222,6 @@ def _store(memory, key: str, page: PullResponse, progress) -> int:
 
 def _pull_until_caught_up(memory, client: HubClient, key: str, progress) -> int:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
-    memory.set_contract(client.contract().contract)
     pulled = 0
     while True:
         page = client.pull(memory.log.state(key) or "", PULL_BATCH, 0)
