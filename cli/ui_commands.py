@@ -1,0 +1,24 @@
+"""`mem ui`: serves this workspace's pages (as of any moment) read-only on 127.0.0.1."""
+
+from typing import Optional
+
+import typer
+
+from .app import app, memory
+
+
+@app.command()
+def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (default: a free one)."),
+       host: str = typer.Option("127.0.0.1", "--host", help="The address to listen on.")):
+    """Browse memory over time: as of any moment, page history, timeline, conflicts, search."""
+    import uvicorn
+
+    from sync.server import free_port
+
+    from .web.app import create_app
+
+    with memory() as mem:
+        root = mem.root
+    port = port or free_port()
+    typer.echo(f"mindlog ui: http://{host}:{port}/asof", err=False)
+    uvicorn.run(create_app(root), host=host, port=port, log_level="warning")

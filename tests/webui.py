@@ -1,0 +1,52 @@
+"""A workspace for the web UI tests, made by real writes: a page in two versions, a loop message, and a
+shared page in conflict (two heads, through a real hub); and `mem ui` serving it."""
+
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from conftest import mem_command
+from teamhub import Team
+
+
+class UiWorkspace:
+    def __init__(self, root: Path):
+        self.team = team = Team(root, agents=("writer", "reviewer"))
+        for agent in ("writer", "reviewer"):
+            team.mem(agent, "pull", check=True)
+        team.mem("writer", "page", "write", "launch", "--layer", "drafts", "--file",
+                 team.page("l0", "Launch", "draft zero"), check=True)
+        team.mem("writer", "sync", check=True)
+        team.mem("reviewer", "sync", check=True)
+        for agent in ("writer", "reviewer"):
+            team.mem(agent, "page", "write", "launch", "--layer", "drafts", "--file",
+                     team.page(agent, "Launch", f"the {agent}'s launch text"), check=True)
+        for agent in ("writer", "reviewer", "writer"):
+            team.mem(agent, "sync", check=True)
+        team.mem("writer", "loop", "append", "--role", "user", "--text", "remember the launch date", check=True)
+        self.v1 = self.write("alpha", "Alpha", "first version of alpha", "first")
+        self.v2 = self.write("alpha", "Alpha", "second version of alpha", "second")
+        self.root = root / "writer"
+        self.server = subprocess.Popen([*mem_command(), "-w", str(self.root), "ui"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
+        line = self.server.stdout.readline().decode()
+        assert line.startswith("mindlog ui: http://127.0.0.1:"), line + self.server.stderr.read(2000).decode()
+        self.url = line.split()[-1].rsplit("/", 1)[0]
+        for _ in range(200):
+            try:
+                httpx.get(self.url + "/asof", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+
+    def write(self, slug: str, title: str, text: str, note: str) -> int:
+        out = self.team.mem("writer", "page", "write", slug, "--note", note, "--file",
+                            self.team.page(slug, title, text), check=True).stdout.decode()
+        return int(out.rsplit("seq ", 1)[1].rstrip(")\n"))
+
+    def stop(self) -> None:
+        self.server.terminate()
+        self.server.wait(timeout=10)
+        self.team.stop()
