@@ -84,3 +84,83 @@ def test_mem_ui_outside_a_workspace_is_one_line(tmp_path):
     result = run_mem("-w", tmp_path / "nowhere", "ui")
     assert result.returncode != 0
     assert result.stderr.decode().startswith("error: ") and b"Traceback" not in result.stderr
+
+
+# --- in a real browser (Playwright driving Debian's chromium) ---------------------------------------
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser_page(ui, tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    requests = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1200, "height": 800})
+        context.set_default_timeout(15_000)
+        context.on("request", lambda request: requests.append(request.url))
+        page = context.new_page()
+        page.shots = tmp_path_factory.mktemp("screenshots")
+        yield page, requests
+        context.close()
+        browser.close()
+    hosts = {httpx.URL(url).host for url in requests}
+    assert hosts == {"127.0.0.1"}, f"requests left 127.0.0.1: {sorted(set(requests))}"
+
+
+def test_moving_the_slider_shows_the_earlier_version(ui, browser_page):
+    from playwright.sync_api import expect
+
+    page, requests = browser_page
+    page.goto(f"{ui.url}/asof?page=alpha")
+    expect(page.locator("#page-text")).to_contain_text("second version of alpha")
+    assert int(page.locator("#slider").get_attribute("max")) == ui.v2
+    page.locator("#slider").focus()
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_url(f"**/asof?page=alpha&seq={ui.v1}")
+    expect(page.locator("#page-text")).to_contain_text("first version of alpha")
+    expect(page.locator("#slider")).to_have_value(str(ui.v1))
+    page.screenshot(path=page.shots / "asof.png")
+    assert any(url.endswith("/static/ui.js") for url in requests)
+
+
+def test_a_link_with_a_moment_opens_that_moment(ui, browser_page):
+    from playwright.sync_api import expect
+
+    page, _requests = browser_page
+    page.goto(f"{ui.url}/asof?seq={ui.v1}&page=alpha")
+    expect(page.locator("#page-text")).to_contain_text("first version of alpha")
+    page.locator("#seq").fill(str(ui.v2))
+    page.locator("#seq").press("Enter")
+    page.wait_for_url(f"**seq={ui.v2}**")
+    expect(page.locator("#page-text")).to_contain_text("second version of alpha")
+    page.get_by_role("link", name="history", exact=True).click()
+    expect(page.locator("#diff")).to_contain_text("+second version of alpha")
+    page.screenshot(path=page.shots / "history.png")
+
+
+def test_a_conflict_shows_both_heads(ui, browser_page):
+    from playwright.sync_api import expect
+
+    page, _requests = browser_page
+    page.goto(f"{ui.url}/conflicts")
+    heads = page.locator(".conflict .head")
+    expect(heads).to_have_count(2)
+    expect(heads.filter(has_text="the writer's launch text")).to_have_count(1)
+    expect(heads.filter(has_text="the reviewer's launch text")).to_have_count(1)
+    page.screenshot(path=page.shots / "conflicts.png")
+
+
+def test_clicking_a_timeline_event_shows_its_body(ui, browser_page):
+    from playwright.sync_api import expect
+
+    page, _requests = browser_page
+    page.goto(f"{ui.url}/timeline")
+    page.locator("select[name=layer]").select_option("mind")
+    page.wait_for_url("**layer=mind**")
+    page.get_by_role("link", name=str(ui.v2), exact=True).click()
+    expect(page.locator("#event-body")).to_contain_text("second version of alpha")
+    page.screenshot(path=page.shots / "timeline.png")
