@@ -15,6 +15,7 @@ from .errors import InvalidInput
 
 KNOWN_KEYS = ("type", "title", "description", "status", "stale_after", "sources")
 ONE_LINE_KEYS = ("type", "title", "description", "status", "stale_after")
+MAX_DEPTH = 16
 _PLAIN = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9 _.,:/@()+\-]*$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "none", "y", "n", "~"}
@@ -55,6 +56,26 @@ def parse(yaml_text: str) -> dict[str, Any]:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"frontmatter is not valid YAML: {exc}") from None
+    return check(data)
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests, counted without recursion (so a hostile value cannot overflow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check(data: Any) -> dict[str, Any]:
+    """Checks a frontmatter mapping, from a page file or from an event made anywhere."""
+    if _depth(data) > MAX_DEPTH:
+        raise InvalidInput(f"frontmatter nests deeper than {MAX_DEPTH} levels")
     if not isinstance(data, dict):
         raise InvalidInput("frontmatter must be a YAML mapping with at least `type`")
     data = _normalise(data, "frontmatter")

@@ -33,7 +33,7 @@ class Writer:
         self.state = state
 
     def _event(self, body) -> Event:
-        return new_event(body, agent=self.agent, layer=MIND)
+        return new_event(validate.body(body), agent=self.agent, layer=MIND)
 
     def page_write(self, slug: str, document: bytes, note: str = "") -> Event:
         slug = validate.slug(slug)
@@ -191,7 +191,6 @@ def _guess_mime(path: str) -> str:
     return mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
-ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
 _ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d{4}-\d{2}(?:-\d{2})?):\s*)?(.+)$", re.S)
 
 
@@ -215,17 +214,15 @@ class SharedWriter:
         match = _ENTRY.match(text.strip())
         if not match:
             raise InvalidInput("an entry reads `[TYPE] content` or `[TYPE] YYYY-MM-DD: content`, "
-                               f"TYPE one of {', '.join(ENTRY_TYPES)}")
+                               f"TYPE one of {', '.join(validate.ENTRY_TYPES)}")
         kind, date, content = match.groups()
-        if kind not in ENTRY_TYPES:
-            raise InvalidInput(f"entry type [{kind}] is not one of {', '.join(ENTRY_TYPES)}")
         content = validate.one_line(content, "the entry")
         if reverses is not None and not self.state.entry_exists(layer, reverses):
             raise NotFound(f"there is no entry {reverses} in layer {layer} to reverse")
         ts = now_ms()
         date = date or dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
-        return new_event(EntryAppend(type=kind, date=date, content=content, reverses=reverses), agent=self.agent,
-                         layer=layer, ts=ts)
+        body = validate.body(EntryAppend(type=kind, date=date, content=content, reverses=reverses))
+        return new_event(body, agent=self.agent, layer=layer, ts=ts)
 
     def page_write(self, layer: str, slug: str, document: bytes, note: str = "") -> Event:
         slug = validate.slug(slug)
@@ -236,7 +233,7 @@ class SharedWriter:
             body = PageIngest(slug=slug, frontmatter=frontmatter, text=text, note=note)
         else:
             body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note=note, parents=[winner])
-        return new_event(body, agent=self.agent, layer=layer)
+        return new_event(validate.body(body), agent=self.agent, layer=layer)
 
     def resolve(self, layer: str, slug: str, document: bytes) -> Event:
         slug = validate.slug(slug)
@@ -244,13 +241,13 @@ class SharedWriter:
         heads = self.state.shared_heads(layer, slug)
         if not heads:
             raise NotFound(f"there is no page {slug} in layer {layer}")
-        return new_event(PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads),
-                         agent=self.agent, layer=layer)
+        body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads)
+        return new_event(validate.body(body), agent=self.agent, layer=layer)
 
     def page_delete(self, layer: str, slug: str) -> Event:
         slug = validate.slug(slug)
         winner = self.state.shared_winner(layer, slug)
         if winner is None:
             raise NotFound(f"there is no page {slug} in layer {layer}")
-        return new_event(PageDelete(slug=slug, parents=self.state.shared_heads(layer, slug)), agent=self.agent,
-                         layer=layer)
+        body = PageDelete(slug=slug, parents=self.state.shared_heads(layer, slug))
+        return new_event(validate.body(body), agent=self.agent, layer=layer)

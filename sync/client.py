@@ -17,9 +17,10 @@ import msgspec
 import zstandard
 
 from eventstore.envelope import Event
-from eventstore.errors import InvalidInput, MemError
-from eventstore.layers import produced_layers
+from eventstore.errors import IdConflict, InvalidInput, MemError
+from eventstore.layers import Contract, produced_layers
 
+from .intake import Skipped, accept, conflicting
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
@@ -45,10 +46,17 @@ class HubRefused(MemError):
 
 
 class HubUnreachable(MemError):
-    """The hub could not be reached, or stopped answering (connection refused, reset, timed out)."""
+    """The hub could not be reached, or stopped answering (connection refused, reset, timed out, bad URL)."""
 
     code = "hub-unreachable"
     status = 503
+
+
+class BadAnswer(MemError):
+    """The remote answered with something that is not a mindlog hub's answer (not JSON, wrong shape)."""
+
+    code = "bad-answer"
+    status = 502
 
 
 class PushReport(msgspec.Struct):
@@ -61,6 +69,16 @@ class PullReport(msgspec.Struct):
     remote: str
     pulled: int
     cursor: str
+    skipped: list[Skipped] = []
+
+
+class PullPage(msgspec.Struct):
+    """A pull answer (wire.PullResponse) with each event left encoded, so that one event that does not
+    decode is skipped alone instead of spoiling its page."""
+
+    events: list[msgspec.Raw]
+    cursor: str
+    more: bool
 
 
 def remotes_path(memory) -> Path:
@@ -75,8 +93,12 @@ def load_remotes(memory) -> dict[str, Remote]:
 
 
 def add_remote(memory, name: str, url: str, token_file: str) -> Remote:
-    if not url.startswith(("http://", "https://")):
-        raise InvalidInput(f"{url!r} is not an http(s) URL")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise InvalidInput(f"{url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidInput(f"{url!r} is not an http(s) URL with a host")
     token_path = Path(token_file).absolute()
     if not token_path.is_file():
         raise InvalidInput(f"token file {token_file} does not exist")
@@ -101,14 +123,24 @@ def get_remote(memory, name: str | None) -> Remote:
 
 
 class HubClient:
-    def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None):
-        self.timeout = timeout
-        self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
-                                 headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+    """Every transport failure and every answer that does not decode becomes one MemError line naming
+    the remote and its URL; a problem document becomes HubRefused."""
+
+    def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None, name: str = "hub"):
+        self.timeout, self.url, self.name = timeout, url, name
+        try:
+            self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
+                                     headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise HubUnreachable(f"remote {name} has a bad URL {url!r}: {exc}") from None
 
     @classmethod
     def for_remote(cls, remote: Remote) -> "HubClient":
-        return cls(remote.url, Path(remote.token_file).read_text().strip())
+        try:
+            token = Path(remote.token_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the token file of remote {remote.name}: {exc.strerror}") from None
+        return cls(remote.url, token, name=remote.name)
 
     def close(self) -> None:
         self.http.close()
@@ -124,16 +156,21 @@ class HubClient:
             # A long-poll's read timeout covers its wait: an idle hub answers only when the wait ends.
             response = self.http.request(method, path, content=body, params=params, headers=headers,
                                          timeout=self.timeout + wait)
-        except httpx.TransportError as exc:
-            raise HubUnreachable(f"hub unreachable at {self.http.base_url}: {exc or type(exc).__name__}") from None
-        data = response.content  # httpx undoes a zstd Content-Encoding itself
+            data = response.content  # httpx undoes a zstd Content-Encoding itself
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise HubUnreachable(f"cannot reach remote {self.name} at {self.url}: {reason}") from None
         if response.status_code >= 400:
             try:
                 raise HubRefused(msgspec.json.decode(data, type=Problem))
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, msgspec.ValidationError):
                 raise HubRefused(Problem(type="about:blank", title=f"HTTP {response.status_code}",
                                          status=response.status_code)) from None
-        return msgspec.json.decode(data, type=type_)
+        try:
+            return msgspec.json.decode(data, type=type_)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise BadAnswer(f"remote {self.name} at {self.url} answered {path} with something that is not a "
+                            f"mindlog hub's answer: {str(exc)[:200]}") from None
 
     def contract(self) -> ContractResponse:
         return self._call("GET", "/v1/contract", ContractResponse)
@@ -143,6 +180,11 @@ class HubClient:
 
     def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
         return self._call("GET", "/v1/pull", PullResponse,
+                          params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
+
+    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullPage:
+        """Like `pull`, each event still encoded (what a consumer checks one by one)."""
+        return self._call("GET", "/v1/pull", PullPage,
                           params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
 
@@ -182,17 +224,24 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
     pulled, delay, down, behind = 0, 0.5, False, True
+    skipped: list[Skipped] = []
+
+    def skip(events: list[Skipped]) -> None:
+        skipped.extend(events)
+        for s in events if say else ():
+            say(f"warning: skipped event {s.id} (hub position {s.position}): {s.reason}")
+
     while True:
         try:
             if behind:
-                pulled += _pull_until_caught_up(memory, client, key, progress)
+                pulled += _pull_until_caught_up(memory, client, key, progress, skip)
             if down and say:
                 say(f"hub {remote.url} answers again; following")
             down, delay = False, 0.5
             if not follow or (stop is not None and stop()):
                 break
-            page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
-            pulled += _store(memory, key, page, progress)
+            page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
+            pulled += _store(memory, key, page, progress, skip)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
             if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
@@ -205,25 +254,33 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
     memory.refresh()
-    return PullReport(remote=remote.name, pulled=pulled, cursor=memory.log.state(key) or "")
+    return PullReport(remote=remote.name, pulled=pulled, cursor=memory.log.state(key) or "", skipped=skipped)
 
 
-def _store(memory, key: str, page: PullResponse, progress) -> int:
-    """Appends a page (digests checked) in the transaction that moves the cursor."""
-    memory.log.append(page.events, state={key: page.cursor}, verify=True)
+def _store(memory, key: str, page: PullPage, progress, skip) -> int:
+    """Checks a page event by event (intake: digests, layer, kind, body), skips what fails, and appends
+    the rest in the transaction that moves the cursor past all of them."""
+    events, bad = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log)
+    try:
+        memory.log.append(events, state={key: page.cursor})  # intake recomputed every digest already
+    except IdConflict:
+        events, clashing = conflicting(events, memory.log)
+        bad += clashing
+        memory.log.append(events, state={key: page.cursor})
+    skip(bad)
     if page.events and progress:
         progress(len(page.events))
     if page.events and not page.more:
         memory.refresh()  # once caught up, not after every page: a burst renders its files once
-    return len(page.events)
+    return len(events)
 
 
-def _pull_until_caught_up(memory, client: HubClient, key: str, progress) -> int:
+def _pull_until_caught_up(memory, client: HubClient, key: str, progress, skip) -> int:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
     memory.set_contract(client.contract().contract)
     pulled = 0
     while True:
-        page = client.pull(memory.log.state(key) or "", PULL_BATCH, 0)
-        pulled += _store(memory, key, page, progress)
+        page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, 0)
+        pulled += _store(memory, key, page, progress, skip)
         if not page.events and not page.more:
             return pulled

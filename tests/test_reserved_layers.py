@@ -55,7 +55,7 @@ def test_code_built_contracts_still_share_no_private_layer():
     private = new_event(AlwaysAdd(line="mine"), agent="alice", layer="mind")
     with pytest.raises(HubError) as refused:
         check_batch([private], "alice", contract)
-    assert refused.value.problem.status == 403 and refused.value.problem.type.endswith("/reserved-layer")
+    assert refused.value.status == 403 and refused.value.code == "reserved-layer"
 
 
 def test_a_stored_contract_naming_mind_is_read_without_it():
