@@ -8,8 +8,9 @@ the consumer stuck on that event for good, since the hub would hand it out again
 import msgspec
 
 from eventstore import validate
-from eventstore.envelope import Event, check_event
-from eventstore.errors import MemError
+from eventstore.envelope import Event, check_event, check_tag
+from eventstore.errors import MemError, UnknownKind
+from eventstore.ids import is_uuid
 from eventstore.kinds import EntryAppend
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 
@@ -27,19 +28,29 @@ class _Named(msgspec.Struct):
 
     id: object = None
     seq: object = None
+    body: object = None
 
 
 _event = msgspec.json.Decoder(Event)
 _named = msgspec.json.Decoder(_Named)
 
 
-def _name(raw: bytes) -> tuple[str, int | None]:
+def printable(id) -> str:
+    """An id as it can be shown on one line: itself when canonical, else its repr, cut short."""
+    return id if is_uuid(id) else repr(id)[:80]
+
+
+def _undecodable(raw: bytes, exc: Exception) -> Skipped:
+    reason = f"does not decode: {str(exc)[:200]}"
     try:
         named = _named.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return "?", None
-    return repr(named.id)[:80] if not isinstance(named.id, str) else named.id[:80], (
-        named.seq if isinstance(named.seq, int) else None)
+        return Skipped(id="?", position=None, reason=reason)
+    try:
+        check_tag(named.body.get("kind") if isinstance(named.body, dict) else None)
+    except UnknownKind as unknown:
+        reason = str(unknown)
+    return Skipped(id=printable(named.id), position=named.seq if isinstance(named.seq, int) else None, reason=reason)
 
 
 def problem(event: Event, contract: Contract, agent: str) -> str | None:
@@ -66,8 +77,7 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tupl
         try:
             event = _event.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError) as exc:
-            id, position = _name(raw)
-            skipped.append(Skipped(id=id, position=position, reason=f"does not decode: {str(exc)[:200]}"))
+            skipped.append(_undecodable(raw, exc))
             continue
         reason = problem(event, contract, agent)
         if reason is None and taken.get(event.id, (event.digest,))[0] != event.digest:
@@ -80,7 +90,7 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tupl
             if target != event.layer:
                 reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
         if reason is not None:
-            skipped.append(Skipped(id=event.id[:80], position=event.seq, reason=reason))
+            skipped.append(Skipped(id=printable(event.id), position=event.seq, reason=reason))
             continue
         taken[event.id] = (event.digest, event.layer)
         events.append(event)
