@@ -89,6 +89,20 @@ def one_line(value: str, what: str = "text") -> str:
     return collapsed
 
 
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def entry_date(value: str) -> str:
+    """A typed entry's date: a real calendar date written YYYY-MM-DD."""
+    if not isinstance(value, str) or not _DATE.match(value):
+        raise InvalidInput(f"entry date {value!r} is not written YYYY-MM-DD (like 2026-11-29)")
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"entry date {value!r} is not a calendar date") from None
+    return value
+
+
 # --- event bodies, wherever they come from ------------------------------------------------------
 
 def body(value: Body) -> Body:
@@ -123,7 +137,10 @@ def body(value: Body) -> Body:
             if value.type not in ENTRY_TYPES:
                 raise InvalidInput(f"entry type {value.type!r} is not one of {', '.join(ENTRY_TYPES)}",
                                    field="body.type")
-            _date_field(value.date, "body.date")
+            try:
+                entry_date(value.date)
+            except InvalidInput as exc:
+                raise InvalidInput(str(exc), field="body.date") from None
             _line_field(value.content, "body.content")
             if not value.content.strip():
                 raise InvalidInput("an entry's content cannot be empty", field="body.content")
@@ -153,12 +170,3 @@ def _ids_field(values: list[str], field: str) -> None:
     for value in values:
         if not is_uuid(value):
             raise InvalidInput(f"{value!r} in {field} is not an event id", field=field)
-
-
-def _date_field(value: str, field: str) -> None:
-    try:
-        if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
-            raise ValueError
-        dt.date.fromisoformat(value)
-    except ValueError:
-        raise InvalidInput(f"date {value!r} is not a calendar date YYYY-MM-DD", field=field) from None

@@ -1,6 +1,6 @@
 """What a consumer checks before it appends a pulled event: the same checks the hub runs on a push.
 
-A consumer never trusts its hub: an event that fails is skipped and reported (its id, its hub position,
+A consumer never trusts its hub: an event that fails is rejected and reported (its id, its hub position,
 why), the cursor moves past it, and the rest of the layer keeps flowing. Stopping instead would leave
 the consumer stuck on that event for good, since the hub would hand it out again on every pull.
 """
@@ -15,7 +15,7 @@ from eventstore.kinds import EntryAppend
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 
 
-class Skipped(msgspec.Struct):
+class Rejected(msgspec.Struct):
     """A pulled event left out: `position` is the hub's, `reason` one line."""
 
     id: str
@@ -40,17 +40,17 @@ def printable(id) -> str:
     return id if is_uuid(id) else repr(id)[:80]
 
 
-def _undecodable(raw: bytes, exc: Exception) -> Skipped:
+def _undecodable(raw: bytes, exc: Exception) -> Rejected:
     reason = f"does not decode: {str(exc)[:200]}"
     try:
         named = _named.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return Skipped(id="?", position=None, reason=reason)
+        return Rejected(id="?", position=None, reason=reason)
     try:
         check_tag(named.body.get("kind") if isinstance(named.body, dict) else None)
     except UnknownKind as unknown:
         reason = str(unknown)
-    return Skipped(id=printable(named.id), position=named.seq if isinstance(named.seq, int) else None, reason=reason)
+    return Rejected(id=printable(named.id), position=named.seq if isinstance(named.seq, int) else None, reason=reason)
 
 
 def problem(event: Event, contract: Contract, agent: str) -> str | None:
@@ -70,14 +70,14 @@ def problem(event: Event, contract: Contract, agent: str) -> str | None:
     return None
 
 
-def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Skipped]]:
-    """Decodes and checks a pulled page event by event: what may be appended, and what was skipped."""
-    events, skipped, taken = [], [], {}
+def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
+    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
+    events, rejected, taken = [], [], {}
     for raw in raws:
         try:
             event = _event.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError) as exc:
-            skipped.append(_undecodable(raw, exc))
+            rejected.append(_undecodable(raw, exc))
             continue
         reason = problem(event, contract, agent)
         if reason is None and taken.get(event.id, (event.digest,))[0] != event.digest:
@@ -90,21 +90,21 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tupl
             if target != event.layer:
                 reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
         if reason is not None:
-            skipped.append(Skipped(id=printable(event.id), position=event.seq, reason=reason))
+            rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue
         taken[event.id] = (event.digest, event.layer)
         events.append(event)
-    return events, skipped
+    return events, rejected
 
 
-def conflicting(events: list[Event], log) -> tuple[list[Event], list[Skipped]]:
+def conflicting(events: list[Event], log) -> tuple[list[Event], list[Rejected]]:
     """Splits off the events whose id this log holds with other contents (after an IdConflict)."""
-    kept, skipped = [], []
+    kept, rejected = [], []
     for event in events:
         known = log.get(event.id)
         if known is not None and known.digest != event.digest:
-            skipped.append(Skipped(id=event.id, position=event.seq,
+            rejected.append(Rejected(id=event.id, position=event.seq,
                                    reason="an event with its id and other contents is already in this log"))
         else:
             kept.append(event)
-    return kept, skipped
+    return kept, rejected

@@ -1,5 +1,5 @@
 """A consumer checks what it pulls as the hub checks a push, and never gets stuck: events that fail are
-skipped and reported by id, and the rest of the layer keeps flowing. The bad events are planted in the
+rejected and reported by id, and the rest of the layer keeps flowing. The bad events are planted in the
 hub's storage directly (as a hub that does not check, or an older one, would hand them out)."""
 
 import uuid
@@ -58,7 +58,7 @@ def test_bad_events_are_skipped_and_named_and_the_rest_flows(planted):
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().strip() == "pulled 2 events from origin"
     warnings = result.stderr.decode().splitlines()
-    assert len(warnings) == 4 and all(line.startswith("warning: skipped event ") for line in warnings), warnings
+    assert len(warnings) == 4 and all(line.startswith("warning: rejected event ") for line in warnings), warnings
     for name, id in ids.items():
         assert sum(id.strip()[:36] in line for line in warnings) >= 1, (name, warnings)
     assert "body.slug" in next(line for line in warnings if ids["slug"] in line)
@@ -78,12 +78,12 @@ def test_bad_events_are_skipped_and_named_and_the_rest_flows(planted):
         assert run_mem(*command, "-w", root).returncode == 0, command
 
 
-def test_skipped_events_are_in_the_json_report(planted):
+def test_rejected_events_are_in_the_json_report(planted):
     server, root, ids = planted
     report = msgspec.json.decode(run_mem("pull", "--json", "-w", root, check=True).stdout)
     assert report["pulled"] == 2
-    assert {s["id"] for s in report["skipped"]} >= {ids["newline"], ids["slug"], ids["reverses"]}
-    assert all(s["reason"] and s["position"] for s in report["skipped"])
+    assert {s["id"] for s in report["rejected"]} >= {ids["newline"], ids["slug"], ids["reverses"]}
+    assert all(s["reason"] and s["position"] for s in report["rejected"])
 
 
 def test_an_event_that_does_not_decode_is_skipped_alone(workspace):
@@ -93,7 +93,7 @@ def test_an_event_that_does_not_decode_is_skipped_alone(workspace):
     raws = [msgspec.Raw(b'{"id": 5, "seq": 8}'), msgspec.Raw(unknown), msgspec.Raw(b"[" * 5000),
             msgspec.Raw(msgspec.json.encode(good))]
     with Memory.open(workspace) as mem:
-        events, skipped = accept(raws, Contract(layers=dict(CONTRACT.layers)), "main", mem.log)
+        events, rejected = accept(raws, Contract(layers=dict(CONTRACT.layers)), "main", mem.log)
     assert [e.id for e in events] == [good.id]
-    assert [(s.position, s.reason.split(":")[0]) for s in skipped] == [
+    assert [(s.position, s.reason.split(":")[0]) for s in rejected] == [
         (8, "does not decode"), (7, "unknown event kind 'evil.kind'"), (None, "does not decode")]

@@ -25,6 +25,12 @@ def add_remote(root, url):
     return run_mem("remote", "add", "origin", url, "--token-file", root.parent / "alice.token", "-w", root)
 
 
+def set_remote(root, url):
+    """A remote added while its hub answered (`remote add` asks the hub who the token is)."""
+    (root / ".mem" / "remotes.json").write_text(json.dumps(
+        {"origin": {"name": "origin", "url": url, "token_file": str(root.parent / "alice.token"), "agent": "alice"}}))
+
+
 def one_error_line(result) -> str:
     lines = result.stderr.decode().splitlines()
     assert result.returncode == 1, result
@@ -36,7 +42,7 @@ def one_error_line(result) -> str:
 @pytest.mark.parametrize("command", ["push", "pull", "sync"])
 def test_a_closed_port_is_one_line_naming_the_remote(ws, command):
     url = f"http://127.0.0.1:{free_port()}"
-    add_remote(ws, url).check_returncode()
+    set_remote(ws, url)
     before = log_rows(ws)
     line = one_error_line(run_mem(command, "-w", ws))
     assert line.startswith(f"error: cannot reach remote origin at {url}: ") and "refused" in line.lower()
@@ -67,18 +73,23 @@ def not_a_hub():
 
 @pytest.mark.parametrize("command", ["push", "pull", "sync"])
 def test_an_answer_that_is_not_a_hubs_is_one_line(ws, not_a_hub, command):
-    add_remote(ws, not_a_hub).check_returncode()
+    set_remote(ws, not_a_hub)
     line = one_error_line(run_mem(command, "-w", ws))
     assert line.startswith(f"error: remote origin at {not_a_hub} answered /v1/contract with something that is "
                            "not a mindlog hub's answer")
+
+
+def test_remote_add_to_a_closed_port_is_one_line(ws):
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_error_line(add_remote(ws, url))
+    assert line.startswith(f"error: cannot reach remote origin at {url}: ")
 
 
 def test_bad_urls(ws, tmp_path):
     for url in ("ftp://example", "http://", "http://[::1", "not a url"):
         line = one_error_line(add_remote(ws, url))
         assert repr(url) in line
-    (ws / ".mem" / "remotes.json").write_text(json.dumps(
-        {"origin": {"name": "origin", "url": "http://[::1", "token_file": str(tmp_path / "alice.token")}}))
+    set_remote(ws, "http://[::1")
     line = one_error_line(run_mem("pull", "-w", ws))
     assert line.startswith("error: ") and "origin" in line and "http://[::1" in line
 
