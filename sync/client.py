@@ -230,7 +230,7 @@ class HubClient:
                                          timeout=self.timeout + wait)
             data = response.content  # httpx undoes a zstd Content-Encoding itself
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            reason = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
             raise HubUnreachable(f"cannot reach remote {self.name} at {self.url}: {reason}") from None
         if response.status_code >= 400:
             try:
@@ -360,10 +360,11 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     while True:
         try:
             if behind:
+                fetch_contract(memory, tally.remote, client)
+                if down and say:  # said at the first answer, before anything it brings is stored
+                    say(f"hub {remote.url} answers again; following")
+                down, delay = False, 0.5
                 _pull_until_caught_up(memory, client, tally)
-            if down and say:
-                say(f"hub {remote.url} answers again; following")
-            down, delay = False, 0.5
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
@@ -425,7 +426,6 @@ class _Tally:
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
-    fetch_contract(memory, tally.remote, client)
     while True:
         page = client.pull_page(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
         tally.store(memory, page)

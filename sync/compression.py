@@ -11,7 +11,8 @@ class ZstdResponses:
     The hub's answers are single JSON bodies, so the body is gathered whole, then compressed once."""
 
     def __init__(self, app: ASGIApp, minimum: int = 1024, level: int = 1):
-        self.app, self.minimum, self.level = app, minimum, level
+        self.app, self.minimum = app, minimum
+        self.compressor = zstandard.ZstdCompressor(level=level)  # one per app: used on the event loop only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or "zstd" not in Headers(scope=scope).get("accept-encoding", ""):
@@ -34,7 +35,7 @@ class ZstdResponses:
             body = b"".join(chunks)
             headers = MutableHeaders(scope=start)
             if len(body) > self.minimum and "content-encoding" not in headers:
-                body = zstandard.ZstdCompressor(level=self.level).compress(body)
+                body = self.compressor.compress(body)
                 headers["content-encoding"] = "zstd"
                 headers["content-length"] = str(len(body))
                 headers.add_vary_header("Accept-Encoding")

@@ -197,6 +197,13 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
             storage.watch(lambda head, layers: fanout.advance_threadsafe(loop, head, layers))
         return committers[0]
 
+    def read_page(after: int, layers: list[str], limit: int):
+        """The head, then the events after `after` (one trip to a worker thread). The head is read
+        first: positions are commit-ordered, so every event at or below it is already visible, and a
+        cursor moved up to it can never skip one."""
+        head = storage.head()
+        return head, storage.pull(after, layers, limit)
+
     async def body_of(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
@@ -246,9 +253,9 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
             raise HubError(415, "unsupported-media-type", "Unsupported media type",
                            f"push takes application/json, not {media_type or 'a body without a type'}")
         batch = decode_push(await body_of(request))
-        current, _ = await run_in_threadpool(storage.contract)
-        # Digests are recomputed off the event loop: a large batch is real CPU work.
-        await run_in_threadpool(check_batch, batch.events, agent, current, storage)
+        # Digests are recomputed off the event loop (a large batch is real CPU work), in the same trip
+        # to a worker thread as reading the contract.
+        await run_in_threadpool(lambda: check_batch(batch.events, agent, storage.contract()[0], storage))
         results = await committer().push(batch.events) if batch.events else []
         return reply(PushResponse(results=results))
 
@@ -265,16 +272,12 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
         current, _ = await run_in_threadpool(storage.contract)
         layers = consumed_layers(current, agent)
         committer().record_pull(agent, after)
-        # The head is read before the events: positions are commit-ordered, so every event at or
-        # below it is already visible, and a cursor moved up to it can never skip one.
-        head = await run_in_threadpool(storage.head)
-        events = await run_in_threadpool(storage.pull, after, layers, limit + 1)
+        head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
         if not events and wait > 0 and await fanout.wait(max(after, head), layers, wait):
             agent = await authenticate(request)  # revoked while it waited: it gets nothing more
             current, _ = await run_in_threadpool(storage.contract)
             layers = consumed_layers(current, agent)
-            head = await run_in_threadpool(storage.head)
-            events = await run_in_threadpool(storage.pull, after, layers, limit + 1)
+            head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
         more = len(events) > limit
         events = events[:limit]
         cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
