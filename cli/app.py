@@ -68,13 +68,17 @@ def point(mem, text: str) -> int:
 # --- workspace ----------------------------------------------------------------------------------
 
 @app.command()
-def init(agent: str = typer.Option("agent", "--agent", help="This agent's name.")):
+def init(agent: str = typer.Option("agent", "--agent", help="This agent's name."),
+         log: Optional[str] = typer.Option(None, "--log", help="Keep the event log in PostgreSQL: a "
+                                           "postgresql:// URL (default: .mem/log.db, SQLite).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
+    from eventstore.backends import shown
     from projections.memory import Memory
 
     root = state["workspace"] or Path.cwd()
-    with Memory.init(root, agent) as mem:
-        typer.echo(f"initialised {mem.root} for agent {mem.config.agent}")
+    with Memory.init(root, agent, log) as mem:
+        where = f"; log in {shown(mem.config.log)}" if mem.config.log else ""
+        typer.echo(f"initialised {mem.root} for agent {mem.config.agent}{where}")
 
 
 @app.command()

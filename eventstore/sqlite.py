@@ -175,6 +175,11 @@ class SQLiteLog(Recorder):
             params.append(limit)
         yield from self.db.execute(sql, params)
 
+    def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        yield from self.db.execute(
+            "SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != 'mind' THEN agent END FROM events "
+            "WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+
     def get(self, id: str) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()
         return row_to_event(row) if row else None

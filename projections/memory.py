@@ -14,7 +14,6 @@ from eventstore.envelope import Event
 from eventstore import validate
 from eventstore.errors import HandEdited, InvalidInput
 from eventstore.layers import Contract
-from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
@@ -27,7 +26,7 @@ class Memory:
     def __init__(self, workspace: Workspace):
         self.ws = workspace
         self.config = workspace.config()
-        self.log = SQLiteLog(workspace.log_path, synchronous=self.config.synchronous)
+        self.log = workspace.open_log(self.config)
         self.views = Views(workspace.views_path)
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
@@ -40,8 +39,9 @@ class Memory:
         return cls(Workspace.find(root))
 
     @classmethod
-    def init(cls, root: str | Path, agent: str = "agent") -> "Memory":
-        memory = cls(Workspace.init(root, agent))
+    def init(cls, root: str | Path, agent: str = "agent", log: str | None = None) -> "Memory":
+        """A new workspace (its log in `log`, a postgresql:// URL, or by default in `.mem/log.db`)."""
+        memory = cls(Workspace.init(root, agent, log))
         memory.refresh()
         return memory
 
