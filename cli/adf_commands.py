@@ -13,7 +13,7 @@ from projections.adf_file import export_adf, import_adf
 from projections.lint import check_citations
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import emit_json, progress_bar
+from .output import AllowSecretOpt, emit_json, progress_bar
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -42,7 +42,8 @@ def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"
                 file: Optional[str] = typer.Option(None, "--file", help="A text file (- for stdin)."),
                 blocks: Optional[str] = typer.Option(None, "--json", help="Content blocks as a JSON array."),
                 loop: str = LoopOpt, model: Optional[str] = typer.Option(None, "--model"),
-                tokens: Optional[str] = typer.Option(None, "--tokens", help="Token counts as a JSON object.")):
+                tokens: Optional[str] = typer.Option(None, "--tokens", help="Token counts as a JSON object."),
+                allow_secret: bool = AllowSecretOpt):
     """Append a message to a loop; its seq is the [S<seq>] that cites it."""
     given = [v for v in (text, file, blocks) if v is not None]
     if len(given) != 1:
@@ -56,7 +57,8 @@ def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"
         except UnicodeDecodeError:
             raise InvalidInput("the message is not valid UTF-8") from None
     with memory() as mem:
-        seq = mem.loop_append(role, content, loop, model, parse_json(tokens, "--tokens") if tokens else None)
+        seq = mem.loop_append(role, content, loop, model, parse_json(tokens, "--tokens") if tokens else None,
+                              allow_secret=allow_secret)
     typer.echo(f"[S{seq}] {role} appended to loop {loop}")
 
 
@@ -73,14 +75,15 @@ def loop_show(loop: str = LoopOpt, at: Optional[str] = AtOpt, seq: Optional[int]
 
 @loop_app.command("compact")
 def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="The summary (- for stdin)."),
-                 preserve: int = typer.Option(0, "--preserve", help="Keep the last N rows."), loop: str = LoopOpt):
+                 preserve: int = typer.Option(0, "--preserve", help="Keep the last N rows."), loop: str = LoopOpt,
+                 allow_secret: bool = AllowSecretOpt):
     """Replace all but the last N rows with a summary; the removed rows go to the audit."""
     try:
         summary = read_input(summary_file).decode("utf-8").strip()
     except UnicodeDecodeError:
         raise InvalidInput("the summary is not valid UTF-8") from None
     with memory() as mem:
-        seq = mem.loop_compact(summary, preserve, loop)
+        seq = mem.loop_compact(summary, preserve, loop, allow_secret=allow_secret)
         hits = [r for r in auditing.audit_rows(mem.views) if r.start_seq is not None]
         last = hits[-1] if hits and mem.views.db.execute(
             "SELECT 1 FROM audit_rows WHERE event_seq = ?", (seq,)).fetchone() else None
@@ -100,10 +103,11 @@ def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] =
 @file_app.command("write")
 def file_write(path: str, file: str = typer.Option(..., "--file", help="The content (- for stdin)."),
                mime: Optional[str] = typer.Option(None, "--mime"),
-               protection: str = typer.Option("none", "--protection", help="none, read_only or no_delete")):
+               protection: str = typer.Option("none", "--protection", help="none, read_only or no_delete"),
+               allow_secret: bool = AllowSecretOpt):
     """Write a file into adf_files."""
     with memory() as mem:
-        seq = mem.file_write(path, read_input(file), mime, protection)
+        seq = mem.file_write(path, read_input(file), mime, protection, allow_secret=allow_secret)
     typer.echo(f"wrote {path} (seq {seq})")
 
 
@@ -134,23 +138,25 @@ def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool
         typer.echo(f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {row['updated_at']}")
 
 
-def _message(box: str, file: str):
+def _message(box: str, file: str, allow_secret: bool):
     message = parse_json(read_input(file).decode("utf-8"), "the message")
     with memory() as mem:
-        seq = mem.message(box, message)
+        seq = mem.message(box, message, allow_secret=allow_secret)
     typer.echo(f"{'received' if box == 'inbox' else 'sent'} message (seq {seq})")
 
 
 @message_app.command("receive")
-def message_receive(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin).")):
+def message_receive(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin)."),
+                    allow_secret: bool = AllowSecretOpt):
     """Record an inbound message in adf_inbox."""
-    _message("inbox", json)
+    _message("inbox", json, allow_secret)
 
 
 @message_app.command("send")
-def message_send(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin).")):
+def message_send(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin)."),
+                 allow_secret: bool = AllowSecretOpt):
     """Record an outbound message in adf_outbox."""
-    _message("outbox", json)
+    _message("outbox", json, allow_secret)
 
 
 @config_app.command("set")

@@ -10,7 +10,7 @@ import typer
 from eventstore.errors import MemError
 from eventstore.instants import parse_instant
 
-from .output import emit_json, event_line, fail, progress_bar
+from .output import AllowSecretOpt, emit_json, event_line, fail, progress_bar
 
 app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
@@ -108,32 +108,34 @@ def page_write(slug: str,
                file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
                layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
-               force: bool = ForceOpt):
+               force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Ingest a page when new, update it otherwise."""
     if layer is not None and layer != "mind":
         with memory() as mem:
-            seq = mem.shared_page_write(layer, slug, read_input(file))
+            seq = mem.shared_page_write(layer, slug, read_input(file), allow_secret=allow_secret)
             event = mem.log.get_by_seq(seq)
         return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {seq})")
     with memory() as mem:
-        seq = mem.write_page(slug, read_input(file), note, force=force)
+        seq = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
         event = mem.log.get_by_seq(seq)
         typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {seq})")
 
 
 @page_app.command("delete")
-def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt):
+def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
+                allow_secret: bool = AllowSecretOpt):
     """Delete a page; the delete is an event and a log entry."""
     with memory() as mem:
-        seq = mem.delete_page(slug, note, force=force)
+        seq = mem.delete_page(slug, note, force=force, allow_secret=allow_secret)
         typer.echo(f"delete mind/{slug.removesuffix('.md')}.md (seq {seq})")
 
 
 @page_app.command("rename")
-def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt):
+def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
+                allow_secret: bool = AllowSecretOpt):
     """Rename a page (its history stays under both names)."""
     with memory() as mem:
-        seq = mem.rename_page(old, new, note, force=force)
+        seq = mem.rename_page(old, new, note, force=force, allow_secret=allow_secret)
         typer.echo(f"rename mind/{old}.md -> mind/{new}.md (seq {seq})")
 
 
@@ -149,10 +151,10 @@ def page_list(json: bool = JsonOpt):
 
 
 @always_app.command("add")
-def always_add(line: str, force: bool = ForceOpt):
+def always_add(line: str, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Add a line to `## Always`."""
     with memory() as mem:
-        seq = mem.always_add(line, force=force)
+        seq = mem.always_add(line, force=force, allow_secret=allow_secret)
         typer.echo(f"always + {mem.always()[-1]} (seq {seq})")
 
 

@@ -10,6 +10,10 @@ from eventstore.envelope import Event
 from eventstore.instants import format_instant
 
 
+AllowSecretOpt = typer.Option(False, "--allow-secret",
+                              help="Write it even if the secret scanner finds something (the event records it).")
+
+
 def emit_json(value) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
 

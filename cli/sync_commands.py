@@ -9,7 +9,7 @@ import typer
 from eventstore.instants import format_instant, parse_instant
 
 from .app import JsonOpt, app, fail, memory, read_input
-from .output import emit_json, progress_bar
+from .output import AllowSecretOpt, emit_json, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -34,14 +34,17 @@ def storage(db: str):
 
 @app.command()
 def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
-          port: int = typer.Option(8765, "--port")):
+          port: int = typer.Option(8765, "--port"),
+          group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
+                                            help="Commit concurrent pushes together (off: one transaction each).")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...)."""
     import uvicorn
 
     from sync.hub import create_app
 
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db)), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    uvicorn.run(create_app(storage(db), group_commit=group_commit), host=host, port=port, log_level="warning",
+                timeout_graceful_shutdown=2)
 
 
 @agent_app.command("add")
@@ -166,7 +169,8 @@ def pull(remote: Optional[str] = typer.Argument(None),
         target = get_remote(mem, remote)
         with progress_bar("pull", None) as advance:
             try:
-                report = pulling(mem, target, follow=follow, wait=25 if follow else 0, progress=advance)
+                report = pulling(mem, target, follow=follow, progress=advance,
+                                 say=lambda line: typer.echo(line, err=True))
             except KeyboardInterrupt:
                 raise typer.Exit(0) from None
     if json:
@@ -192,10 +196,11 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
 @entry_app.command("add")
 def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None, "--reverses",
-                                                                              help="The id of the entry reversed.")):
+                                                                              help="The id of the entry reversed."),
+              allow_secret: bool = AllowSecretOpt):
     """Append a typed entry: "[DECISION] text" (dated today) or "[FACT] 2026-11-29: text"."""
     with memory() as mem:
-        seq = mem.entry_add(layer, text, reverses)
+        seq = mem.entry_add(layer, text, reverses, allow_secret=allow_secret)
         event = mem.log.get_by_seq(seq)
     typer.echo(f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content}")
 
@@ -227,11 +232,12 @@ def conflicts(json: bool = JsonOpt):
 
 
 @app.command()
-def resolve(target: str, file: str = typer.Option(..., "--file", help="The resolved page (- for stdin).")):
+def resolve(target: str, file: str = typer.Option(..., "--file", help="The resolved page (- for stdin)."),
+            allow_secret: bool = AllowSecretOpt):
     """Write LAYER/SLUG as an update whose parents are all its heads."""
     layer, _, slug = target.partition("/")
     if not slug:
         fail("name the page as LAYER/SLUG", 2)
     with memory() as mem:
-        seq = mem.resolve(layer, slug, read_input(file))
+        seq = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
     typer.echo(f"resolved {layer}/{slug} (seq {seq})")

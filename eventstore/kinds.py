@@ -10,7 +10,9 @@ import msgspec
 
 
 class Body(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
+    """`allowed_secrets` names what the secret scanner found in a write made with --allow-secret."""
+
+    allowed_secrets: list[str] = []
 
 
 # --- the mind wiki -------------------------------------------------------------------------

@@ -10,6 +10,7 @@ class ContractLayer(msgspec.Struct, forbid_unknown_fields=True):
     format: Literal["pages", "entries"]
     producers: list[str]
     consumers: list[str]
+    scan_secrets: bool = True
 
 
 class Contract(msgspec.Struct, forbid_unknown_fields=True):

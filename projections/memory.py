@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import Event
-from eventstore import validate
+from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput
 from eventstore.layers import Contract
 from eventstore.workspace import Workspace
@@ -79,8 +79,10 @@ class Memory:
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-               force: bool = False) -> int:
-        """Appends one event, refusing first if a file it would rewrite is unsafe or was edited by hand."""
+               force: bool = False, allow_secret: bool = False) -> int:
+        """Appends one event, refusing first if it holds a secret (unless allowed), or if a file it would
+        rewrite is unsafe or was edited by hand."""
+        event = secrets.checked(event, allow_secret)
         for path in touches:
             validate.inside_workspace(self.root, path)
         if not force:
@@ -96,22 +98,26 @@ class Memory:
 
     # --- the wiki -----------------------------------------------------------------------------
 
-    def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False) -> int:
+    def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False,
+                   allow_secret: bool = False) -> int:
         event = self.writer.page_write(slug, document, note)
         path = page_path(event.body.slug)
-        return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force)
+        return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
+                           allow_secret=allow_secret)
 
-    def delete_page(self, slug: str, note: str = "", *, force: bool = False) -> int:
+    def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> int:
         event = self.writer.page_delete(slug, note)
-        return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force)
+        return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
+                           allow_secret=allow_secret)
 
-    def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False) -> int:
+    def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False,
+                    allow_secret: bool = False) -> int:
         event = self.writer.page_rename(old, new, note)
         touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
-        return self.append(event, touches=touches, force=force)
+        return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
-    def always_add(self, line: str, *, force: bool = False) -> int:
-        return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force)
+    def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> int:
+        return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force, allow_secret=allow_secret)
 
     def always_remove(self, number: int, *, force: bool = False) -> int:
         return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
@@ -121,26 +127,28 @@ class Memory:
 
     # --- the loop, files, messages, config ---------------------------------------------------
 
-    def loop_append(self, role: str, content: list, loop: str = "main", model=None, tokens=None) -> int:
-        return self.append(self.adf_writer.loop_append(role, content, loop, model, tokens))
+    def loop_append(self, role: str, content: list, loop: str = "main", model=None, tokens=None, *,
+                    allow_secret: bool = False) -> int:
+        return self.append(self.adf_writer.loop_append(role, content, loop, model, tokens), allow_secret=allow_secret)
 
-    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main") -> int:
-        return self.append(self.adf_writer.loop_compact(summary, preserve, loop))
+    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *, allow_secret: bool = False) -> int:
+        return self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
 
     def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> int:
         return self.append(self.adf_writer.loop_clear(start, end, loop))
 
-    def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none") -> int:
-        return self.append(self.adf_writer.file_write(path, content, mime_type, protection))
+    def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none", *,
+                   allow_secret: bool = False) -> int:
+        return self.append(self.adf_writer.file_write(path, content, mime_type, protection), allow_secret=allow_secret)
 
     def file_delete(self, path: str) -> int:
         return self.append(self.adf_writer.file_delete(path))
 
-    def message(self, box: str, message: dict) -> int:
-        return self.append(self.adf_writer.message(box, message))
+    def message(self, box: str, message: dict, *, allow_secret: bool = False) -> int:
+        return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
 
-    def config_set(self, key: str, value) -> int:
-        return self.append(self.adf_writer.config_set(key, value))
+    def config_set(self, key: str, value, *, allow_secret: bool = False) -> int:
+        return self.append(self.adf_writer.config_set(key, value), allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
@@ -175,7 +183,7 @@ class Memory:
         self.refresh()
         return True
 
-    def shared_layer(self, layer: str, format: str):
+    def shared_layer(self, layer: str, format: str, allow_secret: bool = False):
         contract = self.views.contract
         if contract is None:
             raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
@@ -186,28 +194,32 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
         if "*" not in spec.producers and self.config.agent not in spec.producers:
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
+        if allow_secret and spec.scan_secrets:
+            raise InvalidInput(f"the hub scans layer {layer!r} for secrets (scan_secrets in the contract): "
+                               "--allow-secret cannot put one there")
         return spec
 
-    def entry_add(self, layer: str, text: str, reverses: str | None = None) -> int:
-        spec = self.shared_layer(layer, "entries")
-        return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path])
+    def entry_add(self, layer: str, text: str, reverses: str | None = None, *, allow_secret: bool = False) -> int:
+        spec = self.shared_layer(layer, "entries", allow_secret)
+        return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path],
+                           allow_secret=allow_secret)
 
-    def shared_page_write(self, layer: str, slug: str, document: bytes) -> int:
-        spec = self.shared_layer(layer, "pages")
+    def shared_page_write(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
+        spec = self.shared_layer(layer, "pages", allow_secret)
         event = self.shared_writer.page_write(layer, slug, document)
         path = f"{spec.path}{event.body.slug}.md"
-        return self.append(event, touches=[path], adopt={path: document})
+        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
     def shared_page_delete(self, layer: str, slug: str) -> int:
         spec = self.shared_layer(layer, "pages")
         event = self.shared_writer.page_delete(layer, slug)
         return self.append(event, touches=[f"{spec.path}{event.body.slug}.md"])
 
-    def resolve(self, layer: str, slug: str, document: bytes) -> int:
-        spec = self.shared_layer(layer, "pages")
+    def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
+        spec = self.shared_layer(layer, "pages", allow_secret)
         event = self.shared_writer.resolve(layer, slug, document)
         path = f"{spec.path}{event.body.slug}.md"
-        return self.append(event, touches=[path], adopt={path: document})
+        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
     # --- point in time ------------------------------------------------------------------------
 

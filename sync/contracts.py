@@ -64,7 +64,10 @@ def to_toml(contract: Contract) -> str:
         out.append(f'path = "{layer.path}"')
         out.append(f'format = "{layer.format}"')
         out.append("producers = [" + ", ".join(f'"{p}"' for p in layer.producers) + "]")
-        out.append("consumers = [" + ", ".join(f'"{c}"' for c in layer.consumers) + "]\n")
+        out.append("consumers = [" + ", ".join(f'"{c}"' for c in layer.consumers) + "]")
+        if not layer.scan_secrets:
+            out.append("scan_secrets = false")
+        out[-1] += "\n"
     return "\n".join(out)
 
 

@@ -1,0 +1,141 @@
+"""Secrets kept out of the log: every write is scanned with detect-secrets' plugins before it exists.
+
+detect-secrets is built to scan files in a repository; here its plugins run in-process on the
+strings of one event body. Three things make that fast enough for every write (well under 2 ms
+for a 4 KB page): a line is only handed to the plugins when a cheap prefilter sees something a
+secret could be (a long token, a key block, credentials in a URL, a secret-ish keyword); the
+plugins run on that line only; and the high-entropy check runs on tokens, not on quoted strings
+(an agent pastes a key bare, not in quotes). Hex strings, UUIDs and seqs are ordinary text here:
+digests and ids are everywhere in a memory log, so the hex entropy and public-IP plugins are off.
+"""
+
+import bisect
+import re
+from collections.abc import Iterator
+from functools import cache
+
+import msgspec
+
+from .envelope import new_event
+from .errors import MemError
+
+
+class SecretFound(MemError):
+    """A write would put a secret into the log. The message names its kind and place, never its value."""
+
+    code = "secret-detected"
+    status = 422
+
+
+class Finding(msgspec.Struct, frozen=True):
+    kind: str
+    field: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} in `{self.field}`, line {self.line}"
+
+
+_OFF = {"Base64 High Entropy String", "Hex High Entropy String", "Public IP (ipv4)"}
+_KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]*['\"]?\s*[:=]+\s*['\"]")
+_PREFILTER = re.compile(r"[A-Za-z0-9+/=_\-]{16,}|PRIVATE KEY|://[^\s/:@]+:[^\s/@]+@|" + _KEYWORD.pattern)
+_NEWLINE = re.compile("\n")
+_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-]{20,}")
+_HEX = re.compile(r"^[0-9a-fA-F\-]+$")
+ENTROPY_LIMIT = 4.5
+
+
+@cache
+def _plugins():
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.filters import heuristic
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+
+    plugins = [cls() for kind, cls in sorted(get_mapping_from_secret_type_to_class().items()) if kind not in _OFF]
+    filters = (heuristic.is_sequential_string, heuristic.is_potential_uuid, heuristic.is_templated_secret,
+               heuristic.is_prefixed_with_dollar_sign)
+    return plugins, filters, heuristic.is_indirect_reference, Base64HighEntropyString()
+
+
+def _entropy_token(token: str, entropy) -> bool:
+    if (_HEX.match(token) or token.count("/") > 3 or not re.search(r"\d", token)
+            or not re.search(r"[A-Za-z]", token)):
+        return False  # digests and ids, paths, words
+    return entropy.calculate_shannon_entropy(token) > ENTROPY_LIMIT
+
+
+def scan_text(text: str, field: str) -> Iterator[Finding]:
+    """The secrets in one string, each with its kind, this field's name and its line (from 1)."""
+    hits = [m.start() for m in _PREFILTER.finditer(text)]
+    if not hits:
+        return
+    plugins, filters, is_indirect_reference, entropy = _plugins()
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+    lines = text.split("\n")
+    for index in sorted({bisect.bisect_right(starts, hit) - 1 for hit in hits}):
+        line = lines[index]
+        kinds = []
+        keyword = _KEYWORD.search(line) is not None
+        for plugin in plugins:
+            if plugin.secret_type == "Secret Keyword" and not keyword:
+                continue  # the slowest plugin, and it only looks at quoted assignments
+            # analyze_string, not analyze_line: the latter may verify a secret over the network.
+            for value in plugin.analyze_string(line):
+                if any(f(value) for f in filters) or (plugin.secret_type == "Secret Keyword"
+                                                      and is_indirect_reference(line)):
+                    continue
+                if plugin.secret_type not in kinds:
+                    kinds.append(plugin.secret_type)
+        if not kinds and any(_entropy_token(token, entropy) for token in _TOKEN.findall(line)):
+            kinds.append("High Entropy String")
+        for kind in kinds:
+            yield Finding(kind=kind, field=field, line=index + 1)
+
+
+def scan_value(value, field: str) -> Iterator[Finding]:
+    """Every string inside a value (a body field, a frontmatter mapping, content blocks)."""
+    if isinstance(value, str):
+        yield from scan_text(value, field)
+    elif isinstance(value, bytes):
+        yield from scan_text(value.decode("utf-8", "replace"), field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from scan_value(item, f"{field}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from scan_value(item, f"{field}[{index}]")
+
+
+SKIPPED_FIELDS = frozenset({"parents", "reverses", "target_ids", "allowed_secrets", "kind"})
+
+
+def scan_body(body) -> list[Finding]:
+    """The secrets in an event body, field by field (ids and parents are not text anyone wrote)."""
+    found = []
+    for name in body.__struct_fields__:
+        if name not in SKIPPED_FIELDS:
+            found.extend(scan_value(getattr(body, name), name))
+    return found
+
+
+def describe(findings: list[Finding]) -> str:
+    shown = "; ".join(str(f) for f in findings[:3])
+    more = f" (and {len(findings) - 3} more)" if len(findings) > 3 else ""
+    return shown + more
+
+
+def refuse(findings: list[Finding], what: str = "the write") -> None:
+    if findings:
+        raise SecretFound(f"{what} looks like it holds a secret: {describe(findings)}; nothing was written "
+                          "(pass --allow-secret if it really belongs in memory)")
+
+
+def checked(event, allow: bool = False):
+    """The event to append: refused when it holds a secret, or (allowed) re-made to record what was found."""
+    findings = scan_body(event.body)
+    if not findings:
+        return event
+    if not allow:
+        refuse(findings)
+    body = msgspec.structs.replace(event.body, allowed_secrets=[str(f) for f in findings])
+    return new_event(body, agent=event.agent, layer=event.layer, ts=event.ts, id=event.id)

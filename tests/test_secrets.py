@@ -1,0 +1,168 @@
+"""Secrets kept out: every write is scanned before it is appended; the hub scans shared layers too."""
+
+import json
+
+import httpx
+import msgspec
+import pytest
+
+from eventstore.envelope import new_event
+from eventstore.kinds import EntryAppend
+from eventstore.layers import Contract, ContractLayer
+from eventstore.secrets import scan_body, scan_text
+from sync.storage import open_storage
+from sync.wire import PROBLEM_BASE
+
+from conftest import log_rows, run_mem
+from hubserver import HubServer
+
+AWS = "AKIA4HXQ7ZT2LMNB3K5P"
+GITHUB = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+ENTROPY = "x8Fq2mZr9LkP0aWv3NcTb7YeHs1DgJu4QpR6"
+PRIVATE_KEY = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2\n-----END RSA PRIVATE KEY-----"
+
+SECRETS = {
+    "aws access key": (f"the deploy key is {AWS} for now", "AWS Access Key"),
+    "aws secret key": ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "High Entropy String"),
+    "github token": (f"token {GITHUB}", "GitHub Token"),
+    "private key block": (PRIVATE_KEY, "Private Key"),
+    "high entropy token": (f"use {ENTROPY} to log in", "High Entropy String"),
+    "slack token": ("xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx", "Slack Token"),
+    "credentials in a url": ("postgres://admin:s3cr3tpass@db.internal:5432/app", "Basic Auth Credentials"),
+    "quoted password": ('password = "hunter2x"', "Secret Keyword"),
+    "json web token": ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+                       "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "JSON Web Token"),
+}
+
+ORDINARY = {
+    "uuid": "event 01a2270a-c5b3-7eca-9806-1025c3bb9d81 superseded 01a2270a-c4d3-7a63-9530-a0e05b863118",
+    "sha256 digest": "digest 26a138bdeab1248df078874b3d6aa184aaeee3269fccc034618ebb545659cd32",
+    "git commit": "fixed in 9fceb02d0ae598e95dc970b74767f19372d61af8",
+    "seqs and citations": "Staging first ([S412]), see adf-audit://seq/412 and seq:1024",
+    "urls": "https://github.com/anthropics/claude-code/blob/main/README.md?tab=readme-ov-file#install "
+            "and https://example.com/a/b?x=1",
+    "paths": "edit src/projections/memory/views2/fold.py and /usr/lib/python3.11/site-packages/x",
+    "prose about passwords": "the password policy: rotate monthly; the API key lives in the vault, never here",
+    "kebab slugs": "deploy-procedure-for-the-new-staging-cluster-2026 and cross-domain-insights",
+    "dates and numbers": "2026-11-29T11:22:23.876Z, 1795951347123 ms, 3.14159265358979",
+}
+
+
+@pytest.mark.parametrize("name", SECRETS)
+def test_a_secret_is_found_with_its_kind_and_line(name):
+    text, kind = SECRETS[name]
+    found = list(scan_text("first line\n" + text, "text"))
+    assert kind in [f.kind for f in found]
+    assert all(f.line == 2 and f.field == "text" for f in found)
+
+
+@pytest.mark.parametrize("name", ORDINARY)
+def test_ordinary_text_passes(name):
+    assert list(scan_text(ORDINARY[name], "text")) == []
+
+
+def test_findings_name_the_field_inside_a_body():
+    body = EntryAppend(type="FACT", date="2026-11-29", content=f"key {AWS}")
+    assert [str(f) for f in scan_body(body)] == ["AWS Access Key in `content`, line 1"]
+
+
+def refused(workspace, *args, input=None, where: str):
+    before = log_rows(workspace)
+    result = run_mem("--workspace", workspace, *args, input=input)
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert where in err and "--allow-secret" in err
+    assert AWS not in err and GITHUB not in err and "MIIE" not in err
+    assert log_rows(workspace) == before
+    return err
+
+
+def test_every_write_is_scanned_through_the_cli(workspace, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_bytes(b"---\ntype: procedure\n---\n# Deploy\n\nStaging first.\n\nkey: " + AWS.encode() + b"\n")
+    refused(workspace, "page", "write", "deploy", "--file", page, where="AWS Access Key in `text`, line 5")
+    page.write_bytes(b"---\ntype: procedure\ndescription: uses " + GITHUB.encode() + b"\n---\n# D\n")
+    refused(workspace, "page", "write", "deploy", "--file", page, where="GitHub Token in `frontmatter.description`")
+    refused(workspace, "always", "add", f"log in with {ENTROPY}", where="High Entropy String in `line`, line 1")
+    refused(workspace, "loop", "append", "--role", "user", "--file", "-", input=PRIVATE_KEY.encode(),
+            where="Private Key in `content[0].text`, line 1")
+    secret_file = tmp_path / "creds"
+    secret_file.write_text(f"[default]\naws_access_key_id = {AWS}\n")
+    refused(workspace, "file", "write", "notes/creds.ini", "--file", secret_file, where="in `content`, line 2")
+    message = tmp_path / "message.json"
+    message.write_text(json.dumps({"from": "bob", "content": f"here you go: {GITHUB}"}))
+    refused(workspace, "message", "receive", "--json", message, where="GitHub Token in `message.content`")
+    assert not (workspace / "mind" / "deploy.md").exists()
+
+
+def test_allow_secret_writes_it_and_the_event_records_that(workspace):
+    result = run_mem("--workspace", workspace, "always", "add", f"the key is {AWS}", "--allow-secret")
+    assert result.returncode == 0, result.stderr
+    event = json.loads(run_mem("--workspace", workspace, "log", "--json", check=True).stdout)[-1]
+    assert event["body"]["allowed_secrets"] == ["AWS Access Key in `line`, line 1"]
+    assert run_mem("--workspace", workspace, "verify", check=True).returncode == 0
+    assert AWS in (workspace / "mind.md").read_text()
+
+
+def test_ordinary_writes_record_nothing(workspace, tmp_path):
+    run_mem("--workspace", workspace, "always", "add", ORDINARY["uuid"], check=True)
+    event = json.loads(run_mem("--workspace", workspace, "log", "--json", check=True).stdout)[-1]
+    assert "allowed_secrets" not in event["body"]
+
+
+# --- the hub ------------------------------------------------------------------------------------
+
+CONTRACT = Contract(layers={
+    "insights": ContractLayer(path="memory/insights.md", format="entries", producers=["*"], consumers=["*"]),
+    "vault": ContractLayer(path="memory/vault.md", format="entries", producers=["*"], consumers=["*"],
+                           scan_secrets=False),
+})
+
+
+@pytest.fixture
+def hub(tmp_path):
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.close()
+    with HubServer(db) as server:
+        server.token = token
+        yield server
+
+
+def push(hub, *events):
+    with httpx.Client(base_url=hub.url, headers={"authorization": f"Bearer {hub.token}"}) as http:
+        return http.post("/v1/push", content=msgspec.json.encode({"events": list(events)}),
+                         headers={"content-type": "application/json"})
+
+
+def entry(text, layer="insights", **kw):
+    return new_event(EntryAppend(type="FACT", date="2026-11-29", content=text, **kw), agent="alice", layer=layer)
+
+
+def test_the_hub_refuses_a_secret_in_a_scanned_layer(hub):
+    head = open_storage(hub.db).head()
+    response = push(hub, entry("fine"), entry(f"key {AWS}"))
+    assert response.status_code == 422 and response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == PROBLEM_BASE + "secret-detected"
+    assert "AWS Access Key in `content`, line 1" in problem["detail"] and AWS not in problem["detail"]
+    assert open_storage(hub.db).head() == head  # nothing of the batch
+    # An event that says it was allowed is still refused: the layer's contract decides, not the producer.
+    assert push(hub, entry(f"key {AWS}", allowed_secrets=["AWS Access Key in `content`, line 1"])).status_code == 422
+    assert push(hub, entry(f"key {AWS}", layer="vault")).status_code == 200
+
+
+def test_allow_secret_cannot_target_a_scanned_shared_layer(workspace):
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as mem:
+        mem.set_contract(CONTRACT)
+        before = log_rows(workspace)
+        with pytest.raises(Exception, match="scans layer 'insights' for secrets"):
+            mem.entry_add("insights", f"[FACT] key {AWS}", allow_secret=True)
+        with pytest.raises(Exception, match="AWS Access Key in `content`"):
+            mem.entry_add("insights", f"[FACT] key {AWS}")
+        assert log_rows(workspace) == before
+        mem.entry_add("vault", f"[FACT] key {AWS}", allow_secret=True)
