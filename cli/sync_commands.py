@@ -150,7 +150,7 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
     with memory() as mem:
         target = get_remote(mem, remote)
-        with progress_bar("push", mem.log.head()) as advance:
+        with progress_bar("push", mem.head()) as advance:
             report = pushing(mem, target, progress=advance)
     if json:
         return emit_json(report)
@@ -185,7 +185,7 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
     with memory() as mem:
         target = get_remote(mem, remote)
-        with progress_bar("push", mem.log.head()) as advance:
+        with progress_bar("push", mem.head()) as advance:
             pushed = pushing(mem, target, progress=advance)
         with progress_bar("pull", None) as advance:
             pulled = pulling(mem, target, progress=advance)
@@ -200,8 +200,7 @@ def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None
               allow_secret: bool = AllowSecretOpt):
     """Append a typed entry: "[DECISION] text" (dated today) or "[FACT] 2026-11-29: text"."""
     with memory() as mem:
-        seq = mem.entry_add(layer, text, reverses, allow_secret=allow_secret)
-        event = mem.log.get_by_seq(seq)
+        event = mem.entry_add(layer, text, reverses, allow_secret=allow_secret)
     typer.echo(f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content}")
 
 
@@ -209,7 +208,7 @@ def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None
 def entry_list(layer: str, json: bool = JsonOpt):
     """The entries of a layer, with their ids, in the rendered order."""
     with memory() as mem:
-        entries = mem.views.shared.entries(layer, mem.views.checkpoint())
+        entries = mem.entries(layer)
     if json:
         return emit_json(entries)
     for e in entries:
@@ -221,7 +220,7 @@ def entry_list(layer: str, json: bool = JsonOpt):
 def conflicts(json: bool = JsonOpt):
     """Shared pages with more than one head: every replica shows the same winner."""
     with memory() as mem:
-        found = mem.views.shared.conflicts(mem.views.checkpoint())
+        found = mem.conflicts()
     if json:
         return emit_json(found)
     for c in found:
@@ -239,5 +238,5 @@ def resolve(target: str, file: str = typer.Option(..., "--file", help="The resol
     if not slug:
         fail("name the page as LAYER/SLUG", 2)
     with memory() as mem:
-        seq = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
-    typer.echo(f"resolved {layer}/{slug} (seq {seq})")
+        event = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
+    typer.echo(f"resolved {layer}/{event.body.slug} (seq {event.seq})")

@@ -56,3 +56,37 @@ class HandEdited(MemError):
 
 class NoWorkspace(MemError):
     code = "no-workspace"
+
+
+class StorageFailure(MemError):
+    """The storage underneath failed (disk full, a database locked or read-only): nothing the input did."""
+
+    code = "storage-failure"
+    status = 503
+
+
+def storage_exceptions() -> tuple[type[BaseException], ...]:
+    """The exception classes of the storage underneath: SQLite, the file system, and PostgreSQL once loaded."""
+    import sqlite3
+    import sys
+
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error, OSError) + ((psycopg.Error,) if psycopg else ())
+
+
+def storage_failure(exc: BaseException) -> StorageFailure:
+    """One line for a storage failure, the common causes named first."""
+    import errno
+
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    text = detail.lower()
+    number = getattr(exc, "errno", None)
+    if number == errno.ENOSPC or "disk is full" in text or "no space left" in text or "could not extend" in text:
+        cause = "the disk is full"
+    elif number == errno.EROFS or "readonly" in text or "read-only" in text:
+        cause = "the storage is read-only"
+    elif "locked" in text or "busy" in text:
+        cause = "the database is locked by another process"
+    else:
+        return StorageFailure(detail)
+    return StorageFailure(f"{cause} ({detail})")

@@ -127,8 +127,7 @@ class WikiFold:
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
-            db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) "
-                           "ON CONFLICT(path) DO UPDATE SET dirty = 1", [(p,) for p in sorted(self.dirty)])
+            self.views.written.mark_dirty(sorted(self.dirty))
         db.execute("UPDATE meta SET value = ? WHERE key = 'checkpoint'", (str(checkpoint),))
         self._reset_batch()
 
@@ -142,13 +141,10 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     """
     target = log.head() if upto is None else upto
     wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
-    db = views.db
     while True:
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with views.transaction():
             start = views.checkpoint()
             if start >= target:
-                db.execute("COMMIT")
                 return start
             end = min(start + batch, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
@@ -166,10 +162,5 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             adf.note_events((first.ts, first.agent), ts)
             shared.flush()
             wiki.flush(end)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         if progress:
             progress(end - start)

@@ -1,10 +1,12 @@
 """An agent's memory: the write side, the log and the projections wired together.
 
-This is the library the CLI is a thin layer over: every method validates, appends one event,
-then brings the views and the files up to date.
+This is the library the CLI is a thin layer over: every write validates, appends one event, brings
+the views and the files up to date and returns the event (its seq set); every read returns what the
+CLI prints, so no command reaches into the log or the views itself.
 """
 
 import fcntl
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,14 +14,30 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import HandEdited, InvalidInput
+from eventstore.errors import HandEdited, InvalidInput, storage_exceptions, storage_failure
+from eventstore.recorder import VerifyReport
 from eventstore.layers import Contract
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
+from . import audit
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
 from .views import LOG_PATH, MIND_PATH, Views, page_path
+
+
+class CatalogPage(msgspec.Struct):
+    slug: str
+    title: str
+    hook: str
+
+
+class Compaction(msgspec.Struct):
+    """A compaction or clear: its event, and the audit row that archived what it removed (None when
+    loop audit is off or nothing was removed)."""
+
+    event: Event
+    archived: audit.AuditRow | None = None
 
 
 class Memory:
@@ -27,12 +45,16 @@ class Memory:
         self.ws = workspace
         self.config = workspace.config()
         self.log = workspace.open_log(self.config)
-        self.views = Views(workspace.views_path)
+        self.views = Views(workspace.views_path, contract=self.load_contract())
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
         self.shared_writer = SharedWriter(self.config.agent, self.views)
-        self.views.contract = self.load_contract()
         self.last_report = FileReport()
+        # Set when an append committed but the views or files could not follow (a full disk): the
+        # event stands, and the next command catches up. The CLI prints it as a warning.
+        self.behind: str | None = None
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> "Memory":
@@ -61,14 +83,26 @@ class Memory:
 
     @contextmanager
     def lock(self):
-        """One projector at a time per workspace (appends need no lock: SQLite serialises them)."""
-        self.ws.mem_dir.mkdir(exist_ok=True)
-        with open(self.ws.lock_path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        """The workspace's projector lock: one process at a time checks files for hand edits, appends,
+        folds, writes files or adopts edits, so none sees another's half-done work (a page in the views
+        not yet on disk would look deleted by hand). Re-entrant within a process."""
+        with self._thread_lock:
+            if self._lock_depth:
+                self._lock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth -= 1
+                return
+            self.ws.mem_dir.mkdir(exist_ok=True)
+            with open(self.ws.lock_path, "a+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                self._lock_depth = 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth = 0
+                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def refresh(self, *, force: bool = False, progress=None) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace."""
@@ -79,47 +113,59 @@ class Memory:
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-               force: bool = False, allow_secret: bool = False) -> int:
-        """Appends one event, refusing first if it holds a secret (unless allowed), or if a file it would
-        rewrite is unsafe or was edited by hand."""
+               force: bool = False, allow_secret: bool = False) -> Event:
+        """Appends one event and returns it with its seq, refusing first if it holds a secret (unless
+        allowed), or if a file it would rewrite is unsafe or was edited by hand.
+
+        Once the event is committed the command has succeeded: if the views or files then cannot follow
+        (a full disk), `behind` says so and the next command catches up."""
         event = secrets.checked(event, allow_secret)
         for path in touches:
             validate.inside_workspace(self.root, path)
-        if not force:
-            edited = [p for p in hand_edited(self.views, self.root, set(touches))
-                      if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
-            if edited:
-                raise HandEdited(
-                    f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
-                    "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
-        seq = self.log.append([event])[0]
-        self.refresh(force=force)
-        return seq
+        with self.lock():
+            if not force:
+                edited = [p for p in hand_edited(self.views, self.root, set(touches))
+                          if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
+                if edited:
+                    raise HandEdited(
+                        f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
+                        "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
+            event.seq = self.log.append([event])[0]
+            self.follow(force=force)
+        return event
+
+    def follow(self, *, force: bool = False) -> None:
+        """Refreshes after a committed append; a storage failure leaves the event standing and sets `behind`."""
+        try:
+            self.refresh(force=force)
+        except storage_exceptions() as exc:
+            self.behind = (f"recorded, but the views and files are behind the log ({storage_failure(exc)}); "
+                           "they catch up at the next command")
 
     # --- the wiki -----------------------------------------------------------------------------
 
     def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False,
-                   allow_secret: bool = False) -> int:
+                   allow_secret: bool = False) -> Event:
         event = self.writer.page_write(slug, document, note)
         path = page_path(event.body.slug)
         return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
                            allow_secret=allow_secret)
 
-    def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> int:
+    def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> Event:
         event = self.writer.page_delete(slug, note)
         return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
                            allow_secret=allow_secret)
 
     def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False,
-                    allow_secret: bool = False) -> int:
+                    allow_secret: bool = False) -> Event:
         event = self.writer.page_rename(old, new, note)
         touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
         return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
-    def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> int:
+    def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> Event:
         return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force, allow_secret=allow_secret)
 
-    def always_remove(self, number: int, *, force: bool = False) -> int:
+    def always_remove(self, number: int, *, force: bool = False) -> Event:
         return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
 
     def always(self) -> list[str]:
@@ -128,31 +174,33 @@ class Memory:
     # --- the loop, files, messages, config ---------------------------------------------------
 
     def loop_append(self, role: str, content: list, loop: str = "main", model=None, tokens=None, *,
-                    allow_secret: bool = False) -> int:
+                    allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.loop_append(role, content, loop, model, tokens), allow_secret=allow_secret)
 
-    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *, allow_secret: bool = False) -> int:
-        return self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
+    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *,
+                     allow_secret: bool = False) -> Compaction:
+        event = self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
+        return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
-    def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> int:
-        return self.append(self.adf_writer.loop_clear(start, end, loop))
+    def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> Compaction:
+        event = self.append(self.adf_writer.loop_clear(start, end, loop))
+        return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
     def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none", *,
-                   allow_secret: bool = False) -> int:
+                   allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.file_write(path, content, mime_type, protection), allow_secret=allow_secret)
 
-    def file_delete(self, path: str) -> int:
+    def file_delete(self, path: str) -> Event:
         return self.append(self.adf_writer.file_delete(path))
 
-    def message(self, box: str, message: dict, *, allow_secret: bool = False) -> int:
+    def message(self, box: str, message: dict, *, allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
 
-    def config_set(self, key: str, value, *, allow_secret: bool = False) -> int:
+    def config_set(self, key: str, value, *, allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.config_set(key, value), allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
-        views.contract = self.views.contract
         self.views = views
         self.writer.state = views
         self.adf_writer.files = views
@@ -174,13 +222,10 @@ class Memory:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
         if contract == self.views.contract:
             return False
-        old = self.views.shared_paths() if self.views.contract else []
-        write_atomic(self.contract_path, [msgspec.json.encode(contract)])
-        self.views.contract = contract
         with self.lock():
-            self.views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) "
-                                      "DO UPDATE SET dirty = 1", [(p,) for p in old + self.views.shared_paths()])
-        self.refresh()
+            write_atomic(self.contract_path, [msgspec.json.encode(contract)])
+            self.views.set_contract(contract)
+            self.refresh()
         return True
 
     def shared_layer(self, layer: str, format: str, allow_secret: bool = False):
@@ -199,23 +244,23 @@ class Memory:
                                "--allow-secret cannot put one there")
         return spec
 
-    def entry_add(self, layer: str, text: str, reverses: str | None = None, *, allow_secret: bool = False) -> int:
+    def entry_add(self, layer: str, text: str, reverses: str | None = None, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "entries", allow_secret)
         return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path],
                            allow_secret=allow_secret)
 
-    def shared_page_write(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
+    def shared_page_write(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "pages", allow_secret)
         event = self.shared_writer.page_write(layer, slug, document)
         path = f"{spec.path}{event.body.slug}.md"
         return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
-    def shared_page_delete(self, layer: str, slug: str) -> int:
+    def shared_page_delete(self, layer: str, slug: str) -> Event:
         spec = self.shared_layer(layer, "pages")
         event = self.shared_writer.page_delete(layer, slug)
         return self.append(event, touches=[f"{spec.path}{event.body.slug}.md"])
 
-    def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
+    def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "pages", allow_secret)
         event = self.shared_writer.resolve(layer, slug, document)
         path = f"{spec.path}{event.body.slug}.md"
@@ -241,3 +286,63 @@ class Memory:
             write_atomic(Path(target) / path, self.views.file_chunks(path, as_of))
             written.append(path)
         return written
+
+    # --- reads: what the CLI prints ---------------------------------------------------------------
+
+    def head(self) -> int:
+        return self.log.head()
+
+    def events(self, *, kinds=None, layers=None, since_ms: int | None = None, limit: int | None = None) -> list[Event]:
+        """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
+        found = list(self.log.read(kinds=kinds, layers=layers, since_ms=since_ms, limit=limit,
+                                   newest_first=limit is not None))
+        return sorted(found, key=lambda e: e.seq)
+
+    def verify(self, progress=None) -> VerifyReport:
+        return self.log.verify(progress=progress)
+
+    def catalog(self, as_of: int | None = None) -> list[CatalogPage]:
+        return [CatalogPage(slug=s, title=t, hook=h) for s, t, h in self.views.catalog(as_of)]
+
+    def loop(self, loop: str | None = "main", as_of: int | None = None) -> list[audit.LoopMessage]:
+        return audit.loop_rows(self.views, loop, as_of)
+
+    def files(self, as_of: int | None = None) -> list[tuple]:
+        """adf_files rows (path, content, mime_type, size, protection, authorized, created_at, updated_at)."""
+        return self.views.adf_files(as_of)
+
+    def agent_config(self, as_of: int | None = None) -> dict:
+        return self.views.config(as_of)
+
+    def audit_rows(self, source: str | None = None, as_of: int | None = None) -> list[audit.AuditRow]:
+        return audit.audit_rows(self.views, source, as_of)
+
+    def audit_read(self, seq: int, loop: str | None = None) -> audit.AuditHit:
+        return audit.audit_read(self.views, self.log, seq, loop)
+
+    def cite(self, citation: str, as_of: int | None = None) -> audit.Citation:
+        return audit.cite(self.views, self.log, citation, as_of)
+
+    def believed(self, as_of: int, last: int = 10) -> audit.Believed:
+        return audit.believed(self.views, as_of, last)
+
+    def check_citations(self, *, record: bool = False) -> list:
+        """Every unresolved citation in the pages; `record` appends a lint entry saying what was found."""
+        from .lint import check_citations
+
+        findings = check_citations(self.views, self.log)
+        if record:
+            summary = f"Citation check: {len(findings)} unresolved." if findings else "Citation check: all resolve."
+            self.append(self.writer.lint(summary, [f"{f.page}: {f.citation} {f.problem}" for f in findings]))
+        return findings
+
+    def entries(self, layer: str) -> list:
+        return self.views.shared.entries(layer, self.views.checkpoint())
+
+    def conflicts(self) -> list:
+        return self.views.shared.conflicts(self.views.checkpoint())
+
+    def status(self):
+        from .status import workspace_status
+
+        return workspace_status(self)

@@ -29,8 +29,7 @@ def _build(log, path: Path, upto: int | None, progress, contract=None) -> Views:
     """Folds the log into a new views database; `contract` places the shared layers' files."""
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
-    views = Views(path, fast=True)
-    views.contract = contract
+    views = Views(path, contract=contract, fast=True)
     catch_up(log, views, upto=upto, batch=20000, progress=progress)
     return views
 
@@ -42,15 +41,12 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
     stops the replay before anything changes, unless `force`.
     """
     with memory.lock():
-        carried = memory.views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
+        carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
         views = _build(memory.log, rebuilt, upto, progress, memory.views.contract)
-        views.db.execute("BEGIN")
-        views.db.executemany("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) "
-                             "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
-                             carried)
-        views.db.execute("COMMIT")
+        with views.transaction():
+            views.written.carry(carried)
         refused = materialize(views, memory.root, force=force, dry_run=True).refused
         checkpoint = views.checkpoint()
         views.close()
@@ -64,7 +60,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)
-        memory.swap_views(Views(target))
+        memory.swap_views(Views(target, contract=memory.views.contract))
         files = materialize(memory.views, memory.root, force=force)
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 
@@ -75,8 +71,8 @@ def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
         views = _build(memory.log, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
                        progress, memory.views.contract)
         out = Path(tmp) / "files"
-        for path in views.paths():
-            views.db.execute("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)", (path,))
+        with views.transaction():
+            views.written.track(views.paths())
         materialize(views, out)
         differences = []
         current_paths = set(memory.views.paths())

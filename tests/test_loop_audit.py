@@ -29,7 +29,7 @@ def blob(memory, audit_id):
 
 def test_a_loop_message_seq_is_its_event_seq(memory):
     memory.always_add("x")
-    assert say(memory, "hello") == 2
+    assert say(memory, "hello").seq == 2
     assert memory.log.get_by_seq(2).kind == "loop.append"
     assert texts(memory) == [(2, "hello")]
 
@@ -38,8 +38,8 @@ def test_compaction_archives_exactly_as_adf(memory):
     for i in range(1, 6):
         memory.loop_append("user" if i % 2 else "assistant", [{"type": "text", "text": f"m{i}"}],
                            model="m-1" if i == 2 else None, tokens={"input": i} if i == 3 else None)
-    seq = memory.loop_compact("the summary [S2]", preserve=2)
-    assert seq == 6
+    done = memory.loop_compact("the summary [S2]", preserve=2)
+    assert done.event.seq == 6 and (done.archived.start_seq, done.archived.end_seq, done.archived.id) == (1, 3, 1)
     rows = memory.views.db.execute("SELECT seq, role, content_json, ord FROM adf_loop "
                                    "ORDER BY COALESCE(ord, seq), seq").fetchall()
     assert [(r[0], r[3]) for r in rows] == [(6, 3), (4, None), (5, None)]
