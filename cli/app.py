@@ -10,6 +10,7 @@ import typer
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import parse_instant
+from eventstore.layers import MIND
 
 from .output import AllowSecretOpt, emit_json, event_line, fail, progress_bar
 
@@ -118,7 +119,7 @@ def page_write(slug: str,
                layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
                force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Ingest a page when new, update it otherwise."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         with memory() as mem:
             event = mem.shared_page_write(layer, slug, read_input(file), allow_secret=allow_secret)
         return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {event.seq})")

@@ -8,6 +8,7 @@ from pathlib import Path
 from .envelope import Event, check_event, pack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
+from .layers import MIND
 from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
                        row_to_event, verify_rows)
 
@@ -177,7 +178,7 @@ class SQLiteLog(Recorder):
 
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
         yield from self.db.execute(
-            "SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != 'mind' THEN agent END FROM events "
+            f"SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != '{MIND}' THEN agent END FROM events "
             "WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
 
     def get(self, id: str) -> Event | None:

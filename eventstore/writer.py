@@ -16,8 +16,7 @@ from .ids import now_ms, uuid7
 from .kinds import (AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage, Lint,
                     LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRename,
                     PageUpdate)
-
-MIND = "mind"
+from .layers import AGENT, LOOP, MIND
 
 
 class WikiState(Protocol):
@@ -80,8 +79,6 @@ class Writer:
                                 findings=[validate.one_line(f, "a finding") for f in findings]))
 
 
-LOOP = "loop"
-AGENT = "agent"
 ROLES = ("user", "assistant")
 PROTECTIONS = ("none", "read_only", "no_delete")
 _LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

@@ -12,18 +12,15 @@ import json
 from collections.abc import Callable
 
 from eventstore.envelope import decode_body, unpack_body
-from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
-                              PageUpdate)
+from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
+                              PageDelete, PageIngest, PageRename, PageUpdate)
+from eventstore.layers import MIND
 from eventstore.recorder import id_text
 
 from . import render
-from .adf import ADF_KINDS, AdfFold
-from .shared import SHARED_PAGE_KINDS, SharedFold
+from .adf import AdfFold
+from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
-
-WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-                        "lint", "log.restore"})
-
 
 class WikiFold:
     def __init__(self, views: Views):
@@ -150,12 +147,12 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
             for seq, version_id, ts, layer, kind, codec, body, agent in log.fold_rows(start, end):
-                if layer == "mind" and kind in WIKI_KINDS:
+                if layer == MIND and kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
                     apply_wiki(seq, version_id, ts, decode_body(raw), raw)
                 elif kind in ADF_KINDS:
                     apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
-                elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
+                elif kind in SHARED_KINDS:
                     raw = unpack_body(codec, body)
                     shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
             first = log.get_by_seq(start + 1)

@@ -15,8 +15,8 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput, storage_exceptions, storage_failure
+from eventstore.layers import lenient_contract, produces
 from eventstore.recorder import VerifyReport
-from eventstore.layers import Contract
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
@@ -214,9 +214,10 @@ class Memory:
 
     def load_contract(self):
         try:
-            return msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
+            data = msgspec.json.decode(self.contract_path.read_bytes())
         except FileNotFoundError:
             return None
+        return lenient_contract(data.get("layers") if isinstance(data, dict) else None)
 
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
@@ -237,7 +238,7 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
-        if "*" not in spec.producers and self.config.agent not in spec.producers:
+        if not produces(contract, self.config.agent, layer):
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
         if allow_secret and spec.scan_secrets:
             raise InvalidInput(f"the hub scans layer {layer!r} for secrets (scan_secrets in the contract): "
