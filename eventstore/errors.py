@@ -79,9 +79,14 @@ def storage_failure(exc: BaseException) -> StorageFailure:
     import errno
 
     detail = " ".join(str(exc).split()) or type(exc).__name__
+    name = getattr(exc, "sqlite_errorname", None)
+    if name:
+        detail += f" ({name})"
     text = detail.lower()
     number = getattr(exc, "errno", None)
-    if number == errno.ENOSPC or "disk is full" in text or "no space left" in text or "could not extend" in text:
+    # SQLite cannot grow its shared-memory file only when the disk has no room left for it.
+    if (number == errno.ENOSPC or name in ("SQLITE_FULL", "SQLITE_IOERR_SHMSIZE") or "disk is full" in text
+            or "no space left" in text or "could not extend" in text):
         cause = "the disk is full"
     elif number == errno.EROFS or "readonly" in text or "read-only" in text:
         cause = "the storage is read-only"
