@@ -218,40 +218,6 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
     raise typer.Exit(0 if result.resolved else 1)
 
 
-@app.command()
-def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
-             last: int = typer.Option(10, "--last", help="How many loop messages."), json: bool = JsonOpt):
-    """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages."""
-    with memory() as mem:
-        result = mem.believed(as_of(mem, at, seq), last)
-    if json:
-        return emit_json(result)
-    typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
-    typer.echo(f"pages: {', '.join(p['slug'] for p in result.pages) or '(none)'}\n\nloop (last {last}):")
-    for row in result.loop:
-        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
-    for path, text in result.shared.items():
-        typer.echo(f"\nshared {path}:\n{text.rstrip()}")
-
-
-@app.command()
-def lint(citations: bool = typer.Option(False, "--citations", help="Check that every citation resolves."),
-         record: bool = typer.Option(False, "--record", help="Append a lint entry to mind/log.md."),
-         json: bool = JsonOpt):
-    """Maintenance checks over the wiki (for now: --citations)."""
-    if not citations:
-        fail("choose a check: --citations", 2)
-    with memory() as mem:
-        findings = mem.check_citations(record=record)
-    if json:
-        emit_json(findings)
-    else:
-        for f in findings:
-            typer.echo(f"{f.page}: {f.citation} {f.problem}")
-        typer.echo(f"{len(findings)} unresolved citation(s)" if findings else "every citation resolves")
-    raise typer.Exit(1 if findings else 0)
-
-
 @export_app.command("adf")
 def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Write a real ADF file (format 0.2, schema 28) of the memory as of now or a moment."""

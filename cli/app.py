@@ -336,7 +336,7 @@ def hoist_workspace(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from . import adf_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
+    from . import adf_commands, recall_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
 
     try:
         app(args=hoist_workspace(sys.argv[1:]))

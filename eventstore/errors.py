@@ -58,6 +58,13 @@ class NoWorkspace(MemError):
     code = "no-workspace"
 
 
+class Held(MemError):
+    """A change to a page under `governance: hold`, before `mem page release` lifted it."""
+
+    code = "held"
+    status = 409
+
+
 class StorageFailure(MemError):
     """The storage underneath failed (disk full, a database locked or read-only): nothing the input did."""
 

@@ -72,6 +72,14 @@ class PageRename(Body, tag="page.rename"):
     parents: list[str] = []
 
 
+class PageRelease(Body, tag="page.release"):
+    """Lifts a page's `governance: hold` so that it can change; a version that keeps the hold holds again."""
+
+    groups = frozenset({WIKI})
+    slug: str
+    note: str = ""
+
+
 class AlwaysAdd(Body, tag="always.add"):
     groups = frozenset({WIKI})
 
@@ -226,7 +234,7 @@ class Redaction(Body, tag="redaction"):
 
 
 BodyUnion = Union[
-    PageIngest, PageUpdate, PageDelete, PageRename, AlwaysAdd, AlwaysRemove, LogRestore, Lint,
+    PageIngest, PageUpdate, PageDelete, PageRename, PageRelease, AlwaysAdd, AlwaysRemove, LogRestore, Lint,
     LoopAppend, LoopCompact, LoopClear, InboxMessage, OutboxMessage, FileWrite, FileDelete,
     ConfigSet, ImportGap, AuditImport, EntryAppend, ContractChange, Redaction,
 ]

@@ -13,12 +13,13 @@ from collections.abc import Callable
 
 from eventstore.envelope import decode_body, unpack_body
 from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
-                              PageDelete, PageIngest, PageRename, PageUpdate)
+                              PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
 
-from . import render
+from . import render, trust
 from .adf import AdfFold
+from .search import SearchFold
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
@@ -69,6 +70,9 @@ class WikiFold:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
         if isinstance(body, (PageIngest, PageUpdate)):
             kind = "update" if self._page(body.slug) is not None else "ingest"
+            if trust.is_held(body.frontmatter) and (kind == "ingest" or not trust.is_held(
+                    decode_body(self._page(body.slug)[4]).frontmatter)):
+                kind = "hold"
             title = self._version(seq, version_id, ts, body.slug, body.parents, body.frontmatter, body.text, raw)
             if not getattr(body, "quiet", False):
                 self._log(seq, ts, kind, title, body.note)
@@ -86,6 +90,9 @@ class WikiFold:
             title = self._version(seq, version_id, ts, body.new, body.parents, page.frontmatter, page.text, current[4])
             moved = f"mind/{body.old}.md → mind/{body.new}.md"
             self._log(seq, ts, "rename", title, f"{moved}. {body.note}" if body.note else moved)
+        elif isinstance(body, PageRelease):
+            if self._page(body.slug) is not None:
+                self._log(seq, ts, "release", self._page(body.slug)[2], body.note)
         elif isinstance(body, AlwaysAdd):
             self._always_lines().append(body.line)
             self.always_rows.append((seq, ts, json.dumps(self._always, ensure_ascii=False)))
@@ -137,7 +144,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     the process dies between batches.
     """
     target = log.head() if upto is None else upto
-    wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
+    wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
     while True:
         with views.transaction():
             start = views.checkpoint()
@@ -151,13 +158,19 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     raw = unpack_body(codec, body)
                     apply_wiki(seq, version_id, ts, decode_body(raw), raw)
                 elif kind in ADF_KINDS:
-                    apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
+                    decoded = decode_body(unpack_body(codec, body))
+                    apply_adf(seq, ts, decoded)
+                    search.apply(seq, layer, decoded)
                 elif kind in SHARED_KINDS:
-                    raw = unpack_body(codec, body)
-                    shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
+                    raw, id = unpack_body(codec, body), id_text(version_id)
+                    decoded = decode_body(raw)
+                    shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
+                    search.apply(seq, layer, decoded, id, agent)
             first = log.get_by_seq(start + 1)
             adf.note_events((first.ts, first.agent), ts)
             shared.flush()
+            search.take_pages(wiki.touched_pages, wiki._page)
+            search.flush()
             wiki.flush(end)
         if progress:
             progress(end - start)

@@ -20,7 +20,7 @@ from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
-from . import audit
+from . import audit, local_layers, trust
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
 from .views import LOG_PATH, MIND_PATH, Views, page_path
@@ -45,7 +45,7 @@ class Memory:
         self.ws = workspace
         self.config = workspace.config()
         self.log = workspace.open_log(self.config)
-        self.views = Views(workspace.views_path, contract=self.load_contract())
+        self.views = Views(workspace.views_path, contract=self.hub_contract(), agent=self.config.agent)
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
         self.shared_writer = SharedWriter(self.config.agent, self.views)
@@ -109,6 +109,7 @@ class Memory:
         with self.lock():
             remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
+            self.views.set_contract(self.load_contract())  # local layers come and go with config events
             self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
@@ -122,6 +123,7 @@ class Memory:
         event = secrets.checked(event, allow_secret)
         for path in touches:
             validate.inside_workspace(self.root, path)
+        trust.admit(self, event)
         with self.lock():
             if not force:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
@@ -162,6 +164,11 @@ class Memory:
         touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
         return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
+    def release_page(self, slug: str, note: str, *, allow_secret: bool = False) -> Event:
+        event = self.writer.page_release(slug, note)
+        trust.check_release(self, event.body.slug)
+        return self.append(event, touches=[LOG_PATH], allow_secret=allow_secret)
+
     def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> Event:
         return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force, allow_secret=allow_secret)
 
@@ -188,6 +195,7 @@ class Memory:
 
     def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none", *,
                    allow_secret: bool = False) -> Event:
+        local_layers.refuse_layer_path(path, self.views.contract)
         return self.append(self.adf_writer.file_write(path, content, mime_type, protection), allow_secret=allow_secret)
 
     def file_delete(self, path: str) -> Event:
@@ -212,20 +220,31 @@ class Memory:
     def contract_path(self) -> Path:
         return self.ws.mem_dir / "contract.json"
 
-    def load_contract(self):
+    def hub_contract(self):
+        """The hub's contract as last pulled (None before any pull)."""
         try:
             data = msgspec.json.decode(self.contract_path.read_bytes())
         except FileNotFoundError:
             return None
         return lenient_contract(data.get("layers") if isinstance(data, dict) else None)
 
+    def load_contract(self, hub=None, views: Views | None = None):
+        """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""
+        return local_layers.merged(hub if hub is not None else self.hub_contract(), (views or self.views).config(),
+                                   self.config.agent)
+
+    def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
+        """A local layer (no hub needed): its declaration is a config event."""
+        spec = local_layers.check(name, path, format, self.views.contract)
+        return self.config_set(f"layers.{name}", spec)
+
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
-        if contract == self.views.contract:
+        if self.load_contract(contract) == self.views.contract:
             return False
+        write_atomic(self.contract_path, [msgspec.json.encode(contract)])
         with self.lock():
-            write_atomic(self.contract_path, [msgspec.json.encode(contract)])
-            self.views.set_contract(contract)
+            self.views.set_contract(self.load_contract(contract))
             self.refresh()
         return True
 
@@ -278,7 +297,10 @@ class Memory:
         return self.views.checkpoint()
 
     def show(self, path: str, as_of: int) -> str | None:
-        return self.views.file_text(path, as_of)
+        """Any file as of a seq: the wiki, a layer's file, or one of adf_files (which stay off the disk)."""
+        from .audit import file_text
+
+        return file_text(self.views, path, as_of)
 
     def checkout(self, target: Path, as_of: int) -> list[str]:
         """Writes every file as of a seq into `target` (which must be outside this workspace's views)."""
@@ -324,18 +346,23 @@ class Memory:
     def cite(self, citation: str, as_of: int | None = None) -> audit.Citation:
         return audit.cite(self.views, self.log, citation, as_of)
 
-    def believed(self, as_of: int, last: int = 10) -> audit.Believed:
-        return audit.believed(self.views, as_of, last)
+    def believed(self, as_of: int, last: int = 10, **trust_options) -> audit.Believed:
+        return audit.believed(self.views, as_of, last, **trust_options)
 
-    def check_citations(self, *, record: bool = False) -> list:
-        """Every unresolved citation in the pages; `record` appends a lint entry saying what was found."""
-        from .lint import check_citations
+    def event(self, seq: int) -> Event | None:
+        return self.log.get_by_seq(seq)
 
-        findings = check_citations(self.views, self.log)
-        if record:
-            summary = f"Citation check: {len(findings)} unresolved." if findings else "Citation check: all resolve."
-            self.append(self.writer.lint(summary, [f"{f.page}: {f.citation} {f.problem}" for f in findings]))
-        return findings
+    def search(self, query: str, **filters) -> list:
+        from . import search
+
+        return search.search(self.views, query, self_agent=self.config.agent, **filters)
+
+    def layers(self) -> list[dict]:
+        """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`)."""
+        local = local_layers.declared(self.views.config(), self.config.agent)
+        contract = self.views.contract
+        return [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
+                for name, spec in sorted((contract.layers if contract else {}).items())]
 
     def entries(self, layer: str) -> list:
         return self.views.shared.entries(layer, self.views.checkpoint())

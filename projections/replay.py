@@ -8,6 +8,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
+from . import search
 from .fold import catch_up
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
@@ -25,12 +26,15 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
-def _build(log, path: Path, upto: int | None, progress, contract=None) -> Views:
-    """Folds the log into a new views database; `contract` places the shared layers' files."""
+def _build(memory, path: Path, upto: int | None, progress) -> Views:
+    """Folds the log into a new views database; the contract (with the local layers the rebuilt config
+    declares) places the shared layers' files."""
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
-    views = Views(path, contract=contract, fast=True)
-    catch_up(log, views, upto=upto, batch=20000, progress=progress)
+    views = Views(path, contract=memory.hub_contract(), agent=memory.config.agent, fast=True)
+    with search.indexed_at_the_end(views.db):
+        catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
+    views.set_contract(memory.load_contract(views=views))
     return views
 
 
@@ -44,7 +48,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
-        views = _build(memory.log, rebuilt, upto, progress, memory.views.contract)
+        views = _build(memory, rebuilt, upto, progress)
         with views.transaction():
             views.written.carry(carried)
         refused = materialize(views, memory.root, force=force, dry_run=True).refused
@@ -60,7 +64,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)
-        memory.swap_views(Views(target, contract=memory.views.contract))
+        memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
         files = materialize(memory.views, memory.root, force=force)
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 
@@ -68,8 +72,8 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
 def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
     """Rebuilds into a temporary directory and lists every file or view row that differs."""
     with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
-        views = _build(memory.log, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
-                       progress, memory.views.contract)
+        views = _build(memory, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
+                       progress)
         out = Path(tmp) / "files"
         with views.transaction():
             views.written.track(views.paths())

@@ -14,7 +14,7 @@ from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.recorder import id_text
 
-from . import adf, render, shared
+from . import adf, local_layers, render, search, shared
 
 SCHEMA_VERSION = "1"
 
@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS file_state (
 """
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
-               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions")
+               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions", *search.TABLES)
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 
@@ -104,9 +104,10 @@ class WrittenFiles:
 
 
 class Views:
-    def __init__(self, path: str | Path, *, contract=None, fast: bool = False):
-        """`contract` (eventstore.layers.Contract) places the shared layers' files; `fast` turns off
-        syncing, for a rebuild into a new file that is renamed into place after."""
+    def __init__(self, path: str | Path, *, contract=None, agent: str | None = None, fast: bool = False):
+        """`contract` (eventstore.layers.Contract, the hub's) places the shared layers' files, with the
+        local layers that `agent` declared in these views' config; `fast` turns off syncing, for a
+        rebuild into a new file that is renamed into place after."""
         self.path = str(path)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
@@ -121,13 +122,16 @@ class Views:
         self.shared = shared.SharedViews(self.db)
         self.written = WrittenFiles(self.db)
         with self.transaction():
-            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA).split(";"):
+            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
             adf.init_meta(self.db)
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self.written.track([MIND_PATH, LOG_PATH])
+        search.init(self.db)  # sqlite-utils, which commits on its own: outside the transaction
+        if agent is not None:
+            self.contract = local_layers.merged(contract, self.config(), agent)
 
     def close(self) -> None:
         self.db.close()
@@ -197,7 +201,7 @@ class Views:
         return render.page(document.frontmatter, document.text)
 
     def mind(self, as_of: int | None = None) -> str:
-        return render.mind(self.always(as_of), self.catalog(as_of))
+        return render.mind(self.always(as_of), search.flagged_catalog(self, self.catalog(as_of), as_of))
 
     def log_chunks(self, as_of: int | None = None) -> Iterator[str]:
         cursor = self.db.execute("SELECT entry FROM log_entries WHERE seq <= ? ORDER BY seq DESC",
