@@ -10,6 +10,8 @@ from eventstore.errors import InvalidInput, MemError, NotFound, UnsafePath
 from projections import audit
 from projections.adf_file import export_adf
 
+from projections.memory import Memory
+
 from adf_recipe import audit_read as recipe_read
 from conftest import log_rows, run_mem
 
@@ -176,17 +178,16 @@ def test_cli_refusals(workspace, tmp_path):
 
 
 def test_citations_resolve_and_lint_finds_the_missing(workspace, tmp_path):
-    for i in range(3):
-        run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", f"fact {i}", check=True)
-    (tmp_path / "s.txt").write_text("facts 1-2\n")
-    run_mem("-w", workspace, "loop", "compact", "--summary-file", tmp_path / "s.txt", "--preserve", "1", check=True)
+    with Memory.open(workspace) as memory:
+        for i in range(3):
+            say(memory, f"fact {i}")
+        memory.loop_compact("facts 1-2", preserve=1)
     cited = run_mem("-w", workspace, "cite", "[S1]", check=True).stdout.decode()
     assert cited.startswith("S1: in audit blob 1 (loop main)") and "fact 0" in cited
     assert "live in the loop" in run_mem("-w", workspace, "cite", "adf-audit://seq/3?loop=main").stdout.decode()
-    page = tmp_path / "p.md"
-    page.write_text("---\ntype: lesson\nsources:\n  - adf-audit://seq/2\n---\n# Facts\n\nFrom [S1] and [S77].\n"
-                    "See adf-file://mind/nothing.md\n")
-    run_mem("-w", workspace, "page", "write", "facts", "--file", page, check=True)
+    with Memory.open(workspace) as memory:
+        memory.write_page("facts", b"---\ntype: lesson\nsources:\n  - adf-audit://seq/2\n---\n# Facts\n\n"
+                                   b"From [S1] and [S77].\nSee adf-file://mind/nothing.md\n")
     assert run_mem("-w", workspace, "cite", "adf-file://mind/facts.md", check=True).stdout.startswith(b"---\n")
     result = run_mem("-w", workspace, "lint", "--citations", "--json")
     assert result.returncode == 1
