@@ -9,7 +9,6 @@ import pytest
 from eventstore.errors import InvalidInput, MemError, NotFound, UnsafePath
 from projections import audit
 from projections.adf_file import export_adf
-
 from projections.memory import Memory
 
 from adf_recipe import audit_read as recipe_read
