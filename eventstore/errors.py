@@ -87,8 +87,6 @@ def storage_failure(exc: BaseException) -> StorageFailure:
 
     detail = " ".join(str(exc).split()) or type(exc).__name__
     name = getattr(exc, "sqlite_errorname", None)
-    if name:
-        detail += f" ({name})"
     text = detail.lower()
     number = getattr(exc, "errno", None)
     # SQLite cannot grow its shared-memory file only when the disk has no room left for it.
@@ -100,5 +98,5 @@ def storage_failure(exc: BaseException) -> StorageFailure:
     elif "locked" in text or "busy" in text:
         cause = "the database is locked by another process"
     else:
-        return StorageFailure(detail)
-    return StorageFailure(f"{cause} ({detail})")
+        return StorageFailure(f"{detail} ({name})" if name else detail)
+    return StorageFailure(f"{cause} ({name or detail})")

@@ -107,7 +107,10 @@ def test_storage_failures_read_as_one_line():
     assert isinstance(full, StorageFailure) and str(full) == "the disk is full (database or disk is full)"
     shm = sqlite3.OperationalError("disk I/O error")
     shm.sqlite_errorname = "SQLITE_IOERR_SHMSIZE"
-    assert str(storage_failure(shm)) == "the disk is full (disk I/O error (SQLITE_IOERR_SHMSIZE))"
+    assert str(storage_failure(shm)) == "the disk is full (SQLITE_IOERR_SHMSIZE)"
+    other = sqlite3.OperationalError("no such table: x")
+    other.sqlite_errorname = "SQLITE_ERROR"
+    assert str(storage_failure(other)) == "no such table: x (SQLITE_ERROR)"
     assert str(storage_failure(OSError(28, "No space left on device"))).startswith("the disk is full")
     assert str(storage_failure(sqlite3.OperationalError("database is locked"))).startswith("the database is locked")
     assert str(storage_failure(sqlite3.OperationalError("attempt to write a readonly database"))).startswith(
