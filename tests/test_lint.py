@@ -30,7 +30,7 @@ def test_a_clean_wiki_has_no_findings(memory):
 def test_contradictions(memory):
     memory.write_page("runbook", page("Runbook"))
     memory.write_page("old", page("Old", status="superseded-by: runbook"))
-    linking = memory.write_page("guide", page("Guide", "Follow adf-file://mind/old.md"))
+    linking = memory.write_page("guide", page("Guide", "Follow adf-file://mind/old.md")).seq
     assert findings(memory, "contradictions") == [("contradictions", "mind/guide.md", "adf-file://mind/old.md")]
     assert findings(memory, "contradictions", as_of=linking - 1) == []  # guide did not exist yet
     memory.write_page("runbook", page("Runbook", status="superseded-by: old"))
