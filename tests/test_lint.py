@@ -42,7 +42,7 @@ def test_contradictions(memory):
 
 def test_contradictions_with_reversed_entries_and_index_drift(memory):
     memory.declare_layer("decisions", "memory/decisions.md")
-    first = memory.log.get_by_seq(memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite")).id
+    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite").id
     memory.entry_add("decisions", "[DECISION] 2026-11-02: PostgreSQL", reverses=first)
     memory.write_page("hub", page("Hub", f"We chose SQLite ({first})."))
     assert findings(memory, "contradictions") == [("contradictions", "mind/hub.md", first)]
