@@ -14,11 +14,11 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import HandEdited, InvalidInput, storage_exceptions, storage_failure
+from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
 from eventstore.layers import lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
-from eventstore.writer import AdfWriter, SharedWriter, Writer
+from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
 from .fold import catch_up
@@ -55,6 +55,9 @@ class Memory:
         self.behind: str | None = None
         self._thread_lock = threading.RLock()
         self._lock_depth = 0
+        # A long-running caller (the MCP server) answers once the event is in the log and the views, and
+        # writes the files after: appends then leave them dirty for its own `refresh()`.
+        self.defer_files = False
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> "Memory":
@@ -104,13 +107,17 @@ class Memory:
                     self._lock_depth = 0
                     fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def refresh(self, *, force: bool = False, progress=None) -> FileReport:
-        """Catches the views up with the log and writes what changed to the workspace."""
+    def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
+        """Catches the views up with the log and writes what changed to the workspace.
+
+        With `files` False only the views move; the files stay marked dirty until a later refresh."""
         with self.lock():
-            remove_stale_temp_files(self.views, self.root)
+            if files:
+                remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
             self.views.set_contract(self.load_contract())  # local layers come and go with config events
-            self.last_report = materialize(self.views, self.root, force=force)
+            if files:
+                self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
@@ -133,13 +140,13 @@ class Memory:
                         f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
                         "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
             event.seq = self.log.append([event])[0]
-            self.follow(force=force)
+            self.follow(force=force, files=force or not self.defer_files)
         return event
 
-    def follow(self, *, force: bool = False) -> None:
+    def follow(self, *, force: bool = False, files: bool = True) -> None:
         """Refreshes after a committed append; a storage failure leaves the event standing and sets `behind`."""
         try:
-            self.refresh(force=force)
+            self.refresh(force=force, files=files)
         except storage_exceptions() as exc:
             self.behind = (f"recorded, but the views and files are behind the log ({storage_failure(exc)}); "
                            "they catch up at the next command")
@@ -200,6 +207,25 @@ class Memory:
 
     def file_delete(self, path: str) -> Event:
         return self.append(self.adf_writer.file_delete(path))
+
+    def file_rename(self, old: str, new: str, *, allow_secret: bool = False) -> Event:
+        """Moves a file: its write at the new path and its delete, appended in one transaction (the log
+        has no rename kind for files). Refused like a write of `new` and a delete of `old` would be.
+        Returns the delete (its seq the rename's last)."""
+        current = self.views.file(file_path(old))
+        if current is None:
+            raise NotFound(f"there is no file {old}")
+        if self.views.file(file_path(new)) is not None:
+            raise InvalidInput(f"{new} exists already")
+        _path, content, mime_type, _size, protection = current[:5]
+        events = [secrets.checked(self.adf_writer.file_write(new, bytes(content), mime_type, protection),
+                                  allow_secret),
+                  self.adf_writer.file_delete(old)]
+        with self.lock():
+            for event, seq in zip(events, self.log.append(events)):
+                event.seq = seq
+            self.follow(files=not self.defer_files)
+        return events[-1]
 
     def message(self, box: str, message: dict, *, allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
@@ -314,6 +340,14 @@ class Memory:
 
     def head(self) -> int:
         return self.log.head()
+
+    def checkpoint(self) -> int:
+        """The seq the views (and the files, unless deferred) have caught up to."""
+        return self.views.checkpoint()
+
+    def file_text(self, path: str, as_of: int | None = None) -> str | None:
+        """Any file's text as of a seq: the wiki's, a shared layer's, or one in adf_files."""
+        return audit.file_text(self.views, path, as_of)
 
     def events(self, *, kinds=None, layers=None, since_ms: int | None = None, limit: int | None = None) -> list[Event]:
         """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
