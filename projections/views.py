@@ -185,20 +185,25 @@ class Views:
             (as_of,)).fetchall()
         return [(slug, title, hook) for slug, _seq, deleted, title, hook in rows if not deleted]
 
-    def page(self, slug: str, as_of: int | None = None) -> str | None:
-        """A page's file text as of a seq: one index lookup on (slug, seq)."""
+    def page_version(self, slug: str, as_of: int | None = None):
+        """(seq, body) of a page's version as of a seq, the body a PageIngest or PageUpdate; None when the
+        page does not exist then. One index lookup on (slug, seq)."""
         if as_of is None:
             row = self.db.execute(
-                "SELECT v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
+                "SELECT v.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
                 "WHERE p.slug = ?", (slug,)).fetchone()
         else:
             row = self.db.execute(
-                "SELECT doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+                "SELECT seq, doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
                 (slug, as_of)).fetchone()
-        if not row or row[0] is None:
+        if not row or row[1] is None:
             return None
-        document = decode_body(row[0])
-        return render.page(document.frontmatter, document.text)
+        return row[0], decode_body(row[1])
+
+    def page(self, slug: str, as_of: int | None = None) -> str | None:
+        """A page's file text as of a seq."""
+        version = self.page_version(slug, as_of)
+        return render.page(version[1].frontmatter, version[1].text) if version else None
 
     def mind(self, as_of: int | None = None) -> str:
         return render.mind(self.always(as_of), search.flagged_catalog(self, self.catalog(as_of), as_of))
