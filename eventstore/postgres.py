@@ -120,8 +120,14 @@ class PostgresLog(Recorder):
     def head(self) -> int:
         return self.conn.execute("SELECT seq FROM log_counter").fetchone()[0]
 
+    def seq_after(self, after: int, count: int) -> int | None:
+        row = self.conn.execute("SELECT seq FROM events WHERE seq > %s ORDER BY seq LIMIT 1 OFFSET %s",
+                                (after, count - 1)).fetchone()
+        return row[0] if row else None
+
     def recorded_at(self, seq: int) -> int | None:
-        row = self.conn.execute("SELECT recorded_at FROM events WHERE seq = %s", (seq,)).fetchone()
+        row = self.conn.execute("SELECT recorded_at FROM events WHERE seq >= %s ORDER BY seq LIMIT 1",
+                                (seq,)).fetchone()
         return row[0] if row else None
 
     def seq_at(self, recorded_at_ms: int) -> int:

@@ -10,7 +10,7 @@ from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
 from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
-                       row_to_event, verify_rows)
+                       row_to_event, skipped, verify_rows)
 
 
 SCHEMA = """
@@ -81,7 +81,7 @@ class SQLiteLog(Recorder):
             if not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
-        if len(prepared) == 1 and not state:
+        if len(prepared) == 1 and not state and not skipped(prepared[0][0].body):
             return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
@@ -196,6 +196,11 @@ class SQLiteLog(Recorder):
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
         return row_to_event(row) if row else None
 
+    def seq_after(self, after: int, count: int) -> int | None:
+        row = self.db.execute("SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?",
+                              (after, count - 1)).fetchone()
+        return row[0] if row else None
+
     def head(self) -> int:
         row = self.db.execute("SELECT MAX(seq) FROM events").fetchone()
         return row[0] or 0
@@ -212,7 +217,9 @@ class SQLiteLog(Recorder):
         return low
 
     def recorded_at(self, seq: int) -> int | None:
-        row = self.db.execute("SELECT recorded_at FROM events WHERE seq = ?", (seq,)).fetchone()
+        """When seq was recorded; a seq an ImportGap skipped counts as recorded with that ImportGap."""
+        row = self.db.execute("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1",
+                              (seq,)).fetchone()
         return row[0] if row else None
 
     def verify(self, progress=None) -> VerifyReport:

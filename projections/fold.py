@@ -27,7 +27,7 @@ class WikiFold:
     def __init__(self, views: Views):
         self.views = views
         self.db = views.db
-        self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc) or None
+        self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
         self._reset_batch()
 
@@ -128,6 +128,8 @@ class WikiFold:
         db.executemany("DELETE FROM pages WHERE slug = ?", gone)
         db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
         self.dirty.update(page_path(slug) for slug in self.touched_pages)
+        if self.touched_pages:  # a page's catalog line is in mind.md, log entry or not
+            self.dirty.add(MIND_PATH)
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
@@ -150,7 +152,8 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             start = views.checkpoint()
             if start >= target:
                 return start
-            end = min(start + batch, target)
+            following = log.seq_after(start, batch)  # seqs an ImportGap skipped count for none
+            end = min(following or target, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
             for seq, version_id, ts, layer, kind, codec, body, agent in log.fold_rows(start, end):
@@ -166,8 +169,8 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     decoded = decode_body(raw)
                     shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
                     search.apply(seq, layer, decoded, id, agent)
-            first = log.get_by_seq(start + 1)
-            adf.note_events((first.ts, first.agent), ts)
+            first = next(log.read(after=start, limit=1), None)
+            adf.note_events((first.ts,) if first else None, ts)
             shared.flush()
             search.take_pages(wiki.touched_pages, wiki._page)
             search.flush()
