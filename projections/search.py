@@ -82,7 +82,7 @@ def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None) -> tup
     status = fm.get("status")
     return (seq, kind, layer, key, render.title_of(slug, fm, text),
             f"{description}\n\n{text}" if description else text, str(fm.get("type")),
-            None if status is None else str(status), trust.stale_day(fm.get("stale_after")), ref, None, agent)
+            trust.stored_status(status), trust.stale_day(fm.get("stale_after")), ref, None, agent)
 
 
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
@@ -338,7 +338,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         where.append("coalesce(d.agent, ?) = ?")
         params += [self_agent, agent]
     if status:
-        where.append("lower(trim(d.status)) LIKE ?")
+        where.append("lower(d.status) LIKE ?")
         params.append(status.lower().strip() + "%")
     elif not include_all:
         where.append(trust.WITHHELD_SQL.replace("status", "d.status"))
@@ -400,7 +400,7 @@ def page_trust(views, as_of: int | None = None) -> dict[str, tuple[str | None, s
         if doc is not None:
             fm = decode_body(doc).frontmatter
             if fm.get("status") is not None or fm.get("stale_after") is not None:
-                found[slug] = (None if fm.get("status") is None else str(fm["status"]),
+                found[slug] = (trust.stored_status(fm.get("status")),
                                trust.stale_day(fm.get("stale_after")))
     return found
 
