@@ -142,3 +142,14 @@ def test_the_sql_twin_of_withheld_agrees_with_it(status):
     stored = trust.stored_status(status)
     shown = db.execute(f"SELECT {trust.WITHHELD_SQL} FROM (SELECT ? AS status)", (stored,)).fetchone()[0]
     assert bool(shown) == (trust.withheld(status) is None)
+
+
+def test_a_hand_edit_of_a_held_page_is_not_adopted(memory):
+    from projections.adopt import adopt
+
+    memory.write_page("policy", page("Policy", "Frozen.", governance="hold"))
+    (memory.root / "mind/policy.md").write_bytes(page("Policy", "Thawed by hand.", governance="hold"))
+    before = log_rows(memory.root)
+    report = adopt(memory)
+    assert "is held" in report.refused["mind/policy.md"] and report.adopted == []
+    assert log_rows(memory.root) == before
