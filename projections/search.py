@@ -36,8 +36,8 @@ COLUMNS = ("id", "kind", "layer", "key", "title", "body", "type", "status", "sta
            "agent")
 _TABLE = """CREATE TABLE IF NOT EXISTS {} (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, key TEXT NOT NULL, title TEXT NOT NULL,
-    body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT);"""
-SCHEMA = (_TABLE.format("search_docs") + _TABLE.format("search_history") + """
+    body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT{});"""
+SCHEMA = (_TABLE.format("search_docs", "") + _TABLE.format("search_history", ", until INTEGER") + """
 CREATE INDEX IF NOT EXISTS search_docs_by_key ON search_docs(kind, key);
 CREATE INDEX IF NOT EXISTS search_docs_reversals ON search_docs(reverses) WHERE reverses IS NOT NULL;
 CREATE INDEX IF NOT EXISTS search_history_reversals ON search_history(reverses) WHERE reverses IS NOT NULL;
@@ -50,6 +50,8 @@ def init(db) -> None:
     """Creates both FTS5 indexes through sqlite-utils (`enable_fts`, with the triggers that keep them).
 
     sqlite-utils is imported only when they are missing: it costs a quarter second of start-up."""
+    if "until" not in [column[1] for column in db.execute("PRAGMA table_info(search_history)")]:
+        _drop_history(db)  # made before `until` was kept: it is a cache, so it is simply refilled
     missing = [name for name in ("search_docs", "search_history") if db.execute(
         "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
     if missing:
@@ -58,6 +60,8 @@ def init(db) -> None:
         database = sqlite_utils.Database(db, recursive_triggers=False)
         for name in missing:
             database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
+        db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
+    db.execute("CREATE INDEX IF NOT EXISTS search_history_open ON search_history(kind) WHERE until IS NULL")
     db.execute("INSERT OR IGNORE INTO meta VALUES ('search_history', '0')")
 
 
@@ -71,6 +75,16 @@ def indexed_at_the_end(db):
     table.disable_fts()
     yield
     table.enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
+
+
+def _drop_history(db) -> None:
+    for statement in ("DROP TRIGGER IF EXISTS search_history_ai", "DROP TRIGGER IF EXISTS search_history_ad",
+                      "DROP TRIGGER IF EXISTS search_history_au", "DROP TABLE IF EXISTS search_history_fts",
+                      "DROP TABLE IF EXISTS search_history", "DELETE FROM meta WHERE key = 'search_history'"):
+        db.execute(statement)
+    for statement in SCHEMA.split(";"):
+        if "search_history" in statement:
+            db.execute(statement)
 
 
 def _text_of(content: list) -> str:
@@ -221,6 +235,7 @@ def catch_up_history(views) -> int:
                     added += _insert_history(db, batch)
                     batch = []
             added += _insert_history(db, batch)
+            _close_versions(db, end)
             db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
         db.execute("COMMIT")
         return added
@@ -231,8 +246,19 @@ def catch_up_history(views) -> int:
 
 
 def _insert_history(db, rows) -> int:
-    db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * len(COLUMNS))}, NULL)", rows)
     return len(rows)
+
+
+def _close_versions(db, end: int) -> None:
+    """Sets `until` on the page and file versions that a later version, rename or delete (up to `end`)
+    replaced: the seq of the first later row of the same page or file in its version table."""
+    db.execute("UPDATE search_history SET until = (SELECT MIN(v.seq) FROM page_versions v WHERE "
+               "v.slug = substr(search_history.key, 6) AND v.seq > search_history.id AND v.seq <= ?) "
+               "WHERE kind = 'page' AND until IS NULL", (end,))
+    db.execute("UPDATE search_history SET until = (SELECT MIN(v.seq) FROM file_versions v WHERE "
+               "v.path = search_history.key AND v.seq > search_history.id AND v.seq <= ?) "
+               "WHERE kind = 'file' AND until IS NULL", (end,))
 
 
 def _versions_between(db, start: int, end: int):
@@ -263,15 +289,9 @@ def _versions_between(db, start: int, end: int):
 
 
 def current_at(db, row, as_of: int) -> bool:
-    """Was this version (a search_history row) still the current one at `as_of`? Asked of the version tables."""
+    """Was this version still current at `as_of`? Pages and files answer by `until` (in SQL); a version of
+    a shared page, whose successors form a DAG, by the versions that name it as a parent."""
     id, kind, layer, key = row[:4]
-    if kind == "page":
-        later = db.execute("SELECT 1 FROM page_versions WHERE slug = ? AND seq > ? AND seq <= ? LIMIT 1",
-                           (key[5:], id, as_of)).fetchone()
-        return later is None
-    if kind == "file":
-        return db.execute("SELECT 1 FROM file_versions WHERE path = ? AND seq > ? AND seq <= ? LIMIT 1",
-                          (key, id, as_of)).fetchone() is None
     if kind == "shared-page":
         ref = row[9]
         for (parents,) in db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND seq > ? "
@@ -325,8 +345,8 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         catch_up_history(views)
     where, params = [f"{fts} MATCH ?"], [match]
     if past:
-        where.append(f"{fts}.rowid <= ?")
-        params.append(as_of)
+        where.append(f"{fts}.rowid <= ? AND (d.until IS NULL OR d.until > ?)")
+        params += [as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:
             where.append(f"{column} IN ({','.join('?' * len(values))})")
