@@ -219,8 +219,9 @@ class SearchFold:
         self._reset()
 
 
-def catch_up_history(views) -> int:
-    """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added."""
+def catch_up_history(views, progress=None) -> int:
+    """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added.
+    `progress(n)` hears of every n rows indexed."""
     db = views.db
     db.execute("BEGIN IMMEDIATE")
     try:
@@ -234,6 +235,8 @@ def catch_up_history(views) -> int:
                 if len(batch) >= 5000:
                     added += _insert_history(db, batch)
                     batch = []
+                    if progress:
+                        progress(5000)
             added += _insert_history(db, batch)
             _close_versions(db, end)
             db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
@@ -328,11 +331,12 @@ def quote(query: str) -> str:
 
 def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), layers=(), types=(),
            agent: str | None = None, self_agent: str | None = None, status: str | None = None,
-           include_all: bool = False, limit: int = 10) -> list[Hit]:
+           include_all: bool = False, limit: int = 10, progress=None) -> list[Hit]:
     """The best `limit` hits for `query`, as memory stood at `as_of` (None: now), staleness judged on `day`.
 
     Withheld material (superseded, deprecated, archived) is left out unless `include_all` or a
-    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest.
+    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest. The first
+    search of a past moment fills the all-versions index (`progress` hears of it).
     """
     match = quote(query)
     if not match:
@@ -342,7 +346,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     table = "search_history" if past else "search_docs"
     fts = f"{table}_fts"
     if past:
-        catch_up_history(views)
+        catch_up_history(views, progress)
     where, params = [f"{fts} MATCH ?"], [match]
     if past:
         where.append(f"{fts}.rowid <= ? AND (d.until IS NULL OR d.until > ?)")
