@@ -366,23 +366,25 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         params.append(status.lower().strip() + "%")
     elif not include_all:
         where.append(trust.WITHHELD_SQL.replace("status", "d.status"))
-    sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, snippet({fts}, -1, '{MARK[0]}', '{MARK[1]}', '…', 16), "
-           f"bm25({fts}, 3.0, 1.0) AS score FROM {fts} JOIN {table} d ON d.id = {fts}.rowid "
-           f"WHERE {' AND '.join(where)} ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score")
+    # Ranked without snippets (SQLite would make one for every match before sorting), then the
+    # snippets of the few rows kept, one rowid lookup each.
+    sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, bm25({fts}, 3.0, 1.0) AS score "
+           f"FROM {fts} JOIN {table} d ON d.id = {fts}.rowid WHERE {' AND '.join(where)} "
+           f"ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?")
     point = checkpoint if as_of is None else min(as_of, checkpoint)
     wanted = limit * 3 + 20
-    hits = []
-    cursor = views.db.execute(sql, [*params, day])
-    while len(hits) < wanted and (rows := cursor.fetchmany(64)):
-        hits.extend(_hit(views, table, row, point, day) for row in rows
-                    if not past or current_at(views.db, row, as_of))
-    cursor.close()
-    hits.sort(key=lambda h: (trust.demoted(h.flags), h.score))
-    return hits[:limit]
+    rows = [row for row in views.db.execute(sql, [*params, day, wanted * 2])
+            if not past or current_at(views.db, row, as_of)][:wanted]
+    snippet = f"SELECT snippet({fts}, -1, '{MARK[0]}', '{MARK[1]}', '…', 16) FROM {fts} WHERE {fts} MATCH ? AND rowid = ?"
+    hits = sorted((_hit(views, table, row, point, day) for row in rows),
+                  key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
+    for hit in hits:
+        hit.snippet = " ".join(views.db.execute(snippet, (match, hit.seq)).fetchone()[0].split())
+    return hits
 
 
 def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
-    id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, snippet, score = row
+    id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, score = row
     reversed_by = None
     if kind == "entry":
         reverser = views.db.execute(f"SELECT ref FROM {table} WHERE reverses = ? AND layer = ? AND id <= ? "
@@ -408,7 +410,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
     else:
         path = key
         citation = f"adf-file://{key}"
-    return Hit(kind=kind, path=path, citation=citation, title=title, snippet=" ".join(snippet.split()), seq=id,
+    return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
                status=status, flags=flags, layer=layer, type=type, score=round(score, 4))
 
 
