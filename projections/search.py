@@ -17,6 +17,7 @@ The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
 import json
+import re
 from contextlib import contextmanager
 
 import brotli
@@ -366,8 +367,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         params.append(status.lower().strip() + "%")
     elif not include_all:
         where.append(trust.WITHHELD_SQL.replace("status", "d.status"))
-    # Ranked without snippets (SQLite would make one for every match before sorting), then the
-    # snippets of the few rows kept, one rowid lookup each.
+    # Ranked without snippets: SQLite would make one for every match before sorting.
     sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, bm25({fts}, 3.0, 1.0) AS score "
            f"FROM {fts} JOIN {table} d ON d.id = {fts}.rowid WHERE {' AND '.join(where)} "
            f"ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?")
@@ -375,12 +375,47 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     wanted = limit * 3 + 20
     rows = [row for row in views.db.execute(sql, [*params, day, wanted * 2])
             if not past or current_at(views.db, row, as_of)][:wanted]
-    snippet = f"SELECT snippet({fts}, -1, '{MARK[0]}', '{MARK[1]}', '…', 16) FROM {fts} WHERE {fts} MATCH ? AND rowid = ?"
     hits = sorted((_hit(views, table, row, point, day) for row in rows),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
+    bodies = {row[0]: row[5] for row in rows}
+    stems = _stems(query)
     for hit in hits:
-        hit.snippet = " ".join(views.db.execute(snippet, (match, hit.seq)).fetchone()[0].split())
+        hit.snippet = snippet(bodies[hit.seq], stems)
     return hits
+
+
+_WORD = re.compile(r"\w+")
+_SUFFIXES = ("ing", "ed", "es", "s", "ly")
+
+
+def _stems(query: str) -> list[str]:
+    """Rough stems of the query's words, to mark what the porter tokenizer matched (`acks` marks `ack`)."""
+    stems = []
+    for word in _WORD.findall(query.lower()):
+        for suffix in _SUFFIXES:
+            if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+                word = word[:-len(suffix)]
+                break
+        stems.append(word)
+    return stems
+
+
+def snippet(text: str, stems: list[str], width: int = 140) -> str:
+    """About `width` characters of `text` around its first match, every matching word marked `**so**`."""
+    text = " ".join(text.split())
+    words = [m for m in _WORD.finditer(text) if any(m.group().lower().startswith(s) for s in stems)]
+    if not words:
+        return text[:width] + ("…" if len(text) > width else "")
+    start = max(0, words[0].start() - width // 3)
+    end = min(len(text), start + width)
+    out, at = [], start
+    for m in words:
+        if m.start() < start or m.end() > end:
+            continue
+        out += [text[at:m.start()], MARK[0], m.group(), MARK[1]]
+        at = m.end()
+    out.append(text[at:end])
+    return ("…" if start else "") + "".join(out) + ("…" if end < len(text) else "")
 
 
 def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
