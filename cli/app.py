@@ -311,6 +311,16 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms")):
 
 
 @app.command()
+def mcp(http: Optional[str] = typer.Option(None, "--http", help="Serve streamable HTTP on HOST:PORT (host "
+                                                                 "127.0.0.1 unless given) instead of stdio.")):
+    """Serve this workspace to MCP clients: Claude's memory-tool commands and mindlog's own tools."""
+    from .mcp_server import serve
+
+    with memory() as mem:
+        serve(mem, http)
+
+
+@app.command()
 def demo(keep: Optional[Path] = typer.Option(None, "--keep", help="Run in this directory and keep it.")):
     """Run one agent through its memory's life, in a temporary workspace, and show each step."""
     from .demo import run_demo

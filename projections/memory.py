@@ -12,11 +12,11 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import HandEdited, InvalidInput
+from eventstore.errors import HandEdited, InvalidInput, NotFound
 from eventstore.layers import lenient_contract, produces
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
-from eventstore.writer import AdfWriter, SharedWriter, Writer
+from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import local_layers, trust
 from .fold import catch_up
@@ -35,6 +35,9 @@ class Memory:
         self.shared_writer = SharedWriter(self.config.agent, self.views)
         self.views.contract = self.load_contract()
         self.last_report = FileReport()
+        # A long-running caller (the MCP server) answers once the event is in the log and the views, and
+        # writes the files after: appends then leave them dirty for its own `refresh()`.
+        self.defer_files = False
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> "Memory":
@@ -71,13 +74,17 @@ class Memory:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def refresh(self, *, force: bool = False, progress=None) -> FileReport:
-        """Catches the views up with the log and writes what changed to the workspace."""
+    def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
+        """Catches the views up with the log and writes what changed to the workspace.
+
+        With `files` False only the views move; the files stay marked dirty until a later refresh."""
         with self.lock():
-            remove_stale_temp_files(self.views, self.root)
+            if files:
+                remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
             local_layers.adopt(self.views, self.load_contract())
-            self.last_report = materialize(self.views, self.root, force=force)
+            if files:
+                self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
@@ -96,7 +103,7 @@ class Memory:
                     f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
                     "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
         seq = self.log.append([event])[0]
-        self.refresh(force=force)
+        self.refresh(force=force, files=force or not self.defer_files)
         return seq
 
     # --- the wiki -----------------------------------------------------------------------------
@@ -152,6 +159,22 @@ class Memory:
 
     def file_delete(self, path: str) -> int:
         return self.append(self.adf_writer.file_delete(path))
+
+    def file_rename(self, old: str, new: str, *, allow_secret: bool = False) -> int:
+        """Moves a file: its write at the new path and its delete, appended in one transaction (the log
+        has no rename kind for files). Refused like a write of `new` and a delete of `old` would be."""
+        current = self.views.file(file_path(old))
+        if current is None:
+            raise NotFound(f"there is no file {old}")
+        if self.views.file(file_path(new)) is not None:
+            raise InvalidInput(f"{new} exists already")
+        _path, content, mime_type, _size, protection = current[:5]
+        events = [secrets.checked(self.adf_writer.file_write(new, bytes(content), mime_type, protection),
+                                  allow_secret),
+                  self.adf_writer.file_delete(old)]
+        seqs = self.log.append(events)
+        self.refresh(files=not self.defer_files)
+        return seqs[-1]
 
     def message(self, box: str, message: dict, *, allow_secret: bool = False) -> int:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
