@@ -227,8 +227,7 @@ def catch_up_history(views, progress=None) -> int:
     """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added.
     `progress(n)` hears of every n rows indexed."""
     db = views.db
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with views.transaction():
         start = int(db.execute("SELECT value FROM meta WHERE key = 'search_history'").fetchone()[0])
         end = views.checkpoint()
         added = 0
@@ -244,12 +243,7 @@ def catch_up_history(views, progress=None) -> int:
             added += _insert_history(db, batch)
             _close_versions(db, end)
             db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
-        db.execute("COMMIT")
-        return added
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+    return added
 
 
 def _insert_history(db, rows) -> int:
