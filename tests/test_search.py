@@ -140,7 +140,7 @@ def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
 
 
 def test_a_history_index_without_until_is_refilled(memory):
-    first = memory.write_page("deploy", page("Deploy", "Staging first."))
+    first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
     memory.write_page("deploy", page("Deploy", "Canary first."))
     db = memory.views.db
     db.execute("DROP TABLE search_history")
