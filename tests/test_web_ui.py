@@ -56,6 +56,12 @@ def test_timeline_counts_filters_and_shows_an_event(ui):
     assert "second version of alpha" in event and "digest " in event and 'href="history?path=mind/alpha.md"' in event
 
 
+def test_a_shared_event_links_to_its_layer_file(ui):
+    drafts = get(ui, "timeline?layer=drafts")
+    seq = int(drafts.split("event=", 1)[1].split('"', 1)[0].split("&", 1)[0])
+    assert 'href="history?path=content/drafts/launch.md"' in get(ui, f"timeline?event={seq}")
+
+
 def test_conflicts_show_each_head(ui):
     page = get(ui, "conflicts")
     assert "drafts / launch" in page

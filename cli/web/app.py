@@ -16,9 +16,7 @@ from starlette.templating import Jinja2Templates
 from eventstore.errors import InvalidInput, MemError, NotFound
 from eventstore.instants import format_instant, parse_instant
 from projections import history as histories
-from projections import search as searching
 from projections import trust
-from projections.audit import believed
 from projections.conflicts import conflicts_shown
 from projections.views import page_path
 from sync.hub import problem_response
@@ -54,7 +52,7 @@ def moment(mem, request: Request) -> Moment:
     if seq is not None and at is not None:
         raise InvalidInput("give seq or at, not both")
     as_of = mem.seq_at(parse_instant(at) if at is not None else None, seq)
-    head = mem.views.checkpoint()
+    head = mem.checkpoint()
     recorded = mem.log.recorded_at(as_of) if as_of else None
     query = "" if seq is None and at is None else urlencode({"seq": as_of})
     return Moment(seq=as_of, head=head, at=format_instant(recorded) if recorded else "", query=query)
@@ -71,7 +69,7 @@ class Site:
 
         mem = Memory.open(self.root)
         try:
-            if mem.log.head() > mem.views.checkpoint():
+            if mem.head() > mem.checkpoint():
                 mem.refresh(files=False)
             yield mem
         finally:
@@ -87,7 +85,7 @@ class Site:
         slug = request.query_params.get("page") or None
         with self.memory() as mem:
             now = moment(mem, request)
-            seen = believed(mem.views, now.seq, last=10, include_all=True)
+            seen = mem.believed(now.seq, last=10, include_all=True)
             text = mem.views.page(slug, now.seq) if slug else None
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text)
 
@@ -99,7 +97,7 @@ class Site:
         a, b = _int(request, "a"), _int(request, "b")
         with self.memory() as mem:
             now = moment(mem, request)
-            paths = [page_path(s) for s, _t, _h in mem.views.catalog(now.seq)] + mem.views.shared_paths(now.seq)
+            paths = [page_path(p.slug) for p in mem.catalog(now.seq)] + mem.views.shared_paths(now.seq)
             versions = histories.history(mem, path, now.seq) if path else []
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
@@ -115,15 +113,16 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             strip = timeline(mem.log, now.seq, **filters)
-            event = mem.log.get_by_seq(chosen) if chosen is not None else None
+            event = mem.event(chosen) if chosen is not None else None
             if chosen is not None and event is None:
                 raise NotFound(f"there is no event at seq {chosen}")
+            changed = _changed(mem, event) if event is not None else None
         detail = None
         if event is not None:
             body = msgspec.json.format(msgspec.json.encode(event.body), indent=2).decode()
             detail = {"seq": event.seq, "id": event.id, "kind": event.kind, "agent": event.agent, "layer": event.layer,
                       "digest": event.digest, "at": format_instant(event.recorded_at), "body": body,
-                      "changed": _changed(event)}
+                      "changed": changed}
         keep = {k: v for k, v in filters.items() if v}
         return self.render(request, "timeline.html", "timeline", moment=now, strip=strip, filters=filters,
                            keep=keep, detail=detail, urlencode=urlencode)
@@ -138,9 +137,9 @@ class Site:
         query = request.query_params.get("q", "")
         with self.memory() as mem:
             now = moment(mem, request)
-            event = mem.log.get_by_seq(now.seq) if now.seq else None
-            hits = searching.search(mem.views, query, as_of=now.seq, day=trust.day_of(event.ts if event else 0),
-                                    self_agent=mem.config.agent, include_all=True, limit=30) if query else []
+            event = mem.event(now.seq) if now.seq else None
+            hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
+                              limit=30) if query else []
         return self.render(request, "search.html", "search", moment=now, q=query, hits=hits)
 
     async def contract(self, request: Request):
@@ -152,17 +151,18 @@ class Site:
 
 
 def _note(mem, seq: int) -> str:
-    event = mem.log.get_by_seq(seq)
+    event = mem.event(seq)
     return getattr(event.body, "note", "") or "" if event else ""
 
 
-def _changed(event) -> str | None:
+def _changed(mem, event) -> str | None:
     """The file an event changed, when it names one (a history link)."""
     body = event.body
-    if event.layer == "mind" and getattr(body, "slug", None):
-        return page_path(body.slug)
-    if getattr(body, "new", None) and event.layer == "mind":
-        return page_path(body.new)
+    slug = getattr(body, "new", None) or getattr(body, "slug", None)
+    if event.layer == "mind":
+        return page_path(slug) if slug else None
+    if mem.views.contract and event.layer in mem.views.contract.layers:
+        return mem.views.shared_path(event.layer, slug)
     return getattr(body, "path", None)
 
 
