@@ -1,6 +1,7 @@
 """The web pages: each route opens the workspace's `Memory`, reads through its public methods and
 views, and renders a template. Nothing here writes to the log; every asset is served from here."""
 
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
@@ -62,18 +63,20 @@ class Site:
     def __init__(self, root: Path, title: str = ""):
         self.root = Path(root)
         self.title = title or str(self.root)
+        self.local = threading.local()
 
     @contextmanager
     def memory(self):
+        """This thread's Memory of the workspace (SQLite connections stay in their thread), caught up
+        with the log first, so a page shows what was appended since the last one."""
         from projections.memory import Memory
 
-        mem = Memory.open(self.root)
-        try:
-            if mem.head() > mem.checkpoint():
-                mem.refresh(files=False)
-            yield mem
-        finally:
-            mem.close()
+        mem = getattr(self.local, "memory", None)
+        if mem is None:
+            mem = self.local.memory = Memory.open(self.root)
+        if mem.head() > mem.checkpoint():
+            mem.refresh(files=False)
+        yield mem
 
     def render(self, request: Request, name: str, current: str, **context):
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,

@@ -9,7 +9,7 @@ import msgspec
 
 from eventstore.instants import format_instant
 
-WINDOW = 20_000
+WINDOW = 10_000
 BUCKETS = 48
 
 
@@ -49,13 +49,14 @@ def timeline(log, upto: int, *, kind: str | None = None, layer: str | None = Non
               and (agent is None or r[2] == agent)]
     start, end = (rows[0][1], rows[-1][1]) if rows else (0, 0)
     span = max(end - start, 1)
-    counts: dict[tuple[str, str], list[Counter]] = {}
-    for _seq, at, a, lay, k in chosen:
-        cells = counts.setdefault((a, lay), [Counter() for _ in range(buckets)])
-        cells[min((at - start) * buckets // span, buckets - 1)][k] += 1
-    lanes = [Lane(agent=a, layer=lay, cells=[{"n": sum(c.values()), "kind": c.most_common(1)[0][0] if c else ""}
-                                              for c in cells])
-             for (a, lay), cells in sorted(counts.items())]
+    counts = Counter((a, lay, min((at - start) * buckets // span, buckets - 1), k) for _s, at, a, lay, k in chosen)
+    cells: dict[tuple[str, str], list[dict]] = {}
+    for (a, lay, bucket, k), n in counts.items():
+        cell = cells.setdefault((a, lay), [{"n": 0, "kind": "", "top": 0} for _ in range(buckets)])[bucket]
+        cell["n"] += n
+        if n > cell["top"]:
+            cell["kind"], cell["top"] = k, n
+    lanes = [Lane(agent=a, layer=lay, cells=lane) for (a, lay), lane in sorted(cells.items())]
     events = [(s, format_instant(at), a, lay, k) for s, at, a, lay, k in reversed(chosen[-200:])]
     return Timeline(first=rows[0][0] if rows else 0, last=rows[-1][0] if rows else 0,
                     start=format_instant(start) if rows else "", end=format_instant(end) if rows else "",
