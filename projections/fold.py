@@ -11,10 +11,11 @@ which keeps a rebuild from formatting a million versions nobody asked for.
 import json
 from collections.abc import Callable
 
-from eventstore.envelope import decode_body, unpack_body
+from eventstore.envelope import CODEC_REDACTED, decode_body, encode_body, unpack_body
 from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
                               PageUpdate)
 from eventstore.recorder import id_text
+from eventstore.redaction import stand_in
 
 from . import render
 from .adf import ADF_KINDS, AdfFold
@@ -133,6 +134,12 @@ class WikiFold:
         self._reset_batch()
 
 
+def _redacted(stored: bytes) -> tuple:
+    """A redacted event's stand-in body (its content reads `[redacted: reason]`) and its bytes."""
+    body = stand_in(decode_body(stored))
+    return body, encode_body(body)
+
+
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
              progress: Callable[[int], None] | None = None) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
@@ -158,17 +165,21 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     "SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != 'mind' AND kind IN "
                     "('entry.append', 'page.ingest', 'page.update', 'page.delete') THEN agent END FROM events "
                     "WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)):
+                if codec == CODEC_REDACTED:
+                    decoded, raw = _redacted(body)
+                else:
+                    raw = unpack_body(codec, body)
+                    decoded = None
                 if layer == "mind" and kind in WIKI_KINDS:
-                    raw = unpack_body(codec, body)
-                    apply_wiki(seq, version_id, ts, decode_body(raw), raw)
+                    apply_wiki(seq, version_id, ts, decoded or decode_body(raw), raw)
                 elif kind in ADF_KINDS:
-                    apply_adf(seq, ts, decode_body(unpack_body(codec, body)))
+                    apply_adf(seq, ts, decoded or decode_body(raw))
                 elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
-                    raw = unpack_body(codec, body)
-                    shared.apply(seq, id_text(version_id), agent, layer, decode_body(raw), raw, wiki.dirty)
+                    shared.apply(seq, id_text(version_id), agent, layer, decoded or decode_body(raw), raw, wiki.dirty)
             adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)
             shared.flush()
             wiki.flush(end)
+            views.set_anchor(end, log.get_by_seq(end).chain)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

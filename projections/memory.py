@@ -71,11 +71,18 @@ class Memory:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def refresh(self, *, force: bool = False, progress=None) -> FileReport:
-        """Catches the views up with the log and writes what changed to the workspace."""
+        """Catches the views up with the log and writes what changed to the workspace. A redaction is
+        never folded: the views are rebuilt from the log instead, which no longer holds what it removed."""
         with self.lock():
             remove_stale_temp_files(self.views, self.root)
-            catch_up(self.log, self.views, progress=progress)
-            self.last_report = materialize(self.views, self.root, force=force)
+            head = self.log.head()
+            if next(self.log.read_rows(self.views.checkpoint(), head, kinds=["redaction"], limit=1), None) is None:
+                catch_up(self.log, self.views, upto=head, progress=progress)
+                self.last_report = materialize(self.views, self.root, force=force)
+                return self.last_report
+        from .replay import replay
+
+        self.last_report = replay(self, force=force, keep_hand_edits=True, progress=progress).files
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,

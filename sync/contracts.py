@@ -9,7 +9,8 @@ from eventstore.errors import InvalidInput
 
 from eventstore.layers import Contract, ContractLayer
 
-LAYER_KINDS = {"entries": ("entry.append",), "pages": ("page.ingest", "page.update", "page.delete", "page.rename")}
+LAYER_KINDS = {"entries": ("entry.append", "redaction"),
+               "pages": ("page.ingest", "page.update", "page.delete", "page.rename", "redaction")}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 

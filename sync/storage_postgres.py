@@ -13,7 +13,8 @@ from psycopg_pool import ConnectionPool
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions
+from .storage import (AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions,
+                      redacted_rows)
 
 CHANNEL = "mindlog_hub"
 SCHEMA = """
@@ -86,8 +87,21 @@ class PostgresHubStorage(HubStorage):
                                        [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(fresh)])
                 conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(fresh),))
+                updates = redacted_rows(fresh, lambda id: self._stored(conn, id))
+                if updates:
+                    with conn.cursor() as cursor:
+                        cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
                 conn.execute(f"NOTIFY {CHANNEL}")
             return fill_positions(results, fresh, head + 1)
+
+    @staticmethod
+    def _stored(conn, id):
+        row = conn.execute("SELECT layer, data FROM hub_events WHERE id = %s", (id,)).fetchone()
+        return (row[0], bytes(row[1])) if row else None
+
+    def stored(self, id):
+        with self.pool.connection() as conn:
+            return self._stored(conn, id)
 
     def pull(self, after, layers, limit):
         if not layers:

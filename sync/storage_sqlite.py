@@ -7,7 +7,8 @@ import time
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions
+from .storage import (AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions,
+                      redacted_rows)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hub_events (
@@ -28,6 +29,7 @@ class SQLiteHubStorage(HubStorage):
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 self.db.execute(statement)
@@ -91,8 +93,20 @@ class SQLiteHubStorage(HubStorage):
             self.db.executemany("INSERT INTO hub_events VALUES (?,?,?,?,?,?,?)",
                                 [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                  for i, e in enumerate(fresh)])
+            self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", redacted_rows(fresh, self._stored))
             return fill_positions(results, fresh, head + 1)
-        return self._write(append)
+        results = self._write(append)
+        if any(e.kind == "redaction" for e in events):
+            with self._lock:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too
+        return results
+
+    def _stored(self, id):
+        return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()
+
+    def stored(self, id):
+        rows = self._read("SELECT layer, data FROM hub_events WHERE id = ?", (id,))
+        return rows[0] if rows else None
 
     def pull(self, after, layers, limit):
         if not layers:
