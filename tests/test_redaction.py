@@ -130,3 +130,109 @@ def test_verify_detects_a_log_rewritten_behind_the_views(workspace):
         assert memory.log.verify().ok
     result = mem(workspace, "verify")
     assert result.returncode == 1 and b"truncated or rewritten" in result.stdout, result.stdout
+
+
+# --- shared layers through a hub ------------------------------------------------------------------
+
+CONTRACT = """
+[layers.insights]
+path = "memory/insights.md"
+format = "entries"
+producers = ["writer", "main"]
+consumers = ["*"]
+
+[layers.notes]
+path = "memory/notes.md"
+format = "entries"
+producers = ["writer"]
+consumers = ["*"]
+"""
+PRIVATE = "Jane's phone is 555-0199"
+
+
+@pytest.fixture
+def team(tmp_path):
+    import subprocess
+    import time
+
+    import httpx
+
+    from conftest import mem_command
+    from hubserver import free_port
+
+    hub_db = tmp_path / "hub.db"
+    (tmp_path / "contract.toml").write_text(CONTRACT)
+    run_mem("hub", "contract", "apply", tmp_path / "contract.toml", "--db", hub_db, check=True)
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url + "/health", timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    for agent in ("main", "writer", "late"):
+        token = run_mem("hub", "agent", "add", agent, "--db", hub_db, check=True).stdout.decode().strip()
+        (tmp_path / f"{agent}.token").write_text(token + "\n")
+        run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
+        run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
+                check=True)
+    yield tmp_path
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def entry_id(root, agent, layer, text):
+    entries = json.loads(mem(root / agent, "entry", "list", layer, "--json", check=True).stdout)
+    return next(e["id"] for e in entries if text in e["content"])
+
+
+def test_a_redaction_travels_through_the_hub_and_every_copy_loses_the_body(team):
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "entry", "add", "insights", "[FACT] Staging first", check=True)
+    mem(team / "writer", "entry", "add", "notes", "[FACT] only the writer produces notes", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    assert PRIVATE in (team / "main/memory/insights.md").read_text()
+
+    # main produces insights, so it may redact the writer's entry there; not the writer's note.
+    note = entry_id(team, "main", "notes", "only the writer")
+    refused = mem(team / "main", "redact", note, "--reason", "mine now")
+    assert refused.returncode == 1 and "does not produce" in refused.stderr.decode()
+    mem(team / "main", "redact", entry_id(team, "main", "insights", "555-0199"), "--reason", "private", check=True)
+    assert files_holding(team / "main", "555-0199") == []
+    mem(team / "main", "push", check=True)
+    left = files_holding(team, "555-0199")
+    assert left and all(p.startswith("writer/") for p in left)  # the hub dropped it; the writer has not pulled
+    mem(team / "writer", "pull", check=True)
+    mem(team / "late", "pull", check=True)  # never saw it: gets the redacted form
+    assert files_holding(team, "555-0199") == []
+    rendered = {agent: (team / agent / "memory/insights.md").read_text() for agent in ("main", "writer", "late")}
+    assert len(set(rendered.values())) == 1 and "[redacted: private]" in rendered["main"]
+    for agent in ("main", "writer", "late"):
+        verify = mem(team / agent, "verify", check=True)
+        assert b"(1 redacted)" in verify.stdout
+        assert mem(team / agent, "replay", "--check").returncode == 0
+
+
+def test_the_hub_administrator_redacts(team):
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "notes", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    target = entry_id(team, "main", "notes", "555-0199")
+    done = run_mem("hub", "redact", target, "--reason", "private", "--db", team / "hub.db", check=True)
+    assert b"redaction at hub position" in done.stdout
+    left = files_holding(team, "555-0199")
+    assert left and all(p.startswith(("main/", "writer/")) for p in left)  # not on the hub any more
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    assert files_holding(team, "555-0199") == []
+    assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
+    missing = run_mem("hub", "redact", "01a2270a-c5b3-7eca-9806-1025c3bb9d81", "--reason", "x", "--db", team / "hub.db")
+    assert missing.returncode == 1 and b"no event" in missing.stderr
