@@ -34,14 +34,17 @@ def storage(db: str):
 
 @app.command()
 def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
-          port: int = typer.Option(8765, "--port")):
+          port: int = typer.Option(8765, "--port"),
+          group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
+                                            help="Commit concurrent pushes together (off: one transaction each).")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...)."""
     import uvicorn
 
     from sync.hub import create_app
 
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db)), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    uvicorn.run(create_app(storage(db), group_commit=group_commit), host=host, port=port, log_level="warning",
+                timeout_graceful_shutdown=2)
 
 
 @agent_app.command("add")
@@ -166,7 +169,8 @@ def pull(remote: Optional[str] = typer.Argument(None),
         target = get_remote(mem, remote)
         with progress_bar("pull", None) as advance:
             try:
-                report = pulling(mem, target, follow=follow, wait=25 if follow else 0, progress=advance)
+                report = pulling(mem, target, follow=follow, progress=advance,
+                                 say=lambda line: typer.echo(line, err=True))
             except KeyboardInterrupt:
                 raise typer.Exit(0) from None
     if json:

@@ -24,6 +24,8 @@ from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResp
 
 BATCH = 5000
 PULL_BATCH = 5000
+FOLLOW_WAIT = 25.0
+RETRY_MAX_SECONDS = 15.0
 
 
 class Remote(msgspec.Struct):
@@ -40,6 +42,13 @@ class HubRefused(MemError):
                          code=problem.type.rsplit("/", 1)[-1])
         self.problem = problem
         self.status = problem.status
+
+
+class HubUnreachable(MemError):
+    """The hub could not be reached, or stopped answering (connection refused, reset, timed out)."""
+
+    code = "hub-unreachable"
+    status = 503
 
 
 class PushReport(msgspec.Struct):
@@ -93,6 +102,7 @@ def get_remote(memory, name: str | None) -> Remote:
 
 class HubClient:
     def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None):
+        self.timeout = timeout
         self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
                                  headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
 
@@ -103,14 +113,19 @@ class HubClient:
     def close(self) -> None:
         self.http.close()
 
-    def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None):
+    def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None, wait: float = 0):
         headers = {}
         if body is not None:
             headers["content-type"] = "application/json"
             if len(body) > 4096:
                 body = zstandard.ZstdCompressor(level=3).compress(body)
                 headers["content-encoding"] = "zstd"
-        response = self.http.request(method, path, content=body, params=params, headers=headers)
+        try:
+            # A long-poll's read timeout covers its wait: an idle hub answers only when the wait ends.
+            response = self.http.request(method, path, content=body, params=params, headers=headers,
+                                         timeout=self.timeout + wait)
+        except httpx.TransportError as exc:
+            raise HubUnreachable(f"hub unreachable at {self.http.base_url}: {exc or type(exc).__name__}") from None
         data = response.content  # httpx undoes a zstd Content-Encoding itself
         if response.status_code >= 400:
             try:
@@ -128,7 +143,7 @@ class HubClient:
 
     def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
         return self._call("GET", "/v1/pull", PullResponse,
-                          params={"cursor": cursor, "limit": limit, "wait": wait})
+                          params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
 
 def _outgoing(event: Event) -> Event:
@@ -169,29 +184,56 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates)
 
 
-def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False, wait: float = 0,
-         progress=None, stop=None) -> PullReport:
+def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False,
+         wait: float = FOLLOW_WAIT, progress=None, stop=None, say=None) -> PullReport:
+    """Pulls until caught up; with `follow`, keeps long-polling (`wait` seconds per request) until
+    `stop()` is true. A follower outlives the hub: when it is unreachable (or answers 5xx) it says so
+    once through `say` and retries with backoff, then says when it is back."""
     client = client or HubClient.for_remote(remote)
-    contract = client.contract()
-    memory.set_contract(contract.contract)
     key = f"pull:{remote.name}"
-    cursor = memory.log.state(key) or ""
+    pulled, delay, down, behind = 0, 0.5, False, True
+    while True:
+        try:
+            if behind:
+                pulled += _pull_until_caught_up(memory, client, key, progress)
+            if down and say:
+                say(f"hub {remote.url} answers again; following")
+            down, delay = False, 0.5
+            if not follow or (stop is not None and stop()):
+                break
+            page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
+            pulled += _store(memory, key, page, progress)
+            behind = page.more
+        except (HubUnreachable, HubRefused) as exc:
+            if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
+                raise
+            if not down and say:
+                say(f"{exc}; retrying until it answers")
+            down, behind = True, True
+            if stop is not None and stop():
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+    memory.refresh()
+    return PullReport(remote=remote.name, pulled=pulled, cursor=memory.log.state(key) or "")
+
+
+def _store(memory, key: str, page: PullResponse, progress) -> int:
+    """Appends a page (digests checked) in the transaction that moves the cursor."""
+    memory.log.append(page.events, state={key: page.cursor}, verify=True)
+    if page.events and progress:
+        progress(len(page.events))
+    if page.events and not page.more:
+        memory.refresh()  # once caught up, not after every page: a burst renders its files once
+    return len(page.events)
+
+
+def _pull_until_caught_up(memory, client: HubClient, key: str, progress) -> int:
+    """Pulls pages until one comes back empty: that request acknowledges the last one."""
+    memory.set_contract(client.contract().contract)
     pulled = 0
     while True:
-        page = client.pull(cursor, PULL_BATCH, wait if follow else 0)
-        events = page.events  # their seq, recorded_at and chain are the hub's; the local log sets its own
-        memory.log.append(events, state={key: page.cursor}, verify=True)
-        cursor = page.cursor
-        pulled += len(events)
-        if events and progress:
-            progress(len(events))
-        if events and not page.more:
-            memory.refresh()  # once caught up, not after every page: a burst renders its files once
-        if page.more or events:
-            continue  # pull until a page comes back empty: that request acknowledges the last one
-        if not follow or (stop is not None and stop()):
-            break
-        if wait == 0:
-            time.sleep(0.5)
-    memory.refresh()
-    return PullReport(remote=remote.name, pulled=pulled, cursor=cursor)
+        page = client.pull(memory.log.state(key) or "", PULL_BATCH, 0)
+        pulled += _store(memory, key, page, progress)
+        if not page.events and not page.more:
+            return pulled

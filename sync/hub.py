@@ -5,6 +5,7 @@ Identity comes from the bearer token, never from an event. Bodies are JSON, opti
 `type`.
 """
 
+import asyncio
 import base64
 import binascii
 
@@ -21,7 +22,9 @@ from eventstore import secrets
 from eventstore.envelope import check_event
 from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
 
+from .committer import GroupCommitter
 from .contracts import LAYER_KINDS, consumed_layers, produces
+from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage
 from .wire import PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
@@ -81,8 +84,22 @@ def check_batch(events, agent: str, contract) -> None:
                                "nothing of the batch was applied")
 
 
-def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starlette:
-    """The hub's ASGI app; a long-poll waits at most `max_wait` seconds, whatever it asks."""
+def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_commit: bool = True) -> Starlette:
+    """The hub's ASGI app; a long-poll waits at most `max_wait` seconds, whatever it asks.
+
+    Pushes go through a group committer (`group_commit=False`: one transaction per push); long-polls
+    wait on a Fanout, woken by commits, holding no thread."""
+    fanout = Fanout()
+    committers: list[GroupCommitter] = []
+
+    def committer() -> GroupCommitter:
+        """Started on the first request, inside the event loop that serves them."""
+        if not committers:
+            loop = asyncio.get_running_loop()
+            committers.append(GroupCommitter(storage, fanout, group=group_commit))
+            storage.watch(lambda head, layers: fanout.advance_threadsafe(loop, head, layers))
+        return committers[0]
+
     async def body_of(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
@@ -144,7 +161,7 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starl
         current, _ = await run_in_threadpool(storage.contract)
         # Digests are recomputed off the event loop: a large batch is real CPU work.
         await run_in_threadpool(check_batch, batch.events, agent, current)
-        results = await run_in_threadpool(storage.push, batch.events) if batch.events else []
+        results = await committer().push(batch.events) if batch.events else []
         return reply(request, PushResponse(results=results))
 
     async def pull(request: Request) -> Response:
@@ -159,12 +176,12 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS) -> Starl
             raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
         current, _ = await run_in_threadpool(storage.contract)
         layers = consumed_layers(current, agent)
-        await run_in_threadpool(storage.record_pull, agent, after)
+        committer().record_pull(agent, after)
         # The head is read before the events: positions are commit-ordered, so every event at or
         # below it is already visible, and a cursor moved up to it can never skip one.
         head = await run_in_threadpool(storage.head)
         events = await run_in_threadpool(storage.pull, after, layers, limit + 1)
-        if not events and wait > 0 and await run_in_threadpool(storage.wait, max(after, head), wait):
+        if not events and wait > 0 and await fanout.wait(max(after, head), layers, wait):
             head = await run_in_threadpool(storage.head)
             events = await run_in_threadpool(storage.pull, after, layers, limit + 1)
         more = len(events) > limit

@@ -3,12 +3,17 @@
 Positions are gapless and commit-ordered on both: a push holds the hub's single writer lock (SQLite)
 or the counter row (PostgreSQL) from before it reads the head until it commits, so a reader can
 never see position N+1 before N.
+
+Writes go through `commit`: several pushes (and pull records) in one transaction, so one fsync
+carries a whole group (the hub's group commit, sync/committer.py), each push still all or nothing.
 """
 
 import hashlib
 import hmac
 import secrets
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import msgspec
 
@@ -24,6 +29,24 @@ CONTRACT_LAYER = "_contract"
 HUB_AGENT = "_hub"
 _stored = msgspec.msgpack.Encoder()
 _loaded = msgspec.msgpack.Decoder(Event)
+
+
+class PullRecord(msgspec.Struct, array_like=True):
+    agent: str
+    cursor: int
+    at: int
+
+
+class Committed(msgspec.Struct):
+    """What one group commit did: per push its results or the error that refused it alone."""
+
+    outcomes: list
+    head: int
+    layers: set[str]
+
+
+Watcher = Callable[[int, "set[str] | None"], None]
+"""Called with the head after commits made elsewhere and the layers they touched (None: unknown)."""
 
 
 class AgentInfo(msgspec.Struct):
@@ -97,8 +120,39 @@ class HubStorage(ABC):
     # --- events -------------------------------------------------------------------------------
 
     @abstractmethod
+    def _commit_group(self, batches: list[list[Event]], pulls: list[PullRecord]) -> Committed:
+        """One transaction: every batch planned by `plan_group` (under the writer lock), the pull records."""
+
+    def commit(self, batches: list[list[Event]], pulls: list[PullRecord] = ()) -> Committed:
+        """Commits several pushes and pull records in one transaction (one fsync).
+
+        Each batch is all or nothing and is checked against what is stored and what the batches before it
+        in the group add, so a refused batch refuses only itself (its outcome is the error). Should the
+        transaction fail as a whole anyway, each batch is retried alone so one cannot sink the others."""
+        try:
+            return self._commit_group(batches, list(pulls))
+        except Exception:
+            if len(batches) + len(pulls) <= 1:
+                raise
+        outcomes, head, layers = [], 0, set()
+        for batch in batches:
+            try:
+                alone = self._commit_group([batch], [])
+            except Exception as exc:  # noqa: BLE001 - the error is this batch's answer
+                outcomes.append(exc)
+                continue
+            outcomes.extend(alone.outcomes)
+            head, layers = max(head, alone.head), layers | alone.layers
+        if pulls:
+            self._commit_group([], list(pulls))
+        return Committed(outcomes=outcomes, head=head, layers=layers)
+
     def push(self, events: list[Event]) -> list[PushResult]:
         """Appends a batch all or nothing; a known id with the same digest is a duplicate, another digest a refusal."""
+        outcome = self.commit([events]).outcomes[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     @abstractmethod
     def pull(self, after: int, layers: list[str], limit: int) -> list[Event]: ...
@@ -106,9 +160,23 @@ class HubStorage(ABC):
     @abstractmethod
     def head(self) -> int: ...
 
+    def watch(self, callback: Watcher) -> None:
+        """Calls `callback` from a background thread when commits made outside this object (another hub
+        process, another connection) move the head. One loop per storage, however many long-polls wait;
+        the hub learns of its own commits from `commit`. Stopped by `close`."""
+        self._stop_watch = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_loop, args=(callback, self._stop_watch), daemon=True,
+                                         name="hub-watch")
+        self._watcher.start()
+
     @abstractmethod
-    def wait(self, after: int, timeout: float) -> bool:
-        """Blocks until an event after `after` is committed or `timeout` passes; True if there is one."""
+    def _watch_loop(self, callback: Watcher, stop: threading.Event) -> None: ...
+
+    def _stop_watching(self) -> None:
+        stop = getattr(self, "_stop_watch", None)
+        if stop is not None:
+            stop.set()
+            self._watcher.join(timeout=5)
 
     @abstractmethod
     def latest_of_layer(self, layer: str, at_ms: int | None) -> Event | None: ...
@@ -140,9 +208,9 @@ class HubStorage(ABC):
         event = self.latest_of_layer(CONTRACT_LAYER, at_ms)
         return contract_of(event), (event.seq if event else 0)
 
-    @abstractmethod
     def record_pull(self, agent: str, cursor: int) -> None:
         """Notes that `agent` has stored every event up to `cursor` (it asks for what comes after)."""
+        self.commit([], [PullRecord(agent, cursor, now_ms())])
 
     @abstractmethod
     def received_by(self, agent: str, at_ms: int | None) -> int:
@@ -173,10 +241,29 @@ def check_duplicates(events: list[Event], known: dict[str, tuple[str, int]]) -> 
     return fresh, plan
 
 
+def plan_group(batches: list[list[Event]], known: dict[str, tuple[str, int]], first: int):
+    """Plans a group commit: the rows to insert from `first` on and, per batch, its results or the
+    IdConflict that refuses it alone. Later batches see earlier ones' events as known."""
+    rows, outcomes, layers = [], [], set()
+    for events in batches:
+        try:
+            fresh, plan = check_duplicates(events, known)
+        except IdConflict as exc:
+            outcomes.append(exc)
+            continue
+        start = first + len(rows)
+        for i, event in enumerate(fresh):
+            known[event.id] = (event.digest, start + i)
+            layers.add(event.layer)
+        rows.extend(fresh)
+        outcomes.append(fill_positions(plan, fresh, start))
+    return rows, outcomes, layers
+
+
 def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
-    """(new stored data, id) for each target of the batch's redactions that the hub holds in the
+    """(new stored data, id) for each target of the group's redactions that the hub holds in the
     redaction's own layer and has not redacted yet; `stored(id)` is (layer, data) or None, read
-    inside the push's transaction."""
+    inside the commit's transaction, after its rows are inserted."""
     updates = []
     for event in fresh:
         if event.kind != "redaction":

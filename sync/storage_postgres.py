@@ -2,10 +2,10 @@
 
 Positions come from a counter row locked at the start of every push and updated in the same
 transaction, so they are gapless and commit-ordered (a bare sequence would let a reader skip a
-position whose transaction commits late). Long-polls wake on LISTEN/NOTIFY.
+position whose transaction commits late). Each commit NOTIFYs its new head and layers; every hub
+process LISTENs on one connection of its own (`watch`), so long-polls in any process wake at once.
 """
 
-import threading
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -13,8 +13,7 @@ from psycopg_pool import ConnectionPool
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import (AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions,
-                      redacted_rows)
+from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
 
 CHANNEL = "mindlog_hub"
 SCHEMA = """
@@ -41,13 +40,10 @@ class PostgresHubStorage(HubStorage):
             finally:
                 conn.execute("SELECT pg_advisory_unlock(727272)")
         self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True)
-        self._listener_lock = threading.Lock()
-        self._listener: psycopg.Connection | None = None
 
     def close(self) -> None:
+        self._stop_watching()
         self.pool.close()
-        if self._listener is not None:
-            self._listener.close()
 
     def _insert_agent(self, name, token_hash, at):
         with self.pool.connection() as conn:
@@ -74,25 +70,29 @@ class PostgresHubStorage(HubStorage):
             rows = conn.execute("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at").fetchall()
         return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r) for n, c, r in rows]
 
-    def push(self, events):
+    def _commit_group(self, batches, pulls):
         with self.pool.connection() as conn, conn.transaction():
             head = conn.execute("SELECT position FROM hub_counter WHERE one FOR UPDATE").fetchone()[0]
             known = {id: (digest, pos) for id, digest, pos in conn.execute(
-                "SELECT id, digest, position FROM hub_events WHERE id = ANY(%s)", ([e.id for e in events],))}
-            fresh, results = check_duplicates(events, known)
-            if fresh:
-                now = now_ms()
-                with conn.cursor() as cursor:
+                "SELECT id, digest, position FROM hub_events WHERE id = ANY(%s)",
+                (list({e.id for events in batches for e in events}),))}
+            rows, outcomes, layers = plan_group(batches, known, head + 1)
+            with conn.cursor() as cursor:
+                if rows:
+                    now = now_ms()
                     cursor.executemany("INSERT INTO hub_events VALUES (%s, %s, %s, %s, %s, %s, %s)",
                                        [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
-                                        for i, e in enumerate(fresh)])
-                conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(fresh),))
-                updates = redacted_rows(fresh, lambda id: self._stored(conn, id))
-                if updates:
-                    with conn.cursor() as cursor:
+                                        for i, e in enumerate(rows)])
+                    conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(rows),))
+                    updates = redacted_rows(rows, lambda id: self._stored(conn, id))
+                    if updates:
                         cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
-                conn.execute(f"NOTIFY {CHANNEL}")
-            return fill_positions(results, fresh, head + 1)
+                    payload = f"{head + len(rows)} {','.join(sorted(layers))}"
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                if pulls:
+                    cursor.executemany("INSERT INTO hub_pulls VALUES (%s, %s, %s)",
+                                       [(p.agent, p.cursor, p.at) for p in pulls])
+            return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
 
     @staticmethod
     def _stored(conn, id):
@@ -115,18 +115,23 @@ class PostgresHubStorage(HubStorage):
         with self.pool.connection() as conn:
             return conn.execute("SELECT position FROM hub_counter").fetchone()[0]
 
-    def wait(self, after, timeout):
-        if self.head() > after:
-            return True
-        with self._listener_lock:
-            if self._listener is None:
-                self._listener = psycopg.connect(self.url, autocommit=True)
-                self._listener.execute(f"LISTEN {CHANNEL}")
-            if self.head() > after:
-                return True
-            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                break
-        return self.head() > after
+    def _watch_loop(self, callback, stop):
+        """LISTENs on a connection of its own; after a lost connection, reconnects with backoff and
+        reports the head with unknown layers (notifications may have been missed meanwhile)."""
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    callback(self.head(), None)
+                    backoff = 0.1
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            head, _, layers = note.payload.partition(" ")
+                            callback(int(head), set(layers.split(",")) if layers else set())
+            except psycopg.Error:
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     def latest_of_layer(self, layer, at_ms):
         with self.pool.connection() as conn:
@@ -134,10 +139,6 @@ class PostgresHubStorage(HubStorage):
                                "AND recorded_at <= %s ORDER BY position DESC LIMIT 1",
                                (layer, at_ms if at_ms is not None else 1 << 62)).fetchone()
         return decode_stored(bytes(row[2]), row[0], row[1]) if row else None
-
-    def record_pull(self, agent, cursor):
-        with self.pool.connection() as conn:
-            conn.execute("INSERT INTO hub_pulls VALUES (%s, %s, %s)", (agent, cursor, now_ms()))
 
     def received_by(self, agent, at_ms):
         with self.pool.connection() as conn:

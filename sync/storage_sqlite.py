@@ -1,14 +1,17 @@
-"""Hub storage in SQLite (the default for `mem serve`): one file, one writer at a time."""
+"""Hub storage in SQLite (the default for `mem serve`): one file, one writer at a time.
+
+Reads use one connection per thread (WAL lets them run beside a commit, so a pull never queues
+behind an fsync); writes use the writer connection under a lock."""
 
 import sqlite3
 import threading
-import time
 
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import (AgentInfo, HubStorage, check_duplicates, decode_stored, encode_stored, fill_positions,
-                      redacted_rows)
+from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
+
+WATCH_INTERVAL = 0.25
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hub_events (
@@ -25,8 +28,7 @@ CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 class SQLiteHubStorage(HubStorage):
     def __init__(self, path: str, synchronous: str = "FULL"):
         self.path = str(path)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
-        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db = self._connect()
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
@@ -34,9 +36,22 @@ class SQLiteHubStorage(HubStorage):
             if statement.strip():
                 self.db.execute(statement)
         self._lock = threading.Lock()
+        self._readers = threading.local()
+        self._readers_lock = threading.Lock()
+        self._all_readers: list[sqlite3.Connection] = []
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout = 60000")
+        return db
 
     def close(self) -> None:
-        self.db.close()
+        self._stop_watching()
+        with self._lock, self._readers_lock:
+            for reader in self._all_readers:
+                reader.close()
+            self._all_readers.clear()
+            self.db.close()
 
     def _write(self, fn):
         with self._lock:
@@ -51,8 +66,12 @@ class SQLiteHubStorage(HubStorage):
                 raise
 
     def _read(self, sql, params=()):
-        with self._lock:
-            return self.db.execute(sql, params).fetchall()
+        reader = getattr(self._readers, "db", None)
+        if reader is None:
+            reader = self._readers.db = self._connect()
+            with self._readers_lock:
+                self._all_readers.append(reader)
+        return reader.execute(sql, params).fetchall()
 
     def _insert_agent(self, name, token_hash, at):
         def insert():
@@ -79,27 +98,28 @@ class SQLiteHubStorage(HubStorage):
         return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r)
                 for n, c, r in self._read("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at")]
 
-    def push(self, events):
+    def _commit_group(self, batches, pulls):
         def append():
-            ids = [e.id for e in events]
+            ids = list({e.id for events in batches for e in events})
             known = {}
             for i in range(0, len(ids), 500):
                 chunk = ids[i:i + 500]
                 known.update((id, (digest, pos)) for id, digest, pos in self.db.execute(
                     f"SELECT id, digest, position FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})", chunk))
-            fresh, results = check_duplicates(events, known)
             head = self.db.execute("SELECT IFNULL(MAX(position), 0) FROM hub_events").fetchone()[0]
+            rows, outcomes, layers = plan_group(batches, known, head + 1)
             now = now_ms()
             self.db.executemany("INSERT INTO hub_events VALUES (?,?,?,?,?,?,?)",
                                 [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
-                                 for i, e in enumerate(fresh)])
-            self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", redacted_rows(fresh, self._stored))
-            return fill_positions(results, fresh, head + 1)
-        results = self._write(append)
-        if any(e.kind == "redaction" for e in events):
+                                 for i, e in enumerate(rows)])
+            self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", redacted_rows(rows, self._stored))
+            self.db.executemany("INSERT INTO hub_pulls VALUES (?,?,?)", [(p.agent, p.cursor, p.at) for p in pulls])
+            return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
+        committed = self._write(append)
+        if any(e.kind == "redaction" for events in batches for e in events):
             with self._lock:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too
-        return results
+        return committed
 
     def _stored(self, id):
         return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()
@@ -118,22 +138,24 @@ class SQLiteHubStorage(HubStorage):
     def head(self):
         return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events")[0][0]
 
-    def wait(self, after, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.head() > after:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
+    def _watch_loop(self, callback, stop):
+        seen = self.head()
+        while not stop.wait(WATCH_INTERVAL):
+            try:
+                head = self.head()
+                if head > seen:
+                    layers = {row[0] for row in self._read(
+                        "SELECT DISTINCT layer FROM hub_events WHERE position > ? AND position <= ?", (seen, head))}
+                    seen = head
+                    callback(head, layers)
+            except sqlite3.Error:
+                if stop.is_set():
+                    return
 
     def latest_of_layer(self, layer, at_ms):
         rows = self._read("SELECT position, recorded_at, data FROM hub_events WHERE layer = ? AND recorded_at <= ? "
                           "ORDER BY position DESC LIMIT 1", (layer, at_ms if at_ms is not None else 1 << 62))
         return decode_stored(rows[0][2], rows[0][0], rows[0][1]) if rows else None
-
-    def record_pull(self, agent, cursor):
-        self._write(lambda: self.db.execute("INSERT INTO hub_pulls VALUES (?,?,?)", (agent, cursor, now_ms())))
 
     def received_by(self, agent, at_ms):
         rows = self._read("SELECT MAX(cursor) FROM hub_pulls WHERE agent = ? AND at <= ?",

@@ -8,6 +8,7 @@ import pytest
 from eventstore.envelope import check_event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.kinds import EntryAppend, Redacted, Redaction
+from sync.storage import PullRecord
 from sync.wire import Contract, ContractLayer
 
 CONTRACT = Contract(layers={
@@ -84,14 +85,37 @@ class HubStorageConformance:
         assert hub.received_by("alice", None) == 7
         assert hub.received_by("bob", None) == 0
 
-    def test_wait_wakes_on_a_push(self, hub):
-        assert hub.wait(0, 0.05) is False
-        timer = threading.Timer(0.2, lambda: hub.push([entry()]))
-        timer.start()
-        started = time.monotonic()
-        assert hub.wait(0, 5) is True
-        assert time.monotonic() - started < 4
-        timer.join()
+    def test_watch_sees_commits_made_by_another_hub_process(self, hub, second):
+        seen = []
+        hub.watch(lambda head, layers: seen.append((head, layers)))
+        time.sleep(0.3)  # the watcher is listening
+        second.push([entry(), entry(agent="writer", layer="drafts")])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(head >= 2 for head, _ in seen):
+            time.sleep(0.02)
+        head, layers = next((head, layers) for head, layers in seen if head >= 2)
+        assert head == 2 and layers in (None, {"insights", "drafts"})
+
+    def test_a_refused_batch_inside_a_group_refuses_only_itself(self, hub):
+        a = entry(text="a")
+        hub.push([a])
+        forged = new_event(EntryAppend(type="FACT", date="2026-11-29", content="forged"), agent="alice",
+                           layer="insights", id=a.id, ts=a.ts)
+        b, c, d = entry(text="b"), entry(text="c"), entry(text="d")
+        twin = new_event(EntryAppend(type="FACT", date="2026-11-29", content="twin"), agent="alice",
+                         layer="insights", id=c.id, ts=c.ts)
+        done = hub.commit([[b], [entry(text="lost"), forged], [c, a], [twin], [d, c]])
+        first, refused, third, refused_twin, last = done.outcomes
+        assert [(r.position, r.duplicate) for r in first] == [(2, False)]
+        assert isinstance(refused, IdConflict) and isinstance(refused_twin, IdConflict)
+        assert [(r.position, r.duplicate) for r in third] == [(3, False), (1, True)]
+        assert [(r.position, r.duplicate) for r in last] == [(4, False), (3, True)]
+        assert done.head == hub.head() == 4 and done.layers == {"insights"}
+        assert [e.id for e in hub.pull(0, ["insights"], 10)] == [a.id, b.id, c.id, d.id]
+
+    def test_a_group_carries_pull_records(self, hub):
+        done = hub.commit([[entry()]], [PullRecord("bob", 5, int(time.time() * 1000))])
+        assert done.head == 1 and hub.received_by("bob", None) == 5
 
     def test_concurrent_pushers_get_distinct_gapless_positions(self, hub):
         results, errors = [], []

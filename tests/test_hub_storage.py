@@ -15,10 +15,22 @@ class TestSQLiteHubStorage(HubStorageConformance):
         yield storage
         storage.close()
 
+    @pytest.fixture
+    def second(self, hub):
+        storage = SQLiteHubStorage(hub.path)
+        yield storage
+        storage.close()
+
 
 class TestPostgresHubStorage(HubStorageConformance):
     @pytest.fixture
     def hub(self, pg_url):
         storage = PostgresHubStorage(pg_url)
+        yield storage
+        storage.close()
+
+    @pytest.fixture
+    def second(self, hub):
+        storage = PostgresHubStorage(hub.url)
         yield storage
         storage.close()

@@ -1,0 +1,75 @@
+"""Group commit through the hub: concurrent pushes share transactions, a refused push refuses only
+itself, and every answer comes after its events are stored."""
+
+import asyncio
+
+import httpx
+import msgspec
+import pytest
+
+from eventstore.envelope import new_event
+from eventstore.kinds import EntryAppend
+from sync.hub import create_app
+from sync.storage_sqlite import SQLiteHubStorage
+from sync.wire import PushRequest
+
+from hub_storage_conformance import CONTRACT
+
+PUSHES = 24
+
+
+class CountingStorage(SQLiteHubStorage):
+    """A real SQLite hub storage that counts its transactions."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.transactions = 0
+
+    def _commit_group(self, batches, pulls):
+        self.transactions += 1
+        return super()._commit_group(batches, pulls)
+
+
+def entry(text: str, **kw):
+    return new_event(EntryAppend(type="FACT", date="2026-11-30", content=text), agent="alice", layer="insights", **kw)
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_concurrent_pushes_share_commits_and_a_refused_one_refuses_only_itself(tmp_path, group):
+    storage = CountingStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    known = entry("known")
+    storage.push([known])
+    forged = entry("forged", id=known.id, ts=known.ts)
+    batches = [[entry(f"push {i}")] for i in range(PUSHES)]
+    batches[PUSHES // 2] = [entry("refused with the forged one"), forged]
+    storage.transactions = 0
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=create_app(storage, group_commit=group))
+        async with httpx.AsyncClient(transport=transport, base_url="http://hub",
+                                     headers={"authorization": f"Bearer {token}"}) as client:
+            async def push(batch):
+                answer = await client.post("/v1/push", content=msgspec.json.encode(PushRequest(events=batch)),
+                                           headers={"content-type": "application/json"})
+                # answered only once stored: the events are readable when the answer arrives
+                stored = {e.id for e in storage.pull(0, ["insights"], 1000)}
+                return answer, all(e.id in stored for e in batch)
+
+            return await asyncio.gather(*(push(batch) for batch in batches))
+
+    answers = asyncio.run(scenario())
+    statuses = [answer.status_code for answer, _ in answers]
+    assert statuses == [409 if i == PUSHES // 2 else 200 for i in range(PUSHES)]
+    assert answers[PUSHES // 2][0].json()["type"].endswith("/id-conflict")
+    assert all(durable for answer, durable in answers if answer.status_code == 200)
+    positions = sorted(r["position"] for answer, _ in answers if answer.status_code == 200
+                       for r in answer.json()["results"])
+    assert positions == list(range(3, 3 + PUSHES - 1))  # 1: the contract, 2: the known event
+    assert storage.head() == 2 + PUSHES - 1
+    if group:
+        assert storage.transactions < PUSHES / 2, storage.transactions
+    else:
+        assert storage.transactions == PUSHES
+    storage.close()

@@ -1,0 +1,119 @@
+"""Long-polls hold no thread and no lock: many open at once leave the hub answering, one push wakes
+them all (fan-out), and a follower outlives an idle hub and a hub restart."""
+
+import asyncio
+import signal
+import subprocess
+import time
+
+import httpx
+import msgspec
+import pytest
+
+from eventstore.envelope import new_event
+from eventstore.kinds import EntryAppend
+from sync.client import HubClient
+from sync.storage import open_storage
+from sync.wire import PushRequest
+
+from conftest import mem_command, run_mem
+from hub_storage_conformance import CONTRACT
+from hubserver import HubServer
+
+POLLS = 64
+
+
+def entry(text: str, agent: str = "alice"):
+    return new_event(EntryAppend(type="FACT", date="2026-11-30", content=text), agent=agent, layer="insights")
+
+
+def prepared(db: str) -> dict[str, str]:
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    tokens = {name: storage.add_agent(name) for name in ("alice", "main")}
+    storage.close()
+    return tokens
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def hub_db(request, tmp_path):
+    return str(tmp_path / "hub.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def test_many_long_polls_leave_the_hub_answering_and_one_push_wakes_them_all(hub_db):
+    tokens = prepared(hub_db)
+
+    async def scenario(url):
+        limits = httpx.Limits(max_connections=POLLS + 8)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30,
+                                     headers={"authorization": f"Bearer {tokens['main']}"}) as main, \
+                httpx.AsyncClient(base_url=url, headers={"authorization": f"Bearer {tokens['alice']}"}) as alice:
+            cursor = (await main.get("/v1/pull")).json()["cursor"]
+            polls = [asyncio.create_task(main.get("/v1/pull", params={"cursor": cursor, "wait": 20}))
+                     for _ in range(POLLS)]
+            await asyncio.sleep(1.0)
+            started = time.monotonic()
+            answer = await alice.get("/v1/contract")
+            answered_in = time.monotonic() - started
+            assert answer.status_code == 200 and answered_in < 2, answered_in
+            assert not any(poll.done() for poll in polls)  # they were all still waiting
+            event = entry("one push, every long-poll")
+            pushed = await alice.post("/v1/push", content=msgspec.json.encode(PushRequest(events=[event])),
+                                      headers={"content-type": "application/json"})
+            assert pushed.status_code == 200, pushed.text
+            started = time.monotonic()
+            pages = await asyncio.wait_for(asyncio.gather(*polls), 10)
+            assert time.monotonic() - started < 5
+            assert all([e["id"] for e in page.json()["events"]] == [event.id] for page in pages)
+
+    with HubServer(hub_db) as hub:
+        asyncio.run(scenario(hub.url))
+
+
+def test_a_long_poll_on_an_idle_hub_ends_before_the_clients_read_timeout(tmp_path):
+    tokens = prepared(str(tmp_path / "hub.db"))
+    with HubServer(str(tmp_path / "hub.db")) as hub:
+        client = HubClient(hub.url, tokens["main"], timeout=0.5)
+        page = client.pull("", wait=1.5)  # the wait is longer than the timeout: the read must allow for it
+        assert page.events == [] and not page.more
+        client.close()
+
+
+def test_a_follower_survives_a_hub_restart_and_receives_later_events(tmp_path):
+    db = str(tmp_path / "hub.db")
+    tokens = prepared(db)
+    (tmp_path / "main.token").write_text(tokens["main"])
+    workspace = tmp_path / "main"
+    with HubServer(db) as hub:
+        run_mem("init", "-w", workspace, "--agent", "main", check=True)
+        run_mem("remote", "add", "origin", hub.url, "--token-file", tmp_path / "main.token", "-w", workspace,
+                check=True)
+        follower = subprocess.Popen([*mem_command(), "-w", workspace, "pull", "--follow"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        shared = workspace / "memory/insights.md"
+
+        def arrives(text):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (shared.exists() and text in shared.read_text()):
+                time.sleep(0.1)
+            return shared.exists() and text in shared.read_text()
+
+        try:
+            writer = HubClient(hub.url, tokens["alice"])
+            writer.push([entry("before the restart")])
+            assert arrives("before the restart")
+            hub.stop()
+            time.sleep(2)  # the follower finds the hub gone and backs off
+            hub.start()
+            writer.push([entry("after the restart")])
+            assert arrives("after the restart")
+            writer.close()
+            assert follower.poll() is None
+        finally:
+            follower.send_signal(signal.SIGINT)
+            _, err = follower.communicate(timeout=30)
+    errors = err.decode()
+    assert follower.returncode == 0, errors
+    assert "Traceback" not in errors
+    assert errors.count("retrying until it answers") == 1, errors
+    assert "answers again" in errors
