@@ -10,7 +10,6 @@ import typer
 from eventstore.errors import InvalidInput
 from projections import audit as auditing
 from projections.adf_file import export_adf, import_adf
-from projections.lint import check_citations
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
 from .output import AllowSecretOpt, emit_json, progress_bar
@@ -225,43 +224,6 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
     else:
         typer.echo(f"{result.path}: no such file")
     raise typer.Exit(0 if result.resolved else 1)
-
-
-@app.command()
-def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
-             last: int = typer.Option(10, "--last", help="How many loop messages."), json: bool = JsonOpt):
-    """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages."""
-    with memory() as mem:
-        result = auditing.believed(mem.views, as_of(mem, at, seq), last)
-    if json:
-        return emit_json(result)
-    typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
-    typer.echo(f"pages: {', '.join(p['slug'] for p in result.pages) or '(none)'}\n\nloop (last {last}):")
-    for row in result.loop:
-        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
-    for path, text in result.shared.items():
-        typer.echo(f"\nshared {path}:\n{text.rstrip()}")
-
-
-@app.command()
-def lint(citations: bool = typer.Option(False, "--citations", help="Check that every citation resolves."),
-         record: bool = typer.Option(False, "--record", help="Append a lint entry to mind/log.md."),
-         json: bool = JsonOpt):
-    """Maintenance checks over the wiki (for now: --citations)."""
-    if not citations:
-        fail("choose a check: --citations", 2)
-    with memory() as mem:
-        findings = check_citations(mem.views, mem.log)
-        if record:
-            summary = f"Citation check: {len(findings)} unresolved." if findings else "Citation check: all resolve."
-            mem.append(mem.writer.lint(summary, [f"{f.page}: {f.citation} {f.problem}" for f in findings]))
-    if json:
-        emit_json(findings)
-    else:
-        for f in findings:
-            typer.echo(f"{f.page}: {f.citation} {f.problem}")
-        typer.echo(f"{len(findings)} unresolved citation(s)" if findings else "every citation resolves")
-    raise typer.Exit(1 if findings else 0)
 
 
 @export_app.command("adf")

@@ -9,6 +9,7 @@ import typer
 
 from eventstore.errors import MemError
 from eventstore.instants import parse_instant
+from eventstore.layers import MIND
 
 from .output import AllowSecretOpt, emit_json, event_line, fail, progress_bar
 
@@ -106,7 +107,7 @@ def page_write(slug: str,
                layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
                force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Ingest a page when new, update it otherwise."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         with memory() as mem:
             seq = mem.shared_page_write(layer, slug, read_input(file), allow_secret=allow_secret)
             event = mem.log.get_by_seq(seq)
@@ -333,7 +334,7 @@ def hoist_workspace(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from . import adf_commands, redact_commands, sync_commands  # noqa: F401  (they register their commands)
+    from . import adf_commands, recall_commands, redact_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
 
     try:
         app(args=hoist_workspace(sys.argv[1:]))

@@ -56,3 +56,10 @@ class HandEdited(MemError):
 
 class NoWorkspace(MemError):
     code = "no-workspace"
+
+
+class Held(MemError):
+    """A change to a page under `governance: hold`, before `mem page release` lifted it."""
+
+    code = "held"
+    status = 409

@@ -4,14 +4,24 @@ These Structs are the single schema of an event's payload: storage, digests and 
 all encode exactly these.
 """
 
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 
+WIKI = "wiki"
+ADF = "adf"
+PAGES = "pages"
+ENTRIES = "entries"
+
 
 class Body(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """`allowed_secrets` names what the secret scanner found in a write made with --allow-secret."""
+    """`groups` names the folds that take this kind: `wiki` (the mind layer), `adf` (loop and agent
+    layers), and the shared-layer formats `pages` and `entries` (a contract layer of that format
+    takes exactly those kinds). Every kind group below is computed from these, never listed.
 
+    `allowed_secrets` names what the secret scanner found in a write made with --allow-secret."""
+
+    groups: ClassVar[frozenset[str]] = frozenset()
     allowed_secrets: list[str] = []
 
 
@@ -22,6 +32,8 @@ class PageIngest(Body, tag="page.ingest"):
 
     `quiet` ingests (from an imported file whose own log.md is restored) add no log entry.
     """
+
+    groups = frozenset({WIKI, PAGES})
 
     slug: str
     frontmatter: dict[str, Any]
@@ -34,6 +46,8 @@ class PageIngest(Body, tag="page.ingest"):
 class PageUpdate(Body, tag="page.update"):
     """A new version of a page; `parents` are the ids of the versions it supersedes."""
 
+    groups = frozenset({WIKI, PAGES})
+
     slug: str
     frontmatter: dict[str, Any]
     text: str
@@ -42,24 +56,40 @@ class PageUpdate(Body, tag="page.update"):
 
 
 class PageDelete(Body, tag="page.delete"):
+    groups = frozenset({WIKI, PAGES})
+
     slug: str
     note: str = ""
     parents: list[str] = []
 
 
 class PageRename(Body, tag="page.rename"):
+    groups = frozenset({WIKI})
+
     old: str
     new: str
     note: str = ""
     parents: list[str] = []
 
 
+class PageRelease(Body, tag="page.release"):
+    """Lifts a page's `governance: hold` so that it can change; a version that keeps the hold holds again."""
+
+    groups = frozenset({WIKI})
+    slug: str
+    note: str = ""
+
+
 class AlwaysAdd(Body, tag="always.add"):
+    groups = frozenset({WIKI})
+
     line: str
 
 
 class AlwaysRemove(Body, tag="always.remove"):
     """Removes the first `## Always` line equal to `line` (the text, not a position)."""
+
+    groups = frozenset({WIKI})
 
     line: str
 
@@ -67,10 +97,14 @@ class AlwaysRemove(Body, tag="always.remove"):
 class LogRestore(Body, tag="log.restore"):
     """Entries of an imported mind/log.md, verbatim and newest first, placed below later entries."""
 
+    groups = frozenset({WIKI})
+
     entries: list[str]
 
 
 class Lint(Body, tag="lint"):
+    groups = frozenset({WIKI})
+
     summary: str
     findings: list[str] = []
 
@@ -79,6 +113,8 @@ class Lint(Body, tag="lint"):
 
 class LoopAppend(Body, tag="loop.append"):
     """A loop message; its loop seq is the event's seq. `ord` comes only from imported files."""
+
+    groups = frozenset({ADF})
 
     role: str
     content: list[Any]
@@ -90,12 +126,16 @@ class LoopAppend(Body, tag="loop.append"):
 
 
 class LoopCompact(Body, tag="loop.compact"):
+    groups = frozenset({ADF})
+
     summary: str
     preserve: int = 0
     loop: str = "main"
 
 
 class LoopClear(Body, tag="loop.clear"):
+    groups = frozenset({ADF})
+
     start: int | None = None
     end: int | None = None
     loop: str = "main"
@@ -104,17 +144,23 @@ class LoopClear(Body, tag="loop.clear"):
 class InboxMessage(Body, tag="inbox.message"):
     """A received message (ADF's ALF shape). `imported` ones were audited in their own file already."""
 
+    groups = frozenset({ADF})
+
     message: dict[str, Any]
     imported: bool = False
 
 
 class OutboxMessage(Body, tag="outbox.message"):
+    groups = frozenset({ADF})
+
     message: dict[str, Any]
     imported: bool = False
 
 
 class FileWrite(Body, tag="file.write"):
     """A file in adf_files; `created_at`/`updated_at` (ISO) come only from imported files."""
+
+    groups = frozenset({ADF})
 
     path: str
     content: bytes
@@ -125,6 +171,8 @@ class FileWrite(Body, tag="file.write"):
 
 
 class FileDelete(Body, tag="file.delete"):
+    groups = frozenset({ADF})
+
     path: str
 
 
@@ -132,6 +180,8 @@ class ConfigSet(Body, tag="config.set"):
     """Sets one dotted key of the agent config (`audit.files`); the empty key replaces it whole.
 
     `updated_at` (ISO) comes only from imported files."""
+
+    groups = frozenset({ADF})
 
     key: str
     value: Any
@@ -147,6 +197,8 @@ class ImportGap(Body, tag="import.gap"):
 class AuditImport(Body, tag="audit.import"):
     """An audit row carried over verbatim from an imported ADF file."""
 
+    groups = frozenset({ADF})
+
     source: str
     entry_count: int
     size_bytes: int
@@ -161,6 +213,8 @@ class AuditImport(Body, tag="audit.import"):
 
 class EntryAppend(Body, tag="entry.append"):
     """A typed entry `[TYPE] YYYY-MM-DD: content` in an `entries` layer."""
+
+    groups = frozenset({ENTRIES})
 
     type: str
     date: str
@@ -192,10 +246,21 @@ class Redacted(Body, tag="redacted"):
 
 
 BodyUnion = Union[
-    PageIngest, PageUpdate, PageDelete, PageRename, AlwaysAdd, AlwaysRemove, LogRestore, Lint,
+    PageIngest, PageUpdate, PageDelete, PageRename, PageRelease, AlwaysAdd, AlwaysRemove, LogRestore, Lint,
     LoopAppend, LoopCompact, LoopClear, InboxMessage, OutboxMessage, FileWrite, FileDelete,
     ConfigSet, ImportGap, AuditImport, EntryAppend, ContractChange, Redaction, Redacted,
 ]
 
 KINDS: dict[str, type[Body]] = {cls.__struct_config__.tag: cls for cls in BodyUnion.__args__}
-PAGE_KINDS = ("page.ingest", "page.update", "page.delete", "page.rename")
+
+
+def kinds_of(group: str) -> frozenset[str]:
+    """The tags of every kind in `group`, read off the union."""
+    return frozenset(tag for tag, cls in KINDS.items() if group in cls.groups)
+
+
+WIKI_KINDS = kinds_of(WIKI)
+ADF_KINDS = kinds_of(ADF)
+SHARED_PAGE_KINDS = kinds_of(PAGES)
+ENTRY_KINDS = kinds_of(ENTRIES)
+SHARED_KINDS = SHARED_PAGE_KINDS | ENTRY_KINDS

@@ -1,17 +1,129 @@
-"""Layers and their contract: the schema shared by the hub (which enforces it) and the projections
-(which render each shared layer at its path)."""
+"""Layer names, and the contract that shares layers: the schema the hub enforces and the projections
+render each shared layer by.
 
-from typing import Literal
+The names mindlog uses itself are defined here once. The contract type refuses them (and every path
+that would land in the wiki, the log, or a hidden directory) as it is decoded, so no contract can
+make a private layer shared; the hub and the client refuse them again, independently.
+"""
+
+import posixpath
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
+from .kinds import ENTRIES, PAGES, kinds_of
+
+MIND = "mind"
+"""The wiki: mind.md, mind/<slug>.md, mind/log.md."""
+LOOP = "loop"
+"""The transcript and its compactions."""
+AGENT = "agent"
+"""Files, messages and config of the agent (ADF's other tables)."""
+CONTRACT_LAYER = "_contract"
+"""The hub's own layer: each contract change is an event in it."""
+
+PRIVATE_LAYERS = frozenset({MIND, LOOP, AGENT})
+RESERVED_LAYERS = PRIVATE_LAYERS | {CONTRACT_LAYER}
+
+Format = Literal["pages", "entries"]
+FORMATS: tuple[str, ...] = get_args(Format)
+assert set(FORMATS) == {PAGES, ENTRIES}, "each shared-layer format is a kind group of the same name"
+LAYER_KINDS: dict[str, frozenset[str]] = {format: kinds_of(format) | {"redaction"} for format in FORMATS}
+"""The event kinds a shared layer of each format takes (a redaction travels in the layer of its targets)."""
+
+RESERVED_PATH_ROOTS = frozenset({"mind.md", MIND, ".mem"})
+"""First path segments a shared layer may not use (compared case-insensitively)."""
+
+_RESERVED_ALTERNATION = "|".join(sorted(RESERVED_LAYERS))
+LAYER_NAME_PATTERN = rf"^(?!(?:{_RESERVED_ALTERNATION})$)[a-z][a-z0-9_-]{{0,63}}$"
+
+LayerName = Annotated[str, msgspec.Meta(
+    pattern=LAYER_NAME_PATTERN,
+    description="lowercase letters, digits, '-' or '_', starting with a letter; not one of "
+                + ", ".join(sorted(PRIVATE_LAYERS)))]
+AgentPattern = Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_-]{0,63})$")]
+AgentList = Annotated[list[AgentPattern], msgspec.Meta(min_length=1)]
+
+
+def is_reserved(layer: str) -> bool:
+    return layer in RESERVED_LAYERS
+
+
+def path_problem(path: str, format: str) -> str | None:
+    """Why `path` cannot hold a shared layer of `format`, or None.
+
+    A path must be written in its normal form (no '.', '..' or empty segments), relative, printable,
+    outside the wiki and mindlog's own directory, and in no hidden directory (`.git/hooks/`)."""
+    if not path:
+        return "the path is empty"
+    if any(ord(c) < 32 or ord(c) == 127 or c in "\\\u2028\u2029\x85" for c in path):
+        return "the path contains a control character, a line separator or a backslash"
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        return "the path is absolute; give one relative to the workspace"
+    directory = path.endswith("/")
+    segments = path[:-1].split("/") if directory else path.split("/")
+    if ".." in segments:
+        return "the path must stay inside the workspace (no '..')"
+    if any(segment in ("", ".") for segment in segments):
+        return "the path has an empty, '.' or '..' segment"
+    if posixpath.normpath(path) + ("/" if directory else "") != path:
+        return "the path is not in normal form"
+    if segments[0].lower() in RESERVED_PATH_ROOTS:
+        return "the path belongs to the wiki or to mindlog itself"
+    if any(segment.startswith(".") for segment in segments):
+        return "the path enters a hidden file or directory"
+    if len(path) > 512:
+        return "the path is longer than 512 characters"
+    if format == PAGES and not directory:
+        return "a pages layer's path is a directory ending in '/'"
+    if format == ENTRIES and not path.endswith(".md"):
+        return "an entries layer's path is a .md file"
+    return None
+
+
 class ContractLayer(msgspec.Struct, forbid_unknown_fields=True):
     path: str
-    format: Literal["pages", "entries"]
-    producers: list[str]
-    consumers: list[str]
+    format: Format
+    producers: AgentList
+    consumers: AgentList
     scan_secrets: bool = True
+
+    def __post_init__(self):
+        problem = path_problem(self.path, self.format)
+        if problem:
+            raise ValueError(f"path {self.path!r}: {problem}")
 
 
 class Contract(msgspec.Struct, forbid_unknown_fields=True):
-    layers: dict[str, ContractLayer] = {}
+    layers: dict[LayerName, ContractLayer] = {}
+
+
+def lenient_contract(layers: dict) -> Contract:
+    """A stored contract, keeping only the layers that pass today's rules (for history written before them)."""
+    kept = {}
+    for name, spec in layers.items() if isinstance(layers, dict) else ():
+        try:
+            kept.update(msgspec.convert({"layers": {name: spec}}, Contract).layers)
+        except msgspec.ValidationError:
+            continue
+    return Contract(layers=kept)
+
+
+# `produces` and `consumes` refuse reserved layers once more, so a contract that got past the type
+# (built in code, or stored before the rule) still never shares a private layer.
+def produces(contract: Contract, agent: str, layer: str) -> bool:
+    spec = contract.layers.get(layer)
+    return spec is not None and not is_reserved(layer) and ("*" in spec.producers or agent in spec.producers)
+
+
+def consumes(contract: Contract, agent: str, layer: str) -> bool:
+    spec = contract.layers.get(layer)
+    return spec is not None and not is_reserved(layer) and ("*" in spec.consumers or agent in spec.consumers)
+
+
+def produced_layers(contract: Contract, agent: str) -> list[str]:
+    return sorted(name for name in contract.layers if produces(contract, agent, name))
+
+
+def consumed_layers(contract: Contract, agent: str) -> list[str]:
+    return sorted(name for name in contract.layers if consumes(contract, agent, name))

@@ -14,10 +14,9 @@ from .envelope import Event, new_event
 from .errors import InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
 from .kinds import (AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage, Lint,
-                    LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRename,
-                    PageUpdate)
-
-MIND = "mind"
+                    LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRelease,
+                    PageRename, PageUpdate)
+from .layers import AGENT, LOOP, MIND
 
 
 class WikiState(Protocol):
@@ -63,6 +62,15 @@ class Writer:
             raise InvalidInput(f"a page {new!r} already exists; delete it first or pick another name")
         return self._event(PageRename(old=old, new=new, note=validate.one_line(note, "the note"), parents=heads))
 
+    def page_release(self, slug: str, note: str) -> Event:
+        slug = validate.slug(slug)
+        if not self.state.heads(slug):
+            raise NotFound(f"there is no page {slug!r} to release")
+        note = validate.one_line(note, "the note")
+        if not note:
+            raise InvalidInput("a release needs --note: why the held page may change now")
+        return self._event(PageRelease(slug=slug, note=note))
+
     def always_add(self, line: str) -> Event:
         line = validate.one_line(line, "the Always line")
         if not line:
@@ -80,8 +88,6 @@ class Writer:
                                 findings=[validate.one_line(f, "a finding") for f in findings]))
 
 
-LOOP = "loop"
-AGENT = "agent"
 ROLES = ("user", "assistant")
 PROTECTIONS = ("none", "read_only", "no_delete")
 _LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

@@ -13,8 +13,8 @@ import json
 import brotli
 
 from eventstore.instants import format_instant
-from eventstore.kinds import (AuditImport, ConfigSet, FileDelete, FileWrite, InboxMessage, LoopAppend, LoopClear,
-                              LoopCompact, OutboxMessage)
+from eventstore.kinds import (ADF_KINDS, AuditImport, ConfigSet, FileDelete, FileWrite, InboxMessage, LoopAppend,
+                              LoopClear, LoopCompact, OutboxMessage)
 
 DEFAULT_CONFIG = {"audit": {"loop": True, "inbox": False, "outbox": False, "files": False}}
 EPOCH_ISO = "1970-01-01T00:00:00.000Z"
@@ -77,8 +77,6 @@ CREATE TABLE IF NOT EXISTS adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL,
 {_message_table("outbox")}
 """
 
-ADF_KINDS = frozenset({"loop.append", "loop.compact", "loop.clear", "inbox.message", "outbox.message", "file.write",
-                       "file.delete", "config.set", "audit.import"})
 
 
 def dumps(value, sort_keys: bool = False) -> str:

@@ -21,6 +21,7 @@ from eventstore.ids import now_ms
 from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
+from eventstore.layers import AGENT, LOOP, MIND
 
 from . import render
 from .adf import MESSAGE_COLUMNS
@@ -161,7 +162,7 @@ class _Importer:
         self.others: list = []
         self.kept_aside: list[str] = []
 
-    def event(self, body, layer: str = "agent", ts: int | None = None):
+    def event(self, body, layer: str = AGENT, ts: int | None = None):
         return new_event(body, agent=self.agent, layer=layer, ts=ts or self.now)
 
     def config(self) -> None:
@@ -197,12 +198,12 @@ class _Importer:
                 self.others.append(self.event(FileWrite(path=path, content=content, mime_type=mime,
                                                         protection=protection, created_at=created,
                                                         updated_at=updated)))
-        self.wiki.extend(self.event(AlwaysAdd(line=line), "mind") for line in always)
+        self.wiki.extend(self.event(AlwaysAdd(line=line), MIND) for line in always)
         mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
         entries = _log_entries(log_text) if LOG_PATH in files else []
         if entries:
-            self.wiki.append(self.event(LogRestore(entries=entries), "mind"))
+            self.wiki.append(self.event(LogRestore(entries=entries), MIND))
         if MIND_PATH in files and _rendered_mind_differs(mind_text, always, self.wiki):
             self._keep_aside(MIND_PATH, mind_text, files[MIND_PATH])
         if LOG_PATH in files and entries is None:
@@ -219,7 +220,7 @@ class _Importer:
             return False
         if fm is None:
             return False
-        self.wiki.append(self.event(PageIngest(slug=slug, frontmatter=fm, text=text, quiet=True), "mind",
+        self.wiki.append(self.event(PageIngest(slug=slug, frontmatter=fm, text=text, quiet=True), MIND,
                                     _time(updated, self.now)))
         return True
 
@@ -298,5 +299,5 @@ def _line_up(live: list[dict], others: list, event, name: str) -> list:
         tokens = json.loads(row["tokens"]) if row.get("tokens") else None
         ordered.append(event(LoopAppend(role=row["role"], content=content, loop=row.get("loop") or "main",
                                         model=row.get("model"), tokens=tokens if isinstance(tokens, dict) else None,
-                                        created_at=row["created_at"], ord=row.get("ord")), "loop"))
+                                        created_at=row["created_at"], ord=row.get("ord")), LOOP))
     return ordered + queue

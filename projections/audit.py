@@ -17,7 +17,9 @@ from eventstore.errors import InvalidInput
 from eventstore.kinds import LoopAppend, LoopCompact, Redacted
 from eventstore.redaction import stand_in
 
+from . import trust
 from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch
+from .search import page_trust
 from .views import LOG_PATH, MIND_PATH, Views, slug_of
 
 NEVER = 1 << 62
@@ -133,8 +135,12 @@ _AUDIT_CITE = re.compile(r"^adf-audit://seq/(\d+)(?:\?loop=([a-z0-9_-]+))?$")
 
 
 def file_text(views: Views, path: str, as_of: int | None = None) -> str | None:
+    """A file as of a seq: a rendered one (the wiki, a layer's file), else one of adf_files."""
     if path in (MIND_PATH, LOG_PATH) or slug_of(path):
         return views.file_text(path, as_of)
+    rendered = views.file_text(path, as_of)
+    if rendered is not None:
+        return rendered
     row = views.file(path, as_of)
     if row is None:
         return None
@@ -174,10 +180,20 @@ class Believed(msgspec.Struct):
     shared: dict[str, str] = {}
 
 
-def believed(views: Views, as_of: int, last: int = 10) -> Believed:
+def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = False, day: str = "") -> Believed:
     """What the agent had in front of it: mind.md, its page catalog, the loop's last messages, and
-    the shared layers' files as they stood (its own writes plus what it had pulled by then)."""
-    pages = [{"slug": s, "title": t, "hook": h} for s, t, h in views.catalog(as_of)]
+    the shared layers' files as they stood (its own writes plus what it had pulled by then).
+
+    Superseded, deprecated and archived pages are left out of `pages` unless `include_all`; the
+    others carry their status and their trust flags as of `day` (YYYY-MM-DD)."""
+    fields = page_trust(views, as_of)
+    pages = []
+    for slug, title, hook in views.catalog(as_of):
+        status, stale_after = fields.get(slug, (None, None))
+        if trust.withheld(status) and not include_all:
+            continue
+        pages.append({"slug": slug, "title": title, "hook": hook, "status": status or "",
+                      "flags": ", ".join(trust.flags(status, stale_after, day))})
     shared = {path: views.file_text(path, as_of) for path in views.shared_paths(as_of)}
-    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:],
+    return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:] if last > 0 else [],
                     shared=shared)

@@ -12,18 +12,25 @@ import json
 from collections.abc import Callable
 
 from eventstore.envelope import CODEC_REDACTED, decode_body, encode_body, unpack_body
-from eventstore.kinds import (AlwaysAdd, AlwaysRemove, Lint, LogRestore, PageDelete, PageIngest, PageRename,
-                              PageUpdate)
+from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
+                              PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
+from eventstore.layers import MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
 
-from . import render
-from .adf import ADF_KINDS, AdfFold
-from .shared import SHARED_PAGE_KINDS, SharedFold
+from . import render, trust
+from .adf import AdfFold
+from .search import SearchFold
+from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
-WIKI_KINDS = frozenset({"page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-                        "lint", "log.restore"})
+def _sql_list(values) -> str:
+    return ", ".join(f"'{value}'" for value in sorted(values))
+
+
+# The agent is read only where a fold keeps it (shared layers): a column less per row.
+_CATCH_UP_SQL = (f"SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != '{MIND}' AND kind IN "
+                 f"({_sql_list(SHARED_KINDS)}) THEN agent END FROM events WHERE seq > ? AND seq <= ? ORDER BY seq")
 
 
 class WikiFold:
@@ -73,6 +80,9 @@ class WikiFold:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
         if isinstance(body, (PageIngest, PageUpdate)):
             kind = "update" if self._page(body.slug) is not None else "ingest"
+            if trust.is_held(body.frontmatter) and (kind == "ingest" or not trust.is_held(
+                    decode_body(self._page(body.slug)[4]).frontmatter)):
+                kind = "hold"
             title = self._version(seq, version_id, ts, body.slug, body.parents, body.frontmatter, body.text, raw)
             if not getattr(body, "quiet", False):
                 self._log(seq, ts, kind, title, body.note)
@@ -90,6 +100,9 @@ class WikiFold:
             title = self._version(seq, version_id, ts, body.new, body.parents, page.frontmatter, page.text, current[4])
             moved = f"mind/{body.old}.md → mind/{body.new}.md"
             self._log(seq, ts, "rename", title, f"{moved}. {body.note}" if body.note else moved)
+        elif isinstance(body, PageRelease):
+            if self._page(body.slug) is not None:
+                self._log(seq, ts, "release", self._page(body.slug)[2], body.note)
         elif isinstance(body, AlwaysAdd):
             self._always_lines().append(body.line)
             self.always_rows.append((seq, ts, json.dumps(self._always, ensure_ascii=False)))
@@ -148,7 +161,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     the process dies between batches.
     """
     target = log.head() if upto is None else upto
-    wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
+    wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
     db = views.db
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -160,24 +173,26 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             end = min(start + batch, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
-            # The agent is read only where a fold keeps it (shared layers): a column less per row.
-            for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(
-                    "SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != 'mind' AND kind IN "
-                    "('entry.append', 'page.ingest', 'page.update', 'page.delete') THEN agent END FROM events "
-                    "WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)):
+            for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(_CATCH_UP_SQL, (start, end)):
                 if codec == CODEC_REDACTED:
                     decoded, raw = _redacted(body)
                 else:
-                    raw = unpack_body(codec, body)
-                    decoded = None
-                if layer == "mind" and kind in WIKI_KINDS:
+                    raw, decoded = unpack_body(codec, body), None
+                if layer == MIND and kind in WIKI_KINDS:
                     apply_wiki(seq, version_id, ts, decoded or decode_body(raw), raw)
                 elif kind in ADF_KINDS:
-                    apply_adf(seq, ts, decoded or decode_body(raw))
-                elif kind == "entry.append" or kind in SHARED_PAGE_KINDS:
-                    shared.apply(seq, id_text(version_id), agent, layer, decoded or decode_body(raw), raw, wiki.dirty)
+                    decoded = decoded or decode_body(raw)
+                    apply_adf(seq, ts, decoded)
+                    search.apply(seq, layer, decoded)
+                elif kind in SHARED_KINDS:
+                    id = id_text(version_id)
+                    decoded = decoded or decode_body(raw)
+                    shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
+                    search.apply(seq, layer, decoded, id, agent)
             adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)
             shared.flush()
+            search.take_pages(wiki.touched_pages, wiki._page)
+            search.flush()
             wiki.flush(end)
             views.set_anchor(end, log.get_by_seq(end).chain)
             db.execute("COMMIT")

@@ -1,26 +1,302 @@
-"""`mem lint --citations`: every citation in every page must resolve."""
+"""`mem lint`: the ADF guide's maintenance checklist as named, mechanical checks, now or as of any seq.
+
+Each check takes a `Scope` (the views, the log, the moment) and returns findings; `run` runs the
+chosen ones. Contradictions are defined mechanically (active material citing withheld or reversed
+material, pages superseding each other, index drift); `judge_pairs` offers the pairs that share
+many search terms to a command the user supplies, for the contradictions no rule can see.
+"""
+
+import json
+import re
+import subprocess
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 
+from eventstore.envelope import decode_body
+from eventstore.errors import InvalidInput
+
+from . import render, trust
 from .audit import cite, citations_in
-from .views import Views, page_path
+from .materialize import untracked
+from .search import flagged_catalog, page_trust
+from .views import MIND_PATH, Views, page_path
+
+DEFAULT_MAX_LINES = 200
+DEFAULT_MAX_BYTES = 16384
 
 
 class Finding(msgspec.Struct):
-    page: str
-    citation: str
+    check: str
+    path: str
     problem: str
+    citation: str = ""
+
+    def line(self) -> str:
+        return f"[{self.check}] {self.path}: " + (f"{self.citation} " if self.citation else "") + self.problem
 
 
-def check_citations(views: Views, log, as_of: int | None = None) -> list[Finding]:
-    findings = []
-    for slug, _title, _hook in views.catalog(as_of):
-        path = page_path(slug)
-        text = views.file_text(path, as_of) or ""
-        for citation in dict.fromkeys(citations_in(text)):
-            result = cite(views, log, citation, as_of)
-            if not result.resolved:
-                what = "resolves to nothing (missing from the live loop, the audit and the log)" \
-                    if result.kind == "seq" else "names a file that does not exist"
-                findings.append(Finding(page=path, citation=citation, problem=what))
-    return findings
+class Scope:
+    """What every check reads: the views and log as of one seq, the day that seq stands for, the root."""
+
+    def __init__(self, views: Views, log, as_of: int, day: str, root: Path | None = None, current: bool = True):
+        self.views, self.log, self.as_of, self.day, self.root, self.current = views, log, as_of, day, root, current
+        self.catalog = views.catalog(as_of)
+        self.fields = page_trust(views, as_of)
+        self._docs: dict[str, tuple[dict, str]] = {}
+
+    def page(self, slug: str) -> tuple[dict, str]:
+        """(frontmatter, text) of a live page as of the scope's seq."""
+        if slug not in self._docs:
+            row = self.views.db.execute("SELECT doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC "
+                                        "LIMIT 1", (slug, self.as_of)).fetchone()
+            doc = decode_body(row[0])
+            self._docs[slug] = (doc.frontmatter, doc.text)
+        return self._docs[slug]
+
+    def withheld(self, slug: str) -> str | None:
+        return trust.withheld(self.fields.get(slug, (None, None))[0])
+
+    def active(self) -> list[str]:
+        return [slug for slug, _t, _h in self.catalog if not self.withheld(slug)]
+
+    def entries(self):
+        """Every typed entry as of the seq (shared and local layers), with who reversed it."""
+        layers = [r[0] for r in self.views.db.execute("SELECT DISTINCT layer FROM entries WHERE seq <= ?",
+                                                      (self.as_of,))]
+        return [(layer, e) for layer in layers for e in self.views.shared.entries(layer, self.as_of)]
+
+
+_PAGE_LINK = re.compile(r"adf-file://mind/([a-z0-9][a-z0-9_.-]*?)\.md")
+_ENTRY_ID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+
+
+def check_contradictions(scope: Scope) -> list[Finding]:
+    found = []
+    reversed_ids = {e.id: e.reversed_by for _layer, e in scope.entries() if e.reversed_by}
+    for slug in scope.active():
+        fm, text = scope.page(slug)
+        document = render.page(fm, text)
+        for target in dict.fromkeys(_PAGE_LINK.findall(document)):
+            why = scope.withheld(target)
+            if why and target != slug:
+                found.append(Finding("contradictions", page_path(slug), f"active page links {why} page "
+                                     f"mind/{target}.md", f"adf-file://mind/{target}.md"))
+        for entry_id in dict.fromkeys(_ENTRY_ID.findall(document)):
+            if entry_id in reversed_ids:
+                found.append(Finding("contradictions", page_path(slug), f"cites entry {entry_id}, reversed by "
+                                     f"{reversed_ids[entry_id]}", entry_id))
+    for layer, entry in scope.entries():
+        if entry.reversed_by:
+            continue
+        for entry_id in _ENTRY_ID.findall(entry.content):
+            if entry_id in reversed_ids:
+                found.append(Finding("contradictions", f"{layer}#{entry.id}", f"active entry cites entry {entry_id}, "
+                                     f"reversed by {reversed_ids[entry_id]}", entry_id))
+    targets = {slug: trust.superseded_by(status) for slug, (status, _s) in scope.fields.items()
+               if trust.withheld(status) == "superseded"}
+    for slug, target in sorted(targets.items()):
+        if target and targets.get(target) == slug and slug < target:
+            found.append(Finding("contradictions", page_path(slug), f"supersedes and is superseded by mind/{target}.md"))
+    live = {slug for slug, _t, _h in scope.catalog}
+    for line in scope.views.always(scope.as_of):
+        for target in dict.fromkeys(_PAGE_LINK.findall(line)):
+            why = scope.withheld(target)
+            if target in live and why:
+                found.append(Finding("contradictions", MIND_PATH, f"index drift: an Always line links a {why} page",
+                                     f"adf-file://mind/{target}.md"))
+    if scope.current and scope.root is not None:
+        found += _catalog_drift(scope)
+    return found
+
+
+def _catalog_drift(scope: Scope) -> list[Finding]:
+    """Catalog lines in mind.md on disk that no longer say what the page does (a hand edit of the index)."""
+    try:
+        on_disk = (scope.root / MIND_PATH).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    rendered = {f"adf-file://mind/{slug}.md)": line.rstrip("\n") for slug, line in
+                ((row[0], render.catalog_line(*row)) for row in
+                 flagged_catalog(scope.views, scope.catalog, scope.as_of))}
+    found = []
+    for line in on_disk:
+        for link, expected in rendered.items():
+            if link in line and line != expected:
+                found.append(Finding("contradictions", MIND_PATH, f"index drift: the catalog line says "
+                                     f"{line!r}, the page says {expected!r}", link[:-1]))
+    return found
+
+
+def check_stale(scope: Scope) -> list[Finding]:
+    return [Finding("stale", page_path(slug), f"past stale_after ({trust.stale_day(stale)}): re-verify it, "
+                    "then update the date or the content")
+            for slug, (status, stale) in sorted(scope.fields.items())
+            if trust.is_stale(stale, scope.day) and not trust.withheld(status)]
+
+
+def check_sources(scope: Scope) -> list[Finding]:
+    return [Finding("sources", page_path(slug), "has no `sources`: it cannot be re-verified")
+            for slug in scope.active() if not scope.page(slug)[0].get("sources")]
+
+
+def check_one_off_types(scope: Scope) -> list[Finding]:
+    types = {slug: str(scope.page(slug)[0].get("type")) for slug in scope.active()}
+    counts = Counter(types.values())
+    return [Finding("one-off-types", page_path(slug), f"is the only page of type {kind!r}: reuse a type "
+                    f"({', '.join(sorted(t for t in counts if t != kind)[:5]) or 'none yet'}) or keep it on purpose")
+            for slug, kind in sorted(types.items()) if counts[kind] == 1 and len(types) > 1]
+
+
+def _dead(scope: Scope, where: str, text: str, check: str, kinds: tuple[str, ...]) -> list[Finding]:
+    found = []
+    for citation in dict.fromkeys(citations_in(text)):
+        is_file = citation.startswith("adf-file://")
+        if ("file" if is_file else "seq") not in kinds:
+            continue
+        result = cite(scope.views, scope.log, citation, scope.as_of)
+        if not result.resolved:
+            problem = ("names a file that does not exist" if is_file else
+                       "resolves to nothing (missing from the live loop, the audit and the log)")
+            found.append(Finding(check, where, problem, citation))
+    return found
+
+
+def check_dead_links(scope: Scope) -> list[Finding]:
+    found = []
+    for slug, _t, _h in scope.catalog:
+        found += _dead(scope, page_path(slug), render.page(*scope.page(slug)), "dead-links", ("file",))
+    for line in scope.views.always(scope.as_of):
+        found += _dead(scope, f"{MIND_PATH} (## Always)", line, "dead-links", ("file",))
+    return found
+
+
+def check_citations(scope: Scope) -> list[Finding]:
+    found = []
+    for slug, _t, _h in scope.catalog:
+        found += _dead(scope, page_path(slug), render.page(*scope.page(slug)), "citations", ("seq",))
+    return found
+
+
+def check_orphans(scope: Scope) -> list[Finding]:
+    if not scope.current or scope.root is None:
+        return []
+    return [Finding("orphans", path, "is in mind/ but is no page of the log: `mem adopt` it or delete it")
+            for path in untracked(scope.views, scope.root)]
+
+
+def check_budget(scope: Scope) -> list[Finding]:
+    config = scope.views.config(scope.as_of).get("lint") or {}
+    max_lines = int(config.get("mind_max_lines", DEFAULT_MAX_LINES))
+    max_bytes = int(config.get("mind_max_bytes", DEFAULT_MAX_BYTES))
+    text = scope.views.mind(scope.as_of)
+    lines, size = text.count("\n"), len(text.encode("utf-8"))
+    found = []
+    if lines > max_lines:
+        found.append(Finding("budget", MIND_PATH, f"has {lines} lines, over the budget of {max_lines} "
+                             "(`mem config set lint.mind_max_lines N`): keep the index small"))
+    if size > max_bytes:
+        found.append(Finding("budget", MIND_PATH, f"is {size} bytes, over the budget of {max_bytes} "
+                             "(`mem config set lint.mind_max_bytes N`): keep the index small"))
+    return found
+
+
+CHECKS: dict[str, Callable[[Scope], list[Finding]]] = {
+    "contradictions": check_contradictions,
+    "stale": check_stale,
+    "sources": check_sources,
+    "one-off-types": check_one_off_types,
+    "dead-links": check_dead_links,
+    "citations": check_citations,
+    "orphans": check_orphans,
+    "budget": check_budget,
+}
+
+
+def run(scope: Scope, names: list[str] | None = None) -> list[Finding]:
+    unknown = [n for n in names or () if n not in CHECKS]
+    if unknown:
+        raise InvalidInput(f"unknown lint check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
+    return [finding for name in (names or list(CHECKS)) for finding in CHECKS[name](scope)]
+
+
+# --- --judge: candidate pairs for a command to rule on -------------------------------------------------
+
+_WORD = re.compile(r"[a-z][a-z0-9]{3,}")
+_COMMON = frozenset("this that with from have will been were they them their there what when which would should "
+                    "could about into only also than then more most some such each other page pages type "
+                    "description status sources".split())
+
+
+def _terms(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _COMMON}
+
+
+def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[dict]:
+    """Active pages and live entries that share at least `min_shared` terms, most shared first."""
+    items = [(f"adf-file://{page_path(s)}", render.page(*scope.page(s))) for s in scope.active()]
+    items += [(e.id, f"[{e.type}] {e.date}: {e.content}") for _layer, e in scope.entries() if not e.reversed_by]
+    terms = [_terms(text) for _name, text in items]
+    postings = defaultdict(list)
+    for i, words in enumerate(terms):
+        for word in words:
+            postings[word].append(i)
+    shared = Counter()
+    for holders in postings.values():
+        if len(holders) <= 50:
+            for a in range(len(holders)):
+                for b in range(a + 1, len(holders)):
+                    shared[(holders[a], holders[b])] += 1
+    pairs = sorted(((n, a, b) for (a, b), n in shared.items() if n >= min_shared), key=lambda p: (-p[0], p[1], p[2]))
+    return [{"a": items[a][0], "b": items[b][0], "shared_terms": n, "a_text": items[a][1], "b_text": items[b][1]}
+            for n, a, b in pairs[:limit]]
+
+
+def judge_pairs(scope: Scope, command: str, timeout: float = 120) -> tuple[list[Finding], list[str]]:
+    """Sends each candidate pair as one JSON object on stdin to `command` (a shell command, an LLM call
+    say); its first output line is its verdict: `contradiction: why` is a finding, anything else is not.
+    Returns the findings and every verdict, as lines for the lint event."""
+    found, verdicts = [], []
+    for pair in candidate_pairs(scope):
+        result = subprocess.run(command, shell=True, input=json.dumps(pair).encode(), capture_output=True,
+                                timeout=timeout)
+        if result.returncode != 0:
+            raise InvalidInput(f"the judge command failed ({result.returncode}): "
+                               f"{result.stderr.decode(errors='replace').strip()[:200]}")
+        verdict = (result.stdout.decode(errors="replace").strip().splitlines() or ["(no verdict)"])[0]
+        verdicts.append(f"judge: {pair['a']} vs {pair['b']}: {verdict}")
+        if verdict.lower().startswith("contradiction"):
+            found.append(Finding("judge", pair["a"], f"contradicts {pair['b']} (judge: {verdict})"))
+    return found, verdicts
+
+
+class LintReport(msgspec.Struct):
+    seq: int
+    checks: list[str]
+    findings: list[Finding]
+    verdicts: list[str] = []
+
+    def summary(self) -> str:
+        if not self.findings:
+            return f"Lint ({', '.join(self.checks)}): no findings."
+        counts = Counter(f.check for f in self.findings)
+        return f"Lint: {len(self.findings)} finding(s): " + ", ".join(f"{k} {n}" for k, n in counts.items()) + "."
+
+
+def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | None = None) -> LintReport:
+    """Runs the chosen checks (all by default) on the memory as of a seq, and the judge when given."""
+    scope = Scope(memory.views, memory.log, as_of, day, memory.root, current=as_of >= memory.views.checkpoint())
+    findings = run(scope, names)
+    verdicts = []
+    if judge:
+        judged, verdicts = judge_pairs(scope, judge)
+        findings += judged
+    return LintReport(seq=as_of, checks=list(names or CHECKS) + (["judge"] if judge else []), findings=findings,
+                      verdicts=verdicts)
+
+
+def record(memory, report: LintReport) -> int:
+    """One `lint` entry in mind/log.md: the summary, each finding and each verdict."""
+    return memory.append(memory.writer.lint(report.summary(), [f.line() for f in report.findings] + report.verdicts))

@@ -13,11 +13,12 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput
-from eventstore.layers import Contract
+from eventstore.layers import lenient_contract, produces
 from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
+from . import local_layers, trust
 from .fold import catch_up
 from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
 from .views import LOG_PATH, MIND_PATH, Views, page_path
@@ -78,6 +79,7 @@ class Memory:
             head = self.log.head()
             if next(self.log.read_rows(self.views.checkpoint(), head, kinds=["redaction"], limit=1), None) is None:
                 catch_up(self.log, self.views, upto=head, progress=progress)
+                local_layers.adopt(self.views, self.load_contract())
                 self.last_report = materialize(self.views, self.root, force=force)
                 return self.last_report
         from .replay import replay
@@ -92,6 +94,7 @@ class Memory:
         event = secrets.checked(event, allow_secret)
         for path in touches:
             validate.inside_workspace(self.root, path)
+        trust.admit(self, event)
         if not force:
             edited = [p for p in hand_edited(self.views, self.root, set(touches))
                       if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
@@ -123,6 +126,11 @@ class Memory:
         touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
         return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
+    def release_page(self, slug: str, note: str, *, allow_secret: bool = False) -> int:
+        event = self.writer.page_release(slug, note)
+        trust.check_release(self, event.body.slug)
+        return self.append(event, touches=[LOG_PATH], allow_secret=allow_secret)
+
     def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> int:
         return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force, allow_secret=allow_secret)
 
@@ -146,6 +154,7 @@ class Memory:
 
     def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none", *,
                    allow_secret: bool = False) -> int:
+        local_layers.refuse_layer_path(path, self.views.contract)
         return self.append(self.adf_writer.file_write(path, content, mime_type, protection), allow_secret=allow_secret)
 
     def file_delete(self, path: str) -> int:
@@ -159,7 +168,7 @@ class Memory:
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
-        views.contract = self.views.contract
+        views.contract = self.load_contract(views=views)
         self.views = views
         self.writer.state = views
         self.adf_writer.files = views
@@ -171,22 +180,28 @@ class Memory:
     def contract_path(self) -> Path:
         return self.ws.mem_dir / "contract.json"
 
-    def load_contract(self):
-        try:
-            return msgspec.json.decode(self.contract_path.read_bytes(), type=Contract)
-        except FileNotFoundError:
-            return None
+    def load_contract(self, hub=None, views: Views | None = None):
+        """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""
+        if hub is None:
+            try:
+                data = msgspec.json.decode(self.contract_path.read_bytes())
+                hub = lenient_contract(data.get("layers") if isinstance(data, dict) else None)
+            except FileNotFoundError:
+                pass
+        return local_layers.merged(hub, (views or self.views).config(), self.config.agent)
+
+    def declare_layer(self, name: str, path: str, format: str = "entries") -> int:
+        """A local layer (no hub needed): its declaration is a config event."""
+        spec = local_layers.check(name, path, format, self.views.contract)
+        return self.config_set(f"layers.{name}", spec)
 
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""
-        if contract == self.views.contract:
+        if self.load_contract(contract) == self.views.contract:
             return False
-        old = self.views.shared_paths() if self.views.contract else []
         write_atomic(self.contract_path, [msgspec.json.encode(contract)])
-        self.views.contract = contract
         with self.lock():
-            self.views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) "
-                                      "DO UPDATE SET dirty = 1", [(p,) for p in old + self.views.shared_paths()])
+            local_layers.adopt(self.views, self.load_contract(contract))
         self.refresh()
         return True
 
@@ -199,7 +214,7 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
-        if "*" not in spec.producers and self.config.agent not in spec.producers:
+        if not produces(contract, self.config.agent, layer):
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
         if allow_secret and spec.scan_secrets:
             raise InvalidInput(f"the hub scans layer {layer!r} for secrets (scan_secrets in the contract): "
@@ -239,7 +254,10 @@ class Memory:
         return self.views.checkpoint()
 
     def show(self, path: str, as_of: int) -> str | None:
-        return self.views.file_text(path, as_of)
+        """Any file as of a seq: the wiki, a layer's file, or one of adf_files (which stay off the disk)."""
+        from .audit import file_text
+
+        return file_text(self.views, path, as_of)
 
     def checkout(self, target: Path, as_of: int) -> list[str]:
         """Writes every file as of a seq into `target` (which must be outside this workspace's views)."""

@@ -38,9 +38,12 @@ def hook_of(fm: dict) -> str:
     return " ".join(str(description).split())
 
 
-def catalog_line(slug: str, title: str, hook: str) -> str:
+def catalog_line(slug: str, title: str, hook: str, flag: str = "") -> str:
+    """`- [Title](adf-file://mind/slug.md) — hook`; a trust flag goes first in the hook: `— (deprecated) hook`."""
     title = title.replace("[", "\\[").replace("]", "\\]")
     line = f"- [{title}](adf-file://mind/{slug}.md)"
+    if flag:
+        hook = f"({flag}) {hook}" if hook else f"({flag})"
     return f"{line} — {hook}\n" if hook else line + "\n"
 
 
@@ -48,7 +51,7 @@ def mind(always: Iterable[str], catalog: Iterable[tuple[str, str, str]]) -> str:
     """mind.md: title, `## Always` (one line each), `## Pages` (a catalog line per page, by slug)."""
     lines = [f"- {line}\n" for line in always]
     parts = [MIND_TITLE, "\n\n## Always\n\n", *lines, "\n" if lines else "", "## Pages\n\n"]
-    parts.extend(catalog_line(slug, title, hook) for slug, title, hook in catalog)
+    parts.extend(catalog_line(*row) for row in catalog)
     return "".join(parts)
 
 

@@ -8,6 +8,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
+from . import local_layers, search
 from .fold import catch_up
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
@@ -25,13 +26,16 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
-def _build(log, path: Path, upto: int | None, progress, contract=None) -> Views:
-    """Folds the log into a new views database; `contract` places the shared layers' files."""
+def _build(memory, path: Path, upto: int | None, progress) -> Views:
+    """Folds the log into a new views database; the contract (with the local layers the rebuilt config
+    declares) places the shared layers' files."""
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
     views = Views(path, fast=True)
-    views.contract = contract
-    catch_up(log, views, upto=upto, batch=20000, progress=progress)
+    views.contract = memory.views.contract
+    with search.indexed_at_the_end(views.db):
+        catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
+    local_layers.adopt(views, memory.load_contract(views=views))
     return views
 
 
@@ -47,7 +51,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         carried = memory.views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
-        views = _build(memory.log, rebuilt, upto, progress, memory.views.contract)
+        views = _build(memory, rebuilt, upto, progress)
         views.db.execute("BEGIN")
         views.db.executemany("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) "
                              "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
@@ -74,8 +78,8 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
 def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
     """Rebuilds into a temporary directory and lists every file or view row that differs."""
     with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
-        views = _build(memory.log, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
-                       progress, memory.views.contract)
+        views = _build(memory, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
+                       progress)
         out = Path(tmp) / "files"
         for path in views.paths():
             views.db.execute("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)", (path,))

@@ -24,8 +24,6 @@ CREATE TABLE IF NOT EXISTS shared_versions (
     parents TEXT NOT NULL, deleted INTEGER NOT NULL, doc BLOB, PRIMARY KEY (layer, slug, id));
 """
 
-SHARED_PAGE_KINDS = frozenset({"page.ingest", "page.update", "page.delete"})
-
 
 class Entry(msgspec.Struct):
     id: str

@@ -13,7 +13,7 @@ from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.recorder import id_text
 
-from . import adf, render, shared
+from . import adf, render, search, shared
 
 SCHEMA_VERSION = "1"
 
@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS file_state (
 """
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
-               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions")
+               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions", *search.TABLES)
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 
@@ -63,9 +63,10 @@ class Views:
             self.db.execute("PRAGMA synchronous = NORMAL")
         self.contract = None  # the shared layers' contract (sync.wire.Contract), set by Memory
         self.shared = shared.SharedViews(self.db)
-        for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA).split(";"):
+        for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
             if statement.strip():
                 self.db.execute(statement)
+        search.init(self.db)
         adf.init_meta(self.db)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
@@ -127,7 +128,7 @@ class Views:
         return render.page(document.frontmatter, document.text)
 
     def mind(self, as_of: int | None = None) -> str:
-        return render.mind(self.always(as_of), self.catalog(as_of))
+        return render.mind(self.always(as_of), search.flagged_catalog(self, self.catalog(as_of), as_of))
 
     def log_chunks(self, as_of: int | None = None) -> Iterator[str]:
         cursor = self.db.execute("SELECT entry FROM log_entries WHERE seq <= ? ORDER BY seq DESC",

@@ -18,8 +18,8 @@ import zstandard
 
 from eventstore.envelope import Event
 from eventstore.errors import InvalidInput, MemError
+from eventstore.layers import produced_layers
 
-from .contracts import produces
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
@@ -166,7 +166,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     contract = client.contract()
     memory.set_contract(contract.contract)
     agent = memory.config.agent
-    layers = [name for name in contract.contract.layers if produces(contract.contract, agent, name)]
+    layers = produced_layers(contract.contract, agent)
     key = f"push:{remote.name}"
     cursor = int(memory.log.state(key) or 0)
     pushed = duplicates = 0

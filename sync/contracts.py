@@ -1,4 +1,8 @@
-"""Producer/consumer contracts: which agent may write which shared layer, and who reads it."""
+"""Producer/consumer contracts: which agent may write which shared layer, and who reads it.
+
+The contract type and who-may-do-what (`produces`, `consumes`) live in eventstore.layers, so the
+projections use them too; this module reads and writes contract files.
+"""
 
 import re
 import tomllib
@@ -6,12 +10,9 @@ import tomllib
 import msgspec
 
 from eventstore.errors import InvalidInput
-
-from eventstore.layers import Contract, ContractLayer
-
-LAYER_KINDS = {"entries": ("entry.append", "redaction"),
-               "pages": ("page.ingest", "page.update", "page.delete", "page.rename", "redaction")}
-_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+from eventstore.layers import (LAYER_KINDS, LAYER_NAME_PATTERN, PRIVATE_LAYERS, Contract, ContractLayer, consumed_layers,
+                               consumes, is_reserved, lenient_contract, path_problem, produced_layers,
+                               produces)
 
 
 def parse_contract(text: str) -> Contract:
@@ -20,42 +21,25 @@ def parse_contract(text: str) -> Contract:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"the contract is not valid TOML: {exc}") from None
+    for name in data.get("layers", {}) if isinstance(data.get("layers"), dict) else ():
+        if is_reserved(name):
+            raise InvalidInput(f"layer name {name!r} is reserved: {', '.join(sorted(PRIVATE_LAYERS))} are "
+                               "each agent's own and are never shared")
+        if not re.match(LAYER_NAME_PATTERN, name):
+            raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_'")
+        spec = data["layers"][name]
+        if isinstance(spec, dict) and isinstance(spec.get("path"), str):
+            problem = path_problem(spec["path"], spec.get("format"))
+            if problem:
+                raise InvalidInput(f"layer {name}: path {spec['path']!r}: {problem}")
     try:
         contract = msgspec.convert(data, Contract)
     except msgspec.ValidationError as exc:
         raise InvalidInput(f"the contract is not valid: {exc}") from None
-    for name, layer in contract.layers.items():
-        if not _NAME.match(name):
-            raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_'")
-        path = layer.path
-        if path.startswith("/") or ".." in path.split("/") or "\\" in path or not path:
-            raise InvalidInput(f"layer {name}: path {path!r} must be relative, inside the workspace")
-        if path == "mind.md" or path.split("/")[0] in ("mind", ".mem"):
-            raise InvalidInput(f"layer {name}: path {path!r} belongs to the wiki or to mindlog itself")
-        if layer.format == "pages" and not path.endswith("/"):
-            raise InvalidInput(f"layer {name}: a pages layer's path is a directory ending in '/'")
-        if layer.format == "entries" and not path.endswith(".md"):
-            raise InvalidInput(f"layer {name}: an entries layer's path is a .md file")
-        if not layer.producers or not layer.consumers:
-            raise InvalidInput(f"layer {name}: producers and consumers must not be empty")
     paths = [layer.path for layer in contract.layers.values()]
     if len(set(paths)) != len(paths):
         raise InvalidInput("two layers share one path")
     return contract
-
-
-def produces(contract: Contract, agent: str, layer: str) -> bool:
-    spec = contract.layers.get(layer)
-    return spec is not None and ("*" in spec.producers or agent in spec.producers)
-
-
-def consumes(contract: Contract, agent: str, layer: str) -> bool:
-    spec = contract.layers.get(layer)
-    return spec is not None and ("*" in spec.consumers or agent in spec.consumers)
-
-
-def consumed_layers(contract: Contract, agent: str) -> list[str]:
-    return sorted(name for name in contract.layers if consumes(contract, agent, name))
 
 
 def to_toml(contract: Contract) -> str:
@@ -72,5 +56,5 @@ def to_toml(contract: Contract) -> str:
     return "\n".join(out)
 
 
-__all__ = ["Contract", "ContractLayer", "LAYER_KINDS", "consumed_layers", "consumes",
-           "parse_contract", "produces", "to_toml"]
+__all__ = ["Contract", "ContractLayer", "LAYER_KINDS", "consumed_layers", "consumes", "lenient_contract",
+           "parse_contract", "produced_layers", "produces", "to_toml"]

@@ -21,9 +21,9 @@ from starlette.routing import Route
 from eventstore import secrets
 from eventstore.envelope import check_event
 from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
+from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
 
 from .committer import GroupCommitter
-from .contracts import LAYER_KINDS, consumed_layers, produces
 from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage
@@ -66,6 +66,10 @@ def check_batch(events, agent: str, contract) -> None:
     """Every check a pushed event must pass before any of its batch is applied."""
     for event in events:
         check_event(event)
+        if is_reserved(event.layer):
+            raise HubError(403, "reserved-layer", "Reserved layer",
+                           f"event {event.id} is in layer {event.layer!r}: {', '.join(sorted(PRIVATE_LAYERS))} are "
+                           "each agent's own and never shared; nothing of the batch was applied")
         if event.agent != agent:
             raise HubError(403, "agent-mismatch", "Agent mismatch",
                            f"event {event.id} names agent {event.agent!r}; the token is {agent!r}'s")
@@ -75,7 +79,7 @@ def check_batch(events, agent: str, contract) -> None:
         allowed = LAYER_KINDS[contract.layers[event.layer].format]
         if event.original_kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
-                           f"layer {event.layer!r} takes {', '.join(allowed)}, not {event.original_kind!r}")
+                           f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.original_kind!r}")
         if contract.layers[event.layer].scan_secrets:
             found = secrets.scan_body(event.body)
             if found:

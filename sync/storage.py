@@ -22,10 +22,11 @@ from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.kinds import ContractChange, Redacted, Redaction
 from eventstore.redaction import redacted_form
+from eventstore.layers import CONTRACT_LAYER
 
+from .contracts import lenient_contract
 from .wire import Contract, PushResult
 
-CONTRACT_LAYER = "_contract"
 HUB_AGENT = "_hub"
 _stored = msgspec.msgpack.Encoder()
 _loaded = msgspec.msgpack.Decoder(Event)
@@ -81,7 +82,7 @@ def contract_event(contract: Contract) -> Event:
 
 
 def contract_of(event: Event | None) -> Contract:
-    return Contract() if event is None else msgspec.convert({"layers": event.body.layers}, Contract)
+    return Contract() if event is None else lenient_contract(event.body.layers)
 
 
 class HubStorage(ABC):

@@ -84,7 +84,7 @@ def test_tokens(hub):
 def test_out_of_contract_push_applies_nothing(hub):
     refused(push(hub, [entry(text="fine"), entry(layer="drafts")]), 403, "out-of-contract")
     private = new_event(AlwaysAdd(line="my private rule"), agent="alice", layer="mind")
-    refused(push(hub, [private]), 403, "out-of-contract")
+    refused(push(hub, [private]), 403, "reserved-layer")
     assert head(hub) == 1
 
 

@@ -85,7 +85,7 @@ def test_replay_is_byte_identical_to_incremental_updates(steps, data):
 
             head = memory.log.head()
             at = data.draw(st.integers(min_value=0, max_value=head))
-            rebuilt = _build(memory.log, Path(tmp) / "at.db", at, None)
+            rebuilt = _build(memory, Path(tmp) / "at.db", at, None)
             for path in set(memory.views.paths(at)) | set(rebuilt.paths()):
                 assert memory.show(path, at) == rebuilt.file_text(path), path
             assert audit.loop_rows(memory.views, None, at) == audit.loop_rows(rebuilt, None)

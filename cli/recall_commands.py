@@ -1,0 +1,150 @@
+"""`mem search`, `believed`, `lint`, `page release`: reading memory with the trust fields applied, now or then."""
+
+from typing import Optional
+
+import typer
+
+from eventstore.ids import now_ms
+from eventstore.instants import parse_instant
+from projections import search as searching
+from projections import trust
+
+from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app
+from .output import emit_json
+
+
+def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]:
+    """(as_of seq or None for now, the day staleness is judged on): the moment's own day, else today."""
+    if at is not None and seq is not None:
+        fail("give --at or --seq, not both", 2)
+    if at is not None:
+        at_ms = parse_instant(at)
+        return mem.seq_at(at_ms), trust.day_of(at_ms)
+    if seq is not None:
+        point = mem.seq_at(seq=seq)
+        event = mem.log.get_by_seq(point) if point else None
+        return point, trust.day_of(event.ts if event else 0)
+    return None, trust.day_of(now_ms())
+
+
+@app.command()
+def search(query: str,
+           layer: Optional[list[str]] = typer.Option(None, "--layer", help="Only this layer: mind, loop, agent (files), "
+                                                     "or a shared layer (repeatable)."),
+           type_: Optional[list[str]] = typer.Option(None, "--type", help="Only this page or entry type, "
+                                                     "or loop role (repeatable)."),
+           kind: Optional[list[str]] = typer.Option(None, "--kind", help="page, shared-page, entry, loop, file."),
+           agent: Optional[str] = typer.Option(None, "--agent", help="Only what this agent wrote."),
+           status: Optional[str] = typer.Option(None, "--status", help="Only pages with this status (a prefix)."),
+           all_: bool = typer.Option(False, "--all", help="Include superseded, deprecated and archived material."),
+           at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
+           n: int = typer.Option(10, "-n", help="How many hits."), json: bool = JsonOpt):
+    """Full-text search (BM25) over pages, shared layers, entries, the loop and files, as of any moment."""
+    for k in kind or ():
+        if k not in searching.KINDS:
+            fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
+    with memory() as mem:
+        as_of, day = moment(mem, at, seq)
+        hits = searching.search(mem.views, query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (),
+                                types=type_ or (), agent=agent, self_agent=mem.config.agent, status=status,
+                                include_all=all_, limit=n)
+    if json:
+        return emit_json(hits)
+    for number, hit in enumerate(hits, 1):
+        status_text = f" · status: {hit.status}" if hit.status else ""
+        flags = f" · FLAGGED: {', '.join(hit.flags)}" if hit.flags else ""
+        title = f"{hit.citation} {hit.title}" if hit.kind == "loop" else hit.title
+        typer.echo(f"{number:>2}. {title} — {hit.path} ({hit.kind}{status_text}){flags}\n"
+                   f"    cite {hit.citation}\n    {hit.snippet}")
+    if not hits:
+        typer.echo("no matches")
+
+
+@app.command()
+def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
+             last: int = typer.Option(10, "--last", help="How many loop messages."),
+             all_: bool = typer.Option(False, "--all", help="Include superseded, deprecated and archived pages."),
+             json: bool = JsonOpt):
+    """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages."""
+    from projections import audit as auditing
+
+    with memory() as mem:
+        as_of, day = moment(mem, at, seq)
+        result = auditing.believed(mem.views, mem.seq_at() if as_of is None else as_of, last, include_all=all_,
+                                   day=day)
+    if json:
+        return emit_json(result)
+    typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
+    pages = [p["slug"] + (f" ({p['flags']})" if p["flags"] else "") for p in result.pages]
+    typer.echo(f"pages: {', '.join(pages) or '(none)'}\n\nloop (last {last}):")
+    for row in result.loop:
+        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+    for path, text in result.shared.items():
+        typer.echo(f"\nshared {path}:\n{text.rstrip()}")
+
+
+@app.command()
+def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run only this check (repeatable): "
+                                                   "contradictions, stale, sources, one-off-types, dead-links, "
+                                                   "citations, orphans, budget."),
+         citations: bool = typer.Option(False, "--citations", help="Same as --check citations --check dead-links."),
+         judge: Optional[str] = typer.Option(None, "--judge", help="A command that rules on candidate pairs "
+                                             "(JSON on stdin; a first line starting `contradiction` is a finding)."),
+         record: bool = typer.Option(False, "--record", help="Append one lint entry to mind/log.md."),
+         at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """The maintenance checklist: every check by default; exit 1 when anything is found."""
+    from projections import lint as linting
+
+    names = list(check or []) + (["citations", "dead-links"] if citations else [])
+    with memory() as mem:
+        as_of, day = moment(mem, at, seq)
+        report = linting.lint(mem, names or None, mem.seq_at() if as_of is None else as_of, day, judge)
+        if record:
+            linting.record(mem, report)
+    if json:
+        emit_json(report.findings)
+    else:
+        for finding in report.findings:
+            typer.echo(finding.line())
+        for verdict in report.verdicts:
+            typer.echo(verdict)
+        typer.echo(report.summary())
+    raise typer.Exit(1 if report.findings else 0)
+
+
+@page_app.command("release")
+def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
+    """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
+    with memory() as mem:
+        seq = mem.release_page(slug, note)
+    typer.echo(f"release mind/{slug.removesuffix('.md')}.md (seq {seq})")
+
+
+layer_app = typer.Typer(help="Local layers: typed-entry files (or page folders) of this agent alone, no hub needed.",
+                        no_args_is_help=True)
+app.add_typer(layer_app, name="layer")
+
+
+@layer_app.command("add")
+def layer_add(name: str, path: str,
+              format: str = typer.Option("entries", "--format", help="entries (one file) or pages (a folder/).")):
+    """Declare a local layer (a config event): `mem layer add decisions memory/decisions.md`."""
+    with memory() as mem:
+        seq = mem.declare_layer(name, path, format)
+    typer.echo(f"layer {name} -> {path} ({format}, seq {seq})")
+
+
+@layer_app.command("list")
+def layer_list(json: bool = JsonOpt):
+    """Every layer this workspace renders: the hub's (as last pulled) and its own."""
+    from projections.local_layers import declared
+
+    with memory() as mem:
+        local = declared(mem.views.config(), mem.config.agent)
+        contract = mem.views.contract
+        rows = [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
+                for name, spec in sorted((contract.layers if contract else {}).items())]
+    if json:
+        return emit_json(rows)
+    for row in rows:
+        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}")

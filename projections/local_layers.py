@@ -1,0 +1,77 @@
+"""Layers one agent declares for itself, with no hub: the typed-entry files of the memory architecture.
+
+A workspace declares a local layer in its config, as an event (`layers.<name>` = path and format),
+so `mem entry add decisions "[DECISION] ..."` works alone and the entry file is materialised like a
+page. The declared layers join the hub's contract for rendering and writing only: a push still asks
+the hub which layers it may send, so a local layer never leaves the agent. A hub layer of the same
+name wins.
+"""
+
+import re
+
+from eventstore.errors import InvalidInput
+from eventstore.layers import FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem
+
+_NAME = re.compile(LAYER_NAME_PATTERN)
+
+
+def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
+    """The local layers in a config (malformed ones, set by hand with `mem config set`, are skipped)."""
+    found = {}
+    for name, spec in sorted((config.get("layers") or {}).items()):
+        if not (isinstance(spec, dict) and isinstance(spec.get("path"), str) and _NAME.match(name)
+                and spec.get("format", "entries") in FORMATS):
+            continue
+        try:
+            found[name] = ContractLayer(path=spec["path"], format=spec.get("format", "entries"), producers=[agent],
+                                        consumers=[agent])
+        except ValueError:
+            continue
+    return found
+
+
+def merged(hub: Contract | None, config: dict, agent: str) -> Contract | None:
+    """The hub's contract plus the local layers (the hub's win on a name clash); None when neither exists."""
+    local = declared(config, agent)
+    if not local:
+        return hub
+    return Contract(layers={**local, **(hub.layers if hub else {})})
+
+
+def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
+    """The config value declaring a local layer, or a refusal."""
+    if not _NAME.match(name):
+        raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_', starting with a "
+                           f"letter, and not one of {', '.join(sorted(RESERVED_LAYERS))}")
+    if format not in FORMATS:
+        raise InvalidInput(f"a layer's format is {' or '.join(FORMATS)}, not {format!r}")
+    problem = path_problem(path, format)
+    if problem:
+        raise InvalidInput(f"layer path {path!r}: {problem}")
+    for other, spec in (contract.layers.items() if contract else ()):
+        if other == name:
+            raise InvalidInput(f"layer {name!r} already exists (at {spec.path})")
+        if spec.path == path or path.startswith(spec.path) or spec.path.startswith(path):
+            raise InvalidInput(f"{path} overlaps layer {other!r} ({spec.path})")
+    return {"path": path, "format": format}
+
+
+def refuse_layer_path(path: str, contract: Contract | None) -> None:
+    """`mem file write` may not write a layer's file: the layer's events own it (and its bytes on disk)."""
+    for name, spec in (contract.layers.items() if contract else ()):
+        if path == spec.path or (spec.format == "pages" and path.startswith(spec.path)):
+            how = f"mem entry add {name} \"[TYPE] ...\"" if spec.format == "entries" else \
+                f"mem page write SLUG --layer {name}"
+            raise InvalidInput(f"{path} belongs to layer {name!r}; write it with `{how}`")
+
+
+def adopt(views, contract: Contract | None) -> bool:
+    """Renders the shared layers by `contract` from now on: every file of the old and new layers is
+    marked for rewriting (a layer declared, moved or dropped). True when the contract changed."""
+    if contract == views.contract:
+        return False
+    old = views.shared_paths() if views.contract else []
+    views.contract = contract
+    views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) DO UPDATE SET dirty = 1",
+                         [(p,) for p in old + views.shared_paths()])
+    return True

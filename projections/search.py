@@ -1,0 +1,423 @@
+"""`mem search`: full-text search (SQLite FTS5, BM25) over everything memory holds, now or as of any seq.
+
+What is searched: wiki pages, pages of shared `pages` layers, typed entries, loop messages (live and
+compacted: what `audit read` reaches) and text files. Two indexes, one row shape:
+
+- `search_docs` holds the current version of each of them (the id is the seq of the event that made
+  it) and `search_docs_fts` indexes it, kept in step by sqlite-utils' FTS triggers. `SearchFold` writes
+  it in the fold's transaction, like every other view, so `mem replay` rebuilds it; a batch writes only
+  the versions still current at its end, so a replay does not index the 499 versions of a page that
+  were replaced within the same batch.
+- `search_history` holds every version ever, for `--at`/`--seq`. It is filled from the version
+  tables (`page_versions`, `shared_versions`, `entries`, `loop_rows`, `file_versions`) up to the
+  views' checkpoint when a past moment is searched (`catch_up_history`), never by replaying the log;
+  whether a version was still current at the moment is answered by those tables too.
+
+The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
+"""
+
+import json
+from contextlib import contextmanager
+
+import brotli
+import msgspec
+
+from eventstore.envelope import decode_body
+from eventstore.layers import AGENT, LOOP, MIND
+from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, \
+    PageIngest, PageUpdate
+
+from . import render, trust
+
+TABLES = ("search_docs",)
+"""The view tables `mem replay --check` compares (search_history is a cache of the version tables)."""
+
+COLUMNS = ("id", "kind", "layer", "key", "title", "body", "type", "status", "stale_after", "ref", "reverses",
+           "agent")
+_TABLE = """CREATE TABLE IF NOT EXISTS {} (
+    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, key TEXT NOT NULL, title TEXT NOT NULL,
+    body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT);"""
+SCHEMA = (_TABLE.format("search_docs") + _TABLE.format("search_history") + """
+CREATE INDEX IF NOT EXISTS search_docs_by_key ON search_docs(kind, key);
+CREATE INDEX IF NOT EXISTS search_docs_reversals ON search_docs(reverses) WHERE reverses IS NOT NULL;
+CREATE INDEX IF NOT EXISTS search_history_reversals ON search_history(reverses) WHERE reverses IS NOT NULL;
+""")
+KINDS = ("page", "shared-page", "entry", "loop", "file")
+MARK = ("**", "**")
+
+
+def init(db) -> None:
+    """Creates both FTS5 indexes through sqlite-utils (`enable_fts`, with the triggers that keep them).
+
+    sqlite-utils is imported only when they are missing: it costs a quarter second of start-up."""
+    missing = [name for name in ("search_docs", "search_history") if db.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
+    if missing:
+        import sqlite_utils
+
+        database = sqlite_utils.Database(db, recursive_triggers=False)
+        for name in missing:
+            database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('search_history', '0')")
+
+
+@contextmanager
+def indexed_at_the_end(db):
+    """For a rebuild into a new file (`mem replay`): the current index is dropped while the fold runs and
+    built once from `search_docs` after it, instead of following every insert and delete by trigger."""
+    import sqlite_utils
+
+    table = sqlite_utils.Database(db, recursive_triggers=False)["search_docs"]
+    table.disable_fts()
+    yield
+    table.enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
+
+
+def _text_of(content: list) -> str:
+    return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None) -> tuple:
+    description = render.hook_of(fm)
+    status = fm.get("status")
+    return (seq, kind, layer, key, render.title_of(slug, fm, text),
+            f"{description}\n\n{text}" if description else text, str(fm.get("type")),
+            None if status is None else str(status), trust.stale_day(fm.get("stale_after")), ref, None, agent)
+
+
+def file_row(seq, path, content: bytes, mime) -> tuple | None:
+    try:
+        text = bytes(content).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else (seq, "file", AGENT, path, path, text, mime, None, None, None, None, None)
+
+
+def entry_row(seq, layer, id, type, date, content, reverses, agent) -> tuple:
+    return (seq, "entry", layer, id, f"[{type}] {date}", content, type, None, None, id, reverses, agent)
+
+
+def loop_row(seq, loop, role, text) -> tuple:
+    return (seq, "loop", LOOP, loop, role, text, role, None, None, None, None, None)
+
+
+def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
+    """The loop messages inside an audit blob (one imported from an ADF file: `audit read` reaches them)."""
+    if not (source == "loop" or source.startswith("loop:")):
+        return []
+    try:
+        entries = json.loads(brotli.decompress(data))
+    except (brotli.error, ValueError):
+        return []
+    loop = source[5:] or "main"
+    return [loop_row(e["seq"], loop, str(e.get("role", "")), _text_of(e.get("content_json") or []))
+            for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+
+
+class SearchFold:
+    """Folds events into `search_docs`: per batch, only what is current at its end is written."""
+
+    def __init__(self, views):
+        self.db = views.db
+        self._stored_rows: dict[tuple, list[tuple[int, str | None]]] = {}  # (kind, key) -> stored current rows
+        self._reset()
+
+    def _reset(self):
+        self.pending: dict[tuple, tuple] = {}  # (kind, key[, ref]) -> its row
+        self.gone: set[int] = set()  # ids of stored rows that stopped being current
+
+    def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
+        """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
+        rows = self._stored_rows.get((kind, key))
+        if rows is None:
+            rows = self._stored_rows[(kind, key)] = self.db.execute(
+                "SELECT id, ref FROM search_docs WHERE kind = ? AND key = ?", (kind, key)).fetchall()
+        return rows
+
+    def _replace(self, kind: str, key: str, refs: set | None = None) -> None:
+        """The current version(s) of (kind, key) stop being current; `refs` limits it to those versions."""
+        if refs is None:
+            self.pending.pop((kind, key), None)
+        else:
+            for ref in refs:
+                self.pending.pop((kind, key, ref), None)
+        rows = self._stored(kind, key)
+        if rows:
+            kept = []
+            for id, ref in rows:
+                if refs is None or ref in refs:
+                    self.gone.add(id)
+                else:
+                    kept.append((id, ref))
+            rows[:] = kept
+
+    def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
+        """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
+        pending = self.pending
+        if isinstance(body, LoopAppend):
+            pending[("loop", seq)] = loop_row(seq, body.loop, body.role, _text_of(body.content))
+        elif isinstance(body, LoopCompact):
+            pending[("loop", seq)] = loop_row(seq, body.loop, "user", body.summary)
+        elif isinstance(body, AuditImport):
+            for row in archived_loop_rows(body.source, body.data):
+                pending[("loop", row[0])] = row
+        elif isinstance(body, FileWrite):
+            self._replace("file", body.path)
+            row = file_row(seq, body.path, body.content, body.mime_type)
+            if row is not None:
+                pending[("file", body.path)] = row
+        elif isinstance(body, FileDelete):
+            self._replace("file", body.path)
+        elif isinstance(body, EntryAppend):
+            pending[("entry", id)] = entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
+                                               agent)
+        elif isinstance(body, (PageIngest, PageUpdate)):
+            key = f"{layer}/{body.slug}"
+            self._replace("shared-page", key, set(body.parents))
+            pending[("shared-page", key, id)] = page_row(seq, "shared-page", layer, key, body.slug,
+                                                         body.frontmatter, body.text, id, agent)
+        elif isinstance(body, PageDelete):
+            self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents))
+
+    def take_pages(self, touched: set[str], current) -> None:
+        """The wiki pages a batch touched, as the wiki fold left them: `current(slug)` is None for a page
+        deleted or renamed away, else (seq, version_id, title, hook, doc, ts). Reading them once per
+        batch, not once per event, keeps a page updated 500 times in a batch to one row written."""
+        for slug in touched:
+            key = f"mind/{slug}"
+            self._replace("page", key)
+            page = current(slug)
+            if page is not None:
+                document = decode_body(page[4])
+                self.pending[("page", key)] = page_row(page[0], "page", MIND, key, slug, document.frontmatter,
+                                                       document.text)
+
+    def flush(self) -> None:
+        """Writes the batch (the FTS triggers follow); the caller holds the transaction."""
+        if self.gone:
+            self.db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
+        if self.pending:
+            rows = sorted(self.pending.values())
+            self.db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+            for row in rows:
+                if row[1] in ("page", "file", "shared-page"):
+                    self._stored(row[1], row[3]).append((row[0], row[9]))
+        self._reset()
+
+
+def catch_up_history(views) -> int:
+    """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added."""
+    db = views.db
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        start = int(db.execute("SELECT value FROM meta WHERE key = 'search_history'").fetchone()[0])
+        end = views.checkpoint()
+        added = 0
+        if end > start:
+            batch = []
+            for rows in _versions_between(db, start, end):
+                batch.extend(rows)
+                if len(batch) >= 5000:
+                    added += _insert_history(db, batch)
+                    batch = []
+            added += _insert_history(db, batch)
+            db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
+        db.execute("COMMIT")
+        return added
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _insert_history(db, rows) -> int:
+    db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    return len(rows)
+
+
+def _versions_between(db, start: int, end: int):
+    """Every searchable version made in (start, end], as search rows, read from the version tables."""
+    span = (start, end)
+    for slug, seq, doc in db.execute("SELECT slug, seq, doc FROM page_versions WHERE seq > ? AND seq <= ? "
+                                     "AND doc IS NOT NULL", span).fetchall():
+        page = decode_body(doc)
+        yield [page_row(seq, "page", MIND, f"mind/{slug}", slug, page.frontmatter, page.text)]
+    for layer, slug, id, seq, agent, doc in db.execute(
+            "SELECT layer, slug, id, seq, agent, doc FROM shared_versions WHERE seq > ? AND seq <= ? AND deleted = 0",
+            span).fetchall():
+        page = decode_body(doc)
+        yield [page_row(seq, "shared-page", layer, f"{layer}/{slug}", slug, page.frontmatter, page.text, id, agent)]
+    yield [entry_row(seq, layer, id, type, date, content, reverses, agent) for layer, id, seq, agent, type, date,
+           content, reverses in db.execute("SELECT layer, id, seq, agent, type, date, content, reverses FROM entries "
+                                           "WHERE seq > ? AND seq <= ?", span)]
+    yield [loop_row(seq, loop, role, _text_of(json.loads(content))) for seq, loop, role, content in db.execute(
+        "SELECT seq, loop, role, content_json FROM loop_rows WHERE seq > ? AND seq <= ?", span)]
+    for source, data in db.execute("SELECT source, data FROM audit_rows WHERE event_seq > ? AND event_seq <= ? "
+                                   "AND (source = 'loop' OR source LIKE 'loop:%')", span).fetchall():
+        yield [row for row in archived_loop_rows(source, data) if row[0] <= end]
+    for path, seq, content, mime in db.execute("SELECT path, seq, content, mime_type FROM file_versions "
+                                               "WHERE seq > ? AND seq <= ? AND deleted = 0", span).fetchall():
+        row = file_row(seq, path, content, mime)
+        if row is not None:
+            yield [row]
+
+
+def current_at(db, row, as_of: int) -> bool:
+    """Was this version (a search_history row) still the current one at `as_of`? Asked of the version tables."""
+    id, kind, layer, key = row[:4]
+    if kind == "page":
+        later = db.execute("SELECT 1 FROM page_versions WHERE slug = ? AND seq > ? AND seq <= ? LIMIT 1",
+                           (key[5:], id, as_of)).fetchone()
+        return later is None
+    if kind == "file":
+        return db.execute("SELECT 1 FROM file_versions WHERE path = ? AND seq > ? AND seq <= ? LIMIT 1",
+                          (key, id, as_of)).fetchone() is None
+    if kind == "shared-page":
+        ref = row[9]
+        for (parents,) in db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND seq > ? "
+                                     "AND seq <= ?", (layer, key.split("/", 1)[1], id, as_of)):
+            if ref in json.loads(parents):
+                return False
+    return True
+
+
+# --- queries -------------------------------------------------------------------------------------
+
+class Hit(msgspec.Struct):
+    """One search result: where it lives, what to cite, its trust status and why it is flagged."""
+
+    kind: str
+    path: str
+    citation: str
+    title: str
+    snippet: str
+    seq: int
+    status: str | None = None
+    flags: list[str] = []
+    layer: str | None = None
+    type: str | None = None
+    score: float = 0.0
+
+
+def quote(query: str) -> str:
+    """The user's words as an FTS5 query: every word quoted (so `NOT`, `-` or `:` are just text), all required."""
+    import sqlite_utils
+
+    return sqlite_utils.Database(memory=True).quote_fts(query)
+
+
+def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), layers=(), types=(),
+           agent: str | None = None, self_agent: str | None = None, status: str | None = None,
+           include_all: bool = False, limit: int = 10) -> list[Hit]:
+    """The best `limit` hits for `query`, as memory stood at `as_of` (None: now), staleness judged on `day`.
+
+    Withheld material (superseded, deprecated, archived) is left out unless `include_all` or a
+    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest.
+    """
+    match = quote(query)
+    if not match:
+        return []
+    checkpoint = views.checkpoint()
+    past = as_of is not None and as_of < checkpoint
+    table = "search_history" if past else "search_docs"
+    fts = f"{table}_fts"
+    if past:
+        catch_up_history(views)
+    where, params = [f"{fts} MATCH ?"], [match]
+    if past:
+        where.append(f"{fts}.rowid <= ?")
+        params.append(as_of)
+    for column, values in (("d.kind", kinds), ("d.layer", layers)):
+        if values:
+            where.append(f"{column} IN ({','.join('?' * len(values))})")
+            params += list(values)
+    if types:
+        where.append(f"lower(d.type) IN ({','.join('?' * len(types))})")
+        params += [t.lower() for t in types]
+    if agent:
+        where.append("coalesce(d.agent, ?) = ?")
+        params += [self_agent, agent]
+    if status:
+        where.append("lower(trim(d.status)) LIKE ?")
+        params.append(status.lower().strip() + "%")
+    elif not include_all:
+        where.append(trust.WITHHELD_SQL.replace("status", "d.status"))
+    sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, snippet({fts}, -1, '{MARK[0]}', '{MARK[1]}', '…', 16), "
+           f"bm25({fts}, 3.0, 1.0) AS score FROM {fts} JOIN {table} d ON d.id = {fts}.rowid "
+           f"WHERE {' AND '.join(where)} ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score")
+    point = checkpoint if as_of is None else min(as_of, checkpoint)
+    wanted = limit * 3 + 20
+    hits = []
+    cursor = views.db.execute(sql, [*params, day])
+    while len(hits) < wanted and (rows := cursor.fetchmany(64)):
+        hits.extend(_hit(views, table, row, point, day) for row in rows
+                    if not past or current_at(views.db, row, as_of))
+    cursor.close()
+    hits.sort(key=lambda h: (trust.demoted(h.flags), h.score))
+    return hits[:limit]
+
+
+def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
+    id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, snippet, score = row
+    reversed_by = None
+    if kind == "entry":
+        reverser = views.db.execute(f"SELECT ref FROM {table} WHERE reverses = ? AND layer = ? AND id <= ? "
+                                    "ORDER BY ref DESC LIMIT 1", (ref, layer, as_of)).fetchone()
+        reversed_by = reverser[0] if reverser else None
+    flags = trust.flags(status, stale_after, day, reversed_by)
+    if kind == "page":
+        path = f"{key}.md"
+        citation = f"adf-file://{path}"
+    elif kind == "shared-page":
+        path = views.shared_path(layer, key.split("/", 1)[1]) or f"{key}.md"
+        citation = f"adf-file://{path}"
+    elif kind == "entry":
+        path = views.shared_path(layer) or layer
+        citation = ref
+    elif kind == "loop":
+        removed = views.db.execute("SELECT removed_seq FROM loop_rows WHERE seq = ?", (id,)).fetchone()
+        compacted = removed is None or (removed[0] is not None and removed[0] <= as_of)  # None: imported archived
+        path = f"loop {key}" + (" (compacted: `mem audit read`)" if compacted else "")
+        citation = f"[S{id}]"
+        if compacted:
+            flags.append("compacted")
+    else:
+        path = key
+        citation = f"adf-file://{key}"
+    return Hit(kind=kind, path=path, citation=citation, title=title, snippet=" ".join(snippet.split()), seq=id,
+               status=status, flags=flags, layer=layer, type=type, score=round(score, 4))
+
+
+def page_trust(views, as_of: int | None = None) -> dict[str, tuple[str | None, str | None]]:
+    """slug -> (status, stale_after) of every wiki page that has either, as of a seq."""
+    if as_of is None or as_of >= views.checkpoint():
+        rows = views.db.execute("SELECT key, status, stale_after FROM search_docs WHERE kind = 'page' "
+                                "AND (status IS NOT NULL OR stale_after IS NOT NULL)")
+        return {key[5:]: (status, stale) for key, status, stale in rows}
+    found = {}
+    for slug, _seq, doc in views.db.execute("SELECT slug, MAX(seq), doc FROM page_versions WHERE seq <= ? "
+                                            "GROUP BY slug", (as_of,)):
+        if doc is not None:
+            fm = decode_body(doc).frontmatter
+            if fm.get("status") is not None or fm.get("stale_after") is not None:
+                found[slug] = (None if fm.get("status") is None else str(fm["status"]),
+                               trust.stale_day(fm.get("stale_after")))
+    return found
+
+
+def flagged_catalog(views, catalog: list[tuple[str, str, str]], as_of: int | None = None) -> list[tuple]:
+    """Catalog rows with the flag each line of mind.md carries, judged on the day mind.md last changed.
+
+    That day comes from the log (the newest wiki event), not the clock, so mind.md stays a pure
+    function of the log: a page past `stale_after` is flagged by the next wiki event.
+    """
+    fields = page_trust(views, as_of)
+    if not fields:
+        return catalog
+    point = views.checkpoint() if as_of is None else as_of
+    stamps = [views.db.execute(f"SELECT ts FROM {t} WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (point,)).fetchone()
+              for t in ("log_entries", "always_versions")]
+    stamps = [s[0] for s in stamps if s]
+    day = trust.day_of(max(stamps)) if stamps else "0000-00-00"
+    return [(slug, title, hook, trust.catalog_flag(*fields[slug], day)) if slug in fields else (slug, title, hook)
+            for slug, title, hook in catalog]

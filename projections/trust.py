@@ -1,0 +1,164 @@
+"""The trust fields on the read path, in one place: what is withheld, what is flagged, what ranks lower.
+
+Pages carry `status` (free-form, per the ADF guide: `current`, `blocked`, `superseded-by: <slug>`, and
+the OKF words `draft`, `stable`, `deprecated`), `stale_after` (a date) and `governance` (`hold` freezes
+a page). Typed entries can be reversed. These rules decide, for search, `believed`, the catalog lines
+of mind.md and lint alike:
+
+- withheld: `superseded...`, `deprecated` and `archived` material is left out unless asked for (--all);
+- flagged: past `stale_after`, `draft`, reversed entries; flagged material ranks below the rest;
+- refused on write: a `stale_after` that is not a date, a `superseded-by` naming no page, and any
+  update, rename or delete of a held page until `mem page release` lifts the hold.
+"""
+
+import datetime as dt
+import re
+
+from eventstore.envelope import decode_body
+from eventstore.errors import Held, InvalidInput
+from eventstore.kinds import PageDelete, PageIngest, PageRename, PageUpdate
+
+WITHHELD = ("superseded", "deprecated", "archived")
+HOLD = "hold"
+_SUPERSEDED = re.compile(r"^superseded(?:[-_ ]by)?\s*:?\s*(.*)$", re.I)
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def status_word(status) -> str:
+    """The first word of a status, lowercased: `superseded-by: deploy` -> `superseded`."""
+    if status is None:
+        return ""
+    text = str(status).strip().lower()
+    return "superseded" if text.startswith("superseded") else text.split(":")[0].split()[0] if text else ""
+
+
+def superseded_by(status) -> str | None:
+    match = _SUPERSEDED.match(str(status or "").strip())
+    return match.group(1).strip().strip("[]()").removeprefix("mind/").removesuffix(".md") or None if match else None
+
+
+def withheld(status) -> str | None:
+    """Why material with this status is left out of search and `believed` (None: it is not)."""
+    word = status_word(status)
+    return word if word in WITHHELD else None
+
+
+WITHHELD_SQL = ("(status IS NULL OR NOT (lower(trim(status)) LIKE 'superseded%' "
+                "OR lower(trim(status)) IN ('deprecated', 'archived') "
+                "OR lower(trim(status)) LIKE 'deprecated%' OR lower(trim(status)) LIKE 'archived%'))")
+"""The SQL twin of `not withheld(status)`, for a table with a `status` column."""
+
+
+def stale_day(stale_after) -> str | None:
+    """The date part of `stale_after` (YYYY-MM-DD), or None when there is none."""
+    if stale_after is None:
+        return None
+    text = str(stale_after).strip()
+    return text[:10] if _DATE.match(text) else None
+
+
+def is_stale(stale_after, day: str) -> bool:
+    """Past `stale_after` on `day` (YYYY-MM-DD): the page is stale the day after its date."""
+    limit = stale_day(stale_after)
+    return limit is not None and day > limit
+
+
+def flags(status, stale_after, day: str, reversed_by: str | None = None) -> list[str]:
+    """Why a piece of memory deserves less trust on `day`, as short phrases; ranked by len(flags) > 0."""
+    found = []
+    why = withheld(status)
+    if why == "superseded":
+        target = superseded_by(status)
+        found.append(f"superseded by {target}" if target else "superseded")
+    elif why:
+        found.append(why)
+    if status_word(status) == "draft":
+        found.append("draft")
+    if is_stale(stale_after, day):
+        found.append(f"stale since {stale_day(stale_after)}")
+    if reversed_by:
+        found.append(f"reversed by {reversed_by}")
+    return found
+
+
+def demoted(found: list[str]) -> bool:
+    """Flagged material that ranks below the rest: withheld, stale or reversed (a draft only says so)."""
+    return any(not f.startswith(("draft", "compacted")) for f in found)
+
+
+def catalog_flag(status, stale_after, day: str) -> str:
+    """The flag a catalog line in mind.md carries, put before its hook: `(deprecated)`, `(stale since ...)`."""
+    return "; ".join(flags(status, stale_after, day))
+
+
+def day_of(ts_ms: int) -> str:
+    return dt.datetime.fromtimestamp(ts_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+# --- the write side ------------------------------------------------------------------------------
+
+def check_page(frontmatter: dict, page_exists) -> None:
+    """Refuses a page whose trust fields are malformed; `page_exists(slug)` answers for superseded-by."""
+    if "stale_after" in frontmatter:
+        value = frontmatter["stale_after"]
+        text = str(value).strip() if value is not None else ""
+        try:
+            dt.date.fromisoformat(text[:10])
+            if len(text) > 10:
+                dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInput(f"frontmatter `stale_after` must be a date like 2026-12-31, not {value!r}") from None
+    status = frontmatter.get("status")
+    if withheld(status) == "superseded":
+        target = superseded_by(status)
+        if target is None:
+            raise InvalidInput("status `superseded-by:` must name the page that supersedes this one, "
+                               "like `status: \"superseded-by: deploy\"`")
+        if not page_exists(target):
+            raise InvalidInput(f"status names {target!r} as the superseding page, but there is no page {target!r}")
+    governance = frontmatter.get("governance")
+    if governance is not None and str(governance).strip().lower() not in (HOLD, "open", "none", ""):
+        raise InvalidInput(f"frontmatter `governance` must be `hold` (or absent), not {governance!r}")
+
+
+def is_held(frontmatter: dict | None) -> bool:
+    return bool(frontmatter) and str(frontmatter.get("governance", "")).strip().lower() == HOLD
+
+
+def _release_seqs(log, slug: str) -> list[int]:
+    return [e.seq for e in log.read(kinds=["page.release"]) if e.body.slug == slug]
+
+
+def held_since(memory, slug: str) -> int | None:
+    """The seq of the version that holds a wiki page (`governance: hold`) not released since, or None."""
+    row = memory.views.db.execute("SELECT p.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug "
+                                  "AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
+    if row is None or row[1] is None or not is_held(decode_body(row[1]).frontmatter):
+        return None
+    return None if any(seq > row[0] for seq in _release_seqs(memory.log, slug)) else row[0]
+
+
+def check_release(memory, slug: str) -> None:
+    if held_since(memory, slug) is None:
+        raise InvalidInput(f"page {slug!r} is not held (no `governance: hold` in force); there is nothing to release")
+
+
+def admit(memory, event) -> None:
+    """Refuses, before anything is appended, a wiki page event that the trust rules forbid."""
+    body = event.body
+    if event.layer != "mind" and isinstance(body, (PageIngest, PageUpdate)):  # a page of a shared layer
+        check_page(body.frontmatter, lambda target: memory.views.shared_winner(event.layer, target) is not None)
+        return
+    if event.layer != "mind" or not isinstance(body, (PageIngest, PageUpdate, PageDelete, PageRename)):
+        return
+    slug = body.old if isinstance(body, PageRename) else body.slug
+    since = held_since(memory, slug)
+    if since is not None:
+        verb = {PageUpdate: "update", PageDelete: "delete", PageRename: "rename"}.get(type(body), "update")
+        raise Held(f"page {slug!r} is held (governance: hold, seq {since}); refusing to {verb} it. "
+                      f"Release it first: `mem page release {slug} --note \"why\"`")
+    if isinstance(body, (PageIngest, PageUpdate)):
+        if withheld(body.frontmatter.get("status")) == "superseded" and superseded_by(
+                body.frontmatter.get("status")) == body.slug:
+            raise InvalidInput(f"page {body.slug!r} cannot be superseded by itself")
+        check_page(body.frontmatter, lambda target: bool(memory.views.heads(target)))

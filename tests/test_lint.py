@@ -1,0 +1,99 @@
+"""`mem lint`: each named check finds what it names, and nothing on a clean wiki; --at, --record, --judge."""
+
+import json
+import sys
+
+from conftest import run_mem
+
+from projections import lint
+
+TODAY = "2026-11-30"
+
+
+def page(title: str, body: str = "Text.", type: str = "procedure", sources=("https://example.com",), **fields) -> bytes:
+    extra = "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items())
+    src = "sources:\n" + "".join(f"  - {s}\n" for s in sources) if sources else ""
+    return f"---\ntype: {type}\n{extra}{src}---\n# {title}\n\n{body}\n".encode()
+
+
+def findings(memory, *names, as_of=None, day=TODAY):
+    report = lint.lint(memory, list(names) or None, memory.views.checkpoint() if as_of is None else as_of, day)
+    return [(f.check, f.path, f.citation) for f in report.findings]
+
+
+def test_a_clean_wiki_has_no_findings(memory):
+    memory.write_page("deploy", page("Deploy", "Staging first."))
+    memory.write_page("rollback", page("Rollback", "Use the script. See adf-file://mind/deploy.md"))
+    assert findings(memory) == []
+
+
+def test_contradictions(memory):
+    memory.write_page("runbook", page("Runbook"))
+    memory.write_page("old", page("Old", status="superseded-by: runbook"))
+    linking = memory.write_page("guide", page("Guide", "Follow adf-file://mind/old.md"))
+    assert findings(memory, "contradictions") == [("contradictions", "mind/guide.md", "adf-file://mind/old.md")]
+    assert findings(memory, "contradictions", as_of=linking - 1) == []  # guide did not exist yet
+    memory.write_page("runbook", page("Runbook", status="superseded-by: old"))
+    found = findings(memory, "contradictions")
+    assert ("contradictions", "mind/old.md", "") in found  # the two supersede each other
+    memory.always_add("Deploys follow adf-file://mind/old.md")
+    assert ("contradictions", "mind.md", "adf-file://mind/old.md") in findings(memory, "contradictions")
+
+
+def test_contradictions_with_reversed_entries_and_index_drift(memory):
+    memory.declare_layer("decisions", "memory/decisions.md")
+    first = memory.log.get_by_seq(memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite")).id
+    memory.entry_add("decisions", "[DECISION] 2026-11-02: PostgreSQL", reverses=first)
+    memory.write_page("hub", page("Hub", f"We chose SQLite ({first})."))
+    assert findings(memory, "contradictions") == [("contradictions", "mind/hub.md", first)]
+    mind = memory.root / "mind.md"
+    mind.write_text(mind.read_text().replace("- [Hub](adf-file://mind/hub.md)", "- [Hub](adf-file://mind/hub.md) — "
+                                             "we use PostgreSQL"))
+    assert ("contradictions", "mind.md", "adf-file://mind/hub.md") in findings(memory, "contradictions")
+
+
+def test_stale_sources_one_off_types(memory):
+    memory.write_page("a", page("A", stale_after="2026-10-01"))
+    memory.write_page("b", page("B", sources=()))
+    memory.write_page("c", page("C", type="oddity"))
+    assert findings(memory, "stale") == [("stale", "mind/a.md", "")]
+    assert findings(memory, "stale", day="2026-09-01") == []
+    assert findings(memory, "sources") == [("sources", "mind/b.md", "")]
+    assert findings(memory, "one-off-types") == [("one-off-types", "mind/c.md", "")]
+
+
+def test_dead_links_citations_orphans_budget(memory):
+    memory.write_page("a", page("A", "From [S99] and adf-file://mind/gone.md"))
+    memory.always_add("Read adf-file://mind/nowhere.md first")
+    assert findings(memory, "dead-links") == [("dead-links", "mind/a.md", "adf-file://mind/gone.md"),
+                                             ("dead-links", "mind.md (## Always)", "adf-file://mind/nowhere.md")]
+    assert findings(memory, "citations") == [("citations", "mind/a.md", "[S99]")]
+    (memory.root / "mind/stray.md").write_text("not a page of the log")
+    assert findings(memory, "orphans") == [("orphans", "mind/stray.md", "")]
+    assert findings(memory, "budget") == []
+    memory.config_set("lint", {"mind_max_lines": 3, "mind_max_bytes": 40})
+    assert [f[0] for f in findings(memory, "budget")] == ["budget", "budget"]
+
+
+def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
+    w = ("-w", workspace)
+    for slug, body in (("a", "Deploy staging canary rollback owner"), ("b", "Deploy staging canary rollback never")):
+        (tmp_path / f"{slug}.md").write_bytes(page(slug.upper(), body))
+        run_mem(*w, "page", "write", slug, "--file", tmp_path / f"{slug}.md", check=True)
+    assert run_mem(*w, "lint", check=True).stdout.decode().strip().endswith("no findings.")
+    (tmp_path / "c.md").write_bytes(page("C", stale_after="2000-01-01"))
+    run_mem(*w, "page", "write", "c", "--file", tmp_path / "c.md", check=True)
+    result = run_mem(*w, "lint", "--check", "stale", "--json")
+    assert result.returncode == 1 and [f["check"] for f in json.loads(result.stdout)] == ["stale"]
+    assert run_mem(*w, "lint", "--check", "stale", "--seq", "2").returncode == 0
+    bad = run_mem(*w, "lint", "--check", "nonsense")
+    assert bad.returncode == 1 and bad.stderr.startswith(b"error: unknown lint check")
+    judge = tmp_path / "judge.py"
+    judge.write_text("import json, sys\npair = json.load(sys.stdin)\n"
+                     "print('contradiction: owner vs never' if 'never' in pair['b_text'] + pair['a_text'] "
+                     "else 'consistent')\n")
+    result = run_mem(*w, "lint", "--check", "sources", "--judge", f"{sys.executable} {judge}", "--record")
+    assert result.returncode == 1 and b"[judge] adf-file://mind/a.md: contradicts adf-file://mind/b.md" in \
+        result.stdout
+    log = (workspace / "mind/log.md").read_text()
+    assert "lint | Lint pass\n\nLint: 1 finding(s): judge 1." in log and "judge: adf-file://mind/a.md vs" in log

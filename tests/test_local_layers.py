@@ -1,0 +1,90 @@
+"""Typed entries with no hub: local layers declared as config events, their files materialised."""
+
+import json
+
+from conftest import log_rows, run_mem
+
+from projections import replay as replaying
+
+
+def test_entries_without_a_hub_through_the_cli(workspace):
+    w = ("-w", workspace)
+    out = run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True).stdout.decode()
+    assert out.startswith("layer decisions -> memory/decisions.md (entries")
+    first = run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-29: Deploys need the owner's ack",
+                    check=True).stdout.decode().split()[0]
+    run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-30: Deploys need two acks", "--reverses", first,
+            check=True)
+    text = (workspace / "memory/decisions.md").read_text()
+    assert text.startswith("# decisions\n\n[DECISION] 2026-11-29: Deploys need the owner's ack [reversed by ")
+    assert "[DECISION] 2026-11-30: Deploys need two acks (reverses " in text
+    hits = json.loads(run_mem(*w, "search", "acks", "--json", check=True).stdout)
+    assert [h["kind"] for h in hits] == ["entry", "entry"] and hits[1]["citation"] == first
+    assert hits[0]["path"] == "memory/decisions.md" and hits[1]["flags"][0].startswith("reversed by")
+    layers = json.loads(run_mem(*w, "layer", "list", "--json", check=True).stdout)
+    assert layers == [{"layer": "decisions", "path": "memory/decisions.md", "format": "entries", "local": True}]
+    assert "no differences" in run_mem(*w, "replay", "--check", check=True).stdout.decode()
+
+
+def test_layer_refusals_leave_the_log_untouched(workspace, tmp_path):
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    before = log_rows(workspace)
+    note = tmp_path / "n.md"
+    note.write_text("[DECISION] by hand")
+    for args, message in ((("layer", "add", "mind", "memory/m.md"), b"must be lowercase"),
+                          (("layer", "add", "lessons", "memory/lessons.txt"), b"is a .md file"),
+                          (("layer", "add", "lessons", "../out.md"), b"error: "),
+                          (("layer", "add", "decisions", "memory/other.md"), b"already exists"),
+                          (("layer", "add", "again", "memory/decisions.md"), b"overlaps layer 'decisions'"),
+                          (("entry", "add", "lessons", "[LESSON] x"), b"not in the contract"),
+                          (("entry", "add", "decisions", "[WHIM] x"), b"not one of"),
+                          (("file", "write", "memory/decisions.md", "--file", note), b"belongs to layer 'decisions'")):
+        result = run_mem(*w, *args)
+        assert result.returncode == 1 and result.stderr.startswith(b"error: ") and message in result.stderr, args
+    assert log_rows(workspace) == before
+
+
+def test_a_replay_rebuilds_local_entry_files(memory):
+    memory.declare_layer("lessons", "memory/lessons.md")
+    memory.entry_add("lessons", "[LESSON] 2026-11-01: Canary first")
+    before = (memory.root / "memory/lessons.md").read_bytes()
+    (memory.root / "memory/lessons.md").unlink()
+    replaying.replay(memory)
+    assert (memory.root / "memory/lessons.md").read_bytes() == before
+
+
+def test_adf_files_are_read_with_show_and_cite_but_stay_off_the_disk(workspace, tmp_path):
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "people", "memory/people.md", check=True)
+    run_mem(*w, "entry", "add", "people", "[ENTITY] 2026-11-29: Dana owns deploys", check=True)
+    note = tmp_path / "n.md"
+    note.write_text("scratch notes\n")
+    run_mem(*w, "file", "write", "memory/scratch.md", "--file", note, check=True)
+    assert not (workspace / "memory/scratch.md").exists() and (workspace / "memory/people.md").exists()
+    assert run_mem(*w, "show", "memory/scratch.md", check=True).stdout == b"scratch notes\n"
+    assert b"Dana owns deploys" in run_mem(*w, "cite", "adf-file://memory/people.md", check=True).stdout
+    assert run_mem(*w, "show", "memory/scratch.md", "--seq", "1").returncode == 1
+
+
+def test_pages_of_a_layer_are_searched_with_their_trust_fields(memory):
+    from eventstore.errors import InvalidInput
+    from projections import search
+
+    memory.declare_layer("drafts", "content/drafts/", "pages")
+    memory.shared_page_write("drafts", "launch", b"---\ntype: draft\n---\n# Launch\n\nWe launch on Tuesday.\n")
+    first = memory.views.checkpoint()
+    memory.shared_page_write("drafts", "launch", b"---\ntype: draft\nstatus: deprecated\n---\n# Launch\n\nTuesday.\n")
+    assert search.search(memory.views, "tuesday", day="2026-11-30") == []
+    [hit] = search.search(memory.views, "tuesday", day="2026-11-30", include_all=True, layers=["drafts"])
+    assert hit.kind == "shared-page" and hit.citation == "adf-file://content/drafts/launch.md"
+    assert hit.flags == ["deprecated"]
+    [then] = search.search(memory.views, "launch tuesday", as_of=first, day="2026-11-30", agent="alice")
+    assert then.seq == first and then.flags == []
+    assert search.search(memory.views, "launch", as_of=first, day="2026-11-30", agent="bob") == []
+    try:
+        memory.shared_page_write("drafts", "x", b"---\ntype: draft\nstale_after: someday\n---\n# X\n")
+    except InvalidInput as exc:
+        assert "stale_after" in str(exc)
+    else:
+        raise AssertionError("a malformed stale_after was accepted in a layer page")

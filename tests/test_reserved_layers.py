@@ -1,0 +1,111 @@
+"""Private layers (mind, loop, agent) and mindlog's own names never become shared: refused by the
+contract type, by `mem hub contract apply`, by the hub's push and pull, and by the client's push."""
+
+import msgspec
+import pytest
+
+from conftest import PAGE, log_rows, run_mem
+from eventstore.envelope import new_event
+from eventstore.errors import InvalidInput
+from eventstore.kinds import AlwaysAdd, ContractChange, PageIngest
+from eventstore.layers import (PRIVATE_LAYERS, RESERVED_LAYERS, Contract, ContractLayer, consumed_layers,
+                               lenient_contract, produced_layers)
+from projections.memory import Memory
+from sync.client import HubClient, HubRefused
+from sync.contracts import parse_contract
+from sync.hub import HubError, check_batch
+from sync.storage import HUB_AGENT, open_storage
+from sync.wire import ContractResponse
+
+from hubserver import HubServer
+
+MIND_CONTRACT = '[layers.mind]\npath = "team/notes/"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n'
+OPEN = ContractLayer(path="team/notes/", format="pages", producers=["*"], consumers=["*"])
+
+
+@pytest.mark.parametrize("name", sorted(RESERVED_LAYERS))
+def test_the_contract_type_refuses_reserved_names(name):
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"layers": {name: msgspec.to_builtins(OPEN)}}, Contract)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(msgspec.json.encode({"contract": {"layers": {name: OPEN}}, "position": 1, "agent": "a"}),
+                            type=ContractResponse)
+
+
+def test_parse_contract_refuses_the_issues_contract():
+    with pytest.raises(InvalidInput, match="'mind' is reserved"):
+        parse_contract(MIND_CONTRACT)
+    assert parse_contract(MIND_CONTRACT.replace("layers.mind", "layers.notes")).layers["notes"] == OPEN
+
+
+def test_mem_hub_contract_apply_refuses_it(tmp_path):
+    (tmp_path / "c.toml").write_text(MIND_CONTRACT)
+    result = run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", tmp_path / "hub.db")
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "error: layer name 'mind' is reserved: agent, loop, mind are each agent's own and are never shared"]
+    assert open_storage(str(tmp_path / "hub.db")).head() == 0
+
+
+def test_code_built_contracts_still_share_no_private_layer():
+    """A Contract built in code skips the type's checks: produces/consumes refuse reserved layers again."""
+    contract = Contract(layers={name: OPEN for name in [*PRIVATE_LAYERS, "notes"]})
+    assert produced_layers(contract, "alice") == ["notes"]
+    assert consumed_layers(contract, "alice") == ["notes"]
+    private = new_event(AlwaysAdd(line="mine"), agent="alice", layer="mind")
+    with pytest.raises(HubError) as refused:
+        check_batch([private], "alice", contract)
+    assert refused.value.problem.status == 403 and refused.value.problem.type.endswith("/reserved-layer")
+
+
+def test_a_stored_contract_naming_mind_is_read_without_it():
+    assert lenient_contract({"mind": msgspec.to_builtins(OPEN), "notes": msgspec.to_builtins(OPEN)}).layers == {
+        "notes": OPEN}
+
+
+@pytest.fixture
+def hub_with_mind(tmp_path):
+    """A hub whose stored contract names `mind` (as one made before the rule could have)."""
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    layers = {"mind": msgspec.to_builtins(OPEN),
+              "insights": {"path": "memory/insights.md", "format": "entries", "producers": ["*"],
+                           "consumers": ["*"]}}
+    storage.push([new_event(ContractChange(layers=layers), agent=HUB_AGENT, layer="_contract")])
+    # and a private event that reached the hub somehow: it must never be handed out
+    storage.push([new_event(PageIngest(slug="secret", frontmatter={"type": "x"}, text="private"), agent="bob",
+                            layer="mind")])
+    tokens = {name: storage.add_agent(name) for name in ("alice", "bob")}
+    storage.close()
+    with HubServer(db) as server:
+        server.tokens = tokens
+        yield server, tmp_path
+
+
+def test_a_hub_that_had_mind_in_its_contract_never_ships_a_private_page(hub_with_mind):
+    server, tmp = hub_with_mind
+    alice, bob = tmp / "alice", tmp / "bob"
+    for name, root in (("alice", alice), ("bob", bob)):
+        Memory.init(root, name).close()
+        (tmp / f"{name}.token").write_text(server.tokens[name])
+        run_mem("remote", "add", "origin", server.url, "--token-file", tmp / f"{name}.token", "-w", root, check=True)
+    (tmp / "page.md").write_bytes(PAGE)
+    run_mem("page", "write", "private", "--file", tmp / "page.md", "-w", alice, check=True)
+    pushed = run_mem("push", "-w", alice, check=True)
+    assert pushed.stdout.decode().strip() == "pushed 0 events to origin"
+    storage = open_storage(server.db)
+    before = storage.head()
+    assert [e.layer for e in storage.pull(0, ["insights", "mind"], 100)] == ["mind"]  # the planted one
+    client = HubClient(server.url, server.tokens["alice"])
+    assert "mind" not in client.contract().contract.layers
+    private = new_event(AlwaysAdd(line="my rule"), agent="alice", layer="mind")
+    with pytest.raises(HubRefused) as refused:
+        client.push([private])
+    assert refused.value.status == 403 and refused.value.code == "reserved-layer"
+    client.close()
+    assert storage.head() == before
+    pulled = run_mem("pull", "-w", bob, check=True)
+    assert pulled.stdout.decode().strip() == "pulled 0 events from origin"
+    assert not (bob / "mind" / "secret.md").exists() and not (bob / "team").exists()
+    assert log_rows(bob) == []
+    storage.close()

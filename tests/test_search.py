@@ -1,0 +1,139 @@
+"""`mem search`: what is found, what is not, now and as of past moments; the index is a view."""
+
+import json
+
+from conftest import log_rows, run_mem
+
+from projections import replay as replaying
+from projections import search
+
+DAY = "2026-11-30"
+
+
+def page(title: str, body: str, **fields) -> bytes:
+    extra = "".join(f"{k}: {json.dumps(v) if isinstance(v, str) and ':' in v else v}\n" for k, v in fields.items())
+    return f"---\ntype: procedure\n{extra}---\n# {title}\n\n{body}\n".encode()
+
+
+def cites(memory, query, **options):
+    return [h.citation for h in search.search(memory.views, query, day=DAY, **options)]
+
+
+def test_finds_pages_loop_files_and_marks_the_match(memory):
+    memory.write_page("deploy", page("Deploy procedure", "Staging first, then the canary.",
+                                     description="staging first"))
+    seq = memory.loop_append("user", [{"type": "text", "text": "The canary went red at noon."}])
+    memory.file_write("notes/today.md", b"Check the canary dashboard.")
+    memory.file_write("blob.bin", b"\x00\x01canary\xff")
+    hits = search.search(memory.views, "canary", day=DAY)
+    assert {h.citation for h in hits} == {"adf-file://mind/deploy.md", f"[S{seq}]", "adf-file://notes/today.md"}
+    by_kind = {h.kind: h for h in hits}
+    assert "**canary**" in by_kind["page"].snippet and by_kind["page"].path == "mind/deploy.md"
+    assert by_kind["loop"].path == "loop main" and by_kind["file"].path == "notes/today.md"
+    assert cites(memory, "canary", kinds=["loop"]) == [f"[S{seq}]"]
+    assert cites(memory, "nonexistentword") == []
+
+
+def test_a_word_only_in_a_later_version_is_not_found_earlier(memory):
+    first = memory.write_page("deploy", page("Deploy", "Staging first."))
+    second = memory.write_page("deploy", page("Deploy", "Canary first."))
+    assert cites(memory, "canary") == ["adf-file://mind/deploy.md"]
+    assert cites(memory, "canary", as_of=first) == []
+    assert cites(memory, "staging") == []  # replaced: the current version no longer says it
+    assert cites(memory, "staging", as_of=first) == ["adf-file://mind/deploy.md"]
+    assert [h.seq for h in search.search(memory.views, "deploy", as_of=second, day=DAY)] == [second]
+
+
+def test_deleted_and_renamed_pages_are_found_only_while_they_existed(memory):
+    ingest = memory.write_page("runbook", page("Runbook", "Rotate the keys monthly."))
+    renamed = memory.rename_page("runbook", "keys")
+    deleted = memory.delete_page("keys")
+    assert cites(memory, "rotate") == []
+    assert cites(memory, "rotate", as_of=deleted) == []
+    assert cites(memory, "rotate", as_of=renamed) == ["adf-file://mind/keys.md"]
+    assert cites(memory, "rotate", as_of=ingest) == ["adf-file://mind/runbook.md"]
+
+
+def test_compacted_loop_messages_stay_findable_and_say_where(memory):
+    seq = memory.loop_append("user", [{"type": "text", "text": "Prod needs my ack."}])
+    memory.loop_append("assistant", [{"type": "text", "text": "Understood."}])
+    compact = memory.loop_compact("Owner signs off releases.", preserve=0)
+    [hit] = search.search(memory.views, "prod needs", kinds=["loop"], day=DAY, limit=1)
+    assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
+    assert [h.citation for h in search.search(memory.views, "owner", kinds=["loop"], day=DAY)] == [f"[S{compact}]"]
+    [before] = search.search(memory.views, "prod needs", kinds=["loop"], as_of=seq, day=DAY, limit=1)
+    assert before.flags == [] and before.path == "loop main"
+
+
+def test_file_versions_and_deletes(memory):
+    first = memory.file_write("notes/a.md", b"alpha")
+    memory.file_write("notes/a.md", b"beta")
+    gone = memory.file_delete("notes/a.md")
+    assert cites(memory, "alpha") == [] and cites(memory, "beta") == []
+    assert cites(memory, "alpha", as_of=first) == ["adf-file://notes/a.md"]
+    assert cites(memory, "beta", as_of=gone - 1) == ["adf-file://notes/a.md"]
+
+
+def test_query_syntax_is_just_text(memory):
+    memory.write_page("deploy", page("Deploy", "NOT a drill: prod-ready."))
+    assert cites(memory, 'NOT "prod-ready') == ["adf-file://mind/deploy.md"]
+    assert cites(memory, "") == []
+
+
+def test_the_index_is_a_view_replay_rebuilds_it_identically(memory):
+    for i in range(30):
+        memory.write_page(f"p{i % 7}", page(f"Page {i % 7}", f"version {i} word{i}"))
+    memory.rename_page("p1", "moved")
+    memory.delete_page("p2")
+    memory.loop_append("user", [{"type": "text", "text": "word5 in the loop"}])
+    before = memory.views.dump()["search_docs"]
+    hits = cites(memory, "word29")
+    assert replaying.check(memory).same
+    replaying.replay(memory)
+    assert memory.views.dump()["search_docs"] == before
+    assert hits == cites(memory, "word29") == ["adf-file://mind/moved.md"]  # p1, renamed
+    assert cites(memory, "word28") == ["adf-file://mind/p0.md"] and cites(memory, "word21") == []
+    assert cites(memory, "word23") == []  # p2, deleted
+
+    assert cites(memory, "word3", as_of=5) == ["adf-file://mind/p3.md"]
+
+
+def test_mem_search_cli(workspace, tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_bytes(page("Deploy procedure", "Prod needs the owner ack."))
+    run_mem("page", "write", "deploy", "--file", doc, cwd=workspace, check=True)
+    out = run_mem("search", "owner", cwd=workspace, check=True).stdout.decode()
+    assert "cite adf-file://mind/deploy.md" in out and "**owner**" in out
+    hits = json.loads(run_mem("search", "owner", "--json", cwd=workspace, check=True).stdout)
+    assert hits[0]["citation"] == "adf-file://mind/deploy.md" and hits[0]["kind"] == "page"
+    assert json.loads(run_mem("search", "owner", "--seq", "0", "--json", cwd=workspace, check=True).stdout) == []
+    before = log_rows(workspace)
+    bad = run_mem("search", "owner", "--kind", "nope", cwd=workspace)
+    assert bad.returncode == 2 and b"error: --kind" in bad.stderr and b"Traceback" not in bad.stderr
+    bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)
+    assert bad.returncode == 1 and bad.stderr.startswith(b"error: ")
+    assert log_rows(workspace) == before
+
+
+def test_filters_type_status_and_layer(memory):
+    memory.write_page("a", page("Alpha", "shared word"))
+    memory.write_page("b", b"---\ntype: lesson\nstatus: deprecated\n---\n# Beta\n\nshared word\n")
+    memory.loop_append("assistant", [{"type": "text", "text": "shared word"}])
+    assert cites(memory, "shared", types=["procedure"]) == ["adf-file://mind/a.md"]
+    assert cites(memory, "shared", status="deprecated") == ["adf-file://mind/b.md"]
+    assert cites(memory, "shared", types=["assistant"], layers=["loop"]) == ["[S3]"]
+    assert cites(memory, "shared", layers=["agent"]) == []
+
+
+def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
+    from projections.adf_file import export_adf, import_adf
+    from projections.memory import Memory
+
+    seq = memory.loop_append("user", [{"type": "text", "text": "The migration needs the new column."}])
+    memory.loop_append("user", [{"type": "text", "text": "ok"}])
+    memory.loop_compact("Summary.", preserve=1)
+    export_adf(memory, tmp_path / "a.adf", memory.views.checkpoint())
+    with Memory.init(tmp_path / "copy") as copy:
+        import_adf(copy, tmp_path / "a.adf")
+        [hit] = search.search(copy.views, "migration column", day=DAY)
+        assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
