@@ -1,0 +1,329 @@
+"""`mem mcp`: one workspace served to MCP clients (stdio, or streamable HTTP), on the official SDK.
+
+The tools are thin: Claude's memory-tool commands call `projections.memory_tool`, mindlog's own tools
+call `Memory` and the projections. A refusal is a tool error carrying the message the CLI prints
+(after its `error: `), and leaves the log untouched. Tools are coroutines that call the library
+directly, so calls are applied one at a time on the server's event loop, in the order they arrive.
+"""
+
+import asyncio
+import functools
+import sys
+from typing import Literal
+
+import msgspec
+from mcp_types import CallToolResult, Resource, TextContent
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+
+from eventstore.errors import MemError
+from eventstore.instants import parse_instant
+from projections import audit
+from projections import search as searching
+from projections.history import diff as diff_of, history as history_of
+from projections.memory import Memory
+from projections.memory_tool import ROOT, MemoryTool
+from projections.views import page_path
+
+DEFAULT_HOST = "127.0.0.1"
+INSTRUCTIONS = (
+    "mindlog memory for agent {agent}. Claude's memory-tool commands (view, create, str_replace, insert, "
+    "delete, rename) work over /memories: /memories/mind.md is the index (edit only its `## Always` lines), "
+    "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
+    "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
+    "search (with `at`), believed, cite and log read it back.")
+
+
+def json_text(value) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def refusal(message: str) -> CallToolResult:
+    """A tool error whose text is exactly the message (the SDK would prefix its own words to a raised one)."""
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def workspace_path(path: str) -> str:
+    """A path as the CLI names it: /memories/mind.md and mind.md are the same file."""
+    return path[len(ROOT):].strip("/") if path == ROOT or path.startswith(ROOT + "/") else path
+
+
+def seq_of(written) -> int:
+    """The seq of what a Memory write returned (a seq, or the event with its seq)."""
+    return written if isinstance(written, int) else written.seq
+
+
+def moment(mem: Memory, at: str | None, seq: int | None) -> int:
+    if at is not None and seq is not None:
+        raise ToolError("give at or seq, not both")
+    return mem.seq_at(parse_instant(at) if at is not None else None, seq)
+
+
+def trusted_moment(mem: Memory, at: str | None, seq: int | None) -> tuple[int | None, str]:
+    """(as_of, the day staleness is judged on), as `mem search` and `mem believed` take them."""
+    from .recall_commands import moment as recall_moment
+
+    if at is not None and seq is not None:
+        raise ToolError("give at or seq, not both")
+    return recall_moment(mem, at, seq)
+
+
+def point(mem: Memory, text: str) -> int:
+    """A moment given as `seq:N` or an ISO 8601 time."""
+    if text.startswith("seq:") and text[4:].isdigit():
+        return mem.seq_at(seq=int(text[4:]))
+    return mem.seq_at(parse_instant(text))
+
+
+class FileFlush:
+    """Writes the workspace's files shortly after a call changed the views, off the call's own path.
+
+    A call answers once its event is in the log and the views (every tool reads the views), so its
+    latency does not include rewriting mind.md, mind/log.md and the page; a burst of calls rewrites them
+    once. The files lag the log by at most FLUSH_DELAY, and are written when the server stops."""
+
+    FLUSH_DELAY = 0.05
+
+    def __init__(self, mem: Memory):
+        self.mem = mem
+        self.pending = None
+
+    def schedule(self) -> None:
+        if self.pending is None:
+            self.pending = asyncio.get_running_loop().call_later(self.FLUSH_DELAY, self.run)
+
+    def run(self) -> None:
+        self.pending = None
+        report = self.mem.refresh()
+        if report.refused:
+            print(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
+                  file=sys.stderr)
+
+
+class MindlogServer(MCPServer):
+    """An MCPServer whose resource list names mind.md and every page as they are now."""
+
+    def __init__(self, mem: Memory, **options):
+        super().__init__(**options)
+        self.mem = mem
+
+    async def list_resources(self):
+        resources = await super().list_resources()
+        for slug, title, hook in self.mem.views.catalog():
+            resources.append(Resource(uri=f"adf-file://{page_path(slug)}", name=slug, title=title,
+                                      description=hook or None, mime_type="text/markdown"))
+        return resources
+
+
+def build_server(mem: Memory) -> MCPServer:
+    tool = MemoryTool(mem)
+    server = MindlogServer(mem, name="mindlog", instructions=INSTRUCTIONS.format(agent=mem.config.agent),
+                           log_level="WARNING")
+
+    mem.defer_files = True
+    flush = FileFlush(mem)
+
+    def current() -> None:
+        """Catches up with events appended by other processes (the CLI, a pull) since the last call."""
+        if mem.log.head() != mem.views.checkpoint():
+            mem.refresh(files=False)
+            flush.schedule()
+
+    def register(fn=None, **options):
+        def wrap(fn):
+            @functools.wraps(fn)
+            async def call(*args, **kwargs):
+                try:
+                    current()
+                    head = mem.views.checkpoint()
+                    result = fn(*args, **kwargs)
+                    if mem.views.checkpoint() != head:
+                        flush.schedule()
+                    return result
+                except (MemError, ToolError) as exc:
+                    return refusal(str(exc))
+
+            server.add_tool(call, structured_output=False, **options)
+            return fn
+        return wrap(fn) if fn else wrap
+
+    # --- Claude's memory-tool commands ----------------------------------------------------------
+
+    @register
+    def view(path: str, view_range: list[int] | None = None) -> str:
+        """View a directory of /memories (up to 2 levels deep) or a file with line numbers; view_range [start, end]
+        shows lines start..end (1-based, end -1 for the last line)."""
+        return tool.view(path, view_range)
+
+    @register
+    def create(path: str, file_text: str) -> str:
+        """Create a file. Under /memories/mind/ it is a wiki page: YAML frontmatter with a `type`, then markdown."""
+        return tool.create(path, file_text)
+
+    @register
+    def str_replace(path: str, old_str: str, new_str: str) -> str:
+        """Replace old_str, which must appear exactly once in the file, by new_str."""
+        return tool.str_replace(path, old_str, new_str)
+
+    @register
+    def insert(path: str, insert_line: int, insert_text: str) -> str:
+        """Insert insert_text after line insert_line (0 inserts at the top)."""
+        return tool.insert(path, insert_line, insert_text)
+
+    @register
+    def delete(path: str) -> str:
+        """Delete a file or page (the log keeps every version)."""
+        return tool.delete(path)
+
+    @register
+    def rename(old_path: str, new_path: str) -> str:
+        """Rename a file, or a page to another page (its history stays under both names)."""
+        return tool.rename(old_path, new_path)
+
+    @register(name="memory")
+    def memory_command(command: Literal["view", "create", "str_replace", "insert", "delete", "rename"],
+                       path: str | None = None, view_range: list[int] | None = None, file_text: str | None = None,
+                       old_str: str | None = None, new_str: str | None = None, insert_line: int | None = None,
+                       insert_text: str | None = None, old_path: str | None = None,
+                       new_path: str | None = None) -> str:
+        """Claude's memory tool as one tool: `command` and that command's parameters."""
+        given = {"path": path, "view_range": view_range, "file_text": file_text, "old_str": old_str,
+                 "new_str": new_str, "insert_line": insert_line, "insert_text": insert_text, "old_path": old_path,
+                 "new_path": new_path}
+        needs = {"view": ["path"], "create": ["path", "file_text"], "str_replace": ["path", "old_str", "new_str"],
+                 "insert": ["path", "insert_line", "insert_text"], "delete": ["path"],
+                 "rename": ["old_path", "new_path"]}[command]
+        missing = [name for name in needs if given[name] is None]
+        if missing:
+            raise ToolError(f"{command} needs {', '.join(missing)}")
+        if command == "view":
+            return tool.view(path, view_range)
+        return getattr(tool, command)(*(given[name] for name in needs))
+
+    # --- mindlog's own tools ----------------------------------------------------------------------
+
+    @register
+    def show(path: str, at: str | None = None, seq: int | None = None) -> str:
+        """A file's text as it was at a moment (ISO 8601 `at`, UTC unless an offset is given) or a log `seq`."""
+        rel = workspace_path(path)
+        as_of = moment(mem, at, seq)
+        text = mem.show(rel, as_of)
+        if text is None:
+            text = audit.file_text(mem.views, rel, as_of)
+        if text is None:
+            raise ToolError(f"{rel} did not exist then" if at or seq is not None else f"{rel} does not exist")
+        return text
+
+    @register
+    def history(path: str) -> str:
+        """Every version of a file: the seq and time of each event that changed it (JSON)."""
+        return json_text(history_of(mem, workspace_path(path)))
+
+    @register
+    def diff(path: str, old: str, new: str | None = None) -> str:
+        """A unified diff of a file between two moments, each `seq:N` or an ISO 8601 time (new: now)."""
+        rel = workspace_path(path)
+        return diff_of(mem, rel, point(mem, old), point(mem, new) if new else mem.seq_at()) or "(no differences)"
+
+    @register
+    def believed(at: str | None = None, seq: int | None = None, last: int = 10, include_all: bool = False) -> str:
+        """What the agent had in front of it at a moment: mind.md, its pages (superseded, deprecated and archived
+        ones only with include_all), the loop's last messages (JSON)."""
+        as_of, day = trusted_moment(mem, at, seq)
+        return json_text(audit.believed(mem.views, mem.seq_at() if as_of is None else as_of, last,
+                                        include_all=include_all, day=day))
+
+    @register
+    def search(query: str, at: str | None = None, seq: int | None = None, layers: list[str] | None = None,
+               types: list[str] | None = None, kinds: list[str] | None = None, agent: str | None = None,
+               status: str | None = None, include_all: bool = False, n: int = 10) -> str:
+        """Full-text search (BM25) over pages, shared layers, entries, the loop and files, now or as of a moment
+        (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page, entry,
+        loop, file. Superseded, deprecated and archived material only with include_all."""
+        for kind in kinds or ():
+            if kind not in searching.KINDS:
+                raise ToolError(f"kind must be one of {', '.join(searching.KINDS)}, not {kind!r}")
+        as_of, day = trusted_moment(mem, at, seq)
+        return json_text(searching.search(mem.views, query, as_of=as_of, day=day, kinds=kinds or (),
+                                          layers=layers or (), types=types or (), agent=agent,
+                                          self_agent=mem.config.agent, status=status, include_all=include_all,
+                                          limit=n))
+
+    @register
+    def cite(citation: str, at: str | None = None, seq: int | None = None) -> str:
+        """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH (JSON)."""
+        return json_text(audit.cite(mem.views, mem.log, citation, moment(mem, at, seq)))
+
+    @register
+    def log(kind: list[str] | None = None, layer: list[str] | None = None, since: str | None = None,
+            n: int = 50) -> str:
+        """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON)."""
+        events = list(mem.log.read(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None,
+                                   limit=n, newest_first=True))
+        return json_text(sorted(events, key=lambda e: e.seq))
+
+    @register
+    def entry_add(layer: str, text: str, reverses: str | None = None) -> str:
+        """Append a typed entry to a shared `entries` layer: "[DECISION] text" or "[FACT] 2026-11-29: text"."""
+        seq = seq_of(mem.entry_add(layer, text, reverses))
+        event = mem.log.get_by_seq(seq)
+        return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {seq})"
+
+    @register
+    def loop_append(role: Literal["user", "assistant"], text: str, loop: str = "main",
+                    model: str | None = None) -> str:
+        """Append a message to a loop (the transcript); its seq is the [S<seq>] that cites it."""
+        seq = seq_of(mem.loop_append(role, [{"type": "text", "text": text}], loop, model))
+        return f"[S{seq}] {role} appended to loop {loop}"
+
+    @register
+    def sync(direction: Literal["push", "pull", "both"] = "both", remote: str | None = None) -> str:
+        """Push this agent's shared-layer events to its hub and/or pull what it consumes (a remote must be set)."""
+        from sync.client import get_remote, pull, push
+
+        target = get_remote(mem, remote)
+        report = {}
+        if direction in ("push", "both"):
+            report["push"] = push(mem, target)
+        if direction in ("pull", "both"):
+            report["pull"] = pull(mem, target)
+        return json_text(report)
+
+    # --- resources --------------------------------------------------------------------------------
+
+    @server.resource("adf-file://mind.md", name="mind.md", mime_type="text/markdown",
+                     description="The always-loaded index: `## Always` and the page catalog.")
+    def mind() -> str:
+        current()
+        return mem.show("mind.md", mem.seq_at())
+
+    @server.resource("adf-file://mind/{slug}.md", name="page", mime_type="text/markdown",
+                     description="A wiki page: frontmatter and markdown.")
+    def page(slug: str) -> str:
+        current()
+        text = mem.show(page_path(slug), mem.seq_at())
+        if text is None:
+            raise ResourceNotFoundError(f"there is no page {slug!r}")
+        return text
+
+    return server
+
+
+def parse_http(address: str) -> tuple[str, int]:
+    """HOST:PORT, :PORT or PORT; the host defaults to loopback."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise MemError(f"--http takes HOST:PORT or PORT, not {address!r}")
+    return host or DEFAULT_HOST, int(port)
+
+
+def serve(mem: Memory, http: str | None = None) -> None:
+    server = build_server(mem)
+    try:
+        if http is None:
+            server.run("stdio")
+        else:
+            host, port = parse_http(http)
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        mem.refresh()

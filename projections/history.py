@@ -1,0 +1,71 @@
+"""A file's history: the seqs at which its text changed, read from the log and the version views."""
+
+import difflib
+
+import msgspec
+
+from eventstore.instants import format_instant
+
+from .views import LOG_PATH, MIND_PATH, page_path, slug_of
+
+WIKI_KINDS = ["page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
+              "lint", "log.restore"]
+FILE_KINDS = ["file.write", "file.delete"]
+
+
+class Version(msgspec.Struct):
+    path: str
+    seq: int
+    recorded_at: str
+    agent: str
+    kind: str
+    deleted: bool
+
+
+def _candidates(memory, path: str):
+    """The events that may have changed `path`: a superset, narrowed by comparing texts after."""
+    views = memory.views
+    shared = views.shared_target(path) if views.contract else None
+    if shared is not None:
+        return memory.log.read(layers=[shared[0]])
+    if path in (MIND_PATH, LOG_PATH):
+        return memory.log.read(kinds=WIKI_KINDS, layers=["mind"])
+    slug = slug_of(path)
+    if slug is not None:
+        return (e for e in memory.log.read(kinds=WIKI_KINDS[:4], layers=["mind"])
+                if slug in (getattr(e.body, "slug", None), getattr(e.body, "old", None), getattr(e.body, "new", None)))
+    return (e for e in memory.log.read(kinds=FILE_KINDS) if e.body.path == path)
+
+
+def _text(memory, path: str, seq: int) -> str | None:
+    text = memory.show(path, seq)
+    if text is None:
+        row = memory.views.file(path, seq)
+        text = None if row is None else bytes(row[1]).decode("utf-8", "replace")
+    return text
+
+
+def history(memory, path: str, upto: int | None = None) -> list[Version]:
+    """Every version of `path`, oldest first: the events after which its text differed from before.
+
+    A page renamed into `path` brings the versions it had under its older name (like `git log --follow`)."""
+    head = memory.seq_at() if upto is None else upto
+    versions, last = [], None
+    for event in _candidates(memory, path):
+        if event.seq > head:
+            break
+        text = _text(memory, path, event.seq)
+        if text != last:
+            versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
+                                    agent=event.agent, kind=event.kind, deleted=text is None))
+            last = text
+    first = memory.log.get_by_seq(versions[0].seq) if versions and slug_of(path) else None
+    if first is not None and first.kind == "page.rename" and first.body.new == slug_of(path):
+        versions = history(memory, page_path(first.body.old), first.seq - 1) + versions
+    return versions
+
+
+def diff(memory, path: str, a: int, b: int) -> str:
+    """A unified diff of `path` between seqs a and b (a missing file reads as empty)."""
+    old, new = _text(memory, path, a) or "", _text(memory, path, b) or ""
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}@{a}", f"{path}@{b}"))

@@ -1,0 +1,258 @@
+"""`mem mcp` driven by the MCP SDK's own client: over stdio in a subprocess, and over streamable HTTP."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from cli.mcp_server import parse_http
+from conftest import PAGE, log_rows, mem_command, run_mem
+from eventstore.layers import Contract, ContractLayer
+from projections.memory import Memory
+from sync.server import free_port
+
+MEMORY_TOOL = {"view", "create", "str_replace", "insert", "delete", "rename"}
+MINDLOG_TOOLS = {"memory", "show", "history", "diff", "believed", "cite", "log", "entry_add", "loop_append", "sync"}
+EDITED = PAGE.replace(b"Staging first.", b"Staging first, always.")
+
+
+def server_env() -> dict[str, str]:
+    return {key: os.environ[key] for key in ("PYTHONPATH", "PATH") if key in os.environ}
+
+
+def run_stdio(workspace, body):
+    """Runs `body(session)` against `mem mcp --workspace W` started by the SDK's stdio client."""
+    command = mem_command()
+    params = StdioServerParameters(command=command[0], args=[*command[1:], "mcp", "--workspace", str(workspace)],
+                                   env=server_env())
+
+    async def main():
+        with anyio.fail_after(60):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                return await body(session)
+
+    return anyio.run(main)
+
+
+async def call(session, tool, **arguments):
+    result = await session.call_tool(tool, arguments)
+    return result.is_error, result.content[0].text
+
+
+def test_tools_and_a_session_over_stdio(workspace):
+    heads = []
+
+    async def session_body(session):
+        names = {tool.name for tool in (await session.list_tools()).tools}
+        assert MEMORY_TOOL | MINDLOG_TOOLS <= names
+        steps = [("create", {"path": "/memories/mind/deploy.md", "file_text": PAGE.decode()}),
+                 ("str_replace", {"path": "/memories/mind/deploy.md", "old_str": "Staging first.",
+                                  "new_str": "Staging first, always."}),
+                 ("insert", {"path": "/memories/mind.md", "insert_line": 4, "insert_text": "- Cite a seq."}),
+                 ("rename", {"old_path": "/memories/mind/deploy.md", "new_path": "/memories/mind/deploy-procedure.md"}),
+                 ("create", {"path": "/memories/notes/today.md", "file_text": "hello\n"}),
+                 ("delete", {"path": "/memories/notes/today.md"})]
+        for tool, arguments in steps:
+            error, text = await call(session, tool, **arguments)
+            assert not error, text
+            heads.append(len(log_rows(workspace)))
+            if tool == "create" and arguments["path"].startswith("/memories/mind/"):
+                await anyio.sleep(0.5)  # the server writes the files just after answering
+                assert (workspace / "mind/deploy.md").read_bytes() == PAGE
+        error, text = await call(session, "view", path="/memories/mind/deploy-procedure.md")
+        assert text.splitlines()[7] == "     7\tStaging first, always."
+        mind = await session.read_resource("adf-file://mind.md")
+        page = await session.read_resource("adf-file://mind/deploy-procedure.md")
+        uris = {str(r.uri) for r in (await session.list_resources()).resources}
+        history = json.loads((await call(session, "history", path="/memories/mind/deploy-procedure.md"))[1])
+        return mind.contents[0].text, page.contents[0].text, uris, history
+
+    mind, page, uris, history = run_stdio(workspace, session_body)
+    assert heads == [1, 2, 3, 4, 5, 6]
+    assert (workspace / "mind/deploy-procedure.md").read_bytes() == EDITED  # written when the server stopped
+    assert not (workspace / "mind/deploy.md").exists()
+    assert "- Cite a seq.\n" in (workspace / "mind.md").read_text()
+    assert "- Cite a seq.\n" in mind and "(adf-file://mind/deploy-procedure.md)" in mind
+    assert page == EDITED.decode()
+    assert uris == {"adf-file://mind.md", "adf-file://mind/deploy-procedure.md"}
+    assert [(v["path"], v["seq"], v["kind"]) for v in history] == [
+        ("mind/deploy.md", 1, "page.ingest"), ("mind/deploy.md", 2, "page.update"),
+        ("mind/deploy-procedure.md", 4, "page.rename")]
+
+    log = run_mem("log", "--workspace", workspace, check=True).stdout.decode()
+    assert [line.split()[4] for line in log.splitlines()] == [
+        "page.ingest", "page.update", "always.add", "page.rename", "file.write", "file.delete"]
+    assert all(line.split()[2] == "alice" for line in log.splitlines())
+    assert run_mem("replay", "--check", "--workspace", workspace, check=True).stdout.decode() == \
+        "rebuilt to seq 6: no differences\n"
+    events = json.loads(run_mem("log", "--json", "--workspace", workspace, check=True).stdout)
+    first_recorded = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(events[0]["recorded_at"] // 1000)) + \
+        f".{events[0]['recorded_at'] % 1000:03d}Z"
+    assert run_mem("show", "mind/deploy.md", "--at", first_recorded, "--workspace", workspace,
+                   check=True).stdout == PAGE
+    assert run_mem("show", "mind/deploy.md", "--seq", 2, "--workspace", workspace, check=True).stdout == EDITED
+
+
+def cli_error(workspace, *args, input=None) -> str:
+    result = run_mem(*args, "--workspace", workspace, input=input)
+    assert result.returncode == 1
+    return result.stderr.decode().removeprefix("error: ").rstrip("\n")
+
+
+def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
+    with Memory.open(workspace) as mem:
+        mem.set_contract(Contract(layers={"decisions": ContractLayer(
+            path="memory/decisions.md", format="entries", producers=["bob"], consumers=["*"])}))
+        mem.write_page("deploy", PAGE)
+        mem.write_page("freeze", PAGE.replace(b"type: procedure", b"type: procedure\ngovernance: hold"))
+    (workspace / "mind/deploy.md").write_bytes(PAGE + b"edited by hand\n")
+    bare = tmp_path / "bare.md"
+    bare.write_bytes(b"no frontmatter\n")
+    secret = tmp_path / "keys.md"
+    secret.write_text("the deploy key is AKIA4HXQ7ZT2LMNB3K5P for now\n")
+    cases = [  # (tool, arguments, the CLI command refused for the same reason)
+        ("create", {"path": "/memories/mind/bare.md", "file_text": "no frontmatter\n"},
+         ("page", "write", "bare", "--file", bare)),
+        ("create", {"path": "/memories/mind/../../escape.md", "file_text": PAGE.decode()},
+         ("page", "write", "../../escape.md", "--file", bare)),
+        ("create", {"path": "/memories/../outside.txt", "file_text": "x"},
+         ("file", "write", "../outside.txt", "--file", bare)),
+        ("entry_add", {"layer": "decisions", "text": "[DECISION] mine"},
+         ("entry", "add", "decisions", "[DECISION] mine")),
+        ("str_replace", {"path": "/memories/mind/deploy.md", "old_str": "Staging first.", "new_str": "x"},
+         ("page", "delete", "deploy")),
+        ("loop_append", {"role": "user", "text": "hi", "loop": "Main Loop"},
+         ("loop", "append", "--role", "user", "--text", "hi", "--loop", "Main Loop")),
+        ("sync", {}, ("sync",)),
+        ("create", {"path": "/memories/notes/keys.md", "file_text": secret.read_text()},
+         ("file", "write", "notes/keys.md", "--file", secret)),
+        ("delete", {"path": "/memories/mind/freeze.md"}, ("page", "delete", "freeze")),
+    ]
+    expected = [cli_error(workspace, *command) for _tool, _arguments, command in cases]
+    before = log_rows(workspace)
+
+    async def session_body(session):
+        answers = [await call(session, tool, **arguments) for tool, arguments, _command in cases]
+        answers.append(await call(session, "create", path="/memories/mind/deploy.md", file_text="x"))
+        answers.append(await call(session, "str_replace", path="/memories/mind.md", old_str="## Pages", new_str="x"))
+        return answers
+
+    answers = run_stdio(workspace, session_body)
+    assert all(error for error, _text in answers)
+    assert [text for _error, text in answers[:len(cases)]] == expected
+    assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
+    assert "AWS Access Key" in expected[7] and "hold" in expected[8]
+    assert answers[-2][1] == "File /memories/mind/deploy.md already exists"
+    assert "catalog is generated from the pages" in answers[-1][1]
+    assert log_rows(workspace) == before
+
+
+def test_streamable_http_on_loopback(workspace):
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), "mcp", "--http", str(port), "--workspace", str(workspace)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert server.poll() is None, server.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+        async def main():
+            with anyio.fail_after(60):
+                async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write), \
+                        ClientSession(read, write) as session:
+                    await session.initialize()
+                    names = {tool.name for tool in (await session.list_tools()).tools}
+                    created = await call(session, "create", path="/memories/mind/deploy.md", file_text=PAGE.decode())
+                    edited = await call(session, "str_replace", path="/memories/mind/deploy.md",
+                                        old_str="Staging first.", new_str="Staging first, always.")
+                    refused = await call(session, "str_replace", path="/memories/mind/deploy.md",
+                                         old_str="nowhere", new_str="x")
+                    shown = await call(session, "show", path="mind/deploy.md", seq=1)
+                    return names, created, edited, refused, shown
+
+        names, created, edited, refused, shown = anyio.run(main)
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert MEMORY_TOOL | MINDLOG_TOOLS <= names
+    assert created == (False, "File created successfully at: /memories/mind/deploy.md")
+    assert not edited[0] and refused == (
+        True, "No replacement was performed, old_str `nowhere` did not appear verbatim in /memories/mind/deploy.md.")
+    assert shown == (False, PAGE.decode())
+    assert len(log_rows(workspace)) == 2
+    assert run_mem("replay", "--check", "--workspace", workspace).returncode == 0
+    assert run_mem("show", "mind/deploy.md", "--workspace", workspace, check=True).stdout == EDITED
+
+
+def test_http_binds_to_loopback_unless_told():
+    assert parse_http("8000") == ("127.0.0.1", 8000)
+    assert parse_http(":8000") == ("127.0.0.1", 8000)
+    assert parse_http("0.0.0.0:9000") == ("0.0.0.0", 9000)
+    with pytest.raises(Exception, match="HOST:PORT"):
+        parse_http("localhost")
+
+
+def test_mindlog_tools_over_stdio(workspace, tmp_path):
+    from hubserver import HubServer
+    from sync.client import add_remote
+
+    hub = HubServer(str(tmp_path / "hub.db")).start()
+    try:
+        hub.storage.apply_contract(Contract(layers={"insights": ContractLayer(
+            path="memory/insights.md", format="entries", producers=["*"], consumers=["*"])}))
+        (tmp_path / "alice.token").write_text(hub.storage.add_agent("alice") + "\n")
+        with Memory.open(workspace) as mem:
+            add_remote(mem, "origin", hub.url, str(tmp_path / "alice.token"))
+
+        async def session_body(session):
+            answers = {}
+            for tool, arguments in [
+                    ("loop_append", {"role": "user", "text": "Prod needs my ack."}),
+                    ("cite", {"citation": "[S1]"}),
+                    ("sync", {}),
+                    ("entry_add", {"layer": "insights", "text": "[DECISION] 2026-11-01: The hub runs on SQLite"}),
+                    ("sync", {"direction": "push"}),
+                    ("believed", {"seq": 1}),
+                    ("log", {"n": 1}),
+                    ("memory", {"command": "view", "path": "/memories/memory/insights.md"}),
+                    ("create", {"path": "/memories/mind/canary.md", "file_text": PAGE.decode().replace(
+                        "Staging first.", "Every deploy waits for a green canary.")}),
+                    ("search", {"query": "green canary"}),
+                    ("search", {"query": "green canary", "seq": 2}),
+                    ("search", {"query": "canary", "kinds": ["nonsense"]}),
+                    ("memory", {"command": "create", "path": "/memories/notes.md"})]:
+                answers.setdefault(tool, []).append(await call(session, tool, **arguments))
+            return answers
+
+        answers = run_stdio(workspace, session_body)
+    finally:
+        hub.stop()
+    assert answers["loop_append"] == [(False, "[S1] user appended to loop main")]
+    cited = json.loads(answers["cite"][0][1])
+    assert cited["resolved"] and cited["hit"]["source"] == "live" and cited["hit"]["seq"] == 1
+    first_sync, push = (json.loads(text) for _error, text in answers["sync"])
+    assert first_sync["push"]["pushed"] == 0 and push == {"push": {**push["push"], "pushed": 1}}
+    assert answers["entry_add"][0][1].endswith("[DECISION] 2026-11-01: The hub runs on SQLite (seq 2)")
+    believed = json.loads(answers["believed"][0][1])
+    assert believed["seq"] == 1 and [m["seq"] for m in believed["loop"]] == [1]
+    assert [e["body"]["kind"] for e in json.loads(answers["log"][0][1])] == ["entry.append"]
+    assert answers["memory"][0] == (False, "Here's the content of /memories/memory/insights.md with line numbers:\n"
+                                           "     1\t# insights\n     2\t\n     3\t[DECISION] 2026-11-01: The hub runs "
+                                           "on SQLite\n     4\t")
+    assert answers["memory"][1] == (True, "create needs file_text")
+    now, then, bad_kind = answers["search"]
+    assert [(hit["path"], hit["citation"]) for hit in json.loads(now[1])] == [
+        ("mind/canary.md", "adf-file://mind/canary.md")]
+    assert json.loads(then[1]) == []
+    assert bad_kind == (True, "kind must be one of page, shared-page, entry, loop, file, not 'nonsense'")
+    assert [row[0] for row in log_rows(workspace)] == [1, 2, 3]
