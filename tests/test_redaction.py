@@ -162,6 +162,7 @@ def team(tmp_path):
 
     hub_db = tmp_path / "hub.db"
     (tmp_path / "contract.toml").write_text(CONTRACT)
+    run_mem("hub", "init", "--db", hub_db, check=True)
     run_mem("hub", "contract", "apply", tmp_path / "contract.toml", "--db", hub_db, check=True)
     port = free_port()
     server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
