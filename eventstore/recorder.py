@@ -9,7 +9,7 @@ import msgspec
 
 from .envelope import CODEC_REDACTED, Event, compute_digest, decode_body, encode_body, pack_body, unpack_body
 from .errors import IdConflict
-from .kinds import Redacted
+from .kinds import ImportGap, Redacted
 from .redaction import redacted_form
 
 ZERO_CHAIN = bytes(32)
@@ -39,6 +39,11 @@ def row_to_event(row) -> Event:
                  digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
 
+def skipped(body) -> int:
+    """Seqs left unused before this event: only an ImportGap skips any (an imported file's gap)."""
+    return body.skipped if isinstance(body, ImportGap) else 0
+
+
 def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: bytes, recorded_at: int):
     """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
     and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
@@ -51,7 +56,7 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: byte
                 raise IdConflict(f"event {event.id} is already in the log with a different digest")
             seqs.append(found[1])
             continue
-        seq += 1
+        seq += 1 + skipped(event.body)
         digest = bytes.fromhex(event.digest)
         chain = chain_link(chain, digest, seq, recorded_at)
         codec, stored = pack_body(raw, isinstance(event.body, Redacted))
@@ -60,6 +65,9 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: byte
         known[event.id] = (event.digest, seq)
         seqs.append(seq)
     return rows, seqs, seq, chain
+
+
+UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})
 
 
 def redaction_updates(prepared, stored) -> list[tuple[int, bytes, bytes]]:
@@ -75,7 +83,7 @@ def redaction_updates(prepared, stored) -> list[tuple[int, bytes, bytes]]:
             if found is None:
                 continue
             kind, codec, body, layer = found
-            if layer != event.layer or codec == CODEC_REDACTED or kind in ("redaction", "contract.change"):
+            if layer != event.layer or codec == CODEC_REDACTED or kind in UNREDACTABLE:
                 continue
             form = redacted_form(kind, unpack_body(codec, bytes(body)), event.body.reason, event.id)
             updates.append((CODEC_REDACTED, encode_body(form), id_bytes(target)))
@@ -92,7 +100,8 @@ class VerifyReport(msgspec.Struct):
 
 
 class Recorder(ABC):
-    """An append-only, gapless, commit-ordered event log.
+    """An append-only, commit-ordered event log whose seqs are gapless but for the seqs an
+    ImportGap event says it skips (`skipped`).
 
     `append` is atomic for the whole batch and idempotent per event id: an id already present
     with the same digest returns its existing seq, with another digest the batch is refused.
@@ -138,15 +147,13 @@ class Recorder(ABC):
 
 def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
     """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain,
-    body_hash) in seq order: gapless seqs and times that never go backwards, bodies that decode to
-    their kind and hash to their body hash (a redacted body names both), digests, and the chain."""
+    body_hash) in seq order: gapless seqs (but for what an ImportGap skips) and times that never go
+    backwards, bodies that decode to their kind and hash to their body hash (a redacted body names
+    both), digests, and the chain."""
     expected_seq, chain, checked, redacted, last_recorded = 0, ZERO_CHAIN, 0, 0, 0
     for seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, stored_chain, body_hash in rows:
-        expected_seq += 1
         bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq,
                                 redacted=redacted)
-        if seq != expected_seq:
-            return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
         if recorded_at < last_recorded:
             return bad(problem="recorded_at goes backwards: the event's recording time was changed")
         last_recorded = recorded_at
@@ -155,6 +162,9 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
             decoded = decode_body(raw)
         except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
             return bad(problem=f"body does not decode: {exc}")
+        expected_seq += 1 + skipped(decoded)
+        if seq != expected_seq:
+            return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
         body_hash = bytes(body_hash)
         if codec == CODEC_REDACTED:
             if not isinstance(decoded, Redacted) or decoded.original != kind or decoded.body_hash != body_hash.hex():

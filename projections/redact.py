@@ -10,7 +10,7 @@ import re
 
 import msgspec
 
-from eventstore import secrets
+from eventstore import recorder, secrets
 from eventstore.envelope import Event, new_event
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import is_uuid
@@ -18,7 +18,7 @@ from eventstore.kinds import Redaction
 from eventstore.redaction import matches
 from eventstore.envelope import unpack_body
 
-UNREDACTABLE = ("redaction", "redacted", "contract.change")
+UNREDACTABLE = recorder.UNREDACTABLE | {"redacted"}
 
 
 class Target(msgspec.Struct):
