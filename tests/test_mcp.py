@@ -69,6 +69,9 @@ def test_tools_and_a_session_over_stdio(workspace):
                 assert (workspace / "mind/deploy.md").read_bytes() == PAGE
         error, text = await call(session, "view", path="/memories/mind/deploy-procedure.md")
         assert text.splitlines()[7] == "     7\tStaging first, always."
+        run_mem("always", "add", "Written by the CLI meanwhile.", "--workspace", workspace, check=True)
+        error, text = await call(session, "view", path="/memories/mind.md")
+        assert "     6\t- Written by the CLI meanwhile." in text.splitlines()
         mind = await session.read_resource("adf-file://mind.md")
         page = await session.read_resource("adf-file://mind/deploy-procedure.md")
         uris = {str(r.uri) for r in (await session.list_resources()).resources}
@@ -89,10 +92,10 @@ def test_tools_and_a_session_over_stdio(workspace):
 
     log = run_mem("log", "--workspace", workspace, check=True).stdout.decode()
     assert [line.split()[4] for line in log.splitlines()] == [
-        "page.ingest", "page.update", "always.add", "page.rename", "file.write", "file.delete"]
+        "page.ingest", "page.update", "always.add", "page.rename", "file.write", "file.delete", "always.add"]
     assert all(line.split()[2] == "alice" for line in log.splitlines())
     assert run_mem("replay", "--check", "--workspace", workspace, check=True).stdout.decode() == \
-        "rebuilt to seq 6: no differences\n"
+        "rebuilt to seq 7: no differences\n"
     events = json.loads(run_mem("log", "--json", "--workspace", workspace, check=True).stdout)
     first_recorded = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(events[0]["recorded_at"] // 1000)) + \
         f".{events[0]['recorded_at'] % 1000:03d}Z"
