@@ -204,7 +204,8 @@ def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop"), jso
 def _print_hit(hit) -> None:
     where = {"live": "live in the loop", "audit": f"in audit blob {hit.audit_id}",
              "log": "not in any audit blob (loop audit was off); the event log still holds it",
-             "missing": "missing: not live, not in any audit blob, not in the log"}[hit.source]
+             "missing": f"not a loop message: event {hit.seq} is a {hit.other}" if hit.other
+             else "missing: not live, not in any audit blob, not in the log"}[hit.source]
     typer.echo(f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else ""))
     if hit.entry:
         typer.echo(jsonlib.dumps(hit.entry, ensure_ascii=False))

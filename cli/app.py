@@ -69,7 +69,7 @@ def point(mem, text: str) -> int:
 # --- workspace ----------------------------------------------------------------------------------
 
 @app.command()
-def init(agent: str = typer.Option("agent", "--agent", help="This agent's name.")):
+def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's name (default: agent).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
     from projections.memory import Memory
 
@@ -79,37 +79,28 @@ def init(agent: str = typer.Option("agent", "--agent", help="This agent's name."
 
 
 @app.command()
-def status(json: bool = JsonOpt):
-    """Is each view up to date with the log? Which files were edited by hand?"""
-    from projections.status import workspace_status
+def status(json: bool = JsonOpt, fetch: bool = typer.Option(False, "--fetch", help="Ask each hub how far behind "
+                                                            "this workspace is (otherwise only a quick try).")):
+    """Views against the log, files edited by hand, conflicts, and per remote what waits to go out or in."""
+    from .sync_commands import show_status
 
-    with memory(refresh=False) as mem:
-        report = workspace_status(mem)
-    if json:
-        return emit_json(report)
-    typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
-               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
-    for label, paths in (("edited by hand", report.hand_edited), ("not yet written", report.pending),
-                         ("missing", report.missing),
-                         ("untracked", report.untracked)):
-        for path in paths:
-            typer.echo(f"{label + ':':<17}{path}")
-    if report.clean:
-        typer.echo("clean: every file is what the log says")
+    show_status(json, fetch)
 
 
 # --- pages and Always ---------------------------------------------------------------------------
+
+LayerOpt = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki.")
+
 
 @page_app.command("write")
 def page_write(slug: str,
                file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
-               layer: Optional[str] = typer.Option(None, "--layer", help="A shared pages layer instead of the wiki."),
-               force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
+               layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Ingest a page when new, update it otherwise."""
     if layer is not None and layer != MIND:
         with memory() as mem:
-            seq = mem.shared_page_write(layer, slug, read_input(file), allow_secret=allow_secret)
+            seq = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
             event = mem.log.get_by_seq(seq)
         return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {seq})")
     with memory() as mem:
@@ -120,8 +111,12 @@ def page_write(slug: str,
 
 @page_app.command("delete")
 def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
-                allow_secret: bool = AllowSecretOpt):
+                layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Delete a page; the delete is an event and a log entry."""
+    if layer is not None and layer != "mind":
+        from .sync_commands import shared_page_delete
+
+        return shared_page_delete(layer, slug, note, allow_secret)
     with memory() as mem:
         seq = mem.delete_page(slug, note, force=force, allow_secret=allow_secret)
         typer.echo(f"delete mind/{slug.removesuffix('.md')}.md (seq {seq})")
@@ -129,16 +124,24 @@ def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool =
 
 @page_app.command("rename")
 def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
-                allow_secret: bool = AllowSecretOpt):
+                layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Rename a page (its history stays under both names)."""
+    if layer is not None and layer != "mind":
+        from .sync_commands import shared_page_rename
+
+        return shared_page_rename(layer, old, new, note, allow_secret)
     with memory() as mem:
         seq = mem.rename_page(old, new, note, force=force, allow_secret=allow_secret)
         typer.echo(f"rename mind/{old}.md -> mind/{new}.md (seq {seq})")
 
 
 @page_app.command("list")
-def page_list(json: bool = JsonOpt):
-    """The pages in the catalog, with their hooks."""
+def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
+    """The pages in the catalog, with their hooks (or a shared layer's pages, with their heads)."""
+    if layer is not None and layer != "mind":
+        from .sync_commands import shared_page_list
+
+        return shared_page_list(layer, json)
     with memory() as mem:
         rows = [{"slug": s, "title": t, "hook": h} for s, t, h in mem.views.catalog()]
     if json:
@@ -192,11 +195,12 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
 
 
 @app.command()
-def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
-    """Write the whole memory as it was into DIRECTORY."""
+def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
+             force: bool = typer.Option(False, "--force", help="Write into a non-empty directory (never a workspace).")):
+    """Write the whole memory as it was into DIRECTORY (a new or empty directory outside any workspace)."""
     with memory() as mem:
         point_seq = as_of(mem, at, seq)
-        written = mem.checkout(directory, point_seq)
+        written = mem.checkout(directory, point_seq, force=force)
     typer.echo(f"wrote {len(written)} files as of seq {point_seq} to {directory}")
 
 
@@ -294,18 +298,24 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms")):
     import watchfiles
 
     from projections.adopt import adopt as adopting
+    from projections.materialize import file_hash
 
     with memory() as mem:
         typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
+        told: dict[str, str] = {}  # a refusal is said once, until the file or the reason changes
         try:
             for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
                                              watch_filter=lambda _c, path: "/.mem/" not in path
                                              and ".mem-tmp-" not in path):
                 report = adopting(mem)
                 for path in report.adopted:
+                    told.pop(path, None)
                     typer.echo(f"adopted {path}")
                 for path, why in report.refused.items():
-                    typer.echo(f"left {path}: {why}")
+                    said = f"{why}\0{file_hash(mem.root / path)}"
+                    if told.get(path) != said:
+                        told[path] = said
+                        typer.echo(f"left {path}: {why}")
         except KeyboardInterrupt:
             pass
 

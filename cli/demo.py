@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from eventstore.errors import InvalidInput
 from eventstore.ids import now_ms
 from eventstore.instants import format_instant
 from projections.memory import Memory
@@ -59,6 +60,8 @@ def show_file(root: Path, path: str) -> None:
 
 
 def run_demo(keep: Path | None = None) -> None:
+    if keep and Path(keep).exists() and (not Path(keep).is_dir() or any(Path(keep).iterdir())):
+        raise InvalidInput(f"{keep} is not empty; `mem demo --keep` needs a new or empty directory")
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mem-demo-"))
     try:
         _run(root / "artemis")

@@ -26,10 +26,24 @@ app.add_typer(entry_app, name="entry")
 DbOpt = typer.Option("hub.db", "--db", envvar="MEM_HUB_DB", help="SQLite file or postgresql:// URL.")
 
 
-def storage(db: str):
-    from sync.storage import open_storage
+def storage(db: str, create: bool = False):
+    """The hub's storage; a missing hub is an error unless `create` (`mem hub init`, `mem serve`)."""
+    from sync.storage import hub_exists, open_storage
 
+    if not create and not hub_exists(db):
+        fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
+             "or pass --db (or MEM_HUB_DB)")
     return open_storage(db)
+
+
+def _where(db: str) -> str:
+    return db.split("@")[-1] if "://" in db else str(Path(db).absolute())
+
+
+def _known_agent(hub, name: str) -> None:
+    names = {a.name.split("#revoked-")[0] for a in hub.agents()}
+    if name not in names:
+        fail(f"no agent {name!r} on this hub (agents: {', '.join(sorted(names)) or 'none'})")
 
 
 @app.command()
@@ -37,14 +51,28 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
           port: int = typer.Option(8765, "--port"),
           group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
                                             help="Commit concurrent pushes together (off: one transaction each).")):
-    """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...)."""
+    """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing."""
     import uvicorn
 
     from sync.hub import create_app
+    from sync.storage import hub_exists
 
+    if not hub_exists(db):
+        typer.echo(f"created a new hub database at {_where(db)}", err=True)
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db), group_commit=group_commit), host=host, port=port, log_level="warning",
-                timeout_graceful_shutdown=2)
+    uvicorn.run(create_app(storage(db, create=True), group_commit=group_commit), host=host, port=port,
+                log_level="warning", timeout_graceful_shutdown=2)
+
+
+@hub_app.command("init")
+def hub_init(db: str = DbOpt):
+    """Create a new, empty hub database."""
+    from sync.storage import hub_exists
+
+    if hub_exists(db):
+        fail(f"a hub database exists already at {_where(db)}")
+    storage(db, create=True).close()
+    typer.echo(f"created hub database {_where(db)}")
 
 
 @agent_app.command("add")
@@ -101,6 +129,7 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
     from sync.contracts import consumed_layers
 
     hub = storage(db)
+    _known_agent(hub, agent)
     at_ms = parse_instant(at) if at else None
     cursor = hub.received_by(agent, at_ms)
     contract, _ = hub.contract(at_ms)
@@ -121,13 +150,29 @@ def _summary(event) -> str:
 
 
 @remote_app.command("add")
-def remote_add(name: str, url: str, token_file: str = typer.Option(..., "--token-file")):
-    """Add a hub to sync with; the token stays in its file."""
+def remote_add(name: str, url: str, token_file: str = typer.Option(..., "--token-file"),
+               force: bool = typer.Option(False, "--force", help="Accept a token of another agent."),
+               json: bool = JsonOpt):
+    """Add a hub to sync with: checks the token's agent and fetches the contract; the token stays in its file."""
     from sync.client import add_remote
 
     with memory(refresh=False) as mem:
-        remote = add_remote(mem, name, url, token_file)
-    typer.echo(f"remote {remote.name} -> {remote.url}")
+        added = add_remote(mem, name, url, token_file, force=force)
+    if json:
+        return emit_json(added)
+    if added.replaced is not None:
+        typer.echo(f"replaced remote {name} (was {added.replaced.url})")
+    typer.echo(f"remote {added.remote.name} -> {added.remote.url} (agent {added.agent})")
+
+
+@remote_app.command("remove")
+def remote_remove(name: str):
+    """Forget a remote and its sync positions."""
+    from sync.client import remove_remote
+
+    with memory(refresh=False) as mem:
+        removed = remove_remote(mem, name)
+    typer.echo(f"removed remote {removed.name} ({removed.url})")
 
 
 @remote_app.command("list")
@@ -143,9 +188,30 @@ def remote_list(json: bool = JsonOpt):
         typer.echo(f"{r.name:<12} {r.url}")
 
 
+def _held_lines(report) -> bool:
+    """Says what stays behind (stderr); True when something does."""
+    for held in report.held:
+        typer.echo(f"error: {held.count} event{'s' if held.count != 1 else ''} in layer {held.layer} "
+                   f"cannot be pushed: {held.why}", err=True)
+    return bool(report.held)
+
+
+def _pull_line(report) -> str:
+    line = f"pulled {report.pulled} events from {report.remote}"
+    if report.returned:
+        line += f" (and {report.returned} of this agent's own came back)"
+    return line
+
+
+def _skipped_lines(report) -> None:
+    for path in report.skipped:
+        typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
+                   "`mem status` lists it", err=True)
+
+
 @app.command()
 def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
-    """Send this agent's events in the shared layers it produces."""
+    """Send this agent's events in the shared layers it produces; exits 1 when some must stay behind."""
     from sync.client import get_remote, push as pushing
 
     with memory() as mem:
@@ -153,9 +219,11 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         with progress_bar("push", mem.log.head()) as advance:
             report = pushing(mem, target, progress=advance)
     if json:
-        return emit_json(report)
-    typer.echo(f"pushed {report.pushed} events to {report.remote}"
-               + (f" ({report.duplicates} already there)" if report.duplicates else ""))
+        emit_json(report)
+    else:
+        typer.echo(f"pushed {report.pushed} events to {report.remote}"
+                   + (f" ({report.duplicates} already there)" if report.duplicates else ""))
+    raise typer.Exit(1 if _held_lines(report) else 0)
 
 
 @app.command()
@@ -165,22 +233,28 @@ def pull(remote: Optional[str] = typer.Argument(None),
     """Fetch the shared events this agent consumes."""
     from sync.client import get_remote, pull as pulling
 
+    def batch_line(batch):
+        typer.echo(f"pulled {batch.pulled} events up to hub position {batch.position}"
+                   + (f" ({batch.returned} own came back)" if batch.returned else ""))
+
     with memory() as mem:
         target = get_remote(mem, remote)
         with progress_bar("pull", None) as advance:
             try:
                 report = pulling(mem, target, follow=follow, progress=advance,
-                                 say=lambda line: typer.echo(line, err=True))
+                                 say=lambda line: typer.echo(line, err=True),
+                                 on_batch=batch_line if follow and not json else None)
             except KeyboardInterrupt:
                 raise typer.Exit(0) from None
     if json:
         return emit_json(report)
-    typer.echo(f"pulled {report.pulled} events from {report.remote}")
+    typer.echo(_pull_line(report))
+    _skipped_lines(report)
 
 
 @app.command("sync")
 def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
-    """Push, then pull."""
+    """Push, then pull; exits 1 when some events must stay behind."""
     from sync.client import get_remote, pull as pulling, push as pushing
 
     with memory() as mem:
@@ -190,8 +264,12 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         with progress_bar("pull", None) as advance:
             pulled = pulling(mem, target, progress=advance)
     if json:
-        return emit_json({"push": pushed, "pull": pulled})
-    typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})")
+        emit_json({"push": pushed, "pull": pulled})
+    else:
+        typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
+                   + (f"; {pulled.returned} of this agent's own came back" if pulled.returned else ""))
+        _skipped_lines(pulled)
+    raise typer.Exit(1 if _held_lines(pushed) else 0)
 
 
 @entry_app.command("add")
@@ -218,17 +296,79 @@ def entry_list(layer: str, json: bool = JsonOpt):
 
 
 @app.command()
-def conflicts(json: bool = JsonOpt):
-    """Shared pages with more than one head: every replica shows the same winner."""
+def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", help="Print every head's text.")):
+    """Shared pages with more than one head (every replica shows the same winner); exits 1 if any."""
+    from projections.conflicts import conflicts_shown
+
     with memory() as mem:
-        found = mem.views.shared.conflicts(mem.views.checkpoint())
+        found = conflicts_shown(mem) if show else mem.views.shared.conflicts(mem.views.checkpoint())
     if json:
-        return emit_json(found)
-    for c in found:
-        heads = ", ".join(f"{h.id[:18]} ({h.agent}{', deleted' if h.deleted else ''})" for h in c.heads)
-        typer.echo(f"{c.layer}/{c.slug}: winner {c.winner[:18]}; heads {heads}")
-    if not found:
+        emit_json(found)
+    elif not found:
         typer.echo("no conflicts")
+    for c in [] if json else found:
+        if not show:
+            heads = ", ".join(f"{h.id[:18]} ({h.agent}{', deleted' if h.deleted else ''})" for h in c.heads)
+            typer.echo(f"{c.layer}/{c.slug}: winner {c.winner[:18]}; heads {heads}")
+            continue
+        typer.echo(f"== {c.layer}/{c.slug}: {len(c.heads)} heads; `mem resolve {c.layer}/{c.slug} --file F` "
+                   "writes one version that supersedes them all")
+        for h in c.heads:
+            typer.echo(f"-- {h.id} by {h.agent} at {h.at}{' (the winner)' if h.id == c.winner else ''}"
+                       + (": deleted" if h.deleted else ""))
+            if h.text is not None:
+                typer.echo(h.text.rstrip("\n"))
+    raise typer.Exit(1 if found else 0)
+
+
+def shared_page_delete(layer: str, slug: str, note: str, allow_secret: bool) -> None:
+    with memory() as mem:
+        seq = mem.shared_page_delete(layer, slug, note, allow_secret=allow_secret)
+    typer.echo(f"delete {layer}/{slug.removesuffix('.md')} (seq {seq})")
+
+
+def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: bool) -> None:
+    with memory() as mem:
+        seq = mem.shared_page_rename(layer, old, new, note, allow_secret=allow_secret)
+    typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {seq})")
+
+
+def shared_page_list(layer: str, json: bool) -> None:
+    with memory() as mem:
+        pages = mem.shared_pages(layer)
+    if json:
+        return emit_json(pages)
+    for p in pages:
+        typer.echo(f"{p.slug:<28} {p.title:<30} {p.agent}" + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""))
+
+
+def show_status(json: bool, fetch: bool) -> None:
+    from sync.status import sync_status
+
+    with memory(refresh=False) as mem:
+        report = sync_status(mem, fetch=fetch)
+    if json:
+        return emit_json(report)
+    typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
+               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
+    edited = [p for p in report.hand_edited if p not in report.skipped]
+    for label, paths in (("edited by hand", edited), ("not written", report.skipped),
+                         ("not yet written", report.pending), ("missing", report.missing),
+                         ("untracked", report.untracked)):
+        for path in paths:
+            typer.echo(f"{label + ':':<17}{path}" + ("  (a newer version waits; `mem adopt` keeps the edit)"
+                                                     if label == "not written" else ""))
+    for c in report.conflicts:
+        typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
+    for r in report.remotes:
+        behind = ("unknown (" + r.hub_error + ")" if r.hub_error else "not asked") if r.behind is None else \
+            f"{r.behind}{'+' if r.more_behind else ''} events"
+        typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {behind}; "
+                   f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))
+        for held in r.held:
+            typer.echo(f"  held back: {held.count} in {held.layer}: {held.why}")
+    if report.clean:
+        typer.echo("clean: every file is what the log says")
 
 
 @app.command()

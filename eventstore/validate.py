@@ -1,5 +1,6 @@
 """Checks made before anything is appended: slugs, page documents, text that becomes a heading."""
 
+import datetime as dt
 import os
 import re
 from pathlib import Path
@@ -81,3 +82,17 @@ def one_line(value: str, what: str = "text") -> str:
     if len(collapsed) > MAX_LINE_CHARS:
         raise TooLarge(f"{what} is longer than {MAX_LINE_CHARS} characters")
     return collapsed
+
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def entry_date(value: str) -> str:
+    """A typed entry's date: a real calendar date written YYYY-MM-DD."""
+    if not isinstance(value, str) or not _DATE.match(value):
+        raise InvalidInput(f"entry date {value!r} is not written YYYY-MM-DD (like 2026-11-29)")
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"entry date {value!r} is not a calendar date") from None
+    return value

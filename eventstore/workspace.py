@@ -42,10 +42,18 @@ class Workspace:
         os.replace(tmp, self.mem_dir / CONFIG_FILE)
 
     @classmethod
-    def init(cls, root: str | Path, agent: str = "agent") -> "Workspace":
+    def init(cls, root: str | Path, agent: str | None = None) -> "Workspace":
+        """Creates a workspace, or opens an existing one; an existing workspace keeps its agent."""
+        ws = cls(root)
+        if ws.exists:
+            current = ws.config().agent
+            if agent is not None and agent != current:
+                raise InvalidInput(f"{ws.root} is already the workspace of agent {current!r}; "
+                                   f"an agent's log cannot change hands (init a new directory for {agent!r})")
+            agent = current
+        agent = "agent" if agent is None else agent
         if not agent or any(c in agent for c in "/\\\n\r\t ") or len(agent) > 64:
             raise InvalidInput(f"agent name {agent!r} must be one word of at most 64 characters")
-        ws = cls(root)
         ws.root.mkdir(parents=True, exist_ok=True)
         (ws.root / "mind").mkdir(exist_ok=True)
         if not ws.exists:
@@ -53,10 +61,19 @@ class Workspace:
         return ws
 
     @classmethod
+    def around(cls, path: str | Path) -> "Workspace | None":
+        """The workspace that `path` is in (or is), if any."""
+        path = Path(path).absolute()
+        for candidate in (path, *path.parents):
+            if (candidate / MEM_DIR / CONFIG_FILE).exists():
+                return cls(candidate)
+        return None
+
+    @classmethod
     def find(cls, start: str | Path | None = None) -> "Workspace":
         """The workspace at `start` (or MEM_WORKSPACE, or the cwd) or the nearest one above it."""
         start = Path(start or os.environ.get("MEM_WORKSPACE") or os.getcwd()).absolute()
-        for candidate in (start, *start.parents):
-            if (candidate / MEM_DIR / CONFIG_FILE).exists():
-                return cls(candidate)
+        found = cls.around(start)
+        if found is not None:
+            return found
         raise NoWorkspace(f"no mindlog workspace at or above {start}; run `mem init` or pass --workspace")

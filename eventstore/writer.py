@@ -201,13 +201,17 @@ def _guess_mime(path: str) -> str:
 
 
 ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
-_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d{4}-\d{2}(?:-\d{2})?):\s*)?(.+)$", re.S)
+_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d+-\d+(?:-\d+)?):\s*)?(.+)$", re.S)
 
 
 class SharedState(Protocol):
     def shared_heads(self, layer: str, slug: str) -> list[str]: ...
 
     def shared_winner(self, layer: str, slug: str) -> str | None: ...
+
+    def shared_deleted(self, layer: str, slug: str) -> bool: ...
+
+    def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None: ...
 
     def entry_exists(self, layer: str, id: str) -> bool: ...
 
@@ -232,19 +236,25 @@ class SharedWriter:
         if reverses is not None and not self.state.entry_exists(layer, reverses):
             raise NotFound(f"there is no entry {reverses} in layer {layer} to reverse")
         ts = now_ms()
-        date = date or dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+        date = validate.entry_date(date) if date else dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%d")
         return new_event(EntryAppend(type=kind, date=date, content=content, reverses=reverses), agent=self.agent,
                          layer=layer, ts=ts)
 
-    def page_write(self, layer: str, slug: str, document: bytes, note: str = "") -> Event:
+    def page_write(self, layer: str, slug: str, document: bytes, note: str = "",
+                   parents: list[str] | None = None) -> Event:
+        """A new version of a shared page. Its parent is the winner, unless `parents` says which
+        version the author really started from (a file edited by hand: the version it showed)."""
         slug = validate.slug(slug)
         frontmatter, text = validate.page_document(document)
-        winner = self.state.shared_winner(layer, slug)
+        if parents is None:
+            winner = self.state.shared_winner(layer, slug)
+            parents = [winner] if winner else []
         note = validate.one_line(note, "the note")
-        if winner is None:
+        if not parents:
             body = PageIngest(slug=slug, frontmatter=frontmatter, text=text, note=note)
         else:
-            body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note=note, parents=[winner])
+            body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note=note, parents=parents)
         return new_event(body, agent=self.agent, layer=layer)
 
     def resolve(self, layer: str, slug: str, document: bytes) -> Event:
@@ -256,10 +266,30 @@ class SharedWriter:
         return new_event(PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads),
                          agent=self.agent, layer=layer)
 
-    def page_delete(self, layer: str, slug: str) -> Event:
+    def page_delete(self, layer: str, slug: str, note: str = "", parents: list[str] | None = None) -> Event:
         slug = validate.slug(slug)
-        winner = self.state.shared_winner(layer, slug)
-        if winner is None:
+        heads = self.state.shared_heads(layer, slug)
+        if not heads or self.state.shared_deleted(layer, slug):
             raise NotFound(f"there is no page {slug} in layer {layer}")
-        return new_event(PageDelete(slug=slug, parents=self.state.shared_heads(layer, slug)), agent=self.agent,
-                         layer=layer)
+        return new_event(PageDelete(slug=slug, note=validate.one_line(note, "the note"), parents=parents or heads),
+                         agent=self.agent, layer=layer)
+
+    def page_rename(self, layer: str, old: str, new: str, note: str = "") -> list[Event]:
+        """A shared page moves as two events appended together: the old name deleted (superseding
+        every head) and the new name ingested with the winner's text."""
+        old, new = validate.slug(old), validate.slug(new)
+        if old == new:
+            raise InvalidInput("the old and new slugs are the same")
+        document = self.state.shared_document(layer, old)
+        if document is None:
+            raise NotFound(f"there is no page {old} in layer {layer}")
+        if self.state.shared_document(layer, new) is not None:
+            raise InvalidInput(f"a page {new!r} already exists in layer {layer}; delete it first or pick another name")
+        note = validate.one_line(note or f"renamed to {new}", "the note")
+        gone = new_event(PageDelete(slug=old, note=note, parents=self.state.shared_heads(layer, old)),
+                         agent=self.agent, layer=layer)
+        heads = self.state.shared_heads(layer, new)  # a deleted page of that name: the new text supersedes it
+        body = (PageUpdate(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}",
+                           parents=heads) if heads else
+                PageIngest(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}"))
+        return [gone, new_event(body, agent=self.agent, layer=layer)]

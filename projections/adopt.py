@@ -1,8 +1,9 @@
 """Turning direct edits into events: agents that write `mind/<slug>.md` or `mind.md` in place (as ADF
 agents do with fs_write) get their edits into the log instead of losing them to the next write.
 
-What can be adopted is: a page edited, created or deleted by hand, and `## Always` lines changed in
-mind.md (its catalog is derived from the pages, so catalog edits are not). Anything that cannot be
+What can be adopted is: a page edited, created or deleted by hand (in the wiki, or in a shared
+`pages` layer the agent produces, whose new version names as parent the version the file showed),
+and `## Always` lines changed in mind.md (its catalog is derived from the pages, so catalog edits are not). Anything that cannot be
 adopted — an edit that breaks the page contract, a hand edit of mind/log.md — is left on disk and
 reported, never overwritten.
 """
@@ -11,7 +12,7 @@ import msgspec
 
 from eventstore.errors import MemError
 
-from .materialize import hand_edited, untracked
+from .materialize import hand_edited, untracked, written_hash
 from .views import LOG_PATH, MIND_PATH, slug_of
 
 
@@ -35,11 +36,21 @@ def _always_lines(text: str) -> list[str] | None:
 def adopt(memory) -> AdoptReport:
     report = AdoptReport(adopted=[], refused={})
     root = memory.root
-    edited = set(hand_edited(memory.views, root)) | set(untracked(memory.views, root))
-    missing = [p for p in memory.views.paths() if slug_of(p) and not (root / p).exists()]
+    views = memory.views
+    edited = set(hand_edited(views, root)) | set(untracked(views, root))
+    missing = [p for p in views.paths() if slug_of(p) and not (root / p).exists()]
+    shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
+                      and not (root / p).exists() and written_hash(views, p) is not None]
     for path in sorted(edited):
+        shared = views.shared_target(path) if views.contract else None
         try:
-            if path == MIND_PATH:
+            if shared is not None and shared[1] is None:
+                report.refused[path] = (f"the entries of layer {shared[0]} are rendered from events; add one with "
+                                        "`mem entry add`, and delete the file to have it written again")
+            elif shared is not None:
+                memory.shared_page_write(shared[0], shared[1], (root / path).read_bytes(), "edited in place")
+                report.adopted.append(path)
+            elif path == MIND_PATH:
                 _adopt_always(memory, (root / path).read_text(encoding="utf-8", errors="replace"), report)
             elif path == LOG_PATH:
                 report.refused[path] = "mind/log.md is derived from the log; write a page or a lint entry instead"
@@ -53,6 +64,13 @@ def adopt(memory) -> AdoptReport:
     for path in missing:
         try:
             memory.delete_page(slug_of(path), "deleted in place", force=True)
+            report.adopted.append(path)
+        except MemError as exc:
+            report.refused[path] = str(exc)
+    for path in shared_missing:
+        layer, slug = views.shared_target(path)
+        try:
+            memory.shared_page_delete(layer, slug, "deleted in place", by_hand=True)
             report.adopted.append(path)
         except MemError as exc:
             report.refused[path] = str(exc)

@@ -30,6 +30,7 @@ class AuditHit(msgspec.Struct, omit_defaults=True):
     loop: str | None = None
     audit_id: int | None = None
     entry: dict[str, Any] | None = None
+    other: str | None = None  # when missing: the event at that seq, which is not a loop message
 
 
 class AuditRow(msgspec.Struct):
@@ -115,7 +116,8 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
             role, content, created = "user", [{"type": "text", "text": prefix + body.summary}], event.ts
         entry = {"seq": seq, "role": role, "content_json": content, "created_at": created}
         return AuditHit(source="log", seq=seq, loop=body.loop, entry=entry)
-    return AuditHit(source="missing", seq=seq)
+    other = f"{event.kind} in layer {event.layer} by {event.agent}" if event is not None else None
+    return AuditHit(source="missing", seq=seq, other=other)
 
 
 class Citation(msgspec.Struct, omit_defaults=True):

@@ -80,14 +80,32 @@ def _hash_chunks(chunks) -> str:
     return digest.hexdigest()
 
 
+def written_hash(views: Views, path: str) -> str | None:
+    """The sha256 of the bytes mindlog last wrote at `path` (None if it never wrote there)."""
+    row = views.db.execute("SELECT written_hash FROM file_state WHERE path = ?", (path,)).fetchone()
+    return row[0] if row else None
+
+
+def record_adopted(views: Views, path: str, content: bytes) -> None:
+    """The file's bytes were just recorded as a version: they are no longer a hand edit, so the next
+    materialisation may replace them (with the winner, if the new version is not it)."""
+    views.db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) ON CONFLICT(path) "
+                     "DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
+                     (path, hashlib.sha256(content).hexdigest()))
+
+
 def untracked(views: Views, root: Path) -> list[str]:
+    """Files nobody asked mindlog to write: in mind/, and pages in the shared pages layers' folders."""
     known = {p for (p,) in views.db.execute("SELECT path FROM file_state")}
-    mind = root / "mind"
+    folders = ["mind/"] + [spec.path for spec in (views.contract.layers.values() if views.contract else ())
+                           if spec.format == "pages"]
     found = []
-    if mind.is_dir():
-        for entry in sorted(mind.iterdir()):
-            rel = f"mind/{entry.name}"
-            if entry.name.startswith(".") or rel in known:
+    for folder in folders:
+        if not (root / folder).is_dir():
+            continue
+        for entry in sorted((root / folder).iterdir()):
+            rel = f"{folder}{entry.name}"
+            if entry.name.startswith(".") or rel in known or (folder != "mind/" and not entry.name.endswith(".md")):
                 continue
             found.append(rel)
     return found

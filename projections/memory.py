@@ -20,8 +20,10 @@ from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import local_layers, trust
 from .fold import catch_up
-from .materialize import FileReport, hand_edited, materialize, remove_stale_temp_files, write_atomic
-from .views import LOG_PATH, MIND_PATH, Views, page_path
+from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
+                          written_hash)
+from .shared import SharedPage
+from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
 
 
 class Memory:
@@ -44,7 +46,7 @@ class Memory:
         return cls(Workspace.find(root))
 
     @classmethod
-    def init(cls, root: str | Path, agent: str = "agent") -> "Memory":
+    def init(cls, root: str | Path, agent: str | None = None) -> "Memory":
         memory = cls(Workspace.init(root, agent))
         memory.refresh()
         return memory
@@ -91,20 +93,46 @@ class Memory:
                force: bool = False, allow_secret: bool = False) -> int:
         """Appends one event, refusing first if it holds a secret (unless allowed), or if a file it would
         rewrite is unsafe or was edited by hand."""
-        event = secrets.checked(event, allow_secret)
+        return self.append_all([event], touches=touches, adopt=adopt, force=force, allow_secret=allow_secret)[0]
+
+    def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
+                   force: bool = False, allow_secret: bool = False) -> list[int]:
+        """Appends events in one transaction, with `append`'s checks."""
+        events = [secrets.checked(event, allow_secret) for event in events]
         for path in touches:
             validate.inside_workspace(self.root, path)
-        trust.admit(self, event)
+        for event in events:
+            trust.admit(self, event)
         if not force:
             edited = [p for p in hand_edited(self.views, self.root, set(touches))
                       if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
             if edited:
-                raise HandEdited(
-                    f"{', '.join(edited)} was edited by hand since mindlog wrote it; keep the edit with "
-                    "`mem page write SLUG --file mind/SLUG.md`, or pass --force to overwrite it")
-        seq = self.log.append([event])[0]
+                raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path)}"
+                                           for path in edited))
+        seqs = self.log.append(events)
+        for path, document in (adopt or {}).items():
+            target = self.root / path
+            if target.is_file() and target.read_bytes() == document:
+                with self.lock():
+                    record_adopted(self.views, path, document)
         self.refresh(force=force, files=force or not self.defer_files)
-        return seq
+        return seqs
+
+    def keep_hint(self, path: str) -> str:
+        """What a user can do about a hand-edited file, which depends on what the file is."""
+        if path == MIND_PATH:
+            return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
+        if path == LOG_PATH:
+            return "it is derived from the log and cannot be adopted; pass --force to overwrite it"
+        if slug_of(path):
+            return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
+                    "or pass --force to overwrite it")
+        target = self.views.shared_target(path) if self.views.contract else None
+        if target is not None and target[1] is not None:
+            return "`mem adopt` keeps the edit as a new version of the shared page"
+        if target is not None:
+            return "an entries layer is derived from its entries (`mem entry add`); delete the file to get it back"
+        return "pass --force to overwrite it"
 
     # --- the wiki -----------------------------------------------------------------------------
 
@@ -221,7 +249,7 @@ class Memory:
         self.refresh()
         return True
 
-    def shared_layer(self, layer: str, format: str, allow_secret: bool = False):
+    def shared_layer(self, layer: str, format: str, allow_secret: bool = False, *, produce: bool = True):
         contract = self.views.contract
         if contract is None:
             raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
@@ -230,7 +258,7 @@ class Memory:
             raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
-        if not produces(contract, self.config.agent, layer):
+        if produce and not produces(contract, self.config.agent, layer):
             raise InvalidInput(f"agent {self.config.agent!r} does not produce layer {layer!r} under the contract")
         if allow_secret and spec.scan_secrets:
             raise InvalidInput(f"the hub scans layer {layer!r} for secrets (scan_secrets in the contract): "
@@ -242,16 +270,52 @@ class Memory:
         return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path],
                            allow_secret=allow_secret)
 
-    def shared_page_write(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
-        spec = self.shared_layer(layer, "pages", allow_secret)
-        event = self.shared_writer.page_write(layer, slug, document)
-        path = f"{spec.path}{event.body.slug}.md"
+    def shared_page_path(self, layer: str, slug: str) -> str:
+        return f"{self.views.contract.layers[layer].path}{slug}.md"
+
+    def materialised_from(self, layer: str, slug: str) -> list[str] | None:
+        """When the page's file was changed by hand: the version that file showed before the edit
+        ([] when mindlog never wrote it). None when the file is as mindlog wrote it."""
+        path = self.shared_page_path(layer, slug)
+        on_disk = (self.root / path).exists()
+        if on_disk and not hand_edited(self.views, self.root, {path}):
+            return None
+        written = written_hash(self.views, path)
+        if written is None:
+            return [] if on_disk else None
+        found = self.views.shared.version_rendered_as(layer, slug, written)
+        return [found] if found else []
+
+    def shared_page_write(self, layer: str, slug: str, document: bytes, note: str = "", *,
+                          allow_secret: bool = False) -> int:
+        """Writes a shared page; from a hand-edited file, its parent is the version the file showed,
+        so a teammate's version that arrived meanwhile stays a head (a conflict), never lost."""
+        self.shared_layer(layer, "pages", allow_secret)
+        slug = validate.slug(slug)
+        event = self.shared_writer.page_write(layer, slug, document, note, self.materialised_from(layer, slug))
+        path = self.shared_page_path(layer, slug)
         return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
-    def shared_page_delete(self, layer: str, slug: str) -> int:
-        spec = self.shared_layer(layer, "pages")
-        event = self.shared_writer.page_delete(layer, slug)
-        return self.append(event, touches=[f"{spec.path}{event.body.slug}.md"])
+    def shared_page_delete(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
+                           allow_secret: bool = False) -> int:
+        """Deletes a shared page; `by_hand` (its file was deleted) supersedes only the version the
+        file showed, so a teammate's newer version is kept as a conflict."""
+        self.shared_layer(layer, "pages", allow_secret)
+        slug = validate.slug(slug)
+        parents = self.materialised_from(layer, slug) if by_hand else None
+        event = self.shared_writer.page_delete(layer, slug, note, parents)
+        return self.append(event, touches=[self.shared_page_path(layer, slug)], force=by_hand,
+                           allow_secret=allow_secret)
+
+    def shared_page_rename(self, layer: str, old: str, new: str, note: str = "", *, allow_secret: bool = False) -> int:
+        self.shared_layer(layer, "pages", allow_secret)
+        events = self.shared_writer.page_rename(layer, old, new, note)
+        touches = [self.shared_page_path(layer, e.body.slug) for e in events]
+        return self.append_all(events, touches=touches, allow_secret=allow_secret)[-1]
+
+    def shared_pages(self, layer: str) -> list[SharedPage]:
+        self.shared_layer(layer, "pages", produce=False)
+        return self.views.shared.pages(layer, self.views.checkpoint())
 
     def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
         spec = self.shared_layer(layer, "pages", allow_secret)
@@ -264,6 +328,8 @@ class Memory:
     def seq_at(self, at_ms: int | None = None, seq: int | None = None) -> int:
         """The seq that a (time, seq) pair names; the head when neither is given."""
         if seq is not None:
+            if seq > self.log.head():
+                raise InvalidInput(f"seq {seq} is past the log head ({self.log.head()})")
             return min(seq, self.views.checkpoint())
         if at_ms is not None:
             return min(self.log.seq_at(at_ms), self.views.checkpoint())
@@ -275,8 +341,17 @@ class Memory:
 
         return file_text(self.views, path, as_of)
 
-    def checkout(self, target: Path, as_of: int) -> list[str]:
-        """Writes every file as of a seq into `target` (which must be outside this workspace's views)."""
+    def checkout(self, target: Path, as_of: int, *, force: bool = False) -> list[str]:
+        """Writes every file as of a seq into `target`: never inside a workspace (a watcher there
+        would record the old files as new edits), never into a non-empty directory unless `force`."""
+        target = Path(target).absolute()
+        around = Workspace.around(target)
+        if around is not None:
+            raise InvalidInput(f"{target} is inside the workspace {around.root}; check out into a new directory")
+        if not force and target.is_dir() and any(target.iterdir()):
+            raise InvalidInput(f"{target} is not empty; pick a new directory or pass --force to write into it")
+        if target.exists() and not target.is_dir():
+            raise InvalidInput(f"{target} is a file, not a directory")
         written = []
         for path in self.views.paths(as_of):
             write_atomic(Path(target) / path, self.views.file_chunks(path, as_of))

@@ -6,6 +6,7 @@ as a parent, the winner is the head with the greatest id, and a slug with severa
 as a conflict until an update names all of them.
 """
 
+import hashlib
 import json
 
 import msgspec
@@ -39,6 +40,13 @@ class Head(msgspec.Struct):
     id: str
     agent: str
     deleted: bool
+
+
+class SharedPage(msgspec.Struct):
+    slug: str
+    title: str
+    agent: str
+    heads: int
 
 
 class Conflict(msgspec.Struct):
@@ -101,6 +109,32 @@ class SharedViews:
             return None
         page = decode_body(winner[4])
         return render.page(page.frontmatter, page.text)
+
+    def version_rendered_as(self, layer: str, slug: str, digest: str) -> str | None:
+        """The id of the version whose file text hashes to `digest` (what a file was materialised from).
+        Versions with the same text are told apart by preferring the winner, then the newest."""
+        winner = self.winner(layer, slug, 1 << 62)
+        rows = sorted(self.versions(layer, slug, 1 << 62), key=lambda r: (r[0] == (winner and winner[0]), r[0]),
+                      reverse=True)
+        for id, _agent, _parents, deleted, doc in rows:
+            if not deleted:
+                page = decode_body(doc)
+                if hashlib.sha256(render.page(page.frontmatter, page.text).encode()).hexdigest() == digest:
+                    return id
+        return None
+
+    def pages(self, layer: str, as_of: int) -> list[SharedPage]:
+        """The live pages of a layer: each winner's title and author, and how many heads it has."""
+        found = []
+        for slug in self.slugs(layer, as_of):
+            heads = self.heads(layer, slug, as_of)
+            winner = self.winner(layer, slug, as_of)
+            if winner[3]:
+                continue
+            page = decode_body(winner[4])
+            title = render.title_of(slug, page.frontmatter, page.text)
+            found.append(SharedPage(slug=slug, title=title, agent=winner[1], heads=len(heads)))
+        return found
 
     def slugs(self, layer: str, as_of: int) -> list[str]:
         return [s for (s,) in self.db.execute("SELECT DISTINCT slug FROM shared_versions WHERE layer = ? AND seq <= ? "

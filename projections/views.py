@@ -152,6 +152,17 @@ class Views:
         heads = self.shared_heads(layer, slug)
         return heads[-1] if heads else None
 
+    def shared_deleted(self, layer: str, slug: str) -> bool:
+        return self.shared.page_text(layer, slug, self.checkpoint()) is None
+
+    def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None:
+        """The winner's (frontmatter, text), or None when the page does not exist (or was deleted)."""
+        winner = self.shared.winner(layer, slug, self.checkpoint())
+        if winner is None or winner[3]:
+            return None
+        page = decode_body(winner[4])
+        return page.frontmatter, page.text
+
     def entry_exists(self, layer: str, id: str) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
 

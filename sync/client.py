@@ -9,6 +9,7 @@ checkpoints that move only after a durable commit.
 """
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -17,8 +18,10 @@ import msgspec
 import zstandard
 
 from eventstore.envelope import Event
-from eventstore.errors import InvalidInput, MemError
-from eventstore.layers import produced_layers
+from eventstore.errors import InvalidInput, MemError, NotFound
+from eventstore.ids import now_ms
+from eventstore.layers import produced_layers, produces
+from projections.materialize import write_atomic
 
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
@@ -32,6 +35,7 @@ class Remote(msgspec.Struct):
     name: str
     url: str
     token_file: str
+    agent: str = ""  # the agent the token was accepted for (another than the workspace's only with --force)
 
 
 class HubRefused(MemError):
@@ -51,16 +55,36 @@ class HubUnreachable(MemError):
     status = 503
 
 
+class HeldBack(msgspec.Struct):
+    """Own events that cannot be pushed: the contract no longer lets this agent produce their layer."""
+
+    layer: str
+    count: int
+    why: str
+
+
 class PushReport(msgspec.Struct):
     remote: str
     pushed: int
     duplicates: int
+    held: list[HeldBack] = []
 
 
 class PullReport(msgspec.Struct):
+    """`pulled` counts events new to this log; `returned` this agent's own events coming back (the
+    log had them already); `skipped` files not written because they were edited by hand."""
+
     remote: str
     pulled: int
     cursor: str
+    returned: int = 0
+    skipped: list[str] = []
+
+
+class PulledBatch(msgspec.Struct):
+    pulled: int
+    returned: int
+    position: int
 
 
 def remotes_path(memory) -> Path:
@@ -74,17 +98,62 @@ def load_remotes(memory) -> dict[str, Remote]:
         return {}
 
 
-def add_remote(memory, name: str, url: str, token_file: str) -> Remote:
+class RemoteAdded(msgspec.Struct):
+    remote: Remote
+    agent: str
+    replaced: Remote | None = None
+
+
+def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
+    data = json.dumps(msgspec.to_builtins(remotes), indent=2) + "\n"
+    write_atomic(remotes_path(memory), [data])
+
+
+def _forget_cursors(memory, name: str) -> None:
+    for key in (f"push:{name}", f"pull:{name}", f"held:{name}", f"pulled-to:{name}", f"pulled-at:{name}"):
+        memory.log.set_state(key, "")
+
+
+def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = False,
+               client: "HubClient | None" = None) -> RemoteAdded:
+    """Adds (or replaces) a remote after asking the hub who the token belongs to: a token of another
+    agent is refused unless `force`. The hub's contract is kept, so shared writes work at once."""
     if not url.startswith(("http://", "https://")):
         raise InvalidInput(f"{url!r} is not an http(s) URL")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", name):
+        raise InvalidInput(f"remote name {name!r} must be letters, digits, '-', '_' or '.'")
     token_path = Path(token_file).absolute()
     if not token_path.is_file():
         raise InvalidInput(f"token file {token_file} does not exist")
+    remote = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))
+    client = client or HubClient.for_remote(remote)
+    try:
+        answer = client.contract()
+    finally:
+        client.close()
+    agent = memory.config.agent
+    if answer.agent != agent and not force:
+        raise InvalidInput(f"the token belongs to agent {answer.agent!r}, not to this workspace's agent {agent!r}: "
+                           "use that agent's token, or --force to sync as another agent")
+    remote.agent = answer.agent
     remotes = load_remotes(memory)
-    remotes[name] = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))
-    data = json.dumps(msgspec.to_builtins(remotes), indent=2) + "\n"
-    remotes_path(memory).write_text(data)
-    return remotes[name]
+    replaced = remotes.get(name)
+    if replaced is not None and replaced.url != remote.url:
+        _forget_cursors(memory, name)
+    remotes[name] = remote
+    _save_remotes(memory, remotes)
+    memory.set_contract(answer.contract)
+    return RemoteAdded(remote=remote, agent=answer.agent, replaced=replaced)
+
+
+def remove_remote(memory, name: str) -> Remote:
+    remotes = load_remotes(memory)
+    if name not in remotes:
+        raise NotFound(f"no remote {name!r}" + (f" (remotes: {', '.join(remotes)})" if remotes else ""))
+    removed = remotes.pop(name)
+    _save_remotes(memory, remotes)
+    _forget_cursors(memory, name)
+    return removed
 
 
 def get_remote(memory, name: str | None) -> Remote:
@@ -107,8 +176,13 @@ class HubClient:
                                  headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
 
     @classmethod
-    def for_remote(cls, remote: Remote) -> "HubClient":
-        return cls(remote.url, Path(remote.token_file).read_text().strip())
+    def for_remote(cls, remote: Remote, timeout: float = 60.0) -> "HubClient":
+        try:
+            token = Path(remote.token_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the token file {remote.token_file} of remote {remote.name}: "
+                               f"{exc.strerror}") from None
+        return cls(remote.url, token, timeout=timeout)
 
     def close(self) -> None:
         self.http.close()
@@ -151,48 +225,109 @@ def _outgoing(event: Event) -> Event:
                  digest=event.digest)
 
 
+def _held_key(remote: Remote) -> str:
+    return f"held:{remote.name}"
+
+
+def _why_held(contract, agent: str, layer: str) -> str:
+    if layer not in contract.layers:
+        return f"layer {layer!r} is no longer in the hub's contract"
+    return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
+
+
+def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
+    """Own events kept back from the hub because the contract stopped letting this agent produce them."""
+    contract = contract or memory.views.contract
+    seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
+    counts: dict[str, int] = {}
+    for seq in seqs:
+        event = memory.log.get_by_seq(seq)
+        counts[event.layer] = counts.get(event.layer, 0) + 1
+    return [HeldBack(layer=layer, count=n, why=_why_held(contract, memory.config.agent, layer))
+            for layer, n in sorted(counts.items())]
+
+
+def unpushed(memory, remote: Remote) -> int:
+    """Own events in the layers this agent produces (by the last contract seen) not yet sent."""
+    contract = memory.views.contract
+    if contract is None:
+        return 0
+    agent = memory.config.agent
+    layers = produced_layers(contract, agent)
+    cursor = int(memory.log.state(f"push:{remote.name}") or 0)
+    return sum(1 for _ in memory.log.read_rows(after=cursor, layers=layers, agent=agent)) if layers else 0
+
+
+def fetch_contract(memory, remote: Remote, client: HubClient):
+    """The hub's contract, kept for rendering; refused if the token is no longer the agent it was
+    accepted for (a token file swapped behind mindlog's back)."""
+    answer = client.contract()
+    expected = remote.agent or memory.config.agent
+    if answer.agent != expected:
+        raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
+                           "`mem remote add` it again with the right token")
+    memory.set_contract(answer.contract)
+    return answer.contract
+
+
 def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
     client = client or HubClient.for_remote(remote)
-    contract = client.contract()
-    memory.set_contract(contract.contract)
+    known = memory.views.contract
+    contract = fetch_contract(memory, remote, client)
     agent = memory.config.agent
-    layers = produced_layers(contract.contract, agent)
-    key = f"push:{remote.name}"
+    shared = sorted(set(contract.layers) | set(known.layers if known else ()))
+    key, held_key = f"push:{remote.name}", _held_key(remote)
     cursor = int(memory.log.state(key) or 0)
+    held = json.loads(memory.log.state(held_key) or "[]")
     pushed = duplicates = 0
-    while layers:
-        batch = list(memory.log.read(after=cursor, layers=layers, agent=agent, limit=BATCH))
-        if not batch:
-            break
-        results = client.push([_outgoing(e) for e in batch]).results
+
+    def send(events: list[Event]) -> None:
+        nonlocal pushed, duplicates
+        if not events:
+            return
+        results = client.push([_outgoing(e) for e in events]).results
         duplicates += sum(r.duplicate for r in results)
         pushed += sum(not r.duplicate for r in results)
-        cursor = batch[-1].seq
-        memory.log.set_state(key, str(cursor))
         if progress:
-            progress(len(batch))
-    return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates)
+            progress(len(events))
+
+    retried = [memory.log.get_by_seq(seq) for seq in held]
+    send([e for e in retried if produces(contract, agent, e.layer)])
+    held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
+    memory.log.set_state(held_key, json.dumps(held))
+    while shared:
+        batch = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
+        if not batch:
+            break
+        send([e for e in batch if produces(contract, agent, e.layer)])
+        held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
+        cursor = batch[-1].seq
+        memory.log.append([], state={key: str(cursor), held_key: json.dumps(held)})
+    return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
+                      held=held_back(memory, remote, contract))
 
 
 def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False,
-         wait: float = FOLLOW_WAIT, progress=None, stop=None, say=None) -> PullReport:
+         wait: float = FOLLOW_WAIT, progress=None, stop=None, say=None, on_batch=None) -> PullReport:
     """Pulls until caught up; with `follow`, keeps long-polling (`wait` seconds per request) until
     `stop()` is true. A follower outlives the hub: when it is unreachable (or answers 5xx) it says so
-    once through `say` and retries with backoff, then says when it is back."""
+    once through `say` and retries with backoff, then says when it is back. `on_batch` hears of every
+    batch applied."""
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
-    pulled, delay, down, behind = 0, 0.5, False, True
+    tally = _Tally(remote, progress, on_batch)
+    delay, down, behind = 0.5, False, True
     while True:
         try:
             if behind:
-                pulled += _pull_until_caught_up(memory, client, key, progress)
+                _pull_until_caught_up(memory, client, tally)
             if down and say:
                 say(f"hub {remote.url} answers again; following")
             down, delay = False, 0.5
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
-            pulled += _store(memory, key, page, progress)
+            tally.store(memory, page)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
             if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
@@ -204,26 +339,45 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 break
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
-    memory.refresh()
-    return PullReport(remote=remote.name, pulled=pulled, cursor=memory.log.state(key) or "")
+    tally.skipped.update(memory.refresh().refused)
+    return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
+                      returned=tally.returned, skipped=sorted(tally.skipped))
 
 
-def _store(memory, key: str, page: PullResponse, progress) -> int:
-    """Appends a page (digests checked) in the transaction that moves the cursor."""
-    memory.log.append(page.events, state={key: page.cursor}, verify=True)
-    if page.events and progress:
-        progress(len(page.events))
-    if page.events and not page.more:
-        memory.refresh()  # once caught up, not after every page: a burst renders its files once
-    return len(page.events)
+class _Tally:
+    """Stores pulled pages and counts what they brought: new events apart from this agent's own
+    coming back, and files a hand edit kept from being written."""
+
+    def __init__(self, remote: Remote, progress, on_batch):
+        self.remote, self.name, self.progress, self.on_batch = remote, remote.name, progress, on_batch
+        self.pulled = self.returned = 0
+        self.skipped: set[str] = set()
+
+    def store(self, memory, page: PullResponse) -> None:
+        """Appends a page (digests checked) in the transaction that moves the cursor."""
+        events = page.events  # their seq is the hub position; the local log sets its own
+        position = events[-1].seq if events else 0
+        state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
+        if events:
+            state[f"pulled-to:{self.name}"] = str(position)
+        head = memory.log.head()
+        seqs = memory.log.append(events, state=state, verify=True)
+        new = sum(seq > head for seq in seqs)
+        self.pulled += new
+        self.returned += len(seqs) - new
+        if events and self.progress:
+            self.progress(len(events))
+        if events and not page.more:
+            self.skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
+        if events and self.on_batch:
+            self.on_batch(PulledBatch(pulled=new, returned=len(seqs) - new, position=position))
 
 
-def _pull_until_caught_up(memory, client: HubClient, key: str, progress) -> int:
+def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
-    memory.set_contract(client.contract().contract)
-    pulled = 0
+    fetch_contract(memory, tally.remote, client)
     while True:
-        page = client.pull(memory.log.state(key) or "", PULL_BATCH, 0)
-        pulled += _store(memory, key, page, progress)
+        page = client.pull(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
+        tally.store(memory, page)
         if not page.events and not page.more:
-            return pulled
+            return

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventstore import secrets
+from eventstore import secrets, validate
 from eventstore.envelope import check_event
 from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
@@ -80,6 +80,8 @@ def check_batch(events, agent: str, contract) -> None:
         if event.kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
                            f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.kind!r}")
+        if event.kind == "entry.append":
+            validate.entry_date(event.body.date)
         if contract.layers[event.layer].scan_secrets:
             found = secrets.scan_body(event.body)
             if found:

@@ -266,3 +266,15 @@ def open_storage(db: str) -> HubStorage:
     from .storage_sqlite import SQLiteHubStorage
 
     return SQLiteHubStorage(db)
+
+
+def hub_exists(db: str) -> bool:
+    """Whether `db` already holds a hub (admin commands must never create one by accident)."""
+    if db.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            return conn.execute("SELECT to_regclass('hub_events') IS NOT NULL").fetchone()[0]
+    from pathlib import Path
+
+    return Path(db).is_file()

@@ -1,7 +1,11 @@
 """Convergence, proven: three agents write, push and pull at random against a real hub while
-connections are cut after the hub commits, requests are sent twice and the hub restarts; after a
-final sync every agent renders byte-identical shared layers and no event is lost or duplicated."""
+connections are cut after the hub commits, requests are sent twice, the hub restarts, shared pages
+are edited, created and deleted by hand (and adopted), and the contract takes producers away and
+gives them back; after a final sync every agent renders byte-identical shared layers, no event is
+lost or duplicated, every page version is still readable as of its seq, every hand edit names as
+parent the version its file showed, and every page with several heads is a conflict everywhere."""
 
+import hashlib
 import tempfile
 from pathlib import Path
 
@@ -10,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError
+from projections.adopt import adopt
 from projections.memory import Memory
 from sync.client import HubClient, Remote, pull, push
 from sync.storage import open_storage
@@ -24,6 +29,14 @@ CONTRACT = Contract(layers={
     "drafts": ContractLayer(path="content/drafts/", format="pages", producers=["*"], consumers=["*"]),
 })
 SHARED = ("insights", "drafts")
+DRAFTS = "content/drafts/"
+
+
+def contract_without(agent: str | None) -> Contract:
+    """The contract, with `agent` (if any) no longer a producer of drafts."""
+    producers = ["*"] if agent is None else [a for a in AGENTS if a != agent]
+    return Contract(layers={**CONTRACT.layers, "drafts": ContractLayer(
+        path=DRAFTS, format="pages", producers=producers, consumers=["*"])})
 
 
 class FaultyTransport(httpx.BaseTransport):
@@ -61,6 +74,9 @@ op = st.one_of(
     st.tuples(st.just("cut"), st.integers(0, 2), st.integers(1, 2)),
     st.tuples(st.just("duplicate"), st.integers(0, 2), st.integers(1, 2)),
     st.tuples(st.just("restart")),
+    st.tuples(st.just("hand"), st.integers(0, 2), st.sampled_from(["plan", "notes"]),
+              st.sampled_from(["edit", "delete"]), st.text("abc xyz", min_size=1, max_size=8)),
+    st.tuples(st.just("contract"), st.sampled_from([None, *AGENTS])),
 )
 
 
@@ -94,10 +110,16 @@ def test_three_agents_converge_despite_faults(steps):
                 agents.append(memory)
                 clients.append((HubClient(server.url, tokens[name], timeout=10, transport=transport), transport))
             remote = Remote(name="hub", url=server.url, token_file="-")
+            bases: dict = {}  # (agent, slug) -> the version its file showed before an edit not yet adopted
             for step in steps:
-                run(step, agents, clients, remote, server)
+                run(step, agents, clients, remote, server, bases)
             for _client, transport in clients:
                 transport.cut = transport.duplicate = 0
+            server.storage.apply_contract(CONTRACT)
+            for i, memory in enumerate(agents):
+                memory.set_contract(CONTRACT)  # as its next sync would
+                adopt_checked(memory, i, bases)
+                assert not [k for k in bases if k[0] == i], "a hand edit was not adopted under the full contract"
             for _round in range(2):
                 for memory, (client, _t) in zip(agents, clients):
                     push(memory, remote, client)
@@ -115,16 +137,76 @@ def test_three_agents_converge_despite_faults(steps):
                 ids = shared_ids(memory)
                 assert len(ids) == len(set(ids)) and set(ids) == set(on_hub), "an event was lost or duplicated"
                 assert memory.log.verify().ok
+                check_pages(memory)
             for memory in agents:
                 memory.close()
         finally:
             server.stop()
 
 
-def run(step, agents, clients, remote, server):
+def check_pages(memory: Memory) -> None:
+    """Every version this agent wrote reads back as of its seq; every page's file is its winner, and
+    a page with several heads is listed as a conflict."""
+    as_of = memory.views.checkpoint()
+    for event in memory.log.read(layers=["drafts"], agent=memory.config.agent):
+        if event.kind != "page.delete":
+            text = memory.show(f"{DRAFTS}{event.body.slug}.md", event.seq)
+            assert text is not None and text.endswith(event.body.text), "a page version cannot be read back"
+    conflicted = {c.slug for c in memory.views.shared.conflicts(as_of)}
+    for slug in memory.views.shared.slugs("drafts", as_of):
+        heads = memory.views.shared.heads("drafts", slug, as_of)
+        assert (len(heads) > 1) == (slug in conflicted)
+        path = memory.root / DRAFTS / f"{slug}.md"
+        expected = memory.views.shared.page_text("drafts", slug, as_of)
+        assert (path.read_text() if path.exists() else None) == expected
+
+
+def adopt_checked(memory: Memory, i: int, bases: dict) -> None:
+    """Adopts hand edits; each new version's parents must be the version its file showed."""
+    head = memory.log.head()
+    report = adopt(memory)
+    for event in memory.log.read(after=head, layers=["drafts"]):
+        key = (i, event.body.slug)
+        assert key in bases, "a version was adopted that nobody edited"
+        assert sorted(event.body.parents) == bases.pop(key), "a hand edit did not name the version its file showed"
+    for path in report.refused:
+        assert (i, Path(path).stem) in bases
+
+
+def hand_edit(memory: Memory, i: int, slug: str, how: str, text: str, bases: dict) -> None:
+    path = memory.root / DRAFTS / f"{slug}.md"
+    key = (i, slug)
+    as_of = memory.views.checkpoint()
+    if key not in bases:
+        if path.exists():
+            # the file is as mindlog last wrote it: the winner it showed
+            shown = hashlib.sha256(path.read_bytes()).hexdigest()
+            bases[key] = [memory.views.shared.version_rendered_as("drafts", slug, shown)]
+            assert bases[key] == [memory.views.shared_winner("drafts", slug)]
+        elif how == "edit" and not memory.views.shared.versions("drafts", slug, as_of):
+            bases[key] = []
+        else:
+            return
+    if how == "delete" and path.exists():
+        path.unlink()
+    elif how == "edit" and path.exists():
+        path.write_text(path.read_text() + text + "\n")
+    elif how == "edit":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"---\ntype: draft\n---\n# {slug}\n\n{text}\n")
+    else:
+        bases.pop(key)  # nothing to delete: no edit made
+        return
+    adopt_checked(memory, i, bases)
+
+
+def run(step, agents, clients, remote, server, bases):
     kind = step[0]
     if kind == "restart":
         server.restart()
+        return
+    if kind == "contract":
+        server.storage.apply_contract(contract_without(step[1]))
         return
     memory = agents[step[1]]
     client, transport = clients[step[1]]
@@ -141,6 +223,8 @@ def run(step, agents, clients, remote, server):
             push(memory, remote, client)
         elif kind == "pull":
             pull(memory, remote, client)
+        elif kind == "hand":
+            hand_edit(memory, step[1], step[2], step[3], step[4], bases)
         elif kind == "cut":
             transport.cut = step[2]
         else:

@@ -31,6 +31,7 @@ def team(tmp_path):
     hub_db = tmp_path / "hub.db"
     (tmp_path / "contracts.toml").write_text(CONTRACT)
     hub = ("--db", hub_db)
+    run_mem("hub", "init", *hub, check=True)
     run_mem("hub", "contract", "apply", tmp_path / "contracts.toml", *hub, check=True)
     for agent in ("main", "writer"):
         token = run_mem("hub", "agent", "add", agent, *hub, check=True).stdout.decode().strip()
@@ -100,7 +101,9 @@ def test_a_shared_page_conflict_and_its_resolution(team):
         mem(tmp, agent, "page", "write", "launch", "--layer", "drafts", "--file", page, check=True)
     for agent in ("main", "writer", "main"):
         mem(tmp, agent, "sync", check=True)
-    views = [json.loads(mem(tmp, a, "conflicts", "--json", check=True).stdout) for a in ("main", "writer")]
+    answers = [mem(tmp, a, "conflicts", "--json") for a in ("main", "writer")]
+    assert [a.returncode for a in answers] == [1, 1]  # conflicts are loud
+    views = [json.loads(a.stdout) for a in answers]
     assert views[0] == views[1] and len(views[0]) == 1 and len(views[0][0]["heads"]) == 2
     launch = "content/drafts/launch.md"
     assert (tmp / "main" / launch).read_bytes() == (tmp / "writer" / launch).read_bytes()

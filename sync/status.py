@@ -1,0 +1,64 @@
+"""`mem status` with the shared layers: conflicts, and per remote what is waiting to go out, what
+cannot, and how far behind the hub this workspace is."""
+
+import httpx
+import msgspec
+
+from eventstore.errors import MemError
+from projections.shared import Conflict
+from projections.status import WorkspaceStatus, workspace_status
+
+from .client import HeldBack, HubClient, PULL_BATCH, held_back, load_remotes, unpushed
+
+
+class RemoteStatus(msgspec.Struct):
+    name: str
+    url: str
+    unpushed: int
+    held: list[HeldBack]
+    pulled_to: int | None  # the hub position of the last event pulled
+    last_pull: str | None  # when
+    behind: int | None  # events waiting on the hub (None: not asked, or no answer)
+    more_behind: bool = False  # at least `behind`
+    hub_error: str | None = None
+
+
+class SyncStatus(WorkspaceStatus):
+    conflicts: list[Conflict] = []
+    skipped: list[str] = []  # files a newer version could not be written to: edited by hand
+    remotes: list[RemoteStatus] = []
+
+
+def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus:
+    """Asks each hub how far behind this workspace is: always with `fetch`, else only if it answers
+    within `timeout` seconds."""
+    base = workspace_status(memory)
+    conflicts = memory.views.shared.conflicts(memory.views.checkpoint())
+    dirty = {p for (p,) in memory.views.db.execute("SELECT path FROM file_state WHERE dirty = 1")}
+    skipped = [p for p in base.hand_edited if p in dirty]
+    remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)
+               for remote in load_remotes(memory).values()]
+    fields = msgspec.structs.asdict(base)
+    fields["clean"] = base.clean and not conflicts and not any(r.unpushed or r.held or r.behind for r in remotes)
+    return SyncStatus(**fields, conflicts=conflicts, skipped=skipped, remotes=remotes)
+
+
+def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
+    from eventstore.instants import format_instant
+
+    pulled_to = memory.log.state(f"pulled-to:{remote.name}")
+    pulled_at = memory.log.state(f"pulled-at:{remote.name}")
+    status = RemoteStatus(name=remote.name, url=remote.url, unpushed=unpushed(memory, remote),
+                          held=held_back(memory, remote), pulled_to=int(pulled_to) if pulled_to else None,
+                          last_pull=format_instant(int(pulled_at)) if pulled_at else None, behind=None)
+    try:
+        client = HubClient.for_remote(remote, timeout=timeout)
+        try:
+            page = client.pull(memory.log.state(f"pull:{remote.name}") or "", PULL_BATCH)
+        finally:
+            client.close()
+        status.behind = sum(1 for e in page.events if memory.log.get(e.id) is None)
+        status.more_behind = page.more
+    except (httpx.HTTPError, MemError, OSError) as exc:
+        status.hub_error = str(exc) or type(exc).__name__
+    return status

@@ -1,0 +1,62 @@
+"""A team of agents on one `mem serve` hub (a real subprocess on 127.0.0.1), driven through `mem`."""
+
+from pathlib import Path
+
+from conftest import run_mem
+from hubserver import HubServer
+from projections.memory import Memory
+from sync.client import add_remote
+from sync.contracts import parse_contract
+from sync.storage import open_storage
+
+CONTRACT = """
+[layers.insights]
+path = "memory/insights.md"
+format = "entries"
+producers = ["*"]
+consumers = ["*"]
+
+[layers.drafts]
+path = "content/drafts/"
+format = "pages"
+producers = ["researcher", "writer", "reviewer"]
+consumers = ["*"]
+"""
+
+PAGE = "---\ntype: draft\n---\n# {title}\n\n{text}\n"
+
+
+class Team:
+    """Set up through the library (fast); every behaviour under test then goes through `mem`."""
+
+    def __init__(self, root: Path, agents=("researcher", "writer", "reviewer"), contract: str = CONTRACT):
+        self.root = root
+        self.agents = agents
+        self.db = root / "hub.db"
+        self.hub = ("--db", self.db)
+        admin = open_storage(str(self.db))
+        admin.apply_contract(parse_contract(contract))
+        for agent in agents:
+            (root / f"{agent}.token").write_text(admin.add_agent(agent) + "\n")
+        admin.close()
+        self.server = HubServer(str(self.db)).start()
+        self.url = self.server.url
+        for agent in agents:
+            with Memory.init(root / agent, agent) as memory:
+                add_remote(memory, "origin", self.url, str(root / f"{agent}.token"))
+
+    def apply(self, contract: str) -> None:
+        path = self.root / "contract.toml"
+        path.write_text(contract)
+        run_mem("hub", "contract", "apply", path, *self.hub, check=True)
+
+    def mem(self, agent: str, *args, **kw):
+        return run_mem("-w", self.root / agent, *args, **kw)
+
+    def page(self, name: str, title: str, text: str) -> Path:
+        path = self.root / f"{name}.md"
+        path.write_text(PAGE.format(title=title, text=text))
+        return path
+
+    def stop(self) -> None:
+        self.server.stop()

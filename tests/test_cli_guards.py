@@ -1,0 +1,96 @@
+"""Guards found by trying mindlog as a new user: checkout never writes into a workspace, hub admin
+commands never create a hub by accident, and small commands say what is true."""
+
+import json
+
+from conftest import PAGE, log_rows, run_mem
+
+
+def test_checkout_never_writes_into_a_workspace(workspace, tmp_path):
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    run_mem("-w", workspace, "always", "add", "later", check=True)
+    before = {p: (workspace / p).read_bytes() for p in ("mind.md", "mind/deploy.md", "mind/log.md")}
+    rows = log_rows(workspace)
+    for target in (".", "mind", "sub/dir"):
+        refused = run_mem("checkout", target, "--seq", "1", "--force", cwd=workspace)
+        assert refused.returncode == 1 and b"inside the workspace" in refused.stderr, refused.stderr
+    assert {p: (workspace / p).read_bytes() for p in before} == before and log_rows(workspace) == rows
+    assert not (workspace / "sub").exists()
+
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    refused = run_mem("-w", workspace, "checkout", used, "--seq", "1")
+    assert refused.returncode == 1 and b"not empty" in refused.stderr and b"--force" in refused.stderr
+    assert sorted(p.name for p in used.iterdir()) == ["keep.txt"]
+    run_mem("-w", workspace, "checkout", used, "--seq", "1", "--force", check=True)
+    assert (used / "keep.txt").read_text() == "mine" and "later" not in (used / "mind.md").read_text()
+    run_mem("-w", workspace, "checkout", tmp_path / "new", "--seq", "1", check=True)
+    assert (tmp_path / "new/mind/deploy.md").read_bytes() == before["mind/deploy.md"]
+
+
+def test_hub_admin_commands_never_create_a_hub(tmp_path):
+    for args in (["hub", "agent", "list"], ["hub", "agent", "add", "x"], ["hub", "believed", "nobody"],
+                 ["hub", "contract", "show"], ["hub", "agent", "revoke", "x"]):
+        refused = run_mem(*args, cwd=tmp_path)
+        assert refused.returncode == 1 and f"no hub database at {tmp_path / 'hub.db'}".encode() in refused.stderr, \
+            (args, refused.stderr)
+        assert b"mem hub init" in refused.stderr
+    assert list(tmp_path.iterdir()) == []
+    created = run_mem("hub", "init", cwd=tmp_path, check=True)
+    assert b"created hub database" in created.stdout and (tmp_path / "hub.db").is_file()
+    again = run_mem("hub", "init", cwd=tmp_path)
+    assert again.returncode == 1 and b"exists already" in again.stderr
+    run_mem("hub", "agent", "add", "ana", cwd=tmp_path, check=True)
+    assert [a["name"] for a in json.loads(run_mem("hub", "agent", "list", "--json", cwd=tmp_path).stdout)] == ["ana"]
+    for args, expect in ((["hub", "believed", "nobody"], b"no agent 'nobody'"),
+                         (["hub", "agent", "revoke", "nobody"], b"no agent 'nobody'")):
+        refused = run_mem(*args, cwd=tmp_path)
+        assert refused.returncode == 1 and expect in refused.stderr, refused.stderr
+    assert b"position 0" in run_mem("hub", "believed", "ana", cwd=tmp_path, check=True).stdout
+
+
+def test_init_keeps_an_existing_workspace_agent(workspace):
+    refused = run_mem("init", "--agent", "other", "-w", workspace)
+    assert refused.returncode == 1 and b"already the workspace of agent 'alice'" in refused.stderr
+    assert b"for agent alice" in run_mem("init", "-w", workspace, check=True).stdout
+    assert b"for agent alice" in run_mem("init", "--agent", "alice", "-w", workspace, check=True).stdout
+
+
+def test_demo_keep_refuses_a_used_directory(tmp_path):
+    (tmp_path / "old.txt").write_text("x")
+    refused = run_mem("demo", "--keep", tmp_path)
+    assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and b"not empty" in refused.stderr
+    assert b"Traceback" not in refused.stderr and [p.name for p in tmp_path.iterdir()] == ["old.txt"]
+
+
+def test_show_diff_and_cite_say_what_is_true(workspace, tmp_path):
+    note = tmp_path / "note.txt"
+    note.write_text("today's note\n")
+    run_mem("-w", workspace, "always", "add", "one", check=True)                          # seq 1
+    run_mem("-w", workspace, "file", "write", "notes/today.md", "--file", note, check=True)  # seq 2
+    run_mem("-w", workspace, "file", "delete", "notes/today.md", check=True)              # seq 3
+    assert run_mem("-w", workspace, "show", "notes/today.md", "--seq", "2", check=True).stdout == b"today's note\n"
+    gone = run_mem("-w", workspace, "show", "notes/today.md", "--seq", "3")
+    assert gone.returncode == 1 and b"did not exist then" in gone.stderr
+    past = run_mem("-w", workspace, "diff", "mind.md", "--from", "seq:1", "--to", "seq:9")
+    assert past.returncode == 1 and b"seq 9 is past the log head (3)" in past.stderr
+    cited = run_mem("-w", workspace, "cite", "S1")
+    assert cited.returncode == 1 and b"S1: not a loop message: event 1 is a always.add in layer mind" in cited.stdout
+
+
+def test_hand_edit_refusals_name_what_applies(workspace, tmp_path):
+    (workspace / "mind.md").write_text("# Mind\n\n## Always\n\n- mine\n")
+    refused = run_mem("-w", workspace, "always", "add", "x")
+    assert refused.returncode == 1 and b"mem adopt" in refused.stderr and b"mem page write" not in refused.stderr
+    (workspace / "mind.md").unlink()
+    run_mem("-w", workspace, "always", "add", "x", check=True)
+    with open(workspace / "mind/log.md", "a") as f:
+        f.write("scribble\n")
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    refused = run_mem("-w", workspace, "page", "write", "deploy", "--file", page)
+    assert refused.returncode == 1 and b"mind/log.md was edited by hand" in refused.stderr
+    assert b"cannot be adopted; pass --force" in refused.stderr and b"mem page write" not in refused.stderr

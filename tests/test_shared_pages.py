@@ -1,0 +1,161 @@
+"""Shared pages never lose a write: a hand edit names as parent the version its file showed, so a
+teammate's newer version becomes a conflict (loud, everywhere) instead of vanishing; adopt and watch
+cover shared pages; status tells the sync state."""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import log_rows, mem_command
+from teamhub import Team
+
+PRICING = "content/drafts/pricing.md"
+
+
+@pytest.fixture
+def team(tmp_path):
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    yield team
+    team.stop()
+
+
+def heads_everywhere(team):
+    found = {}
+    for agent in team.agents:
+        result = team.mem(agent, "conflicts", "--json")
+        assert result.returncode == 1, result.stderr
+        found[agent] = json.loads(result.stdout)
+    return found
+
+
+def test_a_hand_edit_never_overwrites_a_teammate_silently(team):
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
+             check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    edited = (team.root / "reviewer" / PRICING).read_text().replace("v1", "v1 + the reviewer's edit")
+    (team.root / "reviewer" / PRICING).write_text(edited)
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v2", "Pricing", "v2"),
+             check=True)
+    team.mem("writer", "sync", check=True)
+
+    pulled = team.mem("reviewer", "sync", check=True)
+    assert b"not written: content/drafts/pricing.md was edited by hand" in pulled.stderr
+    assert (team.root / "reviewer" / PRICING).read_text() == edited
+    status = json.loads(team.mem("reviewer", "status", "--json", check=True).stdout)
+    assert status["skipped"] == [PRICING] and status["conflicts"] == []
+
+    team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", team.root / "reviewer" / PRICING,
+             check=True)
+    for agent in ("reviewer", "writer", "reviewer"):
+        team.mem(agent, "sync", check=True)
+
+    found = heads_everywhere(team)
+    assert found["writer"] == found["reviewer"] and len(found["writer"]) == 1
+    assert sorted(h["agent"] for h in found["writer"][0]["heads"]) == ["reviewer", "writer"]
+    for agent in team.agents:
+        shown = team.mem(agent, "conflicts", "--show")
+        assert shown.returncode == 1
+        assert b"\nv2\n" in shown.stdout and b"v1 + the reviewer's edit" in shown.stdout
+        assert b"by writer at 20" in shown.stdout and b"by reviewer at 20" in shown.stdout
+        assert b"conflict:        drafts/pricing (2 heads" in team.mem(agent, "status", check=True).stdout
+    writer, reviewer = (team.root / a / PRICING for a in team.agents)
+    assert writer.read_bytes() == reviewer.read_bytes()
+
+    merged = team.page("merged", "Pricing", "v2 and the reviewer's edit")
+    team.mem("writer", "resolve", "drafts/pricing", "--file", merged, check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    for agent in team.agents:
+        assert team.mem(agent, "conflicts").returncode == 0
+
+
+def test_adopt_and_watch_cover_shared_pages(team):
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
+             check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v2", "Pricing", "v2"),
+             check=True)
+    team.mem("writer", "sync", check=True)
+    # the reviewer edits by hand before pulling v2, creates a page and deletes none yet
+    reviewer = team.root / "reviewer"
+    (reviewer / PRICING).write_text((reviewer / PRICING).read_text() + "\nA reviewer's note.\n")
+    (reviewer / "content/drafts/faq.md").write_text("---\ntype: draft\n---\n# FAQ\n\nnew by hand\n")
+    (reviewer / "content/drafts/broken.md").write_text("no frontmatter\n")
+    team.mem("reviewer", "pull", check=True)
+    adopted = team.mem("reviewer", "adopt")
+    out = adopted.stdout.decode()
+    assert adopted.returncode == 1 and "adopted content/drafts/faq.md" in out and f"adopted {PRICING}" in out
+    assert "left content/drafts/broken.md: the page has no frontmatter" in out
+    (reviewer / "content/drafts/broken.md").unlink()
+    team.mem("reviewer", "sync", check=True)
+    team.mem("writer", "sync", check=True)
+    found = heads_everywhere(team)
+    assert [c["slug"] for c in found["writer"]] == ["pricing"] and found["writer"] == found["reviewer"]
+    listed = json.loads(team.mem("writer", "page", "list", "--layer", "drafts", "--json", check=True).stdout)
+    assert [(p["slug"], p["heads"]) for p in listed] == [("faq", 1), ("pricing", 2)]
+
+    watcher = subprocess.Popen([*mem_command(), "-w", reviewer, "watch", "--debounce-ms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        rows = len(log_rows(reviewer))
+        (reviewer / "content/drafts/faq.md").unlink()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(log_rows(reviewer)) == rows:
+            time.sleep(0.1)
+        time.sleep(0.3)
+    finally:
+        watcher.terminate()
+        out, _err = watcher.communicate(timeout=10)
+    assert b"adopted content/drafts/faq.md" in out
+    assert log_rows(reviewer)[-1][6] == "page.delete"
+    team.mem("reviewer", "sync", check=True)
+    team.mem("writer", "sync", check=True)
+    assert not (team.root / "writer/content/drafts/faq.md").exists()
+
+
+def test_shared_page_rename_delete_and_list(team):
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
+             check=True)
+    assert b"rename drafts/pricing -> drafts/prices" in team.mem("writer", "page", "rename", "pricing", "prices",
+                                                                 "--layer", "drafts", check=True).stdout
+    drafts = team.root / "writer/content/drafts"
+    assert sorted(p.name for p in drafts.iterdir()) == ["prices.md"] and "v1" in (drafts / "prices.md").read_text()
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    assert sorted(p.name for p in (team.root / "reviewer/content/drafts").iterdir()) == ["prices.md"]
+    listed = team.mem("reviewer", "page", "list", "--layer", "drafts", check=True).stdout.decode()
+    assert listed.split()[:3] == ["prices", "Pricing", "writer"]
+    before = log_rows(team.root / "writer")
+    for args, expect in ((["page", "rename", "ghost", "x", "--layer", "drafts"], "no page ghost"),
+                         (["page", "delete", "ghost", "--layer", "drafts"], "no page ghost"),
+                         (["page", "list", "--layer", "nowhere"], "not in the contract")):
+        refused = team.mem("writer", *args)
+        assert refused.returncode == 1 and expect in refused.stderr.decode(), (args, refused.stderr)
+    assert log_rows(team.root / "writer") == before
+    team.mem("writer", "page", "delete", "prices", "--layer", "drafts", check=True)
+    assert list(drafts.iterdir()) == []
+    assert json.loads(team.mem("writer", "page", "list", "--layer", "drafts", "--json", check=True).stdout) == []
+
+
+def test_status_tells_the_sync_state(team):
+    team.mem("writer", "entry", "add", "insights", "[FACT] one", check=True)
+    team.mem("writer", "entry", "add", "insights", "[FACT] two", check=True)
+    status = json.loads(team.mem("writer", "status", "--json", "--fetch", check=True).stdout)
+    (origin,) = status["remotes"]
+    assert origin["unpushed"] == 2 and origin["behind"] == 0 and origin["held"] == []
+    assert not status["clean"]
+    team.mem("writer", "push", check=True)
+    status = json.loads(team.mem("reviewer", "status", "--json", "--fetch", check=True).stdout)
+    assert status["remotes"][0]["behind"] == 2 and status["remotes"][0]["last_pull"] is None
+    team.mem("reviewer", "pull", check=True)
+    status = json.loads(team.mem("reviewer", "status", "--json", "--fetch", check=True).stdout)
+    assert status["remotes"][0]["behind"] == 0 and status["remotes"][0]["pulled_to"] >= 2
+    team.stop()
+    text = team.mem("reviewer", "status", "--fetch", check=True).stdout.decode()
+    assert "remote origin" in text and "behind the hub: unknown" in text
+    team.server.start()

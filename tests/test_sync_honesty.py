@@ -1,0 +1,135 @@
+"""Sync says what it did: remotes are checked, own events coming back are counted apart, what cannot be
+pushed is named, `pull --follow` reports each batch, and the hub refuses entries without a real date."""
+
+import json
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from conftest import log_rows, mem_command, run_mem
+from teamhub import CONTRACT, Team
+
+
+@pytest.fixture
+def team(tmp_path):
+    team = Team(tmp_path)
+    yield team
+    team.stop()
+
+
+def test_remote_add_checks_the_agent_fetches_the_contract_and_lists(team, tmp_path):
+    run_mem("init", "-w", tmp_path / "fresh", "--agent", "writer", check=True)
+    wrong = run_mem("-w", tmp_path / "fresh", "remote", "add", "origin", team.url, "--token-file",
+                    tmp_path / "reviewer.token")
+    assert wrong.returncode == 1
+    assert b"agent 'reviewer'" in wrong.stderr and b"--force" in wrong.stderr
+    assert json.loads(run_mem("-w", tmp_path / "fresh", "remote", "list", "--json", check=True).stdout) == []
+
+    added = run_mem("-w", tmp_path / "fresh", "remote", "add", "origin", team.url, "--token-file",
+                    tmp_path / "writer.token", check=True)
+    assert b"(agent writer)" in added.stdout
+    # the contract came with it: a shared write works before any pull
+    run_mem("-w", tmp_path / "fresh", "entry", "add", "insights", "[FACT] 2026-11-29: no pull needed", check=True)
+
+    again = run_mem("-w", tmp_path / "fresh", "remote", "add", "origin", team.url + "/", "--token-file",
+                    tmp_path / "writer.token", check=True)
+    assert b"replaced remote origin" in again.stdout
+    forced = run_mem("-w", tmp_path / "fresh", "remote", "add", "other", team.url, "--token-file",
+                     tmp_path / "reviewer.token", "--force", check=True)
+    assert b"(agent reviewer)" in forced.stdout
+    names = [r["name"] for r in json.loads(run_mem("-w", tmp_path / "fresh", "remote", "list", "--json").stdout)]
+    assert names == ["origin", "other"]
+    assert b"removed remote other" in run_mem("-w", tmp_path / "fresh", "remote", "remove", "other",
+                                              check=True).stdout
+    gone = run_mem("-w", tmp_path / "fresh", "remote", "remove", "other")
+    assert gone.returncode == 1 and b"no remote 'other'" in gone.stderr
+    assert [r["name"] for r in json.loads(run_mem("-w", tmp_path / "fresh", "remote", "list", "--json").stdout)] \
+        == ["origin"]
+    # a token file swapped behind mindlog's back is caught on the next sync
+    (tmp_path / "fresh.token").write_text((tmp_path / "writer.token").read_text())
+    run_mem("-w", tmp_path / "fresh", "remote", "add", "swap", team.url, "--token-file", tmp_path / "fresh.token",
+            check=True)
+    (tmp_path / "fresh.token").write_text((tmp_path / "reviewer.token").read_text())
+    rows = log_rows(tmp_path / "fresh")
+    for command in ("pull", "push"):
+        swapped = run_mem("-w", tmp_path / "fresh", command, "swap")
+        assert swapped.returncode == 1 and b"now belongs to agent 'reviewer', not 'writer'" in swapped.stderr
+    assert log_rows(tmp_path / "fresh") == rows
+
+
+def test_own_events_coming_back_are_counted_apart(team):
+    team.mem("writer", "entry", "add", "insights", "[FACT] only the writer wrote", check=True)
+    synced = team.mem("writer", "sync", check=True).stdout.decode()
+    assert synced.startswith("pushed 1, pulled 0 (origin)") and "1 of this agent's own came back" in synced
+    report = json.loads(team.mem("writer", "pull", "--json", check=True).stdout)
+    assert report["pulled"] == 0 and report["returned"] == 0
+    assert json.loads(team.mem("reviewer", "pull", "--json", check=True).stdout)["pulled"] == 1
+
+
+def test_push_names_what_the_contract_keeps_back(team):
+    page = team.page("p", "Pricing", "v1")
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", page, check=True)
+    team.apply(CONTRACT.replace('producers = ["researcher", "writer", "reviewer"]',
+                                'producers = ["researcher", "reviewer"]'))
+    pushed = team.mem("writer", "push")
+    assert pushed.returncode == 1
+    assert b"pushed 0 events" in pushed.stdout
+    assert b"1 event in layer drafts cannot be pushed" in pushed.stderr and b"producers of 'drafts'" in pushed.stderr
+    assert team.mem("writer", "sync").returncode == 1
+    assert json.loads(team.mem("reviewer", "pull", "--json", check=True).stdout)["pulled"] == 0
+    # given back the right, the held event goes out on the next push
+    team.apply(CONTRACT)
+    assert json.loads(team.mem("writer", "push", "--json", check=True).stdout)["pushed"] == 1
+    assert json.loads(team.mem("reviewer", "pull", "--json", check=True).stdout)["pulled"] == 1
+    assert "v1" in (team.root / "reviewer/content/drafts/pricing.md").read_text()
+
+
+def test_pull_follow_prints_a_line_per_batch(team):
+    team.mem("reviewer", "pull", check=True)
+    follower = subprocess.Popen([*mem_command(), "-w", team.root / "reviewer", "pull", "--follow"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        for n in range(2):
+            team.mem("writer", "entry", "add", "insights", f"[FACT] batch {n}", check=True)
+            team.mem("writer", "push", check=True)
+            target = team.root / "reviewer/memory/insights.md"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (target.exists() and f"batch {n}" in target.read_text()):
+                time.sleep(0.1)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=30)
+    lines = [line for line in out.decode().splitlines() if line.startswith("pulled 1 events up to hub position")]
+    assert len(lines) == 2, (out, err)
+
+
+def test_the_hub_refuses_an_entry_without_a_real_date(team):
+    import msgspec
+
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+
+    token = (team.root / "writer.token").read_text().strip()
+    for date in ("2026-13-45", "2026-02-30", "2026-1-5", "yesterday"):
+        event = new_event(EntryAppend(type="FACT", date=date, content="x"), agent="writer", layer="insights")
+        body = msgspec.json.encode({"events": [event]})
+        answer = httpx.post(team.url + "/v1/push", content=body, headers={"authorization": f"Bearer {token}",
+                                                                          "content-type": "application/json"})
+        assert answer.status_code == 422, (date, answer.text)
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.json()["type"].endswith("/invalid-input") and date in answer.json()["detail"]
+    assert json.loads(run_mem("hub", "believed", "writer", *team.hub, "--json", check=True).stdout)["events"] == []
+
+
+def test_entries_carry_real_dates_locally(team):
+    before = log_rows(team.root / "writer")
+    for text in ("[FACT] 2026-13-45: x", "[LESSON] 2026-02-30: y", "[LESSON] 2026-1-5: z", "[FACT] 2026-11: w"):
+        refused = team.mem("writer", "entry", "add", "insights", text)
+        assert refused.returncode == 1 and b"error: entry date" in refused.stderr, (text, refused.stderr)
+    assert log_rows(team.root / "writer") == before
+    ok = team.mem("writer", "entry", "add", "insights", "[LESSON] 2028-02-29: leap day", check=True)
+    assert b"[LESSON] 2028-02-29: leap day" in ok.stdout
