@@ -135,6 +135,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         ("loop_append", {"role": "user", "text": "hi", "loop": "Main Loop"},
          ("loop", "append", "--role", "user", "--text", "hi", "--loop", "Main Loop")),
         ("sync", {}, ("sync",)),
+        ("loop_append", {"role": "system", "text": "hi"}, ("loop", "append", "--role", "system", "--text", "hi")),
         ("create", {"path": "/memories/notes/keys.md", "file_text": secret.read_text()},
          ("file", "write", "notes/keys.md", "--file", secret)),
         ("delete", {"path": "/memories/mind/freeze.md"}, ("page", "delete", "freeze")),
@@ -152,7 +153,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert all(error for error, _text in answers)
     assert [text for _error, text in answers[:len(cases)]] == expected
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
-    assert "AWS Access Key" in expected[7] and "hold" in expected[8]
+    assert "AWS Access Key" in expected[8] and "hold" in expected[9]
     assert answers[-2][1] == "File /memories/mind/deploy.md already exists"
     assert "catalog is generated from the pages" in answers[-1][1]
     assert log_rows(workspace) == before
