@@ -83,9 +83,8 @@ class MemoryTool:
         return Target(path, "dir" if self._is_dir(rel) else "file", rel)
 
     def _files(self) -> list[tuple[str, int]]:
-        """The files of adf_files outside the wiki and the shared layers, with their sizes."""
-        return self.mem.views.db.execute(
-            "SELECT path, size FROM adf_files WHERE path NOT IN (SELECT path FROM wiki_files)").fetchall()
+        """The files outside the wiki and the shared layers, with their sizes."""
+        return [(row[0], row[3]) for row in self.mem.views.files()]
 
     def _listing(self) -> list[tuple[str, int]]:
         """Every file that exists now, with its size: the wiki and shared layers (from the views, which
