@@ -136,6 +136,15 @@ def _run(root: Path) -> None:
     typer.echo(f"source {hit.source}, audit id {hit.audit_id}, loop {hit.loop}: "
                f"{hit.entry['role']}: {hit.entry['content_json'][0]['text']}")
 
+    step("mem search \"prod ack\"   (FTS5/BM25 over pages, the loop and its audit; --at searches the past)")
+    from projections import trust
+
+    today = trust.day_of(now_ms())
+    for hit in mem.search("prod ack", day=today, limit=3):
+        typer.echo(f"{hit.citation:<40} {hit.path:<44} {hit.snippet[:70]}")
+    typer.echo(f"as of seq {ack_seq - 1}: "
+               f"{[h.citation for h in mem.search('prod ack', as_of=ack_seq - 1, day=today)]}")
+
     verified = mem.verify()
     step("mem verify")
     typer.echo(f"ok: {verified.checked} events, digests and chain intact" if verified.ok else verified.problem)
