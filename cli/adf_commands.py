@@ -37,10 +37,11 @@ def parse_json(text: str, what: str):
 
 @loop_app.command("append")
 def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"),
-                text: Optional[str] = typer.Option(None, "--text"),
+                text: Optional[str] = typer.Option(None, "--text", help="The message text."),
                 file: Optional[str] = typer.Option(None, "--file", help="A text file (- for stdin)."),
                 blocks: Optional[str] = typer.Option(None, "--json", help="Content blocks as a JSON array."),
-                loop: str = LoopOpt, model: Optional[str] = typer.Option(None, "--model"),
+                loop: str = LoopOpt,
+                model: Optional[str] = typer.Option(None, "--model", help="The model that produced it."),
                 tokens: Optional[str] = typer.Option(None, "--tokens", help="Token counts as a JSON object."),
                 allow_secret: bool = AllowSecretOpt):
     """Append a message to a loop; its seq is the [S<seq>] that cites it."""
@@ -101,7 +102,7 @@ def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] =
 
 @file_app.command("write")
 def file_write(path: str, file: str = typer.Option(..., "--file", help="The content (- for stdin)."),
-               mime: Optional[str] = typer.Option(None, "--mime"),
+               mime: Optional[str] = typer.Option(None, "--mime", help="Its media type."),
                protection: str = typer.Option("none", "--protection", help="none, read_only or no_delete"),
                allow_secret: bool = AllowSecretOpt):
     """Write a file into adf_files."""
@@ -171,11 +172,14 @@ def config_set(key: str, value: str):
 
 
 @config_app.command("show")
-def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The agent config (adf_config), with ADF's audit defaults."""
     with memory() as mem:
         config = mem.views.config(as_of(mem, at, seq))
-    sys.stdout.write(jsonlib.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if json:
+        return emit_json(config)
+    for key, value in config.items():
+        typer.echo(f"{key} = {jsonlib.dumps(value, ensure_ascii=False)}")
 
 
 @audit_app.command("list")
@@ -192,7 +196,8 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
 
 
 @audit_app.command("read")
-def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop"), json: bool = JsonOpt):
+def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop", help="Only this loop's audit blobs."),
+               json: bool = JsonOpt):
     """Resolve a seq: the live loop, then every audit blob that covers it, then the log; or missing."""
     with memory() as mem:
         hit = auditing.audit_read(mem.views, mem.log, seq, loop)
