@@ -9,7 +9,6 @@ import typer
 
 from eventstore.errors import InvalidInput
 from projections import audit as auditing
-from projections.adf_file import export_adf, import_adf
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
 from .output import AllowSecretOpt, emit_json, progress_bar
@@ -235,6 +234,8 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
 @export_app.command("adf")
 def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Write a real ADF file (format 0.2, schema 28) of the memory as of now or a moment."""
+    from projections.adf_file import export_adf
+
     with memory() as mem:
         report = export_adf(mem, out, as_of(mem, at, seq))
     if json:
@@ -245,6 +246,8 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
 @import_app.command("adf")
 def import_adf_command(source: Path, json: bool = JsonOpt):
     """Turn an ADF file into events (into a new workspace)."""
+    from projections.adf_file import import_adf
+
     if not source.exists():
         fail(f"{source} does not exist")
     with memory() as mem, progress_bar("import", None) as advance:

@@ -11,7 +11,8 @@ from eventstore.errors import MemError
 from eventstore.instants import format_local, parse_instant
 from eventstore.layers import MIND
 
-from .output import AT_HELP, AllowSecretOpt, emit_json, event_line, fail, hide_flag_types, plain, progress_bar
+from .output import AT_HELP, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
+from .typer_tuning import tune_typer
 
 app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
@@ -390,7 +391,7 @@ def main() -> None:
 
     from . import adf_commands, recall_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
 
-    hide_flag_types()
+    tune_typer()
     try:
         code = app(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:

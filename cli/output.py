@@ -26,14 +26,6 @@ def plain() -> bool:
     return os.environ.get("MEM_PLAIN") == "1" or not sys.stderr.isatty()
 
 
-def hide_flag_types() -> None:
-    """Typer's rich help shows `<bool>` after every flag; a flag takes no value, so it shows nothing."""
-    from typer.core import TyperOption
-
-    shown = TyperOption.display_type_rich
-    TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else shown(self, ctx)
-
-
 def fail(message: str, code: int = 1) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)

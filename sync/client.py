@@ -13,9 +13,7 @@ import re
 import time
 from pathlib import Path
 
-import httpx
 import msgspec
-import zstandard
 
 from eventstore.envelope import Event
 from eventstore.errors import InvalidInput, MemError, NotFound
@@ -171,6 +169,8 @@ def get_remote(memory, name: str | None) -> Remote:
 
 class HubClient:
     def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None):
+        import httpx  # here, not at the top: `mem status` and the other local commands never load it
+
         self.timeout = timeout
         self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
                                  headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
@@ -188,6 +188,9 @@ class HubClient:
         self.http.close()
 
     def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None, wait: float = 0):
+        import httpx
+        import zstandard
+
         headers = {}
         if body is not None:
             headers["content-type"] = "application/json"
