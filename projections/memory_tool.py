@@ -87,8 +87,7 @@ class MemoryTool:
         may be ahead of the files on disk), and the rest of adf_files."""
         views = self.mem.views
         rendered = [(path, len(views.file_text(path).encode("utf-8"))) for path in views.paths()]
-        return sorted(rendered + views.db.execute(
-            "SELECT path, size FROM adf_files WHERE path NOT IN (SELECT path FROM wiki_files)").fetchall())
+        return sorted(rendered + [(row[0], row[3]) for row in views.files()])
 
     def _is_dir(self, rel: str) -> bool:
         return any(p.startswith(rel + "/") for p, _size in self._listing())

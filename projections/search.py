@@ -211,8 +211,7 @@ class SearchFold:
 def catch_up_history(views) -> int:
     """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added."""
     db = views.db
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with views.transaction():
         start = int(db.execute("SELECT value FROM meta WHERE key = 'search_history'").fetchone()[0])
         end = views.checkpoint()
         added = 0
@@ -225,12 +224,7 @@ def catch_up_history(views) -> int:
                     batch = []
             added += _insert_history(db, batch)
             db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
-        db.execute("COMMIT")
-        return added
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+    return added
 
 
 def _insert_history(db, rows) -> int:

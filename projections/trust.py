@@ -14,7 +14,6 @@ of mind.md and lint alike:
 import datetime as dt
 import re
 
-from eventstore.envelope import decode_body
 from eventstore.errors import Held, InvalidInput
 from eventstore.kinds import PageDelete, PageIngest, PageRename, PageUpdate
 
@@ -131,9 +130,8 @@ def _release_seqs(log, slug: str) -> list[int]:
 
 def held_since(memory, slug: str) -> int | None:
     """The seq of the version that holds a wiki page (`governance: hold`) not released since, or None."""
-    row = memory.views.db.execute("SELECT p.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug "
-                                  "AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
-    if row is None or row[1] is None or not is_held(decode_body(row[1]).frontmatter):
+    row = memory.views.page_version(slug)
+    if row is None or not is_held(row[1].frontmatter):
         return None
     return None if any(seq > row[0] for seq in _release_seqs(memory.log, slug)) else row[0]
 

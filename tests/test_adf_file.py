@@ -121,6 +121,7 @@ def test_import_the_fixture_with_its_older_schema(tmp_path, fixture_adf):
     assert config["audit"]["loop"] is False and config["name"] == "artemis"
     cited = run_mem("-w", tmp_path / "ws", "cite", "adf-file://imported/artemis/mind.md", check=True).stdout
     assert cited.startswith(b"# mind\n")
+    assert b"no differences" in run_mem("-w", tmp_path / "ws", "replay", "--check", check=True).stdout
 
 
 def test_import_schema_21_loop_blobs_by_their_entries(tmp_path, fixture_adf):

@@ -25,8 +25,8 @@ def found(memory, query, day=TODAY, **options):
 def test_withheld_status_is_left_out_of_search_and_believed_unless_all(memory, status):
     memory.write_page("runbook", page("Runbook", "Rollback with the script."))
     memory.loop_append("user", [{"type": "text", "text": "hello"}])
-    current = memory.write_page("old", page("Old way", "Rollback by hand."))
-    withheld = memory.write_page("old", page("Old way", "Rollback by hand.", status=status))
+    current = memory.write_page("old", page("Old way", "Rollback by hand.")).seq
+    withheld = memory.write_page("old", page("Old way", "Rollback by hand.", status=status)).seq
     assert found(memory, "rollback") == ["adf-file://mind/runbook.md"]
     assert "adf-file://mind/old.md" in found(memory, "rollback", include_all=True)
     assert found(memory, "hand") == [] and found(memory, "hand", as_of=withheld) == []
@@ -63,7 +63,7 @@ def test_stale_flag_in_mind_md_is_a_function_of_the_log(memory):
 
 def test_reversed_entries_rank_below_what_reversed_them(memory):
     memory.declare_layer("decisions", "memory/decisions.md")
-    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: The hub runs on SQLite, SQLite, SQLite")
+    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: The hub runs on SQLite, SQLite, SQLite").seq
     first_id = memory.log.get_by_seq(first).id
     memory.entry_add("decisions", "[DECISION] 2026-11-29: The hub moves to PostgreSQL from SQLite", reverses=first_id)
     hits = search.search(memory.views, "sqlite hub", day=TODAY)
