@@ -77,12 +77,12 @@ def as_of(mem, at: Optional[str], seq: Optional[int]) -> int:
         fail("give --at or --seq, not both", 2)
     if at is None:
         return mem.seq_at(seq=seq)
-    return resolve_at(mem, at)
+    return resolve_at(mem, at)[0]
 
 
-def resolve_at(mem, at: str) -> int:
-    """The seq for a typed moment; says on stderr which instant it understood, and refuses a moment
-    before the workspace's first event (that is no memory, not an empty one)."""
+def resolve_at(mem, at: str) -> tuple[int, int]:
+    """(seq, instant) for a typed moment; says on stderr which instant it understood, and refuses a
+    moment before the workspace's first event (that is no memory, not an empty one)."""
     at_ms = parse_instant(at)
     first = mem.log.recorded_at(1) if mem.log.head() else None
     if first is None or at_ms < first:
@@ -90,7 +90,7 @@ def resolve_at(mem, at: str) -> int:
         fail(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
     point_seq = mem.seq_at(at_ms)
     typer.echo(f"as of {format_local(at_ms)} (seq {point_seq})", err=True)
-    return point_seq
+    return point_seq, at_ms
 
 
 def file_path(path: str) -> str:
@@ -99,10 +99,10 @@ def file_path(path: str) -> str:
 
 
 def point(mem, text: str) -> int:
-    """A moment given as `seq:N` or an ISO 8601 time."""
+    """A moment given as `seq:N` or as --at takes it."""
     if text.startswith("seq:") and text[4:].isdigit():
         return mem.seq_at(seq=int(text[4:]))
-    return resolve_at(mem, text)
+    return resolve_at(mem, text)[0]
 
 
 # --- workspace ----------------------------------------------------------------------------------
