@@ -152,6 +152,9 @@ def _run(root: Path, told: set[str]) -> None:
     mem_cli(root, "audit", "list")
     step("a citation of a compacted message still resolves, through the audit blob")
     mem_cli(root, "cite", f"[S{ack_seq}]")
+    step("full-text search (BM25) over pages, the loop and its audit; --seq or --at searches the past")
+    mem_cli(root, "search", "prod ack", "-n", "3")
+    mem_cli(root, "search", "prod ack", "--seq", str(ack_seq - 1))
     mem_cli(root, "verify")
 
 

@@ -9,7 +9,7 @@ from projections import search as searching
 from projections import trust
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app, resolve_at
-from .output import emit_json
+from .output import emit_json, progress_bar
 
 
 def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]:
@@ -44,8 +44,9 @@ def search(query: str,
             fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
-        hits = mem.search(query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (), types=type_ or (),
-                          agent=agent, status=status, include_all=all_, limit=n)
+        with progress_bar("indexing past versions", None) as advance:
+            hits = mem.search(query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (), types=type_ or (),
+                              agent=agent, status=status, include_all=all_, limit=n, progress=advance)
     if json:
         return emit_json(hits)
     for number, hit in enumerate(hits, 1):

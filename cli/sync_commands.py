@@ -264,7 +264,7 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         with progress_bar("push", mem.head()) as advance:
             pushed = pushing(mem, target, progress=advance)
         with progress_bar("pull", None) as advance:
-            pulled = pulling(mem, target, progress=advance)
+            pulled = pulling(mem, target, progress=advance, say=lambda line: typer.echo(line, err=True))
     if json:
         emit_json({"push": pushed, "pull": pulled})
     else:

@@ -2,15 +2,19 @@
 
 
 class MemError(Exception):
-    """A refusal: `code` is stable (used as the problem type over HTTP), the message says why."""
+    """A refusal: `code` is stable (used as the problem type over HTTP), the message says why, and
+    `field` (when known) names the part of the input at fault, like `body.slug`."""
 
     code = "mem-error"
     status = 400
+    field = ""
 
-    def __init__(self, message: str, code: str | None = None):
+    def __init__(self, message: str, code: str | None = None, field: str | None = None):
         super().__init__(message)
         if code:
             self.code = code
+        if field:
+            self.field = field
 
 
 class InvalidInput(MemError):

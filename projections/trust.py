@@ -24,16 +24,17 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 
 def status_word(status) -> str:
-    """The first word of a status, lowercased: `superseded-by: deploy` -> `superseded`."""
-    if status is None:
-        return ""
-    text = str(status).strip().lower()
-    return "superseded" if text.startswith("superseded") else text.split(":")[0].split()[0] if text else ""
+    """The status's first word, lowercased: `superseded-by: deploy` -> `superseded`, `Deprecated: x` -> `deprecated`."""
+    text = str(status or "").strip().lower()
+    if text.startswith("superseded"):
+        return "superseded"
+    return re.split(r"[\s:]", text, maxsplit=1)[0]
 
 
 def superseded_by(status) -> str | None:
     match = _SUPERSEDED.match(str(status or "").strip())
-    return match.group(1).strip().strip("[]()").removeprefix("mind/").removesuffix(".md") or None if match else None
+    target = match.group(1).strip().strip("[]()").removeprefix("mind/").removesuffix(".md") if match else ""
+    return target or None
 
 
 def withheld(status) -> str | None:
@@ -42,10 +43,19 @@ def withheld(status) -> str | None:
     return word if word in WITHHELD else None
 
 
-WITHHELD_SQL = ("(status IS NULL OR NOT (lower(trim(status)) LIKE 'superseded%' "
-                "OR lower(trim(status)) IN ('deprecated', 'archived') "
-                "OR lower(trim(status)) LIKE 'deprecated%' OR lower(trim(status)) LIKE 'archived%'))")
-"""The SQL twin of `not withheld(status)`, for a table with a `status` column."""
+def _withheld_sql(word: str) -> str:
+    if word == "superseded":
+        return "lower(status) LIKE 'superseded%'"
+    return f"lower(status) = '{word}' OR lower(status) LIKE '{word}:%' OR lower(status) LIKE '{word} %'"
+
+
+WITHHELD_SQL = f"(status IS NULL OR NOT ({' OR '.join(_withheld_sql(w) for w in WITHHELD)}))"
+"""The SQL twin of `not withheld(status)`, for a `status` column stored by `stored_status`."""
+
+
+def stored_status(status) -> str | None:
+    """A status as the views keep it: a stripped string (so that SQL needs no trim of its own)."""
+    return None if status is None else str(status).strip()
 
 
 def stale_day(stale_after) -> str | None:

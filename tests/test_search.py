@@ -137,3 +137,19 @@ def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
         import_adf(copy, tmp_path / "a.adf")
         [hit] = search.search(copy.views, "migration column", day=DAY)
         assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
+
+
+def test_a_history_index_without_until_is_refilled(memory):
+    first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
+    memory.write_page("deploy", page("Deploy", "Canary first."))
+    db = memory.views.db
+    db.execute("DROP TABLE search_history")
+    db.execute("CREATE TABLE search_history (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, "
+               "key TEXT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, "
+               "ref TEXT, reverses TEXT, agent TEXT)")
+    memory.close()
+    from projections.memory import Memory
+
+    with Memory.open(memory.root) as again:
+        assert cites(again, "staging", as_of=first) == ["adf-file://mind/deploy.md"]
+        assert cites(again, "staging") == [] and cites(again, "canary", as_of=first) == []
