@@ -4,7 +4,6 @@ the bodies of page and entry events wherever they were made (`body`)."""
 import datetime as dt
 import os
 import re
-import unicodedata
 from pathlib import Path
 
 from . import frontmatter
@@ -158,9 +157,13 @@ def _slug_field(value: str, field: str) -> None:
         raise InvalidInput(f"slug {value!r} is not in canonical form ({canonical!r})", field=field)
 
 
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Unicode's control characters (category Cc) and its line and paragraph separators (Zl, Zp)."""
+
+
 def _line_field(value: str, field: str) -> None:
     """One line: no line breaks of any kind (U+2028 too), no control characters, not too long."""
-    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value):
+    if _BREAKS.search(value):
         raise InvalidInput(f"{field} must be one line of text (no line breaks or control characters)", field=field)
     if len(value) > MAX_LINE_CHARS:
         raise TooLarge(f"{field} is longer than {MAX_LINE_CHARS} characters", field=field)
