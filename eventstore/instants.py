@@ -9,7 +9,7 @@ import re
 
 from .errors import InvalidInput
 
-FORMS = ("2026-11-29, 2026-11-29T14:02, 2026-11-29T14:02:00+01:00, 14:00, yesterday 14:00, "
+FORMS = ("ISO 8601 like 2026-11-29, 2026-11-29T14:02 or 2026-11-29T14:02:00+01:00; 14:00, yesterday 14:00, "
          "today, now, 2h ago, 30 min ago, 3 days ago")
 
 UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
