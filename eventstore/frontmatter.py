@@ -1,7 +1,8 @@
 """Page frontmatter: parsed as YAML through msgspec, emitted by a small deterministic writer.
 
 The writer quotes every value that is not obviously a plain scalar (as a JSON string, which is
-valid YAML), so no field value can ever break out of its line or end the frontmatter block.
+valid YAML, with the Unicode line separators escaped too), so no field value can ever break out of
+its line or end the frontmatter block, whatever a reader counts as a line break.
 """
 
 import datetime as dt
@@ -18,21 +19,31 @@ ONE_LINE_KEYS = ("type", "title", "description", "status", "stale_after")
 _PLAIN = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9 _.,:/@()+\-]*$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "none", "y", "n", "~"}
+MAX_DEPTH = 32
+# What str.splitlines() (and so many a reader) breaks a line at, beyond \n and \r.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile(f"[{LINE_BREAKS}]")
+_UNESCAPED_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # json.dumps keeps these raw
 _NUMBERISH = re.compile(r"^[-+]?(\d[\d_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?$|^0[xob]|^\.(inf|nan)$", re.I)
 
 
 def split(document: str) -> tuple[str | None, str]:
-    """Splits `---\\n<yaml>---\\n<body>`; returns (None, document) when there is no frontmatter."""
+    """Splits `---\\n<yaml>---\\n<body>`; returns (None, document) when there is no frontmatter.
+
+    Lines end at \\n only: a U+2028 or form feed does not end a line here, so nothing hidden in a
+    value can close the block early."""
     if not document.startswith("---\n") and not document.startswith("---\r\n"):
         return None, document
-    lines = document.splitlines(keepends=True)
+    lines = document.split("\n")
     for i in range(1, len(lines)):
-        if lines[i].rstrip("\r\n") == "---":
-            return "".join(lines[1:i]), "".join(lines[i + 1:])
+        if lines[i].rstrip("\r") == "---":
+            return "".join(line + "\n" for line in lines[1:i]), "\n".join(lines[i + 1:])
     raise InvalidInput("frontmatter is not closed: no line '---' ends the block that starts the page")
 
 
-def _normalise(value: Any, where: str) -> Any:
+def _normalise(value: Any, where: str, depth: int = 1) -> Any:
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"frontmatter is nested more than {MAX_DEPTH} deep (at {where[:80]})")
     if isinstance(value, (dt.date, dt.datetime)):
         return value.isoformat()
     if isinstance(value, dict):
@@ -40,10 +51,10 @@ def _normalise(value: Any, where: str) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidInput(f"frontmatter key {k!r} in {where} is not a string")
-            out[k] = _normalise(v, f"{where}.{k}")
+            out[k] = _normalise(v, f"{where}.{k}", depth + 1)
         return out
     if isinstance(value, list):
-        return [_normalise(v, where) for v in value]
+        return [_normalise(v, where, depth + 1) for v in value]
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     raise InvalidInput(f"frontmatter value at {where} has an unsupported type {type(value).__name__}")
@@ -54,7 +65,9 @@ def parse(yaml_text: str) -> dict[str, Any]:
     try:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:
-        raise InvalidInput(f"frontmatter is not valid YAML: {exc}") from None
+        raise InvalidInput(f"frontmatter is not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise InvalidInput(f"frontmatter is nested too deep (or refers to itself); the limit is {MAX_DEPTH}") from None
     if not isinstance(data, dict):
         raise InvalidInput("frontmatter must be a YAML mapping with at least `type`")
     data = _normalise(data, "frontmatter")
@@ -68,16 +81,24 @@ def parse(yaml_text: str) -> dict[str, Any]:
             raise InvalidInput("frontmatter `type` must be a non-empty string")
         if value is not None and not isinstance(value, (str, int, float)):
             raise InvalidInput(f"frontmatter `{key}` must be a single value, not {type(value).__name__}")
-        if isinstance(value, str) and ("\n" in value or "\r" in value or "---" in value.strip()[:3]):
-            raise InvalidInput(f"frontmatter `{key}` must be one line; a newline or '---' in it "
-                               "could inject frontmatter")
+        if isinstance(value, str) and (_LINE_BREAK.search(value) or "---" in value.strip()[:3]):
+            raise InvalidInput(f"frontmatter `{key}` must be one line; a line break (newline, U+2028 and the "
+                               "like) or '---' in it could inject frontmatter")
     if "sources" in data:
         sources = data["sources"]
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise InvalidInput("frontmatter `sources` must be a list of strings")
-        if any("\n" in s or "\r" in s for s in sources):
+        if any(_LINE_BREAK.search(s) for s in sources):
             raise InvalidInput("frontmatter `sources` entries must be one line each")
     return data
+
+
+def _quoted(value: Any, **options) -> str:
+    text = json.dumps(value, ensure_ascii=False, **options)
+    for raw, escaped in _UNESCAPED_BREAKS.items():
+        if raw in text:
+            text = text.replace(raw, escaped)
+    return text
 
 
 def _scalar(value: Any) -> str:
@@ -85,14 +106,14 @@ def _scalar(value: Any) -> str:
         if (_PLAIN.match(value) and value.lower() not in _YAML_WORDS and not _NUMBERISH.match(value)
                 and value == value.strip() and ": " not in value and not value.endswith(":")):
             return value
-        return json.dumps(value, ensure_ascii=False)
+        return _quoted(value)
     if value is None or isinstance(value, (bool, int, float)):
         return json.dumps(value)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return _quoted(value, sort_keys=True)
 
 
 def _key(key: str) -> str:
-    return key if _PLAIN_KEY.match(key) and key.lower() not in _YAML_WORDS else json.dumps(key, ensure_ascii=False)
+    return key if _PLAIN_KEY.match(key) and key.lower() not in _YAML_WORDS else _quoted(key)
 
 
 def ordered_keys(frontmatter: dict[str, Any]) -> list[str]:

@@ -4,7 +4,7 @@ These Structs are the single schema of an event's payload: storage, digests and 
 all encode exactly these.
 """
 
-from typing import Any, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Union
 
 import msgspec
 
@@ -189,9 +189,13 @@ class ConfigSet(Body, tag="config.set"):
 
 
 class ImportGap(Body, tag="import.gap"):
-    """Holds a seq that an imported file's own counter had used, so imported loop seqs line up."""
+    """Stands for seqs an imported file's own counter had used, so imported loop rows keep their seqs.
+
+    The event takes the seq after `skipped` unused ones (the log numbers it so): one event for a
+    gap of any size. With `skipped` 0 it holds just its own seq."""
 
     source: str
+    skipped: Annotated[int, msgspec.Meta(ge=0, le=2 ** 53)] = 0
 
 
 class AuditImport(Body, tag="audit.import"):

@@ -9,6 +9,7 @@ import msgspec
 
 from .envelope import Event, compute_digest, decode_body, pack_body, unpack_body
 from .errors import IdConflict
+from .kinds import ImportGap
 
 ZERO_CHAIN = bytes(32)
 
@@ -34,6 +35,11 @@ def row_to_event(row) -> Event:
                  digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
 
+def skipped(body) -> int:
+    """Seqs left unused before this event: only an ImportGap skips any (an imported file's gap)."""
+    return body.skipped if isinstance(body, ImportGap) else 0
+
+
 def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: bytes, recorded_at: int):
     """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
     and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
@@ -46,7 +52,7 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: byte
                 raise IdConflict(f"event {event.id} is already in the log with a different digest")
             seqs.append(found[1])
             continue
-        seq += 1
+        seq += 1 + skipped(event.body)
         digest = bytes.fromhex(event.digest)
         chain = chain_link(chain, digest)
         codec, stored = pack_body(raw)
@@ -66,7 +72,8 @@ class VerifyReport(msgspec.Struct):
 
 
 class Recorder(ABC):
-    """An append-only, gapless, commit-ordered event log.
+    """An append-only, commit-ordered event log whose seqs are gapless but for the seqs an
+    ImportGap event says it skips (`skipped`).
 
     `append` is atomic for the whole batch and idempotent per event id: an id already present
     with the same digest returns its existing seq, with another digest the batch is refused.
@@ -112,18 +119,19 @@ class Recorder(ABC):
 
 def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
     """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
-    seq order: gapless seqs, bodies that decode to their kind, digests, and the chain."""
+    seq order: gapless seqs (but for what an ImportGap skips), bodies that decode to their kind,
+    digests, and the chain."""
     expected_seq, chain, checked = 0, ZERO_CHAIN, 0
     for seq, id, ts, _recorded, agent, layer, kind, codec, body, digest, stored_chain in rows:
-        expected_seq += 1
         bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq)
-        if seq != expected_seq:
-            return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
         try:
             raw = unpack_body(codec, bytes(body))
             decoded = decode_body(raw)
         except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
             return bad(problem=f"body does not decode: {exc}")
+        expected_seq += 1 + skipped(decoded)
+        if seq != expected_seq:
+            return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
         if decoded.__struct_config__.tag != kind:
             return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
         digest = bytes(digest)

@@ -9,7 +9,7 @@ from .envelope import Event, check_event, pack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
-                       row_to_event, verify_rows)
+                       row_to_event, skipped, verify_rows)
 
 
 SCHEMA = """
@@ -80,7 +80,7 @@ class SQLiteLog(Recorder):
             if not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
-        if len(prepared) == 1 and not state:
+        if len(prepared) == 1 and not state and not skipped(prepared[0][0].body):
             return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
@@ -206,7 +206,9 @@ class SQLiteLog(Recorder):
         return low
 
     def recorded_at(self, seq: int) -> int | None:
-        row = self.db.execute("SELECT recorded_at FROM events WHERE seq = ?", (seq,)).fetchone()
+        """When seq was recorded; a seq an ImportGap skipped counts as recorded with that ImportGap."""
+        row = self.db.execute("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1",
+                              (seq,)).fetchone()
         return row[0] if row else None
 
     def verify(self, progress=None) -> VerifyReport:

@@ -2,8 +2,11 @@
 
 The tables an ADF runtime reads (`adf_loop`, `adf_audit`, `adf_files`, `adf_config`) are SQL views
 over history tables that keep every row with the seq that added or removed it, so the same tables
-can be read as of any seq. Compaction and clear archive exactly as ADF does (see
-`reference/adf-schema.md`): one brotli blob of the removed entries, `source` = `loop:<name>`.
+can be read as of any seq. Compaction and clear archive exactly as ADF does: the removed rows go
+into one audit row whose blob is brotli(JSON array of entries `{seq, role, content_json, model?,
+tokens?, created_at, ord?}`), `source` = `loop:<name>`, `start_seq`/`end_seq` the smallest and
+largest seq archived; the summary is a user row prefixed "[Loop Compacted, audited] " (or
+"[Loop Compacted] " with loop audit off) whose `ord` sorts it just before the preserved rows.
 """
 
 import base64
@@ -12,6 +15,7 @@ import json
 
 import brotli
 
+from eventstore.errors import InvalidInput, TooLarge
 from eventstore.instants import format_instant
 from eventstore.kinds import (ADF_KINDS, AuditImport, ConfigSet, FileDelete, FileWrite, InboxMessage, LoopAppend,
                               LoopClear, LoopCompact, OutboxMessage)
@@ -21,6 +25,8 @@ EPOCH_ISO = "1970-01-01T00:00:00.000Z"
 COMPACTED_AUDITED = "[Loop Compacted, audited] "
 COMPACTED = "[Loop Compacted] "
 BROTLI_QUALITY = 5
+MAX_BLOB_BYTES = 64 * 1024 * 1024
+_CHUNK = 1024 * 1024
 
 MESSAGE_COLUMNS = {
     "inbox": ("id", "message_id", "from", "to", "reply_to", "network", "thread_id", "parent_id", "subject",
@@ -127,6 +133,35 @@ def compress(document) -> tuple[bytes, int]:
     return brotli.compress(text, quality=BROTLI_QUALITY), len(text)
 
 
+def decompress(data: bytes, what: str = "an audit blob", limit: int = MAX_BLOB_BYTES) -> bytes:
+    """Brotli, streamed and bounded: a blob from a file (or a log) never expands past `limit`."""
+    decoder = brotli.Decompressor()
+    try:
+        parts = [decoder.process(bytes(data), output_buffer_limit=_CHUNK)]
+        total = len(parts[0])
+        while not decoder.is_finished():
+            if total > limit:
+                break
+            part = decoder.process(b"", output_buffer_limit=_CHUNK)
+            if not part and decoder.can_accept_more_data():
+                raise InvalidInput(f"{what} is not valid brotli: the stream is truncated")
+            parts.append(part)
+            total += len(part)
+    except brotli.error:
+        raise InvalidInput(f"{what} is not valid brotli") from None
+    if total > limit:
+        raise TooLarge(f"{what} expands to more than {limit // (1024 * 1024)} MiB; not read")
+    return b"".join(parts)
+
+
+def blob_json(data: bytes, what: str = "an audit blob"):
+    """An audit blob's JSON document, decompressed within the limit."""
+    try:
+        return json.loads(decompress(data, what))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise InvalidInput(f"{what} does not hold valid JSON") from None
+
+
 def display_order(rows):
     return sorted(rows, key=lambda r: (r[6] if r[6] is not None else r[0], r[0]))
 
@@ -228,15 +263,17 @@ class AdfFold:
             "FROM file_versions WHERE path = ? ORDER BY seq DESC LIMIT 1", (path,)).fetchone()
         return row[:8] if row and not row[8] else None
 
-    def note_events(self, first: tuple[int, str], last_ts: int) -> None:
-        """Keeps adf_meta's name, handle and times in step with the events folded so far."""
-        ts, agent = first
-        db = self.db
-        db.executemany("INSERT OR IGNORE INTO adf_meta VALUES (?, ?, 'readonly')",
-                       [("adf_name", agent), ("adf_handle", agent), ("adf_parent_did", ""),
-                        ("adf_created_at", format_instant(ts))])
-        db.execute("INSERT OR REPLACE INTO adf_meta VALUES ('adf_updated_at', ?, 'readonly')",
-                   (format_instant(last_ts),))
+    def note_events(self, first: tuple[int] | None, last_ts: int) -> None:
+        """Keeps adf_meta's times in step with the events folded so far (`first`: the batch's first ts).
+
+        The name is not kept here: the first event may be another agent's (pulled), and an export
+        names the workspace's own agent."""
+        if first is None:
+            return
+        self.db.execute("INSERT OR IGNORE INTO adf_meta VALUES ('adf_created_at', ?, 'readonly')",
+                        (format_instant(first[0]),))
+        self.db.execute("INSERT OR REPLACE INTO adf_meta VALUES ('adf_updated_at', ?, 'readonly')",
+                        (format_instant(last_ts),))
 
 
 def init_meta(db) -> None:

@@ -6,25 +6,25 @@ a restored log), live loop rows at their own seqs, messages, and every audit blo
 schemas too (21: `start_at`/`end_at`, no `ord`, no `loop`).
 """
 
+import collections
 import json
 import re
 import sqlite3
 from pathlib import Path
 
-import brotli
 import msgspec
 
-from eventstore import frontmatter
 from eventstore.envelope import new_event
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, MemError
 from eventstore.ids import now_ms
 from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
 from eventstore.layers import AGENT, LOOP, MIND
+from eventstore.writer import AdfWriter, Writer
 
 from . import render
-from .adf import MESSAGE_COLUMNS
+from .adf import MESSAGE_COLUMNS, blob_json
 from .views import LOG_PATH, MIND_PATH
 
 SCHEMA_28 = """
@@ -86,11 +86,12 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         if statement.strip():
             db.execute(statement)
     meta = dict(views.db.execute("SELECT key, value FROM adf_meta").fetchall())
-    name = meta.get("adf_name", memory.config.agent)
-    ts_at = log.get_by_seq(as_of).ts if as_of else None
+    name = memory.config.agent
+    last = next(log.read(upto=as_of, limit=1, newest_first=True), None) if as_of else None
+    ts_at = last.ts if last else None
     db.executemany("INSERT INTO adf_meta VALUES (?,?,?)", [
         ("adf_version", "0.2", "readonly"), ("adf_schema_version", "28", "readonly"), ("adf_name", name, "readonly"),
-        ("adf_handle", meta.get("adf_handle", name), "readonly"), ("adf_parent_did", "", "readonly"),
+        ("adf_handle", name, "readonly"), ("adf_parent_did", "", "readonly"),
         ("adf_created_at", meta.get("adf_created_at", format_instant(ts_at or 0)), "readonly"),
         ("adf_updated_at", format_instant(ts_at) if ts_at else meta.get("adf_created_at", ""), "readonly"),
         ("status", "", "none")])
@@ -123,14 +124,14 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     return ExportReport(path=str(out), seq=as_of, rows=rows)
 
 
-def _columns(db, table: str) -> list[str]:
-    return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+MAX_SEQ = 2 ** 53 - 1  # beyond this a seq no longer survives a JSON reader (a double)
+MAX_JSON_DEPTH = 64
 
 
 def _parse_always(text: str) -> list[str] | None:
     """The `## Always` lines of a mindlog-style mind.md, or None when the file is not one."""
     match = re.search(r"^## Always\n\n((?:- .*\n)*)", text, re.M)
-    return [line[2:] for line in match.group(1).splitlines()] if match else None
+    return [line[2:] for line in match.group(1).split("\n") if line] if match else None
 
 
 def _log_entries(text: str) -> list[str] | None:
@@ -152,127 +153,279 @@ def _time(iso: str | None, fallback: int) -> int:
         return fallback
 
 
-class _Importer:
-    """Reads one ADF file into events, table by table, all stamped with the importing agent."""
+def _depth(value, limit: int = MAX_JSON_DEPTH) -> int:
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
-    def __init__(self, db, agent: str, name: str):
-        self.db, self.agent, self.name = db, agent, name
+
+def _json(text, what: str):
+    """A JSON column of the file: valid, and nested at most MAX_JSON_DEPTH deep."""
+    if isinstance(text, (bytes, memoryview)):
+        text = bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} is not JSON text")
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {str(exc).splitlines()[0][:120]}") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} deep")
+    return value
+
+
+def _int(value, what: str, optional: bool = False, low: int = -(2 ** 63), high: int = 2 ** 63 - 1) -> int | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(f"{what} must be an integer between {low} and {high}, not {value!r:.40}")
+    return value
+
+
+def _str(value, what: str, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be text, not {type(value).__name__}")
+    return value
+
+
+def _reads(table: str, required: bool = False):
+    """Marks an importer method as the one reader of `table`; a missing optional table reads as empty."""
+    def mark(method):
+        method.table, method.required = table, required
+        return method
+    return mark
+
+
+class _NoFiles:
+    """The write side's view of an empty workspace: no page, no file, no Always line yet."""
+
+    def heads(self, slug: str) -> list[str]:
+        return []
+
+    def always(self) -> list[str]:
+        return []
+
+    def file(self, path: str):
+        return None
+
+
+class _Importer:
+    """Reads one ADF file into events, one reader per table, all stamped with the importing agent.
+
+    Every value goes through the write side's own checks (slugs, paths, pages, roles, loop names,
+    sizes) before it becomes an event, so an import can append nothing a user could not; anything
+    that fails them refuses the whole file with one line naming the table and row."""
+
+    def __init__(self, db, agent: str):
+        self.db, self.agent, self.name = db, agent, "adf"
         self.now = now_ms()
+        self.writer, self.adf_writer = Writer(agent, _NoFiles()), AdfWriter(agent, _NoFiles())
+        self.schema_version = "?"
         self.wiki: list = []
         self.others: list = []
+        self.live: list = []
         self.kept_aside: list[str] = []
+
+    def readers(self):
+        return (self.meta, self.config, self.audit, self.files, self.inbox, self.outbox, self.loop)
+
+    def read(self) -> list:
+        for reader in self.readers():
+            reader(self.rows(reader.table, reader.required))
+        return _line_up(self.live, self.wiki + self.others, self.event, self.name)
+
+    def rows(self, table: str, required: bool) -> list[dict]:
+        columns = [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]
+        if not columns:
+            if required:
+                raise InvalidInput(f"it has no {table} table, which every ADF file has")
+            return []
+        return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
 
     def event(self, body, layer: str = AGENT, ts: int | None = None):
         return new_event(body, agent=self.agent, layer=layer, ts=ts or self.now)
 
-    def config(self) -> None:
-        row = self.db.execute("SELECT config_json, updated_at FROM adf_config").fetchone()
-        if row:
-            self.others.append(self.event(ConfigSet(key="", value=json.loads(row[0]), updated_at=row[1])))
+    @_reads("adf_meta", required=True)
+    def meta(self, rows: list[dict]) -> None:
+        meta = {str(r.get("key")): r.get("value") for r in rows}
+        if "adf_version" not in meta:
+            raise InvalidInput("its adf_meta has no adf_version, which every ADF file has")
+        self.schema_version = str(meta.get("adf_schema_version") or "?")[:20]
+        handle = meta.get("adf_handle") or meta.get("adf_name") or "adf"
+        self.name = re.sub(r"[^a-z0-9_-]", "-", str(handle).lower())[:64].strip("-_") or "adf"
 
-    def audit(self) -> None:
-        columns = _columns(self.db, "adf_audit")
-        for row in self.db.execute("SELECT * FROM adf_audit ORDER BY id"):
-            record = dict(zip(columns, row))
-            start, end = record.get("start_seq"), record.get("end_seq")
-            if "start_seq" not in record and re.match(r"^loop(:|$)", record["source"]):
-                # Schema 21 has start_at/end_at (times): the seq range comes from the entries.
-                seqs = [e.get("seq") for e in json.loads(brotli.decompress(record["data"])) if "seq" in e]
+    @_reads("adf_config")
+    def config(self, rows: list[dict]) -> None:
+        for row in rows[:1]:
+            value = _json(row.get("config_json"), "adf_config.config_json")
+            if not isinstance(value, dict):
+                raise InvalidInput("adf_config.config_json must be a JSON object")
+            updated = _str(row.get("updated_at"), "adf_config.updated_at")
+            self.others.append(self.event(ConfigSet(key="", value=value, updated_at=updated)))
+
+    @_reads("adf_audit")
+    def audit(self, rows: list[dict]) -> None:
+        """Audit rows verbatim; every blob is checked to expand within the bound (no brotli bombs),
+        and schema 21's loop rows (start_at/end_at times) get their seq range from their entries."""
+        for record in sorted(rows, key=lambda r: r.get("id") if isinstance(r.get("id"), int) else 0):
+            where = f"adf_audit row {record.get('id')!r:.24}"
+            source = _str(record.get("source"), f"{where} source", optional=False)
+            if len(source) > 200 or "\n" in source:
+                raise InvalidInput(f"{where} has a source that is not a short one-line name")
+            data = record.get("data")
+            if not isinstance(data, (bytes, memoryview)):
+                raise InvalidInput(f"{where} has no blob in data")
+            data = bytes(data)
+            is_loop = re.match(r"^loop(:|$)", source) is not None
+            entries = blob_json(data, where)
+            if is_loop and not isinstance(entries, list):
+                raise InvalidInput(f"{where} is a loop blob but not a JSON array of entries")
+            start = _int(record.get("start_seq"), f"{where} start_seq", True, 0, MAX_SEQ)
+            end = _int(record.get("end_seq"), f"{where} end_seq", True, 0, MAX_SEQ)
+            if "start_seq" not in record and is_loop:
+                seqs = [e["seq"] for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
                 start, end = (min(seqs), max(seqs)) if seqs else (None, None)
             self.others.append(self.event(AuditImport(
-                source=record["source"], start_seq=start, end_seq=end, ref=record.get("ref"),
-                entry_count=record["entry_count"], size_bytes=record["size_bytes"], data=bytes(record["data"]),
-                created_at=record["created_at"])))
+                source=source, start_seq=start, end_seq=end, ref=_str(record.get("ref"), f"{where} ref"),
+                entry_count=_int(record.get("entry_count"), f"{where} entry_count", low=0),
+                size_bytes=_int(record.get("size_bytes"), f"{where} size_bytes", low=0), data=data,
+                created_at=_int(record.get("created_at"), f"{where} created_at"))))
 
-    def files(self) -> None:
+    @_reads("adf_files")
+    def files(self, rows: list[dict]) -> None:
         """Wiki pages become quiet ingests, `## Always` lines and the log are restored; other files are
-        written as they are, and a mind.md or log.md that is not mindlog's own is kept aside."""
-        files = {p: (bytes(c) if isinstance(c, (bytes, memoryview)) else str(c).encode(), m, pr, ca, ua)
-                 for p, c, m, pr, ca, ua in self.db.execute(
-                     "SELECT path, content, mime_type, protection, created_at, updated_at FROM adf_files")}
+        written as they are. A mind.md or log.md that is not mindlog's own, and anything else under
+        mind/ that is not a valid page, is kept aside under imported/<name>/."""
+        files = {}
+        for row in rows:
+            path = _str(row.get("path"), "adf_files path", optional=False)
+            content = row.get("content")
+            content = bytes(content) if isinstance(content, (bytes, memoryview)) else str(content or "").encode()
+            files[path] = (content, _str(row.get("mime_type"), f"adf_files {path!r:.60} mime_type"),
+                           row.get("protection") or "none",
+                           _str(row.get("created_at"), f"adf_files {path!r:.60} created_at"),
+                           _str(row.get("updated_at"), f"adf_files {path!r:.60} updated_at"))
         always: list[str] = []
         for path, (content, mime, protection, created, updated) in sorted(files.items()):
             if path == MIND_PATH:
                 always = _parse_always(content.decode("utf-8", "replace")) or []
-            elif path != LOG_PATH and not self._page(path, content, updated):
-                self.others.append(self.event(FileWrite(path=path, content=content, mime_type=mime,
-                                                        protection=protection, created_at=created,
-                                                        updated_at=updated)))
-        self.wiki.extend(self.event(AlwaysAdd(line=line), MIND) for line in always)
+            elif path == LOG_PATH or self._page(path, content, updated):
+                continue
+            elif path.startswith("mind/"):
+                self._keep_aside(path, content, files[path])
+            else:
+                self._file(path, content, mime, protection, created, updated)
+        for line in always:
+            if line.strip():
+                self.wiki.append(self._in_mind(self.writer.always_add(line).body))
         mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
         entries = _log_entries(log_text) if LOG_PATH in files else []
         if entries:
             self.wiki.append(self.event(LogRestore(entries=entries), MIND))
-        if MIND_PATH in files and _rendered_mind_differs(mind_text, always, self.wiki):
-            self._keep_aside(MIND_PATH, mind_text, files[MIND_PATH])
+        restored = [e.body.line for e in self.wiki if isinstance(e.body, AlwaysAdd)]
+        if MIND_PATH in files and _rendered_mind_differs(mind_text, restored, self.wiki):
+            self._keep_aside(MIND_PATH, mind_text.encode(), files[MIND_PATH])
         if LOG_PATH in files and entries is None:
-            self._keep_aside(LOG_PATH, log_text, files[LOG_PATH])
+            self._keep_aside(LOG_PATH, log_text.encode(), files[LOG_PATH])
 
-    def _page(self, path: str, content: bytes, updated: str) -> bool:
+    def _in_mind(self, body, ts: int | None = None):
+        return self.event(body, MIND, ts)
+
+    def _file(self, path, content, mime, protection, created, updated) -> None:
+        try:
+            body = self.adf_writer.file_write(path, content, mime, protection).body
+        except MemError as exc:
+            raise type(exc)(f"adf_files {path!r:.80}: {exc}") from None
+        self.others.append(self.event(msgspec.structs.replace(body, mime_type=mime, created_at=created,
+                                                              updated_at=updated)))
+
+    def _page(self, path: str, content: bytes, updated: str | None) -> bool:
         slug = path[5:-3] if path.startswith("mind/") and path.endswith(".md") else ""
         if not slug or "/" in slug:
             return False
         try:
-            yaml_text, text = frontmatter.split(content.decode("utf-8"))
-            fm = frontmatter.parse(yaml_text) if yaml_text is not None else None
-        except (InvalidInput, UnicodeDecodeError):
+            body = self.writer.page_write(slug, content).body
+        except MemError:
             return False
-        if fm is None:
-            return False
-        self.wiki.append(self.event(PageIngest(slug=slug, frontmatter=fm, text=text, quiet=True), MIND,
-                                    _time(updated, self.now)))
+        self.wiki.append(self._in_mind(msgspec.structs.replace(body, quiet=True), _time(updated, self.now)))
         return True
 
-    def _keep_aside(self, path: str, text: str, original: tuple) -> None:
+    def _keep_aside(self, path: str, content: bytes, original: tuple) -> None:
         target = f"imported/{self.name}/{path}"
         self.kept_aside.append(target)
-        self.others.append(self.event(FileWrite(path=target, content=text.encode(), mime_type="text/markdown",
-                                                protection="none", created_at=original[3], updated_at=original[4])))
+        self._file(target, content, "text/markdown" if path.endswith(".md") else original[1], "none",
+                   original[3], original[4])
 
-    def messages(self) -> None:
-        for box, kind in (("inbox", InboxMessage), ("outbox", OutboxMessage)):
-            columns = _columns(self.db, f"adf_{box}")
-            for row in self.db.execute(f"SELECT * FROM adf_{box}"):
-                message = {k: v for k, v in zip(columns, row) if v is not None}
-                self.others.append(self.event(kind(message=message, imported=True)))
+    def _messages(self, box: str, kind, rows: list[dict]) -> None:
+        for row in rows:
+            message = {str(k): v for k, v in row.items() if v is not None}
+            self.others.append(self.event(kind(message=message, imported=True)))
 
-    def loop(self) -> tuple[list, list]:
-        """The live loop rows, and every event ordered so each row lands at its own seq."""
-        columns = _columns(self.db, "adf_loop")
-        live = [dict(zip(columns, row)) for row in self.db.execute("SELECT * FROM adf_loop ORDER BY seq")]
-        return live, _line_up(live, self.wiki + self.others, self.event, self.name)
+    @_reads("adf_inbox")
+    def inbox(self, rows: list[dict]) -> None:
+        self._messages("inbox", InboxMessage, rows)
+
+    @_reads("adf_outbox")
+    def outbox(self, rows: list[dict]) -> None:
+        self._messages("outbox", OutboxMessage, rows)
+
+    @_reads("adf_loop")
+    def loop(self, rows: list[dict]) -> None:
+        """The live loop rows, each checked as `mem loop append` checks a message, in seq order."""
+        for row in rows:
+            where = f"adf_loop seq {row.get('seq')!r:.24}"
+            seq = _int(row.get("seq"), where, low=1, high=MAX_SEQ)
+            content = _json(row.get("content_json"), f"{where} content_json")
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            tokens = _json(row["tokens"], f"{where} tokens") if row.get("tokens") is not None else None
+            try:
+                body = self.adf_writer.loop_append(
+                    _str(row.get("role"), f"{where} role", optional=False), content,
+                    _str(row.get("loop"), f"{where} loop") or "main",
+                    _str(row.get("model"), f"{where} model"), tokens).body
+            except MemError as exc:
+                raise type(exc)(f"{where}: {exc}") from None
+            body = msgspec.structs.replace(body, created_at=_int(row.get("created_at"), f"{where} created_at"),
+                                           ord=_int(row.get("ord"), f"{where} ord", optional=True))
+            self.live.append((seq, body))
+        self.live.sort(key=lambda item: item[0])
 
 
 def import_adf(memory, path: Path, progress=None) -> ImportReport:
     """Turns an ADF file into events appended in one batch; refused unless the log is empty, so that
-    imported loop seqs stay the seqs their citations name."""
+    imported loop seqs stay the seqs their citations name. A refusal appends nothing."""
     if memory.log.head() != 0:
         raise InvalidInput("import into a new workspace (`mem init`): imported loop rows keep their seqs, "
                            "so the log must be empty")
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
         try:
-            meta = dict((k, v) for k, v, *_ in db.execute("SELECT * FROM adf_meta"))
-            name = re.sub(r"[^a-z0-9_-]", "-", (meta.get("adf_handle") or meta.get("adf_name") or "adf").lower())
-            reader = _Importer(db, memory.config.agent, name)
-            reader.config()
-            reader.audit()
-            reader.files()
-            reader.messages()
-            live, events = reader.loop()
+            reader = _Importer(db, memory.config.agent)
+            events = reader.read()
         finally:
             db.close()
-    except (sqlite3.DatabaseError, KeyError) as exc:
+    except sqlite3.DatabaseError as exc:
         raise InvalidInput(f"{path} is not an ADF file mindlog can read: {exc}") from None
+    except MemError as exc:
+        raise type(exc)(f"{path} is not an ADF file mindlog can import: {exc}") from None
     with memory.lock():
         memory.log.append(events)
     memory.refresh(progress=progress)
-    rows = {"loop": len(live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
+    rows = {"loop": len(reader.live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
             "files": sum(isinstance(e.body, FileWrite) for e in events),
             "pages": sum(isinstance(e.body, PageIngest) for e in events),
             "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events)}
-    return ImportReport(path=str(path), schema_version=meta.get("adf_schema_version", "?"), events=len(events),
+    return ImportReport(path=str(path), schema_version=reader.schema_version, events=len(events),
                         rows=rows, kept_aside=reader.kept_aside)
 
 
@@ -285,19 +438,20 @@ def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:
     return render.mind(always, sorted(catalog)) != text
 
 
-def _line_up(live: list[dict], others: list, event, name: str) -> list:
+def _line_up(live: list[tuple[int, LoopAppend]], others: list, event, name: str) -> list:
     """Orders the import so that each live loop row is appended at its own seq (the log is empty):
-    other imported events fill the seqs below it, and ImportGap events any that remain."""
-    ordered = []
-    queue = list(others)
-    for row in live:
-        while len(ordered) + 1 < row["seq"]:
-            ordered.append(queue.pop(0) if queue else event(ImportGap(source=name)))
-        content = json.loads(row["content_json"])
-        if not isinstance(content, list):
-            content = [{"type": "text", "text": str(content)}]
-        tokens = json.loads(row["tokens"]) if row.get("tokens") else None
-        ordered.append(event(LoopAppend(role=row["role"], content=content, loop=row.get("loop") or "main",
-                                        model=row.get("model"), tokens=tokens if isinstance(tokens, dict) else None,
-                                        created_at=row["created_at"], ord=row.get("ord")), LOOP))
-    return ordered + queue
+    other imported events fill the seqs below it, and one ImportGap stands for any that remain,
+    however many (it takes the seq after the `skipped` ones)."""
+    ordered, queue, seq = [], collections.deque(others), 0
+    for wanted, body in live:
+        if wanted <= seq:
+            raise InvalidInput(f"adf_loop seq {wanted} appears twice")
+        while seq + 1 < wanted and queue:
+            ordered.append(queue.popleft())
+            seq += 1
+        if seq + 1 < wanted:
+            ordered.append(event(ImportGap(source=name, skipped=wanted - seq - 2)))
+            seq = wanted - 1
+        ordered.append(event(body, LOOP))
+        seq += 1
+    return ordered + list(queue)

@@ -1,23 +1,24 @@
 """Reading the loop and its audit: ADF's audit-read recipe, citations, and what an agent believed.
 
-`audit_read` follows the recipe in `reference/000_*.txt` ("Resolving a Citation"): the live loop
-first, then every candidate blob (several can cover a seq), and an honest `missing`. One step is
-mindlog's own: when no blob holds the entry but the log still does (loop audit was off when it was
-compacted away), the answer is `source: log`, since the log is the ground truth.
+`audit_read` resolves a seq as ADF's audit-read recipe does: the live loop first (`adf_loop`), then
+every loop audit row whose `start_seq..end_seq` covers it (several can; the blob is searched for the
+entry with that seq, newest range first), and otherwise an honest `missing`. One step is mindlog's
+own: when no blob holds the entry but the log still does (loop audit was off when it was compacted
+away), the answer is `source: log`, since the log is the ground truth. Blobs are decompressed
+within a bound (`adf.MAX_BLOB_BYTES`), so a brotli bomb is refused, never expanded.
 """
 
 import json
 import re
 from typing import Any
 
-import brotli
 import msgspec
 
 from eventstore.errors import InvalidInput
 from eventstore.kinds import LoopAppend, LoopCompact
 
 from . import trust
-from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch
+from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch, blob_json
 from .search import page_trust
 from .views import LOG_PATH, MIND_PATH, Views, slug_of
 
@@ -101,8 +102,9 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
             "SELECT id, source, data FROM audit_rows WHERE (source = 'loop' OR source LIKE 'loop:%') "
             "AND start_seq <= ? AND end_seq >= ? AND event_seq <= ? ORDER BY start_seq DESC", (seq, seq, as_of))
     for audit_id, source, data in candidates.fetchall():
-        entries = json.loads(brotli.decompress(data))
-        hit = next((e for e in entries if e.get("seq") == seq), None)
+        entries = blob_json(data, f"audit blob {audit_id}")
+        hit = next((e for e in entries if isinstance(e, dict) and e.get("seq") == seq), None) \
+            if isinstance(entries, list) else None
         if hit is not None:
             return AuditHit(source="audit", seq=seq, audit_id=audit_id,
                             loop=re.sub(r"^loop:?", "", source) or "main", entry=hit)

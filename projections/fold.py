@@ -36,7 +36,7 @@ class WikiFold:
     def __init__(self, views: Views):
         self.views = views
         self.db = views.db
-        self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc) or None
+        self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
         self._reset_batch()
 
@@ -137,6 +137,8 @@ class WikiFold:
         db.executemany("DELETE FROM pages WHERE slug = ?", gone)
         db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
         self.dirty.update(page_path(slug) for slug in self.touched_pages)
+        if self.touched_pages:  # a page's catalog line is in mind.md, log entry or not
+            self.dirty.add(MIND_PATH)
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
@@ -163,7 +165,9 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             if start >= target:
                 db.execute("COMMIT")
                 return start
-            end = min(start + batch, target)
+            following = log.db.execute("SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?",
+                                       (start, batch - 1)).fetchone()  # seqs an ImportGap skipped count for none
+            end = min(following[0] if following else target, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
             for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(_CATCH_UP_SQL, (start, end)):
@@ -179,7 +183,8 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     decoded = decode_body(raw)
                     shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
                     search.apply(seq, layer, decoded, id, agent)
-            adf.note_events(log.db.execute("SELECT ts, agent FROM events WHERE seq = ?", (start + 1,)).fetchone(), ts)
+            adf.note_events(log.db.execute("SELECT ts FROM events WHERE seq > ? ORDER BY seq LIMIT 1",
+                                           (start,)).fetchone(), ts)
             shared.flush()
             search.take_pages(wiki.touched_pages, wiki._page)
             search.flush()

@@ -1,4 +1,9 @@
-"""Pure renderers: the bytes of mind.md, a page, and mind/log.md from view rows."""
+"""Pure renderers: the bytes of mind.md, a page, and mind/log.md from view rows.
+
+Whatever becomes one line here (a title, a catalog hook, an Always line, a log heading) has every
+run of whitespace collapsed to one space, Unicode line separators (U+2028, U+0085, ...) included,
+so no value can start a line of its own in a file that something splits on them.
+"""
 
 import datetime as dt
 import functools
@@ -10,6 +15,13 @@ from eventstore import frontmatter
 MIND_TITLE = "# Mind"
 LOG_TITLE = "# Log"
 _H1 = re.compile(r"^# +(.+?)\s*#*\s*$", re.M)
+_BREAK_OR_RUN = re.compile(f"[{frontmatter.LINE_BREAKS}]|  ")
+
+
+def one_line(value: str) -> str:
+    if _BREAK_OR_RUN.search(value) or value != value.strip():
+        return " ".join(value.split())
+    return value
 
 
 def page(fm: dict, text: str) -> str:
@@ -32,15 +44,12 @@ def hook_of(fm: dict) -> str:
     description = fm.get("description")
     if description is None:
         return ""
-    if isinstance(description, str) and "\n" not in description and "  " not in description \
-            and description == description.strip():
-        return description
-    return " ".join(str(description).split())
+    return one_line(str(description))
 
 
 def catalog_line(slug: str, title: str, hook: str, flag: str = "") -> str:
     """`- [Title](adf-file://mind/slug.md) — hook`; a trust flag goes first in the hook: `— (deprecated) hook`."""
-    title = title.replace("[", "\\[").replace("]", "\\]")
+    title, hook = one_line(title).replace("[", "\\[").replace("]", "\\]"), one_line(hook)
     line = f"- [{title}](adf-file://mind/{slug}.md)"
     if flag:
         hook = f"({flag}) {hook}" if hook else f"({flag})"
@@ -49,7 +58,7 @@ def catalog_line(slug: str, title: str, hook: str, flag: str = "") -> str:
 
 def mind(always: Iterable[str], catalog: Iterable[tuple[str, str, str]]) -> str:
     """mind.md: title, `## Always` (one line each), `## Pages` (a catalog line per page, by slug)."""
-    lines = [f"- {line}\n" for line in always]
+    lines = [f"- {one_line(line)}\n" for line in always]
     parts = [MIND_TITLE, "\n\n## Always\n\n", *lines, "\n" if lines else "", "## Pages\n\n"]
     parts.extend(catalog_line(*row) for row in catalog)
     return "".join(parts)
@@ -65,9 +74,7 @@ def day(ts_ms: int) -> str:
 
 
 def log_entry(ts_ms: int, kind: str, title: str, note: str) -> str:
-    if "\n" in title or "\r" in title:
-        title = " ".join(title.split())
-    heading = f"## [{day(ts_ms)}] {kind} | {title}"
+    heading = f"## [{day(ts_ms)}] {kind} | {one_line(title)}"
     return f"{heading}\n\n{note}\n" if note else heading + "\n"
 
 

@@ -19,15 +19,16 @@ The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 import json
 from contextlib import contextmanager
 
-import brotli
 import msgspec
 
 from eventstore.envelope import decode_body
+from eventstore.errors import MemError
 from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, \
     PageIngest, PageUpdate
 
 from . import render, trust
+from .adf import blob_json
 
 TABLES = ("search_docs",)
 """The view tables `mem replay --check` compares (search_history is a cache of the version tables)."""
@@ -106,8 +107,10 @@ def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
     if not (source == "loop" or source.startswith("loop:")):
         return []
     try:
-        entries = json.loads(brotli.decompress(data))
-    except (brotli.error, ValueError):
+        entries = blob_json(data)  # bounded: a brotli bomb in an old log is skipped, not expanded
+    except MemError:
+        return []
+    if not isinstance(entries, list):
         return []
     loop = source[5:] or "main"
     return [loop_row(e["seq"], loop, str(e.get("role", "")), _text_of(e.get("content_json") or []))

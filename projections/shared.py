@@ -151,7 +151,7 @@ class SharedViews:
 
 
 class SharedFold:
-    """Folds entry and shared-page events; `paths_of` maps a (layer, slug) to the files it dirties."""
+    """Folds entry and shared-page events, marking the file each one changes (`Views.shared_path`) dirty."""
 
     def __init__(self, views):
         self.db = views.db

@@ -1,1 +1,1 @@
-"""Contracts, the wire protocol, the hub and its client (see the sync issue)."""
+"""Contracts, the wire protocol, the hub and its client."""

@@ -199,7 +199,8 @@ class HubClient:
             response = self.http.request(method, path, content=body, params=params, headers=headers,
                                          timeout=self.timeout + wait)
         except httpx.TransportError as exc:
-            raise HubUnreachable(f"hub unreachable at {self.http.base_url}: {exc or type(exc).__name__}") from None
+            reason = str(exc).rstrip(".") or type(exc).__name__
+            raise HubUnreachable(f"hub unreachable at {str(self.http.base_url).rstrip('/')}: {reason}") from None
         data = response.content  # httpx undoes a zstd Content-Encoding itself
         if response.status_code >= 400:
             try:
@@ -320,10 +321,11 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     while True:
         try:
             if behind:
+                fetch_contract(memory, tally.remote, client)
+                if down and say:  # said at the first answer, before anything it brings is stored
+                    say(f"hub {remote.url} answers again; following")
+                down, delay = False, 0.5
                 _pull_until_caught_up(memory, client, tally)
-            if down and say:
-                say(f"hub {remote.url} answers again; following")
-            down, delay = False, 0.5
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
@@ -375,7 +377,6 @@ class _Tally:
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
-    fetch_contract(memory, tally.remote, client)
     while True:
         page = client.pull(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
         tally.store(memory, page)

@@ -97,6 +97,7 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
     wait on a Fanout, woken by commits, holding no thread."""
     fanout = Fanout()
     committers: list[GroupCommitter] = []
+    compressor = zstandard.ZstdCompressor(level=1)  # one per app: replies are compressed on the event loop only
 
     def committer() -> GroupCommitter:
         """Started on the first request, inside the event loop that serves them."""
@@ -105,6 +106,13 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
             committers.append(GroupCommitter(storage, fanout, group=group_commit))
             storage.watch(lambda head, layers: fanout.advance_threadsafe(loop, head, layers))
         return committers[0]
+
+    def read_page(after: int, layers: list[str], limit: int):
+        """The head, then the events after `after` (one trip to a worker thread). The head is read
+        first: positions are commit-ordered, so every event at or below it is already visible, and a
+        cursor moved up to it can never skip one."""
+        head = storage.head()
+        return head, storage.pull(after, layers, limit)
 
     async def body_of(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -134,7 +142,7 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
         data = msgspec.json.encode(value)
         headers = {}
         if "zstd" in request.headers.get("accept-encoding", "") and len(data) > 1024:
-            data = zstandard.ZstdCompressor(level=1).compress(data)
+            data = compressor.compress(data)
             headers["content-encoding"] = "zstd"
         return Response(data, status_code=status, media_type="application/json", headers=headers)
 
@@ -164,9 +172,9 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
             raise HubError(422, "invalid-event", "Invalid event", str(exc)) from None
         except msgspec.DecodeError as exc:
             raise HubError(400, "invalid-body", "Invalid body", f"not JSON: {exc}") from None
-        current, _ = await run_in_threadpool(storage.contract)
-        # Digests are recomputed off the event loop: a large batch is real CPU work.
-        await run_in_threadpool(check_batch, batch.events, agent, current)
+        # Digests are recomputed off the event loop (a large batch is real CPU work), in the same trip
+        # to a worker thread as reading the contract.
+        await run_in_threadpool(lambda: check_batch(batch.events, agent, storage.contract()[0]))
         results = await committer().push(batch.events) if batch.events else []
         return reply(request, PushResponse(results=results))
 
@@ -183,13 +191,9 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
         current, _ = await run_in_threadpool(storage.contract)
         layers = consumed_layers(current, agent)
         committer().record_pull(agent, after)
-        # The head is read before the events: positions are commit-ordered, so every event at or
-        # below it is already visible, and a cursor moved up to it can never skip one.
-        head = await run_in_threadpool(storage.head)
-        events = await run_in_threadpool(storage.pull, after, layers, limit + 1)
+        head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
         if not events and wait > 0 and await fanout.wait(max(after, head), layers, wait):
-            head = await run_in_threadpool(storage.head)
-            events = await run_in_threadpool(storage.pull, after, layers, limit + 1)
+            head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
         more = len(events) > limit
         events = events[:limit]
         cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)

@@ -1,5 +1,7 @@
-"""ADF's audit-read recipe (reference/000_*.txt, "Resolving a Citation"), ported line for line from
-its JavaScript to Python, run against a plain .adf file with nothing of mindlog's."""
+"""ADF's audit-read recipe ("Resolving a Citation" in ADF's guide), ported line for line from its
+JavaScript to Python, run against a plain .adf file with nothing of mindlog's: the live loop row
+with that seq, else every loop audit row whose start_seq..end_seq covers it (newest range first),
+its brotli blob searched for the entry, else missing."""
 
 import base64
 import json

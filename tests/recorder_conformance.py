@@ -4,7 +4,7 @@ import pytest
 
 from eventstore.envelope import new_event
 from eventstore.errors import DigestMismatch, IdConflict
-from eventstore.kinds import AlwaysAdd, PageIngest
+from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
 
 
 def ev(i: int, layer: str = "mind", ts: int | None = None):
@@ -22,6 +22,15 @@ class RecorderConformance:
         assert recorder.append([ev(2), ev(3), ev(4)]) == [2, 3, 4]
         assert [e.seq for e in recorder.read()] == [1, 2, 3, 4]
         assert recorder.head() == 4
+
+    def test_an_import_gap_skips_seqs_in_one_event(self, recorder):
+        gap = new_event(ImportGap(source="other", skipped=1_000_000), agent="alice", layer="agent")
+        assert recorder.append([ev(1), gap, ev(2)]) == [1, 1_000_002, 1_000_003]
+        assert recorder.append([ev(3)]) == [1_000_004]
+        assert [e.seq for e in recorder.read()] == [1, 1_000_002, 1_000_003, 1_000_004]
+        assert recorder.head() == 1_000_004 and recorder.get_by_seq(500) is None
+        assert recorder.verify().ok
+        assert recorder.seq_at(recorder.get_by_seq(1).recorded_at) >= 1
 
     def test_round_trip_keeps_every_envelope_field(self, recorder):
         event = new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text="x" * 5000), agent="a", layer="mind")

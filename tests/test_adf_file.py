@@ -3,6 +3,7 @@
 import json
 import shutil
 import sqlite3
+from pathlib import Path
 
 import brotli
 import pytest
@@ -13,20 +14,16 @@ from projections.adf_file import TABLES, export_adf, import_adf
 from projections.memory import Memory
 
 from adf_recipe import audit_read as recipe_read
-from conftest import PAGE, run_mem
+from conftest import PAGE, log_rows, run_mem
 
-FIXTURE = "/work/shared/fixtures/artemis.adf"
+FIXTURE = Path(__file__).parent / "fixtures" / "artemis.adf"  # an ADF file of schema 21, from ADF itself
 
 
 @pytest.fixture
 def fixture_adf(tmp_path):
-    import os
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "artemis.adf"
-    source = here if here.exists() else Path(os.environ.get("MEM_FIXTURES", FIXTURE))
     copy = tmp_path / "artemis.adf"
-    shutil.copy(source, copy)
+    shutil.copy(FIXTURE, copy)
+    copy.chmod(0o644)
     return copy
 
 
@@ -124,6 +121,7 @@ def test_import_the_fixture_with_its_older_schema(tmp_path, fixture_adf):
     assert config["audit"]["loop"] is False and config["name"] == "artemis"
     cited = run_mem("-w", tmp_path / "ws", "cite", "adf-file://imported/artemis/mind.md", check=True).stdout
     assert cited.startswith(b"# mind\n")
+    assert b"no differences" in run_mem("-w", tmp_path / "ws", "replay", "--check", check=True).stdout
 
 
 def test_import_schema_21_loop_blobs_by_their_entries(tmp_path, fixture_adf):
@@ -164,3 +162,192 @@ def test_import_refuses_a_used_workspace_and_non_adf_files(tmp_path, fixture_adf
     with pytest.raises(InvalidInput, match="not an ADF file"):
         import_adf(fresh, partial)
     assert fresh.log.head() == 0
+
+
+# --- files from other producers, and hostile ones: read what is there, refuse in one line ----------
+
+PAGE_ROW = ("---\ntype: procedure\ndescription: staging first\n---\n# Deploy\n\nStaging first.\n").encode()
+ISO = "2026-01-01T00:00:00.000Z"
+
+
+def build_adf(path, *, tables=("adf_meta", "adf_config", "adf_loop", "adf_files", "adf_audit"), meta=True,
+              loop=(), files=(), audit=(), config=None):
+    """A minimal ADF file of schema 28 holding only the given tables and rows."""
+    from projections.adf_file import SCHEMA_28
+
+    db = sqlite3.connect(path)
+    for statement in SCHEMA_28.split(";"):
+        if statement.strip() and any(f"TABLE {t} " in statement or f"ON {t}(" in statement for t in tables):
+            db.execute(statement)
+    if meta:
+        db.executemany("INSERT INTO adf_meta (key, value) VALUES (?, ?)",
+                       [("adf_version", "0.2"), ("adf_schema_version", "28"), ("adf_handle", "other")])
+    if config is not None:
+        db.execute("INSERT INTO adf_config VALUES (1, ?, ?)", (config, ISO))
+    for sql, rows in (
+            ("INSERT INTO adf_loop (seq, loop, role, content_json, created_at) VALUES (?, 'main', ?, ?, 5)", loop),
+            ("INSERT INTO adf_files (path, content, size, created_at, updated_at) VALUES (?, ?, 0, ?, ?)",
+             [(p, c, ISO, ISO) for p, c in files]),
+            ("INSERT INTO adf_audit (source, start_seq, end_seq, entry_count, size_bytes, data, created_at) "
+             "VALUES (?, ?, ?, 1, 1, ?, 5)", audit)):
+        if rows:
+            db.executemany(sql, rows)
+    db.commit()
+    db.close()
+    return path
+
+
+def text_row(seq, text, role="user"):
+    return (seq, role, json.dumps([{"type": "text", "text": text}]))
+
+
+def import_cli(tmp_path, adf, agent="me"):
+    ws = tmp_path / "ws"
+    run_mem("init", "-w", ws, "--agent", agent, check=True)
+    return ws, run_mem("-w", ws, "import", "adf", adf)
+
+
+def refused_in_one_line(result, expected: str) -> None:
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.startswith("error: "), (result.stdout, err)
+    assert err.count("\n") == 1 and "Traceback" not in err and expected in err, err
+
+
+def test_import_reads_a_file_without_the_tables_it_does_not_need(tmp_path):
+    adf = build_adf(tmp_path / "lean.adf", tables=("adf_meta", "adf_loop", "adf_files"),
+                    loop=[text_row(1, "hello")], files=[("mind/deploy.md", PAGE_ROW)])
+    ws, result = import_cli(tmp_path, adf)
+    assert result.returncode == 0, result.stderr
+    assert b"1 loop, 0 audit, 0 files, 1 pages, 0 messages" in result.stdout
+    assert b"S1: live in the loop" in run_mem("-w", ws, "cite", "[S1]", check=True).stdout
+    only_meta = build_adf(tmp_path / "meta-only.adf", tables=("adf_meta",))
+    _ws, result = import_cli(tmp_path / "b", only_meta)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("tables, meta, expected", [
+    ((), False, "no adf_meta table, which every ADF file has"),
+    (("adf_meta", "adf_loop"), False, "no adf_version"),
+])
+def test_import_refuses_a_file_without_what_every_adf_file_has(tmp_path, tables, meta, expected):
+    adf = build_adf(tmp_path / "x.adf", tables=tables, meta=meta)
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
+
+
+def test_pages_without_a_mind_md_are_in_the_catalog_and_replay_agrees(tmp_path):
+    adf = build_adf(tmp_path / "pages.adf", files=[("mind/deploy.md", PAGE_ROW), ("notes/a.md", b"# A\n")])
+    ws, result = import_cli(tmp_path, adf)
+    assert result.returncode == 0, result.stderr
+    assert "- [Deploy](adf-file://mind/deploy.md) — staging first" in (ws / "mind.md").read_text()
+    assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
+
+
+def test_a_loop_seq_far_ahead_is_one_gap_event_not_millions(tmp_path):
+    adf = build_adf(tmp_path / "far.adf", loop=[text_row(2, "early"), text_row(50_000_000, "far ahead")],
+                    files=[("mind/deploy.md", PAGE_ROW)])
+    ws, result = import_cli(tmp_path, adf)
+    assert result.returncode == 0, result.stderr
+    assert b"as 4 events" in result.stdout  # the page at seq 1, a loop row, one gap, a loop row
+    assert [r[0] for r in log_rows(ws)] == [1, 2, 49_999_999, 50_000_000]
+    assert b"far ahead" in run_mem("-w", ws, "cite", "[S50000000]", check=True).stdout
+    assert run_mem("-w", ws, "cite", "[S1234]").returncode == 1
+    assert b"[S50000001] user appended" in run_mem("-w", ws, "loop", "append", "--role", "user", "--text", "next",
+                                                   check=True).stdout
+    assert b"ok" in run_mem("-w", ws, "verify", check=True).stdout
+    assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
+    shown = run_mem("-w", ws, "loop", "show", "--seq", "49999998", check=True).stdout
+    assert shown.decode().splitlines() == ["[S2] user: early"]
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([text_row(0, "x")], "adf_loop seq 0"),
+    ([text_row(2 ** 60, "x")], "adf_loop seq 1152921504606846976"),
+    ([text_row(3, "x", role="system")], "role must be one of user, assistant, not 'system'"),
+    ([(3, "user", "{not json")], "content_json is not valid JSON"),
+    ([(3, "user", "[" * 5000 + "]" * 5000)], "content_json is not valid JSON"),
+    ([(3, "user", "[42]")], "content must be a non-empty JSON array of blocks"),
+])
+def test_hostile_loop_rows_are_refused_in_one_line(tmp_path, rows, expected):
+    ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", loop=rows))
+    refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
+
+
+def test_bad_config_json_is_refused_in_one_line(tmp_path):
+    ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", config="{\"audit\": "))
+    refused_in_one_line(result, "adf_config.config_json is not valid JSON")
+    assert log_rows(ws) == []
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("../../x", "'..'"), ("/etc/passwd", "must be a relative path"), ("a/./b", "'.'"),
+    ("imported/" + "x" * 600, "longer than 512"),
+])
+def test_unsafe_file_paths_are_refused_in_one_line(tmp_path, path, expected):
+    ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", files=[(path, b"x")]))
+    refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
+
+
+def test_a_page_with_an_unusable_slug_is_kept_aside_and_the_workspace_works(tmp_path):
+    long_slug = "a" * 300
+    adf = build_adf(tmp_path / "slug.adf", files=[(f"mind/{long_slug}.md", PAGE_ROW), ("mind/log.md", b"# Log\n"),
+                                                  ("mind/Bad Name.md", PAGE_ROW)])
+    ws, result = import_cli(tmp_path, adf)
+    assert result.returncode == 0, result.stderr
+    assert f"kept as a file: imported/other/mind/{long_slug}.md".encode() in result.stdout
+    assert b"kept as a file: imported/other/mind/Bad Name.md" in result.stdout
+    assert sorted(p.name for p in (ws / "mind").iterdir()) == ["log.md"]
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE_ROW)
+    for command in (["status"], ["always", "add", "x"], ["page", "write", "p", "--file", page], ["replay"]):
+        run_mem("-w", ws, *command, check=True)
+
+
+def test_a_brotli_bomb_is_refused_on_import(tmp_path):
+    from projections.adf import MAX_BLOB_BYTES
+
+    bomb = brotli.compress(b"[" + b" " * (MAX_BLOB_BYTES + 1) + b"]", quality=1)
+    assert len(bomb) < 100_000
+    ws, result = import_cli(tmp_path, build_adf(tmp_path / "bomb.adf", audit=[("loop:main", 1, 2, bomb)]))
+    refused_in_one_line(result, "expands to more than 64 MiB")
+    assert log_rows(ws) == []
+    schema21 = tmp_path / "bomb21.adf"
+    shutil.copy(FIXTURE, schema21)
+    schema21.chmod(0o644)
+    db = sqlite3.connect(schema21)
+    db.execute("INSERT INTO adf_audit (source, start_at, end_at, entry_count, size_bytes, data, created_at) "
+               "VALUES ('loop', 1, 2, 1, 1, ?, 5)", (bomb,))
+    db.commit()
+    db.close()
+    ws, result = import_cli(tmp_path / "b", schema21)
+    refused_in_one_line(result, "expands to more than 64 MiB")
+
+
+def test_audit_read_and_cite_of_a_bomb_already_in_the_log_answer_one_line(tmp_path):
+    """A log written before imports were checked may hold a bomb: reading it stays bounded."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import AuditImport
+    from projections.adf import MAX_BLOB_BYTES
+
+    bomb = brotli.compress(b"[" + b" " * (MAX_BLOB_BYTES + 1) + b"]", quality=1)
+    memory = Memory.init(tmp_path / "ws", "me")
+    memory.log.append([new_event(AuditImport(source="loop:main", start_seq=1, end_seq=5, entry_count=5,
+                                             size_bytes=1, data=bomb, created_at=1), agent="me", layer="agent")])
+    memory.close()
+    for command in (["audit", "read", "3"], ["cite", "[S3]"]):
+        refused_in_one_line(run_mem("-w", tmp_path / "ws", *command), "audit blob 1 expands to more than 64 MiB")
+
+
+def test_an_export_names_the_workspace_own_agent(tmp_path):
+    from eventstore.envelope import new_event
+    from eventstore.kinds import AlwaysAdd
+
+    memory = Memory.init(tmp_path / "ws", "bob")
+    memory.log.append([new_event(AlwaysAdd(line="from someone else"), agent="alice", layer="mind")])
+    memory.always_add("mine")
+    export_adf(memory, tmp_path / "out.adf", memory.log.head())
+    meta = dict((k, v) for k, v, _p in table_rows(tmp_path / "out.adf", "adf_meta")[1])
+    assert (meta["adf_name"], meta["adf_handle"]) == ("bob", "bob")
