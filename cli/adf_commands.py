@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from eventstore.errors import InvalidInput
-from projections import audit as auditing
 from projections.adf_file import export_adf, import_adf
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
@@ -56,16 +55,16 @@ def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"
         except UnicodeDecodeError:
             raise InvalidInput("the message is not valid UTF-8") from None
     with memory() as mem:
-        seq = mem.loop_append(role, content, loop, model, parse_json(tokens, "--tokens") if tokens else None,
-                              allow_secret=allow_secret)
-    typer.echo(f"[S{seq}] {role} appended to loop {loop}")
+        event = mem.loop_append(role, content, loop, model, parse_json(tokens, "--tokens") if tokens else None,
+                                allow_secret=allow_secret)
+    typer.echo(f"[S{event.seq}] {role} appended to loop {event.body.loop}")
 
 
 @loop_app.command("show")
 def loop_show(loop: str = LoopOpt, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The live loop in display order, with [S<seq>] markers."""
     with memory() as mem:
-        rows = auditing.loop_rows(mem.views, loop, as_of(mem, at, seq))
+        rows = mem.loop(loop, as_of(mem, at, seq))
     if json:
         return emit_json(rows)
     for row in rows:
@@ -82,12 +81,10 @@ def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="T
     except UnicodeDecodeError:
         raise InvalidInput("the summary is not valid UTF-8") from None
     with memory() as mem:
-        seq = mem.loop_compact(summary, preserve, loop, allow_secret=allow_secret)
-        hits = [r for r in auditing.audit_rows(mem.views) if r.start_seq is not None]
-        last = hits[-1] if hits and mem.views.db.execute(
-            "SELECT 1 FROM audit_rows WHERE event_seq = ?", (seq,)).fetchone() else None
+        done = mem.loop_compact(summary, preserve, loop, allow_secret=allow_secret)
+    last = done.archived
     archived = f"; archived seqs {last.start_seq}..{last.end_seq} in audit {last.id}" if last else "; not audited"
-    typer.echo(f"[S{seq}] compacted loop {loop}{archived}")
+    typer.echo(f"[S{done.event.seq}] compacted loop {loop}{archived}")
 
 
 @loop_app.command("clear")
@@ -95,8 +92,9 @@ def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] =
                loop: str = LoopOpt):
     """Remove rows[START:END] (a Python slice over the display order); archived when audit is on."""
     with memory() as mem:
-        seq = mem.loop_clear(start, end, loop)
-    typer.echo(f"cleared loop {loop}[{'' if start is None else start}:{'' if end is None else end}] (seq {seq})")
+        done = mem.loop_clear(start, end, loop)
+    typer.echo(f"cleared loop {loop}[{'' if start is None else start}:{'' if end is None else end}] "
+               f"(seq {done.event.seq})")
 
 
 @file_app.command("write")
@@ -106,29 +104,23 @@ def file_write(path: str, file: str = typer.Option(..., "--file", help="The cont
                allow_secret: bool = AllowSecretOpt):
     """Write a file into adf_files."""
     with memory() as mem:
-        seq = mem.file_write(path, read_input(file), mime, protection, allow_secret=allow_secret)
-    typer.echo(f"wrote {path} (seq {seq})")
+        event = mem.file_write(path, read_input(file), mime, protection, allow_secret=allow_secret)
+    typer.echo(f"wrote {event.body.path} (seq {event.seq})")
 
 
 @file_app.command("delete")
 def file_delete(path: str):
     """Delete a file (snapshotted into the audit when audit.files is on)."""
     with memory() as mem:
-        seq = mem.file_delete(path)
-    typer.echo(f"deleted {path} (seq {seq})")
+        event = mem.file_delete(path)
+    typer.echo(f"deleted {event.body.path} (seq {event.seq})")
 
 
 @file_app.command("list")
 def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Every file, the wiki's included, as adf_files shows them."""
-    from projections.adf_file import wiki_files
-
     with memory() as mem:
-        point = as_of(mem, at, seq)
-        rows = wiki_files(mem.views, point) + [r[:8] for r in mem.views.db.execute(
-            "SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at, deleted FROM "
-            "file_versions f WHERE seq = (SELECT MAX(seq) FROM file_versions WHERE path = f.path AND seq <= ?)",
-            (point,)) if not r[8]]
+        rows = mem.files(as_of(mem, at, seq))
     listing = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
                for r in sorted(rows)]
     if json:
@@ -140,8 +132,8 @@ def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool
 def _message(box: str, file: str, allow_secret: bool):
     message = parse_json(read_input(file).decode("utf-8"), "the message")
     with memory() as mem:
-        seq = mem.message(box, message, allow_secret=allow_secret)
-    typer.echo(f"{'received' if box == 'inbox' else 'sent'} message (seq {seq})")
+        event = mem.message(box, message, allow_secret=allow_secret)
+    typer.echo(f"{'received' if box == 'inbox' else 'sent'} message (seq {event.seq})")
 
 
 @message_app.command("receive")
@@ -166,15 +158,15 @@ def config_set(key: str, value: str):
     except jsonlib.JSONDecodeError:
         parsed = value
     with memory() as mem:
-        seq = mem.config_set(key, parsed)
-    typer.echo(f"{key} = {jsonlib.dumps(parsed)} (seq {seq})")
+        event = mem.config_set(key, parsed)
+    typer.echo(f"{key} = {jsonlib.dumps(parsed)} (seq {event.seq})")
 
 
 @config_app.command("show")
 def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     """The agent config (adf_config), with ADF's audit defaults."""
     with memory() as mem:
-        config = mem.views.config(as_of(mem, at, seq))
+        config = mem.agent_config(as_of(mem, at, seq))
     sys.stdout.write(jsonlib.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -183,7 +175,7 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
                at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The rows of adf_audit."""
     with memory() as mem:
-        rows = auditing.audit_rows(mem.views, source, as_of(mem, at, seq))
+        rows = mem.audit_rows(source, as_of(mem, at, seq))
     if json:
         return emit_json(rows)
     for r in rows:
@@ -195,7 +187,7 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
 def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop"), json: bool = JsonOpt):
     """Resolve a seq: the live loop, then every audit blob that covers it, then the log; or missing."""
     with memory() as mem:
-        hit = auditing.audit_read(mem.views, mem.log, seq, loop)
+        hit = mem.audit_read(seq, loop)
     if json:
         return emit_json(hit)
     _print_hit(hit)
@@ -215,7 +207,7 @@ def _print_hit(hit) -> None:
 def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH."""
     with memory() as mem:
-        result = auditing.cite(mem.views, mem.log, citation, as_of(mem, at, seq))
+        result = mem.cite(citation, as_of(mem, at, seq))
     if json:
         emit_json(result)
     elif result.kind == "seq":

@@ -1,5 +1,6 @@
 """The `mem` command. Each command parses its options and calls the library in a line or three."""
 
+import contextlib
 import difflib
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from eventstore.errors import MemError
+from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import parse_instant
 from eventstore.layers import MIND
 
@@ -32,16 +33,23 @@ def main_options(workspace: Optional[Path] = typer.Option(
     state["workspace"] = workspace
 
 
+@contextlib.contextmanager
 def memory(refresh: bool = True):
+    """The workspace's Memory for one command, caught up first unless `refresh` is False. Says at the end
+    when an append was recorded but the views could not follow it."""
     from projections.memory import Memory
 
-    mem = Memory.open(state["workspace"])
-    if refresh:
-        report = mem.refresh()
-        if report.refused:
-            typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
-                       err=True)
-    return mem
+    with Memory.open(state["workspace"]) as mem:
+        if refresh:
+            report = mem.refresh()
+            if report.refused:
+                typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
+                           err=True)
+        try:
+            yield mem
+        finally:
+            if mem.behind:
+                typer.echo(f"warning: {mem.behind}", err=True)
 
 
 def read_input(file: str) -> bytes:
@@ -69,13 +77,17 @@ def point(mem, text: str) -> int:
 # --- workspace ----------------------------------------------------------------------------------
 
 @app.command()
-def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's name (default: agent).")):
+def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's name (default: agent)."),
+         log: Optional[str] = typer.Option(None, "--log", help="Keep the event log in PostgreSQL: a "
+                                           "postgresql:// URL (default: .mem/log.db, SQLite).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
+    from eventstore.backends import shown
     from projections.memory import Memory
 
     root = state["workspace"] or Path.cwd()
-    with Memory.init(root, agent) as mem:
-        typer.echo(f"initialised {mem.root} for agent {mem.config.agent}")
+    with Memory.init(root, agent, log) as mem:
+        where = f"; log in {shown(mem.config.log)}" if mem.config.log else ""
+        typer.echo(f"initialised {mem.root} for agent {mem.config.agent}{where}")
 
 
 @app.command()
@@ -100,13 +112,11 @@ def page_write(slug: str,
     """Ingest a page when new, update it otherwise."""
     if layer is not None and layer != MIND:
         with memory() as mem:
-            seq = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
-            event = mem.log.get_by_seq(seq)
-        return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {seq})")
+            event = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
+        return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {event.seq})")
     with memory() as mem:
-        seq = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
-        event = mem.log.get_by_seq(seq)
-        typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {seq})")
+        event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
+    typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {event.seq})")
 
 
 @page_app.command("delete")
@@ -118,8 +128,8 @@ def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool =
 
         return shared_page_delete(layer, slug, note, allow_secret)
     with memory() as mem:
-        seq = mem.delete_page(slug, note, force=force, allow_secret=allow_secret)
-        typer.echo(f"delete mind/{slug.removesuffix('.md')}.md (seq {seq})")
+        event = mem.delete_page(slug, note, force=force, allow_secret=allow_secret)
+    typer.echo(f"delete mind/{event.body.slug}.md (seq {event.seq})")
 
 
 @page_app.command("rename")
@@ -131,8 +141,8 @@ def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), forc
 
         return shared_page_rename(layer, old, new, note, allow_secret)
     with memory() as mem:
-        seq = mem.rename_page(old, new, note, force=force, allow_secret=allow_secret)
-        typer.echo(f"rename mind/{old}.md -> mind/{new}.md (seq {seq})")
+        event = mem.rename_page(old, new, note, force=force, allow_secret=allow_secret)
+    typer.echo(f"rename mind/{event.body.old}.md -> mind/{event.body.new}.md (seq {event.seq})")
 
 
 @page_app.command("list")
@@ -143,28 +153,27 @@ def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
 
         return shared_page_list(layer, json)
     with memory() as mem:
-        rows = [{"slug": s, "title": t, "hook": h} for s, t, h in mem.views.catalog()]
+        pages = mem.catalog()
     if json:
-        return emit_json(rows)
-    for row in rows:
-        typer.echo(f"{row['slug']:<28} {row['title']}" + (f" — {row['hook']}" if row["hook"] else ""))
+        return emit_json(pages)
+    for page in pages:
+        typer.echo(f"{page.slug:<28} {page.title}" + (f" — {page.hook}" if page.hook else ""))
 
 
 @always_app.command("add")
 def always_add(line: str, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Add a line to `## Always`."""
     with memory() as mem:
-        seq = mem.always_add(line, force=force, allow_secret=allow_secret)
-        typer.echo(f"always + {mem.always()[-1]} (seq {seq})")
+        event = mem.always_add(line, force=force, allow_secret=allow_secret)
+    typer.echo(f"always + {event.body.line} (seq {event.seq})")
 
 
 @always_app.command("remove")
 def always_remove(number: int, force: bool = ForceOpt):
     """Remove line N (as numbered by `mem always list`)."""
     with memory() as mem:
-        line = mem.always()[number - 1] if 1 <= number <= len(mem.always()) else None
-        seq = mem.always_remove(number, force=force)
-        typer.echo(f"always - {line} (seq {seq})")
+        event = mem.always_remove(number, force=force)
+    typer.echo(f"always - {event.body.line} (seq {event.seq})")
 
 
 @always_app.command("list")
@@ -225,9 +234,7 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
          json: bool = JsonOpt):
     """The events themselves, oldest first."""
     with memory(refresh=False) as mem:
-        events = list(mem.log.read(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None,
-                                   limit=n, newest_first=n is not None))
-    events.sort(key=lambda e: e.seq)
+        events = mem.events(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None, limit=n)
     if json:
         return emit_json(events)
     for event in events:
@@ -242,7 +249,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
     from projections import replay as replaying
 
     with memory(refresh=False) as mem:
-        total = to if to is not None else mem.log.head()
+        total = to if to is not None else mem.head()
         with progress_bar("replay", total) as advance:
             if check:
                 report = replaying.check(mem, to, progress=advance)
@@ -263,8 +270,8 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
 def verify(json: bool = JsonOpt):
     """Check every event's digest and the chain; report the first bad seq."""
     with memory(refresh=False) as mem:
-        with progress_bar("verify", mem.log.head()) as advance:
-            report = mem.log.verify(progress=lambda _n: advance(1))
+        with progress_bar("verify", mem.head()) as advance:
+            report = mem.verify(progress=lambda _n: advance(1))
     if json:
         emit_json(report)
     elif report.ok:
@@ -355,6 +362,9 @@ def main() -> None:
         app(args=hoist_workspace(sys.argv[1:]))
     except MemError as exc:
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
+        typer.echo(f"error: {storage_failure(exc)}", err=True)
         sys.exit(1)
 
 

@@ -12,7 +12,6 @@ from eventstore.errors import InvalidInput
 from eventstore.ids import now_ms
 from eventstore.instants import format_instant
 from projections.memory import Memory
-from projections import audit as auditing
 from projections.replay import check, replay
 
 DEPLOY_V1 = b"""---
@@ -78,8 +77,8 @@ def _run(root: Path) -> None:
     mem = Memory.init(root, "artemis")
 
     step("mem page write deploy-procedure   (ingest)")
-    seq = mem.write_page("deploy-procedure", DEPLOY_V1, "Distilled from the deploy runbook.")
-    typer.echo(f"seq {seq}: ingest mind/deploy-procedure.md")
+    event = mem.write_page("deploy-procedure", DEPLOY_V1, "Distilled from the deploy runbook.")
+    typer.echo(f"seq {event.seq}: ingest mind/deploy-procedure.md")
     mem.write_page("monitor-agent", MONITOR, "First notes on the monitor agent.")
     typer.echo("ingest mind/monitor-agent.md")
 
@@ -88,7 +87,7 @@ def _run(root: Path) -> None:
                  "Prod deploys wait for the owner's ack. The 08-12 incident came from skipping it."):
         mem.always_add(line)
         typer.echo(f"always + {line}")
-    before_update = mem.log.recorded_at(mem.log.head())
+    before_update = now_ms()
     time.sleep(0.01)
 
     step("mem page write deploy-procedure   (update)")
@@ -102,7 +101,7 @@ def _run(root: Path) -> None:
     show_file(root, "mind/log.md")
 
     step("mem log")
-    for event in mem.log.read():
+    for event in mem.events():
         typer.echo(f"{event.seq:>3}  {event.kind:<14} {getattr(event.body, 'slug', getattr(event.body, 'line', ''))}")
 
     step("mem replay   (delete every view, rebuild from the log)")
@@ -122,22 +121,31 @@ def _run(root: Path) -> None:
                        ("assistant", "Rolled back; the migration needs the new column first."),
                        ("user", "Then prod needs my ack before anything ships."),
                        ("assistant", "Understood: prod waits for your ack.")):
-        seq = mem.loop_append(role, [{"type": "text", "text": text}])
+        seq = mem.loop_append(role, [{"type": "text", "text": text}]).seq
         typer.echo(f"[S{seq}] {role}: {text}")
     ack_seq = seq - 1
-    seq = mem.loop_compact(f"Staging failed, rolled back; prod needs the owner's ack [S{ack_seq}].", preserve=1)
-    for row in auditing.loop_rows(mem.views):
+    mem.loop_compact(f"Staging failed, rolled back; prod needs the owner's ack [S{ack_seq}].", preserve=1)
+    for row in mem.loop():
         typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
-    for row in auditing.audit_rows(mem.views):
+    for row in mem.audit_rows():
         typer.echo(f"audit {row.id}: {row.source} seq {row.start_seq}..{row.end_seq}, {row.entry_count} entries, "
                    f"{row.size_bytes} bytes of JSON, brotli")
 
     step(f"mem cite [S{ack_seq}]   (compacted away: resolved through the audit blob)")
-    hit = auditing.cite(mem.views, mem.log, f"[S{ack_seq}]").hit
+    hit = mem.cite(f"[S{ack_seq}]").hit
     typer.echo(f"source {hit.source}, audit id {hit.audit_id}, loop {hit.loop}: "
                f"{hit.entry['role']}: {hit.entry['content_json'][0]['text']}")
 
-    verified = mem.log.verify()
+    step("mem search \"prod ack\"   (FTS5/BM25 over pages, the loop and its audit; --at searches the past)")
+    from projections import trust
+
+    today = trust.day_of(now_ms())
+    for hit in mem.search("prod ack", day=today, limit=3):
+        typer.echo(f"{hit.citation:<40} {hit.path:<44} {hit.snippet[:70]}")
+    typer.echo(f"as of seq {ack_seq - 1}: "
+               f"{[h.citation for h in mem.search('prod ack', as_of=ack_seq - 1, day=today)]}")
+
+    verified = mem.verify()
     step("mem verify")
     typer.echo(f"ok: {verified.checked} events, digests and chain intact" if verified.ok else verified.problem)
     mem.close()
@@ -213,23 +221,22 @@ def _run_team(root: Path) -> None:
         moment = now_ms()
         time.sleep(0.01)
         for name in names:
-            for c in team[name].views.shared.conflicts(team[name].views.checkpoint()):
+            for c in team[name].conflicts():
                 typer.echo(f"{name} sees drafts/{c.slug}: {len(c.heads)} heads, winner {c.winner[:18]}")
 
         step("mem resolve drafts/launch   (main writes an update whose parents are both heads)")
         team["main"].resolve("drafts", "launch", _draft("We launch on Tuesday at 10:00. Tell support first."))
         sync_all()
         for name in names:
-            left = team[name].views.shared.conflicts(team[name].views.checkpoint())
+            left = team[name].conflicts()
             text = (team[name].root / "content/drafts/launch.md").read_text().splitlines()[-1]
             typer.echo(f"{name}: {len(left)} conflicts; launch.md ends: {text}")
 
         step(f"what each agent believed at {format_instant(moment)}   (mem believed / mem hub believed)")
         for name in names:
-            views = team[name].views
             seq = team[name].seq_at(moment)
-            lines = [line for line in (views.file_text(insights, seq) or "").splitlines() if line.startswith("[")]
-            page = views.file_text("content/drafts/launch.md", seq) or ""
+            lines = [line for line in (team[name].show(insights, seq) or "").splitlines() if line.startswith("[")]
+            page = team[name].show("content/drafts/launch.md", seq) or ""
             typer.echo(f"{name} (seq {seq}): {len(lines)} insights; launch.md then: {page.splitlines()[-1]}")
         for name in names:
             typer.echo(f"hub: {name} had acknowledged hub events up to position "

@@ -18,12 +18,13 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from eventstore.errors import MemError
 from eventstore.instants import parse_instant
-from projections import audit
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
+
+from .app import point
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -48,11 +49,6 @@ def workspace_path(path: str) -> str:
     return path[len(ROOT):].strip("/") if path == ROOT or path.startswith(ROOT + "/") else path
 
 
-def seq_of(written) -> int:
-    """The seq of what a Memory write returned (a seq, or the event with its seq)."""
-    return written if isinstance(written, int) else written.seq
-
-
 def moment(mem: Memory, at: str | None, seq: int | None) -> int:
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
@@ -66,13 +62,6 @@ def trusted_moment(mem: Memory, at: str | None, seq: int | None) -> tuple[int | 
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
     return recall_moment(mem, at, seq)
-
-
-def point(mem: Memory, text: str) -> int:
-    """A moment given as `seq:N` or an ISO 8601 time."""
-    if text.startswith("seq:") and text[4:].isdigit():
-        return mem.seq_at(seq=int(text[4:]))
-    return mem.seq_at(parse_instant(text))
 
 
 class FileFlush:
@@ -109,9 +98,9 @@ class MindlogServer(MCPServer):
 
     async def list_resources(self):
         resources = await super().list_resources()
-        for slug, title, hook in self.mem.views.catalog():
-            resources.append(Resource(uri=f"adf-file://{page_path(slug)}", name=slug, title=title,
-                                      description=hook or None, mime_type="text/markdown"))
+        for page in self.mem.catalog():
+            resources.append(Resource(uri=f"adf-file://{page_path(page.slug)}", name=page.slug, title=page.title,
+                                      description=page.hook or None, mime_type="text/markdown"))
         return resources
 
 
@@ -125,7 +114,7 @@ def build_server(mem: Memory) -> MCPServer:
 
     def current() -> None:
         """Catches up with events appended by other processes (the CLI, a pull) since the last call."""
-        if mem.log.head() != mem.views.checkpoint():
+        if mem.head() != mem.checkpoint():
             mem.refresh(files=False)
             flush.schedule()
 
@@ -135,9 +124,9 @@ def build_server(mem: Memory) -> MCPServer:
             async def call(*args, **kwargs):
                 try:
                     current()
-                    head = mem.views.checkpoint()
+                    head = mem.checkpoint()
                     result = fn(*args, **kwargs)
-                    if mem.views.checkpoint() != head:
+                    if mem.checkpoint() != head:
                         flush.schedule()
                     return result
                 except (MemError, ToolError) as exc:
@@ -209,7 +198,7 @@ def build_server(mem: Memory) -> MCPServer:
         as_of = moment(mem, at, seq)
         text = mem.show(rel, as_of)
         if text is None:
-            text = audit.file_text(mem.views, rel, as_of)
+            text = mem.file_text(rel, as_of)
         if text is None:
             raise ToolError(f"{rel} did not exist then" if at or seq is not None else f"{rel} does not exist")
         return text
@@ -230,8 +219,8 @@ def build_server(mem: Memory) -> MCPServer:
         """What the agent had in front of it at a moment: mind.md, its pages (superseded, deprecated and archived
         ones only with include_all), the loop's last messages (JSON)."""
         as_of, day = trusted_moment(mem, at, seq)
-        return json_text(audit.believed(mem.views, mem.seq_at() if as_of is None else as_of, last,
-                                        include_all=include_all, day=day))
+        return json_text(mem.believed(mem.seq_at() if as_of is None else as_of, last, include_all=include_all,
+                                      day=day))
 
     @register
     def search(query: str, at: str | None = None, seq: int | None = None, layers: list[str] | None = None,
@@ -244,36 +233,33 @@ def build_server(mem: Memory) -> MCPServer:
             if kind not in searching.KINDS:
                 raise ToolError(f"kind must be one of {', '.join(searching.KINDS)}, not {kind!r}")
         as_of, day = trusted_moment(mem, at, seq)
-        return json_text(searching.search(mem.views, query, as_of=as_of, day=day, kinds=kinds or (),
-                                          layers=layers or (), types=types or (), agent=agent,
-                                          self_agent=mem.config.agent, status=status, include_all=include_all,
-                                          limit=n))
+        return json_text(mem.search(query, as_of=as_of, day=day, kinds=kinds or (), layers=layers or (),
+                                    types=types or (), agent=agent, status=status, include_all=include_all, limit=n))
 
     @register
     def cite(citation: str, at: str | None = None, seq: int | None = None) -> str:
         """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH (JSON)."""
-        return json_text(audit.cite(mem.views, mem.log, citation, moment(mem, at, seq)))
+        return json_text(mem.cite(citation, moment(mem, at, seq)))
 
     @register
     def log(kind: list[str] | None = None, layer: list[str] | None = None, since: str | None = None,
             n: int = 50) -> str:
         """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON)."""
-        events = list(mem.log.read(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None,
-                                   limit=n, newest_first=True))
-        return json_text(sorted(events, key=lambda e: e.seq))
+        return json_text(mem.events(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None,
+                                    limit=n))
 
     @register
     def entry_add(layer: str, text: str, reverses: str | None = None) -> str:
         """Append a typed entry to a shared `entries` layer: "[DECISION] text" or "[FACT] 2026-11-29: text"."""
-        seq = seq_of(mem.entry_add(layer, text, reverses))
-        event = mem.log.get_by_seq(seq)
-        return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {seq})"
+        event = mem.entry_add(layer, text, reverses)
+        return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {event.seq})"
 
     @register
-    def loop_append(role: Literal["user", "assistant"], text: str, loop: str = "main",
+    def loop_append(role: str, text: str, loop: str = "main",
                     model: str | None = None) -> str:
-        """Append a message to a loop (the transcript); its seq is the [S<seq>] that cites it."""
-        seq = seq_of(mem.loop_append(role, [{"type": "text", "text": text}], loop, model))
+        """Append a message (role user or assistant) to a loop (the transcript); its seq is the [S<seq>] that
+        cites it."""
+        seq = mem.loop_append(role, [{"type": "text", "text": text}], loop, model).seq
         return f"[S{seq}] {role} appended to loop {loop}"
 
     @register

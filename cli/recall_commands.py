@@ -10,7 +10,7 @@ from projections import search as searching
 from projections import trust
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app
-from .output import emit_json
+from .output import emit_json, progress_bar
 
 
 def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]:
@@ -22,7 +22,7 @@ def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]
         return mem.seq_at(at_ms), trust.day_of(at_ms)
     if seq is not None:
         point = mem.seq_at(seq=seq)
-        event = mem.log.get_by_seq(point) if point else None
+        event = mem.event(point) if point else None
         return point, trust.day_of(event.ts if event else 0)
     return None, trust.day_of(now_ms())
 
@@ -45,9 +45,9 @@ def search(query: str,
             fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
-        hits = searching.search(mem.views, query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (),
-                                types=type_ or (), agent=agent, self_agent=mem.config.agent, status=status,
-                                include_all=all_, limit=n)
+        with progress_bar("indexing past versions", None) as advance:
+            hits = mem.search(query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (), types=type_ or (),
+                              agent=agent, status=status, include_all=all_, limit=n, progress=advance)
     if json:
         return emit_json(hits)
     for number, hit in enumerate(hits, 1):
@@ -66,12 +66,9 @@ def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
              all_: bool = typer.Option(False, "--all", help="Include superseded, deprecated and archived pages."),
              json: bool = JsonOpt):
     """What the agent had in front of it at a moment: mind.md, its pages, the loop's last messages."""
-    from projections import audit as auditing
-
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
-        result = auditing.believed(mem.views, mem.seq_at() if as_of is None else as_of, last, include_all=all_,
-                                   day=day)
+        result = mem.believed(mem.seq_at() if as_of is None else as_of, last, include_all=all_, day=day)
     if json:
         return emit_json(result)
     typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
@@ -116,8 +113,8 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
 def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
     """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
     with memory() as mem:
-        seq = mem.release_page(slug, note)
-    typer.echo(f"release mind/{slug.removesuffix('.md')}.md (seq {seq})")
+        event = mem.release_page(slug, note)
+    typer.echo(f"release mind/{event.body.slug}.md (seq {event.seq})")
 
 
 layer_app = typer.Typer(help="Local layers: typed-entry files (or page folders) of this agent alone, no hub needed.",
@@ -130,20 +127,15 @@ def layer_add(name: str, path: str,
               format: str = typer.Option("entries", "--format", help="entries (one file) or pages (a folder/).")):
     """Declare a local layer (a config event): `mem layer add decisions memory/decisions.md`."""
     with memory() as mem:
-        seq = mem.declare_layer(name, path, format)
-    typer.echo(f"layer {name} -> {path} ({format}, seq {seq})")
+        event = mem.declare_layer(name, path, format)
+    typer.echo(f"layer {name} -> {path} ({format}, seq {event.seq})")
 
 
 @layer_app.command("list")
 def layer_list(json: bool = JsonOpt):
     """Every layer this workspace renders: the hub's (as last pulled) and its own."""
-    from projections.local_layers import declared
-
     with memory() as mem:
-        local = declared(mem.views.config(), mem.config.agent)
-        contract = mem.views.contract
-        rows = [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
-                for name, spec in sorted((contract.layers if contract else {}).items())]
+        rows = mem.layers()
     if json:
         return emit_json(rows)
     for row in rows:

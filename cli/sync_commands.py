@@ -216,7 +216,7 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
     with memory() as mem:
         target = get_remote(mem, remote)
-        with progress_bar("push", mem.log.head()) as advance:
+        with progress_bar("push", mem.head()) as advance:
             report = pushing(mem, target, progress=advance)
     if json:
         emit_json(report)
@@ -259,10 +259,10 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
     with memory() as mem:
         target = get_remote(mem, remote)
-        with progress_bar("push", mem.log.head()) as advance:
+        with progress_bar("push", mem.head()) as advance:
             pushed = pushing(mem, target, progress=advance)
         with progress_bar("pull", None) as advance:
-            pulled = pulling(mem, target, progress=advance)
+            pulled = pulling(mem, target, progress=advance, say=lambda line: typer.echo(line, err=True))
     if json:
         emit_json({"push": pushed, "pull": pulled})
     else:
@@ -278,8 +278,7 @@ def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None
               allow_secret: bool = AllowSecretOpt):
     """Append a typed entry: "[DECISION] text" (dated today) or "[FACT] 2026-11-29: text"."""
     with memory() as mem:
-        seq = mem.entry_add(layer, text, reverses, allow_secret=allow_secret)
-        event = mem.log.get_by_seq(seq)
+        event = mem.entry_add(layer, text, reverses, allow_secret=allow_secret)
     typer.echo(f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content}")
 
 
@@ -287,7 +286,7 @@ def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None
 def entry_list(layer: str, json: bool = JsonOpt):
     """The entries of a layer, with their ids, in the rendered order."""
     with memory() as mem:
-        entries = mem.views.shared.entries(layer, mem.views.checkpoint())
+        entries = mem.entries(layer)
     if json:
         return emit_json(entries)
     for e in entries:
@@ -301,7 +300,7 @@ def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", h
     from projections.conflicts import conflicts_shown
 
     with memory() as mem:
-        found = conflicts_shown(mem) if show else mem.views.shared.conflicts(mem.views.checkpoint())
+        found = conflicts_shown(mem) if show else mem.conflicts()
     if json:
         emit_json(found)
     elif not found:
@@ -323,14 +322,14 @@ def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", h
 
 def shared_page_delete(layer: str, slug: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
-        seq = mem.shared_page_delete(layer, slug, note, allow_secret=allow_secret)
-    typer.echo(f"delete {layer}/{slug.removesuffix('.md')} (seq {seq})")
+        event = mem.shared_page_delete(layer, slug, note, allow_secret=allow_secret)
+    typer.echo(f"delete {layer}/{event.body.slug} (seq {event.seq})")
 
 
 def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
-        seq = mem.shared_page_rename(layer, old, new, note, allow_secret=allow_secret)
-    typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {seq})")
+        event = mem.shared_page_rename(layer, old, new, note, allow_secret=allow_secret)
+    typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {event.seq})")
 
 
 def shared_page_list(layer: str, json: bool) -> None:
@@ -379,5 +378,5 @@ def resolve(target: str, file: str = typer.Option(..., "--file", help="The resol
     if not slug:
         fail("name the page as LAYER/SLUG", 2)
     with memory() as mem:
-        seq = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
-    typer.echo(f"resolved {layer}/{slug} (seq {seq})")
+        event = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
+    typer.echo(f"resolved {layer}/{event.body.slug} (seq {event.seq})")

@@ -2,15 +2,19 @@
 
 
 class MemError(Exception):
-    """A refusal: `code` is stable (used as the problem type over HTTP), the message says why."""
+    """A refusal: `code` is stable (used as the problem type over HTTP), the message says why, and
+    `field` (when known) names the part of the input at fault, like `body.slug`."""
 
     code = "mem-error"
     status = 400
+    field = ""
 
-    def __init__(self, message: str, code: str | None = None):
+    def __init__(self, message: str, code: str | None = None, field: str | None = None):
         super().__init__(message)
         if code:
             self.code = code
+        if field:
+            self.field = field
 
 
 class InvalidInput(MemError):
@@ -63,3 +67,40 @@ class Held(MemError):
 
     code = "held"
     status = 409
+
+
+class StorageFailure(MemError):
+    """The storage underneath failed (disk full, a database locked or read-only): nothing the input did."""
+
+    code = "storage-failure"
+    status = 503
+
+
+def storage_exceptions() -> tuple[type[BaseException], ...]:
+    """The exception classes of the storage underneath: SQLite, the file system, and PostgreSQL once loaded."""
+    import sqlite3
+    import sys
+
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error, OSError) + ((psycopg.Error,) if psycopg else ())
+
+
+def storage_failure(exc: BaseException) -> StorageFailure:
+    """One line for a storage failure, the common causes named first."""
+    import errno
+
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    name = getattr(exc, "sqlite_errorname", None)
+    text = detail.lower()
+    number = getattr(exc, "errno", None)
+    # SQLite cannot grow its shared-memory file only when the disk has no room left for it.
+    if (number == errno.ENOSPC or name in ("SQLITE_FULL", "SQLITE_IOERR_SHMSIZE") or "disk is full" in text
+            or "no space left" in text or "could not extend" in text):
+        cause = "the disk is full"
+    elif number == errno.EROFS or "readonly" in text or "read-only" in text:
+        cause = "the storage is read-only"
+    elif "locked" in text or "busy" in text:
+        cause = "the database is locked by another process"
+    else:
+        return StorageFailure(f"{detail} ({name})" if name else detail)
+    return StorageFailure(f"{cause} ({name or detail})")

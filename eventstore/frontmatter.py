@@ -68,6 +68,11 @@ def parse(yaml_text: str) -> dict[str, Any]:
         raise InvalidInput(f"frontmatter is not valid YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise InvalidInput(f"frontmatter is nested too deep (or refers to itself); the limit is {MAX_DEPTH}") from None
+    return check(data)
+
+
+def check(data: Any) -> dict[str, Any]:
+    """Checks a frontmatter mapping, from a page file or from an event made anywhere."""
     if not isinstance(data, dict):
         raise InvalidInput("frontmatter must be a YAML mapping with at least `type`")
     data = _normalise(data, "frontmatter")

@@ -33,9 +33,10 @@ def uuid7(ms: int | None = None) -> str:
     return str(uuid.UUID(int=value))
 
 
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def is_uuid(text: str) -> bool:
-    """A UUID in its canonical lowercase text form (the only form ids travel in)."""
-    return isinstance(text, str) and _UUID.match(text) is not None
+    """A UUID in its canonical lowercase text form (the only form ids travel in), matched whole:
+    `X` and `X\n` must never both pass, or two ids would name one 16-byte stored id."""
+    return isinstance(text, str) and _UUID.fullmatch(text) is not None

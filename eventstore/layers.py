@@ -65,7 +65,7 @@ def path_problem(path: str, format: str) -> str | None:
     if ".." in segments:
         return "the path must stay inside the workspace (no '..')"
     if any(segment in ("", ".") for segment in segments):
-        return "the path has an empty, '.' or '..' segment"
+        return "the path has an empty or '.' segment; write it in normal form"
     if posixpath.normpath(path) + ("/" if directory else "") != path:
         return "the path is not in normal form"
     if segments[0].lower() in RESERVED_PATH_ROOTS:

@@ -24,7 +24,11 @@ CREATE TABLE IF NOT EXISTS events (
     agent TEXT NOT NULL, layer TEXT NOT NULL, kind TEXT NOT NULL, codec SMALLINT NOT NULL, body BYTEA NOT NULL,
     digest BYTEA NOT NULL, chain BYTEA NOT NULL);
 CREATE INDEX IF NOT EXISTS events_recorded_at ON events(recorded_at);
+CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+UPSERT_STATE = "INSERT INTO sync_state VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
 def _row(row) -> tuple:
@@ -45,10 +49,11 @@ class PostgresLog(Recorder):
     def close(self) -> None:
         self.conn.close()
 
-    def append(self, events: Sequence[Event]) -> list[int]:
+    def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
+               verify: bool = False) -> list[int]:
         prepared = []
         for event in events:
-            raw = check_event(event) if not self.trusted else event.raw_body()
+            raw = check_event(event) if verify or not self.trusted else event.raw_body()
             if not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
@@ -66,7 +71,17 @@ class PostgresLog(Recorder):
                                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
                                   (seq, chain, recorded_at))
+            if state:
+                with self.conn.cursor() as cursor:
+                    cursor.executemany(UPSERT_STATE, list(state.items()))
         return seqs
+
+    def state(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM sync_state WHERE key = %s", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_state(self, key: str, value: str) -> None:
+        self.conn.execute(UPSERT_STATE, (key, value))
 
     def read_rows(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
                   newest_first=False) -> Iterator[tuple]:
@@ -87,6 +102,13 @@ class PostgresLog(Recorder):
         for row in self.conn.execute(sql, params):
             yield _row(row)
 
+    def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        with self.conn.cursor() as cursor:
+            cursor.execute("SELECT seq, id, ts, layer, kind, codec, body, agent FROM events "
+                           "WHERE seq > %s AND seq <= %s ORDER BY seq", (after, upto))
+            for seq, id, ts, layer, kind, codec, body, agent in cursor:
+                yield seq, bytes(id), ts, layer, kind, codec, bytes(body), agent
+
     def get(self, id: str) -> Event | None:
         row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()
         return row_to_event(_row(row)) if row else None
@@ -97,6 +119,16 @@ class PostgresLog(Recorder):
 
     def head(self) -> int:
         return self.conn.execute("SELECT seq FROM log_counter").fetchone()[0]
+
+    def seq_after(self, after: int, count: int) -> int | None:
+        row = self.conn.execute("SELECT seq FROM events WHERE seq > %s ORDER BY seq LIMIT 1 OFFSET %s",
+                                (after, count - 1)).fetchone()
+        return row[0] if row else None
+
+    def recorded_at(self, seq: int) -> int | None:
+        row = self.conn.execute("SELECT recorded_at FROM events WHERE seq >= %s ORDER BY seq LIMIT 1",
+                                (seq,)).fetchone()
+        return row[0] if row else None
 
     def seq_at(self, recorded_at_ms: int) -> int:
         row = self.conn.execute("SELECT MAX(seq) FROM events WHERE recorded_at <= %s", (recorded_at_ms,)).fetchone()

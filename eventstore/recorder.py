@@ -3,7 +3,7 @@
 import functools
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -72,15 +72,31 @@ class VerifyReport(msgspec.Struct):
 
 
 class Recorder(ABC):
-    """An append-only, commit-ordered event log whose seqs are gapless but for the seqs an
-    ImportGap event says it skips (`skipped`).
+    """An append-only, commit-ordered event log whose seqs are gapless but for the seqs an ImportGap
+    event says it skips (`skipped`), and the small key/value store (sync cursors) that commits with it.
+    Every caller (the projections, sync, the CLI) uses only these methods, so any backend that passes
+    tests/recorder_conformance.py can hold a workspace's log.
 
     `append` is atomic for the whole batch and idempotent per event id: an id already present
     with the same digest returns its existing seq, with another digest the batch is refused.
     """
 
+    # --- write --------------------------------------------------------------------------------
+
     @abstractmethod
-    def append(self, events: Sequence[Event]) -> list[int]: ...
+    def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
+               verify: bool = False) -> list[int]:
+        """Appends atomically and returns each event's seq. `state` rows (a sync cursor) commit in the
+        same transaction; `verify` recomputes every digest first (events from elsewhere)."""
+
+    @abstractmethod
+    def state(self, key: str) -> str | None:
+        """A value kept with the log (a sync cursor), or None."""
+
+    @abstractmethod
+    def set_state(self, key: str, value: str) -> None: ...
+
+    # --- read ---------------------------------------------------------------------------------
 
     @abstractmethod
     def read_rows(self, after: int = 0, upto: int | None = None, *, kinds: Sequence[str] | None = None,
@@ -95,17 +111,38 @@ class Recorder(ABC):
             yield row_to_event(row)
 
     @abstractmethod
+    def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        """What the projections fold, in seq order and undecoded: (seq, id bytes, ts, layer, kind, codec,
+        stored body, agent). `agent` may be None for events of the `mind` layer (the wiki fold does not
+        keep it), which spares a column per row on a replay."""
+
+    @abstractmethod
     def get(self, id: str) -> Event | None: ...
 
     @abstractmethod
-    def head(self) -> int: ...
+    def get_by_seq(self, seq: int) -> Event | None: ...
+
+    @abstractmethod
+    def seq_after(self, after: int, count: int) -> int | None:
+        """The seq of the `count`-th event after seq `after` (None when fewer follow): a batch of
+        `count` events, whatever seqs an ImportGap skipped."""
+
+    @abstractmethod
+    def head(self) -> int:
+        """The last seq (0 for an empty log)."""
+
+    @abstractmethod
+    def recorded_at(self, seq: int) -> int | None:
+        """When this seq was recorded here (ms); a seq an ImportGap skipped counts as recorded with that
+        ImportGap; None after the head."""
 
     @abstractmethod
     def seq_at(self, recorded_at_ms: int) -> int:
         """The last seq recorded at or before this time (0 when none)."""
 
     @abstractmethod
-    def verify(self) -> VerifyReport: ...
+    def verify(self, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Checks every event (see `verify_rows`); `progress` is called with the count checked so far."""
 
     @abstractmethod
     def close(self) -> None: ...

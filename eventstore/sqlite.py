@@ -8,6 +8,7 @@ from pathlib import Path
 from .envelope import Event, check_event, pack_body
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
+from .layers import MIND
 from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
                        row_to_event, skipped, verify_rows)
 
@@ -175,6 +176,11 @@ class SQLiteLog(Recorder):
             params.append(limit)
         yield from self.db.execute(sql, params)
 
+    def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        yield from self.db.execute(
+            f"SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != '{MIND}' THEN agent END FROM events "
+            "WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+
     def get(self, id: str) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()
         return row_to_event(row) if row else None
@@ -189,6 +195,11 @@ class SQLiteLog(Recorder):
     def get_by_seq(self, seq: int) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
         return row_to_event(row) if row else None
+
+    def seq_after(self, after: int, count: int) -> int | None:
+        row = self.db.execute("SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?",
+                              (after, count - 1)).fetchone()
+        return row[0] if row else None
 
     def head(self) -> int:
         row = self.db.execute("SELECT MAX(seq) FROM events").fetchone()

@@ -1,4 +1,5 @@
-"""Checks made before anything is appended: slugs, page documents, text that becomes a heading."""
+"""Checks made before anything is appended: slugs, page documents, text that becomes a heading, and
+the bodies of page and entry events wherever they were made (`body`)."""
 
 import datetime as dt
 import os
@@ -6,10 +7,13 @@ import re
 from pathlib import Path
 
 from . import frontmatter
-from .errors import InvalidInput, TooLarge, UnsafePath
+from .errors import InvalidInput, MemError, TooLarge, UnsafePath
+from .ids import is_uuid
+from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate
 
 MAX_PAGE_BYTES = 1024 * 1024
 MAX_LINE_CHARS = 2000
+ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
 RESERVED_SLUGS = {"log", "index", "mind", "con", "prn", "aux", "nul", "com1", "com2", "com3", "com4",
                   "lpt1", "lpt2", "lpt3"}
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]*(\.[a-z0-9_-]+)*$")
@@ -96,3 +100,76 @@ def entry_date(value: str) -> str:
     except ValueError:
         raise InvalidInput(f"entry date {value!r} is not a calendar date") from None
     return value
+
+
+# --- event bodies, wherever they come from ------------------------------------------------------
+
+def body(value: Body) -> Body:
+    """The checks every page and entry body passes, run by the local write side on what it makes, by
+    the hub on what it is pushed, and by a consumer on what it pulls: one validator for the three.
+
+    Raises a MemError whose `field` names the part at fault (`body.slug`, `body.frontmatter`, ...)."""
+    match value:
+        case PageIngest() | PageUpdate():
+            _slug_field(value.slug, "body.slug")
+            try:
+                frontmatter.check(value.frontmatter)
+            except InvalidInput as exc:
+                raise InvalidInput(str(exc), field="body.frontmatter") from None
+            size = len(frontmatter.emit(value.frontmatter).encode()) + len(value.text.encode())
+            if size > MAX_PAGE_BYTES:
+                raise TooLarge(f"the page is {size} bytes; the limit is {MAX_PAGE_BYTES}", field="body.text")
+            if "\x00" in value.text:
+                raise InvalidInput("the page contains a NUL character", field="body.text")
+            _line_field(value.note, "body.note")
+            _ids_field(value.parents, "body.parents")
+        case PageDelete():
+            _slug_field(value.slug, "body.slug")
+            _line_field(value.note, "body.note")
+            _ids_field(value.parents, "body.parents")
+        case PageRename():
+            _slug_field(value.old, "body.old")
+            _slug_field(value.new, "body.new")
+            _line_field(value.note, "body.note")
+            _ids_field(value.parents, "body.parents")
+        case EntryAppend():
+            if value.type not in ENTRY_TYPES:
+                raise InvalidInput(f"entry type {value.type!r} is not one of {', '.join(ENTRY_TYPES)}",
+                                   field="body.type")
+            try:
+                entry_date(value.date)
+            except InvalidInput as exc:
+                raise InvalidInput(str(exc), field="body.date") from None
+            _line_field(value.content, "body.content")
+            if not value.content.strip():
+                raise InvalidInput("an entry's content cannot be empty", field="body.content")
+            if value.reverses is not None and not is_uuid(value.reverses):
+                raise InvalidInput(f"reverses {value.reverses!r} is not an entry id", field="body.reverses")
+    return value
+
+
+def _slug_field(value: str, field: str) -> None:
+    try:
+        canonical = slug(value)
+    except MemError as exc:
+        raise InvalidInput(str(exc), field=field) from None
+    if canonical != value:
+        raise InvalidInput(f"slug {value!r} is not in canonical form ({canonical!r})", field=field)
+
+
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Unicode's control characters (category Cc) and its line and paragraph separators (Zl, Zp)."""
+
+
+def _line_field(value: str, field: str) -> None:
+    """One line: no line breaks of any kind (U+2028 too), no control characters, not too long."""
+    if _BREAKS.search(value):
+        raise InvalidInput(f"{field} must be one line of text (no line breaks or control characters)", field=field)
+    if len(value) > MAX_LINE_CHARS:
+        raise TooLarge(f"{field} is longer than {MAX_LINE_CHARS} characters", field=field)
+
+
+def _ids_field(values: list[str], field: str) -> None:
+    for value in values:
+        if not is_uuid(value):
+            raise InvalidInput(f"{value!r} in {field} is not an event id", field=field)

@@ -6,15 +6,21 @@ from pathlib import Path
 
 import msgspec
 
+from .backends import check_location, open_log
 from .errors import InvalidInput, NoWorkspace
+from .recorder import Recorder
 
 MEM_DIR = ".mem"
 CONFIG_FILE = "config.json"
 
 
-class WorkspaceConfig(msgspec.Struct, kw_only=True):
+class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """`.mem/config.json`. `log` is where the event log lives when not in `.mem/log.db` (a
+    postgresql:// URL); the views always stay in the workspace."""
+
     agent: str = "agent"
     synchronous: str = "FULL"
+    log: str | None = None
 
 
 class Workspace:
@@ -41,9 +47,17 @@ class Workspace:
         tmp.write_text(json.dumps(msgspec.to_builtins(config), indent=2) + "\n")
         os.replace(tmp, self.mem_dir / CONFIG_FILE)
 
+    def open_log(self, config: WorkspaceConfig | None = None) -> Recorder:
+        """This workspace's event log, in whichever backend its config names."""
+        config = config or self.config()
+        return open_log(config.log or self.log_path, synchronous=config.synchronous)
+
     @classmethod
-    def init(cls, root: str | Path, agent: str | None = None) -> "Workspace":
-        """Creates a workspace, or opens an existing one; an existing workspace keeps its agent."""
+    def init(cls, root: str | Path, agent: str | None = None, log: str | None = None) -> "Workspace":
+        """Creates a workspace, or opens an existing one; an existing workspace keeps its agent and its
+        log. `log` is a postgresql:// URL (default: `.mem/log.db`)."""
+        if log is not None:
+            check_location(log)
         ws = cls(root)
         if ws.exists:
             current = ws.config().agent
@@ -57,7 +71,9 @@ class Workspace:
         ws.root.mkdir(parents=True, exist_ok=True)
         (ws.root / "mind").mkdir(exist_ok=True)
         if not ws.exists:
-            ws.write_config(WorkspaceConfig(agent=agent))
+            ws.write_config(WorkspaceConfig(agent=agent, log=log))
+        elif log is not None and ws.config().log != log:
+            raise InvalidInput(f"{ws.root} is already a workspace with its log elsewhere; its log stays where it is")
         return ws
 
     @classmethod

@@ -33,7 +33,7 @@ class Writer:
         self.state = state
 
     def _event(self, body) -> Event:
-        return new_event(body, agent=self.agent, layer=MIND)
+        return new_event(validate.body(body), agent=self.agent, layer=MIND)
 
     def page_write(self, slug: str, document: bytes, note: str = "") -> Event:
         slug = validate.slug(slug)
@@ -200,7 +200,6 @@ def _guess_mime(path: str) -> str:
     return mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
-ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
 _ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d+-\d+(?:-\d+)?):\s*)?(.+)$", re.S)
 
 
@@ -228,18 +227,16 @@ class SharedWriter:
         match = _ENTRY.match(text.strip())
         if not match:
             raise InvalidInput("an entry reads `[TYPE] content` or `[TYPE] YYYY-MM-DD: content`, "
-                               f"TYPE one of {', '.join(ENTRY_TYPES)}")
+                               f"TYPE one of {', '.join(validate.ENTRY_TYPES)}")
         kind, date, content = match.groups()
-        if kind not in ENTRY_TYPES:
-            raise InvalidInput(f"entry type [{kind}] is not one of {', '.join(ENTRY_TYPES)}")
         content = validate.one_line(content, "the entry")
         if reverses is not None and not self.state.entry_exists(layer, reverses):
             raise NotFound(f"there is no entry {reverses} in layer {layer} to reverse")
         ts = now_ms()
         date = validate.entry_date(date) if date else dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime(
             "%Y-%m-%d")
-        return new_event(EntryAppend(type=kind, date=date, content=content, reverses=reverses), agent=self.agent,
-                         layer=layer, ts=ts)
+        body = validate.body(EntryAppend(type=kind, date=date, content=content, reverses=reverses))
+        return new_event(body, agent=self.agent, layer=layer, ts=ts)
 
     def page_write(self, layer: str, slug: str, document: bytes, note: str = "",
                    parents: list[str] | None = None) -> Event:
@@ -255,7 +252,7 @@ class SharedWriter:
             body = PageIngest(slug=slug, frontmatter=frontmatter, text=text, note=note)
         else:
             body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note=note, parents=parents)
-        return new_event(body, agent=self.agent, layer=layer)
+        return new_event(validate.body(body), agent=self.agent, layer=layer)
 
     def resolve(self, layer: str, slug: str, document: bytes) -> Event:
         slug = validate.slug(slug)
@@ -263,16 +260,16 @@ class SharedWriter:
         heads = self.state.shared_heads(layer, slug)
         if not heads:
             raise NotFound(f"there is no page {slug} in layer {layer}")
-        return new_event(PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads),
-                         agent=self.agent, layer=layer)
+        body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads)
+        return new_event(validate.body(body), agent=self.agent, layer=layer)
 
     def page_delete(self, layer: str, slug: str, note: str = "", parents: list[str] | None = None) -> Event:
         slug = validate.slug(slug)
         heads = self.state.shared_heads(layer, slug)
         if not heads or self.state.shared_deleted(layer, slug):
             raise NotFound(f"there is no page {slug} in layer {layer}")
-        return new_event(PageDelete(slug=slug, note=validate.one_line(note, "the note"), parents=parents or heads),
-                         agent=self.agent, layer=layer)
+        body = PageDelete(slug=slug, note=validate.one_line(note, "the note"), parents=parents or heads)
+        return new_event(validate.body(body), agent=self.agent, layer=layer)
 
     def page_rename(self, layer: str, old: str, new: str, note: str = "") -> list[Event]:
         """A shared page moves as two events appended together: the old name deleted (superseding
@@ -286,10 +283,10 @@ class SharedWriter:
         if self.state.shared_document(layer, new) is not None:
             raise InvalidInput(f"a page {new!r} already exists in layer {layer}; delete it first or pick another name")
         note = validate.one_line(note or f"renamed to {new}", "the note")
-        gone = new_event(PageDelete(slug=old, note=note, parents=self.state.shared_heads(layer, old)),
+        gone = new_event(validate.body(PageDelete(slug=old, note=note, parents=self.state.shared_heads(layer, old))),
                          agent=self.agent, layer=layer)
         heads = self.state.shared_heads(layer, new)  # a deleted page of that name: the new text supersedes it
         body = (PageUpdate(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}",
                            parents=heads) if heads else
                 PageIngest(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}"))
-        return [gone, new_event(body, agent=self.agent, layer=layer)]
+        return [gone, new_event(validate.body(body), agent=self.agent, layer=layer)]

@@ -162,14 +162,11 @@ def blob_json(data: bytes, what: str = "an audit blob"):
         raise InvalidInput(f"{what} does not hold valid JSON") from None
 
 
-def display_order(rows):
-    return sorted(rows, key=lambda r: (r[6] if r[6] is not None else r[0], r[0]))
-
-
 class AdfFold:
     kinds = ADF_KINDS
 
     def __init__(self, views):
+        self.views = views
         self.db = views.db
         self._config: dict | None = None
 
@@ -184,9 +181,8 @@ class AdfFold:
                         (source, start, end, ref, count, size, data, created_at, seq))
 
     def _live_rows(self, loop: str):
-        rows = self.db.execute("SELECT seq, role, content_json, model, tokens, created_at, ord FROM loop_rows "
-                               "WHERE loop = ? AND removed_seq IS NULL", (loop,)).fetchall()
-        return display_order(rows)
+        """The loop's live rows in display order, without the loop column (as `loop_entry` takes them)."""
+        return [(row[0], *row[2:]) for row in self.views.loop_rows(loop)]
 
     def _archive(self, seq, ts, loop, rows) -> bool:
         """Removes rows from the live loop, archiving them in one blob when loop audit is on."""
@@ -258,10 +254,7 @@ class AdfFold:
                         body.size_bytes, body.created_at)
 
     def file(self, path: str):
-        row = self.db.execute(
-            "SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at, deleted "
-            "FROM file_versions WHERE path = ? ORDER BY seq DESC LIMIT 1", (path,)).fetchone()
-        return row[:8] if row and not row[8] else None
+        return self.views.file(path)
 
     def note_events(self, first: tuple[int] | None, last_ts: int) -> None:
         """Keeps adf_meta's times in step with the events folded so far (`first`: the batch's first ts).

@@ -66,11 +66,6 @@ def _message_schema(box: str) -> str:
     return f"CREATE TABLE adf_{box} ({typed});"
 
 
-def wiki_files(views, as_of: int) -> list[tuple]:
-    """mind.md, mind/log.md and the pages as adf_files rows, with ADF's protections."""
-    return [views.wiki_file_row(path, as_of) for path in views.paths(as_of)]
-
-
 def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     views, log = memory.views, memory.log
     out = Path(out)
@@ -95,21 +90,14 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         ("adf_created_at", meta.get("adf_created_at", format_instant(ts_at or 0)), "readonly"),
         ("adf_updated_at", format_instant(ts_at) if ts_at else meta.get("adf_created_at", ""), "readonly"),
         ("status", "", "none")])
-    config = views.db.execute("SELECT config_json, updated_at FROM config_versions WHERE seq <= ? "
-                              "ORDER BY seq DESC LIMIT 1", (as_of,)).fetchone()
+    config = views.config_row(as_of)
     db.execute("INSERT INTO adf_config VALUES (1, ?, ?)",
                config or (json.dumps(views.config(as_of), indent=2), "1970-01-01T00:00:00.000Z"))
-    db.executemany("INSERT INTO adf_loop VALUES (?,?,?,?,?,?,?,?)", views.db.execute(
-        "SELECT seq, loop, role, content_json, model, tokens, created_at, ord FROM loop_rows WHERE seq <= ? "
-        "AND (removed_seq IS NULL OR removed_seq > ?) ORDER BY seq", (as_of, as_of)))
+    db.executemany("INSERT INTO adf_loop VALUES (?,?,?,?,?,?,?,?)", sorted(views.loop_rows(None, as_of)))
     db.executemany("INSERT INTO adf_audit VALUES (?,?,?,?,?,?,?,?,?)", views.db.execute(
         "SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at FROM audit_rows "
         "WHERE event_seq <= ? ORDER BY id", (as_of,)))
-    files = wiki_files(views, as_of) + [tuple(r[:8]) for r in views.db.execute(
-        "SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at, deleted FROM "
-        "file_versions f WHERE seq = (SELECT MAX(seq) FROM file_versions WHERE path = f.path AND seq <= ?)",
-        (as_of,)) if not r[8]]
-    db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", files)
+    db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", views.adf_files(as_of))
     for box in ("inbox", "outbox"):
         columns = ", ".join(f'"{c}"' for c in MESSAGE_COLUMNS[box])
         db.executemany(f"INSERT INTO adf_{box} VALUES ({','.join('?' * len(MESSAGE_COLUMNS[box]))})",
@@ -126,12 +114,6 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
 
 MAX_SEQ = 2 ** 53 - 1  # beyond this a seq no longer survives a JSON reader (a double)
 MAX_JSON_DEPTH = 64
-
-
-def _parse_always(text: str) -> list[str] | None:
-    """The `## Always` lines of a mindlog-style mind.md, or None when the file is not one."""
-    match = re.search(r"^## Always\n\n((?:- .*\n)*)", text, re.M)
-    return [line[2:] for line in match.group(1).split("\n") if line] if match else None
 
 
 def _log_entries(text: str) -> list[str] | None:
@@ -316,7 +298,7 @@ class _Importer:
         always: list[str] = []
         for path, (content, mime, protection, created, updated) in sorted(files.items()):
             if path == MIND_PATH:
-                always = _parse_always(content.decode("utf-8", "replace")) or []
+                always = render.always_lines(content.decode("utf-8", "replace")) or []
             elif path == LOG_PATH or self._page(path, content, updated):
                 continue
             elif path.startswith("mind/"):

@@ -13,6 +13,7 @@ import msgspec
 from eventstore.errors import MemError
 
 from .materialize import hand_edited, untracked, written_hash
+from .render import always_lines
 from .views import LOG_PATH, MIND_PATH, slug_of
 
 
@@ -21,19 +22,15 @@ class AdoptReport(msgspec.Struct):
     refused: dict[str, str] = {}
 
 
-def _always_lines(text: str) -> list[str] | None:
-    lines, inside = [], False
-    for line in text.splitlines():
-        if line.startswith("## "):
-            if inside:
-                return lines
-            inside = line.strip() == "## Always"
-        elif inside and line.startswith("- "):
-            lines.append(line[2:].strip())
-    return lines if inside else None
-
-
 def adopt(memory) -> AdoptReport:
+    """Adopts every direct edit, under the projector's lock: no write can be half done (its event in the
+    views, its file not yet on disk) while the files are compared with the views."""
+    with memory.lock():
+        memory.refresh()
+        return _adopt(memory)
+
+
+def _adopt(memory) -> AdoptReport:
     report = AdoptReport(adopted=[], refused={})
     root = memory.root
     views = memory.views
@@ -78,7 +75,7 @@ def adopt(memory) -> AdoptReport:
 
 
 def _adopt_always(memory, text: str, report: AdoptReport) -> None:
-    wanted = _always_lines(text)
+    wanted = always_lines(text)
     if wanted is None:
         report.refused[MIND_PATH] = "mind.md has no `## Always` section to adopt"
         return

@@ -61,15 +61,8 @@ class LoopMessage(msgspec.Struct):
 def loop_rows(views: Views, loop: str | None = "main", as_of: int | None = None) -> list[LoopMessage]:
     """The live loop as of a seq, in ADF's display order: COALESCE(ord, seq), seq."""
     as_of = views.checkpoint() if as_of is None else as_of
-    sql = ("SELECT seq, loop, role, content_json, created_at, ord FROM loop_rows WHERE seq <= ? "
-           "AND (removed_seq IS NULL OR removed_seq > ?)")
-    params: list = [as_of, as_of]
-    if loop is not None:
-        sql += " AND loop = ?"
-        params.append(loop)
-    sql += " ORDER BY COALESCE(ord, seq), seq"
     return [LoopMessage(seq=s, loop=lp, role=r, content=json.loads(c), created_at=t, ord=o)
-            for s, lp, r, c, t, o in views.db.execute(sql, params)]
+            for s, lp, r, c, _model, _tokens, t, o in views.loop_rows(loop, as_of)]
 
 
 def audit_rows(views: Views, source: str | None = None, as_of: int | None = None) -> list[AuditRow]:
@@ -83,13 +76,18 @@ def audit_rows(views: Views, source: str | None = None, as_of: int | None = None
     return [AuditRow(*row) for row in views.db.execute(sql + " ORDER BY id", params)]
 
 
+def archived_by(views: Views, event_seq: int) -> AuditRow | None:
+    """The audit row that the loop compaction or clear at this seq wrote (None: it archived nothing)."""
+    row = views.db.execute("SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at "
+                           "FROM audit_rows WHERE event_seq = ? AND start_seq IS NOT NULL", (event_seq,)).fetchone()
+    return AuditRow(*row) if row else None
+
+
 def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int | None = None) -> AuditHit:
     as_of = views.checkpoint() if as_of is None else as_of
-    live = views.db.execute(
-        "SELECT seq, loop, role, content_json, created_at FROM loop_rows WHERE seq = ? AND seq <= ? "
-        "AND (removed_seq IS NULL OR removed_seq > ?)", (seq, as_of, as_of)).fetchone()
+    live = views.loop_rows(None, as_of, seq=seq)
     if live:
-        s, lp, role, content, created = live
+        s, lp, role, content, _model, _tokens, created, _ord = live[0]
         return AuditHit(source="live", seq=seq, loop=lp, entry={"seq": s, "loop": lp, "role": role,
                                                                "content_json": json.loads(content),
                                                                "created_at": created})

@@ -23,15 +23,6 @@ from .search import SearchFold
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
-def _sql_list(values) -> str:
-    return ", ".join(f"'{value}'" for value in sorted(values))
-
-
-# The agent is read only where a fold keeps it (shared layers): a column less per row.
-_CATCH_UP_SQL = (f"SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != '{MIND}' AND kind IN "
-                 f"({_sql_list(SHARED_KINDS)}) THEN agent END FROM events WHERE seq > ? AND seq <= ? ORDER BY seq")
-
-
 class WikiFold:
     def __init__(self, views: Views):
         self.views = views
@@ -142,8 +133,7 @@ class WikiFold:
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
-            db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) "
-                           "ON CONFLICT(path) DO UPDATE SET dirty = 1", [(p,) for p in sorted(self.dirty)])
+            self.views.written.mark_dirty(sorted(self.dirty))
         db.execute("UPDATE meta SET value = ? WHERE key = 'checkpoint'", (str(checkpoint),))
         self._reset_batch()
 
@@ -157,20 +147,16 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     """
     target = log.head() if upto is None else upto
     wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
-    db = views.db
     while True:
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with views.transaction():
             start = views.checkpoint()
             if start >= target:
-                db.execute("COMMIT")
                 return start
-            following = log.db.execute("SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?",
-                                       (start, batch - 1)).fetchone()  # seqs an ImportGap skipped count for none
-            end = min(following[0] if following else target, target)
+            following = log.seq_after(start, batch)  # seqs an ImportGap skipped count for none
+            end = min(following or target, target)
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
-            for seq, version_id, ts, layer, kind, codec, body, agent in log.db.execute(_CATCH_UP_SQL, (start, end)):
+            for seq, version_id, ts, layer, kind, codec, body, agent in log.fold_rows(start, end):
                 if layer == MIND and kind in WIKI_KINDS:
                     raw = unpack_body(codec, body)
                     apply_wiki(seq, version_id, ts, decode_body(raw), raw)
@@ -183,16 +169,11 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                     decoded = decode_body(raw)
                     shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
                     search.apply(seq, layer, decoded, id, agent)
-            adf.note_events(log.db.execute("SELECT ts FROM events WHERE seq > ? ORDER BY seq LIMIT 1",
-                                           (start,)).fetchone(), ts)
+            first = next(log.read(after=start, limit=1), None)
+            adf.note_events((first.ts,) if first else None, ts)
             shared.flush()
             search.take_pages(wiki.touched_pages, wiki._page)
             search.flush()
             wiki.flush(end)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         if progress:
             progress(end - start)

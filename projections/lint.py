@@ -15,7 +15,6 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.envelope import decode_body
 from eventstore.errors import InvalidInput
 
 from . import render, trust
@@ -50,9 +49,7 @@ class Scope:
     def page(self, slug: str) -> tuple[dict, str]:
         """(frontmatter, text) of a live page as of the scope's seq."""
         if slug not in self._docs:
-            row = self.views.db.execute("SELECT doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC "
-                                        "LIMIT 1", (slug, self.as_of)).fetchone()
-            doc = decode_body(row[0])
+            _seq, doc = self.views.page_version(slug, self.as_of)
             self._docs[slug] = (doc.frontmatter, doc.text)
         return self._docs[slug]
 
@@ -297,6 +294,6 @@ def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | Non
                       verdicts=verdicts)
 
 
-def record(memory, report: LintReport) -> int:
+def record(memory, report: LintReport):
     """One `lint` entry in mind/log.md: the summary, each finding and each verdict."""
     return memory.append(memory.writer.lint(report.summary(), [f.line() for f in report.findings] + report.verdicts))

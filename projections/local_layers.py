@@ -63,15 +63,3 @@ def refuse_layer_path(path: str, contract: Contract | None) -> None:
             how = f"mem entry add {name} \"[TYPE] ...\"" if spec.format == "entries" else \
                 f"mem page write SLUG --layer {name}"
             raise InvalidInput(f"{path} belongs to layer {name!r}; write it with `{how}`")
-
-
-def adopt(views, contract: Contract | None) -> bool:
-    """Renders the shared layers by `contract` from now on: every file of the old and new layers is
-    marked for rewriting (a layer declared, moved or dropped). True when the contract changed."""
-    if contract == views.contract:
-        return False
-    old = views.shared_paths() if views.contract else []
-    views.contract = contract
-    views.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) ON CONFLICT(path) DO UPDATE SET dirty = 1",
-                         [(p,) for p in old + views.shared_paths()])
-    return True

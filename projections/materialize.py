@@ -42,8 +42,7 @@ def _write_temp(target: Path, chunks) -> tuple[Path, str]:
 
 def remove_stale_temp_files(views: Views, root: Path) -> None:
     """Temporary files left by a process killed mid-write (the caller holds the projector lock)."""
-    known = views.db.execute("SELECT path FROM file_state")
-    folders = {root / "mind", root} | {(root / path).parent for (path,) in known}
+    folders = {root / "mind", root} | {(root / path).parent for path in views.written.hashes()}
     for folder in folders:
         for leftover in folder.glob(".*.mem-tmp-*"):
             leftover.unlink(missing_ok=True)
@@ -58,9 +57,8 @@ def write_atomic(target: Path, chunks) -> str:
 
 def hand_edited(views: Views, root: Path, paths=None) -> list[str]:
     """Files whose bytes on disk are not what mindlog last wrote there."""
-    rows = views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
     found = []
-    for path, written in rows:
+    for path, written in views.written.hashes().items():
         if paths is not None and path not in paths:
             continue
         on_disk = file_hash(root / path)
@@ -82,21 +80,18 @@ def _hash_chunks(chunks) -> str:
 
 def written_hash(views: Views, path: str) -> str | None:
     """The sha256 of the bytes mindlog last wrote at `path` (None if it never wrote there)."""
-    row = views.db.execute("SELECT written_hash FROM file_state WHERE path = ?", (path,)).fetchone()
-    return row[0] if row else None
+    return views.written.hashes().get(path)
 
 
 def record_adopted(views: Views, path: str, content: bytes) -> None:
     """The file's bytes were just recorded as a version: they are no longer a hand edit, so the next
     materialisation may replace them (with the winner, if the new version is not it)."""
-    views.db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) ON CONFLICT(path) "
-                     "DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
-                     (path, hashlib.sha256(content).hexdigest()))
+    views.written.carry({path: hashlib.sha256(content).hexdigest()})
 
 
 def untracked(views: Views, root: Path) -> list[str]:
     """Files nobody asked mindlog to write: in mind/, and pages in the shared pages layers' folders."""
-    known = {p for (p,) in views.db.execute("SELECT path FROM file_state")}
+    known = views.written.hashes()
     folders = ["mind/"] + [spec.path for spec in (views.contract.layers.values() if views.contract else ())
                            if spec.format == "pages"]
     found = []
@@ -118,9 +113,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     edited by hand: it is left alone (and reported) unless `force`. `dry_run` only reports.
     """
     report = FileReport(written=[], removed=[], refused=[])
-    db = views.db
-    rows = db.execute("SELECT path, written_hash FROM file_state WHERE dirty = 1 ORDER BY path").fetchall()
-    for path, written in rows:
+    for path, written in views.written.dirty():
         try:
             target = validate.inside_workspace(root, path)
         except UnsafePath:
@@ -180,20 +173,9 @@ def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bo
 
 def _record(views: Views, target: Path, path: str, new_hash: str | None, content: bytes | None) -> None:
     """Records what was written, and the file's adf_files row (a large file streamed from disk)."""
-    db = views.db
-    if new_hash is None:
-        db.execute("DELETE FROM wiki_files WHERE path = ?", (path,))
-    elif content is not None:
-        db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?, ?, 'text/markdown', ?, ?, ?, ?, ?)",
-                   (path, content, len(content), *views.wiki_file_meta(path)))
-    else:
-        size = target.stat().st_size
-        db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?, zeroblob(?), 'text/markdown', ?, ?, ?, ?, ?)",
-                   (path, size, size, *views.wiki_file_meta(path)))
-        rowid = db.execute("SELECT rowid FROM wiki_files WHERE path = ?", (path,)).fetchone()[0]
-        with db.blobopen("wiki_files", "content", rowid) as blob, open(target, "rb") as f:
-            while data := f.read(1 << 20):
-                blob.write(data)
-    db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
-               "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
-               (path, new_hash))
+    with views.transaction():
+        if new_hash is None:
+            views.written.record(path, None)
+        else:
+            size = len(content) if content is not None else target.stat().st_size
+            views.written.record(path, new_hash, (content, size, *views.wiki_file_meta(path)), target)

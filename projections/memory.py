@@ -1,10 +1,12 @@
 """An agent's memory: the write side, the log and the projections wired together.
 
-This is the library the CLI is a thin layer over: every method validates, appends one event,
-then brings the views and the files up to date.
+This is the library the CLI is a thin layer over: every write validates, appends one event, brings
+the views and the files up to date and returns the event (its seq set); every read returns what the
+CLI prints, so no command reaches into the log or the views itself.
 """
 
 import fcntl
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,13 +14,13 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import HandEdited, InvalidInput, NotFound
+from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
 from eventstore.layers import lenient_contract, produces
-from eventstore.sqlite import SQLiteLog
+from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
-from . import local_layers, trust
+from . import audit, local_layers, trust
 from .fold import catch_up
 from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
                           written_hash)
@@ -26,17 +28,35 @@ from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
 
 
+class CatalogPage(msgspec.Struct):
+    slug: str
+    title: str
+    hook: str
+
+
+class Compaction(msgspec.Struct):
+    """A compaction or clear: its event, and the audit row that archived what it removed (None when
+    loop audit is off or nothing was removed)."""
+
+    event: Event
+    archived: audit.AuditRow | None = None
+
+
 class Memory:
     def __init__(self, workspace: Workspace):
         self.ws = workspace
         self.config = workspace.config()
-        self.log = SQLiteLog(workspace.log_path, synchronous=self.config.synchronous)
-        self.views = Views(workspace.views_path)
+        self.log = workspace.open_log(self.config)
+        self.views = Views(workspace.views_path, contract=self.hub_contract(), agent=self.config.agent)
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
         self.shared_writer = SharedWriter(self.config.agent, self.views)
-        self.views.contract = self.load_contract()
         self.last_report = FileReport()
+        # Set when an append committed but the views or files could not follow (a full disk): the
+        # event stands, and the next command catches up. The CLI prints it as a warning.
+        self.behind: str | None = None
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0
         # A long-running caller (the MCP server) answers once the event is in the log and the views, and
         # writes the files after: appends then leave them dirty for its own `refresh()`.
         self.defer_files = False
@@ -46,8 +66,9 @@ class Memory:
         return cls(Workspace.find(root))
 
     @classmethod
-    def init(cls, root: str | Path, agent: str | None = None) -> "Memory":
-        memory = cls(Workspace.init(root, agent))
+    def init(cls, root: str | Path, agent: str | None = None, log: str | None = None) -> "Memory":
+        """A new workspace (its log in `log`, a postgresql:// URL, or by default in `.mem/log.db`)."""
+        memory = cls(Workspace.init(root, agent, log))
         memory.refresh()
         return memory
 
@@ -67,14 +88,26 @@ class Memory:
 
     @contextmanager
     def lock(self):
-        """One projector at a time per workspace (appends need no lock: SQLite serialises them)."""
-        self.ws.mem_dir.mkdir(exist_ok=True)
-        with open(self.ws.lock_path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        """The workspace's projector lock: one process at a time checks files for hand edits, appends,
+        folds, writes files or adopts edits, so none sees another's half-done work (a page in the views
+        not yet on disk would look deleted by hand). Re-entrant within a process."""
+        with self._thread_lock:
+            if self._lock_depth:
+                self._lock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth -= 1
+                return
+            self.ws.mem_dir.mkdir(exist_ok=True)
+            with open(self.ws.lock_path, "a+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                self._lock_depth = 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth = 0
+                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace.
@@ -84,39 +117,55 @@ class Memory:
             if files:
                 remove_stale_temp_files(self.views, self.root)
             catch_up(self.log, self.views, progress=progress)
-            local_layers.adopt(self.views, self.load_contract())
+            self.views.set_contract(self.load_contract())  # local layers come and go with config events
             if files:
                 self.last_report = materialize(self.views, self.root, force=force)
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-               force: bool = False, allow_secret: bool = False) -> int:
-        """Appends one event, refusing first if it holds a secret (unless allowed), or if a file it would
-        rewrite is unsafe or was edited by hand."""
+               force: bool = False, allow_secret: bool = False) -> Event:
+        """Appends one event and returns it with its seq, refusing first if it holds a secret (unless
+        allowed), or if a file it would rewrite is unsafe or was edited by hand."""
         return self.append_all([event], touches=touches, adopt=adopt, force=force, allow_secret=allow_secret)[0]
 
     def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-                   force: bool = False, allow_secret: bool = False) -> list[int]:
-        """Appends events in one transaction, with `append`'s checks."""
+                   force: bool = False, allow_secret: bool = False) -> list[Event]:
+        """Appends events in one transaction, with `append`'s checks; returns them with their seqs.
+
+        Once the events are committed the command has succeeded: if the views or files then cannot follow
+        (a full disk), `behind` says so and the next command catches up."""
         events = [secrets.checked(event, allow_secret) for event in events]
         for path in touches:
             validate.inside_workspace(self.root, path)
         for event in events:
             trust.admit(self, event)
-        if not force:
-            edited = [p for p in hand_edited(self.views, self.root, set(touches))
-                      if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
-            if edited:
-                raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path)}"
-                                           for path in edited))
-        seqs = self.log.append(events)
-        for path, document in (adopt or {}).items():
-            target = self.root / path
-            if target.is_file() and target.read_bytes() == document:
-                with self.lock():
-                    record_adopted(self.views, path, document)
-        self.refresh(force=force, files=force or not self.defer_files)
-        return seqs
+        with self.lock():
+            if not force:
+                edited = [p for p in hand_edited(self.views, self.root, set(touches))
+                          if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
+                if edited:
+                    raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: "
+                                               f"{self.keep_hint(path)}" for path in edited))
+            for event, seq in zip(events, self.log.append(events)):
+                event.seq = seq
+            try:
+                for path, document in (adopt or {}).items():
+                    target = self.root / path
+                    if target.is_file() and target.read_bytes() == document:
+                        record_adopted(self.views, path, document)
+            except storage_exceptions() as exc:
+                self.behind = (f"recorded, but the views and files are behind the log ({storage_failure(exc)}); "
+                               "they catch up at the next command")
+            self.follow(force=force, files=force or not self.defer_files)
+        return events
+
+    def follow(self, *, force: bool = False, files: bool = True) -> None:
+        """Refreshes after a committed append; a storage failure leaves the event standing and sets `behind`."""
+        try:
+            self.refresh(force=force, files=files)
+        except storage_exceptions() as exc:
+            self.behind = (f"recorded, but the views and files are behind the log ({storage_failure(exc)}); "
+                           "they catch up at the next command")
 
     def keep_hint(self, path: str) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is."""
@@ -137,32 +186,32 @@ class Memory:
     # --- the wiki -----------------------------------------------------------------------------
 
     def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False,
-                   allow_secret: bool = False) -> int:
+                   allow_secret: bool = False) -> Event:
         event = self.writer.page_write(slug, document, note)
         path = page_path(event.body.slug)
         return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
                            allow_secret=allow_secret)
 
-    def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> int:
+    def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> Event:
         event = self.writer.page_delete(slug, note)
         return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
                            allow_secret=allow_secret)
 
     def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False,
-                    allow_secret: bool = False) -> int:
+                    allow_secret: bool = False) -> Event:
         event = self.writer.page_rename(old, new, note)
         touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
         return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
-    def release_page(self, slug: str, note: str, *, allow_secret: bool = False) -> int:
+    def release_page(self, slug: str, note: str, *, allow_secret: bool = False) -> Event:
         event = self.writer.page_release(slug, note)
         trust.check_release(self, event.body.slug)
         return self.append(event, touches=[LOG_PATH], allow_secret=allow_secret)
 
-    def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> int:
+    def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> Event:
         return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force, allow_secret=allow_secret)
 
-    def always_remove(self, number: int, *, force: bool = False) -> int:
+    def always_remove(self, number: int, *, force: bool = False) -> Event:
         return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
 
     def always(self) -> list[str]:
@@ -171,26 +220,30 @@ class Memory:
     # --- the loop, files, messages, config ---------------------------------------------------
 
     def loop_append(self, role: str, content: list, loop: str = "main", model=None, tokens=None, *,
-                    allow_secret: bool = False) -> int:
+                    allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.loop_append(role, content, loop, model, tokens), allow_secret=allow_secret)
 
-    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *, allow_secret: bool = False) -> int:
-        return self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
+    def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *,
+                     allow_secret: bool = False) -> Compaction:
+        event = self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
+        return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
-    def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> int:
-        return self.append(self.adf_writer.loop_clear(start, end, loop))
+    def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> Compaction:
+        event = self.append(self.adf_writer.loop_clear(start, end, loop))
+        return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
     def file_write(self, path: str, content: bytes, mime_type=None, protection: str = "none", *,
-                   allow_secret: bool = False) -> int:
+                   allow_secret: bool = False) -> Event:
         local_layers.refuse_layer_path(path, self.views.contract)
         return self.append(self.adf_writer.file_write(path, content, mime_type, protection), allow_secret=allow_secret)
 
-    def file_delete(self, path: str) -> int:
+    def file_delete(self, path: str) -> Event:
         return self.append(self.adf_writer.file_delete(path))
 
-    def file_rename(self, old: str, new: str, *, allow_secret: bool = False) -> int:
+    def file_rename(self, old: str, new: str, *, allow_secret: bool = False) -> Event:
         """Moves a file: its write at the new path and its delete, appended in one transaction (the log
-        has no rename kind for files). Refused like a write of `new` and a delete of `old` would be."""
+        has no rename kind for files). Refused like a write of `new` and a delete of `old` would be.
+        Returns the delete (its seq the rename's last)."""
         current = self.views.file(file_path(old))
         if current is None:
             raise NotFound(f"there is no file {old}")
@@ -200,19 +253,20 @@ class Memory:
         events = [secrets.checked(self.adf_writer.file_write(new, bytes(content), mime_type, protection),
                                   allow_secret),
                   self.adf_writer.file_delete(old)]
-        seqs = self.log.append(events)
-        self.refresh(files=not self.defer_files)
-        return seqs[-1]
+        with self.lock():
+            for event, seq in zip(events, self.log.append(events)):
+                event.seq = seq
+            self.follow(files=not self.defer_files)
+        return events[-1]
 
-    def message(self, box: str, message: dict, *, allow_secret: bool = False) -> int:
+    def message(self, box: str, message: dict, *, allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
 
-    def config_set(self, key: str, value, *, allow_secret: bool = False) -> int:
+    def config_set(self, key: str, value, *, allow_secret: bool = False) -> Event:
         return self.append(self.adf_writer.config_set(key, value), allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
-        views.contract = self.load_contract(views=views)
         self.views = views
         self.writer.state = views
         self.adf_writer.files = views
@@ -224,17 +278,20 @@ class Memory:
     def contract_path(self) -> Path:
         return self.ws.mem_dir / "contract.json"
 
+    def hub_contract(self):
+        """The hub's contract as last pulled (None before any pull)."""
+        try:
+            data = msgspec.json.decode(self.contract_path.read_bytes())
+        except FileNotFoundError:
+            return None
+        return lenient_contract(data.get("layers") if isinstance(data, dict) else None)
+
     def load_contract(self, hub=None, views: Views | None = None):
         """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""
-        if hub is None:
-            try:
-                data = msgspec.json.decode(self.contract_path.read_bytes())
-                hub = lenient_contract(data.get("layers") if isinstance(data, dict) else None)
-            except FileNotFoundError:
-                pass
-        return local_layers.merged(hub, (views or self.views).config(), self.config.agent)
+        return local_layers.merged(hub if hub is not None else self.hub_contract(), (views or self.views).config(),
+                                   self.config.agent)
 
-    def declare_layer(self, name: str, path: str, format: str = "entries") -> int:
+    def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
         """A local layer (no hub needed): its declaration is a config event."""
         spec = local_layers.check(name, path, format, self.views.contract)
         return self.config_set(f"layers.{name}", spec)
@@ -245,8 +302,8 @@ class Memory:
             return False
         write_atomic(self.contract_path, [msgspec.json.encode(contract)])
         with self.lock():
-            local_layers.adopt(self.views, self.load_contract(contract))
-        self.refresh()
+            self.views.set_contract(self.load_contract(contract))
+            self.refresh()
         return True
 
     def shared_layer(self, layer: str, format: str, allow_secret: bool = False, *, produce: bool = True):
@@ -265,7 +322,7 @@ class Memory:
                                "--allow-secret cannot put one there")
         return spec
 
-    def entry_add(self, layer: str, text: str, reverses: str | None = None, *, allow_secret: bool = False) -> int:
+    def entry_add(self, layer: str, text: str, reverses: str | None = None, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "entries", allow_secret)
         return self.append(self.shared_writer.entry(layer, text, reverses), touches=[spec.path],
                            allow_secret=allow_secret)
@@ -287,7 +344,7 @@ class Memory:
         return [found] if found else []
 
     def shared_page_write(self, layer: str, slug: str, document: bytes, note: str = "", *,
-                          allow_secret: bool = False) -> int:
+                          allow_secret: bool = False) -> Event:
         """Writes a shared page; from a hand-edited file, its parent is the version the file showed,
         so a teammate's version that arrived meanwhile stays a head (a conflict), never lost."""
         self.shared_layer(layer, "pages", allow_secret)
@@ -297,7 +354,7 @@ class Memory:
         return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
     def shared_page_delete(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
-                           allow_secret: bool = False) -> int:
+                           allow_secret: bool = False) -> Event:
         """Deletes a shared page; `by_hand` (its file was deleted) supersedes only the version the
         file showed, so a teammate's newer version is kept as a conflict."""
         self.shared_layer(layer, "pages", allow_secret)
@@ -307,7 +364,8 @@ class Memory:
         return self.append(event, touches=[self.shared_page_path(layer, slug)], force=by_hand,
                            allow_secret=allow_secret)
 
-    def shared_page_rename(self, layer: str, old: str, new: str, note: str = "", *, allow_secret: bool = False) -> int:
+    def shared_page_rename(self, layer: str, old: str, new: str, note: str = "", *,
+                           allow_secret: bool = False) -> Event:
         self.shared_layer(layer, "pages", allow_secret)
         events = self.shared_writer.page_rename(layer, old, new, note)
         touches = [self.shared_page_path(layer, e.body.slug) for e in events]
@@ -317,7 +375,7 @@ class Memory:
         self.shared_layer(layer, "pages", produce=False)
         return self.views.shared.pages(layer, self.views.checkpoint())
 
-    def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> int:
+    def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "pages", allow_secret)
         event = self.shared_writer.resolve(layer, slug, document)
         path = f"{spec.path}{event.body.slug}.md"
@@ -357,3 +415,76 @@ class Memory:
             write_atomic(Path(target) / path, self.views.file_chunks(path, as_of))
             written.append(path)
         return written
+
+    # --- reads: what the CLI prints ---------------------------------------------------------------
+
+    def head(self) -> int:
+        return self.log.head()
+
+    def checkpoint(self) -> int:
+        """The seq the views (and the files, unless deferred) have caught up to."""
+        return self.views.checkpoint()
+
+    def file_text(self, path: str, as_of: int | None = None) -> str | None:
+        """Any file's text as of a seq: the wiki's, a shared layer's, or one in adf_files."""
+        return audit.file_text(self.views, path, as_of)
+
+    def events(self, *, kinds=None, layers=None, since_ms: int | None = None, limit: int | None = None) -> list[Event]:
+        """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
+        found = list(self.log.read(kinds=kinds, layers=layers, since_ms=since_ms, limit=limit,
+                                   newest_first=limit is not None))
+        return sorted(found, key=lambda e: e.seq)
+
+    def verify(self, progress=None) -> VerifyReport:
+        return self.log.verify(progress=progress)
+
+    def catalog(self, as_of: int | None = None) -> list[CatalogPage]:
+        return [CatalogPage(slug=s, title=t, hook=h) for s, t, h in self.views.catalog(as_of)]
+
+    def loop(self, loop: str | None = "main", as_of: int | None = None) -> list[audit.LoopMessage]:
+        return audit.loop_rows(self.views, loop, as_of)
+
+    def files(self, as_of: int | None = None) -> list[tuple]:
+        """adf_files rows (path, content, mime_type, size, protection, authorized, created_at, updated_at)."""
+        return self.views.adf_files(as_of)
+
+    def agent_config(self, as_of: int | None = None) -> dict:
+        return self.views.config(as_of)
+
+    def audit_rows(self, source: str | None = None, as_of: int | None = None) -> list[audit.AuditRow]:
+        return audit.audit_rows(self.views, source, as_of)
+
+    def audit_read(self, seq: int, loop: str | None = None) -> audit.AuditHit:
+        return audit.audit_read(self.views, self.log, seq, loop)
+
+    def cite(self, citation: str, as_of: int | None = None) -> audit.Citation:
+        return audit.cite(self.views, self.log, citation, as_of)
+
+    def believed(self, as_of: int, last: int = 10, **trust_options) -> audit.Believed:
+        return audit.believed(self.views, as_of, last, **trust_options)
+
+    def event(self, seq: int) -> Event | None:
+        return self.log.get_by_seq(seq)
+
+    def search(self, query: str, **filters) -> list:
+        from . import search
+
+        return search.search(self.views, query, self_agent=self.config.agent, **filters)
+
+    def layers(self) -> list[dict]:
+        """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`)."""
+        local = local_layers.declared(self.views.config(), self.config.agent)
+        contract = self.views.contract
+        return [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
+                for name, spec in sorted((contract.layers if contract else {}).items())]
+
+    def entries(self, layer: str) -> list:
+        return self.views.shared.entries(layer, self.views.checkpoint())
+
+    def conflicts(self) -> list:
+        return self.views.shared.conflicts(self.views.checkpoint())
+
+    def status(self):
+        from .status import workspace_status
+
+        return workspace_status(self)

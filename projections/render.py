@@ -64,6 +64,22 @@ def mind(always: Iterable[str], catalog: Iterable[tuple[str, str, str]]) -> str:
     return "".join(parts)
 
 
+def always_lines(text: str) -> list[str] | None:
+    """The `## Always` lines of a mind.md (the inverse of `mind`), or None when it has no such section.
+
+    The section runs from a `## Always` heading to the next `## ` heading; each `- ` line in it is one
+    line, its text stripped; anything else in it is ignored."""
+    lines, inside, found = [], False, False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            if inside:
+                break
+            inside = found = line.rstrip() == "## Always"
+        elif inside and line.startswith("- "):
+            lines.append(line[2:].strip())
+    return lines if found else None
+
+
 @functools.lru_cache(maxsize=4096)
 def _day(day_number: int) -> str:
     return (dt.date(1970, 1, 1) + dt.timedelta(days=day_number)).isoformat()

@@ -8,7 +8,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
-from . import local_layers, search
+from . import search
 from .fold import catch_up
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
@@ -31,11 +31,10 @@ def _build(memory, path: Path, upto: int | None, progress) -> Views:
     declares) places the shared layers' files."""
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
-    views = Views(path, fast=True)
-    views.contract = memory.views.contract
+    views = Views(path, contract=memory.hub_contract(), agent=memory.config.agent, fast=True)
     with search.indexed_at_the_end(views.db):
         catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
-    local_layers.adopt(views, memory.load_contract(views=views))
+    views.set_contract(memory.load_contract(views=views))
     return views
 
 
@@ -46,15 +45,12 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
     stops the replay before anything changes, unless `force`.
     """
     with memory.lock():
-        carried = memory.views.db.execute("SELECT path, written_hash FROM file_state").fetchall()
+        carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
         views = _build(memory, rebuilt, upto, progress)
-        views.db.execute("BEGIN")
-        views.db.executemany("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) "
-                             "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
-                             carried)
-        views.db.execute("COMMIT")
+        with views.transaction():
+            views.written.carry(carried)
         refused = materialize(views, memory.root, force=force, dry_run=True).refused
         checkpoint = views.checkpoint()
         views.close()
@@ -68,7 +64,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)
-        memory.swap_views(Views(target))
+        memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
         files = materialize(memory.views, memory.root, force=force)
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 
@@ -79,8 +75,8 @@ def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
         views = _build(memory, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
                        progress)
         out = Path(tmp) / "files"
-        for path in views.paths():
-            views.db.execute("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)", (path,))
+        with views.transaction():
+            views.written.track(views.paths())
         materialize(views, out)
         differences = []
         current_paths = set(memory.views.paths())

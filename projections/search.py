@@ -17,6 +17,7 @@ The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
 import json
+import re
 from contextlib import contextmanager
 
 import msgspec
@@ -37,8 +38,8 @@ COLUMNS = ("id", "kind", "layer", "key", "title", "body", "type", "status", "sta
            "agent")
 _TABLE = """CREATE TABLE IF NOT EXISTS {} (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, key TEXT NOT NULL, title TEXT NOT NULL,
-    body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT);"""
-SCHEMA = (_TABLE.format("search_docs") + _TABLE.format("search_history") + """
+    body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT{});"""
+SCHEMA = (_TABLE.format("search_docs", "") + _TABLE.format("search_history", ", until INTEGER") + """
 CREATE INDEX IF NOT EXISTS search_docs_by_key ON search_docs(kind, key);
 CREATE INDEX IF NOT EXISTS search_docs_reversals ON search_docs(reverses) WHERE reverses IS NOT NULL;
 CREATE INDEX IF NOT EXISTS search_history_reversals ON search_history(reverses) WHERE reverses IS NOT NULL;
@@ -51,6 +52,8 @@ def init(db) -> None:
     """Creates both FTS5 indexes through sqlite-utils (`enable_fts`, with the triggers that keep them).
 
     sqlite-utils is imported only when they are missing: it costs a quarter second of start-up."""
+    if "until" not in [column[1] for column in db.execute("PRAGMA table_info(search_history)")]:
+        _drop_history(db)  # made before `until` was kept: it is a cache, so it is simply refilled
     missing = [name for name in ("search_docs", "search_history") if db.execute(
         "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
     if missing:
@@ -59,6 +62,8 @@ def init(db) -> None:
         database = sqlite_utils.Database(db, recursive_triggers=False)
         for name in missing:
             database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
+        db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
+    db.execute("CREATE INDEX IF NOT EXISTS search_history_open ON search_history(kind) WHERE until IS NULL")
     db.execute("INSERT OR IGNORE INTO meta VALUES ('search_history', '0')")
 
 
@@ -74,6 +79,16 @@ def indexed_at_the_end(db):
     table.enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
 
 
+def _drop_history(db) -> None:
+    for statement in ("DROP TRIGGER IF EXISTS search_history_ai", "DROP TRIGGER IF EXISTS search_history_ad",
+                      "DROP TRIGGER IF EXISTS search_history_au", "DROP TABLE IF EXISTS search_history_fts",
+                      "DROP TABLE IF EXISTS search_history", "DELETE FROM meta WHERE key = 'search_history'"):
+        db.execute(statement)
+    for statement in SCHEMA.split(";"):
+        if "search_history" in statement:
+            db.execute(statement)
+
+
 def _text_of(content: list) -> str:
     return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
 
@@ -83,7 +98,7 @@ def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None) -> tup
     status = fm.get("status")
     return (seq, kind, layer, key, render.title_of(slug, fm, text),
             f"{description}\n\n{text}" if description else text, str(fm.get("type")),
-            None if status is None else str(status), trust.stale_day(fm.get("stale_after")), ref, None, agent)
+            trust.stored_status(status), trust.stale_day(fm.get("stale_after")), ref, None, agent)
 
 
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
@@ -208,11 +223,11 @@ class SearchFold:
         self._reset()
 
 
-def catch_up_history(views) -> int:
-    """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added."""
+def catch_up_history(views, progress=None) -> int:
+    """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added.
+    `progress(n)` hears of every n rows indexed."""
     db = views.db
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with views.transaction():
         start = int(db.execute("SELECT value FROM meta WHERE key = 'search_history'").fetchone()[0])
         end = views.checkpoint()
         added = 0
@@ -223,19 +238,28 @@ def catch_up_history(views) -> int:
                 if len(batch) >= 5000:
                     added += _insert_history(db, batch)
                     batch = []
+                    if progress:
+                        progress(5000)
             added += _insert_history(db, batch)
+            _close_versions(db, end)
             db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
-        db.execute("COMMIT")
-        return added
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+    return added
 
 
 def _insert_history(db, rows) -> int:
-    db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * len(COLUMNS))}, NULL)", rows)
     return len(rows)
+
+
+def _close_versions(db, end: int) -> None:
+    """Sets `until` on the page and file versions that a later version, rename or delete (up to `end`)
+    replaced: the seq of the first later row of the same page or file in its version table."""
+    db.execute("UPDATE search_history SET until = (SELECT MIN(v.seq) FROM page_versions v WHERE "
+               "v.slug = substr(search_history.key, 6) AND v.seq > search_history.id AND v.seq <= ?) "
+               "WHERE kind = 'page' AND until IS NULL", (end,))
+    db.execute("UPDATE search_history SET until = (SELECT MIN(v.seq) FROM file_versions v WHERE "
+               "v.path = search_history.key AND v.seq > search_history.id AND v.seq <= ?) "
+               "WHERE kind = 'file' AND until IS NULL", (end,))
 
 
 def _versions_between(db, start: int, end: int):
@@ -266,15 +290,9 @@ def _versions_between(db, start: int, end: int):
 
 
 def current_at(db, row, as_of: int) -> bool:
-    """Was this version (a search_history row) still the current one at `as_of`? Asked of the version tables."""
+    """Was this version still current at `as_of`? Pages and files answer by `until` (in SQL); a version of
+    a shared page, whose successors form a DAG, by the versions that name it as a parent."""
     id, kind, layer, key = row[:4]
-    if kind == "page":
-        later = db.execute("SELECT 1 FROM page_versions WHERE slug = ? AND seq > ? AND seq <= ? LIMIT 1",
-                           (key[5:], id, as_of)).fetchone()
-        return later is None
-    if kind == "file":
-        return db.execute("SELECT 1 FROM file_versions WHERE path = ? AND seq > ? AND seq <= ? LIMIT 1",
-                          (key, id, as_of)).fetchone() is None
     if kind == "shared-page":
         ref = row[9]
         for (parents,) in db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND seq > ? "
@@ -311,11 +329,12 @@ def quote(query: str) -> str:
 
 def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), layers=(), types=(),
            agent: str | None = None, self_agent: str | None = None, status: str | None = None,
-           include_all: bool = False, limit: int = 10) -> list[Hit]:
+           include_all: bool = False, limit: int = 10, progress=None) -> list[Hit]:
     """The best `limit` hits for `query`, as memory stood at `as_of` (None: now), staleness judged on `day`.
 
     Withheld material (superseded, deprecated, archived) is left out unless `include_all` or a
-    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest.
+    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest. The first
+    search of a past moment fills the all-versions index (`progress` hears of it).
     """
     match = quote(query)
     if not match:
@@ -325,11 +344,11 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     table = "search_history" if past else "search_docs"
     fts = f"{table}_fts"
     if past:
-        catch_up_history(views)
+        catch_up_history(views, progress)
     where, params = [f"{fts} MATCH ?"], [match]
     if past:
-        where.append(f"{fts}.rowid <= ?")
-        params.append(as_of)
+        where.append(f"{fts}.rowid <= ? AND (d.until IS NULL OR d.until > ?)")
+        params += [as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:
             where.append(f"{column} IN ({','.join('?' * len(values))})")
@@ -341,27 +360,63 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         where.append("coalesce(d.agent, ?) = ?")
         params += [self_agent, agent]
     if status:
-        where.append("lower(trim(d.status)) LIKE ?")
+        where.append("lower(d.status) LIKE ?")
         params.append(status.lower().strip() + "%")
     elif not include_all:
         where.append(trust.WITHHELD_SQL.replace("status", "d.status"))
-    sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, snippet({fts}, -1, '{MARK[0]}', '{MARK[1]}', '…', 16), "
-           f"bm25({fts}, 3.0, 1.0) AS score FROM {fts} JOIN {table} d ON d.id = {fts}.rowid "
-           f"WHERE {' AND '.join(where)} ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score")
+    # Ranked without snippets: SQLite would make one for every match before sorting.
+    sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, bm25({fts}, 3.0, 1.0) AS score "
+           f"FROM {fts} JOIN {table} d ON d.id = {fts}.rowid WHERE {' AND '.join(where)} "
+           f"ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?")
     point = checkpoint if as_of is None else min(as_of, checkpoint)
     wanted = limit * 3 + 20
-    hits = []
-    cursor = views.db.execute(sql, [*params, day])
-    while len(hits) < wanted and (rows := cursor.fetchmany(64)):
-        hits.extend(_hit(views, table, row, point, day) for row in rows
-                    if not past or current_at(views.db, row, as_of))
-    cursor.close()
-    hits.sort(key=lambda h: (trust.demoted(h.flags), h.score))
-    return hits[:limit]
+    rows = [row for row in views.db.execute(sql, [*params, day, wanted * 2])
+            if not past or current_at(views.db, row, as_of)][:wanted]
+    hits = sorted((_hit(views, table, row, point, day) for row in rows),
+                  key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
+    bodies = {row[0]: row[5] for row in rows}
+    stems = _stems(query)
+    for hit in hits:
+        hit.snippet = snippet(bodies[hit.seq], stems)
+    return hits
+
+
+_WORD = re.compile(r"\w+")
+_SUFFIXES = ("ing", "ed", "es", "s", "ly")
+
+
+def _stems(query: str) -> list[str]:
+    """Rough stems of the query's words, to mark what the porter tokenizer matched (`acks` marks `ack`)."""
+    stems = []
+    for word in _WORD.findall(query.lower()):
+        for suffix in _SUFFIXES:
+            if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+                word = word[:-len(suffix)]
+                break
+        stems.append(word)
+    return stems
+
+
+def snippet(text: str, stems: list[str], width: int = 140) -> str:
+    """About `width` characters of `text` around its first match, every matching word marked `**so**`."""
+    text = " ".join(text.split())
+    words = [m for m in _WORD.finditer(text) if any(m.group().lower().startswith(s) for s in stems)]
+    if not words:
+        return text[:width] + ("…" if len(text) > width else "")
+    start = max(0, words[0].start() - width // 3)
+    end = min(len(text), start + width)
+    out, at = [], start
+    for m in words:
+        if m.start() < start or m.end() > end:
+            continue
+        out += [text[at:m.start()], MARK[0], m.group(), MARK[1]]
+        at = m.end()
+    out.append(text[at:end])
+    return ("…" if start else "") + "".join(out) + ("…" if end < len(text) else "")
 
 
 def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
-    id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, snippet, score = row
+    id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, score = row
     reversed_by = None
     if kind == "entry":
         reverser = views.db.execute(f"SELECT ref FROM {table} WHERE reverses = ? AND layer = ? AND id <= ? "
@@ -387,7 +442,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
     else:
         path = key
         citation = f"adf-file://{key}"
-    return Hit(kind=kind, path=path, citation=citation, title=title, snippet=" ".join(snippet.split()), seq=id,
+    return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
                status=status, flags=flags, layer=layer, type=type, score=round(score, 4))
 
 
@@ -403,7 +458,7 @@ def page_trust(views, as_of: int | None = None) -> dict[str, tuple[str | None, s
         if doc is not None:
             fm = decode_body(doc).frontmatter
             if fm.get("status") is not None or fm.get("stale_after") is not None:
-                found[slug] = (None if fm.get("status") is None else str(fm["status"]),
+                found[slug] = (trust.stored_status(fm.get("status")),
                                trust.stale_day(fm.get("stale_after")))
     return found
 

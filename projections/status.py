@@ -21,8 +21,7 @@ class WorkspaceStatus(msgspec.Struct):
 def workspace_status(memory) -> WorkspaceStatus:
     head, checkpoint = memory.log.head(), memory.views.checkpoint()
     edited = hand_edited(memory.views, memory.root)
-    pending = [p for (p,) in memory.views.db.execute("SELECT path FROM file_state WHERE dirty = 1 ORDER BY path")
-               if p not in edited]
+    pending = [p for p, _hash in memory.views.written.dirty() if p not in edited]
     loose = untracked(memory.views, memory.root)
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,

@@ -14,7 +14,6 @@ of mind.md and lint alike:
 import datetime as dt
 import re
 
-from eventstore.envelope import decode_body
 from eventstore.errors import Held, InvalidInput
 from eventstore.kinds import PageDelete, PageIngest, PageRename, PageUpdate
 
@@ -25,16 +24,17 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 
 def status_word(status) -> str:
-    """The first word of a status, lowercased: `superseded-by: deploy` -> `superseded`."""
-    if status is None:
-        return ""
-    text = str(status).strip().lower()
-    return "superseded" if text.startswith("superseded") else text.split(":")[0].split()[0] if text else ""
+    """The status's first word, lowercased: `superseded-by: deploy` -> `superseded`, `Deprecated: x` -> `deprecated`."""
+    text = str(status or "").strip().lower()
+    if text.startswith("superseded"):
+        return "superseded"
+    return re.split(r"[\s:]", text, maxsplit=1)[0]
 
 
 def superseded_by(status) -> str | None:
     match = _SUPERSEDED.match(str(status or "").strip())
-    return match.group(1).strip().strip("[]()").removeprefix("mind/").removesuffix(".md") or None if match else None
+    target = match.group(1).strip().strip("[]()").removeprefix("mind/").removesuffix(".md") if match else ""
+    return target or None
 
 
 def withheld(status) -> str | None:
@@ -43,10 +43,19 @@ def withheld(status) -> str | None:
     return word if word in WITHHELD else None
 
 
-WITHHELD_SQL = ("(status IS NULL OR NOT (lower(trim(status)) LIKE 'superseded%' "
-                "OR lower(trim(status)) IN ('deprecated', 'archived') "
-                "OR lower(trim(status)) LIKE 'deprecated%' OR lower(trim(status)) LIKE 'archived%'))")
-"""The SQL twin of `not withheld(status)`, for a table with a `status` column."""
+def _withheld_sql(word: str) -> str:
+    if word == "superseded":
+        return "lower(status) LIKE 'superseded%'"
+    return f"lower(status) = '{word}' OR lower(status) LIKE '{word}:%' OR lower(status) LIKE '{word} %'"
+
+
+WITHHELD_SQL = f"(status IS NULL OR NOT ({' OR '.join(_withheld_sql(w) for w in WITHHELD)}))"
+"""The SQL twin of `not withheld(status)`, for a `status` column stored by `stored_status`."""
+
+
+def stored_status(status) -> str | None:
+    """A status as the views keep it: a stripped string (so that SQL needs no trim of its own)."""
+    return None if status is None else str(status).strip()
 
 
 def stale_day(stale_after) -> str | None:
@@ -131,9 +140,8 @@ def _release_seqs(log, slug: str) -> list[int]:
 
 def held_since(memory, slug: str) -> int | None:
     """The seq of the version that holds a wiki page (`governance: hold`) not released since, or None."""
-    row = memory.views.db.execute("SELECT p.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug "
-                                  "AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
-    if row is None or row[1] is None or not is_held(decode_body(row[1]).frontmatter):
+    row = memory.views.page_version(slug)
+    if row is None or not is_held(row[1].frontmatter):
         return None
     return None if any(seq > row[0] for seq in _release_seqs(memory.log, slug)) else row[0]
 

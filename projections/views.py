@@ -6,14 +6,15 @@ checkpoint, so a point-in-time read and a current read are the same query.
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.recorder import id_text
 
-from . import adf, render, search, shared
+from . import adf, local_layers, render, search, shared
 
 SCHEMA_VERSION = "1"
 
@@ -38,6 +39,10 @@ MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 
 
+LOOP_COLUMNS = "seq, loop, role, content_json, model, tokens, created_at, ord"
+FILE_COLUMNS = "path, content, mime_type, size, protection, authorized, created_at, updated_at"
+
+
 def page_path(slug: str) -> str:
     return f"mind/{slug}.md"
 
@@ -48,9 +53,61 @@ def slug_of(path: str) -> str | None:
     return None
 
 
+class WrittenFiles:
+    """The one owner of `file_state` (what mindlog last wrote to each workspace file, and whether the
+    views have moved since) and `wiki_files` (the wiki files' adf_files rows, as written)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def hashes(self) -> dict[str, str | None]:
+        """Every tracked path and the sha256 of what was last written there (None: nothing yet)."""
+        return dict(self.db.execute("SELECT path, written_hash FROM file_state"))
+
+    def dirty(self) -> list[tuple[str, str | None]]:
+        """(path, last written hash) of every file the views have changed since it was written."""
+        return self.db.execute("SELECT path, written_hash FROM file_state WHERE dirty = 1 ORDER BY path").fetchall()
+
+    def track(self, paths: Iterable[str]) -> None:
+        """Starts tracking files not tracked yet (to be written)."""
+        self.db.executemany("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)", [(p,) for p in paths])
+
+    def mark_dirty(self, paths: Iterable[str]) -> None:
+        self.db.executemany("INSERT INTO file_state (path, dirty) VALUES (?, 1) "
+                            "ON CONFLICT(path) DO UPDATE SET dirty = 1", [(p,) for p in paths])
+
+    def carry(self, hashes: dict[str, str | None]) -> None:
+        """Takes over what another views database knew was written (a rebuild), every file dirty."""
+        self.db.executemany("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 1) "
+                            "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 1",
+                            list(hashes.items()))
+
+    def record(self, path: str, written_hash: str | None, row: tuple | None = None, source: Path | None = None):
+        """Records what was written at `path` (None: removed) and its adf_files row: `row` is (content,
+        size, protection, authorized, created_at, updated_at); a content of None streams `source`."""
+        db = self.db
+        if written_hash is None:
+            db.execute("DELETE FROM wiki_files WHERE path = ?", (path,))
+        elif row[0] is not None:
+            db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?, ?, 'text/markdown', ?, ?, ?, ?, ?)", (path, *row))
+        else:
+            size = row[1]
+            db.execute("INSERT OR REPLACE INTO wiki_files VALUES (?, zeroblob(?), 'text/markdown', ?, ?, ?, ?, ?)",
+                       (path, size, *row[1:]))
+            rowid = db.execute("SELECT rowid FROM wiki_files WHERE path = ?", (path,)).fetchone()[0]
+            with db.blobopen("wiki_files", "content", rowid) as blob, open(source, "rb") as f:
+                while data := f.read(1 << 20):
+                    blob.write(data)
+        db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
+                   "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
+                   (path, written_hash))
+
+
 class Views:
-    def __init__(self, path: str | Path, *, fast: bool = False):
-        """`fast` turns off syncing, for a rebuild into a new file that is renamed into place after."""
+    def __init__(self, path: str | Path, *, contract=None, agent: str | None = None, fast: bool = False):
+        """`contract` (eventstore.layers.Contract, the hub's) places the shared layers' files, with the
+        local layers that `agent` declared in these views' config; `fast` turns off syncing, for a
+        rebuild into a new file that is renamed into place after."""
         self.path = str(path)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
@@ -61,20 +118,47 @@ class Views:
         else:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
-        self.contract = None  # the shared layers' contract (sync.wire.Contract), set by Memory
+        self.contract = contract
         self.shared = shared.SharedViews(self.db)
-        for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
-            if statement.strip():
-                self.db.execute(statement)
-        search.init(self.db)
-        adf.init_meta(self.db)
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        self.db.executemany("INSERT OR IGNORE INTO file_state (path, dirty) VALUES (?, 1)",
-                            [(MIND_PATH,), (LOG_PATH,)])
+        self.written = WrittenFiles(self.db)
+        with self.transaction():
+            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+            adf.init_meta(self.db)
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            self.written.track([MIND_PATH, LOG_PATH])
+        search.init(self.db)  # sqlite-utils, which commits on its own: outside the transaction
+        if agent is not None:
+            self.contract = local_layers.merged(contract, self.config(), agent)
 
     def close(self) -> None:
         self.db.close()
+
+    @contextmanager
+    def transaction(self):
+        """The one write transaction of the views: taken at once (IMMEDIATE), committed when the block
+        ends, rolled back when it raises."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def set_contract(self, contract) -> bool:
+        """Places the shared layers by a new contract: every file it moves is marked to be written
+        (or removed). True when it changed."""
+        if contract == self.contract:
+            return False
+        old = self.shared_paths() if self.contract else []
+        self.contract = contract
+        with self.transaction():
+            self.written.mark_dirty(old + self.shared_paths())
+        return True
 
     def checkpoint(self) -> int:
         return int(self.db.execute("SELECT value FROM meta WHERE key='checkpoint'").fetchone()[0])
@@ -101,20 +185,25 @@ class Views:
             (as_of,)).fetchall()
         return [(slug, title, hook) for slug, _seq, deleted, title, hook in rows if not deleted]
 
-    def page(self, slug: str, as_of: int | None = None) -> str | None:
-        """A page's file text as of a seq: one index lookup on (slug, seq)."""
+    def page_version(self, slug: str, as_of: int | None = None):
+        """(seq, body) of a page's version as of a seq, the body a PageIngest or PageUpdate; None when the
+        page does not exist then. One index lookup on (slug, seq)."""
         if as_of is None:
             row = self.db.execute(
-                "SELECT v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
+                "SELECT v.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
                 "WHERE p.slug = ?", (slug,)).fetchone()
         else:
             row = self.db.execute(
-                "SELECT doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+                "SELECT seq, doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
                 (slug, as_of)).fetchone()
-        if not row or row[0] is None:
+        if not row or row[1] is None:
             return None
-        document = decode_body(row[0])
-        return render.page(document.frontmatter, document.text)
+        return row[0], decode_body(row[1])
+
+    def page(self, slug: str, as_of: int | None = None) -> str | None:
+        """A page's file text as of a seq."""
+        version = self.page_version(slug, as_of)
+        return render.page(version[1].frontmatter, version[1].text) if version else None
 
     def mind(self, as_of: int | None = None) -> str:
         return render.mind(self.always(as_of), search.flagged_catalog(self, self.catalog(as_of), as_of))
@@ -207,13 +296,50 @@ class Views:
         return ([MIND_PATH, LOG_PATH] + [page_path(slug) for slug, _t, _h in self.catalog(as_of)]
                 + self.shared_paths(as_of))
 
+    # --- the loop and files (ADF's tables), as of a seq ---------------------------------------------
+    # An `as_of` of None reads everything folded so far: the checkpoint, or inside a fold the rows
+    # of the batch not yet committed.
+
+    def loop_rows(self, loop: str | None = None, as_of: int | None = None, seq: int | None = None) -> list[tuple]:
+        """The live loop (one loop, or all) as of a seq, in ADF's display order (COALESCE(ord, seq), seq):
+        rows of LOOP_COLUMNS. `seq` picks one row."""
+        where, params = ["removed_seq IS NULL"], []
+        if as_of is not None:
+            where = ["seq <= ?", "(removed_seq IS NULL OR removed_seq > ?)"]
+            params = [as_of, as_of]
+        for column, value in (("loop", loop), ("seq", seq)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        return self.db.execute(f"SELECT {LOOP_COLUMNS} FROM loop_rows WHERE {' AND '.join(where)} "
+                               "ORDER BY COALESCE(ord, seq), seq", params).fetchall()
+
+    def files(self, as_of: int | None = None) -> list[tuple]:
+        """The adf_files rows (FILE_COLUMNS) of the files (not the wiki's) that exist as of a seq."""
+        bound = "" if as_of is None else " AND seq <= ?"
+        rows = self.db.execute(
+            f"SELECT {FILE_COLUMNS}, deleted FROM file_versions f WHERE seq = "
+            f"(SELECT MAX(seq) FROM file_versions WHERE path = f.path{bound}) ORDER BY path",
+            () if as_of is None else (as_of,))
+        return [row[:8] for row in rows if not row[8]]
+
     def file(self, path: str, as_of: int | None = None):
-        """The adf_files row (path, content, mime, size, protection, authorized, created, updated) or None."""
-        row = self.db.execute(
-            "SELECT path, content, mime_type, size, protection, authorized, created_at, updated_at, deleted "
-            "FROM file_versions WHERE path = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
-            (path, as_of if as_of is not None else self.checkpoint())).fetchone()
+        """The adf_files row (FILE_COLUMNS) of one file as of a seq, or None."""
+        bound = "" if as_of is None else " AND seq <= ?"
+        row = self.db.execute(f"SELECT {FILE_COLUMNS}, deleted FROM file_versions WHERE path = ?{bound} "
+                              "ORDER BY seq DESC LIMIT 1", (path,) if as_of is None else (path, as_of)).fetchone()
         return row[:8] if row and not row[8] else None
+
+    def adf_files(self, as_of: int | None = None) -> list[tuple]:
+        """Every adf_files row as of a seq, the wiki's files (mind.md, mind/log.md, pages) first."""
+        as_of = self.checkpoint() if as_of is None else as_of
+        return [self.wiki_file_row(path, as_of) for path in self.paths(as_of)] + self.files(as_of)
+
+    def config_row(self, as_of: int | None = None) -> tuple[str, str] | None:
+        """(config_json, updated_at) as of a seq, or None while the config is ADF's default."""
+        return self.db.execute("SELECT config_json, updated_at FROM config_versions WHERE seq <= ? "
+                               "ORDER BY seq DESC LIMIT 1",
+                               (as_of if as_of is not None else self.checkpoint(),)).fetchone()
 
     def wiki_file_row(self, path: str, as_of: int | None = None) -> tuple | None:
         """A wiki file as an adf_files row: mind.md and mind/log.md no_delete, pages none (ADF's protections)."""
@@ -250,8 +376,7 @@ class Views:
         return (protection, 0, *times)
 
     def config(self, as_of: int | None = None) -> dict:
-        row = self.db.execute("SELECT config_json FROM config_versions WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
-                              (as_of if as_of is not None else self.checkpoint(),)).fetchone()
+        row = self.config_row(as_of)
         return json.loads(row[0]) if row else adf.DEFAULT_CONFIG
 
     def dump(self) -> dict[str, list]:

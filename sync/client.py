@@ -4,8 +4,9 @@ checkpoints that move only after a durable commit.
 - push: this agent's own events in layers the contract lets it produce, after the push cursor;
   the cursor moves once the hub has acknowledged the batch (a retry re-sends; the hub answers
   `duplicate`).
-- pull: events after the pull cursor; they are appended (digests checked) in the same transaction
-  that stores the new cursor, so an interrupted pull neither loses nor duplicates anything.
+- pull: events after the pull cursor; each is checked as the hub checks a push (sync.intake), and
+  those that pass are appended in the same transaction that stores the new cursor, so an interrupted
+  pull neither loses nor duplicates anything, and one bad event is rejected alone.
 """
 
 import json
@@ -18,11 +19,12 @@ import msgspec
 import zstandard
 
 from eventstore.envelope import Event
-from eventstore.errors import InvalidInput, MemError, NotFound
+from eventstore.errors import IdConflict, InvalidInput, MemError, NotFound
 from eventstore.ids import now_ms
-from eventstore.layers import produced_layers, produces
+from eventstore.layers import Contract, produced_layers, produces
 from projections.materialize import write_atomic
 
+from .intake import Rejected, accept, conflicting
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
@@ -49,10 +51,17 @@ class HubRefused(MemError):
 
 
 class HubUnreachable(MemError):
-    """The hub could not be reached, or stopped answering (connection refused, reset, timed out)."""
+    """The hub could not be reached, or stopped answering (connection refused, reset, timed out, bad URL)."""
 
     code = "hub-unreachable"
     status = 503
+
+
+class BadAnswer(MemError):
+    """The remote answered with something that is not a mindlog hub's answer (not JSON, wrong shape)."""
+
+    code = "bad-answer"
+    status = 502
 
 
 class HeldBack(msgspec.Struct):
@@ -72,13 +81,24 @@ class PushReport(msgspec.Struct):
 
 class PullReport(msgspec.Struct):
     """`pulled` counts events new to this log; `returned` this agent's own events coming back (the
-    log had them already); `skipped` files not written because they were edited by hand."""
+    log had them already); `skipped` files not written because they were edited by hand; `rejected`
+    events that failed this consumer's checks (left out; the cursor moved past them)."""
 
     remote: str
     pulled: int
     cursor: str
     returned: int = 0
     skipped: list[str] = []
+    rejected: list[Rejected] = []
+
+
+class PullPage(msgspec.Struct):
+    """A pull answer (wire.PullResponse) with each event left encoded, so that one event that does not
+    decode is rejected alone instead of spoiling its page."""
+
+    events: list[msgspec.Raw]
+    cursor: str
+    more: bool
 
 
 class PulledBatch(msgspec.Struct):
@@ -118,8 +138,12 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
                client: "HubClient | None" = None) -> RemoteAdded:
     """Adds (or replaces) a remote after asking the hub who the token belongs to: a token of another
     agent is refused unless `force`. The hub's contract is kept, so shared writes work at once."""
-    if not url.startswith(("http://", "https://")):
-        raise InvalidInput(f"{url!r} is not an http(s) URL")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise InvalidInput(f"{url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidInput(f"{url!r} is not an http(s) URL with a host")
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", name):
         raise InvalidInput(f"remote name {name!r} must be letters, digits, '-', '_' or '.'")
     token_path = Path(token_file).absolute()
@@ -170,10 +194,16 @@ def get_remote(memory, name: str | None) -> Remote:
 
 
 class HubClient:
-    def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None):
-        self.timeout = timeout
-        self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
-                                 headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+    """Every transport failure and every answer that does not decode becomes one MemError line naming
+    the remote and its URL; a problem document becomes HubRefused."""
+
+    def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None, name: str = "hub"):
+        self.timeout, self.url, self.name = timeout, url, name
+        try:
+            self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
+                                     headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise HubUnreachable(f"remote {name} has a bad URL {url!r}: {exc}") from None
 
     @classmethod
     def for_remote(cls, remote: Remote, timeout: float = 60.0) -> "HubClient":
@@ -182,7 +212,7 @@ class HubClient:
         except OSError as exc:
             raise InvalidInput(f"cannot read the token file {remote.token_file} of remote {remote.name}: "
                                f"{exc.strerror}") from None
-        return cls(remote.url, token, timeout=timeout)
+        return cls(remote.url, token, timeout=timeout, name=remote.name)
 
     def close(self) -> None:
         self.http.close()
@@ -198,17 +228,21 @@ class HubClient:
             # A long-poll's read timeout covers its wait: an idle hub answers only when the wait ends.
             response = self.http.request(method, path, content=body, params=params, headers=headers,
                                          timeout=self.timeout + wait)
-        except httpx.TransportError as exc:
-            reason = str(exc).rstrip(".") or type(exc).__name__
-            raise HubUnreachable(f"hub unreachable at {str(self.http.base_url).rstrip('/')}: {reason}") from None
-        data = response.content  # httpx undoes a zstd Content-Encoding itself
+            data = response.content  # httpx undoes a zstd Content-Encoding itself
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            reason = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
+            raise HubUnreachable(f"cannot reach remote {self.name} at {self.url}: {reason}") from None
         if response.status_code >= 400:
             try:
                 raise HubRefused(msgspec.json.decode(data, type=Problem))
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, msgspec.ValidationError):
                 raise HubRefused(Problem(type="about:blank", title=f"HTTP {response.status_code}",
                                          status=response.status_code)) from None
-        return msgspec.json.decode(data, type=type_)
+        try:
+            return msgspec.json.decode(data, type=type_)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise BadAnswer(f"remote {self.name} at {self.url} answered {path} with something that is not a "
+                            f"mindlog hub's answer: {str(exc)[:200]}") from None
 
     def contract(self) -> ContractResponse:
         return self._call("GET", "/v1/contract", ContractResponse)
@@ -218,6 +252,11 @@ class HubClient:
 
     def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
         return self._call("GET", "/v1/pull", PullResponse,
+                          params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
+
+    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullPage:
+        """Like `pull`, each event still encoded (what a consumer checks one by one)."""
+        return self._call("GET", "/v1/pull", PullPage,
                           params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
 
@@ -316,7 +355,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     batch applied."""
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
-    tally = _Tally(remote, progress, on_batch)
+    tally = _Tally(remote, progress, on_batch, say)
     delay, down, behind = 0.5, False, True
     while True:
         try:
@@ -328,7 +367,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 _pull_until_caught_up(memory, client, tally)
             if not follow or (stop is not None and stop()):
                 break
-            page = client.pull(memory.log.state(key) or "", PULL_BATCH, wait)
+            page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
             tally.store(memory, page)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
@@ -343,27 +382,37 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
             delay = min(delay * 2, RETRY_MAX_SECONDS)
     tally.skipped.update(memory.refresh().refused)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
-                      returned=tally.returned, skipped=sorted(tally.skipped))
+                      returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected)
 
 
 class _Tally:
     """Stores pulled pages and counts what they brought: new events apart from this agent's own
-    coming back, and files a hand edit kept from being written."""
+    coming back, files a hand edit kept from being written, and events rejected (told through `say`)."""
 
-    def __init__(self, remote: Remote, progress, on_batch):
-        self.remote, self.name, self.progress, self.on_batch = remote, remote.name, progress, on_batch
+    def __init__(self, remote: Remote, progress, on_batch, say=None):
+        self.remote, self.name, self.progress, self.on_batch, self.say = remote, remote.name, progress, on_batch, say
         self.pulled = self.returned = 0
         self.skipped: set[str] = set()
+        self.rejected: list[Rejected] = []
 
-    def store(self, memory, page: PullResponse) -> None:
-        """Appends a page (digests checked) in the transaction that moves the cursor."""
-        events = page.events  # their seq is the hub position; the local log sets its own
-        position = events[-1].seq if events else 0
+    def store(self, memory, page: PullPage) -> None:
+        """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
+        transaction that moves the cursor past all of them."""
+        events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log)
+        position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
-        if events:
+        if page.events:
             state[f"pulled-to:{self.name}"] = str(position)
         head = memory.log.head()
-        seqs = memory.log.append(events, state=state, verify=True)
+        try:
+            seqs = memory.log.append(events, state=state)  # intake recomputed every digest already
+        except IdConflict:
+            events, clashing = conflicting(events, memory.log)
+            rejected += clashing
+            seqs = memory.log.append(events, state=state)
+        self.rejected += rejected
+        for r in rejected if self.say else ():
+            self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")
         new = sum(seq > head for seq in seqs)
         self.pulled += new
         self.returned += len(seqs) - new
@@ -378,7 +427,7 @@ class _Tally:
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one."""
     while True:
-        page = client.pull(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
+        page = client.pull_page(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
         tally.store(memory, page)
         if not page.events and not page.more:
             return

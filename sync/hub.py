@@ -1,8 +1,11 @@
 """The hub: an ASGI app (starlette) over a HubStorage. It enforces the contract on every request.
 
 Identity comes from the bearer token, never from an event. Bodies are JSON, optionally zstd
-(`Content-Encoding` / `Accept-Encoding`); every error is `application/problem+json` with a stable
-`type`.
+(`Content-Encoding` / `Accept-Encoding`, the response side a middleware); every error is
+`application/problem+json` with a stable `type`, mapped by exception class at the edge.
+
+A pushed event passes the same checks as one made locally (`eventstore.validate.body`): the hub
+trusts no producer with what is inside an event.
 """
 
 import asyncio
@@ -14,16 +17,19 @@ import zstandard
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from eventstore import secrets, validate
-from eventstore.envelope import check_event
-from eventstore.errors import InvalidInput, MemError, TooLarge, UnknownKind
+from eventstore.envelope import Tag, check_event, check_tag
+from eventstore.errors import InvalidInput, MemError
+from eventstore.kinds import EntryAppend
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
 
 from .committer import GroupCommitter
+from .compression import ZstdResponses
 from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage
@@ -32,18 +38,74 @@ from .wire import PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushReq
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_PULL = 5000
 MAX_WAIT_SECONDS = 30.0
+MAX_POSITION = 2 ** 63 - 1
+
+
+class _TaggedEvent(msgspec.Struct):
+    body: Tag
+
+
+class _PushTags(msgspec.Struct):
+    events: list[_TaggedEvent] = []
+
+
 _push_decoder = msgspec.json.Decoder(PushRequest)
+_tags_decoder = msgspec.json.Decoder(_PushTags)
 
 
-class HubError(Exception):
-    def __init__(self, status: int, code: str, title: str, detail: str = ""):
-        super().__init__(detail or title)
-        self.problem = Problem(type=PROBLEM_BASE + code, title=title, status=status, detail=detail)
+class HubError(MemError):
+    """A refusal only the hub makes (tokens, contract, cursors), with its HTTP status and title."""
+
+    def __init__(self, status: int, code: str, title: str, detail: str = "", field: str = ""):
+        super().__init__(detail or title, code=code, field=field)
+        self.status = status
+        self.title = title
+
+
+def problem_of(exc: MemError) -> Problem:
+    """The problem document of a refusal: an invalid input is 422, everything else keeps its status."""
+    status = 422 if isinstance(exc, InvalidInput) and exc.status == 400 else exc.status
+    title = exc.title if isinstance(exc, HubError) else exc.code.replace("-", " ").capitalize()
+    return Problem(type=PROBLEM_BASE + exc.code, title=title, status=status, detail=str(exc), field=exc.field)
 
 
 def problem_response(problem: Problem, headers: dict | None = None) -> Response:
     return Response(msgspec.json.encode(problem), status_code=problem.status,
                     media_type="application/problem+json", headers=headers)
+
+
+async def on_refusal(request: Request, exc: MemError) -> Response:
+    return problem_response(problem_of(exc))
+
+
+async def on_http_error(request: Request, exc: HTTPException) -> Response:
+    return problem_response(Problem(type=PROBLEM_BASE + f"http-{exc.status_code}", title=str(exc.detail),
+                                    status=exc.status_code), headers=getattr(exc, "headers", None))
+
+
+async def on_internal_error(request: Request, exc: Exception) -> Response:
+    return problem_response(Problem(type=PROBLEM_BASE + "internal", title="Internal error", status=500))
+
+
+def _tags_of(raw: bytes) -> list[str]:
+    """The `kind` of every event of a batch that did not decode, when that much of it is well formed."""
+    try:
+        return [tagged.body.kind for tagged in _tags_decoder.decode(raw).events]
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return []
+
+
+def decode_push(raw: bytes) -> PushRequest:
+    try:
+        return _push_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        for kind in _tags_of(raw):
+            check_tag(kind)
+        raise HubError(422, "invalid-event", "Invalid event", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise HubError(400, "invalid-body", "Invalid body", f"not JSON: {exc}") from None
+    except RecursionError:
+        raise HubError(422, "invalid-event", "Invalid event", "the request nests too deeply") from None
 
 
 def encode_cursor(position: int) -> str:
@@ -55,17 +117,21 @@ def decode_cursor(cursor: str | None) -> int:
         return 0
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if text[0] != "p" or not text[1:].isdigit():
+        if text[0] != "p" or not text[1:].isascii() or not text[1:].isdigit() or int(text[1:]) > MAX_POSITION:
             raise ValueError
         return int(text[1:])
     except (ValueError, IndexError, binascii.Error, UnicodeDecodeError):
         raise HubError(400, "invalid-cursor", "Invalid cursor", "the cursor is not one this hub gave out") from None
 
 
-def check_batch(events, agent: str, contract) -> None:
-    """Every check a pushed event must pass before any of its batch is applied."""
-    for event in events:
-        check_event(event)
+def check_batch(events, agent: str, contract, storage: HubStorage | None = None) -> None:
+    """Every check a pushed event must pass before any of its batch is applied. With `storage`, an
+    entry's `reverses` must name an entry of its layer, on the hub or earlier in the batch."""
+    for index, event in enumerate(events):
+        try:
+            check_event(event)
+        except MemError as exc:
+            raise _in_event(exc, index, event) from None
         if is_reserved(event.layer):
             raise HubError(403, "reserved-layer", "Reserved layer",
                            f"event {event.id} is in layer {event.layer!r}: {', '.join(sorted(PRIVATE_LAYERS))} are "
@@ -80,14 +146,39 @@ def check_batch(events, agent: str, contract) -> None:
         if event.kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
                            f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.kind!r}")
-        if event.kind == "entry.append":
-            validate.entry_date(event.body.date)
+        try:
+            validate.body(event.body)
+        except MemError as exc:
+            raise _in_event(exc, index, event) from None
         if contract.layers[event.layer].scan_secrets:
             found = secrets.scan_body(event.body)
             if found:
                 raise HubError(422, "secret-detected", "Secret detected",
                                f"event {event.id} in layer {event.layer!r}: {secrets.describe(found)}; "
                                "nothing of the batch was applied")
+    if storage is not None:
+        check_reversals(events, storage)
+
+
+def check_reversals(events, storage: HubStorage) -> None:
+    batch = {event.id: event.layer for event in events}
+    wanted = {event.body.reverses for event in events
+              if isinstance(event.body, EntryAppend) and event.body.reverses is not None}
+    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch} if wanted else batch
+    for index, event in enumerate(events):
+        if isinstance(event.body, EntryAppend) and event.body.reverses is not None:
+            if known.get(event.body.reverses) != event.layer:
+                raise InvalidInput(f"event {event.id}: there is no entry {event.body.reverses} in layer {event.layer!r} "
+                               "to reverse", field=f"events[{index}].body.reverses")
+
+
+def _in_event(exc: MemError, index: int, event) -> MemError:
+    """Names the event (and its place in the batch) in a refusal raised while checking it."""
+    if str(event.id) not in str(exc):
+        exc.args = (f"event {event.id!r}: {exc}",)
+    if exc.field:
+        exc.field = f"events[{index}].{exc.field}"
+    return exc
 
 
 def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_commit: bool = True) -> Starlette:
@@ -97,7 +188,6 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
     wait on a Fanout, woken by commits, holding no thread."""
     fanout = Fanout()
     committers: list[GroupCommitter] = []
-    compressor = zstandard.ZstdCompressor(level=1)  # one per app: replies are compressed on the event loop only
 
     def committer() -> GroupCommitter:
         """Started on the first request, inside the event loop that serves them."""
@@ -138,13 +228,8 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
             raise HubError(415, "unsupported-encoding", "Unsupported content encoding", encoding)
         return raw
 
-    def reply(request: Request, value, status: int = 200) -> Response:
-        data = msgspec.json.encode(value)
-        headers = {}
-        if "zstd" in request.headers.get("accept-encoding", "") and len(data) > 1024:
-            data = compressor.compress(data)
-            headers["content-encoding"] = "zstd"
-        return Response(data, status_code=status, media_type="application/json", headers=headers)
+    def reply(value) -> Response:
+        return Response(msgspec.json.encode(value), media_type="application/json")
 
     async def authenticate(request: Request) -> str:
         header = request.headers.get("authorization", "")
@@ -159,24 +244,20 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
     async def contract(request: Request) -> Response:
         agent = await authenticate(request)
         current, position = await run_in_threadpool(storage.contract)
-        return reply(request, ContractResponse(contract=current, position=position, agent=agent))
+        return reply(ContractResponse(contract=current, position=position, agent=agent))
 
     async def push(request: Request) -> Response:
         agent = await authenticate(request)
-        raw = await body_of(request)
-        try:
-            batch = _push_decoder.decode(raw)
-        except msgspec.ValidationError as exc:
-            if "$.events[" in str(exc) and ".body.kind" in str(exc) and "Invalid value" in str(exc):
-                raise UnknownKind(f"unknown event kind: {exc}") from None
-            raise HubError(422, "invalid-event", "Invalid event", str(exc)) from None
-        except msgspec.DecodeError as exc:
-            raise HubError(400, "invalid-body", "Invalid body", f"not JSON: {exc}") from None
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type != "application/json":
+            raise HubError(415, "unsupported-media-type", "Unsupported media type",
+                           f"push takes application/json, not {media_type or 'a body without a type'}")
+        batch = decode_push(await body_of(request))
         # Digests are recomputed off the event loop (a large batch is real CPU work), in the same trip
         # to a worker thread as reading the contract.
-        await run_in_threadpool(lambda: check_batch(batch.events, agent, storage.contract()[0]))
+        await run_in_threadpool(lambda: check_batch(batch.events, agent, storage.contract()[0], storage))
         results = await committer().push(batch.events) if batch.events else []
-        return reply(request, PushResponse(results=results))
+        return reply(PushResponse(results=results))
 
     async def pull(request: Request) -> Response:
         agent = await authenticate(request)
@@ -193,11 +274,14 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
         committer().record_pull(agent, after)
         head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
         if not events and wait > 0 and await fanout.wait(max(after, head), layers, wait):
+            agent = await authenticate(request)  # revoked while it waited: it gets nothing more
+            current, _ = await run_in_threadpool(storage.contract)
+            layers = consumed_layers(current, agent)
             head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
         more = len(events) > limit
         events = events[:limit]
         cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
-        return reply(request, PullResponse(events=events, cursor=encode_cursor(cursor), more=more))
+        return reply(PullResponse(events=events, cursor=encode_cursor(cursor), more=more))
 
     async def openapi(request: Request) -> Response:
         return Response(msgspec.json.encode(openapi_document()), media_type="application/json")
@@ -205,20 +289,9 @@ def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_co
     async def health(request: Request) -> Response:
         return Response(b'{"ok":true}', media_type="application/json")
 
-    async def on_error(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, HubError):
-            return problem_response(exc.problem)
-        if isinstance(exc, MemError):
-            status = exc.status if exc.status != 400 or not isinstance(exc, InvalidInput) else 422
-            return problem_response(Problem(type=PROBLEM_BASE + exc.code, title=exc.code.replace("-", " "),
-                                            status=status, detail=str(exc)))
-        if isinstance(exc, HTTPException):
-            return problem_response(Problem(type=PROBLEM_BASE + f"http-{exc.status_code}", title=str(exc.detail),
-                                            status=exc.status_code), headers=getattr(exc, "headers", None))
-        return problem_response(Problem(type=PROBLEM_BASE + "internal", title="Internal error", status=500))
-
     routes = [Route("/v1/contract", contract, methods=["GET"]), Route("/v1/push", push, methods=["POST"]),
               Route("/v1/pull", pull, methods=["GET"]), Route("/openapi.json", openapi, methods=["GET"]),
               Route("/health", health, methods=["GET"])]
-    return Starlette(routes=routes, exception_handlers={Exception: on_error, HTTPException: on_error,
-                                                         HubError: on_error, MemError: on_error, TooLarge: on_error})
+    return Starlette(routes=routes, middleware=[Middleware(ZstdResponses)],
+                     exception_handlers={MemError: on_refusal, HTTPException: on_http_error,
+                                         Exception: on_internal_error})

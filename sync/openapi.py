@@ -16,7 +16,7 @@ def openapi_document() -> dict:
                 for code, text in ((400, "Bad request"), (401, "Missing, unknown or revoked token"),
                                    (403, "Out of contract, or the event's agent is not the token's"),
                                    (409, "Digest mismatch or an id known with another digest"),
-                                   (413, "Request too large"), (415, "Unsupported encoding"),
+                                   (413, "Request too large"), (415, "Unsupported media type or content encoding"),
                                    (422, "Invalid event"))}
     security = [{"bearer": []}]
     json_body = lambda schema: {"application/json": {"schema": schema}}  # noqa: E731

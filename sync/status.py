@@ -34,7 +34,7 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
     within `timeout` seconds."""
     base = workspace_status(memory)
     conflicts = memory.views.shared.conflicts(memory.views.checkpoint())
-    dirty = {p for (p,) in memory.views.db.execute("SELECT path FROM file_state WHERE dirty = 1")}
+    dirty = {p for p, _hash in memory.views.written.dirty()}
     skipped = [p for p in base.hand_edited if p in dirty]
     remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)
                for remote in load_remotes(memory).values()]

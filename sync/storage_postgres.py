@@ -103,6 +103,10 @@ class PostgresHubStorage(HubStorage):
         with self.pool.connection() as conn:
             return conn.execute("SELECT position FROM hub_counter").fetchone()[0]
 
+    def layers_of(self, ids):
+        with self.pool.connection() as conn:
+            return dict(conn.execute("SELECT id, layer FROM hub_events WHERE id = ANY(%s)", (list(ids),)).fetchall())
+
     def _watch_loop(self, callback, stop):
         """LISTENs on a connection of its own; after a lost connection, reconnects with backoff and
         reports the head with unknown layers (notifications may have been missed meanwhile)."""

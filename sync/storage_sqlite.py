@@ -125,6 +125,14 @@ class SQLiteHubStorage(HubStorage):
     def head(self):
         return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events")[0][0]
 
+    def layers_of(self, ids):
+        found = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            found.update(self._read(f"SELECT id, layer FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})",
+                                    chunk))
+        return found
+
     def _watch_loop(self, callback, stop):
         seen = self.head()
         while not stop.wait(WATCH_INTERVAL):

@@ -44,6 +44,8 @@ class Problem(msgspec.Struct, omit_defaults=True):
     title: str
     status: int
     detail: str = ""
+    field: str = ""
+    """The part of the request at fault, like `events[0].body.slug` (an extension member)."""
 
 
 PROBLEM_BASE = "https://mindlog.dev/problems/"

@@ -2,9 +2,10 @@
 
 import pytest
 
-from eventstore.envelope import new_event
+from eventstore.envelope import decode_body, new_event, unpack_body
 from eventstore.errors import DigestMismatch, IdConflict
 from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
+from eventstore.recorder import id_text
 
 
 def ev(i: int, layer: str = "mind", ts: int | None = None):
@@ -31,6 +32,9 @@ class RecorderConformance:
         assert recorder.head() == 1_000_004 and recorder.get_by_seq(500) is None
         assert recorder.verify().ok
         assert recorder.seq_at(recorder.get_by_seq(1).recorded_at) >= 1
+        assert recorder.seq_after(0, 2) == 1_000_002 and recorder.seq_after(1, 3) == 1_000_004
+        assert recorder.seq_after(1, 4) is None
+        assert recorder.recorded_at(500) == recorder.get_by_seq(1_000_002).recorded_at
 
     def test_round_trip_keeps_every_envelope_field(self, recorder):
         event = new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text="x" * 5000), agent="a", layer="mind")
@@ -91,3 +95,50 @@ class RecorderConformance:
         tamper(6)
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 6
+
+    def test_state_starts_empty_and_keeps_the_last_value(self, recorder):
+        assert recorder.state("pull:origin") is None
+        recorder.set_state("pull:origin", "p1")
+        recorder.set_state("pull:origin", "p2")
+        recorder.set_state("push:origin", "7")
+        assert (recorder.state("pull:origin"), recorder.state("push:origin")) == ("p2", "7")
+
+    def test_state_commits_with_the_batch(self, recorder):
+        assert recorder.append([ev(1), ev(2)], state={"pull:origin": "c2"}) == [1, 2]
+        assert recorder.state("pull:origin") == "c2"
+        event = ev(3)
+        recorder.append([event])
+        forged = new_event(AlwaysAdd(line="other"), agent="alice", layer="mind", id=event.id, ts=event.ts)
+        with pytest.raises(IdConflict):
+            recorder.append([ev(4), forged], state={"pull:origin": "c4"})
+        assert recorder.state("pull:origin") == "c2" and recorder.head() == 3
+
+    def test_verify_flag_checks_digests_of_a_trusted_log(self, recorder):
+        event = ev(1)
+        event.digest = "0" * 64
+        with pytest.raises(DigestMismatch):
+            recorder.append([ev(0), event], verify=True, state={"pull:origin": "x"})
+        assert recorder.head() == 0 and recorder.state("pull:origin") is None
+
+    def test_get_by_seq_and_recorded_at(self, recorder):
+        recorder.append([ev(1), ev(2)])
+        assert recorder.get_by_seq(2).body == AlwaysAdd(line="line 2")
+        assert recorder.get_by_seq(3) is None
+        assert recorder.recorded_at(1) == recorder.get_by_seq(1).recorded_at
+        assert recorder.recorded_at(3) is None
+
+    def test_fold_rows_are_the_stored_rows_undecoded(self, recorder):
+        recorder.append([ev(1, "mind"), ev(2, "team"), ev(3, "mind")])
+        rows = list(recorder.fold_rows(1, 3))
+        assert [r[0] for r in rows] == [2, 3]
+        seq, id, ts, layer, kind, codec, body, agent = rows[0]
+        event = recorder.get_by_seq(2)
+        assert (id_text(bytes(id)), ts, layer, kind, agent) == (event.id, event.ts, "team", "always.add", "alice")
+        assert decode_body(unpack_body(codec, bytes(body))) == event.body
+        assert list(recorder.fold_rows(3, 3)) == []
+
+    def test_verify_reports_progress(self, recorder):
+        recorder.append([ev(i) for i in range(5)])
+        seen = []
+        assert recorder.verify(progress=seen.append).ok
+        assert seen == [1, 2, 3, 4, 5]

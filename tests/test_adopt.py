@@ -1,5 +1,6 @@
 """Direct edits of the wiki files become events (`mem adopt`, `mem watch`); what cannot is left and reported."""
 
+import json
 import subprocess
 import time
 
@@ -62,3 +63,67 @@ def test_watch_adopts_edits_as_they_happen(workspace):
     finally:
         watcher.terminate()
         watcher.wait(timeout=10)
+
+
+def test_adopt_waits_for_a_write_in_progress(memory):
+    """A write whose event is in the views but whose file is not yet on disk must not look deleted by
+    hand: adopt takes the projector's lock, so it runs before the write starts or after it ends."""
+    from eventstore.writer import Writer
+    from projections.fold import catch_up
+    from projections.materialize import materialize
+
+    memory.write_page("deploy", PAGE)
+    event = Writer("alice", memory.views).page_write("second", PAGE)
+    with memory.lock():
+        memory.log.append([event])
+        catch_up(memory.log, memory.views)  # in the views; mind/second.md not written yet
+        adopting = subprocess.Popen([*mem_command(), "-w", str(memory.root), "adopt", "--json"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        assert adopting.poll() is None, adopting.communicate()
+        materialize(memory.views, memory.root)
+    out, err = adopting.communicate(timeout=60)
+    assert adopting.returncode == 0, err
+    assert [e.kind for e in memory.log.read()] == ["page.ingest", "page.ingest"]
+    assert (memory.root / "mind/second.md").exists()
+
+
+def test_watch_with_concurrent_writers_removes_nothing(workspace, tmp_path):
+    """`mem watch` against separate processes writing pages (through `mem` and directly into mind/) and
+    `## Always` lines: nothing is deleted that nobody deleted, no write is refused as edited by hand."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    mem = " ".join(f"'{part}'" for part in mem_command())
+    w = f"-w '{workspace}'"
+    scripts = [
+        f"for i in 1 2 3 4 5 6; do {mem} {w} page write cli-a$i --file '{page}' || exit 1; done",
+        f"for i in 1 2 3 4 5 6; do {mem} {w} page write cli-b$i --file '{page}' || exit 1; done",
+        f"for i in 1 2 3 4 5 6; do {mem} {w} always add \"rule $i\" || exit 1; done",
+        f"for i in 1 2 3 4 5 6; do cp '{page}' '{workspace}'/mind/direct-$i.md; sleep 0.3; done",
+    ]
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "50"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        writers = [subprocess.Popen(["sh", "-c", s], stdout=subprocess.PIPE, stderr=subprocess.PIPE) for s in scripts]
+        for writer in writers:
+            out, err = writer.communicate(timeout=300)
+            assert writer.returncode == 0, err.decode()
+            assert b"edited by hand" not in err
+        wanted = {f"cli-a{i}" for i in range(1, 7)} | {f"cli-b{i}" for i in range(1, 7)} | {
+            f"direct-{i}" for i in range(1, 7)}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = {p["slug"] for p in json.loads(run_mem("-w", workspace, "page", "list", "--json").stdout)}
+            if listed >= wanted:
+                break
+            time.sleep(0.5)
+    finally:
+        watcher.terminate()
+        out, err = watcher.communicate(timeout=30)
+    assert listed == wanted, (out.decode(), err.decode())
+    kinds = [row[6] for row in log_rows(workspace)]
+    assert "page.delete" not in kinds and "always.remove" not in kinds, kinds
+    assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == [
+        f"rule {i}" for i in range(1, 7)]
+    assert json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)["clean"]

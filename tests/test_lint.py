@@ -30,7 +30,7 @@ def test_a_clean_wiki_has_no_findings(memory):
 def test_contradictions(memory):
     memory.write_page("runbook", page("Runbook"))
     memory.write_page("old", page("Old", status="superseded-by: runbook"))
-    linking = memory.write_page("guide", page("Guide", "Follow adf-file://mind/old.md"))
+    linking = memory.write_page("guide", page("Guide", "Follow adf-file://mind/old.md")).seq
     assert findings(memory, "contradictions") == [("contradictions", "mind/guide.md", "adf-file://mind/old.md")]
     assert findings(memory, "contradictions", as_of=linking - 1) == []  # guide did not exist yet
     memory.write_page("runbook", page("Runbook", status="superseded-by: old"))
@@ -42,7 +42,7 @@ def test_contradictions(memory):
 
 def test_contradictions_with_reversed_entries_and_index_drift(memory):
     memory.declare_layer("decisions", "memory/decisions.md")
-    first = memory.log.get_by_seq(memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite")).id
+    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite").id
     memory.entry_add("decisions", "[DECISION] 2026-11-02: PostgreSQL", reverses=first)
     memory.write_page("hub", page("Hub", f"We chose SQLite ({first})."))
     assert findings(memory, "contradictions") == [("contradictions", "mind/hub.md", first)]

@@ -9,6 +9,7 @@ import pytest
 from eventstore.errors import InvalidInput, MemError, NotFound, UnsafePath
 from projections import audit
 from projections.adf_file import export_adf
+from projections.memory import Memory
 
 from adf_recipe import audit_read as recipe_read
 from conftest import log_rows, run_mem
@@ -29,7 +30,7 @@ def blob(memory, audit_id):
 
 def test_a_loop_message_seq_is_its_event_seq(memory):
     memory.always_add("x")
-    assert say(memory, "hello") == 2
+    assert say(memory, "hello").seq == 2
     assert memory.log.get_by_seq(2).kind == "loop.append"
     assert texts(memory) == [(2, "hello")]
 
@@ -38,8 +39,8 @@ def test_compaction_archives_exactly_as_adf(memory):
     for i in range(1, 6):
         memory.loop_append("user" if i % 2 else "assistant", [{"type": "text", "text": f"m{i}"}],
                            model="m-1" if i == 2 else None, tokens={"input": i} if i == 3 else None)
-    seq = memory.loop_compact("the summary [S2]", preserve=2)
-    assert seq == 6
+    done = memory.loop_compact("the summary [S2]", preserve=2)
+    assert done.event.seq == 6 and (done.archived.start_seq, done.archived.end_seq, done.archived.id) == (1, 3, 1)
     rows = memory.views.db.execute("SELECT seq, role, content_json, ord FROM adf_loop "
                                    "ORDER BY COALESCE(ord, seq), seq").fetchall()
     assert [(r[0], r[3]) for r in rows] == [(6, 3), (4, None), (5, None)]
@@ -176,17 +177,16 @@ def test_cli_refusals(workspace, tmp_path):
 
 
 def test_citations_resolve_and_lint_finds_the_missing(workspace, tmp_path):
-    for i in range(3):
-        run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", f"fact {i}", check=True)
-    (tmp_path / "s.txt").write_text("facts 1-2\n")
-    run_mem("-w", workspace, "loop", "compact", "--summary-file", tmp_path / "s.txt", "--preserve", "1", check=True)
+    with Memory.open(workspace) as memory:
+        for i in range(3):
+            say(memory, f"fact {i}")
+        memory.loop_compact("facts 1-2", preserve=1)
     cited = run_mem("-w", workspace, "cite", "[S1]", check=True).stdout.decode()
     assert cited.startswith("S1: in audit blob 1 (loop main)") and "fact 0" in cited
     assert "live in the loop" in run_mem("-w", workspace, "cite", "adf-audit://seq/3?loop=main").stdout.decode()
-    page = tmp_path / "p.md"
-    page.write_text("---\ntype: lesson\nsources:\n  - adf-audit://seq/2\n---\n# Facts\n\nFrom [S1] and [S77].\n"
-                    "See adf-file://mind/nothing.md\n")
-    run_mem("-w", workspace, "page", "write", "facts", "--file", page, check=True)
+    with Memory.open(workspace) as memory:
+        memory.write_page("facts", b"---\ntype: lesson\nsources:\n  - adf-audit://seq/2\n---\n# Facts\n\n"
+                                   b"From [S1] and [S77].\nSee adf-file://mind/nothing.md\n")
     assert run_mem("-w", workspace, "cite", "adf-file://mind/facts.md", check=True).stdout.startswith(b"---\n")
     result = run_mem("-w", workspace, "lint", "--citations", "--json")
     assert result.returncode == 1

@@ -7,28 +7,29 @@ import pytest
 
 from eventstore.instants import format_instant, parse_instant
 
+from projections.memory import Memory
+
 from conftest import PAGE, run_mem
 
 V2 = PAGE.replace(b"Staging first.", b"Staging first. Prod needs an ack.")
 
 
 @pytest.fixture
-def history(workspace, tmp_path):
-    """Three moments: after ingest (t1), after an Always edit and update (t2), after delete (t3)."""
-    v1, v2 = tmp_path / "v1.md", tmp_path / "v2.md"
-    v1.write_bytes(PAGE)
-    v2.write_bytes(V2)
+def history(workspace):
+    """Three moments: after ingest (t1), after an Always edit and update (t2), after delete (t3). Written
+    in-process: what is seen end to end here is reading them back through `mem`."""
     marks = {}
-    run_mem("-w", workspace, "page", "write", "deploy", "--file", v1, "--note", "first", check=True)
-    time.sleep(0.02)
-    marks["t1"] = time.time()
-    time.sleep(0.02)
-    run_mem("-w", workspace, "always", "add", "Ack before prod.", check=True)
-    run_mem("-w", workspace, "page", "write", "deploy", "--file", v2, "--note", "ack", check=True)
-    time.sleep(0.02)
-    marks["t2"] = time.time()
-    time.sleep(0.02)
-    run_mem("-w", workspace, "page", "delete", "deploy", "--note", "gone", check=True)
+    with Memory.open(workspace) as memory:
+        memory.write_page("deploy", PAGE, "first")
+        time.sleep(0.02)
+        marks["t1"] = time.time()
+        time.sleep(0.02)
+        memory.always_add("Ack before prod.")
+        memory.write_page("deploy", V2, "ack")
+        time.sleep(0.02)
+        marks["t2"] = time.time()
+        time.sleep(0.02)
+        memory.delete_page("deploy", "gone")
     return workspace, {k: format_instant(int(v * 1000)) for k, v in marks.items()}
 
 
@@ -59,14 +60,17 @@ def test_at_accepts_offsets(history):
 
 def test_mind_and_log_as_of(history):
     ws, t = history
-    mind1 = show(ws, "mind.md", "--at", t["t1"]).stdout.decode()
-    assert "Ack before prod" not in mind1 and "[Deploy procedure]" in mind1
-    mind2 = show(ws, "mind.md", "--at", t["t2"]).stdout.decode()
-    assert "- Ack before prod.\n" in mind2
-    assert "[Deploy procedure]" not in show(ws, "mind.md").stdout.decode()
-    log1 = show(ws, "mind/log.md", "--at", t["t1"]).stdout.decode()
-    assert log1.count("## [") == 1 and "ingest | Deploy procedure" in log1
-    assert show(ws, "mind/log.md").stdout.decode().count("## [") == 3
+    with Memory.open(ws) as memory:
+        def at(path, moment=None):
+            return memory.show(path, memory.seq_at(parse_instant(moment) if moment else None))
+
+        mind1 = at("mind.md", t["t1"])
+        assert "Ack before prod" not in mind1 and "[Deploy procedure]" in mind1
+        assert "- Ack before prod.\n" in at("mind.md", t["t2"])
+        assert "[Deploy procedure]" not in at("mind.md")
+        log1 = at("mind/log.md", t["t1"])
+        assert log1.count("## [") == 1 and "ingest | Deploy procedure" in log1
+        assert at("mind/log.md").count("## [") == 3
 
 
 def test_checkout_writes_the_whole_memory_as_it_was(history, tmp_path):

@@ -55,7 +55,7 @@ def test_code_built_contracts_still_share_no_private_layer():
     private = new_event(AlwaysAdd(line="mine"), agent="alice", layer="mind")
     with pytest.raises(HubError) as refused:
         check_batch([private], "alice", contract)
-    assert refused.value.problem.status == 403 and refused.value.problem.type.endswith("/reserved-layer")
+    assert refused.value.status == 403 and refused.value.code == "reserved-layer"
 
 
 def test_a_stored_contract_naming_mind_is_read_without_it():
@@ -109,3 +109,37 @@ def test_a_hub_that_had_mind_in_its_contract_never_ships_a_private_page(hub_with
     assert not (bob / "mind" / "secret.md").exists() and not (bob / "team").exists()
     assert log_rows(bob) == []
     storage.close()
+
+
+BAD_PATHS = [("./mind/", "pages"), ("./mind.md", "entries"), ("./.mem/", "pages"), ("a/./mind.md", "entries"),
+             (".git/hooks/", "pages"), ("notes\n/", "pages"), ("no\x00tes/", "pages"), ("/etc/", "pages"),
+             ("../x.md", "entries"), ("a/../mind/", "pages"), ("MIND/", "pages"), ("Mind.md", "entries"),
+             ("a//b/", "pages"), ("notes\u2028x.md", "entries"), ("C:/x/", "pages"), ("a\\b/", "pages"),
+             ("docs/.hidden.md", "entries"), ("mind/team/", "pages")]
+
+
+@pytest.mark.parametrize("path, format", BAD_PATHS)
+def test_contract_paths_are_checked_on_their_normal_form(path, format):
+    spec = {"path": path, "format": format, "producers": ["*"], "consumers": ["*"]}
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"layers": {"notes": spec}}, Contract)
+    toml = f'[layers.notes]\npath = {msgspec.json.encode(path).decode()}\nformat = "{format}"\n' \
+           'producers = ["*"]\nconsumers = ["*"]\n'
+    with pytest.raises(InvalidInput, match="layer notes: path"):
+        parse_contract(toml)
+
+
+def test_good_paths_pass():
+    for path, format in (("team/notes/", "pages"), ("memory/cross-domain-insights.md", "entries"),
+                         ("content/drafts/", "pages"), ("mindful/x.md", "entries")):
+        msgspec.convert({"layers": {"notes": {"path": path, "format": format, "producers": ["*"],
+                                              "consumers": ["*"]}}}, Contract)
+
+
+def test_mem_hub_contract_apply_refuses_a_path_into_mind(tmp_path):
+    (tmp_path / "c.toml").write_text(MIND_CONTRACT.replace("layers.mind", "layers.notes")
+                                     .replace('"team/notes/"', '"./mind/"'))
+    result = run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", tmp_path / "hub.db")
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "error: layer notes: path './mind/': the path has an empty or '.' segment; write it in normal form"]

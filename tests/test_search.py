@@ -22,7 +22,7 @@ def cites(memory, query, **options):
 def test_finds_pages_loop_files_and_marks_the_match(memory):
     memory.write_page("deploy", page("Deploy procedure", "Staging first, then the canary.",
                                      description="staging first"))
-    seq = memory.loop_append("user", [{"type": "text", "text": "The canary went red at noon."}])
+    seq = memory.loop_append("user", [{"type": "text", "text": "The canary went red at noon."}]).seq
     memory.file_write("notes/today.md", b"Check the canary dashboard.")
     memory.file_write("blob.bin", b"\x00\x01canary\xff")
     hits = search.search(memory.views, "canary", day=DAY)
@@ -35,8 +35,8 @@ def test_finds_pages_loop_files_and_marks_the_match(memory):
 
 
 def test_a_word_only_in_a_later_version_is_not_found_earlier(memory):
-    first = memory.write_page("deploy", page("Deploy", "Staging first."))
-    second = memory.write_page("deploy", page("Deploy", "Canary first."))
+    first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
+    second = memory.write_page("deploy", page("Deploy", "Canary first.")).seq
     assert cites(memory, "canary") == ["adf-file://mind/deploy.md"]
     assert cites(memory, "canary", as_of=first) == []
     assert cites(memory, "staging") == []  # replaced: the current version no longer says it
@@ -45,9 +45,9 @@ def test_a_word_only_in_a_later_version_is_not_found_earlier(memory):
 
 
 def test_deleted_and_renamed_pages_are_found_only_while_they_existed(memory):
-    ingest = memory.write_page("runbook", page("Runbook", "Rotate the keys monthly."))
-    renamed = memory.rename_page("runbook", "keys")
-    deleted = memory.delete_page("keys")
+    ingest = memory.write_page("runbook", page("Runbook", "Rotate the keys monthly.")).seq
+    renamed = memory.rename_page("runbook", "keys").seq
+    deleted = memory.delete_page("keys").seq
     assert cites(memory, "rotate") == []
     assert cites(memory, "rotate", as_of=deleted) == []
     assert cites(memory, "rotate", as_of=renamed) == ["adf-file://mind/keys.md"]
@@ -55,9 +55,9 @@ def test_deleted_and_renamed_pages_are_found_only_while_they_existed(memory):
 
 
 def test_compacted_loop_messages_stay_findable_and_say_where(memory):
-    seq = memory.loop_append("user", [{"type": "text", "text": "Prod needs my ack."}])
+    seq = memory.loop_append("user", [{"type": "text", "text": "Prod needs my ack."}]).seq
     memory.loop_append("assistant", [{"type": "text", "text": "Understood."}])
-    compact = memory.loop_compact("Owner signs off releases.", preserve=0)
+    compact = memory.loop_compact("Owner signs off releases.", preserve=0).event.seq
     [hit] = search.search(memory.views, "prod needs", kinds=["loop"], day=DAY, limit=1)
     assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
     assert [h.citation for h in search.search(memory.views, "owner", kinds=["loop"], day=DAY)] == [f"[S{compact}]"]
@@ -66,9 +66,9 @@ def test_compacted_loop_messages_stay_findable_and_say_where(memory):
 
 
 def test_file_versions_and_deletes(memory):
-    first = memory.file_write("notes/a.md", b"alpha")
+    first = memory.file_write("notes/a.md", b"alpha").seq
     memory.file_write("notes/a.md", b"beta")
-    gone = memory.file_delete("notes/a.md")
+    gone = memory.file_delete("notes/a.md").seq
     assert cites(memory, "alpha") == [] and cites(memory, "beta") == []
     assert cites(memory, "alpha", as_of=first) == ["adf-file://notes/a.md"]
     assert cites(memory, "beta", as_of=gone - 1) == ["adf-file://notes/a.md"]
@@ -129,7 +129,7 @@ def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
     from projections.adf_file import export_adf, import_adf
     from projections.memory import Memory
 
-    seq = memory.loop_append("user", [{"type": "text", "text": "The migration needs the new column."}])
+    seq = memory.loop_append("user", [{"type": "text", "text": "The migration needs the new column."}]).seq
     memory.loop_append("user", [{"type": "text", "text": "ok"}])
     memory.loop_compact("Summary.", preserve=1)
     export_adf(memory, tmp_path / "a.adf", memory.views.checkpoint())
@@ -137,3 +137,19 @@ def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
         import_adf(copy, tmp_path / "a.adf")
         [hit] = search.search(copy.views, "migration column", day=DAY)
         assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
+
+
+def test_a_history_index_without_until_is_refilled(memory):
+    first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
+    memory.write_page("deploy", page("Deploy", "Canary first."))
+    db = memory.views.db
+    db.execute("DROP TABLE search_history")
+    db.execute("CREATE TABLE search_history (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, "
+               "key TEXT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, "
+               "ref TEXT, reverses TEXT, agent TEXT)")
+    memory.close()
+    from projections.memory import Memory
+
+    with Memory.open(memory.root) as again:
+        assert cites(again, "staging", as_of=first) == ["adf-file://mind/deploy.md"]
+        assert cites(again, "staging") == [] and cites(again, "canary", as_of=first) == []

@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import log_rows, run_mem
 
@@ -25,8 +27,8 @@ def found(memory, query, day=TODAY, **options):
 def test_withheld_status_is_left_out_of_search_and_believed_unless_all(memory, status):
     memory.write_page("runbook", page("Runbook", "Rollback with the script."))
     memory.loop_append("user", [{"type": "text", "text": "hello"}])
-    current = memory.write_page("old", page("Old way", "Rollback by hand."))
-    withheld = memory.write_page("old", page("Old way", "Rollback by hand.", status=status))
+    current = memory.write_page("old", page("Old way", "Rollback by hand.")).seq
+    withheld = memory.write_page("old", page("Old way", "Rollback by hand.", status=status)).seq
     assert found(memory, "rollback") == ["adf-file://mind/runbook.md"]
     assert "adf-file://mind/old.md" in found(memory, "rollback", include_all=True)
     assert found(memory, "hand") == [] and found(memory, "hand", as_of=withheld) == []
@@ -63,7 +65,7 @@ def test_stale_flag_in_mind_md_is_a_function_of_the_log(memory):
 
 def test_reversed_entries_rank_below_what_reversed_them(memory):
     memory.declare_layer("decisions", "memory/decisions.md")
-    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: The hub runs on SQLite, SQLite, SQLite")
+    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: The hub runs on SQLite, SQLite, SQLite").seq
     first_id = memory.log.get_by_seq(first).id
     memory.entry_add("decisions", "[DECISION] 2026-11-29: The hub moves to PostgreSQL from SQLite", reverses=first_id)
     hits = search.search(memory.views, "sqlite hub", day=TODAY)
@@ -125,3 +127,29 @@ def test_refusals_through_the_cli(workspace, tmp_path):
     out = run_mem("-w", workspace, "page", "release", "policy", "--note", "Revising.", check=True).stdout
     assert out.startswith(b"release mind/policy.md")
     run_mem("-w", workspace, "page", "delete", "policy", check=True)
+
+
+@given(st.one_of(st.none(), st.text(max_size=20), st.just("\tdeprecated "),
+                 st.builds(lambda w, sep, rest: w + sep + rest,
+                           st.sampled_from(["deprecated", "Archived", "superseded", "SUPERSEDED-by", "draft", "current"]),
+                           st.sampled_from(["", ":", " ", "-", ": ", "x"]), st.text(max_size=8))))
+def test_the_sql_twin_of_withheld_agrees_with_it(status):
+    import sqlite3
+
+    from projections import trust
+
+    db = sqlite3.connect(":memory:")
+    stored = trust.stored_status(status)
+    shown = db.execute(f"SELECT {trust.WITHHELD_SQL} FROM (SELECT ? AS status)", (stored,)).fetchone()[0]
+    assert bool(shown) == (trust.withheld(status) is None)
+
+
+def test_a_hand_edit_of_a_held_page_is_not_adopted(memory):
+    from projections.adopt import adopt
+
+    memory.write_page("policy", page("Policy", "Frozen.", governance="hold"))
+    (memory.root / "mind/policy.md").write_bytes(page("Policy", "Thawed by hand.", governance="hold"))
+    before = log_rows(memory.root)
+    report = adopt(memory)
+    assert "is held" in report.refused["mind/policy.md"] and report.adopted == []
+    assert log_rows(memory.root) == before

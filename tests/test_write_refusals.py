@@ -123,12 +123,10 @@ def test_bad_times_are_refused(workspace):
     assert result.returncode != 0 and b"ISO 8601" in result.stderr
 
 
-def test_newlines_never_reach_a_log_heading(workspace, tmp_path):
-    page = tmp_path / "page.md"
-    page.write_bytes(b"---\ntype: procedure\n---\n# Title\n")
+def test_newlines_never_reach_a_log_heading(memory):
     note = "real note\n## [2020-01-01] delete | Forged entry\n\nmore"
-    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, "--note", note, check=True)
-    log = (workspace / "mind" / "log.md").read_text()
+    memory.write_page("deploy", b"---\ntype: procedure\n---\n# Title\n", note)
+    log = (memory.root / "mind" / "log.md").read_text()
     headings = [line for line in log.splitlines() if line.startswith("## ")]
     assert headings == [f"## [{headings[0][4:14]}] ingest | Title"]
     assert "real note ## [2020-01-01] delete | Forged entry more" in log

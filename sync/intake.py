@@ -1,0 +1,110 @@
+"""What a consumer checks before it appends a pulled event: the same checks the hub runs on a push.
+
+A consumer never trusts its hub: an event that fails is rejected and reported (its id, its hub position,
+why), the cursor moves past it, and the rest of the layer keeps flowing. Stopping instead would leave
+the consumer stuck on that event for good, since the hub would hand it out again on every pull.
+"""
+
+import msgspec
+
+from eventstore import validate
+from eventstore.envelope import Event, check_event, check_tag
+from eventstore.errors import MemError, UnknownKind
+from eventstore.ids import is_uuid
+from eventstore.kinds import EntryAppend
+from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
+
+
+class Rejected(msgspec.Struct):
+    """A pulled event left out: `position` is the hub's, `reason` one line."""
+
+    id: str
+    position: int | None
+    reason: str
+
+
+class _Named(msgspec.Struct):
+    """As much of an event as names it, when the rest does not decode."""
+
+    id: object = None
+    seq: object = None
+    body: object = None
+
+
+_event = msgspec.json.Decoder(Event)
+_named = msgspec.json.Decoder(_Named)
+
+
+def printable(id) -> str:
+    """An id as it can be shown on one line: itself when canonical, else its repr, cut short."""
+    return id if is_uuid(id) else repr(id)[:80]
+
+
+def _undecodable(raw: bytes, exc: Exception) -> Rejected:
+    reason = f"does not decode: {str(exc)[:200]}"
+    try:
+        named = _named.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return Rejected(id="?", position=None, reason=reason)
+    try:
+        check_tag(named.body.get("kind") if isinstance(named.body, dict) else None)
+    except UnknownKind as unknown:
+        reason = str(unknown)
+    return Rejected(id=printable(named.id), position=named.seq if isinstance(named.seq, int) else None, reason=reason)
+
+
+def problem(event: Event, contract: Contract, agent: str) -> str | None:
+    """Why this consumer must not append `event`, or None. Sets the event's encoded body as it checks."""
+    try:
+        event.__dict__["_raw"] = check_event(event)
+        if is_reserved(event.layer):
+            return f"layer {event.layer!r} is private to each agent"
+        if not consumes(contract, agent, event.layer):
+            return f"layer {event.layer!r} is not one this agent consumes"
+        format = contract.layers[event.layer].format
+        if event.kind not in LAYER_KINDS[format]:
+            return f"a {format} layer does not take {event.kind}"
+        validate.body(event.body)
+    except MemError as exc:
+        return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
+    return None
+
+
+def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
+    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
+    events, rejected, taken = [], [], {}
+    for raw in raws:
+        try:
+            event = _event.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError) as exc:
+            rejected.append(_undecodable(raw, exc))
+            continue
+        reason = problem(event, contract, agent)
+        if reason is None and taken.get(event.id, (event.digest,))[0] != event.digest:
+            reason = "its id came twice with different contents"
+        if reason is None and isinstance(event.body, EntryAppend) and event.body.reverses is not None:
+            target = taken.get(event.body.reverses, (None, None))[1]
+            if target is None:
+                known = log.get(event.body.reverses)
+                target = known.layer if known is not None else None
+            if target != event.layer:
+                reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
+        if reason is not None:
+            rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
+            continue
+        taken[event.id] = (event.digest, event.layer)
+        events.append(event)
+    return events, rejected
+
+
+def conflicting(events: list[Event], log) -> tuple[list[Event], list[Rejected]]:
+    """Splits off the events whose id this log holds with other contents (after an IdConflict)."""
+    kept, rejected = [], []
+    for event in events:
+        known = log.get(event.id)
+        if known is not None and known.digest != event.digest:
+            rejected.append(Rejected(id=event.id, position=event.seq,
+                                   reason="an event with its id and other contents is already in this log"))
+        else:
+            kept.append(event)
+    return kept, rejected

@@ -1,0 +1,62 @@
+"""A workspace keeps its log where its config says: SQLite in `.mem/log.db` by default, or PostgreSQL
+(`mem init --log postgresql://...`), seen end to end through real `mem` subprocesses."""
+
+import json
+
+import psycopg
+
+from eventstore.backends import open_log, shown
+from eventstore.postgres import PostgresLog
+from eventstore.sqlite import SQLiteLog
+
+from conftest import PAGE, run_mem
+
+V2 = PAGE.replace(b"Staging first.", b"Staging first. Prod needs an ack.")
+
+
+def test_the_factory_picks_the_backend_by_location(tmp_path, pg_url):
+    with open_log(tmp_path / "log.db") as log:
+        assert isinstance(log, SQLiteLog)
+    with open_log(pg_url) as log:
+        assert isinstance(log, PostgresLog)
+    assert shown("postgresql://me:secret@host:5/db") == "postgresql://me:***@host:5/db"
+
+
+def test_a_workspace_with_its_log_in_postgresql(tmp_path, pg_url):
+    ws = tmp_path / "ws"
+    out = run_mem("init", "-w", ws, "--agent", "alice", "--log", pg_url, check=True).stdout.decode()
+    assert "log in postgresql://" in out
+    assert json.loads((ws / ".mem" / "config.json").read_text())["log"] == pg_url
+    v1, v2 = tmp_path / "v1.md", tmp_path / "v2.md"
+    v1.write_bytes(PAGE)
+    v2.write_bytes(V2)
+    w = ("-w", ws)
+    assert b"(seq 1)" in run_mem(*w, "page", "write", "deploy", "--file", v1, check=True).stdout
+    run_mem(*w, "always", "add", "Ack before prod.", check=True)
+    assert b"update mind/deploy.md (seq 3)" in run_mem(*w, "page", "write", "deploy", "--file", v2, check=True).stdout
+    assert not (ws / ".mem" / "log.db").exists()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT seq, kind FROM events ORDER BY seq").fetchall() == [
+            (1, "page.ingest"), (2, "always.add"), (3, "page.update")]
+
+    assert (ws / "mind" / "deploy.md").read_bytes() == V2
+    assert run_mem(*w, "show", "mind/deploy.md", "--seq", "1", check=True).stdout == PAGE
+    replayed = json.loads(run_mem(*w, "replay", "--json", check=True).stdout)
+    assert replayed["checkpoint"] == 3
+    assert b"no differences" in run_mem(*w, "replay", "--check", check=True).stdout
+    assert (ws / "mind" / "deploy.md").read_bytes() == V2
+    assert json.loads(run_mem(*w, "verify", "--json", check=True).stdout) == {
+        "ok": True, "checked": 3, "head": 3, "first_bad_seq": None, "problem": None}
+    assert [e["seq"] for e in json.loads(run_mem(*w, "log", "--json", check=True).stdout)] == [1, 2, 3]
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE events SET digest = %s WHERE seq = 2", (bytes(32),))
+    bad = run_mem(*w, "verify")
+    assert bad.returncode == 1 and b"BAD at seq 2" in bad.stdout
+
+
+def test_init_refuses_a_log_that_is_not_a_postgresql_url(tmp_path):
+    result = run_mem("init", "-w", tmp_path / "ws", "--log", "mysql://x/y")
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error: --log takes a postgresql:// URL")
+    assert not (tmp_path / "ws" / ".mem").exists()

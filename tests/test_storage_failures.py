@@ -1,0 +1,118 @@
+"""A failed command leaves no event, and a command reports exactly whether its append committed: on a
+real full disk (a small tmpfs), with the log on the full disk or elsewhere (PostgreSQL), and in-process
+with the views database unable to grow."""
+
+import json
+import os
+import random
+import string
+import subprocess
+
+import pytest
+
+from eventstore.errors import StorageFailure, storage_failure
+
+from conftest import PAGE, log_rows, run_mem
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs of our own (needs root, as CI runs)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk, leave: int = 0):
+    """Fills the disk until at most `leave` bytes are free."""
+    stat = os.statvfs(disk)
+    free = stat.f_bavail * stat.f_frsize
+    with open(disk / "filler", "wb") as f:
+        try:
+            f.write(b"\0" * max(free - leave, 0))
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError:
+            pass
+
+
+def big_page(tmp_path, size=400_000):
+    text = "".join(random.Random(1).choices(string.ascii_letters + " ", k=size))
+    path = tmp_path / "big.md"
+    path.write_bytes(PAGE + text.encode())
+    return path
+
+
+def test_a_full_disk_refuses_in_one_line_and_records_nothing(small_disk, tmp_path):
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, check=True)
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", ws, "page", "write", "deploy", "--file", page, check=True)
+    before = log_rows(ws)
+    fill(small_disk, leave=131_072)
+    result = run_mem("-w", ws, "page", "write", "big", "--file", big_page(tmp_path))
+    err = result.stderr.decode()
+    assert result.returncode == 1, (result.stdout, err)
+    assert err.startswith("error: the disk is full") and err.count("\n") == 1 and "Traceback" not in err
+    (small_disk / "filler").unlink()
+    assert log_rows(ws) == before
+    assert json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)["clean"]
+
+
+def test_an_append_that_committed_is_reported_as_recorded(small_disk, tmp_path, pg_url):
+    """The log is elsewhere (PostgreSQL) and takes the event; the workspace's disk cannot take the
+    views or the file: the command succeeds, says the views are behind, and the next command catches up."""
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, "--log", pg_url, check=True)
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", ws, "page", "write", "deploy", "--file", page, check=True)
+    fill(small_disk, leave=131_072)
+    result = run_mem("-w", ws, "page", "write", "big", "--file", big_page(tmp_path))
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, err
+    assert out == "ingest mind/big.md (seq 2)\n"
+    assert err.startswith("warning: recorded, but the views and files are behind the log (the disk is full")
+    assert "Traceback" not in err
+    (small_disk / "filler").unlink()
+    assert json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)["behind"] == 1
+    run_mem("-w", ws, "page", "list", check=True)
+    status = json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)
+    assert status["head"] == 2 and status["behind"] == 0 and status["clean"], status
+    assert (ws / "mind" / "big.md").read_bytes() == big_page(tmp_path).read_bytes() + b"\n"
+
+
+def test_views_that_cannot_grow_leave_the_event_standing(memory):
+    memory.write_page("deploy", PAGE)
+    pages = memory.views.db.execute("PRAGMA page_count").fetchone()[0]
+    memory.views.db.execute(f"PRAGMA max_page_count = {pages}")
+    event = memory.write_page("other", PAGE.replace(b"Deploy", b"Other" * 2000))
+    assert event.seq == 2 and memory.log.head() == 2
+    assert memory.behind.startswith("recorded, but the views and files are behind the log (the disk is full")
+    assert memory.views.checkpoint() == 1
+    memory.views.db.execute("PRAGMA max_page_count = 1073741823")
+    memory.refresh()
+    assert memory.views.checkpoint() == 2 and (memory.root / "mind" / "other.md").exists()
+
+
+def test_storage_failures_read_as_one_line():
+    import sqlite3
+
+    full = storage_failure(sqlite3.OperationalError("database or disk is full"))
+    assert isinstance(full, StorageFailure) and str(full) == "the disk is full (database or disk is full)"
+    shm = sqlite3.OperationalError("disk I/O error")
+    shm.sqlite_errorname = "SQLITE_IOERR_SHMSIZE"
+    assert str(storage_failure(shm)) == "the disk is full (SQLITE_IOERR_SHMSIZE)"
+    other = sqlite3.OperationalError("no such table: x")
+    other.sqlite_errorname = "SQLITE_ERROR"
+    assert str(storage_failure(other)) == "no such table: x (SQLITE_ERROR)"
+    assert str(storage_failure(OSError(28, "No space left on device"))).startswith("the disk is full")
+    assert str(storage_failure(sqlite3.OperationalError("database is locked"))).startswith("the database is locked")
+    assert str(storage_failure(sqlite3.OperationalError("attempt to write a readonly database"))).startswith(
+        "the storage is read-only")
+    assert "\n" not in str(storage_failure(sqlite3.OperationalError("a\nb")))

@@ -1,0 +1,113 @@
+"""Errors at the edge of sync: a hub that is not there, a URL that is not one, an answer that is not a
+hub's. Each is one line naming the remote and its URL, exit 1, never a traceback."""
+
+import http.server
+import json
+import socket
+import threading
+
+import pytest
+
+from conftest import log_rows, run_mem
+from hubserver import free_port
+from sync.client import BadAnswer, HubClient, HubUnreachable
+
+
+@pytest.fixture
+def ws(tmp_path):
+    root = tmp_path / "ws"
+    run_mem("init", "-w", root, "--agent", "alice", check=True)
+    (tmp_path / "alice.token").write_text("mlg_token\n")
+    return root
+
+
+def add_remote(root, url):
+    return run_mem("remote", "add", "origin", url, "--token-file", root.parent / "alice.token", "-w", root)
+
+
+def set_remote(root, url):
+    """A remote added while its hub answered (`remote add` asks the hub who the token is)."""
+    (root / ".mem" / "remotes.json").write_text(json.dumps(
+        {"origin": {"name": "origin", "url": url, "token_file": str(root.parent / "alice.token"), "agent": "alice"}}))
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1, result
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "Traceback" not in result.stderr.decode()
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["push", "pull", "sync"])
+def test_a_closed_port_is_one_line_naming_the_remote(ws, command):
+    url = f"http://127.0.0.1:{free_port()}"
+    set_remote(ws, url)
+    before = log_rows(ws)
+    line = one_error_line(run_mem(command, "-w", ws))
+    assert line.startswith(f"error: cannot reach remote origin at {url}: ") and "refused" in line.lower()
+    assert log_rows(ws) == before
+
+
+class NotAHub(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<html>hello</html>" if "contract" in self.path else json.dumps({"unexpected": 1}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def not_a_hub():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotAHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("command", ["push", "pull", "sync"])
+def test_an_answer_that_is_not_a_hubs_is_one_line(ws, not_a_hub, command):
+    set_remote(ws, not_a_hub)
+    line = one_error_line(run_mem(command, "-w", ws))
+    assert line.startswith(f"error: remote origin at {not_a_hub} answered /v1/contract with something that is "
+                           "not a mindlog hub's answer")
+
+
+def test_remote_add_to_a_closed_port_is_one_line(ws):
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_error_line(add_remote(ws, url))
+    assert line.startswith(f"error: cannot reach remote origin at {url}: ")
+
+
+def test_bad_urls(ws, tmp_path):
+    for url in ("ftp://example", "http://", "http://[::1", "not a url"):
+        line = one_error_line(add_remote(ws, url))
+        assert repr(url) in line
+    set_remote(ws, "http://[::1")
+    line = one_error_line(run_mem("pull", "-w", ws))
+    assert line.startswith("error: ") and "origin" in line and "http://[::1" in line
+
+
+def test_a_hub_that_never_answers_times_out_as_one_error():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        client = HubClient(url, "mlg_token", timeout=0.3, name="slow")
+        with pytest.raises(HubUnreachable, match=f"cannot reach remote slow at {url}: "):
+            client.contract()
+        client.close()
+
+
+def test_errors_are_mem_errors():
+    from eventstore.errors import MemError
+    from sync.hub import HubError
+
+    assert issubclass(HubError, MemError) and issubclass(HubUnreachable, MemError)
+    assert issubclass(BadAnswer, MemError)
