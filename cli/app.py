@@ -304,14 +304,18 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
 
 @app.command()
 def verify(json: bool = JsonOpt):
-    """Check every event's digest and the chain; report the first bad seq."""
+    """Check every event's digest and the chain, and that the log reaches as far as the views and the
+    sync cursors say it must; report the first bad seq."""
+    from sync.client import push_cursors
+
     with memory(refresh=False) as mem:
         with progress_bar("verify", mem.head()) as advance:
-            report = mem.verify(progress=lambda _n: advance(1))
+            report = mem.verify(progress=lambda _n: advance(1), cursors=push_cursors(mem))
     if json:
         emit_json(report)
     elif report.ok:
-        typer.echo(f"ok: {report.checked} events, digests and chain intact")
+        redacted = f" ({report.redacted} redacted)" if report.redacted else ""
+        typer.echo(f"ok: {report.checked} events{redacted}, digests and chain intact")
     else:
         typer.echo(f"BAD at seq {report.first_bad_seq}: {report.problem}")
     raise typer.Exit(0 if report.ok else 1)
@@ -391,13 +395,17 @@ def hoist_workspace(argv: list[str]) -> list[str]:
     return argv
 
 
+def register_commands() -> None:
+    """Imports the modules that register the rest of the commands on `app`."""
+    from . import adf_commands, recall_commands, redact_commands, sync_commands  # noqa: F401
+
+
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort
 
-    from . import adf_commands, recall_commands, sync_commands  # noqa: F401  (they register their commands on `app`)
-
+    register_commands()
     tune_typer()
     try:
         code = app(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)

@@ -79,9 +79,9 @@ def show_file(root: Path, path: str) -> None:
 
 def mem_cli(root: Path, *args: str) -> None:
     """Runs a real `mem` command in this process, shown as typed: what follows is the CLI's own output."""
-    from . import adf_commands, recall_commands, sync_commands  # noqa: F401  (they register their commands)
-    from .app import app
+    from .app import app, register_commands
 
+    register_commands()
     typer.secho(f"\n$ mem {shlex.join(args)}", bold=True)
     code = app(args=["-w", str(root), *args], standalone_mode=False)
     if isinstance(code, int) and code != 0:

@@ -24,6 +24,8 @@ from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
+from .app import point
+
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
     "mindlog memory for agent {agent}. Claude's memory-tool commands (view, create, str_replace, insert, "
@@ -60,13 +62,6 @@ def trusted_moment(mem: Memory, at: str | None, seq: int | None) -> tuple[int | 
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
     return recall_moment(mem, at, seq)
-
-
-def point(mem: Memory, text: str) -> int:
-    """A moment given as `seq:N` or an ISO 8601 time."""
-    if text.startswith("seq:") and text[4:].isdigit():
-        return mem.seq_at(seq=int(text[4:]))
-    return mem.seq_at(parse_instant(text))
 
 
 class FileFlush:
@@ -260,9 +255,10 @@ def build_server(mem: Memory) -> MCPServer:
         return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {event.seq})"
 
     @register
-    def loop_append(role: Literal["user", "assistant"], text: str, loop: str = "main",
+    def loop_append(role: str, text: str, loop: str = "main",
                     model: str | None = None) -> str:
-        """Append a message to a loop (the transcript); its seq is the [S<seq>] that cites it."""
+        """Append a message (role user or assistant) to a loop (the transcript); its seq is the [S<seq>] that
+        cites it."""
         seq = mem.loop_append(role, [{"type": "text", "text": text}], loop, model).seq
         return f"[S{seq}] {role} appended to loop {loop}"
 

@@ -33,6 +33,10 @@ def fail(message: str, code: int = 1) -> None:
 
 def summary(event: Event) -> str:
     body = event.body
+    if event.kind == "redacted":
+        return f"was {body.original}: {body.reason}"
+    if event.kind == "redaction":
+        return f"{len(body.target_ids)} event(s): {body.reason}"
     for field in ("slug", "line", "path", "summary", "key", "content", "role"):
         value = getattr(body, field, None)
         if isinstance(value, str):

@@ -1,4 +1,8 @@
-"""The event envelope, its digest and chain, and how bodies are stored (msgpack, zstd above a threshold)."""
+"""The event envelope, its digest and chain, and how bodies are stored (msgpack, zstd above a threshold).
+
+The digest covers the header fields and the hash of the body, not the body itself: a redaction can
+remove a body while the digest (and the chain over the digests) still verifies.
+"""
 
 import hashlib
 
@@ -7,12 +11,13 @@ import zstandard
 
 from .errors import DigestMismatch, InvalidInput, TooLarge, UnknownKind
 from .ids import is_uuid, now_ms, uuid7
-from .kinds import KINDS, Body, BodyUnion
+from .kinds import KINDS, Body, BodyUnion, Redacted
 
 COMPRESS_THRESHOLD = 512
 MAX_BODY_BYTES = 8 * 1024 * 1024
 CODEC_RAW = 0
 CODEC_ZSTD = 1
+CODEC_REDACTED = 2  # the stored body is a `Redacted` body standing in for the removed one
 
 
 class Event(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True):
@@ -35,11 +40,24 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True):
     def kind(self) -> str:
         return self.body.__struct_config__.tag
 
+    @property
+    def original_kind(self) -> str:
+        """The kind the event was written as (a redacted event's body is `redacted`)."""
+        return self.body.original if isinstance(self.body, Redacted) else self.body.__struct_config__.tag
+
     def raw_body(self) -> bytes:
         raw = self.__dict__.get("_raw")
         if raw is None:
             raw = self.__dict__["_raw"] = encode_body(self.body)
         return raw
+
+    def body_hash(self) -> bytes:
+        """sha256 of the body as written; a redacted event carries it in place of its body."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = (bytes.fromhex(self.body.body_hash) if isinstance(self.body, Redacted)
+                                             else hashlib.sha256(self.raw_body()).digest())
+        return found
 
 
 MAX_TS = 253402300799999
@@ -89,11 +107,14 @@ def check_tag(kind: str | None) -> None:
         raise UnknownKind(f"unknown event kind {kind!r}", field="body.kind")
 
 
-def compute_digest(id: str, ts: int, agent: str, layer: str, kind: str, body_raw: bytes) -> str:
-    return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_raw])).hexdigest()
+def compute_digest(id: str, ts: int, agent: str, layer: str, kind: str, body_hash: bytes) -> str:
+    """H(header fields, H(body)): `body_hash` is sha256 of the encoded body."""
+    return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_hash])).hexdigest()
 
 
-def pack_body(body_raw: bytes) -> tuple[int, bytes]:
+def pack_body(body_raw: bytes, redacted: bool = False) -> tuple[int, bytes]:
+    if redacted:
+        return CODEC_REDACTED, body_raw
     if len(body_raw) > COMPRESS_THRESHOLD:
         return CODEC_ZSTD, _zc.compress(body_raw)
     return CODEC_RAW, body_raw
@@ -109,9 +130,11 @@ def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: 
     id = id or uuid7(ts)
     raw = encode_body(body)
     check_body_size(raw)
+    body_hash = hashlib.sha256(raw).digest()
     event = Event(id=id, ts=ts, agent=agent, layer=layer, body=body,
-                  digest=compute_digest(id, ts, agent, layer, body.__struct_config__.tag, raw))
+                  digest=compute_digest(id, ts, agent, layer, body.__struct_config__.tag, body_hash))
     event.__dict__["_raw"] = raw
+    event.__dict__["_hash"] = body_hash
     return event
 
 
@@ -132,7 +155,16 @@ def check_event(event: Event) -> bytes:
         raise UnknownKind(f"unknown event kind {event.kind!r}")
     raw = encode_body(event.body)
     check_body_size(raw)
-    expected = compute_digest(event.id, event.ts, event.agent, event.layer, event.kind, raw)
+    event.__dict__["_raw"] = raw
+    event.__dict__.pop("_hash", None)
+    if isinstance(event.body, Redacted) and (event.body.original not in KINDS or event.body.original in
+                                             ("redacted", "redaction") or len(event.body.body_hash) != 64):
+        raise InvalidInput(f"event {event.id}: a redacted body must name its original kind and body hash")
+    try:
+        body_hash = event.body_hash()
+    except ValueError:
+        raise InvalidInput(f"event {event.id}: the redacted body's hash is not hex") from None
+    expected = compute_digest(event.id, event.ts, event.agent, event.layer, event.original_kind, body_hash)
     if event.digest != expected:
         raise DigestMismatch(f"event {event.id}: digest does not match its content (tampered or corrupt)")
     return raw

@@ -231,16 +231,28 @@ class ContractChange(Body, tag="contract.change"):
 
 
 class Redaction(Body, tag="redaction"):
-    """Hides the bodies of the named events from every view; the events themselves stay."""
+    """Removes the bodies of the named events of its own layer from the log, in the transaction that
+    appends it; the events themselves (envelope, digest, place in the chain) stay."""
 
     target_ids: list[str]
     reason: str
 
 
+class Redacted(Body, tag="redacted"):
+    """What is left of a redacted event's body (see eventstore.redaction): never written, only stored
+    and sent in place of a body that a redaction removed."""
+
+    original: str
+    body_hash: str
+    reason: str
+    by: str
+    kept: dict[str, Any] = {}
+
+
 BodyUnion = Union[
     PageIngest, PageUpdate, PageDelete, PageRename, PageRelease, AlwaysAdd, AlwaysRemove, LogRestore, Lint,
     LoopAppend, LoopCompact, LoopClear, InboxMessage, OutboxMessage, FileWrite, FileDelete,
-    ConfigSet, ImportGap, AuditImport, EntryAppend, ContractChange, Redaction,
+    ConfigSet, ImportGap, AuditImport, EntryAppend, ContractChange, Redaction, Redacted,
 ]
 
 KINDS: dict[str, type[Body]] = {cls.__struct_config__.tag: cls for cls in BodyUnion.__args__}

@@ -28,8 +28,8 @@ RESERVED_LAYERS = PRIVATE_LAYERS | {CONTRACT_LAYER}
 Format = Literal["pages", "entries"]
 FORMATS: tuple[str, ...] = get_args(Format)
 assert set(FORMATS) == {PAGES, ENTRIES}, "each shared-layer format is a kind group of the same name"
-LAYER_KINDS: dict[str, frozenset[str]] = {format: kinds_of(format) for format in FORMATS}
-"""The event kinds a shared layer of each format takes."""
+LAYER_KINDS: dict[str, frozenset[str]] = {format: kinds_of(format) | {"redaction"} for format in FORMATS}
+"""The event kinds a shared layer of each format takes (a redaction travels in the layer of its targets)."""
 
 RESERVED_PATH_ROOTS = frozenset({"mind.md", MIND, ".mem"})
 """First path segments a shared layer may not use (compared case-insensitively)."""

@@ -11,7 +11,8 @@ import psycopg
 from .envelope import Event, check_event
 from .errors import InvalidInput
 from .ids import now_ms
-from .recorder import ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, row_to_event, verify_rows
+from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, redaction_updates,
+                       row_to_event, verify_rows)
 from .sqlite import COLUMNS
 
 SCHEMA = """
@@ -22,7 +23,7 @@ INSERT INTO log_counter VALUES (TRUE, 0, '\\x00000000000000000000000000000000000
 CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, id BYTEA NOT NULL UNIQUE, ts BIGINT NOT NULL, recorded_at BIGINT NOT NULL,
     agent TEXT NOT NULL, layer TEXT NOT NULL, kind TEXT NOT NULL, codec SMALLINT NOT NULL, body BYTEA NOT NULL,
-    digest BYTEA NOT NULL, chain BYTEA NOT NULL);
+    digest BYTEA NOT NULL, chain BYTEA NOT NULL, body_hash BYTEA NOT NULL);
 CREATE INDEX IF NOT EXISTS events_recorded_at ON events(recorded_at);
 CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -32,8 +33,9 @@ UPSERT_STATE = "INSERT INTO sync_state VALUES (%s, %s) ON CONFLICT (key) DO UPDA
 
 
 def _row(row) -> tuple:
-    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
-    return (seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain))
+    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, body_hash = row
+    return (seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain),
+            bytes(body_hash))
 
 
 class PostgresLog(Recorder):
@@ -68,9 +70,13 @@ class PostgresLog(Recorder):
             if rows:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(f"INSERT INTO events ({COLUMNS}) VALUES "
-                                       "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+                                       "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
                                   (seq, chain, recorded_at))
+            updates = redaction_updates(prepared, self._stored)
+            if updates:
+                with self.conn.cursor() as cursor:
+                    cursor.executemany("UPDATE events SET codec = %s, body = %s WHERE id = %s", updates)
             if state:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(UPSERT_STATE, list(state.items()))
@@ -101,6 +107,9 @@ class PostgresLog(Recorder):
             params.append(limit)
         for row in self.conn.execute(sql, params):
             yield _row(row)
+
+    def _stored(self, id: bytes):
+        return self.conn.execute("SELECT kind, codec, body, layer FROM events WHERE id = %s", (id,)).fetchone()
 
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
         with self.conn.cursor() as cursor:

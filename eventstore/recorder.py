@@ -7,16 +7,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import msgspec
 
-from .envelope import Event, compute_digest, decode_body, pack_body, unpack_body
+from .envelope import CODEC_REDACTED, Event, compute_digest, decode_body, encode_body, pack_body, unpack_body
 from .errors import IdConflict
-from .kinds import ImportGap
+from .kinds import ImportGap, Redacted
+from .redaction import redacted_form
 
 ZERO_CHAIN = bytes(32)
 
 
-def chain_link(previous: bytes | None, digest: bytes) -> bytes:
-    """The next link of the hash chain: sha256(previous link + this event's digest)."""
-    return hashlib.sha256((previous or ZERO_CHAIN) + digest).digest()
+def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int) -> bytes:
+    """The next link of the hash chain: sha256(previous link, digest, seq, recorded_at). The chain
+    covers where and when this log recorded the event, which `--at` reads depend on."""
+    return hashlib.sha256((previous or ZERO_CHAIN) + digest + seq.to_bytes(8, "big")
+                          + recorded_at.to_bytes(8, "big")).digest()
 
 
 def id_bytes(id: str) -> bytes:
@@ -29,8 +32,9 @@ def id_text(raw: bytes) -> str:
 
 
 def row_to_event(row) -> Event:
-    """A stored row (seq, id bytes, ts, recorded_at, agent, layer, kind, codec, body, digest, chain)."""
-    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
+    """A stored row (seq, id bytes, ts, recorded_at, agent, layer, kind, codec, body, digest, chain,
+    body_hash); a redacted row's body is its `Redacted` stand-in."""
+    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, _body_hash = row
     return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
                  digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
@@ -54,13 +58,36 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: byte
             continue
         seq += 1 + skipped(event.body)
         digest = bytes.fromhex(event.digest)
-        chain = chain_link(chain, digest)
-        codec, stored = pack_body(raw)
-        rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.kind,
-                     codec, stored, digest, chain))
+        chain = chain_link(chain, digest, seq, recorded_at)
+        codec, stored = pack_body(raw, isinstance(event.body, Redacted))
+        rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.original_kind,
+                     codec, stored, digest, chain, event.body_hash()))
         known[event.id] = (event.digest, seq)
         seqs.append(seq)
     return rows, seqs, seq, chain
+
+
+UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})
+
+
+def redaction_updates(prepared, stored) -> list[tuple[int, bytes, bytes]]:
+    """(codec, new body, id bytes) for every target of the batch's redactions that is in the log, in the
+    redaction's own layer and not redacted yet. `stored(id bytes)` gives (kind, codec, body, layer) or None.
+    Called inside the append's transaction, after its rows are inserted."""
+    updates = []
+    for event, _raw in prepared:
+        if event.kind != "redaction":
+            continue
+        for target in event.body.target_ids:
+            found = stored(id_bytes(target))
+            if found is None:
+                continue
+            kind, codec, body, layer = found
+            if layer != event.layer or codec == CODEC_REDACTED or kind in UNREDACTABLE:
+                continue
+            form = redacted_form(kind, unpack_body(codec, bytes(body)), event.body.reason, event.id)
+            updates.append((CODEC_REDACTED, encode_body(form), id_bytes(target)))
+    return updates
 
 
 class VerifyReport(msgspec.Struct):
@@ -69,6 +96,7 @@ class VerifyReport(msgspec.Struct):
     head: int
     first_bad_seq: int | None = None
     problem: str | None = None
+    redacted: int = 0
 
 
 class Recorder(ABC):
@@ -155,12 +183,17 @@ class Recorder(ABC):
 
 
 def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
-    """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
-    seq order: gapless seqs (but for what an ImportGap skips), bodies that decode to their kind,
-    digests, and the chain."""
-    expected_seq, chain, checked = 0, ZERO_CHAIN, 0
-    for seq, id, ts, _recorded, agent, layer, kind, codec, body, digest, stored_chain in rows:
-        bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq)
+    """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain,
+    body_hash) in seq order: gapless seqs (but for what an ImportGap skips) and times that never go
+    backwards, bodies that decode to their kind and hash to their body hash (a redacted body names
+    both), digests, and the chain."""
+    expected_seq, chain, checked, redacted, last_recorded = 0, ZERO_CHAIN, 0, 0, 0
+    for seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, stored_chain, body_hash in rows:
+        bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq,
+                                redacted=redacted)
+        if recorded_at < last_recorded:
+            return bad(problem="recorded_at goes backwards: the event's recording time was changed")
+        last_recorded = recorded_at
         try:
             raw = unpack_body(codec, bytes(body))
             decoded = decode_body(raw)
@@ -169,15 +202,23 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
         expected_seq += 1 + skipped(decoded)
         if seq != expected_seq:
             return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
-        if decoded.__struct_config__.tag != kind:
+        body_hash = bytes(body_hash)
+        if codec == CODEC_REDACTED:
+            if not isinstance(decoded, Redacted) or decoded.original != kind or decoded.body_hash != body_hash.hex():
+                return bad(problem="a redacted body disagrees with the event's kind or body hash")
+            redacted += 1
+        elif decoded.__struct_config__.tag != kind:
             return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
+        elif hashlib.sha256(raw).digest() != body_hash:
+            return bad(problem="body hash mismatch: the event's content was changed after it was appended")
         digest = bytes(digest)
-        if compute_digest(id, ts, agent, layer, kind, raw) != digest.hex():
-            return bad(problem="digest mismatch: the event's content was changed after it was appended")
-        chain = chain_link(chain, digest)
+        if compute_digest(id, ts, agent, layer, kind, body_hash) != digest.hex():
+            return bad(problem="digest mismatch: the event's header or body hash was changed after it was appended")
+        chain = chain_link(chain, digest, seq, recorded_at)
         if chain != bytes(stored_chain):
-            return bad(problem="chain mismatch: an event before this one was changed, removed or reordered")
+            return bad(problem="chain mismatch: an event before this one was changed, removed or reordered, "
+                               "or its seq or recording time changed")
         checked += 1
         if progress:
             progress(checked)
-    return VerifyReport(ok=True, checked=checked, head=head)
+    return VerifyReport(ok=True, checked=checked, head=head, redacted=redacted)

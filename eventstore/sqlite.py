@@ -6,11 +6,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .envelope import Event, check_event, pack_body
+from .kinds import Redacted
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
 from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
-                       row_to_event, skipped, verify_rows)
+                       redaction_updates, row_to_event, skipped, verify_rows)
 
 
 SCHEMA = """
@@ -25,12 +26,13 @@ CREATE TABLE IF NOT EXISTS events (
     codec INTEGER NOT NULL,
     body BLOB NOT NULL,
     digest BLOB NOT NULL,
-    chain BLOB NOT NULL
+    chain BLOB NOT NULL,
+    body_hash BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
+COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, body_hash"
 
 # One statement appends one event: the next seq, a recorded_at that never goes backwards and the
 # next chain link are all computed inside SQLite's write transaction, so a single append costs
@@ -38,7 +40,8 @@ COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, ch
 APPEND_ONE = f"""
 INSERT INTO events ({COLUMNS})
 SELECT IFNULL(last.seq, 0) + 1, :id, :ts, MAX(:now, IFNULL(last.recorded_at, 0)), :agent, :layer, :kind,
-       :codec, :body, :digest, mem_chain(last.chain, :digest)
+       :codec, :body, :digest,
+       mem_chain(last.chain, :digest, IFNULL(last.seq, 0) + 1, MAX(:now, IFNULL(last.recorded_at, 0))), :body_hash
 FROM (SELECT 1) LEFT JOIN (SELECT seq, recorded_at, chain FROM events ORDER BY seq DESC LIMIT 1) AS last
 """
 
@@ -55,7 +58,8 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
-        self.db.create_function("mem_chain", 2, chain_link, deterministic=True)
+        self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
+        self.db.create_function("mem_chain", 4, chain_link, deterministic=True)
         if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='sync_state'").fetchone():
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -81,16 +85,22 @@ class SQLiteLog(Recorder):
             if not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
-        if len(prepared) == 1 and not state and not skipped(prepared[0][0].body):
+        redacting = any(event.kind == "redaction" for event, _raw in prepared)
+        if len(prepared) == 1 and not state and not redacting and not skipped(prepared[0][0].body):
             return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
             try:
                 seqs = self._append_locked(prepared, check_known)
+                if redacting:
+                    db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
+                                   redaction_updates(prepared, self._stored))
                 if state:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(state.items()))
                 db.execute("COMMIT")
+                if redacting:
+                    self.scrub()
                 return seqs
             except sqlite3.IntegrityError:
                 db.execute("ROLLBACK")  # some ids are known already: the careful path sorts them out
@@ -100,11 +110,24 @@ class SQLiteLog(Recorder):
                 raise
         raise AssertionError("unreachable: the careful path never violates the id constraint")
 
+    def scrub(self) -> None:
+        """Moves every committed page into the database file and empties the WAL, so that the old
+        versions of pages a redaction rewrote are gone from the WAL too (secure_delete zeroed them
+        in the file)."""
+        for _attempt in range(50):
+            busy, _frames, _moved = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.05)
+
+    def _stored(self, id: bytes):
+        return self.db.execute("SELECT kind, codec, body, layer FROM events WHERE id = ?", (id,)).fetchone()
+
     def _append_one(self, event: Event, raw: bytes) -> int:
-        codec, stored = pack_body(raw)
+        codec, stored = pack_body(raw, isinstance(event.body, Redacted))
         params = {"id": id_bytes(event.id), "ts": event.ts, "now": now_ms(), "agent": event.agent,
-                  "layer": event.layer, "kind": event.kind, "codec": codec, "body": stored,
-                  "digest": bytes.fromhex(event.digest)}
+                  "layer": event.layer, "kind": event.original_kind, "codec": codec, "body": stored,
+                  "digest": bytes.fromhex(event.digest), "body_hash": event.body_hash()}
         for attempt in range(10_000):
             try:
                 return self.db.execute(APPEND_ONE, params).lastrowid
@@ -133,7 +156,7 @@ class SQLiteLog(Recorder):
         known = self._existing([event.id for event, _raw in prepared]) if check_known else {}
         rows, seqs, _seq, _chain = plan_rows(prepared, known, seq, chain, recorded_at)
         if rows:
-            db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         return seqs
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:

@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 
 from eventstore.errors import InvalidInput
-from eventstore.kinds import LoopAppend, LoopCompact
+from eventstore.kinds import LoopAppend, LoopCompact, Redacted
+from eventstore.redaction import stand_in
 
 from . import trust
 from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch, blob_json
@@ -108,6 +109,8 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
                             loop=re.sub(r"^loop:?", "", source) or "main", entry=hit)
     event = log.get_by_seq(seq) if seq <= as_of else None
     body = event.body if event is not None else None
+    if isinstance(body, Redacted):
+        body = stand_in(body)
     if isinstance(body, (LoopAppend, LoopCompact)) and (loop is None or body.loop == loop):
         if isinstance(body, LoopAppend):
             role, content, created = body.role, body.content, body.created_at or event.ts

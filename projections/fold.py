@@ -11,11 +11,12 @@ which keeps a rebuild from formatting a million versions nobody asked for.
 import json
 from collections.abc import Callable
 
-from eventstore.envelope import decode_body, unpack_body
+from eventstore.envelope import CODEC_REDACTED, decode_body, encode_body, unpack_body
 from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
                               PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
+from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
@@ -138,6 +139,12 @@ class WikiFold:
         self._reset_batch()
 
 
+def _redacted(stored: bytes) -> tuple:
+    """A redacted event's stand-in body (its content reads `[redacted: reason]`) and its bytes."""
+    body = stand_in(decode_body(stored))
+    return body, encode_body(body)
+
+
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
              progress: Callable[[int], None] | None = None) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
@@ -157,16 +164,19 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             apply_wiki, apply_adf = wiki.apply, adf.apply
             ts = 0
             for seq, version_id, ts, layer, kind, codec, body, agent in log.fold_rows(start, end):
+                if codec == CODEC_REDACTED:
+                    decoded, raw = _redacted(body)
+                else:
+                    raw, decoded = unpack_body(codec, body), None
                 if layer == MIND and kind in WIKI_KINDS:
-                    raw = unpack_body(codec, body)
-                    apply_wiki(seq, version_id, ts, decode_body(raw), raw)
+                    apply_wiki(seq, version_id, ts, decoded or decode_body(raw), raw)
                 elif kind in ADF_KINDS:
-                    decoded = decode_body(unpack_body(codec, body))
+                    decoded = decoded or decode_body(raw)
                     apply_adf(seq, ts, decoded)
                     search.apply(seq, layer, decoded)
                 elif kind in SHARED_KINDS:
-                    raw, id = unpack_body(codec, body), id_text(version_id)
-                    decoded = decode_body(raw)
+                    id = id_text(version_id)
+                    decoded = decoded or decode_body(raw)
                     shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
                     search.apply(seq, layer, decoded, id, agent)
             first = next(log.read(after=start, limit=1), None)
@@ -175,5 +185,8 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
             search.take_pages(wiki.touched_pages, wiki._page)
             search.flush()
             wiki.flush(end)
+            anchor = log.get_by_seq(end)
+            if anchor is not None:
+                views.set_anchor(end, anchor.chain)
         if progress:
             progress(end - start)

@@ -112,14 +112,22 @@ class Memory:
     def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace.
 
-        With `files` False only the views move; the files stay marked dirty until a later refresh."""
+        With `files` False only the views move; the files stay marked dirty until a later refresh.
+        A redaction is never folded: the views (and the files) are rebuilt from the log instead, which
+        no longer holds what it removed."""
         with self.lock():
             if files:
                 remove_stale_temp_files(self.views, self.root)
-            catch_up(self.log, self.views, progress=progress)
-            self.views.set_contract(self.load_contract())  # local layers come and go with config events
-            if files:
-                self.last_report = materialize(self.views, self.root, force=force)
+            head = self.log.head()
+            if next(self.log.read_rows(self.views.checkpoint(), head, kinds=["redaction"], limit=1), None) is None:
+                catch_up(self.log, self.views, upto=head, progress=progress)
+                self.views.set_contract(self.load_contract())  # local layers come and go with config events
+                if files:
+                    self.last_report = materialize(self.views, self.root, force=force)
+                return self.last_report
+        from .replay import replay
+
+        self.last_report = replay(self, force=force, keep_hand_edits=True, progress=progress).files
         return self.last_report
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
@@ -435,8 +443,11 @@ class Memory:
                                    newest_first=limit is not None))
         return sorted(found, key=lambda e: e.seq)
 
-    def verify(self, progress=None) -> VerifyReport:
-        return self.log.verify(progress=progress)
+    def verify(self, progress=None, cursors: dict[str, int] | None = None) -> VerifyReport:
+        """The log's own checks, then the log against the views' anchor and the given cursors."""
+        from .integrity import verify
+
+        return verify(self, progress=progress, cursors=cursors)
 
     def catalog(self, as_of: int | None = None) -> list[CatalogPage]:
         return [CatalogPage(slug=s, title=t, hook=h) for s, t, h in self.views.catalog(as_of)]

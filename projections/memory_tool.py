@@ -82,15 +82,19 @@ class MemoryTool:
         file_path(rel)
         return Target(path, "dir" if self._is_dir(rel) else "file", rel)
 
+    def _files(self) -> list[tuple[str, int]]:
+        """The files outside the wiki and the shared layers, with their sizes."""
+        return [(row[0], row[3]) for row in self.mem.views.files()]
+
     def _listing(self) -> list[tuple[str, int]]:
         """Every file that exists now, with its size: the wiki and shared layers (from the views, which
-        may be ahead of the files on disk), and the rest of adf_files."""
+        may be ahead of the files on disk), and the other files."""
         views = self.mem.views
         rendered = [(path, len(views.file_text(path).encode("utf-8"))) for path in views.paths()]
-        return sorted(rendered + [(row[0], row[3]) for row in views.files()])
+        return sorted(rendered + self._files())
 
     def _is_dir(self, rel: str) -> bool:
-        return any(p.startswith(rel + "/") for p, _size in self._listing())
+        return any(p.startswith(rel + "/") for p in self.mem.views.paths() + [p for p, _size in self._files()])
 
     def _text(self, target: Target) -> str | None:
         """The file's current text, or None when it does not exist."""

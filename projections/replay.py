@@ -38,11 +38,13 @@ def _build(memory, path: Path, upto: int | None, progress) -> Views:
     return views
 
 
-def replay(memory, upto: int | None = None, *, force: bool = False, progress=None) -> ReplayReport:
+def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_edits: bool = False,
+           progress=None) -> ReplayReport:
     """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it.
 
     A file edited by hand (its bytes neither what was last written nor what the rebuild says)
-    stops the replay before anything changes, unless `force`.
+    stops the replay before anything changes, unless `force`; with `keep_hand_edits` (a refresh
+    that must rebuild) such files are left as they are and reported, as a refresh does.
     """
     with memory.lock():
         carried = memory.views.written.hashes()
@@ -54,7 +56,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, progress=Non
         refused = materialize(views, memory.root, force=force, dry_run=True).refused
         checkpoint = views.checkpoint()
         views.close()
-        if refused:
+        if refused and not keep_hand_edits:
             rebuilt.unlink()
             raise HandEdited(f"{', '.join(refused)} edited by hand; a replay would overwrite it. "
                              "Keep the edit with `mem page write`, or pass --force")

@@ -163,6 +163,17 @@ class Views:
     def checkpoint(self) -> int:
         return int(self.db.execute("SELECT value FROM meta WHERE key='checkpoint'").fetchone()[0])
 
+    def anchor(self) -> tuple[int, str] | None:
+        """The seq and chain value of the last event folded: a log that lacks them was truncated or rewritten."""
+        row = self.db.execute("SELECT value FROM meta WHERE key='anchor'").fetchone()
+        if row is None:
+            return None
+        seq, chain = row[0].split(" ")
+        return int(seq), chain
+
+    def set_anchor(self, seq: int, chain: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('anchor', ?)", (f"{seq} {chain}",))
+
     # --- the wiki as of a seq -----------------------------------------------------------------
 
     def heads(self, slug: str) -> list[str]:

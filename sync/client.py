@@ -270,6 +270,16 @@ def _outgoing(event: Event) -> Event:
                  digest=event.digest)
 
 
+def push_cursors(memory) -> dict[str, int]:
+    """The last seq pushed to each remote: the log must still hold it."""
+    cursors = {}
+    for name in load_remotes(memory):
+        cursor = memory.log.state(f"push:{name}")
+        if cursor:
+            cursors[f"the push cursor of remote {name}"] = int(cursor)
+    return cursors
+
+
 def _held_key(remote: Remote) -> str:
     return f"held:{remote.name}"
 

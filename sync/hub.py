@@ -143,9 +143,9 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
             raise HubError(403, "out-of-contract", "Out of contract",
                            f"{agent!r} does not produce layer {event.layer!r}; nothing of the batch was applied")
         allowed = LAYER_KINDS[contract.layers[event.layer].format]
-        if event.kind not in allowed:
+        if event.original_kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
-                           f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.kind!r}")
+                           f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.original_kind!r}")
         try:
             validate.body(event.body)
         except MemError as exc:

@@ -62,8 +62,8 @@ def problem(event: Event, contract: Contract, agent: str) -> str | None:
         if not consumes(contract, agent, event.layer):
             return f"layer {event.layer!r} is not one this agent consumes"
         format = contract.layers[event.layer].format
-        if event.kind not in LAYER_KINDS[format]:
-            return f"a {format} layer does not take {event.kind}"
+        if event.original_kind not in LAYER_KINDS[format]:
+            return f"a {format} layer does not take {event.original_kind}"
         validate.body(event.body)
     except MemError as exc:
         return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"

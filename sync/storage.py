@@ -18,9 +18,10 @@ from collections.abc import Callable
 import msgspec
 
 from eventstore.envelope import Event, new_event
-from eventstore.errors import IdConflict, InvalidInput
+from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.ids import now_ms
-from eventstore.kinds import ContractChange
+from eventstore.kinds import ContractChange, Redacted, Redaction
+from eventstore.redaction import redacted_form
 from eventstore.layers import CONTRACT_LAYER
 
 from .contracts import lenient_contract
@@ -185,6 +186,24 @@ class HubStorage(ABC):
     @abstractmethod
     def latest_of_layer(self, layer: str, at_ms: int | None) -> Event | None: ...
 
+    @abstractmethod
+    def stored(self, id: str) -> tuple[str, bytes] | None:
+        """(layer, stored data) of an event on the hub, or None."""
+
+    def admin_redact(self, ids: list[str], reason: str) -> list[PushResult]:
+        """The hub administrator's redaction: one `redaction` event per layer, by the hub itself."""
+        reason = " ".join(reason.split())
+        if not reason:
+            raise InvalidInput("a redaction needs a --reason")
+        by_layer: dict[str, list[str]] = {}
+        for id in ids:
+            found = self.stored(id)
+            if found is None or found[0] == CONTRACT_LAYER:
+                raise NotFound(f"there is no event {id} in a shared layer of this hub")
+            by_layer.setdefault(found[0], []).append(id)
+        return self.push([new_event(Redaction(target_ids=targets, reason=reason), agent=HUB_AGENT, layer=layer)
+                          for layer, targets in by_layer.items()])
+
     # --- contracts and progress ---------------------------------------------------------------
 
     def apply_contract(self, contract: Contract) -> int:
@@ -244,6 +263,27 @@ def plan_group(batches: list[list[Event]], known: dict[str, tuple[str, int]], fi
         rows.extend(fresh)
         outcomes.append(fill_positions(plan, fresh, start))
     return rows, outcomes, layers
+
+
+def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
+    """(new stored data, id) for each target of the group's redactions that the hub holds in the
+    redaction's own layer and has not redacted yet; `stored(id)` is (layer, data) or None, read
+    inside the commit's transaction, after its rows are inserted."""
+    updates = []
+    for event in fresh:
+        if event.kind != "redaction":
+            continue
+        for target in event.body.target_ids:
+            found = stored(target)
+            if found is None or found[0] != event.layer:
+                continue
+            original = _loaded.decode(found[1])
+            if isinstance(original.body, Redacted) or original.kind in ("redaction", "contract.change"):
+                continue
+            form = redacted_form(original.kind, original.raw_body(), event.body.reason, event.id)
+            updates.append((encode_stored(Event(id=original.id, ts=original.ts, agent=original.agent,
+                                                layer=original.layer, body=form, digest=original.digest)), target))
+    return updates
 
 
 def fill_positions(plan: list, fresh: list[Event], first: int) -> list[PushResult]:

@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group
+from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
 
 CHANNEL = "mindlog_hub"
 SCHEMA = """
@@ -84,12 +84,24 @@ class PostgresHubStorage(HubStorage):
                                        [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(rows)])
                     conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(rows),))
+                    updates = redacted_rows(rows, lambda id: self._stored(conn, id))
+                    if updates:
+                        cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
                     payload = f"{head + len(rows)} {','.join(sorted(layers))}"
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                 if pulls:
                     cursor.executemany("INSERT INTO hub_pulls VALUES (%s, %s, %s)",
                                        [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
+
+    @staticmethod
+    def _stored(conn, id):
+        row = conn.execute("SELECT layer, data FROM hub_events WHERE id = %s", (id,)).fetchone()
+        return (row[0], bytes(row[1])) if row else None
+
+    def stored(self, id):
+        with self.pool.connection() as conn:
+            return self._stored(conn, id)
 
     def pull(self, after, layers, limit):
         if not layers:

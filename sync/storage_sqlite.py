@@ -9,7 +9,7 @@ import threading
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group
+from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
 
 WATCH_INTERVAL = 0.25
 
@@ -31,6 +31,7 @@ class SQLiteHubStorage(HubStorage):
         self.db = self._connect()
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 self.db.execute(statement)
@@ -111,9 +112,21 @@ class SQLiteHubStorage(HubStorage):
             self.db.executemany("INSERT INTO hub_events VALUES (?,?,?,?,?,?,?)",
                                 [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                  for i, e in enumerate(rows)])
+            self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", redacted_rows(rows, self._stored))
             self.db.executemany("INSERT INTO hub_pulls VALUES (?,?,?)", [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
-        return self._write(append)
+        committed = self._write(append)
+        if any(e.kind == "redaction" for events in batches for e in events):
+            with self._lock:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too
+        return committed
+
+    def _stored(self, id):
+        return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()
+
+    def stored(self, id):
+        rows = self._read("SELECT layer, data FROM hub_events WHERE id = ?", (id,))
+        return rows[0] if rows else None
 
     def pull(self, after, layers, limit):
         if not layers:

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from eventstore.envelope import new_event
+from eventstore.envelope import check_event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
-from eventstore.kinds import EntryAppend
+from eventstore.kinds import EntryAppend, Redacted, Redaction
 from sync.storage import PullRecord
 from sync.wire import Contract, ContractLayer
 
@@ -141,3 +141,32 @@ class HubStorageConformance:
         assert not errors
         assert sorted(results) == list(range(1, 81))
         assert [e.seq for e in hub.pull(0, ["insights"], 1000)] == list(range(1, 81))
+
+    def test_a_redaction_removes_bodies_of_its_own_layer(self, hub):
+        kept, gone, elsewhere = entry(text="kept"), entry(text="Jane's phone is 555-0199"), entry(text="other",
+                                                                                                  layer="drafts")
+        hub.push([kept, gone, elsewhere])
+        redaction = new_event(Redaction(target_ids=[gone.id, elsewhere.id], reason="private"), agent="alice",
+                              layer="insights")
+        assert hub.push([redaction])[0].position == 4
+        pulled = {e.id: e for e in hub.pull(0, ["insights", "drafts"], 10)}
+        assert pulled[kept.id].body == kept.body and pulled[elsewhere.id].body == elsewhere.body
+        assert isinstance(pulled[gone.id].body, Redacted) and pulled[gone.id].body.reason == "private"
+        assert pulled[gone.id].digest == gone.digest and pulled[gone.id].seq == 2
+        check_event(pulled[gone.id])  # what consumers get still verifies
+        assert b"555-0199" not in hub.stored(gone.id)[1]
+        assert hub.push([redaction])[0].duplicate
+
+    def test_the_administrator_redacts_in_each_layer(self, hub):
+        one, two = entry(text="one"), entry(text="two", layer="drafts")
+        hub.push([one, two])
+        results = hub.admin_redact([one.id, two.id], "  asked   to ")
+        assert [r.position for r in results] == [3, 4]
+        redactions = hub.pull(2, ["insights", "drafts"], 10)
+        assert {(e.agent, e.layer) for e in redactions} == {("_hub", "insights"), ("_hub", "drafts")}
+        assert all(isinstance(e.body, Redacted) and e.body.reason == "asked to"
+                   for e in hub.pull(0, ["insights", "drafts"], 2))
+        with pytest.raises(NotFound):
+            hub.admin_redact(["01a2270a-c5b3-7eca-9806-1025c3bb9d81"], "x")
+        with pytest.raises(InvalidInput):
+            hub.admin_redact([one.id], " ")

@@ -2,9 +2,11 @@
 
 import pytest
 
-from eventstore.envelope import decode_body, new_event, unpack_body
+import msgspec
+
+from eventstore.envelope import Event, check_event, decode_body, new_event, unpack_body
 from eventstore.errors import DigestMismatch, IdConflict
-from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
+from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest, Redacted, Redaction
 from eventstore.recorder import id_text
 
 
@@ -142,3 +144,41 @@ class RecorderConformance:
         seen = []
         assert recorder.verify(progress=seen.append).ok
         assert seen == [1, 2, 3, 4, 5]
+
+    def test_the_chain_covers_seq_and_recorded_at(self, recorder, execute):
+        recorder.append([ev(i) for i in range(4)])
+        execute("UPDATE events SET recorded_at = recorded_at + 1 WHERE seq = 4")
+        report = recorder.verify()
+        assert not report.ok and report.first_bad_seq == 4 and "chain" in report.problem
+
+    def test_a_redaction_removes_bodies_in_its_layer_and_the_log_still_verifies(self, recorder, execute):
+        events = [ev(i) for i in range(4)] + [ev(9, layer="loop")]
+        recorder.append(events)
+        stray = new_event(Redaction(target_ids=[events[0].id], reason="wrong layer"), agent="alice", layer="loop")
+        redaction = new_event(Redaction(target_ids=[events[1].id, events[2].id, events[4].id], reason="leaked"),
+                              agent="alice", layer="mind")
+        assert recorder.append([stray]) == [6] and recorder.append([redaction]) == [7]
+        bodies = [e.body for e in recorder.read()]
+        assert bodies[0] == events[0].body and bodies[3] == events[3].body and bodies[4] == events[4].body
+        for seq in (2, 3):
+            gone = recorder.get_by_seq(seq)
+            assert isinstance(gone.body, Redacted) and gone.body.original == "always.add"
+            assert gone.body.reason == "leaked" and gone.body.by == redaction.id and gone.digest == events[seq - 1].digest
+        stored = b"".join(bytes(row[8]) for row in recorder.read_rows())
+        assert b"line 1" not in stored and b"line 2" not in stored and b"line 3" in stored
+        report = recorder.verify()
+        assert report.ok and report.checked == 7 and report.redacted == 2
+
+    def test_a_redacted_event_travels_and_verifies(self, untrusted_recorder):
+        events = [ev(i) for i in range(3)]
+        untrusted_recorder.append(events)
+        untrusted_recorder.append([new_event(Redaction(target_ids=[events[1].id], reason="r"), agent="alice",
+                                             layer="mind")])
+        redacted = msgspec.json.decode(msgspec.json.encode(untrusted_recorder.get(events[1].id)), type=Event)
+        assert isinstance(redacted.body, Redacted)
+        redacted.seq = redacted.recorded_at = redacted.chain = None
+        check_event(redacted)
+        assert untrusted_recorder.append([redacted]) == [2]  # the same event: its digest did not change
+        forged = msgspec.structs.replace(redacted, body=msgspec.structs.replace(redacted.body, body_hash="0" * 64))
+        with pytest.raises(DigestMismatch):
+            check_event(forged)

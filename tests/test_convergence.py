@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError
+from eventstore.kinds import Redacted
+from projections import redact as redacting
 from projections.adopt import adopt
 from projections.memory import Memory
 from sync.client import HubClient, Remote, pull, push
@@ -67,6 +69,7 @@ op = st.one_of(
     st.tuples(st.just("entry"), st.integers(0, 2), st.sampled_from(["DECISION", "FACT", "LESSON"]),
               st.text("abc xyz", min_size=1, max_size=12)),
     st.tuples(st.just("reverse"), st.integers(0, 2), st.integers(0, 20)),
+    st.tuples(st.just("redact"), st.integers(0, 2), st.integers(0, 20)),
     st.tuples(st.just("page"), st.integers(0, 2), st.sampled_from(["plan", "notes"]),
               st.text("abc xyz", max_size=12)),
     st.tuples(st.just("push"), st.integers(0, 2)),
@@ -87,6 +90,10 @@ def shared_files(root: Path) -> dict[str, bytes]:
 
 def shared_ids(memory: Memory) -> list[str]:
     return [e.id for e in memory.log.read(layers=list(SHARED))]
+
+
+def redacted_ids(events) -> set[str]:
+    return {e.id for e in events if isinstance(e.body, Redacted)}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,12 +138,14 @@ def test_three_agents_converge_despite_faults(steps):
                 assert shared_files(memory.root) == reference
                 assert memory.views.shared.conflicts(memory.views.checkpoint()) == \
                     agents[0].views.shared.conflicts(agents[0].views.checkpoint())
-            on_hub = [e.id for e in server.storage.pull(0, list(SHARED), 1 << 20)]
+            hub_events = server.storage.pull(0, list(SHARED), 1 << 20)
+            on_hub = [e.id for e in hub_events]
             assert len(on_hub) == len(set(on_hub)), "an event is on the hub twice"
             for memory in agents:
                 ids = shared_ids(memory)
                 assert len(ids) == len(set(ids)) and set(ids) == set(on_hub), "an event was lost or duplicated"
                 assert memory.log.verify().ok
+                assert redacted_ids(memory.log.read(layers=list(SHARED))) == redacted_ids(hub_events)
                 check_pages(memory)
             for memory in agents:
                 memory.close()
@@ -217,6 +226,12 @@ def run(step, agents, clients, remote, server, bases):
             entries = memory.views.shared.entries("insights", memory.views.checkpoint())
             if entries:
                 memory.entry_add("insights", "[DECISION] changed my mind", entries[step[2] % len(entries)].id)
+        elif kind == "redact":
+            entries = memory.views.shared.entries("insights", memory.views.checkpoint())
+            if entries:
+                target = memory.log.get(entries[step[2] % len(entries)].id)
+                if not isinstance(target.body, Redacted):
+                    redacting.redact(memory, [target], "private")
         elif kind == "page":
             memory.shared_page_write("drafts", step[2], f"---\ntype: draft\n---\n# {step[2]}\n\n{step[3]}\n".encode())
         elif kind == "push":

@@ -20,7 +20,7 @@ def test_groups_are_read_off_the_union():
     assert not WIKI_KINDS & ADF_KINDS and not ENTRY_KINDS & (WIKI_KINDS | ADF_KINDS)
     assert SHARED_PAGE_KINDS == {"page.ingest", "page.update", "page.delete"} < WIKI_KINDS
     assert {format: set(kinds) for format, kinds in LAYER_KINDS.items()} == {
-        "pages": set(SHARED_PAGE_KINDS), "entries": {"entry.append"}}
+        "pages": set(SHARED_PAGE_KINDS) | {"redaction"}, "entries": {"entry.append", "redaction"}}
     assert set(FORMATS) == set(LAYER_KINDS)
 
 

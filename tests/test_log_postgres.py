@@ -31,5 +31,10 @@ def tamper(recorder):
     return change_body
 
 
+@pytest.fixture
+def execute(recorder):
+    return lambda sql, params=(): recorder.conn.execute(sql.replace("?", "%s"), params)
+
+
 class TestPostgresLog(RecorderConformance):
     pass

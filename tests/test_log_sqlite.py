@@ -1,5 +1,7 @@
 """The SQLite event log passes the recorder conformance suite, plus SQLite-specific checks."""
 
+import hashlib
+
 import msgspec
 import pytest
 
@@ -30,6 +32,11 @@ def tamper(recorder):
     return change_body
 
 
+@pytest.fixture
+def execute(recorder):
+    return lambda sql, params=(): recorder.db.execute(sql, params)
+
+
 class TestSQLiteLog(RecorderConformance):
     def test_wal_and_full_sync_by_default(self, recorder):
         assert recorder.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -51,9 +58,10 @@ class TestSQLiteLog(RecorderConformance):
         recorder.append([ev(i) for i in range(5)])
         event = recorder.get_by_seq(2)
         body = encode_body(AlwaysAdd(line="forged"))
-        digest = compute_digest(event.id, event.ts, event.agent, event.layer, event.kind, body)
-        recorder.db.execute("UPDATE events SET body = ?, codec = 0, digest = ? WHERE seq = 2",
-                            (body, bytes.fromhex(digest)))
+        body_hash = hashlib.sha256(body).digest()
+        digest = compute_digest(event.id, event.ts, event.agent, event.layer, event.kind, body_hash)
+        recorder.db.execute("UPDATE events SET body = ?, codec = 0, digest = ?, body_hash = ? WHERE seq = 2",
+                            (body, bytes.fromhex(digest), body_hash))
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 2 and "chain" in report.problem
 

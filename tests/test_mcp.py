@@ -69,6 +69,9 @@ def test_tools_and_a_session_over_stdio(workspace):
                 assert (workspace / "mind/deploy.md").read_bytes() == PAGE
         error, text = await call(session, "view", path="/memories/mind/deploy-procedure.md")
         assert text.splitlines()[7] == "     7\tStaging first, always."
+        run_mem("always", "add", "Written by the CLI meanwhile.", "--workspace", workspace, check=True)
+        error, text = await call(session, "view", path="/memories/mind.md")
+        assert "     6\t- Written by the CLI meanwhile." in text.splitlines()
         mind = await session.read_resource("adf-file://mind.md")
         page = await session.read_resource("adf-file://mind/deploy-procedure.md")
         uris = {str(r.uri) for r in (await session.list_resources()).resources}
@@ -89,10 +92,10 @@ def test_tools_and_a_session_over_stdio(workspace):
 
     log = run_mem("log", "--workspace", workspace, check=True).stdout.decode()
     assert [line.split()[4] for line in log.splitlines()] == [
-        "page.ingest", "page.update", "always.add", "page.rename", "file.write", "file.delete"]
+        "page.ingest", "page.update", "always.add", "page.rename", "file.write", "file.delete", "always.add"]
     assert all(line.split()[2] == "alice" for line in log.splitlines())
     assert run_mem("replay", "--check", "--workspace", workspace, check=True).stdout.decode() == \
-        "rebuilt to seq 6: no differences\n"
+        "rebuilt to seq 7: no differences\n"
     events = json.loads(run_mem("log", "--json", "--workspace", workspace, check=True).stdout)
     first_recorded = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(events[0]["recorded_at"] // 1000)) + \
         f".{events[0]['recorded_at'] % 1000:03d}Z"
@@ -132,6 +135,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         ("loop_append", {"role": "user", "text": "hi", "loop": "Main Loop"},
          ("loop", "append", "--role", "user", "--text", "hi", "--loop", "Main Loop")),
         ("sync", {}, ("sync",)),
+        ("loop_append", {"role": "system", "text": "hi"}, ("loop", "append", "--role", "system", "--text", "hi")),
         ("create", {"path": "/memories/notes/keys.md", "file_text": secret.read_text()},
          ("file", "write", "notes/keys.md", "--file", secret)),
         ("delete", {"path": "/memories/mind/freeze.md"}, ("page", "delete", "freeze")),
@@ -149,7 +153,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert all(error for error, _text in answers)
     assert [text for _error, text in answers[:len(cases)]] == expected
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
-    assert "AWS Access Key" in expected[7] and "hold" in expected[8]
+    assert "AWS Access Key" in expected[8] and "hold" in expected[9]
     assert answers[-2][1] == "File /memories/mind/deploy.md already exists"
     assert "catalog is generated from the pages" in answers[-1][1]
     assert log_rows(workspace) == before

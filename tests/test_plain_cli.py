@@ -108,9 +108,9 @@ def test_version():
 
 
 def every_command():
-    from cli import adf_commands, recall_commands, sync_commands  # noqa: F401  (they register their commands)
-    from cli.app import app
+    from cli.app import app, register_commands
 
+    register_commands()
     def walk(command, path):
         yield path, command
         for name, sub in getattr(command, "commands", {}).items():

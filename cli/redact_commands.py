@@ -1,0 +1,54 @@
+"""`mem redact` and `mem hub redact`: remove event bodies from the log, keeping the chain."""
+
+from typing import Optional
+
+import typer
+
+from .app import JsonOpt, app, fail, memory
+from .output import emit_json, event_line
+from .sync_commands import DbOpt, hub_app, storage
+
+ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead ([redacted: REASON]).")
+
+
+@app.command()
+def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or event ids."),
+           reason: str = ReasonOpt,
+           match: Optional[str] = typer.Option(None, "--match", help="Every event whose text matches this regex."),
+           layer: Optional[str] = typer.Option(None, "--layer", help="With --match: only this layer."),
+           yes: bool = typer.Option(False, "--yes", help="With --match: redact what it lists."),
+           json: bool = JsonOpt):
+    """Remove events' bodies from the log and rebuild every view and file without them."""
+    from projections import redact as redacting
+
+    if bool(targets) == bool(match):
+        fail("give seqs or ids, or --match REGEX", 2)
+    with memory() as mem:
+        events = redacting.search(mem, match, layer) if match else redacting.resolve(mem, targets)
+        report = redacting.redact(mem, events, reason, apply=not match or yes)
+        listed = [event_line(e) for e in events]
+    if json:
+        return emit_json(report)
+    for line in listed:
+        typer.echo(line)
+    if not report.targets:
+        typer.echo("nothing matches")
+    elif report.done:
+        typer.echo(f"redacted {len(report.targets)} events (redaction seq {', '.join(map(str, report.redactions))})")
+    else:
+        typer.echo(f"would redact {len(report.targets)} events; add --yes to do it")
+
+
+@hub_app.command("redact")
+def hub_redact(ids: list[str] = typer.Argument(..., help="Event ids."), reason: str = ReasonOpt, db: str = DbOpt,
+               json: bool = JsonOpt):
+    """Redact events on the hub as its administrator; consumers remove the bodies on their next pull."""
+    hub = storage(db)
+    try:
+        results = hub.admin_redact(ids, reason)
+    finally:
+        hub.close()
+    if json:
+        return emit_json(results)
+    for result in results:
+        typer.echo(f"redaction at hub position {result.position}")

@@ -1,0 +1,115 @@
+"""Redaction: what is left of an event whose body was removed, and what the folds see in its place.
+
+A redacted event keeps its envelope, its digest and its place in the chain: the digest covers the
+body's hash, not the body (see envelope.compute_digest), so the body can go while both still
+verify. What stays in the body's place is a `Redacted` body: the original kind, the body's hash,
+the reason, the redaction's id, and the few structural fields the views need to keep their shape
+(a page version's slug and parents, a loop message's role and loop, a file's path). The folds
+never see a `Redacted` body: `stand_in` turns it into a body of the original kind whose content
+reads `[redacted: reason]`, so an incremental fold and a replay give the same views.
+"""
+
+import hashlib
+import re
+
+import msgspec
+
+from .envelope import decode_body, encode_body
+from .kinds import KINDS, Body, Redacted
+
+KEPT = {
+    "page.ingest": ("slug", "parents", "quiet"),
+    "page.update": ("slug", "parents"),
+    "page.delete": ("slug", "parents"),
+    "page.rename": ("old", "new", "parents"),
+    "loop.append": ("role", "loop", "model", "created_at", "ord"),
+    "loop.compact": ("preserve", "loop"),
+    "loop.clear": ("start", "end", "loop"),
+    "file.write": ("path", "mime_type", "protection", "created_at", "updated_at"),
+    "file.delete": ("path",),
+    "config.set": ("key", "updated_at"),
+    "entry.append": ("type", "date", "reverses"),
+    "audit.import": ("source", "entry_count", "created_at", "start_seq", "end_seq", "ref"),
+    "inbox.message": ("imported",),
+    "outbox.message": ("imported",),
+    "import.gap": ("source",),
+}
+MESSAGE_KEPT = ("id", "from", "to", "status", "received_at", "created_at", "thread_id")
+
+
+def body_hash(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()
+
+
+def redacted_form(kind: str, raw: bytes, reason: str, by: str) -> Redacted:
+    """The `Redacted` body that replaces a stored body (`raw`, of kind `kind`)."""
+    body = decode_body(raw)
+    kept = {name: getattr(body, name) for name in KEPT.get(kind, ()) if getattr(body, name) is not None}
+    if kind in ("inbox.message", "outbox.message"):
+        kept["message"] = {k: v for k, v in body.message.items() if k in MESSAGE_KEPT}
+    return Redacted(original=kind, body_hash=body_hash(raw).hex(), reason=reason, by=by, kept=kept)
+
+
+def stand_in(redacted: Redacted) -> Body:
+    """A body of the original kind, its content replaced by `[redacted: reason]`, for the folds."""
+    mark = f"[redacted: {redacted.reason}]"
+    fields = dict(redacted.kept)
+    message = fields.pop("message", None)
+    for field in msgspec.structs.fields(KINDS[redacted.original]):
+        if field.name in fields or field.name == "allowed_secrets":
+            continue
+        value = _placeholder(redacted.original, field, mark, fields.get("slug"), message)
+        if value is not _DEFAULT:
+            fields[field.name] = value
+    return KINDS[redacted.original](**fields)
+
+
+_DEFAULT = object()
+
+
+def _placeholder(kind: str, field, mark: str, slug: str | None, message: dict | None):
+    """What a removed field reads as: the mark for text, empty for lists, the default for the rest."""
+    name = field.name
+    if name == "frontmatter":
+        return {"type": "redacted"}
+    if name == "text":
+        return f"# {slug}\n\n{mark}\n"
+    if (kind, name) == ("loop.append", "content"):
+        return [{"type": "text", "text": mark}]
+    if (kind, name) == ("file.write", "content"):
+        return mark.encode()
+    if name == "message":
+        return {**(message or {}), "content": mark}
+    if name in ("note", "summary", "line", "content"):
+        return "" if name == "note" else mark
+    if name in ("entries", "findings"):
+        return []
+    if name == "data":
+        return b""
+    if name == "size_bytes":
+        return 0
+    if name == "value":
+        return None
+    return _DEFAULT if not field.required else mark
+
+
+def matches(raw_body: bytes, pattern: re.Pattern) -> bool:
+    """Whether any string in a body (its text, frontmatter values, content blocks) matches."""
+    return any(pattern.search(text) for text in _strings(msgspec.msgpack.decode(raw_body)))
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, bytes):
+        yield value.decode("utf-8", "replace")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key != "kind":
+                yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+__all__ = ["KEPT", "Redacted", "body_hash", "encode_body", "matches", "redacted_form", "stand_in"]

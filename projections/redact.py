@@ -1,0 +1,106 @@
+"""Redaction through a workspace: which events, who may, and the one append that removes their bodies.
+
+The log removes the targets' bodies in the transaction that appends the `redaction` event (see
+eventstore.recorder.redaction_updates); the next refresh sees the redaction and rebuilds the views
+from the log instead of folding it, so the views, the files and any later export hold nothing of
+what was removed, and an incremental refresh and `mem replay` agree byte for byte.
+"""
+
+import re
+
+import msgspec
+
+from eventstore import recorder, secrets
+from eventstore.envelope import Event, new_event
+from eventstore.errors import InvalidInput, NotFound
+from eventstore.ids import is_uuid
+from eventstore.kinds import Redaction
+from eventstore.redaction import matches
+from eventstore.envelope import unpack_body
+
+UNREDACTABLE = recorder.UNREDACTABLE | {"redacted"}
+
+
+class Target(msgspec.Struct):
+    seq: int
+    id: str
+    kind: str
+    layer: str
+    agent: str
+
+
+class RedactReport(msgspec.Struct):
+    targets: list[Target]
+    redactions: list[int]  # the seqs of the redaction events appended (one per layer)
+    done: bool
+
+
+def _target(event: Event) -> Target:
+    return Target(seq=event.seq, id=event.id, kind=event.kind, layer=event.layer, agent=event.agent)
+
+
+def resolve(memory, refs: list[str]) -> list[Event]:
+    """The events named by seqs or ids, in seq order; refuses any that is unknown or cannot be redacted."""
+    found = {}
+    for ref in refs:
+        event = (memory.log.get_by_seq(int(ref)) if ref.isdigit() else
+                 memory.log.get(ref) if is_uuid(ref) else None)
+        if event is None:
+            raise NotFound(f"there is no event {ref!r} in the log (give a seq or an event id)")
+        if event.kind in UNREDACTABLE:
+            what = "is redacted already" if event.kind == "redacted" else f"is a {event.kind} event"
+            raise InvalidInput(f"event {ref} {what}; it cannot be redacted")
+        found[event.seq] = event
+    return [found[seq] for seq in sorted(found)]
+
+
+def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
+    """Every event whose text matches a regular expression (optionally in one layer)."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise InvalidInput(f"--match {pattern!r} is not a regular expression: {exc}") from None
+    hits = []
+    for row in memory.log.read_rows(layers=[layer] if layer else None):
+        seq, id, kind, codec, body = row[0], row[1], row[6], row[7], row[8]
+        if kind in UNREDACTABLE or codec == 2 or not matches(unpack_body(codec, bytes(body)), compiled):
+            continue
+        hits.append(memory.log.get_by_seq(seq))
+    return hits
+
+
+def check_allowed(memory, events: list[Event]) -> None:
+    """An agent redacts its own events, and any event of a shared layer it produces."""
+    agent = memory.config.agent
+    contract = memory.views.contract
+    for event in events:
+        if event.agent == agent:
+            continue
+        spec = contract.layers.get(event.layer) if contract else None
+        if spec is not None and ("*" in spec.producers or agent in spec.producers):
+            continue
+        raise InvalidInput(f"event {event.seq} is {event.agent}'s in layer {event.layer!r}, which {agent} does not "
+                           "produce: its own agent, a producer of the layer or the hub's administrator "
+                           "(`mem hub redact`) may redact it")
+
+
+def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> RedactReport:
+    """Appends one redaction per layer of `events` (all in one transaction) and rebuilds the views."""
+    reason = " ".join(reason.split())
+    if not reason:
+        raise InvalidInput("a redaction needs a --reason")
+    if not events:
+        return RedactReport(targets=[], redactions=[], done=False)
+    check_allowed(memory, events)
+    targets = [_target(e) for e in events]
+    if not apply:
+        return RedactReport(targets=targets, redactions=[], done=False)
+    by_layer: dict[str, list[str]] = {}
+    for event in events:
+        by_layer.setdefault(event.layer, []).append(event.id)
+    redactions = [secrets.checked(new_event(Redaction(target_ids=ids, reason=reason), agent=memory.config.agent,
+                                            layer=layer))
+                  for layer, ids in by_layer.items()]
+    seqs = memory.log.append(redactions)
+    memory.refresh()
+    return RedactReport(targets=targets, redactions=seqs, done=True)
