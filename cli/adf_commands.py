@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from eventstore.errors import InvalidInput
-from projections.adf_file import export_adf, import_adf
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
 from .output import AllowSecretOpt, emit_json, progress_bar
@@ -36,10 +35,11 @@ def parse_json(text: str, what: str):
 
 @loop_app.command("append")
 def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"),
-                text: Optional[str] = typer.Option(None, "--text"),
+                text: Optional[str] = typer.Option(None, "--text", help="The message text."),
                 file: Optional[str] = typer.Option(None, "--file", help="A text file (- for stdin)."),
                 blocks: Optional[str] = typer.Option(None, "--json", help="Content blocks as a JSON array."),
-                loop: str = LoopOpt, model: Optional[str] = typer.Option(None, "--model"),
+                loop: str = LoopOpt,
+                model: Optional[str] = typer.Option(None, "--model", help="The model that produced it."),
                 tokens: Optional[str] = typer.Option(None, "--tokens", help="Token counts as a JSON object."),
                 allow_secret: bool = AllowSecretOpt):
     """Append a message to a loop; its seq is the [S<seq>] that cites it."""
@@ -99,7 +99,7 @@ def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] =
 
 @file_app.command("write")
 def file_write(path: str, file: str = typer.Option(..., "--file", help="The content (- for stdin)."),
-               mime: Optional[str] = typer.Option(None, "--mime"),
+               mime: Optional[str] = typer.Option(None, "--mime", help="Its media type."),
                protection: str = typer.Option("none", "--protection", help="none, read_only or no_delete"),
                allow_secret: bool = AllowSecretOpt):
     """Write a file into adf_files."""
@@ -163,11 +163,14 @@ def config_set(key: str, value: str):
 
 
 @config_app.command("show")
-def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The agent config (adf_config), with ADF's audit defaults."""
     with memory() as mem:
         config = mem.agent_config(as_of(mem, at, seq))
-    sys.stdout.write(jsonlib.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if json:
+        return emit_json(config)
+    for key, value in config.items():
+        typer.echo(f"{key} = {jsonlib.dumps(value, ensure_ascii=False)}")
 
 
 @audit_app.command("list")
@@ -184,7 +187,8 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
 
 
 @audit_app.command("read")
-def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop"), json: bool = JsonOpt):
+def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop", help="Only this loop's audit blobs."),
+               json: bool = JsonOpt):
     """Resolve a seq: the live loop, then every audit blob that covers it, then the log; or missing."""
     with memory() as mem:
         hit = mem.audit_read(seq, loop)
@@ -222,6 +226,8 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
 @export_app.command("adf")
 def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Write a real ADF file (format 0.2, schema 28) of the memory as of now or a moment."""
+    from projections.adf_file import export_adf
+
     with memory() as mem:
         report = export_adf(mem, out, as_of(mem, at, seq))
     if json:
@@ -232,6 +238,8 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
 @import_app.command("adf")
 def import_adf_command(source: Path, json: bool = JsonOpt):
     """Turn an ADF file into events (into a new workspace)."""
+    from projections.adf_file import import_adf
+
     if not source.exists():
         fail(f"{source} does not exist")
     with memory() as mem, progress_bar("import", None) as advance:

@@ -9,10 +9,11 @@ from typing import Optional
 import typer
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
-from eventstore.instants import parse_instant
+from eventstore.instants import format_local, parse_instant
 from eventstore.layers import MIND
 
-from .output import AllowSecretOpt, emit_json, event_line, fail, progress_bar
+from .output import AT_HELP, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
+from .typer_tuning import tune_typer
 
 app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
@@ -27,9 +28,19 @@ JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
 ForceOpt = typer.Option(False, "--force", help="Overwrite files that were edited by hand.")
 
 
+def print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"mem {version('mindlog')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(workspace: Optional[Path] = typer.Option(
-        None, "--workspace", "-w", envvar="MEM_WORKSPACE", help="The workspace (default: the one around the cwd).")):
+        None, "--workspace", "-w", envvar="MEM_WORKSPACE", help="The workspace (default: the one around the cwd)."),
+        version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True,
+                                     help="Print mem's version and exit.")):
     state["workspace"] = workspace
 
 
@@ -64,14 +75,34 @@ def read_input(file: str) -> bytes:
 def as_of(mem, at: Optional[str], seq: Optional[int]) -> int:
     if at is not None and seq is not None:
         fail("give --at or --seq, not both", 2)
-    return mem.seq_at(parse_instant(at) if at is not None else None, seq)
+    if at is None:
+        return mem.seq_at(seq=seq)
+    return resolve_at(mem, at)[0]
+
+
+def resolve_at(mem, at: str) -> tuple[int, int]:
+    """(seq, instant) for a typed moment; says on stderr which instant it understood, and refuses a
+    moment before the workspace's first event (that is no memory, not an empty one)."""
+    at_ms = parse_instant(at)
+    first = mem.log.recorded_at(1) if mem.log.head() else None
+    if first is None or at_ms < first:
+        since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
+        fail(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
+    point_seq = mem.seq_at(at_ms)
+    typer.echo(f"as of {format_local(at_ms)} (seq {point_seq})", err=True)
+    return point_seq, at_ms
+
+
+def file_path(path: str) -> str:
+    """A path in the workspace, or a page's bare slug (`deploy-procedure` is mind/deploy-procedure.md)."""
+    return f"mind/{path}.md" if "/" not in path and "." not in path else path
 
 
 def point(mem, text: str) -> int:
-    """A moment given as `seq:N` or an ISO 8601 time."""
+    """A moment given as `seq:N` or as --at takes it."""
     if text.startswith("seq:") and text[4:].isdigit():
         return mem.seq_at(seq=int(text[4:]))
-    return mem.seq_at(parse_instant(text))
+    return resolve_at(mem, text)[0]
 
 
 # --- workspace ----------------------------------------------------------------------------------
@@ -119,8 +150,11 @@ def page_write(slug: str,
     typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {event.seq})")
 
 
+NoteOpt = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>]).")
+
+
 @page_app.command("delete")
-def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
+def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Delete a page; the delete is an event and a log entry."""
     if layer is not None and layer != "mind":
@@ -133,7 +167,7 @@ def page_delete(slug: str, note: str = typer.Option("", "--note"), force: bool =
 
 
 @page_app.command("rename")
-def page_rename(old: str, new: str, note: str = typer.Option("", "--note"), force: bool = ForceOpt,
+def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Rename a page (its history stays under both names)."""
     if layer is not None and layer != "mind":
@@ -189,13 +223,14 @@ def always_list(json: bool = JsonOpt):
 
 # --- point in time ------------------------------------------------------------------------------
 
-AtOpt = typer.Option(None, "--at", help="ISO 8601 date or time (UTC unless an offset is given).")
+AtOpt = typer.Option(None, "--at", help=AT_HELP)
 SeqOpt = typer.Option(None, "--seq", help="A log position.")
 
 
 @app.command()
 def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
-    """Print mind.md, mind/log.md or mind/<slug>.md as of any moment."""
+    """Print mind.md, mind/log.md or mind/<slug>.md (or a page by its slug) as of any moment."""
+    path = file_path(path)
     with memory() as mem:
         text = mem.show(path, as_of(mem, at, seq))
     if text is None:
@@ -214,9 +249,10 @@ def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = Se
 
 
 @app.command()
-def diff(path: str, from_: str = typer.Option(..., "--from", help="ISO time or seq:N"),
-         to: str = typer.Option(None, "--to", help="ISO time or seq:N (default: now)")):
+def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as --at takes it) or seq:N."),
+         to: str = typer.Option(None, "--to", help="A moment (as --at takes it) or seq:N (default: now).")):
     """A unified diff of one file between two moments."""
+    path = file_path(path)
     with memory() as mem:
         a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
         old, new = mem.show(path, a) or "", mem.show(path, b) or ""
@@ -304,7 +340,7 @@ def adopt(json: bool = JsonOpt):
 
 
 @app.command()
-def watch(debounce_ms: int = typer.Option(300, "--debounce-ms")):
+def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this long after an edit before adopting.")):
     """Adopt direct edits as they happen, until interrupted."""
     import watchfiles
 
@@ -359,17 +395,38 @@ def hoist_workspace(argv: list[str]) -> list[str]:
     return argv
 
 
-def main() -> None:
-    from . import adf_commands, recall_commands, redact_commands, sync_commands, ui_commands  # noqa: F401  (they register their commands on `app`)
+def register_commands() -> None:
+    """Imports the modules that register the rest of the commands on `app`."""
+    from . import adf_commands, recall_commands, redact_commands, sync_commands, ui_commands  # noqa: F401
 
+
+def main() -> None:
+    """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
+    from typer._click.exceptions import ClickException
+    from typer.exceptions import Abort
+
+    register_commands()
+    tune_typer()
     try:
-        app(args=hoist_workspace(sys.argv[1:]))
+        code = app(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
     except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
         typer.echo(f"error: {storage_failure(exc)}", err=True)
         sys.exit(1)
+    except ClickException as exc:
+        if plain():
+            typer.echo(f"error: {exc.format_message()}", err=True)
+        else:
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)
+        sys.exit(exc.exit_code)
+    except Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

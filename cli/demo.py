@@ -1,6 +1,7 @@
 """`mem demo`: one agent through ingest, update, Always edits, delete, replay, `show --at`, its loop,
 a compaction and a citation resolved through the audit."""
 
+import shlex
 import shutil
 import tempfile
 import time
@@ -12,7 +13,6 @@ from eventstore.errors import InvalidInput
 from eventstore.ids import now_ms
 from eventstore.instants import format_instant
 from projections.memory import Memory
-from projections.replay import check, replay
 
 DEPLOY_V1 = b"""---
 type: procedure
@@ -49,8 +49,27 @@ Prefers batch queries.
 """
 
 
+INTRO = ("An event log keeps every change to this memory as an event that is only ever appended, never "
+         "rewritten; the files an agent reads (mind.md, the pages) are rebuilt from it. So you can read the "
+         "memory as it was at any moment, see who changed what and why, and merge several agents' work "
+         "without losing any of it.")
+TERMS = {
+    "audit blob": "an audit blob holds the loop messages a compaction removed, compressed, so that a "
+                  "citation of them still resolves.",
+    "hub position": "a hub position counts the events a hub has received, in its order; an agent's "
+                    "position says how far it has pulled.",
+}
+
+
 def step(title: str) -> None:
     typer.secho(f"\n== {title}", bold=True)
+
+
+def explain(term: str, told: set[str]) -> None:
+    """Says what a term means the first time the demo shows it."""
+    if term not in told:
+        told.add(term)
+        typer.echo(f"   ({TERMS[term]})")
 
 
 def show_file(root: Path, path: str) -> None:
@@ -58,13 +77,26 @@ def show_file(root: Path, path: str) -> None:
     typer.echo((root / path).read_text().rstrip("\n"))
 
 
+def mem_cli(root: Path, *args: str) -> None:
+    """Runs a real `mem` command in this process, shown as typed: what follows is the CLI's own output."""
+    from .app import app, register_commands
+
+    register_commands()
+    typer.secho(f"\n$ mem {shlex.join(args)}", bold=True)
+    code = app(args=["-w", str(root), *args], standalone_mode=False)
+    if isinstance(code, int) and code != 0:
+        raise InvalidInput(f"mem {shlex.join(args)} failed ({code})")
+
+
 def run_demo(keep: Path | None = None) -> None:
     if keep and Path(keep).exists() and (not Path(keep).is_dir() or any(Path(keep).iterdir())):
         raise InvalidInput(f"{keep} is not empty; `mem demo --keep` needs a new or empty directory")
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mem-demo-"))
+    told: set[str] = set()
+    typer.echo(INTRO)
     try:
-        _run(root / "artemis")
-        _run_team(root / "team")
+        _run(root / "artemis", told)
+        _run_team(root / "team", told)
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -72,83 +104,58 @@ def run_demo(keep: Path | None = None) -> None:
             typer.echo(f"\nworkspace kept at {root}")
 
 
-def _run(root: Path) -> None:
-    step(f"mem init --agent artemis   (in {root})")
-    mem = Memory.init(root, "artemis")
-
-    step("mem page write deploy-procedure   (ingest)")
-    event = mem.write_page("deploy-procedure", DEPLOY_V1, "Distilled from the deploy runbook.")
-    typer.echo(f"seq {event.seq}: ingest mind/deploy-procedure.md")
-    mem.write_page("monitor-agent", MONITOR, "First notes on the monitor agent.")
-    typer.echo("ingest mind/monitor-agent.md")
-
-    step("mem always add")
+def _run(root: Path, told: set[str]) -> None:
+    inputs = root.parent / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    for name, text in (("deploy-v1.md", DEPLOY_V1), ("deploy-v2.md", DEPLOY_V2), ("monitor.md", MONITOR)):
+        (inputs / name).write_bytes(text)
+    root.mkdir(parents=True)
+    mem_cli(root, "init", "--agent", "artemis")
+    mem_cli(root, "page", "write", "deploy-procedure", "--file", str(inputs / "deploy-v1.md"),
+            "--note", "Distilled from the deploy runbook.")
+    mem_cli(root, "page", "write", "monitor-agent", "--file", str(inputs / "monitor.md"),
+            "--note", "First notes on the monitor agent.")
     for line in ("Nothing from me on weekends unless it's urgent. They want their time off.",
                  "Prod deploys wait for the owner's ack. The 08-12 incident came from skipping it."):
-        mem.always_add(line)
-        typer.echo(f"always + {line}")
-    before_update = now_ms()
+        mem_cli(root, "always", "add", line)
     time.sleep(0.01)
+    before_update = format_instant(now_ms())
+    time.sleep(0.01)
+    mem_cli(root, "page", "write", "deploy-procedure", "--file", str(inputs / "deploy-v2.md"),
+            "--note", "Prod ack requirement added after the 08-12 incident.")
+    mem_cli(root, "show", "deploy-procedure")
+    mem_cli(root, "always", "remove", "2")
+    mem_cli(root, "page", "delete", "monitor-agent", "--note", "Merged into the team page.")
+    mem_cli(root, "show", "mind.md")
+    mem_cli(root, "show", "mind/log.md")
+    mem_cli(root, "log")
 
-    step("mem page write deploy-procedure   (update)")
-    mem.write_page("deploy-procedure", DEPLOY_V2, "Prod ack requirement added after the 08-12 incident.")
-    show_file(root, "mind/deploy-procedure.md")
+    step("delete every view and rebuild it from the log: the files come back byte for byte")
+    mem_cli(root, "replay")
+    mem_cli(root, "replay", "--check")
+    step("the memory before the update")
+    mem_cli(root, "show", "deploy-procedure", "--at", before_update)
+    mem_cli(root, "show", "mind.md", "--at", before_update)
 
-    step("mem always remove 2 ; mem page delete monitor-agent")
-    mem.always_remove(2)
-    mem.delete_page("monitor-agent", "Merged into the team page.")
-    show_file(root, "mind.md")
-    show_file(root, "mind/log.md")
-
-    step("mem log")
-    for event in mem.events():
-        typer.echo(f"{event.seq:>3}  {event.kind:<14} {getattr(event.body, 'slug', getattr(event.body, 'line', ''))}")
-
-    step("mem replay   (delete every view, rebuild from the log)")
-    report = replay(mem)
-    typer.echo(f"replayed {report.events} events; files rewritten: {len(report.files.written)} "
-               "(none: the rebuild is byte-identical)")
-    typer.echo(f"mem replay --check: {'no differences' if check(mem).same else 'DIFFERENT'}")
-
-    at = format_instant(before_update)
-    step(f"mem show mind/deploy-procedure.md --at {at}   (before the update)")
-    typer.echo(mem.show("mind/deploy-procedure.md", mem.seq_at(before_update)).rstrip("\n"))
-    step(f"mem show mind.md --at {at}")
-    typer.echo(mem.show("mind.md", mem.seq_at(before_update)).rstrip("\n"))
-
-    step("mem loop append ×4 ; mem loop compact --preserve 1")
+    step("the agent's loop (its conversation), compacted into a summary")
     for role, text in (("user", "The staging deploy failed on the migration."),
                        ("assistant", "Rolled back; the migration needs the new column first."),
                        ("user", "Then prod needs my ack before anything ships."),
                        ("assistant", "Understood: prod waits for your ack.")):
-        seq = mem.loop_append(role, [{"type": "text", "text": text}]).seq
-        typer.echo(f"[S{seq}] {role}: {text}")
-    ack_seq = seq - 1
-    mem.loop_compact(f"Staging failed, rolled back; prod needs the owner's ack [S{ack_seq}].", preserve=1)
-    for row in mem.loop():
-        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
-    for row in mem.audit_rows():
-        typer.echo(f"audit {row.id}: {row.source} seq {row.start_seq}..{row.end_seq}, {row.entry_count} entries, "
-                   f"{row.size_bytes} bytes of JSON, brotli")
-
-    step(f"mem cite [S{ack_seq}]   (compacted away: resolved through the audit blob)")
-    hit = mem.cite(f"[S{ack_seq}]").hit
-    typer.echo(f"source {hit.source}, audit id {hit.audit_id}, loop {hit.loop}: "
-               f"{hit.entry['role']}: {hit.entry['content_json'][0]['text']}")
-
-    step("mem search \"prod ack\"   (FTS5/BM25 over pages, the loop and its audit; --at searches the past)")
-    from projections import trust
-
-    today = trust.day_of(now_ms())
-    for hit in mem.search("prod ack", day=today, limit=3):
-        typer.echo(f"{hit.citation:<40} {hit.path:<44} {hit.snippet[:70]}")
-    typer.echo(f"as of seq {ack_seq - 1}: "
-               f"{[h.citation for h in mem.search('prod ack', as_of=ack_seq - 1, day=today)]}")
-
-    verified = mem.verify()
-    step("mem verify")
-    typer.echo(f"ok: {verified.checked} events, digests and chain intact" if verified.ok else verified.problem)
-    mem.close()
+        mem_cli(root, "loop", "append", "--role", role, "--text", text)
+    with Memory.open(root) as mem:
+        ack_seq = mem.loop()[-1].seq - 1
+    (inputs / "summary.md").write_text(f"Staging failed, rolled back; prod needs the owner's ack [S{ack_seq}].")
+    mem_cli(root, "loop", "compact", "--summary-file", str(inputs / "summary.md"), "--preserve", "1")
+    explain("audit blob", told)
+    mem_cli(root, "loop", "show")
+    mem_cli(root, "audit", "list")
+    step("a citation of a compacted message still resolves, through the audit blob")
+    mem_cli(root, "cite", f"[S{ack_seq}]")
+    step("full-text search (BM25) over pages, the loop and its audit; --seq or --at searches the past")
+    mem_cli(root, "search", "prod ack", "-n", "3")
+    mem_cli(root, "search", "prod ack", "--seq", str(ack_seq - 1))
+    mem_cli(root, "verify")
 
 
 TEAM_CONTRACT = """
@@ -170,7 +177,7 @@ def _draft(text: str) -> bytes:
     return f"---\ntype: draft\ndescription: the launch announcement\n---\n# Launch post\n\n{text}\n".encode()
 
 
-def _run_team(root: Path) -> None:
+def _run_team(root: Path, told: set[str]) -> None:
     from sync.client import HubClient, Remote, pull, push
     from sync.contracts import parse_contract
     from sync.server import BackgroundHub
@@ -241,6 +248,7 @@ def _run_team(root: Path) -> None:
         for name in names:
             typer.echo(f"hub: {name} had acknowledged hub events up to position "
                        f"{hub.storage.received_by(name, moment)} by then")
+            explain("hub position", told)
     finally:
         for client in clients.values():
             client.close()

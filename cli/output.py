@@ -1,6 +1,7 @@
 """How the CLI prints: plain lines for people, `--json` for programs, rich progress bars."""
 
 import contextlib
+import os
 import sys
 
 import msgspec
@@ -10,12 +11,19 @@ from eventstore.envelope import Event
 from eventstore.instants import format_instant
 
 
+AT_HELP = ("A moment: ISO 8601, `14:00`, `yesterday 14:00`, `2h ago`, `now` (local time unless an offset "
+           "is given).")
 AllowSecretOpt = typer.Option(False, "--allow-secret",
                               help="Write it even if the secret scanner finds something (the event records it).")
 
 
 def emit_json(value) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
+
+
+def plain() -> bool:
+    """Agents read stderr through a pipe: there, or with MEM_PLAIN=1, an error is one `error: ...` line."""
+    return os.environ.get("MEM_PLAIN") == "1" or not sys.stderr.isatty()
 
 
 def fail(message: str, code: int = 1) -> None:

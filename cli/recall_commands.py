@@ -5,11 +5,10 @@ from typing import Optional
 import typer
 
 from eventstore.ids import now_ms
-from eventstore.instants import parse_instant
 from projections import search as searching
 from projections import trust
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app
+from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app, resolve_at
 from .output import emit_json, progress_bar
 
 
@@ -18,8 +17,8 @@ def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]
     if at is not None and seq is not None:
         fail("give --at or --seq, not both", 2)
     if at is not None:
-        at_ms = parse_instant(at)
-        return mem.seq_at(at_ms), trust.day_of(at_ms)
+        point, at_ms = resolve_at(mem, at)
+        return point, trust.day_of(at_ms)
     if seq is not None:
         point = mem.seq_at(seq=seq)
         event = mem.event(point) if point else None

@@ -9,7 +9,7 @@ import typer
 from eventstore.instants import format_instant, parse_instant
 
 from .app import JsonOpt, app, fail, memory, read_input
-from .output import AllowSecretOpt, emit_json, progress_bar
+from .output import AT_HELP, AllowSecretOpt, emit_json, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -47,8 +47,8 @@ def _known_agent(hub, name: str) -> None:
 
 
 @app.command()
-def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host"),
-          port: int = typer.Option(8765, "--port"),
+def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help="Listen on this address."),
+          port: int = typer.Option(8765, "--port", help="Listen on this port."),
           group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
                                             help="Commit concurrent pushes together (off: one transaction each).")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing."""
@@ -113,7 +113,7 @@ def contract_apply(file: Path, db: str = DbOpt):
 
 
 @contract_app.command("show")
-def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"), json: bool = JsonOpt):
+def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at", help=AT_HELP), json: bool = JsonOpt):
     """The contract in force now, or at a moment."""
     from sync.contracts import to_toml
 
@@ -124,7 +124,8 @@ def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"
 
 
 @hub_app.command("believed")
-def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"), json: bool = JsonOpt):
+def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at", help=AT_HELP),
+                 json: bool = JsonOpt):
     """The shared events AGENT had received by a moment (from its pull progress)."""
     from sync.contracts import consumed_layers
 
@@ -150,7 +151,8 @@ def _summary(event) -> str:
 
 
 @remote_app.command("add")
-def remote_add(name: str, url: str, token_file: str = typer.Option(..., "--token-file"),
+def remote_add(name: str, url: str,
+               token_file: str = typer.Option(..., "--token-file", help="A file holding this agent's hub token."),
                force: bool = typer.Option(False, "--force", help="Accept a token of another agent."),
                json: bool = JsonOpt):
     """Add a hub to sync with: checks the token's agent and fetches the contract; the token stays in its file."""

@@ -1,26 +1,66 @@
-"""Instants given on the command line: ISO 8601 dates and times, UTC unless an offset is given."""
+"""Instants given on the command line, as people type them.
+
+ISO 8601 (`2026-11-29`, `2026-11-29T14:02`, `2026-11-29T14:02:00+01:00`), a time today (`14:00`),
+`today`/`yesterday` with an optional time (`yesterday 14:00`), `now`, and relative forms (`2h ago`,
+`90 minutes ago`). Everything without an offset is in the local timezone (the `TZ` variable)."""
 
 import datetime as dt
+import re
 
 from .errors import InvalidInput
 
+FORMS = ("ISO 8601 like 2026-11-29, 2026-11-29T14:02 or 2026-11-29T14:02:00+01:00; 14:00, yesterday 14:00, "
+         "today, now, 2h ago, 30 min ago, 3 days ago")
 
-def parse_instant(text: str) -> int:
-    """Milliseconds since the epoch. A bare date means its first moment (00:00 UTC)."""
-    value = text.strip()
+UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+         "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+         "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
+         "d": 86400, "day": 86400, "days": 86400,
+         "w": 604800, "week": 604800, "weeks": 604800}
+
+AGO = re.compile(r"(\d+)\s*([a-z]+)\s+ago")
+DAY_AND_TIME = re.compile(r"(today|yesterday)(?:\s+(\d{1,2}:\d{2}(?::\d{2})?))?")
+CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?")
+
+
+def parse_instant(text: str, now_ms: int | None = None) -> int:
+    """Milliseconds since the epoch. A bare date means its first moment; `now_ms` fixes the clock."""
+    value = " ".join(text.strip().lower().split())
+    now = (dt.datetime.fromtimestamp(now_ms / 1000) if now_ms is not None else dt.datetime.now()).astimezone()
+    if value == "now":
+        return int(now.timestamp() * 1000)
+    if match := AGO.fullmatch(value):
+        if match[2] not in UNITS:
+            raise InvalidInput(f"{text!r}: unknown unit {match[2]!r} (use s, min, h, days or weeks)")
+        return int(now.timestamp() * 1000) - int(match[1]) * UNITS[match[2]] * 1000
+    if match := DAY_AND_TIME.fullmatch(value):
+        day = now.date() - dt.timedelta(days=1 if match[1] == "yesterday" else 0)
+        return _local(day, match[2] or "00:00", text)
+    if CLOCK.fullmatch(value):
+        return _local(now.date(), value, text)
     try:
         if len(value) == 10:
-            moment = dt.datetime.combine(dt.date.fromisoformat(value), dt.time(), dt.timezone.utc)
+            moment = dt.datetime.combine(dt.date.fromisoformat(value), dt.time())
         else:
-            moment = dt.datetime.fromisoformat(value.replace("z", "Z"))
+            moment = dt.datetime.fromisoformat(value.upper())
     except ValueError:
-        raise InvalidInput(f"{text!r} is not an ISO 8601 date or time (e.g. 2026-11-29 or "
-                           "2026-11-29T14:02:00+01:00)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return int(moment.timestamp() * 1000)
+        raise InvalidInput(f"{text!r} is not a time mindlog understands (e.g. {FORMS})") from None
+    return int(moment.astimezone().timestamp() * 1000)
+
+
+def _local(day: dt.date, clock: str, text: str) -> int:
+    try:
+        moment = dt.datetime.combine(day, dt.time.fromisoformat(clock.zfill(len(clock) + 1) if clock.index(":") == 1 else clock))
+    except ValueError:
+        raise InvalidInput(f"{text!r}: {clock!r} is not a time of day") from None
+    return int(moment.astimezone().timestamp() * 1000)
 
 
 def format_instant(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
+
+
+def format_local(ms: int) -> str:
+    """An instant in the local timezone with its offset, as the CLI says which moment it resolved."""
+    return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")

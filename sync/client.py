@@ -14,9 +14,7 @@ import re
 import time
 from pathlib import Path
 
-import httpx
 import msgspec
-import zstandard
 
 from eventstore.envelope import Event
 from eventstore.errors import IdConflict, InvalidInput, MemError, NotFound
@@ -138,6 +136,8 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
                client: "HubClient | None" = None) -> RemoteAdded:
     """Adds (or replaces) a remote after asking the hub who the token belongs to: a token of another
     agent is refused unless `force`. The hub's contract is kept, so shared writes work at once."""
+    import httpx
+
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -198,6 +198,8 @@ class HubClient:
     the remote and its URL; a problem document becomes HubRefused."""
 
     def __init__(self, url: str, token: str, timeout: float = 60.0, transport=None, name: str = "hub"):
+        import httpx  # here, not at the top: `mem status` and the other local commands never load it
+
         self.timeout, self.url, self.name = timeout, url, name
         try:
             self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
@@ -218,6 +220,9 @@ class HubClient:
         self.http.close()
 
     def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None, wait: float = 0):
+        import httpx
+        import zstandard
+
         headers = {}
         if body is not None:
             headers["content-type"] = "application/json"

@@ -1,7 +1,6 @@
 """`mem status` with the shared layers: conflicts, and per remote what is waiting to go out, what
 cannot, and how far behind the hub this workspace is."""
 
-import httpx
 import msgspec
 
 from eventstore.errors import MemError
@@ -51,6 +50,8 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
     status = RemoteStatus(name=remote.name, url=remote.url, unpushed=unpushed(memory, remote),
                           held=held_back(memory, remote), pulled_to=int(pulled_to) if pulled_to else None,
                           last_pull=format_instant(int(pulled_at)) if pulled_at else None, behind=None)
+    import httpx  # only when a remote is asked: a workspace without remotes never loads it
+
     try:
         client = HubClient.for_remote(remote, timeout=timeout)
         try:

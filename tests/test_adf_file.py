@@ -117,7 +117,7 @@ def test_import_the_fixture_with_its_older_schema(tmp_path, fixture_adf):
     by_path = {f["path"]: f for f in listing}
     assert by_path["document.md"]["protection"] == "no_delete" and by_path["document.md"]["size"] == 1728
     assert by_path["imported/artemis/mind.md"]["size"] == 1069
-    config = json.loads(run_mem("-w", tmp_path / "ws", "config", "show", check=True).stdout)
+    config = json.loads(run_mem("-w", tmp_path / "ws", "config", "show", "--json", check=True).stdout)
     assert config["audit"]["loop"] is False and config["name"] == "artemis"
     cited = run_mem("-w", tmp_path / "ws", "cite", "adf-file://imported/artemis/mind.md", check=True).stdout
     assert cited.startswith(b"# mind\n")

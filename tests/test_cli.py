@@ -5,14 +5,27 @@ import json
 from conftest import PAGE, run_mem
 
 
-def test_demo_runs_end_to_end():
-    out = run_mem("demo", check=True).stdout.decode()
-    for expected in ("ingest mind/deploy-procedure.md", "update | Deploy procedure", "delete | Monitor agent",
-                     "files rewritten: 0", "no differences", "[Loop Compacted, audited]",
-                     "source audit, audit id 1, loop main", "digests and chain intact",
+def test_demo_runs_end_to_end_and_prints_what_the_real_commands_print(tmp_path):
+    out = run_mem("demo", "--keep", tmp_path / "demo", check=True).stdout.decode()
+    for expected in ("ingest mind/deploy-procedure.md (seq 1)", "update | Deploy procedure", "delete | Monitor agent",
+                     "0 files written, 0 removed", "no differences", "[Loop Compacted, audited]",
+                     "S10: in audit blob 1 (loop main)", "digests and chain intact",
                      "byte-identical in all three workspaces: True", "research sees drafts/launch: 2 heads",
                      "research: 0 conflicts", "hub: research had acknowledged hub events up to position"):
         assert expected in out, expected
+    assert out.startswith("An event log keeps every change")
+    for term in ("an audit blob holds", "a hub position counts"):
+        assert out.count(term) == 1, term
+    assert out.index("an audit blob holds") < out.index("$ mem audit list")
+
+    # The demo's final commands, run again as real `mem` processes on the workspace it kept, print the same.
+    artemis = tmp_path / "demo" / "artemis"
+    moment = out.split("$ mem show deploy-procedure --at ")[1].split()[0]
+    for args in (["show", "deploy-procedure", "--at", moment], ["show", "mind.md", "--at", moment],
+                 ["audit", "list"], ["loop", "show"], ["cite", "[S10]"], ["verify"]):
+        shown = run_mem("-w", artemis, *args, check=True).stdout.decode()
+        typed = "$ mem " + " ".join(f"'{a}'" if "[" in a else a for a in args) + "\n"
+        assert typed + shown in out, args
 
 
 def test_listings_have_json(workspace, tmp_path):

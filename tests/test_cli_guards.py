@@ -52,6 +52,15 @@ def test_hub_admin_commands_never_create_a_hub(tmp_path):
     assert b"position 0" in run_mem("hub", "believed", "ana", cwd=tmp_path, check=True).stdout
 
 
+def test_a_postgresql_hub_is_created_only_by_hub_init(pg_url):
+    refused = run_mem("hub", "agent", "list", "--db", pg_url)
+    assert refused.returncode == 1 and b"no hub database at" in refused.stderr and b"mem hub init" in refused.stderr
+    run_mem("hub", "init", "--db", pg_url, check=True)
+    run_mem("hub", "agent", "add", "ana", "--db", pg_url, check=True)
+    assert b"ana" in run_mem("hub", "agent", "list", "--db", pg_url, check=True).stdout
+    assert b"exists already" in run_mem("hub", "init", "--db", pg_url).stderr
+
+
 def test_init_keeps_an_existing_workspace_agent(workspace):
     refused = run_mem("init", "--agent", "other", "-w", workspace)
     assert refused.returncode == 1 and b"already the workspace of agent 'alice'" in refused.stderr

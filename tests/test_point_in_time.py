@@ -46,7 +46,7 @@ def test_show_page_as_of_times_and_seqs(history):
     gone = show(ws, "mind/deploy.md")
     assert gone.returncode == 1 and b"does not exist" in gone.stderr
     before = show(ws, "mind/deploy.md", "--at", "2000-01-01")
-    assert before.returncode == 1 and b"did not exist then" in before.stderr
+    assert before.returncode == 1 and b"before this workspace existed" in before.stderr
 
 
 def test_at_accepts_offsets(history):

@@ -107,11 +107,17 @@ def test_adopt_and_watch_cover_shared_pages(team):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(log_rows(reviewer)) == rows:
             time.sleep(0.1)
-        time.sleep(0.3)
+        (reviewer / "content/drafts/broken.md").write_text("no frontmatter\n")
+        time.sleep(1.0)
+        (reviewer / "content/drafts/other.txt").write_text("a change elsewhere\n")
+        time.sleep(1.0)
     finally:
         watcher.terminate()
         out, _err = watcher.communicate(timeout=10)
     assert b"adopted content/drafts/faq.md" in out
+    assert out.count(b"left content/drafts/broken.md: the page has no frontmatter") == 1, out
+    (reviewer / "content/drafts/broken.md").unlink()
+    (reviewer / "content/drafts/other.txt").unlink()
     assert log_rows(reviewer)[-1][6] == "page.delete"
     team.mem("reviewer", "sync", check=True)
     team.mem("writer", "sync", check=True)

@@ -1,0 +1,49 @@
+"""Two adjustments to typer, applied once when `mem` starts.
+
+Typer checks every option's value with a pydantic TypeAdapter, and importing pydantic costs more than
+the rest of a `mem status`. Our options are plain str, int, bool and Path values (no ranges, choices or
+parsers): those are converted here directly, and anything else still goes through typer's own path.
+Typer's rich help also shows `<bool>` after every flag, though a flag takes no value."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SCALARS = (str, int, bool, Path)
+BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def tune_typer() -> None:
+    from typer._click.exceptions import BadParameter
+    from typer._coercion import RuntimeParam
+    from typer.core import TyperOption, _TyperParameter
+
+    @dataclass(frozen=True)
+    class ScalarParam(RuntimeParam):
+        def _coerce_value(self, value, param, ctx):
+            if isinstance(value, self.annotation):
+                return value
+            try:
+                return BOOLS[str(value).lower()] if self.annotation is bool else self.annotation(value)
+            except (KeyError, TypeError, ValueError):
+                kind = {int: "integer", bool: "boolean", Path: "path"}.get(self.annotation, self.annotation.__name__)
+                raise BadParameter(f"{value!r} is not a valid {kind}.", ctx=ctx, param=param) from None
+
+    def plain_scalar(descriptor) -> bool:
+        info = descriptor.parameter_info
+        return (descriptor.annotation in SCALARS and info.parser is None and info.min is None and info.max is None
+                and not descriptor.is_choice and not descriptor.is_file
+                and not (info.exists or info.resolve_path or info.writable)
+                and info.file_okay is not False and info.dir_okay is not False)
+
+    typer_runtime_param = _TyperParameter.get_runtime_param
+
+    def get_runtime_param(self):
+        if self._runtime_param is None and plain_scalar(self.type_descriptor):
+            self._runtime_param = ScalarParam(parameter_info=self.type_descriptor.parameter_info,
+                                              annotation=self.type_descriptor.annotation)
+        return typer_runtime_param(self)
+
+    _TyperParameter.get_runtime_param = get_runtime_param
+
+    shown = TyperOption.display_type_rich
+    TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else shown(self, ctx)

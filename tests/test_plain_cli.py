@@ -1,0 +1,150 @@
+"""What agents meet at the CLI's edges: typed moments, one-line errors, help on every option, --version."""
+
+import datetime as dt
+import time
+
+import pytest
+import typer.main
+
+from conftest import PAGE, log_rows, run_mem
+from eventstore.errors import InvalidInput
+from eventstore.instants import parse_instant
+
+
+@pytest.fixture
+def paris(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+NOW = int(dt.datetime(2026, 11, 30, 10, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)  # 11:30 in Paris
+
+
+def utc(*parts) -> int:
+    return int(dt.datetime(*parts, tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("now", utc(2026, 11, 30, 10, 30)),
+    ("2h ago", utc(2026, 11, 30, 8, 30)),
+    ("90 minutes ago", utc(2026, 11, 30, 9, 0)),
+    ("3 days ago", utc(2026, 11, 27, 10, 30)),
+    ("14:00", utc(2026, 11, 30, 13, 0)),
+    ("9:05", utc(2026, 11, 30, 8, 5)),
+    ("today", utc(2026, 11, 29, 23, 0)),
+    ("yesterday", utc(2026, 11, 28, 23, 0)),
+    ("yesterday 14:00", utc(2026, 11, 29, 13, 0)),
+    ("Yesterday  14:00:30", utc(2026, 11, 29, 13, 0, 30)),
+    ("2026-11-29", utc(2026, 11, 28, 23, 0)),
+    ("2026-11-29T14:02", utc(2026, 11, 29, 13, 2)),
+    ("2026-11-29T14:02:00+01:00", utc(2026, 11, 29, 13, 2)),
+    ("2026-11-29T14:02:00Z", utc(2026, 11, 29, 14, 2)),
+    ("2026-07-01T12:00", utc(2026, 7, 1, 10, 0)),  # summer time: the offset of that day, not today's
+])
+def test_each_typed_moment_resolves_in_the_local_timezone(paris, typed, meant):
+    assert parse_instant(typed, now_ms=NOW) == meant
+
+
+@pytest.mark.parametrize("typed", ["25:00", "tomorrow", "2 parsecs ago", "yesterday at noon", ""])
+def test_what_is_not_a_moment_is_refused(paris, typed):
+    with pytest.raises(InvalidInput):
+        parse_instant(typed, now_ms=NOW)
+
+
+def test_at_prints_the_instant_and_refuses_a_moment_before_the_workspace(workspace, tmp_path):
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy-procedure", "-f", page, check=True)
+    env = {"TZ": "Europe/Paris", "MEM_PLAIN": "1"}
+
+    now = run_mem("-w", workspace, "show", "deploy-procedure", "--at", "now", env=env, check=True)
+    assert now.stdout == PAGE
+    said = now.stderr.decode().strip()
+    assert said.startswith("as of ") and said.endswith(f"(seq {len(log_rows(workspace))})")
+    assert said[6:31].endswith(("+01:00", "+02:00"))  # the local time it understood, with its offset
+
+    before = run_mem("-w", workspace, "show", "mind.md", "--at", "2h ago", env=env)
+    assert before.returncode == 1 and before.stdout == b""
+    assert before.stderr.decode().startswith("error: '2h ago' (")
+    assert "before this workspace existed" in before.stderr.decode()
+    assert before.stderr.count(b"\n") == 1
+
+
+def test_show_finds_a_page_by_its_slug(workspace, tmp_path):
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy-procedure", "-f", page, check=True)
+    by_slug = run_mem("-w", workspace, "show", "deploy-procedure", check=True).stdout
+    assert by_slug == run_mem("-w", workspace, "show", "mind/deploy-procedure.md", check=True).stdout == PAGE
+    missing = run_mem("-w", workspace, "show", "no-such-page")
+    assert missing.returncode == 1 and missing.stderr == b"error: mind/no-such-page.md does not exist\n"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["show"], "error: Missing argument 'path'."),
+    (["show", "--bogus", "mind.md"], "error: No such option: --bogus"),
+    (["no-such-command"], "error: No such command 'no-such-command'."),
+    (["show", "mind.md", "--seq", "x"], "error: "),
+    (["show", "mind.md", "--at", "someday"], "error: 'someday' is not a time mindlog understands"),
+])
+def test_errors_are_one_plain_line_when_stderr_is_not_a_terminal(workspace, args, says):
+    before = log_rows(workspace)
+    result = run_mem("-w", workspace, *args)
+    err = result.stderr.decode()
+    assert result.returncode != 0 and result.stdout == b""
+    assert err.startswith(says) and err.count("\n") == 1, err
+    assert not any(box in err for box in "╭│╰"), err
+    assert log_rows(workspace) == before
+
+
+def test_version():
+    from importlib.metadata import version
+
+    result = run_mem("--version", check=True)
+    assert result.stdout.decode() == f"mem {version('mindlog')}\n"
+
+
+def every_command():
+    from cli.app import app, register_commands
+
+    register_commands()
+    def walk(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+def test_every_option_of_every_command_has_a_help_line():
+    commands = every_command()
+    assert len(commands) > 40
+    missing = [f"mem {' '.join(path)} {param.opts[0]}" for path, command in commands for param in command.params
+               if param.param_type_name == "option" and not (param.help or "").strip()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", [["page", "write"], ["show"], ["status"], ["loop", "append"], ["remote", "add"]])
+def test_help_shows_no_placeholder_on_flags(path):
+    env = {"MEM_PLAIN": "0", "COLUMNS": "200", "TERM": "dumb", "FORCE_COLOR": "0"}
+    text = run_mem(*path, "--help", env=env, check=True).stdout.decode()
+    assert "--help" in text and "<bool>" not in text
+    assert "<str>" in text or path == ["status"]
+
+
+def test_plain_help_is_rendered_for_every_command_without_error():
+    commands = every_command()
+    for path, _command in commands[:: max(1, len(commands) // 12)]:
+        result = run_mem(*path, "--help", env={"COLUMNS": "120"})
+        assert result.returncode == 0 and b"Usage:" in result.stdout, (path, result.stderr)
+
+
+def test_config_show_has_json(workspace):
+    import json
+
+    as_json = json.loads(run_mem("-w", workspace, "config", "show", "--json", check=True).stdout)
+    text = run_mem("-w", workspace, "config", "show", check=True).stdout.decode().splitlines()
+    assert text == [f"{key} = {json.dumps(value)}" for key, value in as_json.items()]
