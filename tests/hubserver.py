@@ -1,6 +1,33 @@
-"""A real hub served by uvicorn on 127.0.0.1, in a thread, that tests can stop and restart."""
+"""A real hub served by uvicorn on 127.0.0.1: in a thread (HubServer), or as a `mem serve` process."""
 
+import subprocess
+import time
+from contextlib import contextmanager
+
+import httpx
+
+from conftest import mem_command
 from sync.server import BackgroundHub as HubServer
 from sync.server import free_port
 
-__all__ = ["HubServer", "free_port"]
+__all__ = ["HubServer", "free_port", "mem_serve"]
+
+
+@contextmanager
+def mem_serve(hub_db):
+    """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers."""
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(url + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

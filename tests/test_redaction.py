@@ -152,37 +152,20 @@ PRIVATE = "Jane's phone is 555-0199"
 
 @pytest.fixture
 def team(tmp_path):
-    import subprocess
-    import time
-
-    import httpx
-
-    from conftest import mem_command
-    from hubserver import free_port
+    from hubserver import mem_serve
 
     hub_db = tmp_path / "hub.db"
     (tmp_path / "contract.toml").write_text(CONTRACT)
     run_mem("hub", "init", "--db", hub_db, check=True)
     run_mem("hub", "contract", "apply", tmp_path / "contract.toml", "--db", hub_db, check=True)
-    port = free_port()
-    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
-                              stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url + "/health", timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    for agent in ("main", "writer", "late"):
-        token = run_mem("hub", "agent", "add", agent, "--db", hub_db, check=True).stdout.decode().strip()
-        (tmp_path / f"{agent}.token").write_text(token + "\n")
-        run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
-        run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
-                check=True)
-    yield tmp_path
-    server.terminate()
-    server.wait(timeout=10)
+    with mem_serve(hub_db) as url:
+        for agent in ("main", "writer", "late"):
+            token = run_mem("hub", "agent", "add", agent, "--db", hub_db, check=True).stdout.decode().strip()
+            (tmp_path / f"{agent}.token").write_text(token + "\n")
+            run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
+            run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
+                    check=True)
+        yield tmp_path
 
 
 def entry_id(root, agent, layer, text):

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from conftest import log_rows, mem_command, run_mem
-from hubserver import free_port
+from hubserver import free_port, mem_serve
 
 CONTRACT = """
 [layers.insights]
@@ -36,23 +36,12 @@ def team(tmp_path):
     for agent in ("main", "writer"):
         token = run_mem("hub", "agent", "add", agent, *hub, check=True).stdout.decode().strip()
         (tmp_path / f"{agent}.token").write_text(token + "\n")
-    port = free_port()
-    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
-                              stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url + "/health", timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    for agent in ("main", "writer"):
-        run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
-        run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
-                check=True)
-    yield tmp_path, hub
-    server.terminate()
-    server.wait(timeout=10)
+    with mem_serve(hub_db) as url:
+        for agent in ("main", "writer"):
+            run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
+            run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
+                    check=True)
+        yield tmp_path, hub
 
 
 def mem(tmp, agent, *args, **kw):
