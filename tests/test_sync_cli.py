@@ -5,11 +5,10 @@ import signal
 import subprocess
 import time
 
-import httpx
 import pytest
 
 from conftest import log_rows, mem_command, run_mem
-from hubserver import free_port, mem_serve
+from hubserver import mem_serve
 
 CONTRACT = """
 [layers.insights]
