@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, parse_instant
@@ -15,8 +16,53 @@ from eventstore.layers import MIND
 from .output import AT_HELP, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
 from .typer_tuning import tune_typer
 
+# The commands defined outside this module, by the module that registers them. A command's module is
+# imported only when that command runs (or help lists it): start-up pays for one command, not for all.
+COMMAND_MODULES = {
+    **dict.fromkeys(("loop", "file", "message", "config", "audit", "export", "import", "cite"), "adf_commands"),
+    **dict.fromkeys(("search", "believed", "lint", "layer"), "recall_commands"),
+    **dict.fromkeys(("redact",), "redact_commands"),
+    **dict.fromkeys(("serve", "push", "pull", "sync", "conflicts", "resolve", "hub", "remote", "entry"),
+                    "sync_commands"),
+    **dict.fromkeys(("ui",), "ui_commands"),
+}
+# Modules that add commands to another module's group (`mem hub redact`).
+GROUP_EXTRAS = {"hub": ("redact_commands",)}
+
+
+class LazyGroup(TyperGroup):
+    """The root group: knows every command's name, builds a command from its module when asked for it."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return [*self.commands, *(name for name in COMMAND_MODULES if name not in self.commands)]
+
+    def get_command(self, ctx, name: str):
+        if name not in self.commands:
+            self.load(name)
+        return self.commands.get(name)
+
+    def load(self, name: str) -> None:
+        """Imports `name`'s modules (every module for a name it does not know, so that typo suggestions
+        see them all) and adds the commands they registered."""
+        import importlib
+        from typer.main import get_command_from_info, get_group_from_info
+
+        modules = [COMMAND_MODULES[name], *GROUP_EXTRAS.get(name, ())] if name in COMMAND_MODULES else \
+            sorted(set(COMMAND_MODULES.values()))
+        for module in modules:
+            importlib.import_module(f".{module}", __package__)
+        style = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
+        for info in app.registered_commands:
+            command_name = info.name or info.callback.__name__.lower().replace("_", "-")
+            if command_name not in self.commands:
+                self.commands[command_name] = get_command_from_info(info, **style)
+        for info in app.registered_groups:
+            if info.name not in self.commands:
+                self.commands[info.name] = get_group_from_info(info, suggest_commands=app.suggest_commands, **style)
+
+
 app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False)
+                  add_completion=False, pretty_exceptions_enable=False, cls=LazyGroup)
 page_app = typer.Typer(help="Pages of the mind wiki (mind/<slug>.md).", no_args_is_help=True)
 always_app = typer.Typer(help="The `## Always` section of mind.md.", no_args_is_help=True)
 app.add_typer(page_app, name="page")
@@ -177,6 +223,14 @@ def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
     with memory() as mem:
         event = mem.rename_page(old, new, note, force=force, allow_secret=allow_secret)
     typer.echo(f"rename mind/{event.body.old}.md -> mind/{event.body.new}.md (seq {event.seq})")
+
+
+@page_app.command("release")
+def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
+    """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
+    with memory() as mem:
+        event = mem.release_page(slug, note)
+    typer.echo(f"release mind/{event.body.slug}.md (seq {event.seq})")
 
 
 @page_app.command("list")
@@ -396,8 +450,11 @@ def hoist_workspace(argv: list[str]) -> list[str]:
 
 
 def register_commands() -> None:
-    """Imports the modules that register the rest of the commands on `app`."""
-    from . import adf_commands, recall_commands, redact_commands, sync_commands, ui_commands  # noqa: F401
+    """Imports every module that registers commands on `app` (`main` imports only the one a command needs)."""
+    import importlib
+
+    for module in sorted(set(COMMAND_MODULES.values())):
+        importlib.import_module(f".{module}", __package__)
 
 
 def main() -> None:
@@ -405,7 +462,6 @@ def main() -> None:
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort
 
-    register_commands()
     tune_typer()
     try:
         code = app(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)

@@ -1,4 +1,4 @@
-"""`mem search`, `believed`, `lint`, `page release`: reading memory with the trust fields applied, now or then."""
+"""`mem search`, `believed`, `lint`, `layer`: reading memory with the trust fields applied, now or then."""
 
 from typing import Optional
 
@@ -8,7 +8,7 @@ from eventstore.ids import now_ms
 from projections import search as searching
 from projections import trust
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app, resolve_at
+from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, resolve_at
 from .output import emit_json, progress_bar
 
 
@@ -106,14 +106,6 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
             typer.echo(verdict)
         typer.echo(report.summary())
     raise typer.Exit(1 if report.findings else 0)
-
-
-@page_app.command("release")
-def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
-    """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
-    with memory() as mem:
-        event = mem.release_page(slug, note)
-    typer.echo(f"release mind/{event.body.slug}.md (seq {event.seq})")
 
 
 layer_app = typer.Typer(help="Local layers: typed-entry files (or page folders) of this agent alone, no hub needed.",

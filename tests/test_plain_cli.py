@@ -148,3 +148,44 @@ def test_config_show_has_json(workspace):
     as_json = json.loads(run_mem("-w", workspace, "config", "show", "--json", check=True).stdout)
     text = run_mem("-w", workspace, "config", "show", check=True).stdout.decode().splitlines()
     assert text == [f"{key} = {json.dumps(value)}" for key, value in as_json.items()]
+
+
+def test_command_modules_name_every_command_outside_app():
+    """`mem` imports a command's module only when it runs: the table must name each one's module."""
+    from cli import app as app_module
+
+    app_module.register_commands()
+    app = app_module.app
+    found = {info.name or info.callback.__name__.lower().replace("_", "-"): info.callback.__module__
+             for info in app.registered_commands}
+    found.update({info.name: info.typer_instance.registered_commands[0].callback.__module__
+                  for info in app.registered_groups if info.typer_instance.registered_commands})
+    outside = {name: module.removeprefix("cli.") for name, module in found.items() if module != "cli.app"}
+    assert outside == app_module.COMMAND_MODULES
+
+
+def imported_by(*args) -> set[str]:
+    """The modules a real `mem` process imported to run one command."""
+    code = ("import sys\nfrom cli.app import main\nsys.argv = ['mem', *sys.argv[1:]]\ntry:\n    main()\n"
+            "except SystemExit:\n    pass\nprint(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, timeout=60)
+    return set(result.stderr.decode().splitlines()[-1].split())
+
+
+def test_a_command_imports_its_own_module_only(workspace):
+    shown = imported_by("-w", workspace, "show", "mind.md")
+    assert not {"cli.sync_commands", "cli.recall_commands", "cli.adf_commands", "cli.ui_commands"} & shown
+    assert "cli.recall_commands" in imported_by("-w", workspace, "search", "staging")
+
+
+def test_root_help_lists_every_command_with_its_help_line():
+    from cli.app import COMMAND_MODULES
+
+    text = run_mem("--help", env={"MEM_PLAIN": "1", "COLUMNS": "200"}, check=True).stdout.decode()
+    listed = {line.split()[1]: line for line in text.splitlines() if line.startswith("│ ") and len(line.split()) > 3}
+    for name in [*COMMAND_MODULES, "status", "show", "page", "always"]:
+        assert name in listed and len(listed[name].split()) > 3, name
+    assert "Lift a page's" in run_mem("page", "--help", env={"COLUMNS": "200"}, check=True).stdout.decode()
