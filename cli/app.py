@@ -1,13 +1,13 @@
 """The `mem` command. Each command parses its options and calls the library in a line or three."""
 
 import contextlib
-import difflib
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 from typer.core import TyperGroup
+from typer.models import TyperInfo
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, parse_instant
@@ -31,10 +31,11 @@ GROUP_EXTRAS = {"hub": ("redact_commands",)}
 
 
 class LazyGroup(TyperGroup):
-    """The root group: knows every command's name, builds a command from its module when asked for it."""
+    """The root group: knows every command's name, and imports a command's module and builds the command
+    only when asked for it (to run it, or to list it in help)."""
 
     def list_commands(self, ctx) -> list[str]:
-        return [*self.commands, *(name for name in COMMAND_MODULES if name not in self.commands)]
+        return list(dict.fromkeys([*self.commands, *registered(), *COMMAND_MODULES]))
 
     def get_command(self, ctx, name: str):
         if name not in self.commands:
@@ -42,23 +43,40 @@ class LazyGroup(TyperGroup):
         return self.commands.get(name)
 
     def load(self, name: str) -> None:
-        """Imports `name`'s modules (every module for a name it does not know, so that typo suggestions
-        see them all) and adds the commands they registered."""
+        """Builds `name` from its registration, importing its modules first; a name nobody registered
+        imports every module and builds every command, so that typo suggestions see them all."""
         import importlib
         from typer.main import get_command_from_info, get_group_from_info
 
+        known = name in COMMAND_MODULES or name in registered()
         modules = [COMMAND_MODULES[name], *GROUP_EXTRAS.get(name, ())] if name in COMMAND_MODULES else \
-            sorted(set(COMMAND_MODULES.values()))
+            [] if known else sorted(set(COMMAND_MODULES.values()))
         for module in modules:
             importlib.import_module(f".{module}", __package__)
         style = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
-        for info in app.registered_commands:
-            command_name = info.name or info.callback.__name__.lower().replace("_", "-")
-            if command_name not in self.commands:
-                self.commands[command_name] = get_command_from_info(info, **style)
-        for info in app.registered_groups:
-            if info.name not in self.commands:
-                self.commands[info.name] = get_group_from_info(info, suggest_commands=app.suggest_commands, **style)
+        for command_name, info in registered().items():
+            if command_name not in self.commands and (command_name == name or not known):
+                self.commands[command_name] = (
+                    get_group_from_info(info, suggest_commands=app.suggest_commands, **style)
+                    if isinstance(info, TyperInfo) else get_command_from_info(info, **style))
+
+
+def registered() -> dict:
+    """The commands and groups registered on `app` so far, by name, in the order they were."""
+    return {**{info.name or info.callback.__name__.lower().replace("_", "-"): info for info in app.registered_commands},
+            **{info.name: info for info in app.registered_groups}}
+
+
+def root_command() -> LazyGroup:
+    """`mem` as a click group holding no command yet: each is built when it runs (see LazyGroup)."""
+    from typer.main import get_command
+
+    commands, groups = app.registered_commands, app.registered_groups
+    app.registered_commands, app.registered_groups = [], []
+    try:
+        return get_command(app)
+    finally:
+        app.registered_commands, app.registered_groups = commands, groups
 
 
 app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
@@ -306,6 +324,8 @@ def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = Se
 def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as --at takes it) or seq:N."),
          to: str = typer.Option(None, "--to", help="A moment (as --at takes it) or seq:N (default: now).")):
     """A unified diff of one file between two moments."""
+    import difflib
+
     path = file_path(path)
     with memory() as mem:
         a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
@@ -464,7 +484,7 @@ def main() -> None:
 
     tune_typer()
     try:
-        code = app(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
+        code = root_command()(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)

@@ -60,8 +60,57 @@ def _normalise(value: Any, where: str, depth: int = 1) -> Any:
     raise InvalidInput(f"frontmatter value at {where} has an unsupported type {type(value).__name__}")
 
 
+# The frontmatter most pages have: `key: words`, `key: YYYY-MM-DD`, `key:` and `- item` lines. A value that
+# starts with an ASCII letter and is not a YAML 1.1 boolean or null is a string to YAML, so these lines are
+# read here without importing a YAML parser (a tenth of a `mem page write`); anything else goes to YAML.
+_SIMPLE_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?: +(.*))?")
+_SIMPLE_ITEM = re.compile(r"( *)- +(.*)")
+_SIMPLE_WORDS = re.compile(r"[A-Za-z](?:[^\x00-\x1f\x7f-\x9f#'\"\\\[\]{}\u2028\u2029\ufeff]*[^\s:])?")
+_SIMPLE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _simple_value(text: str) -> Any:
+    """A scalar as YAML reads it, or the function `_simple_value` itself when it is none of the simple forms."""
+    if _SIMPLE_WORDS.fullmatch(text) and ": " not in text and text.lower() not in _YAML_WORDS \
+            and text.isprintable():
+        return text
+    if _SIMPLE_DATE.fullmatch(text):
+        try:
+            return dt.date.fromisoformat(text)
+        except ValueError:
+            pass
+    return _simple_value
+
+
+def _simple(yaml_text: str) -> dict[str, Any] | None:
+    """The frontmatter when every line has one of the simple forms, else None (YAML reads it then)."""
+    data: dict[str, Any] = {}
+    key, indent = None, None
+    for line in yaml_text.split("\n")[:-1] if yaml_text.endswith("\n") else yaml_text.split("\n"):
+        item = _SIMPLE_ITEM.fullmatch(line)
+        if item:
+            value = _simple_value(item[2])
+            if key is None or value is _simple_value or indent not in (None, item[1]):
+                return None
+            indent = item[1]
+            data[key] = [*(data[key] or []), value]
+            continue
+        pair = _SIMPLE_KEY.fullmatch(line)
+        if not pair or pair[1] in data or pair[1].lower() in _YAML_WORDS:
+            return None
+        value = None if pair[2] is None else _simple_value(pair[2])
+        if value is _simple_value:
+            return None
+        data[pair[1]] = value
+        key, indent = (pair[1], None) if value is None else (None, None)
+    return data or None
+
+
 def parse(yaml_text: str) -> dict[str, Any]:
     """Parses and checks page frontmatter: `type` required, one-line fields single-line, sources a list."""
+    simple = _simple(yaml_text)
+    if simple is not None:
+        return check(simple)
     try:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:

@@ -3,6 +3,8 @@ line, and no value written as one line (catalog hook, title, Always line, log he
 Unicode line separator into mind.md or mind/log.md."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventstore import frontmatter
 from eventstore.errors import InvalidInput
@@ -86,3 +88,38 @@ def test_split_ends_the_frontmatter_at_a_newline_only():
     assert yaml == "type: x\u2028---\u2028\nz: 1\n" and body == "body\n"
     with pytest.raises(InvalidInput, match="not closed"):
         frontmatter.split("---\ntype: x\u2028---\u2028body\n")
+
+
+def _yaml_reads(text: str):
+    import msgspec
+
+    try:
+        return msgspec.yaml.decode(text.encode("utf-8"))
+    except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
+        return "refused"
+
+
+_WORDS = st.text(st.sampled_from("aAyYnNtT0159 -_.,:/@()+&*!%|>`?#'\"\\[]{}é\t\r\x85\u2028\u00a0~="), max_size=12)
+_LINES = st.one_of(
+    st.builds(lambda k, v: f"{k}: {v}", st.sampled_from(["type", "sources", "on", "No", "a-b", "_x", "type"]), _WORDS),
+    st.builds(lambda k: f"{k}:", st.sampled_from(["sources", "tags", "y"])),
+    st.builds(lambda i, v: f"{i}- {v}", st.sampled_from(["", "  ", "    "]), _WORDS),
+    st.builds(lambda d: f"stale_after: {d}", st.from_regex(r"\d{4}-[01]\d-[0-3]\d", fullmatch=True)),
+    _WORDS)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_LINES, max_size=6))
+def test_simple_frontmatter_reads_as_yaml_reads_it(lines):
+    """The reader that spares a page write the YAML import answers only where YAML gives the same."""
+    text = "".join(line + "\n" for line in lines)
+    simple = frontmatter._simple(text)
+    if simple is not None:
+        assert simple == _yaml_reads(text)
+
+
+def test_typical_frontmatter_takes_the_simple_reader():
+    text = ("type: procedure\ndescription: staging first, then prod (the 08-12 incident)\nstatus: current\n"
+            "stale_after: 2027-06-01\nsources:\n  - adf-file://imported/runbooks/deploy.md\n")
+    assert frontmatter._simple(text) == _yaml_reads(text)
+    assert frontmatter._simple("type: note\nsecret: yes\n") is None

@@ -181,6 +181,14 @@ def test_a_command_imports_its_own_module_only(workspace):
     assert "cli.recall_commands" in imported_by("-w", workspace, "search", "staging")
 
 
+def test_a_page_write_with_plain_frontmatter_needs_no_yaml_parser(workspace, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_bytes(PAGE)
+    written = imported_by("-w", workspace, "page", "write", "deploy", "--file", page)
+    assert "yaml" not in written and "cli.sync_commands" not in written
+    assert "deploy" in run_mem("-w", workspace, "page", "list", check=True).stdout.decode()
+
+
 def test_root_help_lists_every_command_with_its_help_line():
     from cli.app import COMMAND_MODULES
 
