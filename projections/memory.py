@@ -429,6 +429,10 @@ class Memory:
     def head(self) -> int:
         return self.log.head()
 
+    def first_recorded_at(self) -> int | None:
+        """When the log's first event was recorded (ms), or None while the log is empty."""
+        return self.log.recorded_at(1) if self.log.head() else None
+
     def checkpoint(self) -> int:
         """The seq the views (and the files, unless deferred) have caught up to."""
         return self.views.checkpoint()

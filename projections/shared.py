@@ -82,6 +82,18 @@ class SharedViews:
                 target.reversed_by = entry.id
         return entries
 
+    def has_entry(self, layer: str, id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
+
+    def has_entries(self, layer: str, as_of: int) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",
+                               (layer, as_of)).fetchone() is not None
+
+    def entry_layers(self, as_of: int) -> list[str]:
+        """The layers that hold at least one entry as of a seq."""
+        return [layer for (layer,) in self.db.execute("SELECT DISTINCT layer FROM entries WHERE seq <= ? "
+                                                      "ORDER BY layer", (as_of,))]
+
     def render_entries(self, layer: str, as_of: int) -> str:
         lines = [entry_line(e) + "\n" for e in self.entries(layer, as_of)]
         return f"# {layer}\n\n" + "".join(lines)
