@@ -100,14 +100,15 @@ def test_a_held_head_wins_a_conflict_so_a_concurrent_edit_cannot_unfreeze_it(mem
 
 # --- through `mem`, with a real hub ---------------------------------------------------------------
 
-@pytest.fixture
-def team(tmp_path):
+def test_mem_refuses_to_change_a_held_shared_page_until_it_is_released(tmp_path):
     team = Team(tmp_path, agents=("writer", "reviewer"))
-    yield team
-    team.stop()
+    try:
+        check_holds_through_mem(team)
+    finally:
+        team.stop()
 
 
-def test_mem_refuses_to_change_a_held_shared_page_until_it_is_released(team):
+def check_holds_through_mem(team):
     held = team.root / "held.md"
     held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
     team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
