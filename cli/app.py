@@ -148,7 +148,7 @@ def resolve_at(mem, at: str) -> tuple[int, int]:
     """(seq, instant) for a typed moment; says on stderr which instant it understood, and refuses a
     moment before the workspace's first event (that is no memory, not an empty one)."""
     at_ms = parse_instant(at)
-    first = mem.log.recorded_at(1) if mem.log.head() else None
+    first = mem.first_recorded_at()
     if first is None or at_ms < first:
         since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
         fail(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
@@ -221,7 +221,7 @@ NoteOpt = typer.Option("", "--note", help="Why: the log entry's text (cite [S<se
 def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Delete a page; the delete is an event and a log entry."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         from .sync_commands import shared_page_delete
 
         return shared_page_delete(layer, slug, note, allow_secret)
@@ -234,7 +234,7 @@ def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
 def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Rename a page (its history stays under both names)."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         from .sync_commands import shared_page_rename
 
         return shared_page_rename(layer, old, new, note, allow_secret)
@@ -244,9 +244,13 @@ def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
 
 
 @page_app.command("release")
-def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
+def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now."),
+                 layer: Optional[str] = LayerOpt):
     """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
     with memory() as mem:
+        if layer is not None and layer != MIND:
+            event = mem.release_shared_page(layer, slug, note)
+            return typer.echo(f"release {layer}/{event.body.slug} (seq {event.seq})")
         event = mem.release_page(slug, note)
     typer.echo(f"release mind/{event.body.slug}.md (seq {event.seq})")
 
@@ -254,7 +258,7 @@ def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why th
 @page_app.command("list")
 def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
     """The pages in the catalog, with their hooks (or a shared layer's pages, with their heads)."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         from .sync_commands import shared_page_list
 
         return shared_page_list(layer, json)
