@@ -4,7 +4,8 @@ page.update event each) against `mem page write --file`. Both sides append the s
 at the default durability (synchronous=FULL: each append waits for an fsync) and at NORMAL. The SDK's own
 floor is measured too: a `ping` round trip over the same connection, which runs no tool at all; and the
 same calls through the SDK's in-memory client (the server in this process, no transport) show what the
-server itself spends.
+server itself spends, and a bare SQLite commit of one row at the same `synchronous` shows what the disk
+alone costs an append.
 
 Usage: python bench/bench_mcp.py [--calls 300] [--processes 30] [--pages 50]
 """
@@ -105,6 +106,26 @@ def through_cli(root: Path, runs: int) -> dict[str, list[float]]:
     return times
 
 
+def bare_commits(root: Path, synchronous: str, commits: int) -> list[float]:
+    """The disk's floor for one append: a bare SQLite commit of one 300-byte row, WAL mode, this `synchronous`."""
+    import sqlite3
+
+    path = root.parent / f"bare-{synchronous.lower()}.db"
+    path.unlink(missing_ok=True)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute(f"PRAGMA synchronous = {synchronous}")
+    db.execute("CREATE TABLE t (seq INTEGER PRIMARY KEY, body BLOB)")
+    times = []
+    for i in range(commits + 20):
+        start = time.perf_counter()
+        db.execute("INSERT INTO t (body) VALUES (?)", (os.urandom(300),))
+        if i >= 20:
+            times.append(time.perf_counter() - start)
+    db.close()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
@@ -123,6 +144,7 @@ def main() -> None:
                 mem.write_page(f"page-{n}", PAGE.format(n=n).encode())
         mcp, cli = through_mcp(root, args.calls), through_cli(root, args.processes)
         local = in_process(root, args.calls)
+        bare = bare_commits(root, synchronous, args.calls)
         rows.append((synchronous, "ping (the SDK's floor)", *(f"{v:.2f}" for v in percentiles(mcp["ping"])), "", "",
                      ""))
         for name in ("view", "str_replace"):
@@ -132,8 +154,11 @@ def main() -> None:
         for name in ("view", "str_replace"):
             rows.append((synchronous, f"{name}, in-process client", *(f"{v:.2f}" for v in percentiles(local[name])),
                          "", "", ""))
+        rows.append((synchronous, "bare SQLite commit (the disk's floor)", *(f"{v:.2f}" for v in percentiles(bare)),
+                     "", "", ""))
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     table(f"tool call latency: {args.calls} calls through the stdio client, {args.processes} `mem` processes "
-          f"({args.pages} pages)", rows)
+          f"({args.pages} pages); load average {load}", rows)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ def main() -> None:
         median = statistics.median(ordered)
         rows.append((name, f"{median * 1000:.1f}", f"{ordered[int(len(ordered) * 0.9)] * 1000:.1f}",
                      f"{median / floor:.2f}"))
-    table(f"start-up, {args.runs} interleaved runs each, {args.events} events in the workspace "
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    table(f"start-up, {args.runs} interleaved runs each, {args.events} events in the workspace, load average {load} "
           f"(target: under 80 ms where python -c pass is ~20 ms, i.e. < 4x)", rows)
 
     if args.importtime:

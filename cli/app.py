@@ -144,17 +144,15 @@ def as_of(mem, at: Optional[str], seq: Optional[int]) -> int:
     return resolve_at(mem, at)[0]
 
 
-def resolve_at(mem, at: str) -> tuple[int, int]:
-    """(seq, instant) for a typed moment; says on stderr which instant it understood, and refuses a
-    moment before the workspace's first event (that is no memory, not an empty one)."""
-    at_ms = parse_instant(at)
-    first = mem.first_recorded_at()
-    if first is None or at_ms < first:
-        since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
-        fail(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
-    point_seq = mem.seq_at(at_ms)
-    typer.echo(f"as of {format_local(at_ms)} (seq {point_seq})", err=True)
-    return point_seq, at_ms
+def said_on_stderr(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+def resolve_at(mem, at: str, say=said_on_stderr) -> tuple[int, int]:
+    """(seq, instant) for a typed moment; `say` (stderr) is told which instant it was understood as."""
+    moment = mem.moment(at)
+    say(str(moment))
+    return moment.seq, moment.at_ms
 
 
 def file_path(path: str) -> str:
@@ -162,11 +160,11 @@ def file_path(path: str) -> str:
     return f"mind/{path}.md" if "/" not in path and "." not in path else path
 
 
-def point(mem, text: str) -> int:
+def point(mem, text: str, say=said_on_stderr) -> int:
     """A moment given as `seq:N` or as --at takes it."""
     if text.startswith("seq:") and text[4:].isdigit():
         return mem.seq_at(seq=int(text[4:]))
-    return resolve_at(mem, text)[0]
+    return resolve_at(mem, text, say)[0]
 
 
 # --- workspace ----------------------------------------------------------------------------------
@@ -348,7 +346,10 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
          json: bool = JsonOpt):
     """The events themselves, oldest first."""
     with memory(refresh=False) as mem:
-        events = mem.events(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None, limit=n)
+        since_ms = parse_instant(since) if since else None
+        if since_ms is not None:
+            typer.echo(f"since {format_local(since_ms)}", err=True)
+        events = mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)
     if json:
         return emit_json(events)
     for event in events:

@@ -1,8 +1,13 @@
 """`mem demo`: one agent through ingest, update, Always edits, delete, replay, `show --at`, its loop,
 a compaction and a citation resolved through the audit."""
 
+import contextlib
+import io
+import os
 import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,10 +59,18 @@ INTRO = ("An event log keeps every change to this memory as an event that is onl
          "memory as it was at any moment, see who changed what and why, and merge several agents' work "
          "without losing any of it.")
 TERMS = {
+    "seq": "seq N is the event's position in this workspace's log: each change is one event, numbered in order.",
     "audit blob": "an audit blob holds the loop messages a compaction removed, compressed, so that a "
                   "citation of them still resolves.",
+    "contract": "the contract lists the shared layers, who may write each (producers) and who reads it "
+                "(consumers); applying it is itself an event on the hub.",
     "hub position": "a hub position counts the events a hub has received, in its order; an agent's "
                     "position says how far it has pulled.",
+    "token": "the token is printed once: the hub keeps only its hash, the agent keeps it in a file.",
+    "remote": "a remote is a hub this workspace syncs with: `mem sync` pushes this agent's events in the "
+              "layers it produces and pulls those it consumes.",
+    "heads": "two agents changed the same shared page without seeing each other's version: both versions "
+             "stay (two heads) and every replica shows the same winner until someone resolves them.",
 }
 
 
@@ -77,15 +90,20 @@ def show_file(root: Path, path: str) -> None:
     typer.echo((root / path).read_text().rstrip("\n"))
 
 
-def mem_cli(root: Path, *args: str) -> None:
-    """Runs a real `mem` command in this process, shown as typed: what follows is the CLI's own output."""
+def mem_cli(root: Path | None, *args: str, codes: tuple[int, ...] = (0,)) -> str:
+    """Runs a real `mem` command in this process, shown as typed (`root` is passed as `-w`, unshown): what
+    follows is what the command prints, on stdout and stderr, which is also returned."""
     from .app import app, register_commands
 
     register_commands()
     typer.secho(f"\n$ mem {shlex.join(args)}", bold=True)
-    code = app(args=["-w", str(root), *args], standalone_mode=False)
-    if isinstance(code, int) and code != 0:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = app(args=[*(["-w", str(root)] if root else []), *args], standalone_mode=False)
+    sys.stdout.write(out.getvalue())
+    if (code if isinstance(code, int) else 0) not in codes:
         raise InvalidInput(f"mem {shlex.join(args)} failed ({code})")
+    return out.getvalue()
 
 
 def run_demo(keep: Path | None = None) -> None:
@@ -113,6 +131,7 @@ def _run(root: Path, told: set[str]) -> None:
     mem_cli(root, "init", "--agent", "artemis")
     mem_cli(root, "page", "write", "deploy-procedure", "--file", str(inputs / "deploy-v1.md"),
             "--note", "Distilled from the deploy runbook.")
+    explain("seq", told)
     mem_cli(root, "page", "write", "monitor-agent", "--file", str(inputs / "monitor.md"),
             "--note", "First notes on the monitor agent.")
     for line in ("Nothing from me on weekends unless it's urgent. They want their time off.",
@@ -177,81 +196,101 @@ def _draft(text: str) -> bytes:
     return f"---\ntype: draft\ndescription: the launch announcement\n---\n# Launch post\n\n{text}\n".encode()
 
 
+def start_hub(db: str) -> tuple[subprocess.Popen, str]:
+    """`mem serve` as its own process, as a user would run it in another terminal; returns it and its URL."""
+    import httpx
+
+    from sync.server import free_port
+
+    port = free_port()
+    args = ["serve", "--db", db, "--port", str(port)]
+    typer.secho(f"\n$ mem {shlex.join(args)} &", bold=True)
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    with open("hub.log", "w") as log:
+        hub = subprocess.Popen([sys.executable, "-c", "from cli.app import main; main()", *args], env=env,
+                               stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if hub.poll() is not None or time.monotonic() > deadline:
+            hub.kill()
+            raise InvalidInput(f"`mem serve` did not start: {Path('hub.log').read_text().strip()}")
+        time.sleep(0.05)
+    typer.echo(Path("hub.log").read_text().rstrip("\n"))
+    return hub, url
+
+
 def _run_team(root: Path, told: set[str]) -> None:
-    from sync.client import HubClient, Remote, pull, push
-    from sync.contracts import parse_contract
-    from sync.server import BackgroundHub
-    from sync.storage import open_storage
-
     root.mkdir(parents=True)
-    step("a hub on 127.0.0.1, three agents, one contract   (mem hub agent add / contract apply / serve)")
-    hub_db = str(root / "hub.db")
-    admin = open_storage(hub_db)
-    admin.apply_contract(parse_contract(TEAM_CONTRACT))
     names = ("main", "writer", "research")
-    tokens = {name: admin.add_agent(name) for name in names}
-    admin.close()
-    hub = BackgroundHub(hub_db).start()
-    typer.echo(f"hub at {hub.url}; insights: everyone writes and reads; drafts: main and writer write")
-    team = {name: Memory.init(root / name, name) for name in names}
-    clients = {name: HubClient(hub.url, tokens[name]) for name in names}
-    remote = Remote(name="hub", url=hub.url, token_file="-")
-
-    def sync_all(rounds: int = 2) -> None:
-        for _ in range(rounds):
-            for name in names:
-                push(team[name], remote, clients[name])
-            for name in names:
-                pull(team[name], remote, clients[name])
-
+    (root / "contract.toml").write_text(TEAM_CONTRACT.lstrip())
+    for name, text in (("draft.md", "We launch on Tuesday."), ("main.md", "We launch on Tuesday at 10:00."),
+                       ("writer.md", "We launch on Tuesday. Tell support first."),
+                       ("resolved.md", "We launch on Tuesday at 10:00. Tell support first.")):
+        (root / name).write_bytes(_draft(text))
+    cwd = Path.cwd()
+    os.chdir(root)  # the commands below name the hub, the workspaces and the files as a user in it would
+    hub = None
     try:
-        sync_all(1)
-        step("mem entry add insights ...   (each agent, then mem sync)")
+        step("a hub on 127.0.0.1 for three agents, and its contract")
+        show_file(root, "contract.toml")
+        mem_cli(None, "hub", "init", "--db", "hub.db")
+        mem_cli(None, "hub", "contract", "apply", "contract.toml", "--db", "hub.db")
+        explain("contract", told)
+        explain("hub position", told)
+        for name in names:
+            (root / f"{name}.token").write_text(mem_cli(None, "hub", "agent", "add", name, "--db", "hub.db"))
+            explain("token", told)
+        hub, url = start_hub("hub.db")
+        for name in names:
+            mem_cli(None, "-w", name, "init", "--agent", name)
+            mem_cli(None, "-w", name, "remote", "add", "hub", url, "--token-file", f"{name}.token")
+            explain("remote", told)
+
+        def sync_all() -> None:
+            for name in names:
+                mem_cli(None, "-w", name, "sync")
+            for name in names[:-1]:  # what the later agents pushed
+                mem_cli(None, "-w", name, "pull")
+
+        step("each agent adds an entry to the shared `insights` layer, then syncs")
         for name, text in (("research", "[FACT] The staging database is a nightly copy of prod"),
                            ("writer", "[LESSON] Announce after the deploy, never before"),
                            ("main", "[DECISION] Launch on Tuesday")):
-            team[name].entry_add("insights", text)
-            typer.echo(f"{name}: {text}")
+            mem_cli(None, "-w", name, "entry", "add", "insights", text)
         sync_all()
-        insights = "memory/cross-domain-insights.md"
-        show_file(team["research"].root, insights)
-        same = len({(team[n].root / insights).read_bytes() for n in names}) == 1
-        typer.echo(f"byte-identical in all three workspaces: {same}")
+        mem_cli(None, "-w", "research", "show", "memory/cross-domain-insights.md")
 
-        step("a shared page edited by two agents at once   (mem page write launch --layer drafts)")
-        team["writer"].shared_page_write("drafts", "launch", _draft("We launch on Tuesday."))
+        step("a shared page edited by two agents at once")
+        mem_cli(None, "-w", "writer", "page", "write", "launch", "--layer", "drafts", "--file", "draft.md")
         sync_all()
-        team["main"].shared_page_write("drafts", "launch", _draft("We launch on Tuesday at 10:00."))
-        team["writer"].shared_page_write("drafts", "launch", _draft("We launch on Tuesday. Tell support first."))
+        mem_cli(None, "-w", "main", "page", "write", "launch", "--layer", "drafts", "--file", "main.md")
+        mem_cli(None, "-w", "writer", "page", "write", "launch", "--layer", "drafts", "--file", "writer.md")
         sync_all()
+        mem_cli(None, "-w", "research", "conflicts", codes=(1,))
+        explain("heads", told)
         time.sleep(0.01)
-        moment = now_ms()
+        moment = format_instant(now_ms())
         time.sleep(0.01)
-        for name in names:
-            for c in team[name].conflicts():
-                typer.echo(f"{name} sees drafts/{c.slug}: {len(c.heads)} heads, winner {c.winner[:18]}")
 
-        step("mem resolve drafts/launch   (main writes an update whose parents are both heads)")
-        team["main"].resolve("drafts", "launch", _draft("We launch on Tuesday at 10:00. Tell support first."))
+        step("main resolves it: one version whose parents are both heads")
+        mem_cli(None, "-w", "main", "resolve", "drafts/launch", "--file", "resolved.md")
         sync_all()
-        for name in names:
-            left = team[name].conflicts()
-            text = (team[name].root / "content/drafts/launch.md").read_text().splitlines()[-1]
-            typer.echo(f"{name}: {len(left)} conflicts; launch.md ends: {text}")
+        mem_cli(None, "-w", "research", "conflicts")
+        mem_cli(None, "-w", "research", "show", "content/drafts/launch.md")
 
-        step(f"what each agent believed at {format_instant(moment)}   (mem believed / mem hub believed)")
-        for name in names:
-            seq = team[name].seq_at(moment)
-            lines = [line for line in (team[name].show(insights, seq) or "").splitlines() if line.startswith("[")]
-            page = team[name].show("content/drafts/launch.md", seq) or ""
-            typer.echo(f"{name} (seq {seq}): {len(lines)} insights; launch.md then: {page.splitlines()[-1]}")
-        for name in names:
-            typer.echo(f"hub: {name} had acknowledged hub events up to position "
-                       f"{hub.storage.received_by(name, moment)} by then")
-            explain("hub position", told)
+        step("before the resolution: what research read then, and what the hub had sent it")
+        mem_cli(None, "-w", "research", "show", "content/drafts/launch.md", "--at", moment)
+        mem_cli(None, "hub", "believed", "research", "--at", moment, "--db", "hub.db")
+        explain("hub position", told)
     finally:
-        for client in clients.values():
-            client.close()
-        for memory in team.values():
-            memory.close()
-        hub.stop()
+        os.chdir(cwd)
+        if hub is not None:
+            hub.terminate()
+            hub.wait(timeout=10)

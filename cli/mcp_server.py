@@ -17,14 +17,14 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from eventstore.errors import MemError
-from eventstore.instants import parse_instant
+from eventstore.instants import format_local, parse_instant
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
-from .app import point
+from .app import point, resolve_at
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -49,19 +49,20 @@ def workspace_path(path: str) -> str:
     return path[len(ROOT):].strip("/") if path == ROOT or path.startswith(ROOT + "/") else path
 
 
-def moment(mem: Memory, at: str | None, seq: int | None) -> int:
+def moment(mem: Memory, at: str | None, seq: int | None, say) -> int:
+    """The seq a tool's `at` or `seq` names; `say` is told which instant `at` was understood as."""
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
-    return mem.seq_at(parse_instant(at) if at is not None else None, seq)
+    return resolve_at(mem, at, say)[0] if at is not None else mem.seq_at(seq=seq)
 
 
-def trusted_moment(mem: Memory, at: str | None, seq: int | None) -> tuple[int | None, str]:
+def trusted_moment(mem: Memory, at: str | None, seq: int | None, say) -> tuple[int | None, str]:
     """(as_of, the day staleness is judged on), as `mem search` and `mem believed` take them."""
     from .recall_commands import moment as recall_moment
 
     if at is not None and seq is not None:
         raise ToolError("give at or seq, not both")
-    return recall_moment(mem, at, seq)
+    return recall_moment(mem, at, seq, say)
 
 
 class FileFlush:
@@ -192,16 +193,18 @@ def build_server(mem: Memory) -> MCPServer:
     # --- mindlog's own tools ----------------------------------------------------------------------
 
     @register
-    def show(path: str, at: str | None = None, seq: int | None = None) -> str:
-        """A file's text as it was at a moment (ISO 8601 `at`, UTC unless an offset is given) or a log `seq`."""
+    def show(path: str, at: str | None = None, seq: int | None = None) -> list[str]:
+        """A file's text as it was at a moment (`at`: ISO 8601, `14:00`, `yesterday 14:00`, `2h ago`; local time
+        unless an offset is given) or a log `seq`. With `at`, a second text says which instant it read."""
         rel = workspace_path(path)
-        as_of = moment(mem, at, seq)
+        said: list[str] = []
+        as_of = moment(mem, at, seq, said.append)
         text = mem.show(rel, as_of)
         if text is None:
             text = mem.file_text(rel, as_of)
         if text is None:
             raise ToolError(f"{rel} did not exist then" if at or seq is not None else f"{rel} does not exist")
-        return text
+        return [text, *said]
 
     @register
     def history(path: str) -> str:
@@ -209,44 +212,55 @@ def build_server(mem: Memory) -> MCPServer:
         return json_text(history_of(mem, workspace_path(path)))
 
     @register
-    def diff(path: str, old: str, new: str | None = None) -> str:
-        """A unified diff of a file between two moments, each `seq:N` or an ISO 8601 time (new: now)."""
+    def diff(path: str, old: str, new: str | None = None) -> list[str]:
+        """A unified diff of a file between two moments, each `seq:N` or a time as `show` takes it (new: now);
+        then which instant each time was understood as."""
         rel = workspace_path(path)
-        return diff_of(mem, rel, point(mem, old), point(mem, new) if new else mem.seq_at()) or "(no differences)"
+        said: list[str] = []
+        a, b = point(mem, old, said.append), (point(mem, new, said.append) if new else mem.seq_at())
+        return [diff_of(mem, rel, a, b) or "(no differences)", *said]
 
     @register
-    def believed(at: str | None = None, seq: int | None = None, last: int = 10, include_all: bool = False) -> str:
+    def believed(at: str | None = None, seq: int | None = None, last: int = 10, include_all: bool = False
+                 ) -> list[str]:
         """What the agent had in front of it at a moment: mind.md, its pages (superseded, deprecated and archived
-        ones only with include_all), the loop's last messages (JSON)."""
-        as_of, day = trusted_moment(mem, at, seq)
-        return json_text(mem.believed(mem.seq_at() if as_of is None else as_of, last, include_all=include_all,
-                                      day=day))
+        ones only with include_all), the loop's last messages (JSON); with `at`, then the instant it read."""
+        said: list[str] = []
+        as_of, day = trusted_moment(mem, at, seq, said.append)
+        return [json_text(mem.believed(mem.seq_at() if as_of is None else as_of, last, include_all=include_all,
+                                       day=day)), *said]
 
     @register
     def search(query: str, at: str | None = None, seq: int | None = None, layers: list[str] | None = None,
                types: list[str] | None = None, kinds: list[str] | None = None, agent: str | None = None,
-               status: str | None = None, include_all: bool = False, n: int = 10) -> str:
+               status: str | None = None, include_all: bool = False, n: int = 10) -> list[str]:
         """Full-text search (BM25) over pages, shared layers, entries, the loop and files, now or as of a moment
         (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page, entry,
-        loop, file. Superseded, deprecated and archived material only with include_all."""
+        loop, file. Superseded, deprecated and archived material only with include_all. With `at`, a second text
+        says which instant it searched."""
         for kind in kinds or ():
             if kind not in searching.KINDS:
                 raise ToolError(f"kind must be one of {', '.join(searching.KINDS)}, not {kind!r}")
-        as_of, day = trusted_moment(mem, at, seq)
-        return json_text(mem.search(query, as_of=as_of, day=day, kinds=kinds or (), layers=layers or (),
-                                    types=types or (), agent=agent, status=status, include_all=include_all, limit=n))
+        said: list[str] = []
+        as_of, day = trusted_moment(mem, at, seq, said.append)
+        return [json_text(mem.search(query, as_of=as_of, day=day, kinds=kinds or (), layers=layers or (),
+                                     types=types or (), agent=agent, status=status, include_all=include_all,
+                                     limit=n)), *said]
 
     @register
-    def cite(citation: str, at: str | None = None, seq: int | None = None) -> str:
-        """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH (JSON)."""
-        return json_text(mem.cite(citation, moment(mem, at, seq)))
+    def cite(citation: str, at: str | None = None, seq: int | None = None) -> list[str]:
+        """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH (JSON), now or as of a moment."""
+        said: list[str] = []
+        return [json_text(mem.cite(citation, moment(mem, at, seq, said.append))), *said]
 
     @register
     def log(kind: list[str] | None = None, layer: list[str] | None = None, since: str | None = None,
-            n: int = 50) -> str:
-        """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON)."""
-        return json_text(mem.events(kinds=kind, layers=layer, since_ms=parse_instant(since) if since else None,
-                                    limit=n))
+            n: int = 50) -> list[str]:
+        """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON; then
+        the instant `since` was understood as)."""
+        since_ms = parse_instant(since) if since else None
+        said = [f"since {format_local(since_ms)}"] if since_ms is not None else []
+        return [json_text(mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)), *said]
 
     @register
     def entry_add(layer: str, text: str, reverses: str | None = None) -> str:

@@ -8,16 +8,17 @@ from eventstore.ids import now_ms
 from projections import search as searching
 from projections import trust
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, resolve_at
+from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, resolve_at, said_on_stderr
 from .output import emit_json, progress_bar
 
 
-def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]:
-    """(as_of seq or None for now, the day staleness is judged on): the moment's own day, else today."""
+def moment(mem, at: Optional[str], seq: Optional[int], say=said_on_stderr) -> tuple[int | None, str]:
+    """(as_of seq or None for now, the day staleness is judged on): the moment's own day, else today.
+    `say` is told which instant a typed moment was understood as."""
     if at is not None and seq is not None:
         fail("give --at or --seq, not both", 2)
     if at is not None:
-        point, at_ms = resolve_at(mem, at)
+        point, at_ms = resolve_at(mem, at, say)
         return point, trust.day_of(at_ms)
     if seq is not None:
         point = mem.seq_at(seq=seq)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from eventstore.instants import format_instant, parse_instant
+from eventstore.instants import format_instant, format_local, parse_instant
 
 from .app import JsonOpt, app, fail, memory, read_input
 from .output import AT_HELP, AllowSecretOpt, emit_json, progress_bar
@@ -117,7 +117,10 @@ def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"
     """The contract in force now, or at a moment."""
     from sync.contracts import to_toml
 
-    contract, position = storage(db).contract(parse_instant(at) if at else None)
+    at_ms = parse_instant(at) if at else None
+    contract, position = storage(db).contract(at_ms)
+    if at_ms is not None:
+        typer.echo(f"as of {format_local(at_ms)} (hub position {position})", err=True)
     if json:
         return emit_json({"position": position, "contract": contract})
     sys.stdout.write(f"# hub position {position}\n" + to_toml(contract))
@@ -133,6 +136,8 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
     _known_agent(hub, agent)
     at_ms = parse_instant(at) if at else None
     cursor = hub.received_by(agent, at_ms)
+    if at_ms is not None:
+        typer.echo(f"as of {format_local(at_ms)} (hub position {cursor} for {agent})", err=True)
     contract, _ = hub.contract(at_ms)
     events = hub.pull(0, consumed_layers(contract, agent), 1 << 30)
     events = [e for e in events if e.seq <= cursor]

@@ -58,9 +58,7 @@ def write_atomic(target: Path, chunks) -> str:
 def hand_edited(views: Views, root: Path, paths=None) -> list[str]:
     """Files whose bytes on disk are not what mindlog last wrote there."""
     found = []
-    for path, written in views.written.hashes().items():
-        if paths is not None and path not in paths:
-            continue
+    for path, written in views.written.hashes(paths).items():
         on_disk = file_hash(root / path)
         if on_disk is None or on_disk == written:
             continue

@@ -15,6 +15,7 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
+from eventstore.instants import format_local, parse_instant
 from eventstore.layers import lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
@@ -40,6 +41,16 @@ class Compaction(msgspec.Struct):
 
     event: Event
     archived: audit.AuditRow | None = None
+
+
+class Moment(msgspec.Struct):
+    """A moment someone typed, as understood: the instant (ms) and the seq in force then."""
+
+    at_ms: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"as of {format_local(self.at_ms)} (seq {self.seq})"
 
 
 class Memory:
@@ -438,6 +449,16 @@ class Memory:
     def first_recorded_at(self) -> int | None:
         """When the log's first event was recorded (ms), or None while the log is empty."""
         return self.log.recorded_at(1) if self.log.head() else None
+
+    def moment(self, at: str) -> Moment:
+        """What a typed moment (`--at`, a tool's `at`) means: its instant and the seq then. A moment before
+        the first event is refused: that is no memory, not an empty one."""
+        at_ms = parse_instant(at)
+        first = self.first_recorded_at()
+        if first is None or at_ms < first:
+            since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
+            raise InvalidInput(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
+        return Moment(at_ms=at_ms, seq=self.seq_at(at_ms))
 
     def checkpoint(self) -> int:
         """The seq the views (and the files, unless deferred) have caught up to."""

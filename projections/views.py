@@ -64,9 +64,14 @@ class WrittenFiles:
     def __init__(self, db: sqlite3.Connection):
         self.db = db
 
-    def hashes(self) -> dict[str, str | None]:
-        """Every tracked path and the sha256 of what was last written there (None: nothing yet)."""
-        return dict(self.db.execute("SELECT path, written_hash FROM file_state"))
+    def hashes(self, paths: Iterable[str] | None = None) -> dict[str, str | None]:
+        """Every tracked path (or those of `paths` that are tracked) and the sha256 of what was last written
+        there (None: nothing yet)."""
+        if paths is None:
+            return dict(self.db.execute("SELECT path, written_hash FROM file_state"))
+        paths = list(paths)
+        return dict(self.db.execute(f"SELECT path, written_hash FROM file_state WHERE path IN "
+                                    f"({','.join('?' * len(paths))})", paths)) if paths else {}
 
     def dirty(self) -> list[tuple[str, str | None]]:
         """(path, last written hash) of every file the views have changed since it was written."""

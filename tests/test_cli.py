@@ -10,22 +10,36 @@ def test_demo_runs_end_to_end_and_prints_what_the_real_commands_print(tmp_path):
     for expected in ("ingest mind/deploy-procedure.md (seq 1)", "update | Deploy procedure", "delete | Monitor agent",
                      "0 files written, 0 removed", "no differences", "[Loop Compacted, audited]",
                      "S10: in audit blob 1 (loop main)", "digests and chain intact",
-                     "byte-identical in all three workspaces: True", "research sees drafts/launch: 2 heads",
-                     "research: 0 conflicts", "hub: research had acknowledged hub events up to position"):
+                     "$ mem hub contract apply contract.toml --db hub.db\ncontract applied at hub position 1",
+                     "\nmindlog hub on http://127.0.0.1:", "remote hub -> http://127.0.0.1:",
+                     "$ mem -w research conflicts\ndrafts/launch: winner ", "$ mem -w research conflicts\nno conflicts",
+                     "We launch on Tuesday at 10:00. Tell support first.",
+                     "research had received hub events up to position"):
         assert expected in out, expected
     assert out.startswith("An event log keeps every change")
-    for term in ("an audit blob holds", "a hub position counts"):
+    for term in ("seq N is the event's position", "an audit blob holds", "the contract lists", "a hub position counts",
+                 "the token is printed once", "a remote is a hub", "both versions stay (two heads)"):
         assert out.count(term) == 1, term
+    assert out.index("(seq 1)") < out.index("seq N is the event's position")
     assert out.index("an audit blob holds") < out.index("$ mem audit list")
+    assert out.index("contract applied at hub position") < out.index("a hub position counts")
 
-    # The demo's final commands, run again as real `mem` processes on the workspace it kept, print the same.
-    artemis = tmp_path / "demo" / "artemis"
+    # The demo's commands, run again as real `mem` processes on the workspaces it kept, print the same
+    # (what they say on stderr, like the instant an --at was understood as, first).
+    demo = tmp_path / "demo"
     moment = out.split("$ mem show deploy-procedure --at ")[1].split()[0]
     for args in (["show", "deploy-procedure", "--at", moment], ["show", "mind.md", "--at", moment],
                  ["audit", "list"], ["loop", "show"], ["cite", "[S10]"], ["verify"]):
-        shown = run_mem("-w", artemis, *args, check=True).stdout.decode()
+        shown = run_mem("-w", demo / "artemis", *args, check=True)
         typed = "$ mem " + " ".join(f"'{a}'" if "[" in a else a for a in args) + "\n"
-        assert typed + shown in out, args
+        assert typed + shown.stderr.decode() + shown.stdout.decode() in out, args
+    assert "as of " in out.split("$ mem show deploy-procedure --at ")[1].splitlines()[1]
+    team = demo / "team"
+    moment = out.split("$ mem -w research show content/drafts/launch.md --at ")[1].split()[0]
+    for args in (["-w", "research", "show", "content/drafts/launch.md", "--at", moment],
+                 ["-w", "research", "conflicts"], ["hub", "believed", "research", "--at", moment, "--db", "hub.db"]):
+        shown = run_mem(*args, cwd=team, check=True)
+        assert "$ mem " + " ".join(args) + "\n" + shown.stderr.decode() + shown.stdout.decode() in out, args
 
 
 def test_listings_have_json(workspace, tmp_path):

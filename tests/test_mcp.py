@@ -260,3 +260,44 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
     assert json.loads(then[1]) == []
     assert bad_kind == (True, "kind must be one of page, shared-page, entry, loop, file, not 'nonsense'")
     assert [row[0] for row in log_rows(workspace)] == [1, 2, 3]
+
+
+def test_tools_taking_a_moment_return_the_instant_they_read(workspace, monkeypatch):
+    """`at` is understood as `--at` is (local time, relative forms), and the tool says which instant it read."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+
+    async def main():
+        with Memory.open(workspace) as mem:
+            mem.write_page("deploy", PAGE)
+            async with Client(build_server(mem)) as client:
+                session = client.session
+                return {name: await session.call_tool(tool, arguments) for name, tool, arguments in [
+                    ("show", "show", {"path": "mind/deploy.md", "at": "now"}),
+                    ("show by seq", "show", {"path": "mind/deploy.md", "seq": 1}),
+                    ("search", "search", {"query": "staging", "at": "now"}),
+                    ("believed", "believed", {"at": "now"}),
+                    ("cite", "cite", {"citation": "adf-file://mind/deploy.md", "at": "now"}),
+                    ("diff", "diff", {"path": "mind/deploy.md", "old": "seq:1", "new": "now"}),
+                    ("log", "log", {"since": "2h ago"}),
+                    ("too early", "show", {"path": "mind.md", "at": "2000-01-01"})]}
+
+    try:
+        results = anyio.run(main)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert results["show"].content[0].text == PAGE.decode()
+    assert [c.text for c in results["show by seq"].content] == [PAGE.decode()]
+    for name in ("show", "search", "believed", "cite", "diff"):
+        said = results[name].content[-1].text
+        assert not results[name].is_error and said.startswith("as of ") and said.endswith("(seq 1)"), name
+        assert said[6:31].endswith(("+01:00", "+02:00")), said  # the local time, with its offset
+    assert results["log"].content[-1].text.startswith("since ")
+    refused = results["too early"]
+    assert refused.is_error and len(refused.content) == 1
+    assert "'2000-01-01' (2000-01-01T00:00:00+01:00) is before this workspace existed" in refused.content[0].text

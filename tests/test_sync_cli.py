@@ -114,10 +114,14 @@ def test_contract_history_and_refusals(team):
     time.sleep(0.05)
     (tmp / "c2.toml").write_text(CONTRACT.replace('producers = ["writer", "main"]', 'producers = ["writer"]'))
     run_mem("hub", "contract", "apply", tmp / "c2.toml", *hub, check=True)
-    from eventstore.instants import format_instant
+    from eventstore.instants import format_instant, format_local
 
-    then = run_mem("hub", "contract", "show", *hub, "--at", format_instant(before), check=True).stdout.decode()
-    assert 'producers = ["writer", "main"]' in then
+    then = run_mem("hub", "contract", "show", *hub, "--at", format_instant(before), check=True)
+    assert 'producers = ["writer", "main"]' in then.stdout.decode()
+    position = then.stdout.decode().splitlines()[0].split()[-1]
+    assert then.stderr.decode() == f"as of {format_local(before // 1000 * 1000)} (hub position {position})\n"
+    believed = run_mem("hub", "believed", "writer", *hub, "--at", "now", check=True)
+    assert believed.stderr.decode().startswith("as of ") and "(hub position " in believed.stderr.decode()
     assert 'producers = ["writer"]' in run_mem("hub", "contract", "show", *hub, check=True).stdout.decode()
 
     mem(tmp, "main", "pull", check=True)
