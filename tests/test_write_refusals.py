@@ -9,37 +9,12 @@ from eventstore.envelope import decode_body
 from eventstore.errors import InvalidInput, UnknownKind
 
 from conftest import PAGE, log_rows, run_mem
+from test_validate import BAD_PAGES as BAD_PAGE_CASES, BAD_SLUGS as BAD_SLUG_CASES
 
-BAD_PAGES = {
-    "no frontmatter": (b"# Deploy\n\nno frontmatter\n", "no frontmatter"),
-    "no type": (b"---\ndescription: x\n---\n# D\n", "no `type`"),
-    "empty type": (b"---\ntype: ''\n---\n# D\n", "non-empty"),
-    "type not a string": (b"---\ntype: [a, b]\n---\n# D\n", "`type` must be a non-empty string"),
-    "invalid yaml": (b"---\ntype: procedure\ndescription: a: b: c\n---\n# D\n", "not valid YAML"),
-    "frontmatter not a mapping": (b"---\n- a\n- b\n---\n# D\n", "mapping"),
-    "unclosed frontmatter": (b"---\ntype: procedure\n# D\n", "not closed"),
-    "injection by a newline": (b'---\ntype: procedure\ndescription: "ok\\n---\\ntype: evil"\n---\n# D\n',
-                               "one line"),
-    "injection by a block scalar": (b"---\ntype: procedure\nstatus: |\n  current\n  governance: hold\n---\n# D\n",
-                                    "one line"),
-    "sources not a list": (b"---\ntype: procedure\nsources: adf-audit://seq/1\n---\n# D\n", "list of strings"),
-    "invalid utf-8": (b"---\ntype: procedure\n---\n# D\n\xff\xfe broken\n", "not valid UTF-8"),
-    "nul byte": (b"---\ntype: procedure\n---\n# D\x00\n", "NUL"),
-    "oversized": (b"---\ntype: procedure\n---\n" + b"x" * (1024 * 1024 + 1), "limit"),
-}
-
-BAD_SLUGS = {
-    "traversal": ("../escape", "'..'"),
-    "nested traversal": ("a/../../b", "'..'"),
-    "absolute": ("/etc/passwd", "absolute"),
-    "windows absolute": ("C:\\x", "absolute"),
-    "reserved log": ("log", "reserved"),
-    "reserved with extension": ("log.md", "reserved"),
-    "reserved device": ("nul", "reserved"),
-    "upper case and spaces": ("My Page", "not safe"),
-    "hidden": (".hidden", "not safe"),
-    "empty": ("", "empty"),
-}
+# Every bad page and slug is refused in-process (test_validate); through the CLI, one of each shows
+# the refusal end to end: one line on stderr, a non-zero exit, the log untouched.
+BAD_PAGES = {name: BAD_PAGE_CASES[name] for name in ("injection by a newline", "invalid utf-8")}
+BAD_SLUGS = {name: BAD_SLUG_CASES[name] for name in ("traversal", "reserved log")}
 
 
 def refused(workspace, *args, expect: str, input=None):
@@ -47,6 +22,7 @@ def refused(workspace, *args, expect: str, input=None):
     result = run_mem("--workspace", workspace, *args, input=input)
     assert result.returncode != 0, result.stdout
     assert expect.lower() in result.stderr.decode().lower(), result.stderr.decode()
+    assert result.stderr.decode().startswith("error: ") and len(result.stderr.decode().splitlines()) == 1
     assert log_rows(workspace) == before
 
 
