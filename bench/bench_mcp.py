@@ -4,8 +4,8 @@ page.update event each) against `mem page write --file`. Both sides append the s
 at the default durability (synchronous=FULL: each append waits for an fsync) and at NORMAL. The SDK's own
 floor is measured too: a `ping` round trip over the same connection, which runs no tool at all; and the
 same calls through the SDK's in-memory client (the server in this process, no transport) show what the
-server itself spends, and a bare SQLite commit of one row at the same `synchronous` shows what the disk
-alone costs an append.
+server itself spends, and a bare SQLite commit of one row at the same `synchronous`, timed between
+those calls, shows what the disk alone costs an append then.
 
 Usage: python bench/bench_mcp.py [--calls 300] [--processes 30] [--pages 50]
 """
@@ -13,6 +13,7 @@ Usage: python bench/bench_mcp.py [--calls 300] [--processes 30] [--pages 50]
 import argparse
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from cli.mcp_server import build_server
+from cli.mcp_server import FileFlush, build_server
 from eventstore.workspace import Workspace, WorkspaceConfig
 from projections.memory import Memory
 
@@ -52,8 +53,29 @@ async def timed_call(times: list[float], measure: bool, call):
         raise RuntimeError(result.content[0].text)
 
 
-async def calls_through(session, calls: int, times: dict[str, list[float]], first: int = 0, ping: bool = True):
-    """`calls` rounds of (ping,) view and str_replace after 20 unmeasured ones; page-0's `rev N` line counts on."""
+class BareCommit:
+    """The disk's floor for one append: a bare SQLite commit of one 300-byte row (WAL mode, the log's
+    `synchronous`), timed between the tool calls so that both meet the same disk and the same load."""
+
+    def __init__(self, root: Path, synchronous: str):
+        path = root.parent / f"bare-{synchronous.lower()}.db"
+        path.unlink(missing_ok=True)
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        self.db.execute("CREATE TABLE t (seq INTEGER PRIMARY KEY, body BLOB)")
+
+    def __call__(self, times: list[float], measure: bool) -> None:
+        start = time.perf_counter()
+        self.db.execute("INSERT INTO t (body) VALUES (?)", (os.urandom(300),))
+        if measure:
+            times.append(time.perf_counter() - start)
+
+
+async def calls_through(session, calls: int, times: dict[str, list[float]], first: int = 0, ping: bool = True,
+                        bare: BareCommit | None = None):
+    """`calls` rounds of (ping,) view and str_replace (and a bare commit) after 20 unmeasured ones; page-0's
+    `rev N` line counts on."""
     for i in range(first, first + calls + 20):
         measure = i >= first + 20
         if ping:
@@ -61,6 +83,8 @@ async def calls_through(session, calls: int, times: dict[str, list[float]], firs
         await timed_call(times["view"], measure, session.call_tool("view", {"path": "/memories/mind/page-0.md"}))
         await timed_call(times["str_replace"], measure, session.call_tool(
             "str_replace", {"path": "/memories/mind/page-0.md", "old_str": f"rev {i}\n", "new_str": f"rev {i + 1}\n"}))
+        if bare:
+            bare(times["bare"], measure)
 
 
 def through_mcp(root: Path, calls: int) -> dict[str, list[float]]:
@@ -78,14 +102,15 @@ def through_mcp(root: Path, calls: int) -> dict[str, list[float]]:
     return times
 
 
-def in_process(root: Path, calls: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"ping": [], "view": [], "str_replace": []}
+def in_process(root: Path, calls: int, synchronous: str) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"ping": [], "view": [], "str_replace": [], "bare": []}
 
     async def main():
         with Memory.open(root) as mem:
             async with Client(build_server(mem)) as client:
-                await calls_through(client.session, calls, times, first=calls + 20, ping=False)
-            mem.refresh()
+                await calls_through(client.session, calls, times, first=calls + 20, ping=False,
+                                    bare=BareCommit(root, synchronous))
+                await anyio.sleep(FileFlush.QUIET * 2)  # the server writes the files once the calls pause
 
     anyio.run(main)
     return times
@@ -106,26 +131,6 @@ def through_cli(root: Path, runs: int) -> dict[str, list[float]]:
     return times
 
 
-def bare_commits(root: Path, synchronous: str, commits: int) -> list[float]:
-    """The disk's floor for one append: a bare SQLite commit of one 300-byte row, WAL mode, this `synchronous`."""
-    import sqlite3
-
-    path = root.parent / f"bare-{synchronous.lower()}.db"
-    path.unlink(missing_ok=True)
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute(f"PRAGMA synchronous = {synchronous}")
-    db.execute("CREATE TABLE t (seq INTEGER PRIMARY KEY, body BLOB)")
-    times = []
-    for i in range(commits + 20):
-        start = time.perf_counter()
-        db.execute("INSERT INTO t (body) VALUES (?)", (os.urandom(300),))
-        if i >= 20:
-            times.append(time.perf_counter() - start)
-    db.close()
-    return times
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
@@ -143,8 +148,7 @@ def main() -> None:
             for n in range(args.pages):
                 mem.write_page(f"page-{n}", PAGE.format(n=n).encode())
         mcp, cli = through_mcp(root, args.calls), through_cli(root, args.processes)
-        local = in_process(root, args.calls)
-        bare = bare_commits(root, synchronous, args.calls)
+        local = in_process(root, args.calls, synchronous)
         rows.append((synchronous, "ping (the SDK's floor)", *(f"{v:.2f}" for v in percentiles(mcp["ping"])), "", "",
                      ""))
         for name in ("view", "str_replace"):
@@ -154,7 +158,7 @@ def main() -> None:
         for name in ("view", "str_replace"):
             rows.append((synchronous, f"{name}, in-process client", *(f"{v:.2f}" for v in percentiles(local[name])),
                          "", "", ""))
-        rows.append((synchronous, "bare SQLite commit (the disk's floor)", *(f"{v:.2f}" for v in percentiles(bare)),
+        rows.append((synchronous, "bare SQLite commit, between those calls", *(f"{v:.2f}" for v in percentiles(local["bare"])),
                      "", "", ""))
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     table(f"tool call latency: {args.calls} calls through the stdio client, {args.processes} `mem` processes "

@@ -66,24 +66,32 @@ def trusted_moment(mem: Memory, at: str | None, seq: int | None, say) -> tuple[i
 
 
 class FileFlush:
-    """Writes the workspace's files shortly after a call changed the views, off the call's own path.
+    """Writes the workspace's files once the calls pause, off the calls' own path.
 
     A call answers once its event is in the log and the views (every tool reads the views), so its
-    latency does not include rewriting mind.md, mind/log.md and the page; a burst of calls rewrites them
-    once. The files lag the log by at most FLUSH_DELAY, and are written when the server stops."""
+    latency does not include rewriting mind.md, mind/log.md and the page. The files are written
+    QUIET seconds after the last call that changed the views, so a burst of calls rewrites them once
+    and no call waits behind a rewrite; during a long burst they are written at least every MAX_LAG
+    seconds, and always when the server stops."""
 
-    FLUSH_DELAY = 0.05
+    QUIET = 0.05
+    MAX_LAG = 1.0
 
     def __init__(self, mem: Memory):
         self.mem = mem
         self.pending = None
+        self.first = None  # when the oldest change not yet on disk was made (loop time)
 
     def schedule(self) -> None:
-        if self.pending is None:
-            self.pending = asyncio.get_running_loop().call_later(self.FLUSH_DELAY, self.run)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.pending is not None:
+            self.pending.cancel()
+        self.first = now if self.first is None else self.first
+        self.pending = loop.call_at(min(now + self.QUIET, self.first + self.MAX_LAG), self.run)
 
     def run(self) -> None:
-        self.pending = None
+        self.pending = self.first = None
         report = self.mem.refresh()
         if report.refused:
             print(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",

@@ -301,3 +301,35 @@ def test_tools_taking_a_moment_return_the_instant_they_read(workspace, monkeypat
     refused = results["too early"]
     assert refused.is_error and len(refused.content) == 1
     assert "'2000-01-01' (2000-01-01T00:00:00+01:00) is before this workspace existed" in refused.content[0].text
+
+
+def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind():
+    import asyncio
+
+    from cli.mcp_server import FileFlush
+
+    class Refreshes:
+        def __init__(self):
+            self.at = []
+
+        def refresh(self):
+            self.at.append(asyncio.get_running_loop().time())
+            return type("Report", (), {"refused": []})()
+
+    async def burst():
+        flush = FileFlush(refreshes)
+        flush.QUIET, flush.MAX_LAG = 0.1, 0.4
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while loop.time() - start < 1.0:  # a call every 20 ms for a second
+            flush.schedule()
+            await asyncio.sleep(0.02)
+        last = loop.time()
+        await asyncio.sleep(0.3)
+        return start, last
+
+    refreshes = Refreshes()
+    start, last = asyncio.run(burst())
+    gaps = [b - a for a, b in zip([start, *refreshes.at], refreshes.at)]
+    assert 2 <= len(refreshes.at) <= 5, refreshes.at  # not once per call, not only at the end
+    assert max(gaps) < 0.4 + 0.15 and refreshes.at[-1] >= last  # at most MAX_LAG behind; the last after the burst
