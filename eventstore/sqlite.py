@@ -76,9 +76,9 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False) -> list[int]:
+               verify: bool = False, recorded_at: int | None = None) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
-        `verify` recomputes every digest first (events from elsewhere)."""
+        `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         prepared = []
         for event in events:
             raw = check_event(event) if verify or not self.trusted else event.raw_body()
@@ -86,13 +86,13 @@ class SQLiteLog(Recorder):
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
         redacting = any(event.kind == "redaction" for event, _raw in prepared)
-        if len(prepared) == 1 and not state and not redacting and not skipped(prepared[0][0].body):
+        if len(prepared) == 1 and not state and recorded_at is None and not redacting and not skipped(prepared[0][0].body):
             return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
             try:
-                seqs = self._append_locked(prepared, check_known)
+                seqs = self._append_locked(prepared, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(prepared, self._stored))
@@ -146,13 +146,13 @@ class SQLiteLog(Recorder):
                 time.sleep(min(0.0005 * attempt, 0.01))
         raise TimeoutError("the event log stayed locked")
 
-    def _append_locked(self, prepared, check_known: bool) -> list[int]:
+    def _append_locked(self, prepared, check_known: bool, at: int | None = None) -> list[int]:
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
         every id is new (the common case) and lets the unique index object otherwise."""
         db = self.db
         last = db.execute("SELECT seq, chain, recorded_at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         seq, chain, last_recorded = last if last else (0, ZERO_CHAIN, 0)
-        recorded_at = max(now_ms(), last_recorded)
+        recorded_at = max(now_ms() if at is None else at, last_recorded)
         known = self._existing([event.id for event, _raw in prepared]) if check_known else {}
         rows, seqs, _seq, _chain = plan_rows(prepared, known, seq, chain, recorded_at)
         if rows:
@@ -198,6 +198,10 @@ class SQLiteLog(Recorder):
             sql += " LIMIT ?"
             params.append(limit)
         yield from self.db.execute(sql, params)
+
+    def activity_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        yield from self.db.execute("SELECT seq, recorded_at, agent, layer, kind FROM events WHERE seq > ? AND seq <= ? "
+                                   "ORDER BY seq", (after, upto))
 
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
         yield from self.db.execute(

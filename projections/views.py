@@ -14,7 +14,7 @@ from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.recorder import id_text
 
-from . import adf, local_layers, render, search, shared
+from . import activity, adf, local_layers, render, search, shared
 
 SCHEMA_VERSION = "1"
 
@@ -121,8 +121,9 @@ class Views:
         self.contract = contract
         self.shared = shared.SharedViews(self.db)
         self.written = WrittenFiles(self.db)
+        self.activity = activity.Activity(self.db)
         with self.transaction():
-            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
+            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
             adf.init_meta(self.db)

@@ -39,11 +39,15 @@ def test_a_moment_given_as_a_time(ui):
 
 def test_page_history_lists_versions_and_diffs_them(ui):
     page = get(ui, "history?page=alpha")
-    assert page.count('name="a"') == 2 and ">first<" in page and ">second<" in page
+    picker = page.split('id="version-a"', 1)[1].split("</select>", 1)[0]
+    assert picker.count("<option") == 3 and f'value="{ui.v1}" selected' in picker and "first" in picker
+    assert ">first<" in page and ">second<" in page
     assert '<span class="del">-first version of alpha</span>' in page
     assert '<span class="add">+second version of alpha</span>' in page
     reverse = get(ui, f"history?path=mind/alpha.md&a={ui.v2}&b={ui.v1}")
     assert '<span class="add">+first version of alpha</span>' in reverse
+    across = get(ui, f"history?path=mind/alpha.md&a=0&b={ui.v2}")  # skipping the first version
+    assert '<span class="add">+second version of alpha</span>' in across and "-first version" not in across
 
 
 def test_timeline_counts_filters_and_shows_an_event(ui):
