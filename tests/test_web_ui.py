@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from conftest import run_mem
-from webui import UiWorkspace
+from webui import UiWorkspace, chromium, screenshot
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,41 @@ def test_timeline_counts_filters_and_shows_an_event(ui):
     assert "second version of alpha" in event and "digest " in event and 'href="history?path=mind/alpha.md"' in event
 
 
+def test_clicking_an_event_shows_what_it_changed(ui):
+    event = get(ui, f"timeline?event={ui.v2}")
+    diff = event.split('id="event-diff"', 1)[1].split("</pre>", 1)[0]
+    assert '<span class="del">-first version of alpha</span>' in diff
+    assert '<span class="add">+second version of alpha</span>' in diff
+
+
+def test_the_timeline_zooms_into_a_time_range(ui):
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        first, at_v2, last = mem.log.recorded_at(1), mem.log.recorded_at(ui.v2), mem.log.recorded_at(mem.head())
+    page = get(ui, "timeline")
+    zoom = httpx.URL("http://x/" + page.split('id="zoom-in" href="', 1)[1].split('"', 1)[0].replace("&amp;", "&"))
+    t0, t1 = int(zoom.params["t0"]), int(zoom.params["t1"])
+    assert first < t0 < t1 < last and abs((t1 - t0) - (last - first) / 2) <= 2
+    narrow = get(ui, f"timeline?t0={at_v2}&t1={last}&layer=mind")
+    assert f">{ui.v2}</a>" in narrow and f">{ui.v1}</a>" not in narrow
+    assert 'name="t0" value="%d"' % at_v2 in narrow  # the filters keep the range
+
+
+def test_the_contract_as_of_a_moment_with_who_produced_what(ui):
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        agents = [row[4] for row in mem.log.read_rows(layers=["drafts"])]
+    row = get(ui, "contract").split('data-layer="drafts"', 1)[1].split("</tr>", 1)[0]
+    for agent in ("writer", "reviewer"):
+        n = agents.count(agent)
+        assert f"<div>{agent}: {n} event{'s' if n != 1 else ''}</div>" in row
+    assert "writer: %d events of others in its log" % agents.count("reviewer") in row
+    before = get(ui, "contract?seq=1")
+    assert "no contract is known" in before or "<span class=\"muted\">nothing</span>" in before
+
+
 def test_a_shared_event_links_to_its_layer_file(ui):
     drafts = get(ui, "timeline?layer=drafts")
     seq = int(drafts.split("event=", 1)[1].split('"', 1)[0].split("&", 1)[0])
@@ -98,27 +133,12 @@ def test_mem_ui_outside_a_workspace_is_one_line(tmp_path):
 
 # --- in a real browser (Playwright driving Debian's chromium) ---------------------------------------
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
 @pytest.fixture(scope="module")
 def browser_page(ui, tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
-    requests = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1200, "height": 800})
-        context.set_default_timeout(15_000)
-        context.on("request", lambda request: requests.append(request.url))
-        page = context.new_page()
+    with chromium() as (new_page, requests):
+        page = new_page()
         page.shots = tmp_path_factory.mktemp("screenshots")
         yield page, requests
-        context.close()
-        browser.close()
-    hosts = {httpx.URL(url).host for url in requests}
-    assert hosts == {"127.0.0.1"}, f"requests left 127.0.0.1: {sorted(set(requests))}"
 
 
 def test_moving_the_slider_shows_the_earlier_version(ui, browser_page):
@@ -133,7 +153,7 @@ def test_moving_the_slider_shows_the_earlier_version(ui, browser_page):
     page.wait_for_url(f"**/asof?page=alpha&seq={ui.v1}")
     expect(page.locator("#page-text")).to_contain_text("first version of alpha")
     expect(page.locator("#slider")).to_have_value(str(ui.v1))
-    page.screenshot(path=page.shots / "asof.png")
+    screenshot(page, page.shots, "ui-asof.png")
     assert any(url.endswith("/static/ui.js") for url in requests)
 
 
@@ -149,7 +169,7 @@ def test_a_link_with_a_moment_opens_that_moment(ui, browser_page):
     expect(page.locator("#page-text")).to_contain_text("second version of alpha")
     page.get_by_role("link", name="history", exact=True).click()
     expect(page.locator("#diff")).to_contain_text("+second version of alpha")
-    page.screenshot(path=page.shots / "history.png")
+    screenshot(page, page.shots, "ui-history.png")
 
 
 def test_a_conflict_shows_both_heads(ui, browser_page):
@@ -161,7 +181,7 @@ def test_a_conflict_shows_both_heads(ui, browser_page):
     expect(heads).to_have_count(2)
     expect(heads.filter(has_text="the writer's launch text")).to_have_count(1)
     expect(heads.filter(has_text="the reviewer's launch text")).to_have_count(1)
-    page.screenshot(path=page.shots / "conflicts.png")
+    screenshot(page, page.shots, "ui-conflicts.png")
 
 
 def test_clicking_a_timeline_event_shows_its_body(ui, browser_page):
@@ -173,4 +193,5 @@ def test_clicking_a_timeline_event_shows_its_body(ui, browser_page):
     page.wait_for_url("**layer=mind**")
     page.get_by_role("link", name=str(ui.v2), exact=True).click()
     expect(page.locator("#event-body")).to_contain_text("second version of alpha")
-    page.screenshot(path=page.shots / "timeline.png")
+    expect(page.locator("#event-diff .add").last).to_have_text("+second version of alpha")
+    screenshot(page, page.shots, "ui-timeline.png")
