@@ -22,19 +22,22 @@ class Version(msgspec.Struct):
     deleted: bool
 
 
-def _candidates(memory, path: str):
-    """The events that may have changed `path`: a superset, narrowed by comparing texts after."""
+def _candidates(memory, path: str, upto: int):
+    """The events that may have changed `path` up to seq `upto`, oldest first: a superset, narrowed by
+    comparing texts after. A page's (the wiki's or a shared layer's) are its rows in the version tables,
+    an entries file's its entries, so none of these reads more of the log than the file's own events."""
     views = memory.views
     shared = views.shared_target(path) if views.contract else None
     if shared is not None:
-        return memory.log.read(layers=[shared[0]])
+        layer, slug = shared
+        seqs = views.shared.entry_seqs(layer, upto) if slug is None else views.shared.version_seqs(layer, slug, upto)
+        return (memory.log.get_by_seq(seq) for seq in seqs)
     if path in (MIND_PATH, LOG_PATH):
-        return memory.log.read(kinds=WIKI_KINDS, layers=["mind"])
+        return memory.log.read(kinds=WIKI_KINDS, layers=["mind"], upto=upto)
     slug = slug_of(path)
     if slug is not None:
-        return (e for e in memory.log.read(kinds=WIKI_KINDS[:4], layers=["mind"])
-                if slug in (getattr(e.body, "slug", None), getattr(e.body, "old", None), getattr(e.body, "new", None)))
-    return (e for e in memory.log.read(kinds=FILE_KINDS) if e.body.path == path)
+        return (memory.log.get_by_seq(seq) for seq in views.page_version_seqs(slug, upto))
+    return (e for e in memory.log.read(kinds=FILE_KINDS, upto=upto) if e.body.path == path)
 
 
 def _text(memory, path: str, seq: int) -> str | None:
@@ -51,9 +54,13 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
     A page renamed into `path` brings the versions it had under its older name (like `git log --follow`)."""
     head = memory.seq_at() if upto is None else upto
     versions, last = [], None
-    for event in _candidates(memory, path):
-        if event.seq > head:
-            break
+    target = memory.views.shared_target(path) if memory.views.contract else None
+    entries = target is not None and target[1] is None
+    for event in _candidates(memory, path, head):
+        if entries:  # every entry adds its line: a version each, without rendering the file each time
+            versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
+                                    agent=event.agent, kind=event.kind, deleted=False))
+            continue
         text = _text(memory, path, event.seq)
         if text != last:
             versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),

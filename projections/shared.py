@@ -90,18 +90,30 @@ class SharedViews:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
                                "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
 
+    def version_seqs(self, layer: str, slug: str, upto: int) -> list[int]:
+        return [seq for (seq,) in self.db.execute("SELECT seq FROM shared_versions WHERE layer = ? AND slug = ? "
+                                                  "AND seq <= ? ORDER BY seq", (layer, slug, upto))]
+
+    def entry_seqs(self, layer: str, upto: int) -> list[int]:
+        return [seq for (seq,) in self.db.execute("SELECT seq FROM entries WHERE layer = ? AND seq <= ? ORDER BY seq",
+                                                  (layer, upto))]
+
     def heads(self, layer: str, slug: str, as_of: int) -> list[Head]:
-        rows = self.versions(layer, slug, as_of)
-        named = {parent for row in rows for parent in json.loads(row[2])}
-        return sorted((Head(id=r[0], agent=r[1], deleted=bool(r[3])) for r in rows if r[0] not in named),
-                      key=lambda h: h.id)
+        """The versions as of a seq that no other version of then names as a parent, oldest id first:
+        one statement (the parents unpacked by SQLite), no document read."""
+        rows = self.db.execute(
+            "SELECT id, agent, deleted FROM shared_versions WHERE layer = ? AND slug = ? AND seq <= ? AND id NOT IN "
+            "(SELECT p.value FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? AND c.slug = ? "
+            "AND c.seq <= ?) ORDER BY id", (layer, slug, as_of, layer, slug, as_of))
+        return [Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows]
 
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
+        """(id, agent, parents, deleted, doc) of the head shown in the file (the newest id), or None."""
         heads = self.heads(layer, slug, as_of)
         if not heads:
             return None
-        chosen = heads[-1].id
-        return next(r for r in self.versions(layer, slug, as_of) if r[0] == chosen)
+        return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
+                               "AND slug = ? AND id = ?", (layer, slug, heads[-1].id)).fetchone()
 
     def page_text(self, layer: str, slug: str, as_of: int) -> str | None:
         winner = self.winner(layer, slug, as_of)

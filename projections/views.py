@@ -192,10 +192,23 @@ class Views:
     def catalog(self, as_of: int | None = None) -> list[tuple[str, str, str]]:
         if as_of is None:
             return self.db.execute("SELECT slug, title, hook FROM pages ORDER BY slug").fetchall()
-        rows = self.db.execute(
-            "SELECT slug, MAX(seq), deleted, title, hook FROM page_versions WHERE seq <= ? GROUP BY slug ORDER BY slug",
-            (as_of,)).fetchall()
-        return [(slug, title, hook) for slug, _seq, deleted, title, hook in rows if not deleted]
+        return [(slug, title, hook) for slug, _seq, deleted, title, hook, _doc in self.versions_as_of(as_of)
+                if not deleted]
+
+    def page_version_seqs(self, slug: str, upto: int) -> list[int]:
+        """The seqs of every version of a page (ingests, updates, renames in and out, deletes) up to a seq."""
+        return [seq for (seq,) in self.db.execute("SELECT seq FROM page_versions WHERE slug = ? AND seq <= ? "
+                                                  "ORDER BY seq", (slug, upto))]
+
+    def versions_as_of(self, as_of: int) -> list[tuple]:
+        """(slug, seq, deleted, title, hook, doc) of every page's version as of a seq (deleted ones too),
+        by slug: a skip-scan of the (slug, seq) index, two seeks per slug however many versions each has."""
+        return self.db.execute(
+            "WITH RECURSIVE slugs(slug) AS (SELECT MIN(slug) FROM page_versions UNION ALL "
+            "SELECT (SELECT MIN(slug) FROM page_versions WHERE slug > slugs.slug) FROM slugs WHERE slug IS NOT NULL) "
+            "SELECT v.slug, v.seq, v.deleted, v.title, v.hook, v.doc FROM slugs JOIN page_versions v "
+            "ON v.slug = slugs.slug AND v.seq = (SELECT MAX(seq) FROM page_versions WHERE slug = slugs.slug AND seq <= ?) "
+            "ORDER BY v.slug", (as_of,)).fetchall()
 
     def page_version(self, slug: str, as_of: int | None = None):
         """(seq, body) of a page's version as of a seq, the body a PageIngest or PageUpdate; None when the
