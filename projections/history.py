@@ -5,12 +5,12 @@ import difflib
 import msgspec
 
 from eventstore.instants import format_instant
+from eventstore.kinds import ADF, WIKI_KINDS, kinds_naming
+from eventstore.layers import MIND
 
 from .views import LOG_PATH, MIND_PATH, page_path, slug_of
 
-WIKI_KINDS = ["page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-              "lint", "log.restore"]
-FILE_KINDS = ["file.write", "file.delete"]
+FILE_KINDS = sorted(kinds_naming(ADF, "path"))
 
 
 class Version(msgspec.Struct):
@@ -33,19 +33,11 @@ def _candidates(memory, path: str, upto: int):
         seqs = views.shared.entry_seqs(layer, upto) if slug is None else views.shared.version_seqs(layer, slug, upto)
         return (memory.log.get_by_seq(seq) for seq in seqs)
     if path in (MIND_PATH, LOG_PATH):
-        return memory.log.read(kinds=WIKI_KINDS, layers=["mind"], upto=upto)
+        return memory.log.read(kinds=sorted(WIKI_KINDS), layers=[MIND], upto=upto)
     slug = slug_of(path)
     if slug is not None:
         return (memory.log.get_by_seq(seq) for seq in views.page_version_seqs(slug, upto))
     return (e for e in memory.log.read(kinds=FILE_KINDS, upto=upto) if e.body.path == path)
-
-
-def _text(memory, path: str, seq: int) -> str | None:
-    text = memory.show(path, seq)
-    if text is None:
-        row = memory.views.file(path, seq)
-        text = None if row is None else bytes(row[1]).decode("utf-8", "replace")
-    return text
 
 
 def history(memory, path: str, upto: int | None = None) -> list[Version]:
@@ -61,7 +53,7 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
             versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
                                     agent=event.agent, kind=event.kind, deleted=False))
             continue
-        text = _text(memory, path, event.seq)
+        text = memory.show(path, event.seq)
         if text != last:
             versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
                                     agent=event.agent, kind=event.kind, deleted=text is None))
@@ -74,5 +66,5 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
 
 def diff(memory, path: str, a: int, b: int) -> str:
     """A unified diff of `path` between seqs a and b (a missing file reads as empty)."""
-    old, new = _text(memory, path, a) or "", _text(memory, path, b) or ""
+    old, new = memory.show(path, a) or "", memory.show(path, b) or ""
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}@{a}", f"{path}@{b}"))

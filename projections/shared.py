@@ -2,8 +2,9 @@
 
 Entries render sorted by id (UUIDv7: creation order), so every replica with the same events writes
 the same bytes. Page versions form a DAG through `parents`; the heads are the versions nobody names
-as a parent, the winner is the head with the greatest id, and a slug with several heads is listed
-as a conflict until an update names all of them.
+as a parent, the winner is the head with the greatest id (a held head, `governance: hold`, before
+any other: a concurrent edit cannot unfreeze a page), and a slug with several heads is listed as a
+conflict until an update names all of them.
 """
 
 import hashlib
@@ -12,6 +13,7 @@ import json
 import msgspec
 
 from eventstore.envelope import decode_body
+from eventstore.governance import is_held
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 
 from . import render
@@ -82,6 +84,18 @@ class SharedViews:
                 target.reversed_by = entry.id
         return entries
 
+    def has_entry(self, layer: str, id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
+
+    def has_entries(self, layer: str, as_of: int) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",
+                               (layer, as_of)).fetchone() is not None
+
+    def entry_layers(self, as_of: int) -> list[str]:
+        """The layers that hold at least one entry as of a seq."""
+        return [layer for (layer,) in self.db.execute("SELECT DISTINCT layer FROM entries WHERE seq <= ? "
+                                                      "ORDER BY layer", (as_of,))]
+
     def render_entries(self, layer: str, as_of: int) -> str:
         lines = [entry_line(e) + "\n" for e in self.entries(layer, as_of)]
         return f"# {layer}\n\n" + "".join(lines)
@@ -99,13 +113,22 @@ class SharedViews:
                                                   (layer, upto))]
 
     def heads(self, layer: str, slug: str, as_of: int) -> list[Head]:
-        """The versions as of a seq that no other version of then names as a parent, oldest id first:
-        one statement (the parents unpacked by SQLite), no document read."""
+        """The versions as of a seq that no other version of then names as a parent, the winner last:
+        held ones (`governance: hold`) after the others, then by id. One statement finds them (the
+        parents unpacked by SQLite); a document is read only to tell a held head among several."""
         rows = self.db.execute(
             "SELECT id, agent, deleted FROM shared_versions WHERE layer = ? AND slug = ? AND seq <= ? AND id NOT IN "
             "(SELECT p.value FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? AND c.slug = ? "
-            "AND c.seq <= ?) ORDER BY id", (layer, slug, as_of, layer, slug, as_of))
-        return [Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows]
+            "AND c.seq <= ?) ORDER BY id", (layer, slug, as_of, layer, slug, as_of)).fetchall()
+        held = set()
+        if len(rows) > 1:
+            for id, _agent, _deleted in rows:
+                doc = self.db.execute("SELECT doc FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                                      (layer, slug, id)).fetchone()[0]
+                if doc is not None and is_held(getattr(decode_body(doc), "frontmatter", None)):
+                    held.add(id)
+        return sorted((Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows),
+                      key=lambda h: (h.id in held, h.id))
 
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
         """(id, agent, parents, deleted, doc) of the head shown in the file (the newest id), or None."""
