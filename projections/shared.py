@@ -8,6 +8,7 @@ conflict until an update names all of them.
 """
 
 import hashlib
+from collections.abc import Iterator
 import json
 
 import msgspec
@@ -104,10 +105,6 @@ class SharedViews:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
                                "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
 
-    def version_seqs(self, layer: str, slug: str, upto: int) -> list[int]:
-        return [seq for (seq,) in self.db.execute("SELECT seq FROM shared_versions WHERE layer = ? AND slug = ? "
-                                                  "AND seq <= ? ORDER BY seq", (layer, slug, upto))]
-
     def entry_seqs(self, layer: str, upto: int) -> list[int]:
         return [seq for (seq,) in self.db.execute("SELECT seq FROM entries WHERE layer = ? AND seq <= ? ORDER BY seq",
                                                   (layer, upto))]
@@ -129,6 +126,27 @@ class SharedViews:
                     held.add(id)
         return sorted((Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows),
                       key=lambda h: (h.id in held, h.id))
+
+    def winners(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
+        """(seq, winner row) each time the page's winner changed up to a seq, oldest first: its versions
+        read once, in seq order, the heads kept as they go (what `heads` finds as of each seq)."""
+        heads: dict[str, tuple] = {}
+        named: set[str] = set()
+        last = None
+        for seq, *row in self.db.execute("SELECT seq, id, agent, parents, deleted, doc FROM shared_versions "
+                                          "WHERE layer = ? AND slug = ? AND seq <= ? ORDER BY seq", (layer, slug, upto)):
+            for parent in json.loads(row[2]):
+                heads.pop(parent, None)
+                named.add(parent)
+            if row[0] not in named:
+                heads[row[0]] = tuple(row)
+            several = len(heads) > 1
+            winner = max(heads.values(), key=lambda r: (several and r[4] is not None
+                                                        and is_held(getattr(decode_body(r[4]), "frontmatter", None)),
+                                                        r[0]))
+            if winner[0] != last:
+                last = winner[0]
+                yield seq, winner
 
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
         """(id, agent, parents, deleted, doc) of the head shown in the file (the newest id), or None."""

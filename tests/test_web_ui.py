@@ -95,6 +95,23 @@ def test_the_contract_as_of_a_moment_with_who_produced_what(ui):
     assert "no contract is known" in before or "<span class=\"muted\">nothing</span>" in before
 
 
+def test_a_shared_page_history_is_every_change_of_its_text(ui):
+    """The history read from the winner's changes equals the text compared after every event of the layer."""
+    from projections import history as histories
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        path = "content/drafts/launch.md"
+        naive, last = [], None
+        for event in mem.log.read(layers=["drafts"]):
+            text = mem.show(path, event.seq)
+            if text != last:
+                naive.append((event.seq, event.agent, text is None))
+                last = text
+        found = [(v.seq, v.agent, v.deleted) for v in histories.history(mem, path)]
+    assert found == naive and len(found) >= 3  # draft zero, then each head winning in turn
+
+
 def test_a_shared_event_links_to_its_layer_file(ui):
     drafts = get(ui, "timeline?layer=drafts")
     seq = int(drafts.split("event=", 1)[1].split('"', 1)[0].split("&", 1)[0])
