@@ -42,10 +42,10 @@ COMMIT = 50  # events per append: one recorded_at each
 def body_of(i: int, heads: dict) -> tuple[object, str, str, str | None]:
     """(body, agent, layer, head key) of the i-th event."""
     if i % 20 == 7:
-        return (EntryAppend(type="DECISION", date="2026-11-30", content=f"decision {i}"), OTHERS[i % 3], "insights",
+        return (EntryAppend(type="DECISION", date="2026-11-30", content=f"decision {i}"), OTHERS[i // 20 % 3], "insights",
                 None)
     if i % 10 == 3:
-        slug, agent = f"draft-{i % DRAFTS}", OTHERS[i % 3]
+        slug, agent = f"draft-{i // 10 % DRAFTS}", OTHERS[i // 10 % 3]
         key, layer = f"drafts/{slug}", "drafts"
     elif i % 10 == 9:
         return (AlwaysAdd(line=f"rule {i}") if i % 20 == 9 else AlwaysRemove(line=f"rule {i - 10}")), "bench", "mind", None
@@ -118,11 +118,11 @@ def main():
 
     library = {
         "asof": lambda: believed(memory.views, middle, last=10, include_all=True),
-        "history": lambda: histories.history(memory, page_path("page-7"), head),
+        "history": lambda: histories.history(memory, page_path("page-8"), head),
     }
-    urls = [("asof", f"/asof?seq={middle}&page=page-7"), ("asof (now)", "/asof?page=page-7"),
-            ("history", "/history?page=page-7"), ("history (a shared page)", "/history?path=content/drafts/draft-3.md"),
-            ("history (any two)", f"/history?page=page-7&a=7&b={middle}"),
+    urls = [("asof", f"/asof?seq={middle}&page=page-8"), ("asof (now)", "/asof?page=page-8"),
+            ("history", "/history?page=page-8"), ("history (a shared page)", "/history?path=content/drafts/draft-3.md"),
+            ("history (any two)", f"/history?page=page-8&a=7&b={middle}"),
             ("timeline", "/timeline"), ("timeline (filtered)", "/timeline?kind=entry.append&agent=ada"),
             (f"timeline (seq {middle})", f"/timeline?seq={middle}"),
             ("timeline (one hour)", f"/timeline?t0={at_middle - 3_600_000}&t1={at_middle}"),

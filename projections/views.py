@@ -126,6 +126,7 @@ class Views:
         self.shared = shared.SharedViews(self.db)
         self.written = WrittenFiles(self.db)
         self.activity = activity.Activity(self.db)
+        self._versions_as_of: tuple = (None, [])
         with self.transaction():
             for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
                 if statement.strip():
@@ -206,7 +207,15 @@ class Views:
 
     def versions_as_of(self, as_of: int) -> list[tuple]:
         """(slug, seq, deleted, title, hook, doc) of every page's version as of a seq (deleted ones too),
-        by slug: a skip-scan of the (slug, seq) index, two seeks per slug however many versions each has."""
+        by slug: a skip-scan of the (slug, seq) index, two seeks per slug however many versions each has.
+        The last answer is kept for its (seq, checkpoint): the catalog, mind.md and the trust fields of
+        one moment all read it."""
+        key = (as_of, self.checkpoint())
+        if self._versions_as_of[0] != key:
+            self._versions_as_of = (key, self._read_versions_as_of(as_of))
+        return self._versions_as_of[1]
+
+    def _read_versions_as_of(self, as_of: int) -> list[tuple]:
         return self.db.execute(
             "WITH RECURSIVE slugs(slug) AS (SELECT MIN(slug) FROM page_versions UNION ALL "
             "SELECT (SELECT MIN(slug) FROM page_versions WHERE slug > slugs.slug) FROM slugs WHERE slug IS NOT NULL) "
@@ -283,6 +292,18 @@ class Views:
 
     def entry_exists(self, layer: str, id: str) -> bool:
         return self.shared.has_entry(layer, id)
+
+    def shared_listing(self, as_of: int) -> list[str]:
+        """The path of every shared file with a version by a seq, deleted pages included: a cheap list to
+        pick from (`shared_paths` reads each page's heads to leave the deleted ones out)."""
+        paths = []
+        for name, spec in (self.contract.layers.items() if self.contract else ()):
+            if spec.format == "entries":
+                if self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1", (name, as_of)).fetchone():
+                    paths.append(spec.path)
+            else:
+                paths.extend(f"{spec.path}{slug}.md" for slug in self.shared.slugs(name, as_of))
+        return sorted(paths)
 
     def shared_paths(self, as_of: int | None = None) -> list[str]:
         as_of = self.checkpoint() if as_of is None else as_of

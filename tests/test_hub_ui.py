@@ -34,12 +34,13 @@ def test_an_agent_sees_only_the_layers_it_consumes(hub):
         assert "memory/reviews.md" not in html(hub.get(page, "writer")) and "monday" not in \
             html(hub.get(page, "writer")).replace('value="monday"', "")
     assert "content/drafts/launch.md" in html(hub.get("asof", "writer"))
+    assert hub.get("asof?file=memory/reviews.md", "writer").status_code == 404
     for page in ("history?path=memory/reviews.md", "timeline?layer=reviews", f"timeline?event={review}"):
         refused = hub.get(page, "writer")
         assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"
         assert refused.json()["type"].endswith("/not-found")
     for who in ("reviewer", "admin"):
-        assert "[DECISION]" in html(hub.get("asof", who)) and "monday" in html(hub.get(f"timeline?event={review}", who))
+        assert "[DECISION]" in html(hub.get("asof?file=memory/reviews.md", who)) and "monday" in html(hub.get(f"timeline?event={review}", who))
         assert "memory/reviews.md" in html(hub.get("history", who))
 
 
@@ -77,7 +78,7 @@ def test_as_of_a_moment_each_agent_had_received(hub):
     page = html(hub.get(f"asof?seq={one}", "admin"))
     received = page.split('id="received"', 1)[1].split("</table>", 1)[0]
     assert f'<td>reviewer</td><td><a href="asof?seq={review}">' in received  # pulled after its own entry
-    then = html(hub.get(f"asof?seq={review}", "admin"))
+    then = html(hub.get(f"asof?seq={review}&file=content/drafts/launch.md", "admin"))
     assert "draft zero" in then and "draft one" not in then
     assert "<td>reviewer</td>" not in html(hub.get(f"asof?seq={zero}", "writer"))  # an agent sees its own only
     contract = html(hub.get(f"contract?seq={one}", "admin")).split('data-layer="drafts"', 1)[1].split("</tr>", 1)[0]
@@ -93,7 +94,8 @@ def test_in_a_browser_an_agent_token_hides_what_it_does_not_consume(hub, tmp_pat
         writer = new_page()
         writer.goto(f"{hub.url}/ui/?token={hub.tokens['writer']}")
         writer.wait_for_url("**/ui/asof")
-        expect(writer.locator("pre.shared")).to_contain_text("draft one")
+        writer.get_by_role("link", name="content/drafts/launch.md").click()
+        expect(writer.locator("#file-text")).to_contain_text("draft one")
         expect(writer.get_by_text("memory/reviews.md")).to_have_count(0)
         writer.get_by_role("link", name="Timeline").click()
         expect(writer.locator("select[name=layer] option")).to_have_text(["all", "drafts (2)"])

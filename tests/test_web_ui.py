@@ -28,7 +28,10 @@ def test_as_of_shows_the_page_as_it_was(ui):
     assert "first version of alpha" in then and "second version" not in then
     before = get(ui, f"asof?seq={ui.v1 - 1}&page=alpha")
     assert "did not exist" in before and "remember the launch date" in before
-    assert "content/drafts/launch.md" in now  # the shared layer's file as the agent had it
+    assert 'file=content/drafts/launch.md">content/drafts/launch.md</a>' in now
+    shared = get(ui, "asof?file=content/drafts/launch.md")  # the shared layer's file as the agent had it
+    assert "s launch text" in shared.split('id="file-text"', 1)[1].split("</pre>", 1)[0]
+    assert "draft zero" in get(ui, "asof?seq=1&file=content/drafts/launch.md")
 
 
 def test_a_moment_given_as_a_time(ui):

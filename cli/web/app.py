@@ -103,17 +103,24 @@ class Site:
 
     def asof(self, request: Request):
         slug = request.query_params.get("page") or None
+        chosen = request.query_params.get("file") or None
         with self.memory() as mem:
             now = moment(mem, request)
-            seen = mem.believed(now.seq, last=10, include_all=True)
+            seen = mem.believed(now.seq, last=10, include_all=True, shared=False)
             text = mem.views.page(slug, now.seq) if slug and not self.hub else None
-            visible = self.visible(request)
-            if visible is not None:
-                seen.shared = {path: text for path, text in seen.shared.items()
-                               if (mem.views.shared_target(path) or ("",))[0] in visible}
+            files = self.shared_files(request, mem, now.seq)
+            if chosen is not None and chosen not in files:
+                self.check_layer(request, (mem.views.shared_target(chosen) or ("",))[0])
+            shown = mem.views.file_text(chosen, now.seq) if chosen else None
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
-                           received=received)
+                           files=files, chosen=chosen, shown=shown, received=received)
+
+    def shared_files(self, request: Request, mem, seq: int) -> list[str]:
+        """The shared files with a version by `seq` in the layers this request sees."""
+        visible = self.visible(request)
+        return [p for p in mem.views.shared_listing(seq)
+                if visible is None or (mem.views.shared_target(p) or ("",))[0] in visible]
 
     def history(self, request: Request):
         path = request.query_params.get("path") or ""
@@ -125,8 +132,7 @@ class Site:
             now = moment(mem, request)
             visible = self.visible(request)
             paths = [] if self.hub else [page_path(p.slug) for p in mem.catalog(now.seq)]
-            paths += [p for p in mem.views.shared_paths(now.seq)
-                      if visible is None or mem.views.shared_target(p)[0] in visible]
+            paths += self.shared_files(request, mem, now.seq)
             if path and visible is not None:
                 self.check_layer(request, (mem.views.shared_target(path) or ("",))[0])
             versions = histories.history(mem, path, now.seq) if path else []
