@@ -199,9 +199,14 @@ class SharedViews:
             "(SELECT 1 FROM shared_versions WHERE layer = ?1 AND slug = s.slug AND seq <= ?2)", (layer, as_of))]
 
     def conflicts(self, as_of: int) -> list[Conflict]:
+        """The pages with several heads as of a seq. Found in one statement over every version (an id is
+        a head unless some version names it as a parent: ids are unique across slugs), then each one's
+        heads read in order."""
         found = []
-        for layer, slug in self.db.execute("SELECT DISTINCT layer, slug FROM shared_versions WHERE seq <= ? "
-                                           "ORDER BY layer, slug", (as_of,)).fetchall():
+        for layer, slug in self.db.execute(
+                "SELECT layer, slug FROM shared_versions WHERE seq <= ?1 AND id NOT IN (SELECT p.value FROM "
+                "shared_versions c, json_each(c.parents) p WHERE c.seq <= ?1) GROUP BY layer, slug "
+                "HAVING COUNT(*) > 1 ORDER BY layer, slug", (as_of,)).fetchall():
             heads = self.heads(layer, slug, as_of)
             if len(heads) > 1:
                 found.append(Conflict(layer=layer, slug=slug, winner=heads[-1].id, heads=heads))

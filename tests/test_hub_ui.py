@@ -108,3 +108,13 @@ def test_in_a_browser_an_agent_token_hides_what_it_does_not_consume(hub, tmp_pat
         expect(admin.locator("#received")).to_contain_text("reviewer")
         screenshot(admin, tmp_path, "ui-hub.png")
     assert any("/ui/static/ui.css" in url for url in requests)
+
+
+def test_the_pages_follow_the_hub_as_agents_push(hub):
+    """Runs last: it adds an entry. The contract counts it at once (the mirror and the counts catch up per page)."""
+    hub.team.mem("reviewer", "entry", "add", "reviews", "[FACT] the venue is booked", check=True)
+    hub.team.mem("reviewer", "sync", check=True)
+    row = html(hub.get("contract", "admin")).split('data-layer="reviews"', 1)[1].split("</tr>", 1)[0]
+    assert "<div>reviewer: 2 events</div>" in row
+    received = html(hub.get("asof", "admin")).split('id="received"', 1)[1]
+    assert "<td>reviewer</td>" in received  # now: its pulls after the last event count

@@ -193,6 +193,7 @@ class Site:
     def contract(self, request: Request):
         with self.memory() as mem:
             now = moment(mem, request)
+            mem.views.activity.catch_up(mem.log, mem.checkpoint(), mem.views.transaction)
             contract = self.contract_at(mem, now)
             visible = self.visible(request)
             totals = mem.views.activity.totals(mem.log.recorded_at(now.seq) or 0) if now.seq else {}
@@ -205,7 +206,6 @@ class Site:
         """The contract as of the moment: the hub's as last pulled, with the local layers declared by then."""
         from projections import local_layers
 
-        mem.views.activity.catch_up(mem.log, mem.checkpoint(), mem.views.transaction)
         return local_layers.merged(mem.hub_contract(), mem.views.config(now.seq), mem.config.agent)
 
 

@@ -58,12 +58,17 @@ class HubSite(Site):
         self.mirror.catch_up()
         return super().memory()
 
+    @staticmethod
+    def instant(mem, now: Moment) -> int | None:
+        """The hub time of the moment: None (now) when the URL names none."""
+        return None if not now.query else mem.log.recorded_at(now.seq) if now.seq else 0
+
     def contract_at(self, mem, now: Moment):
-        return self.storage.contract(mem.log.recorded_at(now.seq) if now.seq else 0)[0]
+        return self.storage.contract(self.instant(mem, now))[0]
 
     def received(self, request: Request, mem, now: Moment) -> list[tuple[str, int]]:
         """Each agent's pull cursor by the moment (an agent's token: its own only)."""
-        at = mem.log.recorded_at(now.seq) if now.seq else 0
+        at = self.instant(mem, now)
         viewer = request.state.viewer
         names = [a.name for a in self.storage.agents() if a.revoked_at is None] if viewer == ADMIN else [viewer]
         got = [(name, min(self.storage.received_by(name, at), now.seq)) for name in names]
