@@ -106,6 +106,8 @@ def test_in_a_browser_an_agent_token_hides_what_it_does_not_consume(hub, tmp_pat
         expect(admin.locator("tr[data-layer=reviews] .produced")).to_contain_text("reviewer: 1 event")
         admin.get_by_role("link", name="As of").click()
         expect(admin.locator("#received")).to_contain_text("reviewer")
+        admin.get_by_role("link", name="memory/reviews.md").click()
+        expect(admin.locator("#file-text")).to_contain_text("[DECISION]")
         screenshot(admin, tmp_path, "ui-hub.png")
     assert any("/ui/static/ui.css" in url for url in requests)
 
