@@ -195,7 +195,7 @@ class Views:
         return json.loads(row[0]) if row else []
 
     def catalog(self, as_of: int | None = None) -> list[tuple[str, str, str]]:
-        if as_of is None:
+        if as_of is None or as_of >= self.checkpoint():
             return self.db.execute("SELECT slug, title, hook FROM pages ORDER BY slug").fetchall()
         return [(slug, title, hook) for slug, _seq, deleted, title, hook, _doc in self.versions_as_of(as_of)
                 if not deleted]
