@@ -140,7 +140,6 @@ class Recorder(ABC):
 
     # --- read ---------------------------------------------------------------------------------
 
-    @abstractmethod
     def activity_rows(self, after: int, upto: int) -> Iterator[tuple]:
         """(seq, recorded_at, agent, layer, kind) in seq order, no body: what the activity counts need."""
         for row in self.read_rows(after, upto):
