@@ -18,6 +18,7 @@ from eventstore.errors import InvalidInput, MemError, NotFound
 from eventstore.instants import format_instant, parse_instant
 from eventstore.layers import consumes
 from projections import history as histories
+from projections import local_layers
 from projections import trust
 from projections.conflicts import conflicts_shown
 from projections.views import page_path
@@ -61,6 +62,10 @@ def moment(mem, request: Request) -> Moment:
 
 
 class Site:
+    """The pages over one workspace; a hub's (cli/web/hub.py) narrows the layers shown to a token's."""
+
+    hub = False
+
     def __init__(self, root: Path, title: str = ""):
         self.root = Path(root)
         self.title = title or str(self.root)
@@ -82,8 +87,6 @@ class Site:
     def render(self, request: Request, name: str, current: str, **context):
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,
                                                           "hub": self.hub, **context})
-
-    hub = False
 
     def visible(self, request: Request) -> set[str] | None:
         """The layers this request may see (None: every layer; a hub narrows it to a token's)."""
@@ -110,7 +113,7 @@ class Site:
             text = mem.views.page(slug, now.seq) if slug and not self.hub else None
             files = self.shared_files(request, mem, now.seq)
             if chosen is not None and chosen not in files:
-                self.check_layer(request, (mem.views.shared_target(chosen) or ("",))[0])
+                self.check_layer(request, _layer_of(mem, chosen))
             shown = mem.views.file_text(chosen, now.seq) if chosen else None
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
@@ -120,7 +123,7 @@ class Site:
         """The shared files with a version by `seq` in the layers this request sees."""
         visible = self.visible(request)
         return [p for p in mem.views.shared_listing(seq)
-                if visible is None or (mem.views.shared_target(p) or ("",))[0] in visible]
+                if visible is None or _layer_of(mem, p) in visible]
 
     def history(self, request: Request):
         path = request.query_params.get("path") or ""
@@ -134,7 +137,7 @@ class Site:
             paths = [] if self.hub else [page_path(p.slug) for p in mem.catalog(now.seq)]
             paths += self.shared_files(request, mem, now.seq)
             if path and visible is not None:
-                self.check_layer(request, (mem.views.shared_target(path) or ("",))[0])
+                self.check_layer(request, _layer_of(mem, path))
             versions = histories.history(mem, path, now.seq) if path else []
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
@@ -187,7 +190,7 @@ class Site:
                               limit=30) if query else []
             visible = self.visible(request)
             if visible is not None:
-                hits = [h for h in hits if (mem.views.shared_target(h.path) or ("",))[0] in visible]
+                hits = [h for h in hits if _layer_of(mem, h.path) in visible]
         return self.render(request, "search.html", "search", moment=now, q=query, hits=hits)
 
     def contract(self, request: Request):
@@ -204,8 +207,6 @@ class Site:
 
     def contract_at(self, mem, now: Moment):
         """The contract as of the moment: the hub's as last pulled, with the local layers declared by then."""
-        from projections import local_layers
-
         return local_layers.merged(mem.hub_contract(), mem.views.config(now.seq), mem.config.agent)
 
 
@@ -247,6 +248,12 @@ def _zoom(strip) -> dict[str, dict[str, int]]:
     return {"in": {"t0": t0 + width // 4, "t1": t1 - width // 4}, "out": {"t0": t0 - width // 2, "t1": t1 + width // 2},
             "earlier": {"t0": t0 - width // 2, "t1": t1 - width // 2},
             "later": {"t0": t0 + width // 2, "t1": t1 + width // 2}}
+
+
+def _layer_of(mem, path: str) -> str:
+    """The shared layer a file belongs to ("" for the agent's own files)."""
+    target = mem.views.shared_target(path) if mem.views.contract else None
+    return target[0] if target else ""
 
 
 def _note(mem, seq: int) -> str:
