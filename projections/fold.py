@@ -8,10 +8,12 @@ A page version keeps the event's own encoded body (`doc`); its file text is rend
 which keeps a rebuild from formatting a million versions nobody asked for.
 """
 
+import gc
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 
-from eventstore.envelope import CODEC_REDACTED, decode_body, encode_body, unpack_body
+from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
                               PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
@@ -69,14 +71,17 @@ class WikiFold:
 
     def apply(self, seq: int, version_id: bytes, ts: int, body, raw: bytes) -> None:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
-        if isinstance(body, (PageIngest, PageUpdate)):
-            kind = "update" if self._page(body.slug) is not None else "ingest"
-            if trust.is_held(body.frontmatter) and (kind == "ingest" or not trust.is_held(
-                    decode_body(self._page(body.slug)[4]).frontmatter)):
+        cls = type(body)
+        if cls is PageUpdate or cls is PageIngest:
+            slug, fm = body.slug, body.frontmatter
+            current = self._pages[slug] if slug in self._pages else self._page(slug)
+            kind = "update" if current is not None else "ingest"
+            if "governance" in fm and trust.is_held(fm) and (
+                    current is None or not trust.is_held(decode_body(current[4]).frontmatter)):
                 kind = "hold"
-            title = self._version(seq, version_id, ts, body.slug, body.parents, body.frontmatter, body.text, raw)
-            if not getattr(body, "quiet", False):
-                self._log(seq, ts, kind, title, body.note)
+            title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw)
+            if cls is PageUpdate or not body.quiet:
+                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note)))
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
@@ -139,10 +144,11 @@ class WikiFold:
         self._reset_batch()
 
 
-def _redacted(stored: bytes) -> tuple:
-    """A redacted event's stand-in body (its content reads `[redacted: reason]`) and its bytes."""
-    body = stand_in(decode_body(stored))
-    return body, encode_body(body)
+def _unpacked(codec: int, stored: bytes) -> bytes:
+    """The body bytes the fold reads: a redacted event's are its stand-in's (content `[redacted: reason]`)."""
+    if codec == CODEC_REDACTED:
+        return encode_body(stand_in(decode_body(stored)))
+    return unpack_body(codec, stored)
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
@@ -154,6 +160,24 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     """
     target = log.head() if upto is None else upto
     wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
+    with _no_cyclic_gc():
+        return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
+
+
+@contextmanager
+def _no_cyclic_gc():
+    """A batch keeps tens of thousands of rows and bodies alive at once; the cycle collector would walk
+    them again and again (a quarter of a replay's time) while refcounting alone frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) -> int:
     while True:
         with views.transaction():
             start = views.checkpoint()
@@ -161,24 +185,23 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
                 return start
             following = log.seq_after(start, batch)  # seqs an ImportGap skipped count for none
             end = min(following or target, target)
-            apply_wiki, apply_adf = wiki.apply, adf.apply
+            rows = list(log.fold_rows(start, end))
+            raws = [body if codec == CODEC_RAW else _unpacked(codec, body)
+                    for _seq, _id, _ts, _layer, _kind, codec, body, _agent in rows]
+            apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
             ts = 0
-            for seq, version_id, ts, layer, kind, codec, body, agent in log.fold_rows(start, end):
-                if codec == CODEC_REDACTED:
-                    decoded, raw = _redacted(body)
-                else:
-                    raw, decoded = unpack_body(codec, body), None
-                if layer == MIND and kind in WIKI_KINDS:
-                    apply_wiki(seq, version_id, ts, decoded or decode_body(raw), raw)
+            for (seq, version_id, ts, layer, kind, _codec, _body, agent), raw, decoded in zip(
+                    rows, raws, decode_bodies(raws)):
+                if kind in WIKI_KINDS and layer == MIND:
+                    apply_wiki(seq, version_id, ts, decoded, raw)
                 elif kind in ADF_KINDS:
-                    decoded = decoded or decode_body(raw)
                     apply_adf(seq, ts, decoded)
-                    search.apply(seq, layer, decoded)
+                    apply_search(seq, layer, decoded)
                 elif kind in SHARED_KINDS:
                     id = id_text(version_id)
-                    decoded = decoded or decode_body(raw)
-                    shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
-                    search.apply(seq, layer, decoded, id, agent)
+                    apply_shared(seq, id, agent, layer, decoded, raw, wiki.dirty)
+                    apply_search(seq, layer, decoded, id, agent)
+            del rows, raws
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)
             shared.flush()

@@ -110,7 +110,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
-    edited by hand: it is left alone (and reported) unless `force`. `dry_run` only reports.
+    edited by hand: it is left alone (and reported) unless `force`. `dry_run` only lists what would
+    be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
     """
     report = FileReport(written=[], removed=[], refused=[])
     for path, written in views.written.dirty():
@@ -121,6 +122,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
             continue
         on_disk = file_hash(target)
         edited = on_disk is not None and on_disk != written
+        if dry_run and not (edited and not force):
+            continue
         chunks = views.file_chunks(path)
         if chunks is None:
             if on_disk is not None:
