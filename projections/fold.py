@@ -22,7 +22,7 @@ from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
-from .search import SearchFold
+from .search import SearchFold, page_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
@@ -36,6 +36,9 @@ class WikiFold:
 
     def _reset_batch(self):
         self.versions: list[tuple] = []
+        self.search_rows: list[list] = []  # the search_history row of each version (until, since last)
+        self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
+        self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
         self.always_rows: list[tuple] = []
         self.touched_pages: set[str] = set()
@@ -58,13 +61,28 @@ class WikiFold:
         title = render.title_of(slug, fm, text)
         hook = render.hook_of(fm)
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
+        previous = self._pages.get(slug)
+        if previous is not None:
+            self._close(slug, previous[0], seq)
+        row = [*page_row(seq, "page", MIND, "mind/" + slug, slug, fm, text, title=title, hook=hook), None, seq]
+        self.search_rows.append(row)
+        self._open_rows[slug] = row
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
 
+    def _close(self, slug: str, previous: int, seq: int) -> None:
+        """The search_history row of a page's version `previous` was current until `seq`."""
+        row = self._open_rows.pop(slug, None)
+        if row is not None and row[0] == previous:
+            row[-2] = seq
+        else:
+            self.replaced.append((previous, seq))
+
     def _tombstone(self, seq, version_id, ts, slug, parents):
-        _seq, _id, title, hook, _doc, _ts = self._page(slug)
+        previous, _id, title, hook, _doc, _ts = self._page(slug)
         self.versions.append((slug, seq, version_id, ts, 1, ",".join(parents), title, hook, None))
+        self._close(slug, previous, seq)
         self._pages[slug] = None
         self.touched_pages.add(slug)
         return title
@@ -206,7 +224,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             adf.note_events((first.ts,) if first else None, ts)
             shared.flush()
             search.take_pages(wiki.touched_pages, wiki._page)
-            search.flush()
+            search.flush(wiki.search_rows, wiki.replaced)
             wiki.flush(end)
             anchor = log.get_by_seq(end)
             if anchor is not None:

@@ -26,7 +26,7 @@ def file_hash(path: Path) -> str | None:
         return None
 
 
-def _write_temp(target: Path, chunks) -> tuple[Path, str]:
+def _write_temp(target: Path, chunks, sync: bool = True) -> tuple[Path, str]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.mem-tmp-{os.getpid()}"
     digest = hashlib.sha256()
@@ -36,7 +36,8 @@ def _write_temp(target: Path, chunks) -> tuple[Path, str]:
             digest.update(data)
             f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     return tmp, digest.hexdigest()
 
 
@@ -162,13 +163,15 @@ def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bo
         if on_disk != new_hash:
             report.refused.append(path)
         return new_hash
-    tmp, new_hash = _write_temp(target, chunks)
+    tmp, new_hash = _write_temp(target, chunks, sync=False)  # synced only if it is kept
     if on_disk == new_hash:
         tmp.unlink()
     elif refuse:
         tmp.unlink()
         report.refused.append(path)
     else:
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, target)
         report.written.append(path)
     return new_hash

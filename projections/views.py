@@ -122,7 +122,10 @@ class Views:
         self.contract = contract
         self.shared = shared.SharedViews(self.db)
         self.written = WrittenFiles(self.db)
+        self.started_over = False
         with self.transaction():
+            if search.outdated(self.db):
+                self._start_over()
             for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
@@ -136,6 +139,15 @@ class Views:
 
     def close(self) -> None:
         self.db.close()
+
+    def _start_over(self) -> None:
+        """Empties views made by an older version (their tables differ): the next catch-up folds the
+        whole log again. What was written to the workspace files (file_state) is kept."""
+        for table in (*VIEW_TABLES, "search_docs_fts", "search_history_fts"):
+            self.db.execute(f"DROP TABLE IF EXISTS {table}")
+        self.db.execute("DELETE FROM meta WHERE key IN ('checkpoint', 'anchor', 'search_history')")
+        self.db.execute("UPDATE file_state SET dirty = 1")
+        self.started_over = True
 
     @contextmanager
     def transaction(self):

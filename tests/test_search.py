@@ -139,7 +139,26 @@ def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
         assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
 
 
-def test_a_history_index_without_until_is_refilled(memory):
+def test_messages_archived_in_an_imported_adf_file_are_not_found_before_the_import(memory, tmp_path):
+    from projections.adf_file import export_adf, import_adf
+    from projections.memory import Memory
+
+    seq = memory.loop_append("user", [{"type": "text", "text": "The migration needs the new column."}]).seq
+    memory.loop_append("user", [{"type": "text", "text": "ok"}])
+    memory.loop_compact("Summary.", preserve=1)
+    export_adf(memory, tmp_path / "a.adf", memory.views.checkpoint())
+    with Memory.init(tmp_path / "copy") as copy:
+        import_adf(copy, tmp_path / "a.adf")
+        copy.loop_append("user", [{"type": "text", "text": "later"}])  # the import is in the past now
+        [imported] = [e.seq for e in copy.log.read(kinds=["audit.import"])]
+        assert seq < imported  # the message keeps its seq, which the log had passed before the import
+        assert cites(copy, "migration column", as_of=imported - 1) == []
+        assert cites(copy, "migration column", as_of=seq) == []
+        assert cites(copy, "migration column", as_of=imported) == [f"[S{seq}]"]
+        assert cites(copy, "migration column") == [f"[S{seq}]"]
+
+
+def test_views_made_when_the_history_index_was_a_cache_are_folded_again(memory):
     first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
     memory.write_page("deploy", page("Deploy", "Canary first."))
     db = memory.views.db
