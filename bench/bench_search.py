@@ -120,6 +120,7 @@ def main():
 
     without = with_index = 0.0
     if not args.queries_only:
+        replay(memory)  # not timed: the first replay writes every file, the two measured ones find them written
         fold.SearchFold = NoSearch
         start = time.perf_counter()
         replay(memory)
@@ -166,7 +167,7 @@ def main():
     table("index build", [
         ("measure", "seconds", "events/s"),
         ("mem replay, search fold off", f"{without:.1f}", f"{head / without:,.0f}"),
-        ("mem replay, current index kept (the shipped path)", f"{with_index:.1f}", f"{head / with_index:,.0f}"),
+        ("mem replay, both indexes kept (the shipped path)", f"{with_index:.1f}", f"{head / with_index:,.0f}"),
         ("  of which the search indexes (current and all versions)", f"{with_index - without:.1f}",
          f"{without / with_index:.2f}x the rate"),
     ])

@@ -12,6 +12,7 @@ import gc
 import json
 from collections.abc import Callable
 from contextlib import contextmanager
+from itertools import islice
 
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
@@ -201,9 +202,8 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             start = views.checkpoint()
             if start >= target:
                 return start
-            following = log.seq_after(start, batch)  # seqs an ImportGap skipped count for none
-            end = min(following or target, target)
-            rows = list(log.fold_rows(start, end))
+            rows = list(islice(log.fold_rows(start, target), batch))  # seqs an ImportGap skipped count for none
+            end = rows[-1][0] if len(rows) == batch else target
             raws = [body if codec == CODEC_RAW else _unpacked(codec, body)
                     for _seq, _id, _ts, _layer, _kind, codec, body, _agent in rows]
             apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply

@@ -115,6 +115,16 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
     """
     report = FileReport(written=[], removed=[], refused=[])
+    written_files: list[tuple] = []  # recorded a few hundred at a time, in one transaction
+    try:
+        _materialize_each(views, root, force, dry_run, report, written_files)
+    finally:
+        _record(views, written_files)
+    return report
+
+
+def _materialize_each(views: Views, root: Path, force: bool, dry_run: bool, report: FileReport,
+                      written_files: list[tuple]) -> None:
     for path, written in views.written.dirty():
         try:
             target = validate.inside_workspace(root, path)
@@ -147,10 +157,12 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                 if not dry_run:
                     write_atomic(target, [content])
                 report.written.append(path)
-        if dry_run or path in report.refused:
+        if dry_run or path in report.refused[-1:]:
             continue
-        _record(views, target, path, new_hash, content if chunks is not None and path != LOG_PATH else None)
-    return report
+        written_files.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
+        if len(written_files) >= 500:
+            _record(views, written_files)
+            written_files.clear()
 
 
 def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path) -> str:
@@ -177,11 +189,15 @@ def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bo
     return new_hash
 
 
-def _record(views: Views, target: Path, path: str, new_hash: str | None, content: bytes | None) -> None:
-    """Records what was written, and the file's adf_files row (a large file streamed from disk)."""
+def _record(views: Views, written_files: list[tuple]) -> None:
+    """Records what was written, and each file's adf_files row (a large file streamed from disk):
+    (target, path, new hash or None for removed, content or None to stream) per file."""
+    if not written_files:
+        return
     with views.transaction():
-        if new_hash is None:
-            views.written.record(path, None)
-        else:
-            size = len(content) if content is not None else target.stat().st_size
-            views.written.record(path, new_hash, (content, size, *views.wiki_file_meta(path)), target)
+        for target, path, new_hash, content in written_files:
+            if new_hash is None:
+                views.written.record(path, None)
+            else:
+                size = len(content) if content is not None else target.stat().st_size
+                views.written.record(path, new_hash, (content, size, *views.wiki_file_meta(path)), target)

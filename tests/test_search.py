@@ -98,6 +98,28 @@ def test_the_index_is_a_view_replay_rebuilds_it_identically(memory):
     assert cites(memory, "word3", as_of=5) == ["adf-file://mind/p3.md"]
 
 
+def test_the_all_versions_index_is_written_by_the_fold_and_rebuilt_identically(memory):
+    first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
+    second = memory.write_page("deploy", page("Deploy", "Canary first.")).seq
+    renamed = memory.rename_page("deploy", "release").seq
+    memory.file_write("notes.txt", b"canary notes")
+    rewritten = memory.file_write("notes.txt", b"staging notes").seq
+    deleted = memory.file_delete("notes.txt").seq
+    rows = memory.views.db.execute("SELECT id, kind, key, until, since FROM search_history ORDER BY id").fetchall()
+    assert rows == [(first, "page", "mind/deploy", second, first), (second, "page", "mind/deploy", renamed, second),
+                    (renamed, "page", "mind/release", None, renamed),
+                    (rewritten - 1, "file", "notes.txt", rewritten, rewritten - 1),
+                    (rewritten, "file", "notes.txt", deleted, rewritten)]  # before any search of the past
+    history = memory.views.dump()["search_history"]
+    assert replaying.check(memory).same
+    replaying.replay(memory)
+    assert memory.views.dump()["search_history"] == history
+    assert cites(memory, "staging", as_of=first) == ["adf-file://mind/deploy.md"]
+    assert cites(memory, "staging", as_of=second) == []
+    assert cites(memory, "staging", as_of=rewritten) == ["adf-file://notes.txt"]
+    assert cites(memory, "staging", as_of=deleted) == []
+
+
 def test_mem_search_cli(workspace, tmp_path):
     doc = tmp_path / "d.md"
     doc.write_bytes(page("Deploy procedure", "Prod needs the owner ack."))
