@@ -88,6 +88,10 @@ def contract_of(event: Event | None) -> Contract:
 class HubStorage(ABC):
     """What the hub keeps: agents and their hashed tokens, the event log, pull progress."""
 
+    reads_wait = True
+    """Whether a read may wait (on the network, on a lock): the hub then reads in a worker thread, not on
+    its event loop."""
+
     # --- agents -------------------------------------------------------------------------------
 
     @abstractmethod
