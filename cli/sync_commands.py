@@ -52,16 +52,14 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
           group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
                                             help="Commit concurrent pushes together (off: one transaction each).")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing."""
-    import uvicorn
-
     from sync.hub import create_app
+    from sync.server import serve as serve_app
     from sync.storage import hub_exists
 
     if not hub_exists(db):
         typer.echo(f"created a new hub database at {_where(db)}", err=True)
     typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    uvicorn.run(create_app(storage(db, create=True), group_commit=group_commit), host=host, port=port,
-                log_level="warning", timeout_graceful_shutdown=2)
+    serve_app(create_app(storage(db, create=True), group_commit=group_commit), host, port)
 
 
 @hub_app.command("init")

@@ -1,6 +1,8 @@
-"""A hub served by uvicorn on 127.0.0.1 in a background thread (for `mem demo` and the tests)."""
+"""Serving a hub with uvicorn: in the foreground (`mem serve`), or on 127.0.0.1 in a background thread
+(for `mem demo` and the tests)."""
 
 import socket
+import sys
 import threading
 import time
 
@@ -14,6 +16,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread may hold the GIL while another waits for it (Python's default: 0.005). The group
+committer runs in a thread of its own (and PostgreSQL reads in worker threads); under load the event
+loop's thread is always busy, so each of their returns from SQLite or a socket would otherwise wait
+up to the full default."""
+
+
+def serve(app, host: str, port: int) -> None:
+    """Serves an ASGI app (the hub's, perhaps with more mounted) until interrupted: no access log."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:
