@@ -84,7 +84,7 @@ def resolve_at(mem, at: str) -> tuple[int, int]:
     """(seq, instant) for a typed moment; says on stderr which instant it understood, and refuses a
     moment before the workspace's first event (that is no memory, not an empty one)."""
     at_ms = parse_instant(at)
-    first = mem.log.recorded_at(1) if mem.log.head() else None
+    first = mem.first_recorded_at()
     if first is None or at_ms < first:
         since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
         fail(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
@@ -157,7 +157,7 @@ NoteOpt = typer.Option("", "--note", help="Why: the log entry's text (cite [S<se
 def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Delete a page; the delete is an event and a log entry."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         from .sync_commands import shared_page_delete
 
         return shared_page_delete(layer, slug, note, allow_secret)
@@ -170,7 +170,7 @@ def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
 def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
     """Rename a page (its history stays under both names)."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         from .sync_commands import shared_page_rename
 
         return shared_page_rename(layer, old, new, note, allow_secret)
@@ -182,7 +182,7 @@ def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
 @page_app.command("list")
 def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
     """The pages in the catalog, with their hooks (or a shared layer's pages, with their heads)."""
-    if layer is not None and layer != "mind":
+    if layer is not None and layer != MIND:
         from .sync_commands import shared_page_list
 
         return shared_page_list(layer, json)

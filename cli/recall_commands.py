@@ -5,10 +5,11 @@ from typing import Optional
 import typer
 
 from eventstore.ids import now_ms
+from eventstore.layers import MIND
 from projections import search as searching
 from projections import trust
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, page_app, resolve_at
+from .app import AtOpt, JsonOpt, LayerOpt, SeqOpt, app, fail, memory, page_app, resolve_at
 from .output import emit_json, progress_bar
 
 
@@ -109,9 +110,13 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
 
 
 @page_app.command("release")
-def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now.")):
+def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why the held page may change now."),
+                 layer: Optional[str] = LayerOpt):
     """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
     with memory() as mem:
+        if layer is not None and layer != MIND:
+            event = mem.release_shared_page(layer, slug, note)
+            return typer.echo(f"release {layer}/{event.body.slug} (seq {event.seq})")
         event = mem.release_page(slug, note)
     typer.echo(f"release mind/{event.body.slug}.md (seq {event.seq})")
 

@@ -263,6 +263,11 @@ def kinds_of(group: str) -> frozenset[str]:
     return frozenset(tag for tag, cls in KINDS.items() if group in cls.groups)
 
 
+def kinds_naming(group: str, *fields: str) -> frozenset[str]:
+    """The tags of the kinds in `group` whose body has one of `fields` (a page's `slug`, a file's `path`)."""
+    return frozenset(tag for tag in kinds_of(group) if set(fields) & set(KINDS[tag].__struct_fields__))
+
+
 WIKI_KINDS = kinds_of(WIKI)
 ADF_KINDS = kinds_of(ADF)
 SHARED_PAGE_KINDS = kinds_of(PAGES)

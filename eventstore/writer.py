@@ -9,7 +9,7 @@ import mimetypes
 import re
 from typing import Protocol
 
-from . import validate
+from . import governance, validate
 from .envelope import Event, new_event
 from .errors import InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
@@ -290,3 +290,20 @@ class SharedWriter:
                            parents=heads) if heads else
                 PageIngest(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}"))
         return [gone, new_event(validate.body(body), agent=self.agent, layer=layer)]
+
+    def page_release(self, layer: str, slug: str, note: str) -> Event:
+        """Lifts a shared page's hold: a new version of the winner with the same text and its frontmatter
+        without `governance` (the release eventstore.governance lets through)."""
+        slug = validate.slug(slug)
+        document = self.state.shared_document(layer, slug)
+        if document is None:
+            raise NotFound(f"there is no page {slug} in layer {layer}")
+        if not governance.is_held(document[0]):
+            raise InvalidInput(f"page {slug!r} of layer {layer!r} is not held (no `governance: hold`); "
+                               "there is nothing to release")
+        note = validate.one_line(note, "the note")
+        if not note:
+            raise InvalidInput("a release needs --note: why the held page may change now")
+        body = PageUpdate(slug=slug, frontmatter=governance.released(document[0]), text=document[1], note=note,
+                          parents=[self.state.shared_winner(layer, slug)])
+        return new_event(validate.body(body), agent=self.agent, layer=layer)

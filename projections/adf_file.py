@@ -80,7 +80,7 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     for statement in (SCHEMA_28 + _message_schema("inbox") + _message_schema("outbox")).split(";"):
         if statement.strip():
             db.execute(statement)
-    meta = dict(views.db.execute("SELECT key, value FROM adf_meta").fetchall())
+    meta = views.adf_meta()
     name = memory.config.agent
     last = next(log.read(upto=as_of, limit=1, newest_first=True), None) if as_of else None
     ts_at = last.ts if last else None
@@ -94,14 +94,11 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     db.execute("INSERT INTO adf_config VALUES (1, ?, ?)",
                config or (json.dumps(views.config(as_of), indent=2), "1970-01-01T00:00:00.000Z"))
     db.executemany("INSERT INTO adf_loop VALUES (?,?,?,?,?,?,?,?)", sorted(views.loop_rows(None, as_of)))
-    db.executemany("INSERT INTO adf_audit VALUES (?,?,?,?,?,?,?,?,?)", views.db.execute(
-        "SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at FROM audit_rows "
-        "WHERE event_seq <= ? ORDER BY id", (as_of,)))
+    db.executemany("INSERT INTO adf_audit VALUES (?,?,?,?,?,?,?,?,?)", views.audit_rows(as_of, data=True))
     db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", views.adf_files(as_of))
     for box in ("inbox", "outbox"):
-        columns = ", ".join(f'"{c}"' for c in MESSAGE_COLUMNS[box])
         db.executemany(f"INSERT INTO adf_{box} VALUES ({','.join('?' * len(MESSAGE_COLUMNS[box]))})",
-                       views.db.execute(f"SELECT {columns} FROM adf_{box} WHERE _seq <= ? ORDER BY _seq", (as_of,)))
+                       views.messages(box, as_of))
     db.execute("COMMIT")
     rows = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -67,20 +67,12 @@ def loop_rows(views: Views, loop: str | None = "main", as_of: int | None = None)
 
 
 def audit_rows(views: Views, source: str | None = None, as_of: int | None = None) -> list[AuditRow]:
-    as_of = views.checkpoint() if as_of is None else as_of
-    sql = ("SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at FROM audit_rows "
-           "WHERE event_seq <= ?")
-    params: list = [as_of]
-    if source:
-        sql += " AND (source = ? OR (? = 'loop' AND source LIKE 'loop:%'))"
-        params += [source, source]
-    return [AuditRow(*row) for row in views.db.execute(sql + " ORDER BY id", params)]
+    return [AuditRow(*row) for row in views.audit_rows(as_of, source)]
 
 
 def archived_by(views: Views, event_seq: int) -> AuditRow | None:
     """The audit row that the loop compaction or clear at this seq wrote (None: it archived nothing)."""
-    row = views.db.execute("SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at "
-                           "FROM audit_rows WHERE event_seq = ? AND start_seq IS NOT NULL", (event_seq,)).fetchone()
+    row = views.archived_by(event_seq)
     return AuditRow(*row) if row else None
 
 
@@ -92,15 +84,7 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
         return AuditHit(source="live", seq=seq, loop=lp, entry={"seq": s, "loop": lp, "role": role,
                                                                "content_json": json.loads(content),
                                                                "created_at": created})
-    if loop:
-        candidates = views.db.execute(
-            "SELECT id, source, data FROM audit_rows WHERE source = ? AND start_seq <= ? AND end_seq >= ? "
-            "AND event_seq <= ? ORDER BY start_seq DESC", (f"loop:{loop}", seq, seq, as_of))
-    else:
-        candidates = views.db.execute(
-            "SELECT id, source, data FROM audit_rows WHERE (source = 'loop' OR source LIKE 'loop:%') "
-            "AND start_seq <= ? AND end_seq >= ? AND event_seq <= ? ORDER BY start_seq DESC", (seq, seq, as_of))
-    for audit_id, source, data in candidates.fetchall():
+    for audit_id, source, data in views.loop_audits_covering(seq, loop, as_of):
         entries = blob_json(data, f"audit blob {audit_id}")
         hit = next((e for e in entries if isinstance(e, dict) and e.get("seq") == seq), None) \
             if isinstance(entries, list) else None

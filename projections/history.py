@@ -5,12 +5,13 @@ import difflib
 import msgspec
 
 from eventstore.instants import format_instant
+from eventstore.kinds import ADF, WIKI, WIKI_KINDS, kinds_naming
+from eventstore.layers import MIND
 
 from .views import LOG_PATH, MIND_PATH, page_path, slug_of
 
-WIKI_KINDS = ["page.ingest", "page.update", "page.delete", "page.rename", "always.add", "always.remove",
-              "lint", "log.restore"]
-FILE_KINDS = ["file.write", "file.delete"]
+PAGE_KINDS = sorted(kinds_naming(WIKI, "slug", "old"))
+FILE_KINDS = sorted(kinds_naming(ADF, "path"))
 
 
 class Version(msgspec.Struct):
@@ -29,20 +30,12 @@ def _candidates(memory, path: str):
     if shared is not None:
         return memory.log.read(layers=[shared[0]])
     if path in (MIND_PATH, LOG_PATH):
-        return memory.log.read(kinds=WIKI_KINDS, layers=["mind"])
+        return memory.log.read(kinds=sorted(WIKI_KINDS), layers=[MIND])
     slug = slug_of(path)
     if slug is not None:
-        return (e for e in memory.log.read(kinds=WIKI_KINDS[:4], layers=["mind"])
+        return (e for e in memory.log.read(kinds=PAGE_KINDS, layers=[MIND])
                 if slug in (getattr(e.body, "slug", None), getattr(e.body, "old", None), getattr(e.body, "new", None)))
     return (e for e in memory.log.read(kinds=FILE_KINDS) if e.body.path == path)
-
-
-def _text(memory, path: str, seq: int) -> str | None:
-    text = memory.show(path, seq)
-    if text is None:
-        row = memory.views.file(path, seq)
-        text = None if row is None else bytes(row[1]).decode("utf-8", "replace")
-    return text
 
 
 def history(memory, path: str, upto: int | None = None) -> list[Version]:
@@ -54,7 +47,7 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
     for event in _candidates(memory, path):
         if event.seq > head:
             break
-        text = _text(memory, path, event.seq)
+        text = memory.show(path, event.seq)
         if text != last:
             versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
                                     agent=event.agent, kind=event.kind, deleted=text is None))
@@ -67,5 +60,5 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
 
 def diff(memory, path: str, a: int, b: int) -> str:
     """A unified diff of `path` between seqs a and b (a missing file reads as empty)."""
-    old, new = _text(memory, path, a) or "", _text(memory, path, b) or ""
+    old, new = memory.show(path, a) or "", memory.show(path, b) or ""
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}@{a}", f"{path}@{b}"))

@@ -61,9 +61,8 @@ class Scope:
 
     def entries(self):
         """Every typed entry as of the seq (shared and local layers), with who reversed it."""
-        layers = [r[0] for r in self.views.db.execute("SELECT DISTINCT layer FROM entries WHERE seq <= ?",
-                                                      (self.as_of,))]
-        return [(layer, e) for layer in layers for e in self.views.shared.entries(layer, self.as_of)]
+        shared = self.views.shared
+        return [(layer, e) for layer in shared.entry_layers(self.as_of) for e in shared.entries(layer, self.as_of)]
 
 
 _PAGE_LINK = re.compile(r"adf-file://mind/([a-z0-9][a-z0-9_.-]*?)\.md")

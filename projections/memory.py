@@ -379,6 +379,12 @@ class Memory:
         touches = [self.shared_page_path(layer, e.body.slug) for e in events]
         return self.append_all(events, touches=touches, allow_secret=allow_secret)[-1]
 
+    def release_shared_page(self, layer: str, slug: str, note: str, *, allow_secret: bool = False) -> Event:
+        """Lifts the hold of a shared page: a version with its text, without `governance: hold`."""
+        self.shared_layer(layer, "pages", allow_secret)
+        event = self.shared_writer.page_release(layer, slug, note)
+        return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], allow_secret=allow_secret)
+
     def shared_pages(self, layer: str) -> list[SharedPage]:
         self.shared_layer(layer, "pages", produce=False)
         return self.views.shared.pages(layer, self.views.checkpoint())
@@ -428,6 +434,10 @@ class Memory:
 
     def head(self) -> int:
         return self.log.head()
+
+    def first_recorded_at(self) -> int | None:
+        """When the log's first event was recorded (ms), or None while the log is empty."""
+        return self.log.recorded_at(1) if self.log.head() else None
 
     def checkpoint(self) -> int:
         """The seq the views (and the files, unless deferred) have caught up to."""

@@ -2,8 +2,9 @@
 
 Entries render sorted by id (UUIDv7: creation order), so every replica with the same events writes
 the same bytes. Page versions form a DAG through `parents`; the heads are the versions nobody names
-as a parent, the winner is the head with the greatest id, and a slug with several heads is listed
-as a conflict until an update names all of them.
+as a parent, the winner is the head with the greatest id (a held head, `governance: hold`, before
+any other: a concurrent edit cannot unfreeze a page), and a slug with several heads is listed as a
+conflict until an update names all of them.
 """
 
 import hashlib
@@ -12,6 +13,7 @@ import json
 import msgspec
 
 from eventstore.envelope import decode_body
+from eventstore.governance import is_held
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 
 from . import render
@@ -82,6 +84,18 @@ class SharedViews:
                 target.reversed_by = entry.id
         return entries
 
+    def has_entry(self, layer: str, id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
+
+    def has_entries(self, layer: str, as_of: int) -> bool:
+        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",
+                               (layer, as_of)).fetchone() is not None
+
+    def entry_layers(self, as_of: int) -> list[str]:
+        """The layers that hold at least one entry as of a seq."""
+        return [layer for (layer,) in self.db.execute("SELECT DISTINCT layer FROM entries WHERE seq <= ? "
+                                                      "ORDER BY layer", (as_of,))]
+
     def render_entries(self, layer: str, as_of: int) -> str:
         lines = [entry_line(e) + "\n" for e in self.entries(layer, as_of)]
         return f"# {layer}\n\n" + "".join(lines)
@@ -91,10 +105,14 @@ class SharedViews:
                                "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
 
     def heads(self, layer: str, slug: str, as_of: int) -> list[Head]:
+        """The versions nobody supersedes, the winner last: held ones after the others, then by id."""
         rows = self.versions(layer, slug, as_of)
         named = {parent for row in rows for parent in json.loads(row[2])}
-        return sorted((Head(id=r[0], agent=r[1], deleted=bool(r[3])) for r in rows if r[0] not in named),
-                      key=lambda h: h.id)
+        heads = [r for r in rows if r[0] not in named]
+        held = {r[0] for r in heads if len(heads) > 1 and r[4] is not None 
+                and is_held(getattr(decode_body(r[4]), "frontmatter", None))}
+        return sorted((Head(id=r[0], agent=r[1], deleted=bool(r[3])) for r in heads),
+                      key=lambda h: (h.id in held, h.id))
 
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
         heads = self.heads(layer, slug, as_of)

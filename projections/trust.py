@@ -15,10 +15,11 @@ import datetime as dt
 import re
 
 from eventstore.errors import Held, InvalidInput
+from eventstore.governance import HOLD, held_message, hold_refusal, is_held
 from eventstore.kinds import PageDelete, PageIngest, PageRename, PageUpdate
+from eventstore.layers import MIND
 
 WITHHELD = ("superseded", "deprecated", "archived")
-HOLD = "hold"
 _SUPERSEDED = re.compile(r"^superseded(?:[-_ ]by)?\s*:?\s*(.*)$", re.I)
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
@@ -130,10 +131,6 @@ def check_page(frontmatter: dict, page_exists) -> None:
         raise InvalidInput(f"frontmatter `governance` must be `hold` (or absent), not {governance!r}")
 
 
-def is_held(frontmatter: dict | None) -> bool:
-    return bool(frontmatter) and str(frontmatter.get("governance", "")).strip().lower() == HOLD
-
-
 def _release_seqs(log, slug: str) -> list[int]:
     return [e.seq for e in log.read(kinds=["page.release"]) if e.body.slug == slug]
 
@@ -154,10 +151,14 @@ def check_release(memory, slug: str) -> None:
 def admit(memory, event) -> None:
     """Refuses, before anything is appended, a wiki page event that the trust rules forbid."""
     body = event.body
-    if event.layer != "mind" and isinstance(body, (PageIngest, PageUpdate)):  # a page of a shared layer
-        check_page(body.frontmatter, lambda target: memory.views.shared_winner(event.layer, target) is not None)
+    if event.layer != MIND:  # a page of a shared layer: the hold is its versions' own (eventstore.governance)
+        refusal = hold_refusal(body, lambda id: getattr(memory.log.get(id), "body", None))
+        if refusal is not None:
+            raise Held(held_message(event.layer, body.slug, *refusal))
+        if isinstance(body, (PageIngest, PageUpdate)):
+            check_page(body.frontmatter, lambda target: memory.views.shared_winner(event.layer, target) is not None)
         return
-    if event.layer != "mind" or not isinstance(body, (PageIngest, PageUpdate, PageDelete, PageRename)):
+    if not isinstance(body, (PageIngest, PageUpdate, PageDelete, PageRename)):
         return
     slug = body.old if isinstance(body, PageRename) else body.slug
     since = held_since(memory, slug)

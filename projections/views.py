@@ -41,6 +41,10 @@ LOG_PATH = "mind/log.md"
 
 LOOP_COLUMNS = "seq, loop, role, content_json, model, tokens, created_at, ord"
 FILE_COLUMNS = "path, content, mime_type, size, protection, authorized, created_at, updated_at"
+AUDIT_COLUMNS = "id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at"
+AUDIT_DATA_COLUMNS = "id, source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at"
+"""adf_audit's columns in its order; AUDIT_COLUMNS leaves out the blob."""
+LOOP_SOURCE = "(source = 'loop' OR source LIKE 'loop:%')"
 
 
 def page_path(slug: str) -> str:
@@ -264,15 +268,14 @@ class Views:
         return page.frontmatter, page.text
 
     def entry_exists(self, layer: str, id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
+        return self.shared.has_entry(layer, id)
 
     def shared_paths(self, as_of: int | None = None) -> list[str]:
         as_of = self.checkpoint() if as_of is None else as_of
         paths = []
         for name, spec in (self.contract.layers.items() if self.contract else ()):
             if spec.format == "entries":
-                if self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",
-                                   (name, as_of)).fetchone():
+                if self.shared.has_entries(name, as_of):
                     paths.append(spec.path)
             else:
                 paths.extend(f"{spec.path}{slug}.md" for slug in self.shared.slugs(name, as_of)
@@ -346,6 +349,42 @@ class Views:
         as_of = self.checkpoint() if as_of is None else as_of
         return [self.wiki_file_row(path, as_of) for path in self.paths(as_of)] + self.files(as_of)
 
+    def audit_rows(self, as_of: int | None = None, source: str | None = None, *, data: bool = False) -> list[tuple]:
+        """The audit rows written as of a seq, by id: AUDIT_COLUMNS, or AUDIT_DATA_COLUMNS with `data`
+        (then streamed: an iterator, not a list). A `source` of `loop` takes every loop's rows (`loop:<name>`)."""
+        where, params = "event_seq <= ?", [as_of if as_of is not None else self.checkpoint()]
+        if source == "loop":
+            where += f" AND {LOOP_SOURCE}"
+        elif source:
+            where += " AND source = ?"
+            params.append(source)
+        rows = self.db.execute(f"SELECT {AUDIT_DATA_COLUMNS if data else AUDIT_COLUMNS} FROM audit_rows "
+                               f"WHERE {where} ORDER BY id", params)
+        return rows if data else rows.fetchall()
+
+    def archived_by(self, event_seq: int) -> tuple | None:
+        """The audit row (AUDIT_COLUMNS) that a loop compaction or clear at this seq wrote, or None."""
+        return self.db.execute(f"SELECT {AUDIT_COLUMNS} FROM audit_rows WHERE event_seq = ? AND start_seq IS NOT NULL",
+                               (event_seq,)).fetchone()
+
+    def loop_audits_covering(self, seq: int, loop: str | None, as_of: int) -> list[tuple[int, str, bytes]]:
+        """(id, source, data) of the loop audit rows (one loop's, or every loop's) whose seq range covers
+        `seq`, written as of `as_of`, the newest range first."""
+        source, params = (("source = ?", [f"loop:{loop}"]) if loop else (LOOP_SOURCE, []))
+        return self.db.execute(f"SELECT id, source, data FROM audit_rows WHERE {source} AND start_seq <= ? "
+                               "AND end_seq >= ? AND event_seq <= ? ORDER BY start_seq DESC",
+                               (*params, seq, seq, as_of)).fetchall()
+
+    def messages(self, box: str, as_of: int | None = None) -> Iterator[tuple]:
+        """The adf_inbox or adf_outbox rows (adf.MESSAGE_COLUMNS[box]) as of a seq, in the order they came."""
+        columns = ", ".join(f'"{c}"' for c in adf.MESSAGE_COLUMNS[box])
+        return self.db.execute(f"SELECT {columns} FROM adf_{box} WHERE _seq <= ? ORDER BY _seq",
+                               (as_of if as_of is not None else self.checkpoint(),))
+
+    def adf_meta(self) -> dict[str, str]:
+        """adf_meta's keys and values (the workspace's ADF times and versions)."""
+        return dict(self.db.execute("SELECT key, value FROM adf_meta").fetchall())
+
     def config_row(self, as_of: int | None = None) -> tuple[str, str] | None:
         """(config_json, updated_at) as of a seq, or None while the config is ADF's default."""
         return self.db.execute("SELECT config_json, updated_at FROM config_versions WHERE seq <= ? "
@@ -364,8 +403,7 @@ class Views:
     def wiki_file_meta(self, path: str, as_of: int | None = None) -> tuple:
         """(protection, authorized, created_at, updated_at) of a wiki file in adf_files."""
         as_of = self.checkpoint() if as_of is None else as_of
-        created = (self.db.execute("SELECT value FROM adf_meta WHERE key = 'adf_created_at'").fetchone()
-                   or [adf.EPOCH_ISO])[0]
+        created = self.adf_meta().get("adf_created_at", adf.EPOCH_ISO)
         slug = slug_of(path)
         if slug:
             edge = "SELECT ts FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq {} LIMIT 1"

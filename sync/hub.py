@@ -24,7 +24,8 @@ from starlette.routing import Route
 
 from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
-from eventstore.errors import InvalidInput, MemError
+from eventstore.errors import Held, InvalidInput, MemError
+from eventstore.governance import held_message, hold_refusal
 from eventstore.kinds import EntryAppend
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
 
@@ -32,7 +33,7 @@ from .committer import GroupCommitter
 from .compression import ZstdResponses
 from .fanout import Fanout
 from .openapi import openapi_document
-from .storage import HubStorage
+from .storage import HubStorage, decode_stored
 from .wire import PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -160,6 +161,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                                "nothing of the batch was applied")
     if storage is not None:
         check_reversals(events, storage)
+        check_holds(events, storage)
 
 
 def check_reversals(events, storage: HubStorage) -> None:
@@ -172,6 +174,24 @@ def check_reversals(events, storage: HubStorage) -> None:
             if known.get(event.body.reverses) != event.layer:
                 raise InvalidInput(f"event {event.id}: there is no entry {event.body.reverses} in layer {event.layer!r} "
                                "to reverse", field=f"events[{index}].body.reverses")
+
+
+def check_holds(events, storage: HubStorage) -> None:
+    """Refuses an update or delete of a held shared page that does not release it (eventstore.governance).
+    A parent is read from the batch, else from the hub: one lookup by id, for page events only."""
+    batch = {event.id: event.body for event in events}
+
+    def parent(id: str):
+        if id in batch:
+            return batch[id]
+        found = storage.stored(id)
+        return decode_stored(found[1], 0, 0).body if found else None
+
+    for index, event in enumerate(events):
+        held = hold_refusal(event.body, parent)
+        if held is not None:
+            raise Held(f"event {event.id}: {held_message(event.layer, event.body.slug, *held)}; nothing of the "
+                       "batch was applied", field=f"events[{index}].body.parents")
 
 
 def _in_event(exc: MemError, index: int, event) -> MemError:

@@ -3,6 +3,9 @@
 A consumer never trusts its hub: an event that fails is rejected and reported (its id, its hub position,
 why), the cursor moves past it, and the rest of the layer keeps flowing. Stopping instead would leave
 the consumer stuck on that event for good, since the hub would hand it out again on every pull.
+
+That includes the hold (eventstore.governance): an update or delete of a held shared page that does
+not release it is rejected here too, so a hub that let one through cannot unfreeze the page.
 """
 
 import msgspec
@@ -10,6 +13,7 @@ import msgspec
 from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
+from eventstore.governance import held_message, hold_refusal
 from eventstore.ids import is_uuid
 from eventstore.kinds import EntryAppend
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
@@ -72,7 +76,7 @@ def problem(event: Event, contract: Contract, agent: str) -> str | None:
 
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
     """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
-    events, rejected, taken = [], [], {}
+    events, rejected, taken, bodies = [], [], {}, {}
     for raw in raws:
         try:
             event = _event.decode(raw)
@@ -89,10 +93,14 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tupl
                 target = known.layer if known is not None else None
             if target != event.layer:
                 reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
+        if reason is None:
+            held = hold_refusal(event.body, lambda id: bodies[id] if id in bodies else getattr(log.get(id), "body", None))
+            reason = held_message(event.layer, event.body.slug, *held) if held else None
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue
         taken[event.id] = (event.digest, event.layer)
+        bodies[event.id] = event.body
         events.append(event)
     return events, rejected
 

@@ -1,0 +1,55 @@
+"""`governance: hold`: the freeze a page's frontmatter can carry, and the rule that keeps a held
+version of a shared page from being superseded.
+
+In the wiki a hold lasts until a `page.release` event (see projections.trust). A shared page has no
+such event: its versions form a DAG, and the hold is a property of a version. A new version (an
+update or a delete) whose parents include a held version is refused unless it *releases* it: an
+update that carries the held version's text and frontmatter with `governance` taken out, and a
+note that says why. Once released, the page changes freely; a later version that says
+`governance: hold` again holds again.
+
+The rule reads only the event and its parents, so the local writer, the hub on push and every
+consumer on pull run this same check, each with its own way of finding a parent. An ingest names
+no parents and supersedes nothing: at most it makes a concurrent head, and a held head wins a
+conflict (projections.shared), so the held text stays what the page shows.
+"""
+
+from collections.abc import Callable
+
+from .kinds import PageDelete, PageIngest, PageUpdate
+
+HOLD = "hold"
+GOVERNANCE = "governance"
+
+
+def is_held(frontmatter: dict | None) -> bool:
+    return bool(frontmatter) and str(frontmatter.get(GOVERNANCE, "")).strip().lower() == HOLD
+
+
+def released(frontmatter: dict) -> dict:
+    """A held version's frontmatter as its release carries it: without `governance`."""
+    return {key: value for key, value in frontmatter.items() if key != GOVERNANCE}
+
+
+def releases(body, held) -> bool:
+    """Whether `body` is the release of the held version `held` (a PageIngest or PageUpdate body)."""
+    return (isinstance(body, PageUpdate) and body.text == held.text and body.note.strip() != ""
+            and body.frontmatter == released(held.frontmatter))
+
+
+def hold_refusal(body, parent: Callable[[str], object | None]) -> tuple[str, str] | None:
+    """(the held parent's id, the verb refused) when `body` supersedes a held version of a shared page
+    without releasing it; None when it may be appended. `parent(id)` is the body of a version, or None
+    when it is unknown (or redacted: a version that cannot be read holds nothing)."""
+    if not isinstance(body, (PageUpdate, PageDelete)):
+        return None
+    for id in body.parents:
+        held = parent(id)
+        if isinstance(held, (PageIngest, PageUpdate)) and is_held(held.frontmatter) and not releases(body, held):
+            return id, "delete" if isinstance(body, PageDelete) else "update"
+    return None
+
+
+def held_message(layer: str, slug: str, version: str, verb: str) -> str:
+    return (f"page {slug!r} of layer {layer!r} is held (governance: hold, version {version}); refusing to {verb} "
+            f"it. Release it first: `mem page release {slug} --layer {layer} --note \"why\"`")

@@ -1,0 +1,188 @@
+"""`governance: hold` on shared pages: the local writer, the hub on push and every consumer on pull
+refuse an update or delete of a held version that does not release it, and each refusal leaves the
+log (the workspace's, the hub's) as it was."""
+
+import httpx
+import msgspec
+import pytest
+
+from conftest import log_rows
+from eventstore.envelope import new_event
+from eventstore.errors import Held
+from eventstore.governance import hold_refusal, released
+from eventstore.kinds import PageDelete, PageIngest, PageUpdate
+from eventstore.layers import Contract, ContractLayer
+from sync.intake import accept
+from sync.storage import open_storage
+from sync.wire import PROBLEM_BASE
+
+from hubserver import HubServer
+from teamhub import Team
+
+HELD = {"type": "policy", "governance": "hold"}
+TEXT = "# Pricing\n\nNo discounts above 20%.\n"
+
+
+def held_version(agent="writer", layer="drafts", slug="pricing"):
+    return new_event(PageIngest(slug=slug, frontmatter=HELD, text=TEXT), agent=agent, layer=layer)
+
+
+def update(parent, text="# Pricing\n\nDiscounts as you like.\n", frontmatter=None, note="", agent="alice",
+           layer="drafts"):
+    return new_event(PageUpdate(slug="pricing", frontmatter=frontmatter or {"type": "policy"}, text=text, note=note,
+                                parents=[parent.id]), agent=agent, layer=layer)
+
+
+def release(parent, note="the owner agreed", agent="alice"):
+    return update(parent, text=parent.body.text, frontmatter=released(parent.body.frontmatter), note=note, agent=agent)
+
+
+# --- the rule itself, in-process ------------------------------------------------------------------
+
+def test_the_rule_refuses_what_supersedes_a_held_version_and_lets_a_release_through():
+    held = held_version()
+    known = {held.id: held.body}.get
+    delete = new_event(PageDelete(slug="pricing", parents=[held.id]), agent="alice", layer="drafts")
+    assert hold_refusal(update(held).body, known) == (held.id, "update")
+    assert hold_refusal(delete.body, known) == (held.id, "delete")
+    assert hold_refusal(release(held).body, known) is None
+    assert hold_refusal(release(held, note=" ").body, known) == (held.id, "update")  # a release says why
+    changed = update(held, frontmatter=released(HELD), note="sneaking an edit in")
+    assert hold_refusal(changed.body, known) == (held.id, "update")  # a release keeps the text
+    still_held = update(held, text=TEXT, frontmatter=HELD, note="same again")
+    assert hold_refusal(still_held.body, known) == (held.id, "update")
+    assert hold_refusal(update(held).body, {}.get) is None  # an unknown parent holds nothing
+    assert hold_refusal(held.body, known) is None  # an ingest supersedes nothing
+    open_version = update(held, text="# Open\n", frontmatter={"type": "policy"}, note="x")
+    both = {held.id: held.body, open_version.id: open_version.body}.get
+    merge = new_event(PageUpdate(slug="pricing", frontmatter={"type": "x"}, text="y",
+                                 parents=[open_version.id, held.id]), agent="alice", layer="drafts")
+    assert hold_refusal(merge.body, both) == (held.id, "update")
+
+
+def test_a_consumer_rejects_a_pulled_update_of_a_held_page(workspace):
+    """What a hub that did not check (an older one) hands out: the consumer rejects it, names it, and
+    keeps the release and what follows it."""
+    from projections.memory import Memory
+
+    contract = Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages", producers=["*"],
+                                                        consumers=["*"])})
+    held = held_version()
+    sneaky, freed = update(held), release(held)
+    after = update(freed, note="now it may change")
+    raws = [msgspec.Raw(msgspec.json.encode(e)) for e in (held, sneaky, freed, after)]
+    with Memory.open(workspace) as mem:
+        events, rejected = accept(raws, contract, "main", mem.log)
+    assert [e.id for e in events] == [held.id, freed.id, after.id]
+    assert [r.id for r in rejected] == [sneaky.id]
+    assert "'pricing' of layer 'drafts' is held" in rejected[0].reason and held.id in rejected[0].reason
+
+
+# --- the local writer and a concurrent edit, in-process --------------------------------------------
+
+def test_a_held_head_wins_a_conflict_so_a_concurrent_edit_cannot_unfreeze_it(memory):
+    memory.declare_layer("notes", "notes/", "pages")
+    first = memory.shared_page_write("notes", "pricing", b"---\ntype: policy\n---\n# Pricing\n\nv1\n")
+    held = memory.shared_page_write("notes", "pricing", b"---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nv2\n")
+    concurrent = new_event(PageUpdate(slug="pricing", frontmatter={"type": "policy"}, text="# Pricing\n\nv3\n",
+                                      parents=[first.id]), agent="alice", layer="notes")
+    memory.append(concurrent)  # its parent is not held: a teammate who had not seen the hold yet
+    assert concurrent.id > held.id
+    assert memory.views.shared_winner("notes", "pricing") == held.id
+    assert "v2" in (memory.root / "notes/pricing.md").read_text()
+    before = log_rows(memory.root)
+    with pytest.raises(Held, match="mem page release pricing --layer notes"):
+        memory.shared_page_write("notes", "pricing", b"---\ntype: policy\n---\n# Pricing\n\nv4\n")
+    with pytest.raises(Held):
+        memory.resolve("notes", "pricing", b"---\ntype: policy\n---\n# Pricing\n\nmerged\n")
+    assert log_rows(memory.root) == before
+
+
+# --- through `mem`, with a real hub ---------------------------------------------------------------
+
+def test_mem_refuses_to_change_a_held_shared_page_until_it_is_released(tmp_path):
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        check_holds_through_mem(team)
+    finally:
+        team.stop()
+
+
+def check_holds_through_mem(team):
+    held = team.root / "held.md"
+    held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    before = log_rows(team.root / "reviewer")
+    edit = team.page("edit", "Pricing", "Discounts as you like.")
+    for args in (("write", "pricing", "--file", edit), ("delete", "pricing"), ("rename", "pricing", "prices")):
+        result = team.mem("reviewer", "page", *args, "--layer", "drafts")
+        assert result.returncode != 0
+        assert result.stderr.decode().startswith("error: page 'pricing' of layer 'drafts' is held"), result.stderr
+        assert len(result.stderr.decode().strip().splitlines()) == 1
+        assert log_rows(team.root / "reviewer") == before
+    refused = team.mem("reviewer", "page", "release", "missing", "--layer", "drafts", "--note", "x")
+    assert refused.returncode != 0 and b"no page missing" in refused.stderr
+
+    released_ = team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "owner agreed",
+                         check=True)
+    assert released_.stdout.decode().startswith("release drafts/pricing (seq ")
+    assert "governance" not in (team.root / "reviewer/content/drafts/pricing.md").read_text()
+    again = team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "x")
+    assert again.returncode != 0 and b"is not held" in again.stderr
+    team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", edit, check=True)
+    team.mem("reviewer", "sync", check=True)
+    team.mem("writer", "sync", check=True)
+    assert "Discounts as you like." in (team.root / "writer/content/drafts/pricing.md").read_text()
+
+
+# --- the hub on push, over HTTP -------------------------------------------------------------------
+
+@pytest.fixture
+def hub(tmp_path):
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages",
+                                                                    producers=["*"], consumers=["*"])}))
+    tokens = {name: storage.add_agent(name) for name in ("alice", "writer")}
+    storage.close()
+    with HubServer(db) as server:
+        server.tokens = tokens
+        yield server
+
+
+def push(hub, agent, *events):
+    with httpx.Client(base_url=hub.url, headers={"authorization": f"Bearer {hub.tokens[agent]}"}, timeout=30) as http:
+        return http.post("/v1/push", content=msgspec.json.encode({"events": list(events)}),
+                         headers={"content-type": "application/json"})
+
+
+def hub_events(hub):
+    storage = open_storage(hub.db)
+    try:
+        return [e.id for e in storage.pull(0, ["drafts"], 100)]
+    finally:
+        storage.close()
+
+
+def test_the_hub_refuses_another_agents_update_of_a_held_page(hub):
+    held = held_version()
+    assert push(hub, "writer", held).status_code == 200
+    delete = new_event(PageDelete(slug="pricing", parents=[held.id]), agent="alice", layer="drafts")
+    for batch in ([update(held)], [delete], [release(held, note="")], [held_version("alice", slug="b"), update(held)]):
+        response = push(hub, "alice", *batch)
+        assert response.status_code == 409, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["type"] == PROBLEM_BASE + "held" and problem["field"].endswith(".body.parents")
+        assert "page 'pricing' of layer 'drafts' is held" in problem["detail"] and held.id in problem["detail"]
+        assert hub_events(hub) == [held.id]
+    inside = held_version("alice", slug="memo")
+    response = push(hub, "alice", inside, update(inside, note="x"))  # a hold in the same batch holds too
+    assert response.status_code == 409 and hub_events(hub) == [held.id]
+
+    freed = release(held)
+    after = update(freed, note="now it may change")
+    assert push(hub, "alice", freed, after).status_code == 200
+    assert hub_events(hub) == [held.id, freed.id, after.id]
