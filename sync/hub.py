@@ -41,7 +41,8 @@ MAX_PULL = 5000
 MAX_WAIT_SECONDS = 30.0
 MAX_POSITION = 2 ** 63 - 1
 INLINE_CHECKS = 16
-"""A push of at most this many events is checked on the event loop: less work than a trip to a thread."""
+"""A push of at most this many events is checked on the event loop (when the storage's reads never
+wait): less work than a trip to a worker thread."""
 
 
 class _TaggedEvent(msgspec.Struct):
@@ -319,11 +320,9 @@ async def push(request: Request) -> Response:
         raise HubError(415, "unsupported-media-type", "Unsupported media type",
                        f"push takes application/json, not {media_type or 'a body without a type'}")
     batch = decode_push(await body_of(request))
-    if len(batch.events) <= INLINE_CHECKS:
-        check_batch(batch.events, agent, current)
-        if any(isinstance(event.body, EntryAppend) and event.body.reverses is not None for event in batch.events):
-            await hub.read(check_reversals, batch.events, hub.storage)
-    else:  # digests of a large batch are real CPU work: off the event loop
+    if len(batch.events) <= INLINE_CHECKS and not hub.storage.reads_wait:
+        check_batch(batch.events, agent, current, hub.storage)
+    else:  # digests of a large batch are real CPU work, and some storages' reads wait: off the event loop
         await run_in_threadpool(check_batch, batch.events, agent, current, hub.storage)
     results = await hub.committer.push(batch.events) if batch.events else []
     return reply(PushResponse(results=results))
