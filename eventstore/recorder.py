@@ -2,6 +2,7 @@
 
 import functools
 import hashlib
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -13,13 +14,14 @@ from .kinds import ImportGap, Redacted
 from .redaction import redacted_form
 
 ZERO_CHAIN = bytes(32)
+_sha256 = hashlib.sha256
+_seq_and_time = struct.Struct(">QQ").pack  # seq and recorded_at, 8 bytes each, big-endian
 
 
 def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int) -> bytes:
     """The next link of the hash chain: sha256(previous link, digest, seq, recorded_at). The chain
     covers where and when this log recorded the event, which `--at` reads depend on."""
-    return hashlib.sha256((previous or ZERO_CHAIN) + digest + seq.to_bytes(8, "big")
-                          + recorded_at.to_bytes(8, "big")).digest()
+    return _sha256((previous or ZERO_CHAIN) + digest + _seq_and_time(seq, recorded_at)).digest()
 
 
 def id_bytes(id: str) -> bytes:
@@ -44,26 +46,36 @@ def skipped(body) -> int:
     return body.skipped if isinstance(body, ImportGap) else 0
 
 
-def plan_rows(prepared, known: dict[str, tuple[str, int]], seq: int, chain: bytes, recorded_at: int):
+def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes, recorded_at: int):
     """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
     and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
-    the batch are stored once. A known id with another digest refuses the whole batch."""
+    the batch are stored once. A known id with another digest refuses the whole batch. `known=None`
+    says every id is new (the caller's unique index refuses the batch otherwise), which spares the
+    bookkeeping on the common path."""
     rows, seqs = [], []
+    append_row, append_seq = rows.append, seqs.append
     for event, raw in prepared:
-        found = known.get(event.id)
-        if found is not None:
-            if found[0] != event.digest:
-                raise IdConflict(f"event {event.id} is already in the log with a different digest")
-            seqs.append(found[1])
-            continue
-        seq += 1 + skipped(event.body)
+        if known is not None:
+            found = known.get(event.id)
+            if found is not None:
+                if found[0] != event.digest:
+                    raise IdConflict(f"event {event.id} is already in the log with a different digest")
+                append_seq(found[1])
+                continue
+        body = event.body
+        seq += 1 + body.skipped if type(body) is ImportGap else 1
         digest = bytes.fromhex(event.digest)
         chain = chain_link(chain, digest, seq, recorded_at)
-        codec, stored = pack_body(raw, isinstance(event.body, Redacted))
-        rows.append((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, event.original_kind,
-                     codec, stored, digest, chain, event.body_hash()))
-        known[event.id] = (event.digest, seq)
-        seqs.append(seq)
+        if type(body) is Redacted:
+            kind, codec, stored = body.original, CODEC_REDACTED, raw
+        else:
+            kind = body.__struct_config__.tag
+            codec, stored = pack_body(raw)
+        append_row((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
+                    digest, chain, event.body_hash()))
+        append_seq(seq)
+        if known is not None:
+            known[event.id] = (event.digest, seq)
     return rows, seqs, seq, chain
 
 

@@ -1,12 +1,13 @@
 """The event log in SQLite: WAL mode, synchronous=FULL by default, one writer at a time."""
 
+import functools
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .envelope import Event, check_event, pack_body
-from .kinds import Redacted
+from .kinds import Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
@@ -34,16 +35,23 @@ CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, body_hash"
 
-# One statement appends one event: the next seq, a recorded_at that never goes backwards and the
-# next chain link are all computed inside SQLite's write transaction, so a single append costs
-# one round trip and concurrent appenders can never take the same seq.
-APPEND_ONE = f"""
-INSERT INTO events ({COLUMNS})
-SELECT IFNULL(last.seq, 0) + 1, :id, :ts, MAX(:now, IFNULL(last.recorded_at, 0)), :agent, :layer, :kind,
-       :codec, :body, :digest,
-       mem_chain(last.chain, :digest, IFNULL(last.seq, 0) + 1, MAX(:now, IFNULL(last.recorded_at, 0))), :body_hash
-FROM (SELECT 1) LEFT JOIN (SELECT seq, recorded_at, chain FROM events ORDER BY seq DESC LIMIT 1) AS last
+# One statement appends one event after the head this connection believes is the log's last seq:
+# the WHERE makes the insert a no-op (rowcount 0) when another connection has appended since, and the
+# caller reads the head again. Check and insert run in one write transaction, so the seq, the
+# recording time that never goes backwards and the chain link computed from that head are right.
+APPEND_AFTER = f"""
+INSERT INTO events ({COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+WHERE (SELECT MAX(seq) FROM events) IS ?
 """
+WIDEST_INSERT = 128
+
+
+@functools.cache
+def insert_rows(count: int) -> str:
+    """One INSERT of `count` rows: a batch goes in as a few of these (sizes a power of two, so a handful
+    of statements stay prepared in the connection's cache), cheaper than a row-by-row executemany."""
+    return f"INSERT INTO events ({COLUMNS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?)"] * count)
+READ_HEAD = "SELECT seq, chain, recorded_at FROM events ORDER BY seq DESC LIMIT 1"
 
 
 class SQLiteLog(Recorder):
@@ -54,12 +62,14 @@ class SQLiteLog(Recorder):
         """
         self.path = str(path)
         self.trusted = trusted
+        self._head: tuple[int, bytes, int] | None = None  # (seq, chain, recorded_at) as last seen here
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
-        self.db.create_function("mem_chain", 4, chain_link, deterministic=True)
+        variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._widest = max(1, min(WIDEST_INSERT, 1 << ((variables // len(COLUMNS.split(","))).bit_length() - 1)))
         if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='sync_state'").fetchone():
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -79,13 +89,14 @@ class SQLiteLog(Recorder):
                verify: bool = False) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
         `verify` recomputes every digest first (events from elsewhere)."""
+        check = verify or not self.trusted
         prepared = []
         for event in events:
-            raw = check_event(event) if verify or not self.trusted else event.raw_body()
+            raw = check_event(event) if check else event.raw_body()
             if not event.digest:
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
-        redacting = any(event.kind == "redaction" for event, _raw in prepared)
+        redacting = any(type(event.body) is Redaction for event in events)
         if len(prepared) == 1 and not state and not redacting and not skipped(prepared[0][0].body):
             return [self._append_one(*prepared[0])]
         db = self.db
@@ -103,8 +114,10 @@ class SQLiteLog(Recorder):
                     self.scrub()
                 return seqs
             except sqlite3.IntegrityError:
+                self._head = None
                 db.execute("ROLLBACK")  # some ids are known already: the careful path sorts them out
             except BaseException:
+                self._head = None
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
@@ -124,14 +137,20 @@ class SQLiteLog(Recorder):
         return self.db.execute("SELECT kind, codec, body, layer FROM events WHERE id = ?", (id,)).fetchone()
 
     def _append_one(self, event: Event, raw: bytes) -> int:
-        codec, stored = pack_body(raw, isinstance(event.body, Redacted))
-        params = {"id": id_bytes(event.id), "ts": event.ts, "now": now_ms(), "agent": event.agent,
-                  "layer": event.layer, "kind": event.original_kind, "codec": codec, "body": stored,
-                  "digest": bytes.fromhex(event.digest), "body_hash": event.body_hash()}
+        codec, stored = pack_body(raw, type(event.body) is Redacted)
+        id, digest = id_bytes(event.id), bytes.fromhex(event.digest)
+        fixed = (id, event.ts)
+        rest = (event.agent, event.layer, event.original_kind, codec, stored, digest)
+        body_hash = event.body_hash()
         for attempt in range(10_000):
+            head = self._head or self._read_head()
+            seq, recorded_at = head[0] + 1, max(now_ms(), head[2])
+            chain = chain_link(head[1], digest, seq, recorded_at)
             try:
-                return self.db.execute(APPEND_ONE, params).lastrowid
+                inserted = self.db.execute(APPEND_AFTER, (seq, *fixed, recorded_at, *rest, chain, body_hash,
+                                                          head[0] or None)).rowcount
             except sqlite3.IntegrityError:
+                self._head = None
                 known = self._existing([event.id]).get(event.id)
                 if known is None:
                     raise
@@ -144,20 +163,35 @@ class SQLiteLog(Recorder):
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 time.sleep(min(0.0005 * attempt, 0.01))
+                continue
+            if inserted:
+                self._head = (seq, chain, recorded_at)
+                return seq
+            self._head = None  # another connection appended since: read the head again
         raise TimeoutError("the event log stayed locked")
+
+    def _read_head(self) -> tuple[int, bytes, int]:
+        last = self.db.execute(READ_HEAD).fetchone()
+        return last if last else (0, ZERO_CHAIN, 0)
 
     def _append_locked(self, prepared, check_known: bool) -> list[int]:
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
         every id is new (the common case) and lets the unique index object otherwise."""
-        db = self.db
-        last = db.execute("SELECT seq, chain, recorded_at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-        seq, chain, last_recorded = last if last else (0, ZERO_CHAIN, 0)
+        seq, chain, last_recorded = self._read_head()
         recorded_at = max(now_ms(), last_recorded)
-        known = self._existing([event.id for event, _raw in prepared]) if check_known else {}
-        rows, seqs, _seq, _chain = plan_rows(prepared, known, seq, chain, recorded_at)
+        known = self._existing([event.id for event, _raw in prepared]) if check_known else None
+        rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
         if rows:
-            db.executemany(f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            self._insert(rows)
+            self._head = (seq, chain, recorded_at)
         return seqs
+
+    def _insert(self, rows: list[tuple]) -> None:
+        done, widest = 0, self._widest
+        while done < len(rows):
+            count = min(widest, 1 << ((len(rows) - done).bit_length() - 1))
+            self.db.execute(insert_rows(count), [value for row in rows[done:done + count] for value in row])
+            done += count
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:
         """(digest, seq) of each of these ids already in the log, in one query per 500 ids."""

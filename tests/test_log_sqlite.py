@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from eventstore.envelope import CODEC_ZSTD, compute_digest, encode_body, new_event
-from eventstore.kinds import AlwaysAdd, PageIngest
+from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
 from eventstore.sqlite import SQLiteLog
 
 from recorder_conformance import RecorderConformance, ev
@@ -69,3 +69,30 @@ class TestSQLiteLog(RecorderConformance):
         recorder.append([ev(1)])
         data = msgspec.json.decode(msgspec.json.encode(list(recorder.read())))
         assert data[0]["body"] == {"kind": "always.add", "line": "line 1"}
+
+
+def test_two_connections_appending_in_turn_keep_one_chain(tmp_path):
+    """Each connection remembers the head it last wrote; the other's appends (an import gap among
+    them) make that memory stale every turn, and the append must notice and number after the real head."""
+    first, second = SQLiteLog(tmp_path / "log.db"), SQLiteLog(tmp_path / "log.db")
+    seqs = []
+    for i in range(6):
+        seqs += (first if i % 2 == 0 else second).append([ev(i)])
+    seqs += second.append([new_event(ImportGap(source="other", skipped=5), agent="alice", layer="agent")])
+    seqs += first.append([ev(6)])
+    seqs += second.append([ev(7), ev(8)])
+    seqs += first.append([ev(9)])
+    assert seqs == [1, 2, 3, 4, 5, 6, 12, 13, 14, 15, 16]
+    times = [e.recorded_at for e in first.read()]
+    assert times == sorted(times)
+    assert first.verify().ok and second.verify().ok
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize("count", [1, 2, 100, 203])
+def test_a_batch_goes_in_whole_and_in_order(recorder, count):
+    events = [ev(i) for i in range(count)]
+    assert recorder.append(events) == list(range(1, count + 1))
+    assert [e.id for e in recorder.read()] == [e.id for e in events]
+    assert recorder.verify().ok
