@@ -228,6 +228,7 @@ class Hub:
         return self._committer
 
     async def read(self, fn, *args):
+        """`fn(*args)`, where this storage's reads belong: in a worker thread if they may wait."""
         if self.storage.reads_wait:
             return await run_in_threadpool(fn, *args)
         return fn(*args)
