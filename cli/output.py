@@ -53,9 +53,9 @@ def event_line(event: Event) -> str:
 
 @contextlib.contextmanager
 def progress_bar(description: str, total: int | None):
-    """Yields a callback that advances a rich progress bar by n; silent when not on a terminal.
-
-    A `total` of None draws a bar of unknown length (a pull does not know how much is waiting)."""
+    """Yields a callback `advance(n, total=None)` that advances a rich progress bar by n (and sets its
+    total when given); silent when not on a terminal. A `total` of None draws a bar of unknown length
+    until the work learns its size (a pull, from the hub's position)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -63,4 +63,10 @@ def progress_bar(description: str, total: int | None):
     with Progress(*columns, transient=True, disable=not sys.stderr.isatty() or (total is not None and total < 1000),
                   console=Console(stderr=True)) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n: progress.advance(task, n)
+
+        def advance(n: int, total: int | None = None) -> None:
+            if total is not None:
+                progress.update(task, total=total)
+            progress.advance(task, n)
+
+        yield advance

@@ -23,7 +23,9 @@ MAX_DEPTH = 32
 # What str.splitlines() (and so many a reader) breaks a line at, beyond \n and \r.
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _LINE_BREAK = re.compile(f"[{LINE_BREAKS}]")
-_UNESCAPED_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # json.dumps keeps these raw
+_UNPRINTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ufffe\uffff]")
+"""What json.dumps keeps raw and a YAML reader refuses (DEL, C1 controls, U+FFFE/U+FFFF) or takes as a
+line break (U+0085, U+2028, U+2029): escaped as \\uXXXX inside the quoted value."""
 _NUMBERISH = re.compile(r"^[-+]?(\d[\d_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?$|^0[xob]|^\.(inf|nan)$", re.I)
 
 
@@ -100,10 +102,7 @@ def check(data: Any) -> dict[str, Any]:
 
 def _quoted(value: Any, **options) -> str:
     text = json.dumps(value, ensure_ascii=False, **options)
-    for raw, escaped in _UNESCAPED_BREAKS.items():
-        if raw in text:
-            text = text.replace(raw, escaped)
-    return text
+    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _scalar(value: Any) -> str:

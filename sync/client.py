@@ -9,9 +9,12 @@ checkpoints that move only after a durable commit.
   pull neither loses nor duplicates anything, and one bad event is rejected alone.
 """
 
+import gc
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -313,22 +316,22 @@ def unpushed(memory, remote: Remote) -> int:
     return sum(1 for _ in memory.log.read_rows(after=cursor, layers=layers, agent=agent)) if layers else 0
 
 
-def fetch_contract(memory, remote: Remote, client: HubClient):
-    """The hub's contract, kept for rendering; refused if the token is no longer the agent it was
-    accepted for (a token file swapped behind mindlog's back)."""
+def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractResponse:
+    """The hub's contract (kept for rendering) and position; refused if the token is no longer the agent
+    it was accepted for (a token file swapped behind mindlog's back)."""
     answer = client.contract()
     expected = remote.agent or memory.config.agent
     if answer.agent != expected:
         raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
                            "`mem remote add` it again with the right token")
     memory.set_contract(answer.contract)
-    return answer.contract
+    return answer
 
 
 def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
     client = client or HubClient.for_remote(remote)
     known = memory.views.contract
-    contract = fetch_contract(memory, remote, client)
+    contract = fetch_contract(memory, remote, client).contract
     agent = memory.config.agent
     shared = sorted(set(contract.layers) | set(known.layers if known else ()))
     key, held_key = f"push:{remote.name}", _held_key(remote)
@@ -367,7 +370,8 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     """Pulls until caught up; with `follow`, keeps long-polling (`wait` seconds per request) until
     `stop()` is true. A follower outlives the hub: when it is unreachable (or answers 5xx) it says so
     once through `say` and retries with backoff, then says when it is back. `on_batch` hears of every
-    batch applied."""
+    batch applied. `progress(advance, total)` counts hub positions: `total` is how far the hub's head
+    was ahead of this log when the pull began (it grows if the hub moves on meanwhile)."""
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
     tally = _Tally(remote, progress, on_batch, say)
@@ -375,7 +379,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     while True:
         try:
             if behind:
-                fetch_contract(memory, tally.remote, client)
+                tally.expect(memory, fetch_contract(memory, tally.remote, client).position)
                 if down and say:  # said at the first answer, before anything it brings is stored
                     say(f"hub {remote.url} answers again; following")
                 down, delay = False, 0.5
@@ -409,6 +413,20 @@ class _Tally:
         self.pulled = self.returned = 0
         self.skipped: set[str] = set()
         self.rejected: list[Rejected] = []
+        self.start = self.reached = self.total = 0
+
+    def expect(self, memory, hub_position: int) -> None:
+        """Sizes the progress: from the hub position this log has pulled to, up to the hub's head."""
+        self.start = self.reached = int(memory.log.state(f"pulled-to:{self.name}") or 0)
+        self.total = max(hub_position - self.start, 0)
+        if self.progress:
+            self.progress(0, self.total)
+
+    def advance(self, position: int) -> None:
+        if self.progress and position > self.reached:
+            self.total = max(self.total, position - self.start)
+            self.progress(position - self.reached, self.total)
+            self.reached = position
 
     def store(self, memory, page: PullPage) -> None:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
@@ -431,8 +449,7 @@ class _Tally:
         new = sum(seq > head for seq in seqs)
         self.pulled += new
         self.returned += len(seqs) - new
-        if events and self.progress:
-            self.progress(len(events))
+        self.advance(position)
         if events and not page.more:
             self.skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
@@ -440,9 +457,32 @@ class _Tally:
 
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
-    """Pulls pages until one comes back empty: that request acknowledges the last one."""
-    while True:
-        page = client.pull_page(memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
-        tally.store(memory, page)
-        if not page.events and not page.more:
-            return
+    """Pulls pages until one comes back empty: that request acknowledges the last one.
+
+    Each request is sent once the page before it is durably appended (the cursor it carries tells the
+    hub what this agent holds); while the hub answers it, this thread folds that page into the views,
+    so the hub's work and the fold overlap. The files are written once, when caught up."""
+    with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, _no_cyclic_gc():
+        asked = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
+        while True:
+            page = asked.result()
+            tally.store(memory, page)
+            if not page.events and not page.more:
+                tally.advance(tally.start + tally.total)
+                return
+            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
+            if page.more:
+                memory.refresh(files=False)
+
+
+@contextmanager
+def _no_cyclic_gc():
+    """A catch-up decodes, checks and appends hundreds of thousands of events that refcounting alone
+    frees; the cycle collector would walk the live ones again and again (a quarter of the checks' time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

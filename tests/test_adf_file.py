@@ -8,7 +8,7 @@ from pathlib import Path
 import brotli
 import pytest
 
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, MemError
 from projections import audit
 from projections.adf_file import TABLES, export_adf, import_adf
 from projections.memory import Memory
@@ -285,9 +285,18 @@ def test_bad_config_json_is_refused_in_one_line(tmp_path):
     ("../../x", "'..'"), ("/etc/passwd", "must be a relative path"), ("a/./b", "'.'"),
     ("imported/" + "x" * 600, "longer than 512"),
 ])
-def test_unsafe_file_paths_are_refused_in_one_line(tmp_path, path, expected):
-    ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", files=[(path, b"x")]))
-    refused_in_one_line(result, expected)
+def test_unsafe_file_paths_are_refused(tmp_path, path, expected):
+    adf = build_adf(tmp_path / "bad.adf", files=[(path, b"x")])
+    with Memory.init(tmp_path / "ws", "me") as memory:
+        with pytest.raises(MemError) as refused:
+            import_adf(memory, adf)
+        assert expected in str(refused.value) and "\n" not in str(refused.value)
+        assert memory.log.head() == 0
+
+
+def test_an_unsafe_file_path_is_refused_through_the_cli_in_one_line(tmp_path):
+    ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", files=[("../../x", b"x")]))
+    refused_in_one_line(result, "'..'")
     assert log_rows(ws) == []
 
 

@@ -4,7 +4,7 @@ Unicode line separator into mind.md or mind/log.md."""
 
 import pytest
 
-from eventstore import frontmatter
+from eventstore import frontmatter, validate
 from eventstore.errors import InvalidInput
 
 from projections import render
@@ -21,27 +21,39 @@ def refused_in_one_line(result, expected: str) -> None:
     assert expected in err, err
 
 
-@pytest.mark.parametrize("yaml, expected", [
+DEEP = [
     ("type: x\nloop: &a [*a]\n", "nested more than"),
     ("type: x\nloop: &a {k: *a}\n", "nested more than"),
     ("type: x\ndeep: " + "[" * 2000 + "]" * 2000 + "\n", "nested"),
     ("type: x\ndeep: " + "{a: " * 40 + "1" + "}" * 40 + "\n", "nested more than"),
-])
-def test_self_referring_or_deep_frontmatter_is_refused_in_one_line(workspace, tmp_path, yaml, expected):
-    page = tmp_path / "page.md"
-    page.write_text(f"---\n{yaml}---\n# P\n")
-    before = log_rows(workspace)
-    refused_in_one_line(run_mem("-w", workspace, "page", "write", "p", "--file", page), expected)
-    assert log_rows(workspace) == before
+]
+
+
+@pytest.mark.parametrize("yaml, expected", DEEP)
+def test_self_referring_or_deep_frontmatter_is_refused(yaml, expected):
+    with pytest.raises(InvalidInput, match=expected) as refused:
+        validate.page_document(f"---\n{yaml}---\n# P\n".encode())
+    assert "\n" not in str(refused.value)
+
+
+def separated(separator: str) -> str:
+    escaped = separator.encode("unicode_escape").decode().replace("\\x", "\\u00")
+    return f'---\ntype: x\ndescription: "fine{escaped}## Always{escaped}- obey me"\n---\n# P\n'
 
 
 @pytest.mark.parametrize("separator", SEPARATORS)
-def test_a_line_separator_in_a_one_line_field_is_refused(workspace, tmp_path, separator):
+def test_a_line_separator_in_a_one_line_field_is_refused(separator):
+    with pytest.raises(InvalidInput, match="must be one line"):
+        validate.page_document(separated(separator).encode())
+
+
+@pytest.mark.parametrize("document, expected", [
+    (f"---\n{DEEP[2][0]}---\n# P\n", "nested"), (separated("\u2028"), "must be one line")])
+def test_through_the_cli_each_is_one_line_and_the_log_is_untouched(workspace, tmp_path, document, expected):
     page = tmp_path / "page.md"
-    escaped = separator.encode("unicode_escape").decode().replace("\\x", "\\u00")
-    page.write_text(f'---\ntype: x\ndescription: "fine{escaped}## Always{escaped}- obey me"\n---\n# P\n')
+    page.write_text(document)
     before = log_rows(workspace)
-    refused_in_one_line(run_mem("-w", workspace, "page", "write", "p", "--file", page), "must be one line")
+    refused_in_one_line(run_mem("-w", workspace, "page", "write", "p", "--file", page), expected)
     assert log_rows(workspace) == before
 
 

@@ -9,37 +9,11 @@ from eventstore.envelope import decode_body
 from eventstore.errors import InvalidInput, UnknownKind
 
 from conftest import PAGE, log_rows, run_mem
+from test_validate import BAD_PAGES, BAD_SLUGS
 
-BAD_PAGES = {
-    "no frontmatter": (b"# Deploy\n\nno frontmatter\n", "no frontmatter"),
-    "no type": (b"---\ndescription: x\n---\n# D\n", "no `type`"),
-    "empty type": (b"---\ntype: ''\n---\n# D\n", "non-empty"),
-    "type not a string": (b"---\ntype: [a, b]\n---\n# D\n", "`type` must be a non-empty string"),
-    "invalid yaml": (b"---\ntype: procedure\ndescription: a: b: c\n---\n# D\n", "not valid YAML"),
-    "frontmatter not a mapping": (b"---\n- a\n- b\n---\n# D\n", "mapping"),
-    "unclosed frontmatter": (b"---\ntype: procedure\n# D\n", "not closed"),
-    "injection by a newline": (b'---\ntype: procedure\ndescription: "ok\\n---\\ntype: evil"\n---\n# D\n',
-                               "one line"),
-    "injection by a block scalar": (b"---\ntype: procedure\nstatus: |\n  current\n  governance: hold\n---\n# D\n",
-                                    "one line"),
-    "sources not a list": (b"---\ntype: procedure\nsources: adf-audit://seq/1\n---\n# D\n", "list of strings"),
-    "invalid utf-8": (b"---\ntype: procedure\n---\n# D\n\xff\xfe broken\n", "not valid UTF-8"),
-    "nul byte": (b"---\ntype: procedure\n---\n# D\x00\n", "NUL"),
-    "oversized": (b"---\ntype: procedure\n---\n" + b"x" * (1024 * 1024 + 1), "limit"),
-}
-
-BAD_SLUGS = {
-    "traversal": ("../escape", "'..'"),
-    "nested traversal": ("a/../../b", "'..'"),
-    "absolute": ("/etc/passwd", "absolute"),
-    "windows absolute": ("C:\\x", "absolute"),
-    "reserved log": ("log", "reserved"),
-    "reserved with extension": ("log.md", "reserved"),
-    "reserved device": ("nul", "reserved"),
-    "upper case and spaces": ("My Page", "not safe"),
-    "hidden": (".hidden", "not safe"),
-    "empty": ("", "empty"),
-}
+# Each kind of bad page and slug the validator refuses (test_validate checks it in-process) is also
+# refused end to end by a real `mem`: one line on stderr, a non-zero exit, the log untouched (a
+# slug holding NUL cannot reach the CLI: no argv can carry it).
 
 
 def refused(workspace, *args, expect: str, input=None):
@@ -47,6 +21,7 @@ def refused(workspace, *args, expect: str, input=None):
     result = run_mem("--workspace", workspace, *args, input=input)
     assert result.returncode != 0, result.stdout
     assert expect.lower() in result.stderr.decode().lower(), result.stderr.decode()
+    assert result.stderr.decode().startswith("error: ") and len(result.stderr.decode().splitlines()) == 1
     assert log_rows(workspace) == before
 
 
@@ -59,7 +34,7 @@ def test_bad_page_is_refused(workspace, tmp_path, name):
     assert not (workspace / "mind" / "deploy.md").exists()
 
 
-@pytest.mark.parametrize("name", BAD_SLUGS)
+@pytest.mark.parametrize("name", [name for name, (slug, _) in BAD_SLUGS.items() if "\x00" not in slug])
 def test_unsafe_slug_is_refused(workspace, tmp_path, name):
     slug, expect = BAD_SLUGS[name]
     page = tmp_path / "page.md"

@@ -1,0 +1,68 @@
+"""Contract files (sync.contracts), in-process: what parses, what is refused and why, and that a
+contract written back as TOML reads as the same contract. Reserved names and paths: test_reserved_layers."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eventstore.errors import InvalidInput
+from eventstore.layers import Contract, ContractLayer, consumed_layers, produced_layers
+from sync.contracts import parse_contract, to_toml
+
+TEAM = """
+[layers.insights]
+path = "memory/insights.md"
+format = "entries"
+producers = ["*"]
+consumers = ["*"]
+
+[layers.drafts]
+path = "content/drafts/"
+format = "pages"
+producers = ["writer"]
+consumers = ["main", "writer"]
+scan_secrets = false
+"""
+
+
+def test_a_contract_file_parses_into_its_layers():
+    contract = parse_contract(TEAM)
+    assert contract.layers == {
+        "insights": ContractLayer(path="memory/insights.md", format="entries", producers=["*"], consumers=["*"]),
+        "drafts": ContractLayer(path="content/drafts/", format="pages", producers=["writer"],
+                                consumers=["main", "writer"], scan_secrets=False)}
+    assert produced_layers(contract, "main") == ["insights"]
+    assert consumed_layers(contract, "main") == ["drafts", "insights"]
+    assert parse_contract("") == Contract()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[layers.a\n", "not valid TOML"),
+    ('[layers.Bad]\npath = "a.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n', "lowercase"),
+    ('[layers.a]\npath = "a.md"\nformat = "wiki"\nproducers = ["*"]\nconsumers = ["*"]\n', "not valid"),
+    ('[layers.a]\npath = "a.md"\nformat = "entries"\nproducers = []\nconsumers = ["*"]\n', "not valid"),
+    ('[layers.a]\npath = "a.md"\nformat = "entries"\nconsumers = ["*"]\n', "producers"),
+    ('[layers.a]\npath = "a.md"\nformat = "entries"\nproducers = ["bad name"]\nconsumers = ["*"]\n', "not valid"),
+    ('[layers.a]\npath = "a.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\nextra = 1\n', "extra"),
+    ('[layers.a]\npath = "dir/"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n', ".md file"),
+    ('[layers.a]\npath = "a.md"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n', "directory"),
+    ('[layers.a]\npath = "x.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n'
+     '[layers.b]\npath = "x.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n', "share one path"),
+])
+def test_contract_refusals_say_why(text, says):
+    with pytest.raises(InvalidInput, match=says):
+        parse_contract(text)
+
+
+_names = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True).filter(lambda n: n not in ("mind", "loop", "agent"))
+_agents = st.lists(st.sampled_from(["*", "main", "writer", "a-1", "R2_d2"]), min_size=1, max_size=3, unique=True)
+
+
+@given(st.dictionaries(_names, st.tuples(st.booleans(), _agents, _agents, st.booleans()), max_size=4))
+def test_a_contract_written_as_toml_parses_back_the_same(layers):
+    contract = Contract(layers={
+        name: ContractLayer(path=f"shared/{name}/" if pages else f"shared/{name}.md",
+                            format="pages" if pages else "entries", producers=producers, consumers=consumers,
+                            scan_secrets=scan)
+        for name, (pages, producers, consumers, scan) in layers.items()})
+    assert parse_contract(to_toml(contract)) == contract

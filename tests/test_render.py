@@ -1,0 +1,110 @@
+"""The pure renderers and parsers, in-process: page files, mind.md and its `## Always` parser, the log,
+and frontmatter emitted and parsed back."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eventstore import frontmatter
+from eventstore.errors import InvalidInput
+from projections import render
+
+
+def test_a_page_file_is_its_canonical_frontmatter_then_its_text():
+    fm = {"zeta": 1, "sources": ["adf-audit://seq/3"], "type": "procedure", "description": "how we deploy"}
+    assert render.page(fm, "# Deploy\n\nStaging first.") == (
+        "---\ntype: procedure\ndescription: how we deploy\nsources:\n  - adf-audit://seq/3\nzeta: 1\n---\n"
+        "# Deploy\n\nStaging first.\n")
+    assert render.page({"type": "x"}, "") == "---\ntype: x\n---\n"
+
+
+@pytest.mark.parametrize("text, fm, title", [
+    ("# Deploy procedure\n\nbody", {}, "Deploy procedure"),
+    ("intro\n\n#   Spaced   title  ##\n", {}, "Spaced title"),
+    ("no heading", {"title": "From frontmatter"}, "From frontmatter"),
+    ("no heading", {}, "the-slug"),
+    ("# C# tips\n", {}, "C# tips"),
+])
+def test_title_of(text, fm, title):
+    assert render.title_of("the-slug", fm, text) == title
+
+
+def test_catalog_lines_escape_brackets_and_put_the_flag_first():
+    assert render.catalog_line("a", "T [draft]", "the hook") == "- [T \\[draft\\]](adf-file://mind/a.md) — the hook\n"
+    assert render.catalog_line("a", "T", "", "deprecated") == "- [T](adf-file://mind/a.md) — (deprecated)\n"
+    assert render.catalog_line("a", "T", "h", "stale since 2026-01-01") == \
+        "- [T](adf-file://mind/a.md) — (stale since 2026-01-01) h\n"
+    assert render.catalog_line("a", "T", "") == "- [T](adf-file://mind/a.md)\n"
+    assert render.hook_of({"description": "  two\n lines "}) == "two lines" and render.hook_of({}) == ""
+
+
+def test_mind_md_layout():
+    assert render.mind([], []) == "# Mind\n\n## Always\n\n## Pages\n\n"
+    assert render.mind(["Ack before prod."], [("deploy", "Deploy", "staging first")]) == (
+        "# Mind\n\n## Always\n\n- Ack before prod.\n\n## Pages\n\n"
+        "- [Deploy](adf-file://mind/deploy.md) — staging first\n")
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1).map(render.one_line)
+                .filter(bool), max_size=6))
+def test_the_always_parser_reads_back_what_mind_renders(lines):
+    assert render.always_lines(render.mind(lines, [("p", "P", "- not an Always line")])) == lines
+
+
+def test_the_always_parser_reads_only_its_section():
+    text = "# Mind\n\n## Pages\n\n- not this\n\n## Always\n\n-  one  \nprose is ignored\n- two\n## Other\n- not this\n"
+    assert render.always_lines(text) == ["one", "two"]
+    assert render.always_lines("# Mind\n\n## Always\n") == []
+    assert render.always_lines("# Mind\n\n- a loose line\n") is None
+    assert render.always_lines("## Always here\n- x\n") is None  # the heading is exactly `## Always`
+
+
+def test_log_entries_and_the_streamed_log():
+    assert render.log_entry(86_400_000 * 365, "update", "Deploy\nprocedure", "why [S3]") == \
+        "## [1971-01-01] update | Deploy procedure\n\nwhy [S3]\n"
+    assert render.log_entry(0, "hold", "T", "") == "## [1970-01-01] hold | T\n"
+    blocks = [[("## [b]\n",), ("## [a]\n",)], [("## [0]\n",)]]
+    assert "".join(render.log(iter(blocks))) == "# Log\n\n## [b]\n\n## [a]\n\n## [0]\n"
+
+
+# --- frontmatter ---------------------------------------------------------------------------------
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2 ** 53, 2 ** 53) | st.text(st.characters(blacklist_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3),
+    max_leaves=8)
+
+
+@given(st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12), _values,
+                       max_size=5))
+def test_emitted_frontmatter_parses_back_to_the_same_mapping(extra):
+    fm = {"type": "note", **{k: v for k, v in extra.items() if k not in frontmatter.KNOWN_KEYS}}
+    yaml, body = frontmatter.split(frontmatter.emit(fm) + "# Body\n")
+    assert body == "# Body\n"
+    assert frontmatter.parse(yaml) == fm
+
+
+@pytest.mark.parametrize("value", ["yes", "null", "1e3", "0x1f", "a: b", "-dash", " padded", "x\u2028y", "'q'",
+                                   "#comment", "[list]", "2026-11-30", "del\x7f", "c1\x9f", "nonchar\ufffe"])
+def test_scalars_that_yaml_would_read_otherwise_are_quoted(value):
+    """A DEL or C1 control written raw made a page file mindlog could not read back (YAML refuses them)."""
+    yaml, _ = frontmatter.split(frontmatter.emit({"type": "x", "custom": value, f"key {value}": 1}))
+    assert frontmatter.parse(yaml) == {"type": "x", "custom": value, f"key {value}": 1}
+    assert not any(c in yaml for c in "\u2028\x7f\x9f\ufffe")
+
+
+@pytest.mark.parametrize("yaml, says", [
+    ("description: x\n", "no `type`"),
+    ("type: [a]\n", "non-empty string"),
+    ("type: x\nstatus: {a: 1}\n", "single value"),
+    ("type: x\nsources: one\n", "list of strings"),
+    ("- a\n", "mapping"),
+    ("type: x\ntitle: a: b\n", "not valid YAML"),
+])
+def test_frontmatter_refusals(yaml, says):
+    with pytest.raises(InvalidInput, match=says):
+        frontmatter.parse(yaml)
+
+
+def test_dates_in_frontmatter_are_kept_as_iso_text():
+    assert frontmatter.parse("type: x\nstale_after: 2026-12-31\n")["stale_after"] == "2026-12-31"
