@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from eventstore.instants import format_instant, parse_instant
+from eventstore.kinds import EntryAppend
 
 from .app import JsonOpt, app, fail, memory, read_input
 from .output import AT_HELP, AllowSecretOpt, emit_json, progress_bar
@@ -143,7 +144,7 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
 
 def _summary(event) -> str:
     body = event.body
-    if body.__struct_config__.tag == "entry.append":
+    if isinstance(body, EntryAppend):
         return f"[{body.type}] {body.date}: {body.content}"[:70]
     return getattr(body, "slug", "")
 

@@ -5,7 +5,7 @@ import difflib
 import msgspec
 
 from eventstore.instants import format_instant
-from eventstore.kinds import ADF, WIKI, WIKI_KINDS, kinds_naming
+from eventstore.kinds import ADF, WIKI, WIKI_KINDS, PageRename, kinds_naming
 from eventstore.layers import MIND
 
 from .views import LOG_PATH, MIND_PATH, page_path, slug_of
@@ -53,7 +53,7 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
                                     agent=event.agent, kind=event.kind, deleted=text is None))
             last = text
     first = memory.log.get_by_seq(versions[0].seq) if versions and slug_of(path) else None
-    if first is not None and first.kind == "page.rename" and first.body.new == slug_of(path):
+    if first is not None and isinstance(first.body, PageRename) and first.body.new == slug_of(path):
         versions = history(memory, page_path(first.body.old), first.seq - 1) + versions
     return versions
 

@@ -1,0 +1,36 @@
+"""A file's history and diffs (projections.history), in-process: the seqs at which its text changed,
+following a page through a rename, for the wiki's files and for adf_files alike."""
+
+from projections.history import diff, history
+
+from conftest import PAGE
+
+
+def seqs(memory, path):
+    return [(v.seq, v.kind, v.deleted) for v in history(memory, path)]
+
+
+def test_a_page_history_follows_it_through_a_rename(memory):
+    memory.write_page("deploy", PAGE)
+    memory.always_add("Ack before prod.")  # not a change of the page
+    memory.write_page("deploy", PAGE.replace(b"Staging first.", b"Staging first, then prod."))
+    memory.rename_page("deploy", "release")
+    memory.write_page("release", PAGE.replace(b"Staging first.", b"Prod on Tuesdays."))
+    assert seqs(memory, "mind/release.md") == [(1, "page.ingest", False), (3, "page.update", False),
+                                               (4, "page.rename", False), (5, "page.update", False)]
+    assert seqs(memory, "mind/deploy.md") == [(1, "page.ingest", False), (3, "page.update", False),
+                                              (4, "page.rename", True)]
+    assert "-Staging first.\n+Staging first, then prod.\n" in diff(memory, "mind/deploy.md", 1, 3)
+
+
+def test_mind_md_and_a_plain_file_have_histories_too(memory):
+    memory.write_page("deploy", PAGE)
+    memory.always_add("Ack before prod.")
+    memory.file_write("notes/a.txt", b"one\n")
+    memory.file_write("notes/a.txt", b"one\n")  # the same bytes again: not a version
+    memory.file_write("notes/a.txt", b"two\n")
+    memory.file_delete("notes/a.txt")
+    assert [v.seq for v in history(memory, "mind.md")] == [1, 2]
+    assert seqs(memory, "notes/a.txt") == [(3, "file.write", False), (5, "file.write", False),
+                                           (6, "file.delete", True)]
+    assert diff(memory, "notes/a.txt", 3, 5).endswith("-one\n+two\n")
