@@ -51,16 +51,47 @@ def _known_agent(hub, name: str) -> None:
 def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help="Listen on this address."),
           port: int = typer.Option(8765, "--port", help="Listen on this port."),
           group_commit: bool = typer.Option(True, "--group-commit/--no-group-commit",
-                                            help="Commit concurrent pushes together (off: one transaction each).")):
-    """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing."""
+                                            help="Commit concurrent pushes together (off: one transaction each)."),
+          admin_token_file: Optional[Path] = typer.Option(
+              None, "--admin-token-file", help="The web pages' admin token (sees every layer); made when missing."),
+          ui_dir: Optional[Path] = typer.Option(
+              None, "--ui-dir", help="Where the web pages keep the hub's mirror (default: next to a SQLite hub).")):
+    """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing.
+
+    The hub's shared layers are browsable at /ui (open /ui/?token=TOKEN once: an agent's token shows
+    the layers it consumes, the admin token every layer)."""
     from sync.hub import create_app
     from sync.server import serve as serve_app
     from sync.storage import hub_exists
 
     if not hub_exists(db):
         typer.echo(f"created a new hub database at {_where(db)}", err=True)
-    typer.echo(f"mindlog hub on http://{host}:{port} ({db})", err=True)
-    serve_app(create_app(storage(db, create=True), group_commit=group_commit), host, port)
+    hub = storage(db, create=True)
+    app = create_app(hub, group_commit=group_commit)
+    app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
+    typer.echo(f"mindlog hub on http://{host}:{port} ({db}); pages at http://{host}:{port}/ui/", err=True)
+    serve_app(app, host, port)
+
+
+def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
+    """The /ui pages over a mirror of the hub (in `ui_dir`, or `<db>.ui` beside a SQLite hub)."""
+    import tempfile
+
+    from sync.mirror import HubMirror
+    from sync.storage import new_token
+
+    from .web.hub import hub_ui
+
+    if ui_dir is None:
+        ui_dir = Path(tempfile.mkdtemp(prefix="mindlog-hub-ui-")) if "://" in db else Path(f"{db}.ui")
+    admin = None
+    if admin_token_file is not None:
+        if not admin_token_file.exists():
+            admin_token_file.touch(mode=0o600)
+            admin_token_file.write_text(new_token() + "\n")
+            typer.echo(f"wrote a new admin token for the pages to {admin_token_file}", err=True)
+        admin = admin_token_file.read_text().strip() or fail(f"{admin_token_file} is empty")
+    return hub_ui(hub, HubMirror(hub, ui_dir), admin)
 
 
 @hub_app.command("init")

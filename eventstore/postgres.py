@@ -52,7 +52,7 @@ class PostgresLog(Recorder):
         self.conn.close()
 
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False) -> list[int]:
+               verify: bool = False, recorded_at: int | None = None) -> list[int]:
         prepared = []
         for event in events:
             raw = check_event(event) if verify or not self.trusted else event.raw_body()
@@ -65,7 +65,7 @@ class PostgresLog(Recorder):
             chain = bytes(chain) or ZERO_CHAIN
             known = {id_text(bytes(i)): (bytes(d).hex(), s) for i, d, s in self.conn.execute(
                 "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e, _r in prepared],))}
-            recorded_at = max(now_ms(), last_recorded)
+            recorded_at = max(now_ms() if recorded_at is None else recorded_at, last_recorded)
             rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
             if rows:
                 with self.conn.cursor() as cursor:

@@ -125,9 +125,11 @@ class Recorder(ABC):
 
     @abstractmethod
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False) -> list[int]:
+               verify: bool = False, recorded_at: int | None = None) -> list[int]:
         """Appends atomically and returns each event's seq. `state` rows (a sync cursor) commit in the
-        same transaction; `verify` recomputes every digest first (events from elsewhere)."""
+        same transaction; `verify` recomputes every digest first (events from elsewhere).
+        `recorded_at` (ms) records the batch at that time instead of now (a hub's mirror keeps the
+        hub's times); it never goes backwards along the log."""
 
     @abstractmethod
     def state(self, key: str) -> str | None:
@@ -137,6 +139,11 @@ class Recorder(ABC):
     def set_state(self, key: str, value: str) -> None: ...
 
     # --- read ---------------------------------------------------------------------------------
+
+    def activity_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        """(seq, recorded_at, agent, layer, kind) in seq order, no body: what the activity counts need."""
+        for row in self.read_rows(after, upto):
+            yield row[0], row[3], row[4], row[5], row[6]
 
     @abstractmethod
     def read_rows(self, after: int = 0, upto: int | None = None, *, kinds: Sequence[str] | None = None,

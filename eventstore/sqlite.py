@@ -86,9 +86,9 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False) -> list[int]:
+               verify: bool = False, recorded_at: int | None = None) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
-        `verify` recomputes every digest first (events from elsewhere)."""
+        `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         check = verify or not self.trusted
         prepared = []
         for event in events:
@@ -97,13 +97,14 @@ class SQLiteLog(Recorder):
                 raise InvalidInput(f"event {event.id} has no digest")
             prepared.append((event, raw))
         redacting = any(type(event.body) is Redaction for event in events)
-        if len(prepared) == 1 and not state and not redacting and not skipped(prepared[0][0].body):
+        if len(prepared) == 1 and not state and recorded_at is None and not redacting \
+                and not skipped(prepared[0][0].body):
             return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
             try:
-                seqs = self._append_locked(prepared, check_known)
+                seqs = self._append_locked(prepared, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(prepared, self._stored))
@@ -174,11 +175,11 @@ class SQLiteLog(Recorder):
         last = self.db.execute(READ_HEAD).fetchone()
         return last if last else (0, ZERO_CHAIN, 0)
 
-    def _append_locked(self, prepared, check_known: bool) -> list[int]:
+    def _append_locked(self, prepared, check_known: bool, at: int | None = None) -> list[int]:
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
         every id is new (the common case) and lets the unique index object otherwise."""
         seq, chain, last_recorded = self._read_head()
-        recorded_at = max(now_ms(), last_recorded)
+        recorded_at = max(now_ms() if at is None else at, last_recorded)
         known = self._existing([event.id for event, _raw in prepared]) if check_known else None
         rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
         if rows:
@@ -232,6 +233,10 @@ class SQLiteLog(Recorder):
             sql += " LIMIT ?"
             params.append(limit)
         yield from self.db.execute(sql, params)
+
+    def activity_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        yield from self.db.execute("SELECT seq, recorded_at, agent, layer, kind FROM events WHERE seq > ? AND seq <= ? "
+                                   "ORDER BY seq", (after, upto))
 
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
         yield from self.db.execute(

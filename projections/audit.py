@@ -166,9 +166,11 @@ class Believed(msgspec.Struct):
     shared: dict[str, str] = {}
 
 
-def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = False, day: str = "") -> Believed:
+def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = False, day: str = "",
+             shared: bool = True) -> Believed:
     """What the agent had in front of it: mind.md, its page catalog, the loop's last messages, and
-    the shared layers' files as they stood (its own writes plus what it had pulled by then).
+    (unless not `shared`) the shared layers' files as they stood (its own writes plus what it had
+    pulled by then).
 
     Superseded, deprecated and archived pages are left out of `pages` unless `include_all`; the
     others carry their status and their trust flags as of `day` (YYYY-MM-DD)."""
@@ -180,6 +182,6 @@ def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = Fa
             continue
         pages.append({"slug": slug, "title": title, "hook": hook, "status": status or "",
                       "flags": ", ".join(trust.flags(status, stale_after, day))})
-    shared = {path: views.file_text(path, as_of) for path in views.shared_paths(as_of)}
+    files = {path: views.file_text(path, as_of) for path in views.shared_paths(as_of)} if shared else {}
     return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:] if last > 0 else [],
-                    shared=shared)
+                    shared=files)

@@ -453,8 +453,7 @@ def page_trust(views, as_of: int | None = None) -> dict[str, tuple[str | None, s
                                 "AND (status IS NOT NULL OR stale_after IS NOT NULL)")
         return {key[5:]: (status, stale) for key, status, stale in rows}
     found = {}
-    for slug, _seq, doc in views.db.execute("SELECT slug, MAX(seq), doc FROM page_versions WHERE seq <= ? "
-                                            "GROUP BY slug", (as_of,)):
+    for slug, _seq, _deleted, _title, _hook, doc in views.versions_as_of(as_of):
         if doc is not None:
             fm = decode_body(doc).frontmatter
             if fm.get("status") is not None or fm.get("stale_after") is not None:

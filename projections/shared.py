@@ -8,6 +8,7 @@ conflict until an update names all of them.
 """
 
 import hashlib
+from collections.abc import Iterator
 import json
 
 import msgspec
@@ -104,22 +105,56 @@ class SharedViews:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
                                "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
 
+    def entry_seqs(self, layer: str, upto: int) -> list[int]:
+        return [seq for (seq,) in self.db.execute("SELECT seq FROM entries WHERE layer = ? AND seq <= ? ORDER BY seq",
+                                                  (layer, upto))]
+
     def heads(self, layer: str, slug: str, as_of: int) -> list[Head]:
-        """The versions nobody supersedes, the winner last: held ones after the others, then by id."""
-        rows = self.versions(layer, slug, as_of)
-        named = {parent for row in rows for parent in json.loads(row[2])}
-        heads = [r for r in rows if r[0] not in named]
-        held = {r[0] for r in heads if len(heads) > 1 and r[4] is not None 
-                and is_held(getattr(decode_body(r[4]), "frontmatter", None))}
-        return sorted((Head(id=r[0], agent=r[1], deleted=bool(r[3])) for r in heads),
+        """The versions as of a seq that no other version of then names as a parent, the winner last:
+        held ones (`governance: hold`) after the others, then by id. One statement finds them (the
+        parents unpacked by SQLite); a document is read only to tell a held head among several."""
+        rows = self.db.execute(
+            "SELECT id, agent, deleted FROM shared_versions WHERE layer = ? AND slug = ? AND seq <= ? AND id NOT IN "
+            "(SELECT p.value FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? AND c.slug = ? "
+            "AND c.seq <= ?) ORDER BY id", (layer, slug, as_of, layer, slug, as_of)).fetchall()
+        held = set()
+        if len(rows) > 1:
+            for id, _agent, _deleted in rows:
+                doc = self.db.execute("SELECT doc FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                                      (layer, slug, id)).fetchone()[0]
+                if doc is not None and is_held(getattr(decode_body(doc), "frontmatter", None)):
+                    held.add(id)
+        return sorted((Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows),
                       key=lambda h: (h.id in held, h.id))
 
+    def winners(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
+        """(seq, winner row) each time the page's winner changed up to a seq, oldest first: its versions
+        read once, in seq order, the heads kept as they go (what `heads` finds as of each seq)."""
+        heads: dict[str, tuple] = {}
+        named: set[str] = set()
+        last = None
+        for seq, *row in self.db.execute("SELECT seq, id, agent, parents, deleted, doc FROM shared_versions "
+                                          "WHERE layer = ? AND slug = ? AND seq <= ? ORDER BY seq", (layer, slug, upto)):
+            for parent in json.loads(row[2]):
+                heads.pop(parent, None)
+                named.add(parent)
+            if row[0] not in named:
+                heads[row[0]] = tuple(row)
+            several = len(heads) > 1
+            winner = max(heads.values(), key=lambda r: (several and r[4] is not None
+                                                        and is_held(getattr(decode_body(r[4]), "frontmatter", None)),
+                                                        r[0]))
+            if winner[0] != last:
+                last = winner[0]
+                yield seq, winner
+
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
+        """(id, agent, parents, deleted, doc) of the head shown in the file (the newest id), or None."""
         heads = self.heads(layer, slug, as_of)
         if not heads:
             return None
-        chosen = heads[-1].id
-        return next(r for r in self.versions(layer, slug, as_of) if r[0] == chosen)
+        return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
+                               "AND slug = ? AND id = ?", (layer, slug, heads[-1].id)).fetchone()
 
     def page_text(self, layer: str, slug: str, as_of: int) -> str | None:
         winner = self.winner(layer, slug, as_of)
@@ -155,13 +190,23 @@ class SharedViews:
         return found
 
     def slugs(self, layer: str, as_of: int) -> list[str]:
-        return [s for (s,) in self.db.execute("SELECT DISTINCT slug FROM shared_versions WHERE layer = ? AND seq <= ? "
-                                              "ORDER BY slug", (layer, as_of))]
+        """The slugs of a layer with a version by a seq (deleted ones too): a skip-scan of the key, one
+        seek per slug however many versions each has."""
+        return [s for (s,) in self.db.execute(
+            "WITH RECURSIVE s(slug) AS (SELECT MIN(slug) FROM shared_versions WHERE layer = ?1 UNION ALL "
+            "SELECT (SELECT MIN(slug) FROM shared_versions WHERE layer = ?1 AND slug > s.slug) FROM s "
+            "WHERE slug IS NOT NULL) SELECT slug FROM s WHERE slug IS NOT NULL AND EXISTS "
+            "(SELECT 1 FROM shared_versions WHERE layer = ?1 AND slug = s.slug AND seq <= ?2)", (layer, as_of))]
 
     def conflicts(self, as_of: int) -> list[Conflict]:
+        """The pages with several heads as of a seq. Found in one statement over every version (an id is
+        a head unless some version names it as a parent: ids are unique across slugs), then each one's
+        heads read in order."""
         found = []
-        for layer, slug in self.db.execute("SELECT DISTINCT layer, slug FROM shared_versions WHERE seq <= ? "
-                                           "ORDER BY layer, slug", (as_of,)).fetchall():
+        for layer, slug in self.db.execute(
+                "SELECT layer, slug FROM shared_versions WHERE seq <= ?1 AND id NOT IN (SELECT p.value FROM "
+                "shared_versions c, json_each(c.parents) p WHERE c.seq <= ?1) GROUP BY layer, slug "
+                "HAVING COUNT(*) > 1 ORDER BY layer, slug", (as_of,)).fetchall():
             heads = self.heads(layer, slug, as_of)
             if len(heads) > 1:
                 found.append(Conflict(layer=layer, slug=slug, winner=heads[-1].id, heads=heads))

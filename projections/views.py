@@ -14,7 +14,7 @@ from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.recorder import id_text
 
-from . import adf, local_layers, render, search, shared
+from . import activity, adf, local_layers, render, search, shared
 
 SCHEMA_VERSION = "1"
 
@@ -125,8 +125,10 @@ class Views:
         self.contract = contract
         self.shared = shared.SharedViews(self.db)
         self.written = WrittenFiles(self.db)
+        self.activity = activity.Activity(self.db)
+        self._versions_as_of: tuple = (None, [])
         with self.transaction():
-            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA).split(";"):
+            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
             adf.init_meta(self.db)
@@ -193,12 +195,33 @@ class Views:
         return json.loads(row[0]) if row else []
 
     def catalog(self, as_of: int | None = None) -> list[tuple[str, str, str]]:
-        if as_of is None:
+        if as_of is None or as_of >= self.checkpoint():
             return self.db.execute("SELECT slug, title, hook FROM pages ORDER BY slug").fetchall()
-        rows = self.db.execute(
-            "SELECT slug, MAX(seq), deleted, title, hook FROM page_versions WHERE seq <= ? GROUP BY slug ORDER BY slug",
-            (as_of,)).fetchall()
-        return [(slug, title, hook) for slug, _seq, deleted, title, hook in rows if not deleted]
+        return [(slug, title, hook) for slug, _seq, deleted, title, hook, _doc in self.versions_as_of(as_of)
+                if not deleted]
+
+    def page_version_seqs(self, slug: str, upto: int) -> list[int]:
+        """The seqs of every version of a page (ingests, updates, renames in and out, deletes) up to a seq."""
+        return [seq for (seq,) in self.db.execute("SELECT seq FROM page_versions WHERE slug = ? AND seq <= ? "
+                                                  "ORDER BY seq", (slug, upto))]
+
+    def versions_as_of(self, as_of: int) -> list[tuple]:
+        """(slug, seq, deleted, title, hook, doc) of every page's version as of a seq (deleted ones too),
+        by slug: a skip-scan of the (slug, seq) index, two seeks per slug however many versions each has.
+        The last answer is kept for its (seq, checkpoint): the catalog, mind.md and the trust fields of
+        one moment all read it."""
+        key = (as_of, self.checkpoint())
+        if self._versions_as_of[0] != key:
+            self._versions_as_of = (key, self._read_versions_as_of(as_of))
+        return self._versions_as_of[1]
+
+    def _read_versions_as_of(self, as_of: int) -> list[tuple]:
+        return self.db.execute(
+            "WITH RECURSIVE slugs(slug) AS (SELECT MIN(slug) FROM page_versions UNION ALL "
+            "SELECT (SELECT MIN(slug) FROM page_versions WHERE slug > slugs.slug) FROM slugs WHERE slug IS NOT NULL) "
+            "SELECT v.slug, v.seq, v.deleted, v.title, v.hook, v.doc FROM slugs JOIN page_versions v "
+            "ON v.slug = slugs.slug AND v.seq = (SELECT MAX(seq) FROM page_versions WHERE slug = slugs.slug AND seq <= ?) "
+            "ORDER BY v.slug", (as_of,)).fetchall()
 
     def page_version(self, slug: str, as_of: int | None = None):
         """(seq, body) of a page's version as of a seq, the body a PageIngest or PageUpdate; None when the
@@ -269,6 +292,18 @@ class Views:
 
     def entry_exists(self, layer: str, id: str) -> bool:
         return self.shared.has_entry(layer, id)
+
+    def shared_listing(self, as_of: int) -> list[str]:
+        """The path of every shared file with a version by a seq, deleted pages included: a cheap list to
+        pick from (`shared_paths` reads each page's heads to leave the deleted ones out)."""
+        paths = []
+        for name, spec in (self.contract.layers.items() if self.contract else ()):
+            if spec.format == "entries":
+                if self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1", (name, as_of)).fetchone():
+                    paths.append(spec.path)
+            else:
+                paths.extend(f"{spec.path}{slug}.md" for slug in self.shared.slugs(name, as_of))
+        return sorted(paths)
 
     def shared_paths(self, as_of: int | None = None) -> list[str]:
         as_of = self.checkpoint() if as_of is None else as_of

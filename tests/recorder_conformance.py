@@ -91,6 +91,18 @@ class RecorderConformance:
         times = [e.recorded_at for e in recorder.read()]
         assert times == sorted(times)
 
+    def test_a_batch_recorded_at_a_given_time_never_goes_backwards(self, recorder):
+        recorder.append([ev(0)], recorded_at=5_000)
+        recorder.append([ev(1), ev(2)], recorded_at=9_000)
+        recorder.append([ev(3)], recorded_at=7_000)  # earlier than the last: kept at the last
+        assert [e.recorded_at for e in recorder.read()] == [5_000, 9_000, 9_000, 9_000]
+        assert recorder.verify().ok
+
+    def test_activity_rows_are_the_stored_columns(self, recorder):
+        recorder.append([ev(0), ev(1, layer="notes")])
+        assert list(recorder.activity_rows(0, 2)) == [(e.seq, e.recorded_at, e.agent, e.layer, e.kind)
+                                                       for e in recorder.read()]
+
     def test_verify_passes_then_finds_tampering(self, recorder, tamper):
         recorder.append([ev(i) for i in range(10)])
         assert recorder.verify().ok and recorder.verify().checked == 10

@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from conftest import run_mem
-from webui import UiWorkspace
+from webui import UiWorkspace, chromium, screenshot
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,10 @@ def test_as_of_shows_the_page_as_it_was(ui):
     assert "first version of alpha" in then and "second version" not in then
     before = get(ui, f"asof?seq={ui.v1 - 1}&page=alpha")
     assert "did not exist" in before and "remember the launch date" in before
-    assert "content/drafts/launch.md" in now  # the shared layer's file as the agent had it
+    assert 'file=content/drafts/launch.md">content/drafts/launch.md</a>' in now
+    shared = get(ui, "asof?file=content/drafts/launch.md")  # the shared layer's file as the agent had it
+    assert "s launch text" in shared.split('id="file-text"', 1)[1].split("</pre>", 1)[0]
+    assert "draft zero" in get(ui, "asof?seq=1&file=content/drafts/launch.md")
 
 
 def test_a_moment_given_as_a_time(ui):
@@ -39,11 +42,15 @@ def test_a_moment_given_as_a_time(ui):
 
 def test_page_history_lists_versions_and_diffs_them(ui):
     page = get(ui, "history?page=alpha")
-    assert page.count('name="a"') == 2 and ">first<" in page and ">second<" in page
+    picker = page.split('id="version-a"', 1)[1].split("</select>", 1)[0]
+    assert picker.count("<option") == 3 and f'value="{ui.v1}" selected' in picker and "first" in picker
+    assert ">first<" in page and ">second<" in page
     assert '<span class="del">-first version of alpha</span>' in page
     assert '<span class="add">+second version of alpha</span>' in page
     reverse = get(ui, f"history?path=mind/alpha.md&a={ui.v2}&b={ui.v1}")
     assert '<span class="add">+first version of alpha</span>' in reverse
+    across = get(ui, f"history?path=mind/alpha.md&a=0&b={ui.v2}")  # skipping the first version
+    assert '<span class="add">+second version of alpha</span>' in across and "-first version" not in across
 
 
 def test_timeline_counts_filters_and_shows_an_event(ui):
@@ -54,6 +61,58 @@ def test_timeline_counts_filters_and_shows_an_event(ui):
     assert f">{ui.v1}</a>" in only and f">{ui.v2}</a>" not in only
     event = get(ui, f"timeline?event={ui.v2}")
     assert "second version of alpha" in event and "digest " in event and 'href="history?path=mind/alpha.md"' in event
+
+
+def test_clicking_an_event_shows_what_it_changed(ui):
+    event = get(ui, f"timeline?event={ui.v2}")
+    diff = event.split('id="event-diff"', 1)[1].split("</pre>", 1)[0]
+    assert '<span class="del">-first version of alpha</span>' in diff
+    assert '<span class="add">+second version of alpha</span>' in diff
+
+
+def test_the_timeline_zooms_into_a_time_range(ui):
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        first, at_v2, last = mem.log.recorded_at(1), mem.log.recorded_at(ui.v2), mem.log.recorded_at(mem.head())
+    page = get(ui, "timeline")
+    zoom = httpx.URL("http://x/" + page.split('id="zoom-in" href="', 1)[1].split('"', 1)[0].replace("&amp;", "&"))
+    t0, t1 = int(zoom.params["t0"]), int(zoom.params["t1"])
+    assert first < t0 < t1 < last and abs((t1 - t0) - (last - first) / 2) <= 2
+    narrow = get(ui, f"timeline?t0={at_v2}&t1={last}&layer=mind")
+    assert f">{ui.v2}</a>" in narrow and f">{ui.v1}</a>" not in narrow
+    assert 'name="t0" value="%d"' % at_v2 in narrow  # the filters keep the range
+
+
+def test_the_contract_as_of_a_moment_with_who_produced_what(ui):
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        agents = [row[4] for row in mem.log.read_rows(layers=["drafts"])]
+    row = get(ui, "contract").split('data-layer="drafts"', 1)[1].split("</tr>", 1)[0]
+    for agent in ("writer", "reviewer"):
+        n = agents.count(agent)
+        assert f"<div>{agent}: {n} event{'s' if n != 1 else ''}</div>" in row
+    assert "writer: %d events of others in its log" % agents.count("reviewer") in row
+    before = get(ui, "contract?seq=1")
+    assert "no contract is known" in before or "<span class=\"muted\">nothing</span>" in before
+
+
+def test_a_shared_page_history_is_every_change_of_its_text(ui):
+    """The history read from the winner's changes equals the text compared after every event of the layer."""
+    from projections import history as histories
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        path = "content/drafts/launch.md"
+        naive, last = [], None
+        for event in mem.log.read(layers=["drafts"]):
+            text = mem.show(path, event.seq)
+            if text != last:
+                naive.append((event.seq, event.agent, text is None))
+                last = text
+        found = [(v.seq, v.agent, v.deleted) for v in histories.history(mem, path)]
+    assert found == naive and len(found) >= 3  # draft zero, then each head winning in turn
 
 
 def test_a_shared_event_links_to_its_layer_file(ui):
@@ -94,27 +153,12 @@ def test_mem_ui_outside_a_workspace_is_one_line(tmp_path):
 
 # --- in a real browser (Playwright driving Debian's chromium) ---------------------------------------
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
 @pytest.fixture(scope="module")
 def browser_page(ui, tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
-    requests = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1200, "height": 800})
-        context.set_default_timeout(15_000)
-        context.on("request", lambda request: requests.append(request.url))
-        page = context.new_page()
+    with chromium() as (new_page, requests):
+        page = new_page()
         page.shots = tmp_path_factory.mktemp("screenshots")
         yield page, requests
-        context.close()
-        browser.close()
-    hosts = {httpx.URL(url).host for url in requests}
-    assert hosts == {"127.0.0.1"}, f"requests left 127.0.0.1: {sorted(set(requests))}"
 
 
 def test_moving_the_slider_shows_the_earlier_version(ui, browser_page):
@@ -129,7 +173,7 @@ def test_moving_the_slider_shows_the_earlier_version(ui, browser_page):
     page.wait_for_url(f"**/asof?page=alpha&seq={ui.v1}")
     expect(page.locator("#page-text")).to_contain_text("first version of alpha")
     expect(page.locator("#slider")).to_have_value(str(ui.v1))
-    page.screenshot(path=page.shots / "asof.png")
+    screenshot(page, page.shots, "ui-asof.png")
     assert any(url.endswith("/static/ui.js") for url in requests)
 
 
@@ -145,7 +189,7 @@ def test_a_link_with_a_moment_opens_that_moment(ui, browser_page):
     expect(page.locator("#page-text")).to_contain_text("second version of alpha")
     page.get_by_role("link", name="history", exact=True).click()
     expect(page.locator("#diff")).to_contain_text("+second version of alpha")
-    page.screenshot(path=page.shots / "history.png")
+    screenshot(page, page.shots, "ui-history.png")
 
 
 def test_a_conflict_shows_both_heads(ui, browser_page):
@@ -157,7 +201,7 @@ def test_a_conflict_shows_both_heads(ui, browser_page):
     expect(heads).to_have_count(2)
     expect(heads.filter(has_text="the writer's launch text")).to_have_count(1)
     expect(heads.filter(has_text="the reviewer's launch text")).to_have_count(1)
-    page.screenshot(path=page.shots / "conflicts.png")
+    screenshot(page, page.shots, "ui-conflicts.png")
 
 
 def test_clicking_a_timeline_event_shows_its_body(ui, browser_page):
@@ -169,4 +213,5 @@ def test_clicking_a_timeline_event_shows_its_body(ui, browser_page):
     page.wait_for_url("**layer=mind**")
     page.get_by_role("link", name=str(ui.v2), exact=True).click()
     expect(page.locator("#event-body")).to_contain_text("second version of alpha")
-    page.screenshot(path=page.shots / "timeline.png")
+    expect(page.locator("#event-diff .add").last).to_have_text("+second version of alpha")
+    screenshot(page, page.shots, "ui-timeline.png")

@@ -1,8 +1,10 @@
 """A workspace for the web UI tests, made by real writes: a page in two versions, a loop message, and a
 shared page in conflict (two heads, through a real hub); and `mem ui` serving it."""
 
+import os
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -50,3 +52,34 @@ class UiWorkspace:
         self.server.terminate()
         self.server.wait(timeout=10)
         self.team.stop()
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@contextmanager
+def chromium():
+    """Debian's chromium under Playwright: yields a maker of fresh pages (each its own cookies) and the
+    URLs every page requested, which must all stay on 127.0.0.1."""
+    from playwright.sync_api import sync_playwright
+
+    requests = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+
+        def new_page():
+            context = browser.new_context(viewport={"width": 1100, "height": 640})
+            context.set_default_timeout(15_000)
+            context.on("request", lambda request: requests.append(request.url))
+            return context.new_page()
+
+        yield new_page, requests
+        browser.close()
+    hosts = {httpx.URL(url).host for url in requests}
+    assert hosts == {"127.0.0.1"}, f"requests left 127.0.0.1: {sorted(set(requests))}"
+
+
+def screenshot(page, folder: Path, name: str) -> None:
+    """Into `folder`, or into $MINDLOG_SCREENSHOTS (the README's docs/ when refreshing them)."""
+    page.screenshot(path=Path(os.environ.get("MINDLOG_SCREENSHOTS") or folder) / name)

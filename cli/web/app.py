@@ -16,7 +16,9 @@ from starlette.templating import Jinja2Templates
 
 from eventstore.errors import InvalidInput, MemError, NotFound
 from eventstore.instants import format_instant, parse_instant
+from eventstore.layers import consumes
 from projections import history as histories
+from projections import local_layers
 from projections import trust
 from projections.conflicts import conflicts_shown
 from projections.views import page_path
@@ -60,6 +62,10 @@ def moment(mem, request: Request) -> Moment:
 
 
 class Site:
+    """The pages over one workspace; a hub's (cli/web/hub.py) narrows the layers shown to a token's."""
+
+    hub = False
+
     def __init__(self, root: Path, title: str = ""):
         self.root = Path(root)
         self.title = title or str(self.root)
@@ -80,19 +86,46 @@ class Site:
 
     def render(self, request: Request, name: str, current: str, **context):
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,
-                                                          **context})
+                                                          "hub": self.hub, **context})
+
+    def visible(self, request: Request) -> set[str] | None:
+        """The layers this request may see (None: every layer; a hub narrows it to a token's)."""
+        return None
+
+    def check_layer(self, request: Request, layer: str | None) -> None:
+        """A layer the request may not see is one that does not exist, as far as it can tell."""
+        visible = self.visible(request)
+        if layer is not None and visible is not None and layer not in visible:
+            raise NotFound(f"there is no layer {layer!r} here")
+
+    def received(self, request: Request, mem, now: Moment) -> list[tuple[str, int]]:
+        """(consumer, the seq it had received up to) by the moment, where that is known."""
+        return []
 
     # --- pages ------------------------------------------------------------------------------
 
-    async def asof(self, request: Request):
+    def asof(self, request: Request):
         slug = request.query_params.get("page") or None
+        chosen = request.query_params.get("file") or None
         with self.memory() as mem:
             now = moment(mem, request)
-            seen = mem.believed(now.seq, last=10, include_all=True)
-            text = mem.views.page(slug, now.seq) if slug else None
-        return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text)
+            seen = mem.believed(now.seq, last=10, include_all=True, shared=False)
+            text = mem.views.page(slug, now.seq) if slug and not self.hub else None
+            files = self.shared_files(request, mem, now.seq)
+            if chosen is not None and chosen not in files:
+                self.check_layer(request, _layer_of(mem, chosen))
+            shown = mem.views.file_text(chosen, now.seq) if chosen else None
+            received = self.received(request, mem, now)
+        return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
+                           files=files, chosen=chosen, shown=shown, received=received)
 
-    async def history(self, request: Request):
+    def shared_files(self, request: Request, mem, seq: int) -> list[str]:
+        """The shared files with a version by `seq` in the layers this request sees."""
+        visible = self.visible(request)
+        return [p for p in mem.views.shared_listing(seq)
+                if visible is None or _layer_of(mem, p) in visible]
+
+    def history(self, request: Request):
         path = request.query_params.get("path") or ""
         slug = request.query_params.get("page")
         if slug:
@@ -100,7 +133,11 @@ class Site:
         a, b = _int(request, "a"), _int(request, "b")
         with self.memory() as mem:
             now = moment(mem, request)
-            paths = [page_path(p.slug) for p in mem.catalog(now.seq)] + mem.views.shared_paths(now.seq)
+            visible = self.visible(request)
+            paths = [] if self.hub else [page_path(p.slug) for p in mem.catalog(now.seq)]
+            paths += self.shared_files(request, mem, now.seq)
+            if path and visible is not None:
+                self.check_layer(request, _layer_of(mem, path))
             versions = histories.history(mem, path, now.seq) if path else []
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
@@ -110,47 +147,113 @@ class Site:
         return self.render(request, "history.html", "history", moment=now, path=path, paths=paths,
                            versions=versions, notes=notes, a=a, b=b, diff=diff)
 
-    async def timeline(self, request: Request):
+    def timeline(self, request: Request):
         filters = {k: request.query_params.get(k) or None for k in ("kind", "layer", "agent")}
+        span = {k: _int(request, k) for k in ("t0", "t1")}
         chosen = _int(request, "event")
+        self.check_layer(request, filters["layer"])
         with self.memory() as mem:
             now = moment(mem, request)
-            strip = timeline(mem.log, now.seq, **filters)
+            visible = self.visible(request)
+            strip = timeline(mem, now.seq, **span, **filters, visible=visible)
             event = mem.event(chosen) if chosen is not None else None
-            if chosen is not None and event is None:
+            if chosen is not None and (event is None or (visible is not None and event.layer not in visible)):
                 raise NotFound(f"there is no event at seq {chosen}")
             changed = _changed(mem, event) if event is not None else None
+            diff = histories.diff(mem, changed, event.seq - 1, event.seq) if changed else ""
         detail = None
         if event is not None:
             body = msgspec.json.format(msgspec.json.encode(event.body), indent=2).decode()
             detail = {"seq": event.seq, "id": event.id, "kind": event.kind, "agent": event.agent, "layer": event.layer,
                       "digest": event.digest, "at": format_instant(event.recorded_at), "body": body,
-                      "changed": changed}
+                      "changed": changed, "diff": diff}
         keep = {k: v for k, v in filters.items() if v}
+        if now.query:
+            keep["seq"] = now.seq
+        span = {"t0": strip.t0, "t1": strip.t1} if any(v is not None for v in span.values()) else {}
         return self.render(request, "timeline.html", "timeline", moment=now, strip=strip, filters=filters,
-                           keep=keep, detail=detail, urlencode=urlencode)
+                           keep=keep, span=span, zoom=_zoom(strip), detail=detail, urlencode=urlencode)
 
-    async def conflicts(self, request: Request):
+    def conflicts(self, request: Request):
         with self.memory() as mem:
             now = moment(mem, request)
-            shown = conflicts_shown(mem)
+            visible = self.visible(request)
+            shown = [c for c in conflicts_shown(mem) if visible is None or c.layer in visible]
         return self.render(request, "conflicts.html", "conflicts", moment=now, conflicts=shown)
 
-    async def search(self, request: Request):
+    def search(self, request: Request):
         query = request.query_params.get("q", "")
         with self.memory() as mem:
             now = moment(mem, request)
             event = mem.event(now.seq) if now.seq else None
             hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
                               limit=30) if query else []
+            visible = self.visible(request)
+            if visible is not None:
+                hits = [h for h in hits if _layer_of(mem, h.path) in visible]
         return self.render(request, "search.html", "search", moment=now, q=query, hits=hits)
 
-    async def contract(self, request: Request):
+    def contract(self, request: Request):
         with self.memory() as mem:
             now = moment(mem, request)
-            contract = mem.views.contract
+            mem.views.activity.catch_up(mem.log, mem.checkpoint(), mem.views.transaction)
+            contract = self.contract_at(mem, now)
+            visible = self.visible(request)
+            totals = mem.views.activity.totals(mem.log.recorded_at(now.seq) or 0) if now.seq else {}
+            received = dict(self.received(request, mem, now))
+            uses = layer_uses(contract, totals, received, visible, None if self.hub else mem.config.agent)
             agent = mem.config.agent
-        return self.render(request, "contract.html", "contract", moment=now, contract=contract, agent=agent)
+        return self.render(request, "contract.html", "contract", moment=now, uses=uses, agent=agent)
+
+    def contract_at(self, mem, now: Moment):
+        """The contract as of the moment: the hub's as last pulled, with the local layers declared by then."""
+        return local_layers.merged(mem.hub_contract(), mem.views.config(now.seq), mem.config.agent)
+
+
+class LayerUse(msgspec.Struct):
+    """One layer of the contract as of a moment, and who produced and consumed it by then."""
+
+    layer: str
+    path: str
+    format: str
+    producers: list[str]
+    consumers: list[str]
+    produced: list[tuple[str, int]]  # agent, events in the layer by the moment
+    received: list[tuple[str, str]]  # consumer, what it had received by the moment
+
+
+def layer_uses(contract, totals, received: dict[str, int], visible: set[str] | None, self_agent: str | None):
+    """`received` maps a consumer to the seq it had received up to (a hub's pull cursors); in a
+    workspace (`self_agent`), the agent itself has received what its log holds of the layer."""
+    uses = []
+    for name, spec in sorted((contract.layers if contract else {}).items()):
+        if visible is not None and name not in visible:
+            continue
+        produced = sorted((agent, n) for (layer, agent), n in totals.items() if layer == name)
+        got = []
+        if self_agent is not None and consumes(contract, self_agent, name):
+            got.append((self_agent, f"{sum(n for a, n in produced if a != self_agent)} events of others in its log"))
+        for consumer, upto in sorted(received.items()):
+            if consumes(contract, consumer, name):
+                got.append((consumer, f"up to seq {upto}"))
+        uses.append(LayerUse(layer=name, path=spec.path, format=spec.format, producers=list(spec.producers),
+                             consumers=list(spec.consumers), produced=produced, received=got))
+    return uses
+
+
+def _zoom(strip) -> dict[str, dict[str, int]]:
+    """The time ranges of the zoom buttons: in (the middle half), out (twice as wide), earlier, later."""
+    t0, t1 = strip.t0, strip.t1
+    width = max(t1 - t0, 1)
+    return {"in": {"t0": t0 + width // 4, "t1": t1 - width // 4}, "out": {"t0": t0 - width // 2, "t1": t1 + width // 2},
+            "earlier": {"t0": t0 - width // 2, "t1": t1 - width // 2},
+            "later": {"t0": t0 + width // 2, "t1": t1 + width // 2}}
+
+
+def _layer_of(mem, path: str) -> str:
+    """The shared layer a file belongs to ("" for the agent's own files)."""
+    target = mem.views.shared_target(path) if mem.views.contract else None
+    return target[0] if target else ""
 
 
 def _note(mem, seq: int) -> str:
@@ -174,10 +277,14 @@ async def _refused(request: Request, exc: MemError):
     return problem_response(Problem(type=PROBLEM_BASE + exc.code, title=str(exc), status=status, detail=str(exc)))
 
 
-def create_app(root: Path, title: str = "") -> Starlette:
-    site = Site(root, title)
+def site_app(site: Site, middleware=()) -> Starlette:
+    """The pages of a Site as an ASGI app (a workspace's for `mem ui`; a hub's, mounted at /ui)."""
     routes = [Route("/", lambda request: RedirectResponse("asof")),
               Route("/asof", site.asof), Route("/history", site.history), Route("/timeline", site.timeline),
               Route("/conflicts", site.conflicts), Route("/search", site.search), Route("/contract", site.contract),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
-    return Starlette(routes=routes, exception_handlers={MemError: _refused})
+    return Starlette(routes=routes, middleware=list(middleware), exception_handlers={MemError: _refused})
+
+
+def create_app(root: Path, title: str = "") -> Starlette:
+    return site_app(Site(root, title))

@@ -1,16 +1,19 @@
-"""The timeline: events counted per time bucket and lane (agent · layer), and the kinds seen.
+"""The timeline: events counted per time bucket and lane (agent · layer), kinds coloured, over a time
+range the URL carries (`t0`, `t1` in ms; the whole history up to the moment by default).
 
-Only the columns the strip needs are read (no body is decoded), and at most `WINDOW` of the newest
-events in the chosen seq range, so the page stays fast however long the log is."""
+Counts come from the activity table (projections.activity), summed in SQL per level step, so no
+event is read for the strip or the filter counts; the list below it reads the newest events of the
+range that pass the filters (at most `LISTED`)."""
 
 from collections import Counter
 
 import msgspec
 
 from eventstore.instants import format_instant
+from eventstore.recorder import row_to_event
 
-WINDOW = 10_000
 BUCKETS = 48
+LISTED = 100
 
 
 class Lane(msgspec.Struct):
@@ -20,46 +23,56 @@ class Lane(msgspec.Struct):
 
 
 class Timeline(msgspec.Struct):
-    first: int
-    last: int
+    t0: int
+    t1: int
     start: str
     end: str
+    edges: list[int]  # the start (ms) of each bucket, and the end of the last
     lanes: list[Lane]
     kinds: list[tuple[str, int]]
     layers: list[tuple[str, int]]
     agents: list[tuple[str, int]]
     events: list[tuple[int, str, str, str, str]]  # seq, time, agent, layer, kind (newest first)
     shown: int
-    truncated: bool
 
 
-def timeline(log, upto: int, *, kind: str | None = None, layer: str | None = None, agent: str | None = None,
-             buckets: int = BUCKETS, window: int = WINDOW) -> Timeline:
-    rows = [(r[0], r[3], r[4], r[5], r[6]) for r in log.read_rows(0, upto, newest_first=True, limit=window)]
-    rows.reverse()
+def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, kind: str | None = None,
+             layer: str | None = None, agent: str | None = None, visible: set[str] | None = None,
+             buckets: int = BUCKETS) -> Timeline:
+    """The strip and list as of seq `upto`; `visible` limits the layers shown (a hub token's)."""
+    log = mem.log
+    mem.views.activity.catch_up(log, mem.checkpoint(), mem.views.transaction)
+    first, last = log.recorded_at(1) or 0, log.recorded_at(upto) or 0 if upto else 0
+    t0 = first if t0 is None else max(t0, 0)
+    t1 = last if t1 is None else min(t1, last)
+    t1 = max(t1, t0)
+    cells = [c for c in mem.views.activity.strip(t0, t1, buckets) if visible is None or c.layer in visible]
     kinds, layers, agents = Counter(), Counter(), Counter()
-    for _seq, _at, a, lay, k in rows:
-        if (layer is None or lay == layer) and (agent is None or a == agent):
-            kinds[k] += 1
-        if (kind is None or k == kind) and (agent is None or a == agent):
-            layers[lay] += 1
-        if (kind is None or k == kind) and (layer is None or lay == layer):
-            agents[a] += 1
-    chosen = [r for r in rows if (kind is None or r[4] == kind) and (layer is None or r[3] == layer)
-              and (agent is None or r[2] == agent)]
-    start, end = (rows[0][1], rows[-1][1]) if rows else (0, 0)
-    span = max(end - start, 1)
-    counts = Counter((a, lay, min((at - start) * buckets // span, buckets - 1), k) for _s, at, a, lay, k in chosen)
-    cells: dict[tuple[str, str], list[dict]] = {}
-    for (a, lay, bucket, k), n in counts.items():
-        cell = cells.setdefault((a, lay), [{"n": 0, "kind": "", "top": 0} for _ in range(buckets)])[bucket]
-        cell["n"] += n
-        if n > cell["top"]:
-            cell["kind"], cell["top"] = k, n
-    lanes = [Lane(agent=a, layer=lay, cells=lane) for (a, lay), lane in sorted(cells.items())]
-    events = [(s, format_instant(at), a, lay, k) for s, at, a, lay, k in reversed(chosen[-200:])]
-    return Timeline(first=rows[0][0] if rows else 0, last=rows[-1][0] if rows else 0,
-                    start=format_instant(start) if rows else "", end=format_instant(end) if rows else "",
-                    lanes=lanes, kinds=sorted(kinds.items()), layers=sorted(layers.items()),
-                    agents=sorted(agents.items()), events=events, shown=len(chosen),
-                    truncated=len(rows) >= window and (rows[0][0] > 1))
+    chosen = []
+    for c in cells:
+        if (layer is None or c.layer == layer) and (agent is None or c.agent == agent):
+            kinds[c.kind] += c.n
+        if (kind is None or c.kind == kind) and (agent is None or c.agent == agent):
+            layers[c.layer] += c.n
+        if (kind is None or c.kind == kind) and (layer is None or c.layer == layer):
+            agents[c.agent] += c.n
+        if (kind is None or c.kind == kind) and (layer is None or c.layer == layer) and (agent is None or c.agent == agent):
+            chosen.append(c)
+    lanes: dict[tuple[str, str], list[dict]] = {}
+    for c in chosen:
+        cell = lanes.setdefault((c.agent, c.layer), [{"n": 0, "kind": "", "top": 0} for _ in range(buckets)])[c.bucket]
+        cell["n"] += c.n
+        if c.n > cell["top"]:
+            cell["kind"], cell["top"] = c.kind, c.n
+    span = t1 - t0 + 1
+    edges = [t0 + span * i // buckets for i in range(buckets)] + [t1]
+    after = log.seq_at(t0 - 1) if t0 > first else 0
+    until = min(log.seq_at(t1), upto)
+    allowed = [layer] if layer else (sorted(visible) if visible is not None else None)
+    rows = [] if allowed == [] or until <= after else log.read_rows(
+        after, until, kinds=[kind] if kind else None, layers=allowed, agent=agent, newest_first=True, limit=LISTED)
+    events = [(e.seq, format_instant(e.recorded_at), e.agent, e.layer, e.kind) for e in map(row_to_event, rows)]
+    return Timeline(t0=t0, t1=t1, start=format_instant(t0), end=format_instant(t1), edges=edges,
+                    lanes=[Lane(agent=a, layer=lay, cells=lane) for (a, lay), lane in sorted(lanes.items())],
+                    kinds=sorted(kinds.items()), layers=sorted(layers.items()), agents=sorted(agents.items()),
+                    events=events, shown=sum(c.n for c in chosen))

@@ -1,0 +1,107 @@
+"""The hub's pages at /ui of `mem serve`: the workspace pages over the hub's mirror (sync.mirror),
+behind a token.
+
+A browser gives its token once as `?token=...` (the answer sets an HttpOnly cookie scoped to /ui and
+redirects to the same page without it, so the token leaves the address bar and the history); a
+script sends `Authorization: Bearer <token>`. An agent's token shows the layers that agent consumes
+under the current contract; the admin token (`mem serve --admin-token-file`) shows every layer and
+the contract changes. No token, or an unknown one: a 401 page.
+"""
+
+import hmac
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse
+
+from eventstore.layers import CONTRACT_LAYER, consumed_layers
+from sync.mirror import HubMirror
+from sync.storage import HubStorage, hash_token
+
+from .app import Moment, Site, site_app
+
+COOKIE = "mindlog_ui"
+ADMIN = "admin"
+
+UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>401 · mindlog hub</title></head>
+<body><h1>401: a token is needed</h1><p>{why}. Open <code>/ui/?token=&lt;your hub token&gt;</code> once
+(an agent's token shows the layers it consumes; the admin token shows all), or send
+<code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>"""
+
+
+class HubSite(Site):
+    hub = True
+
+    def __init__(self, storage: HubStorage, mirror: HubMirror, admin_token: str | None = None):
+        super().__init__(mirror.root, title="hub")
+        self.storage = storage
+        self.mirror = mirror
+        self.admin_hash = hash_token(admin_token) if admin_token else None
+
+    def viewer(self, token: str) -> str | None:
+        """ADMIN, the agent the token names, or None."""
+        if self.admin_hash is not None and hmac.compare_digest(hash_token(token), self.admin_hash):
+            return ADMIN
+        return self.storage.agent_for_token(token)
+
+    def visible(self, request: Request) -> set[str]:
+        contract, _ = self.storage.contract()
+        viewer = request.state.viewer
+        if viewer == ADMIN:
+            return set(contract.layers) | {CONTRACT_LAYER}
+        return set(consumed_layers(contract, viewer))
+
+    def memory(self):
+        self.mirror.catch_up()
+        return super().memory()
+
+    @staticmethod
+    def instant(mem, now: Moment) -> int | None:
+        """The hub time of the moment: None (now) when the URL names none."""
+        return None if not now.query else mem.log.recorded_at(now.seq) if now.seq else 0
+
+    def contract_at(self, mem, now: Moment):
+        return self.storage.contract(self.instant(mem, now))[0]
+
+    def received(self, request: Request, mem, now: Moment) -> list[tuple[str, int]]:
+        """Each agent's pull cursor by the moment (an agent's token: its own only)."""
+        at = self.instant(mem, now)
+        viewer = request.state.viewer
+        names = [a.name for a in self.storage.agents() if a.revoked_at is None] if viewer == ADMIN else [viewer]
+        got = [(name, min(self.storage.received_by(name, at), now.seq)) for name in names]
+        return [(name, upto) for name, upto in got if upto]
+
+
+class TokenGate(BaseHTTPMiddleware):
+    def __init__(self, app, site: HubSite):
+        super().__init__(app)
+        self.site = site
+
+    async def dispatch(self, request: Request, call_next):
+        given = request.query_params.get("token")
+        header = request.headers.get("authorization", "")
+        scheme, _, bearer = header.partition(" ")
+        token = given or (bearer.strip() if scheme.lower() == "bearer" else "") or request.cookies.get(COOKIE, "")
+        if not token:
+            return HTMLResponse(UNAUTHORIZED.format(why="No token was given"), status_code=401)
+        viewer = await run_in_threadpool(self.site.viewer, token)
+        if viewer is None:
+            return HTMLResponse(UNAUTHORIZED.format(why="The token is unknown or was revoked"), status_code=401)
+        if given:
+            rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+            answer = RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), status_code=303)
+            answer.set_cookie(COOKIE, token, httponly=True, samesite="strict", path=request.scope.get("root_path", "")
+                              or "/")
+            return answer
+        request.state.viewer = viewer
+        return await call_next(request)
+
+
+def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = None):
+    """The ASGI app to mount at /ui of a hub."""
+    site = HubSite(storage, mirror, admin_token)
+    return site_app(site, middleware=[Middleware(TokenGate, site=site)])
+

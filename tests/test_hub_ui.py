@@ -1,0 +1,122 @@
+"""The hub's pages at /ui of `mem serve`: behind a token, an agent sees the layers it consumes, the
+admin every layer; as of a moment they show what each agent had received by then."""
+
+import httpx
+import pytest
+
+from hubui import UiHub
+from webui import chromium, screenshot
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    made = UiHub(tmp_path_factory.mktemp("hubui"))
+    yield made
+    made.stop()
+
+
+def html(answer: httpx.Response) -> str:
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/html")
+    return answer.text
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer mlg_not-a-token"}, {"Authorization": "Basic x"}])
+def test_without_a_known_token_the_pages_are_a_401(hub, headers):
+    answer = httpx.get(f"{hub.url}/ui/asof", headers=headers, timeout=30)
+    assert answer.status_code == 401 and answer.headers["content-type"].startswith("text/html")
+    assert "a token is needed" in answer.text and "reviews" not in answer.text
+
+
+def test_an_agent_sees_only_the_layers_it_consumes(hub):
+    review = hub.position("reviews", "monday")
+    for page in ("asof", "timeline", "contract", "search?q=monday", "history"):
+        assert "memory/reviews.md" not in html(hub.get(page, "writer")) and "monday" not in \
+            html(hub.get(page, "writer")).replace('value="monday"', "")
+    assert "content/drafts/launch.md" in html(hub.get("asof", "writer"))
+    assert hub.get("asof?file=memory/reviews.md", "writer").status_code == 404
+    for page in ("history?path=memory/reviews.md", "timeline?layer=reviews", f"timeline?event={review}"):
+        refused = hub.get(page, "writer")
+        assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"
+        assert refused.json()["type"].endswith("/not-found")
+    for who in ("reviewer", "admin"):
+        assert "[DECISION]" in html(hub.get("asof?file=memory/reviews.md", who)) and "monday" in html(hub.get(f"timeline?event={review}", who))
+        assert "memory/reviews.md" in html(hub.get("history", who))
+
+
+def test_a_token_in_the_address_becomes_a_cookie(hub):
+    with httpx.Client(base_url=hub.url, timeout=30) as client:
+        answer = client.get(f"/ui/timeline?token={hub.tokens['writer']}&layer=drafts")
+        assert answer.status_code == 303 and answer.headers["location"] == "/ui/timeline?layer=drafts"
+        cookie = answer.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+        assert "writer · drafts" in html(client.get("/ui/timeline?layer=drafts"))
+
+
+def test_the_mirror_keeps_hub_positions_and_times(hub):
+    from eventstore.workspace import Workspace
+    from sync.storage import open_storage
+
+    html(hub.get("asof", "admin"))
+    storage = open_storage(str(hub.team.db))
+    ws = Workspace(hub.team.db.parent / "hub.db.ui")
+    log = ws.open_log(ws.config())
+    try:
+        events = storage.pull(0, ["drafts", "reviews", "_contract"], 100)
+        assert len(events) == storage.head() >= 4
+        for event in events:
+            copy = log.get_by_seq(event.seq)
+            assert (copy.id, copy.recorded_at, copy.digest) == (event.id, event.recorded_at, event.digest)
+    finally:
+        log.close()
+        storage.close()
+
+
+def test_as_of_a_moment_each_agent_had_received(hub):
+    zero, review, one = (hub.position("drafts", "draft zero"), hub.position("reviews", "monday"),
+                         hub.position("drafts", "draft one"))
+    page = html(hub.get(f"asof?seq={one}", "admin"))
+    received = page.split('id="received"', 1)[1].split("</table>", 1)[0]
+    assert f'<td>reviewer</td><td><a href="asof?seq={review}">' in received  # pulled after its own entry
+    then = html(hub.get(f"asof?seq={review}&file=content/drafts/launch.md", "admin"))
+    assert "draft zero" in then and "draft one" not in then
+    assert "<td>reviewer</td>" not in html(hub.get(f"asof?seq={zero}", "writer"))  # an agent sees its own only
+    contract = html(hub.get(f"contract?seq={one}", "admin")).split('data-layer="drafts"', 1)[1].split("</tr>", 1)[0]
+    assert "<div>writer: 2 events</div>" in contract and f"reviewer: up to seq {review}" in contract
+    early = html(hub.get(f"contract?seq={zero}", "admin")).split('data-layer="drafts"', 1)[1].split("</tr>", 1)[0]
+    assert "<div>writer: 1 event</div>" in early
+
+
+def test_in_a_browser_an_agent_token_hides_what_it_does_not_consume(hub, tmp_path):
+    from playwright.sync_api import expect
+
+    with chromium() as (new_page, requests):
+        writer = new_page()
+        writer.goto(f"{hub.url}/ui/?token={hub.tokens['writer']}")
+        writer.wait_for_url("**/ui/asof")
+        writer.get_by_role("link", name="content/drafts/launch.md").click()
+        expect(writer.locator("#file-text")).to_contain_text("draft one")
+        expect(writer.get_by_text("memory/reviews.md")).to_have_count(0)
+        writer.get_by_role("link", name="Timeline").click()
+        expect(writer.locator("select[name=layer] option")).to_have_text(["all", "drafts (2)"])
+        admin = new_page()
+        admin.goto(f"{hub.url}/ui/timeline?token={hub.tokens['admin']}")
+        expect(admin.locator("select[name=layer] option")).to_have_count(4)  # all, _contract, drafts, reviews
+        admin.get_by_role("link", name="Contract").click()
+        expect(admin.locator("tr[data-layer=reviews] .produced")).to_contain_text("reviewer: 1 event")
+        admin.get_by_role("link", name="As of").click()
+        expect(admin.locator("#received")).to_contain_text("reviewer")
+        admin.get_by_role("link", name="memory/reviews.md").click()
+        expect(admin.locator("#file-text")).to_contain_text("[DECISION]")
+        screenshot(admin, tmp_path, "ui-hub.png")
+    assert any("/ui/static/ui.css" in url for url in requests)
+
+
+def test_the_pages_follow_the_hub_as_agents_push(hub):
+    """Runs last: it adds an entry. The contract counts it at once (the mirror and the counts catch up per page)."""
+    hub.team.mem("reviewer", "entry", "add", "reviews", "[FACT] the venue is booked", check=True)
+    hub.team.mem("reviewer", "sync", check=True)
+    row = html(hub.get("contract", "admin")).split('data-layer="reviews"', 1)[1].split("</tr>", 1)[0]
+    assert "<div>reviewer: 2 events</div>" in row
+    received = html(hub.get("asof", "admin")).split('id="received"', 1)[1]
+    assert "<td>reviewer</td>" in received  # now: its pulls after the last event count
