@@ -120,8 +120,9 @@ def main():
             assert answer.status_code == 200, answer.text[:300]
         return fetch
 
+    moments = iter(range(1 << 30))
     library = {
-        "asof": lambda: believed(memory.views, middle, last=10, include_all=True, shared=False),
+        "asof": lambda: believed(memory.views, middle + 997 * next(moments), last=10, include_all=True, shared=False),
         "history": lambda: histories.history(memory, page_path("page-8"), head),
     }
     urls = [("asof", "/asof?seq={m}&page=page-8"), ("asof (a shared file)", "/asof?seq={m}&file=content/drafts/draft-3.md"), ("asof (now)", "/asof?page=page-8"),
