@@ -1,19 +1,23 @@
 """`mem replay` on a large log of small events: events per second and peak RSS.
 
 The log is built first (not timed): page ingests and updates over 2,000 slugs with Always edits
-mixed in. Then the replay runs in a child process so its peak RSS is its own.
-Usage: python bench/bench_replay.py [-n 1000000]
+mixed in. Then the replay runs in a child process so its peak RSS is its own, alternating with the same
+replay by the code of a baseline commit (`--baseline`, extracted with `git archive`), which reads the
+same log: the ratio is measured side by side.
+Usage: python bench/bench_replay.py [-n 1000000] [--baseline REV | --baseline none] [--runs 2]
 """
 
 import argparse
 import json
 import shutil
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from common import peak_rss_mb, table, workdir
+from common import table, workdir
 
 from eventstore.envelope import new_event
 from eventstore.kinds import AlwaysAdd, AlwaysRemove, PageIngest, PageUpdate
@@ -21,6 +25,8 @@ from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import Workspace
 
 SLUGS = 2000
+BASELINE = "d1975a4"  # main when the 200,000 events/s work began (views, search index and trust fields as they were)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def build_log(root: Path, n: int) -> None:
@@ -51,43 +57,71 @@ def build_log(root: Path, n: int) -> None:
     log.close()
 
 
-def replay_child(root: str) -> None:
-    from projections.memory import Memory
-    from projections.replay import replay
+CHILD = """
+import json, resource, sys, time
+from projections.memory import Memory
+from projections.replay import replay
+memory = Memory.open(sys.argv[1])
+start, cpu = time.perf_counter(), time.process_time()
+report = replay(memory)
+print(json.dumps({"events": report.events, "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+"""The replay, timed in a child process (its peak RSS its own) that imports mindlog from PYTHONPATH only:
+the same script times this tree and the baseline's."""
 
-    memory = Memory.open(root)
-    start = time.perf_counter()
-    report = replay(memory)
-    elapsed = time.perf_counter() - start
-    print(json.dumps({"events": report.events, "seconds": elapsed, "rss_mb": peak_rss_mb(),
-                      "files": len(report.files.written)}))
+
+def extract(rev: str, into: Path) -> Path | None:
+    """The tree of commit `rev` of this repository, or None when it cannot be had (no git, no such commit)."""
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return into
+
+
+def run_child(code: Path, root: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(code)}, cwd=tempfile.gettempdir())
+    return json.loads(out.stdout)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=1_000_000)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", default=BASELINE, help="a commit to compare with, or 'none'")
+    parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
-    if args.child:
-        return replay_child(args.child)
     root = workdir("replay") / f"ws-{args.n}"
     if not (root / ".mem" / "log.db").exists():
         shutil.rmtree(root, ignore_errors=True)
         start = time.perf_counter()
         build_log(root, args.n)
         print(f"built a log of {args.n:,} events in {time.perf_counter() - start:.1f}s (not part of the figures)")
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, __file__, "--child", str(root)], capture_output=True, text=True,
-                             check=True)
-        runs.append(json.loads(out.stdout))
+    with tempfile.TemporaryDirectory(prefix="mem-bench-baseline-") as tmp:
+        baseline = extract(args.baseline, Path(tmp)) if args.baseline != "none" else None
+        if args.baseline != "none" and baseline is None:
+            print(f"baseline {args.baseline} could not be extracted with git archive: measuring this code alone")
+        runs, base_runs = [], []
+        for _ in range(args.runs):
+            runs.append(run_child(REPO, root))
+            if baseline is not None:
+                base_runs.append(run_child(baseline, root))
     best = min(runs, key=lambda r: r["seconds"])
     log_mb = (root / ".mem" / "log.db").stat().st_size / 1e6
-    table(f"mem replay of {best['events']:,} events (log {log_mb:.0f} MB; views rebuilt, files rewritten)", [
-        ("events/s", "seconds", "peak RSS MB", "targets"),
-        (f"{best['events'] / best['seconds']:,.0f}", f"{best['seconds']:.1f}", f"{best['rss_mb']:.0f}",
-         ">= 100,000 events/s, < 300 MB"),
-    ])
+    rows = [("code", "events/s", "seconds", "CPU seconds", "peak RSS MB", "targets")]
+    rows.append(("this tree", f"{best['events'] / best['seconds']:,.0f}", f"{best['seconds']:.1f}",
+                 f"{min(r['cpu'] for r in runs):.1f}", f"{best['rss_mb']:.0f}", ">= 200,000 events/s, < 300 MB"))
+    if base_runs:
+        base = min(base_runs, key=lambda r: r["seconds"])
+        base_cpu = min(r["cpu"] for r in base_runs)
+        rows.append((f"baseline {args.baseline}", f"{base['events'] / base['seconds']:,.0f}", f"{base['seconds']:.1f}",
+                     f"{base_cpu:.1f}", f"{base['rss_mb']:.0f}", ""))
+        rows.append(("ratio (baseline / this tree)", f"{base['seconds'] / best['seconds']:.2f}x", "",
+                     f"{base_cpu / min(r['cpu'] for r in runs):.2f}x", "", "(best of each, run alternately)"))
+    table(f"mem replay of {best['events']:,} events (log {log_mb:.0f} MB; views rebuilt, files rewritten); "
+          f"load average {os.getloadavg()[0]:.2f}", rows)
 
 
 if __name__ == "__main__":

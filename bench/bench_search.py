@@ -4,8 +4,7 @@ The log (not timed) holds --pages wiki pages and --entries typed entries in a lo
 updates up to --events events in all, each version a few sentences drawn from a Zipf-distributed
 vocabulary (20,000 words). Then, in one process:
 - `mem replay` of the whole log, and the same replay with the search fold switched off (the cost of
-  keeping the current index inside replay, as a ratio);
-- the first as-of search, which fills the all-versions index from the version tables;
+  keeping both indexes, current and all-versions, inside replay, as a ratio);
 - search p50/p99 over random two-word queries, now and as of random past seqs;
 - a linear scan (grep -l -i of every word, in Python) over the materialised files, the baseline.
 Usage: python bench/bench_search.py [--events 1000000] [--pages 60000] [--entries 40000]
@@ -113,11 +112,15 @@ def main():
         def apply(self, *args, **kwargs):
             pass
 
-        def flush(self):
+        def take_pages(self, *args):
+            pass
+
+        def flush(self, *args):
             pass
 
     without = with_index = 0.0
     if not args.queries_only:
+        replay(memory)  # not timed: the first replay writes every file, the two measured ones find them written
         fold.SearchFold = NoSearch
         start = time.perf_counter()
         replay(memory)
@@ -133,9 +136,6 @@ def main():
     queries = [words(rng, 2).split() for _ in range(args.queries)]  # as the text: common words are common
     moments = [rng.randrange(args.pages + args.entries, head) for _ in range(args.queries)]
 
-    start = time.perf_counter()
-    search.catch_up_history(memory.views)
-    history_build = time.perf_counter() - start
     versions = memory.views.db.execute("SELECT COUNT(*) FROM search_history").fetchone()[0]
 
     def timed_search(query, as_of=None):
@@ -167,9 +167,9 @@ def main():
     table("index build", [
         ("measure", "seconds", "events/s"),
         ("mem replay, search fold off", f"{without:.1f}", f"{head / without:,.0f}"),
-        ("mem replay, current index kept (the shipped path)", f"{with_index:.1f}", f"{head / with_index:,.0f}"),
-        ("  of which the current index", f"{with_index - without:.1f}", f"{without / with_index:.2f}x the rate"),
-        ("all-versions index, filled on the first --at search", f"{history_build:.1f}", f"{head / history_build:,.0f}"),
+        ("mem replay, both indexes kept (the shipped path)", f"{with_index:.1f}", f"{head / with_index:,.0f}"),
+        ("  of which the search indexes (current and all versions)", f"{with_index - without:.1f}",
+         f"{without / with_index:.2f}x the rate"),
     ])
 
 

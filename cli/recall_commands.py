@@ -10,7 +10,7 @@ from projections import search as searching
 from projections import trust
 
 from .app import AtOpt, JsonOpt, LayerOpt, SeqOpt, app, fail, memory, page_app, resolve_at
-from .output import emit_json, progress_bar
+from .output import emit_json
 
 
 def moment(mem, at: Optional[str], seq: Optional[int]) -> tuple[int | None, str]:
@@ -45,9 +45,8 @@ def search(query: str,
             fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
-        with progress_bar("indexing past versions", None) as advance:
-            hits = mem.search(query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (), types=type_ or (),
-                              agent=agent, status=status, include_all=all_, limit=n, progress=advance)
+        hits = mem.search(query, as_of=as_of, day=day, kinds=kind or (), layers=layer or (), types=type_ or (),
+                          agent=agent, status=status, include_all=all_, limit=n)
     if json:
         return emit_json(hits)
     for number, hit in enumerate(hits, 1):

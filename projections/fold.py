@@ -8,10 +8,13 @@ A page version keeps the event's own encoded body (`doc`); its file text is rend
 which keeps a rebuild from formatting a million versions nobody asked for.
 """
 
+import gc
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
+from itertools import islice
 
-from eventstore.envelope import CODEC_REDACTED, decode_body, encode_body, unpack_body
+from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
                               PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
@@ -20,7 +23,7 @@ from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
-from .search import SearchFold
+from .search import SearchFold, page_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
@@ -34,6 +37,9 @@ class WikiFold:
 
     def _reset_batch(self):
         self.versions: list[tuple] = []
+        self.search_rows: list[list] = []  # the search_history row of each version (until, since last)
+        self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
+        self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
         self.always_rows: list[tuple] = []
         self.touched_pages: set[str] = set()
@@ -56,27 +62,45 @@ class WikiFold:
         title = render.title_of(slug, fm, text)
         hook = render.hook_of(fm)
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
+        previous = self._pages.get(slug)
+        if previous is not None:
+            self._close(slug, previous[0], seq)
+        row = [*page_row(seq, "page", MIND, "mind/" + slug, slug, fm, text, title=title, hook=hook), None, seq]
+        self.search_rows.append(row)
+        self._open_rows[slug] = row
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
 
+    def _close(self, slug: str, previous: int, seq: int) -> None:
+        """The search_history row of a page's version `previous` was current until `seq`."""
+        row = self._open_rows.pop(slug, None)
+        if row is not None and row[0] == previous:
+            row[-2] = seq
+        else:
+            self.replaced.append((previous, seq))
+
     def _tombstone(self, seq, version_id, ts, slug, parents):
-        _seq, _id, title, hook, _doc, _ts = self._page(slug)
+        previous, _id, title, hook, _doc, _ts = self._page(slug)
         self.versions.append((slug, seq, version_id, ts, 1, ",".join(parents), title, hook, None))
+        self._close(slug, previous, seq)
         self._pages[slug] = None
         self.touched_pages.add(slug)
         return title
 
     def apply(self, seq: int, version_id: bytes, ts: int, body, raw: bytes) -> None:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
-        if isinstance(body, (PageIngest, PageUpdate)):
-            kind = "update" if self._page(body.slug) is not None else "ingest"
-            if trust.is_held(body.frontmatter) and (kind == "ingest" or not trust.is_held(
-                    decode_body(self._page(body.slug)[4]).frontmatter)):
+        cls = type(body)
+        if cls is PageUpdate or cls is PageIngest:
+            slug, fm = body.slug, body.frontmatter
+            current = self._pages[slug] if slug in self._pages else self._page(slug)
+            kind = "update" if current is not None else "ingest"
+            if "governance" in fm and trust.is_held(fm) and (
+                    current is None or not trust.is_held(decode_body(current[4]).frontmatter)):
                 kind = "hold"
-            title = self._version(seq, version_id, ts, body.slug, body.parents, body.frontmatter, body.text, raw)
-            if not getattr(body, "quiet", False):
-                self._log(seq, ts, kind, title, body.note)
+            title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw)
+            if cls is PageUpdate or not body.quiet:
+                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note)))
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
@@ -139,10 +163,11 @@ class WikiFold:
         self._reset_batch()
 
 
-def _redacted(stored: bytes) -> tuple:
-    """A redacted event's stand-in body (its content reads `[redacted: reason]`) and its bytes."""
-    body = stand_in(decode_body(stored))
-    return body, encode_body(body)
+def _unpacked(codec: int, stored: bytes) -> bytes:
+    """The body bytes the fold reads: a redacted event's are its stand-in's (content `[redacted: reason]`)."""
+    if codec == CODEC_REDACTED:
+        return encode_body(stand_in(decode_body(stored)))
+    return unpack_body(codec, stored)
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
@@ -154,36 +179,52 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     """
     target = log.head() if upto is None else upto
     wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
+    with _no_cyclic_gc():
+        return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
+
+
+@contextmanager
+def _no_cyclic_gc():
+    """A batch keeps tens of thousands of rows and bodies alive at once; the cycle collector would walk
+    them again and again (a quarter of a replay's time) while refcounting alone frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) -> int:
     while True:
         with views.transaction():
             start = views.checkpoint()
             if start >= target:
                 return start
-            following = log.seq_after(start, batch)  # seqs an ImportGap skipped count for none
-            end = min(following or target, target)
-            apply_wiki, apply_adf = wiki.apply, adf.apply
+            rows = list(islice(log.fold_rows(start, target), batch))  # seqs an ImportGap skipped count for none
+            end = rows[-1][0] if len(rows) == batch else target
+            raws = [body if codec == CODEC_RAW else _unpacked(codec, body)
+                    for _seq, _id, _ts, _layer, _kind, codec, body, _agent in rows]
+            apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
             ts = 0
-            for seq, version_id, ts, layer, kind, codec, body, agent in log.fold_rows(start, end):
-                if codec == CODEC_REDACTED:
-                    decoded, raw = _redacted(body)
-                else:
-                    raw, decoded = unpack_body(codec, body), None
-                if layer == MIND and kind in WIKI_KINDS:
-                    apply_wiki(seq, version_id, ts, decoded or decode_body(raw), raw)
+            for (seq, version_id, ts, layer, kind, _codec, _body, agent), raw, decoded in zip(
+                    rows, raws, decode_bodies(raws)):
+                if kind in WIKI_KINDS and layer == MIND:
+                    apply_wiki(seq, version_id, ts, decoded, raw)
                 elif kind in ADF_KINDS:
-                    decoded = decoded or decode_body(raw)
                     apply_adf(seq, ts, decoded)
-                    search.apply(seq, layer, decoded)
+                    apply_search(seq, layer, decoded)
                 elif kind in SHARED_KINDS:
                     id = id_text(version_id)
-                    decoded = decoded or decode_body(raw)
-                    shared.apply(seq, id, agent, layer, decoded, raw, wiki.dirty)
-                    search.apply(seq, layer, decoded, id, agent)
+                    apply_shared(seq, id, agent, layer, decoded, raw, wiki.dirty)
+                    apply_search(seq, layer, decoded, id, agent)
+            del rows, raws
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)
             shared.flush()
             search.take_pages(wiki.touched_pages, wiki._page)
-            search.flush()
+            search.flush(wiki.search_rows, wiki.replaced)
             wiki.flush(end)
             anchor = log.get_by_seq(end)
             if anchor is not None:

@@ -135,7 +135,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
-    edited by hand: it is left alone (and reported) unless `force`. `dry_run` only reports.
+    edited by hand: it is left alone (and reported) unless `force`. `dry_run` only lists what would
+    be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
     """
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
@@ -147,6 +148,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
             continue
         on_disk = file_hash(target)
         edited = on_disk is not None and on_disk != written
+        if dry_run and not (edited and not force):
+            continue
         chunks = views.file_chunks(path)
         if chunks is None:
             if on_disk is not None:
@@ -187,13 +190,14 @@ def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bo
         if on_disk != new_hash:
             report.refused.append(path)
         return new_hash
-    tmp, new_hash = _write_temp(target, chunks)
+    tmp, new_hash = _write_temp(target, chunks, sync=False)  # synced only if it is kept
     if on_disk == new_hash:
         tmp.unlink()
     elif refuse:
         tmp.unlink()
         report.refused.append(path)
     else:
+        _fsync(tmp)
         os.replace(tmp, target)
         report.written.append(path)
     return new_hash

@@ -60,6 +60,8 @@ class Memory:
         # A long-running caller (the MCP server) answers once the event is in the log and the views, and
         # writes the files after: appends then leave them dirty for its own `refresh()`.
         self.defer_files = False
+        if self.views.started_over:  # views of an older version: folded again before anything reads them
+            self.refresh()
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> "Memory":

@@ -32,7 +32,7 @@ def _build(memory, path: Path, upto: int | None, progress) -> Views:
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
     views = Views(path, contract=memory.hub_contract(), agent=memory.config.agent, fast=True)
-    with search.indexed_at_the_end(views.db):
+    with views.bulk(), search.indexed_at_the_end(views.db):
         catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views

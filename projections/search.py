@@ -4,14 +4,15 @@ What is searched: wiki pages, pages of shared `pages` layers, typed entries, loo
 compacted: what `audit read` reaches) and text files. Two indexes, one row shape:
 
 - `search_docs` holds the current version of each of them (the id is the seq of the event that made
-  it) and `search_docs_fts` indexes it, kept in step by sqlite-utils' FTS triggers. `SearchFold` writes
-  it in the fold's transaction, like every other view, so `mem replay` rebuilds it; a batch writes only
-  the versions still current at its end, so a replay does not index the 499 versions of a page that
-  were replaced within the same batch.
-- `search_history` holds every version ever, for `--at`/`--seq`. It is filled from the version
-  tables (`page_versions`, `shared_versions`, `entries`, `loop_rows`, `file_versions`) up to the
-  views' checkpoint when a past moment is searched (`catch_up_history`), never by replaying the log;
-  whether a version was still current at the moment is answered by those tables too.
+  it) and `search_docs_fts` indexes it. A batch writes only the versions still current at its end,
+  so a replay does not index the 499 versions of a page that were replaced within the same batch.
+- `search_history` holds every version ever, for `--at`/`--seq`: `since` is the seq from which it is
+  found (its own, or the import's for a message archived in an imported ADF file), `until` the seq
+  of the version, rename or delete that replaced a page or file.
+
+Both are views like the others: `SearchFold` writes them in the fold's transaction (sqlite-utils'
+FTS triggers follow each insert and delete), `mem replay` rebuilds them and builds both full-text
+indexes once at the end, and `mem replay --check` compares them.
 
 The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
@@ -31,74 +32,77 @@ from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, Lo
 from . import render, trust
 from .adf import blob_json
 
-TABLES = ("search_docs",)
-"""The view tables `mem replay --check` compares (search_history is a cache of the version tables)."""
+TABLES = ("search_docs", "search_history")
+"""The view tables `mem replay --check` compares."""
 
 COLUMNS = ("id", "kind", "layer", "key", "title", "body", "type", "status", "stale_after", "ref", "reverses",
            "agent")
 _TABLE = """CREATE TABLE IF NOT EXISTS {} (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, key TEXT NOT NULL, title TEXT NOT NULL,
     body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT{});"""
-SCHEMA = (_TABLE.format("search_docs", "") + _TABLE.format("search_history", ", until INTEGER") + """
+SCHEMA = (_TABLE.format("search_docs", "") + _TABLE.format("search_history", ", until INTEGER, since INTEGER NOT NULL")
+          + """
 CREATE INDEX IF NOT EXISTS search_docs_by_key ON search_docs(kind, key);
 CREATE INDEX IF NOT EXISTS search_docs_reversals ON search_docs(reverses) WHERE reverses IS NOT NULL;
 CREATE INDEX IF NOT EXISTS search_history_reversals ON search_history(reverses) WHERE reverses IS NOT NULL;
+CREATE INDEX IF NOT EXISTS search_history_files ON search_history(key) WHERE kind = 'file' AND until IS NULL;
 """)
+FTS_TABLES = ("search_docs", "search_history")
 KINDS = ("page", "shared-page", "entry", "loop", "file")
 MARK = ("**", "**")
+
+
+def outdated(db) -> bool:
+    """Views made when the all-versions index was a cache filled on first use (it has no `since`)."""
+    columns = [column[1] for column in db.execute("PRAGMA table_info(search_history)")]
+    return bool(columns) and "since" not in columns
 
 
 def init(db) -> None:
     """Creates both FTS5 indexes through sqlite-utils (`enable_fts`, with the triggers that keep them).
 
     sqlite-utils is imported only when they are missing: it costs a quarter second of start-up."""
-    if "until" not in [column[1] for column in db.execute("PRAGMA table_info(search_history)")]:
-        _drop_history(db)  # made before `until` was kept: it is a cache, so it is simply refilled
-    missing = [name for name in ("search_docs", "search_history") if db.execute(
+    missing = [name for name in FTS_TABLES if db.execute(
         "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
     if missing:
-        import sqlite_utils
+        _enable_fts(db, missing)
 
-        database = sqlite_utils.Database(db, recursive_triggers=False)
-        for name in missing:
-            database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
-        db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
-    db.execute("CREATE INDEX IF NOT EXISTS search_history_open ON search_history(kind) WHERE until IS NULL")
-    db.execute("INSERT OR IGNORE INTO meta VALUES ('search_history', '0')")
+
+def _enable_fts(db, names) -> None:
+    import sqlite_utils
+
+    database = sqlite_utils.Database(db, recursive_triggers=False)
+    for name in names:
+        database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
+    db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
 
 
 @contextmanager
 def indexed_at_the_end(db):
-    """For a rebuild into a new file (`mem replay`): the current index is dropped while the fold runs and
-    built once from `search_docs` after it, instead of following every insert and delete by trigger."""
+    """For a rebuild into a new file (`mem replay`): both full-text indexes are dropped while the fold
+    runs and built once after it, instead of following every insert and delete by trigger."""
     import sqlite_utils
 
-    table = sqlite_utils.Database(db, recursive_triggers=False)["search_docs"]
-    table.disable_fts()
+    database = sqlite_utils.Database(db, recursive_triggers=False)
+    for name in FTS_TABLES:
+        database[name].disable_fts()
     yield
-    table.enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
-
-
-def _drop_history(db) -> None:
-    for statement in ("DROP TRIGGER IF EXISTS search_history_ai", "DROP TRIGGER IF EXISTS search_history_ad",
-                      "DROP TRIGGER IF EXISTS search_history_au", "DROP TABLE IF EXISTS search_history_fts",
-                      "DROP TABLE IF EXISTS search_history", "DELETE FROM meta WHERE key = 'search_history'"):
-        db.execute(statement)
-    for statement in SCHEMA.split(";"):
-        if "search_history" in statement:
-            db.execute(statement)
+    _enable_fts(db, FTS_TABLES)
 
 
 def _text_of(content: list) -> str:
     return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
-def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None) -> tuple:
-    description = render.hook_of(fm)
+def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None, title=None, hook=None) -> tuple:
+    """A page version's row; `title` and `hook` when the caller has them already (render's title_of, hook_of)."""
+    description = render.hook_of(fm) if hook is None else hook
     status = fm.get("status")
-    return (seq, kind, layer, key, render.title_of(slug, fm, text),
+    stale = fm.get("stale_after")
+    return (seq, kind, layer, key, render.title_of(slug, fm, text) if title is None else title,
             f"{description}\n\n{text}" if description else text, str(fm.get("type")),
-            trust.stored_status(status), trust.stale_day(fm.get("stale_after")), ref, None, agent)
+            None if status is None else trust.stored_status(status), None if stale is None else trust.stale_day(stale),
+            ref, None, agent)
 
 
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
@@ -133,7 +137,8 @@ def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
 
 
 class SearchFold:
-    """Folds events into `search_docs`: per batch, only what is current at its end is written."""
+    """Folds events into `search_docs` (per batch, only what is current at its end is written) and
+    `search_history` (every version, closed by the version that replaced it)."""
 
     def __init__(self, views):
         self.db = views.db
@@ -143,6 +148,8 @@ class SearchFold:
     def _reset(self):
         self.pending: dict[tuple, tuple] = {}  # (kind, key[, ref]) -> its row
         self.gone: set[int] = set()  # ids of stored rows that stopped being current
+        self.history: list[tuple] = []  # the search_history row of every version the batch made
+        self.closed_files: list[tuple[int, str]] = []  # (seq, path) of each write or delete of a file
 
     def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
@@ -169,31 +176,37 @@ class SearchFold:
                     kept.append((id, ref))
             rows[:] = kept
 
+    def _add(self, key: tuple, row: tuple, since: int | None = None) -> None:
+        self.pending[key] = row
+        self.history.append((*row, None, row[0] if since is None else since))
+
     def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
         """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
-        pending = self.pending
         if isinstance(body, LoopAppend):
-            pending[("loop", seq)] = loop_row(seq, body.loop, body.role, _text_of(body.content))
+            self._add(("loop", seq), loop_row(seq, body.loop, body.role, _text_of(body.content)))
         elif isinstance(body, LoopCompact):
-            pending[("loop", seq)] = loop_row(seq, body.loop, "user", body.summary)
+            self._add(("loop", seq), loop_row(seq, body.loop, "user", body.summary))
         elif isinstance(body, AuditImport):
             for row in archived_loop_rows(body.source, body.data):
-                pending[("loop", row[0])] = row
+                if row[0] < seq:  # archived before the import; found from the import on, not from its own seq
+                    self._add(("loop", row[0]), row, since=seq)
         elif isinstance(body, FileWrite):
             self._replace("file", body.path)
+            self.closed_files.append((seq, body.path))
             row = file_row(seq, body.path, body.content, body.mime_type)
             if row is not None:
-                pending[("file", body.path)] = row
+                self._add(("file", body.path), row)
         elif isinstance(body, FileDelete):
             self._replace("file", body.path)
+            self.closed_files.append((seq, body.path))
         elif isinstance(body, EntryAppend):
-            pending[("entry", id)] = entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
-                                               agent)
+            self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
+                                               agent))
         elif isinstance(body, (PageIngest, PageUpdate)):
             key = f"{layer}/{body.slug}"
             self._replace("shared-page", key, set(body.parents))
-            pending[("shared-page", key, id)] = page_row(seq, "shared-page", layer, key, body.slug,
-                                                         body.frontmatter, body.text, id, agent)
+            self._add(("shared-page", key, id), page_row(seq, "shared-page", layer, key, body.slug,
+                                                         body.frontmatter, body.text, id, agent))
         elif isinstance(body, PageDelete):
             self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents))
 
@@ -208,85 +221,38 @@ class SearchFold:
             if page is not None:
                 document = decode_body(page[4])
                 self.pending[("page", key)] = page_row(page[0], "page", MIND, key, slug, document.frontmatter,
-                                                       document.text)
+                                                       document.text, title=page[2], hook=page[3])
 
-    def flush(self) -> None:
-        """Writes the batch (the FTS triggers follow); the caller holds the transaction."""
+    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> None:
+        """Writes the batch (the FTS triggers follow); the caller holds the transaction.
+
+        `page_versions` are the search_history rows of the wiki page versions the batch made (those it
+        replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
+        replaced it) of each wiki version, rename or delete."""
+        db = self.db
         if self.gone:
-            self.db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
+            db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
         if self.pending:
             rows = sorted(self.pending.values())
-            self.db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+            db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
             for row in rows:
                 if row[1] in ("page", "file", "shared-page"):
                     self._stored(row[1], row[3]).append((row[0], row[9]))
+        insert = f"INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
+        db.executemany("INSERT " + insert, page_versions)  # a version's id is its event's seq: still free
+        if replaced_pages:
+            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
+                           [(seq, id) for id, seq in replaced_pages])
+        if self.history:
+            db.executemany("INSERT OR IGNORE " + insert, sorted(self.history, key=_by_id_since))  # first wins
+        if self.closed_files:
+            db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
+                           "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in self.closed_files])
         self._reset()
 
 
-def catch_up_history(views, progress=None) -> int:
-    """Brings `search_history` up to the views' checkpoint from the version tables; returns rows added.
-    `progress(n)` hears of every n rows indexed."""
-    db = views.db
-    with views.transaction():
-        start = int(db.execute("SELECT value FROM meta WHERE key = 'search_history'").fetchone()[0])
-        end = views.checkpoint()
-        added = 0
-        if end > start:
-            batch = []
-            for rows in _versions_between(db, start, end):
-                batch.extend(rows)
-                if len(batch) >= 5000:
-                    added += _insert_history(db, batch)
-                    batch = []
-                    if progress:
-                        progress(5000)
-            added += _insert_history(db, batch)
-            _close_versions(db, end)
-            db.execute("UPDATE meta SET value = ? WHERE key = 'search_history'", (str(end),))
-    return added
-
-
-def _insert_history(db, rows) -> int:
-    db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * len(COLUMNS))}, NULL)", rows)
-    return len(rows)
-
-
-def _close_versions(db, end: int) -> None:
-    """Sets `until` on the page and file versions that a later version, rename or delete (up to `end`)
-    replaced: the seq of the first later row of the same page or file in its version table."""
-    db.execute("UPDATE search_history SET until = (SELECT MIN(v.seq) FROM page_versions v WHERE "
-               "v.slug = substr(search_history.key, 6) AND v.seq > search_history.id AND v.seq <= ?) "
-               "WHERE kind = 'page' AND until IS NULL", (end,))
-    db.execute("UPDATE search_history SET until = (SELECT MIN(v.seq) FROM file_versions v WHERE "
-               "v.path = search_history.key AND v.seq > search_history.id AND v.seq <= ?) "
-               "WHERE kind = 'file' AND until IS NULL", (end,))
-
-
-def _versions_between(db, start: int, end: int):
-    """Every searchable version made in (start, end], as search rows, read from the version tables."""
-    span = (start, end)
-    for slug, seq, doc in db.execute("SELECT slug, seq, doc FROM page_versions WHERE seq > ? AND seq <= ? "
-                                     "AND doc IS NOT NULL", span).fetchall():
-        page = decode_body(doc)
-        yield [page_row(seq, "page", MIND, f"mind/{slug}", slug, page.frontmatter, page.text)]
-    for layer, slug, id, seq, agent, doc in db.execute(
-            "SELECT layer, slug, id, seq, agent, doc FROM shared_versions WHERE seq > ? AND seq <= ? AND deleted = 0",
-            span).fetchall():
-        page = decode_body(doc)
-        yield [page_row(seq, "shared-page", layer, f"{layer}/{slug}", slug, page.frontmatter, page.text, id, agent)]
-    yield [entry_row(seq, layer, id, type, date, content, reverses, agent) for layer, id, seq, agent, type, date,
-           content, reverses in db.execute("SELECT layer, id, seq, agent, type, date, content, reverses FROM entries "
-                                           "WHERE seq > ? AND seq <= ?", span)]
-    yield [loop_row(seq, loop, role, _text_of(json.loads(content))) for seq, loop, role, content in db.execute(
-        "SELECT seq, loop, role, content_json FROM loop_rows WHERE seq > ? AND seq <= ?", span)]
-    for source, data in db.execute("SELECT source, data FROM audit_rows WHERE event_seq > ? AND event_seq <= ? "
-                                   "AND (source = 'loop' OR source LIKE 'loop:%')", span).fetchall():
-        yield [row for row in archived_loop_rows(source, data) if row[0] <= end]
-    for path, seq, content, mime in db.execute("SELECT path, seq, content, mime_type FROM file_versions "
-                                               "WHERE seq > ? AND seq <= ? AND deleted = 0", span).fetchall():
-        row = file_row(seq, path, content, mime)
-        if row is not None:
-            yield [row]
+def _by_id_since(row: tuple) -> tuple[int, int]:
+    return row[0], row[-1]
 
 
 def current_at(db, row, as_of: int) -> bool:
@@ -329,12 +295,11 @@ def quote(query: str) -> str:
 
 def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), layers=(), types=(),
            agent: str | None = None, self_agent: str | None = None, status: str | None = None,
-           include_all: bool = False, limit: int = 10, progress=None) -> list[Hit]:
+           include_all: bool = False, limit: int = 10) -> list[Hit]:
     """The best `limit` hits for `query`, as memory stood at `as_of` (None: now), staleness judged on `day`.
 
     Withheld material (superseded, deprecated, archived) is left out unless `include_all` or a
-    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest. The first
-    search of a past moment fills the all-versions index (`progress` hears of it).
+    `status` filter asks for it; flagged material (stale, reversed) ranks below the rest.
     """
     match = quote(query)
     if not match:
@@ -343,11 +308,9 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     past = as_of is not None and as_of < checkpoint
     table = "search_history" if past else "search_docs"
     fts = f"{table}_fts"
-    if past:
-        catch_up_history(views, progress)
     where, params = [f"{fts} MATCH ?"], [match]
     if past:
-        where.append(f"{fts}.rowid <= ? AND (d.until IS NULL OR d.until > ?)")
+        where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?)")
         params += [as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:

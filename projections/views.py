@@ -18,12 +18,13 @@ from . import activity, adf, local_layers, render, search, shared
 
 SCHEMA_VERSION = "1"
 
+_PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS page_versions (
     slug TEXT NOT NULL, seq INTEGER NOT NULL, version_id BLOB NOT NULL, ts INTEGER NOT NULL, deleted INTEGER NOT NULL,
     parents TEXT NOT NULL, title TEXT NOT NULL, hook TEXT NOT NULL, doc BLOB);
-CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq);
+{page_versions_index};
 CREATE TABLE IF NOT EXISTS pages (
     slug TEXT PRIMARY KEY, seq INTEGER NOT NULL, version_id BLOB NOT NULL,
     title TEXT NOT NULL, hook TEXT NOT NULL, ts INTEGER NOT NULL);
@@ -31,7 +32,7 @@ CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, ts INTEGER 
 CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, entry TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS file_state (
     path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
-"""
+""".replace("{page_versions_index}", _PAGE_VERSIONS_INDEX)
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
                "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions", *search.TABLES)
@@ -127,7 +128,10 @@ class Views:
         self.written = WrittenFiles(self.db)
         self.activity = activity.Activity(self.db)
         self._versions_as_of: tuple = (None, [])
+        self.started_over = False
         with self.transaction():
+            if search.outdated(self.db):
+                self._start_over()
             for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
@@ -142,6 +146,15 @@ class Views:
     def close(self) -> None:
         self.db.close()
 
+    def _start_over(self) -> None:
+        """Empties views made by an older version (their tables differ): the next catch-up folds the
+        whole log again. What was written to the workspace files (file_state) is kept."""
+        for table in (*VIEW_TABLES, "search_docs_fts", "search_history_fts"):
+            self.db.execute(f"DROP TABLE IF EXISTS {table}")
+        self.db.execute("DELETE FROM meta WHERE key IN ('checkpoint', 'anchor', 'search_history')")
+        self.db.execute("UPDATE file_state SET dirty = 1")
+        self.started_over = True
+
     @contextmanager
     def transaction(self):
         """The one write transaction of the views: taken at once (IMMEDIATE), committed when the block
@@ -154,6 +167,15 @@ class Views:
                 self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+
+    @contextmanager
+    def bulk(self):
+        """For a rebuild into a new file: the page versions' index is built once at the end (sorted)
+        instead of at each of a million random inserts. The fold never reads page_versions by it
+        while rebuilding: every page it reads was folded by itself, and is in its cache."""
+        self.db.execute("DROP INDEX IF EXISTS page_versions_by_slug")
+        yield
+        self.db.execute(_PAGE_VERSIONS_INDEX)
 
     def set_contract(self, contract) -> bool:
         """Places the shared layers by a new contract: every file it moves is marked to be written

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError
-from projections import audit
+from projections import audit, search
 from projections.memory import Memory
 from projections.replay import _build, check, replay
 
@@ -64,6 +64,14 @@ def perform(memory: Memory, step) -> None:
         pass  # refused (a missing page, an empty line...): the log is unchanged, which is the point
 
 
+WORDS = ["first", "second", "alpha", "summary", "title", "txt", "b"]
+
+
+def found(views, word: str, as_of: int | None) -> set[tuple[str, str]]:
+    return {(hit.citation, hit.snippet) for hit in search.search(views, word, as_of=as_of, day="2026-11-30",
+                                                                   include_all=True, limit=1000)}
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and ".mem" not in p.parts}
@@ -90,6 +98,8 @@ def test_replay_is_byte_identical_to_incremental_updates(steps, data):
                 assert memory.show(path, at) == rebuilt.file_text(path), path
             assert audit.loop_rows(memory.views, None, at) == audit.loop_rows(rebuilt, None)
             assert audit.audit_rows(memory.views, None, at) == audit.audit_rows(rebuilt, None)
+            for word in WORDS:  # the all-versions index as of `at` finds what a rebuild up to `at` holds
+                assert found(memory.views, word, at) == found(rebuilt, word, None), word
             rebuilt.close()
 
 

@@ -98,6 +98,28 @@ def test_the_index_is_a_view_replay_rebuilds_it_identically(memory):
     assert cites(memory, "word3", as_of=5) == ["adf-file://mind/p3.md"]
 
 
+def test_the_all_versions_index_is_written_by_the_fold_and_rebuilt_identically(memory):
+    first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
+    second = memory.write_page("deploy", page("Deploy", "Canary first.")).seq
+    renamed = memory.rename_page("deploy", "release").seq
+    memory.file_write("notes.txt", b"canary notes")
+    rewritten = memory.file_write("notes.txt", b"staging notes").seq
+    deleted = memory.file_delete("notes.txt").seq
+    rows = memory.views.db.execute("SELECT id, kind, key, until, since FROM search_history ORDER BY id").fetchall()
+    assert rows == [(first, "page", "mind/deploy", second, first), (second, "page", "mind/deploy", renamed, second),
+                    (renamed, "page", "mind/release", None, renamed),
+                    (rewritten - 1, "file", "notes.txt", rewritten, rewritten - 1),
+                    (rewritten, "file", "notes.txt", deleted, rewritten)]  # before any search of the past
+    history = memory.views.dump()["search_history"]
+    assert replaying.check(memory).same
+    replaying.replay(memory)
+    assert memory.views.dump()["search_history"] == history
+    assert cites(memory, "staging", as_of=first) == ["adf-file://mind/deploy.md"]
+    assert cites(memory, "staging", as_of=second) == []
+    assert cites(memory, "staging", as_of=rewritten) == ["adf-file://notes.txt"]
+    assert cites(memory, "staging", as_of=deleted) == []
+
+
 def test_mem_search_cli(workspace, tmp_path):
     doc = tmp_path / "d.md"
     doc.write_bytes(page("Deploy procedure", "Prod needs the owner ack."))
@@ -139,7 +161,26 @@ def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
         assert hit.citation == f"[S{seq}]" and "compacted" in hit.flags
 
 
-def test_a_history_index_without_until_is_refilled(memory):
+def test_messages_archived_in_an_imported_adf_file_are_not_found_before_the_import(memory, tmp_path):
+    from projections.adf_file import export_adf, import_adf
+    from projections.memory import Memory
+
+    seq = memory.loop_append("user", [{"type": "text", "text": "The migration needs the new column."}]).seq
+    memory.loop_append("user", [{"type": "text", "text": "ok"}])
+    memory.loop_compact("Summary.", preserve=1)
+    export_adf(memory, tmp_path / "a.adf", memory.views.checkpoint())
+    with Memory.init(tmp_path / "copy") as copy:
+        import_adf(copy, tmp_path / "a.adf")
+        copy.loop_append("user", [{"type": "text", "text": "later"}])  # the import is in the past now
+        [imported] = [e.seq for e in copy.log.read(kinds=["audit.import"])]
+        assert seq < imported  # the message keeps its seq, which the log had passed before the import
+        assert cites(copy, "migration column", as_of=imported - 1) == []
+        assert cites(copy, "migration column", as_of=seq) == []
+        assert cites(copy, "migration column", as_of=imported) == [f"[S{seq}]"]
+        assert cites(copy, "migration column") == [f"[S{seq}]"]
+
+
+def test_views_made_when_the_history_index_was_a_cache_are_folded_again(memory):
     first = memory.write_page("deploy", page("Deploy", "Staging first.")).seq
     memory.write_page("deploy", page("Deploy", "Canary first."))
     db = memory.views.db
