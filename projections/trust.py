@@ -55,9 +55,8 @@ WITHHELD_SQL = f"(status IS NULL OR NOT ({' OR '.join(_withheld_sql(w) for w in 
 
 
 def stored_status(status) -> str | None:
-    """A status as the views keep it: stripped, each run of whitespace one space (so that SQL, which knows
-    only the space, needs no trim of its own and splits the first word where `status_word` does)."""
-    return None if status is None else " ".join(str(status).split())
+    """A status as the views keep it: a stripped string (so that SQL needs no trim of its own)."""
+    return None if status is None else str(status).strip()
 
 
 def stale_day(stale_after) -> str | None:
