@@ -60,9 +60,8 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
 
     The hub's shared layers are browsable at /ui (open /ui/?token=TOKEN once: an agent's token shows
     the layers it consumes, the admin token every layer)."""
-    import uvicorn
-
     from sync.hub import create_app
+    from sync.server import serve as serve_app
     from sync.storage import hub_exists
 
     if not hub_exists(db):
@@ -71,7 +70,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     app = create_app(hub, group_commit=group_commit)
     app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
     typer.echo(f"mindlog hub on http://{host}:{port} ({db}); pages at http://{host}:{port}/ui/", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    serve_app(app, host, port)
 
 
 def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):

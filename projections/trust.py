@@ -29,7 +29,7 @@ def status_word(status) -> str:
     text = str(status or "").strip().lower()
     if text.startswith("superseded"):
         return "superseded"
-    return re.split(r"[\s:]", text, maxsplit=1)[0]
+    return re.split(r"[ :]", text, maxsplit=1)[0]  # the words WITHHELD_SQL can tell apart: a space or a colon ends one
 
 
 def superseded_by(status) -> str | None:

@@ -2,50 +2,80 @@
 while the previous one was in flight (pushes from many agents, pull records), so one fsync serves a
 whole group. Each push is still all or nothing and is answered only once its events are durable.
 
+The commits run in a thread of their own, which starts the next group as soon as a commit returns:
+the event loop only queues pushes and, once told a commit is done, answers them and wakes the
+long-polls. (Through a worker-thread pool, each commit would wait for a busy loop to hand it over.)
+
+Pull records (the cursor each pull acknowledges) are not awaited by the pull: they ride on the next
+push's commit, or are committed on their own PULL_RECORD_DELAY after the first of them, so a hub whose
+consumers are woken by every commit does not spend an fsync on their acknowledgements.
+
 With `group=False` every push (and every pull record) is a transaction of its own: the
 commit-per-request baseline bench/bench_hub_load.py compares against.
 """
 
 import asyncio
+import threading
+import time
 from collections import deque
-
-from starlette.concurrency import run_in_threadpool
 
 from eventstore.envelope import Event
 from eventstore.ids import now_ms
 
 from .fanout import Fanout
-from .storage import HubStorage, PullRecord
+from .storage import Committed, HubStorage, PullRecord
 from .wire import PushResult
 
 MAX_GROUP_EVENTS = 20_000
+PULL_RECORD_DELAY = 0.5
+IDLE_CHECK = 1.0
+"""Seconds between the idle commit thread's checks that its event loop is still open."""
 
 
 class GroupCommitter:
+    """Made inside the event loop that serves the hub; `push` and `record_pull` are called from it."""
+
     def __init__(self, storage: HubStorage, fanout: Fanout, group: bool = True):
         self.storage = storage
         self.fanout = fanout
         self.group = group
+        self._loop = asyncio.get_running_loop()
+        self._pending = threading.Condition()
         self._pushes: deque[tuple[list[Event], asyncio.Future]] = deque()
         self._pulls: deque[PullRecord] = deque()
+        self._pulls_due: float | None = None  # monotonic time the queued pull records must be committed by
         self._recorded: dict[str, int] = {}
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._thread = threading.Thread(target=self._run, daemon=True, name="hub-commit")
+        self._thread.start()
 
     async def push(self, events: list[Event]) -> list[PushResult]:
-        future = asyncio.get_running_loop().create_future()
-        self._pushes.append((events, future))
-        self._wake.set()
+        future = self._loop.create_future()
+        with self._pending:
+            self._pushes.append((events, future))
+            self._pending.notify()
         return await future
 
     def record_pull(self, agent: str, cursor: int) -> None:
-        """Queued for the next commit, not awaited: a lost record is written again by the agent's next
+        """Queued for a later commit, not awaited: a lost record is written again by the agent's next
         pull. A cursor this process recorded last time for the agent is not written twice."""
         if self._recorded.get(agent) == cursor:
             return
         self._recorded[agent] = cursor
-        self._pulls.append(PullRecord(agent, cursor, now_ms()))
-        self._wake.set()
+        with self._pending:
+            self._pulls.append(PullRecord(agent, cursor, now_ms()))
+            if not self.group:
+                self._pending.notify()
+            elif self._pulls_due is None:
+                self._pulls_due = time.monotonic() + PULL_RECORD_DELAY
+                self._pending.notify()
+
+    def _wait(self) -> float | None:
+        """Seconds until something is due (0: now); None when nothing is queued."""
+        if self._pushes or (self._pulls and not self.group):
+            return 0.0
+        if self._pulls_due is not None:
+            return max(0.0, self._pulls_due - time.monotonic())
+        return None
 
     def _take(self) -> tuple[list, list[PullRecord]]:
         if not self.group:
@@ -56,28 +86,38 @@ class GroupCommitter:
         while self._pushes and (not taken or size + len(self._pushes[0][0]) <= MAX_GROUP_EVENTS):
             size += len(self._pushes[0][0])
             taken.append(self._pushes.popleft())
-        pulls, self._pulls = list(self._pulls), deque()
+        pulls, self._pulls, self._pulls_due = list(self._pulls), deque(), None
         return taken, pulls
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pushes or self._pulls:
-                taken, pulls = self._take()
-                try:
-                    done = await run_in_threadpool(self.storage.commit, [events for events, _ in taken], pulls)
-                except Exception as exc:  # noqa: BLE001 - every push of the group gets the error
-                    for _, future in taken:
-                        if not future.done():
-                            future.set_exception(exc)
+    def _run(self) -> None:
+        while not self._loop.is_closed():
+            with self._pending:
+                wait = self._wait()
+                if wait != 0.0:
+                    self._pending.wait(IDLE_CHECK if wait is None else min(wait, IDLE_CHECK))
                     continue
-                if done.layers:
-                    self.fanout.advance(done.head, done.layers)
-                for (_, future), outcome in zip(taken, done.outcomes):
-                    if future.done():
-                        continue
-                    if isinstance(outcome, Exception):
-                        future.set_exception(outcome)
-                    else:
-                        future.set_result(outcome)
+                taken, pulls = self._take()
+            try:
+                outcome = self.storage.commit([events for events, _ in taken], pulls)
+            except Exception as exc:  # noqa: BLE001 - every push of the group gets the error
+                outcome = exc
+            try:
+                self._loop.call_soon_threadsafe(self._settle, taken, outcome)
+            except RuntimeError:  # the loop has closed: the hub is shutting down
+                return
+
+    def _settle(self, taken: list, outcome: Committed | Exception) -> None:
+        """On the event loop: wakes the long-polls the commit concerns, then answers its pushes."""
+        if isinstance(outcome, Exception):
+            outcomes = [outcome] * len(taken)
+        else:
+            if outcome.layers:
+                self.fanout.advance(outcome.head, outcome.layers)
+            outcomes = outcome.outcomes
+        for (_, future), result in zip(taken, outcomes):
+            if future.done():
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)

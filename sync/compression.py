@@ -1,7 +1,7 @@
 """zstd response compression as ASGI middleware, so the hub's handlers only say what to answer."""
 
 import zstandard
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -15,7 +15,8 @@ class ZstdResponses:
         self.compressor = zstandard.ZstdCompressor(level=level)  # one per app: used on the event loop only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or "zstd" not in Headers(scope=scope).get("accept-encoding", ""):
+        if scope["type"] != "http" or not any(name == b"accept-encoding" and b"zstd" in value
+                                              for name, value in scope["headers"]):
             await self.app(scope, receive, send)
             return
         start: Message | None = None

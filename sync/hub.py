@@ -40,6 +40,9 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_PULL = 5000
 MAX_WAIT_SECONDS = 30.0
 MAX_POSITION = 2 ** 63 - 1
+INLINE_CHECKS = 16
+"""A push of at most this many events is checked on the event loop (when the storage's reads never
+wait): less work than a trip to a worker thread."""
 
 
 class _TaggedEvent(msgspec.Struct):
@@ -201,117 +204,171 @@ def _in_event(exc: MemError, index: int, event) -> MemError:
     return exc
 
 
+class Hub:
+    """What the hub's handlers share, kept on `app.state.hub`: the storage, the fan-out that wakes
+    long-polls, and the group committer (started on the first request, inside the event loop that
+    serves them).
+
+    A request reads what it needs (token, contract, head, page) in one `read`: on the event loop when
+    the storage's reads are local and never wait (SQLite in WAL mode), else in one trip to a worker
+    thread. Under load a trip costs more than SQLite's reads: the thread waits for the event loop to
+    let go of the GIL, and handing the work over is a lock and a queue each way."""
+
+    def __init__(self, storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_commit: bool = True):
+        self.storage, self.max_wait, self.group_commit = storage, max_wait, group_commit
+        self.fanout = Fanout()
+        self._committer: GroupCommitter | None = None
+
+    @property
+    def committer(self) -> GroupCommitter:
+        if self._committer is None:
+            loop = asyncio.get_running_loop()
+            self._committer = GroupCommitter(self.storage, self.fanout, group=self.group_commit)
+            self.storage.watch(lambda head, layers: self.fanout.advance_threadsafe(loop, head, layers))
+        return self._committer
+
+    async def read(self, fn, *args):
+        """`fn(*args)`, where this storage's reads belong: in a worker thread if they may wait."""
+        if self.storage.reads_wait:
+            return await run_in_threadpool(fn, *args)
+        return fn(*args)
+
+    def agent_for(self, token: str) -> str:
+        agent = self.storage.agent_for_token(token)
+        if agent is None:
+            raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
+        return agent
+
+    def agent_and_contract(self, token: str):
+        """The token's agent, the contract in force and its position."""
+        return self.agent_for(token), *self.storage.contract()
+
+    def consumer_page(self, token: str, after: int, limit: int) -> tuple[str, list[str], int, list]:
+        """The token's agent, the layers it consumes now, the head, then the events after `after`.
+
+        The head is read before the page: positions are commit-ordered, so every event at or below
+        it is already visible, and a cursor moved up to it can never skip one."""
+        agent = self.agent_for(token)
+        layers = consumed_layers(self.storage.contract()[0], agent)
+        head = self.storage.head()
+        return agent, layers, head, self.storage.pull(after, layers, limit)
+
+
+def hub_of(request: Request) -> Hub:
+    return request.app.state.hub
+
+
+def bearer_token(request: Request) -> str:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HubError(401, "missing-token", "Missing bearer token", "send Authorization: Bearer <token>")
+    return token.strip()
+
+
+async def body_of(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
+        raise HubError(413, "too-large", "Request too large", f"the limit is {MAX_REQUEST_BYTES} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise HubError(413, "too-large", "Request too large", f"the limit is {MAX_REQUEST_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").lower()
+    if encoding == "zstd":
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(raw)
+            raw = reader.read(MAX_REQUEST_BYTES + 1)
+        except zstandard.ZstdError as exc:
+            raise HubError(400, "invalid-body", "Invalid body", f"zstd: {exc}") from None
+        if len(raw) > MAX_REQUEST_BYTES:
+            raise HubError(413, "too-large", "Request too large", "the decompressed body is over the limit")
+    elif encoding not in ("identity", ""):
+        raise HubError(415, "unsupported-encoding", "Unsupported content encoding", encoding)
+    return raw
+
+
+def reply(value) -> Response:
+    return Response(msgspec.json.encode(value), media_type="application/json")
+
+
+def pull_parameters(request: Request, max_wait: float) -> tuple[int, int, float]:
+    """(after, limit, wait) of a pull request."""
+    after = decode_cursor(request.query_params.get("cursor"))
+    try:
+        limit = min(int(request.query_params.get("limit", "1000")), MAX_PULL)
+        wait = min(float(request.query_params.get("wait", "0")), max_wait)
+    except ValueError:
+        raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
+    if limit < 1 or not wait >= 0:
+        raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
+    return after, limit, wait
+
+
+async def contract(request: Request) -> Response:
+    hub = hub_of(request)
+    agent, current, position = await hub.read(hub.agent_and_contract, bearer_token(request))
+    return reply(ContractResponse(contract=current, position=position, agent=agent))
+
+
+async def push(request: Request) -> Response:
+    hub = hub_of(request)
+    agent, current, _ = await hub.read(hub.agent_and_contract, bearer_token(request))
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise HubError(415, "unsupported-media-type", "Unsupported media type",
+                       f"push takes application/json, not {media_type or 'a body without a type'}")
+    batch = decode_push(await body_of(request))
+    if len(batch.events) <= INLINE_CHECKS and not hub.storage.reads_wait:
+        check_batch(batch.events, agent, current, hub.storage)
+    else:  # digests of a large batch are real CPU work, and some storages' reads wait: off the event loop
+        await run_in_threadpool(check_batch, batch.events, agent, current, hub.storage)
+    results = await hub.committer.push(batch.events) if batch.events else []
+    return reply(PushResponse(results=results))
+
+
+async def pull(request: Request) -> Response:
+    hub = hub_of(request)
+    token = bearer_token(request)
+    try:
+        after, limit, wait = pull_parameters(request, hub.max_wait)
+    except HubError:
+        await hub.read(hub.agent_for, token)  # an unknown token hears that first
+        raise
+    agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
+    hub.committer.record_pull(agent, after)
+    if not events and wait > 0 and await hub.fanout.wait(max(after, head), layers, wait):
+        # token and contract again: revoked while it waited, it gets nothing more
+        agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
+    more = len(events) > limit
+    events = events[:limit]
+    cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
+    return reply(PullResponse(events=events, cursor=encode_cursor(cursor), more=more))
+
+
+async def openapi(request: Request) -> Response:
+    return Response(msgspec.json.encode(openapi_document()), media_type="application/json")
+
+
+async def health(request: Request) -> Response:
+    return Response(b'{"ok":true}', media_type="application/json")
+
+
+ROUTES = [Route("/v1/contract", contract, methods=["GET"]), Route("/v1/push", push, methods=["POST"]),
+          Route("/v1/pull", pull, methods=["GET"]), Route("/openapi.json", openapi, methods=["GET"]),
+          Route("/health", health, methods=["GET"])]
+
+EXCEPTION_HANDLERS = {MemError: on_refusal, HTTPException: on_http_error, Exception: on_internal_error}
+"""By class: every refusal (HubError included) is a MemError; anything else is a 500 without details."""
+
+
 def create_app(storage: HubStorage, max_wait: float = MAX_WAIT_SECONDS, group_commit: bool = True) -> Starlette:
     """The hub's ASGI app; a long-poll waits at most `max_wait` seconds, whatever it asks.
 
     Pushes go through a group committer (`group_commit=False`: one transaction per push); long-polls
     wait on a Fanout, woken by commits, holding no thread."""
-    fanout = Fanout()
-    committers: list[GroupCommitter] = []
-
-    def committer() -> GroupCommitter:
-        """Started on the first request, inside the event loop that serves them."""
-        if not committers:
-            loop = asyncio.get_running_loop()
-            committers.append(GroupCommitter(storage, fanout, group=group_commit))
-            storage.watch(lambda head, layers: fanout.advance_threadsafe(loop, head, layers))
-        return committers[0]
-
-    def read_page(after: int, layers: list[str], limit: int):
-        """The head, then the events after `after` (one trip to a worker thread). The head is read
-        first: positions are commit-ordered, so every event at or below it is already visible, and a
-        cursor moved up to it can never skip one."""
-        head = storage.head()
-        return head, storage.pull(after, layers, limit)
-
-    async def body_of(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
-            raise HubError(413, "too-large", "Request too large", f"the limit is {MAX_REQUEST_BYTES} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_REQUEST_BYTES:
-                raise HubError(413, "too-large", "Request too large", f"the limit is {MAX_REQUEST_BYTES} bytes")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        encoding = request.headers.get("content-encoding", "identity").lower()
-        if encoding == "zstd":
-            try:
-                reader = zstandard.ZstdDecompressor().stream_reader(raw)
-                raw = reader.read(MAX_REQUEST_BYTES + 1)
-            except zstandard.ZstdError as exc:
-                raise HubError(400, "invalid-body", "Invalid body", f"zstd: {exc}") from None
-            if len(raw) > MAX_REQUEST_BYTES:
-                raise HubError(413, "too-large", "Request too large", "the decompressed body is over the limit")
-        elif encoding not in ("identity", ""):
-            raise HubError(415, "unsupported-encoding", "Unsupported content encoding", encoding)
-        return raw
-
-    def reply(value) -> Response:
-        return Response(msgspec.json.encode(value), media_type="application/json")
-
-    async def authenticate(request: Request) -> str:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise HubError(401, "missing-token", "Missing bearer token", "send Authorization: Bearer <token>")
-        agent = await run_in_threadpool(storage.agent_for_token, token.strip())
-        if agent is None:
-            raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
-        return agent
-
-    async def contract(request: Request) -> Response:
-        agent = await authenticate(request)
-        current, position = await run_in_threadpool(storage.contract)
-        return reply(ContractResponse(contract=current, position=position, agent=agent))
-
-    async def push(request: Request) -> Response:
-        agent = await authenticate(request)
-        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media_type != "application/json":
-            raise HubError(415, "unsupported-media-type", "Unsupported media type",
-                           f"push takes application/json, not {media_type or 'a body without a type'}")
-        batch = decode_push(await body_of(request))
-        # Digests are recomputed off the event loop (a large batch is real CPU work), in the same trip
-        # to a worker thread as reading the contract.
-        await run_in_threadpool(lambda: check_batch(batch.events, agent, storage.contract()[0], storage))
-        results = await committer().push(batch.events) if batch.events else []
-        return reply(PushResponse(results=results))
-
-    async def pull(request: Request) -> Response:
-        agent = await authenticate(request)
-        after = decode_cursor(request.query_params.get("cursor"))
-        try:
-            limit = min(int(request.query_params.get("limit", "1000")), MAX_PULL)
-            wait = min(float(request.query_params.get("wait", "0")), max_wait)
-        except ValueError:
-            raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
-        if limit < 1 or not wait >= 0:
-            raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
-        current, _ = await run_in_threadpool(storage.contract)
-        layers = consumed_layers(current, agent)
-        committer().record_pull(agent, after)
-        head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
-        if not events and wait > 0 and await fanout.wait(max(after, head), layers, wait):
-            agent = await authenticate(request)  # revoked while it waited: it gets nothing more
-            current, _ = await run_in_threadpool(storage.contract)
-            layers = consumed_layers(current, agent)
-            head, events = await run_in_threadpool(read_page, after, layers, limit + 1)
-        more = len(events) > limit
-        events = events[:limit]
-        cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
-        return reply(PullResponse(events=events, cursor=encode_cursor(cursor), more=more))
-
-    async def openapi(request: Request) -> Response:
-        return Response(msgspec.json.encode(openapi_document()), media_type="application/json")
-
-    async def health(request: Request) -> Response:
-        return Response(b'{"ok":true}', media_type="application/json")
-
-    routes = [Route("/v1/contract", contract, methods=["GET"]), Route("/v1/push", push, methods=["POST"]),
-              Route("/v1/pull", pull, methods=["GET"]), Route("/openapi.json", openapi, methods=["GET"]),
-              Route("/health", health, methods=["GET"])]
-    return Starlette(routes=routes, middleware=[Middleware(ZstdResponses)],
-                     exception_handlers={MemError: on_refusal, HTTPException: on_http_error,
-                                         Exception: on_internal_error})
+    app = Starlette(routes=ROUTES, middleware=[Middleware(ZstdResponses)], exception_handlers=EXCEPTION_HANDLERS)
+    app.state.hub = Hub(storage, max_wait, group_commit)
+    return app

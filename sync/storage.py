@@ -88,6 +88,10 @@ def contract_of(event: Event | None) -> Contract:
 class HubStorage(ABC):
     """What the hub keeps: agents and their hashed tokens, the event log, pull progress."""
 
+    reads_wait = True
+    """Whether a read may wait (on the network, on a lock): the hub then reads in a worker thread, not on
+    its event loop."""
+
     # --- agents -------------------------------------------------------------------------------
 
     @abstractmethod
@@ -209,9 +213,17 @@ class HubStorage(ABC):
     def apply_contract(self, contract: Contract) -> int:
         return self.push([contract_event(contract)])[0].position
 
+    _parsed_contract: tuple[int, Contract] = (0, Contract())
+
     def contract(self, at_ms: int | None = None) -> tuple[Contract, int]:
+        """The contract in force (at `at_ms`) and its position. The hub asks on every request: the last
+        one parsed is kept by position (the event at a position never changes; a contract is never redacted)."""
         event = self.latest_of_layer(CONTRACT_LAYER, at_ms)
-        return contract_of(event), (event.seq if event else 0)
+        position = event.seq if event else 0
+        parsed = self._parsed_contract
+        if parsed[0] != position:
+            parsed = self._parsed_contract = (position, contract_of(event))
+        return parsed[1], position
 
     def record_pull(self, agent: str, cursor: int) -> None:
         """Notes that `agent` has stored every event up to `cursor` (it asks for what comes after)."""

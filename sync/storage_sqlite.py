@@ -12,6 +12,7 @@ from eventstore.ids import now_ms
 from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
 
 WATCH_INTERVAL = 0.25
+INSERT_ROWS = 500
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hub_events (
@@ -26,6 +27,8 @@ CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 
 
 class SQLiteHubStorage(HubStorage):
+    reads_wait = False  # WAL: a read is local and never waits for the writer, microseconds for the hub's lookups
+
     def __init__(self, path: str, synchronous: str = "FULL"):
         self.path = str(path)
         self.db = self._connect()
@@ -109,17 +112,26 @@ class SQLiteHubStorage(HubStorage):
             head = self.db.execute("SELECT IFNULL(MAX(position), 0) FROM hub_events").fetchone()[0]
             rows, outcomes, layers = plan_group(batches, known, head + 1)
             now = now_ms()
-            self.db.executemany("INSERT INTO hub_events VALUES (?,?,?,?,?,?,?)",
-                                [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
-                                 for i, e in enumerate(rows)])
-            self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", redacted_rows(rows, self._stored))
-            self.db.executemany("INSERT INTO hub_pulls VALUES (?,?,?)", [(p.agent, p.cursor, p.at) for p in pulls])
+            self._insert("hub_events", [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
+                                        for i, e in enumerate(rows)])
+            updates = redacted_rows(rows, self._stored)
+            if updates:
+                self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", updates)
+            self._insert("hub_pulls", [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
         committed = self._write(append)
         if any(e.kind == "redaction" for events in batches for e in events):
             with self._lock:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too
         return committed
+
+    def _insert(self, table: str, rows: list[tuple]) -> None:
+        """Many rows in one statement per INSERT_ROWS (in the writer's transaction): each statement step
+        leaves the GIL and must get it back from a busy event loop, so a row each would cost a wait each."""
+        for start in range(0, len(rows), INSERT_ROWS):
+            chunk = rows[start:start + INSERT_ROWS]
+            values = ",".join(["(" + ",".join("?" * len(chunk[0])) + ")"] * len(chunk))
+            self.db.execute(f"INSERT INTO {table} VALUES {values}", [value for row in chunk for value in row])
 
     def _stored(self, id):
         return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()

@@ -9,6 +9,7 @@ import pytest
 
 from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend
+from sync.committer import PULL_RECORD_DELAY
 from sync.hub import create_app
 from sync.storage_sqlite import SQLiteHubStorage
 from sync.wire import PushRequest
@@ -73,3 +74,59 @@ def test_concurrent_pushes_share_commits_and_a_refused_one_refuses_only_itself(t
     else:
         assert storage.transactions == PUSHES
     storage.close()
+
+
+def test_pull_cursors_ride_on_the_next_push_or_go_alone_after_a_delay(tmp_path):
+    """With group commit a pull's cursor costs no transaction of its own when a push follows, and is
+    still stored without one (after PULL_RECORD_DELAY); without group commit each is its own."""
+    storage = CountingStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+
+    async def scenario(group: bool) -> tuple[int, int]:
+        transport = httpx.ASGITransport(app=create_app(storage, group_commit=group))
+        async with httpx.AsyncClient(transport=transport, base_url="http://hub",
+                                     headers={"authorization": f"Bearer {token}"}) as client:
+            async def pull() -> None:
+                cursor = (await client.get("/v1/pull")).json()["cursor"]
+                await client.get("/v1/pull", params={"cursor": cursor})
+
+            storage.transactions = 0
+            await pull()
+            answer = await client.post("/v1/push", content=msgspec.json.encode(PushRequest(events=[entry(f"{group}")])),
+                                       headers={"content-type": "application/json"})
+            assert answer.status_code == 200
+            await asyncio.sleep(PULL_RECORD_DELAY + 0.5)
+            with_push = storage.transactions
+            storage.transactions = 0
+            await pull()
+            await asyncio.sleep(PULL_RECORD_DELAY + 0.5)
+            return with_push, storage.transactions
+
+    assert asyncio.run(scenario(group=True)) == (1, 1)  # the push's commit carried both cursors; then one alone
+    assert storage.received_by("alice", None) == storage.head()
+    assert asyncio.run(scenario(group=False)) == (3, 2)
+    storage.close()
+
+
+def test_each_app_answers_from_its_own_storage(tmp_path):
+    """The handlers are shared by every app: each finds its hub on `request.app.state`."""
+    storages = [SQLiteHubStorage(str(tmp_path / f"hub{i}.db")) for i in range(2)]
+    tokens = []
+    for i, storage in enumerate(storages):
+        for _ in range(i + 1):
+            storage.apply_contract(CONTRACT)
+        tokens.append(storage.add_agent("alice"))
+
+    async def contract_positions() -> list[int]:
+        positions = []
+        for storage, token in zip(storages, tokens):
+            transport = httpx.ASGITransport(app=create_app(storage))
+            async with httpx.AsyncClient(transport=transport, base_url="http://hub",
+                                         headers={"authorization": f"Bearer {token}"}) as client:
+                positions.append((await client.get("/v1/contract")).json()["position"])
+        return positions
+
+    assert asyncio.run(contract_positions()) == [1, 2]
+    for storage in storages:
+        storage.close()
