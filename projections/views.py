@@ -187,10 +187,12 @@ class Views:
         (or removed). True when it changed."""
         if contract == self.contract:
             return False
-        old = self.shared_paths() if self.contract else []
+        moved = _placement(contract) != _placement(self.contract)
+        old = self.shared_paths() if self.contract and moved else []
         self.contract = contract
-        with self.transaction():
-            self.written.mark_dirty(old + self.shared_paths())
+        if moved:  # a change of producers or consumers alone leaves every file (and any hand edit) as it is
+            with self.transaction():
+                self.written.mark_dirty(old + self.shared_paths())
         return True
 
     def checkpoint(self) -> int:
@@ -494,3 +496,8 @@ class Views:
         """Every view table's rows, for comparing two builds."""
         return {table: self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
                 for table in VIEW_TABLES}
+
+
+def _placement(contract) -> dict[str, tuple[str, str]]:
+    """Where and how each shared layer is rendered: all of a contract that decides its files."""
+    return {name: (spec.path, spec.format) for name, spec in (contract.layers.items() if contract else ())}

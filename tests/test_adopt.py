@@ -127,3 +127,27 @@ def test_watch_with_concurrent_writers_removes_nothing(workspace, tmp_path):
     assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == [
         f"rule {i}" for i in range(1, 7)]
     assert json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)["clean"]
+
+
+def test_a_contract_change_that_moves_no_file_keeps_a_hand_delete_for_adoption(memory):
+    """Regression (found by test_convergence): a change of producers re-rendered every shared file,
+    so a shared page deleted by hand while its agent could not produce the layer came back, and the
+    delete was lost instead of adopted once the agent could."""
+    from eventstore.layers import Contract, ContractLayer
+
+    def contract(producers):
+        return Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages",
+                                                        producers=producers, consumers=["*"])})
+
+    memory.set_contract(contract(["*"]))
+    memory.shared_page_write("drafts", "notes", PAGE)
+    memory.refresh()
+    page = memory.root / "content/drafts/notes.md"
+    memory.set_contract(contract(["someone-else"]))
+    page.unlink()
+    assert "does not produce" in adopt(memory).refused["content/drafts/notes.md"]
+    memory.set_contract(contract(["*"]))
+    assert not page.exists()
+    report = adopt(memory)
+    assert report.adopted == ["content/drafts/notes.md"] and report.refused == {}
+    assert [e.kind for e in memory.log.read(after=memory.log.head() - 1)] == ["page.delete"]
