@@ -16,7 +16,7 @@ from eventstore.envelope import Event
 from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
 from eventstore.instants import format_local, parse_instant
-from eventstore.layers import lenient_contract, produces
+from eventstore.layers import MIND, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
@@ -465,6 +465,48 @@ class Memory:
     def checkpoint(self) -> int:
         """The seq the views (and the files, unless deferred) have caught up to."""
         return self.views.checkpoint()
+
+    # --- reads for the web view -----------------------------------------------------------------
+
+    def recorded_at(self, seq: int) -> int | None:
+        """When this log recorded the event at `seq` (ms), None past the head."""
+        return self.log.recorded_at(seq)
+
+    def event_rows(self, after: int, until: int, **filters):
+        """Raw rows of the log between two seqs (the log's own filters: kinds, layers, agent, order, limit)."""
+        return self.log.read_rows(after, until, **filters)
+
+    def activity(self):
+        """The per-bucket event counts, caught up with the views first."""
+        self.views.activity.catch_up(self.log, self.checkpoint(), self.views.transaction)
+        return self.views.activity
+
+    def page_text(self, slug: str, as_of: int | None = None) -> str | None:
+        """A wiki page's file as of a seq."""
+        return self.views.page(slug, as_of)
+
+    def shared_listing(self, as_of: int) -> list[str]:
+        """The shared files with a version by `as_of`."""
+        return self.views.shared_listing(as_of)
+
+    def contract_as_of(self, as_of: int):
+        """The contract then: the hub's as last pulled, with the local layers declared by `as_of`."""
+        return local_layers.merged(self.hub_contract(), self.views.config(as_of), self.config.agent)
+
+    def layer_of(self, path: str) -> str:
+        """The shared layer a file belongs to ("" for the agent's own files)."""
+        target = self.views.shared_target(path) if self.views.contract else None
+        return target[0] if target else ""
+
+    def path_changed(self, event: Event) -> str | None:
+        """The file an event changed, when it names one."""
+        body = event.body
+        slug = getattr(body, "new", None) or getattr(body, "slug", None)
+        if event.layer == MIND:
+            return page_path(slug) if slug else None
+        if self.views.contract and event.layer in self.views.contract.layers:
+            return self.views.shared_path(event.layer, slug)
+        return getattr(body, "path", None)
 
     def file_text(self, path: str, as_of: int | None = None) -> str | None:
         """Any file's text as of a seq: the wiki's, a shared layer's, or one in adf_files."""

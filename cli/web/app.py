@@ -18,7 +18,6 @@ from eventstore.errors import InvalidInput, MemError, NotFound
 from eventstore.instants import format_instant, parse_instant
 from eventstore.layers import consumes
 from projections import history as histories
-from projections import local_layers
 from projections import trust
 from projections.conflicts import conflicts_shown
 from projections.views import page_path
@@ -56,7 +55,7 @@ def moment(mem, request: Request) -> Moment:
         raise InvalidInput("give seq or at, not both")
     as_of = mem.seq_at(parse_instant(at) if at is not None else None, seq)
     head = mem.checkpoint()
-    recorded = mem.log.recorded_at(as_of) if as_of else None
+    recorded = mem.recorded_at(as_of) if as_of else None
     query = "" if seq is None and at is None else urlencode({"seq": as_of})
     return Moment(seq=as_of, head=head, at=format_instant(recorded) if recorded else "", query=query)
 
@@ -110,11 +109,11 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             seen = mem.believed(now.seq, last=10, include_all=True, shared=False)
-            text = mem.views.page(slug, now.seq) if slug and not self.hub else None
+            text = mem.page_text(slug, now.seq) if slug and not self.hub else None
             files = self.shared_files(request, mem, now.seq)
             if chosen is not None and chosen not in files:
                 self.check_layer(request, _layer_of(mem, chosen))
-            shown = mem.views.file_text(chosen, now.seq) if chosen else None
+            shown = mem.file_text(chosen, now.seq) if chosen else None
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
                            files=files, chosen=chosen, shown=shown, received=received)
@@ -122,7 +121,7 @@ class Site:
     def shared_files(self, request: Request, mem, seq: int) -> list[str]:
         """The shared files with a version by `seq` in the layers this request sees."""
         visible = self.visible(request)
-        return [p for p in mem.views.shared_listing(seq)
+        return [p for p in mem.shared_listing(seq)
                 if visible is None or _layer_of(mem, p) in visible]
 
     def history(self, request: Request):
@@ -196,10 +195,10 @@ class Site:
     def contract(self, request: Request):
         with self.memory() as mem:
             now = moment(mem, request)
-            mem.views.activity.catch_up(mem.log, mem.checkpoint(), mem.views.transaction)
+            activity = mem.activity()
             contract = self.contract_at(mem, now)
             visible = self.visible(request)
-            totals = mem.views.activity.totals(mem.log.recorded_at(now.seq) or 0) if now.seq else {}
+            totals = activity.totals(mem.recorded_at(now.seq) or 0) if now.seq else {}
             received = dict(self.received(request, mem, now))
             uses = layer_uses(contract, totals, received, visible, None if self.hub else mem.config.agent)
             agent = mem.config.agent
@@ -207,7 +206,7 @@ class Site:
 
     def contract_at(self, mem, now: Moment):
         """The contract as of the moment: the hub's as last pulled, with the local layers declared by then."""
-        return local_layers.merged(mem.hub_contract(), mem.views.config(now.seq), mem.config.agent)
+        return mem.contract_as_of(now.seq)
 
 
 class LayerUse(msgspec.Struct):
@@ -251,9 +250,7 @@ def _zoom(strip) -> dict[str, dict[str, int]]:
 
 
 def _layer_of(mem, path: str) -> str:
-    """The shared layer a file belongs to ("" for the agent's own files)."""
-    target = mem.views.shared_target(path) if mem.views.contract else None
-    return target[0] if target else ""
+    return mem.layer_of(path)
 
 
 def _note(mem, seq: int) -> str:
@@ -262,14 +259,7 @@ def _note(mem, seq: int) -> str:
 
 
 def _changed(mem, event) -> str | None:
-    """The file an event changed, when it names one (a history link)."""
-    body = event.body
-    slug = getattr(body, "new", None) or getattr(body, "slug", None)
-    if event.layer == "mind":
-        return page_path(slug) if slug else None
-    if mem.views.contract and event.layer in mem.views.contract.layers:
-        return mem.views.shared_path(event.layer, slug)
-    return getattr(body, "path", None)
+    return mem.path_changed(event)
 
 
 async def _refused(request: Request, exc: MemError):

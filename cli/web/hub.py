@@ -61,7 +61,7 @@ class HubSite(Site):
     @staticmethod
     def instant(mem, now: Moment) -> int | None:
         """The hub time of the moment: None (now) when the URL names none."""
-        return None if not now.query else mem.log.recorded_at(now.seq) if now.seq else 0
+        return None if not now.query else mem.recorded_at(now.seq) if now.seq else 0
 
     def contract_at(self, mem, now: Moment):
         return self.storage.contract(self.instant(mem, now))[0]

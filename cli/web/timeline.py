@@ -40,13 +40,12 @@ def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, ki
              layer: str | None = None, agent: str | None = None, visible: set[str] | None = None,
              buckets: int = BUCKETS) -> Timeline:
     """The strip and list as of seq `upto`; `visible` limits the layers shown (a hub token's)."""
-    log = mem.log
-    mem.views.activity.catch_up(log, mem.checkpoint(), mem.views.transaction)
-    first, last = log.recorded_at(1) or 0, log.recorded_at(upto) or 0 if upto else 0
+    activity = mem.activity()
+    first, last = mem.recorded_at(1) or 0, mem.recorded_at(upto) or 0 if upto else 0
     t0 = first if t0 is None else max(t0, 0)
     t1 = last if t1 is None else min(t1, last)
     t1 = max(t1, t0)
-    cells = [c for c in mem.views.activity.strip(t0, t1, buckets) if visible is None or c.layer in visible]
+    cells = [c for c in activity.strip(t0, t1, buckets) if visible is None or c.layer in visible]
     kinds, layers, agents = Counter(), Counter(), Counter()
     chosen = []
     for c in cells:
@@ -66,10 +65,10 @@ def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, ki
             cell["kind"], cell["top"] = c.kind, c.n
     span = t1 - t0 + 1
     edges = [t0 + span * i // buckets for i in range(buckets)] + [t1]
-    after = log.seq_at(t0 - 1) if t0 > first else 0
-    until = min(log.seq_at(t1), upto)
+    after = mem.seq_at(t0 - 1) if t0 > first else 0
+    until = min(mem.seq_at(t1), upto)
     allowed = [layer] if layer else (sorted(visible) if visible is not None else None)
-    rows = [] if allowed == [] or until <= after else log.read_rows(
+    rows = [] if allowed == [] or until <= after else mem.event_rows(
         after, until, kinds=[kind] if kind else None, layers=allowed, agent=agent, newest_first=True, limit=LISTED)
     events = [(e.seq, format_instant(e.recorded_at), e.agent, e.layer, e.kind) for e in map(row_to_event, rows)]
     return Timeline(t0=t0, t1=t1, start=format_instant(t0), end=format_instant(t1), edges=edges,
