@@ -179,14 +179,15 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     """
     target = log.head() if upto is None else upto
     wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
 
 
 @contextmanager
-def _no_cyclic_gc():
-    """A batch keeps tens of thousands of rows and bodies alive at once; the cycle collector would walk
-    them again and again (a quarter of a replay's time) while refcounting alone frees them."""
+def no_cyclic_gc():
+    """Bulk work (a fold's batch, a catch-up's pages) keeps tens of thousands of rows and bodies alive at
+    once; the cycle collector would walk them again and again (a quarter of the time) while refcounting
+    alone frees them."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -9,12 +9,10 @@ checkpoints that move only after a durable commit.
   pull neither loses nor duplicates anything, and one bad event is rejected alone.
 """
 
-import gc
 import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -23,6 +21,7 @@ from eventstore.envelope import Event
 from eventstore.errors import IdConflict, InvalidInput, MemError, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import Contract, produced_layers, produces
+from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
 
 from .intake import Rejected, accept, conflicting
@@ -462,7 +461,7 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     Each request is sent once the page before it is durably appended (the cursor it carries tells the
     hub what this agent holds); while the hub answers it, this thread folds that page into the views,
     so the hub's work and the fold overlap. The files are written once, when caught up."""
-    with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, _no_cyclic_gc():
+    with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, no_cyclic_gc():
         asked = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
         while True:
             page = asked.result()
@@ -474,15 +473,3 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
             if page.more:
                 memory.refresh(files=False)
 
-
-@contextmanager
-def _no_cyclic_gc():
-    """A catch-up decodes, checks and appends hundreds of thousands of events that refcounting alone
-    frees; the cycle collector would walk the live ones again and again (a quarter of the checks' time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
