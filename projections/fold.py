@@ -23,7 +23,7 @@ from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
-from .search import SearchFold, page_row
+from .search import HistoryIndexer, SearchFold, page_history_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
@@ -37,7 +37,7 @@ class WikiFold:
 
     def _reset_batch(self):
         self.versions: list[tuple] = []
-        self.search_rows: list[list] = []  # the search_history row of each version (until, since last)
+        self.search_rows: list[list] = []  # the search_history row of each version (search.page_history_row)
         self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
         self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
@@ -62,7 +62,7 @@ class WikiFold:
         previous = self._pages.get(slug)
         if previous is not None:
             self._close(slug, previous[0], seq)
-        row = [*page_row(seq, "page", MIND, "mind/" + slug, slug, fm, text, title=title, hook=hook), None, seq]
+        row = page_history_row(seq, slug, fm, text, title, hook)
         self.search_rows.append(row)
         self._open_rows[slug] = row
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
@@ -73,7 +73,7 @@ class WikiFold:
         """The search_history row of a page's version `previous` was current until `seq`."""
         row = self._open_rows.pop(slug, None)
         if row is not None and row[0] == previous:
-            row[-2] = seq
+            row[-1] = seq
         else:
             self.replaced.append((previous, seq))
 
@@ -168,14 +168,15 @@ def _unpacked(codec: int, stored: bytes) -> bytes:
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
-             progress: Callable[[int], None] | None = None) -> int:
+             progress: Callable[[int], None] | None = None, search_index: HistoryIndexer | None = None) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
 
     Each batch commits its rows and the checkpoint in one transaction: exactly once, even if
-    the process dies between batches.
+    the process dies between batches. `search_index` is a rebuild's (search.indexed_in_bulk).
     """
     target = log.head() if upto is None else upto
-    wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
+    wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
+    search = SearchFold(views, search_index)
     with no_cyclic_gc():
         return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
 

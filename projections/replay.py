@@ -26,14 +26,32 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
+def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
+          progress=None) -> Views:
+    """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
+    build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first.
+
+    Nobody reads the new file before the caller renames it into place, so it is written without a
+    journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves a half-written file that
+    only the next rebuild sees (and deletes), while the views in place are never touched. The
+    caller fsyncs the file before the rename. Indexes are built once at the end, and the all-versions
+    search index on a second thread while the fold runs (search.indexed_in_bulk)."""
+    search.remove_files(path)
+    views = Views(path, contract=contract, agent=agent, fast=True)
+    try:
+        with views.bulk(), search.indexed_in_bulk(views.db, str(path)) as indexer:
+            catch_up(log, views, upto=upto, batch=20000, progress=progress, search_index=indexer)
+    except BaseException:
+        views.close()
+        raise
+    return views
+
+
 def _build(memory, path: Path, upto: int | None, progress) -> Views:
-    """Folds the log into a new views database; the contract (with the local layers the rebuilt config
-    declares) places the shared layers' files."""
-    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        leftover.unlink(missing_ok=True)
-    views = Views(path, contract=memory.hub_contract(), agent=memory.config.agent, fast=True)
-    with views.bulk(), search.indexed_at_the_end(views.db):
-        catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
+    """`build` for a workspace: the contract (with the local layers the rebuilt config declares) places
+    the shared layers' files."""
+    views = build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent, upto=upto,
+                  progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views
 
