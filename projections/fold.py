@@ -23,14 +23,17 @@ from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
-from .search import HistoryIndexer, SearchFold, page_history_row
+from .bulk import HistoryWriter
+from .search import SearchFold, page_history_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
 class WikiFold:
-    def __init__(self, views: Views):
+    def __init__(self, views: Views, writer: HistoryWriter | None = None):
+        """`writer` takes the history tables in a rebuild (bulk.history_in_bulk)."""
         self.views = views
         self.db = views.db
+        self.writer = writer
         self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
         self._reset_batch()
@@ -135,13 +138,21 @@ class WikiFold:
     def _log(self, seq, ts, kind, title, note):
         self.entries.append((seq, ts, render.log_entry(ts, kind, title, note)))
 
+    def search_history(self) -> tuple[list, list]:
+        """For SearchFold.flush: the batch's `page_history_row`s and the (id, until) of the earlier versions
+        they closed; none when a rebuild's writer takes them (at `flush`)."""
+        return ((), ()) if self.writer is not None else (self.search_rows, self.replaced)
+
     def flush(self, checkpoint: int) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction."""
         db = self.db
-        if self.versions:
-            db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
-        if self.entries:
-            db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
+        if self.writer is not None:
+            self.writer.add(self.versions, self.entries, self.search_rows, self.replaced)
+        else:
+            if self.versions:
+                db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
+            if self.entries:
+                db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
         if self.always_rows:
             db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?,?)", self.always_rows)
         gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
@@ -168,15 +179,14 @@ def _unpacked(codec: int, stored: bytes) -> bytes:
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
-             progress: Callable[[int], None] | None = None, search_index: HistoryIndexer | None = None) -> int:
+             progress: Callable[[int], None] | None = None, writer: HistoryWriter | None = None) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
 
     Each batch commits its rows and the checkpoint in one transaction: exactly once, even if
-    the process dies between batches. `search_index` is a rebuild's (search.indexed_in_bulk).
+    the process dies between batches. `writer` takes a rebuild's history tables (bulk.history_in_bulk).
     """
     target = log.head() if upto is None else upto
-    wiki, adf, shared = WikiFold(views), AdfFold(views), SharedFold(views)
-    search = SearchFold(views, search_index)
+    wiki, adf, shared, search = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views)
     with no_cyclic_gc():
         return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
 
@@ -223,7 +233,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             adf.note_events((first.ts,) if first else None, ts)
             shared.flush()
             search.take_pages(wiki.touched_pages, wiki._page)
-            search.flush(wiki.search_rows, wiki.replaced)
+            search.flush(*wiki.search_history())
             wiki.flush(end)
             anchor = log.get_by_seq(end)
             if anchor is not None:

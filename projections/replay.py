@@ -8,7 +8,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
-from . import search
+from .bulk import history_in_bulk, remove_files
 from .fold import catch_up
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
@@ -34,13 +34,13 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     Nobody reads the new file before the caller renames it into place, so it is written without a
     journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves a half-written file that
     only the next rebuild sees (and deletes), while the views in place are never touched. The
-    caller fsyncs the file before the rename. Indexes are built once at the end, and the all-versions
-    search index on a second thread while the fold runs (search.indexed_in_bulk)."""
-    search.remove_files(path)
+    caller fsyncs the file before the rename. Indexes are built once at the end, and the history tables
+    on a second thread while the fold runs (bulk.history_in_bulk)."""
+    remove_files(path)
     views = Views(path, contract=contract, agent=agent, fast=True)
     try:
-        with views.bulk(), search.indexed_in_bulk(views.db, str(path)) as indexer:
-            catch_up(log, views, upto=upto, batch=20000, progress=progress, search_index=indexer)
+        with views.bulk(), history_in_bulk(views.db, str(path)) as writer:
+            catch_up(log, views, upto=upto, batch=20000, progress=progress, writer=writer)
     except BaseException:
         views.close()
         raise

@@ -17,12 +17,7 @@ indexes once at the end, and `mem replay --check` compares them.
 The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
-import os
-import queue
 import re
-import sqlite3
-import threading
-from contextlib import contextmanager
 
 import msgspec
 
@@ -68,131 +63,23 @@ def init(db) -> None:
     missing = [name for name in FTS_TABLES if db.execute(
         "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
     if missing:
-        _enable_fts(db, missing)
+        enable_fts(db, missing)
 
 
-def _enable_fts(db, names) -> None:
+def disable_fts(db, name: str) -> None:
+    """Drops a table's full-text index and the triggers that keep it."""
+    import sqlite_utils
+
+    sqlite_utils.Database(db, recursive_triggers=False)[name].disable_fts()
+
+
+def enable_fts(db, names) -> None:
     import sqlite_utils
 
     database = sqlite_utils.Database(db, recursive_triggers=False)
     for name in names:
         database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
     db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
-
-
-@contextmanager
-def indexed_in_bulk(db, path: str):
-    """For a rebuild into a new file (`mem replay`): no full-text index follows the fold by trigger.
-
-    search_docs' index (the current versions: few) is dropped and built once after the fold. search_history's
-    (every version ever: on a large log a million wiki page versions, most of a rebuild's index cost) is
-    built while the fold runs by a `HistoryIndexer`, on a thread of its own, and copied in at the end.
-    Yields the indexer, for `catch_up`."""
-    import sqlite_utils
-
-    sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].disable_fts()
-    triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'search_history'"
-                          ).fetchall()
-    for name, _sql in triggers:
-        db.execute(f'DROP TRIGGER "{name}"')
-    indexer = HistoryIndexer(db, f"{path}-fts")
-    try:
-        yield indexer
-    except BaseException:
-        indexer.abandon()
-        raise
-    indexer.finish(db)
-    for _name, sql in triggers:
-        db.execute(sql)
-    _enable_fts(db, ["search_docs"])
-
-
-_SHADOW = ("data", "idx", "docsize", "config")
-"""The tables in which FTS5 keeps an external-content index (`search_history_fts_data`, ...)."""
-
-
-class HistoryIndexer:
-    """Builds search_history_fts for a rebuild, on a second thread, while the fold goes on.
-
-    The fold hands over each batch's wiki page versions as one JSON array; the thread indexes it with one
-    statement (`INSERT ... SELECT ... FROM json_each`) on its own connection to a file of its own: SQLite
-    tokenises without the GIL, on the other core, and no lock is shared with the fold's connection.
-    `finish` copies the index's shadow tables into the views file as they are (the same FTS5 declaration
-    on both sides, so the same bytes make the same index) and indexes the few other versions there.
-    The index file is a scratch file beside the rebuild, deleted by `finish`, `abandon` or the next rebuild."""
-
-    def __init__(self, db, path: str):
-        self.path = path
-        self.others = False  # did the fold write versions other than wiki pages (indexed by `finish`)?
-        self.error: BaseException | None = None
-        remove_files(path)
-        self.declaration = db.execute("SELECT sql FROM sqlite_master WHERE name = 'search_history_fts'").fetchone()[0]
-        self.queue: queue.Queue = queue.Queue(maxsize=4)
-        self.thread = threading.Thread(target=self._run, name="search-history-index", daemon=True)
-        self.thread.start()
-
-    def add(self, page_rows: list) -> None:
-        """A batch's `page_history_row`s (id, key, title, body, ...), already in search_history."""
-        if page_rows:
-            self.queue.put(msgspec.json.encode(page_rows))
-
-    def _run(self) -> None:
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            try:
-                db.execute("PRAGMA journal_mode = OFF")
-                db.execute("PRAGMA synchronous = OFF")
-                db.execute(self.declaration)
-                db.execute("BEGIN")
-                while (batch := self.queue.get()) is not None:
-                    db.execute("INSERT INTO search_history_fts (rowid, title, body) "
-                               "SELECT value ->> 0, value ->> 2, value ->> 3 FROM json_each(?)", (batch,))
-                db.execute("COMMIT")
-            finally:
-                db.close()
-        except BaseException as exc:  # kept for `finish`; the fold must never wait on a full queue
-            self.error = exc
-            while self.queue.get() is not None:
-                pass
-
-    def _stop(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-
-    def abandon(self) -> None:
-        self._stop()
-        remove_files(self.path)
-
-    def finish(self, db) -> None:
-        """Copies the index into the views (the caller holds no transaction) and indexes the other versions."""
-        self._stop()
-        if self.error is not None:
-            remove_files(self.path)
-            raise self.error
-        db.execute("ATTACH DATABASE ? AS built_index", (self.path,))
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            for suffix in _SHADOW:
-                db.execute(f"DELETE FROM main.search_history_fts_{suffix}")
-                db.execute(f"INSERT INTO main.search_history_fts_{suffix} SELECT * FROM built_index.search_history_fts_{suffix}")
-            if self.others:
-                db.execute("INSERT INTO search_history_fts (rowid, title, body) "
-                           "SELECT id, title, body FROM search_history WHERE kind != 'page' ORDER BY id")
-            db.execute("COMMIT")
-        finally:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            db.execute("DETACH DATABASE built_index")
-            remove_files(self.path)
-
-
-def remove_files(path) -> None:
-    """A SQLite file and what SQLite may have left beside it."""
-    for name in (str(path), f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-        try:
-            os.unlink(name)
-        except FileNotFoundError:
-            pass
 
 
 def _text_of(content: list) -> str:
@@ -262,10 +149,8 @@ class SearchFold:
     """Folds events into `search_docs` (per batch, only what is current at its end is written) and
     `search_history` (every version, closed by the version that replaced it)."""
 
-    def __init__(self, views, indexer: HistoryIndexer | None = None):
-        """`indexer` builds search_history's full-text index in bulk (a rebuild); without it, triggers keep it."""
+    def __init__(self, views):
         self.db = views.db
-        self.indexer = indexer
         self._stored_rows: dict[tuple, list[tuple[int, str | None]]] = {}  # (kind, key) -> stored current rows
         self._reset()
 
@@ -363,16 +248,13 @@ class SearchFold:
                 if row[1] in ("page", "file", "shared-page"):
                     self._stored(row[1], row[3]).append((row[0], row[9]))
         insert = f"INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
-        db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
-        if self.indexer is not None:
-            self.indexer.add(page_versions)
+        if page_versions:
+            db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
         if replaced_pages:
             db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                            [(seq, id) for id, seq in replaced_pages])
         if self.history:
             db.executemany("INSERT OR IGNORE " + insert, sorted(self.history, key=_by_id_since))  # first wins
-            if self.indexer is not None:
-                self.indexer.others = True
         if self.closed_files:
             db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                            "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in self.closed_files])
