@@ -100,7 +100,7 @@ class WikiFold:
                 kind = "hold"
             title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw)
             if cls is PageUpdate or not body.quiet:
-                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note)))
+                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note, title_is_one_line=True)))
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
@@ -136,7 +136,8 @@ class WikiFold:
             self._log(seq, ts, "lint", "Lint pass", note)
 
     def _log(self, seq, ts, kind, title, note):
-        self.entries.append((seq, ts, render.log_entry(ts, kind, title, note)))
+        """A log entry; every title here is a page's (render.title_of) or a fixed one, one line already."""
+        self.entries.append((seq, ts, render.log_entry(ts, kind, title, note, title_is_one_line=True)))
 
     def search_history(self) -> tuple[list, list]:
         """For SearchFold.flush: the batch's `page_history_row`s and the (id, until) of the earlier versions
