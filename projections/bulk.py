@@ -1,36 +1,37 @@
-"""A rebuild's history tables, written on a second thread while the fold runs (`mem replay`).
+"""Building every view from nothing (`mem replay`): the fold on one thread, the history tables on another.
 
-A rebuild folds the whole log into a new views file. Most of its writing goes into three append-only
-history tables that nothing reads until the fold ends: `page_versions` and `log_entries` (a row per
-wiki event) and the wiki page versions of `search_history` with their full-text index. A
-`HistoryWriter` takes them off the fold's thread: the fold hands over each batch as JSON arrays (and
-the batch's bodies as one blob), and the writer's thread writes them with a few statements
-(`INSERT ... SELECT ... FROM json_each(?)`) on its own connection to a scratch file of its own.
-SQLite parses, inserts and tokenises without the GIL, on the other core, and the two connections share
-no lock. At the end the tables are copied into the views file (SQLite copies a whole table record by
-record when it is empty on the other side) and so are the full-text index's shadow tables, as they
-are: the same FTS5 declaration on both sides, so the same bytes are the same index.
+A rebuild folds the whole log into a new views file. Most of what it writes goes into three
+append-only history tables that nothing reads until the fold ends: `page_versions` and `log_entries`
+(a row per wiki event) and the wiki page versions of `search_history` with their full-text index.
+`build` gives them to a `HistoryWriter`: the fold hands over each batch as JSON arrays (and the batch's
+bodies as one blob), and the writer's thread writes them into the new file with a few statements
+(`INSERT ... SELECT ... FROM json_each(?)`). SQLite parses, inserts and tokenises without the GIL, on
+the other core. The fold itself writes every other table into a scratch file beside it (two
+connections, two files: no lock shared); at the end those tables, small beside the history, are
+copied into the new file, and the indexes and triggers that a rebuild leaves out are made once.
 
-The scratch file is written like the rebuild itself, without journal or syncing: it is deleted by
-`finish`, `abandon` or the next rebuild.
+Nobody reads the new file before the caller renames it into place, so both files are written
+without a journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves files that only the
+next rebuild sees (and deletes), while the views in place are never touched. The caller fsyncs the
+new file before the rename.
 """
 
 import os
 import queue
 import sqlite3
 import threading
-from contextlib import contextmanager
+from pathlib import Path
 
 import msgspec
 
 from eventstore.layers import MIND
 
 from . import search
+from .fold import catch_up
+from .views import PAGE_VERSIONS_INDEX, Views
 
-TABLES = ("page_versions", "log_entries", "search_history")
-"""What the writer writes (of search_history, the wiki page versions only)."""
-_FTS_SHADOW = ("data", "idx", "docsize", "config")
-"""The tables in which FTS5 keeps an external-content index (`search_history_fts_data`, ...)."""
+HISTORY_TABLES = ("page_versions", "log_entries")
+"""The tables only the writer writes in a rebuild (and, of search_history, the wiki page versions)."""
 
 _VERSIONS = ("INSERT INTO page_versions SELECT value ->> 0, value ->> 1, substr(?2, value ->> 2, value ->> 3), "
              "value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, "
@@ -47,40 +48,58 @@ _CLOSE = ("UPDATE search_history SET until = j.value ->> 1 FROM json_each(?) AS 
           "WHERE search_history.id = j.value ->> 0")
 
 
-@contextmanager
-def history_in_bulk(db, path: str):
-    """For a rebuild into a new file: yields the `HistoryWriter` that `catch_up` hands the history tables
-    to. No full-text index follows the fold by trigger: search_docs' (the current versions: few) is
-    dropped and built once after the fold, search_history's is the writer's."""
-    search.disable_fts(db, "search_docs")
-    triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'search_history'"
-                          ).fetchall()
-    for name, _sql in triggers:
-        db.execute(f'DROP TRIGGER "{name}"')
-    writer = HistoryWriter(db, f"{path}-history")
+def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
+          progress=None) -> Views:
+    """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
+    build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first."""
+    path, fold_path = str(path), f"{path}-fold"
+    remove_files(path)
+    remove_files(fold_path)
+    views = Views(path, fast=True)  # every table, empty: the writer fills the history
+    writer = HistoryWriter(views.db, path)
+    views.close()
+    writer.start()
     try:
-        yield writer
+        fold = Views(fold_path, contract=contract, agent=agent, fast=True)
+        try:
+            for name in search.FTS_TABLES:  # the other rows are few: indexed by trigger as they are copied
+                search.disable_fts(fold.db, name)
+            catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer)
+        finally:
+            fold.close()
+        writer.join()
+        views = Views(path, contract=contract, agent=agent, fast=True)
+        try:
+            writer.merge(views.db, fold_path)
+        except BaseException:
+            views.close()
+            raise
+        return views
     except BaseException:
-        writer.abandon()
+        writer.join(raise_error=False)
+        remove_files(path)
         raise
-    writer.finish(db)
-    for _name, sql in triggers:
-        db.execute(sql)
-    search.enable_fts(db, ["search_docs"])
+    finally:
+        remove_files(fold_path)
 
 
 class HistoryWriter:
     """The history tables of a rebuild, written on a thread of its own (see the module's docstring)."""
 
     def __init__(self, db, path: str):
+        """Takes the new file's search_history triggers and page_versions index away until `merge`: the
+        writer indexes its rows itself, and the index is built once, sorted, at the end."""
         self.path = path
         self.error: BaseException | None = None
-        remove_files(path)
-        self.schema = [sql for (sql,) in db.execute(
-            "SELECT sql FROM sqlite_master WHERE tbl_name IN (?, ?, ?, 'search_history_fts') AND sql IS NOT NULL "
-            "AND name NOT LIKE 'search_history_fts_%' ORDER BY type DESC, name", TABLES)]
+        self.triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                                   "AND tbl_name = 'search_history'").fetchall()
+        for name, _sql in self.triggers:
+            db.execute(f'DROP TRIGGER "{name}"')
+        db.execute("DROP INDEX page_versions_by_slug")
         self.queue: queue.Queue = queue.Queue(maxsize=4)
         self.thread = threading.Thread(target=self._run, name="history-writer", daemon=True)
+
+    def start(self) -> None:
         self.thread.start()
 
     def add(self, versions: list[tuple], entries: list[tuple], pages: list[list], closed: list[tuple[int, int]]) -> None:
@@ -109,7 +128,7 @@ class HistoryWriter:
                 self._write(db)
             finally:
                 db.close()
-        except BaseException as exc:  # kept for `finish`; the fold must never wait on a full queue
+        except BaseException as exc:  # kept for `join`; the fold must never wait on a full queue
             self.error = exc
             while self.queue.get() is not None:
                 pass
@@ -117,8 +136,6 @@ class HistoryWriter:
     def _write(self, db) -> None:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
-        for sql in self.schema:
-            db.execute(sql)
         db.execute("BEGIN")
         while (batch := self.queue.get()) is not None:
             versions, blob, entries, pages, first, last, closed = batch
@@ -134,42 +151,38 @@ class HistoryWriter:
                 db.execute(_CLOSE, (closed,))
         db.execute("COMMIT")
 
-    def _stop(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-
-    def abandon(self) -> None:
-        self._stop()
-        remove_files(self.path)
-
-    def finish(self, db) -> None:
-        """Copies the tables and the index into the views (the caller holds no transaction), then indexes
-        the other search_history rows there. A wiki page version wins over another row of its id, as in
-        the fold, where it came first."""
-        self._stop()
-        if self.error is not None:
-            remove_files(self.path)
+    def join(self, raise_error: bool = True) -> None:
+        """Waits for the thread to write everything handed over."""
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join()
+        if self.error is not None and raise_error:
             raise self.error
-        db.execute("ATTACH DATABASE ? AS built", (self.path,))
+
+    def merge(self, db, fold_path: str) -> None:
+        """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
+        index and triggers taken away. The search_history triggers index the fold's rows as they come in;
+        a wiki page version wins over another row of its id, as in the fold, where it came first."""
+        db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
             db.execute("BEGIN IMMEDIATE")
-            others = db.execute("SELECT 1 FROM main.search_history LIMIT 1").fetchone() is not None
-            for table in TABLES:
-                if table == "search_history" and others:
-                    db.execute("DELETE FROM main.search_history WHERE id IN (SELECT id FROM built.search_history)")
-                db.execute(f"INSERT INTO main.{table} SELECT * FROM built.{table}")
-            for suffix in _FTS_SHADOW:
-                db.execute(f"DELETE FROM main.search_history_fts_{suffix}")
-                db.execute(f"INSERT INTO main.search_history_fts_{suffix} SELECT * FROM built.search_history_fts_{suffix}")
-            if others:
-                db.execute("INSERT INTO search_history_fts (rowid, title, body) "
-                           "SELECT id, title, body FROM search_history WHERE kind != 'page' ORDER BY id")
+            for _name, sql in self.triggers:
+                db.execute(sql)
+            tables = [name for (name,) in db.execute(
+                "SELECT name FROM fold.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                "AND name NOT IN (?, ?) ORDER BY name", HISTORY_TABLES)]
+            for table in tables:
+                if table == "search_history":
+                    db.execute("INSERT OR IGNORE INTO main.search_history SELECT * FROM fold.search_history")
+                else:
+                    db.execute(f'DELETE FROM main."{table}"')
+                    db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
+            db.execute(PAGE_VERSIONS_INDEX)
             db.execute("COMMIT")
         finally:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            db.execute("DETACH DATABASE built")
-            remove_files(self.path)
+            db.execute("DETACH DATABASE fold")
 
 
 def remove_files(path) -> None:

@@ -23,14 +23,13 @@ from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
-from .bulk import HistoryWriter
 from .search import SearchFold, page_history_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
 class WikiFold:
-    def __init__(self, views: Views, writer: HistoryWriter | None = None):
-        """`writer` takes the history tables in a rebuild (bulk.history_in_bulk)."""
+    def __init__(self, views: Views, writer=None):
+        """`writer` (a bulk.HistoryWriter) takes the history tables in a rebuild."""
         self.views = views
         self.db = views.db
         self.writer = writer
@@ -180,11 +179,11 @@ def _unpacked(codec: int, stored: bytes) -> bytes:
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
-             progress: Callable[[int], None] | None = None, writer: HistoryWriter | None = None) -> int:
+             progress: Callable[[int], None] | None = None, writer=None) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
 
     Each batch commits its rows and the checkpoint in one transaction: exactly once, even if
-    the process dies between batches. `writer` takes a rebuild's history tables (bulk.history_in_bulk).
+    the process dies between batches. `writer` takes a rebuild's history tables (bulk.build).
     """
     target = log.head() if upto is None else upto
     wiki, adf, shared, search = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views)

@@ -8,8 +8,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
-from .bulk import history_in_bulk, remove_files
-from .fold import catch_up
+from . import bulk
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
 
@@ -26,32 +25,11 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
-def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
-          progress=None) -> Views:
-    """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
-    build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first.
-
-    Nobody reads the new file before the caller renames it into place, so it is written without a
-    journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves a half-written file that
-    only the next rebuild sees (and deletes), while the views in place are never touched. The
-    caller fsyncs the file before the rename. Indexes are built once at the end, and the history tables
-    on a second thread while the fold runs (bulk.history_in_bulk)."""
-    remove_files(path)
-    views = Views(path, contract=contract, agent=agent, fast=True)
-    try:
-        with views.bulk(), history_in_bulk(views.db, str(path)) as writer:
-            catch_up(log, views, upto=upto, batch=20000, progress=progress, writer=writer)
-    except BaseException:
-        views.close()
-        raise
-    return views
-
-
 def _build(memory, path: Path, upto: int | None, progress) -> Views:
-    """`build` for a workspace: the contract (with the local layers the rebuilt config declares) places
+    """`bulk.build` for a workspace: the contract (with the local layers the rebuilt config declares) places
     the shared layers' files."""
-    views = build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent, upto=upto,
-                  progress=progress)
+    views = bulk.build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent, upto=upto,
+                       progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views
 

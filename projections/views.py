@@ -18,7 +18,7 @@ from . import activity, adf, local_layers, render, search, shared
 
 SCHEMA_VERSION = "1"
 
-_PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
+PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS page_versions (
@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, ts INTEGER 
 CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, entry TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS file_state (
     path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
-""".replace("{page_versions_index}", _PAGE_VERSIONS_INDEX)
+""".replace("{page_versions_index}", PAGE_VERSIONS_INDEX)
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
                "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions", *search.TABLES)
@@ -171,15 +171,6 @@ class Views:
                 self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
-
-    @contextmanager
-    def bulk(self):
-        """For a rebuild into a new file: the page versions' index is built once at the end (sorted)
-        instead of at each of a million random inserts. The fold never reads page_versions by it
-        while rebuilding: every page it reads was folded by itself, and is in its cache."""
-        self.db.execute("DROP INDEX IF EXISTS page_versions_by_slug")
-        yield
-        self.db.execute(_PAGE_VERSIONS_INDEX)
 
     def set_contract(self, contract) -> bool:
         """Places the shared layers by a new contract: every file it moves is marked to be written

@@ -151,7 +151,7 @@ def test_replay_after_the_views_database_is_lost(memory):
 
 
 def test_a_replay_killed_midway_leaves_the_views_in_place(workspace):
-    """A rebuild is written into a new file without journal or syncing (and its history tables into a scratch
+    """A rebuild is written into a new file without journal or syncing (and the fold's tables into a scratch
     file beside it): killed in the middle, it leaves the views in place untouched, and the next replay
     deletes what it left."""
     import random
@@ -178,7 +178,7 @@ def test_a_replay_killed_midway_leaves_the_views_in_place(workspace):
         memory.refresh()
         before, checkpoint = memory.views.dump(), memory.views.checkpoint()
     rebuild = workspace / ".mem" / "views.db.rebuild"
-    scratch = Path(f"{rebuild}-history")
+    scratch = Path(f"{rebuild}-fold")
     proc = subprocess.Popen([*mem_command(), "-w", str(workspace), "replay"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
