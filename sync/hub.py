@@ -34,10 +34,9 @@ from .compression import ZstdResponses
 from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage, decode_stored
-from .wire import PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+from .wire import MAX_PULL, PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-MAX_PULL = 5000
 MAX_WAIT_SECONDS = 30.0
 MAX_POSITION = 2 ** 63 - 1
 INLINE_CHECKS = 16
