@@ -20,6 +20,7 @@ import os
 import queue
 import sqlite3
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -49,9 +50,10 @@ _CLOSE = ("UPDATE search_history SET until = j.value ->> 1 FROM json_each(?) AS 
 
 
 def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
-          progress=None) -> Views:
+          heads: Iterable[int] = (), progress=None) -> Views:
     """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
-    build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first."""
+    build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first.
+    While the log still grows, `heads` are the heads to fold up to one after another first (catch_up)."""
     path, fold_path = str(path), f"{path}-fold"
     remove_files(path)
     remove_files(fold_path)
@@ -64,7 +66,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         try:
             for name in search.FTS_TABLES:  # the other rows are few: indexed by trigger as they are copied
                 search.disable_fts(fold.db, name)
-            catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer)
+            catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
         writer.join()

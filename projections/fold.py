@@ -10,7 +10,7 @@ which keeps a rebuild from formatting a million versions nobody asked for.
 
 import gc
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from itertools import islice
 
@@ -35,6 +35,7 @@ class WikiFold:
         self.writer = writer
         self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
+        self.touched_pages: set[str] = set()  # pages changed since the `pages` rows were last written
         self._reset_batch()
 
     def _reset_batch(self):
@@ -45,7 +46,6 @@ class WikiFold:
         self.entries: list[tuple] = []
         self.releases: list[tuple[str, int]] = []
         self.always_rows: list[tuple] = []
-        self.touched_pages: set[str] = set()
         self.dirty: set[str] = set()
 
     def _page(self, slug: str):
@@ -145,8 +145,10 @@ class WikiFold:
         they closed; none when a rebuild's writer takes them (at `flush`)."""
         return ((), ()) if self.writer is not None else (self.search_rows, self.replaced)
 
-    def flush(self, checkpoint: int) -> None:
-        """Writes the batch and the checkpoint; the caller holds the transaction."""
+    def flush(self, checkpoint: int, final: bool = True) -> None:
+        """Writes the batch and the checkpoint; the caller holds the transaction. The current pages (their
+        `pages` rows, their files marked dirty) are written when `final`: a rebuild writes them once, in its
+        last batch (nothing reads them sooner), not a page updated in every batch once a batch."""
         db = self.db
         if self.writer is not None:
             self.writer.add(self.versions, self.entries, self.search_rows, self.replaced)
@@ -159,14 +161,15 @@ class WikiFold:
             db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?,?)", self.always_rows)
         if self.releases:
             db.executemany("INSERT OR REPLACE INTO page_releases VALUES (?,?)", self.releases)
-        gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
-        live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
-                if self._pages[slug] is not None]
-        db.executemany("DELETE FROM pages WHERE slug = ?", gone)
-        db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
-        self.dirty.update(page_path(slug) for slug in self.touched_pages)
-        if self.touched_pages:  # a page's catalog line is in mind.md, log entry or not
-            self.dirty.add(MIND_PATH)
+        if final and self.touched_pages:
+            gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
+            live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
+                    if self._pages[slug] is not None]
+            db.executemany("DELETE FROM pages WHERE slug = ?", gone)
+            db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
+            self.dirty.update(page_path(slug) for slug in self.touched_pages)
+            self.dirty.add(MIND_PATH)  # a page's catalog line is in mind.md, log entry or not
+            self.touched_pages = set()
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
@@ -183,16 +186,19 @@ def _unpacked(codec: int, stored: bytes) -> bytes:
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
-             progress: Callable[[int], None] | None = None, writer=None) -> int:
+             progress: Callable[[int], None] | None = None, writer=None, heads: Iterable[int] = ()) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
 
     Each batch commits its rows and the checkpoint in one transaction: exactly once, even if
-    the process dies between batches. `writer` takes a rebuild's history tables (bulk.build).
+    the process dies between batches. `writer` takes a rebuild's history tables (bulk.build), whose
+    fold reads no page version back: one fold, with its caches, follows a log still growing up to
+    each of `heads` in turn, then up to `upto` (or the head the log has then).
     """
-    target = log.head() if upto is None else upto
-    wiki, adf, shared, search = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views)
+    folds = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views)
     with no_cyclic_gc():
-        return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
+        for head in heads:
+            _catch_up(log, views, head, batch, progress, *folds)
+        return _catch_up(log, views, log.head() if upto is None else upto, batch, progress, *folds)
 
 
 @contextmanager
@@ -235,10 +241,12 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             del rows, raws
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)
+            final = wiki.writer is None or end >= target  # a rebuild writes the current pages once, at its end
             shared.flush()
-            search.take_pages(wiki.touched_pages, wiki._page)
+            if final:
+                search.take_pages(wiki.touched_pages, wiki._page)
             search.flush(*wiki.search_history())
-            wiki.flush(end)
+            wiki.flush(end, final)
             anchor = log.get_by_seq(end)
             if anchor is not None:
                 views.set_anchor(end, anchor.chain)
