@@ -32,7 +32,7 @@ from common import table, workdir
 from eventstore.envelope import encode_body, new_event
 from eventstore.kinds import LoopAppend
 from eventstore.recorder import ZERO_CHAIN, plan_rows
-from eventstore.sqlite import COLUMNS, SCHEMA, SQLiteLog
+from eventstore.sqlite import COLUMNS, SCHEMA, SQLiteLog, insert_rows
 
 
 def make_events(n):
@@ -138,11 +138,12 @@ class RawSQLite:
 
 class RawSameRow(RawSQLite):
     name = "raw sqlite3, same row"
-    insert = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    insert = insert_rows(1)
 
     def create(self):
         self.db.execute("PRAGMA secure_delete = ON")
-        self.db.executescript(SCHEMA)
+        for statement in SCHEMA:
+            self.db.execute(statement)
         self.chain = ZERO_CHAIN
 
     def prepare(self, events):
@@ -178,7 +179,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=2000, help="events appended one at a time, per backend")
     parser.add_argument("--batch-n", type=int, default=20000, help="events appended in batches of 100, per backend")
-    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "OFF"])
     args = parser.parse_args()
     base = workdir("append")
     shutil.rmtree(base)
