@@ -9,13 +9,14 @@ each baseline's own preparation are done before the clock starts, for all four a
   hash-chain link, zstd above 512 bytes, the insert of the whole envelope row, the commit.
 - eventsourcing: `SQLiteApplicationRecorder.insert_events` of `StoredEvent`s (id, version, topic,
   body bytes) — the library's own transaction and unique (id, version) key.
-- raw sqlite3, same row: `BEGIN IMMEDIATE; INSERT; COMMIT` of mindlog's own row (all twelve columns,
-  seq and chain computed beforehand) into mindlog's own table, with the log's pragmas: the floor for
-  "the same durable insert".
+- raw sqlite3, same row: `BEGIN IMMEDIATE; INSERT; COMMIT` of mindlog's own row (every column the
+  log stores, seq and chain computed beforehand by the log's own `plan_rows`) into a table made by the
+  log's own schema (`SCHEMA`) with the log's pragmas, through the log's own one-row INSERT: the floor
+  for "the same durable insert". The row and table are imported, so they follow any change to the log.
 - raw sqlite3, (id, body): the same statements inserting only an id (unique) and the body bytes.
 
 All use WAL mode and the same `synchronous` setting (FULL by default, the durable one; `--synchronous
-NORMAL` compares the faster setting). The backends take turns in small slices of the work, in a
+NORMAL` or `OFF` compare the CPU work alone, without the fsync every side pays). The backends take turns in small slices of the work, in a
 rotating order, each on its own database, so a load swing on a shared machine hits all of them alike;
 each figure is the total events over the total time of its slices.
 Usage: python bench/bench_append.py [-n 2000] [--batch-n 20000]
