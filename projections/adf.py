@@ -85,6 +85,14 @@ CREATE TABLE IF NOT EXISTS adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL,
 
 
 
+LOOP_SOURCE = "(source = 'loop' OR source LIKE 'loop:%')"
+"""The audit rows of loop archives, in SQL; `is_loop_source` is the same test in Python."""
+
+
+def is_loop_source(source: str) -> bool:
+    return source == "loop" or source.startswith("loop:")
+
+
 def dumps(value, sort_keys: bool = False) -> str:
     """JSON as ADF writes it (JSON.stringify): compact, UTF-8 kept.
 

@@ -47,10 +47,7 @@ class WikiFold:
 
     def _page(self, slug: str):
         if slug not in self._pages:
-            row = self.db.execute(
-                "SELECT p.seq, p.version_id, p.title, p.hook, v.doc, p.ts FROM pages p "
-                "JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
-            self._pages[slug] = tuple(row) if row else None
+            self._pages[slug] = self.views.current_page(slug)
         return self._pages[slug]
 
     def _always_lines(self) -> list[str]:

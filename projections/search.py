@@ -17,7 +17,6 @@ indexes once at the end, and `mem replay --check` compares them.
 The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
-import json
 import re
 from contextlib import contextmanager
 
@@ -30,7 +29,7 @@ from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, Lo
     PageIngest, PageUpdate
 
 from . import render, trust
-from .adf import blob_json
+from .adf import blob_json, is_loop_source
 
 TABLES = ("search_docs", "search_history")
 """The view tables `mem replay --check` compares."""
@@ -123,7 +122,7 @@ def loop_row(seq, loop, role, text) -> tuple:
 
 def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
     """The loop messages inside an audit blob (one imported from an ADF file: `audit read` reaches them)."""
-    if not (source == "loop" or source.startswith("loop:")):
+    if not is_loop_source(source):
         return []
     try:
         entries = blob_json(data)  # bounded: a brotli bomb in an old log is skipped, not expanded
@@ -255,16 +254,13 @@ def _by_id_since(row: tuple) -> tuple[int, int]:
     return row[0], row[-1]
 
 
-def current_at(db, row, as_of: int) -> bool:
+def current_at(views, row, as_of: int) -> bool:
     """Was this version still current at `as_of`? Pages and files answer by `until` (in SQL); a version of
     a shared page, whose successors form a DAG, by the versions that name it as a parent."""
     id, kind, layer, key = row[:4]
     if kind == "shared-page":
         ref = row[9]
-        for (parents,) in db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND seq > ? "
-                                     "AND seq <= ?", (layer, key.split("/", 1)[1], id, as_of)):
-            if ref in json.loads(parents):
-                return False
+        return not views.shared.named_as_parent(layer, key.split("/", 1)[1], ref, id, as_of)
     return True
 
 
@@ -334,7 +330,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     point = checkpoint if as_of is None else min(as_of, checkpoint)
     wanted = limit * 3 + 20
     rows = [row for row in views.db.execute(sql, [*params, day, wanted * 2])
-            if not past or current_at(views.db, row, as_of)][:wanted]
+            if not past or current_at(views, row, as_of)][:wanted]
     hits = sorted((_hit(views, table, row, point, day) for row in rows),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
@@ -396,7 +392,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         path = views.shared_path(layer) or layer
         citation = ref
     elif kind == "loop":
-        removed = views.db.execute("SELECT removed_seq FROM loop_rows WHERE seq = ?", (id,)).fetchone()
+        removed = views.loop_removed(id)
         compacted = removed is None or (removed[0] is not None and removed[0] <= as_of)  # None: imported archived
         path = f"loop {key}" + (" (compacted: `mem audit read`)" if compacted else "")
         citation = f"[S{id}]"
@@ -435,9 +431,7 @@ def flagged_catalog(views, catalog: list[tuple[str, str, str]], as_of: int | Non
     if not fields:
         return catalog
     point = views.checkpoint() if as_of is None else as_of
-    stamps = [views.db.execute(f"SELECT ts FROM {t} WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (point,)).fetchone()
-              for t in ("log_entries", "always_versions")]
-    stamps = [s[0] for s in stamps if s]
-    day = trust.day_of(max(stamps)) if stamps else "0000-00-00"
+    changed = views.wiki_changed_at(point)
+    day = trust.day_of(changed) if changed is not None else "0000-00-00"
     return [(slug, title, hook, trust.catalog_flag(*fields[slug], day)) if slug in fields else (slug, title, hook)
             for slug, title, hook in catalog]

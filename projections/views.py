@@ -45,7 +45,6 @@ FILE_COLUMNS = "path, content, mime_type, size, protection, authorized, created_
 AUDIT_COLUMNS = "id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at"
 AUDIT_DATA_COLUMNS = "id, source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at"
 """adf_audit's columns in its order; AUDIT_COLUMNS leaves out the blob."""
-LOOP_SOURCE = "(source = 'loop' OR source LIKE 'loop:%')"
 
 
 def page_path(slug: str) -> str:
@@ -252,13 +251,19 @@ class Views:
             "ON v.slug = slugs.slug AND v.seq = (SELECT MAX(seq) FROM page_versions WHERE slug = slugs.slug AND seq <= ?) "
             "ORDER BY v.slug", (as_of,)).fetchall()
 
+    def current_page(self, slug: str) -> tuple | None:
+        """(seq, version_id, title, hook, doc, ts) of a page's current version, or None when it does not exist."""
+        row = self.db.execute(
+            "SELECT p.seq, p.version_id, p.title, p.hook, v.doc, p.ts FROM pages p "
+            "JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq WHERE p.slug = ?", (slug,)).fetchone()
+        return tuple(row) if row else None
+
     def page_version(self, slug: str, as_of: int | None = None):
         """(seq, body) of a page's version as of a seq, the body a PageIngest or PageUpdate; None when the
         page does not exist then. One index lookup on (slug, seq)."""
         if as_of is None:
-            row = self.db.execute(
-                "SELECT v.seq, v.doc FROM pages p JOIN page_versions v ON v.slug = p.slug AND v.seq = p.seq "
-                "WHERE p.slug = ?", (slug,)).fetchone()
+            current = self.current_page(slug)
+            row = (current[0], current[4]) if current else None
         else:
             row = self.db.execute(
                 "SELECT seq, doc FROM page_versions WHERE slug = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
@@ -418,13 +423,18 @@ class Views:
         (then streamed: an iterator, not a list). A `source` of `loop` takes every loop's rows (`loop:<name>`)."""
         where, params = "event_seq <= ?", [as_of if as_of is not None else self.checkpoint()]
         if source == "loop":
-            where += f" AND {LOOP_SOURCE}"
+            where += f" AND {adf.LOOP_SOURCE}"
         elif source:
             where += " AND source = ?"
             params.append(source)
         rows = self.db.execute(f"SELECT {AUDIT_DATA_COLUMNS if data else AUDIT_COLUMNS} FROM audit_rows "
                                f"WHERE {where} ORDER BY id", params)
         return rows if data else rows.fetchall()
+
+    def loop_removed(self, seq: int) -> tuple[int | None] | None:
+        """(removed_seq,) of the loop row of a seq (None inside: live), or None when no loop row has it
+        (a message folded only from an imported audit blob)."""
+        return self.db.execute("SELECT removed_seq FROM loop_rows WHERE seq = ?", (seq,)).fetchone()
 
     def archived_by(self, event_seq: int) -> tuple | None:
         """The audit row (AUDIT_COLUMNS) that a loop compaction or clear at this seq wrote, or None."""
@@ -434,7 +444,7 @@ class Views:
     def loop_audits_covering(self, seq: int, loop: str | None, as_of: int) -> list[tuple[int, str, bytes]]:
         """(id, source, data) of the loop audit rows (one loop's, or every loop's) whose seq range covers
         `seq`, written as of `as_of`, the newest range first."""
-        source, params = (("source = ?", [f"loop:{loop}"]) if loop else (LOOP_SOURCE, []))
+        source, params = (("source = ?", [f"loop:{loop}"]) if loop else (adf.LOOP_SOURCE, []))
         return self.db.execute(f"SELECT id, source, data FROM audit_rows WHERE {source} AND start_seq <= ? "
                                "AND end_seq >= ? AND event_seq <= ? ORDER BY start_seq DESC",
                                (*params, seq, seq, as_of)).fetchall()
@@ -475,9 +485,7 @@ class Views:
             last = self.db.execute(edge.format("DESC"), (slug, as_of)).fetchone()[0]
             times, protection = (format_instant(first), format_instant(last)), "none"
         else:
-            last = "SELECT ts FROM {} WHERE seq <= ? ORDER BY seq DESC LIMIT 1"
-            tables = ("always_versions", "log_entries") if path == MIND_PATH else ("log_entries",)
-            stamps = [(self.db.execute(last.format(t), (as_of,)).fetchone() or [None])[0] for t in tables]
+            stamps = [self.wiki_changed_at(as_of)] if path == MIND_PATH else [self._last_ts("log_entries", as_of)]
             if path == MIND_PATH:  # quiet (imported) ingests change the catalog without a log entry
                 if as_of >= self.checkpoint():
                     stamps.append(self.db.execute("SELECT MAX(ts) FROM pages").fetchone()[0])
@@ -487,6 +495,15 @@ class Views:
             stamps = [s for s in stamps if s is not None]
             times, protection = (created, format_instant(max(stamps)) if stamps else created), "no_delete"
         return (protection, 0, *times)
+
+    def _last_ts(self, table: str, as_of: int) -> int | None:
+        row = self.db.execute(f"SELECT ts FROM {table} WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (as_of,)).fetchone()
+        return row[0] if row else None
+
+    def wiki_changed_at(self, as_of: int) -> int | None:
+        """The ts of the newest log entry or Always edit as of a seq (None: neither yet)."""
+        stamps = [s for s in (self._last_ts(t, as_of) for t in ("always_versions", "log_entries")) if s is not None]
+        return max(stamps) if stamps else None
 
     def config(self, as_of: int | None = None) -> dict:
         row = self.config_row(as_of)
