@@ -12,12 +12,13 @@ from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD
                        decode_body, encode_body, unpack_body)
 from .errors import IdConflict
 from .ids import uuid_bytes, uuid_text
-from .kinds import ImportGap, Redacted
+from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
 
 ZERO_CHAIN = bytes(32)
 _sha256 = hashlib.sha256
 _seq_and_time = struct.Struct(">QQ").pack  # seq and recorded_at, 8 bytes each, big-endian
+TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 
 def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int) -> bytes:
@@ -51,7 +52,7 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
     are written out in it."""
     rows, seqs = [], []
     append_row, append_seq = rows.append, seqs.append
-    sha256, seq_and_time = _sha256, _seq_and_time
+    sha256, seq_and_time, tag = _sha256, _seq_and_time, TAGS.__getitem__
     for event, raw in prepared:
         if known is not None:
             found = known.get(event.id)
@@ -68,9 +69,9 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
         if cls is Redacted:
             kind, codec, stored = body.original, CODEC_REDACTED, raw
         elif len(raw) > COMPRESS_THRESHOLD:
-            kind, codec, stored = cls.__struct_config__.tag, CODEC_ZSTD, compress(raw)
+            kind, codec, stored = tag(cls), CODEC_ZSTD, compress(raw)
         else:
-            kind, codec, stored = cls.__struct_config__.tag, CODEC_RAW, raw
+            kind, codec, stored = tag(cls), CODEC_RAW, raw
         append_row((seq, id, event.ts, recorded_at, event.agent, event.layer, kind,
                     codec, stored, digest, chain))
         append_seq(seq)

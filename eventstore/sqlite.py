@@ -130,12 +130,9 @@ class SQLiteLog(Recorder):
             if cls is not Redaction and cls is not ImportGap and event.digest:
                 return [self._append_one(event)]
         check = verify or not self.trusted
-        prepared = []
-        for event in events:
-            raw = check_event(event) if check else event.raw_body()
-            if not event.digest:
-                raise InvalidInput(f"event {event.id} has no digest")
-            prepared.append((event, raw))
+        prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
+        if not all(event.digest for event in events):
+            raise InvalidInput(f"event {next(e.id for e in events if not e.digest)} has no digest")
         redacting = any(type(event.body) is Redaction for event in events)
         db = self.db
         for check_known in (False, True):
