@@ -62,10 +62,12 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def phases(base: Path, url: str, token: str) -> list[tuple]:
     """Seconds the client spends in each part of a first pull, timed in this process."""
     import projections.memory as memory_module
+    import projections.replay as replay_module
     import sync.client as client_module
 
     spent = dict.fromkeys(("check (decode, digests, contract, validation)", "append to the log",
-                           "fold into the views", "write the files"), 0.0)
+                           "fold into the views (page by page)", "build the views (mem replay's bulk fold)",
+                           "write the files"), 0.0)
 
     def timing(name, fn):
         def timed_call(*args, **kwargs):
@@ -79,7 +81,9 @@ def phases(base: Path, url: str, token: str) -> list[tuple]:
     names = list(spent)
     client_module.accept = timing(names[0], client_module.accept)
     memory_module.catch_up = timing(names[2], memory_module.catch_up)
-    memory_module.materialize = timing(names[3], memory_module.materialize)
+    replay_module.catch_up = timing(names[3], replay_module.catch_up)
+    memory_module.materialize = timing(names[4], memory_module.materialize)
+    replay_module.materialize = timing(names[4], replay_module.materialize)
     with Memory.init(base / "phases", "newcomer") as memory:
         memory.log.append = timing(names[1], memory.log.append)
         start = time.perf_counter()

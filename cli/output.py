@@ -53,20 +53,40 @@ def event_line(event: Event) -> str:
 
 @contextlib.contextmanager
 def progress_bar(description: str, total: int | None):
-    """Yields a callback `advance(n, total=None)` that advances a rich progress bar by n (and sets its
-    total when given); silent when not on a terminal. A `total` of None draws a bar of unknown length
-    until the work learns its size (a pull, from the hub's position)."""
+    """Yields a callback `advance(n, total=None, phase=None)` that advances a rich progress bar by n (and
+    sets its total when given); silent when not on a terminal. A `total` of None draws a bar of unknown
+    length until the work learns its size (a pull, from the hub's position). A `phase` names a next stage
+    of the work (a pull's building of the views): it gets a bar of its own below the finished one."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    columns = (TextColumn("{task.description:<6}"), BarColumn(), MofNCompleteColumn(), _rate_column(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, transient=True, disable=not sys.stderr.isatty() or (total is not None and total < 1000),
                   console=Console(stderr=True)) as progress:
         task = progress.add_task(description, total=total)
 
-        def advance(n: int, total: int | None = None) -> None:
-            if total is not None:
+        def advance(n: int, total: int | None = None, phase: str | None = None) -> None:
+            nonlocal task
+            if phase is not None:
+                task = progress.add_task(phase, total=total)
+            elif total is not None:
                 progress.update(task, total=total)
             progress.advance(task, n)
 
         yield advance
+
+
+def _rate_column():
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        """Items a second, as rich measures them over its recent updates."""
+
+        def render(self, task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
+
+    return RateColumn()

@@ -23,12 +23,18 @@ from eventstore.ids import now_ms
 from eventstore.layers import Contract, produced_layers, produces
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
+from projections.replay import replay
 
-from .intake import Rejected, accept, conflicting
+from .intake import Rejected, accept, conflicting, remember
 from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
 PULL_BATCH = 5000
+BULK_FOLD_THRESHOLD = 20_000
+"""A pull at least this many events behind (hub positions ahead of this log, plus logged events the views
+have not folded yet), and at least as many as the views hold already, is a catch-up: it appends every page
+first and then builds the views once with `mem replay`'s bulk fold (which folds the whole log). A smaller
+pull folds each page into the views as it comes."""
 FOLLOW_WAIT = 25.0
 RETRY_MAX_SECONDS = 15.0
 
@@ -99,6 +105,7 @@ class PullPage(msgspec.Struct):
     events: list[msgspec.Raw]
     cursor: str
     more: bool
+    head: int = 0
 
 
 class PulledBatch(msgspec.Struct):
@@ -221,6 +228,12 @@ class HubClient:
     def close(self) -> None:
         self.http.close()
 
+    def __enter__(self) -> "HubClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None, wait: float = 0):
         import httpx
         import zstandard
@@ -261,10 +274,14 @@ class HubClient:
         return self._call("GET", "/v1/pull", PullResponse,
                           params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
-    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullPage:
-        """Like `pull`, each event still encoded (what a consumer checks one by one)."""
-        return self._call("GET", "/v1/pull", PullPage,
-                          params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
+    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0, held: str | None = None) -> PullPage:
+        """Like `pull`, each event still encoded (what a consumer checks one by one). `held`, when the
+        request goes out before the page it follows is stored, is the cursor this agent has durably
+        stored (what the hub records as received); by default the hub takes `cursor` as that."""
+        params = {"cursor": cursor, "limit": limit, "wait": wait}
+        if held is not None:
+            params["held"] = held
+        return self._call("GET", "/v1/pull", PullPage, params=params, wait=wait)
 
 
 def _outgoing(event: Event) -> Event:
@@ -421,16 +438,25 @@ class _Tally:
         if self.progress:
             self.progress(0, self.total)
 
+    def reach(self, head: int) -> None:
+        """Sizes the progress up to the hub's head, as a page reports it."""
+        if head - self.start > self.total:
+            self.total = head - self.start
+            if self.progress:
+                self.progress(0, self.total)
+
     def advance(self, position: int) -> None:
         if self.progress and position > self.reached:
             self.total = max(self.total, position - self.start)
             self.progress(position - self.reached, self.total)
             self.reached = position
 
-    def store(self, memory, page: PullPage) -> None:
+    def store(self, memory, page: PullPage, fold: bool = True, versions: dict | None = None) -> None:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
-        transaction that moves the cursor past all of them."""
-        events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log)
+        transaction that moves the cursor past all of them; with `fold`, the views and files follow once
+        caught up. `versions` carries the page versions stored so far from one page to the next."""
+        events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
+                                  versions)
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
         if page.events:
@@ -442,6 +468,8 @@ class _Tally:
             events, clashing = conflicting(events, memory.log)
             rejected += clashing
             seqs = memory.log.append(events, state=state)
+        if versions is not None:
+            remember(versions, events)
         self.rejected += rejected
         for r in rejected if self.say else ():
             self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")
@@ -449,7 +477,7 @@ class _Tally:
         self.pulled += new
         self.returned += len(seqs) - new
         self.advance(position)
-        if events and not page.more:
+        if events and not page.more and fold:
             self.skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
             self.on_batch(PulledBatch(pulled=new, returned=len(seqs) - new, position=position))
@@ -458,18 +486,42 @@ class _Tally:
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one.
 
-    Each request is sent once the page before it is durably appended (the cursor it carries tells the
-    hub what this agent holds); while the hub answers it, this thread folds that page into the views,
-    so the hub's work and the fold overlap. The files are written once, when caught up."""
+    A catch-up (see BULK_FOLD_THRESHOLD) asks for the next page as soon as a page arrives, so the hub
+    serves it while this thread checks and appends the one in hand (the request says which cursor is
+    durably stored); once caught up, the views are rebuilt from the log by `mem replay`'s bulk fold and
+    the files written once. Otherwise each request goes out once the page before it is appended, and
+    while the hub answers it this thread folds that page into the views."""
     with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, no_cyclic_gc():
-        asked = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0)
+        held = memory.log.state(f"pull:{tally.name}") or ""
+        page = requests.submit(client.pull_page, held, PULL_BATCH, 0).result()
+        tally.reach(page.head)
+        behind = tally.total + memory.log.head() - memory.views.checkpoint()
+        bulk = behind >= max(BULK_FOLD_THRESHOLD, memory.views.checkpoint())
+        versions: dict = {}
         while True:
-            page = asked.result()
-            tally.store(memory, page)
+            ahead = bulk and page.more
+            if ahead:
+                asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, held)
+            tally.store(memory, page, fold=not bulk, versions=versions)
+            held = page.cursor
             if not page.events and not page.more:
                 tally.advance(tally.start + tally.total)
-                return
-            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
-            if page.more:
-                memory.refresh(files=False)
+                break
+            if not ahead:
+                asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
+                if page.more:
+                    memory.refresh(files=False)
+            page = asked.result()
+    if bulk:
+        _build_views(memory, tally)
 
+
+def _build_views(memory, tally: _Tally) -> None:
+    """The views rebuilt from the whole log by `mem replay` (its bulk fold), the files written once; a
+    file edited by hand is kept and reported, as a refresh does."""
+    progress = tally.progress
+    if progress:
+        progress(0, memory.log.head(), "views")
+    report = replay(memory, keep_hand_edits=True, progress=progress)
+    if report.files is not None:
+        tally.skipped.update(report.files.refused)

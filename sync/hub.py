@@ -338,14 +338,15 @@ async def pull(request: Request) -> Response:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
     agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
-    hub.committer.record_pull(agent, after)
+    held = request.query_params.get("held")  # a pipelined pull: the cursor the agent has stored, behind `cursor`
+    hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after))
     if not events and wait > 0 and await hub.fanout.wait(max(after, head), layers, wait):
         # token and contract again: revoked while it waited, it gets nothing more
         agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
     more = len(events) > limit
     events = events[:limit]
     cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
-    return reply(PullResponse(events=events, cursor=encode_cursor(cursor), more=more))
+    return reply(PullResponse(events=events, cursor=encode_cursor(cursor), more=more, head=head))
 
 
 async def openapi(request: Request) -> Response:

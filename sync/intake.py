@@ -13,9 +13,9 @@ import msgspec
 from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
-from eventstore.governance import held_message, hold_refusal
+from eventstore.governance import held_message, hold_refusal, is_held
 from eventstore.ids import is_uuid
-from eventstore.kinds import EntryAppend
+from eventstore.kinds import EntryAppend, PageIngest, PageUpdate, Redaction
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 
 
@@ -74,9 +74,22 @@ def problem(event: Event, contract: Contract, agent: str) -> str | None:
     return None
 
 
-def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
-    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
+def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
+           versions: dict | None = None) -> tuple[list[Event], list[Rejected]]:
+    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected.
+
+    `versions` (see `remember`) holds the page versions a catch-up stored before this page, so that an
+    update's hold check finds its parent without asking the log; any other parent is looked up there."""
     events, rejected, taken, bodies = [], [], {}, {}
+    known = versions if versions is not None else {}
+
+    def parent(id: str):
+        if id in bodies:
+            return bodies[id]
+        if id in known:
+            return known[id]
+        return getattr(log.get(id), "body", None)
+
     for raw in raws:
         try:
             event = _event.decode(raw)
@@ -89,12 +102,12 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tupl
         if reason is None and isinstance(event.body, EntryAppend) and event.body.reverses is not None:
             target = taken.get(event.body.reverses, (None, None))[1]
             if target is None:
-                known = log.get(event.body.reverses)
-                target = known.layer if known is not None else None
+                known_event = log.get(event.body.reverses)
+                target = known_event.layer if known_event is not None else None
             if target != event.layer:
                 reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
         if reason is None:
-            held = hold_refusal(event.body, lambda id: bodies[id] if id in bodies else getattr(log.get(id), "body", None))
+            held = hold_refusal(event.body, parent)
             reason = held_message(event.layer, event.body.slug, *held) if held else None
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
@@ -103,6 +116,19 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tupl
         bodies[event.id] = event.body
         events.append(event)
     return events, rejected
+
+
+def remember(versions: dict, events: list[Event]) -> None:
+    """Notes the page versions among `events` (appended) for the hold checks of later pages: a held
+    version's body, None for any other (which holds nothing). A redacted version is left to the log,
+    which gives its stand-in."""
+    for event in events:
+        body = event.body
+        if type(body) is PageIngest or type(body) is PageUpdate:
+            versions[event.id] = body if is_held(body.frontmatter) else None
+        elif type(body) is Redaction:
+            for id in body.target_ids:
+                versions.pop(id, None)
 
 
 def conflicting(events: list[Event], log) -> tuple[list[Event], list[Rejected]]:

@@ -37,7 +37,9 @@ def openapi_document() -> dict:
             "/v1/pull": {"get": {"operationId": "pull", "security": security, "parameters": [
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 5000}},
-                {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30}}],
+                {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30}},
+                {"name": "held", "in": "query", "schema": {"type": "string"},
+                 "description": "The cursor the agent has stored, when it asks ahead of storing (default: cursor)"}],
                 "responses": {"200": {"description": "Events after the cursor, in hub order",
                                       "content": json_body(pull_resp)}, **problems}}},
             "/health": {"get": {"operationId": "health", "responses": {"200": {"description": "The hub is up"}}}},

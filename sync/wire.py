@@ -24,11 +24,13 @@ class PushResponse(msgspec.Struct):
 
 
 class PullResponse(msgspec.Struct):
-    """Events after the cursor, in hub order; each event's `seq` is its hub position."""
+    """Events after the cursor, in hub order; each event's `seq` is its hub position. `head` is the hub's
+    last position (in any layer) when the page was read: how far a puller has to go."""
 
     events: list[Event]
     cursor: str
     more: bool
+    head: int = 0
 
 
 class ContractResponse(msgspec.Struct):

@@ -1,9 +1,14 @@
 """A new agent's first pull of a team's history: the same views and files as an agent that pulled
-along as the events arrived, a progress bar on a terminal, nothing broken without one."""
+along as the events arrived, a progress bar on a terminal, nothing broken without one. A pull over
+sync.client.BULK_FOLD_THRESHOLD appends every page, then builds the views with `mem replay`'s bulk
+fold: the same views again, and a kill at any point of it loses and duplicates nothing."""
 
 import os
 import pty
+import signal
+import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -11,8 +16,11 @@ import pytest
 from conftest import mem_command, run_mem
 from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend, PageIngest, PageUpdate
+import sync.client as client_module
 from projections.memory import Memory
-from sync.client import HubClient, Remote, pull
+from projections.replay import replay
+from sync.client import BULK_FOLD_THRESHOLD, HubClient, Remote, get_remote, pull
+from sync.committer import PULL_RECORD_DELAY
 from sync.storage import open_storage
 from sync.wire import Contract, ContractLayer
 
@@ -87,13 +95,12 @@ def test_a_first_pull_gives_the_views_and_files_of_an_agent_that_followed_along(
         assert run_mem("replay", "--check", "-w", newcomer).returncode == 0
 
 
-def test_a_first_pull_on_a_terminal_draws_a_progress_bar_to_the_hub_head(team):
-    _follower, newcomer = team
+def draw(command: list[str]) -> tuple[int, str, str]:
+    """Runs a `mem` command on a terminal (its stderr): exit code, stdout, and what it drew."""
     controller, terminal = pty.openpty()
     env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
     env.pop("MEM_WORKSPACE", None)
-    process = subprocess.Popen([*mem_command(), "pull", "-w", str(newcomer)], stdout=subprocess.PIPE,
-                               stderr=terminal, env=env)
+    process = subprocess.Popen([*mem_command(), *command], stdout=subprocess.PIPE, stderr=terminal, env=env)
     os.close(terminal)
     drawn = b""
     while True:
@@ -104,11 +111,131 @@ def test_a_first_pull_on_a_terminal_draws_a_progress_bar_to_the_hub_head(team):
         if not chunk:
             break
         drawn += chunk
-    out, _ = process.communicate(timeout=120)
+    out, _ = process.communicate(timeout=300)
     os.close(controller)
-    assert process.returncode == 0
-    assert out.decode().strip() == f"pulled {EVENTS} events from origin"
-    screen = drawn.decode(errors="replace")
+    return process.returncode, out.decode(), drawn.decode(errors="replace")
+
+
+def test_a_first_pull_on_a_terminal_draws_a_progress_bar_to_the_hub_head(team):
+    _follower, newcomer = team
+    code, out, screen = draw(["pull", "-w", str(newcomer)])
+    assert code == 0
+    assert out.strip() == f"pulled {EVENTS} events from origin"
     assert "pull" in screen and "━" in screen, screen[:500]
     total = EVENTS + 1  # hub positions: the contract, then the team's events
     assert f"/{total}" in screen, screen[-500:]
+
+
+def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_folded_them(team, monkeypatch,
+                                                                                        tmp_path):
+    follower, newcomer = team
+    monkeypatch.setattr(client_module, "BULK_FOLD_THRESHOLD", 1000)
+    rebuilt = []
+
+    def replaying(memory, **options):
+        rebuilt.append(memory.log.head())
+        return replay(memory, **options)
+
+    monkeypatch.setattr(client_module, "replay", replaying)
+    with Memory.open(newcomer) as fresh:
+        remote = get_remote(fresh, None)
+        with HubClient.for_remote(remote) as client:
+            report = pull(fresh, remote, client)
+            assert report.pulled == EVENTS and not report.rejected
+            assert rebuilt == [EVENTS]  # every page appended, then one rebuild
+            assert fresh.views.dump() == follower.views.dump()
+            assert snapshot(fresh.root) == snapshot(follower.root)
+            assert pull(fresh, remote, client).pulled == 0 and rebuilt == [EVENTS]  # caught up: no rebuild
+        time.sleep(PULL_RECORD_DELAY + 0.5)
+        hub = open_storage(str(tmp_path / "hub.db"))
+        assert hub.received_by("newcomer", None) == hub.head()  # the last request acknowledged everything
+        hub.close()
+
+
+def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
+    """A catch-up asks for the next page before it has stored the one in hand: the hub records what the
+    request says is held, not the cursor it asks from."""
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("newcomer")
+    storage.push(team_events(0, 10, {}))
+    with HubServer(db) as server, HubClient(server.url, token) as client:
+        first = client.pull_page("", 4)
+        second = client.pull_page(first.cursor, 4, held="")
+        assert first.head == second.head == storage.head() == 11
+        time.sleep(PULL_RECORD_DELAY + 0.5)
+        assert storage.received_by("newcomer", None) == 0
+        client.pull_page(second.cursor, 4, held=first.cursor)
+        time.sleep(PULL_RECORD_DELAY + 0.5)
+        assert storage.received_by("newcomer", None) == 5  # the contract, then the first page's four
+        client.pull_page(second.cursor, 4)
+        time.sleep(PULL_RECORD_DELAY + 0.5)
+        assert storage.received_by("newcomer", None) == 9
+    storage.close()
+
+
+def log_head(root: Path) -> int:
+    db = sqlite3.connect(f"file:{root / '.mem' / 'log.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        return db.execute("SELECT IFNULL(MAX(seq), 0) FROM events").fetchone()[0]
+    finally:
+        db.close()
+
+
+def shared_log(root: Path) -> list[tuple]:
+    """The log as any agent holding these events has it (not when this one recorded them)."""
+    db = sqlite3.connect(root / ".mem" / "log.db")
+    try:
+        return db.execute("SELECT seq, id, ts, agent, layer, kind, codec, body, digest FROM events ORDER BY seq").fetchall()
+    finally:
+        db.close()
+
+
+def killed_when(workspace: Path, ready) -> None:
+    """Runs `mem pull` in `workspace` and SIGKILLs it as soon as `ready()` is true (it must not finish first)."""
+    process = subprocess.Popen([*mem_command(), "pull", "-w", str(workspace)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    while not ready() and process.poll() is None:
+        time.sleep(0.005)
+    process.kill()
+    assert process.wait(timeout=60) == -signal.SIGKILL, "the pull ended before it could be killed"
+
+
+def test_a_catch_up_killed_while_appending_and_while_building_ends_as_an_uninterrupted_one(tmp_path):
+    count = BULK_FOLD_THRESHOLD + 5000
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    heads: dict[str, str] = {}
+    for start in range(0, count, 5000):
+        storage.push(team_events(start, 5000, heads))
+    for agent in ("steady", "newcomer"):
+        (tmp_path / f"{agent}.token").write_text(storage.add_agent(agent))
+    storage.close()
+    steady, newcomer = tmp_path / "steady", tmp_path / "newcomer"
+    with HubServer(db) as server:
+        for workspace in (steady, newcomer):
+            Memory.init(workspace, workspace.name).close()
+            run_mem("remote", "add", "origin", server.url, "--token-file", tmp_path / f"{workspace.name}.token",
+                    "-w", workspace, check=True)
+
+        code, out, screen = draw(["pull", "-w", str(steady)])
+        assert code == 0 and out.strip() == f"pulled {count} events from origin"
+        assert f"/{count + 1}" in screen and "views" in screen, screen[-800:]  # pages, then the views' own bar
+
+        killed_when(newcomer, lambda: log_head(newcomer) > 0)
+        assert 0 < log_head(newcomer) < count  # killed between two pages: each came whole, with its cursor
+        rebuild = newcomer / ".mem" / "views.db.rebuild"
+        killed_when(newcomer, rebuild.exists)
+        assert log_head(newcomer) == count and rebuild.exists()  # every page in, the views not yet swapped
+        result = run_mem("pull", "-w", newcomer)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode().strip() == "pulled 0 events from origin"
+
+    assert shared_log(newcomer) == shared_log(steady)
+    with Memory.open(steady) as one, Memory.open(newcomer) as other:
+        assert other.views.checkpoint() == count
+        assert other.views.dump() == one.views.dump()
+    assert snapshot(newcomer) == snapshot(steady)
+    assert run_mem("verify", "-w", newcomer).returncode == 0
