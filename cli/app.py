@@ -246,11 +246,16 @@ def page_release(slug: str, note: str = typer.Option(..., "--note", help="Why th
                  layer: Optional[str] = LayerOpt):
     """Lift a page's `governance: hold` so that it can be updated, renamed or deleted (logged)."""
     with memory() as mem:
-        if layer is not None and layer != MIND:
-            event = mem.release_shared_page(layer, slug, note)
-            return typer.echo(f"release {layer}/{event.body.slug} (seq {event.seq})")
-        event = mem.release_page(slug, note)
-    typer.echo(f"release mind/{event.body.slug}.md (seq {event.seq})")
+        typer.echo(release(mem, slug, note, layer))
+
+
+def release(mem, slug: str, note: str, layer: str | None) -> str:
+    """Releases a held wiki page, or a page of a shared layer; the line that says so (the CLI's and MCP's)."""
+    if layer is not None and layer != MIND:
+        event = mem.release_shared_page(layer, slug, note)
+        return f"release {layer}/{event.body.slug} (seq {event.seq})"
+    event = mem.release_page(slug, note)
+    return f"release mind/{event.body.slug}.md (seq {event.seq})"
 
 
 @page_app.command("list")

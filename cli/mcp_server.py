@@ -24,7 +24,7 @@ from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
-from .app import point, resolve_at
+from .app import point, release, resolve_at
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -275,6 +275,12 @@ def build_server(mem: Memory) -> MCPServer:
         """Append a typed entry to a shared `entries` layer: "[DECISION] text" or "[FACT] 2026-11-29: text"."""
         event = mem.entry_add(layer, text, reverses)
         return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {event.seq})"
+
+    @register
+    def page_release(slug: str, note: str, layer: str | None = None) -> str:
+        """Lift a page's `governance: hold` so that it can change (logged, with the note saying why): a wiki page,
+        or with `layer` a page of a shared `pages` layer (a new version without the hold)."""
+        return release(mem, slug, note, layer)
 
     @register
     def loop_append(role: str, text: str, loop: str = "main",

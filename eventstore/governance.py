@@ -10,8 +10,10 @@ note that says why. Once released, the page changes freely; a later version that
 
 The rule reads only the event and its parents, so the local writer, the hub on push and every
 consumer on pull run this same check, each with its own way of finding a parent. An ingest names
-no parents and supersedes nothing: at most it makes a concurrent head, and a held head wins a
-conflict (projections.shared), so the held text stays what the page shows.
+no parents and supersedes nothing: it makes a concurrent head (a held head wins the conflict,
+projections.shared, so the held text stays what the page shows). The hub refuses on push, and the
+client before sending, an ingest that would stand beside a held head (`ingest_refusal`): an agent that
+wrote the page before it saw the hold releases it first.
 """
 
 from collections.abc import Callable
@@ -50,6 +52,20 @@ def hold_refusal(body, parent: Callable[[str], object | None]) -> tuple[str, str
     return None
 
 
+INGEST_VERB = "write another version of"
+"""What an ingest beside a held head is refused (held_message's `verb`)."""
+
+
 def held_message(layer: str, slug: str, version: str, verb: str) -> str:
     return (f"page {slug!r} of layer {layer!r} is held (governance: hold, version {version}); refusing to {verb} "
             f"it. Release it first: `mem page release {slug} --layer {layer} --note \"why\"`")
+
+
+def ingest_refusal(ingest: str, heads: dict[str, bool], new: set[str]) -> str | None:
+    """The held head an ingest of a push would stand beside, or None. `heads` are the page's heads once
+    the push is applied (id -> held), `new` the ids of the versions the push adds: refused when a head
+    the push adds stands beside a held head other than the ingest itself (so a release in the same push,
+    which supersedes the held version, lets it through; a resent ingest the hub holds already adds nothing)."""
+    held = [id for id, holds in heads.items() if holds and id != ingest]
+    beside = [id for id in heads if id in new and id not in held]
+    return held[-1] if held and beside else None

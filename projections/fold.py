@@ -41,6 +41,7 @@ class WikiFold:
         self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
         self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
+        self.releases: list[tuple[str, int]] = []
         self.always_rows: list[tuple] = []
         self.touched_pages: set[str] = set()
         self.dirty: set[str] = set()
@@ -113,6 +114,7 @@ class WikiFold:
             moved = f"mind/{body.old}.md → mind/{body.new}.md"
             self._log(seq, ts, "rename", title, f"{moved}. {body.note}" if body.note else moved)
         elif isinstance(body, PageRelease):
+            self.releases.append((body.slug, seq))
             if self._page(body.slug) is not None:
                 self._log(seq, ts, "release", self._page(body.slug)[2], body.note)
         elif isinstance(body, AlwaysAdd):
@@ -144,6 +146,8 @@ class WikiFold:
             db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
         if self.always_rows:
             db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?,?)", self.always_rows)
+        if self.releases:
+            db.executemany("INSERT OR REPLACE INTO page_releases VALUES (?,?)", self.releases)
         gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
         live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
                 if self._pages[slug] is not None]

@@ -131,16 +131,12 @@ def check_page(frontmatter: dict, page_exists) -> None:
         raise InvalidInput(f"frontmatter `governance` must be `hold` (or absent), not {governance!r}")
 
 
-def _release_seqs(log, slug: str) -> list[int]:
-    return [e.seq for e in log.read(kinds=["page.release"]) if e.body.slug == slug]
-
-
 def held_since(memory, slug: str) -> int | None:
     """The seq of the version that holds a wiki page (`governance: hold`) not released since, or None."""
     row = memory.views.page_version(slug)
     if row is None or not is_held(row[1].frontmatter):
         return None
-    return None if any(seq > row[0] for seq in _release_seqs(memory.log, slug)) else row[0]
+    return None if memory.views.released_after(slug, row[0]) else row[0]
 
 
 def check_release(memory, slug: str) -> None:

@@ -30,11 +30,13 @@ CREATE TABLE IF NOT EXISTS pages (
     title TEXT NOT NULL, hook TEXT NOT NULL, ts INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS always_versions (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, lines TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log_entries (seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, entry TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS page_releases (slug TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (slug, seq))
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS file_state (
     path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
 """.replace("{page_versions_index}", _PAGE_VERSIONS_INDEX)
 
-VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "loop_rows", "audit_rows", "file_versions",
+VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "page_releases", "loop_rows", "audit_rows", "file_versions",
                "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions", *search.TABLES)
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
@@ -55,6 +57,12 @@ def slug_of(path: str) -> str | None:
     if path.startswith("mind/") and path.endswith(".md") and path != LOG_PATH and path.count("/") == 1:
         return path[5:-3]
     return None
+
+
+def _without_releases(db) -> bool:
+    """Views made before `page_releases` was one of them (its rows would be missing)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'page_versions'").fetchone() is not None and \
+        db.execute("SELECT 1 FROM sqlite_master WHERE name = 'page_releases'").fetchone() is None
 
 
 class WrittenFiles:
@@ -134,7 +142,7 @@ class Views:
         self._versions_as_of: tuple = (None, [])
         self.started_over = False
         with self.transaction():
-            if search.outdated(self.db):
+            if search.outdated(self.db) or _without_releases(self.db):
                 self._start_over()
             for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
                 if statement.strip():
@@ -250,6 +258,11 @@ class Views:
             "SELECT v.slug, v.seq, v.deleted, v.title, v.hook, v.doc FROM slugs JOIN page_versions v "
             "ON v.slug = slugs.slug AND v.seq = (SELECT MAX(seq) FROM page_versions WHERE slug = slugs.slug AND seq <= ?) "
             "ORDER BY v.slug", (as_of,)).fetchall()
+
+    def released_after(self, slug: str, seq: int) -> bool:
+        """Whether a `page.release` of the wiki page was folded after `seq` (one seek on (slug, seq))."""
+        return self.db.execute("SELECT 1 FROM page_releases WHERE slug = ? AND seq > ? LIMIT 1",
+                               (slug, seq)).fetchone() is not None
 
     def current_page(self, slug: str) -> tuple | None:
         """(seq, version_id, title, hook, doc, ts) of a page's current version, or None when it does not exist."""

@@ -18,7 +18,8 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import Event
-from eventstore.errors import IdConflict, InvalidInput, MemError, NotFound
+from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
+from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held
 from eventstore.ids import now_ms
 from eventstore.layers import Contract, produced_layers, produces
 from projections.fold import no_cyclic_gc
@@ -344,6 +345,26 @@ def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractRespons
     return answer
 
 
+def check_ingests(memory, outgoing: list[Event], cursor: int) -> None:
+    """Refuses, before anything leaves, a push whose ingest would stand beside a held head of its page
+    as this workspace knows it (the hub would refuse it: eventstore.governance.ingest_refusal). The
+    versions the push adds are this agent's own after the push cursor, and those retried."""
+    agent, retried = memory.config.agent, {event.id for event in outgoing}
+    for event in outgoing:
+        if event.kind != "page.ingest":
+            continue
+        heads, new = {}, set()
+        for id in memory.views.shared_heads(event.layer, event.body.slug):
+            head = memory.log.get(id)
+            heads[id] = is_held(getattr(head.body, "frontmatter", None))
+            if head.agent == agent and (head.seq > cursor or id in retried):
+                new.add(id)
+        held = ingest_refusal(event.id, heads, new)
+        if held is not None:
+            raise Held(f"{held_message(event.layer, event.body.slug, held, INGEST_VERB)}; nothing was pushed "
+                       f"(event {event.id} is the version this agent wrote before it saw the hold)")
+
+
 def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
     client = client or HubClient.for_remote(remote)
     known = memory.views.contract
@@ -366,6 +387,11 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
             progress(len(events))
 
     retried = [memory.log.get_by_seq(seq) for seq in held]
+    if shared:
+        check_ingests(memory, [*(e for e in retried if produces(contract, agent, e.layer)),
+                               *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
+                                 if produces(contract, agent, e.layer))],
+                      cursor)
     send([e for e in retried if produces(contract, agent, e.layer)])
     held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
     memory.log.set_state(held_key, json.dumps(held))

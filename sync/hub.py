@@ -25,8 +25,8 @@ from starlette.routing import Route
 from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError
-from eventstore.governance import held_message, hold_refusal
-from eventstore.kinds import EntryAppend
+from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
+from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
 
 from .committer import GroupCommitter
@@ -178,8 +178,9 @@ def check_reversals(events, storage: HubStorage) -> None:
 
 
 def check_holds(events, storage: HubStorage) -> None:
-    """Refuses an update or delete of a held shared page that does not release it (eventstore.governance).
-    A parent is read from the batch, else from the hub: one lookup by id, for page events only."""
+    """Refuses an update or delete of a held shared page that does not release it, and an ingest that
+    would stand beside a held head (eventstore.governance). A parent is read from the batch, else from
+    the hub: one lookup by id, for page events only; a page's heads, only for a batch with an ingest."""
     batch = {event.id: event.body for event in events}
 
     def parent(id: str):
@@ -193,6 +194,34 @@ def check_holds(events, storage: HubStorage) -> None:
         if held is not None:
             raise Held(f"event {event.id}: {held_message(event.layer, event.body.slug, *held)}; nothing of the "
                        "batch was applied", field=f"events[{index}].body.parents")
+    ingests = [(index, event) for index, event in enumerate(events) if isinstance(event.body, PageIngest)]
+    if not ingests:
+        return
+    versions = [event for event in events if isinstance(event.body, (PageIngest, PageUpdate, PageDelete))]
+    new = {event.id for event in versions} - storage.layers_of(sorted({event.id for event in versions})).keys()
+    for index, event in ingests:
+        if event.id not in new:  # resent: what the hub holds already adds nothing
+            continue
+        page = (event.layer, event.body.slug)
+        heads = heads_after(dict(storage.page_heads(*page)),
+                            [v for v in versions if v.id in new and (v.layer, v.body.slug) == page])
+        held = ingest_refusal(event.id, heads, new)
+        if held is not None:
+            raise Held(f"event {event.id}: {held_message(event.layer, event.body.slug, held, INGEST_VERB)}; "
+                       "nothing of the batch was applied", field=f"events[{index}].body.slug")
+
+
+def heads_after(heads: dict[str, bool], versions) -> dict[str, bool]:
+    """A page's heads (id -> held) once the new `versions` of it (events, in batch order) are applied."""
+    named = set()
+    for version in versions:
+        for parent in getattr(version.body, "parents", ()):
+            heads.pop(parent, None)
+            named.add(parent)
+        if version.id not in named:
+            body = version.body
+            heads[version.id] = not isinstance(body, PageDelete) and is_held(body.frontmatter)
+    return heads
 
 
 def _in_event(exc: MemError, index: int, event) -> MemError:

@@ -20,7 +20,8 @@ import msgspec
 from eventstore.envelope import Event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.ids import now_ms
-from eventstore.kinds import ContractChange, Redacted, Redaction
+from eventstore.governance import is_held
+from eventstore.kinds import ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form
 from eventstore.layers import CONTRACT_LAYER
 
@@ -30,6 +31,43 @@ from .wire import Contract, PushResult
 HUB_AGENT = "_hub"
 _stored = msgspec.msgpack.Encoder()
 _loaded = msgspec.msgpack.Decoder(Event)
+
+
+PAGE_VERSIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS hub_page_versions (
+    id TEXT PRIMARY KEY, layer TEXT NOT NULL, slug TEXT NOT NULL, held INTEGER NOT NULL, superseded INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS hub_page_versions_page ON hub_page_versions(layer, slug) WHERE superseded = 0;
+"""
+"""The shared pages' versions, for the hold check on an ingest (hub.check_holds): one row per version,
+`held` when it says `governance: hold` (a redacted version holds nothing), `superseded` once a version
+names it as a parent. A parent named before it arrives gets its row then (superseded), completed when
+it comes: the heads of a page are its rows not superseded, whatever the arrival order."""
+SUPERSEDE_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, 0, 1) "
+                 "ON CONFLICT (id) DO UPDATE SET superseded = 1")
+VERSION_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, {p}, 0) "
+               "ON CONFLICT (id) DO UPDATE SET layer = excluded.layer, slug = excluded.slug, held = excluded.held")
+UNHOLD_SQL = "UPDATE hub_page_versions SET held = 0 WHERE id = {p}"
+HEADS_SQL = "SELECT id, held FROM hub_page_versions WHERE layer = {p} AND slug = {p} AND superseded = 0 ORDER BY id"
+"""Written once, `{p}` the backend's parameter mark."""
+
+
+def page_version_rows(events) -> tuple[list[tuple], list[tuple]]:
+    """(SUPERSEDE_SQL rows, VERSION_SQL rows) of the shared page versions among `events`, in order:
+    each version's parents marked superseded, then its own row."""
+    superseded, versions = [], []
+    for event in events:
+        body = event.body
+        if isinstance(body, (PageIngest, PageUpdate, PageDelete)):
+            superseded.extend((parent, event.layer, body.slug) for parent in getattr(body, "parents", ()))
+            versions.append((event.id, event.layer, body.slug,
+                             int(not isinstance(body, PageDelete) and is_held(body.frontmatter))))
+    return superseded, versions
+
+
+def stored_page_versions(datas) -> tuple[list[tuple], list[tuple]]:
+    """page_version_rows of stored events (`hub_events.data`, in position order): how a hub made before
+    hub_page_versions fills it, once."""
+    return page_version_rows(_loaded.decode(bytes(data)) for data in datas)
 
 
 class PullRecord(msgspec.Struct, array_like=True):
@@ -193,6 +231,11 @@ class HubStorage(ABC):
     @abstractmethod
     def stored(self, id: str) -> tuple[str, bytes] | None:
         """(layer, stored data) of an event on the hub, or None."""
+
+    @abstractmethod
+    def page_heads(self, layer: str, slug: str) -> list[tuple[str, bool]]:
+        """(id, held) of each head of a shared page on the hub: its versions no other version names as a
+        parent (hub_page_versions, by id)."""
 
     def admin_redact(self, ids: list[str], reason: str) -> list[PushResult]:
         """The hub administrator's redaction: one `redaction` event per layer, by the hub itself."""

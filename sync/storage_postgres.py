@@ -13,7 +13,9 @@ from psycopg_pool import ConnectionPool
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
+from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
+                      HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
+                      stored_page_versions)
 
 CHANNEL = "mindlog_hub"
 SCHEMA = """
@@ -27,7 +29,8 @@ CREATE TABLE IF NOT EXISTS hub_agents (
     name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, revoked_at BIGINT);
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor BIGINT NOT NULL, at BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
-"""
+""" + PAGE_VERSIONS_TABLE
+SUPERSEDE, VERSION, UNHOLD, HEADS = (sql.format(p="%s") for sql in (SUPERSEDE_SQL, VERSION_SQL, UNHOLD_SQL, HEADS_SQL))
 
 
 class PostgresHubStorage(HubStorage):
@@ -36,7 +39,12 @@ class PostgresHubStorage(HubStorage):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT pg_advisory_lock(727272)")
             try:
-                conn.execute(SCHEMA)
+                had_versions = conn.execute("SELECT to_regclass('hub_page_versions') IS NOT NULL").fetchone()[0]
+                with conn.transaction():
+                    conn.execute(SCHEMA)
+                    if not had_versions:
+                        self._page_versions(conn, *stored_page_versions(
+                            data for (data,) in conn.execute("SELECT data FROM hub_events ORDER BY position")))
             finally:
                 conn.execute("SELECT pg_advisory_unlock(727272)")
         self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True)
@@ -70,6 +78,14 @@ class PostgresHubStorage(HubStorage):
             rows = conn.execute("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at").fetchall()
         return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r) for n, c, r in rows]
 
+    @staticmethod
+    def _page_versions(conn, superseded: list[tuple], versions: list[tuple]) -> None:
+        with conn.cursor() as cursor:
+            if superseded:
+                cursor.executemany(SUPERSEDE, superseded)
+            if versions:
+                cursor.executemany(VERSION, versions)
+
     def _commit_group(self, batches, pulls):
         with self.pool.connection() as conn, conn.transaction():
             head = conn.execute("SELECT position FROM hub_counter WHERE one FOR UPDATE").fetchone()[0]
@@ -87,6 +103,8 @@ class PostgresHubStorage(HubStorage):
                     updates = redacted_rows(rows, lambda id: self._stored(conn, id))
                     if updates:
                         cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
+                        cursor.executemany(UNHOLD, [(id,) for _data, id in updates])
+                    self._page_versions(conn, *page_version_rows(rows))
                     payload = f"{head + len(rows)} {','.join(sorted(layers))}"
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                 if pulls:
@@ -102,6 +120,10 @@ class PostgresHubStorage(HubStorage):
     def stored(self, id):
         with self.pool.connection() as conn:
             return self._stored(conn, id)
+
+    def page_heads(self, layer, slug):
+        with self.pool.connection() as conn:
+            return [(id, bool(held)) for id, held in conn.execute(HEADS, (layer, slug)).fetchall()]
 
     def pull(self, after, layers, limit):
         if not layers:

@@ -9,7 +9,9 @@ import threading
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 
-from .storage import AgentInfo, Committed, HubStorage, decode_stored, encode_stored, plan_group, redacted_rows
+from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
+                      HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
+                      stored_page_versions)
 
 WATCH_INTERVAL = 0.25
 INSERT_ROWS = 500
@@ -23,7 +25,8 @@ CREATE TABLE IF NOT EXISTS hub_agents (
     name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, revoked_at INTEGER);
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NULL, at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
-"""
+""" + PAGE_VERSIONS_TABLE
+SUPERSEDE, VERSION, UNHOLD, HEADS = (sql.format(p="?") for sql in (SUPERSEDE_SQL, VERSION_SQL, UNHOLD_SQL, HEADS_SQL))
 
 
 class SQLiteHubStorage(HubStorage):
@@ -35,13 +38,24 @@ class SQLiteHubStorage(HubStorage):
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                self.db.execute(statement)
         self._lock = threading.Lock()
+        self._write(self._create)
         self._readers = threading.local()
         self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
+
+    def _create(self) -> None:
+        had_versions = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hub_page_versions'").fetchone()
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                self.db.execute(statement)
+        if not had_versions:
+            self._page_versions(*stored_page_versions(
+                data for (data,) in self.db.execute("SELECT data FROM hub_events ORDER BY position")))
+
+    def _page_versions(self, superseded: list[tuple], versions: list[tuple]) -> None:
+        self.db.executemany(SUPERSEDE, superseded)
+        self.db.executemany(VERSION, versions)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
@@ -117,6 +131,8 @@ class SQLiteHubStorage(HubStorage):
             updates = redacted_rows(rows, self._stored)
             if updates:
                 self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", updates)
+                self.db.executemany(UNHOLD, [(id,) for _data, id in updates])
+            self._page_versions(*page_version_rows(rows))
             self._insert("hub_pulls", [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
         committed = self._write(append)
@@ -139,6 +155,9 @@ class SQLiteHubStorage(HubStorage):
     def stored(self, id):
         rows = self._read("SELECT layer, data FROM hub_events WHERE id = ?", (id,))
         return rows[0] if rows else None
+
+    def page_heads(self, layer, slug):
+        return [(id, bool(held)) for id, held in self._read(HEADS, (layer, slug))]
 
     def pull(self, after, layers, limit):
         if not layers:

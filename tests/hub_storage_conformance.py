@@ -7,7 +7,7 @@ import pytest
 
 from eventstore.envelope import check_event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
-from eventstore.kinds import EntryAppend, Redacted, Redaction
+from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from sync.storage import PullRecord
 from sync.wire import Contract, ContractLayer
 
@@ -15,6 +15,14 @@ CONTRACT = Contract(layers={
     "insights": ContractLayer(path="memory/insights.md", format="entries", producers=["*"], consumers=["*"]),
     "drafts": ContractLayer(path="content/drafts/", format="pages", producers=["writer"], consumers=["main"]),
 })
+
+
+def version(slug="p", parents=(), held=False, delete=False):
+    frontmatter = {"type": "x", **({"governance": "hold"} if held else {})}
+    body = (PageDelete(slug=slug, parents=list(parents)) if delete else
+            PageUpdate(slug=slug, frontmatter=frontmatter, text="t", parents=list(parents)) if parents else
+            PageIngest(slug=slug, frontmatter=frontmatter, text="t"))
+    return new_event(body, agent="writer", layer="drafts")
 
 
 def entry(agent="alice", text="x", layer="insights"):
@@ -170,3 +178,17 @@ class HubStorageConformance:
             hub.admin_redact(["01a2270a-c5b3-7eca-9806-1025c3bb9d81"], "x")
         with pytest.raises(InvalidInput):
             hub.admin_redact([one.id], " ")
+
+    def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
+        held = version(held=True)
+        child = version(parents=[held.id])
+        hub.push([child])  # before its parent: the parent is superseded when it arrives
+        assert hub.page_heads("drafts", "p") == [(child.id, False)]
+        hub.push([held])
+        assert hub.page_heads("drafts", "p") == [(child.id, False)]
+        beside, gone = version(held=True), version(parents=[child.id], delete=True)
+        hub.commit([[beside], [gone]])
+        assert sorted(hub.page_heads("drafts", "p")) == sorted([(beside.id, True), (gone.id, False)])
+        assert hub.page_heads("drafts", "q") == [] and hub.page_heads("insights", "p") == []
+        hub.admin_redact([beside.id], "private")  # a version that cannot be read holds nothing
+        assert sorted(hub.page_heads("drafts", "p")) == sorted([(beside.id, False), (gone.id, False)])

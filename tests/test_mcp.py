@@ -19,7 +19,8 @@ from projections.memory import Memory
 from sync.server import free_port
 
 MEMORY_TOOL = {"view", "create", "str_replace", "insert", "delete", "rename"}
-MINDLOG_TOOLS = {"memory", "show", "history", "diff", "believed", "cite", "log", "entry_add", "loop_append", "sync"}
+MINDLOG_TOOLS = {"memory", "show", "history", "diff", "believed", "cite", "log", "entry_add", "loop_append", "sync",
+                 "page_release"}
 EDITED = PAGE.replace(b"Staging first.", b"Staging first, always.")
 
 
@@ -333,3 +334,52 @@ def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind
     gaps = [b - a for a, b in zip([start, *refreshes.at], refreshes.at)]
     assert 2 <= len(refreshes.at) <= 5, refreshes.at  # not once per call, not only at the end
     assert max(gaps) < 0.4 + 0.15 and refreshes.at[-1] >= last  # at most MAX_LAG behind; the last after the burst
+
+
+def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
+    """In process (the SDK's in-memory client): a held page of a shared layer and of the wiki, refused
+    until `page_release`, whose refusals are the CLI's."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+
+    held = b"---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n"
+    with Memory.open(workspace) as mem:
+        mem.declare_layer("notes", "notes/", "pages")
+        mem.shared_page_write("notes", "pricing", held)
+        mem.write_page("freeze", PAGE.replace(b"type: procedure", b"type: procedure\ngovernance: hold"))
+    expected = {"no note": cli_error(workspace, "page", "release", "freeze", "--note", " ")}
+    edit = {"path": "/memories/notes/pricing.md", "old_str": "above 20%", "new_str": "above 30%"}
+
+    async def main():
+        with Memory.open(workspace) as mem:
+            async with Client(build_server(mem)) as client:
+                async def call_(tool, **arguments):
+                    result = await client.session.call_tool(tool, arguments)
+                    return result.is_error, result.content[0].text
+
+                before = log_rows(workspace)
+                answers = {"held": await call_("str_replace", **edit),
+                           "no note": await call_("page_release", slug="freeze", note=" "),
+                           "missing": await call_("page_release", slug="missing", note="x", layer="notes")}
+                unchanged = log_rows(workspace) == before
+                answers["release"] = await call_("page_release", slug="pricing", note="owner agreed", layer="notes")
+                answers["again"] = await call_("page_release", slug="pricing", note="x", layer="notes")
+                answers["edit"] = await call_("str_replace", **edit)
+                answers["wiki"] = await call_("page_release", slug="freeze", note="the freeze is over")
+                answers["wiki edit"] = await call_("delete", path="/memories/mind/freeze.md")
+                return answers, unchanged
+
+    answers, unchanged = anyio.run(main)
+    assert unchanged
+    expected["again"] = cli_error(workspace, "page", "release", "pricing", "--layer", "notes", "--note", "x")
+    expected["missing"] = cli_error(workspace, "page", "release", "missing", "--layer", "notes", "--note", "x")
+    error, text = answers["held"]
+    assert error and text.startswith("page 'pricing' of layer 'notes' is held")
+    assert answers["release"] == (False, "release notes/pricing (seq 4)")
+    for name in ("again", "missing", "no note"):
+        assert answers[name] == (True, expected[name]), name
+    assert not answers["edit"][0] and answers["wiki"] == (False, "release mind/freeze.md (seq 6)")
+    assert not answers["wiki edit"][0]
+    assert "above 30%" in run_mem("show", "notes/pricing.md", "--workspace", workspace, check=True).stdout.decode()
+    assert run_mem("replay", "--check", "--workspace", workspace).returncode == 0

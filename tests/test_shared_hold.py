@@ -9,7 +9,7 @@ import pytest
 from conftest import log_rows
 from eventstore.envelope import new_event
 from eventstore.errors import Held
-from eventstore.governance import hold_refusal, released
+from eventstore.governance import hold_refusal, ingest_refusal, released
 from eventstore.kinds import PageDelete, PageIngest, PageUpdate
 from eventstore.layers import Contract, ContractLayer
 from sync.intake import accept
@@ -58,6 +58,19 @@ def test_the_rule_refuses_what_supersedes_a_held_version_and_lets_a_release_thro
     merge = new_event(PageUpdate(slug="pricing", frontmatter={"type": "x"}, text="y",
                                  parents=[open_version.id, held.id]), agent="alice", layer="drafts")
     assert hold_refusal(merge.body, both) == (held.id, "update")
+
+
+def test_an_ingest_may_not_stand_beside_a_held_head_unless_the_push_releases_it():
+    new = {"i"}
+    assert ingest_refusal("i", {"h": True, "i": False}, new) == "h"
+    assert ingest_refusal("i", {"h": True, "u": False}, {"i", "u"}) == "h"  # an update of the ingest, in the push
+    assert ingest_refusal("i", {"r": False, "i": False}, {"i", "r"}) is None  # the push releases the held head
+    assert ingest_refusal("i", {"p": False, "i": True}, new) is None  # the ingest holds the page itself
+    assert ingest_refusal("j", {"i": True, "j": False}, {"i", "j"}) == "i"  # a hold earlier in the push holds
+    assert ingest_refusal("i", {"p": False, "u": True}, {"i", "u"}) is None  # the push's own held head
+    assert ingest_refusal("i", {"h": True}, set()) is None  # resent after the hold named it: adds nothing
+    assert ingest_refusal("i", {"h": True, "p": False}, set()) is None
+    assert ingest_refusal("i", {"i": False}, new) is None
 
 
 def test_a_consumer_rejects_a_pulled_update_of_a_held_page(workspace):
@@ -139,9 +152,9 @@ def check_holds_through_mem(team):
 
 # --- the hub on push, over HTTP -------------------------------------------------------------------
 
-@pytest.fixture
-def hub(tmp_path):
-    db = str(tmp_path / "hub.db")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def hub(request, tmp_path):
+    db = str(tmp_path / "hub.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
     storage = open_storage(db)
     storage.apply_contract(Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages",
                                                                     producers=["*"], consumers=["*"])}))
@@ -166,6 +179,14 @@ def hub_events(hub):
         storage.close()
 
 
+def hub_heads(hub, slug="pricing"):
+    storage = open_storage(hub.db)
+    try:
+        return storage.page_heads("drafts", slug)
+    finally:
+        storage.close()
+
+
 def test_the_hub_refuses_another_agents_update_of_a_held_page(hub):
     held = held_version()
     assert push(hub, "writer", held).status_code == 200
@@ -186,3 +207,89 @@ def test_the_hub_refuses_another_agents_update_of_a_held_page(hub):
     after = update(freed, note="now it may change")
     assert push(hub, "alice", freed, after).status_code == 200
     assert hub_events(hub) == [held.id, freed.id, after.id]
+
+
+def test_the_hub_refuses_an_ingest_beside_a_held_head(hub):
+    """An agent that wrote the page before it saw the hold pushes a version with no parent: it would be a
+    second head beside the held one. Refused like an update, until the same push releases the hold."""
+    held = held_version()
+    assert push(hub, "writer", held).status_code == 200
+    assert hub_heads(hub) == [(held.id, True)]
+    unaware = new_event(PageIngest(slug="pricing", frontmatter={"type": "policy"}, text="# Pricing\n\nAny.\n"),
+                        agent="alice", layer="drafts")
+    holding_too = new_event(PageIngest(slug="pricing", frontmatter=HELD, text="# Pricing\n\nMine.\n"),
+                            agent="alice", layer="drafts")
+    for batch in ([unaware], [unaware, update(unaware, note="and on")], [holding_too],
+                  [held_version("alice", slug="memo"), unaware]):
+        response = push(hub, "alice", *batch)
+        assert response.status_code == 409, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["type"] == PROBLEM_BASE + "held" and problem["field"].endswith(".body.slug")
+        assert "page 'pricing' of layer 'drafts' is held" in problem["detail"] and held.id in problem["detail"]
+        assert unaware.id in problem["detail"] or holding_too.id in problem["detail"]
+        assert hub_events(hub) == [held.id]
+    memo = held_version("alice", slug="memo")
+    second = new_event(PageIngest(slug="memo", frontmatter={"type": "x"}, text="y"), agent="alice", layer="drafts")
+    response = push(hub, "alice", memo, second)  # a hold earlier in the same push holds too
+    assert response.status_code == 409 and second.id in response.json()["detail"]
+
+    freed = release(held)
+    assert push(hub, "alice", unaware, freed).status_code == 200  # the push releases what it stands beside
+    assert hub_events(hub) == [held.id, unaware.id, freed.id]
+    assert sorted(hub_heads(hub)) == sorted([(unaware.id, False), (freed.id, False)])
+
+    early = new_event(PageIngest(slug="plan", frontmatter={"type": "x"}, text="early"), agent="alice", layer="drafts")
+    assert push(hub, "alice", early).status_code == 200
+    late_hold = held_version(slug="plan")  # a concurrent held version: it holds the page, beside `early`
+    assert push(hub, "writer", late_hold).status_code == 200
+    assert sorted(hub_heads(hub, "plan")) == sorted([(early.id, False), (late_hold.id, True)])
+    again = push(hub, "alice", early)  # resent (its answer was lost): a duplicate, not a refusal
+    assert again.status_code == 200 and again.json()["results"][0]["duplicate"]
+
+
+def test_mem_push_refuses_an_ingest_written_before_the_hold_was_seen(tmp_path):
+    """The reviewer writes its own `pricing` before it has pulled the writer's held one: the hub refuses
+    the push; once pulled, `mem push` refuses before anything leaves; a release lets both go."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        held = team.root / "held.md"
+        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
+        team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
+        team.mem("writer", "push", check=True)
+        mine = team.page("mine", "Pricing", "Discounts as you like.")
+        team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", mine, check=True)
+        hub_before, before = log_rows_of_hub(team), log_rows(team.root / "reviewer")
+
+        refused = team.mem("reviewer", "push")  # the hub refuses it
+        err = refused.stderr.decode()
+        assert refused.returncode == 1 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("error: hub refused: Held") and "page 'pricing' of layer 'drafts' is held" in err
+        assert log_rows_of_hub(team) == hub_before and log_rows(team.root / "reviewer") == before
+
+        team.mem("reviewer", "pull", check=True)
+        assert "No discounts" in (team.root / "reviewer/content/drafts/pricing.md").read_text()  # the held head wins
+        before = log_rows(team.root / "reviewer")
+        for command in (("push",), ("sync",)):
+            refused = team.mem("reviewer", *command)  # refused here, before it leaves
+            err = refused.stderr.decode()
+            assert refused.returncode == 1 and len(err.strip().splitlines()) == 1, err
+            assert err.startswith("error: page 'pricing' of layer 'drafts' is held") and "nothing was pushed" in err
+            assert "mem page release pricing --layer drafts" in err
+            assert log_rows_of_hub(team) == hub_before and log_rows(team.root / "reviewer") == before
+
+        team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "owner agreed", check=True)
+        assert team.mem("reviewer", "push", check=True).stdout.decode().startswith("pushed 2 events")
+        assert len(log_rows_of_hub(team)) == len(hub_before) + 2
+    finally:
+        team.stop()
+
+
+def log_rows_of_hub(team):
+    import sqlite3
+
+    db = sqlite3.connect(team.db)
+    try:
+        return db.execute("SELECT position, id FROM hub_events ORDER BY position").fetchall()
+    finally:
+        db.close()

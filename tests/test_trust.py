@@ -108,6 +108,27 @@ def test_held_pages_refuse_changes_until_released_and_both_are_logged(memory):
         memory.release_page("open", "nothing to release")
 
 
+def test_a_release_is_a_view_row_and_views_made_before_it_fold_again(workspace):
+    """held_since reads page_releases (folded with the release); views made without that table start over,
+    so a release folded before is not forgotten."""
+    import sqlite3
+
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory:
+        memory.write_page("policy", page("Policy", "Never deploy on Fridays.", governance="hold"))
+        release = memory.release_page("policy", "The owner agreed to revise it.")
+        assert memory.views.released_after("policy", release.seq - 1)
+        assert not memory.views.released_after("policy", release.seq)
+        assert not memory.views.released_after("other", 0)
+    views = sqlite3.connect(workspace / ".mem" / "views.db", isolation_level=None)
+    views.execute("DROP TABLE page_releases")
+    views.close()
+    with Memory.open(workspace) as memory:
+        memory.write_page("policy", page("Policy", "Deploy Monday to Thursday."))  # still released
+        assert "Monday" in (workspace / "mind/policy.md").read_text()
+
+
 def test_refusals_through_the_cli(workspace, tmp_path):
     held = tmp_path / "held.md"
     held.write_bytes(page("Policy", "Frozen.", governance="hold"))
