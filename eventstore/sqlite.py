@@ -12,8 +12,8 @@ from .kinds import ImportGap, Redaction
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
-from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, redaction_updates,
-                       row_to_event, verify_rows)
+from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, recording_times,
+                       redaction_updates, row_to_event, verify_rows)
 
 flatten = chained.from_iterable
 
@@ -121,7 +121,7 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False, recorded_at: int | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
@@ -216,12 +216,11 @@ class SQLiteLog(Recorder):
         checking that memory would itself take a statement (PRAGMA data_version), and reading the
         last row of the seq b-tree costs no more — one statement per batch, not per event."""
         seq, chain, last_recorded = self._read_head()
-        recorded_at = max(now_ms() if at is None else at, last_recorded)
         known = self._existing([event.id for event, _raw in prepared]) if check_known else None
-        rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
+        rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
         if rows:
             self._insert(rows)
-            self._head = (seq, chain, recorded_at)
+            self._head = (seq, chain, rows[-1][3])
         return seqs
 
     def _insert(self, rows: list[tuple]) -> None:
