@@ -116,12 +116,6 @@ class SharedViews:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
                                "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
 
-    def named_as_parent(self, layer: str, slug: str, id: str, after: int, as_of: int) -> bool:
-        """Does a version of the page made after seq `after` (and by `as_of`) name version `id` as a parent?"""
-        return any(id in json.loads(parents) for (parents,) in self.db.execute(
-            "SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND seq > ? AND seq <= ?",
-            (layer, slug, after, as_of)))
-
     def entry_seqs(self, layer: str, upto: int) -> list[int]:
         return [seq for (seq,) in self.db.execute("SELECT seq FROM entries WHERE layer = ? AND seq <= ? ORDER BY seq",
                                                   (layer, upto))]
