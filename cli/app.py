@@ -109,12 +109,12 @@ def main_options(workspace: Optional[Path] = typer.Option(
 
 
 @contextlib.contextmanager
-def memory(refresh: bool = True):
+def memory(refresh: bool = True, rebuild_damaged: bool = False):
     """The workspace's Memory for one command, caught up first unless `refresh` is False. Says at the end
     when an append was recorded but the views could not follow it."""
     from projections.memory import Memory
 
-    with Memory.open(state["workspace"]) as mem:
+    with Memory.open(state["workspace"], rebuild_damaged=rebuild_damaged) as mem:
         if refresh:
             report = mem.refresh()
             if report.refused:
@@ -175,12 +175,17 @@ def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's
                                            "postgresql:// URL (default: .mem/log.db, SQLite).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
     from eventstore.backends import shown
+    from eventstore.workspace import Workspace
     from projections.memory import Memory
 
     root = state["workspace"] or Path.cwd()
+    existed = Workspace(root).exists
     with Memory.init(root, agent, log) as mem:
         where = f"; log in {shown(mem.config.log)}" if mem.config.log else ""
-        typer.echo(f"initialised {mem.root} for agent {mem.config.agent}{where}")
+        if existed:
+            typer.echo(f"{mem.root} is already a workspace (agent {mem.config.agent}{where}): nothing changed")
+        else:
+            typer.echo(f"initialised {mem.root} for agent {mem.config.agent}{where}")
 
 
 @app.command()
@@ -368,7 +373,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
     """Delete every view and rebuild it from the log."""
     from projections import replay as replaying
 
-    with memory(refresh=False) as mem:
+    with memory(refresh=False, rebuild_damaged=not check) as mem:
         total = to if to is not None else mem.head()
         with progress_bar("replay", total) as advance:
             if check:

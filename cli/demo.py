@@ -107,7 +107,9 @@ def mem_cli(root: Path | None, *args: str, codes: tuple[int, ...] = (0,)) -> str
 
 
 def run_demo(keep: Path | None = None) -> None:
-    if keep and Path(keep).exists() and (not Path(keep).is_dir() or any(Path(keep).iterdir())):
+    if keep and Path(keep).exists() and not Path(keep).is_dir():
+        raise InvalidInput(f"{keep} is a file; `mem demo --keep` needs a new or empty directory")
+    if keep and Path(keep).exists() and any(Path(keep).iterdir()):
         raise InvalidInput(f"{keep} is not empty; `mem demo --keep` needs a new or empty directory")
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mem-demo-"))
     told: set[str] = set()

@@ -337,7 +337,12 @@ def serve(mem: Memory, http: str | None = None) -> None:
         if http is None:
             server.run("stdio")
         else:
+            from sync.server import listen, run_on
+
             host, port = parse_http(http)
-            server.run("streamable-http", host=host, port=port)
+            sock = listen(host, port)
+            app = server.streamable_http_app(host=host)
+            print(f"mindlog mcp: http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+            run_on(app, sock)
     finally:
         mem.refresh()

@@ -31,10 +31,15 @@ def storage(db: str, create: bool = False):
     """The hub's storage; a missing hub is an error unless `create` (`mem hub init`, `mem serve`)."""
     from sync.storage import hub_exists, open_storage
 
+    from eventstore.errors import storage_exceptions, storage_failure
+
     if not create and not hub_exists(db):
         fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
              "or pass --db (or MEM_HUB_DB)")
-    return open_storage(db)
+    try:
+        return open_storage(db)
+    except storage_exceptions() as exc:
+        fail(f"cannot open the hub database {_where(db)}: {storage_failure(exc)}")
 
 
 def _where(db: str) -> str:
@@ -61,16 +66,18 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     The hub's shared layers are browsable at /ui (open /ui/?token=TOKEN once: an agent's token shows
     the layers it consumes, the admin token every layer)."""
     from sync.hub import create_app
-    from sync.server import serve as serve_app
+    from sync.server import listen, serve as serve_app
     from sync.storage import hub_exists
 
-    if not hub_exists(db):
-        typer.echo(f"created a new hub database at {_where(db)}", err=True)
+    sock = listen(host, port)
+    existed = hub_exists(db)
     hub = storage(db, create=True)
+    if not existed:
+        typer.echo(f"created a new hub database at {_where(db)}", err=True)
     app = create_app(hub, group_commit=group_commit)
     app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
     typer.echo(f"mindlog hub on http://{host}:{port} ({db}); pages at http://{host}:{port}/ui/", err=True)
-    serve_app(app, host, port)
+    serve_app(app, sock)
 
 
 def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):

@@ -11,14 +11,13 @@ from .app import app, memory
 def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (default: a free one)."),
        host: str = typer.Option("127.0.0.1", "--host", help="The address to listen on.")):
     """Browse memory over time: as of any moment, page history, timeline, conflicts, search."""
-    import uvicorn
-
-    from sync.server import free_port
+    from sync.server import free_port, listen, run_on
 
     from .web.app import create_app
 
     with memory() as mem:
         root = mem.root
-    port = port or free_port()
+    port = free_port() if port is None else port
+    sock = listen(host, port)
     typer.echo(f"mindlog ui: http://{host}:{port}/asof", err=False)
-    uvicorn.run(create_app(root), host=host, port=port, log_level="warning")
+    run_on(create_app(root), sock)

@@ -76,6 +76,17 @@ class StorageFailure(MemError):
     status = 503
 
 
+class Damaged(StorageFailure):
+    """A database file that is not one, or is corrupt: named, with what to do about it."""
+
+    code = "damaged"
+
+
+def is_damaged(exc: BaseException) -> bool:
+    """Whether a SQLite error says the file itself is bad (not a database, or corrupt)."""
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
+
+
 def storage_exceptions() -> tuple[type[BaseException], ...]:
     """The exception classes of the storage underneath: SQLite, the file system, and PostgreSQL once loaded."""
     import sqlite3
@@ -85,11 +96,13 @@ def storage_exceptions() -> tuple[type[BaseException], ...]:
     return (sqlite3.Error, OSError) + ((psycopg.Error,) if psycopg else ())
 
 
-def storage_failure(exc: BaseException) -> StorageFailure:
-    """One line for a storage failure, the common causes named first."""
+def storage_failure(exc: BaseException, where: str = "") -> StorageFailure:
+    """One line for a storage failure, the common causes named first; `where` (what was being done, a
+    file named) leads the line."""
     import errno
 
     detail = " ".join(str(exc).split()) or type(exc).__name__
+    lead = f"{where}: " if where else ""
     name = getattr(exc, "sqlite_errorname", None)
     text = detail.lower()
     number = getattr(exc, "errno", None)
@@ -102,5 +115,5 @@ def storage_failure(exc: BaseException) -> StorageFailure:
     elif "locked" in text or "busy" in text:
         cause = "the database is locked by another process"
     else:
-        return StorageFailure(f"{detail} ({name})" if name else detail)
-    return StorageFailure(f"{cause} ({name or detail})")
+        return StorageFailure(lead + (f"{detail} ({name})" if name else detail))
+    return StorageFailure(f"{lead}{cause} ({name or detail})")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import msgspec
 
-from .backends import check_location, open_log
-from .errors import InvalidInput, NoWorkspace
+from .backends import check_location, open_log, shown
+from .errors import Damaged, InvalidInput, NoWorkspace, is_damaged, storage_exceptions, storage_failure
 from .recorder import Recorder
 
 MEM_DIR = ".mem"
@@ -40,6 +40,8 @@ class Workspace:
             return msgspec.json.decode((self.mem_dir / CONFIG_FILE).read_bytes(), type=WorkspaceConfig)
         except FileNotFoundError:
             raise NoWorkspace(f"{self.root} is not a mindlog workspace (run `mem init`)") from None
+        except msgspec.MsgspecError as exc:
+            raise InvalidInput(f"{self.mem_dir / CONFIG_FILE} is damaged: {exc}") from None
 
     def write_config(self, config: WorkspaceConfig) -> None:
         self.mem_dir.mkdir(parents=True, exist_ok=True)
@@ -50,7 +52,13 @@ class Workspace:
     def open_log(self, config: WorkspaceConfig | None = None) -> Recorder:
         """This workspace's event log, in whichever backend its config names."""
         config = config or self.config()
-        return open_log(config.log or self.log_path, synchronous=config.synchronous)
+        location = config.log or self.log_path
+        try:
+            return open_log(location, synchronous=config.synchronous)
+        except storage_exceptions() as exc:
+            if is_damaged(exc):
+                raise Damaged(f"the event log {location} is damaged: {exc}") from None
+            raise storage_failure(exc, f"cannot open the event log {shown(location)}") from None
 
     @classmethod
     def init(cls, root: str | Path, agent: str | None = None, log: str | None = None) -> "Workspace":

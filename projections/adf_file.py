@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import new_event
-from eventstore.errors import InvalidInput, MemError
+from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import now_ms
 from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
@@ -71,10 +71,15 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     out = Path(out)
     if out.exists():
         raise InvalidInput(f"{out} exists already; export writes a new file")
+    if not out.parent.is_dir():
+        raise InvalidInput(f"cannot write {out}: there is no directory {out.parent}")
     tmp = out.with_name(out.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    db = sqlite3.connect(tmp, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        db.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.Error as exc:
+        raise storage_failure(exc, f"cannot write {out}") from None
     db.execute("PRAGMA foreign_keys = ON")
     db.execute("BEGIN")
     for statement in (SCHEMA_28 + _message_schema("inbox") + _message_schema("outbox")).split(";"):

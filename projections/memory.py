@@ -6,6 +6,9 @@ CLI prints, so no command reaches into the log or the views itself.
 """
 
 import fcntl
+import os
+import shutil
+import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +17,7 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
+from eventstore.errors import Damaged, HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions, storage_failure
 from eventstore.instants import format_local, parse_instant
 from eventstore.layers import MIND, lenient_contract, produces
 from eventstore.recorder import VerifyReport
@@ -54,11 +57,17 @@ class Moment(msgspec.Struct):
 
 
 class Memory:
-    def __init__(self, workspace: Workspace):
+    def __init__(self, workspace: Workspace, *, rebuild_damaged: bool = False):
+        """`rebuild_damaged` (a replay): a damaged views database is moved aside to `views.db.damaged`
+        and an empty one takes its place, to be rebuilt from the log; otherwise a damaged one is refused."""
         self.ws = workspace
         self.config = workspace.config()
         self.log = workspace.open_log(self.config)
-        self.views = Views(workspace.views_path, contract=self.hub_contract(), agent=self.config.agent)
+        try:
+            self.views = self._open_views(rebuild_damaged)
+        except BaseException:
+            self.log.close()
+            raise
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
         self.shared_writer = SharedWriter(self.config.agent, self.views)
@@ -74,14 +83,40 @@ class Memory:
         if self.views.started_over:  # views of an older version: folded again before anything reads them
             self.refresh()
 
+    def _open_views(self, rebuild_damaged: bool) -> Views:
+        path = self.ws.views_path
+        try:
+            return Views(path, contract=self.hub_contract(), agent=self.config.agent)
+        except sqlite3.DatabaseError as exc:
+            if not is_damaged(exc):
+                raise
+            if not rebuild_damaged:
+                raise Damaged(f"the views database {path} is damaged ({exc}): run `mem replay`") from None
+        for part in ("", "-wal", "-shm"):
+            if Path(f"{path}{part}").exists():
+                os.replace(f"{path}{part}", f"{path}.damaged{part}")
+        return Views(path, contract=self.hub_contract(), agent=self.config.agent)
+
     @classmethod
-    def open(cls, root: str | Path | None = None) -> "Memory":
-        return cls(Workspace.find(root))
+    def open(cls, root: str | Path | None = None, *, rebuild_damaged: bool = False) -> "Memory":
+        return cls(Workspace.find(root), rebuild_damaged=rebuild_damaged)
 
     @classmethod
     def init(cls, root: str | Path, agent: str | None = None, log: str | None = None) -> "Memory":
-        """A new workspace (its log in `log`, a postgresql:// URL, or by default in `.mem/log.db`)."""
-        memory = cls(Workspace.init(root, agent, log))
+        """A new workspace (its log in `log`, a postgresql:// URL, or by default in `.mem/log.db`). When
+        making it fails (PostgreSQL unreachable), what it had made is removed: no half-made workspace."""
+        made = [p for p in (Path(root).absolute(), Path(root).absolute() / "mind") if not p.exists()]
+        mem_dir = Workspace(root).mem_dir
+        new = not mem_dir.exists()
+        try:
+            memory = cls(Workspace.init(root, agent, log))
+        except BaseException:
+            if new:
+                shutil.rmtree(mem_dir, ignore_errors=True)
+                for path in reversed(made):
+                    if path.is_dir() and not any(path.iterdir()):
+                        path.rmdir()
+            raise
         memory.refresh()
         return memory
 

@@ -126,6 +126,8 @@ def load_remotes(memory) -> dict[str, Remote]:
         return msgspec.json.decode(remotes_path(memory).read_bytes(), type=dict[str, Remote])
     except FileNotFoundError:
         return {}
+    except msgspec.MsgspecError as exc:
+        raise InvalidInput(f"{remotes_path(memory)} is damaged: {exc} (fix it, or remove it and `mem remote add` again)") from None
 
 
 class RemoteAdded(msgspec.Struct):

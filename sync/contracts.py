@@ -35,11 +35,23 @@ def parse_contract(text: str) -> Contract:
     try:
         contract = msgspec.convert(data, Contract)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(f"the contract is not valid: {exc}") from None
+        raise InvalidInput(f"the contract is not valid: {_layer_problem(data) or exc}") from None
     paths = [layer.path for layer in contract.layers.values()]
     if len(set(paths)) != len(paths):
         raise InvalidInput("two layers share one path")
     return contract
+
+
+def _layer_problem(data: dict) -> str | None:
+    """The first layer that does not convert, as `layers.NAME.FIELD: why` (msgspec says `$.layers[...]`)."""
+    layers = data.get("layers")
+    for name, spec in layers.items() if isinstance(layers, dict) else ():
+        try:
+            msgspec.convert(spec, ContractLayer)
+        except msgspec.ValidationError as exc:
+            why, _, at = str(exc).partition(" - at `$")
+            return f"layers.{name}{at.rstrip('`')}: {why}"
+    return None
 
 
 def to_toml(contract: Contract) -> str:

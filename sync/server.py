@@ -9,6 +9,8 @@ import time
 
 import uvicorn
 
+from eventstore.errors import InvalidInput
+
 from .hub import create_app
 from .storage import open_storage
 
@@ -32,12 +34,43 @@ a loaded hub ran a full collection every second or so, each pausing every reques
 requests make little cyclic garbage, so rarer young collections reclaim the same."""
 
 
-def serve(app, host: str, port: int) -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to HOST:PORT, before anything says the server is up: a bad port or a busy
+    address is a refusal naming it, not uvicorn's log line (or a hang) after a false "listening"."""
+    if not 1 <= port <= 65535:
+        raise InvalidInput(f"port {port} is out of range: give a port from 1 to 65535", field="port")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as exc:
+        raise InvalidInput(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)  # connections wait in the backlog until uvicorn takes over
+    except OSError as exc:
+        sock.close()
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def run_on(app, sock: socket.socket, **options) -> None:
+    """Serves an ASGI app on a socket from `listen` until interrupted."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **options))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+
+
+def serve(app, sock: socket.socket) -> None:
     """Serves an ASGI app (the hub's, perhaps with more mounted) until interrupted: no access log."""
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    run_on(app, sock, access_log=False, timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:

@@ -64,8 +64,9 @@ def test_a_postgresql_hub_is_created_only_by_hub_init(pg_url):
 def test_init_keeps_an_existing_workspace_agent(workspace):
     refused = run_mem("init", "--agent", "other", "-w", workspace)
     assert refused.returncode == 1 and b"already the workspace of agent 'alice'" in refused.stderr
-    assert b"for agent alice" in run_mem("init", "-w", workspace, check=True).stdout
-    assert b"for agent alice" in run_mem("init", "--agent", "alice", "-w", workspace, check=True).stdout
+    assert b"already a workspace (agent alice)" in run_mem("init", "-w", workspace, check=True).stdout
+    assert b"already a workspace (agent alice)" in run_mem("init", "--agent", "alice", "-w", workspace,
+                                                            check=True).stdout
 
 
 def test_demo_keep_refuses_a_used_directory(tmp_path):

@@ -1,0 +1,149 @@
+"""Refusals at the edges, through a real `mem`: damaged files, bad or busy ports, unopenable paths.
+Each is one `error: ...` line naming the file, port or URL, a non-zero exit, no traceback, nothing
+claimed before it, and the log as it was."""
+
+import select
+import socket
+import subprocess
+
+import pytest
+
+from conftest import PAGE, log_rows, mem_command, run_mem
+
+
+def refused(result, *names: str) -> str:
+    err = result.stderr.decode()
+    assert result.returncode != 0, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for name in names:
+        assert name in lines[0], err
+    return lines[0]
+
+
+@pytest.fixture
+def written(workspace):
+    run_mem("page", "write", "deploy", "-f", "-", "-w", workspace, input=PAGE, check=True)
+    return workspace
+
+
+def test_damaged_config_is_named(written):
+    (written / ".mem" / "config.json").write_text("{bad")
+    refused(run_mem("status", "-w", written), str(written / ".mem" / "config.json"), "damaged")
+
+
+def test_damaged_remotes_is_named(written):
+    before = log_rows(written)
+    (written / ".mem" / "remotes.json").write_text("{bad")
+    for command in (["push"], ["remote", "list"]):
+        refused(run_mem(*command, "-w", written), str(written / ".mem" / "remotes.json"))
+    assert log_rows(written) == before
+
+
+@pytest.fixture
+def busy_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_serve_refuses_a_port_out_of_range_before_anything(tmp_path):
+    for port in ("99999", "0", "-5"):
+        result = run_mem("serve", "--db", tmp_path / "hub.db", "--port", port)
+        refused(result, "port", "1 to 65535")
+        assert b"http://" not in result.stdout + result.stderr
+    assert not (tmp_path / "hub.db").exists()
+
+
+def test_a_busy_port_is_one_error_line(tmp_path, written, busy_port):
+    for command in (["serve", "--db", tmp_path / "hub.db", "--port", busy_port],
+                    ["ui", "-w", written, "--port", busy_port],
+                    ["mcp", "-w", written, "--http", f"127.0.0.1:{busy_port}"]):
+        result = run_mem(*command)
+        refused(result, f"127.0.0.1:{busy_port}", "in use")
+        assert b"http://" not in result.stdout + result.stderr
+
+
+def test_mcp_http_says_where_it_listens(written):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([*mem_command(), "mcp", "-w", str(written), "--http", f"127.0.0.1:{port}"],
+                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        assert select.select([server.stderr], [], [], 30)[0], "mem mcp --http printed nothing"
+        assert server.stderr.readline().decode().strip() == f"mindlog mcp: http://127.0.0.1:{port}/mcp"
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            pass
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_unopenable_paths_are_named(tmp_path, written):
+    hub = "/nonexistent-mindlog-dir/hub.db"
+    result = run_mem("serve", "--db", hub, "--port", "1")  # the port is checked first: bind would need root
+    refused(result)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run_mem("serve", "--db", hub, "--port", port)
+    refused(result, hub)
+    assert b"created" not in result.stdout + result.stderr
+    refused(run_mem("export", "adf", "/nonexistent-mindlog-dir/x.adf", "-w", written), "/nonexistent-mindlog-dir/x.adf")
+
+
+def test_damaged_views_are_named_and_replay_rebuilds_them(written):
+    before = log_rows(written)
+    views = written / ".mem" / "views.db"
+    for part in ("-wal", "-shm"):
+        (written / ".mem" / f"views.db{part}").unlink(missing_ok=True)
+    views.write_bytes(b"not a database at all, not even close" * 10)
+    refused(run_mem("status", "-w", written), str(views), "mem replay")
+    refused(run_mem("show", "mind.md", "-w", written), str(views), "mem replay")
+    replayed = run_mem("replay", "-w", written, check=True)
+    assert b"views at seq 1" in replayed.stdout
+    assert run_mem("verify", "-w", written, check=True).returncode == 0
+    assert b"Staging first." in run_mem("show", "mind/deploy.md", "-w", written, check=True).stdout
+    assert log_rows(written) == before
+
+
+def test_damaged_log_is_named(written):
+    log = written / ".mem" / "log.db"
+    for part in ("-wal", "-shm"):
+        (written / ".mem" / f"log.db{part}").unlink(missing_ok=True)
+    log.write_bytes(b"not a database at all, not even close" * 10)
+    for command in (["status"], ["replay"]):
+        refused(run_mem(*command, "-w", written), str(log), "damaged")
+
+
+def test_failed_init_leaves_no_half_made_workspace(tmp_path):
+    root = tmp_path / "pgws"
+    url = "postgresql://nobody:secret@127.0.0.1:1/x"
+    line = refused(run_mem("init", "--log", url, "-w", root), "postgresql://nobody:***@127.0.0.1:1/x")
+    assert "secret" not in line
+    assert not root.exists()
+    run_mem("init", "-w", root, check=True)
+    assert run_mem("status", "-w", root).returncode == 0
+
+
+def test_init_of_an_existing_workspace_says_so(written):
+    result = run_mem("init", "-w", written, check=True)
+    assert b"already a workspace" in result.stdout and b"initialised" not in result.stdout
+
+
+def test_demo_keep_on_a_file(tmp_path):
+    (tmp_path / "somefile").write_text("x")
+    refused(run_mem("demo", "--keep", tmp_path / "somefile"), "somefile", "is a file")
+
+
+def test_contract_errors_name_the_layer(tmp_path):
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    contract = tmp_path / "c.toml"
+    contract.write_text('[layers.notes]\npath = "memory/notes.md"\nformat = "blob"\n'
+                        'producers = ["a"]\nconsumers = ["b"]\n')
+    line = refused(run_mem("hub", "contract", "apply", contract, "--db", hub), "layers.notes.format")
+    assert "$" not in line
