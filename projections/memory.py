@@ -17,15 +17,10 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-<<<<<<< HEAD
-from eventstore.errors import Damaged, HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions, storage_failure
-from eventstore.instants import format_local, parse_instant
-from eventstore.layers import MIND, lenient_contract, produces
-=======
-from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
+from eventstore.errors import (Damaged, HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions,
+                               storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
->>>>>>> main
 from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
