@@ -373,13 +373,9 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
     """Delete every view and rebuild it from the log."""
     from projections import replay as replaying
 
-<<<<<<< HEAD
-    with memory(refresh=False, rebuild_damaged=not check) as mem:
-=======
     if check and to is not None:
         fail("--check compares the views as they are with a rebuild; it takes no --to", 2)
-    with memory(refresh=False) as mem:
->>>>>>> main
+    with memory(refresh=False, rebuild_damaged=not check) as mem:
         total = to if to is not None else mem.head()
         with progress_bar("replay", total) as advance:
             if check:
