@@ -92,8 +92,8 @@ def serve(app, host: str, port: int) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    uvicorn.run(app, host=host, port=port, http=http_protocol(), log_level="warning", access_log=False,
-                timeout_graceful_shutdown=2)
+    uvicorn.run(app, host=host, port=port, http=http_protocol(), proxy_headers=False, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:

@@ -98,6 +98,20 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+_token_hashes: dict[str, str] = {}
+TOKEN_HASHES = 4096
+"""How many recent tokens' hashes a hub keeps (each request names its token; the hash is what is looked up)."""
+
+
+def request_token_hash(token: str) -> str:
+    digest = _token_hashes.get(token)
+    if digest is None:
+        if len(_token_hashes) >= TOKEN_HASHES:
+            _token_hashes.clear()
+        digest = _token_hashes[token] = hash_token(token)
+    return digest
+
+
 def new_token() -> str:
     return "mlg_" + secrets.token_urlsafe(32)
 
@@ -154,7 +168,7 @@ class HubStorage(ABC):
 
     def agent_for_token(self, token: str) -> str | None:
         """The agent a bearer token names, or None (unknown or revoked). Compared in constant time."""
-        digest = hash_token(token)
+        digest = request_token_hash(token)
         row = self._agent_row(digest)
         if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
             return None
@@ -229,6 +243,10 @@ class HubStorage(ABC):
     def latest_of_layer(self, layer: str, at_ms: int | None) -> Event | None: ...
 
     @abstractmethod
+    def latest_position(self, layer: str) -> int:
+        """The position of the layer's last event (0: none), read off the (layer, position) index alone."""
+
+    @abstractmethod
     def stored(self, id: str) -> tuple[str, bytes] | None:
         """(layer, stored data) of an event on the hub, or None."""
 
@@ -261,6 +279,8 @@ class HubStorage(ABC):
     def contract(self, at_ms: int | None = None) -> tuple[Contract, int]:
         """The contract in force (at `at_ms`) and its position. The hub asks on every request: the last
         one parsed is kept by position (the event at a position never changes; a contract is never redacted)."""
+        if at_ms is None and self._parsed_contract[0] == self.latest_position(CONTRACT_LAYER):
+            return self._parsed_contract[1], self._parsed_contract[0]
         event = self.latest_of_layer(CONTRACT_LAYER, at_ms)
         position = event.seq if event else 0
         parsed = self._parsed_contract

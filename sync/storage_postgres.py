@@ -159,6 +159,11 @@ class PostgresHubStorage(HubStorage):
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
+    def latest_position(self, layer):
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT COALESCE(MAX(position), 0) FROM hub_events WHERE layer = %s",
+                                (layer,)).fetchone()[0]
+
     def latest_of_layer(self, layer, at_ms):
         with self.pool.connection() as conn:
             row = conn.execute("SELECT position, recorded_at, data FROM hub_events WHERE layer = %s "

@@ -191,6 +191,9 @@ class SQLiteHubStorage(HubStorage):
                 if stop.is_set():
                     return
 
+    def latest_position(self, layer):
+        return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events WHERE layer = ?", (layer,))[0][0]
+
     def latest_of_layer(self, layer, at_ms):
         rows = self._read("SELECT position, recorded_at, data FROM hub_events WHERE layer = ? AND recorded_at <= ? "
                           "ORDER BY position DESC LIMIT 1", (layer, at_ms if at_ms is not None else 1 << 62))
