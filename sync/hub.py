@@ -263,30 +263,33 @@ class Hub:
             return await run_in_threadpool(fn, *args)
         return fn(*args)
 
-    def agent_for(self, token: str) -> str:
-        agent = self.storage.agent_for_token(token)
+    def state(self, token: str) -> tuple[str, object, int, int]:
+        """(agent, contract, its position, head) of a request, in one read; an unknown token is refused."""
+        agent, contract, position, head = self.storage.request_state(token)
         if agent is None:
             raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
-        return agent
+        return agent, contract, position, head
+
+    def agent_for(self, token: str) -> str:
+        return self.state(token)[0]
 
     def agent_and_contract(self, token: str):
         """The token's agent, the contract in force and its position."""
-        return self.agent_for(token), *self.storage.contract()
+        return self.state(token)[:3]
 
     def woken_answer(self, token: str, after: int, limit: int) -> bytes:
         """The answer to a long-poll a commit woke: its token and contract read again, then the answer
         shared by every poll woken at the same head with the same cursor and layers. A commit wakes all
         the consumers of its layers at once, most of them at the same cursor: the page is read and
         encoded once for them, while each of them was waiting (a read they could all have made)."""
-        agent = self.agent_for(token)
-        layers = tuple(consumed_layers(self.storage.contract()[0], agent))
+        agent, contract, _position, head = self.state(token)
+        layers = tuple(consumed_layers(contract, agent))
         known, answers = self._woken
         if known != self.fanout.head:
             known, answers = self._woken = (self.fanout.head, {})
         key = (after, layers, limit)
         answer = answers.get(key)
         if answer is None:
-            head = self.storage.head()
             answer = answers[key] = pull_answer(after, head, self.storage.pull(after, list(layers), limit + 1), limit)
         return answer
 
@@ -295,9 +298,8 @@ class Hub:
 
         The head is read before the page: positions are commit-ordered, so every event at or below
         it is already visible, and a cursor moved up to it can never skip one."""
-        agent = self.agent_for(token)
-        layers = consumed_layers(self.storage.contract()[0], agent)
-        head = self.storage.head()
+        agent, contract, _position, head = self.state(token)
+        layers = consumed_layers(contract, agent)
         return agent, layers, head, self.storage.pull(after, layers, limit)
 
 

@@ -8,6 +8,7 @@ import threading
 
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
+from eventstore.layers import CONTRACT_LAYER
 
 from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
                       HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
@@ -99,6 +100,12 @@ class SQLiteHubStorage(HubStorage):
 
     def _agent_row(self, token_hash):
         rows = self._read("SELECT name, token_hash, revoked_at FROM hub_agents WHERE token_hash = ?", (token_hash,))
+        return rows[0] if rows else None
+
+    def _request_row(self, token_hash):
+        rows = self._read("SELECT name, token_hash, revoked_at, (SELECT IFNULL(MAX(position), 0) FROM hub_events "
+                          "WHERE layer = ?), (SELECT IFNULL(MAX(position), 0) FROM hub_events) FROM hub_agents "
+                          "WHERE token_hash = ?", (CONTRACT_LAYER, token_hash))
         return rows[0] if rows else None
 
     def revoke_agent(self, name):
