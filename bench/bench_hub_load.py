@@ -322,6 +322,17 @@ def cpu_bound(run: dict, cores: int, hubs: int) -> float:
     return min(hubs / max(hub, 1e-9), cores / max(hub + run["load cpu"] / max(1, run["pushes"]), 1e-9))
 
 
+def bounds(agents: int, off: dict, on: dict, disk: float | None, cores: int, hubs: int) -> str:
+    """What bounds each side of a pair, from what was measured: the disk (commits/s it allows one writer)
+    or the CPU (at the CPU per push measured), and so the most group commit could give over this off
+    figure at this CPU per push."""
+    off_cpu, on_cpu = cpu_bound(off, cores, hubs), cpu_bound(on, cores, hubs)
+    where = f"the disk allows {disk:,.0f} commits/s, " if disk else ""
+    return (f"{agents} agents: off {off['events/s']:,.0f} ev/s ({where}its CPU per push {off_cpu:,.0f}); on "
+            f"{on['events/s']:,.0f} ev/s, at its CPU per push at most {on_cpu:,.0f} = "
+            f"{on_cpu / max(off['events/s'], 1e-9):.1f}x this off")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", default="1,8,32,100", help="comma-separated agent counts")
@@ -339,10 +350,12 @@ def main():
     cores = os.cpu_count() or 1
     try:
         for backend in backends:
+            rate = None
             if backend == "sqlite":
                 rate, median = disk_floor()
                 print(f"\nthis disk: back-to-back one-row commits, raw sqlite3, WAL, synchronous=FULL: {rate:,.0f} "
                       f"commits/s (median {median:.2f} ms) at load average {os.getloadavg()[0]:.2f}")
+            notes = []
             rows = [("agents", "group commit", "events/s", "vs off", "push p50 ms", "push p99 ms", "fan-out p99 ms",
                      "missed", "pulls/push", "hub cpu ms/push", "load cpu ms/push", "cpu-bound max ev/s", "load avg")]
             for agents in counts:
@@ -350,6 +363,7 @@ def main():
                     off = one_run(backend, agents, False, args.seconds, pg_url)
                     on = one_run(backend, agents, True, args.seconds, pg_url)
                     hubs = 1 if backend == "sqlite" else 2
+                    notes.append(bounds(agents, off, on, rate, cores, hubs))
                     for label, r in (("off", off), ("on", on)):
                         per_push = lambda cpu: cpu * 1000 / max(1, r["pushes"])  # noqa: E731
                         rows.append((agents, label, f"{r['events/s']:,.0f}", f"{r['events/s'] / off['events/s']:.2f}x",
@@ -362,6 +376,8 @@ def main():
             table(f"{args.seconds:g} s of one-event pushes, as many long-polling consumers ({where})", rows)
             print(f"  cpu-bound max: the events/s at which, at the CPU per push measured, the hub would fill its one "
                   f"core (a Python process), or the hub and the load all {cores} cores, whichever comes first")
+            for note in notes:
+                print("  " + note)
     finally:
         if pg_executor is not None:
             pg_executor.stop()
