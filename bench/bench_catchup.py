@@ -7,14 +7,19 @@ Side by side, a follower agent pulled the same events incrementally as they arri
 in `--steps` rounds, a pull after each); the two workspaces' views (every view table) and files must
 be identical, else the script fails (`--no-follower` fills the hub in one go and skips the comparison,
 for a quicker run at full size). `--phases` then pulls once more into a third workspace inside
-this process and says where the client's time goes (check, append, fold, files, waiting for the hub).
-Usage: python bench/bench_catchup.py [-n 1000000] [--steps 10] [--no-follower] [--phases]
+this process and says where the client's time goes (check, append, fold, files, waiting for the hub,
+and how long the views took to finish after the last page). `--baseline REV` times, side by side, the
+`mem pull` of commit REV (extracted with `git archive`) into a fourth workspace, and checks that its
+views and files are the newcomer's: 02aba1d is the pull before catch-ups, which folded page by page.
+Usage: python bench/bench_catchup.py [-n 1000000] [--steps 10] [--no-follower] [--phases] [--baseline 02aba1d]
 """
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +33,7 @@ from sync.storage import open_storage
 from sync.wire import Contract, ContractLayer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bench_replay import extract  # noqa: E402
 from bench_sync import serve  # noqa: E402
 
 CONTRACT = Contract(layers={
@@ -60,14 +66,14 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def phases(base: Path, url: str, token: str) -> list[tuple]:
-    """Seconds the client spends in each part of a first pull, timed in this process."""
-    import projections.memory as memory_module
+    """Seconds the client spends in each part of a first pull, timed in this process. The views are
+    built in a thread of their own while the pages come in, so the parts add up to more than the whole."""
     import projections.replay as replay_module
     import sync.client as client_module
 
     spent = dict.fromkeys(("check (decode, digests, contract, validation)", "append to the log",
-                           "fold into the views (page by page)", "build the views (mem replay's bulk fold)",
-                           "write the files"), 0.0)
+                           "fold into the views (bulk, its own thread)", "write the files"), 0.0)
+    appended = [0.0]
 
     def timing(name, fn):
         def timed_call(*args, **kwargs):
@@ -76,23 +82,40 @@ def phases(base: Path, url: str, token: str) -> list[tuple]:
                 return fn(*args, **kwargs)
             finally:
                 spent[name] += time.perf_counter() - start
+                appended[0] = time.perf_counter() if fn is append else appended[0]
         return timed_call
 
     names = list(spent)
     client_module.accept = timing(names[0], client_module.accept)
-    memory_module.catch_up = timing(names[2], memory_module.catch_up)
-    replay_module.catch_up = timing(names[3], replay_module.catch_up)
-    memory_module.materialize = timing(names[4], memory_module.materialize)
-    replay_module.materialize = timing(names[4], replay_module.materialize)
+    replay_module.catch_up = timing(names[2], replay_module.catch_up)
+    replay_module.materialize = timing(names[3], replay_module.materialize)
     with Memory.init(base / "phases", "newcomer") as memory:
-        memory.log.append = timing(names[1], memory.log.append)
+        append = memory.log.append
+        memory.log.append = timing(names[1], append)
         start = time.perf_counter()
         pull(memory, Remote(name="origin", url=url, token_file="-", agent="newcomer"), HubClient(url, token))
         total = time.perf_counter() - start
+    pages = appended[0] - start
     rows = [(name, f"{seconds:.1f}", f"{seconds / total:.0%}") for name, seconds in spent.items()]
-    rows.append(("waiting for the hub, the rest", f"{total - sum(spent.values()):.1f}",
-                 f"{(total - sum(spent.values())) / total:.0%}"))
-    return [("part of the pull (in process)", "seconds", "share"), *rows, ("total", f"{total:.1f}", "100%")]
+    rows += [("pages: waiting for the hub, the rest", f"{pages - spent[names[0]] - spent[names[1]]:.1f}", ""),
+             ("after the last page (the fold's rest, indexes, files)", f"{total - pages:.1f}",
+              f"{(total - pages) / total:.0%}")]
+    return [("part of the pull (in process)", "seconds", "of total"), *rows, ("total", f"{total:.1f}", "100%")]
+
+
+def first_pull(workspace: Path, url: str, token_file: Path, code: Path | None = None) -> tuple[float, str]:
+    """A new workspace's first `mem pull`, one process timed whole (by the `mem` of `code` when given)."""
+    Memory.init(workspace, "newcomer").close()
+    with Memory.open(workspace) as memory:
+        add_remote(memory, "origin", url, str(token_file))
+    command = [shutil.which("mem") or "mem"] if code is None else [sys.executable, "-c", "from cli.app import main; main()"]
+    env = os.environ if code is None else {**os.environ, "PYTHONPATH": str(code)}
+    start = time.perf_counter()
+    done = subprocess.run([*command, "pull"], cwd=workspace, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"mem pull failed: {done.stdout}{done.stderr}")
+    return seconds, done.stdout.strip()
 
 
 def main():
@@ -101,6 +124,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10, help="rounds in which the follower pulls")
     parser.add_argument("--no-follower", action="store_true", help="no follower: no comparison of views")
     parser.add_argument("--phases", action="store_true", help="also time the parts of a pull in process")
+    parser.add_argument("--baseline", default="none", help="a commit whose `mem pull` runs side by side, or 'none'")
     args = parser.parse_args()
     base = workdir("catchup")
     shutil.rmtree(base)
@@ -134,16 +158,16 @@ def main():
         client.close()
         admin.close()
 
-        newcomer = base / "newcomer"
-        Memory.init(newcomer, "newcomer").close()
-        with Memory.open(newcomer) as memory:
-            add_remote(memory, "origin", url, str(base / "newcomer.token"))
-        start = time.perf_counter()
-        done = subprocess.run([shutil.which("mem") or "mem", "pull"], cwd=newcomer, capture_output=True,
-                              text=True)
-        catchup_s = time.perf_counter() - start
-        if done.returncode:
-            raise SystemExit(f"mem pull failed: {done.stdout}{done.stderr}")
+        newcomer, old = base / "newcomer", base / "baseline"
+        load = os.getloadavg()[0]
+        catchup_s, said = first_pull(newcomer, url, base / "newcomer.token")
+        baseline_s = None
+        if args.baseline != "none":
+            with tempfile.TemporaryDirectory(prefix="mem-bench-baseline-") as tmp:
+                code = extract(args.baseline, Path(tmp))
+                if code is None:
+                    raise SystemExit(f"baseline {args.baseline} could not be extracted with git archive")
+                baseline_s, _ = first_pull(old, url, base / "newcomer.token", code)
         parts = phases(base, url, tokens["newcomer"]) if args.phases else None
     finally:
         proc.terminate()
@@ -154,19 +178,28 @@ def main():
         same_views = fresh.views.dump() == follower.views.dump() if compared else "not compared"
         same_files = snapshot(fresh.root) == snapshot(follower.root) if compared else "not compared"
         pulled = fresh.log.head()
+        if baseline_s is not None:
+            with Memory.open(old) as other:
+                same_as_baseline = (fresh.views.dump() == other.views.dump(), snapshot(fresh.root) == snapshot(old))
     follower.close()
     rate = args.n / catchup_s
     table(f"a new agent's first `mem pull` of {args.n:,} shared events ({PAGES:,} pages, entries) over loopback",
           [("agent", "seconds", "events/s", "views identical", "files identical", "target"),
            ("newcomer: one `mem pull` process", f"{catchup_s:.1f}", f"{rate:,.0f}", same_views, same_files,
             "< 30 s for 1,000,000"),
+           *([(f"baseline {args.baseline}: one `mem pull` process", f"{baseline_s:.1f}",
+               f"{args.n / baseline_s:,.0f}", *same_as_baseline, f"newcomer {baseline_s / catchup_s:.2f}x faster")]
+             if baseline_s is not None else []),
            *([(f"follower: {args.steps} pulls as the hub filled", f"{follow_s:.1f}", f"{args.n / follow_s:,.0f}", "",
                 "", "")] if compared else [])])
-    print(f"\n`mem pull` said: {done.stdout.strip()}  (newcomer log head {pulled:,})")
+    print(f"\n`mem pull` said: {said}  (newcomer log head {pulled:,}; 1-minute load average "
+          f"{load:.1f} when it started, on {os.cpu_count()} cores)")
     if parts:
         table("where a first pull's time goes (a third workspace, pulled in this process)", parts)
     if compared and not (same_views and same_files):
         raise SystemExit("the newcomer's views or files differ from the follower's")
+    if baseline_s is not None and not all(same_as_baseline):
+        raise SystemExit("the newcomer's views or files differ from the baseline's")
 
 
 if __name__ == "__main__":

@@ -55,8 +55,8 @@ def event_line(event: Event) -> str:
 def progress_bar(description: str, total: int | None):
     """Yields a callback `advance(n, total=None, phase=None)` that advances a rich progress bar by n (and
     sets its total when given); silent when not on a terminal. A `total` of None draws a bar of unknown
-    length until the work learns its size (a pull, from the hub's position). A `phase` names a next stage
-    of the work (a pull's building of the views): it gets a bar of its own below the finished one."""
+    length until the work learns its size (a pull, from the hub's position). A `phase` names a part of
+    the work with a bar of its own (a pull's building of the views, below its pages)."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
@@ -65,15 +65,14 @@ def progress_bar(description: str, total: int | None):
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, transient=True, disable=not sys.stderr.isatty() or (total is not None and total < 1000),
                   console=Console(stderr=True)) as progress:
-        task = progress.add_task(description, total=total)
+        tasks = {None: progress.add_task(description, total=total)}
 
         def advance(n: int, total: int | None = None, phase: str | None = None) -> None:
-            nonlocal task
-            if phase is not None:
-                task = progress.add_task(phase, total=total)
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(phase, total=total)
             elif total is not None:
-                progress.update(task, total=total)
-            progress.advance(task, n)
+                progress.update(tasks[phase], total=total)
+            progress.advance(tasks[phase], n)
 
         yield advance
 

@@ -10,9 +10,8 @@ import psycopg
 
 from .envelope import Event, check_event
 from .errors import InvalidInput
-from .ids import now_ms
-from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, redaction_updates,
-                       row_to_event, verify_rows)
+from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, recording_times,
+                       redaction_updates, row_to_event, verify_rows)
 from .sqlite import COLUMNS
 
 SCHEMA = """
@@ -52,7 +51,7 @@ class PostgresLog(Recorder):
         self.conn.close()
 
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False, recorded_at: int | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         prepared = []
         for event in events:
             raw = check_event(event) if verify or not self.trusted else event.raw_body()
@@ -65,14 +64,13 @@ class PostgresLog(Recorder):
             chain = bytes(chain) or ZERO_CHAIN
             known = {id_text(bytes(i)): (bytes(d).hex(), s) for i, d, s in self.conn.execute(
                 "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e, _r in prepared],))}
-            recorded_at = max(now_ms() if recorded_at is None else recorded_at, last_recorded)
-            rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
+            rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(recorded_at, last_recorded))
             if rows:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(f"INSERT INTO events ({COLUMNS}) VALUES "
                                        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
-                                  (seq, chain, recorded_at))
+                                  (seq, chain, rows[-1][3]))
             updates = redaction_updates(prepared, self._stored)
             if updates:
                 with self.conn.cursor() as cursor:

@@ -10,6 +10,7 @@ import msgspec
 
 from .envelope import CODEC_REDACTED, Event, compute_digest, decode_body, encode_body, pack_body, unpack_body
 from .errors import IdConflict
+from .ids import now_ms
 from .kinds import ImportGap, Redacted
 from .redaction import redacted_form
 
@@ -46,15 +47,31 @@ def skipped(body) -> int:
     return body.skipped if isinstance(body, ImportGap) else 0
 
 
-def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes, recorded_at: int):
+def recording_times(at: int | Sequence[int] | None, last: int) -> int | list[int]:
+    """When a batch is recorded: now, or `at` (ms); a sequence gives each event's own time (a hub's mirror
+    copies many hub commits in one transaction). Never before `last`, the log's newest, nor backwards."""
+    if at is None or isinstance(at, int):
+        return max(now_ms() if at is None else at, last)
+    times = []
+    for each in at:
+        last = max(each, last)
+        times.append(last)
+    return times
+
+
+def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
+              recorded_at: int | list[int]):
     """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
     and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
     the batch are stored once. A known id with another digest refuses the whole batch. `known=None`
     says every id is new (the caller's unique index refuses the batch otherwise), which spares the
-    bookkeeping on the common path."""
+    bookkeeping on the common path. `recorded_at` is the batch's time, or each event's (`recording_times`)."""
     rows, seqs = [], []
     append_row, append_seq = rows.append, seqs.append
-    for event, raw in prepared:
+    each = None if isinstance(recorded_at, int) else recorded_at
+    for index, (event, raw) in enumerate(prepared):
+        if each is not None:
+            recorded_at = each[index]
         if known is not None:
             found = known.get(event.id)
             if found is not None:
@@ -125,11 +142,12 @@ class Recorder(ABC):
 
     @abstractmethod
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False, recorded_at: int | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         """Appends atomically and returns each event's seq. `state` rows (a sync cursor) commit in the
         same transaction; `verify` recomputes every digest first (events from elsewhere).
         `recorded_at` (ms) records the batch at that time instead of now (a hub's mirror keeps the
-        hub's times); it never goes backwards along the log."""
+        hub's times), a sequence each event at its own (several hub commits in one transaction); it
+        never goes backwards along the log."""
 
     @abstractmethod
     def state(self, key: str) -> str | None:

@@ -12,7 +12,7 @@ from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
 from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
-                       redaction_updates, row_to_event, skipped, verify_rows)
+                       recording_times, redaction_updates, row_to_event, skipped, verify_rows)
 
 
 SCHEMA = """
@@ -86,7 +86,7 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
-               verify: bool = False, recorded_at: int | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         check = verify or not self.trusted
@@ -179,12 +179,11 @@ class SQLiteLog(Recorder):
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
         every id is new (the common case) and lets the unique index object otherwise."""
         seq, chain, last_recorded = self._read_head()
-        recorded_at = max(now_ms() if at is None else at, last_recorded)
         known = self._existing([event.id for event, _raw in prepared]) if check_known else None
-        rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recorded_at)
+        rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
         if rows:
             self._insert(rows)
-            self._head = (seq, chain, recorded_at)
+            self._head = (seq, chain, rows[-1][3])
         return seqs
 
     def _insert(self, rows: list[tuple]) -> None:

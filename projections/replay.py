@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -26,31 +27,37 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
-def _build(memory, path: Path, upto: int | None, progress) -> Views:
+def _build(memory, path: Path, upto: int | None, progress, log=None, heads: Iterable[int] = ()) -> Views:
     """Folds the log into a new views database; the contract (with the local layers the rebuilt config
-    declares) places the shared layers' files."""
+    declares) places the shared layers' files. While the log still grows (a catch-up appending pages, in
+    another thread), `heads` are the heads to fold up to one after another, read through `log` (a
+    connection of the builder's own)."""
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
+    log = log or memory.log
     views = Views(path, contract=memory.hub_contract(), agent=memory.config.agent, fast=True)
     with views.bulk(), search.indexed_at_the_end(views.db):
-        catch_up(memory.log, views, upto=upto, batch=20000, progress=progress)
+        for head in heads:
+            catch_up(log, views, upto=head, batch=20000, progress=progress)
+        catch_up(log, views, upto=upto, batch=20000, progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views
 
 
 def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_edits: bool = False,
-           progress=None) -> ReplayReport:
+           progress=None, log=None, heads: Iterable[int] = ()) -> ReplayReport:
     """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it.
 
     A file edited by hand (its bytes neither what was last written nor what the rebuild says)
     stops the replay before anything changes, unless `force`; with `keep_hand_edits` (a refresh
-    that must rebuild) such files are left as they are and reported, as a refresh does.
+    that must rebuild) such files are left as they are and reported, as a refresh does. `log` and
+    `heads`: a build that follows a log still growing (see `_build`).
     """
     with memory.lock():
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
-        views = _build(memory, rebuilt, upto, progress)
+        views = _build(memory, rebuilt, upto, progress, log, heads)
         with views.transaction():
             views.written.carry(carried)
         refused = materialize(views, memory.root, force=force, dry_run=True).refused

@@ -149,6 +149,7 @@ class SearchFold:
         self.gone: set[int] = set()  # ids of stored rows that stopped being current
         self.history: list[tuple] = []  # the search_history row of every version the batch made
         self.closed_files: list[tuple[int, str]] = []  # (seq, path) of each write or delete of a file
+        self.closed_shared: list[tuple[int, int]] = []  # (seq, id) of each shared page version named as a parent
 
     def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
@@ -158,19 +159,24 @@ class SearchFold:
                 "SELECT id, ref FROM search_docs WHERE kind = ? AND key = ?", (kind, key)).fetchall()
         return rows
 
-    def _replace(self, kind: str, key: str, refs: set | None = None) -> None:
-        """The current version(s) of (kind, key) stop being current; `refs` limits it to those versions."""
+    def _replace(self, kind: str, key: str, refs: set | None = None, seq: int | None = None) -> None:
+        """The current version(s) of (kind, key) stop being current; `refs` limits it to those versions,
+        whose history rows `seq` (the version or delete naming them as parents) closes."""
         if refs is None:
             self.pending.pop((kind, key), None)
         else:
             for ref in refs:
-                self.pending.pop((kind, key, ref), None)
+                row = self.pending.pop((kind, key, ref), None)
+                if row is not None:
+                    self.closed_shared.append((seq, row[0]))
         rows = self._stored(kind, key)
         if rows:
             kept = []
             for id, ref in rows:
                 if refs is None or ref in refs:
                     self.gone.add(id)
+                    if refs is not None:
+                        self.closed_shared.append((seq, id))
                 else:
                     kept.append((id, ref))
             rows[:] = kept
@@ -203,11 +209,11 @@ class SearchFold:
                                                agent))
         elif isinstance(body, (PageIngest, PageUpdate)):
             key = f"{layer}/{body.slug}"
-            self._replace("shared-page", key, set(body.parents))
+            self._replace("shared-page", key, set(body.parents), seq)
             self._add(("shared-page", key, id), page_row(seq, "shared-page", layer, key, body.slug,
                                                          body.frontmatter, body.text, id, agent))
         elif isinstance(body, PageDelete):
-            self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents))
+            self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents), seq)
 
     def take_pages(self, touched: set[str], current) -> None:
         """The wiki pages a batch touched, as the wiki fold left them: `current(slug)` is None for a page
@@ -247,6 +253,9 @@ class SearchFold:
         if self.closed_files:
             db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                            "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in self.closed_files])
+        if self.closed_shared:
+            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
+                           self.closed_shared)
         self._reset()
 
 
@@ -305,9 +314,9 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     table = "search_history" if past else "search_docs"
     fts = f"{table}_fts"
     where, params = [f"{fts} MATCH ?"], [match]
-    if past:
-        where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?)")
-        params += [as_of, as_of]
+    if past:  # a version's id is never after its since: the rowid bound lets FTS5 skip what came later
+        where.append(f"{fts}.rowid <= ? AND d.since <= ? AND (d.until IS NULL OR d.until > ?)")
+        params += [as_of, as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:
             where.append(f"{column} IN ({','.join('?' * len(values))})")

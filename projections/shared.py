@@ -26,7 +26,15 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE TABLE IF NOT EXISTS shared_versions (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
     parents TEXT NOT NULL, deleted INTEGER NOT NULL, doc BLOB, PRIMARY KEY (layer, slug, id));
+CREATE TABLE IF NOT EXISTS shared_parents (id TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS shared_heads (
+    layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (layer, slug, id)) WITHOUT ROWID;
 """
+TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads")
+"""The view tables this module folds. `shared_parents` holds each version some version names as a parent,
+with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
+checkpoint), so the open conflicts are found among a few rows per page, not by unpacking every version's
+parents."""
 
 
 class Entry(msgspec.Struct):
@@ -73,6 +81,9 @@ class SharedViews:
 
     def __init__(self, db):
         self.db = db
+
+    def checkpoint(self) -> int:
+        return int(self.db.execute("SELECT value FROM meta WHERE key = 'checkpoint'").fetchone()[0])
 
     def entries(self, layer: str, as_of: int) -> list[Entry]:
         rows = self.db.execute("SELECT id, agent, type, date, content, reverses FROM entries WHERE layer = ? "
@@ -205,14 +216,20 @@ class SharedViews:
             "(SELECT 1 FROM shared_versions WHERE layer = ?1 AND slug = s.slug AND seq <= ?2)", (layer, as_of))]
 
     def conflicts(self, as_of: int) -> list[Conflict]:
-        """The pages with several heads as of a seq. Found in one statement over every version (an id is
-        a head unless some version names it as a parent: ids are unique across slugs), then each one's
-        heads read in order."""
-        found = []
-        for layer, slug in self.db.execute(
+        """The pages with several heads as of a seq, then each one's heads read in order. As of the
+        checkpoint they are the pages with several rows in `shared_heads`; before it, one statement over
+        every version then (an id is a head unless some version names it as a parent: ids are unique
+        across slugs)."""
+        if as_of >= self.checkpoint():
+            candidates = self.db.execute("SELECT layer, slug FROM shared_heads GROUP BY layer, slug "
+                                         "HAVING COUNT(*) > 1 ORDER BY layer, slug").fetchall()
+        else:
+            candidates = self.db.execute(
                 "SELECT layer, slug FROM shared_versions WHERE seq <= ?1 AND id NOT IN (SELECT p.value FROM "
                 "shared_versions c, json_each(c.parents) p WHERE c.seq <= ?1) GROUP BY layer, slug "
-                "HAVING COUNT(*) > 1 ORDER BY layer, slug", (as_of,)).fetchall():
+                "HAVING COUNT(*) > 1 ORDER BY layer, slug", (as_of,)).fetchall()
+        found = []
+        for layer, slug in candidates:
             heads = self.heads(layer, slug, as_of)
             if len(heads) > 1:
                 found.append(Conflict(layer=layer, slug=slug, winner=heads[-1].id, heads=heads))
@@ -247,5 +264,13 @@ class SharedFold:
         if self.entries:
             self.db.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)", self.entries)
         if self.versions:
-            self.db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
+            db = self.db
+            db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
+            named = [(v[0], v[1], parent, v[3]) for v in self.versions for parent in json.loads(v[5])]
+            db.executemany("INSERT OR IGNORE INTO shared_parents VALUES (?, ?)",  # in seq order: the first stays
+                           [(parent, seq) for _layer, _slug, parent, seq in named])
+            db.executemany("DELETE FROM shared_heads WHERE layer = ? AND slug = ? AND id = ?",
+                           [row[:3] for row in named])
+            db.executemany("INSERT OR IGNORE INTO shared_heads SELECT ?1, ?2, ?3 WHERE NOT EXISTS "
+                           "(SELECT 1 FROM shared_parents WHERE id = ?3)", [v[:3] for v in self.versions])
         self.entries, self.versions = [], []

@@ -16,7 +16,9 @@ from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
+closing shared page versions)."""
 
 _PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """
@@ -37,7 +39,7 @@ CREATE TABLE IF NOT EXISTS file_state (
 """.replace("{page_versions_index}", _PAGE_VERSIONS_INDEX)
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "page_releases", "loop_rows", "audit_rows", "file_versions",
-               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", "entries", "shared_versions", *search.TABLES)
+               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", *shared.TABLES, *search.TABLES)
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 
@@ -142,14 +144,15 @@ class Views:
         self._versions_as_of: tuple = (None, [])
         self.started_over = False
         with self.transaction():
-            if search.outdated(self.db) or _without_releases(self.db):
+            if search.outdated(self.db) or _without_releases(self.db) or self._older_schema():
                 self._start_over()
             for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
             adf.init_meta(self.db)
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('checkpoint', '0')")
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            self.db.execute("INSERT INTO meta VALUES ('schema', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value "
+                            "WHERE value != excluded.value", (SCHEMA_VERSION,))
             self.written.track([MIND_PATH, LOG_PATH])
         search.init(self.db)  # sqlite-utils, which commits on its own: outside the transaction
         if agent is not None:
@@ -157,6 +160,13 @@ class Views:
 
     def close(self) -> None:
         self.db.close()
+
+    def _older_schema(self) -> bool:
+        """Views folded under another SCHEMA_VERSION (their tables hold less, or differently)."""
+        if self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+            return False
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        return row is not None and row[0] != SCHEMA_VERSION
 
     def _start_over(self) -> None:
         """Empties views made by an older version (their tables differ): the next catch-up folds the

@@ -10,6 +10,7 @@ checkpoints that move only after a durable commit.
 """
 
 import json
+import queue
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +28,11 @@ from projections.materialize import write_atomic
 from projections.replay import replay
 
 from .intake import Rejected, accept, conflicting, remember
-from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+from .wire import MAX_PULL, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
 PULL_BATCH = 5000
+CATCH_UP_BATCH = MAX_PULL
 BULK_FOLD_THRESHOLD = 20_000
 """A pull at least this many events behind (hub positions ahead of this log, plus logged events the views
 have not folded yet), and at least as many as the views hold already, is a catch-up: it appends every page
@@ -512,42 +514,103 @@ class _Tally:
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one.
 
-    A catch-up (see BULK_FOLD_THRESHOLD) asks for the next page as soon as a page arrives, so the hub
-    serves it while this thread checks and appends the one in hand (the request says which cursor is
-    durably stored); once caught up, the views are rebuilt from the log by `mem replay`'s bulk fold and
-    the files written once. Otherwise each request goes out once the page before it is appended, and
-    while the hub answers it this thread folds that page into the views."""
+    A pull that turns out to be a catch-up (see BULK_FOLD_THRESHOLD) goes on in `_catch_up`. Otherwise
+    each request goes out once the page before it is appended (the cursor it carries tells the hub what
+    this agent holds), and while the hub answers it this thread folds that page into the views; the
+    files are written once, when caught up."""
     with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, no_cyclic_gc():
-        held = memory.log.state(f"pull:{tally.name}") or ""
-        page = requests.submit(client.pull_page, held, PULL_BATCH, 0).result()
+        page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0).result()
         tally.reach(page.head)
-        behind = tally.total + memory.log.head() - memory.views.checkpoint()
-        bulk = behind >= max(BULK_FOLD_THRESHOLD, memory.views.checkpoint())
-        versions: dict = {}
+        checkpoint = memory.views.checkpoint()
+        if tally.total + memory.log.head() - checkpoint >= max(BULK_FOLD_THRESHOLD, checkpoint):
+            return _catch_up(memory, client, tally, page, requests)
         while True:
-            ahead = bulk and page.more
-            if ahead:
-                asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, held)
-            tally.store(memory, page, fold=not bulk, versions=versions)
+            tally.store(memory, page)
+            if not page.events and not page.more:
+                tally.advance(tally.start + tally.total)
+                return
+            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
+            if page.more:
+                memory.refresh(files=False)
+            page = asked.result()
+
+
+def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests: ThreadPoolExecutor) -> None:
+    """A catch-up: while a page is checked and appended, the hub already serves the next one (the request
+    says which cursor is durably stored), and `mem replay`'s bulk build of the views follows the log in a
+    thread of its own (_ViewsBuilder). Once caught up, the build swaps the views in and writes the files."""
+    versions: dict = {}
+    held = memory.log.state(f"pull:{tally.name}") or ""
+    with _ViewsBuilder(memory, tally) as builder:
+        while True:
+            if page.more:
+                asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, held)
+            tally.store(memory, page, fold=False, versions=versions)
+            builder.follow(memory.log.head())
             held = page.cursor
             if not page.events and not page.more:
                 tally.advance(tally.start + tally.total)
-                break
-            if not ahead:
-                asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
-                if page.more:
-                    memory.refresh(files=False)
+                return
+            if not page.more:  # the last page: the next (empty) answer acknowledges it, once stored
+                asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0)
             page = asked.result()
-    if bulk:
-        _build_views(memory, tally)
 
 
-def _build_views(memory, tally: _Tally) -> None:
-    """The views rebuilt from the whole log by `mem replay` (its bulk fold), the files written once; a
-    file edited by hand is kept and reported, as a refresh does."""
-    progress = tally.progress
-    if progress:
-        progress(0, memory.log.head(), "views")
-    report = replay(memory, keep_hand_edits=True, progress=progress)
-    if report.files is not None:
-        tally.skipped.update(report.files.refused)
+class _Stop(Exception):
+    """Tells a views build to give up (the catch-up it followed failed or was interrupted)."""
+
+
+class _ViewsBuilder:
+    """`mem replay` in a thread of its own while a catch-up appends its pages: its bulk fold reads the log
+    (through a connection of its own) up to each head `follow` reports; when the catch-up is done it folds
+    the rest, swaps the new views in and writes the files. Two threads rather than one step after the
+    other, because much of the fold's time and of the append's is spent in SQLite, which lets go of the
+    GIL. A kill, or a catch-up that fails, leaves the views as they were: the next pull builds them again.
+
+    A redaction pulled meanwhile may have reached the log after the build read its target: the views are
+    then built once more, from the log as it ends up."""
+
+    def __init__(self, memory, tally: _Tally):
+        self.memory, self.tally = memory, tally
+        self.heads: queue.SimpleQueue = queue.SimpleQueue()
+        self.start = memory.log.head()
+        self.log = memory.ws.open_log(memory.config)
+        progress = tally.progress
+        if progress:
+            progress(0, self.start + tally.total, "views")
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="views")
+        self.built = self.thread.submit(replay, memory, keep_hand_edits=True, log=self.log, heads=self._heads(),
+                                        progress=(lambda n: progress(n, None, "views")) if progress else None)
+
+    def _heads(self):
+        while (head := self.heads.get()) is not None:
+            if head is _Stop:
+                raise _Stop
+            yield head
+
+    def follow(self, head: int) -> None:
+        self.heads.put(head)
+
+    def __enter__(self) -> "_ViewsBuilder":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if kind is not None:
+                self.heads.put(_Stop)
+                try:
+                    self.built.result()
+                except Exception:  # _Stop, or a failure of its own: the catch-up's error is the one to tell
+                    pass
+                return
+            self.heads.put(None)
+            if self.tally.progress:
+                self.tally.progress(0, self.memory.log.head(), "views")
+            report = self.built.result()
+            if next(self.memory.log.read_rows(self.start, kinds=["redaction"], limit=1), None) is not None:
+                report = replay(self.memory, keep_hand_edits=True)
+            if report.files is not None:
+                self.tally.skipped.update(report.files.refused)
+        finally:
+            self.thread.shutdown()
+            self.log.close()

@@ -34,15 +34,17 @@ from .compression import ZstdResponses
 from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage, decode_stored
-from .wire import PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+from .wire import MAX_PULL, PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-MAX_PULL = 5000
 MAX_WAIT_SECONDS = 30.0
 MAX_POSITION = 2 ** 63 - 1
 INLINE_CHECKS = 16
 """A push of at most this many events is checked on the event loop (when the storage's reads never
 wait): less work than a trip to a worker thread."""
+INLINE_PULL = 5000
+"""A pull page larger than this is read in a worker thread even from a storage whose reads never wait:
+reading and decoding 20,000 events would take the event loop from everyone else for a tenth of a second."""
 
 
 class _TaggedEvent(msgspec.Struct):
@@ -386,7 +388,10 @@ async def pull(request: Request) -> Response:
     except HubError:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
-    agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
+    if limit > INLINE_PULL:  # a catch-up's large page: read off the event loop that other agents' pushes share
+        agent, layers, head, events = await run_in_threadpool(hub.consumer_page, token, after, limit + 1)
+    else:
+        agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
     held = request.query_params.get("held")  # a pipelined pull: the cursor the agent has stored, behind `cursor`
     hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after))
     if not events and wait > 0 and await hub.fanout.wait(max(after, head), layers, wait):

@@ -2,10 +2,15 @@
 so the web pages (cli/web) show the shared layers as of any moment with the same code as a
 workspace's, and "what agent X had received by T" is the mirror as of X's pull cursor then.
 
-Each event keeps its hub position as its seq and the time the hub recorded it; an ImportGap stands
-for positions the mirror does not copy (layers the current contract no longer names). The contract
-changes are copied too (layer `_contract`; the fold leaves them alone). Caught up when a page asks,
-under a lock, appending one hub commit (one recorded_at) at a time.
+Each event keeps its hub position as its seq and the time the hub recorded it. Every layer that any
+contract ever named is copied (a layer dropped since still shows as of a moment when it was shared),
+and the contract changes too (layer `_contract`; the fold leaves them alone); an ImportGap stands for
+positions the mirror does not copy. The mirror's own contract (`.mem/contract.json`) places every one
+of those layers, each where its latest contract put it.
+
+Caught up when a page asks, under a lock, a page of hub events per transaction: the events of many
+hub commits go in at once, each at its own hub time, and the hub position reached commits with them,
+so a mirror stopped half-way keeps what it copied and resumes after it.
 """
 
 import threading
@@ -15,13 +20,16 @@ import msgspec
 
 from eventstore.envelope import new_event
 from eventstore.kinds import ImportGap
-from eventstore.layers import AGENT, CONTRACT_LAYER
+from eventstore.layers import AGENT, CONTRACT_LAYER, Contract
 from eventstore.workspace import Workspace
 from projections.materialize import write_atomic
 
-from .storage import HUB_AGENT, HubStorage
+from .storage import HUB_AGENT, HubStorage, contract_of
 
-PAGE = 5000
+PAGE = 10_000
+COPIES = ("mirror", "every-layer")
+"""The state row saying what this mirror copies: one made before it copied every layer ever shared
+holds gaps where a dropped layer was, and is made again."""
 
 
 class HubMirror:
@@ -30,42 +38,70 @@ class HubMirror:
         self.root = Path(root)
         self.ws = Workspace.init(self.root, HUB_AGENT)
         self.log = self.ws.open_log(self.ws.config())
+        if self.log.head() and self.log.state(COPIES[0]) != COPIES[1] and self.ws.config().agent == HUB_AGENT:
+            self.log.close()
+            for path in self.ws.mem_dir.iterdir():
+                if path.name.startswith(("log.db", "views.db")):
+                    path.unlink()
+            self.log = self.ws.open_log(self.ws.config())
         self._lock = threading.Lock()
         self._contract = None
+        self._ever = Contract()
+        self._contracts_seen = 0
 
     def close(self) -> None:
         self.log.close()
 
+    def ever_shared(self) -> Contract:
+        """Every layer that a contract named, up to the last catch-up, as its latest contract placed it."""
+        return self._ever
+
     def catch_up(self) -> int:
-        """Copies what the hub committed since the last call; returns the mirror's head (= the hub's)."""
+        """Copies what the hub committed since the last call; returns the mirror's head (= the hub's then)."""
         with self._lock:
-            contract, _ = self.storage.contract()
-            if contract != self._contract:
-                write_atomic(self.ws.mem_dir / "contract.json", [msgspec.json.encode(contract)])
-                self._contract = contract
-            layers = sorted(contract.layers) + [CONTRACT_LAYER]
-            head = self.log.head()
-            while events := self.storage.pull(head, layers, PAGE):
-                commit: list = []
-                for event in events:
-                    if event.seq > head + 1 or (commit and event.recorded_at != commit[0].recorded_at):
-                        self._append(commit)
-                        commit = []
-                    if event.seq > head + 1:
-                        self._gap(head, event.seq - 1, event.recorded_at)
-                    commit.append(event)
-                    head = event.seq
-                self._append(commit)
             last = self.storage.head()
+            self._learn_contracts()
+            layers = sorted(self._ever.layers) + [CONTRACT_LAYER]
+            head = self.log.head()
+            while head < last and (events := [e for e in self.storage.pull(head, layers, PAGE) if e.seq <= last]):
+                batch, times = [], []
+                for event in events:
+                    if event.seq > head + 1:
+                        batch.append(self._gap(head, event.seq - 1))
+                        times.append(event.recorded_at)
+                    batch.append(event)
+                    times.append(event.recorded_at)
+                    head = event.seq
+                self.log.append(batch, recorded_at=times, state={"hub-position": str(head), COPIES[0]: COPIES[1]})
             if last > head:
-                self._gap(head, last, self.log.recorded_at(head) or 0)
+                self.log.append([self._gap(head, last)], recorded_at=self.log.recorded_at(head) or 0,
+                                state={"hub-position": str(last), COPIES[0]: COPIES[1]})
             return self.log.head()
 
-    def _append(self, commit: list) -> None:
-        if commit:
-            self.log.append(commit, recorded_at=commit[0].recorded_at, state={"hub-position": str(commit[-1].seq)})
+    def _learn_contracts(self) -> None:
+        """Reads the contract changes committed since the last call into `ever_shared`, and places their
+        layers in the mirror's contract file."""
+        while changes := self.storage.pull(self._contracts_seen, [CONTRACT_LAYER], PAGE):
+            for change in changes:
+                self._ever = _with_layers(self._ever, contract_of(change))
+            self._contracts_seen = changes[-1].seq
+        if self._ever != self._contract:
+            write_atomic(self.ws.mem_dir / "contract.json", [msgspec.json.encode(self._ever)])
+            self._contract = self._ever
 
-    def _gap(self, head: int, upto: int, at: int) -> None:
+    @staticmethod
+    def _gap(head: int, upto: int):
         """One ImportGap taking seq `upto`, after the unused seqs between `head` and it."""
-        gap = new_event(ImportGap(source="hub", skipped=upto - head - 1), agent=HUB_AGENT, layer=AGENT)
-        self.log.append([gap], recorded_at=at, state={"hub-position": str(upto)})
+        return new_event(ImportGap(source="hub", skipped=upto - head - 1), agent=HUB_AGENT, layer=AGENT)
+
+
+def _with_layers(ever: Contract, newer: Contract) -> Contract:
+    """`ever` with the layers of a newer contract, each placed as the newer one says; a layer from before
+    whose place another layer now takes (the same path, or one inside the other) is left out."""
+    kept = {name: spec for name, spec in ever.layers.items() if name not in newer.layers and not any(
+        _overlap(spec.path, other.path) for other in newer.layers.values())}
+    return Contract(layers={**kept, **newer.layers})
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b))

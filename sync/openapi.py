@@ -4,7 +4,7 @@ import functools
 
 import msgspec
 
-from .wire import ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+from .wire import MAX_PULL, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 
 @functools.cache
@@ -36,7 +36,7 @@ def openapi_document() -> dict:
                                                         "content": json_body(push_resp)}, **problems}}},
             "/v1/pull": {"get": {"operationId": "pull", "security": security, "parameters": [
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 5000}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PULL}},
                 {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30}},
                 {"name": "held", "in": "query", "schema": {"type": "string"},
                  "description": "The cursor the agent has stored, when it asks ahead of storing (default: cursor)"}],

@@ -5,7 +5,7 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore.layers import Contract, ContractLayer
 
-__all__ = ["Contract", "ContractLayer", "ContractResponse", "Problem", "PullResponse", "PushRequest", "PushResponse",
+__all__ = ["MAX_PULL", "Contract", "ContractLayer", "ContractResponse", "Problem", "PullResponse", "PushRequest", "PushResponse",
            "PushResult"]
 
 
@@ -51,3 +51,7 @@ class Problem(msgspec.Struct, omit_defaults=True):
 
 
 PROBLEM_BASE = "https://mindlog.dev/problems/"
+
+MAX_PULL = 20_000
+"""The most events one pull answer holds: a catch-up's pages are this large, so a million events take 50
+requests and 50 local transactions."""

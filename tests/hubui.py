@@ -1,5 +1,6 @@
 """A hub for the web UI tests, made by real syncs: `drafts` (pages, every agent consumes) and
-`reviews` (entries only the reviewer produces and consumes); then `mem serve` with an admin token
+`reviews` (entries only the reviewer produces and consumes), and `briefs` (entries every agent
+consumed until the last contract change dropped the layer); then `mem serve` with an admin token
 serves it, on the port the agents' remotes name."""
 
 import subprocess
@@ -25,12 +26,19 @@ format = "entries"
 producers = ["reviewer"]
 consumers = ["reviewer"]
 """
+BRIEFS = """
+[layers.briefs]
+path = "memory/briefs.md"
+format = "entries"
+producers = ["reviewer"]
+consumers = ["*"]
+"""
 
 
 class UiHub:
     def __init__(self, root: Path):
         self.root = root
-        self.team = team = Team(root, agents=("writer", "reviewer"), contract=CONTRACT)
+        self.team = team = Team(root, agents=("writer", "reviewer"), contract=CONTRACT + BRIEFS)
         for agent in ("writer", "reviewer"):
             team.mem(agent, "pull", check=True)
         team.mem("writer", "page", "write", "launch", "--layer", "drafts", "--file",
@@ -42,10 +50,14 @@ class UiHub:
         team.mem("writer", "page", "write", "launch", "--layer", "drafts", "--file",
                  team.page("d1", "Launch", "draft one"), check=True)
         team.mem("writer", "sync", check=True)
+        team.mem("reviewer", "entry", "add", "briefs", "[FACT] the venue holds 200", check=True)
+        team.mem("reviewer", "sync", check=True)
+        team.mem("writer", "sync", check=True)
+        team.apply(CONTRACT)  # briefs is dropped: shared no more, but it was
         team.stop()
         hub = open_storage(str(team.db))
         self.positions = {(e.layer, getattr(e.body, "content", None) or e.body.text): e.seq
-                          for e in hub.pull(0, ["drafts", "reviews"], 100)}
+                          for e in hub.pull(0, ["drafts", "reviews", "briefs"], 100)}
         hub.close()
         self.tokens = {agent: (root / f"{agent}.token").read_text().strip() for agent in ("writer", "reviewer")}
         self.url = team.url

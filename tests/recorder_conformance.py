@@ -98,6 +98,14 @@ class RecorderConformance:
         assert [e.recorded_at for e in recorder.read()] == [5_000, 9_000, 9_000, 9_000]
         assert recorder.verify().ok
 
+    def test_each_event_of_a_batch_recorded_at_its_own_time(self, recorder):
+        """A hub's mirror copies many hub commits in one transaction, each at the hub's time."""
+        recorder.append([ev(0)], recorded_at=5_000)
+        recorder.append([ev(1), ev(2), ev(3), ev(4)], recorded_at=[6_000, 6_000, 4_000, 8_000], state={"k": "4"})
+        recorder.append([ev(5)], recorded_at=7_000)
+        assert [e.recorded_at for e in recorder.read()] == [5_000, 6_000, 6_000, 6_000, 8_000, 8_000]
+        assert recorder.state("k") == "4" and recorder.seq_at(6_500) == 4 and recorder.verify().ok
+
     def test_activity_rows_are_the_stored_columns(self, recorder):
         recorder.append([ev(0), ev(1, layer="notes")])
         assert list(recorder.activity_rows(0, 2)) == [(e.seq, e.recorded_at, e.agent, e.layer, e.kind)

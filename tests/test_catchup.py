@@ -133,8 +133,9 @@ def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_fol
     rebuilt = []
 
     def replaying(memory, **options):
-        rebuilt.append(memory.log.head())
-        return replay(memory, **options)
+        report = replay(memory, **options)
+        rebuilt.append(report.checkpoint)
+        return report
 
     monkeypatch.setattr(client_module, "replay", replaying)
     with Memory.open(newcomer) as fresh:
@@ -142,7 +143,7 @@ def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_fol
         with HubClient.for_remote(remote) as client:
             report = pull(fresh, remote, client)
             assert report.pulled == EVENTS and not report.rejected
-            assert rebuilt == [EVENTS]  # every page appended, then one rebuild
+            assert rebuilt == [EVENTS]  # one bulk build of the views, up to the last page
             assert fresh.views.dump() == follower.views.dump()
             assert snapshot(fresh.root) == snapshot(follower.root)
             assert pull(fresh, remote, client).pulled == 0 and rebuilt == [EVENTS]  # caught up: no rebuild
@@ -150,6 +151,36 @@ def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_fol
         hub = open_storage(str(tmp_path / "hub.db"))
         assert hub.received_by("newcomer", None) == hub.head()  # the last request acknowledged everything
         hub.close()
+
+
+def test_a_catch_up_cut_off_by_the_hub_leaves_the_views_as_they_were_and_the_next_pull_ends_it(team, monkeypatch):
+    follower, newcomer = team
+    monkeypatch.setattr(client_module, "BULK_FOLD_THRESHOLD", 1000)
+    monkeypatch.setattr(client_module, "PULL_BATCH", 400)
+    monkeypatch.setattr(client_module, "CATCH_UP_BATCH", 400)
+    with Memory.open(newcomer) as fresh:
+        remote = get_remote(fresh, None)
+        with HubClient.for_remote(remote) as client:
+            answered = client.pull_page
+            calls = []
+
+            def failing(*args, **kwargs):
+                calls.append(args)
+                if len(calls) == 3:
+                    raise client_module.HubUnreachable("the hub went away")
+                return answered(*args, **kwargs)
+
+            client.pull_page = failing
+            with pytest.raises(client_module.HubUnreachable):
+                pull(fresh, remote, client)
+            kept = fresh.log.head()
+            assert 0 < kept < EVENTS  # the pages that came are kept, with their cursor
+            assert fresh.views.checkpoint() == 0 and not (newcomer / "docs").exists()  # the build gave up
+            client.pull_page = answered
+            assert pull(fresh, remote, client).pulled == EVENTS - kept
+        assert fresh.views.checkpoint() == EVENTS
+        assert fresh.views.dump() == follower.views.dump()
+        assert snapshot(fresh.root) == snapshot(follower.root)
 
 
 def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
@@ -227,8 +258,8 @@ def test_a_catch_up_killed_while_appending_and_while_building_ends_as_an_uninter
         killed_when(newcomer, lambda: log_head(newcomer) > 0)
         assert 0 < log_head(newcomer) < count  # killed between two pages: each came whole, with its cursor
         rebuild = newcomer / ".mem" / "views.db.rebuild"
-        killed_when(newcomer, rebuild.exists)
-        assert log_head(newcomer) == count and rebuild.exists()  # every page in, the views not yet swapped
+        killed_when(newcomer, lambda: log_head(newcomer) == count and rebuild.exists())
+        assert rebuild.exists()  # killed while the views were built: not swapped in yet
         result = run_mem("pull", "-w", newcomer)
         assert result.returncode == 0, result.stderr
         assert result.stdout.decode().strip() == "pulled 0 events from origin"

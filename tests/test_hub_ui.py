@@ -62,7 +62,7 @@ def test_the_mirror_keeps_hub_positions_and_times(hub):
     ws = Workspace(hub.team.db.parent / "hub.db.ui")
     log = ws.open_log(ws.config())
     try:
-        events = storage.pull(0, ["drafts", "reviews", "_contract"], 100)
+        events = storage.pull(0, ["drafts", "reviews", "briefs", "_contract"], 100)
         assert len(events) == storage.head() >= 4
         for event in events:
             copy = log.get_by_seq(event.seq)
@@ -101,7 +101,7 @@ def test_in_a_browser_an_agent_token_hides_what_it_does_not_consume(hub, tmp_pat
         expect(writer.locator("select[name=layer] option")).to_have_text(["all", "drafts (2)"])
         admin = new_page()
         admin.goto(f"{hub.url}/ui/timeline?token={hub.tokens['admin']}")
-        expect(admin.locator("select[name=layer] option")).to_have_count(4)  # all, _contract, drafts, reviews
+        expect(admin.locator("select[name=layer] option")).to_have_count(5)  # all, _contract, briefs, drafts, reviews
         admin.get_by_role("link", name="Contract").click()
         expect(admin.locator("tr[data-layer=reviews] .produced")).to_contain_text("reviewer: 1 event")
         admin.get_by_role("link", name="As of").click()
@@ -110,6 +110,26 @@ def test_in_a_browser_an_agent_token_hides_what_it_does_not_consume(hub, tmp_pat
         expect(admin.locator("#file-text")).to_contain_text("[DECISION]")
         screenshot(admin, tmp_path, "ui-hub.png")
     assert any("/ui/static/ui.css" in url for url in requests)
+
+
+def test_a_layer_shows_as_of_a_moment_as_the_contract_then_allowed(hub):
+    """`briefs` was dropped by the last contract change: the mirror still copies it (every layer ever
+    shared), an agent sees it as of a moment when it consumed the layer and not after, the admin always."""
+    brief = hub.position("briefs", "the venue")
+    then = html(hub.get(f"asof?seq={brief}", "writer"))
+    assert "memory/briefs.md" in then.split('id="shared"', 1)[1].split("</ul>", 1)[0]
+    assert "the venue holds 200" in html(hub.get(f"asof?seq={brief}&file=memory/briefs.md", "writer"))
+    assert "the venue" in html(hub.get(f"timeline?seq={brief}&event={brief}", "writer"))
+    assert "memory/briefs.md" in html(hub.get(f"history?seq={brief}", "writer"))
+    for page in ("asof?file=memory/briefs.md", f"timeline?event={brief}", "history?path=memory/briefs.md",
+                 "timeline?layer=briefs"):
+        refused = hub.get(page, "writer")  # now: the contract in force no longer shares it
+        assert refused.status_code == 404 and refused.json()["type"].endswith("/not-found"), page
+    assert "memory/briefs.md" not in html(hub.get("asof", "writer")) and "holds 200" not in html(
+        hub.get("search?q=venue", "writer"))
+    assert "holds 200" in html(hub.get(f"search?q=venue&seq={brief}", "writer"))
+    for page in ("asof?file=memory/briefs.md", f"asof?seq={brief}&file=memory/briefs.md", "search?q=venue"):
+        assert "holds 200" in html(hub.get(page, "admin")), page
 
 
 def test_the_pages_follow_the_hub_as_agents_push(hub):

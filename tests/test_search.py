@@ -194,3 +194,42 @@ def test_views_made_when_the_history_index_was_a_cache_are_folded_again(memory):
     with Memory.open(memory.root) as again:
         assert cites(again, "staging", as_of=first) == ["adf-file://mind/deploy.md"]
         assert cites(again, "staging") == [] and cites(again, "canary", as_of=first) == []
+
+
+def _shared_memory(memory):
+    """The workspace with a shared `drafts` pages layer (a contract as if pulled from a hub), reopened."""
+    from projections.memory import Memory
+
+    (memory.root / ".mem" / "contract.json").write_text(json.dumps({"layers": {"drafts": {
+        "path": "content/drafts/", "format": "pages", "producers": ["*"], "consumers": ["*"]}}}))
+    memory.close()
+    return Memory.open(memory.root)
+
+
+def test_as_of_a_moment_replaced_shared_versions_do_not_crowd_out_the_rest(memory):
+    """Each replaced version of a shared page was a match (ranked first: short, the word three times) that
+    the search then dropped as no longer current, so past searches of a busy shared page found nothing."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest, PageUpdate
+
+    memory.write_page("notes", page("Notes", "the alpha plan, with many more words around it than the drafts have"))
+    mem = _shared_memory(memory)
+    try:
+        parent = new_event(PageIngest(slug="plan", frontmatter={}, text="alpha alpha alpha"), agent="bob",
+                           layer="drafts")
+        events = [parent]
+        for i in range(120):
+            parent = new_event(PageUpdate(slug="plan", frontmatter={}, text=f"alpha alpha alpha {i}",
+                                          parents=[parent.id]), agent="bob", layer="drafts")
+            events.append(parent)
+        mem.log.append(events)
+        mem.write_page("later", page("Later", "unrelated"))
+        mem.refresh()
+        head = mem.log.head()
+        then = cites(mem, "alpha", as_of=head - 1)
+        assert then == cites(mem, "alpha") and sorted(then) == ["adf-file://content/drafts/plan.md",
+                                                                  "adf-file://mind/notes.md"]
+        first = cites(mem, "alpha", as_of=2, include_all=True)
+        assert sorted(first) == ["adf-file://content/drafts/plan.md", "adf-file://mind/notes.md"]
+    finally:
+        mem.close()

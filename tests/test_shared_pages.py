@@ -165,3 +165,72 @@ def test_status_tells_the_sync_state(team):
     text = team.mem("reviewer", "status", "--fetch", check=True).stdout.decode()
     assert "remote origin" in text and "behind the hub: unknown" in text
     team.server.start()
+
+
+# --- the open conflicts, kept as the fold goes (in-process) -----------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def version_dags(draw):
+    """Versions of two pages: each an ingest, an update or a delete naming earlier versions of its page as
+    parents, appended in an order that may put a child before its parent (as a sync can), in batches."""
+    made = []  # (slug, index, parents)
+    for index in range(draw(st.integers(1, 14))):
+        slug = draw(st.sampled_from(["a", "b"]))
+        earlier = [i for s, i, _p in made if s == slug]
+        parents = sorted(set(draw(st.lists(st.sampled_from(earlier), max_size=2)))) if earlier else []
+        made.append((slug, index, parents))
+    order = draw(st.permutations(range(len(made))))
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(made)), max_size=3))))
+    deletes = draw(st.sets(st.sampled_from(range(len(made)))))
+    return made, order, cuts, deletes
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dag=version_dags())
+def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path_factory, dag):
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageDelete, PageIngest, PageUpdate
+    from projections.memory import Memory
+
+    made, order, cuts, deletes = dag
+    root = tmp_path_factory.mktemp("heads")
+    Memory.init(root, "alice").close()
+    (root / ".mem" / "contract.json").write_text(json.dumps({"layers": {"drafts": {
+        "path": "content/drafts/", "format": "pages", "producers": ["*"], "consumers": ["*"]}}}))
+    events = {}
+    for slug, index, parents in made:  # ids in creation order: the winner is the newest head
+        ids = [events[p].id for p in parents]
+        body = (PageDelete(slug=slug, parents=ids) if index in deletes and ids else
+                PageUpdate(slug=slug, frontmatter={}, text=f"v{index}", parents=ids) if ids else
+                PageIngest(slug=slug, frontmatter={}, text=f"v{index}"))
+        events[index] = new_event(body, agent="bob", layer="drafts")
+    appended = [events[i] for i in order]
+    with Memory.open(root) as mem:
+        start = 0
+        for cut in [*cuts, len(appended)]:
+            if appended[start:cut]:
+                mem.log.append(appended[start:cut])
+                mem.refresh(files=False)
+            start = cut
+        seq_of = {e.id: mem.log.get(e.id).seq for e in appended}
+
+        def expected(as_of):
+            seen = [e for e in appended if seq_of[e.id] <= as_of]
+            named = {p for e in seen for p in e.body.parents}
+            by_slug = {}
+            for e in seen:
+                if e.id not in named:
+                    by_slug.setdefault(e.body.slug, set()).add(e.id)
+            return {slug: heads for slug, heads in by_slug.items() if len(heads) > 1}
+
+        def found(as_of):
+            return {c.slug: {h.id for h in c.heads} for c in mem.views.shared.conflicts(as_of)}
+
+        head = mem.views.checkpoint()
+        assert found(head) == expected(head)  # the kept heads
+        for as_of in range(1, head):
+            assert found(as_of) == expected(as_of)  # the statement over every version then

@@ -87,13 +87,13 @@ class Site:
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,
                                                           "hub": self.hub, **context})
 
-    def visible(self, request: Request) -> set[str] | None:
-        """The layers this request may see (None: every layer; a hub narrows it to a token's)."""
+    def visible(self, request: Request, mem, now: Moment) -> set[str] | None:
+        """The layers this request may see at the moment (None: every layer; a hub narrows it to a token's)."""
         return None
 
-    def check_layer(self, request: Request, layer: str | None) -> None:
+    def check_layer(self, request: Request, mem, now: Moment, layer: str | None) -> None:
         """A layer the request may not see is one that does not exist, as far as it can tell."""
-        visible = self.visible(request)
+        visible = self.visible(request, mem, now)
         if layer is not None and visible is not None and layer not in visible:
             raise NotFound(f"there is no layer {layer!r} here")
 
@@ -110,18 +110,18 @@ class Site:
             now = moment(mem, request)
             seen = mem.believed(now.seq, last=10, include_all=True, shared=False)
             text = mem.page_text(slug, now.seq) if slug and not self.hub else None
-            files = self.shared_files(request, mem, now.seq)
+            files = self.shared_files(request, mem, now)
             if chosen is not None and chosen not in files:
-                self.check_layer(request, _layer_of(mem, chosen))
+                self.check_layer(request, mem, now, _layer_of(mem, chosen))
             shown = mem.file_text(chosen, now.seq) if chosen else None
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
                            files=files, chosen=chosen, shown=shown, received=received)
 
-    def shared_files(self, request: Request, mem, seq: int) -> list[str]:
-        """The shared files with a version by `seq` in the layers this request sees."""
-        visible = self.visible(request)
-        return [p for p in mem.shared_listing(seq)
+    def shared_files(self, request: Request, mem, now: Moment) -> list[str]:
+        """The shared files with a version by the moment in the layers this request sees then."""
+        visible = self.visible(request, mem, now)
+        return [p for p in mem.shared_listing(now.seq)
                 if visible is None or _layer_of(mem, p) in visible]
 
     def history(self, request: Request):
@@ -132,11 +132,10 @@ class Site:
         a, b = _int(request, "a"), _int(request, "b")
         with self.memory() as mem:
             now = moment(mem, request)
-            visible = self.visible(request)
             paths = [] if self.hub else [page_path(p.slug) for p in mem.catalog(now.seq)]
-            paths += self.shared_files(request, mem, now.seq)
-            if path and visible is not None:
-                self.check_layer(request, _layer_of(mem, path))
+            paths += self.shared_files(request, mem, now)
+            if path:
+                self.check_layer(request, mem, now, _layer_of(mem, path))
             versions = histories.history(mem, path, now.seq) if path else []
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
@@ -150,10 +149,10 @@ class Site:
         filters = {k: request.query_params.get(k) or None for k in ("kind", "layer", "agent")}
         span = {k: _int(request, k) for k in ("t0", "t1")}
         chosen = _int(request, "event")
-        self.check_layer(request, filters["layer"])
         with self.memory() as mem:
             now = moment(mem, request)
-            visible = self.visible(request)
+            self.check_layer(request, mem, now, filters["layer"])
+            visible = self.visible(request, mem, now)
             strip = timeline(mem, now.seq, **span, **filters, visible=visible)
             event = mem.event(chosen) if chosen is not None else None
             if chosen is not None and (event is None or (visible is not None and event.layer not in visible)):
@@ -176,7 +175,7 @@ class Site:
     def conflicts(self, request: Request):
         with self.memory() as mem:
             now = moment(mem, request)
-            visible = self.visible(request)
+            visible = self.visible(request, mem, now)
             shown = [c for c in conflicts_shown(mem) if visible is None or c.layer in visible]
         return self.render(request, "conflicts.html", "conflicts", moment=now, conflicts=shown)
 
@@ -187,9 +186,9 @@ class Site:
             event = mem.event(now.seq) if now.seq else None
             hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
                               limit=30) if query else []
-            visible = self.visible(request)
+            visible = self.visible(request, mem, now)
             if visible is not None:
-                hits = [h for h in hits if _layer_of(mem, h.path) in visible]
+                hits = [h for h in hits if h.layer in visible]
         return self.render(request, "search.html", "search", moment=now, q=query, hits=hits)
 
     def contract(self, request: Request):
@@ -197,7 +196,7 @@ class Site:
             now = moment(mem, request)
             activity = mem.activity()
             contract = self.contract_at(mem, now)
-            visible = self.visible(request)
+            visible = self.visible(request, mem, now)
             totals = activity.totals(mem.recorded_at(now.seq) or 0) if now.seq else {}
             received = dict(self.received(request, mem, now))
             uses = layer_uses(contract, totals, received, visible, None if self.hub else mem.config.agent)

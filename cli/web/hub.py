@@ -3,9 +3,10 @@ behind a token.
 
 A browser gives its token once as `?token=...` (the answer sets an HttpOnly cookie scoped to /ui and
 redirects to the same page without it, so the token leaves the address bar and the history); a
-script sends `Authorization: Bearer <token>`. An agent's token shows the layers that agent consumes
-under the current contract; the admin token (`mem serve --admin-token-file`) shows every layer and
-the contract changes. No token, or an unknown one: a 401 page.
+script sends `Authorization: Bearer <token>`. An agent's token shows the layers that agent consumed
+under the contract in force at the moment shown (now: the current one); the admin token (`mem serve
+--admin-token-file`) shows every layer ever shared and the contract changes. No token, or an unknown
+one: a 401 page.
 """
 
 import hmac
@@ -47,12 +48,13 @@ class HubSite(Site):
             return ADMIN
         return self.storage.agent_for_token(token)
 
-    def visible(self, request: Request) -> set[str]:
-        contract, _ = self.storage.contract()
+    def visible(self, request: Request, mem, now: Moment) -> set[str]:
+        """The admin: every layer ever shared. An agent: the layers it consumed under the contract in force
+        at the moment (now when the URL names none)."""
         viewer = request.state.viewer
         if viewer == ADMIN:
-            return set(contract.layers) | {CONTRACT_LAYER}
-        return set(consumed_layers(contract, viewer))
+            return set(self.mirror.ever_shared().layers) | {CONTRACT_LAYER}
+        return set(consumed_layers(self.contract_at(mem, now), viewer))
 
     def memory(self):
         self.mirror.catch_up()
