@@ -61,8 +61,8 @@ def http_protocol():
         _start = None
 
         async def send(self, message) -> None:
-            if message["type"] == "http.response.start" and not self.response_started and self._start is None:
-                self._start = message
+            if message["type"] == "http.response.start" and not self.response_started:
+                self._start = message  # held until the body (a 500 after a failed answer replaces it)
                 return
             start, self._start = self._start, None
             if start is None:
