@@ -10,7 +10,7 @@ import msgspec
 import zstandard
 
 from .errors import DigestMismatch, InvalidInput, TooLarge, UnknownKind
-from .ids import is_uuid, now_ms, uuid7
+from .ids import is_uuid, now_ms, uuid7_bytes, uuid_bytes, uuid_text
 from .kinds import KINDS, Body, BodyUnion, Redacted
 
 COMPRESS_THRESHOLD = 512
@@ -50,6 +50,15 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True):
         if raw is None:
             raw = self.__dict__["_raw"] = encode_body(self.body)
         return raw
+
+    def stored_keys(self) -> tuple[bytes, bytes]:
+        """The id and the digest as the log stores them (16 and 32 bytes). An event made here carries
+        them from `new_event`, which had them before their text; they are taken only while `id` and
+        `digest` are still the very strings they were made with."""
+        found = self.__dict__.get("_keys")
+        if found is not None and found[0] is self.id and found[1] is self.digest:
+            return found[2] or uuid_bytes(self.id), found[3]
+        return uuid_bytes(self.id), bytes.fromhex(self.digest)
 
     def body_hash(self) -> bytes:
         """sha256 of the body as written; a redacted event carries it in place of its body."""
@@ -124,14 +133,21 @@ def check_tag(kind: str | None) -> None:
 
 def compute_digest(id: str, ts: int, agent: str, layer: str, kind: str, body_hash: bytes) -> str:
     """H(header fields, H(body)): `body_hash` is sha256 of the encoded body."""
-    return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_hash])).hexdigest()
+    return digest_bytes(id, ts, agent, layer, kind, body_hash).hex()
+
+
+def digest_bytes(id: str, ts: int, agent: str, layer: str, kind: str, body_hash: bytes) -> bytes:
+    return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_hash])).digest()
+
+
+compress = _zc.compress
 
 
 def pack_body(body_raw: bytes, redacted: bool = False) -> tuple[int, bytes]:
     if redacted:
         return CODEC_REDACTED, body_raw
     if len(body_raw) > COMPRESS_THRESHOLD:
-        return CODEC_ZSTD, _zc.compress(body_raw)
+        return CODEC_ZSTD, compress(body_raw)
     return CODEC_RAW, body_raw
 
 
@@ -142,14 +158,15 @@ def unpack_body(codec: int, stored: bytes) -> bytes:
 def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: str | None = None) -> Event:
     """A fresh event from this producer, with its id, origin time and digest."""
     ts = now_ms() if ts is None else ts
-    id = id or uuid7(ts)
+    id_raw = None if id else uuid7_bytes(ts)
+    id = id or uuid_text(id_raw)
     raw = encode_body(body)
     check_body_size(raw)
     body_hash = hashlib.sha256(raw).digest()
-    event = Event(id=id, ts=ts, agent=agent, layer=layer, body=body,
-                  digest=compute_digest(id, ts, agent, layer, body.__struct_config__.tag, body_hash))
-    event.__dict__["_raw"] = raw
-    event.__dict__["_hash"] = body_hash
+    digest_raw = digest_bytes(id, ts, agent, layer, body.__struct_config__.tag, body_hash)
+    digest = digest_raw.hex()
+    event = Event(id=id, ts=ts, agent=agent, layer=layer, body=body, digest=digest)
+    event.__dict__.update(_raw=raw, _hash=body_hash, _keys=(id, digest, id_raw, digest_raw))
     return event
 
 

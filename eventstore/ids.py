@@ -3,7 +3,6 @@
 import os
 import re
 import time
-import uuid
 
 _last_ms = 0
 _last_rand = 0
@@ -14,7 +13,12 @@ def now_ms() -> int:
 
 
 def uuid7(ms: int | None = None) -> str:
-    """A UUIDv7: 48 bits of milliseconds, then random bits, monotonic within one process.
+    """A UUIDv7 in its canonical text form (see uuid7_bytes)."""
+    return uuid_text(uuid7_bytes(ms))
+
+
+def uuid7_bytes(ms: int | None = None) -> bytes:
+    """A UUIDv7's 16 bytes: 48 bits of milliseconds, then random bits, monotonic within one process.
 
     Ids made in one process sort in creation order even within one millisecond, which
     keeps the log's id index append-friendly.
@@ -30,7 +34,17 @@ def uuid7(ms: int | None = None) -> str:
     rand_a = (rand >> 62) & 0xFFF
     rand_b = rand & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
-    return str(uuid.UUID(int=value))
+    return value.to_bytes(16, "big")
+
+
+def uuid_text(raw: bytes) -> str:
+    """The canonical lowercase text form of a UUID's 16 bytes (the form ids travel in)."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def uuid_bytes(text: str) -> bytes:
+    return bytes.fromhex(text.replace("-", ""))
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

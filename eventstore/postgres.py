@@ -2,6 +2,10 @@
 
 Seqs come from a counter row locked at the start of every append and updated in the same
 transaction, so they are gapless and commit-ordered with any number of writers.
+
+A log made before the body hash was dropped from the row (see eventstore.sqlite.upgrade for why that
+is as safe) loses the column when it is opened: the schema's ALTER runs under the advisory lock, and
+PostgreSQL drops a column without rewriting the table.
 """
 
 from collections.abc import Iterator, Sequence
@@ -22,19 +26,25 @@ INSERT INTO log_counter VALUES (TRUE, 0, '\\x00000000000000000000000000000000000
 CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, id BYTEA NOT NULL UNIQUE, ts BIGINT NOT NULL, recorded_at BIGINT NOT NULL,
     agent TEXT NOT NULL, layer TEXT NOT NULL, kind TEXT NOT NULL, codec SMALLINT NOT NULL, body BYTEA NOT NULL,
-    digest BYTEA NOT NULL, chain BYTEA NOT NULL, body_hash BYTEA NOT NULL);
+    digest BYTEA NOT NULL, chain BYTEA NOT NULL);
+DO $$ BEGIN
+    IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+               AND table_name = 'events' AND column_name = 'body_hash') THEN
+        ALTER TABLE events DROP COLUMN body_hash;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS events_recorded_at ON events(recorded_at);
 CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+INSERT = f"INSERT INTO events ({COLUMNS}) VALUES ({', '.join(['%s'] * len(COLUMNS.split(',')))})"
 UPSERT_STATE = "INSERT INTO sync_state VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
 def _row(row) -> tuple:
-    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, body_hash = row
-    return (seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain),
-            bytes(body_hash))
+    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
+    return seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain)
 
 
 class PostgresLog(Recorder):
@@ -67,8 +77,7 @@ class PostgresLog(Recorder):
             rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(recorded_at, last_recorded))
             if rows:
                 with self.conn.cursor() as cursor:
-                    cursor.executemany(f"INSERT INTO events ({COLUMNS}) VALUES "
-                                       "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+                    cursor.executemany(INSERT, rows)
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
                                   (seq, chain, rows[-1][3]))
             updates = redaction_updates(prepared, self._stored)

@@ -5,18 +5,21 @@ import hashlib
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 
 import msgspec
 
-from .envelope import CODEC_REDACTED, Event, compute_digest, decode_body, encode_body, pack_body, unpack_body
+from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, compress, compute_digest,
+                       decode_body, encode_body, unpack_body)
 from .errors import IdConflict
-from .ids import now_ms
-from .kinds import ImportGap, Redacted
+from .ids import now_ms, uuid_bytes, uuid_text
+from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
 
 ZERO_CHAIN = bytes(32)
 _sha256 = hashlib.sha256
 _seq_and_time = struct.Struct(">QQ").pack  # seq and recorded_at, 8 bytes each, big-endian
+TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 
 def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int) -> bytes:
@@ -25,19 +28,13 @@ def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int
     return _sha256((previous or ZERO_CHAIN) + digest + _seq_and_time(seq, recorded_at)).digest()
 
 
-def id_bytes(id: str) -> bytes:
-    return bytes.fromhex(id.replace("-", ""))
-
-
-def id_text(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+id_bytes, id_text = uuid_bytes, uuid_text
 
 
 def row_to_event(row) -> Event:
-    """A stored row (seq, id bytes, ts, recorded_at, agent, layer, kind, codec, body, digest, chain,
-    body_hash); a redacted row's body is its `Redacted` stand-in."""
-    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, _body_hash = row
+    """A stored row (seq, id bytes, ts, recorded_at, agent, layer, kind, codec, body, digest, chain); a
+    redacted row's body is its `Redacted` stand-in."""
+    seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
     return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
                  digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
@@ -65,13 +62,12 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
     and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
     the batch are stored once. A known id with another digest refuses the whole batch. `known=None`
     says every id is new (the caller's unique index refuses the batch otherwise), which spares the
-    bookkeeping on the common path. `recorded_at` is the batch's time, or each event's (`recording_times`)."""
+    bookkeeping on the common path. `recorded_at` is the batch's time, or each event's (`recording_times`).
+    The loop is the append's hot path: `chain_link` and `pack_body` are written out in it."""
     rows, seqs = [], []
     append_row, append_seq = rows.append, seqs.append
-    each = None if isinstance(recorded_at, int) else recorded_at
-    for index, (event, raw) in enumerate(prepared):
-        if each is not None:
-            recorded_at = each[index]
+    sha256, seq_and_time, tag = _sha256, _seq_and_time, TAGS.__getitem__
+    for (event, raw), recorded_at in zip(prepared, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
         if known is not None:
             found = known.get(event.id)
             if found is not None:
@@ -80,16 +76,18 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
                 append_seq(found[1])
                 continue
         body = event.body
-        seq += 1 + body.skipped if type(body) is ImportGap else 1
-        digest = bytes.fromhex(event.digest)
-        chain = chain_link(chain, digest, seq, recorded_at)
-        if type(body) is Redacted:
+        cls = type(body)
+        seq += 1 + body.skipped if cls is ImportGap else 1
+        id, digest = event.stored_keys()
+        chain = sha256(chain + digest + seq_and_time(seq, recorded_at)).digest()
+        if cls is Redacted:
             kind, codec, stored = body.original, CODEC_REDACTED, raw
+        elif len(raw) > COMPRESS_THRESHOLD:
+            kind, codec, stored = tag(cls), CODEC_ZSTD, compress(raw)
         else:
-            kind = body.__struct_config__.tag
-            codec, stored = pack_body(raw)
-        append_row((seq, id_bytes(event.id), event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
-                    digest, chain, event.body_hash()))
+            kind, codec, stored = tag(cls), CODEC_RAW, raw
+        append_row((seq, id, event.ts, recorded_at, event.agent, event.layer, kind,
+                    codec, stored, digest, chain))
         append_seq(seq)
         if known is not None:
             known[event.id] = (event.digest, seq)
@@ -220,12 +218,12 @@ class Recorder(ABC):
 
 
 def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
-    """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain,
-    body_hash) in seq order: gapless seqs (but for what an ImportGap skips) and times that never go
-    backwards, bodies that decode to their kind and hash to their body hash (a redacted body names
-    both), digests, and the chain."""
+    """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
+    seq order: gapless seqs (but for what an ImportGap skips) and times that never go backwards, bodies
+    that decode to their kind, digests over the header and the body's hash (a redacted body names the
+    hash of the body it replaced), and the chain."""
     expected_seq, chain, checked, redacted, last_recorded = 0, ZERO_CHAIN, 0, 0, 0
-    for seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, stored_chain, body_hash in rows:
+    for seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, stored_chain in rows:
         bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq,
                                 redacted=redacted)
         if recorded_at < last_recorded:
@@ -239,18 +237,21 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
         expected_seq += 1 + skipped(decoded)
         if seq != expected_seq:
             return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
-        body_hash = bytes(body_hash)
         if codec == CODEC_REDACTED:
-            if not isinstance(decoded, Redacted) or decoded.original != kind or decoded.body_hash != body_hash.hex():
-                return bad(problem="a redacted body disagrees with the event's kind or body hash")
+            if not isinstance(decoded, Redacted) or decoded.original != kind or len(decoded.body_hash) != 64:
+                return bad(problem="a redacted body disagrees with the event's kind or names no body hash")
+            try:
+                body_hash = bytes.fromhex(decoded.body_hash)
+            except ValueError:
+                return bad(problem="a redacted body's body hash is not hex")
             redacted += 1
         elif decoded.__struct_config__.tag != kind:
             return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
-        elif hashlib.sha256(raw).digest() != body_hash:
-            return bad(problem="body hash mismatch: the event's content was changed after it was appended")
+        else:
+            body_hash = _sha256(raw).digest()
         digest = bytes(digest)
         if compute_digest(id, ts, agent, layer, kind, body_hash) != digest.hex():
-            return bad(problem="digest mismatch: the event's header or body hash was changed after it was appended")
+            return bad(problem="digest mismatch: the event's header or body was changed after it was appended")
         chain = chain_link(chain, digest, seq, recorded_at)
         if chain != bytes(stored_chain):
             return bad(problem="chain mismatch: an event before this one was changed, removed or reordered, "

@@ -4,18 +4,25 @@ import functools
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from itertools import chain as chained
 from pathlib import Path
 
-from .envelope import Event, check_event, pack_body
-from .kinds import Redacted, Redaction
+from .envelope import Event, check_event
+from .kinds import ImportGap, Redaction
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
-from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
-                       recording_times, redaction_updates, row_to_event, skipped, verify_rows)
+from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, recording_times,
+                       redaction_updates, row_to_event, verify_rows)
+
+flatten = chained.from_iterable
 
 
-SCHEMA = """
+FORMAT = 2
+"""The log's storage format, kept in `PRAGMA user_version`. 0 is the format before it: the same table
+with a twelfth column, `body_hash`, which `SQLiteLog` drops when it opens such a log (see `upgrade`)."""
+
+TABLE = """
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY,
     id BLOB NOT NULL UNIQUE,
@@ -27,20 +34,18 @@ CREATE TABLE IF NOT EXISTS events (
     codec INTEGER NOT NULL,
     body BLOB NOT NULL,
     digest BLOB NOT NULL,
-    chain BLOB NOT NULL,
-    body_hash BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+    chain BLOB NOT NULL
+)"""
+SCHEMA = (TABLE, "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
-COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain, body_hash"
+COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
 
 # One statement appends one event after the head this connection believes is the log's last seq:
 # the WHERE makes the insert a no-op (rowcount 0) when another connection has appended since, and the
 # caller reads the head again. Check and insert run in one write transaction, so the seq, the
 # recording time that never goes backwards and the chain link computed from that head are right.
 APPEND_AFTER = f"""
-INSERT INTO events ({COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+INSERT INTO events ({COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
 WHERE (SELECT MAX(seq) FROM events) IS ?
 """
 WIDEST_INSERT = 128
@@ -50,8 +55,41 @@ WIDEST_INSERT = 128
 def insert_rows(count: int) -> str:
     """One INSERT of `count` rows: a batch goes in as a few of these (sizes a power of two, so a handful
     of statements stay prepared in the connection's cache), cheaper than a row-by-row executemany."""
-    return f"INSERT INTO events ({COLUMNS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?)"] * count)
+    row = "(" + ",".join("?" * len(COLUMNS.split(","))) + ")"
+    return f"INSERT INTO events ({COLUMNS}) VALUES " + ",".join([row] * count)
+
+
 READ_HEAD = "SELECT seq, chain, recorded_at FROM events ORDER BY seq DESC LIMIT 1"
+
+
+def upgrade(db: sqlite3.Connection) -> None:
+    """Brings the log at `db` to FORMAT in one write transaction: a new file gets the schema; a log of
+    format 0 loses its `body_hash` column (the whole table is rewritten without it, atomically: a
+    crash leaves the old format, which the next open upgrades again).
+
+    Why the log is as safe without the stored body hash: it was redundant. The digest covers the
+    header and sha256 of the body; `verify` now computes that hash from the stored body (or takes it
+    from the `Redacted` stand-in that replaced a redacted body, as before) and checks the digest and
+    the chain with it, so a body changed after it was appended still fails verify at its own seq,
+    reported as a digest mismatch instead of a body-hash mismatch. What the column cost was 33 bytes
+    and one bound value per event on every append (see bench/bench_append.py)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = db.execute("PRAGMA user_version").fetchone()[0]
+        if found > FORMAT:
+            raise InvalidInput(f"the event log {db.execute('PRAGMA database_list').fetchone()[2]} is in format "
+                               f"{found}, newer than this mindlog's {FORMAT}: upgrade mindlog")
+        if found < FORMAT:
+            columns = [row[1] for row in db.execute("PRAGMA table_info(events)")]
+            if "body_hash" in columns:
+                db.execute("ALTER TABLE events DROP COLUMN body_hash")
+            for statement in SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {FORMAT}")
+        db.execute("COMMIT")
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
 
 
 class SQLiteLog(Recorder):
@@ -70,15 +108,12 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
         variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._widest = max(1, min(WIDEST_INSERT, 1 << ((variables // len(COLUMNS.split(","))).bit_length() - 1)))
-        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='sync_state'").fetchone():
-            self.db.execute("BEGIN IMMEDIATE")
+        if self.db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
             try:
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-            finally:
-                if self.db.in_transaction:
-                    self.db.execute("COMMIT")
+                upgrade(self.db)
+            except BaseException:
+                self.db.close()
+                raise
 
     def close(self) -> None:
         self.db.close()
@@ -89,17 +124,16 @@ class SQLiteLog(Recorder):
                verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
+        if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
+            event = events[0]
+            cls = type(event.body)
+            if cls is not Redaction and cls is not ImportGap and event.digest:
+                return [self._append_one(event)]
         check = verify or not self.trusted
-        prepared = []
-        for event in events:
-            raw = check_event(event) if check else event.raw_body()
-            if not event.digest:
-                raise InvalidInput(f"event {event.id} has no digest")
-            prepared.append((event, raw))
+        prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
+        if not all(event.digest for event in events):
+            raise InvalidInput(f"event {next(e.id for e in events if not e.digest)} has no digest")
         redacting = any(type(event.body) is Redaction for event in events)
-        if len(prepared) == 1 and not state and recorded_at is None and not redacting \
-                and not skipped(prepared[0][0].body):
-            return [self._append_one(*prepared[0])]
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
@@ -137,19 +171,18 @@ class SQLiteLog(Recorder):
     def _stored(self, id: bytes):
         return self.db.execute("SELECT kind, codec, body, layer FROM events WHERE id = ?", (id,)).fetchone()
 
-    def _append_one(self, event: Event, raw: bytes) -> int:
-        codec, stored = pack_body(raw, type(event.body) is Redacted)
-        id, digest = id_bytes(event.id), bytes.fromhex(event.digest)
-        fixed = (id, event.ts)
-        rest = (event.agent, event.layer, event.original_kind, codec, stored, digest)
-        body_hash = event.body_hash()
+    def _append_one(self, event: Event) -> int:
+        """The common append: one trusted event, one statement (see APPEND_AFTER), no explicit
+        transaction; the head is this connection's memory of it, read again when it proved stale."""
+        prepared = ((event, event.raw_body()),)
+        db = self.db
         for attempt in range(10_000):
-            head = self._head or self._read_head()
-            seq, recorded_at = head[0] + 1, max(now_ms(), head[2])
-            chain = chain_link(head[1], digest, seq, recorded_at)
+            last, last_chain, last_recorded = self._head or self._read_head()
+            recorded_at = now_ms()
+            rows, _seqs, seq, chain = plan_rows(prepared, None, last, last_chain,
+                                                recorded_at if recorded_at > last_recorded else last_recorded)
             try:
-                inserted = self.db.execute(APPEND_AFTER, (seq, *fixed, recorded_at, *rest, chain, body_hash,
-                                                          head[0] or None)).rowcount
+                inserted = db.execute(APPEND_AFTER, (*rows[0], last or None)).rowcount
             except sqlite3.IntegrityError:
                 self._head = None
                 known = self._existing([event.id]).get(event.id)
@@ -166,7 +199,7 @@ class SQLiteLog(Recorder):
                 time.sleep(min(0.0005 * attempt, 0.01))
                 continue
             if inserted:
-                self._head = (seq, chain, recorded_at)
+                self._head = (seq, chain, rows[0][3])
                 return seq
             self._head = None  # another connection appended since: read the head again
         raise TimeoutError("the event log stayed locked")
@@ -177,7 +210,11 @@ class SQLiteLog(Recorder):
 
     def _append_locked(self, prepared, check_known: bool, at: int | None = None) -> list[int]:
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
-        every id is new (the common case) and lets the unique index object otherwise."""
+        every id is new (the common case) and lets the unique index object otherwise.
+
+        The head is read here, under the write lock, rather than taken from this connection's memory:
+        checking that memory would itself take a statement (PRAGMA data_version), and reading the
+        last row of the seq b-tree costs no more — one statement per batch, not per event."""
         seq, chain, last_recorded = self._read_head()
         known = self._existing([event.id for event, _raw in prepared]) if check_known else None
         rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
@@ -187,10 +224,10 @@ class SQLiteLog(Recorder):
         return seqs
 
     def _insert(self, rows: list[tuple]) -> None:
-        done, widest = 0, self._widest
+        done, widest, execute = 0, self._widest, self.db.execute
         while done < len(rows):
             count = min(widest, 1 << ((len(rows) - done).bit_length() - 1))
-            self.db.execute(insert_rows(count), [value for row in rows[done:done + count] for value in row])
+            execute(insert_rows(count), list(flatten(rows[done:done + count])))
             done += count
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:

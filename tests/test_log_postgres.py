@@ -38,3 +38,36 @@ def execute(recorder):
 
 class TestPostgresLog(RecorderConformance):
     pass
+
+
+def test_a_log_made_with_the_body_hash_column_loses_it_and_still_verifies(pg_url):
+    """The events table as it was before the body hash was dropped from the row (see
+    eventstore.sqlite.upgrade): opening it drops the column; the rows verify and appends go on."""
+    import psycopg
+
+    from eventstore.recorder import ZERO_CHAIN, plan_rows
+    from recorder_conformance import ev
+
+    events = [ev(1), ev(2), ev(3)]
+    rows, _seqs, seq, chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("""
+            CREATE TABLE log_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), seq BIGINT NOT NULL,
+                                      chain BYTEA NOT NULL, recorded_at BIGINT NOT NULL);
+            CREATE TABLE events (
+                seq BIGINT PRIMARY KEY, id BYTEA NOT NULL UNIQUE, ts BIGINT NOT NULL, recorded_at BIGINT NOT NULL,
+                agent TEXT NOT NULL, layer TEXT NOT NULL, kind TEXT NOT NULL, codec SMALLINT NOT NULL,
+                body BYTEA NOT NULL, digest BYTEA NOT NULL, chain BYTEA NOT NULL, body_hash BYTEA NOT NULL)""")
+        conn.execute("INSERT INTO log_counter VALUES (TRUE, %s, %s, %s)", (seq, chain, 1_795_000_000_000))
+        with conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO events VALUES ({', '.join(['%s'] * 12)})",
+                               [(*row, e.body_hash()) for row, e in zip(rows, events)])
+    log = PostgresLog(pg_url)
+    try:
+        names = [r[0] for r in log.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'events'")]
+        assert "body_hash" not in names and len(names) == 11
+        assert log.verify().ok and [e.id for e in log.read()] == [e.id for e in events]
+        assert log.append([ev(4)]) == [4] and log.verify().ok
+    finally:
+        log.close()

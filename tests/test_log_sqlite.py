@@ -1,13 +1,16 @@
 """The SQLite event log passes the recorder conformance suite, plus SQLite-specific checks."""
 
 import hashlib
+import sqlite3
 
 import msgspec
 import pytest
 
 from eventstore.envelope import CODEC_ZSTD, compute_digest, encode_body, new_event
+from eventstore.errors import InvalidInput
 from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
-from eventstore.sqlite import SQLiteLog
+from eventstore.recorder import ZERO_CHAIN, plan_rows
+from eventstore.sqlite import COLUMNS, FORMAT, SQLiteLog
 
 from recorder_conformance import RecorderConformance, ev
 
@@ -60,8 +63,8 @@ class TestSQLiteLog(RecorderConformance):
         body = encode_body(AlwaysAdd(line="forged"))
         body_hash = hashlib.sha256(body).digest()
         digest = compute_digest(event.id, event.ts, event.agent, event.layer, event.kind, body_hash)
-        recorder.db.execute("UPDATE events SET body = ?, codec = 0, digest = ?, body_hash = ? WHERE seq = 2",
-                            (body, bytes.fromhex(digest), body_hash))
+        recorder.db.execute("UPDATE events SET body = ?, codec = 0, digest = ? WHERE seq = 2",
+                            (body, bytes.fromhex(digest)))
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 2 and "chain" in report.problem
 
@@ -96,3 +99,99 @@ def test_a_batch_goes_in_whole_and_in_order(recorder, count):
     assert recorder.append(events) == list(range(1, count + 1))
     assert [e.id for e in recorder.read()] == [e.id for e in events]
     assert recorder.verify().ok
+
+
+# The log's table as main's code made it before format 2 (PRAGMA user_version 0): a twelfth column
+# held each event's body hash. Kept here verbatim so the upgrade is tested against the real old shape.
+FORMAT_0 = """
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY,
+    id BLOB NOT NULL UNIQUE,
+    ts INTEGER NOT NULL,
+    recorded_at INTEGER NOT NULL,
+    agent TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    codec INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    digest BLOB NOT NULL,
+    chain BLOB NOT NULL,
+    body_hash BLOB NOT NULL
+);
+CREATE TABLE sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def format_0_log(path, events):
+    """A log written the way main's code wrote it: the same rows plus each body's hash."""
+    rows, _seqs, _seq, _chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.executescript(FORMAT_0)
+    db.executemany(f"INSERT INTO events VALUES ({','.join('?' * 12)})",
+                   [(*row, e.body_hash()) for row, e in zip(rows, events)])
+    db.execute("INSERT INTO sync_state VALUES ('pull:origin', '7')")
+    db.close()
+
+
+def old_events():
+    return [ev(1), new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text="word " * 500), agent="a", layer="mind"),
+            new_event(ImportGap(source="other", skipped=3), agent="alice", layer="agent"), ev(2)]
+
+
+def columns(path):
+    with sqlite3.connect(path) as db:
+        return [row[1] for row in db.execute("PRAGMA table_info(events)")], db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def test_a_format_0_log_is_upgraded_in_place_and_still_verifies(tmp_path):
+    path = tmp_path / "log.db"
+    events = old_events()
+    format_0_log(path, events)
+    assert "body_hash" in columns(path)[0]
+    with SQLiteLog(path) as log:
+        assert columns(path) == (COLUMNS.split(", "), FORMAT)
+        report = log.verify()
+        assert report.ok and report.checked == 4 and report.head == 7
+        assert [(e.id, e.digest, e.body, e.seq) for e in log.read()] == [
+            (e.id, e.digest, e.body, seq) for e, seq in zip(events, [1, 2, 6, 7])]
+        assert log.state("pull:origin") == "7"
+        assert log.append([ev(3)]) == [8] and log.append([ev(4), ev(5)]) == [9, 10]
+        assert log.verify().ok
+    with SQLiteLog(path) as again:  # a second open finds format 2 and changes nothing
+        assert again.head() == 10 and again.verify().ok
+
+
+def test_a_body_changed_in_a_format_0_log_still_fails_verify_after_the_upgrade(tmp_path):
+    """The stored hash went; the digest over the body's hash still catches the change, at its seq."""
+    path = tmp_path / "log.db"
+    format_0_log(path, [ev(1), ev(2), ev(3)])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE events SET body = ? WHERE seq = 2", (encode_body(AlwaysAdd(line="forged")),))
+    with SQLiteLog(path) as log:
+        report = log.verify()
+    assert not report.ok and report.first_bad_seq == 2 and "digest mismatch" in report.problem
+
+
+def test_an_upgrade_that_fails_leaves_the_format_0_log_as_it_was(tmp_path):
+    """The upgrade is one transaction: a trigger that names body_hash makes SQLite refuse to drop the
+    column, and the log keeps its old table, rows and format."""
+    path = tmp_path / "log.db"
+    format_0_log(path, [ev(1), ev(2)])
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TRIGGER keep AFTER UPDATE ON events BEGIN SELECT NEW.body_hash; END")
+        before = db.execute("SELECT * FROM events ORDER BY seq").fetchall()
+    with pytest.raises(sqlite3.OperationalError):
+        SQLiteLog(path)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT * FROM events ORDER BY seq").fetchall() == before
+    assert columns(path) == (COLUMNS.split(", ") + ["body_hash"], 0)
+
+
+def test_a_log_from_a_newer_format_is_refused(tmp_path):
+    path = tmp_path / "log.db"
+    SQLiteLog(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {FORMAT + 1}")
+    with pytest.raises(InvalidInput, match="newer"):
+        SQLiteLog(path)
