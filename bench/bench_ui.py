@@ -8,7 +8,15 @@ writes over 2,000 slugs with Always edits (the agent's own, 85%), shared `drafts
 history spans days and the timeline sums real hours and minutes). The views, the files and the
 activity counts are brought up to date before timing. Pages are served in-process (starlette's
 TestClient): the time is the server's, open the workspace, read, render.
-Usage: python bench/bench_ui.py [-n 1000000] [--reads 30]
+
+`--hub`: the hub's pages (`mem serve` at /ui) instead, over a SQLite hub of `-n` shared events
+(`drafts` pages over 2,000 slugs with a few forks left open, `insights` entries; three agents, one
+event a second, pull records along the way, the contract changed half-way). First the mirror's
+catch-up (sync.mirror), a page of hub commits per transaction, against the way it was first written,
+one transaction per hub commit, side by side on a hub of 20,000 events pushed two at a time (as agents
+sync); then the mirror of all of them (built once, kept), then each page with the admin's token and
+with an agent's.
+Usage: python bench/bench_ui.py [-n 1000000] [--reads 30] [--hub]
 """
 
 import argparse
@@ -120,8 +128,8 @@ def hub_contract(insights_consumers: list[str]) -> Contract:
                                   consumers=insights_consumers)})
 
 
-def build_hub(db: Path, n: int) -> dict[str, str]:
-    """A SQLite hub of n shared events at one a second (commits of COMMIT events, one hub time each), written
+def build_hub(db: Path, n: int, commit: int = COMMIT) -> dict[str, str]:
+    """A SQLite hub of n shared events at one a second (commits of `commit` events, one hub time each), written
     straight into its tables; returns the agents' tokens."""
     storage = SQLiteHubStorage(str(db), synchronous="OFF")
     tokens = {agent: storage.add_agent(agent) for agent in OTHERS}
@@ -145,7 +153,7 @@ def build_hub(db: Path, n: int) -> dict[str, str]:
         event = new_event(body, agent=agent, layer=layer, ts=START + i * 1000)
         if layer == "drafts":
             heads[body.slug].append(event.id)
-        put(event, START + i // COMMIT * COMMIT * 1000)
+        put(event, START + i // commit * commit * 1000)
         if i % 1000 == 999:
             pulls += [(agent, position - 50 * k, START + i * 1000) for k, agent in enumerate(OTHERS)]
         if len(rows) >= 10_000:
@@ -177,11 +185,11 @@ def mirror_per_commit(storage, root: Path) -> None:
 
 def hub_main(args) -> None:
     work = workdir("ui")
-    small = work / "hub-20000.db"
+    small = work / "hub-20000-pushes.db"
     if not small.exists():
-        build_hub(small, 20_000)
+        build_hub(small, 20_000, commit=2)
     storage = SQLiteHubStorage(str(small))
-    rows = [("mirror catch-up, 20,000 hub events", "s", "events/s")]
+    rows = [("mirror catch-up, 20,000 hub events in pushes of 2", "s", "events/s")]
     for name, copy in (("one transaction per hub commit (before)", mirror_per_commit),
                        ("a page of commits per transaction", lambda s, r: HubMirror(s, r).catch_up())):
         runs = []

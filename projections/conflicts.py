@@ -28,10 +28,9 @@ def conflicts_shown(memory) -> list[ConflictText]:
     shared = memory.views.shared
     shown = []
     for conflict in shared.conflicts(as_of):
-        rows = {row[0]: row for row in shared.versions(conflict.layer, conflict.slug, as_of)}
         heads = []
-        for head in conflict.heads:
-            doc = rows[head.id][4]
+        for head in conflict.heads:  # each head's body alone: a page may have hundreds of versions
+            doc = shared.doc(conflict.layer, conflict.slug, head.id)
             page = decode_body(doc) if doc is not None else None
             event = memory.log.get(head.id)
             heads.append(HeadText(id=head.id, agent=head.agent, at=format_instant(event.ts), deleted=head.deleted,

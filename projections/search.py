@@ -8,7 +8,8 @@ compacted: what `audit read` reaches) and text files. Two indexes, one row shape
   so a replay does not index the 499 versions of a page that were replaced within the same batch.
 - `search_history` holds every version ever, for `--at`/`--seq`: `since` is the seq from which it is
   found (its own, or the import's for a message archived in an imported ADF file), `until` the seq
-  of the version, rename or delete that replaced a page or file.
+  of the version, rename or delete that replaced a page or file, or of the first version or delete
+  that named a shared page's version as a parent (its successors form a DAG).
 
 Both are views like the others: `SearchFold` writes them in the fold's transaction (sqlite-utils'
 FTS triggers follow each insert and delete), `mem replay` rebuilds them and builds both full-text
@@ -263,16 +264,6 @@ def _by_id_since(row: tuple) -> tuple[int, int]:
     return row[0], row[-1]
 
 
-def current_at(views, row, as_of: int) -> bool:
-    """Was this version still current at `as_of`? Pages and files answer by `until` (in SQL); a version of
-    a shared page, whose successors form a DAG, by the versions that name it as a parent."""
-    id, kind, layer, key = row[:4]
-    if kind == "shared-page":
-        ref = row[9]
-        return not views.shared.named_as_parent(layer, key.split("/", 1)[1], ref, id, as_of)
-    return True
-
-
 # --- queries -------------------------------------------------------------------------------------
 
 class Hit(msgspec.Struct):
@@ -338,8 +329,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
            f"ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?")
     point = checkpoint if as_of is None else min(as_of, checkpoint)
     wanted = limit * 3 + 20
-    rows = [row for row in views.db.execute(sql, [*params, day, wanted * 2])
-            if not past or current_at(views, row, as_of)][:wanted]
+    rows = views.db.execute(sql, [*params, day, wanted]).fetchall()
     hits = sorted((_hit(views, table, row, point, day) for row in rows),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}

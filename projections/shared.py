@@ -116,11 +116,10 @@ class SharedViews:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
                                "AND slug = ? AND seq <= ?", (layer, slug, as_of)).fetchall()
 
-    def named_as_parent(self, layer: str, slug: str, id: str, after: int, as_of: int) -> bool:
-        """Does a version of the page made after seq `after` (and by `as_of`) name version `id` as a parent?"""
-        return any(id in json.loads(parents) for (parents,) in self.db.execute(
-            "SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND seq > ? AND seq <= ?",
-            (layer, slug, after, as_of)))
+    def doc(self, layer: str, slug: str, id: str) -> bytes | None:
+        """The stored body of one version (None: a delete)."""
+        return self.db.execute("SELECT doc FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                               (layer, slug, id)).fetchone()[0]
 
     def entry_seqs(self, layer: str, upto: int) -> list[int]:
         return [seq for (seq,) in self.db.execute("SELECT seq FROM entries WHERE layer = ? AND seq <= ? ORDER BY seq",
@@ -137,8 +136,7 @@ class SharedViews:
         held = set()
         if len(rows) > 1:
             for id, _agent, _deleted in rows:
-                doc = self.db.execute("SELECT doc FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
-                                      (layer, slug, id)).fetchone()[0]
+                doc = self.doc(layer, slug, id)
                 if doc is not None and is_held(getattr(decode_body(doc), "frontmatter", None)):
                     held.add(id)
         return sorted((Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows),

@@ -194,6 +194,7 @@ def version_dags(draw):
 def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path_factory, dag):
     from eventstore.envelope import new_event
     from eventstore.kinds import PageDelete, PageIngest, PageUpdate
+    from projections import search
     from projections.memory import Memory
 
     made, order, cuts, deletes = dag
@@ -230,7 +231,15 @@ def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path
         def found(as_of):
             return {c.slug: {h.id for h in c.heads} for c in mem.views.shared.conflicts(as_of)}
 
+        def current(event, as_of):
+            """A version is found by a search as of a seq while no version made after it names it."""
+            return not any(event.id in e.body.parents for e in appended if seq_of[event.id] < seq_of[e.id] <= as_of)
+
         head = mem.views.checkpoint()
         assert found(head) == expected(head)  # the kept heads
-        for as_of in range(1, head):
+        for as_of in range(1, head + 1):
             assert found(as_of) == expected(as_of)  # the statement over every version then
+            for index, event in events.items():
+                if seq_of[event.id] <= as_of and not isinstance(event.body, PageDelete):
+                    hits = search.search(mem.views, f"v{index}", as_of=as_of, day="2026-11-30", include_all=True)
+                    assert [h.seq for h in hits] == ([seq_of[event.id]] if current(event, as_of) else []), as_of
