@@ -61,7 +61,8 @@ CHILD = """
 import json, resource, sys, time
 from projections.memory import Memory
 from projections.replay import replay
-memory = Memory.open(sys.argv[1])
+memory = Memory.open(sys.argv[1])  # catches the views up first when the other code's run left them in its own shape
+memory.views.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # ... so that this run does not pay for that
 start, cpu = time.perf_counter(), time.process_time()
 report = replay(memory)
 print(json.dumps({"events": report.events, "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,

@@ -10,7 +10,7 @@ which keeps a rebuild from formatting a million versions nobody asked for.
 
 import gc
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from itertools import islice
 
@@ -23,27 +23,29 @@ from eventstore.redaction import stand_in
 
 from . import render, trust
 from .adf import AdfFold
-from .search import SearchFold, page_row
+from .search import SearchFold, page_history_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
 class WikiFold:
-    def __init__(self, views: Views):
+    def __init__(self, views: Views, writer=None):
+        """`writer` (a bulk.HistoryWriter) takes the history tables in a rebuild."""
         self.views = views
         self.db = views.db
+        self.writer = writer
         self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
+        self.touched_pages: set[str] = set()  # pages changed since the `pages` rows were last written
         self._reset_batch()
 
     def _reset_batch(self):
         self.versions: list[tuple] = []
-        self.search_rows: list[list] = []  # the search_history row of each version (until, since last)
+        self.search_rows: list[list] = []  # the search_history row of each version (search.page_history_row)
         self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
         self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
         self.releases: list[tuple[str, int]] = []
         self.always_rows: list[tuple] = []
-        self.touched_pages: set[str] = set()
         self.dirty: set[str] = set()
 
     def _page(self, slug: str):
@@ -63,7 +65,7 @@ class WikiFold:
         previous = self._pages.get(slug)
         if previous is not None:
             self._close(slug, previous[0], seq)
-        row = [*page_row(seq, "page", MIND, "mind/" + slug, slug, fm, text, title=title, hook=hook), None, seq]
+        row = page_history_row(seq, slug, fm, text, title, hook)
         self.search_rows.append(row)
         self._open_rows[slug] = row
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
@@ -74,7 +76,7 @@ class WikiFold:
         """The search_history row of a page's version `previous` was current until `seq`."""
         row = self._open_rows.pop(slug, None)
         if row is not None and row[0] == previous:
-            row[-2] = seq
+            row[-1] = seq
         else:
             self.replaced.append((previous, seq))
 
@@ -98,7 +100,7 @@ class WikiFold:
                 kind = "hold"
             title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw)
             if cls is PageUpdate or not body.quiet:
-                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note)))
+                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note, title_is_one_line=True)))
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
@@ -135,27 +137,39 @@ class WikiFold:
             self._log(seq, ts, "lint", "Lint pass", note)
 
     def _log(self, seq, ts, kind, title, note):
-        self.entries.append((seq, ts, render.log_entry(ts, kind, title, note)))
+        """A log entry; every title here is a page's (render.title_of) or a fixed one, one line already."""
+        self.entries.append((seq, ts, render.log_entry(ts, kind, title, note, title_is_one_line=True)))
 
-    def flush(self, checkpoint: int) -> None:
-        """Writes the batch and the checkpoint; the caller holds the transaction."""
+    def search_history(self) -> tuple[list, list]:
+        """For SearchFold.flush: the batch's `page_history_row`s and the (id, until) of the earlier versions
+        they closed; none when a rebuild's writer takes them (at `flush`)."""
+        return ((), ()) if self.writer is not None else (self.search_rows, self.replaced)
+
+    def flush(self, checkpoint: int, final: bool = True) -> None:
+        """Writes the batch and the checkpoint; the caller holds the transaction. The current pages (their
+        `pages` rows, their files marked dirty) are written when `final`: a rebuild writes them once, in its
+        last batch (nothing reads them sooner), not a page updated in every batch once a batch."""
         db = self.db
-        if self.versions:
-            db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
-        if self.entries:
-            db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
+        if self.writer is not None:
+            self.writer.add(self.versions, self.entries, self.search_rows, self.replaced)
+        else:
+            if self.versions:
+                db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
+            if self.entries:
+                db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
         if self.always_rows:
             db.executemany("INSERT OR REPLACE INTO always_versions VALUES (?,?,?)", self.always_rows)
         if self.releases:
             db.executemany("INSERT OR REPLACE INTO page_releases VALUES (?,?)", self.releases)
-        gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
-        live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
-                if self._pages[slug] is not None]
-        db.executemany("DELETE FROM pages WHERE slug = ?", gone)
-        db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
-        self.dirty.update(page_path(slug) for slug in self.touched_pages)
-        if self.touched_pages:  # a page's catalog line is in mind.md, log entry or not
-            self.dirty.add(MIND_PATH)
+        if final and self.touched_pages:
+            gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
+            live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
+                    if self._pages[slug] is not None]
+            db.executemany("DELETE FROM pages WHERE slug = ?", gone)
+            db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
+            self.dirty.update(page_path(slug) for slug in self.touched_pages)
+            self.dirty.add(MIND_PATH)  # a page's catalog line is in mind.md, log entry or not
+            self.touched_pages = set()
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
         if self.dirty:
@@ -172,16 +186,19 @@ def _unpacked(codec: int, stored: bytes) -> bytes:
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
-             progress: Callable[[int], None] | None = None) -> int:
+             progress: Callable[[int], None] | None = None, writer=None, heads: Iterable[int] = ()) -> int:
     """Applies every event after the views' checkpoint (up to `upto`); returns the new checkpoint.
 
     Each batch commits its rows and the checkpoint in one transaction: exactly once, even if
-    the process dies between batches.
+    the process dies between batches. `writer` takes a rebuild's history tables (bulk.build), whose
+    fold reads no page version back: one fold, with its caches, follows a log still growing up to
+    each of `heads` in turn, then up to `upto` (or the head the log has then).
     """
-    target = log.head() if upto is None else upto
-    wiki, adf, shared, search = WikiFold(views), AdfFold(views), SharedFold(views), SearchFold(views)
+    folds = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views)
     with no_cyclic_gc():
-        return _catch_up(log, views, target, batch, progress, wiki, adf, shared, search)
+        for head in heads:
+            _catch_up(log, views, head, batch, progress, *folds)
+        return _catch_up(log, views, log.head() if upto is None else upto, batch, progress, *folds)
 
 
 @contextmanager
@@ -224,10 +241,12 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             del rows, raws
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)
+            final = wiki.writer is None or end >= target  # a rebuild writes the current pages once, at its end
             shared.flush()
-            search.take_pages(wiki.touched_pages, wiki._page)
-            search.flush(wiki.search_rows, wiki.replaced)
-            wiki.flush(end)
+            if final:
+                search.take_pages(wiki.touched_pages, wiki._page)
+            search.flush(*wiki.search_history())
+            wiki.flush(end, final)
             anchor = log.get_by_seq(end)
             if anchor is not None:
                 views.set_anchor(end, anchor.chain)

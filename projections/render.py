@@ -89,8 +89,9 @@ def day(ts_ms: int) -> str:
     return _day(ts_ms // 86_400_000)
 
 
-def log_entry(ts_ms: int, kind: str, title: str, note: str) -> str:
-    heading = f"## [{day(ts_ms)}] {kind} | {one_line(title)}"
+def log_entry(ts_ms: int, kind: str, title: str, note: str, *, title_is_one_line: bool = False) -> str:
+    """A mind/log.md entry; `title_is_one_line` when the title is one already (title_of's are)."""
+    heading = f"## [{day(ts_ms)}] {kind} | {title if title_is_one_line else one_line(title)}"
     return f"{heading}\n\n{note}\n" if note else heading + "\n"
 
 

@@ -9,8 +9,7 @@ import msgspec
 
 from eventstore.errors import HandEdited
 
-from . import search
-from .fold import catch_up
+from . import bulk
 from .materialize import FileReport, file_hash, materialize
 from .views import Views
 
@@ -28,18 +27,12 @@ class CheckReport(msgspec.Struct):
 
 
 def _build(memory, path: Path, upto: int | None, progress, log=None, heads: Iterable[int] = ()) -> Views:
-    """Folds the log into a new views database; the contract (with the local layers the rebuilt config
-    declares) places the shared layers' files. While the log still grows (a catch-up appending pages, in
-    another thread), `heads` are the heads to fold up to one after another, read through `log` (a
-    connection of the builder's own)."""
-    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        leftover.unlink(missing_ok=True)
-    log = log or memory.log
-    views = Views(path, contract=memory.hub_contract(), agent=memory.config.agent, fast=True)
-    with views.bulk(), search.indexed_at_the_end(views.db):
-        for head in heads:
-            catch_up(log, views, upto=head, batch=20000, progress=progress)
-        catch_up(log, views, upto=upto, batch=20000, progress=progress)
+    """`bulk.build` for a workspace: the contract (with the local layers the rebuilt config declares) places
+    the shared layers' files. While the log still grows (a catch-up appending pages, in another thread),
+    `heads` are the heads to fold up to one after another, read through `log` (a connection of the
+    builder's own)."""
+    views = bulk.build(log or memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
+                       upto=upto, heads=heads, progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views
 

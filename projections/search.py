@@ -19,7 +19,6 @@ The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
 import re
-from contextlib import contextmanager
 
 import msgspec
 
@@ -65,29 +64,23 @@ def init(db) -> None:
     missing = [name for name in FTS_TABLES if db.execute(
         "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
     if missing:
-        _enable_fts(db, missing)
+        enable_fts(db, missing)
 
 
-def _enable_fts(db, names) -> None:
+def disable_fts(db, name: str) -> None:
+    """Drops a table's full-text index and the triggers that keep it."""
+    import sqlite_utils
+
+    sqlite_utils.Database(db, recursive_triggers=False)[name].disable_fts()
+
+
+def enable_fts(db, names) -> None:
     import sqlite_utils
 
     database = sqlite_utils.Database(db, recursive_triggers=False)
     for name in names:
         database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
     db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
-
-
-@contextmanager
-def indexed_at_the_end(db):
-    """For a rebuild into a new file (`mem replay`): both full-text indexes are dropped while the fold
-    runs and built once after it, instead of following every insert and delete by trigger."""
-    import sqlite_utils
-
-    database = sqlite_utils.Database(db, recursive_triggers=False)
-    for name in FTS_TABLES:
-        database[name].disable_fts()
-    yield
-    _enable_fts(db, FTS_TABLES)
 
 
 def _text_of(content: list) -> str:
@@ -103,6 +96,23 @@ def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None, title=
             f"{description}\n\n{text}" if description else text, str(fm.get("type")),
             None if status is None else trust.stored_status(status), None if stale is None else trust.stale_day(stale),
             ref, None, agent)
+
+
+PAGE_HISTORY_INSERT = ("INSERT INTO search_history (id, kind, layer, key, title, body, type, status, stale_after, until, "
+                       f"since) VALUES (?1, 'page', '{MIND}', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?1)")
+"""A wiki page version's search_history row, from `page_history_row`: the columns every such row has alike are
+written by SQL, not bound one by one (binding a None costs sqlite3 as much as a short string: a third of a
+replay's search index went into binding the Nones of a million page rows)."""
+
+
+def page_history_row(seq, slug, fm, text, title, hook) -> list:
+    """A wiki page version as PAGE_HISTORY_INSERT takes it: (seq, key, title, body, type, status, stale_after,
+    until); `until` (None: still current) is the last item, set in place when a later version replaces it."""
+    status = fm.get("status")
+    stale = fm.get("stale_after")
+    return [seq, "mind/" + slug, title, f"{hook}\n\n{text}" if hook else text, str(fm.get("type")),
+            None if status is None else trust.stored_status(status), None if stale is None else trust.stale_day(stale),
+            None]
 
 
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
@@ -232,7 +242,7 @@ class SearchFold:
     def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> None:
         """Writes the batch (the FTS triggers follow); the caller holds the transaction.
 
-        `page_versions` are the search_history rows of the wiki page versions the batch made (those it
+        `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
         replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
         replaced it) of each wiki version, rename or delete."""
         db = self.db
@@ -245,7 +255,8 @@ class SearchFold:
                 if row[1] in ("page", "file", "shared-page"):
                     self._stored(row[1], row[3]).append((row[0], row[9]))
         insert = f"INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
-        db.executemany("INSERT " + insert, page_versions)  # a version's id is its event's seq: still free
+        if page_versions:
+            db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
         if replaced_pages:
             db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                            [(seq, id) for id, seq in replaced_pages])

@@ -20,7 +20,7 @@ SCHEMA_VERSION = "2"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
 closing shared page versions)."""
 
-_PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
+PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS page_versions (
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS page_releases (slug TEXT NOT NULL, seq INTEGER NOT NU
     WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS file_state (
     path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
-""".replace("{page_versions_index}", _PAGE_VERSIONS_INDEX)
+""".replace("{page_versions_index}", PAGE_VERSIONS_INDEX)
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "page_releases", "loop_rows", "audit_rows", "file_versions",
                "config_versions", "adf_meta", "adf_inbox", "adf_outbox", *shared.TABLES, *search.TABLES)
@@ -189,15 +189,6 @@ class Views:
                 self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
-
-    @contextmanager
-    def bulk(self):
-        """For a rebuild into a new file: the page versions' index is built once at the end (sorted)
-        instead of at each of a million random inserts. The fold never reads page_versions by it
-        while rebuilding: every page it reads was folded by itself, and is in its cache."""
-        self.db.execute("DROP INDEX IF EXISTS page_versions_by_slug")
-        yield
-        self.db.execute(_PAGE_VERSIONS_INDEX)
 
     def set_contract(self, contract) -> bool:
         """Places the shared layers by a new contract: every file it moves is marked to be written

@@ -148,3 +148,50 @@ def test_replay_after_the_views_database_is_lost(memory):
     with Memory.open(memory.root) as fresh:
         replay(fresh)
         assert fresh.views.checkpoint() == 2 and check(fresh).same
+
+
+def test_a_replay_killed_midway_leaves_the_views_in_place(workspace):
+    """A rebuild is written into a new file without journal or syncing (and the fold's tables into a scratch
+    file beside it): killed in the middle, it leaves the views in place untouched, and the next replay
+    deletes what it left."""
+    import random
+    import subprocess
+    import time
+
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest, PageUpdate
+
+    from conftest import mem_command
+
+    with Memory.open(workspace) as memory:
+        heads, events = {}, []
+        for i in range(30000):
+            slug = f"page-{i % 200}"
+            fm = {"type": "note", "description": f"hook {i}"}
+            parent = heads.get(slug)
+            body = (PageUpdate(slug=slug, frontmatter=fm, text=f"# P\n\nv{i}\n", note=f"v{i}", parents=[parent])
+                    if parent else PageIngest(slug=slug, frontmatter=fm, text="# P\n\nnew\n", note="new"))
+            event = new_event(body, agent="alice", layer="mind")
+            heads[slug] = event.id
+            events.append(event)
+        memory.log.append(events)
+        memory.refresh()
+        before, checkpoint = memory.views.dump(), memory.views.checkpoint()
+    rebuild = workspace / ".mem" / "views.db.rebuild"
+    scratch = Path(f"{rebuild}-fold")
+    proc = subprocess.Popen([*mem_command(), "-w", str(workspace), "replay"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not scratch.exists():  # the fold is under way
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
+    time.sleep(random.Random(12).uniform(0, 0.2))
+    assert proc.poll() is None, "the replay ended before it could be killed; lengthen the log"
+    proc.kill()
+    proc.wait()
+    assert rebuild.exists()  # killed half-way: its new views file was never swapped in
+    with Memory.open(workspace) as memory:
+        assert memory.views.checkpoint() == checkpoint and memory.views.dump() == before
+    assert run_mem("-w", workspace, "replay", "--check", check=True).stdout.startswith(b"rebuilt to seq 30000: no diff")
+    assert b"replayed 30000 events" in run_mem("-w", workspace, "replay", check=True).stdout
+    assert not rebuild.exists() and not scratch.exists()
