@@ -2,8 +2,8 @@
 
 The log is built first (not timed): page ingests and updates over 2,000 slugs with Always edits
 mixed in. Then the replay runs in a child process so its peak RSS is its own, alternating with the same
-replay by the code of a baseline commit (`--baseline`, extracted with `git archive`), which reads the
-same log: the ratio is measured side by side.
+replay by the code of a baseline commit (`--baseline`, extracted with `git archive`) on the same events
+(a log its own code built: the log's format may have changed since): the ratio is measured side by side.
 Usage: python bench/bench_replay.py [-n 1000000] [--baseline REV | --baseline none] [--runs 2]
 """
 
@@ -82,6 +82,26 @@ def extract(rev: str, into: Path) -> Path | None:
     return into
 
 
+BUILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(sys.argv[1]) / "bench"))
+from bench_replay import build_log
+build_log(Path(sys.argv[2]), int(sys.argv[3]))
+"""
+"""The log built by the baseline's own code (its bench script's build_log): a log this tree wrote may be in
+a format the older code cannot read, and this tree reads (or migrates) the older format."""
+
+
+def baseline_log(code: Path, rev: str, n: int) -> Path:
+    root = workdir("replay") / f"ws-{n}-{rev}"
+    if not (root / ".mem" / "log.db").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        subprocess.run([sys.executable, "-c", BUILD, str(code), str(root), str(n)], check=True,
+                       env={**os.environ, "PYTHONPATH": str(code)}, cwd=tempfile.gettempdir())
+    return root
+
+
 def run_child(code: Path, root: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(code)}, cwd=tempfile.gettempdir())
@@ -104,11 +124,12 @@ def main():
         baseline = extract(args.baseline, Path(tmp)) if args.baseline != "none" else None
         if args.baseline != "none" and baseline is None:
             print(f"baseline {args.baseline} could not be extracted with git archive: measuring this code alone")
+        base_root = baseline_log(baseline, args.baseline, args.n) if baseline is not None else None
         runs, base_runs = [], []
         for _ in range(args.runs):
             runs.append(run_child(REPO, root))
             if baseline is not None:
-                base_runs.append(run_child(baseline, root))
+                base_runs.append(run_child(baseline, base_root))
     best = min(runs, key=lambda r: r["seconds"])
     log_mb = (root / ".mem" / "log.db").stat().st_size / 1e6
     rows = [("code", "events/s", "seconds", "CPU seconds", "peak RSS MB", "targets")]
