@@ -279,13 +279,17 @@ class HubClient:
         return self._call("GET", "/v1/pull", PullResponse,
                           params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
-    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0, held: str | None = None) -> PullPage:
+    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0, held: str | None = None,
+                  durable: bool = False) -> PullPage:
         """Like `pull`, each event still encoded (what a consumer checks one by one). `held`, when the
         request goes out before the page it follows is stored, is the cursor this agent has durably
-        stored (what the hub records as received); by default the hub takes `cursor` as that."""
+        stored (what the hub records as received); by default the hub takes `cursor` as that. `durable`
+        (a request that may be a pull's last): the hub answers once it has committed that record."""
         params = {"cursor": cursor, "limit": limit, "wait": wait}
         if held is not None:
             params["held"] = held
+        if durable:
+            params["ack"] = "durable"
         return self._call("GET", "/v1/pull", PullPage, params=params, wait=wait)
 
 
@@ -575,14 +579,16 @@ class _Tally:
 
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
-    """Pulls pages until one comes back empty: that request acknowledges the last one.
+    """Pulls pages until one comes back empty: that request acknowledges the last one, and its answer
+    waits until the hub has committed that (so does the first request, which may be the last).
 
     A pull that turns out to be a catch-up (see BULK_FOLD_THRESHOLD) goes on in `_catch_up`. Otherwise
     each request goes out once the page before it is appended (the cursor it carries tells the hub what
     this agent holds), and while the hub answers it this thread folds that page into the views; the
     files are written once, when caught up."""
     with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, no_cyclic_gc():
-        page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0).result()
+        page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0, None,
+                               True).result()
         tally.reach(page.head)
         checkpoint = memory.views.checkpoint()
         if tally.total + memory.log.head() - checkpoint >= max(BULK_FOLD_THRESHOLD, checkpoint):
@@ -592,7 +598,7 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
             if not page.events and not page.more:
                 tally.advance(tally.start + tally.total)
                 return
-            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
+            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, None, not page.more)
             if page.more:
                 memory.refresh(files=False)
             page = asked.result()
@@ -615,7 +621,7 @@ def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests
                 tally.advance(tally.start + tally.total)
                 return
             if not page.more:  # the last page: the next (empty) answer acknowledges it, once stored
-                asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0)
+                asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, None, True)
             page = asked.result()
 
 

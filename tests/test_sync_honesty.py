@@ -162,3 +162,22 @@ def test_a_second_workspace_of_an_agent_never_pushes_what_it_pulled(team, tmp_pa
     # the first workspace gets the second's own entry; the second pushes nothing more
     assert json.loads(team.mem("writer", "pull", "--json", check=True).stdout)["pulled"] == 1
     assert run_mem("-w", second, "push", check=True).stdout.startswith(b"pushed 0 events")
+
+
+def test_sync_returns_once_the_hub_has_committed_what_it_received(team):
+    """`mem hub believed` right after `mem sync` shows the cursor the sync acknowledged (the hub used to
+    commit pull records up to half a second later)."""
+    from sync.storage import open_storage
+
+    team.mem("reviewer", "entry", "add", "insights", "[FACT] 2026-11-29: the reviewer wrote this", check=True)
+    team.mem("reviewer", "sync", check=True)
+    for agent, text in (("writer", None), ("writer", "[FACT] 2026-11-30: the writer wrote this"),
+                        ("reviewer", None)):
+        if text:
+            team.mem(agent, "entry", "add", "insights", text, check=True)
+        team.mem(agent, "sync", check=True)
+        hub = open_storage(str(team.db))
+        try:
+            assert hub.received_by(agent, None) == hub.head(), agent
+        finally:
+            hub.close()
