@@ -68,6 +68,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def phases(base: Path, url: str, token: str) -> list[tuple]:
     """Seconds the client spends in each part of a first pull, timed in this process. The views are
     built in a thread of their own while the pages come in, so the parts add up to more than the whole."""
+    import projections.bulk as bulk_module
     import projections.replay as replay_module
     import sync.client as client_module
 
@@ -87,7 +88,7 @@ def phases(base: Path, url: str, token: str) -> list[tuple]:
 
     names = list(spent)
     client_module.accept = timing(names[0], client_module.accept)
-    replay_module.catch_up = timing(names[2], replay_module.catch_up)
+    bulk_module.catch_up = timing(names[2], bulk_module.catch_up)
     replay_module.materialize = timing(names[3], replay_module.materialize)
     with Memory.init(base / "phases", "newcomer") as memory:
         append = memory.log.append

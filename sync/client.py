@@ -635,6 +635,8 @@ class _ViewsBuilder:
     the rest, swaps the new views in and writes the files. Two threads rather than one step after the
     other, because much of the fold's time and of the append's is spent in SQLite, which lets go of the
     GIL. A kill, or a catch-up that fails, leaves the views as they were: the next pull builds them again.
+    The build holds the workspace's lock (as `mem replay` does) until it is done, so the catch-up's own
+    thread must not take it meanwhile: it only checks and appends.
 
     A redaction pulled meanwhile may have reached the log after the build read its target: the views are
     then built once more, from the log as it ends up."""
