@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError
@@ -98,6 +98,8 @@ def redacted_ids(events) -> set[str]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(op, min_size=5, max_size=40))
+@example(steps=[("contract", "ana"), ("push", 0), ("hand", 0, "notes", "edit", "x"), ("contract", None), ("push", 0),
+                 ("hand", 0, "notes", "delete", "x")])  # created by hand while not a producer, deleted once one again
 def test_three_agents_converge_despite_faults(steps):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -198,6 +200,8 @@ def hand_edit(memory: Memory, i: int, slug: str, how: str, text: str, bases: dic
             return
     if how == "delete" and path.exists():
         path.unlink()
+        if not bases[key]:  # a page created by hand, never adopted: deleting it leaves nothing to adopt
+            bases.pop(key)
     elif how == "edit" and path.exists():
         path.write_text(path.read_text() + text + "\n")
     elif how == "edit":

@@ -195,3 +195,21 @@ def test_a_log_from_a_newer_format_is_refused(tmp_path):
         db.execute(f"PRAGMA user_version = {FORMAT + 1}")
     with pytest.raises(InvalidInput, match="newer"):
         SQLiteLog(path)
+
+
+def test_a_redacted_event_appended_alone_keeps_its_original_kind(tmp_path):
+    """The single-event path stores a travelled redacted event as the general path does."""
+    from eventstore.kinds import Redacted, Redaction
+
+    events = [ev(0), ev(1)]
+    with SQLiteLog(tmp_path / "a.db") as source:
+        source.append(events)
+        source.append([new_event(Redaction(target_ids=[events[1].id], reason="r"), agent="alice", layer="mind")])
+        travelled = source.get(events[1].id)
+    travelled.seq = travelled.recorded_at = travelled.chain = None
+    with SQLiteLog(tmp_path / "b.db") as log:
+        assert log.append([events[0]]) == [1] and log.append([travelled]) == [2]
+        kind, codec = log.db.execute("SELECT kind, codec FROM events WHERE seq = 2").fetchone()
+        back = log.get(events[1].id)
+        assert (kind, codec) == ("always.add", 2) and isinstance(back.body, Redacted)
+        assert back.digest == events[1].digest and log.verify().ok
