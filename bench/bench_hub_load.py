@@ -44,6 +44,10 @@ MAX_PUSHES = 200_000
 DRAIN_SECONDS = 5.0
 LOAD_PROCESSES = 2
 POLL_WAIT = 10
+PREPARED_SECONDS_RATE = 400
+PREPARED_MAX = 40_000
+"""Pushes made ready (encoded, digests computed) per agent and second of the run before it starts, at
+most PREPARED_MAX per load process (about a second of its CPU); more are made as they go."""
 
 
 class _Id(msgspec.Struct):
@@ -60,32 +64,52 @@ class _Page(msgspec.Struct):
 _page = msgspec.json.Decoder(_Page)
 
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection with a bearer token; the hub answers with Content-Length."""
+class Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection with a bearer token, as an asyncio protocol: a request is one
+    write, its answer is parsed where it arrives (the hub answers with Content-Length), one wake-up."""
 
     def __init__(self, url: str, token: str):
         parts = urlsplit(url)
         self.host, self.port = parts.hostname, parts.port
         self.headers = (f"host: {self.host}:{self.port}\r\nauthorization: Bearer {token}\r\n"
                         "content-type: application/json\r\n")
-        self.reader = self.writer = None
+        self.transport = self.answer = None
+        self.buffer, self.status, self.length = b"", 0, -1
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.length < 0:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].lower()
+            self.status = int(head[9:12])
+            at = head.find(b"content-length:") + 15
+            line_end = head.find(b"\r\n", at)
+            self.length = int(head[at:line_end if line_end >= 0 else end])
+            self.buffer = self.buffer[end + 4:]
+        if len(self.buffer) >= self.length:
+            body, self.buffer = self.buffer[:self.length], self.buffer[self.length:]
+            self.length = -1
+            if self.answer is not None and not self.answer.done():
+                self.answer.set_result((self.status, body))
+
+    def connection_lost(self, exc) -> None:
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(ConnectionError("the hub closed the connection"))
 
     async def request(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self.writer.write(f"{method} {target} HTTP/1.1\r\n{self.headers}content-length: {len(body)}\r\n\r\n"
-                          .encode() + body)
-        status = int((await self.reader.readline()).split()[1])
-        length = 0
-        while (line := await self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return status, await self.reader.readexactly(length)
+        loop = asyncio.get_running_loop()
+        if self.transport is None:
+            self.transport, _ = await loop.create_connection(lambda: self, self.host, self.port)
+        self.answer = loop.create_future()
+        self.transport.write(f"{method} {target} HTTP/1.1\r\n{self.headers}content-length: {len(body)}\r\n\r\n"
+                             .encode() + body)
+        return await self.answer
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 def serve(db: str, group: bool) -> tuple[subprocess.Popen, str]:
@@ -112,6 +136,13 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def push_body(agent: str, n: int) -> tuple[str, bytes]:
+    """(event id, request body) of an agent's n-th one-event push."""
+    event = new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"{agent} fact {n}"), agent=agent,
+                      layer="insights")
+    return event.id, msgspec.json.encode(PushRequest(events=[event]))
+
+
 async def worker(urls: list[str], pushers: dict[str, str], consumers: dict[str, str], start_at: float,
                  seconds: float) -> dict:
     """One load process: its share of pushers and consumers, from `start_at` (perf_counter, which is
@@ -119,15 +150,17 @@ async def worker(urls: list[str], pushers: dict[str, str], consumers: dict[str, 
     sent: dict[str, float] = {}  # event id -> when its push was sent
     received: dict[str, list] = {}  # event id -> [consumers of this process that got it, when the last did]
     latencies: list[float] = []
-    pushes = 0
+    pushes = pulls = 0
     stop_at = start_at + seconds
 
     async def consumer(http: Connection) -> None:
+        nonlocal pulls
         try:
             cursor = _page.decode((await http.request("GET", "/v1/pull?limit=1"))[1]).cursor
             while True:
                 status, answer = await http.request("GET", f"/v1/pull?cursor={cursor}&wait={POLL_WAIT}&limit=5000")
                 now = time.perf_counter()
+                pulls += now < stop_at
                 if status != 200:
                     raise RuntimeError(f"pull refused: {answer.decode()}")
                 page = _page.decode(answer)
@@ -139,15 +172,13 @@ async def worker(urls: list[str], pushers: dict[str, str], consumers: dict[str, 
         finally:
             http.close()
 
-    async def pusher(name: str, http: Connection) -> None:
+    async def pusher(name: str, http: Connection, ready: list[tuple[str, bytes]]) -> None:
         nonlocal pushes
         n = 0
         while time.perf_counter() < stop_at and pushes < MAX_PUSHES:
-            event = new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"{name} fact {n}"),
-                              agent=name, layer="insights")
-            body = msgspec.json.encode(PushRequest(events=[event]))
+            id, body = ready[n] if n < len(ready) else push_body(name, n)
             started = time.perf_counter()
-            sent[event.id] = started
+            sent[id] = started
             status, answer = await http.request("POST", "/v1/push", body)
             if status != 200:
                 raise RuntimeError(f"push refused: {answer.decode()}")
@@ -156,25 +187,38 @@ async def worker(urls: list[str], pushers: dict[str, str], consumers: dict[str, 
             n += 1
         http.close()
 
+    prepared = min(int(PREPARED_SECONDS_RATE * seconds), PREPARED_MAX // max(1, len(pushers)))
+    ready = {name: [push_body(name, n) for n in range(prepared)] for name in pushers}  # the load's CPU, before the clock
     offset = len(pushers)
     polling = [asyncio.create_task(consumer(Connection(urls[(offset + i) % len(urls)], token)))
                for i, token in enumerate(consumers.values())]
     connections = {name: Connection(urls[i % len(urls)], token) for i, (name, token) in enumerate(pushers.items())}
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
-    await asyncio.gather(*(pusher(name, http) for name, http in connections.items()))
+    cpu_before = cpu_seconds()
+    await asyncio.gather(*(pusher(name, http, ready[name]) for name, http in connections.items()))
+    cpu = cpu_seconds() - cpu_before
     await asyncio.sleep(max(0.0, stop_at + DRAIN_SECONDS - time.perf_counter()))
     for task in polling:
         task.cancel()
     await asyncio.gather(*polling, return_exceptions=True)
-    return {"sent": sent, "received": received, "latencies": latencies, "pushes": pushes}
+    return {"sent": sent, "received": received, "latencies": latencies, "pushes": pushes, "pulls": pulls,
+            "cpu": cpu}
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_worker(*args) -> dict:
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    result = asyncio.run(worker(*args))
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    result["cpu"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return result
+    """One load process's asyncio loop (uvloop's when installed: the load's own CPU is part of what it
+    measures on a 2-core machine); its CPU seconds are counted while its agents push."""
+    try:
+        import uvloop
+
+        return uvloop.run(worker(*args))
+    except ImportError:
+        return asyncio.run(worker(*args))
 
 
 def load(hubs: list[tuple[subprocess.Popen, str]], pushers: dict[str, str], consumers: dict[str, str],
@@ -190,12 +234,15 @@ def load(hubs: list[tuple[subprocess.Popen, str]], pushers: dict[str, str], cons
     processes = min(LOAD_PROCESSES, len(pushers))
     share = lambda d, w: dict(list(d.items())[w::processes])  # noqa: E731
     loadavg = os.getloadavg()[0]
-    hub_before = hub_cpu()
-    start_at = time.perf_counter() + 2.0 + 0.02 * len(consumers)  # every consumer is long-polling by then
+    start_at = time.perf_counter() + 3.5 + 0.02 * len(consumers)  # every push ready, every consumer long-polling
     with multiprocessing.get_context("fork").Pool(processes) as pool:
-        parts = pool.starmap(run_worker, [(urls, share(pushers, w), share(consumers, w), start_at, seconds)
-                                          for w in range(processes)])
-    hub_used = hub_cpu() - hub_before
+        pending = pool.starmap_async(run_worker, [(urls, share(pushers, w), share(consumers, w), start_at, seconds)
+                                                  for w in range(processes)])
+        time.sleep(max(0.0, start_at - time.perf_counter()))
+        hub_before = hub_cpu()
+        time.sleep(max(0.0, start_at + seconds - time.perf_counter()))
+        hub_used = hub_cpu() - hub_before  # while the agents push
+        parts = pending.get()
     sent, received, latencies = {}, {}, []
     for part in parts:
         sent.update(part["sent"])
@@ -205,12 +252,38 @@ def load(hubs: list[tuple[subprocess.Popen, str]], pushers: dict[str, str], cons
             got[0] += count
             got[1] = max(got[1], at)
     pushes = sum(part["pushes"] for part in parts)
+    pulls = sum(part["pulls"] for part in parts)
     everyone = len(consumers)
     fanout = [received[i][1] - at for i, at in sent.items() if received.get(i, (0,))[0] >= everyone]
     return {"events/s": pushes / seconds, "p50": percentile(latencies, 50) * 1000,
             "p99": percentile(latencies, 99) * 1000, "fanout p99": percentile(fanout, 99) * 1000,
             "missed": len(sent) - len(fanout), "hub cpu": hub_used, "load cpu": sum(part["cpu"] for part in parts),
-            "loadavg": loadavg}
+            "pulls": pulls, "pushes": pushes, "loadavg": loadavg}
+
+
+def disk_floor(seconds: float = 2.0) -> tuple[float, float]:
+    """(commits/s, median ms) of back-to-back one-row commits by raw sqlite3 in WAL mode at
+    synchronous=FULL, in the benchmark's folder: the most transactions a second this disk lets one
+    writer make, so the most pushes a second a hub committing each on its own could reach."""
+    import sqlite3
+    import statistics
+
+    path = workdir("hub_load") / "floor.db"
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE TABLE t (position INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, data BLOB NOT NULL)")
+    times, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        started = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t (id, data) VALUES (?, ?)", (os.urandom(16).hex(), os.urandom(300)))
+        db.execute("COMMIT")
+        times.append(time.perf_counter() - started)
+    db.close()
+    return len(times) / seconds, statistics.median(times) * 1000
 
 
 def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server) -> dict:
@@ -242,6 +315,24 @@ def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server) -
             proc.wait(timeout=30)
 
 
+def cpu_bound(run: dict, cores: int, hubs: int) -> float:
+    """The events/s at which the CPU measured per push would fill the hub processes' cores (one each: the
+    GIL) or the machine's (hub and load together), whichever comes first."""
+    hub = run["hub cpu"] / max(1, run["pushes"])
+    return min(hubs / max(hub, 1e-9), cores / max(hub + run["load cpu"] / max(1, run["pushes"]), 1e-9))
+
+
+def bounds(agents: int, off: dict, on: dict, disk: float | None, cores: int, hubs: int) -> str:
+    """What bounds each side of a pair, from what was measured: the disk (commits/s it allows one writer)
+    or the CPU (at the CPU per push measured), and so the most group commit could give over this off
+    figure at this CPU per push."""
+    off_cpu, on_cpu = cpu_bound(off, cores, hubs), cpu_bound(on, cores, hubs)
+    where = f"the disk allows {disk:,.0f} commits/s, " if disk else ""
+    return (f"{agents} agents: off {off['events/s']:,.0f} ev/s ({where}its CPU per push {off_cpu:,.0f}); on "
+            f"{on['events/s']:,.0f} ev/s, at its CPU per push at most {on_cpu:,.0f} = "
+            f"{on_cpu / max(off['events/s'], 1e-9):.1f}x this off")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", default="1,8,32,100", help="comma-separated agent counts")
@@ -256,21 +347,37 @@ def main():
     pg_executor = pg_url = None
     if "postgres" in backends:
         pg_executor, pg_url = start_postgres()
+    cores = os.cpu_count() or 1
     try:
         for backend in backends:
-            rows = [("agents", "group commit", "events/s", "vs off", "push p50 ms", "push p99 ms",
-                     "fan-out p99 ms", "missed", "hub cpu s", "load cpu s", "load avg")]
+            rate = None
+            if backend == "sqlite":
+                rate, median = disk_floor()
+                print(f"\nthis disk: back-to-back one-row commits, raw sqlite3, WAL, synchronous=FULL: {rate:,.0f} "
+                      f"commits/s (median {median:.2f} ms) at load average {os.getloadavg()[0]:.2f}")
+            notes = []
+            rows = [("agents", "group commit", "events/s", "vs off", "push p50 ms", "push p99 ms", "fan-out p99 ms",
+                     "missed", "pulls/push", "hub cpu ms/push", "load cpu ms/push", "cpu-bound max ev/s", "load avg")]
             for agents in counts:
                 for _ in range(args.repeat):
                     off = one_run(backend, agents, False, args.seconds, pg_url)
                     on = one_run(backend, agents, True, args.seconds, pg_url)
+                    hubs = 1 if backend == "sqlite" else 2
+                    notes.append(bounds(agents, off, on, rate, cores, hubs))
                     for label, r in (("off", off), ("on", on)):
+                        per_push = lambda cpu: cpu * 1000 / max(1, r["pushes"])  # noqa: E731
                         rows.append((agents, label, f"{r['events/s']:,.0f}", f"{r['events/s'] / off['events/s']:.2f}x",
                                      f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['fanout p99']:.1f}", r["missed"],
-                                     f"{r['hub cpu']:.1f}", f"{r['load cpu']:.1f}", f"{r['loadavg']:.2f}"))
+                                     f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.2f}",
+                                     f"{per_push(r['load cpu']):.2f}", f"{cpu_bound(r, cores, hubs):,.0f}",
+                                     f"{r['loadavg']:.2f}"))
             where = ("SQLite, synchronous=FULL, one hub process" if backend == "sqlite"
                      else "PostgreSQL, two hub processes on one database")
             table(f"{args.seconds:g} s of one-event pushes, as many long-polling consumers ({where})", rows)
+            print(f"  cpu-bound max: the events/s at which, at the CPU per push measured, the hub would fill its one "
+                  f"core (a Python process), or the hub and the load all {cores} cores, whichever comes first")
+            for note in notes:
+                print("  " + note)
     finally:
         if pg_executor is not None:
             pg_executor.stop()

@@ -193,8 +193,10 @@ def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop", help
     with memory() as mem:
         hit = mem.audit_read(seq, loop)
     if json:
-        return emit_json(hit)
-    _print_hit(hit)
+        emit_json(hit)
+    else:
+        _print_hit(hit)
+    raise typer.Exit(1 if hit.source == "missing" else 0)
 
 
 def _print_hit(hit) -> None:
@@ -219,7 +221,7 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
     elif result.resolved:
         sys.stdout.write(result.text)
     else:
-        typer.echo(f"{result.path}: no such file")
+        fail(f"{result.path}: no such file")
     raise typer.Exit(0 if result.resolved else 1)
 
 

@@ -331,14 +331,12 @@ def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = Se
 def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as --at takes it) or seq:N."),
          to: str = typer.Option(None, "--to", help="A moment (as --at takes it) or seq:N (default: now).")):
     """A unified diff of one file between two moments."""
-    import difflib
+    from projections.history import diff as diff_of
 
     path = file_path(path)
     with memory() as mem:
         a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
-        old, new = mem.show(path, a) or "", mem.show(path, b) or ""
-    sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                               f"{path}@{a}", f"{path}@{b}"))
+        sys.stdout.write(diff_of(mem, path, a, b))
 
 
 # --- the log ------------------------------------------------------------------------------------
@@ -362,17 +360,21 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
 
 
 @app.command()
-def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of this seq."),
-           check: bool = typer.Option(False, "--check", help="Rebuild elsewhere and report differences only."),
+def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of this seq (1 to the log head)."),
+           check: bool = typer.Option(False, "--check", help="Rebuild elsewhere, as far as the views have come, "
+                                      "and report differences only (not with --to: the views hold only their "
+                                      "latest state, so an earlier rebuild would always differ)."),
            force: bool = ForceOpt, json: bool = JsonOpt):
     """Delete every view and rebuild it from the log."""
     from projections import replay as replaying
 
+    if check and to is not None:
+        fail("--check compares the views as they are with a rebuild; it takes no --to", 2)
     with memory(refresh=False) as mem:
         total = to if to is not None else mem.head()
         with progress_bar("replay", total) as advance:
             if check:
-                report = replaying.check(mem, to, progress=advance)
+                report = replaying.check(mem, progress=advance)
             else:
                 report = replaying.replay(mem, to, force=force, progress=advance)
     if json:

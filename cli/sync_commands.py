@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from eventstore.instants import format_instant, format_local, parse_instant
+from eventstore.instants import format_instant, format_local, parse_instant, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import JsonOpt, app, fail, memory, read_input
@@ -147,8 +147,10 @@ def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"
     """The contract in force now, or at a moment."""
     from sync.contracts import to_toml
 
-    at_ms = parse_instant(at) if at else None
+    at_ms = past_instant(at) if at else None
     contract, position = storage(db).contract(at_ms)
+    if at_ms is not None and not position:
+        fail(f"{at!r} ({format_local(at_ms)}) is before this hub had a contract")
     if at_ms is not None:
         typer.echo(f"as of {format_local(at_ms)} (hub position {position})", err=True)
     if json:
@@ -164,7 +166,7 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
 
     hub = storage(db)
     _known_agent(hub, agent)
-    at_ms = parse_instant(at) if at else None
+    at_ms = past_instant(at) if at else None
     cursor = hub.received_by(agent, at_ms)
     if at_ms is not None:
         typer.echo(f"as of {format_local(at_ms)} (hub position {cursor} for {agent})", err=True)
@@ -383,10 +385,13 @@ def show_status(json: bool, fetch: bool) -> None:
 
     with memory(refresh=False) as mem:
         report = sync_status(mem, fetch=fetch)
+    short = (f"the views are at seq {report.checkpoint}, past the log head {report.head}: the log is damaged or "
+             "was cut short; run `mem verify`") if report.behind < 0 else None
     if json:
-        return emit_json(report)
+        emit_json(report)
+        return fail(short) if short else None
     typer.echo(f"workspace  {report.workspace}\nagent      {report.agent}\nlog head   {report.head}\n"
-               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind else ""))
+               f"views at   {report.checkpoint}" + (f"  ({report.behind} behind the log)" if report.behind > 0 else ""))
     edited = [p for p in report.hand_edited if p not in report.skipped]
     for label, paths in (("edited by hand", edited), ("not written", report.skipped),
                          ("not yet written", report.pending), ("missing", report.missing),
@@ -405,6 +410,8 @@ def show_status(json: bool, fetch: bool) -> None:
             typer.echo(f"  held back: {held.count} in {held.layer}: {held.why}")
     if report.clean:
         typer.echo("clean: every file is what the log says")
+    if short:
+        fail(short)
 
 
 @app.command()

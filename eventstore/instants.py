@@ -48,6 +48,16 @@ def parse_instant(text: str, now_ms: int | None = None) -> int:
     return int(moment.astimezone().timestamp() * 1000)
 
 
+def past_instant(text: str, now_ms: int | None = None) -> int:
+    """A moment to look back at (`--at`): parsed as `parse_instant` does, refused when it is still to come
+    (a future time would show today's memory as if it were then's)."""
+    now = int(dt.datetime.now().timestamp() * 1000) if now_ms is None else now_ms
+    at_ms = parse_instant(text, now)
+    if at_ms > now:
+        raise InvalidInput(f"{text!r} ({format_local(at_ms)}) is in the future")
+    return at_ms
+
+
 def _local(day: dt.date, clock: str, text: str) -> int:
     try:
         moment = dt.datetime.combine(day, dt.time.fromisoformat(clock.zfill(len(clock) + 1) if clock.index(":") == 1 else clock))

@@ -176,6 +176,19 @@ class FileDelete(Body, tag="file.delete"):
     path: str
 
 
+_AUDIT_SWITCHES = ("loop", "inbox", "outbox", "files")
+CONFIG_KEYS: tuple[str, ...] = (*(f"audit.{s}" for s in _AUDIT_SWITCHES), *(f"context.audit.{s}" for s in _AUDIT_SWITCHES),
+                                "lint.mind_max_lines", "lint.mind_max_bytes")
+"""The config keys mindlog reads (`context.audit.*` as ADF files have them); `layers.<name>` declares a local layer."""
+CONFIG_KEY_PREFIXES = ("layers.",)
+
+
+def config_key_known(key: str) -> bool:
+    """A key `mem config set` may set: one mindlog reads, a group of them (`lint`), or a local layer's."""
+    return (key in CONFIG_KEYS or any(k.startswith(key + ".") for k in CONFIG_KEYS)
+            or any(key.startswith(prefix) for prefix in CONFIG_KEY_PREFIXES))
+
+
 class ConfigSet(Body, tag="config.set"):
     """Sets one dotted key of the agent config (`audit.files`); the empty key replaces it whole.
 

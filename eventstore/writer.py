@@ -13,9 +13,9 @@ from . import governance, validate
 from .envelope import Event, new_event
 from .errors import InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
-from .kinds import (AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage, Lint,
-                    LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRelease,
-                    PageRename, PageUpdate)
+from .kinds import (CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage,
+                    Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRelease,
+                    PageRename, PageUpdate, config_key_known)
 from .layers import AGENT, LOOP, MIND
 
 
@@ -189,6 +189,8 @@ class AdfWriter:
     def config_set(self, key: str, value) -> Event:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", key):
             raise InvalidInput(f"config key {key!r} must be a dotted name like audit.files")
+        if not config_key_known(key):
+            raise InvalidInput(f"there is no config key {key!r} (keys: {', '.join(CONFIG_KEYS)}, layers.<name>)")
         if key.startswith("audit.") and key.count(".") == 1 and not isinstance(value, bool):
             raise InvalidInput(f"{key} is a switch: give true or false")
         return self._event(ConfigSet(key=key, value=value), AGENT)

@@ -5,6 +5,7 @@ import difflib
 import msgspec
 
 from eventstore.envelope import decode_body
+from eventstore.errors import NotFound
 from eventstore.instants import format_instant
 from eventstore.kinds import ADF, WIKI_KINDS, PageRename, kinds_naming
 from eventstore.layers import MIND
@@ -85,6 +86,10 @@ def _page_of(doc: bytes) -> tuple[dict, str]:
 
 
 def diff(memory, path: str, a: int, b: int) -> str:
-    """A unified diff of `path` between seqs a and b (a missing file reads as empty)."""
-    old, new = memory.show(path, a) or "", memory.show(path, b) or ""
+    """A unified diff of `path` between seqs a and b (missing at one of them, it reads as empty; missing at
+    both, it is refused: most likely a mistyped path, which would otherwise diff as nothing changed)."""
+    old, new = memory.show(path, a), memory.show(path, b)
+    if old is None and new is None:
+        raise NotFound(f"{path} exists at neither moment (seq {a}, seq {b})")
+    old, new = old or "", new or ""
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}@{a}", f"{path}@{b}"))

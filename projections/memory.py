@@ -15,8 +15,8 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore import secrets, validate
 from eventstore.errors import HandEdited, InvalidInput, NotFound, storage_exceptions, storage_failure
-from eventstore.instants import format_local, parse_instant
-from eventstore.layers import MIND, lenient_contract, produces
+from eventstore.instants import format_local, past_instant
+from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
@@ -246,6 +246,10 @@ class Memory:
 
     def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *,
                      allow_secret: bool = False) -> Compaction:
+        live = len(self.loop(loop))
+        if live <= preserve:
+            raise InvalidInput(f"loop {loop!r} has {live} messages; with --preserve {preserve} there is nothing "
+                               "to compact")
         event = self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
         return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
@@ -327,13 +331,23 @@ class Memory:
             self.refresh()
         return True
 
-    def shared_layer(self, layer: str, format: str, allow_secret: bool = False, *, produce: bool = True):
+    def layer_spec(self, layer: str, *, private: bool = False):
+        """The contract's spec of `layer`, refusing a name this workspace does not know (a typo would
+        otherwise read as an empty layer). With `private`, mind, loop and agent are known too (spec None)."""
+        if private and layer in PRIVATE_LAYERS:
+            return None
         contract = self.views.contract
-        if contract is None:
+        spec = contract.layers.get(layer) if contract is not None else None
+        if spec is not None:
+            return spec
+        if contract is None and not private:
             raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
-        spec = contract.layers.get(layer)
-        if spec is None:
-            raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(contract.layers)})")
+        known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
+        raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
+
+    def shared_layer(self, layer: str, format: str, allow_secret: bool = False, *, produce: bool = True):
+        spec = self.layer_spec(layer)
+        contract = self.views.contract
         if spec.format != format:
             raise InvalidInput(f"layer {layer!r} holds {spec.format}, not {format}")
         if produce and not produces(contract, self.config.agent, layer):
@@ -413,6 +427,8 @@ class Memory:
     def seq_at(self, at_ms: int | None = None, seq: int | None = None) -> int:
         """The seq that a (time, seq) pair names; the head when neither is given."""
         if seq is not None:
+            if seq < 1:
+                raise InvalidInput(f"seq {seq} is before the first event (seqs start at 1)")
             if seq > self.log.head():
                 raise InvalidInput(f"seq {seq} is past the log head ({self.log.head()})")
             return min(seq, self.views.checkpoint())
@@ -455,7 +471,7 @@ class Memory:
     def moment(self, at: str) -> Moment:
         """What a typed moment (`--at`, a tool's `at`) means: its instant and the seq then. A moment before
         the first event is refused: that is no memory, not an empty one."""
-        at_ms = parse_instant(at)
+        at_ms = past_instant(at)
         first = self.first_recorded_at()
         if first is None or at_ms < first:
             since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
@@ -514,6 +530,10 @@ class Memory:
 
     def events(self, *, kinds=None, layers=None, since_ms: int | None = None, limit: int | None = None) -> list[Event]:
         """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
+        for layer in layers or ():
+            self.layer_spec(layer, private=True)
+        if limit is not None and limit < 0:
+            raise InvalidInput(f"-n must be 0 or more, not {limit}")
         found = list(self.log.read(kinds=kinds, layers=layers, since_ms=since_ms, limit=limit,
                                    newest_first=limit is not None))
         return sorted(found, key=lambda e: e.seq)
@@ -528,6 +548,9 @@ class Memory:
         return [CatalogPage(slug=s, title=t, hook=h) for s, t, h in self.views.catalog(as_of)]
 
     def loop(self, loop: str | None = "main", as_of: int | None = None) -> list[audit.LoopMessage]:
+        """The live loop (main, or one that ever had a message; a mistyped name is refused)."""
+        if loop not in (None, "main") and loop not in (names := self.views.loop_names()):
+            raise NotFound(f"there is no loop {loop!r} (loops: {', '.join(sorted({'main', *names}))})")
         return audit.loop_rows(self.views, loop, as_of)
 
     def files(self, as_of: int | None = None) -> list[tuple]:
@@ -555,6 +578,8 @@ class Memory:
     def search(self, query: str, **filters) -> list:
         from . import search
 
+        for layer in filters.get("layers") or ():
+            self.layer_spec(layer, private=True)
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
     def layers(self) -> list[dict]:
@@ -565,6 +590,7 @@ class Memory:
                 for name, spec in sorted((contract.layers if contract else {}).items())]
 
     def entries(self, layer: str) -> list:
+        self.shared_layer(layer, "entries", produce=False)
         return self.views.shared.entries(layer, self.views.checkpoint())
 
     def conflicts(self) -> list:

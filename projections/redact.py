@@ -60,6 +60,8 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise InvalidInput(f"--match {pattern!r} is not a regular expression: {exc}") from None
+    if layer:
+        memory.layer_spec(layer, private=True)
     hits = []
     for row in memory.log.read_rows(layers=[layer] if layer else None):
         seq, id, kind, codec, body = row[0], row[1], row[6], row[7], row[8]

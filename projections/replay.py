@@ -46,6 +46,8 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
     that must rebuild) such files are left as they are and reported, as a refresh does. `log` and
     `heads`: a build that follows a log still growing (see `_build`).
     """
+    if upto is not None:
+        memory.seq_at(seq=upto)
     with memory.lock():
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
@@ -71,11 +73,12 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 
 
-def check(memory, upto: int | None = None, *, progress=None) -> CheckReport:
-    """Rebuilds into a temporary directory and lists every file or view row that differs."""
+def check(memory, *, progress=None) -> CheckReport:
+    """Rebuilds into a temporary directory, as far as the views have come, and lists every file or view row
+    that differs. There is no `upto`: the views and the files hold only their latest state, so a rebuild of
+    an earlier moment would differ from them in everything that happened since."""
     with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
-        views = _build(memory, Path(tmp) / "views.db", upto if upto is not None else memory.views.checkpoint(),
-                       progress)
+        views = _build(memory, Path(tmp) / "views.db", memory.views.checkpoint(), progress)
         out = Path(tmp) / "files"
         with views.transaction():
             views.written.track(views.paths())

@@ -411,6 +411,10 @@ class Views:
         return self.db.execute(f"SELECT {LOOP_COLUMNS} FROM loop_rows WHERE {' AND '.join(where)} "
                                "ORDER BY COALESCE(ord, seq), seq", params).fetchall()
 
+    def loop_names(self) -> list[str]:
+        """Every loop that ever had a row."""
+        return [name for (name,) in self.db.execute("SELECT DISTINCT loop FROM loop_rows ORDER BY loop")]
+
     def files(self, as_of: int | None = None) -> list[tuple]:
         """The adf_files rows (FILE_COLUMNS) of the files (not the wiki's) that exist as of a seq."""
         bound = "" if as_of is None else " AND seq <= ?"

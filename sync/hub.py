@@ -249,6 +249,7 @@ class Hub:
         self.storage, self.max_wait, self.group_commit = storage, max_wait, group_commit
         self.fanout = Fanout()
         self._committer: GroupCommitter | None = None
+        self._woken: tuple[int, dict] = (-1, {})  # (the head they were read at, answers to woken long-polls)
 
     @property
     def committer(self) -> GroupCommitter:
@@ -264,24 +265,43 @@ class Hub:
             return await run_in_threadpool(fn, *args)
         return fn(*args)
 
-    def agent_for(self, token: str) -> str:
-        agent = self.storage.agent_for_token(token)
+    def state(self, token: str) -> tuple[str, object, int, int]:
+        """(agent, contract, its position, head) of a request, in one read; an unknown token is refused."""
+        agent, contract, position, head = self.storage.request_state(token)
         if agent is None:
             raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
-        return agent
+        return agent, contract, position, head
+
+    def agent_for(self, token: str) -> str:
+        return self.state(token)[0]
 
     def agent_and_contract(self, token: str):
         """The token's agent, the contract in force and its position."""
-        return self.agent_for(token), *self.storage.contract()
+        return self.state(token)[:3]
+
+    def woken_answer(self, token: str, after: int, limit: int) -> bytes:
+        """The answer to a long-poll a commit woke: its token and contract read again, then the answer
+        shared by every poll woken at the same head with the same cursor and layers. A commit wakes all
+        the consumers of its layers at once, most of them at the same cursor: the page is read and
+        encoded once for them, while each of them was waiting (a read they could all have made)."""
+        agent, contract, _position, head = self.state(token)
+        layers = tuple(consumed_layers(contract, agent))
+        known, answers = self._woken
+        if known != self.fanout.head:
+            known, answers = self._woken = (self.fanout.head, {})
+        key = (after, layers, limit)
+        answer = answers.get(key)
+        if answer is None:
+            answer = answers[key] = pull_answer(after, head, self.storage.pull(after, list(layers), limit + 1), limit)
+        return answer
 
     def consumer_page(self, token: str, after: int, limit: int) -> tuple[str, list[str], int, list]:
         """The token's agent, the layers it consumes now, the head, then the events after `after`.
 
         The head is read before the page: positions are commit-ordered, so every event at or below
         it is already visible, and a cursor moved up to it can never skip one."""
-        agent = self.agent_for(token)
-        layers = consumed_layers(self.storage.contract()[0], agent)
-        head = self.storage.head()
+        agent, contract, _position, head = self.state(token)
+        layers = consumed_layers(contract, agent)
         return agent, layers, head, self.storage.pull(after, layers, limit)
 
 
@@ -379,11 +399,16 @@ async def pull(request: Request) -> Response:
         await recorded
     if not events and wait > 0 and await hub.fanout.wait(max(after, head), layers, wait):
         # token and contract again: revoked while it waited, it gets nothing more
-        agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
+        return Response(await hub.read(hub.woken_answer, token, after, limit), media_type="application/json")
+    return Response(pull_answer(after, head, events, limit), media_type="application/json")
+
+
+def pull_answer(after: int, head: int, events: list, limit: int) -> bytes:
+    """The encoded answer to a pull after `after`, given the head read before `events` (at most limit + 1)."""
     more = len(events) > limit
     events = events[:limit]
     cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
-    return reply(PullResponse(events=events, cursor=encode_cursor(cursor), more=more, head=head))
+    return msgspec.json.encode(PullResponse(events=events, cursor=encode_cursor(cursor), more=more, head=head))
 
 
 async def openapi(request: Request) -> Response:

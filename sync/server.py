@@ -32,12 +32,68 @@ a loaded hub ran a full collection every second or so, each pausing every reques
 requests make little cyclic garbage, so rarer young collections reclaim the same."""
 
 
+def http_protocol():
+    """uvicorn's httptools protocol, each response's head and first body chunk sent in one write (uvicorn
+    writes them apart). Measured under bench/bench_hub_load.py: the two loopback sends of every answer
+    were the hub's largest single cost (a send wakes the client, a second send wakes it again). "auto"
+    when httptools is missing."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+    except ImportError:
+        return "auto"
+
+    class Collected:
+        """Stands in for the transport while the head and the first chunk are written."""
+
+        def __init__(self):
+            self.parts, self.closing = [], False
+
+        def write(self, data: bytes) -> None:
+            self.parts.append(data)
+
+        def close(self) -> None:
+            self.closing = True
+
+        def is_closing(self) -> bool:
+            return False
+
+    class OneWriteCycle(RequestResponseCycle):
+        _start = None
+
+        async def send(self, message) -> None:
+            if message["type"] == "http.response.start" and not self.response_started:
+                self._start = message  # held until the body (a 500 after a failed answer replaces it)
+                return
+            start, self._start = self._start, None
+            if start is None:
+                return await super().send(message)
+            transport, collected = self.transport, Collected()
+            self.transport = collected
+            try:
+                await super().send(start)
+                await super().send(message)
+            finally:
+                self.transport = transport
+            transport.write(b"".join(collected.parts))
+            if collected.closing:
+                transport.close()
+
+    class OneWriteProtocol(HttpToolsProtocol):
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            if type(self.cycle) is RequestResponseCycle:  # its task has not started yet
+                self.cycle.__class__ = OneWriteCycle
+
+    return OneWriteProtocol
+
+
 def serve(app, host: str, port: int) -> None:
     """Serves an ASGI app (the hub's, perhaps with more mounted) until interrupted: no access log."""
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    uvicorn.run(app, host=host, port=port, http=http_protocol(), proxy_headers=False, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:
@@ -56,7 +112,7 @@ class BackgroundHub:
     def start(self) -> "BackgroundHub":
         self.storage = open_storage(self.db)
         config = uvicorn.Config(create_app(self.storage, **self.app_options), host="127.0.0.1", port=self.port,
-                                log_level="error", lifespan="off", timeout_graceful_shutdown=2)
+                                http=http_protocol(), log_level="error", lifespan="off", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -98,6 +98,20 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+_token_hashes: dict[str, str] = {}
+TOKEN_HASHES = 4096
+"""How many recent tokens' hashes a hub keeps (each request names its token; the hash is what is looked up)."""
+
+
+def request_token_hash(token: str) -> str:
+    digest = _token_hashes.get(token)
+    if digest is None:
+        if len(_token_hashes) >= TOKEN_HASHES:
+            _token_hashes.clear()
+        digest = _token_hashes[token] = hash_token(token)
+    return digest
+
+
 def new_token() -> str:
     return "mlg_" + secrets.token_urlsafe(32)
 
@@ -154,11 +168,27 @@ class HubStorage(ABC):
 
     def agent_for_token(self, token: str) -> str | None:
         """The agent a bearer token names, or None (unknown or revoked). Compared in constant time."""
-        digest = hash_token(token)
+        digest = request_token_hash(token)
         row = self._agent_row(digest)
         if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
             return None
         return row[0]
+
+    @abstractmethod
+    def _request_row(self, token_hash: str) -> tuple | None:
+        """(name, token_hash, revoked_at, the contract's position, the head) in one read; None for a hash no
+        agent has."""
+
+    def request_state(self, token: str) -> tuple[str | None, Contract, int, int]:
+        """What every request reads first, in one read (a read costs about as much as the rest of a
+        small request's checks): the token's agent (None: unknown or revoked; compared in constant
+        time), the contract in force, its position, and the head (read before any page that follows)."""
+        digest = request_token_hash(token)
+        row = self._request_row(digest)
+        if row is None or not hmac.compare_digest(row[1], digest) or row[2] is not None:
+            return None, Contract(), 0, 0
+        contract, position = self._contract_at(row[3])
+        return row[0], contract, position, row[4]
 
     # --- events -------------------------------------------------------------------------------
 
@@ -229,6 +259,10 @@ class HubStorage(ABC):
     def latest_of_layer(self, layer: str, at_ms: int | None) -> Event | None: ...
 
     @abstractmethod
+    def latest_position(self, layer: str) -> int:
+        """The position of the layer's last event (0: none), read off the (layer, position) index alone."""
+
+    @abstractmethod
     def stored(self, id: str) -> tuple[str, bytes] | None:
         """(layer, stored data) of an event on the hub, or None."""
 
@@ -261,12 +295,18 @@ class HubStorage(ABC):
     def contract(self, at_ms: int | None = None) -> tuple[Contract, int]:
         """The contract in force (at `at_ms`) and its position. The hub asks on every request: the last
         one parsed is kept by position (the event at a position never changes; a contract is never redacted)."""
+        if at_ms is None:
+            return self._contract_at(self.latest_position(CONTRACT_LAYER))
         event = self.latest_of_layer(CONTRACT_LAYER, at_ms)
-        position = event.seq if event else 0
+        return contract_of(event), event.seq if event else 0
+
+    def _contract_at(self, position: int) -> tuple[Contract, int]:
+        """The contract in force, known to be at `position`: parsed again only when that moved."""
         parsed = self._parsed_contract
         if parsed[0] != position:
-            parsed = self._parsed_contract = (position, contract_of(event))
-        return parsed[1], position
+            event = self.latest_of_layer(CONTRACT_LAYER, None)
+            parsed = self._parsed_contract = (event.seq if event else 0, contract_of(event))
+        return parsed[1], parsed[0]
 
     def record_pull(self, agent: str, cursor: int) -> None:
         """Notes that `agent` has stored every event up to `cursor` (it asks for what comes after)."""

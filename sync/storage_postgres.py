@@ -12,6 +12,7 @@ from psycopg_pool import ConnectionPool
 
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
+from eventstore.layers import CONTRACT_LAYER
 
 from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
                       HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
@@ -64,6 +65,12 @@ class PostgresHubStorage(HubStorage):
         with self.pool.connection() as conn:
             return conn.execute("SELECT name, token_hash, revoked_at FROM hub_agents WHERE token_hash = %s",
                                 (token_hash,)).fetchone()
+
+    def _request_row(self, token_hash):
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT name, token_hash, revoked_at, (SELECT COALESCE(MAX(position), 0) FROM "
+                                "hub_events WHERE layer = %s), (SELECT position FROM hub_counter) FROM hub_agents "
+                                "WHERE token_hash = %s", (CONTRACT_LAYER, token_hash)).fetchone()
 
     def revoke_agent(self, name):
         with self.pool.connection() as conn:
@@ -158,6 +165,11 @@ class PostgresHubStorage(HubStorage):
             except psycopg.Error:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    def latest_position(self, layer):
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT COALESCE(MAX(position), 0) FROM hub_events WHERE layer = %s",
+                                (layer,)).fetchone()[0]
 
     def latest_of_layer(self, layer, at_ms):
         with self.pool.connection() as conn:

@@ -8,6 +8,7 @@ import threading
 
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
+from eventstore.layers import CONTRACT_LAYER
 
 from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
                       HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
@@ -101,6 +102,12 @@ class SQLiteHubStorage(HubStorage):
         rows = self._read("SELECT name, token_hash, revoked_at FROM hub_agents WHERE token_hash = ?", (token_hash,))
         return rows[0] if rows else None
 
+    def _request_row(self, token_hash):
+        rows = self._read("SELECT name, token_hash, revoked_at, (SELECT IFNULL(MAX(position), 0) FROM hub_events "
+                          "WHERE layer = ?), (SELECT IFNULL(MAX(position), 0) FROM hub_events) FROM hub_agents "
+                          "WHERE token_hash = ?", (CONTRACT_LAYER, token_hash))
+        return rows[0] if rows else None
+
     def revoke_agent(self, name):
         def revoke():
             found = self.db.execute("SELECT revoked_at FROM hub_agents WHERE name = ?", (name,)).fetchone()
@@ -190,6 +197,9 @@ class SQLiteHubStorage(HubStorage):
             except sqlite3.Error:
                 if stop.is_set():
                     return
+
+    def latest_position(self, layer):
+        return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events WHERE layer = ?", (layer,))[0][0]
 
     def latest_of_layer(self, layer, at_ms):
         rows = self._read("SELECT position, recorded_at, data FROM hub_events WHERE layer = ? AND recorded_at <= ? "

@@ -117,3 +117,45 @@ def test_a_follower_survives_a_hub_restart_and_receives_later_events(tmp_path):
     assert "Traceback" not in errors
     assert errors.count("retrying until it answers") == 1, errors
     assert "answers again" in errors
+
+
+def test_long_polls_woken_by_one_commit_each_get_their_own_layers_and_a_revoked_token_nothing(hub_db):
+    """The polls one commit wakes share one read of their page per cursor and layers: a consumer of
+    fewer layers does not get the others' page, and a token revoked while waiting still gets 401."""
+    from eventstore.kinds import PageIngest
+
+    storage = open_storage(hub_db)
+    storage.apply_contract(CONTRACT)
+    tokens = {name: storage.add_agent(name) for name in ("alice", "main", "bob", "writer")}
+    storage.close()
+
+    async def scenario(url):
+        clients = {name: httpx.AsyncClient(base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
+                   for name, token in tokens.items()}
+        try:
+            cursor = (await clients["main"].get("/v1/pull")).json()["cursor"]
+            polls = {(name, i): asyncio.create_task(clients[name].get("/v1/pull", params={"cursor": cursor, "wait": 20}))
+                     for name, count in (("main", 3), ("alice", 3), ("bob", 2)) for i in range(count)}
+            await asyncio.sleep(1.0)
+            revoking = open_storage(hub_db)
+            revoking.revoke_agent("bob")
+            revoking.close()
+            draft = new_event(PageIngest(slug="plan", frontmatter={"type": "x"}, text="t"), agent="writer",
+                              layer="drafts")
+            fact = entry("in every consumer's layer", agent="writer")
+            pushed = await clients["writer"].post("/v1/push", content=msgspec.json.encode(PushRequest(events=[draft, fact])),
+                                                  headers={"content-type": "application/json"})
+            assert pushed.status_code == 200, pushed.text
+            answers = dict(zip(polls, await asyncio.wait_for(asyncio.gather(*polls.values()), 10)))
+        finally:
+            for client in clients.values():
+                await client.aclose()
+        for (name, _), answer in answers.items():
+            if name == "bob":
+                assert answer.status_code == 401 and fact.id not in answer.text
+            else:
+                expected = [draft.id, fact.id] if name == "main" else [fact.id]
+                assert [e["id"] for e in answer.json()["events"]] == expected, name
+
+    with HubServer(hub_db) as hub:
+        asyncio.run(scenario(hub.url))

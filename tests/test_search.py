@@ -128,8 +128,10 @@ def test_mem_search_cli(workspace, tmp_path):
     assert "cite adf-file://mind/deploy.md" in out and "**owner**" in out
     hits = json.loads(run_mem("search", "owner", "--json", cwd=workspace, check=True).stdout)
     assert hits[0]["citation"] == "adf-file://mind/deploy.md" and hits[0]["kind"] == "page"
-    assert json.loads(run_mem("search", "owner", "--seq", "0", "--json", cwd=workspace, check=True).stdout) == []
+    assert json.loads(run_mem("search", "owner", "--seq", "1", "--json", cwd=workspace, check=True).stdout)
     before = log_rows(workspace)
+    bad = run_mem("search", "owner", "--seq", "0", cwd=workspace)
+    assert bad.returncode == 1 and b"error: seq 0 is before the first event" in bad.stderr
     bad = run_mem("search", "owner", "--kind", "nope", cwd=workspace)
     assert bad.returncode == 2 and b"error: --kind" in bad.stderr and b"Traceback" not in bad.stderr
     bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)

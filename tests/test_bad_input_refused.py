@@ -1,0 +1,76 @@
+"""Bad input a newcomer typed that used to read as an empty answer (or change something): each one is
+refused with one `error:` line and a non-zero exit, and the log stays as it was."""
+
+import datetime as dt
+import sqlite3
+
+from conftest import PAGE, log_rows, run_mem
+
+LAYER_UNKNOWN = "layer 'nosuch' is not in the contract"
+
+
+def test_unknown_names_past_and_future_moments_are_refused(workspace):
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    mem("page", "write", "deploy", "--file", "-", input=PAGE, check=True)
+    mem("always", "add", "staging first", check=True)
+    mem("loop", "append", "--role", "user", "--text", "hello", check=True)
+    mem("layer", "add", "notes", "notes.md", check=True)
+    rows = log_rows(workspace)
+    head = len(rows)
+    future = (dt.datetime.now() + dt.timedelta(hours=2)).isoformat(timespec="minutes")
+    refusals = {
+        ("log", "--layer", "nosuch"): LAYER_UNKNOWN,
+        ("search", "staging", "--layer", "nosuch"): LAYER_UNKNOWN,
+        ("redact", "--match", "staging", "--layer", "nosuch", "--reason", "r"): LAYER_UNKNOWN,
+        ("entry", "list", "nosuch"): LAYER_UNKNOWN,
+        ("loop", "show", "--loop", "nosuch"): "there is no loop 'nosuch'",
+        ("diff", "nosuch.md", "--from", "seq:1", "--to", "seq:2"): "nosuch.md exists at neither moment",
+        ("config", "set", "nosuch.key", "1"): "there is no config key 'nosuch.key'",
+        ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",
+        ("show", "mind.md", "--seq", "-1"): "seq -1 is before the first event",
+        ("show", "mind.md", "--at", "2030-01-01"): "is in the future",
+        ("search", "staging", "--at", future): "is in the future",
+        ("log", "-n", "-3"): "-n must be 0 or more",
+        ("cite", "adf-file://nosuch.md"): "nosuch.md: no such file",
+        ("replay", "--to", str(head + 100)): f"seq {head + 100} is past the log head ({head})",
+        ("replay", "--to", "-5"): "seq -5 is before the first event",
+        ("replay", "--check", "--to", "2"): "--check compares the views as they are with a rebuild",
+        ("loop", "compact", "--summary-file", "-", "--preserve", "99"): "nothing to compact",
+    }
+    for args, why in refusals.items():
+        refused = mem(*args, input=b"a summary")
+        err = refused.stderr.decode()
+        assert refused.returncode != 0 and err.startswith("error: ") and why in err, (args, refused)
+        assert len(err.strip().splitlines()) == 1 and not refused.stdout.strip(), (args, refused)
+    assert log_rows(workspace) == rows
+    missing = mem("audit", "read", "99999")
+    assert missing.returncode == 1 and b"missing" in missing.stdout
+    # the names that exist still answer
+    assert b"staging first" in mem("log", "--layer", "mind", check=True).stdout
+    mem("entry", "list", "notes", check=True)
+    mem("loop", "show", "--loop", "main", check=True)
+    assert mem("replay", "--check", check=True).returncode == 0
+    assert mem("status", check=True).returncode == 0
+
+
+def test_status_refuses_views_ahead_of_a_short_log(workspace):
+    run_mem("-w", workspace, "always", "add", "one", check=True)
+    run_mem("-w", workspace, "always", "add", "two", check=True)
+    db = sqlite3.connect(workspace / ".mem" / "log.db")
+    with db:
+        db.execute("DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)")
+    db.close()
+    for args in (["status"], ["status", "--json"]):
+        status = run_mem("-w", workspace, *args)
+        assert status.returncode == 1, status
+        assert b"error: the views are at seq" in status.stderr and b"run `mem verify`" in status.stderr
+
+
+def test_hub_contract_before_the_hub_or_in_the_future_is_refused(tmp_path):
+    run_mem("hub", "init", cwd=tmp_path, check=True)
+    for at, why in (("1 min ago", b"before this hub had a contract"), ("2030-01-01", b"is in the future")):
+        refused = run_mem("hub", "contract", "show", "--at", at, cwd=tmp_path)
+        assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and why in refused.stderr, refused
+        assert not refused.stdout
