@@ -14,7 +14,7 @@ import psycopg
 
 from .envelope import Event, check_event
 from .errors import InvalidInput
-from .recorder import (ZERO_CHAIN, Recorder, VerifyReport, id_bytes, id_text, plan_rows, recording_times,
+from .recorder import (ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows, recording_times,
                        redaction_updates, row_to_event, verify_rows)
 from .sqlite import COLUMNS
 
@@ -60,7 +60,7 @@ class PostgresLog(Recorder):
     def close(self) -> None:
         self.conn.close()
 
-    def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
+    def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         prepared = []
         for event in events:
@@ -84,6 +84,7 @@ class PostgresLog(Recorder):
             if updates:
                 with self.conn.cursor() as cursor:
                     cursor.executemany("UPDATE events SET codec = %s, body = %s WHERE id = %s", updates)
+            state = state(seqs) if callable(state) else state
             if state:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(UPSERT_STATE, list(state.items()))

@@ -17,6 +17,7 @@ from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
 
 ZERO_CHAIN = bytes(32)
+StateRows = dict[str, str] | Callable[[list[int]], dict[str, str]] | None
 _sha256 = hashlib.sha256
 _seq_and_time = struct.Struct(">QQ").pack  # seq and recorded_at, 8 bytes each, big-endian
 TAGS = {cls: tag for tag, cls in KINDS.items()}
@@ -139,10 +140,11 @@ class Recorder(ABC):
     # --- write --------------------------------------------------------------------------------
 
     @abstractmethod
-    def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
+    def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
         """Appends atomically and returns each event's seq. `state` rows (a sync cursor) commit in the
-        same transaction; `verify` recomputes every digest first (events from elsewhere).
+        same transaction; given as a function, it is called inside that transaction with the seqs (rows
+        that depend on where the events landed, and on state as it is under the write lock); `verify` recomputes every digest first (events from elsewhere).
         `recorded_at` (ms) records the batch at that time instead of now (a hub's mirror keeps the
         hub's times), a sequence each event at its own (several hub commits in one transaction); it
         never goes backwards along the log."""

@@ -12,8 +12,8 @@ from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
-from .recorder import (TAGS, ZERO_CHAIN, Recorder, VerifyReport, chain_link, id_bytes, id_text, plan_rows,
-                       recording_times, redaction_updates, row_to_event, verify_rows)
+from .recorder import (TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, chain_link, id_bytes, id_text,
+                       plan_rows, recording_times, redaction_updates, row_to_event, verify_rows)
 
 flatten = chained.from_iterable
 
@@ -120,9 +120,9 @@ class SQLiteLog(Recorder):
 
     # --- write --------------------------------------------------------------------------------
 
-    def append(self, events: Sequence[Event], *, state: dict[str, str] | None = None,
+    def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
-        """Appends atomically. `state` rows (a sync cursor) commit in the same transaction;
+        """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
             event = events[0]
@@ -142,8 +142,9 @@ class SQLiteLog(Recorder):
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(prepared, self._stored))
-                if state:
-                    db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(state.items()))
+                rows = state(seqs) if callable(state) else state
+                if rows:
+                    db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
                 db.execute("COMMIT")
                 if redacting:
                     self.scrub()

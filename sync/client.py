@@ -9,6 +9,7 @@ checkpoints that move only after a durable commit.
   pull neither loses nor duplicates anything, and one bad event is rejected alone.
 """
 
+import bisect
 import json
 import queue
 import re
@@ -142,7 +143,8 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 
 def _forget_cursors(memory, name: str) -> None:
-    for key in (f"push:{name}", f"pull:{name}", f"held:{name}", f"pulled-to:{name}", f"pulled-at:{name}"):
+    for key in (f"push:{name}", f"pull:{name}", f"held:{name}", f"pulled-to:{name}", f"pulled-at:{name}",
+                _came_key(name)):
         memory.log.set_state(key, "")
 
 
@@ -279,13 +281,17 @@ class HubClient:
         return self._call("GET", "/v1/pull", PullResponse,
                           params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
 
-    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0, held: str | None = None) -> PullPage:
+    def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0, held: str | None = None,
+                  durable: bool = False) -> PullPage:
         """Like `pull`, each event still encoded (what a consumer checks one by one). `held`, when the
         request goes out before the page it follows is stored, is the cursor this agent has durably
-        stored (what the hub records as received); by default the hub takes `cursor` as that."""
+        stored (what the hub records as received); by default the hub takes `cursor` as that. `durable`
+        (a request that may be a pull's last): the hub answers once it has committed that record."""
         params = {"cursor": cursor, "limit": limit, "wait": wait}
         if held is not None:
             params["held"] = held
+        if durable:
+            params["ack"] = "durable"
         return self._call("GET", "/v1/pull", PullPage, params=params, wait=wait)
 
 
@@ -308,6 +314,51 @@ def _held_key(remote: Remote) -> str:
     return f"held:{remote.name}"
 
 
+def _came_key(name: str) -> str:
+    return f"from-hub:{name}"
+
+
+class CameFromHub:
+    """The seqs (runs of them, after the push cursor) of this agent's own events that a pull from the
+    remote brought: the hub has them, so they are never pushed to it nor held back from it. They are
+    this agent's when a second workspace syncs as the same agent (its log gets the first one's events
+    by pulling them); the log itself does not say where an event came from, so the pull that appends
+    them records their seqs in the same transaction (`mark`), and each push forgets the runs its
+    cursor has passed (`prune`)."""
+
+    def __init__(self, memory, name: str):
+        self.runs: list[list[int]] = json.loads(memory.log.state(_came_key(name)) or "[]")
+        self.starts = [lo for lo, _hi in self.runs]
+
+    def __contains__(self, seq: int) -> bool:
+        at = bisect.bisect_right(self.starts, seq) - 1
+        return at >= 0 and seq <= self.runs[at][1]
+
+    @staticmethod
+    def merged(runs, seqs) -> list[list[int]]:
+        merged: list[list[int]] = []
+        for lo, hi in sorted([*map(tuple, runs), *((seq, seq) for seq in seqs)]):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        return merged
+
+    @classmethod
+    def mark(cls, memory, name: str, seqs: list[int]) -> dict[str, str]:
+        """The state row recording `seqs` too (read under the log's write lock, in the append's transaction)."""
+        floor = int(memory.log.state(f"push:{name}") or 0)
+        seqs = [seq for seq in seqs if seq > floor]
+        if not seqs:
+            return {}
+        return {_came_key(name): json.dumps(cls.merged(cls(memory, name).runs, seqs))}
+
+    @classmethod
+    def prune(cls, memory, name: str, cursor: int) -> dict[str, str]:
+        runs = [[max(lo, cursor + 1), hi] for lo, hi in cls(memory, name).runs if hi > cursor]
+        return {_came_key(name): json.dumps(runs)}
+
+
 def _why_held(contract, agent: str, layer: str) -> str:
     if layer not in contract.layers:
         return f"layer {layer!r} is no longer in the hub's contract"
@@ -317,9 +368,10 @@ def _why_held(contract, agent: str, layer: str) -> str:
 def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
     """Own events kept back from the hub because the contract stopped letting this agent produce them."""
     contract = contract or memory.views.contract
+    came = CameFromHub(memory, remote.name)
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     counts: dict[str, int] = {}
-    for seq in seqs:
+    for seq in (seq for seq in seqs if seq not in came):
         event = memory.log.get_by_seq(seq)
         counts[event.layer] = counts.get(event.layer, 0) + 1
     return [HeldBack(layer=layer, count=n, why=_why_held(contract, memory.config.agent, layer))
@@ -327,14 +379,18 @@ def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
 
 
 def unpushed(memory, remote: Remote) -> int:
-    """Own events in the layers this agent produces (by the last contract seen) not yet sent."""
+    """Own events in the layers this agent produces (by the last contract seen) not yet sent (those a
+    pull brought are at the hub already)."""
     contract = memory.views.contract
     if contract is None:
         return 0
     agent = memory.config.agent
     layers = produced_layers(contract, agent)
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
-    return sum(1 for _ in memory.log.read_rows(after=cursor, layers=layers, agent=agent)) if layers else 0
+    if not layers:
+        return 0
+    came = CameFromHub(memory, remote.name)
+    return sum(row[0] not in came for row in memory.log.read_rows(after=cursor, layers=layers, agent=agent))
 
 
 def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractResponse:
@@ -349,10 +405,11 @@ def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractRespons
     return answer
 
 
-def check_ingests(memory, outgoing: list[Event], cursor: int) -> None:
+def check_ingests(memory, outgoing: list[Event], cursor: int, came: "CameFromHub | tuple" = ()) -> None:
     """Refuses, before anything leaves, a push whose ingest would stand beside a held head of its page
     as this workspace knows it (the hub would refuse it: eventstore.governance.ingest_refusal). The
-    versions the push adds are this agent's own after the push cursor, and those retried."""
+    versions the push adds are this agent's own after the push cursor (but those `came` from the hub),
+    and those retried."""
     agent, retried = memory.config.agent, {event.id for event in outgoing}
     for event in outgoing:
         if event.kind != "page.ingest":
@@ -361,7 +418,7 @@ def check_ingests(memory, outgoing: list[Event], cursor: int) -> None:
         for id in memory.views.shared_heads(event.layer, event.body.slug):
             head = memory.log.get(id)
             heads[id] = is_held(getattr(head.body, "frontmatter", None))
-            if head.agent == agent and (head.seq > cursor or id in retried):
+            if head.agent == agent and ((head.seq > cursor and head.seq not in came) or id in retried):
                 new.add(id)
         held = ingest_refusal(event.id, heads, new)
         if held is not None:
@@ -377,7 +434,8 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     shared = sorted(set(contract.layers) | set(known.layers if known else ()))
     key, held_key = f"push:{remote.name}", _held_key(remote)
     cursor = int(memory.log.state(key) or 0)
-    held = json.loads(memory.log.state(held_key) or "[]")
+    came = CameFromHub(memory, remote.name)
+    held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
 
     def send(events: list[Event]) -> None:
@@ -394,19 +452,22 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     if shared:
         check_ingests(memory, [*(e for e in retried if produces(contract, agent, e.layer)),
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
-                                 if produces(contract, agent, e.layer))],
-                      cursor)
+                                 if produces(contract, agent, e.layer) and e.seq not in came)],
+                      cursor, came)
     send([e for e in retried if produces(contract, agent, e.layer)])
     held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
     memory.log.set_state(held_key, json.dumps(held))
     while shared:
-        batch = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
-        if not batch:
+        read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
+        if not read:
             break
+        batch = [e for e in read if e.seq not in came]
         send([e for e in batch if produces(contract, agent, e.layer)])
         held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
-        cursor = batch[-1].seq
-        memory.log.append([], state={key: str(cursor), held_key: json.dumps(held)})
+        cursor = read[-1].seq
+        rows = {key: str(cursor), held_key: json.dumps(held)}
+        memory.log.append([], state=lambda _seqs, rows=rows, cursor=cursor: {
+            **rows, **CameFromHub.prune(memory, remote.name, cursor)})
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
                       held=held_back(memory, remote, contract))
 
@@ -491,13 +552,19 @@ class _Tally:
         state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
         if page.events:
             state[f"pulled-to:{self.name}"] = str(position)
+        agent = memory.config.agent
+
+        def rows(seqs: list[int]) -> dict[str, str]:
+            own = [seq for seq, event in zip(seqs, events) if event.agent == agent]
+            return {**state, **(CameFromHub.mark(memory, self.name, own) if own else {})}
+
         head = memory.log.head()
         try:
-            seqs = memory.log.append(events, state=state)  # intake recomputed every digest already
+            seqs = memory.log.append(events, state=rows)  # intake recomputed every digest already
         except IdConflict:
             events, clashing = conflicting(events, memory.log)
             rejected += clashing
-            seqs = memory.log.append(events, state=state)
+            seqs = memory.log.append(events, state=rows)
         if versions is not None:
             remember(versions, events)
         self.rejected += rejected
@@ -514,14 +581,16 @@ class _Tally:
 
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
-    """Pulls pages until one comes back empty: that request acknowledges the last one.
+    """Pulls pages until one comes back empty: that request acknowledges the last one, and its answer
+    waits until the hub has committed that (so does the first request, which may be the last).
 
     A pull that turns out to be a catch-up (see BULK_FOLD_THRESHOLD) goes on in `_catch_up`. Otherwise
     each request goes out once the page before it is appended (the cursor it carries tells the hub what
     this agent holds), and while the hub answers it this thread folds that page into the views; the
     files are written once, when caught up."""
     with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, no_cyclic_gc():
-        page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0).result()
+        page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0, None,
+                               True).result()
         tally.reach(page.head)
         checkpoint = memory.views.checkpoint()
         if tally.total + memory.log.head() - checkpoint >= max(BULK_FOLD_THRESHOLD, checkpoint):
@@ -531,7 +600,7 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
             if not page.events and not page.more:
                 tally.advance(tally.start + tally.total)
                 return
-            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0)
+            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, None, not page.more)
             if page.more:
                 memory.refresh(files=False)
             page = asked.result()
@@ -554,7 +623,7 @@ def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests
                 tally.advance(tally.start + tally.total)
                 return
             if not page.more:  # the last page: the next (empty) answer acknowledges it, once stored
-                asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0)
+                asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, None, True)
             page = asked.result()
 
 

@@ -8,7 +8,10 @@ long-polls. (Through a worker-thread pool, each commit would wait for a busy loo
 
 Pull records (the cursor each pull acknowledges) are not awaited by the pull: they ride on the next
 push's commit, or are committed on their own PULL_RECORD_DELAY after the first of them, so a hub whose
-consumers are woken by every commit does not spend an fsync on their acknowledgements.
+consumers are woken by every commit does not spend an fsync on their acknowledgements. A pull that
+asks for it (`durable`: the last request of a `mem pull` or `mem sync`, which acknowledges all it
+brought) is answered once its record is committed, with the next group, so what the hub reports the
+agent has received (`mem hub believed`) is up to date when the command returns.
 
 With `group=False` every push (and every pull record) is a transaction of its own: the
 commit-per-request baseline bench/bench_hub_load.py compares against.
@@ -42,9 +45,10 @@ class GroupCommitter:
         self._loop = asyncio.get_running_loop()
         self._pending = threading.Condition()
         self._pushes: deque[tuple[list[Event], asyncio.Future]] = deque()
-        self._pulls: deque[PullRecord] = deque()
+        self._pulls: deque[tuple[PullRecord, asyncio.Future | None]] = deque()
         self._pulls_due: float | None = None  # monotonic time the queued pull records must be committed by
         self._recorded: dict[str, int] = {}
+        self._committed: dict[str, int] = {}
         self._thread = threading.Thread(target=self._run, daemon=True, name="hub-commit")
         self._thread.start()
 
@@ -55,19 +59,26 @@ class GroupCommitter:
             self._pending.notify()
         return await future
 
-    def record_pull(self, agent: str, cursor: int) -> None:
-        """Queued for a later commit, not awaited: a lost record is written again by the agent's next
-        pull. A cursor this process recorded last time for the agent is not written twice."""
-        if self._recorded.get(agent) == cursor:
-            return
+    def record_pull(self, agent: str, cursor: int, durable: bool = False) -> asyncio.Future | None:
+        """Queued for a later commit: a lost record is written again by the agent's next pull. A cursor
+        this process recorded last time for the agent is not written twice. With `durable`, the record
+        goes with the next group, and the future returned is done once it is committed (None: it is)."""
+        if durable:
+            if self._committed.get(agent, -1) >= cursor:
+                return None
+        elif self._recorded.get(agent) == cursor:
+            return None
         self._recorded[agent] = cursor
+        future = self._loop.create_future() if durable else None
         with self._pending:
-            self._pulls.append(PullRecord(agent, cursor, now_ms()))
+            self._pulls.append((PullRecord(agent, cursor, now_ms()), future))
             if not self.group:
                 self._pending.notify()
-            elif self._pulls_due is None:
-                self._pulls_due = time.monotonic() + PULL_RECORD_DELAY
+            elif durable or self._pulls_due is None:
+                due = time.monotonic() + (0 if durable else PULL_RECORD_DELAY)
+                self._pulls_due = due if self._pulls_due is None else min(due, self._pulls_due)
                 self._pending.notify()
+        return future
 
     def _wait(self) -> float | None:
         """Seconds until something is due (0: now); None when nothing is queued."""
@@ -77,7 +88,7 @@ class GroupCommitter:
             return max(0.0, self._pulls_due - time.monotonic())
         return None
 
-    def _take(self) -> tuple[list, list[PullRecord]]:
+    def _take(self) -> tuple[list, list[tuple[PullRecord, asyncio.Future | None]]]:
         if not self.group:
             if self._pushes:
                 return [self._pushes.popleft()], []
@@ -98,16 +109,25 @@ class GroupCommitter:
                     continue
                 taken, pulls = self._take()
             try:
-                outcome = self.storage.commit([events for events, _ in taken], pulls)
+                outcome = self.storage.commit([events for events, _ in taken], [record for record, _ in pulls])
             except Exception as exc:  # noqa: BLE001 - every push of the group gets the error
                 outcome = exc
             try:
-                self._loop.call_soon_threadsafe(self._settle, taken, outcome)
+                self._loop.call_soon_threadsafe(self._settle, taken, outcome, pulls)
             except RuntimeError:  # the loop has closed: the hub is shutting down
                 return
 
-    def _settle(self, taken: list, outcome: Committed | Exception) -> None:
-        """On the event loop: wakes the long-polls the commit concerns, then answers its pushes."""
+    def _settle(self, taken: list, outcome: Committed | Exception, pulls: list = ()) -> None:
+        """On the event loop: wakes the long-polls the commit concerns, then answers its pushes and the
+        pulls that waited for their records."""
+        for record, future in pulls:
+            if not isinstance(outcome, Exception):
+                self._committed[record.agent] = max(record.cursor, self._committed.get(record.agent, 0))
+            if future is not None and not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(None)
         if isinstance(outcome, Exception):
             outcomes = [outcome] * len(taken)
         else:

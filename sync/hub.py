@@ -393,7 +393,10 @@ async def pull(request: Request) -> Response:
     else:
         agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
     held = request.query_params.get("held")  # a pipelined pull: the cursor the agent has stored, behind `cursor`
-    hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after))
+    recorded = hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after),
+                                         durable=request.query_params.get("ack") == "durable")
+    if recorded is not None:  # the last request of a pull: its acknowledgement committed before the answer
+        await recorded
     if not events and wait > 0 and await hub.fanout.wait(max(after, head), layers, wait):
         # token and contract again: revoked while it waited, it gets nothing more
         return Response(await hub.read(hub.woken_answer, token, after, limit), media_type="application/json")

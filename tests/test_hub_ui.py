@@ -5,6 +5,7 @@ import httpx
 import pytest
 
 from hubui import UiHub
+from teamhub import CONTRACT as TEAM_CONTRACT
 from webui import chromium, screenshot
 
 
@@ -140,3 +141,29 @@ def test_the_pages_follow_the_hub_as_agents_push(hub):
     assert "<div>reviewer: 2 events</div>" in row
     received = html(hub.get("asof", "admin")).split('id="received"', 1)[1]
     assert "<td>reviewer</td>" in received  # now: its pulls after the last event count
+
+
+def test_a_file_in_no_layer_is_a_404_that_names_it(tmp_path):
+    """In process: the hub's /ui app over a hub storage and its mirror, no server."""
+    from starlette.testclient import TestClient
+
+    from cli.web.hub import hub_ui
+    from sync.contracts import parse_contract
+    from sync.mirror import HubMirror
+    from sync.storage import open_storage
+
+    storage = open_storage(str(tmp_path / "hub.db"))
+    try:
+        storage.apply_contract(parse_contract(TEAM_CONTRACT))
+        token = storage.add_agent("writer")
+        with TestClient(hub_ui(storage, HubMirror(storage, tmp_path / "ui"), "admin-token")) as client:
+            for who in (token, "admin-token"):
+                for page in ("asof?file=memory/nosuch.md", "history?path=memory/nosuch.md"):
+                    refused = client.get(f"/{page}", headers={"Authorization": f"Bearer {who}"})
+                    assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"
+                    problem = refused.json()
+                    assert problem["type"].endswith("/not-found") and "'memory/nosuch.md'" in problem["detail"], problem
+            assert client.get("/asof?file=memory/insights.md", headers={"Authorization": f"Bearer {token}"}
+                              ).status_code == 200
+    finally:
+        storage.close()

@@ -133,3 +133,51 @@ def test_entries_carry_real_dates_locally(team):
     assert log_rows(team.root / "writer") == before
     ok = team.mem("writer", "entry", "add", "insights", "[LESSON] 2028-02-29: leap day", check=True)
     assert b"[LESSON] 2028-02-29: leap day" in ok.stdout
+
+
+def test_a_second_workspace_of_an_agent_never_pushes_what_it_pulled(team, tmp_path):
+    """Events a pull brought are at the hub: a second workspace syncing as the same agent neither pushes
+    them, nor counts them as waiting, nor holds them back when the contract stops it producing their layer."""
+    page = team.page("p", "Pricing", "v1")
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", page, check=True)
+    team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-29: the first workspace wrote this", check=True)
+    team.mem("writer", "sync", check=True)
+    team.apply(CONTRACT.replace('producers = ["researcher", "writer", "reviewer"]',
+                                'producers = ["researcher", "reviewer"]'))
+    second = tmp_path / "second"
+    run_mem("init", "-w", second, "--agent", "writer", check=True)
+    run_mem("-w", second, "remote", "add", "origin", team.url, "--token-file", tmp_path / "writer.token", check=True)
+    run_mem("-w", second, "entry", "add", "insights", "[FACT] 2026-11-30: the second workspace wrote this", check=True)
+    assert json.loads(run_mem("-w", second, "pull", "--json", check=True).stdout)["pulled"] == 2
+
+    status = json.loads(run_mem("-w", second, "status", "--json", check=True).stdout)
+    remote = status["remotes"][0]
+    assert remote["unpushed"] == 1 and remote["held"] == []
+    pushed = run_mem("-w", second, "push")
+    assert pushed.returncode == 0, pushed.stderr
+    assert pushed.stdout.startswith(b"pushed 1 events") and b"cannot be pushed" not in pushed.stderr
+    status = json.loads(run_mem("-w", second, "status", "--json", check=True).stdout)
+    assert status["remotes"][0]["unpushed"] == 0 and status["remotes"][0]["held"] == []
+    assert b"held back" not in run_mem("-w", second, "status", check=True).stdout
+    # the first workspace gets the second's own entry; the second pushes nothing more
+    assert json.loads(team.mem("writer", "pull", "--json", check=True).stdout)["pulled"] == 1
+    assert run_mem("-w", second, "push", check=True).stdout.startswith(b"pushed 0 events")
+
+
+def test_sync_returns_once_the_hub_has_committed_what_it_received(team):
+    """`mem hub believed` right after `mem sync` shows the cursor the sync acknowledged (the hub used to
+    commit pull records up to half a second later)."""
+    from sync.storage import open_storage
+
+    team.mem("reviewer", "entry", "add", "insights", "[FACT] 2026-11-29: the reviewer wrote this", check=True)
+    team.mem("reviewer", "sync", check=True)
+    for agent, text in (("writer", None), ("writer", "[FACT] 2026-11-30: the writer wrote this"),
+                        ("reviewer", None)):
+        if text:
+            team.mem(agent, "entry", "add", "insights", text, check=True)
+        team.mem(agent, "sync", check=True)
+        hub = open_storage(str(team.db))
+        try:
+            assert hub.received_by(agent, None) == hub.head(), agent
+        finally:
+            hub.close()

@@ -97,6 +97,15 @@ class Site:
         if layer is not None and visible is not None and layer not in visible:
             raise NotFound(f"there is no layer {layer!r} here")
 
+    def check_file(self, request: Request, mem, now: Moment, path: str) -> None:
+        """A file the request may not see does not exist, as far as it can tell: on a hub, one in a layer
+        it does not see, or in no shared layer at all (the hub keeps no other file)."""
+        layer = _layer_of(mem, path)
+        if layer:
+            self.check_layer(request, mem, now, layer)
+        elif self.visible(request, mem, now) is not None:
+            raise NotFound(f"there is no file {path!r} here")
+
     def received(self, request: Request, mem, now: Moment) -> list[tuple[str, int]]:
         """(consumer, the seq it had received up to) by the moment, where that is known."""
         return []
@@ -112,7 +121,7 @@ class Site:
             text = mem.page_text(slug, now.seq) if slug and not self.hub else None
             files = self.shared_files(request, mem, now)
             if chosen is not None and chosen not in files:
-                self.check_layer(request, mem, now, _layer_of(mem, chosen))
+                self.check_file(request, mem, now, chosen)
             shown = mem.file_text(chosen, now.seq) if chosen else None
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
@@ -134,8 +143,8 @@ class Site:
             now = moment(mem, request)
             paths = [] if self.hub else [page_path(p.slug) for p in mem.catalog(now.seq)]
             paths += self.shared_files(request, mem, now)
-            if path:
-                self.check_layer(request, mem, now, _layer_of(mem, path))
+            if path and path not in paths:
+                self.check_file(request, mem, now, path)
             versions = histories.history(mem, path, now.seq) if path else []
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
