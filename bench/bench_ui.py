@@ -231,12 +231,7 @@ def hub_main(args) -> None:
     urls = [("asof", "/asof?seq={m}"), ("asof (a shared file)", "/asof?seq={m}&file=content/drafts/draft-3.md"),
             ("asof (now)", "/asof"), ("history (a shared page)", "/history?path=content/drafts/draft-3.md"),
             ("history (any two)", "/history?path=content/drafts/draft-3.md&a=7&b={m}"),
-            ("timeline", "/timeline"), ("timeline (filtered)", "/timeline?kind=entry.append&agent=ada"),
-            ("timeline (as of a moment)", "/timeline?seq={m}"),
-            ("timeline (one hour)", f"/timeline?t0={at_middle - 3_600_000}&t1={at_middle}"),
-            ("timeline (an event)", f"/timeline?event={middle}"),
-            ("conflicts", "/conflicts"), ("search", "/search?q=version&seq={m}"), ("contract", "/contract"),
-            ("contract (as of a moment)", "/contract?seq={m}")]
+            *pages_of_both(middle, at_middle)]
     rows = [("page", "token", "p50 ms", "p99 ms", "< 200 ms")]
     for who, token in (("admin", admin), ("ada", tokens["ada"])):
         headers = {"Authorization": f"Bearer {token}"}
@@ -250,6 +245,16 @@ def hub_main(args) -> None:
     mirror.close()
     storage.close()
 
+
+
+def pages_of_both(middle: int, at_middle: int) -> list[tuple[str, str]]:
+    """The pages a workspace's view and the hub's /ui both serve, by the same URLs."""
+    return [("timeline", "/timeline"), ("timeline (filtered)", "/timeline?kind=entry.append&agent=ada"),
+            ("timeline (as of a moment)", "/timeline?seq={m}"),
+            ("timeline (one hour)", f"/timeline?t0={at_middle - 3_600_000}&t1={at_middle}"),
+            ("timeline (an event)", f"/timeline?event={middle}"),
+            ("conflicts", "/conflicts"), ("search", "/search?q=version&seq={m}"), ("contract", "/contract"),
+            ("contract (as of a moment)", "/contract?seq={m}")]
 
 def page(client, url: str, middle: int, headers=None):
     """Each read at another moment where the URL names one ({m}: the middle plus a step per read), so
@@ -293,12 +298,7 @@ def main():
     urls = [("asof", "/asof?seq={m}&page=page-8"), ("asof (a shared file)", "/asof?seq={m}&file=content/drafts/draft-3.md"), ("asof (now)", "/asof?page=page-8"),
             ("history", "/history?page=page-8"), ("history (a shared page)", "/history?path=content/drafts/draft-3.md"),
             ("history (any two)", "/history?page=page-8&a=7&b={m}"),
-            ("timeline", "/timeline"), ("timeline (filtered)", "/timeline?kind=entry.append&agent=ada"),
-            ("timeline (as of a moment)", "/timeline?seq={m}"),
-            ("timeline (one hour)", f"/timeline?t0={at_middle - 3_600_000}&t1={at_middle}"),
-            ("timeline (an event)", f"/timeline?event={middle}"),
-            ("conflicts", "/conflicts"), ("search", "/search?q=version&seq={m}"), ("contract", "/contract"),
-            ("contract (as of a moment)", "/contract?seq={m}")]
+            *pages_of_both(middle, at_middle)]
     rows = [("page", "p50 ms", "p99 ms", "< 200 ms", "library call p50 ms", "ratio")]
     for name, url in urls:
         page(client, url, middle)()  # the first read of a page warms its SQLite pages, as any served page would be
