@@ -2,13 +2,14 @@
 
 A rebuild folds the whole log into a new views file. Most of what it writes goes into three
 append-only history tables that nothing reads until the fold ends: `page_versions` and `log_entries`
-(a row per wiki event) and the wiki page versions of `search_history` with their full-text index.
+(a row per wiki event) and the wiki page versions of `search_history`.
 `build` gives them to a `HistoryWriter`: the fold hands over each batch as JSON arrays (and the batch's
 bodies as one blob), and the writer's thread writes them into the new file with a few statements
 (`INSERT ... SELECT ... FROM json_each(?)`). SQLite parses, inserts and tokenises without the GIL, on
 the other core. The fold itself writes every other table into a scratch file beside it (two
 connections, two files: no lock shared); at the end those tables, small beside the history, are
-copied into the new file, and the indexes and triggers that a rebuild leaves out are made once.
+copied into the new file, and the indexes that a rebuild leaves out are made once (the all-versions
+search index among them: `search.index_history`).
 
 Nobody reads the new file before the caller renames it into place, so both files are written
 without a journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves files that only the
@@ -64,8 +65,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     try:
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
         try:
-            for name in search.FTS_TABLES:  # the other rows are few: indexed by trigger as they are copied
-                search.disable_fts(fold.db, name)
+            search.defer_indexes(fold.db)
             catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
@@ -89,14 +89,9 @@ class HistoryWriter:
     """The history tables of a rebuild, written on a thread of its own (see the module's docstring)."""
 
     def __init__(self, db, path: str):
-        """Takes the new file's search_history triggers and page_versions index away until `merge`: the
-        writer indexes its rows itself, and the index is built once, sorted, at the end."""
+        """Takes the new file's page_versions index away until `merge`: it is built once, sorted, at the end."""
         self.path = path
         self.error: BaseException | None = None
-        self.triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
-                                   "AND tbl_name = 'search_history'").fetchall()
-        for name, _sql in self.triggers:
-            db.execute(f'DROP TRIGGER "{name}"')
         db.execute("DROP INDEX page_versions_by_slug")
         self.queue: queue.Queue = queue.Queue(maxsize=4)
         self.thread = threading.Thread(target=self._run, name="history-writer", daemon=True)
@@ -120,7 +115,7 @@ class HistoryWriter:
                 offset += len(doc)
         encode = msgspec.json.encode
         self.queue.put((encode(rows) if rows else None, b"".join(parts), encode(entries) if entries else None,
-                        encode(pages) if pages else None, pages[0][0] if pages else 0, pages[-1][0] if pages else 0,
+                        encode(pages) if pages else None,
                         encode(closed) if closed else None))
 
     def _run(self) -> None:
@@ -140,15 +135,13 @@ class HistoryWriter:
         db.execute("PRAGMA synchronous = OFF")
         db.execute("BEGIN")
         while (batch := self.queue.get()) is not None:
-            versions, blob, entries, pages, first, last, closed = batch
+            versions, blob, entries, pages, closed = batch
             if versions is not None:
                 db.execute(_VERSIONS, (versions, blob))
             if entries is not None:
                 db.execute(_ENTRIES, (entries,))
             if pages is not None:
                 db.execute(_PAGES, (pages,))
-                db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body "
-                           "FROM search_history WHERE id BETWEEN ? AND ?", (first, last))
             if closed is not None:
                 db.execute(_CLOSE, (closed,))
         db.execute("COMMIT")
@@ -163,13 +156,11 @@ class HistoryWriter:
 
     def merge(self, db, fold_path: str) -> None:
         """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
-        index and triggers taken away. The search_history triggers index the fold's rows as they come in;
-        a wiki page version wins over another row of its id, as in the fold, where it came first."""
+        indexes left out. A wiki page version wins over another search_history row of its id, as in the
+        fold, where it came first; search_docs' FTS triggers index its rows as they come in."""
         db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
             db.execute("BEGIN IMMEDIATE")
-            for _name, sql in self.triggers:
-                db.execute(sql)
             tables = [name for (name,) in db.execute(
                 "SELECT name FROM fold.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
                 "AND name NOT IN (?, ?) ORDER BY name", HISTORY_TABLES)]
@@ -180,6 +171,7 @@ class HistoryWriter:
                     db.execute(f'DELETE FROM main."{table}"')
                     db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
             db.execute(PAGE_VERSIONS_INDEX)
+            search.index_history(db)
             db.execute("COMMIT")
         finally:
             if db.in_transaction:
