@@ -486,7 +486,7 @@ def _past_query(db, query: str, match: str, ranges: list[tuple[int, int]], where
     weights = [1.0] * len(words)
     if len(words) > 1:  # one word: its weight changes no order
         for i, word in enumerate(words):
-            count = db.execute(f"SELECT count(*) FROM ({found} LIMIT {DF_CAP})", [quote(word), *bounds]).fetchone()[0]
+            count = db.execute(f"SELECT count(*) FROM ({found} LIMIT {DF_CAP})", [f'"{word}"', *bounds]).fetchone()[0]
             weights[i] = math.log(1 + (DF_CAP + 0.5) / (count + 0.5))
     counts, terms, stems = [], [], _stems(query)
     for i, weight in enumerate(weights):
