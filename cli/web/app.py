@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from eventstore.errors import InvalidInput, MemError, NotFound
-from eventstore.instants import format_instant, parse_instant
+from eventstore.instants import format_instant
 from eventstore.layers import consumes
 from projections import history as histories
 from projections import trust
@@ -49,11 +49,12 @@ def _int(request: Request, name: str) -> int | None:
 
 
 def moment(mem, request: Request) -> Moment:
-    """The moment the URL names: `?seq=N` or `?at=ISO` (now when neither)."""
+    """The moment the URL names: `?seq=N` or `?at=TIME` (now when neither), refused as the CLI's `--seq`
+    and `--at` are (before the first event, past the head, in the future)."""
     seq, at = _int(request, "seq"), request.query_params.get("at") or None
     if seq is not None and at is not None:
         raise InvalidInput("give seq or at, not both")
-    as_of = mem.seq_at(parse_instant(at) if at is not None else None, seq)
+    as_of = mem.moment(at).seq if at is not None else mem.seq_at(None, seq)
     head = mem.checkpoint()
     recorded = mem.recorded_at(as_of) if as_of else None
     query = "" if seq is None and at is None else urlencode({"seq": as_of})
