@@ -276,13 +276,13 @@ async def _refused(request: Request, exc: MemError):
     return problem_response(Problem(type=PROBLEM_BASE + exc.code, title=str(exc), status=status, detail=str(exc)))
 
 
-def site_app(site: Site, middleware=()) -> Starlette:
+def site_app(site: Site, middleware=(), handlers=None) -> Starlette:
     """The pages of a Site as an ASGI app (a workspace's for `mem ui`; a hub's, mounted at /ui)."""
     routes = [Route("/", lambda request: RedirectResponse("asof")),
               Route("/asof", site.asof), Route("/history", site.history), Route("/timeline", site.timeline),
               Route("/conflicts", site.conflicts), Route("/search", site.search), Route("/contract", site.contract),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
-    return Starlette(routes=routes, middleware=list(middleware), exception_handlers={MemError: _refused})
+    return Starlette(routes=routes, middleware=list(middleware), exception_handlers={MemError: _refused, **(handlers or {})})
 
 
 def create_app(root: Path, title: str = "") -> Starlette:
