@@ -495,12 +495,14 @@ def _past_query(db, query: str, match: str, ranges: list[tuple[int, int]], where
         terms.append(f"{weight!r} * tf{i} * 2.2 / (tf{i} + 1.2 * (0.25 + 0.75 * dl / avgdl))")
     columns = ", ".join("d." + c for c in COLUMNS)
     found = found.replace("?1", f"?{len(stems) + 1}")
-    sql = (f"WITH found AS MATERIALIZED ({found}), alive AS (SELECT {columns}, "
+    sql = (f"WITH found AS MATERIALIZED ({found}), alive AS (SELECT d.id, d.stale_after, "
            f"3 * length(d.title) + length(d.body) AS dl{''.join(', ' + count for count in counts)} FROM found "
-           f"JOIN search_history d ON d.id = found.r & {_ID_MASK} WHERE {' AND '.join(where) or 'true'}) "
-           f"SELECT {', '.join(COLUMNS)}, -({' + '.join(terms) or '0'}) AS score "
-           "FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) AS d "
-           "ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?")
+           f"JOIN search_history d ON d.id = found.r & {_ID_MASK} WHERE {' AND '.join(where) or 'true'}), "
+           "ranked AS (SELECT id, (stale_after IS NOT NULL AND stale_after < ?) AS stale, "
+           f"-({' + '.join(terms) or '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
+           f"ORDER BY stale, score LIMIT ?) "
+           f"SELECT {columns}, ranked.score FROM ranked JOIN search_history d ON d.id = ranked.id "
+           "ORDER BY ranked.stale, ranked.score")
     return sql, [*stems, match, *bounds, *params]
 
 
