@@ -34,7 +34,7 @@ from common import table, workdir
 
 from eventstore.envelope import encode_body, new_event
 from eventstore.kinds import LoopAppend
-from eventstore.recorder import ZERO_CHAIN, plan_rows
+from eventstore.recorder import ZERO_CHAIN, plan_rows, rows_of
 from eventstore.sqlite import COLUMNS, SCHEMA, SQLiteLog, insert_rows
 
 
@@ -150,9 +150,9 @@ class RawSameRow(RawSQLite):
         self.chain = ZERO_CHAIN
 
     def prepare(self, events):
-        rows, _seqs, self.seq, self.chain = plan_rows([(e, e.raw_body()) for e in events], {}, self.seq,
-                                                      self.chain, time.time_ns() // 1_000_000)
-        return rows
+        values, _seqs, self.seq, self.chain = plan_rows([(e, e.raw_body()) for e in events], {}, self.seq,
+                                                        self.chain, time.time_ns() // 1_000_000)
+        return rows_of(values)
 
     def read_all(self):
         return sum(1 for _ in self.db.execute(f"SELECT {COLUMNS} FROM events"))

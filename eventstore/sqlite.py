@@ -4,7 +4,7 @@ import functools
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from itertools import chain as chained
+from operator import attrgetter
 from pathlib import Path
 
 from .envelope import Event, check_event, pack_body
@@ -12,10 +12,10 @@ from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .ids import now_ms
 from .layers import MIND
-from .recorder import (TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, chain_link, id_bytes, id_text,
+from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, chain_link, id_bytes, id_text,
                        plan_rows, recording_times, redaction_updates, row_to_event, verify_rows)
 
-flatten = chained.from_iterable
+body_of = attrgetter("body")
 
 
 FORMAT = 2
@@ -134,9 +134,7 @@ class SQLiteLog(Recorder):
                 return [self._append_one(event)]
         check = verify or not self.trusted
         prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
-        if not all(event.digest for event in events):
-            raise InvalidInput(f"event {next(e.id for e in events if not e.digest)} has no digest")
-        redacting = any(type(event.body) is Redaction for event in events)
+        redacting = Redaction in map(type, map(body_of, events))  # plan_rows refuses an event without a digest
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
@@ -230,17 +228,17 @@ class SQLiteLog(Recorder):
         last row of the seq b-tree costs no more — one statement per batch, not per event."""
         seq, chain, last_recorded = self._read_head()
         known = self._existing([event.id for event, _raw in prepared]) if check_known else None
-        rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
-        if rows:
-            self._insert(rows)
-            self._head = (seq, chain, rows[-1][3])
+        values, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
+        if values:
+            self._insert(values)
+            self._head = (seq, chain, values[3 - ROW_WIDTH])
         return seqs
 
-    def _insert(self, rows: list[tuple]) -> None:
-        done, widest, execute = 0, self._widest, self.db.execute
-        while done < len(rows):
-            count = min(widest, 1 << ((len(rows) - done).bit_length() - 1))
-            execute(insert_rows(count), list(flatten(rows[done:done + count])))
+    def _insert(self, values: list) -> None:
+        done, widest, execute, total = 0, self._widest, self.db.execute, len(values) // ROW_WIDTH
+        while done < total:
+            count = min(widest, 1 << ((total - done).bit_length() - 1))
+            execute(insert_rows(count), values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
             done += count
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:
