@@ -93,7 +93,7 @@ def test_two_connections_appending_in_turn_keep_one_chain(tmp_path):
     second.close()
 
 
-@pytest.mark.parametrize("count", [1, 2, 100, 203])
+@pytest.mark.parametrize("count", [1, 2, 7, 100, 203])
 def test_a_batch_goes_in_whole_and_in_order(recorder, count):
     events = [ev(i) for i in range(count)]
     assert recorder.append(events) == list(range(1, count + 1))
