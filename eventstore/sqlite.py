@@ -3,6 +3,7 @@
 import functools
 import sqlite3
 import time
+from time import time_ns
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -10,10 +11,9 @@ from pathlib import Path
 from .envelope import Event, check_event, pack_body
 from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
-from .ids import now_ms
 from .layers import MIND
-from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, chain_link, id_bytes, id_text,
-                       plan_rows, recording_times, redaction_updates, row_to_event, verify_rows)
+from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _seq_and_time, _sha256, id_bytes,
+                       id_text, plan_rows, recording_times, redaction_updates, row_to_event, verify_rows)
 
 body_of = attrgetter("body")
 
@@ -194,17 +194,17 @@ class SQLiteLog(Recorder):
         codec, stored = pack_body(event.raw_body(), redacted)
         id, digest = event.stored_keys()
         blob = bytearray  # bound without the sqlite3 module's adapter lookup that bytes goes through (see plan_rows)
-        fixed = (blob(id), event.ts, event.agent, event.layer, body.original if redacted else TAGS[type(body)], codec,
-                 blob(stored), blob(digest))
-        execute = self.db.execute
+        id, kind, stored = blob(id), body.original if redacted else TAGS[type(body)], blob(stored)
+        execute, sha256, seq_and_time = self.db.execute, _sha256, _seq_and_time
         for attempt in range(10_000):
             last, last_chain, last_recorded = self._head or self._read_head()
-            seq, recorded_at = last + 1, now_ms()
+            seq, recorded_at = last + 1, time_ns() // 1_000_000
             if recorded_at < last_recorded:
                 recorded_at = last_recorded
-            chain = chain_link(last_chain, digest, seq, recorded_at)
+            chain = sha256(last_chain + digest + seq_and_time(seq, recorded_at)).digest()  # chain_link
             try:
-                execute(APPEND_AFTER, (seq, recorded_at, blob(chain), *fixed, last or None))
+                execute(APPEND_AFTER, (seq, recorded_at, blob(chain), id, event.ts, event.agent, event.layer, kind, codec,
+                                      stored, blob(digest), last or None))
             except sqlite3.IntegrityError as exc:
                 self._head = None
                 if str(exc) == "NOT NULL constraint failed: events.chain":
