@@ -115,6 +115,18 @@ def page_history_row(seq, slug, fm, text, title, hook) -> list:
             None]
 
 
+def add_page_history(db, rows: list, closed: list) -> None:
+    """A rebuild's wiki page versions (bulk.py's history writer, in a file without search_history's triggers):
+    `page_history_row`s, ids rising past every earlier call's, indexed as they come; `closed` the (id, until)
+    of earlier versions they replaced."""
+    if rows:
+        db.executemany(PAGE_HISTORY_INSERT, rows)
+        db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body FROM search_history "
+                   "WHERE id BETWEEN ? AND ?", (rows[0][0], rows[-1][0]))
+    if closed:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ?", [(until, id) for id, until in closed])
+
+
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
     try:
         text = bytes(content).decode("utf-8")
