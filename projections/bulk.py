@@ -31,11 +31,20 @@ from . import search
 from .fold import catch_up
 from .views import PAGE_VERSIONS_INDEX, Views
 
+BULK_FOLD_THRESHOLD = 20_000
+"""Views at least this many events behind their log, and at least as many as they hold already, are built
+from nothing (`worth_building`), not folded into batch by batch: a first pull, or the next command after a
+catch-up that was cut off."""
 HISTORY_TABLES = ("page_versions", "log_entries")
 """The tables only the writer writes in a rebuild (and, of search_history, the wiki page versions)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(sys.argv[2])"
 """The writer's child process runs this very code (the tree this module was imported from)."""
+
+def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOLD) -> bool:
+    """Whether views `behind` events behind the log, having folded `folded`, are better built from nothing."""
+    return behind >= max(threshold, folded)
+
 
 def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
           heads: Iterable[int] = (), progress=None) -> Views:
