@@ -1,14 +1,13 @@
-"""Building every view from nothing (`mem replay`): the fold on one thread, the history tables on another.
+"""Building every view from nothing (`mem replay`): the fold in this process, the history tables in another.
 
-A rebuild folds the whole log into a new views file. Most of what it writes goes into three
-append-only history tables that nothing reads until the fold ends: `page_versions` and `log_entries`
-(a row per wiki event) and the wiki page versions of `search_history` with their full-text index.
-`build` gives them to a `HistoryWriter`: the fold hands over each batch as JSON arrays (and the batch's
-bodies as one blob), and the writer's thread writes them into the new file with a few statements
-(`INSERT ... SELECT ... FROM json_each(?)`). SQLite parses, inserts and tokenises without the GIL, on
-the other core. The fold itself writes every other table into a scratch file beside it (two
-connections, two files: no lock shared); at the end those tables, small beside the history, are
-copied into the new file, and the indexes and triggers that a rebuild leaves out are made once.
+A rebuild folds the whole log into a new views file. Most of what it writes goes into tables that
+nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event) and the
+search index (`search_docs`, `search_history`, their full-text indexes). `build` gives them to a
+`HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through a pipe to a
+child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
+core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
+beside it (two connections, two files: no lock shared); at the end those tables, small beside the
+history, are copied into the new file, and the index that a rebuild leaves out is made once.
 
 Nobody reads the new file before the caller renames it into place, so both files are written
 without a journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves files that only the
@@ -35,8 +34,8 @@ BULK_FOLD_THRESHOLD = 20_000
 """Views at least this many events behind their log, and at least as many as they hold already, are built
 from nothing (`worth_building`), not folded into batch by batch: a first pull, or the next command after a
 catch-up that was cut off."""
-HISTORY_TABLES = ("page_versions", "log_entries")
-"""The tables only the writer writes in a rebuild (and, of search_history, the wiki page versions)."""
+HISTORY_TABLES = ("page_versions", "log_entries", *search.TABLES)
+"""The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(sys.argv[2])"
 """The writer's child process runs this very code (the tree this module was imported from)."""
@@ -61,7 +60,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     try:
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
         try:
-            for name in search.FTS_TABLES:  # the other rows are few: indexed by trigger as they are copied
+            for name in search.FTS_TABLES:  # the writer writes the search index: none here, nothing to copy
                 search.disable_fts(fold.db, name)
             catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer, heads=heads)
         finally:
@@ -88,13 +87,8 @@ class HistoryWriter:
     other core, without the GIL the fold holds."""
 
     def __init__(self, db, path: str):
-        """Takes the new file's search_history triggers and page_versions index away until `merge`: the
-        writer indexes its rows itself, and the index is built once, sorted, at the end."""
+        """Takes the new file's page_versions index away until `merge`: it is built once, sorted, at the end."""
         self.path = path
-        self.triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
-                                   "AND tbl_name = 'search_history'").fetchall()
-        for name, _sql in self.triggers:
-            db.execute(f'DROP TRIGGER "{name}"')
         db.execute("DROP INDEX page_versions_by_slug")
         self.db: sqlite3.Connection | None = None
         self.child: subprocess.Popen | None = None
@@ -103,14 +97,11 @@ class HistoryWriter:
     def start(self) -> None:
         self.db = _connect(self.path)
 
-    def add(self, versions: list[tuple], entries: list[tuple], pages: list[list], closed: list[tuple[int, int]]) -> None:
-        """A batch: its page_versions and log_entries rows, its wiki pages' `search.page_history_row`s (ids
-        rising, past every earlier batch's) and the (id, until) of the earlier versions they closed."""
-        if not (versions or entries or pages or closed):
-            return
+    def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple) -> None:
+        """A batch: its page_versions and log_entries rows and the search index's (SearchFold.flush's)."""
         self.batches += 1
         if self.batches == 1:
-            write_batch(self.db, versions, entries, pages, closed)
+            write_batch(self.db, versions, entries, search_batch)
             return
         if self.child is None:  # a second batch: a large build, worth a process of its own
             self.db.execute("COMMIT")
@@ -118,7 +109,7 @@ class HistoryWriter:
             self.db = None
             self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path], stdin=subprocess.PIPE,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        frame = msgspec.msgpack.encode((versions, entries, pages, closed))
+        frame = msgspec.msgpack.encode((versions, entries, search_batch))
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))
             self.child.stdin.write(frame)
@@ -151,22 +142,17 @@ class HistoryWriter:
 
     def merge(self, db, fold_path: str) -> None:
         """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
-        index and triggers taken away. The search_history triggers index the fold's rows as they come in;
-        a wiki page version wins over another row of its id, as in the fold, where it came first."""
+        index taken away."""
         db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
             db.execute("BEGIN IMMEDIATE")
-            for _name, sql in self.triggers:
-                db.execute(sql)
             tables = [name for (name,) in db.execute(
                 "SELECT name FROM fold.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                "AND name NOT IN (?, ?) ORDER BY name", HISTORY_TABLES)]
+                f"AND name NOT IN ({','.join('?' * len(HISTORY_TABLES))}) ORDER BY name",
+                HISTORY_TABLES)]
             for table in tables:
-                if table == "search_history":
-                    db.execute("INSERT OR IGNORE INTO main.search_history SELECT * FROM fold.search_history")
-                else:
-                    db.execute(f'DELETE FROM main."{table}"')
-                    db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
+                db.execute(f'DELETE FROM main."{table}"')
+                db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
             db.execute(PAGE_VERSIONS_INDEX)
             db.execute("COMMIT")
         finally:
@@ -175,13 +161,13 @@ class HistoryWriter:
             db.execute("DETACH DATABASE fold")
 
 
-def write_batch(db, versions: list, entries: list, pages: list, closed: list) -> None:
+def write_batch(db, versions: list, entries: list, search_batch: tuple) -> None:
     """One batch of HistoryWriter.add into the new file (its transaction open)."""
     if versions:
         db.executemany("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
     if entries:
         db.executemany("INSERT INTO log_entries VALUES (?,?,?)", entries)
-    search.add_page_history(db, pages, closed)
+    search.write_batch(db, *search_batch)
 
 
 def _connect(path: str) -> sqlite3.Connection:

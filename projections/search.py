@@ -115,18 +115,6 @@ def page_history_row(seq, slug, fm, text, title, hook) -> list:
             None]
 
 
-def add_page_history(db, rows: list, closed: list) -> None:
-    """A rebuild's wiki page versions (bulk.py's history writer, in a file without search_history's triggers):
-    `page_history_row`s, ids rising past every earlier call's, indexed as they come; `closed` the (id, until)
-    of earlier versions they replaced."""
-    if rows:
-        db.executemany(PAGE_HISTORY_INSERT, rows)
-        db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body FROM search_history "
-                   "WHERE id BETWEEN ? AND ?", (rows[0][0], rows[-1][0]))
-    if closed:
-        db.executemany("UPDATE search_history SET until = ? WHERE id = ?", [(until, id) for id, until in closed])
-
-
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
     try:
         text = bytes(content).decode("utf-8")
@@ -162,8 +150,11 @@ class SearchFold:
     """Folds events into `search_docs` (per batch, only what is current at its end is written) and
     `search_history` (every version, closed by the version that replaced it)."""
 
-    def __init__(self, views):
+    def __init__(self, views, bulk: bool = False):
+        """`bulk`: a build from nothing (bulk.build), whose rows another connection writes: `flush` returns each
+        batch (for `write_batch`), and no stored row is read back (there were none when it began)."""
         self.db = views.db
+        self.bulk = bulk
         self._stored_rows: dict[tuple, list[tuple[int, str | None]]] = {}  # (kind, key) -> stored current rows
         self._reset()
 
@@ -178,7 +169,7 @@ class SearchFold:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
         rows = self._stored_rows.get((kind, key))
         if rows is None:
-            rows = self._stored_rows[(kind, key)] = self.db.execute(
+            rows = self._stored_rows[(kind, key)] = [] if self.bulk else self.db.execute(
                 "SELECT id, ref FROM search_docs WHERE kind = ? AND key = ?", (kind, key)).fetchall()
         return rows
 
@@ -251,36 +242,48 @@ class SearchFold:
                 self.pending[("page", key)] = page_row(page[0], "page", MIND, key, slug, document.frontmatter,
                                                        document.text, title=page[2], hook=page[3])
 
-    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> None:
-        """Writes the batch (the FTS triggers follow); the caller holds the transaction.
+    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> tuple | None:
+        """Writes the batch (the FTS triggers follow); the caller holds the transaction. In `bulk`, returns it
+        instead (`write_batch`'s arguments after the connection).
 
         `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
         replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
         replaced it) of each wiki version, rename or delete."""
-        db = self.db
-        if self.gone:
-            db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
-        if self.pending:
-            rows = sorted(self.pending.values())
-            db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
-            for row in rows:
-                if row[1] in ("page", "file", "shared-page"):
-                    self._stored(row[1], row[3]).append((row[0], row[9]))
-        insert = f"INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
-        if page_versions:
-            db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
-        if replaced_pages:
-            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
-                           [(seq, id) for id, seq in replaced_pages])
-        if self.history:
-            db.executemany("INSERT OR IGNORE " + insert, sorted(self.history, key=_by_id_since))  # first wins
-        if self.closed_files:
-            db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
-                           "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in self.closed_files])
-        if self.closed_shared:
-            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
-                           self.closed_shared)
+        rows = sorted(self.pending.values())
+        for row in rows:
+            if row[1] in ("page", "file", "shared-page"):
+                self._stored(row[1], row[3]).append((row[0], row[9]))
+        batch = (sorted(self.gone), rows, page_versions, replaced_pages, sorted(self.history, key=_by_id_since),
+                 self.closed_files, self.closed_shared)
         self._reset()
+        if self.bulk:
+            return batch
+        write_batch(self.db, *batch)
+        return None
+
+
+def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
+                closed_files: list, closed_shared: list) -> None:
+    """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
+    being current and those that are, then the search_history rows and the versions they closed."""
+    if gone:
+        db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
+    if rows:
+        db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    if page_versions:
+        db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
+    if replaced_pages:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
+                       [(seq, id) for id, seq in replaced_pages])
+    if history:  # sorted by (id, since): the first wins
+        db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})",
+                       history)
+    if closed_files:
+        db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
+                       "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
+    if closed_shared:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
+                       closed_shared)
 
 
 def _by_id_since(row: tuple) -> tuple[int, int]:
