@@ -34,6 +34,9 @@ BULK_FOLD_THRESHOLD = 20_000
 """Views at least this many events behind their log, and at least as many as they hold already, are built
 from nothing (`worth_building`), not folded into batch by batch: a first pull, or the next command after a
 catch-up that was cut off."""
+BATCH = 20_000
+"""Events a rebuild folds per batch: the first batch's history is written in process, later ones by the
+writer's child process."""
 HISTORY_TABLES = ("page_versions", "log_entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -62,7 +65,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         try:
             for name in search.FTS_TABLES:  # the writer writes the search index: none here, nothing to copy
                 search.disable_fts(fold.db, name)
-            catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer, heads=heads)
+            catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
         writer.join()
@@ -87,9 +90,11 @@ class HistoryWriter:
     other core, without the GIL the fold holds."""
 
     def __init__(self, db, path: str):
-        """Takes the new file's page_versions index away until `merge`: it is built once, sorted, at the end."""
+        """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
+        once, sorted, at the end, and the writer indexes the search rows itself (search.bulk_begin)."""
         self.path = path
         db.execute("DROP INDEX page_versions_by_slug")
+        self.triggers = search.bulk_begin(db)
         self.db: sqlite3.Connection | None = None
         self.child: subprocess.Popen | None = None
         self.batches = 0
@@ -154,6 +159,7 @@ class HistoryWriter:
                 db.execute(f'DELETE FROM main."{table}"')
                 db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
             db.execute(PAGE_VERSIONS_INDEX)
+            search.bulk_end(db, self.triggers)
             db.execute("COMMIT")
         finally:
             if db.in_transaction:
@@ -167,7 +173,7 @@ def write_batch(db, versions: list, entries: list, search_batch: tuple) -> None:
         db.executemany("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
     if entries:
         db.executemany("INSERT INTO log_entries VALUES (?,?,?)", entries)
-    search.write_batch(db, *search_batch)
+    search.write_batch(db, *search_batch, bulk=True)
 
 
 def _connect(path: str) -> sqlite3.Connection:

@@ -263,9 +263,13 @@ class SearchFold:
 
 
 def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
-                closed_files: list, closed_shared: list) -> None:
+                closed_files: list, closed_shared: list, *, bulk: bool = False) -> None:
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
-    being current and those that are, then the search_history rows and the versions they closed."""
+    being current and those that are, then the search_history rows and the versions they closed.
+
+    `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`). The batch's search_history
+    rows are indexed here, together (by id range: much cheaper than a trigger row by row); search_docs, whose
+    rows come and go, is indexed once at the end (`bulk_end`)."""
     if gone:
         db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
     if rows:
@@ -275,15 +279,52 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
-    if history:  # sorted by (id, since): the first wins
-        db.executemany(f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})",
-                       history)
+    insert = f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
+    if bulk:
+        _bulk_history(db, insert, page_versions, history)
+    elif history:  # sorted by (id, since): the first wins
+        db.executemany(insert, history)
     if closed_files:
         db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                        "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
     if closed_shared:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
                        closed_shared)
+
+
+def _bulk_history(db, insert: str, page_versions: list, history: list) -> None:
+    """A bulk batch's search_history rows, and their index: those of the batch's own events (ids from its
+    first seq to its last, where no earlier batch has a row) by one range; a loop message archived in an
+    imported audit blob (`since` after its id) alone, when it is new."""
+    own = [row for row in history if row[-1] == row[0]]  # each sorts before an archived row of its id
+    db.executemany(insert, own)
+    ids = [row[0] for row in page_versions] + [row[0] for row in own]
+    first = min(ids) if ids else None
+    earlier = []
+    for row in history:
+        if row[-1] != row[0] and db.execute(insert, row).rowcount and (first is None or row[0] < first):
+            earlier.append((row[0], row[4], row[5]))
+    if ids:
+        db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body FROM search_history "
+                   "WHERE id BETWEEN ? AND ?", (first, max(ids)))
+    db.executemany("INSERT INTO search_history_fts (rowid, title, body) VALUES (?, ?, ?)", earlier)
+
+
+def bulk_begin(db) -> list[str]:
+    """Takes the search tables' FTS triggers away from a new views file for `write_batch(bulk=True)`; returns
+    what `bulk_end` needs to put them back."""
+    triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                          "AND tbl_name IN ('search_docs', 'search_history')").fetchall()
+    for name, _sql in triggers:
+        db.execute(f'DROP TRIGGER "{name}"')
+    return [sql for _name, sql in triggers]
+
+
+def bulk_end(db, triggers: list[str]) -> None:
+    """After the last bulk batch: search_docs indexed, the triggers back (in the caller's transaction)."""
+    db.execute("INSERT INTO search_docs_fts (search_docs_fts) VALUES ('rebuild')")
+    for sql in triggers:
+        db.execute(sql)
 
 
 def _by_id_since(row: tuple) -> tuple[int, int]:
