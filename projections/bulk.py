@@ -28,6 +28,7 @@ from eventstore.layers import MIND
 
 from . import search
 from .fold import catch_up
+from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
 BULK_FOLD_THRESHOLD = 20_000
@@ -169,10 +170,8 @@ class HistoryWriter:
 
 def write_batch(db, versions: list, entries: list, search_batch: tuple) -> None:
     """One batch of HistoryWriter.add into the new file (its transaction open)."""
-    if versions:
-        db.executemany("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
-    if entries:
-        db.executemany("INSERT INTO log_entries VALUES (?,?,?)", entries)
+    insert_many(db, "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
+    insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
     search.write_batch(db, *search_batch, bulk=True)
 
 

@@ -30,6 +30,7 @@ from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, Lo
 
 from . import render, trust
 from .adf import blob_json, is_loop_source
+from .rows import insert_many
 
 TABLES = ("search_docs", "search_history")
 """The view tables `mem replay --check` compares."""
@@ -272,10 +273,8 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     rows come and go, is indexed once at the end (`bulk_end`)."""
     if gone:
         db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
-    if rows:
-        db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
-    if page_versions:
-        db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
+    insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    insert_many(db, PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
     if replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
@@ -297,7 +296,7 @@ def _bulk_history(db, insert: str, page_versions: list, history: list) -> None:
     first seq to its last, where no earlier batch has a row) by one range; a loop message archived in an
     imported audit blob (`since` after its id) alone, when it is new."""
     own = [row for row in history if row[-1] == row[0]]  # each sorts before an archived row of its id
-    db.executemany(insert, own)
+    insert_many(db, insert, own)
     ids = [row[0] for row in page_versions] + [row[0] for row in own]
     first = min(ids) if ids else None
     earlier = []
