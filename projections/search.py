@@ -11,9 +11,9 @@ compacted: what `audit read` reaches) and text files. Two indexes, one row shape
   of the version, rename or delete that replaced a page or file, or of the first version or delete
   that named a shared page's version as a parent (its successors form a DAG).
 
-Both are views like the others: `SearchFold` writes them in the fold's transaction, `mem replay`
-rebuilds them (the all-versions index once, at the end: `index_history`), and `mem replay --check`
-compares them.
+Both are views like the others: `SearchFold` writes them in the fold's transaction (`write_batch`),
+`mem replay` rebuilds them (their rows as it folds, both full-text indexes once, at the end:
+`bulk_end`), and `mem replay --check` compares them.
 
 `search_docs_fts` is sqlite-utils' (`enable_fts`, its triggers follow each insert and delete).
 `search_history_fts` is laid out for searches of the past, which must find only the versions alive at
@@ -41,6 +41,7 @@ from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, Lo
 
 from . import render, trust
 from .adf import blob_json, is_loop_source
+from .rows import insert_many
 
 TABLES = ("search_docs", "search_history")
 """The view tables `mem replay --check` compares."""
@@ -91,8 +92,8 @@ def init(db) -> None:
 
 
 def defer_indexes(db) -> None:
-    """Drops both full-text indexes of a bulk build's scratch views: the fold then writes only the rows,
-    and `index_history` indexes every version once, at the end (search_docs' are indexed as copied)."""
+    """Drops both full-text indexes of a bulk build's scratch views, whose search rows the writer writes into
+    the new file (`write_batch(bulk=True)`, `bulk_end`): nothing there to index."""
     import sqlite_utils
 
     sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].disable_fts()
@@ -194,10 +195,11 @@ class SearchFold:
     """Folds events into `search_docs` (per batch, only what is current at its end is written) and
     `search_history` (every version, closed by the version that replaced it)."""
 
-    def __init__(self, views):
+    def __init__(self, views, bulk: bool = False):
+        """`bulk`: a build from nothing (bulk.build), whose rows another connection writes: `flush` returns each
+        batch (for `write_batch`), and no stored row is read back (there were none when it began)."""
         self.db = views.db
-        self.indexed = self.db.execute(  # not in a bulk build's scratch views (defer_indexes)
-            "SELECT 1 FROM sqlite_master WHERE name = 'search_history_fts'").fetchone() is not None
+        self.bulk = bulk
         self._stored_rows: dict[tuple, list[tuple[int, str | None]]] = {}  # (kind, key) -> stored current rows
         self._reset()
 
@@ -212,7 +214,7 @@ class SearchFold:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
         rows = self._stored_rows.get((kind, key))
         if rows is None:
-            rows = self._stored_rows[(kind, key)] = self.db.execute(
+            rows = self._stored_rows[(kind, key)] = [] if self.bulk else self.db.execute(
                 "SELECT id, ref FROM search_docs WHERE kind = ? AND key = ?", (kind, key)).fetchall()
         return rows
 
@@ -285,80 +287,109 @@ class SearchFold:
                 self.pending[("page", key)] = page_row(page[0], "page", MIND, key, slug, document.frontmatter,
                                                        document.text, title=page[2], hook=page[3])
 
-    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> None:
-        """Writes the batch (search_docs' FTS triggers follow, search_history_fts is written by `_index`);
-        the caller holds the transaction.
+    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> tuple | None:
+        """Writes the batch (`write_batch`); the caller holds the transaction. In `bulk`, returns it instead
+        (`write_batch`'s arguments after the connection).
 
         `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
         replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
         replaced it) of each wiki version, rename or delete."""
-        db = self.db
-        if self.gone:
-            db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
-        if self.pending:
-            rows = sorted(self.pending.values())
-            db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
-            for row in rows:
-                if row[1] in ("page", "file", "shared-page"):
-                    self._stored(row[1], row[3]).append((row[0], row[9]))
-        history = sorted(self.history, key=_by_id_since)
-        moved = fresh = None
-        if self.indexed:
-            moved, fresh = self._changing(page_versions, replaced_pages, history)
-        insert = f"INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
-        if page_versions:
-            db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
-        if replaced_pages:
-            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
-                           [(seq, id) for id, seq in replaced_pages])
-        if history:
-            db.executemany("INSERT OR IGNORE " + insert, history)  # first wins
-        if self.closed_files:
-            db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
-                           "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in self.closed_files])
-        if self.closed_shared:
-            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
-                           self.closed_shared)
-        if moved or fresh:
-            self._index(moved, fresh)
+        rows = sorted(self.pending.values())
+        for row in rows:
+            if row[1] in ("page", "file", "shared-page"):
+                self._stored(row[1], row[3]).append((row[0], row[9]))
+        batch = (sorted(self.gone), rows, page_versions, replaced_pages, sorted(self.history, key=_by_id_since),
+                 self.closed_files, self.closed_shared)
         self._reset()
+        if self.bulk:
+            return batch
+        write_batch(self.db, *batch)
+        return None
 
-    def _changing(self, page_versions, replaced_pages, history) -> tuple[list[int], list[int]]:
-        """Before the batch is written: (ids of the stored versions still current that it may close, ids of
-        the versions it adds), for `_index`."""
-        db = self.db
-        candidates = {id for id, _seq in replaced_pages} | {id for _seq, id in self.closed_shared}
-        paths = sorted({path for _seq, path in self.closed_files})
-        ids = msgspec.json.encode(sorted(candidates))
-        moved = [id for (id,) in db.execute(
-            "SELECT id FROM search_history WHERE id IN (SELECT value FROM json_each(?)) AND until IS NULL", (ids,))]
-        if paths:
-            moved += [id for (id,) in db.execute(
-                "SELECT id FROM search_history WHERE kind = 'file' AND until IS NULL "
-                "AND key IN (SELECT value FROM json_each(?))", (msgspec.json.encode(paths),))]
-        fresh = {row[0] for row in page_versions}
-        if history:
-            offered = sorted({row[0] for row in history} - fresh)
-            taken = {id for (id,) in db.execute("SELECT id FROM search_history WHERE id IN "
-                                                "(SELECT value FROM json_each(?))", (msgspec.json.encode(offered),))}
-            fresh.update(id for id in offered if id not in taken)
-        return moved, sorted(fresh)
 
-    def _index(self, moved: list[int], fresh: list[int]) -> None:
-        """Writes the batch's search_history_fts entries once its rows are: each new version under the bucket
-        its `until` puts it in, each stored version it closed taken out of the open bucket and put in its
-        own; all in rowid order (see the module's docstring)."""
-        writes, stored = [], set(moved)
-        for id, until, title, body in self.db.execute(
-                "SELECT id, until, title, body FROM search_history WHERE id IN (SELECT value FROM json_each(?))",
-                (msgspec.json.encode([*moved, *fresh]),)):
-            if id in stored:
-                if until is None:
-                    continue
-                writes.append(("delete", history_rowid(id, None), title, body))
-            writes.append((None, history_rowid(id, until), title, body))
-        writes.sort(key=_rowid_of)
-        self.db.executemany(_FTS_WRITE, writes)
+def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
+                closed_files: list, closed_shared: list, *, bulk: bool = False) -> None:
+    """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
+    being current and those that are, then the search_history rows and the versions they closed, then (but in
+    `bulk`) their search_history_fts entries (`_index`).
+
+    `bulk`: a build from nothing, in a file without search_docs' FTS triggers (`bulk_begin`): only the rows are
+    written; `bulk_end` indexes both tables once, the rows final then."""
+    if not bulk:
+        moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
+    if gone:
+        db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
+    insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    insert_many(db, PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
+    if replaced_pages:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
+                       [(seq, id) for id, seq in replaced_pages])
+    # sorted by (id, since): the first wins
+    insert_many(db, f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})", history)
+    if closed_files:
+        db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
+                       "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
+    if closed_shared:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
+                       closed_shared)
+    if not bulk and (moved or fresh):
+        _index(db, moved, fresh)
+
+
+def _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared) -> tuple[list[int], list[int]]:
+    """Before a batch is written: (ids of the stored versions still current that it may close, ids of the
+    versions it adds), for `_index`."""
+    candidates = {id for id, _seq in replaced_pages} | {id for _seq, id in closed_shared}
+    moved = [id for (id,) in db.execute(
+        "SELECT id FROM search_history WHERE id IN (SELECT value FROM json_each(?)) AND until IS NULL",
+        (msgspec.json.encode(sorted(candidates)),))]
+    if closed_files:
+        moved += [id for (id,) in db.execute(
+            "SELECT id FROM search_history WHERE kind = 'file' AND until IS NULL "
+            "AND key IN (SELECT value FROM json_each(?))", (msgspec.json.encode(sorted({p for _s, p in closed_files})),))]
+    fresh = {row[0] for row in page_versions}
+    if history:
+        offered = sorted({row[0] for row in history} - fresh)
+        taken = {id for (id,) in db.execute("SELECT id FROM search_history WHERE id IN "
+                                            "(SELECT value FROM json_each(?))", (msgspec.json.encode(offered),))}
+        fresh.update(id for id in offered if id not in taken)
+    return moved, sorted(fresh)
+
+
+def _index(db, moved: list[int], fresh: list[int]) -> None:
+    """A batch's search_history_fts entries, once its rows are written: each new version under the bucket its
+    `until` puts it in, each stored version it closed taken out of the open bucket and put in its own; all in
+    rowid order (see the module's docstring)."""
+    writes, stored = [], set(moved)
+    for id, until, title, body in db.execute(
+            "SELECT id, until, title, body FROM search_history WHERE id IN (SELECT value FROM json_each(?))",
+            (msgspec.json.encode([*moved, *fresh]),)):
+        if id in stored:
+            if until is None:
+                continue
+            writes.append(("delete", history_rowid(id, None), title, body))
+        writes.append((None, history_rowid(id, until), title, body))
+    writes.sort(key=_rowid_of)
+    db.executemany(_FTS_WRITE, writes)
+
+
+def bulk_begin(db) -> list[str]:
+    """Takes search_docs' FTS triggers away from a new views file for `write_batch(bulk=True)`; returns what
+    `bulk_end` needs to put them back."""
+    triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                          "AND tbl_name IN ('search_docs', 'search_history')").fetchall()
+    for name, _sql in triggers:
+        db.execute(f'DROP TRIGGER "{name}"')
+    return [sql for _name, sql in triggers]
+
+
+def bulk_end(db, triggers: list[str]) -> None:
+    """After the last bulk batch, in the caller's transaction: both full-text indexes built once (their rows
+    final: no version is moved) and the triggers back."""
+    db.execute("INSERT INTO search_docs_fts (search_docs_fts) VALUES ('rebuild')")
+    index_history(db)
+    for sql in triggers:
+        db.execute(sql)
 
 
 def _by_id_since(row: tuple) -> tuple[int, int]:
