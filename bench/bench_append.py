@@ -152,7 +152,7 @@ class RawSameRow(RawSQLite):
         self.chain = ZERO_CHAIN
 
     def prepare(self, events):
-        values, _seqs, self.seq, self.chain = plan_rows([(e, e.raw_body()) for e in events], {}, self.seq,
+        values, _seqs, self.seq, self.chain = plan_rows(events, {}, self.seq,
                                                         self.chain, time.time_ns() // 1_000_000)
         return rows_of(values)
 

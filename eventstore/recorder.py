@@ -66,14 +66,15 @@ def rows_of(values: list) -> list[tuple]:
     return list(zip(*[iter(values)] * ROW_WIDTH))
 
 
-def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
+def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
               recorded_at: int | list[int]):
     """Numbers a batch after the log's last (seq, chain): returns the values of the rows to insert,
     one row after another (ROW_WIDTH each, see `rows_of`), each event's seq, and the new last (seq,
     chain). `known` maps ids already stored to (digest, seq); ids repeated in the batch are stored once.
     A known id with another digest refuses the whole batch. `known=None` says every id is new (the
     caller's unique index refuses the batch otherwise), which spares the bookkeeping on the common
-    path. `recorded_at` is the batch's time, or each event's (`recording_times`).
+    path. `recorded_at` is the batch's time, or each event's (`recording_times`). Each body is stored
+    as `Event.raw_body()` gives it (for an event from elsewhere, `check_event` left the checked bytes there).
 
     The loop is the append's hot path: `chain_link`, `pack_body` and `Event.stored_keys` are written
     out in it, and the values come flat, as a multi-row INSERT binds them. The byte columns are
@@ -82,7 +83,7 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
     values, seqs = [], []
     add_row, append_seq = values.extend, seqs.append
     sha256, seq_and_time, tag, blob = _sha256, _seq_and_time, TAGS.__getitem__, bytearray
-    for (event, raw), recorded_at in zip(prepared, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
+    for event, recorded_at in zip(events, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
         if known is not None:
             found = known.get(event.id)
             if found is not None:
@@ -93,11 +94,14 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
         body = event.body
         cls = type(body)
         seq += 1 + body.skipped if cls is ImportGap else 1
-        keys = event.__dict__.get("_keys")
+        cached = event.__dict__
+        keys, raw = cached.get("_keys"), cached.get("_raw")
         if keys is not None and keys[0] is event.id and keys[1] is event.digest and keys[2] is not None:
             id, digest = keys[2], keys[3]
         else:
             id, digest = event.stored_keys()
+        if raw is None:
+            raw = event.raw_body()
         if not digest:
             raise InvalidInput(f"event {event.id} has no digest")
         chain = sha256(chain + digest + seq_and_time(seq, recorded_at)).digest()
@@ -118,12 +122,12 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
 UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})
 
 
-def redaction_updates(prepared, stored) -> list[tuple[int, bytes, bytes]]:
+def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes, bytes]]:
     """(codec, new body, id bytes) for every target of the batch's redactions that is in the log, in the
     redaction's own layer and not redacted yet. `stored(id bytes)` gives (kind, codec, body, layer) or None.
     Called inside the append's transaction, after its rows are inserted."""
     updates = []
-    for event, _raw in prepared:
+    for event in events:
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:

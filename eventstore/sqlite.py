@@ -143,17 +143,18 @@ class SQLiteLog(Recorder):
             cls = type(event.body)
             if cls is not Redaction and cls is not ImportGap and event.digest:
                 return [self._append_one(event)]
-        check = verify or not self.trusted
-        prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
+        if verify or not self.trusted:
+            for event in events:
+                check_event(event)
         redacting = Redaction in map(type, map(body_of, events))  # plan_rows refuses an event without a digest
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
             try:
-                seqs = self._append_locked(prepared, check_known, recorded_at)
+                seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
-                                   redaction_updates(prepared, self._stored))
+                                   redaction_updates(events, self._stored))
                 rows = state(seqs) if callable(state) else state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
@@ -230,7 +231,7 @@ class SQLiteLog(Recorder):
         last = self.db.execute(READ_HEAD).fetchone()
         return last if last else (0, ZERO_CHAIN, 0)
 
-    def _append_locked(self, prepared, check_known: bool, at: int | None = None) -> list[int]:
+    def _append_locked(self, events, check_known: bool, at: int | None = None) -> list[int]:
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
         every id is new (the common case) and lets the unique index object otherwise.
 
@@ -238,8 +239,8 @@ class SQLiteLog(Recorder):
         checking that memory would itself take a statement (PRAGMA data_version), and reading the
         last row of the seq b-tree costs no more — one statement per batch, not per event."""
         seq, chain, last_recorded = self._read_head()
-        known = self._existing([event.id for event, _raw in prepared]) if check_known else None
-        values, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
+        known = self._existing([event.id for event in events]) if check_known else None
+        values, seqs, seq, chain = plan_rows(events, known, seq, chain, recording_times(at, last_recorded))
         if values:
             self._insert(values)
             self._head = (seq, chain, values[3 - ROW_WIDTH])
