@@ -11,7 +11,7 @@ import msgspec
 
 from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, compress, compute_digest,
                        decode_body, encode_body, unpack_body)
-from .errors import IdConflict, InvalidInput
+from .errors import IdConflict
 from .ids import now_ms, uuid_bytes, uuid_text
 from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
@@ -19,14 +19,14 @@ from .redaction import redacted_form
 ZERO_CHAIN = bytes(32)
 StateRows = dict[str, str] | Callable[[list[int]], dict[str, str]] | None
 _sha256 = hashlib.sha256
-_seq_and_time = struct.Struct(">QQ").pack  # seq and recorded_at, 8 bytes each, big-endian
+_link_input = struct.Struct(">32s32sQQ").pack  # previous link, digest, seq and recorded_at (8 bytes each, big-endian)
 TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 
 def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int) -> bytes:
     """The next link of the hash chain: sha256(previous link, digest, seq, recorded_at). The chain
     covers where and when this log recorded the event, which `--at` reads depend on."""
-    return _sha256((previous or ZERO_CHAIN) + digest + _seq_and_time(seq, recorded_at)).digest()
+    return _sha256(_link_input(previous or ZERO_CHAIN, digest, seq, recorded_at)).digest()
 
 
 id_bytes, id_text = uuid_bytes, uuid_text
@@ -77,12 +77,13 @@ def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None,
     as `Event.raw_body()` gives it (for an event from elsewhere, `check_event` left the checked bytes there).
 
     The loop is the append's hot path: `chain_link`, `pack_body` and `Event.stored_keys` are written
-    out in it, and the values come flat, as a multi-row INSERT binds them. The byte columns are
-    bytearrays: Python's sqlite3 binds a bytearray as a blob directly, but sends every `bytes` value
-    through its adapter lookup first (about 0.6 µs each, four per row); PostgreSQL's driver takes either."""
+    out in it (`stored_keys` refuses an event without a 32-byte digest), and the values come flat, as
+    a multi-row INSERT binds them. The byte columns are bytearrays: Python's sqlite3 binds a bytearray
+    as a blob directly, but sends every `bytes` value through its adapter lookup first (about 0.6 µs
+    each, four per row); PostgreSQL's driver takes either."""
     values, seqs = [], []
     add_row, append_seq = values.extend, seqs.append
-    sha256, seq_and_time, tag, blob = _sha256, _seq_and_time, TAGS.__getitem__, bytearray
+    sha256, link_input, tag, blob = _sha256, _link_input, TAGS.__getitem__, bytearray
     for event, recorded_at in zip(events, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
         if known is not None:
             found = known.get(event.id)
@@ -102,9 +103,7 @@ def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None,
             id, digest = event.stored_keys()
         if raw is None:
             raw = event.raw_body()
-        if not digest:
-            raise InvalidInput(f"event {event.id} has no digest")
-        chain = sha256(chain + digest + seq_and_time(seq, recorded_at)).digest()
+        chain = sha256(link_input(chain, digest, seq, recorded_at)).digest()
         if cls is Redacted:
             kind, codec, stored = body.original, CODEC_REDACTED, raw
         elif len(raw) > COMPRESS_THRESHOLD:

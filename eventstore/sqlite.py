@@ -12,7 +12,7 @@ from .envelope import Event, check_event, pack_body
 from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
-from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _seq_and_time, _sha256, id_bytes,
+from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, _sha256, id_bytes,
                        id_text, plan_rows, recording_times, redaction_updates, row_to_event, verify_rows)
 
 body_of = attrgetter("body")
@@ -146,7 +146,7 @@ class SQLiteLog(Recorder):
         if verify or not self.trusted:
             for event in events:
                 check_event(event)
-        redacting = Redaction in map(type, map(body_of, events))  # plan_rows refuses an event without a digest
+        redacting = Redaction in map(type, map(body_of, events))
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
@@ -196,13 +196,13 @@ class SQLiteLog(Recorder):
         id, digest = event.stored_keys()
         blob = bytearray  # bound without the sqlite3 module's adapter lookup that bytes goes through (see plan_rows)
         id, kind, stored = blob(id), body.original if redacted else TAGS[type(body)], blob(stored)
-        execute, sha256, seq_and_time = self.db.execute, _sha256, _seq_and_time
+        execute, sha256, link_input = self.db.execute, _sha256, _link_input
         for attempt in range(10_000):
             last, last_chain, last_recorded = self._head or self._read_head()
             seq, recorded_at = last + 1, time_ns() // 1_000_000
             if recorded_at < last_recorded:
                 recorded_at = last_recorded
-            chain = sha256(last_chain + digest + seq_and_time(seq, recorded_at)).digest()  # chain_link
+            chain = sha256(link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
             try:
                 execute(APPEND_AFTER, (seq, recorded_at, blob(chain), id, event.ts, event.agent, event.layer, kind, codec,
                                       stored, blob(digest), last or None))
