@@ -293,3 +293,56 @@ def log_rows_of_hub(team):
         return db.execute("SELECT position, id FROM hub_events ORDER BY position").fetchall()
     finally:
         db.close()
+
+
+def test_a_version_a_stored_one_names_as_parent_is_no_new_head(hub):
+    """A child can reach the hub before its parent (another path, a resend): the parent arriving later,
+    alone or after its resent child in one batch, adds no head, so it does not stand beside the hold."""
+    held = held_version()
+    assert push(hub, "writer", held).status_code == 200
+    unaware = new_event(PageIngest(slug="pricing", frontmatter={"type": "policy"}, text="# Pricing\n\nAny.\n"),
+                        agent="alice", layer="drafts")
+    child = update(unaware, note="on top of mine")
+    assert push(hub, "alice", child).status_code == 200  # its parent unknown here: it holds nothing
+    assert sorted(hub_heads(hub)) == sorted([(held.id, True), (child.id, False)])
+    for batch in ([unaware], [child, unaware], [unaware, child]):
+        response = push(hub, "alice", *batch)
+        assert response.status_code == 200, response.text
+    assert sorted(hub_heads(hub)) == sorted([(held.id, True), (child.id, False)])
+    assert hub_events(hub) == [held.id, child.id, unaware.id]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_hubs_heads_of_a_batch_do_not_depend_on_its_order(data):
+    """heads_after: a page's heads once a batch lands are the versions (stored heads and the batch's) that
+    nothing names as a parent, nothing else, in any order of the batch."""
+    from sync.hub import heads_after
+
+    count = data.draw(st.integers(1, 7))
+    ids = [f"v{i}" for i in range(count)]
+    parents = {id: sorted(set(data.draw(st.lists(st.sampled_from(ids[:i]), max_size=2)))) if i else []
+               for i, id in enumerate(ids)}
+    held = {id: data.draw(st.booleans()) for id in ids}
+    stored = set(data.draw(st.sets(st.sampled_from(ids))))
+    events = {}
+    for id in ids:
+        frontmatter = HELD if held[id] else {"type": "policy"}
+        events[id] = new_event(PageUpdate(slug="pricing", frontmatter=frontmatter, text="t",
+                                          parents=[events[p].id for p in parents[id]]) if parents[id] else
+                               PageIngest(slug="pricing", frontmatter=frontmatter, text="t"), agent="alice",
+                               layer="drafts")
+    stored_named = {p for id in stored for p in parents[id]}
+    stored_heads = {id: held[id] for id in stored if id not in stored_named}
+    batch = [id for id in ids if id not in stored or data.draw(st.booleans())]  # some resent
+    order = data.draw(st.permutations(batch))
+    named_by_all = {p for id in {*stored, *batch} for p in parents[id]}
+    expected = {id: held[id] for id in {*stored, *batch} if id not in named_by_all}
+    renamed = {events[id].id: id for id in ids}
+    found = heads_after({events[id].id: h for id, h in stored_heads.items()}, [events[id] for id in order],
+                        {events[p].id for p in stored_named})
+    assert {renamed[id]: h for id, h in found.items()} == expected
