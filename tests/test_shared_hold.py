@@ -2,6 +2,8 @@
 refuse an update or delete of a held version that does not release it, and each refusal leaves the
 log (the workspace's, the hub's) as it was."""
 
+import json
+
 import httpx
 import msgspec
 import pytest
@@ -346,3 +348,38 @@ def test_the_hubs_heads_of_a_batch_do_not_depend_on_its_order(data):
     found = heads_after({events[id].id: h for id, h in stored_heads.items()}, [events[id] for id in order],
                         {events[p].id for p in stored_named})
     assert {renamed[id]: h for id, h in found.items()} == expected
+
+
+def test_a_push_split_in_several_requests_sends_the_release_with_the_ingest(tmp_path):
+    """More than one request's worth (sync.client.BATCH) between an ingest written before the hold was
+    seen and its release: `mem push` still goes through, the release travelling with the ingest."""
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+    from sync.client import BATCH
+
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        held = team.root / "held.md"
+        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
+        team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
+        team.mem("writer", "push", check=True)
+        mine = team.page("mine", "Pricing", "Discounts as you like.")
+        team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", mine, check=True)
+        with Memory.open(team.root / "reviewer") as memory:
+            memory.log.append([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"fact {i}"),
+                                         agent="reviewer", layer="insights") for i in range(BATCH)])
+        team.mem("reviewer", "pull", check=True)
+        team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "owner agreed", check=True)
+        hub_before = log_rows_of_hub(team)
+
+        pushed = team.mem("reviewer", "push")
+        assert pushed.returncode == 0, pushed.stderr
+        assert pushed.stdout.decode().startswith(f"pushed {BATCH + 2} events"), pushed.stdout
+        assert len(log_rows_of_hub(team)) == len(hub_before) + BATCH + 2
+        again = team.mem("reviewer", "push", check=True)
+        assert again.stdout.decode().startswith("pushed 0 events"), again.stdout
+        team.mem("writer", "pull", check=True)
+        conflicts = json.loads(team.mem("writer", "conflicts", "--json").stdout)
+        assert [sorted(h["agent"] for h in c["heads"]) for c in conflicts] == [["reviewer", "reviewer"]]
+    finally:
+        team.stop()
