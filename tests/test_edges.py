@@ -119,6 +119,39 @@ def test_damaged_log_is_named(written):
         refused(run_mem(*command, "-w", written), str(log), "damaged")
 
 
+def damage_table(db, table: str) -> None:
+    """Overwrites the first page of one table's b-tree: the file still opens (its header and schema are
+    intact), and only a query that reaches the table finds the damage."""
+    import sqlite3
+
+    connection = sqlite3.connect(db)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = connection.execute("PRAGMA page_size").fetchone()[0]
+        root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    finally:
+        connection.close()
+    with open(db, "r+b") as file:
+        file.seek((root - 1) * size)
+        file.write(b"\xff" * size)
+
+
+def test_damage_found_by_a_later_query_names_its_file(written):
+    views, log = written / ".mem" / "views.db", written / ".mem" / "log.db"
+    before = log_rows(written)
+    damage_table(views, "pages")
+    for command in (["status"], ["page", "list"]):
+        line = refused(run_mem(*command, "-w", written), f"the views database {views} is damaged", "run `mem replay`")
+        assert "SQLITE_CORRUPT" not in line
+    run_mem("replay", "-w", written, check=True)
+    assert b"Staging first." in run_mem("show", "mind/deploy.md", "-w", written, check=True).stdout
+    assert log_rows(written) == before
+
+    damage_table(log, "events")
+    for command in (["status"], ["log"]):
+        refused(run_mem(*command, "-w", written), f"the event log {log} is damaged")
+
+
 def test_failed_init_leaves_no_half_made_workspace(tmp_path):
     root = tmp_path / "pgws"
     url = "postgresql://nobody:secret@127.0.0.1:1/x"
