@@ -145,4 +145,3 @@ class Workspace:
                 return log_damaged(self.log_path, detail)
         detail = sqlite_damage(self.views_path)
         return views_damaged(self.views_path, detail) if detail else None
-
