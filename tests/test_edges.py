@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import PAGE, log_rows, mem_command, run_mem
+from conftest import PAGE, damage_table, log_rows, mem_command, run_mem
 
 
 def refused(result, *names: str) -> str:
@@ -117,23 +117,6 @@ def test_damaged_log_is_named(written):
     log.write_bytes(b"not a database at all, not even close" * 10)
     for command in (["status"], ["replay"]):
         refused(run_mem(*command, "-w", written), str(log), "damaged")
-
-
-def damage_table(db, table: str) -> None:
-    """Overwrites the first page of one table's b-tree: the file still opens (its header and schema are
-    intact), and only a query that reaches the table finds the damage."""
-    import sqlite3
-
-    connection = sqlite3.connect(db)
-    try:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        size = connection.execute("PRAGMA page_size").fetchone()[0]
-        root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
-    finally:
-        connection.close()
-    with open(db, "r+b") as file:
-        file.seek((root - 1) * size)
-        file.write(b"\xff" * size)
 
 
 def test_damage_found_by_a_later_query_names_its_file(written):
