@@ -496,7 +496,7 @@ def _refuse_unknown_status(db, status: str) -> None:
         raise InvalidInput(f"no page has ever had a status starting with {status.strip()!r} ({known})")
 
 
-DF_CAP = 10_000
+DF_CAP = 1_000
 """How many versions of a word a search of the past counts at most for its weight: a rarer word weighs
 more, and every word at least as common weighs alike (and still something)."""
 
