@@ -72,6 +72,7 @@ def bench_loopback(n: int) -> list[tuple]:
     writer = Memory.init(base / "writer", "writer")
     for i in range(0, n, 10_000):
         writer.log.append(batch[i:i + 10_000])
+    writer.set_contract(CONTRACT)  # as `mem remote add` does: the contract is known before anything is written
     writer.refresh()  # as after ordinary writes: the views are up to date before a push
     proc, url = serve(hub_db)
     try:
@@ -83,6 +84,7 @@ def bench_loopback(n: int) -> list[tuple]:
         assert report.pushed == n, report
 
         reader = Memory.init(base / "reader", "reader")
+        reader.set_contract(CONTRACT)
         client = HubClient(url, tokens["reader"])
         start = time.perf_counter()
         pulled = pull(reader, remote, client)

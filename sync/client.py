@@ -442,7 +442,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
         nonlocal pushed, duplicates
         if not events:
             return
-        results = client.push([_outgoing(e) for e in events]).results
+        results = client.push(events).results
         duplicates += sum(r.duplicate for r in results)
         pushed += sum(not r.duplicate for r in results)
         if progress:
@@ -454,20 +454,33 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
                                  if produces(contract, agent, e.layer) and e.seq not in came)],
                       cursor, came)
-    send([e for e in retried if produces(contract, agent, e.layer)])
+    send([_outgoing(e) for e in retried if produces(contract, agent, e.layer)])
     held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
     memory.log.set_state(held_key, json.dumps(held))
-    while shared:
-        read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
-        if not read:
-            break
-        batch = [e for e in read if e.seq not in came]
-        send([e for e in batch if produces(contract, agent, e.layer)])
-        held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
-        cursor = read[-1].seq
+
+    def acknowledged(sent, cursor: int, held: list[int]) -> None:
+        """Once the hub has answered a batch: the cursor moves past it (a crash before resends it)."""
+        sent.result()
         rows = {key: str(cursor), held_key: json.dumps(held)}
-        memory.log.append([], state=lambda _seqs, rows=rows, cursor=cursor: {
-            **rows, **CameFromHub.prune(memory, remote.name, cursor)})
+        memory.log.append([], state=lambda _seqs: {**rows, **CameFromHub.prune(memory, remote.name, cursor)})
+
+    # While the hub checks and commits a batch, this thread reads and decodes the next one; one batch
+    # is in flight at a time, so the hub receives them in log order.
+    with ThreadPoolExecutor(1, thread_name_prefix="push") as sender, no_cyclic_gc():
+        in_flight = None
+        while shared:
+            read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
+            if read:
+                batch = [e for e in read if e.seq not in came]
+                outgoing = [_outgoing(e) for e in batch if produces(contract, agent, e.layer)]
+                held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
+                cursor = read[-1].seq
+            if in_flight is not None:
+                acknowledged(*in_flight)
+                in_flight = None
+            if not read:
+                break
+            in_flight = (sender.submit(send, outgoing), cursor, list(held))
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
                       held=held_back(memory, remote, contract))
 

@@ -116,10 +116,25 @@ def new_token() -> str:
     return "mlg_" + secrets.token_urlsafe(32)
 
 
+class _Travelling(msgspec.Struct, omit_defaults=True):
+    """An Event's travelling fields, encoded as Event encodes them, its body already encoded."""
+
+    id: str
+    ts: int
+    agent: str
+    layer: str
+    body: msgspec.Raw
+    digest: str = ""
+
+
 def encode_stored(event: Event) -> bytes:
-    """The travelling part of an event (no seq, recorded_at or chain: those are each store's own)."""
-    return _stored.encode(Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
-                                digest=event.digest))
+    """The travelling part of an event (no seq, recorded_at or chain: those are each store's own). A
+    pushed event carries its body's bytes from the digest check: they are not encoded again."""
+    raw = event.__dict__.get("_raw")
+    if raw is None:
+        return _stored.encode(Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
+                                    digest=event.digest))
+    return _stored.encode(_Travelling(event.id, event.ts, event.agent, event.layer, msgspec.Raw(raw), event.digest))
 
 
 def decode_stored(data: bytes, position: int, recorded_at: int) -> Event:
@@ -382,14 +397,16 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
 
 
 def fill_positions(plan: list, fresh: list[Event], first: int) -> list[PushResult]:
-    positions = {event.id: first + i for i, event in enumerate(fresh)}
+    positions = None  # of the fresh events by id, made only for an id repeated in the batch
     results = []
     for step in plan:
-        if isinstance(step, PushResult):
-            results.append(step)
-        elif isinstance(step, int):
+        if type(step) is int:
             results.append(PushResult(id=fresh[step].id, position=first + step, duplicate=False))
+        elif isinstance(step, PushResult):
+            results.append(step)
         else:
+            if positions is None:
+                positions = {event.id: first + i for i, event in enumerate(fresh)}
             results.append(PushResult(id=step, position=positions[step], duplicate=True))
     return results
 
