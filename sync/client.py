@@ -458,16 +458,15 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
     memory.log.set_state(held_key, json.dumps(held))
 
-    def acknowledged(sent, cursor: int, held: list[int]) -> None:
-        """Once the hub has answered a batch: the cursor moves past it (a crash before resends it)."""
-        sent.result()
+    def moved(cursor: int, held: list[int]) -> None:
         rows = {key: str(cursor), held_key: json.dumps(held)}
         memory.log.append([], state=lambda _seqs: {**rows, **CameFromHub.prune(memory, remote.name, cursor)})
 
-    # While the hub checks and commits a batch, this thread reads and decodes the next one; one batch
-    # is in flight at a time, so the hub receives them in log order.
+    # While the hub checks and commits a batch, this thread reads the next one, then moves the cursor
+    # past the batch the hub has answered (a crash before that resends it). One batch is in flight at a
+    # time, so the hub receives them in log order.
     with ThreadPoolExecutor(1, thread_name_prefix="push") as sender, no_cyclic_gc():
-        in_flight = None
+        in_flight = answered = None
         while shared:
             read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
             if read:
@@ -476,11 +475,15 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
                 held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
                 cursor = read[-1].seq
             if in_flight is not None:
-                acknowledged(*in_flight)
-                in_flight = None
+                in_flight[0].result()
+                answered, in_flight = in_flight[1:], None
+            if read:
+                in_flight = (sender.submit(send, outgoing), cursor, list(held))
+            if answered is not None:
+                moved(*answered)
+                answered = None
             if not read:
                 break
-            in_flight = (sender.submit(send, outgoing), cursor, list(held))
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
                       held=held_back(memory, remote, contract))
 
