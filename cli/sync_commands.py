@@ -98,7 +98,7 @@ def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
             admin_token_file.write_text(new_token() + "\n")
             typer.echo(f"wrote a new admin token for the pages to {admin_token_file}", err=True)
         admin = admin_token_file.read_text().strip() or fail(f"{admin_token_file} is empty")
-    return hub_ui(hub, HubMirror(hub, ui_dir), admin)
+    return hub_ui(hub, HubMirror(hub, ui_dir), admin, warm_up=True)
 
 
 @hub_app.command("init")

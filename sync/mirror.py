@@ -56,15 +56,16 @@ class HubMirror:
         """Every layer that a contract named, up to the last catch-up, as its latest contract placed it."""
         return self._ever
 
-    def catch_up(self) -> int:
-        """Copies what the hub committed since the last call; returns the mirror's head (= the hub's then)."""
+    def catch_up(self, progress=None) -> int:
+        """Copies what the hub committed since the last call; returns the mirror's head (= the hub's then).
+        `progress(n)` hears of each page copied, n hub positions at a time."""
         with self._lock:
             last = self.storage.head()
             self._learn_contracts()
             layers = sorted(self._ever.layers) + [CONTRACT_LAYER]
             head = self.log.head()
             while head < last and (events := [e for e in self.storage.pull(head, layers, PAGE) if e.seq <= last]):
-                batch, times = [], []
+                batch, times, start = [], [], head
                 for event in events:
                     if event.seq > head + 1:
                         batch.append(self._gap(head, event.seq - 1))
@@ -73,6 +74,8 @@ class HubMirror:
                     times.append(event.recorded_at)
                     head = event.seq
                 self.log.append(batch, recorded_at=times, state={"hub-position": str(head), COPIES[0]: COPIES[1]})
+                if progress:
+                    progress(head - start)
             if last > head:
                 self.log.append([self._gap(head, last)], recorded_at=self.log.recorded_at(head) or 0,
                                 state={"hub-position": str(last), COPIES[0]: COPIES[1]})

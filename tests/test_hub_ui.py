@@ -167,3 +167,70 @@ def test_a_file_in_no_layer_is_a_404_that_names_it(tmp_path):
                               ).status_code == 200
     finally:
         storage.close()
+
+
+def test_mem_serve_catches_the_pages_up_before_any_page_asks(hub, tmp_path):
+    """The first page of a big hub would otherwise wait for the whole mirror copy and fold."""
+    import time
+
+    from hubserver import mem_serve
+    from projections.memory import Memory
+    from sync.storage import open_storage
+
+    storage = open_storage(str(hub.team.db))
+    expected = storage.head()
+    storage.close()
+    mirror = hub.team.db.with_name(hub.team.db.name + ".ui")  # made by `hub`'s own server: served apart
+    with mem_serve(str(hub.team.db)):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if mirror.joinpath(".mem", "views.db").exists():
+                mem = Memory.open(mirror)
+                try:
+                    if mem.head() == expected and mem.checkpoint() == expected:
+                        break
+                finally:
+                    mem.close()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the mirror did not catch up by itself")
+
+
+def test_a_page_asked_while_the_pages_get_ready_says_how_far_they_got(tmp_path, monkeypatch):
+    """In process: a warm-up that cannot finish yet; a page answers 503 with the progress at once, then
+    the page itself once the warm-up is done."""
+    import threading
+
+    from starlette.testclient import TestClient
+
+    import cli.web.hub as web_hub
+    from sync.contracts import parse_contract
+    from sync.mirror import HubMirror
+    from sync.storage import open_storage
+
+    release = threading.Event()
+
+    class SlowMirror(HubMirror):
+        def catch_up(self, progress=None):
+            release.wait(30)
+            return super().catch_up(progress)
+
+    monkeypatch.setattr(web_hub, "READY_WAIT", 0.05)
+    storage = open_storage(str(tmp_path / "hub.db"))
+    try:
+        storage.apply_contract(parse_contract(TEAM_CONTRACT))
+        token = storage.add_agent("writer")
+        app = web_hub.hub_ui(storage, SlowMirror(storage, tmp_path / "ui"), "admin-token", warm_up=True)
+        with TestClient(app) as client:
+            waiting = client.get("/asof", headers={"Authorization": f"Bearer {token}"})
+            assert waiting.status_code == 503 and waiting.headers["retry-after"] == "2"
+            assert "getting ready" in waiting.text and "of 2 hub events" in waiting.text
+            assert client.get("/asof").status_code == 401  # the token is still checked first
+            release.set()
+            for _ in range(200):
+                answer = client.get("/asof", headers={"Authorization": f"Bearer {token}"})
+                if answer.status_code != 503:
+                    break
+            assert answer.status_code == 200 and "As of seq 1 " in answer.text
+    finally:
+        storage.close()

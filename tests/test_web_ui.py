@@ -137,12 +137,16 @@ def test_search_and_contract(ui):
 @pytest.mark.parametrize("query, status, code", [
     ("asof?seq=abc", 400, "invalid-input"), ("asof?seq=99999", 400, "invalid-input"),
     ("asof?at=not-a-time", 400, "invalid-input"), ("asof?seq=1&at=2026-01-01", 400, "invalid-input"),
+    ("asof?at=2999-01-01", 400, "invalid-input"), ("asof?at=1999-01-01", 400, "invalid-input"),
+    ("asof?seq=0", 400, "invalid-input"),
     ("timeline?event=99999", 404, "not-found")])
 def test_bad_moments_are_problems(ui, query, status, code):
     answer = httpx.get(f"{ui.url}/{query}", timeout=30)
     assert answer.status_code == status
     assert answer.headers["content-type"] == "application/problem+json"
     assert answer.json()["type"].endswith("/" + code)
+    if "at=" in query and "seq=" not in query and "not-a-time" not in query:
+        assert ("in the future" if "2999" in query else "before this workspace existed") in answer.json()["detail"]
 
 
 def test_mem_ui_outside_a_workspace_is_one_line(tmp_path):

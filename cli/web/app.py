@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from eventstore.errors import InvalidInput, MemError, NotFound
-from eventstore.instants import format_instant, parse_instant
+from eventstore.instants import format_instant
 from eventstore.layers import consumes
 from projections import history as histories
 from projections import trust
@@ -49,11 +49,12 @@ def _int(request: Request, name: str) -> int | None:
 
 
 def moment(mem, request: Request) -> Moment:
-    """The moment the URL names: `?seq=N` or `?at=ISO` (now when neither)."""
+    """The moment the URL names: `?seq=N` or `?at=TIME` (now when neither), refused as the CLI's `--seq`
+    and `--at` are (before the first event, past the head, in the future)."""
     seq, at = _int(request, "seq"), request.query_params.get("at") or None
     if seq is not None and at is not None:
         raise InvalidInput("give seq or at, not both")
-    as_of = mem.seq_at(parse_instant(at) if at is not None else None, seq)
+    as_of = mem.moment(at).seq if at is not None else mem.seq_at(None, seq)
     head = mem.checkpoint()
     recorded = mem.recorded_at(as_of) if as_of else None
     query = "" if seq is None and at is None else urlencode({"seq": as_of})
@@ -275,13 +276,13 @@ async def _refused(request: Request, exc: MemError):
     return problem_response(Problem(type=PROBLEM_BASE + exc.code, title=str(exc), status=status, detail=str(exc)))
 
 
-def site_app(site: Site, middleware=()) -> Starlette:
+def site_app(site: Site, middleware=(), handlers=None) -> Starlette:
     """The pages of a Site as an ASGI app (a workspace's for `mem ui`; a hub's, mounted at /ui)."""
     routes = [Route("/", lambda request: RedirectResponse("asof")),
               Route("/asof", site.asof), Route("/history", site.history), Route("/timeline", site.timeline),
               Route("/conflicts", site.conflicts), Route("/search", site.search), Route("/contract", site.contract),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
-    return Starlette(routes=routes, middleware=list(middleware), exception_handlers={MemError: _refused})
+    return Starlette(routes=routes, middleware=list(middleware), exception_handlers={MemError: _refused, **(handlers or {})})
 
 
 def create_app(root: Path, title: str = "") -> Starlette:

@@ -10,6 +10,8 @@ one: a 401 page.
 """
 
 import hmac
+import sys
+import threading
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -33,6 +35,20 @@ UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><ti
 <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>"""
 
 
+GETTING_READY = """<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<title>getting ready · mindlog hub</title></head><body><h1>The hub's pages are getting ready</h1>
+<p id="getting-ready">{done:,} of {total:,} hub events copied and folded so far. This page reloads by itself.</p>
+</body></html>"""
+
+
+READY_WAIT = 5.0
+"""Seconds a page waits for a warm-up under way before it answers that the pages are getting ready."""
+
+
+class GettingReady(Exception):
+    """A page asked for while the mirror catches up in the background (see `HubSite.warm_up`)."""
+
+
 class HubSite(Site):
     hub = True
 
@@ -41,6 +57,39 @@ class HubSite(Site):
         self.storage = storage
         self.mirror = mirror
         self.admin_hash = hash_token(admin_token) if admin_token else None
+        self.ready = threading.Event()
+        self.ready.set()
+        self.done = self.total = 0
+
+    def warm_up(self) -> threading.Thread:
+        """Copies the hub into the mirror and folds it from the moment the hub starts, on a thread of its
+        own: the first page of a hub holding a million events would otherwise wait for all of it. Until
+        then a page answers 503 saying how far it got (and reloads itself); a failed warm-up leaves the
+        pages to catch up as they do without one."""
+        self.ready.clear()
+        thread = threading.Thread(target=self._warm, name="mindlog-ui-warm-up", daemon=True)
+        thread.start()
+        return thread
+
+    def _warm(self) -> None:
+        from projections.memory import Memory
+
+        def advance(n: int) -> None:
+            self.done += n
+
+        try:
+            self.total = 2 * self.storage.head()
+            self.done = self.mirror.catch_up(progress=advance)
+            mem = Memory.open(self.root)
+            try:
+                self.done = self.total - (mem.head() - mem.checkpoint())
+                mem.refresh(files=False, progress=advance)
+            finally:
+                mem.close()
+        except Exception as exc:  # noqa: BLE001 - the pages catch up on their own after this
+            print(f"warning: the hub's pages could not get ready in the background: {exc}", file=sys.stderr)
+        finally:
+            self.ready.set()
 
     def viewer(self, token: str) -> str | None:
         """ADMIN, the agent the token names, or None."""
@@ -57,6 +106,8 @@ class HubSite(Site):
         return set(consumed_layers(self.contract_at(mem, now), viewer))
 
     def memory(self):
+        if not self.ready.wait(READY_WAIT):
+            raise GettingReady()
         self.mirror.catch_up()
         return super().memory()
 
@@ -102,8 +153,15 @@ class TokenGate(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = None):
-    """The ASGI app to mount at /ui of a hub."""
+def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = None, *, warm_up: bool = False):
+    """The ASGI app to mount at /ui of a hub; with `warm_up`, the mirror starts catching up at once."""
     site = HubSite(storage, mirror, admin_token)
-    return site_app(site, middleware=[Middleware(TokenGate, site=site)])
+    if warm_up:
+        site.warm_up()
+
+    async def getting_ready(request: Request, exc: GettingReady):
+        return HTMLResponse(GETTING_READY.format(done=min(site.done, site.total), total=site.total),
+                            status_code=503, headers={"Retry-After": "2"})
+
+    return site_app(site, middleware=[Middleware(TokenGate, site=site)], handlers={GettingReady: getting_ready})
 
