@@ -12,8 +12,10 @@ each baseline's own preparation are done before the clock starts, for all four a
 - raw sqlite3, same row: `BEGIN IMMEDIATE; INSERT; COMMIT` of mindlog's own row (every column the
   log stores, seq and chain computed beforehand by the log's own `plan_rows`) into a table made by the
   log's own schema (`SCHEMA`) with the log's pragmas, through the log's own one-row INSERT: the floor
-  for "the same durable insert". The row and table are imported, so they follow any change to the log.
-- raw sqlite3, (id, body): the same statements inserting only an id (unique) and the body bytes.
+  for "the same durable insert". The row and table are imported, so they follow any change to the log
+  (its byte columns come as bytearrays, which sqlite3 binds without the adapter lookup it makes for
+  every `bytes` value: the baseline gets that shortcut too). Batches go in by `executemany`.
+- raw sqlite3, (id, body): the same statements inserting only an id (unique) and the body, as `bytes`.
 
 All use WAL mode and the same `synchronous` setting (FULL by default, the durable one; `--synchronous
 NORMAL` or `OFF` compare the CPU work alone, without the fsync every side pays). The backends take turns in small slices of the work, in a
@@ -34,7 +36,7 @@ from common import table, workdir
 
 from eventstore.envelope import encode_body, new_event
 from eventstore.kinds import LoopAppend
-from eventstore.recorder import ZERO_CHAIN, plan_rows
+from eventstore.recorder import ZERO_CHAIN, plan_rows, rows_of
 from eventstore.sqlite import COLUMNS, SCHEMA, SQLiteLog, insert_rows
 
 
@@ -150,9 +152,9 @@ class RawSameRow(RawSQLite):
         self.chain = ZERO_CHAIN
 
     def prepare(self, events):
-        rows, _seqs, self.seq, self.chain = plan_rows([(e, e.raw_body()) for e in events], {}, self.seq,
-                                                      self.chain, time.time_ns() // 1_000_000)
-        return rows
+        values, _seqs, self.seq, self.chain = plan_rows([(e, e.raw_body()) for e in events], {}, self.seq,
+                                                        self.chain, time.time_ns() // 1_000_000)
+        return rows_of(values)
 
     def read_all(self):
         return sum(1 for _ in self.db.execute(f"SELECT {COLUMNS} FROM events"))

@@ -13,9 +13,8 @@ from collections.abc import Iterator, Sequence
 import psycopg
 
 from .envelope import Event, check_event
-from .errors import InvalidInput
-from .recorder import (ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows, recording_times,
-                       redaction_updates, row_to_event, verify_rows)
+from .recorder import (ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows,
+                       recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
 from .sqlite import COLUMNS
 
 SCHEMA = """
@@ -62,24 +61,20 @@ class PostgresLog(Recorder):
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
-        prepared = []
-        for event in events:
-            raw = check_event(event) if verify or not self.trusted else event.raw_body()
-            if not event.digest:
-                raise InvalidInput(f"event {event.id} has no digest")
-            prepared.append((event, raw))
+        check = verify or not self.trusted
+        prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
         with self.conn.transaction():
             seq, chain, last_recorded = self.conn.execute(
                 "SELECT seq, chain, recorded_at FROM log_counter WHERE one FOR UPDATE").fetchone()
             chain = bytes(chain) or ZERO_CHAIN
             known = {id_text(bytes(i)): (bytes(d).hex(), s) for i, d, s in self.conn.execute(
                 "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e, _r in prepared],))}
-            rows, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(recorded_at, last_recorded))
-            if rows:
+            values, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(recorded_at, last_recorded))
+            if values:
                 with self.conn.cursor() as cursor:
-                    cursor.executemany(INSERT, rows)
+                    cursor.executemany(INSERT, rows_of(values))
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
-                                  (seq, chain, rows[-1][3]))
+                                  (seq, chain, values[3 - ROW_WIDTH]))
             updates = redaction_updates(prepared, self._stored)
             if updates:
                 with self.conn.cursor() as cursor:

@@ -11,7 +11,7 @@ import msgspec
 
 from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, compress, compute_digest,
                        decode_body, encode_body, unpack_body)
-from .errors import IdConflict
+from .errors import IdConflict, InvalidInput
 from .ids import now_ms, uuid_bytes, uuid_text
 from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
@@ -57,17 +57,31 @@ def recording_times(at: int | Sequence[int] | None, last: int) -> int | list[int
     return times
 
 
+ROW_WIDTH = 11
+"""Values per stored row: (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain)."""
+
+
+def rows_of(values: list) -> list[tuple]:
+    """`plan_rows`' values grouped into one tuple per row."""
+    return list(zip(*[iter(values)] * ROW_WIDTH))
+
+
 def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
               recorded_at: int | list[int]):
-    """Numbers a batch after the log's last (seq, chain): returns the rows to insert, each event's seq,
-    and the new last (seq, chain). `known` maps ids already stored to (digest, seq); ids repeated in
-    the batch are stored once. A known id with another digest refuses the whole batch. `known=None`
-    says every id is new (the caller's unique index refuses the batch otherwise), which spares the
-    bookkeeping on the common path. `recorded_at` is the batch's time, or each event's (`recording_times`).
-    The loop is the append's hot path: `chain_link` and `pack_body` are written out in it."""
-    rows, seqs = [], []
-    append_row, append_seq = rows.append, seqs.append
-    sha256, seq_and_time, tag = _sha256, _seq_and_time, TAGS.__getitem__
+    """Numbers a batch after the log's last (seq, chain): returns the values of the rows to insert,
+    one row after another (ROW_WIDTH each, see `rows_of`), each event's seq, and the new last (seq,
+    chain). `known` maps ids already stored to (digest, seq); ids repeated in the batch are stored once.
+    A known id with another digest refuses the whole batch. `known=None` says every id is new (the
+    caller's unique index refuses the batch otherwise), which spares the bookkeeping on the common
+    path. `recorded_at` is the batch's time, or each event's (`recording_times`).
+
+    The loop is the append's hot path: `chain_link`, `pack_body` and `Event.stored_keys` are written
+    out in it, and the values come flat, as a multi-row INSERT binds them. The byte columns are
+    bytearrays: Python's sqlite3 binds a bytearray as a blob directly, but sends every `bytes` value
+    through its adapter lookup first (about 0.6 µs each, four per row); PostgreSQL's driver takes either."""
+    values, seqs = [], []
+    add_row, append_seq = values.extend, seqs.append
+    sha256, seq_and_time, tag, blob = _sha256, _seq_and_time, TAGS.__getitem__, bytearray
     for (event, raw), recorded_at in zip(prepared, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
         if known is not None:
             found = known.get(event.id)
@@ -79,7 +93,13 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
         body = event.body
         cls = type(body)
         seq += 1 + body.skipped if cls is ImportGap else 1
-        id, digest = event.stored_keys()
+        keys = event.__dict__.get("_keys")
+        if keys is not None and keys[0] is event.id and keys[1] is event.digest and keys[2] is not None:
+            id, digest = keys[2], keys[3]
+        else:
+            id, digest = event.stored_keys()
+        if not digest:
+            raise InvalidInput(f"event {event.id} has no digest")
         chain = sha256(chain + digest + seq_and_time(seq, recorded_at)).digest()
         if cls is Redacted:
             kind, codec, stored = body.original, CODEC_REDACTED, raw
@@ -87,12 +107,12 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
             kind, codec, stored = tag(cls), CODEC_ZSTD, compress(raw)
         else:
             kind, codec, stored = tag(cls), CODEC_RAW, raw
-        append_row((seq, id, event.ts, recorded_at, event.agent, event.layer, kind,
-                    codec, stored, digest, chain))
+        add_row((seq, blob(id), event.ts, recorded_at, event.agent, event.layer, kind,
+                 codec, blob(stored), blob(digest), blob(chain)))
         append_seq(seq)
         if known is not None:
             known[event.id] = (event.digest, seq)
-    return rows, seqs, seq, chain
+    return values, seqs, seq, chain
 
 
 UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})

@@ -45,11 +45,12 @@ def test_a_log_made_with_the_body_hash_column_loses_it_and_still_verifies(pg_url
     eventstore.sqlite.upgrade): opening it drops the column; the rows verify and appends go on."""
     import psycopg
 
-    from eventstore.recorder import ZERO_CHAIN, plan_rows
+    from eventstore.recorder import ZERO_CHAIN, plan_rows, rows_of
     from recorder_conformance import ev
 
     events = [ev(1), ev(2), ev(3)]
-    rows, _seqs, seq, chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    values, _seqs, seq, chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    rows = rows_of(values)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("""
             CREATE TABLE log_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), seq BIGINT NOT NULL,

@@ -9,7 +9,7 @@ import pytest
 from eventstore.envelope import CODEC_ZSTD, compute_digest, encode_body, new_event
 from eventstore.errors import InvalidInput
 from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
-from eventstore.recorder import ZERO_CHAIN, plan_rows
+from eventstore.recorder import ZERO_CHAIN, plan_rows, rows_of
 from eventstore.sqlite import COLUMNS, FORMAT, SQLiteLog
 
 from recorder_conformance import RecorderConformance, ev
@@ -93,7 +93,7 @@ def test_two_connections_appending_in_turn_keep_one_chain(tmp_path):
     second.close()
 
 
-@pytest.mark.parametrize("count", [1, 2, 100, 203])
+@pytest.mark.parametrize("count", [1, 2, 7, 100, 203])
 def test_a_batch_goes_in_whole_and_in_order(recorder, count):
     events = [ev(i) for i in range(count)]
     assert recorder.append(events) == list(range(1, count + 1))
@@ -124,7 +124,8 @@ CREATE TABLE sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 def format_0_log(path, events):
     """A log written the way main's code wrote it: the same rows plus each body's hash."""
-    rows, _seqs, _seq, _chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    values, _seqs, _seq, _chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    rows = rows_of(values)
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
     db.executescript(FORMAT_0)
