@@ -173,10 +173,12 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
 
 
 def check_reversals(events, storage: HubStorage) -> None:
-    batch = {event.id: event.layer for event in events}
     wanted = {event.body.reverses for event in events
               if isinstance(event.body, EntryAppend) and event.body.reverses is not None}
-    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch} if wanted else batch
+    if not wanted:
+        return
+    batch = {event.id: event.layer for event in events}
+    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch}
     for index, event in enumerate(events):
         if isinstance(event.body, EntryAppend) and event.body.reverses is not None:
             if known.get(event.body.reverses) != event.layer:

@@ -337,7 +337,10 @@ class HubStorage(ABC):
 
 def check_duplicates(events: list[Event], known: dict[str, tuple[str, int]]) -> tuple[list[Event], list]:
     """Splits a batch into its new events and a plan for every result; refuses a known id with
-    another digest. An id repeated inside the batch is stored once and acknowledged twice."""
+    another digest. An id repeated inside the batch is stored once and acknowledged twice. The plan is
+    None when every event is new (the common case: no bookkeeping per event)."""
+    if known.keys().isdisjoint(ids := {event.id for event in events}) and len(ids) == len(events):
+        return list(events), None
     fresh, plan, seen = [], [], {}
     for event in events:
         found = known.get(event.id)
@@ -360,16 +363,16 @@ def plan_group(batches: list[list[Event]], known: dict[str, tuple[str, int]], fi
     """Plans a group commit: the rows to insert from `first` on and, per batch, its results or the
     IdConflict that refuses it alone. Later batches see earlier ones' events as known."""
     rows, outcomes, layers = [], [], set()
-    for events in batches:
+    for index, events in enumerate(batches):
         try:
             fresh, plan = check_duplicates(events, known)
         except IdConflict as exc:
             outcomes.append(exc)
             continue
         start = first + len(rows)
-        for i, event in enumerate(fresh):
-            known[event.id] = (event.digest, start + i)
-            layers.add(event.layer)
+        if index < len(batches) - 1:
+            known.update((event.id, (event.digest, start + i)) for i, event in enumerate(fresh))
+        layers.update({event.layer for event in fresh})
         rows.extend(fresh)
         outcomes.append(fill_positions(plan, fresh, start))
     return rows, outcomes, layers
@@ -396,7 +399,9 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
     return updates
 
 
-def fill_positions(plan: list, fresh: list[Event], first: int) -> list[PushResult]:
+def fill_positions(plan: list | None, fresh: list[Event], first: int) -> list[PushResult]:
+    if plan is None:
+        return [PushResult(id=event.id, position=first + i, duplicate=False) for i, event in enumerate(fresh)]
     positions = None  # of the fresh events by id, made only for an id repeated in the batch
     results = []
     for step in plan:
