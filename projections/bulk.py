@@ -1,14 +1,13 @@
-"""Building every view from nothing (`mem replay`): the fold on one thread, the history tables on another.
+"""Building every view from nothing (`mem replay`): the fold in this process, the history tables in another.
 
-A rebuild folds the whole log into a new views file. Most of what it writes goes into three
-append-only history tables that nothing reads until the fold ends: `page_versions` and `log_entries`
-(a row per wiki event) and the wiki page versions of `search_history` with their full-text index.
-`build` gives them to a `HistoryWriter`: the fold hands over each batch as JSON arrays (and the batch's
-bodies as one blob), and the writer's thread writes them into the new file with a few statements
-(`INSERT ... SELECT ... FROM json_each(?)`). SQLite parses, inserts and tokenises without the GIL, on
-the other core. The fold itself writes every other table into a scratch file beside it (two
-connections, two files: no lock shared); at the end those tables, small beside the history, are
-copied into the new file, and the indexes and triggers that a rebuild leaves out are made once.
+A rebuild folds the whole log into a new views file. Most of what it writes goes into tables that
+nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event) and the
+search index (`search_docs`, `search_history`, their full-text indexes). `build` gives them to a
+`HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through a pipe to a
+child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
+core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
+beside it (two connections, two files: no lock shared); at the end those tables, small beside the
+history, are copied into the new file, and the index that a rebuild leaves out is made once.
 
 Nobody reads the new file before the caller renames it into place, so both files are written
 without a journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves files that only the
@@ -17,9 +16,9 @@ new file before the rename.
 """
 
 import os
-import queue
 import sqlite3
-import threading
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,24 +28,25 @@ from eventstore.layers import MIND
 
 from . import search
 from .fold import catch_up
+from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
-HISTORY_TABLES = ("page_versions", "log_entries")
-"""The tables only the writer writes in a rebuild (and, of search_history, the wiki page versions)."""
+BULK_FOLD_THRESHOLD = 20_000
+"""Views at least this many events behind their log, and at least as many as they hold already, are built
+from nothing (`worth_building`), not folded into batch by batch: a first pull, or the next command after a
+catch-up that was cut off."""
+BATCH = 20_000
+"""Events a rebuild folds per batch: the first batch's history is written in process, later ones by the
+writer's child process."""
+HISTORY_TABLES = ("page_versions", "log_entries", *search.TABLES)
+"""The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
+_ROOT = str(Path(__file__).resolve().parent.parent)
+_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(sys.argv[2])"
+"""The writer's child process runs this very code (the tree this module was imported from)."""
 
-_VERSIONS = ("INSERT INTO page_versions SELECT value ->> 0, value ->> 1, substr(?2, value ->> 2, value ->> 3), "
-             "value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, "
-             "CASE WHEN value ->> 9 IS NOT NULL THEN substr(?2, value ->> 2 + value ->> 3, value ->> 9) END "
-             "FROM json_each(?1)")
-"""page_versions rows given as JSON [slug, seq, id offset, id length, ts, deleted, parents, title, hook, doc length
-or null] and one blob holding each row's id then its doc."""
-_ENTRIES = "INSERT INTO log_entries SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)"
-_PAGES = (f"INSERT INTO search_history SELECT value ->> 0, 'page', '{MIND}', value ->> 1, value ->> 2, "
-          "value ->> 3, value ->> 4, value ->> 5, value ->> 6, NULL, NULL, NULL, value ->> 7, value ->> 0 "
-          "FROM json_each(?)")
-"""search.PAGE_HISTORY_INSERT for a batch of `search.page_history_row`s given as one JSON array."""
-_CLOSE = ("UPDATE search_history SET until = j.value ->> 1 FROM json_each(?) AS j "
-          "WHERE search_history.id = j.value ->> 0")
+def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOLD) -> bool:
+    """Whether views `behind` events behind the log, having folded `folded`, are better built from nothing."""
+    return behind >= max(threshold, folded)
 
 
 def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
@@ -64,9 +64,9 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     try:
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
         try:
-            for name in search.FTS_TABLES:  # the other rows are few: indexed by trigger as they are copied
+            for name in search.FTS_TABLES:  # the writer writes the search index: none here, nothing to copy
                 search.disable_fts(fold.db, name)
-            catch_up(log, fold, upto=upto, batch=20000, progress=progress, writer=writer, heads=heads)
+            catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
         writer.join()
@@ -86,105 +86,136 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
 
 
 class HistoryWriter:
-    """The history tables of a rebuild, written on a thread of its own (see the module's docstring)."""
+    """The history tables of a rebuild (see the module's docstring): the first batch written here, every later
+    one by a child process (`serve`) fed through a pipe, so that SQLite's work and the rows' binding run on the
+    other core, without the GIL the fold holds."""
 
     def __init__(self, db, path: str):
-        """Takes the new file's search_history triggers and page_versions index away until `merge`: the
-        writer indexes its rows itself, and the index is built once, sorted, at the end."""
+        """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
+        once, sorted, at the end, and the writer indexes the search rows itself (search.bulk_begin)."""
         self.path = path
-        self.error: BaseException | None = None
-        self.triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
-                                   "AND tbl_name = 'search_history'").fetchall()
-        for name, _sql in self.triggers:
-            db.execute(f'DROP TRIGGER "{name}"')
         db.execute("DROP INDEX page_versions_by_slug")
-        self.queue: queue.Queue = queue.Queue(maxsize=4)
-        self.thread = threading.Thread(target=self._run, name="history-writer", daemon=True)
+        self.triggers = search.bulk_begin(db)
+        self.db: sqlite3.Connection | None = None
+        self.child: subprocess.Popen | None = None
+        self.batches = 0
 
     def start(self) -> None:
-        self.thread.start()
+        self.db = _connect(self.path)
 
-    def add(self, versions: list[tuple], entries: list[tuple], pages: list[list], closed: list[tuple[int, int]]) -> None:
-        """A batch: its page_versions and log_entries rows, its wiki pages' `search.page_history_row`s (ids
-        rising, past every earlier batch's) and the (id, until) of the earlier versions they closed."""
-        if not (versions or entries or pages or closed):
+    def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple) -> None:
+        """A batch: its page_versions and log_entries rows and the search index's (SearchFold.flush's)."""
+        self.batches += 1
+        if self.batches == 1:
+            write_batch(self.db, versions, entries, search_batch)
             return
-        rows, parts, offset = [], [], 1
-        for slug, seq, version_id, ts, deleted, parents, title, hook, doc in versions:
-            parts.append(version_id)
-            rows.append((slug, seq, offset, len(version_id), ts, deleted, parents, title, hook,
-                         None if doc is None else len(doc)))
-            offset += len(version_id)
-            if doc is not None:
-                parts.append(doc)
-                offset += len(doc)
-        encode = msgspec.json.encode
-        self.queue.put((encode(rows) if rows else None, b"".join(parts), encode(entries) if entries else None,
-                        encode(pages) if pages else None, pages[0][0] if pages else 0, pages[-1][0] if pages else 0,
-                        encode(closed) if closed else None))
-
-    def _run(self) -> None:
+        if self.child is None:  # a second batch: a large build, worth a process of its own
+            self.db.execute("COMMIT")
+            self.db.close()
+            self.db = None
+            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path], stdin=subprocess.PIPE,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        frame = msgspec.msgpack.encode((versions, entries, search_batch))
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            try:
-                self._write(db)
-            finally:
-                db.close()
-        except BaseException as exc:  # kept for `join`; the fold must never wait on a full queue
-            self.error = exc
-            while self.queue.get() is not None:
-                pass
-
-    def _write(self, db) -> None:
-        db.execute("PRAGMA journal_mode = OFF")
-        db.execute("PRAGMA synchronous = OFF")
-        db.execute("BEGIN")
-        while (batch := self.queue.get()) is not None:
-            versions, blob, entries, pages, first, last, closed = batch
-            if versions is not None:
-                db.execute(_VERSIONS, (versions, blob))
-            if entries is not None:
-                db.execute(_ENTRIES, (entries,))
-            if pages is not None:
-                db.execute(_PAGES, (pages,))
-                db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body "
-                           "FROM search_history WHERE id BETWEEN ? AND ?", (first, last))
-            if closed is not None:
-                db.execute(_CLOSE, (closed,))
-        db.execute("COMMIT")
+            self.child.stdin.write(len(frame).to_bytes(4, "little"))
+            self.child.stdin.write(frame)
+        except BrokenPipeError:
+            self.join()  # raises the child's error
+            raise
 
     def join(self, raise_error: bool = True) -> None:
-        """Waits for the thread to write everything handed over."""
-        if self.thread.is_alive():
-            self.queue.put(None)
-            self.thread.join()
-        if self.error is not None and raise_error:
-            raise self.error
+        """Waits until everything handed over is written and committed (on error, ends the writer: nothing
+        it wrote is kept)."""
+        if self.db is not None:
+            db, self.db = self.db, None
+            try:
+                if raise_error:
+                    db.execute("COMMIT")
+            finally:
+                db.close()
+        if self.child is not None:
+            child, self.child = self.child, None
+            try:
+                if raise_error:
+                    child.stdin.write(bytes(4))  # the end: commit
+                child.stdin.close()
+            except BrokenPipeError:
+                pass
+            error = child.stderr.read().decode("utf-8", "replace").strip()
+            child.stderr.close()
+            if child.wait() and raise_error:
+                raise _child_error(error)
 
     def merge(self, db, fold_path: str) -> None:
         """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
-        index and triggers taken away. The search_history triggers index the fold's rows as they come in;
-        a wiki page version wins over another row of its id, as in the fold, where it came first."""
+        index taken away."""
         db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
             db.execute("BEGIN IMMEDIATE")
-            for _name, sql in self.triggers:
-                db.execute(sql)
             tables = [name for (name,) in db.execute(
                 "SELECT name FROM fold.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                "AND name NOT IN (?, ?) ORDER BY name", HISTORY_TABLES)]
+                f"AND name NOT IN ({','.join('?' * len(HISTORY_TABLES))}) ORDER BY name",
+                HISTORY_TABLES)]
             for table in tables:
-                if table == "search_history":
-                    db.execute("INSERT OR IGNORE INTO main.search_history SELECT * FROM fold.search_history")
-                else:
-                    db.execute(f'DELETE FROM main."{table}"')
-                    db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
+                db.execute(f'DELETE FROM main."{table}"')
+                db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
             db.execute(PAGE_VERSIONS_INDEX)
+            search.bulk_end(db, self.triggers)
             db.execute("COMMIT")
         finally:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             db.execute("DETACH DATABASE fold")
+
+
+def write_batch(db, versions: list, entries: list, search_batch: tuple) -> None:
+    """One batch of HistoryWriter.add into the new file (its transaction open)."""
+    insert_many(db, "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
+    insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
+    search.write_batch(db, *search_batch, bulk=True)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """The writer's connection to the new file (see the module's docstring), its one transaction begun."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute("BEGIN")
+    return db
+
+
+def serve(path: str) -> None:
+    """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
+    msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
+    (its end of the pipe closed early), nothing is committed: its files are deleted by the next build."""
+    stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder().decode
+    try:
+        db = _connect(path)
+        while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
+            write_batch(db, *decode(stdin.read(size)))
+        if len(header) < 4:
+            sys.exit(1)
+        db.execute("COMMIT")
+        db.close()
+    except Exception as exc:  # told to the builder, one line: it raises it as its own
+        sys.stderr.write("\t".join((type(exc).__name__, str(getattr(exc, "sqlite_errorname", "")),
+                                    " ".join(str(exc).split()))))
+        sys.exit(1)
+
+
+def _child_error(said: str) -> Exception:
+    """The writer child's error (`serve`), as the builder raises it: a SQLite or file-system failure as
+    such, so that the edges name it as they name their own."""
+    name, _, rest = said.partition("\t")
+    errorname, _, message = rest.partition("\t")
+    kind = getattr(sqlite3, name, None)
+    if isinstance(kind, type) and issubclass(kind, sqlite3.Error):
+        exc = kind(message)
+        exc.sqlite_errorname = errorname
+        return exc
+    if name in ("OSError", "FileNotFoundError", "PermissionError"):
+        return OSError(message)
+    return RuntimeError(f"the views' history writer failed: {said or 'it stopped'}")
 
 
 def remove_files(path) -> None:

@@ -142,16 +142,17 @@ class WikiFold:
 
     def search_history(self) -> tuple[list, list]:
         """For SearchFold.flush: the batch's `page_history_row`s and the (id, until) of the earlier versions
-        they closed; none when a rebuild's writer takes them (at `flush`)."""
-        return ((), ()) if self.writer is not None else (self.search_rows, self.replaced)
+        they closed."""
+        return self.search_rows, self.replaced
 
-    def flush(self, checkpoint: int, final: bool = True) -> None:
+    def flush(self, checkpoint: int, final: bool = True, search_batch: tuple | None = None) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction. The current pages (their
         `pages` rows, their files marked dirty) are written when `final`: a rebuild writes them once, in its
-        last batch (nothing reads them sooner), not a page updated in every batch once a batch."""
+        last batch (nothing reads them sooner), not a page updated in every batch once a batch. In a rebuild
+        the writer takes the history tables, with the search index's batch (SearchFold.flush's)."""
         db = self.db
         if self.writer is not None:
-            self.writer.add(self.versions, self.entries, self.search_rows, self.replaced)
+            self.writer.add(self.versions, self.entries, search_batch)
         else:
             if self.versions:
                 db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
@@ -194,7 +195,7 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     fold reads no page version back: one fold, with its caches, follows a log still growing up to
     each of `heads` in turn, then up to `upto` (or the head the log has then).
     """
-    folds = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views)
+    folds = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views, bulk=writer is not None)
     with no_cyclic_gc():
         for head in heads:
             _catch_up(log, views, head, batch, progress, *folds)
@@ -245,8 +246,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             shared.flush()
             if final:
                 search.take_pages(wiki.touched_pages, wiki._page)
-            search.flush(*wiki.search_history())
-            wiki.flush(end, final)
+            wiki.flush(end, final, search.flush(*wiki.search_history()))
             anchor = log.get_by_seq(end)
             if anchor is not None:
                 views.set_anchor(end, anchor.chain)

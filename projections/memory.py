@@ -26,6 +26,7 @@ from eventstore.workspace import Workspace
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
+from .bulk import worth_building
 from .fold import catch_up
 from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
                           written_hash)
@@ -163,12 +164,14 @@ class Memory:
 
         With `files` False only the views move; the files stay marked dirty until a later refresh.
         A redaction is never folded: the views (and the files) are rebuilt from the log instead, which
-        no longer holds what it removed."""
+        no longer holds what it removed. So are views far behind (`bulk.worth_building`: a catch-up cut off
+        after it appended its pages), which a bulk build makes faster than a fold batch by batch."""
         with self.lock():
             if files:
                 remove_stale_temp_files(self.views, self.root)
-            head = self.log.head()
-            if next(self.log.read_rows(self.views.checkpoint(), head, kinds=["redaction"], limit=1), None) is None:
+            head, checkpoint = self.log.head(), self.views.checkpoint()
+            if not worth_building(head - checkpoint, checkpoint) and next(
+                    self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
                 catch_up(self.log, self.views, upto=head, progress=progress)
                 self.views.set_contract(self.load_contract())  # local layers come and go with config events
                 if files:

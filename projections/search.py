@@ -30,6 +30,7 @@ from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, Lo
 
 from . import render, trust
 from .adf import blob_json, is_loop_source
+from .rows import insert_many
 
 TABLES = ("search_docs", "search_history")
 """The view tables `mem replay --check` compares."""
@@ -150,8 +151,11 @@ class SearchFold:
     """Folds events into `search_docs` (per batch, only what is current at its end is written) and
     `search_history` (every version, closed by the version that replaced it)."""
 
-    def __init__(self, views):
+    def __init__(self, views, bulk: bool = False):
+        """`bulk`: a build from nothing (bulk.build), whose rows another connection writes: `flush` returns each
+        batch (for `write_batch`), and no stored row is read back (there were none when it began)."""
         self.db = views.db
+        self.bulk = bulk
         self._stored_rows: dict[tuple, list[tuple[int, str | None]]] = {}  # (kind, key) -> stored current rows
         self._reset()
 
@@ -166,7 +170,7 @@ class SearchFold:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
         rows = self._stored_rows.get((kind, key))
         if rows is None:
-            rows = self._stored_rows[(kind, key)] = self.db.execute(
+            rows = self._stored_rows[(kind, key)] = [] if self.bulk else self.db.execute(
                 "SELECT id, ref FROM search_docs WHERE kind = ? AND key = ?", (kind, key)).fetchall()
         return rows
 
@@ -239,36 +243,87 @@ class SearchFold:
                 self.pending[("page", key)] = page_row(page[0], "page", MIND, key, slug, document.frontmatter,
                                                        document.text, title=page[2], hook=page[3])
 
-    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> None:
-        """Writes the batch (the FTS triggers follow); the caller holds the transaction.
+    def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> tuple | None:
+        """Writes the batch (the FTS triggers follow); the caller holds the transaction. In `bulk`, returns it
+        instead (`write_batch`'s arguments after the connection).
 
         `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
         replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
         replaced it) of each wiki version, rename or delete."""
-        db = self.db
-        if self.gone:
-            db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in sorted(self.gone)])
-        if self.pending:
-            rows = sorted(self.pending.values())
-            db.executemany(f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
-            for row in rows:
-                if row[1] in ("page", "file", "shared-page"):
-                    self._stored(row[1], row[3]).append((row[0], row[9]))
-        insert = f"INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
-        if page_versions:
-            db.executemany(PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
-        if replaced_pages:
-            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
-                           [(seq, id) for id, seq in replaced_pages])
-        if self.history:
-            db.executemany("INSERT OR IGNORE " + insert, sorted(self.history, key=_by_id_since))  # first wins
-        if self.closed_files:
-            db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
-                           "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in self.closed_files])
-        if self.closed_shared:
-            db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
-                           self.closed_shared)
+        rows = sorted(self.pending.values())
+        for row in rows:
+            if row[1] in ("page", "file", "shared-page"):
+                self._stored(row[1], row[3]).append((row[0], row[9]))
+        batch = (sorted(self.gone), rows, page_versions, replaced_pages, sorted(self.history, key=_by_id_since),
+                 self.closed_files, self.closed_shared)
         self._reset()
+        if self.bulk:
+            return batch
+        write_batch(self.db, *batch)
+        return None
+
+
+def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
+                closed_files: list, closed_shared: list, *, bulk: bool = False) -> None:
+    """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
+    being current and those that are, then the search_history rows and the versions they closed.
+
+    `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`). The batch's search_history
+    rows are indexed here, together (by id range: much cheaper than a trigger row by row); search_docs, whose
+    rows come and go, is indexed once at the end (`bulk_end`)."""
+    if gone:
+        db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
+    insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    insert_many(db, PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
+    if replaced_pages:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
+                       [(seq, id) for id, seq in replaced_pages])
+    insert = f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
+    if bulk:
+        _bulk_history(db, insert, page_versions, history)
+    elif history:  # sorted by (id, since): the first wins
+        db.executemany(insert, history)
+    if closed_files:
+        db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
+                       "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
+    if closed_shared:
+        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
+                       closed_shared)
+
+
+def _bulk_history(db, insert: str, page_versions: list, history: list) -> None:
+    """A bulk batch's search_history rows, and their index: those of the batch's own events (ids from its
+    first seq to its last, where no earlier batch has a row) by one range; a loop message archived in an
+    imported audit blob (`since` after its id) alone, when it is new."""
+    own = [row for row in history if row[-1] == row[0]]  # each sorts before an archived row of its id
+    insert_many(db, insert, own)
+    ids = [row[0] for row in page_versions] + [row[0] for row in own]
+    first = min(ids) if ids else None
+    earlier = []
+    for row in history:
+        if row[-1] != row[0] and db.execute(insert, row).rowcount and (first is None or row[0] < first):
+            earlier.append((row[0], row[4], row[5]))
+    if ids:
+        db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body FROM search_history "
+                   "WHERE id BETWEEN ? AND ?", (first, max(ids)))
+    db.executemany("INSERT INTO search_history_fts (rowid, title, body) VALUES (?, ?, ?)", earlier)
+
+
+def bulk_begin(db) -> list[str]:
+    """Takes the search tables' FTS triggers away from a new views file for `write_batch(bulk=True)`; returns
+    what `bulk_end` needs to put them back."""
+    triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                          "AND tbl_name IN ('search_docs', 'search_history')").fetchall()
+    for name, _sql in triggers:
+        db.execute(f'DROP TRIGGER "{name}"')
+    return [sql for _name, sql in triggers]
+
+
+def bulk_end(db, triggers: list[str]) -> None:
+    """After the last bulk batch: search_docs indexed, the triggers back (in the caller's transaction)."""
+    db.execute("INSERT INTO search_docs_fts (search_docs_fts) VALUES ('rebuild')")
+    for sql in triggers:
+        db.execute(sql)
 
 
 def _by_id_since(row: tuple) -> tuple[int, int]:

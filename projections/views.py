@@ -133,7 +133,7 @@ class Views:
         if fast:
             self.db.execute("PRAGMA journal_mode = OFF")
             self.db.execute("PRAGMA synchronous = OFF")
-            self.db.execute("PRAGMA cache_size = -65536")
+            self.db.execute("PRAGMA cache_size = -8192")
         else:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")

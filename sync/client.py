@@ -25,6 +25,7 @@ from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held
 from eventstore.ids import now_ms
 from eventstore.layers import Contract, produced_layers, produces
+from projections.bulk import BULK_FOLD_THRESHOLD, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
 from projections.replay import replay
@@ -35,11 +36,6 @@ from .wire import MAX_PULL, ContractResponse, Problem, PullResponse, PushRequest
 BATCH = 5000
 PULL_BATCH = 5000
 CATCH_UP_BATCH = MAX_PULL
-BULK_FOLD_THRESHOLD = 20_000
-"""A pull at least this many events behind (hub positions ahead of this log, plus logged events the views
-have not folded yet), and at least as many as the views hold already, is a catch-up: it appends every page
-first and then builds the views once with `mem replay`'s bulk fold (which folds the whole log). A smaller
-pull folds each page into the views as it comes."""
 FOLLOW_WAIT = 25.0
 RETRY_MAX_SECONDS = 15.0
 
@@ -621,7 +617,9 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     """Pulls pages until one comes back empty: that request acknowledges the last one, and its answer
     waits until the hub has committed that (so does the first request, which may be the last).
 
-    A pull that turns out to be a catch-up (see BULK_FOLD_THRESHOLD) goes on in `_catch_up`. Otherwise
+    A pull that turns out to be a catch-up (hub positions ahead of this log plus logged events the views have
+    not folded yet: `worth_building`) goes on in `_catch_up`: it appends every page first and then builds the
+    views once with `mem replay`'s bulk fold. Otherwise
     each request goes out once the page before it is appended (the cursor it carries tells the hub what
     this agent holds), and while the hub answers it this thread folds that page into the views; the
     files are written once, when caught up."""
@@ -630,7 +628,7 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
                                True).result()
         tally.reach(page.head)
         checkpoint = memory.views.checkpoint()
-        if tally.total + memory.log.head() - checkpoint >= max(BULK_FOLD_THRESHOLD, checkpoint):
+        if worth_building(tally.total + memory.log.head() - checkpoint, checkpoint, BULK_FOLD_THRESHOLD):
             return _catch_up(memory, client, tally, page, requests)
         while True:
             tally.store(memory, page)

@@ -18,7 +18,7 @@ from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend, PageIngest, PageUpdate
 import sync.client as client_module
 from projections.memory import Memory
-from projections.replay import replay
+from projections.replay import check, replay
 from sync.client import BULK_FOLD_THRESHOLD, HubClient, Remote, get_remote, pull
 from sync.committer import PULL_RECORD_DELAY
 from sync.storage import open_storage
@@ -270,3 +270,29 @@ def test_a_catch_up_killed_while_appending_and_while_building_ends_as_an_uninter
         assert other.views.dump() == one.views.dump()
     assert snapshot(newcomer) == snapshot(steady)
     assert run_mem("verify", "-w", newcomer).returncode == 0
+
+
+def test_the_next_command_after_a_catch_up_cut_off_builds_the_views_from_nothing(tmp_path):
+    """A catch-up killed after it appended its pages leaves the views far behind the log: the next command's
+    refresh builds them anew (a new views file swapped in, as `mem replay` does), not batch by batch."""
+    workspace = tmp_path / "ws"
+    count = BULK_FOLD_THRESHOLD + 1000
+    with Memory.init(workspace, "newcomer") as memory:
+        memory.write_page("first", b"---\ntype: note\n---\n# First\n", "")
+        heads: dict[str, str] = {}
+        events = []
+        for i in range(count):
+            slug = f"page-{i % 50}"
+            fm = {"type": "note", "description": f"hook {i}"}
+            body = (PageUpdate(slug=slug, frontmatter=fm, text=f"# P {i}\n", note="v", parents=[heads[slug]])
+                    if slug in heads else PageIngest(slug=slug, frontmatter=fm, text="# P\n", note="new"))
+            events.append(new_event(body, agent="newcomer", layer="mind"))
+            heads[slug] = events[-1].id
+        memory.log.append(events)  # what a catch-up stores before its build of the views was cut off
+    views = workspace / ".mem" / "views.db"
+    before = views.stat().st_ino
+    assert run_mem("-w", workspace, "show", "mind/page-7.md").stdout.decode().endswith(f"# P {count - 43}\n")
+    assert views.stat().st_ino != before  # built from nothing into a new file, not folded into in place
+    with Memory.open(workspace) as memory:
+        assert memory.views.checkpoint() == count + 1
+        assert check(memory).same

@@ -2,12 +2,14 @@
 
 import tempfile
 from pathlib import Path
+from subprocess import Popen
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError
-from projections import audit, search
+from projections import audit, bulk, search
 from projections.memory import Memory
 from projections.replay import _build, check, replay
 
@@ -101,6 +103,28 @@ def test_replay_is_byte_identical_to_incremental_updates(steps, data):
             for word in WORDS:  # the all-versions index as of `at` finds what a rebuild up to `at` holds
                 assert found(memory.views, word, at) == found(rebuilt, word, None), word
             rebuilt.close()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(op, min_size=4, max_size=25), batch=st.integers(min_value=1, max_value=4))
+def test_a_rebuild_in_many_batches_through_the_writer_process_is_byte_identical(steps, batch):
+    """Past its first batch a rebuild hands the history tables and the search index to a child process
+    (bulk.HistoryWriter): batches of a few events make every one of them cross a batch and the process."""
+    with tempfile.TemporaryDirectory() as tmp, patch.object(bulk, "BATCH", batch):
+        with Memory.init(Path(tmp) / "ws", "alice") as memory:
+            memory.log.db.execute("PRAGMA synchronous = OFF")
+            for step in steps:
+                perform(memory, step)
+            moments = (None, memory.log.head() // 2)
+            files, tables = snapshot(memory.root), memory.views.dump()
+            hits = {(word, at): found(memory.views, word, at) for word in WORDS for at in moments}
+            spawned = []
+            with patch.object(bulk.subprocess, "Popen", lambda *a, **k: spawned.append(a) or Popen(*a, **k)):
+                replay(memory)
+            assert len(spawned) == (memory.log.head() > batch)  # a writer process once past the first batch
+            assert snapshot(memory.root) == files
+            assert memory.views.dump() == tables
+            assert hits == {(word, at): found(memory.views, word, at) for word in WORDS for at in moments}
 
 
 def test_replay_to_a_seq_then_catch_up(memory):
