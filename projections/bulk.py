@@ -19,6 +19,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -41,8 +42,10 @@ writer's child process."""
 HISTORY_TABLES = ("page_versions", "log_entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
-_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(sys.argv[2])"
-"""The writer's child process runs this very code (the tree this module was imported from)."""
+_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; "
+          "serve(sys.argv[2], int(sys.argv[3]))")
+_BUILDER = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build()"
+"""The child processes run this very code (the tree this module was imported from)."""
 
 def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOLD) -> bool:
     """Whether views `behind` events behind the log, having folded `folded`, are better built from nothing."""
@@ -85,6 +88,94 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         remove_files(fold_path)
 
 
+def build_apart(root: Path, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
+                heads: Iterable[int] = (), progress=None) -> Views:
+    """`build` in a child process of its own, which reads the workspace's log itself: for a log still growing
+    (a catch-up), whose appends, in this process, then have its GIL to themselves. `heads` are handed over
+    as they come; the child reports progress, and an error as `serve` does. Should `heads` raise (the
+    catch-up gave up), the child is told to stop and that error is raised."""
+    spec = msgspec.json.encode({"root": str(root), "path": str(path), "agent": agent, "upto": upto,
+                                "contract": contract})
+    child = subprocess.Popen([sys.executable, "-c", _BUILDER, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    failed: list[BaseException] = []
+
+    def hand_over() -> None:
+        try:
+            child.stdin.write(spec + b"\n")
+            child.stdin.flush()
+            for head in heads:
+                child.stdin.write(b"%d\n" % head)
+                child.stdin.flush()
+            child.stdin.write(b"end\n")
+        except BrokenPipeError:
+            pass
+        except BaseException as exc:  # the heads' own error: the child stops without building
+            failed.append(exc)
+        finally:
+            try:
+                child.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    feeder = threading.Thread(target=hand_over, name="heads", daemon=True)
+    feeder.start()
+    try:
+        for line in child.stdout:
+            if progress:
+                progress(int(line))
+    finally:
+        said = child.stderr.read().decode("utf-8", "replace").strip()
+        code = child.wait()
+        feeder.join()
+        child.stdout.close()
+        child.stderr.close()
+    if failed:
+        remove_files(path)
+        raise failed[0]
+    if code:
+        remove_files(path)
+        raise _child_error(said)
+    return Views(path, contract=contract, agent=agent, fast=True)
+
+
+def serve_build() -> None:
+    """The child process of `build_apart`: reads what to build, then the heads one line each up to `end`
+    (stdin closed before it: the builder gave up, nothing is built), and writes each batch's progress to
+    stdout. It stops too when its parent is gone."""
+    from eventstore.layers import Contract
+    from eventstore.workspace import Workspace
+
+    stdin, parent = sys.stdin.buffer, os.getppid()
+    try:
+        spec = msgspec.json.decode(stdin.readline())
+        workspace = Workspace(spec["root"])
+        log = workspace.open_log(workspace.config())
+        contract = msgspec.convert(spec["contract"], Contract) if spec["contract"] is not None else None
+
+        def heads():
+            for line in stdin:
+                if line.strip() == b"end":
+                    return
+                yield int(line)
+            raise SystemExit(1)
+
+        def progress(n: int) -> None:
+            if os.getppid() != parent:
+                raise SystemExit(1)
+            sys.stdout.write(f"{n}\n")
+            sys.stdout.flush()
+
+        try:
+            build(log, Path(spec["path"]), contract=contract, agent=spec["agent"], upto=spec["upto"], heads=heads(),
+                  progress=progress).close()
+        finally:
+            log.close()
+    except Exception as exc:
+        _tell(exc)
+        sys.exit(1)
+
+
 class HistoryWriter:
     """The history tables of a rebuild (see the module's docstring): the first batch written here, every later
     one by a child process (`serve`) fed through a pipe, so that SQLite's work and the rows' binding run on the
@@ -94,6 +185,7 @@ class HistoryWriter:
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and the writer indexes the search rows itself (search.bulk_begin)."""
         self.path = path
+        self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
         self.triggers = search.bulk_begin(db)
         self.db: sqlite3.Connection | None = None
@@ -113,7 +205,8 @@ class HistoryWriter:
             self.db.execute("COMMIT")
             self.db.close()
             self.db = None
-            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path], stdin=subprocess.PIPE,
+            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
+                                          stdin=subprocess.PIPE,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         frame = msgspec.msgpack.encode((versions, entries, search_batch))
         try:
@@ -184,23 +277,32 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
-def serve(path: str) -> None:
+def serve(path: str, inode: int) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
-    (its end of the pipe closed early), nothing is committed: its files are deleted by the next build."""
+    (its end of the pipe closed early), nothing is committed: its files are deleted by the next build. It
+    writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
+    before, whose file the next build has made anew."""
     stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder().decode
     try:
         db = _connect(path)
+        if os.stat(path).st_ino != inode:
+            sys.exit(1)
         while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
             write_batch(db, *decode(stdin.read(size)))
         if len(header) < 4:
             sys.exit(1)
         db.execute("COMMIT")
         db.close()
-    except Exception as exc:  # told to the builder, one line: it raises it as its own
-        sys.stderr.write("\t".join((type(exc).__name__, str(getattr(exc, "sqlite_errorname", "")),
-                                    " ".join(str(exc).split()))))
+    except Exception as exc:
+        _tell(exc)
         sys.exit(1)
+
+
+def _tell(exc: Exception) -> None:
+    """A child process's error, one line on stderr: its parent raises it as its own (`_child_error`)."""
+    sys.stderr.write("\t".join((type(exc).__name__, str(getattr(exc, "sqlite_errorname", "")),
+                                " ".join(str(exc).split()))))
 
 
 def _child_error(said: str) -> Exception:
