@@ -124,17 +124,20 @@ def build_apart(root: Path, path: Path, *, contract=None, agent: str | None = No
         for line in child.stdout:
             if progress:
                 progress(int(line))
-    finally:
         said = child.stderr.read().decode("utf-8", "replace").strip()
         code = child.wait()
-        feeder.join()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    finally:
         child.stdout.close()
         child.stderr.close()
-    if failed:
-        remove_files(path)
+    if code == 0:
+        feeder.join()  # it handed `end` over: done
+    if failed:  # told before the child was (stdin closed): known once it stopped
         raise failed[0]
     if code:
-        remove_files(path)
         raise _child_error(said)
     return Views(path, contract=contract, agent=agent, fast=True)
 
