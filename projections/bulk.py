@@ -9,6 +9,10 @@ core, with no GIL shared with the fold. The fold itself writes every other table
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
 history, are copied into the new file, and the index that a rebuild leaves out is made once.
 
+While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
+reading the log through its own connection up to each head it is handed: the appends' checks, in
+Python, keep their process's GIL to themselves.
+
 Nobody reads the new file before the caller renames it into place, so both files are written
 without a journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves files that only the
 next rebuild sees (and deletes), while the views in place are never touched. The caller fsyncs the
@@ -46,6 +50,7 @@ _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk im
           "serve(sys.argv[2], int(sys.argv[3]))")
 _BUILDER = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build()"
 """The child processes run this very code (the tree this module was imported from)."""
+
 
 def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOLD) -> bool:
     """Whether views `behind` events behind the log, having folded `folded`, are better built from nothing."""
