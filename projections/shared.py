@@ -23,6 +23,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     layer TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL, type TEXT NOT NULL,
     date TEXT NOT NULL, content TEXT NOT NULL, reverses TEXT, PRIMARY KEY (layer, id));
+CREATE INDEX IF NOT EXISTS entries_reversals ON entries(layer, reverses) WHERE reverses IS NOT NULL;
 CREATE TABLE IF NOT EXISTS shared_versions (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
     parents TEXT NOT NULL, deleted INTEGER NOT NULL, doc BLOB, PRIMARY KEY (layer, slug, id));
@@ -67,12 +68,13 @@ class Conflict(msgspec.Struct):
     heads: list[Head]
 
 
-def entry_line(entry: Entry) -> str:
-    line = f"[{entry.type}] {entry.date}: {entry.content}"
-    if entry.reverses:
-        line += f" (reverses {entry.reverses[:18]})"
-    if entry.reversed_by:
-        line += f" [reversed by {entry.reversed_by[:18]}]"
+def entry_line(type: str, date: str, content: str, reverses: str | None, reversed_by: str | None) -> str:
+    """An entry's line in its layer's file."""
+    line = f"[{type}] {date}: {content}"
+    if reverses:
+        line += f" (reverses {reverses[:18]})"
+    if reversed_by:
+        line += f" [reversed by {reversed_by[:18]}]"
     return line
 
 
@@ -86,15 +88,15 @@ class SharedViews:
         return int(self.db.execute("SELECT value FROM meta WHERE key = 'checkpoint'").fetchone()[0])
 
     def entries(self, layer: str, as_of: int) -> list[Entry]:
-        rows = self.db.execute("SELECT id, agent, type, date, content, reverses FROM entries WHERE layer = ? "
-                               "AND seq <= ? ORDER BY id", (layer, as_of)).fetchall()
-        entries = [Entry(*row) for row in rows]
-        by_id = {e.id: e for e in entries}
-        for entry in entries:
-            target = by_id.get(entry.reverses) if entry.reverses else None
-            if target is not None and (target.reversed_by is None or entry.id > target.reversed_by):
-                target.reversed_by = entry.id
-        return entries
+        reversed_by = self.reversers(layer, as_of)
+        return [Entry(*row, reversed_by=reversed_by.get(row[0])) for row in self.db.execute(
+            "SELECT id, agent, type, date, content, reverses FROM entries WHERE layer = ? AND seq <= ? ORDER BY id",
+            (layer, as_of))]
+
+    def reversers(self, layer: str, as_of: int) -> dict[str, str]:
+        """The id of every entry of a layer reversed as of a seq, and the greatest id of those reversing it."""
+        return dict(self.db.execute("SELECT reverses, MAX(id) FROM entries WHERE layer = ? AND reverses IS NOT NULL "
+                                    "AND seq <= ? GROUP BY reverses", (layer, as_of)))
 
     def has_entry(self, layer: str, id: str) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
@@ -109,8 +111,12 @@ class SharedViews:
                                                       "ORDER BY layer", (as_of,))]
 
     def render_entries(self, layer: str, as_of: int) -> str:
-        lines = [entry_line(e) + "\n" for e in self.entries(layer, as_of)]
-        return f"# {layer}\n\n" + "".join(lines)
+        """A layer's file: its entries by id (the rows read as they are: a team's file holds a million)."""
+        reversed_by = self.reversers(layer, as_of).get
+        rows = self.db.execute("SELECT id, type, date, content, reverses FROM entries WHERE layer = ? AND seq <= ? "
+                               "ORDER BY id", (layer, as_of))
+        return f"# {layer}\n\n" + "".join([entry_line(type, date, content, reverses, reversed_by(id)) + "\n"
+                                            for id, type, date, content, reverses in rows])
 
     def versions(self, layer: str, slug: str, as_of: int) -> list[tuple]:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
