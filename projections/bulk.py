@@ -1,10 +1,10 @@
 """Building every view from nothing (`mem replay`): the fold in this process, the history tables in another.
 
 A rebuild folds the whole log into a new views file. Most of what it writes goes into tables that
-nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event) and the
-search index (`search_docs`, `search_history`, their full-text indexes). `build` gives them to a
-`HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through a pipe to a
-child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
+nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event), the shared
+layers' `entries` and the search index (`search_docs`, `search_history`, their full-text indexes). `build`
+gives them to a `HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through
+a pipe to a child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
 core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
 history, are copied into the new file, and the index that a rebuild leaves out is made once.
@@ -31,7 +31,7 @@ import msgspec
 
 from eventstore.layers import MIND
 
-from . import search
+from . import search, shared
 from .fold import catch_up
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
@@ -43,7 +43,7 @@ catch-up that was cut off."""
 BATCH = 20_000
 """Events a rebuild folds per batch: the first batch's history is written in process, later ones by the
 writer's child process."""
-HISTORY_TABLES = ("page_versions", "log_entries", *search.TABLES)
+HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; "
@@ -203,11 +203,12 @@ class HistoryWriter:
     def start(self) -> None:
         self.db = _connect(self.path)
 
-    def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple) -> None:
-        """A batch: its page_versions and log_entries rows and the search index's (SearchFold.flush's)."""
+    def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
+        """A batch: its page_versions and log_entries rows, the search index's (SearchFold.flush's) and the
+        shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
         if self.batches == 1:
-            write_batch(self.db, versions, entries, search_batch)
+            write_batch(self.db, versions, entries, search_batch, shared_entries)
             return
         if self.child is None:  # a second batch: a large build, worth a process of its own
             self.db.execute("COMMIT")
@@ -216,7 +217,7 @@ class HistoryWriter:
             self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
                                           stdin=subprocess.PIPE,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        frame = msgspec.msgpack.encode((versions, entries, search_batch))
+        frame = msgspec.msgpack.encode((versions, entries, search_batch, shared_entries))
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))
             self.child.stdin.write(frame)
@@ -269,10 +270,11 @@ class HistoryWriter:
             db.execute("DETACH DATABASE fold")
 
 
-def write_batch(db, versions: list, entries: list, search_batch: tuple) -> None:
+def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list) -> None:
     """One batch of HistoryWriter.add into the new file (its transaction open)."""
     insert_many(db, "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
     insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
+    insert_many(db, shared.ENTRIES_INSERT, shared_entries)
     search.write_batch(db, *search_batch, bulk=True)
 
 

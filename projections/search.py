@@ -202,7 +202,10 @@ class SearchFold:
 
     def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
         """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
-        if isinstance(body, LoopAppend):
+        if isinstance(body, EntryAppend):  # first: a team's layers hold mostly entries
+            self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
+                                               agent))
+        elif isinstance(body, LoopAppend):
             self._add(("loop", seq), loop_row(seq, body.loop, body.role, _text_of(body.content)))
         elif isinstance(body, LoopCompact):
             self._add(("loop", seq), loop_row(seq, body.loop, "user", body.summary))
@@ -219,9 +222,6 @@ class SearchFold:
         elif isinstance(body, FileDelete):
             self._replace("file", body.path)
             self.closed_files.append((seq, body.path))
-        elif isinstance(body, EntryAppend):
-            self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
-                                               agent))
         elif isinstance(body, (PageIngest, PageUpdate)):
             key = f"{layer}/{body.slug}"
             self._replace("shared-page", key, set(body.parents), seq)

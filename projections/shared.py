@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS shared_parents (id TEXT PRIMARY KEY, seq INTEGER NOT 
 CREATE TABLE IF NOT EXISTS shared_heads (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (layer, slug, id)) WITHOUT ROWID;
 """
+ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)"
 TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads")
 """The view tables this module folds. `shared_parents` holds each version some version names as a parent,
 with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
@@ -243,30 +244,43 @@ class SharedViews:
 class SharedFold:
     """Folds entry and shared-page events, marking the file each one changes (`Views.shared_path`) dirty."""
 
-    def __init__(self, views):
+    def __init__(self, views, bulk: bool = False):
+        """`bulk`: a build from nothing (bulk.build), whose `entries` another connection writes: `flush`
+        returns each batch's rows (for ENTRIES_INSERT)."""
         self.db = views.db
         self.views = views
+        self.bulk = bulk
         self.entries: list[tuple] = []
         self.versions: list[tuple] = []
+        self._paths: dict[tuple, str | None] = {}  # (layer, slug or None) -> Views.shared_path
+
+    def _path(self, layer: str, slug: str | None = None) -> str | None:
+        key = (layer, slug)
+        path = self._paths.get(key, False)
+        if path is False:
+            path = self._paths[key] = self.views.shared_path(layer, slug)
+        return path
 
     def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
         if isinstance(body, EntryAppend):
             self.entries.append((layer, id, seq, agent, body.type, body.date, body.content, body.reverses))
-            path = self.views.shared_path(layer)
+            path = self._path(layer)
         elif isinstance(body, (PageIngest, PageUpdate, PageDelete)):
             deleted = isinstance(body, PageDelete)
             self.versions.append((layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
                                   None if deleted else raw))
-            path = self.views.shared_path(layer, body.slug)
+            path = self._path(layer, body.slug)
         else:
             return
         if path:
             dirty.add(path)
 
-    def flush(self) -> None:
-        """Writes the batch; the caller holds the transaction that also moves the checkpoint."""
-        if self.entries:
-            self.db.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)", self.entries)
+    def flush(self) -> list[tuple]:
+        """Writes the batch; the caller holds the transaction that also moves the checkpoint. In `bulk`, the
+        batch's `entries` rows are returned instead of written."""
+        entries = self.entries
+        if entries and not self.bulk:
+            self.db.executemany(ENTRIES_INSERT, entries)
         if self.versions:
             db = self.db
             db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
@@ -278,3 +292,4 @@ class SharedFold:
             db.executemany("INSERT OR IGNORE INTO shared_heads SELECT ?1, ?2, ?3 WHERE NOT EXISTS "
                            "(SELECT 1 FROM shared_parents WHERE id = ?3)", [v[:3] for v in self.versions])
         self.entries, self.versions = [], []
+        return entries if self.bulk else []
