@@ -18,8 +18,9 @@ each baseline's own preparation are done before the clock starts, for all four a
 - raw sqlite3, (id, body): the same statements inserting only an id (unique) and the body, as `bytes`.
 
 All use WAL mode and the same `synchronous` setting (FULL by default, the durable one; `--synchronous
-NORMAL` or `OFF` compare the CPU work alone, without the fsync every side pays). The backends take turns in small slices of the work, in a
-rotating order, each on its own database, so a load swing on a shared machine hits all of them alike;
+NORMAL` or `OFF` compare the CPU work alone, without the fsync every side pays). The backends take
+turns in small slices of the work (10 single appends, 5 batches), in a rotating order, each on its
+own database, so a load swing on a shared machine (another process's fsyncs) hits all of them alike;
 each figure is the total events over the total time of its slices. A second ratio table counts only
 this process's CPU seconds (no fsync wait, no time spent waiting for a core): on a crowded machine it
 is steadier than the wall-clock ratios, which are the ones the targets are about.
@@ -152,7 +153,7 @@ class RawSameRow(RawSQLite):
         self.chain = ZERO_CHAIN
 
     def prepare(self, events):
-        values, _seqs, self.seq, self.chain = plan_rows([(e, e.raw_body()) for e in events], {}, self.seq,
+        values, _seqs, self.seq, self.chain = plan_rows(events, {}, self.seq,
                                                         self.chain, time.time_ns() // 1_000_000)
         return rows_of(values)
 
@@ -197,9 +198,9 @@ def main():
     def fresh(kind):
         return {b.name: b(str(base / f"{b.__name__}-{kind}.db"), args.synchronous) for b in BACKENDS}
 
-    single, single_cpu = interleaved(fresh("single"), "single", args.n, 50)
+    single, single_cpu = interleaved(fresh("single"), "single", args.n, 10)
     stores = fresh("batch")
-    batched, batched_cpu = interleaved(stores, "batch", args.batch_n, 1000)
+    batched, batched_cpu = interleaved(stores, "batch", args.batch_n, 500)
     spent = dict.fromkeys(stores, 0.0)
     for _round in range(3):
         for name, store in stores.items():

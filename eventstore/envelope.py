@@ -54,11 +54,18 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True):
     def stored_keys(self) -> tuple[bytes, bytes]:
         """The id and the digest as the log stores them (16 and 32 bytes). An event made here carries
         them from `new_event`, which had them before their text; they are taken only while `id` and
-        `digest` are still the very strings they were made with."""
+        `digest` are still the very strings they were made with. A digest that is not 64 hex digits
+        is refused: the log's chain links are computed over exactly 32 bytes of it."""
         found = self.__dict__.get("_keys")
         if found is not None and found[0] is self.id and found[1] is self.digest:
             return found[2] or uuid_bytes(self.id), found[3]
-        return uuid_bytes(self.id), bytes.fromhex(self.digest)
+        try:
+            digest = bytes.fromhex(self.digest)
+        except ValueError:
+            digest = b""
+        if len(digest) != 32:
+            raise InvalidInput(f"event {self.id} has no digest of 64 hex digits", field="digest")
+        return uuid_bytes(self.id), digest
 
     def body_hash(self) -> bytes:
         """sha256 of the body as written; a redacted event carries it in place of its body."""

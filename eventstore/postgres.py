@@ -61,21 +61,22 @@ class PostgresLog(Recorder):
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
-        check = verify or not self.trusted
-        prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
+        if verify or not self.trusted:
+            for event in events:
+                check_event(event)
         with self.conn.transaction():
             seq, chain, last_recorded = self.conn.execute(
                 "SELECT seq, chain, recorded_at FROM log_counter WHERE one FOR UPDATE").fetchone()
             chain = bytes(chain) or ZERO_CHAIN
             known = {id_text(bytes(i)): (bytes(d).hex(), s) for i, d, s in self.conn.execute(
-                "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e, _r in prepared],))}
-            values, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(recorded_at, last_recorded))
+                "SELECT id, digest, seq FROM events WHERE id = ANY(%s)", ([id_bytes(e.id) for e in events],))}
+            values, seqs, seq, chain = plan_rows(events, known, seq, chain, recording_times(recorded_at, last_recorded))
             if values:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(INSERT, rows_of(values))
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
                                   (seq, chain, values[3 - ROW_WIDTH]))
-            updates = redaction_updates(prepared, self._stored)
+            updates = redaction_updates(events, self._stored)
             if updates:
                 with self.conn.cursor() as cursor:
                     cursor.executemany("UPDATE events SET codec = %s, body = %s WHERE id = %s", updates)

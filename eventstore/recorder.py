@@ -11,7 +11,7 @@ import msgspec
 
 from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, compress, compute_digest,
                        decode_body, encode_body, unpack_body)
-from .errors import IdConflict, InvalidInput
+from .errors import IdConflict
 from .ids import now_ms, uuid_bytes, uuid_text
 from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
@@ -19,14 +19,14 @@ from .redaction import redacted_form
 ZERO_CHAIN = bytes(32)
 StateRows = dict[str, str] | Callable[[list[int]], dict[str, str]] | None
 _sha256 = hashlib.sha256
-_seq_and_time = struct.Struct(">QQ").pack  # seq and recorded_at, 8 bytes each, big-endian
+_link_input = struct.Struct(">32s32sQQ").pack  # previous link, digest, seq and recorded_at (8 bytes each, big-endian)
 TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 
 def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int) -> bytes:
     """The next link of the hash chain: sha256(previous link, digest, seq, recorded_at). The chain
     covers where and when this log recorded the event, which `--at` reads depend on."""
-    return _sha256((previous or ZERO_CHAIN) + digest + _seq_and_time(seq, recorded_at)).digest()
+    return _sha256(_link_input(previous or ZERO_CHAIN, digest, seq, recorded_at)).digest()
 
 
 id_bytes, id_text = uuid_bytes, uuid_text
@@ -66,23 +66,25 @@ def rows_of(values: list) -> list[tuple]:
     return list(zip(*[iter(values)] * ROW_WIDTH))
 
 
-def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
+def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
               recorded_at: int | list[int]):
     """Numbers a batch after the log's last (seq, chain): returns the values of the rows to insert,
     one row after another (ROW_WIDTH each, see `rows_of`), each event's seq, and the new last (seq,
     chain). `known` maps ids already stored to (digest, seq); ids repeated in the batch are stored once.
     A known id with another digest refuses the whole batch. `known=None` says every id is new (the
     caller's unique index refuses the batch otherwise), which spares the bookkeeping on the common
-    path. `recorded_at` is the batch's time, or each event's (`recording_times`).
+    path. `recorded_at` is the batch's time, or each event's (`recording_times`). Each body is stored
+    as `Event.raw_body()` gives it (for an event from elsewhere, `check_event` left the checked bytes there).
 
     The loop is the append's hot path: `chain_link`, `pack_body` and `Event.stored_keys` are written
-    out in it, and the values come flat, as a multi-row INSERT binds them. The byte columns are
-    bytearrays: Python's sqlite3 binds a bytearray as a blob directly, but sends every `bytes` value
-    through its adapter lookup first (about 0.6 µs each, four per row); PostgreSQL's driver takes either."""
+    out in it (`stored_keys` refuses an event without a 32-byte digest), and the values come flat, as
+    a multi-row INSERT binds them. The byte columns are bytearrays: Python's sqlite3 binds a bytearray
+    as a blob directly, but sends every `bytes` value through its adapter lookup first (about 0.6 µs
+    each, four per row); PostgreSQL's driver takes either."""
     values, seqs = [], []
     add_row, append_seq = values.extend, seqs.append
-    sha256, seq_and_time, tag, blob = _sha256, _seq_and_time, TAGS.__getitem__, bytearray
-    for (event, raw), recorded_at in zip(prepared, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
+    sha256, link_input, tag, blob = _sha256, _link_input, TAGS.__getitem__, bytearray
+    for event, recorded_at in zip(events, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
         if known is not None:
             found = known.get(event.id)
             if found is not None:
@@ -93,14 +95,15 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
         body = event.body
         cls = type(body)
         seq += 1 + body.skipped if cls is ImportGap else 1
-        keys = event.__dict__.get("_keys")
+        cached = event.__dict__
+        keys, raw = cached.get("_keys"), cached.get("_raw")
         if keys is not None and keys[0] is event.id and keys[1] is event.digest and keys[2] is not None:
             id, digest = keys[2], keys[3]
         else:
             id, digest = event.stored_keys()
-        if not digest:
-            raise InvalidInput(f"event {event.id} has no digest")
-        chain = sha256(chain + digest + seq_and_time(seq, recorded_at)).digest()
+        if raw is None:
+            raw = event.raw_body()
+        chain = sha256(link_input(chain, digest, seq, recorded_at)).digest()
         if cls is Redacted:
             kind, codec, stored = body.original, CODEC_REDACTED, raw
         elif len(raw) > COMPRESS_THRESHOLD:
@@ -118,12 +121,12 @@ def plan_rows(prepared, known: dict[str, tuple[str, int]] | None, seq: int, chai
 UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})
 
 
-def redaction_updates(prepared, stored) -> list[tuple[int, bytes, bytes]]:
+def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes, bytes]]:
     """(codec, new body, id bytes) for every target of the batch's redactions that is in the log, in the
     redaction's own layer and not redacted yet. `stored(id bytes)` gives (kind, codec, body, layer) or None.
     Called inside the append's transaction, after its rows are inserted."""
     updates = []
-    for event, _raw in prepared:
+    for event in events:
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:

@@ -12,7 +12,7 @@ from .envelope import Event, check_event, pack_body
 from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
-from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _seq_and_time, _sha256, id_bytes,
+from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, _sha256, id_bytes,
                        id_text, plan_rows, recording_times, redaction_updates, row_to_event, verify_rows)
 
 body_of = attrgetter("body")
@@ -143,17 +143,18 @@ class SQLiteLog(Recorder):
             cls = type(event.body)
             if cls is not Redaction and cls is not ImportGap and event.digest:
                 return [self._append_one(event)]
-        check = verify or not self.trusted
-        prepared = [(event, check_event(event) if check else event.raw_body()) for event in events]
-        redacting = Redaction in map(type, map(body_of, events))  # plan_rows refuses an event without a digest
+        if verify or not self.trusted:
+            for event in events:
+                check_event(event)
+        redacting = Redaction in map(type, map(body_of, events))
         db = self.db
         for check_known in (False, True):
             db.execute("BEGIN IMMEDIATE")
             try:
-                seqs = self._append_locked(prepared, check_known, recorded_at)
+                seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
-                                   redaction_updates(prepared, self._stored))
+                                   redaction_updates(events, self._stored))
                 rows = state(seqs) if callable(state) else state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
@@ -195,13 +196,13 @@ class SQLiteLog(Recorder):
         id, digest = event.stored_keys()
         blob = bytearray  # bound without the sqlite3 module's adapter lookup that bytes goes through (see plan_rows)
         id, kind, stored = blob(id), body.original if redacted else TAGS[type(body)], blob(stored)
-        execute, sha256, seq_and_time = self.db.execute, _sha256, _seq_and_time
+        execute, sha256, link_input = self.db.execute, _sha256, _link_input
         for attempt in range(10_000):
             last, last_chain, last_recorded = self._head or self._read_head()
             seq, recorded_at = last + 1, time_ns() // 1_000_000
             if recorded_at < last_recorded:
                 recorded_at = last_recorded
-            chain = sha256(last_chain + digest + seq_and_time(seq, recorded_at)).digest()  # chain_link
+            chain = sha256(link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
             try:
                 execute(APPEND_AFTER, (seq, recorded_at, blob(chain), id, event.ts, event.agent, event.layer, kind, codec,
                                       stored, blob(digest), last or None))
@@ -230,7 +231,7 @@ class SQLiteLog(Recorder):
         last = self.db.execute(READ_HEAD).fetchone()
         return last if last else (0, ZERO_CHAIN, 0)
 
-    def _append_locked(self, prepared, check_known: bool, at: int | None = None) -> list[int]:
+    def _append_locked(self, events, check_known: bool, at: int | None = None) -> list[int]:
         """Inserts a batch inside the caller's write transaction. Without `check_known` it assumes
         every id is new (the common case) and lets the unique index object otherwise.
 
@@ -238,8 +239,8 @@ class SQLiteLog(Recorder):
         checking that memory would itself take a statement (PRAGMA data_version), and reading the
         last row of the seq b-tree costs no more — one statement per batch, not per event."""
         seq, chain, last_recorded = self._read_head()
-        known = self._existing([event.id for event, _raw in prepared]) if check_known else None
-        values, seqs, seq, chain = plan_rows(prepared, known, seq, chain, recording_times(at, last_recorded))
+        known = self._existing([event.id for event in events]) if check_known else None
+        values, seqs, seq, chain = plan_rows(events, known, seq, chain, recording_times(at, last_recorded))
         if values:
             self._insert(values)
             self._head = (seq, chain, values[3 - ROW_WIDTH])

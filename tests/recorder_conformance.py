@@ -5,7 +5,7 @@ import pytest
 import msgspec
 
 from eventstore.envelope import Event, check_event, decode_body, new_event, unpack_body
-from eventstore.errors import DigestMismatch, IdConflict
+from eventstore.errors import DigestMismatch, IdConflict, InvalidInput
 from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest, Redacted, Redaction
 from eventstore.recorder import id_text
 
@@ -71,6 +71,18 @@ class RecorderConformance:
         with pytest.raises(DigestMismatch):
             untrusted_recorder.append([ev(0), event])
         assert untrusted_recorder.head() == 0
+
+    @pytest.mark.parametrize("digest", ["", "ab" * 31, "ab" * 33, "zz" * 32])
+    def test_an_event_without_a_32_byte_digest_is_refused_alone_or_in_a_batch(self, recorder, digest):
+        """The chain links are computed over exactly 32 bytes of digest: a trusted append of an event
+        whose digest is not 64 hex digits must not be stored (nor make a link verify cannot redo)."""
+        recorder.append([ev(0)])
+        for batch in ([1], [0, 1]):
+            events = [ev(i) for i in batch]
+            events[-1].digest = digest
+            with pytest.raises(InvalidInput, match="digest"):
+                recorder.append(events)
+        assert recorder.head() == 1 and recorder.verify().ok
 
     def test_read_filters(self, recorder):
         recorder.append([ev(1, "mind"), ev(2, "loop"), ev(3, "mind"),

@@ -124,7 +124,7 @@ CREATE TABLE sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 def format_0_log(path, events):
     """A log written the way main's code wrote it: the same rows plus each body's hash."""
-    values, _seqs, _seq, _chain = plan_rows([(e, e.raw_body()) for e in events], None, 0, ZERO_CHAIN, 1_795_000_000_000)
+    values, _seqs, _seq, _chain = plan_rows(events, None, 0, ZERO_CHAIN, 1_795_000_000_000)
     rows = rows_of(values)
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
