@@ -150,7 +150,7 @@ def build_apart(root: Path, path: Path, *, contract=None, agent: str | None = No
 def serve_build() -> None:
     """The child process of `build_apart`: reads what to build, then the heads one line each up to `end`
     (stdin closed before it: the builder gave up, nothing is built), and writes each batch's progress to
-    stdout. It stops too when its parent is gone."""
+    stdout. It stops too when its parent is gone (`_orphaned`)."""
     from eventstore.layers import Contract
     from eventstore.workspace import Workspace
 
@@ -166,11 +166,11 @@ def serve_build() -> None:
                 if line.strip() == b"end":
                     return
                 yield int(line)
-            raise SystemExit(1)
+            _orphaned()
 
         def progress(n: int) -> None:
             if os.getppid() != parent:
-                raise SystemExit(1)
+                _orphaned()
             sys.stdout.write(f"{n}\n")
             sys.stdout.flush()
 
@@ -182,6 +182,12 @@ def serve_build() -> None:
     except Exception as exc:
         _tell(exc)
         sys.exit(1)
+
+
+def _orphaned() -> None:
+    """The builder is gone (killed): stop at once, removing nothing. Its files are the next build's to delete,
+    and by now that build may have made new ones at the same paths."""
+    os._exit(1)
 
 
 class HistoryWriter:
