@@ -235,3 +235,12 @@ def test_as_of_a_moment_replaced_shared_versions_do_not_crowd_out_the_rest(memor
         assert sorted(first) == ["adf-file://content/drafts/plan.md", "adf-file://mind/notes.md"]
     finally:
         mem.close()
+
+
+def test_a_short_query_word_marks_only_itself_in_the_snippet(workspace):
+    run_mem("loop", "append", "--role", "user", "--text", "Prod deploys need my ack, and a green canary first.",
+            "-w", workspace, check=True)
+    [hit] = json.loads(run_mem("search", "a", "--json", "-w", workspace, check=True).stdout)
+    assert hit["snippet"] == "Prod deploys need my ack, and **a** green canary first."
+    [hit] = json.loads(run_mem("search", "acks deploying", "--json", "-w", workspace, check=True).stdout)
+    assert hit["snippet"] == "Prod **deploys** need my **ack**, and a green canary first."
