@@ -224,7 +224,7 @@ def test_a_page_asked_while_the_pages_get_ready_says_how_far_they_got(tmp_path, 
         with TestClient(app) as client:
             waiting = client.get("/asof", headers={"Authorization": f"Bearer {token}"})
             assert waiting.status_code == 503 and waiting.headers["retry-after"] == "2"
-            assert "getting ready" in waiting.text and "of 2 hub events" in waiting.text
+            assert "getting ready" in waiting.text and "0 of 1 hub events copied, 0 of them folded" in waiting.text
             assert client.get("/asof").status_code == 401  # the token is still checked first
             release.set()
             for _ in range(200):
