@@ -436,7 +436,13 @@ def snippet(text: str, stems: list[str], width: int = 140) -> str:
     if not words:
         return text[:width] + ("…" if len(text) > width else "")
     start = max(0, words[0].start() - width // 3)
+    if start and text[start - 1] != " ":  # from a word's start, not from the middle of one
+        cut = text.find(" ", start, words[0].start())
+        start = cut + 1 if cut != -1 else words[0].start()
     end = min(len(text), start + width)
+    if end < len(text) and text[end] != " ":
+        cut = text.rfind(" ", words[0].end(), end)
+        end = cut if cut != -1 else end
     out, at = [], start
     for m in words:
         if m.start() < start or m.end() > end:

@@ -244,3 +244,12 @@ def test_a_short_query_word_marks_only_itself_in_the_snippet(workspace):
     assert hit["snippet"] == "Prod deploys need my ack, and **a** green canary first."
     [hit] = json.loads(run_mem("search", "acks deploying", "--json", "-w", workspace, check=True).stdout)
     assert hit["snippet"] == "Prod **deploys** need my **ack**, and a green canary first."
+
+
+def test_a_snippet_starts_and_ends_on_whole_words():
+    for pad in range(8):  # wherever the window falls
+        text = "x" * pad + " staging first, prod needs owner ack" * 3 + " and a green canary" + " then ship it" * 20
+        cut = search.snippet(text, search._stems("canary"))
+        assert cut.startswith("…") and cut.endswith("…") and "**canary**" in cut, cut
+        words = cut[1:-1].replace("**", "").split(" ")
+        assert words[0] in text.split(" ") and words[-1] in text.split(" "), cut
