@@ -619,6 +619,8 @@ class Memory:
 
         for layer in filters.get("layers") or ():
             self.layer_spec(layer, private=True)
+        if filters.get("limit", 0) < 0:
+            raise InvalidInput(f"-n must be 0 or more, not {filters['limit']}")
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
     def layers(self) -> list[dict]:
