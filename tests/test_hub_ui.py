@@ -165,6 +165,8 @@ def test_a_file_in_no_layer_is_a_404_that_names_it(tmp_path):
                     assert problem["type"].endswith("/not-found") and "'memory/nosuch.md'" in problem["detail"], problem
             assert client.get("/asof?file=memory/insights.md", headers={"Authorization": f"Bearer {token}"}
                               ).status_code == 200
+            early = client.get("/asof?at=2001-01-01", headers={"Authorization": f"Bearer {token}"})
+            assert early.status_code == 400 and "is before this hub existed" in early.json()["detail"], early.text
     finally:
         storage.close()
 

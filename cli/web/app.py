@@ -77,6 +77,7 @@ class Site:
     """The pages over one workspace; a hub's (cli/web/hub.py) narrows the layers shown to a token's."""
 
     hub = False
+    called = "this workspace"
 
     def __init__(self, root: Path, title: str = ""):
         self.root = Path(root)
@@ -92,6 +93,7 @@ class Site:
         mem = getattr(self.local, "memory", None)
         if mem is None:
             mem = self.local.memory = Memory.open(self.root)
+            mem.called = self.called
         if mem.head() > mem.checkpoint():
             mem.refresh(files=False)
         yield mem
