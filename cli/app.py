@@ -494,6 +494,16 @@ def register_commands() -> None:
         importlib.import_module(f".{module}", __package__)
 
 
+def damaged_file(exc: BaseException):
+    """The command's workspace file a "damaged" SQLite error came from, as one named error (or None)."""
+    from eventstore.workspace import Workspace
+
+    try:
+        return Workspace.find(state["workspace"]).damage(exc)
+    except MemError:
+        return None
+
+
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
     from typer._click.exceptions import ClickException
@@ -506,7 +516,7 @@ def main() -> None:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
     except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
-        typer.echo(f"error: {storage_failure(exc)}", err=True)
+        typer.echo(f"error: {damaged_file(exc) or storage_failure(exc)}", err=True)
         sys.exit(1)
     except ClickException as exc:
         if plain():

@@ -16,7 +16,7 @@ from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
-from eventstore.errors import MemError
+from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, parse_instant
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
@@ -140,6 +140,8 @@ def build_server(mem: Memory) -> MCPServer:
                     return result
                 except (MemError, ToolError) as exc:
                     return refusal(str(exc))
+                except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
+                    return refusal(str(mem.ws.damage(exc) or storage_failure(exc)))
 
             server.add_tool(call, structured_output=False, **options)
             return fn

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import msgspec
@@ -12,6 +13,31 @@ from .recorder import Recorder
 
 MEM_DIR = ".mem"
 CONFIG_FILE = "config.json"
+
+
+def log_damaged(location, detail) -> Damaged:
+    return Damaged(f"the event log {location} is damaged: {detail}")
+
+
+def views_damaged(path, detail) -> Damaged:
+    return Damaged(f"the views database {path} is damaged ({detail}): run `mem replay`")
+
+
+def sqlite_damage(path: Path) -> str | None:
+    """What SQLite's quick check finds wrong with the database file at `path` (None: nothing, or no file)."""
+    if not path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        found = [row[0] for row in db.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        return str(exc) if is_damaged(exc) else None
+    finally:
+        db.close()
+    return None if found == ["ok"] else "; ".join(found)[:200]
 
 
 class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -57,7 +83,7 @@ class Workspace:
             return open_log(location, synchronous=config.synchronous)
         except storage_exceptions() as exc:
             if is_damaged(exc):
-                raise Damaged(f"the event log {location} is damaged: {exc}") from None
+                raise log_damaged(location, exc) from None
             raise storage_failure(exc, f"cannot open the event log {shown(location)}") from None
 
     @classmethod
@@ -101,3 +127,21 @@ class Workspace:
         if found is not None:
             return found
         raise NoWorkspace(f"no mindlog workspace at or above {start}; run `mem init` or pass --workspace")
+
+    def damage(self, exc: BaseException) -> Damaged | None:
+        """Which of this workspace's databases a SQLite error that says "damaged" (is_damaged) came from,
+        as the error that names it: damage deep in a file shows only when a query reaches it, long after
+        the file opened, and SQLite's error does not say which file. Checks the log (when a SQLite file),
+        then the views."""
+        if not is_damaged(exc):
+            return None
+        try:
+            location = self.config().log
+        except Exception:  # noqa: BLE001 - a config that cannot be read names no file
+            return None
+        if location is None:
+            detail = sqlite_damage(self.log_path)
+            if detail:
+                return log_damaged(self.log_path, detail)
+        detail = sqlite_damage(self.views_path)
+        return views_damaged(self.views_path, detail) if detail else None

@@ -17,12 +17,12 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (Damaged, HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions,
+from eventstore.errors import (HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions,
                                storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
-from eventstore.workspace import Workspace
+from eventstore.workspace import Workspace, views_damaged
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
@@ -96,7 +96,7 @@ class Memory:
             if not is_damaged(exc):
                 raise
             if not rebuild_damaged:
-                raise Damaged(f"the views database {path} is damaged ({exc}): run `mem replay`") from None
+                raise views_damaged(path, exc) from None
         for part in ("", "-wal", "-shm"):
             if Path(f"{path}{part}").exists():
                 os.replace(f"{path}{part}", f"{path}.damaged{part}")
@@ -217,8 +217,7 @@ class Memory:
                     if target.is_file() and target.read_bytes() == document:
                         record_adopted(self.views, path, document)
             except storage_exceptions() as exc:
-                self.behind = (f"recorded, but the views and files are behind the log ({storage_failure(exc)}); "
-                               "they catch up at the next command")
+                self._fell_behind(exc)
             self.follow(force=force, files=force or not self.defer_files)
         return events
 
@@ -227,8 +226,11 @@ class Memory:
         try:
             self.refresh(force=force, files=files)
         except storage_exceptions() as exc:
-            self.behind = (f"recorded, but the views and files are behind the log ({storage_failure(exc)}); "
-                           "they catch up at the next command")
+            self._fell_behind(exc)
+
+    def _fell_behind(self, exc: BaseException) -> None:
+        why = self.ws.damage(exc) or storage_failure(exc)
+        self.behind = f"recorded, but the views and files are behind the log ({why}); they catch up at the next command"
 
     def keep_hint(self, path: str) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is."""

@@ -5,6 +5,12 @@ the same bytes. Page versions form a DAG through `parents`; the heads are the ve
 as a parent, the winner is the head with the greatest id (a held head, `governance: hold`, before
 any other: a concurrent edit cannot unfreeze a page), and a slug with several heads is listed as a
 conflict until an update names all of them.
+
+The held head wins whatever the order versions arrive in. A consumer rejects a version that supersedes
+a held version without releasing it (sync.intake), but can only when it has the held version already:
+one that came first (a hub that did not check handed it out) is in the log. When its held parent is
+folded, it is void from then on (`shared_void`): no head, superseding nothing, as if rejected, so
+every replica shows the same heads and winner.
 """
 
 import hashlib
@@ -14,7 +20,7 @@ import json
 import msgspec
 
 from eventstore.envelope import decode_body
-from eventstore.governance import is_held
+from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 
 from . import render
@@ -29,12 +35,19 @@ CREATE TABLE IF NOT EXISTS shared_versions (
 CREATE TABLE IF NOT EXISTS shared_parents (id TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS shared_heads (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (layer, slug, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS shared_void (
+    layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (layer, slug, id))
+    WITHOUT ROWID;
 """
-TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads")
+TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void")
 """The view tables this module folds. `shared_parents` holds each version some version names as a parent,
 with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
 checkpoint), so the open conflicts are found among a few rows per page, not by unpacking every version's
-parents."""
+parents. `shared_void` holds each version that supersedes a held version without releasing it, and the seq
+of that held version (folded after it): from then on it counts as never having come."""
+
+VOID = "SELECT id FROM shared_void WHERE layer = ?1 AND slug = ?2 AND seq <= ?3"
+"""The void versions of a page as of a seq (parameters: layer, slug, seq)."""
 
 
 class Entry(msgspec.Struct):
@@ -130,9 +143,10 @@ class SharedViews:
         held ones (`governance: hold`) after the others, then by id. One statement finds them (the
         parents unpacked by SQLite); a document is read only to tell a held head among several."""
         rows = self.db.execute(
-            "SELECT id, agent, deleted FROM shared_versions WHERE layer = ? AND slug = ? AND seq <= ? AND id NOT IN "
-            "(SELECT p.value FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? AND c.slug = ? "
-            "AND c.seq <= ?) ORDER BY id", (layer, slug, as_of, layer, slug, as_of)).fetchall()
+            f"SELECT id, agent, deleted FROM shared_versions WHERE layer = ?1 AND slug = ?2 AND seq <= ?3 "
+            f"AND id NOT IN ({VOID}) AND id NOT IN (SELECT p.value FROM shared_versions c, json_each(c.parents) p "
+            f"WHERE c.layer = ?1 AND c.slug = ?2 AND c.seq <= ?3 AND c.id NOT IN ({VOID})) ORDER BY id",
+            (layer, slug, as_of)).fetchall()
         held = set()
         if len(rows) > 1:
             for id, _agent, _deleted in rows:
@@ -146,15 +160,27 @@ class SharedViews:
         """(seq, winner row) each time the page's winner changed up to a seq, oldest first: its versions
         read once, in seq order, the heads kept as they go (what `heads` finds as of each seq)."""
         heads: dict[str, tuple] = {}
-        named: set[str] = set()
+        named: dict[str, int] = {}  # how many versions (not void) name each id
+        rows: dict[str, tuple] = {}
+        voiding: dict[int, list[str]] = {}
+        for id, seq in self.db.execute("SELECT id, seq FROM shared_void WHERE layer = ? AND slug = ? AND seq <= ?",
+                                       (layer, slug, upto)):
+            voiding.setdefault(seq, []).append(id)
         last = None
         for seq, *row in self.db.execute("SELECT seq, id, agent, parents, deleted, doc FROM shared_versions "
                                           "WHERE layer = ? AND slug = ? AND seq <= ? ORDER BY seq", (layer, slug, upto)):
+            row = rows[row[0]] = tuple(row)
             for parent in json.loads(row[2]):
                 heads.pop(parent, None)
-                named.add(parent)
-            if row[0] not in named:
-                heads[row[0]] = tuple(row)
+                named[parent] = named.get(parent, 0) + 1
+            if not named.get(row[0]):
+                heads[row[0]] = row
+            for void in voiding.get(seq, ()):  # folded before this held version, void from its seq on
+                heads.pop(void, None)
+                for parent in json.loads(rows[void][2]):
+                    named[parent] -= 1
+                    if not named[parent] and parent in rows:
+                        heads[parent] = rows[parent]
             several = len(heads) > 1
             winner = max(heads.values(), key=lambda r: (several and r[4] is not None
                                                         and is_held(getattr(decode_body(r[4]), "frontmatter", None)),
@@ -223,8 +249,9 @@ class SharedViews:
                                          "HAVING COUNT(*) > 1 ORDER BY layer, slug").fetchall()
         else:
             candidates = self.db.execute(
-                "SELECT layer, slug FROM shared_versions WHERE seq <= ?1 AND id NOT IN (SELECT p.value FROM "
-                "shared_versions c, json_each(c.parents) p WHERE c.seq <= ?1) GROUP BY layer, slug "
+                "SELECT layer, slug FROM shared_versions WHERE seq <= ?1 AND id NOT IN (SELECT id FROM shared_void "
+                "WHERE seq <= ?1) AND id NOT IN (SELECT p.value FROM shared_versions c, json_each(c.parents) p "
+                "WHERE c.seq <= ?1 AND c.id NOT IN (SELECT id FROM shared_void WHERE seq <= ?1)) GROUP BY layer, slug "
                 "HAVING COUNT(*) > 1 ORDER BY layer, slug", (as_of,)).fetchall()
         found = []
         for layer, slug in candidates:
@@ -242,6 +269,7 @@ class SharedFold:
         self.views = views
         self.entries: list[tuple] = []
         self.versions: list[tuple] = []
+        self.held: list[tuple] = []  # (layer, slug, id, seq, body) of each held version of the batch
 
     def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
         if isinstance(body, EntryAppend):
@@ -251,6 +279,8 @@ class SharedFold:
             deleted = isinstance(body, PageDelete)
             self.versions.append((layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
                                   None if deleted else raw))
+            if not deleted and "governance" in body.frontmatter and is_held(body.frontmatter):
+                self.held.append((layer, body.slug, id, seq, body))
             path = self.views.shared_path(layer, body.slug)
         else:
             return
@@ -271,4 +301,31 @@ class SharedFold:
                            [row[:3] for row in named])
             db.executemany("INSERT OR IGNORE INTO shared_heads SELECT ?1, ?2, ?3 WHERE NOT EXISTS "
                            "(SELECT 1 FROM shared_parents WHERE id = ?3)", [v[:3] for v in self.versions])
-        self.entries, self.versions = [], []
+            if self.held:
+                self._void_earlier_children()
+        self.entries, self.versions, self.held = [], [], []
+
+    def _void_earlier_children(self) -> None:
+        """Makes void the versions folded before a held version of the batch that name it as a parent
+        without releasing it: each stops being a head, and each of its parents that no other version
+        (not void) names is a head again. Rare (a hub that did not check), so read page by page."""
+        db = self.db
+        for layer, slug, id, seq, body in self.held:
+            if db.execute("SELECT 1 FROM shared_parents WHERE id = ?", (id,)).fetchone() is None:
+                continue
+            for child, parents, doc in db.execute(
+                    "SELECT c.id, c.parents, c.doc FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? "
+                    "AND c.slug = ? AND p.value = ? AND c.seq < ?", (layer, slug, id, seq)).fetchall():
+                child_body = PageDelete(slug=slug, parents=json.loads(parents)) if doc is None else decode_body(doc)
+                if hold_refusal(child_body, {id: body}.get) is None:
+                    continue
+                db.execute("INSERT OR IGNORE INTO shared_void VALUES (?, ?, ?, ?)", (layer, slug, child, seq))
+                db.execute("DELETE FROM shared_heads WHERE layer = ? AND slug = ? AND id = ?", (layer, slug, child))
+                for parent in json.loads(parents):
+                    still = db.execute(f"SELECT 1 FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ?1 "
+                                       f"AND c.slug = ?2 AND p.value = ?4 AND c.id NOT IN ({VOID})",
+                                       (layer, slug, 1 << 62, parent)).fetchone()
+                    if still is None:
+                        db.execute("DELETE FROM shared_parents WHERE id = ?", (parent,))
+                        db.execute("INSERT OR IGNORE INTO shared_heads SELECT layer, slug, id FROM shared_versions "
+                                   "WHERE layer = ? AND slug = ? AND id = ?", (layer, slug, parent))

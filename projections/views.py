@@ -16,9 +16,9 @@ from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
-closing shared page versions)."""
+closing shared page versions; 3: shared_void)."""
 
 PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """

@@ -200,27 +200,29 @@ def check_holds(events, storage: HubStorage) -> None:
     if not ingests:
         return
     versions = [event for event in events if isinstance(event.body, (PageIngest, PageUpdate, PageDelete))]
-    new = {event.id for event in versions} - storage.layers_of(sorted({event.id for event in versions})).keys()
+    ids = sorted({event.id for event in versions})
+    new = set(ids) - storage.layers_of(ids).keys()
+    named = storage.named_versions(ids)
     for index, event in ingests:
         if event.id not in new:  # resent: what the hub holds already adds nothing
             continue
         page = (event.layer, event.body.slug)
-        heads = heads_after(dict(storage.page_heads(*page)),
-                            [v for v in versions if v.id in new and (v.layer, v.body.slug) == page])
+        heads = heads_after(dict(storage.page_heads(*page)), [v for v in versions if (v.layer, v.body.slug) == page],
+                            named)
         held = ingest_refusal(event.id, heads, new)
         if held is not None:
             raise Held(f"event {event.id}: {held_message(event.layer, event.body.slug, held, INGEST_VERB)}; "
                        "nothing of the batch was applied", field=f"events[{index}].body.slug")
 
 
-def heads_after(heads: dict[str, bool], versions) -> dict[str, bool]:
-    """A page's heads (id -> held) once the new `versions` of it (events, in batch order) are applied."""
-    named = set()
+def heads_after(heads: dict[str, bool], versions, named: set[str] = frozenset()) -> dict[str, bool]:
+    """A page's heads (id -> held) once the batch's `versions` of it (events, new or resent) are applied,
+    whatever their order: a version is a head unless a version of the batch, or one stored (`named`, see
+    HubStorage.named_versions), names it as a parent."""
+    named = named | {parent for version in versions for parent in getattr(version.body, "parents", ())}
+    heads = {id: held for id, held in heads.items() if id not in named}
     for version in versions:
-        for parent in getattr(version.body, "parents", ()):
-            heads.pop(parent, None)
-            named.add(parent)
-        if version.id not in named:
+        if version.id not in named and version.id not in heads:
             body = version.body
             heads[version.id] = not isinstance(body, PageDelete) and is_held(body.frontmatter)
     return heads

@@ -48,7 +48,8 @@ VERSION_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, {p}, 0) "
                "ON CONFLICT (id) DO UPDATE SET layer = excluded.layer, slug = excluded.slug, held = excluded.held")
 UNHOLD_SQL = "UPDATE hub_page_versions SET held = 0 WHERE id = {p}"
 HEADS_SQL = "SELECT id, held FROM hub_page_versions WHERE layer = {p} AND slug = {p} AND superseded = 0 ORDER BY id"
-"""Written once, `{p}` the backend's parameter mark."""
+NAMED_SQL = "SELECT id FROM hub_page_versions WHERE superseded = 1 AND id IN ({ids})"
+"""Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""
 
 
 def page_version_rows(events) -> tuple[list[tuple], list[tuple]]:
@@ -270,6 +271,11 @@ class HubStorage(ABC):
     def page_heads(self, layer: str, slug: str) -> list[tuple[str, bool]]:
         """(id, held) of each head of a shared page on the hub: its versions no other version names as a
         parent (hub_page_versions, by id)."""
+
+    @abstractmethod
+    def named_versions(self, ids: list[str]) -> set[str]:
+        """Those of `ids` that a shared page version on the hub names as a parent (hub_page_versions): a
+        version arriving after its child adds no head."""
 
     def admin_redact(self, ids: list[str], reason: str) -> list[PushResult]:
         """The hub administrator's redaction: one `redaction` event per layer, by the hub itself."""

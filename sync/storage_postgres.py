@@ -14,7 +14,7 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
                       HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
                       stored_page_versions)
 
@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor BIGINT NOT NUL
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
 SUPERSEDE, VERSION, UNHOLD, HEADS = (sql.format(p="%s") for sql in (SUPERSEDE_SQL, VERSION_SQL, UNHOLD_SQL, HEADS_SQL))
+NAMED = NAMED_SQL.format(ids="SELECT unnest(%s::text[])")
 
 
 class PostgresHubStorage(HubStorage):
@@ -131,6 +132,12 @@ class PostgresHubStorage(HubStorage):
     def page_heads(self, layer, slug):
         with self.pool.connection() as conn:
             return [(id, bool(held)) for id, held in conn.execute(HEADS, (layer, slug)).fetchall()]
+
+    def named_versions(self, ids):
+        if not ids:
+            return set()
+        with self.pool.connection() as conn:
+            return {id for (id,) in conn.execute(NAMED, (list(ids),))}
 
     def pull(self, after, layers, limit):
         if not layers:

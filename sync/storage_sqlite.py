@@ -3,6 +3,7 @@
 Reads use one connection per thread (WAL lets them run beside a commit, so a pull never queues
 behind an fsync); writes use the writer connection under a lock."""
 
+import json
 import sqlite3
 import threading
 
@@ -10,8 +11,8 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
-                      HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo,
+                      Committed, HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
                       stored_page_versions)
 
 WATCH_INTERVAL = 0.25
@@ -28,6 +29,7 @@ CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NU
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
 SUPERSEDE, VERSION, UNHOLD, HEADS = (sql.format(p="?") for sql in (SUPERSEDE_SQL, VERSION_SQL, UNHOLD_SQL, HEADS_SQL))
+NAMED = NAMED_SQL.format(ids="SELECT value FROM json_each(?)")
 
 
 class SQLiteHubStorage(HubStorage):
@@ -165,6 +167,9 @@ class SQLiteHubStorage(HubStorage):
 
     def page_heads(self, layer, slug):
         return [(id, bool(held)) for id, held in self._read(HEADS, (layer, slug))]
+
+    def named_versions(self, ids):
+        return {id for (id,) in self._read(NAMED, (json.dumps(ids),))} if ids else set()
 
     def pull(self, after, layers, limit):
         if not layers:

@@ -39,6 +39,23 @@ def log_rows(root: Path) -> list[tuple]:
         db.close()
 
 
+def damage_table(db, table: str) -> None:
+    """Overwrites the first page of one table's b-tree: the file still opens (its header and schema are
+    intact), and only a query that reaches the table finds the damage."""
+    import sqlite3
+
+    connection = sqlite3.connect(db)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = connection.execute("PRAGMA page_size").fetchone()[0]
+        root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    finally:
+        connection.close()
+    with open(db, "r+b") as file:
+        file.seek((root - 1) * size)
+        file.write(b"\xff" * size)
+
+
 @pytest.fixture
 def workspace(tmp_path) -> Path:
     root = tmp_path / "ws"

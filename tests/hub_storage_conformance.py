@@ -192,3 +192,12 @@ class HubStorageConformance:
         assert hub.page_heads("drafts", "q") == [] and hub.page_heads("insights", "p") == []
         hub.admin_redact([beside.id], "private")  # a version that cannot be read holds nothing
         assert sorted(hub.page_heads("drafts", "p")) == sorted([(beside.id, False), (gone.id, False)])
+
+    def test_named_versions_are_the_ids_a_stored_version_names_as_parent(self, hub):
+        ingest = version()
+        child = version(parents=[ingest.id])
+        hub.push([child])  # the parent is named before it arrives
+        assert hub.named_versions([ingest.id, child.id, "nothing"]) == {ingest.id}
+        hub.push([ingest])
+        assert hub.named_versions([ingest.id, child.id]) == {ingest.id}
+        assert hub.named_versions([]) == set()

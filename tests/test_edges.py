@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import PAGE, log_rows, mem_command, run_mem
+from conftest import PAGE, damage_table, log_rows, mem_command, run_mem
 
 
 def refused(result, *names: str) -> str:
@@ -117,6 +117,22 @@ def test_damaged_log_is_named(written):
     log.write_bytes(b"not a database at all, not even close" * 10)
     for command in (["status"], ["replay"]):
         refused(run_mem(*command, "-w", written), str(log), "damaged")
+
+
+def test_damage_found_by_a_later_query_names_its_file(written):
+    views, log = written / ".mem" / "views.db", written / ".mem" / "log.db"
+    before = log_rows(written)
+    damage_table(views, "pages")
+    for command in (["status"], ["page", "list"]):
+        line = refused(run_mem(*command, "-w", written), f"the views database {views} is damaged", "run `mem replay`")
+        assert "SQLITE_CORRUPT" not in line
+    run_mem("replay", "-w", written, check=True)
+    assert b"Staging first." in run_mem("show", "mind/deploy.md", "-w", written, check=True).stdout
+    assert log_rows(written) == before
+
+    damage_table(log, "events")
+    for command in (["status"], ["log"]):
+        refused(run_mem(*command, "-w", written), f"the event log {log} is damaged")
 
 
 def test_failed_init_leaves_no_half_made_workspace(tmp_path):

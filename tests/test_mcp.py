@@ -13,7 +13,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from cli.mcp_server import parse_http
-from conftest import PAGE, log_rows, mem_command, run_mem
+from conftest import PAGE, damage_table, log_rows, mem_command, run_mem
 from eventstore.layers import Contract, ContractLayer
 from projections.memory import Memory
 from sync.server import free_port
@@ -383,3 +383,18 @@ def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     assert not answers["wiki edit"][0]
     assert "above 30%" in run_mem("show", "notes/pricing.md", "--workspace", workspace, check=True).stdout.decode()
     assert run_mem("replay", "--check", "--workspace", workspace).returncode == 0
+
+
+def test_a_damaged_views_database_is_named_as_the_cli_names_it(workspace):
+    """Damage a query finds only after the server opened the workspace: the tool error names the file
+    and what to do, word for word what `mem` says."""
+    with Memory.open(workspace) as mem:
+        mem.write_page("deploy", PAGE)
+    damage_table(workspace / ".mem" / "views.db", "pages")
+    expected = cli_error(workspace, "page", "list")
+    assert expected.startswith(f"the views database {workspace / '.mem' / 'views.db'} is damaged")
+
+    async def session_body(session):
+        return await call(session, "believed")
+
+    assert run_stdio(workspace, session_body) == (True, expected)

@@ -2,6 +2,8 @@
 refuse an update or delete of a held version that does not release it, and each refusal leaves the
 log (the workspace's, the hub's) as it was."""
 
+import json
+
 import httpx
 import msgspec
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from conftest import log_rows
 from eventstore.envelope import new_event
 from eventstore.errors import Held
-from eventstore.governance import hold_refusal, ingest_refusal, released
+from eventstore.governance import hold_refusal, ingest_refusal, is_held, released
 from eventstore.kinds import PageDelete, PageIngest, PageUpdate
 from eventstore.layers import Contract, ContractLayer
 from sync.intake import accept
@@ -295,3 +297,208 @@ def log_rows_of_hub(team):
         return db.execute("SELECT position, id FROM hub_events ORDER BY position").fetchall()
     finally:
         db.close()
+
+
+def test_a_version_a_stored_one_names_as_parent_is_no_new_head(hub):
+    """A child can reach the hub before its parent (another path, a resend): the parent arriving later,
+    alone or after its resent child in one batch, adds no head, so it does not stand beside the hold."""
+    held = held_version()
+    assert push(hub, "writer", held).status_code == 200
+    unaware = new_event(PageIngest(slug="pricing", frontmatter={"type": "policy"}, text="# Pricing\n\nAny.\n"),
+                        agent="alice", layer="drafts")
+    child = update(unaware, note="on top of mine")
+    assert push(hub, "alice", child).status_code == 200  # its parent unknown here: it holds nothing
+    assert sorted(hub_heads(hub)) == sorted([(held.id, True), (child.id, False)])
+    for batch in ([unaware], [child, unaware], [unaware, child]):
+        response = push(hub, "alice", *batch)
+        assert response.status_code == 200, response.text
+    assert sorted(hub_heads(hub)) == sorted([(held.id, True), (child.id, False)])
+    assert hub_events(hub) == [held.id, child.id, unaware.id]
+
+
+from hypothesis import given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_hubs_heads_of_a_batch_do_not_depend_on_its_order(data):
+    """heads_after: a page's heads once a batch lands are the versions (stored heads and the batch's) that
+    nothing names as a parent, nothing else, in any order of the batch."""
+    from sync.hub import heads_after
+
+    count = data.draw(st.integers(1, 7))
+    ids = [f"v{i}" for i in range(count)]
+    parents = {id: sorted(set(data.draw(st.lists(st.sampled_from(ids[:i]), max_size=2)))) if i else []
+               for i, id in enumerate(ids)}
+    held = {id: data.draw(st.booleans()) for id in ids}
+    stored = set(data.draw(st.sets(st.sampled_from(ids))))
+    events = {}
+    for id in ids:
+        frontmatter = HELD if held[id] else {"type": "policy"}
+        events[id] = new_event(PageUpdate(slug="pricing", frontmatter=frontmatter, text="t",
+                                          parents=[events[p].id for p in parents[id]]) if parents[id] else
+                               PageIngest(slug="pricing", frontmatter=frontmatter, text="t"), agent="alice",
+                               layer="drafts")
+    stored_named = {p for id in stored for p in parents[id]}
+    stored_heads = {id: held[id] for id in stored if id not in stored_named}
+    batch = [id for id in ids if id not in stored or data.draw(st.booleans())]  # some resent
+    order = data.draw(st.permutations(batch))
+    named_by_all = {p for id in {*stored, *batch} for p in parents[id]}
+    expected = {id: held[id] for id in {*stored, *batch} if id not in named_by_all}
+    renamed = {events[id].id: id for id in ids}
+    found = heads_after({events[id].id: h for id, h in stored_heads.items()}, [events[id] for id in order],
+                        {events[p].id for p in stored_named})
+    assert {renamed[id]: h for id, h in found.items()} == expected
+
+
+def test_a_push_split_in_several_requests_sends_the_release_with_the_ingest(tmp_path):
+    """More than one request's worth (sync.client.BATCH) between an ingest written before the hold was
+    seen and its release: `mem push` still goes through, the release travelling with the ingest."""
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+    from sync.client import BATCH
+
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        held = team.root / "held.md"
+        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
+        team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
+        team.mem("writer", "push", check=True)
+        mine = team.page("mine", "Pricing", "Discounts as you like.")
+        team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", mine, check=True)
+        with Memory.open(team.root / "reviewer") as memory:
+            memory.log.append([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"fact {i}"),
+                                         agent="reviewer", layer="insights") for i in range(BATCH)])
+        team.mem("reviewer", "pull", check=True)
+        team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "owner agreed", check=True)
+        hub_before = log_rows_of_hub(team)
+
+        pushed = team.mem("reviewer", "push")
+        assert pushed.returncode == 0, pushed.stderr
+        assert pushed.stdout.decode().startswith(f"pushed {BATCH + 2} events"), pushed.stdout
+        assert len(log_rows_of_hub(team)) == len(hub_before) + BATCH + 2
+        again = team.mem("reviewer", "push", check=True)
+        assert again.stdout.decode().startswith("pushed 0 events"), again.stdout
+        team.mem("writer", "pull", check=True)
+        conflicts = json.loads(team.mem("writer", "conflicts", "--json").stdout)
+        assert [sorted(h["agent"] for h in c["heads"]) for c in conflicts] == [["reviewer", "reviewer"]]
+    finally:
+        team.stop()
+
+
+# --- a consumer's fold: the held head wins, whatever the order ------------------------------------
+
+DRAFTS = Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages", producers=["*"],
+                                                  consumers=["*"])})
+
+
+@st.composite
+def held_dags(draw):
+    """Versions of one page as hubs may hand them out: ingests (some beside a held head), updates, some
+    held, releases of held versions, and updates of a held version that do not release it (what a hub
+    that did not check lets through: leaves, nothing builds on them); then two arrival orders, each
+    cut in batches."""
+    made = []  # (kind, parents, held)
+    for index in range(draw(st.integers(2, 9))):
+        earlier = [i for i, (kind, _p, _h) in enumerate(made) if kind != "sneak"]
+        kind = draw(st.sampled_from(["ingest", "update", "release", "sneak"] if earlier else ["ingest"]))
+        held_earlier = [i for i in earlier if made[i][2]]
+        if kind in ("release", "sneak") and not held_earlier:
+            kind = "update"
+        if kind == "ingest":
+            made.append(("ingest", [], draw(st.booleans())))
+        elif kind == "update":
+            open_ = [i for i in earlier if not made[i][2]] or [None]
+            parent = draw(st.sampled_from(open_))
+            made.append(("update", [parent] if parent is not None else [], draw(st.booleans())))
+        elif kind == "release":
+            made.append((kind, [draw(st.sampled_from(held_earlier))], False))
+        else:  # a sneak may name another parent too, which it does not supersede either
+            parents = {draw(st.sampled_from(held_earlier)), draw(st.sampled_from(earlier))}
+            made.append((kind, sorted(parents), draw(st.booleans())))
+    orders = [(draw(st.permutations(range(len(made)))), sorted(set(draw(st.lists(st.integers(1, len(made)),
+                                                                                     max_size=3)))))
+              for _ in range(2)]
+    return made, orders
+
+
+def held_events(made):
+    events = []
+    for index, (kind, parents, held) in enumerate(made):
+        frontmatter = HELD if held else {"type": "policy"}
+        ids = [events[p].id for p in parents]
+        if kind == "release":
+            parent = events[parents[0]].body
+            body = PageUpdate(slug="pricing", frontmatter=released(parent.frontmatter), text=parent.text,
+                              note="agreed", parents=ids)
+        elif ids:
+            body = PageUpdate(slug="pricing", frontmatter=frontmatter, text=f"v{index}\n", parents=ids)
+        else:
+            body = PageIngest(slug="pricing", frontmatter=frontmatter, text=f"v{index}\n")
+        events.append(new_event(body, agent="alice", layer="drafts"))
+    return events
+
+
+@settings(max_examples=30, deadline=None)
+@given(dag=held_dags())
+def test_a_consumer_shows_the_held_head_whatever_the_order_and_batches(tmp_path_factory, dag):
+    """Every consumer of the same versions shows the same page, conflicts and heads, however they arrived;
+    and a held head, when there is one, is what it shows."""
+    from projections.memory import Memory
+
+    made, orders = dag
+    note(f"versions {made}, arrivals {orders}")
+    events = held_events(made)
+    seen = []
+    for order, cuts in orders:
+        root = tmp_path_factory.mktemp("consumer")
+        Memory.init(root, "main").close()
+        (root / ".mem" / "contract.json").write_text(json.dumps(msgspec.to_builtins(DRAFTS)))
+        arrived = [events[i] for i in order]
+        with Memory.open(root) as mem:
+            start = 0
+            for cut in [*cuts, len(arrived)]:
+                page = [msgspec.Raw(msgspec.json.encode(e)) for e in arrived[start:cut]]
+                accepted, _rejected = accept(page, DRAFTS, "main", mem.log)
+                mem.log.append(accepted)
+                mem.refresh(files=False)
+                start = cut
+            shared, head = mem.views.shared, mem.views.checkpoint()
+            changes = dict(shared.winners("drafts", "pricing", head))  # the page's history, in one pass
+            winner = None
+            for as_of in range(1, head + 1):
+                winner = changes.get(as_of, (winner,))[0]
+                assert shared.heads("drafts", "pricing", as_of)[-1].id == winner
+            heads = shared.heads("drafts", "pricing", head)
+            seen.append(({h.id for h in heads}, heads[-1].id, mem.views.shared.page_text("drafts", "pricing",
+                                                                                          mem.views.checkpoint())))
+            held = {e.id for e in events if is_held(getattr(e.body, "frontmatter", None))}
+            if any(h.id in held for h in heads):
+                assert heads[-1].id in held
+    assert seen[0] == seen[1]
+
+
+def test_an_update_of_a_held_page_that_reached_the_hub_first_does_not_unfreeze_it(tmp_path):
+    """The hub took an update naming a version it did not have yet (it holds nothing then), and the
+    held version after it: a consumer pulls them in that order and still shows the held text."""
+    team = Team(tmp_path, agents=("writer", "reviewer", "researcher"))
+    try:
+        held = held_version()
+        sneaky = update(held, agent="reviewer")
+        for agent, event in (("reviewer", sneaky), ("writer", held)):
+            token = (team.root / f"{agent}.token").read_text().strip()
+            response = httpx.post(f"{team.url}/v1/push", content=msgspec.json.encode({"events": [event]}),
+                                  headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+            assert response.status_code == 200, response.text
+        team.mem("researcher", "pull", check=True)
+        assert "No discounts above 20%." in (team.root / "researcher/content/drafts/pricing.md").read_text()
+        conflicts = team.mem("researcher", "conflicts", "--json")
+        assert conflicts.returncode == 0 and json.loads(conflicts.stdout) == []
+        team.mem("researcher", "replay", "--check", check=True)
+        refused = team.mem("researcher", "page", "write", "pricing", "--layer", "drafts",
+                           "--file", team.page("edit", "Pricing", "Any."))
+        assert refused.returncode == 1
+        assert refused.stderr.decode().startswith("error: page 'pricing' of layer 'drafts' is held")
+    finally:
+        team.stop()

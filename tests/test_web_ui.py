@@ -221,3 +221,23 @@ def test_clicking_a_timeline_event_shows_its_body(ui, browser_page):
     expect(page.locator("#event-body")).to_contain_text("second version of alpha")
     expect(page.locator("#event-diff .add").last).to_have_text("+second version of alpha")
     screenshot(page, page.shots, "ui-timeline.png")
+
+
+def test_a_damaged_views_database_is_named_as_mem_names_it(tmp_path):
+    """Damage deep in the views shows only when a page's query reaches it: the answer names the file."""
+    from starlette.testclient import TestClient
+
+    from cli.web.app import create_app
+    from conftest import PAGE, damage_table
+
+    root = tmp_path / "ws"
+    run_mem("init", "-w", root, check=True)
+    run_mem("page", "write", "deploy", "-f", "-", "-w", root, input=PAGE, check=True)
+    views = root / ".mem" / "views.db"
+    damage_table(views, "pages")
+    with TestClient(create_app(root), raise_server_exceptions=False) as client:
+        answer = client.get("/asof")
+    assert answer.status_code == 500 and answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["type"].endswith("/damaged") and f"the views database {views} is damaged" in problem["detail"]
+    assert "run `mem replay`" in problem["detail"]

@@ -16,9 +16,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from eventstore.errors import InvalidInput, MemError, NotFound
+from eventstore.errors import InvalidInput, MemError, NotFound, StorageFailure, storage_exceptions, storage_failure
 from eventstore.instants import format_instant
 from eventstore.layers import consumes
+from eventstore.workspace import Workspace
 from projections import history as histories
 from projections import trust
 from projections.search import MARK
@@ -286,7 +287,7 @@ def _changed(mem, event) -> str | None:
 
 
 async def _refused(request: Request, exc: MemError):
-    status = 404 if isinstance(exc, NotFound) else 400
+    status = 404 if isinstance(exc, NotFound) else 500 if isinstance(exc, StorageFailure) else 400
     return problem_response(Problem(type=PROBLEM_BASE + exc.code, title=str(exc), status=status, detail=str(exc)))
 
 
@@ -296,7 +297,17 @@ def site_app(site: Site, middleware=(), handlers=None) -> Starlette:
               Route("/asof", site.asof), Route("/history", site.history), Route("/timeline", site.timeline),
               Route("/conflicts", site.conflicts), Route("/search", site.search), Route("/contract", site.contract),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
-    return Starlette(routes=routes, middleware=list(middleware), exception_handlers={MemError: _refused, **(handlers or {})})
+    async def storage_failed(request: Request, exc: BaseException):
+        """As `mem` says it: the damaged file named (with what to do), else the storage's cause in one line."""
+        try:
+            damage = Workspace.find(site.root).damage(exc)
+        except MemError:
+            damage = None
+        return await _refused(request, damage or storage_failure(exc))
+
+    failures = dict.fromkeys(storage_exceptions(), storage_failed)
+    return Starlette(routes=routes, middleware=list(middleware),
+                     exception_handlers={**failures, MemError: _refused, **(handlers or {})})
 
 
 def create_app(root: Path, title: str = "") -> Starlette:
