@@ -22,8 +22,8 @@ from eventstore.layers import consumes
 from eventstore.workspace import Workspace
 from projections import history as histories
 from projections import trust
-from projections.search import MARK
 from projections.conflicts import conflicts_shown
+from projections.search import MARK
 from projections.views import page_path
 from sync.hub import problem_response
 from sync.wire import PROBLEM_BASE, Problem
