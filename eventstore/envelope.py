@@ -183,27 +183,36 @@ def check_body_size(raw: bytes) -> None:
 
 
 def check_event(event: Event) -> bytes:
-    """Validates an event that came from elsewhere: its id, names, and digest. Returns its body bytes."""
+    """Validates an event that came from elsewhere: its id, names, and digest. Returns its body bytes.
+
+    The hub runs it on every pushed event and a consumer on every pulled one: the kind, body hash and
+    original kind are worked out here once, not through the Event properties."""
     if not is_uuid(event.id):
         raise InvalidInput(f"event id {event.id!r} is not a UUID in canonical lowercase form", field="id")
     if not event.agent or not event.layer:
         raise InvalidInput("event agent and layer must be non-empty")
     if not 0 <= event.ts <= MAX_TS:
         raise InvalidInput(f"event {event.id}: ts {event.ts} is not a time between 1970 and 9999", field="ts")
-    if event.kind not in KINDS:
-        raise UnknownKind(f"unknown event kind {event.kind!r}")
-    raw = encode_body(event.body)
+    body = event.body
+    kind = body.__struct_config__.tag
+    if kind not in KINDS:
+        raise UnknownKind(f"unknown event kind {kind!r}")
+    raw = _body_encoder.encode(body)
     check_body_size(raw)
-    event.__dict__["_raw"] = raw
-    event.__dict__.pop("_hash", None)
-    if isinstance(event.body, Redacted) and (event.body.original not in KINDS or event.body.original in
-                                             ("redacted", "redaction") or len(event.body.body_hash) != 64):
-        raise InvalidInput(f"event {event.id}: a redacted body must name its original kind and body hash")
-    try:
-        body_hash = event.body_hash()
-    except ValueError:
-        raise InvalidInput(f"event {event.id}: the redacted body's hash is not hex") from None
-    expected = compute_digest(event.id, event.ts, event.agent, event.layer, event.original_kind, body_hash)
-    if event.digest != expected:
+    kept = event.__dict__
+    kept["_raw"] = raw
+    kept.pop("_hash", None)
+    if isinstance(body, Redacted):
+        if body.original not in KINDS or body.original in ("redacted", "redaction") or len(body.body_hash) != 64:
+            raise InvalidInput(f"event {event.id}: a redacted body must name its original kind and body hash")
+        try:
+            body_hash = bytes.fromhex(body.body_hash)
+        except ValueError:
+            raise InvalidInput(f"event {event.id}: the redacted body's hash is not hex") from None
+        kind = body.original
+    else:
+        body_hash = hashlib.sha256(raw).digest()
+    kept["_hash"] = body_hash
+    if event.digest != digest_bytes(event.id, event.ts, event.agent, event.layer, kind, body_hash).hex():
         raise DigestMismatch(f"event {event.id}: digest does not match its content (tampered or corrupt)")
     return raw

@@ -16,6 +16,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -205,6 +206,26 @@ def get_remote(memory, name: str | None) -> Remote:
     return remotes[name]
 
 
+class Outgoing(NamedTuple):
+    """A request body as it goes out (JSON, zstd above 4 KB) and its headers."""
+
+    content: bytes
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, body: bytes) -> "Outgoing":
+        if len(body) > 4096:
+            import zstandard
+
+            return cls(zstandard.ZstdCompressor(level=3).compress(body),
+                       {"content-type": "application/json", "content-encoding": "zstd"})
+        return cls(body, {"content-type": "application/json"})
+
+    @classmethod
+    def push(cls, events: list[Event]) -> "Outgoing":
+        return cls.of(msgspec.json.encode(PushRequest(events=events)))
+
+
 class HubClient:
     """Every transport failure and every answer that does not decode becomes one MemError line naming
     the remote and its URL; a problem document becomes HubRefused."""
@@ -237,16 +258,13 @@ class HubClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, type_, body: bytes | None = None, params=None, wait: float = 0):
+    def _call(self, method: str, path: str, type_, body: "bytes | Outgoing | None" = None, params=None,
+              wait: float = 0):
         import httpx
-        import zstandard
 
         headers = {}
         if body is not None:
-            headers["content-type"] = "application/json"
-            if len(body) > 4096:
-                body = zstandard.ZstdCompressor(level=3).compress(body)
-                headers["content-encoding"] = "zstd"
+            body, headers = body if isinstance(body, Outgoing) else Outgoing.of(body)
         try:
             # A long-poll's read timeout covers its wait: an idle hub answers only when the wait ends.
             response = self.http.request(method, path, content=body, params=params, headers=headers,
@@ -270,8 +288,10 @@ class HubClient:
     def contract(self) -> ContractResponse:
         return self._call("GET", "/v1/contract", ContractResponse)
 
-    def push(self, events: list[Event]) -> PushResponse:
-        return self._call("POST", "/v1/push", PushResponse, msgspec.json.encode(PushRequest(events=events)))
+    def push(self, events: "list[Event] | Outgoing") -> PushResponse:
+        """Pushes a batch: its events, or its request body made beforehand (`Outgoing.push`)."""
+        body = events if isinstance(events, Outgoing) else Outgoing.push(events)
+        return self._call("POST", "/v1/push", PushResponse, body)
 
     def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
         return self._call("GET", "/v1/pull", PullResponse,
@@ -457,11 +477,11 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
 
-    def send(events: list[Event]) -> None:
+    def send(events: list[Event], body: Outgoing | None = None) -> None:
         nonlocal pushed, duplicates
         if not events:
             return
-        results = client.push([_outgoing(e) for e in events]).results
+        results = client.push(body or events).results
         duplicates += sum(r.duplicate for r in results)
         pushed += sum(not r.duplicate for r in results)
         if progress:
@@ -473,27 +493,44 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
                                  if produces(contract, agent, e.layer) and e.seq not in came)],
                       cursor, came)
-    send([e for e in retried if produces(contract, agent, e.layer)])
+    send([_outgoing(e) for e in retried if produces(contract, agent, e.layer)])
     held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
     memory.log.set_state(held_key, json.dumps(held))
-    sent_ahead: set[str] = set()
-    while shared:
-        read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
-        if not read:
-            break
-        batch = [e for e in read if e.seq not in came]
-        outgoing = [e for e in batch if produces(contract, agent, e.layer) and e.id not in sent_ahead]
-        if len(read) == BATCH:  # more may follow in another request
-            ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
-                     if produces(contract, agent, e.layer) and e.id not in sent_ahead]
-            sent_ahead.update(e.id for e in ahead)
-            outgoing += ahead
-        send(outgoing)
-        held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
-        cursor = read[-1].seq
+
+    def moved(cursor: int, held: list[int]) -> None:
         rows = {key: str(cursor), held_key: json.dumps(held)}
-        memory.log.append([], state=lambda _seqs, rows=rows, cursor=cursor: {
-            **rows, **CameFromHub.prune(memory, remote.name, cursor)})
+        memory.log.append([], state=lambda _seqs: {**rows, **CameFromHub.prune(memory, remote.name, cursor)})
+
+    # While the hub checks and commits a batch, this thread reads and encodes the next one, then moves the cursor
+    # past the batch the hub has answered (a crash before that resends it). One batch is in flight at a
+    # time, so the hub receives them in log order.
+    sent_ahead: set[str] = set()
+    with ThreadPoolExecutor(1, thread_name_prefix="push") as sender, no_cyclic_gc():
+        in_flight = answered = None
+        while shared:
+            read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
+            if read:
+                batch = [e for e in read if e.seq not in came]
+                outgoing = [e for e in batch if produces(contract, agent, e.layer) and e.id not in sent_ahead]
+                if len(read) == BATCH:  # more may follow in another request
+                    ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
+                             if produces(contract, agent, e.layer) and e.id not in sent_ahead]
+                    sent_ahead.update(e.id for e in ahead)
+                    outgoing += ahead
+                outgoing = [_outgoing(e) for e in outgoing]
+                body = Outgoing.push(outgoing) if outgoing else None
+                held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
+                cursor = read[-1].seq
+            if in_flight is not None:
+                in_flight[0].result()
+                answered, in_flight = in_flight[1:], None
+            if read:
+                in_flight = (sender.submit(send, outgoing, body), cursor, list(held))
+            if answered is not None:
+                moved(*answered)
+                answered = None
+            if not read:
+                break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
                       held=held_back(memory, remote, contract))
 

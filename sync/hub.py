@@ -133,22 +133,27 @@ def decode_cursor(cursor: str | None) -> int:
 def check_batch(events, agent: str, contract, storage: HubStorage | None = None) -> None:
     """Every check a pushed event must pass before any of its batch is applied. With `storage`, an
     entry's `reverses` must name an entry of its layer, on the hub or earlier in the batch."""
+    rules: dict[str, tuple[frozenset, bool]] = {}  # layer -> (kinds it takes, scan secrets): its checks passed
     for index, event in enumerate(events):
         try:
             check_event(event)
         except MemError as exc:
             raise _in_event(exc, index, event) from None
-        if is_reserved(event.layer):
+        rule = rules.get(event.layer)
+        if rule is None and is_reserved(event.layer):
             raise HubError(403, "reserved-layer", "Reserved layer",
                            f"event {event.id} is in layer {event.layer!r}: {', '.join(sorted(PRIVATE_LAYERS))} are "
                            "each agent's own and never shared; nothing of the batch was applied")
         if event.agent != agent:
             raise HubError(403, "agent-mismatch", "Agent mismatch",
                            f"event {event.id} names agent {event.agent!r}; the token is {agent!r}'s")
-        if not produces(contract, agent, event.layer):
-            raise HubError(403, "out-of-contract", "Out of contract",
-                           f"{agent!r} does not produce layer {event.layer!r}; nothing of the batch was applied")
-        allowed = LAYER_KINDS[contract.layers[event.layer].format]
+        if rule is None:
+            if not produces(contract, agent, event.layer):
+                raise HubError(403, "out-of-contract", "Out of contract",
+                               f"{agent!r} does not produce layer {event.layer!r}; nothing of the batch was applied")
+            spec = contract.layers[event.layer]
+            rule = rules[event.layer] = (LAYER_KINDS[spec.format], spec.scan_secrets)
+        allowed, scan = rule
         if event.original_kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
                            f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.original_kind!r}")
@@ -156,7 +161,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
             validate.body(event.body)
         except MemError as exc:
             raise _in_event(exc, index, event) from None
-        if contract.layers[event.layer].scan_secrets:
+        if scan:
             found = secrets.scan_body(event.body)
             if found:
                 raise HubError(422, "secret-detected", "Secret detected",
@@ -168,10 +173,12 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
 
 
 def check_reversals(events, storage: HubStorage) -> None:
-    batch = {event.id: event.layer for event in events}
     wanted = {event.body.reverses for event in events
               if isinstance(event.body, EntryAppend) and event.body.reverses is not None}
-    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch} if wanted else batch
+    if not wanted:
+        return
+    batch = {event.id: event.layer for event in events}
+    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch}
     for index, event in enumerate(events):
         if isinstance(event.body, EntryAppend) and event.body.reverses is not None:
             if known.get(event.body.reverses) != event.layer:

@@ -117,10 +117,25 @@ def new_token() -> str:
     return "mlg_" + secrets.token_urlsafe(32)
 
 
+class _Travelling(msgspec.Struct, omit_defaults=True):
+    """An Event's travelling fields, encoded as Event encodes them, its body already encoded."""
+
+    id: str
+    ts: int
+    agent: str
+    layer: str
+    body: msgspec.Raw
+    digest: str = ""
+
+
 def encode_stored(event: Event) -> bytes:
-    """The travelling part of an event (no seq, recorded_at or chain: those are each store's own)."""
-    return _stored.encode(Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
-                                digest=event.digest))
+    """The travelling part of an event (no seq, recorded_at or chain: those are each store's own). A
+    pushed event carries its body's bytes from the digest check: they are not encoded again."""
+    raw = event.__dict__.get("_raw")
+    if raw is None:
+        return _stored.encode(Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
+                                    digest=event.digest))
+    return _stored.encode(_Travelling(event.id, event.ts, event.agent, event.layer, msgspec.Raw(raw), event.digest))
 
 
 def decode_stored(data: bytes, position: int, recorded_at: int) -> Event:
@@ -328,7 +343,10 @@ class HubStorage(ABC):
 
 def check_duplicates(events: list[Event], known: dict[str, tuple[str, int]]) -> tuple[list[Event], list]:
     """Splits a batch into its new events and a plan for every result; refuses a known id with
-    another digest. An id repeated inside the batch is stored once and acknowledged twice."""
+    another digest. An id repeated inside the batch is stored once and acknowledged twice. The plan is
+    None when every event is new (the common case: no bookkeeping per event)."""
+    if known.keys().isdisjoint(ids := {event.id for event in events}) and len(ids) == len(events):
+        return list(events), None
     fresh, plan, seen = [], [], {}
     for event in events:
         found = known.get(event.id)
@@ -351,16 +369,16 @@ def plan_group(batches: list[list[Event]], known: dict[str, tuple[str, int]], fi
     """Plans a group commit: the rows to insert from `first` on and, per batch, its results or the
     IdConflict that refuses it alone. Later batches see earlier ones' events as known."""
     rows, outcomes, layers = [], [], set()
-    for events in batches:
+    for index, events in enumerate(batches):
         try:
             fresh, plan = check_duplicates(events, known)
         except IdConflict as exc:
             outcomes.append(exc)
             continue
         start = first + len(rows)
-        for i, event in enumerate(fresh):
-            known[event.id] = (event.digest, start + i)
-            layers.add(event.layer)
+        if index < len(batches) - 1:
+            known.update((event.id, (event.digest, start + i)) for i, event in enumerate(fresh))
+        layers.update({event.layer for event in fresh})
         rows.extend(fresh)
         outcomes.append(fill_positions(plan, fresh, start))
     return rows, outcomes, layers
@@ -387,15 +405,19 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
     return updates
 
 
-def fill_positions(plan: list, fresh: list[Event], first: int) -> list[PushResult]:
-    positions = {event.id: first + i for i, event in enumerate(fresh)}
+def fill_positions(plan: list | None, fresh: list[Event], first: int) -> list[PushResult]:
+    if plan is None:
+        return [PushResult(id=event.id, position=first + i, duplicate=False) for i, event in enumerate(fresh)]
+    positions = None  # of the fresh events by id, made only for an id repeated in the batch
     results = []
     for step in plan:
-        if isinstance(step, PushResult):
-            results.append(step)
-        elif isinstance(step, int):
+        if type(step) is int:
             results.append(PushResult(id=fresh[step].id, position=first + step, duplicate=False))
+        elif isinstance(step, PushResult):
+            results.append(step)
         else:
+            if positions is None:
+                positions = {event.id: first + i for i, event in enumerate(fresh)}
             results.append(PushResult(id=step, position=positions[step], duplicate=True))
     return results
 

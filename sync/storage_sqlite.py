@@ -6,6 +6,7 @@ behind an fsync); writes use the writer connection under a lock."""
 import json
 import sqlite3
 import threading
+from itertools import chain
 
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
@@ -156,7 +157,7 @@ class SQLiteHubStorage(HubStorage):
         for start in range(0, len(rows), INSERT_ROWS):
             chunk = rows[start:start + INSERT_ROWS]
             values = ",".join(["(" + ",".join("?" * len(chunk[0])) + ")"] * len(chunk))
-            self.db.execute(f"INSERT INTO {table} VALUES {values}", [value for row in chunk for value in row])
+            self.db.execute(f"INSERT INTO {table} VALUES {values}", list(chain.from_iterable(chunk)))
 
     def _stored(self, id):
         return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()

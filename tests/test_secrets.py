@@ -5,11 +5,13 @@ import json
 import httpx
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend
 from eventstore.layers import Contract, ContractLayer
-from eventstore.secrets import scan_body, scan_text
+from eventstore.secrets import _PREFILTER, may_hold_secret, scan_body, scan_text
 from sync.storage import open_storage
 from sync.wire import PROBLEM_BASE
 
@@ -59,6 +61,22 @@ def test_a_secret_is_found_with_its_kind_and_line(name):
 @pytest.mark.parametrize("name", ORDINARY)
 def test_ordinary_text_passes(name):
     assert list(scan_text(ORDINARY[name], "text")) == []
+
+
+PIECES = ["PRIVATE KEY", "private key", "://", "u:p@", "password", "Token", "=", ":", "'", '"', " ", "\n",
+          "a", "Z", "9", "+", "/", "_", "-", "é"]
+
+
+@given(st.lists(st.sampled_from(PIECES) | st.text(max_size=20), max_size=40).map("".join))
+def test_the_cheap_gate_never_skips_text_the_prefilter_would_scan(text):
+    """may_hold_secret stands in front of the prefilter: it may say yes to harmless text, never no to
+    text the prefilter matches (or a secret would go unscanned)."""
+    assert may_hold_secret(text) or _PREFILTER.search(text) is None
+
+
+@pytest.mark.parametrize("text", [text for text, _kind in SECRETS.values()])
+def test_every_known_secret_passes_the_cheap_gate(text):
+    assert may_hold_secret(text)
 
 
 def test_findings_name_the_field_inside_a_body():

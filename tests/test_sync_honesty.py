@@ -181,3 +181,32 @@ def test_sync_returns_once_the_hub_has_committed_what_it_received(team):
             assert hub.received_by(agent, None) == hub.head(), agent
         finally:
             hub.close()
+
+
+def test_a_push_moves_its_cursor_only_past_the_batches_the_hub_committed(team, monkeypatch):
+    """A push reads the next batch while the hub answers the last, but sends it only once that answer
+    came: a refused batch leaves the cursor after the last one committed, and nothing after it goes out."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+    from sync import client
+    from sync.storage import open_storage
+
+    monkeypatch.setattr(client, "BATCH", 3)
+    secret = "the deploy key is AKIA4HXQ7ZT2LMNB3K5P"
+    events = [new_event(EntryAppend(type="FACT", date="2026-11-29", content=secret if i == 7 else f"fact {i}"),
+                        agent="writer", layer="insights") for i in range(11)]
+    with Memory.open(team.root / "writer") as memory:
+        memory.log.append(events)  # past mem's own secret check: the hub's refusal is what is under test
+        remote = client.get_remote(memory, "origin")
+        with pytest.raises(client.HubRefused) as refused:
+            client.push(memory, remote, client.HubClient.for_remote(remote))
+        cursor = int(memory.log.state("push:origin"))
+        seqs = [memory.log.get(e.id).seq for e in events]
+    assert refused.value.problem.type.endswith("/secret-detected")
+    assert cursor == seqs[5]
+    hub = open_storage(str(team.db))
+    try:
+        assert [e.id for e in hub.pull(0, ["insights"], 100)] == [e.id for e in events[:6]]
+    finally:
+        hub.close()
