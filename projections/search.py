@@ -574,14 +574,28 @@ def _stems(query: str) -> list[str]:
     return stems
 
 
+def _matches(word: str, stems: list[str]) -> bool:
+    """Whether the tokenizer could have matched `word` for one of the query's stems: the same rough stem,
+    or (for a stem of 4 letters or more) a longer form of it. A short query word marks only itself, so
+    `a` does not mark `ack` and `and`."""
+    return any(word.startswith(stem) and (len(stem) >= 4 or len(word) == len(stem) or _stems(word)[0] == stem)
+               for stem in stems)
+
+
 def snippet(text: str, stems: list[str], width: int = 140) -> str:
     """About `width` characters of `text` around its first match, every matching word marked `**so**`."""
     text = " ".join(text.split())
-    words = [m for m in _WORD.finditer(text) if any(m.group().lower().startswith(s) for s in stems)]
+    words = [m for m in _WORD.finditer(text) if _matches(m.group().lower(), stems)]
     if not words:
         return text[:width] + ("…" if len(text) > width else "")
     start = max(0, words[0].start() - width // 3)
+    if start and text[start - 1] != " ":  # from a word's start, not from the middle of one
+        cut = text.find(" ", start, words[0].start())
+        start = cut + 1 if cut != -1 else words[0].start()
     end = min(len(text), start + width)
+    if end < len(text) and text[end] != " ":
+        cut = text.rfind(" ", words[0].end(), end)
+        end = cut if cut != -1 else end
     out, at = [], start
     for m in words:
         if m.start() < start or m.end() > end:
