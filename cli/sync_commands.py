@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from eventstore.instants import format_instant, format_local, parse_instant, past_instant
+from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import JsonOpt, app, fail, memory, read_input

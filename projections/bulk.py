@@ -30,8 +30,6 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.layers import MIND
-
 from . import search, shared
 from .fold import catch_up
 from .rows import insert_many

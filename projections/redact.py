@@ -64,7 +64,7 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
         memory.layer_spec(layer, private=True)
     hits = []
     for row in memory.log.read_rows(layers=[layer] if layer else None):
-        seq, id, kind, codec, body = row[0], row[1], row[6], row[7], row[8]
+        seq, kind, codec, body = row[0], row[6], row[7], row[8]
         if kind in UNREDACTABLE or codec == 2 or not matches(unpack_body(codec, bytes(body)), compiled):
             continue
         hits.append(memory.log.get_by_seq(seq))
