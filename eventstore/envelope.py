@@ -150,14 +150,6 @@ def digest_bytes(id: str, ts: int, agent: str, layer: str, kind: str, body_hash:
 compress = _zc.compress
 
 
-def pack_body(body_raw: bytes, redacted: bool = False) -> tuple[int, bytes]:
-    if redacted:
-        return CODEC_REDACTED, body_raw
-    if len(body_raw) > COMPRESS_THRESHOLD:
-        return CODEC_ZSTD, compress(body_raw)
-    return CODEC_RAW, body_raw
-
-
 def unpack_body(codec: int, stored: bytes) -> bytes:
     return _zd.decompress(stored) if codec == CODEC_ZSTD else stored
 

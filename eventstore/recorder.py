@@ -19,6 +19,13 @@ from .redaction import redacted_form
 ZERO_CHAIN = bytes(32)
 StateRows = dict[str, str] | Callable[[list[int]], dict[str, str]] | None
 _sha256 = hashlib.sha256
+try:  # CPython's own sha256 (`_sha2` from 3.12, `_sha256` before): the same digest, far less code to run cold
+    from _sha2 import sha256 as small_sha256
+except ImportError:
+    try:
+        from _sha256 import sha256 as small_sha256
+    except ImportError:
+        small_sha256 = hashlib.sha256
 _link_input = struct.Struct(">32s32sQQ").pack  # previous link, digest, seq and recorded_at (8 bytes each, big-endian)
 TAGS = {cls: tag for tag, cls in KINDS.items()}
 
@@ -76,8 +83,9 @@ def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None,
     path. `recorded_at` is the batch's time, or each event's (`recording_times`). Each body is stored
     as `Event.raw_body()` gives it (for an event from elsewhere, `check_event` left the checked bytes there).
 
-    The loop is the append's hot path: `chain_link`, `pack_body` and `Event.stored_keys` are written
-    out in it (`stored_keys` refuses an event without a 32-byte digest), and the values come flat, as
+    The loop is the append's hot path: `chain_link`, `Event.stored_keys` (which refuses an event
+    without a 32-byte digest) and how a body is stored (as is; zstd above COMPRESS_THRESHOLD; a
+    `Redacted` stand-in as is, CODEC_REDACTED) are written out in it, and the values come flat, as
     a multi-row INSERT binds them. The byte columns are bytearrays: Python's sqlite3 binds a bytearray
     as a blob directly, but sends every `bytes` value through its adapter lookup first (about 0.6 µs
     each, four per row); PostgreSQL's driver takes either."""
