@@ -16,6 +16,7 @@ Usage: python bench/bench_catchup.py [-n 1000000] [--steps 10] [--no-follower] [
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -104,19 +105,25 @@ def phases(base: Path, url: str, token: str) -> list[tuple]:
     return [("part of the pull (in process)", "seconds", "of total"), *rows, ("total", f"{total:.1f}", "100%")]
 
 
-def first_pull(workspace: Path, url: str, token_file: Path, code: Path | None = None) -> tuple[float, str]:
-    """A new workspace's first `mem pull`, one process timed whole (by the `mem` of `code` when given)."""
+def first_pull(workspace: Path, url: str, token_file: Path, code: Path | None = None) -> tuple[float, str, float]:
+    """A new workspace's first `mem pull`, one process timed whole (by the `mem` of `code` when given): its
+    seconds, what it said, and the CPU seconds of it and of the processes it started."""
     Memory.init(workspace, "newcomer").close()
     with Memory.open(workspace) as memory:
         add_remote(memory, "origin", url, str(token_file))
     command = [shutil.which("mem") or "mem"] if code is None else [sys.executable, "-c", "from cli.app import main; main()"]
     env = os.environ if code is None else {**os.environ, "PYTHONPATH": str(code)}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu()
     done = subprocess.run([*command, "pull"], cwd=workspace, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"mem pull failed: {done.stdout}{done.stderr}")
-    return seconds, done.stdout.strip()
+    return seconds, done.stdout.strip(), children_cpu() - cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -161,14 +168,14 @@ def main():
 
         newcomer, old = base / "newcomer", base / "baseline"
         load = os.getloadavg()[0]
-        catchup_s, said = first_pull(newcomer, url, base / "newcomer.token")
+        catchup_s, said, catchup_cpu = first_pull(newcomer, url, base / "newcomer.token")
         baseline_s = None
         if args.baseline != "none":
             with tempfile.TemporaryDirectory(prefix="mem-bench-baseline-") as tmp:
                 code = extract(args.baseline, Path(tmp))
                 if code is None:
                     raise SystemExit(f"baseline {args.baseline} could not be extracted with git archive")
-                baseline_s, _ = first_pull(old, url, base / "newcomer.token", code)
+                baseline_s, _, baseline_cpu = first_pull(old, url, base / "newcomer.token", code)
         parts = phases(base, url, tokens["newcomer"]) if args.phases else None
     finally:
         proc.terminate()
@@ -185,14 +192,14 @@ def main():
     follower.close()
     rate = args.n / catchup_s
     table(f"a new agent's first `mem pull` of {args.n:,} shared events ({PAGES:,} pages, entries) over loopback",
-          [("agent", "seconds", "events/s", "views identical", "files identical", "target"),
-           ("newcomer: one `mem pull` process", f"{catchup_s:.1f}", f"{rate:,.0f}", same_views, same_files,
-            "< 30 s for 1,000,000"),
-           *([(f"baseline {args.baseline}: one `mem pull` process", f"{baseline_s:.1f}",
+          [("agent", "seconds", "CPU seconds", "events/s", "views identical", "files identical", "target"),
+           ("newcomer: one `mem pull` process", f"{catchup_s:.1f}", f"{catchup_cpu:.1f}", f"{rate:,.0f}", same_views,
+            same_files, "< 30 s for 1,000,000"),
+           *([(f"baseline {args.baseline}: one `mem pull` process", f"{baseline_s:.1f}", f"{baseline_cpu:.1f}",
                f"{args.n / baseline_s:,.0f}", *same_as_baseline, f"newcomer {baseline_s / catchup_s:.2f}x faster")]
              if baseline_s is not None else []),
-           *([(f"follower: {args.steps} pulls as the hub filled", f"{follow_s:.1f}", f"{args.n / follow_s:,.0f}", "",
-                "", "")] if compared else [])])
+           *([(f"follower: {args.steps} pulls as the hub filled", f"{follow_s:.1f}", "", f"{args.n / follow_s:,.0f}",
+               "", "", "")] if compared else [])])
     print(f"\n`mem pull` said: {said}  (newcomer log head {pulled:,}; 1-minute load average "
           f"{load:.1f} when it started, on {os.cpu_count()} cores)")
     if parts:

@@ -154,15 +154,22 @@ def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"
     """The contract in force now, or at a moment."""
     from sync.contracts import to_toml
 
-    at_ms = past_instant(at) if at else None
-    contract, position = storage(db).contract(at_ms)
-    if at_ms is not None and not position:
-        fail(f"{at!r} ({format_local(at_ms)}) is before this hub had a contract")
+    at_ms, contract, position = _contract_as_of(storage(db), at)
     if at_ms is not None:
         typer.echo(f"as of {format_local(at_ms)} (hub position {position})", err=True)
     if json:
         return emit_json({"position": position, "contract": contract})
     sys.stdout.write(f"# hub position {position}\n" + to_toml(contract))
+
+
+def _contract_as_of(hub, at: str | None):
+    """(the instant, the contract in force then, its hub position); a moment before the hub's first
+    contract is refused, as a workspace refuses one before its first event."""
+    at_ms = past_instant(at) if at else None
+    contract, position = hub.contract(at_ms)
+    if at_ms is not None and not position:
+        fail(f"{at!r} ({format_local(at_ms)}) is before this hub had a contract")
+    return at_ms, contract, position
 
 
 @hub_app.command("believed")
@@ -173,11 +180,10 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
 
     hub = storage(db)
     _known_agent(hub, agent)
-    at_ms = past_instant(at) if at else None
+    at_ms, contract, _ = _contract_as_of(hub, at)
     cursor = hub.received_by(agent, at_ms)
     if at_ms is not None:
         typer.echo(f"as of {format_local(at_ms)} (hub position {cursor} for {agent})", err=True)
-    contract, _ = hub.contract(at_ms)
     events = hub.pull(0, consumed_layers(contract, agent), 1 << 30)
     events = [e for e in events if e.seq <= cursor]
     if json:

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from . import governance, validate
 from .envelope import Event, new_event
-from .errors import InvalidInput, NotFound, TooLarge, UnsafePath
+from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
 from .kinds import (CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage,
                     Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRelease,
@@ -282,6 +282,8 @@ class SharedWriter:
         document = self.state.shared_document(layer, old)
         if document is None:
             raise NotFound(f"there is no page {old} in layer {layer}")
+        if governance.is_held(document[0]):  # said here: the append would refuse the rename's delete half as a delete
+            raise Held(governance.held_message(layer, old, self.state.shared_winner(layer, old), "rename"))
         if self.state.shared_document(layer, new) is not None:
             raise InvalidInput(f"a page {new!r} already exists in layer {layer}; delete it first or pick another name")
         note = validate.one_line(note or f"renamed to {new}", "the note")

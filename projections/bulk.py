@@ -1,13 +1,17 @@
 """Building every view from nothing (`mem replay`): the fold in this process, the history tables in another.
 
 A rebuild folds the whole log into a new views file. Most of what it writes goes into tables that
-nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event) and the
-search index (`search_docs`, `search_history`, their full-text indexes). `build` gives them to a
-`HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through a pipe to a
-child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
+nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event), the shared
+layers' `entries` and the search index (`search_docs`, `search_history`, their full-text indexes). `build`
+gives them to a `HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through
+a pipe to a child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
 core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
 history, are copied into the new file, and the index that a rebuild leaves out is made once.
+
+While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
+reading the log through its own connection up to each head it is handed: the appends' checks, in
+Python, keep their process's GIL to themselves.
 
 Nobody reads the new file before the caller renames it into place, so both files are written
 without a journal or syncing (journal_mode=OFF, synchronous=OFF): a crash leaves files that only the
@@ -19,6 +23,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -26,7 +31,7 @@ import msgspec
 
 from eventstore.layers import MIND
 
-from . import search
+from . import search, shared
 from .fold import catch_up
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
@@ -38,11 +43,14 @@ catch-up that was cut off."""
 BATCH = 20_000
 """Events a rebuild folds per batch: the first batch's history is written in process, later ones by the
 writer's child process."""
-HISTORY_TABLES = ("page_versions", "log_entries", *search.TABLES)
+HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
-_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(sys.argv[2])"
-"""The writer's child process runs this very code (the tree this module was imported from)."""
+_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; "
+          "serve(sys.argv[2], int(sys.argv[3]))")
+_BUILDER = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build()"
+"""The child processes run this very code (the tree this module was imported from)."""
+
 
 def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOLD) -> bool:
     """Whether views `behind` events behind the log, having folded `folded`, are better built from nothing."""
@@ -85,6 +93,103 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         remove_files(fold_path)
 
 
+def build_apart(root: Path, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
+                heads: Iterable[int] = (), progress=None) -> Views:
+    """`build` in a child process of its own, which reads the workspace's log itself: for a log still growing
+    (a catch-up), whose appends, in this process, then have its GIL to themselves. `heads` are handed over
+    as they come; the child reports progress, and an error as `serve` does. Should `heads` raise (the
+    catch-up gave up), the child is told to stop and that error is raised."""
+    spec = msgspec.json.encode({"root": str(root), "path": str(path), "agent": agent, "upto": upto,
+                                "contract": contract})
+    child = subprocess.Popen([sys.executable, "-c", _BUILDER, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    failed: list[BaseException] = []
+
+    def hand_over() -> None:
+        try:
+            child.stdin.write(spec + b"\n")
+            child.stdin.flush()
+            for head in heads:
+                child.stdin.write(b"%d\n" % head)
+                child.stdin.flush()
+            child.stdin.write(b"end\n")
+        except BrokenPipeError:
+            pass
+        except BaseException as exc:  # the heads' own error: the child stops without building
+            failed.append(exc)
+        finally:
+            try:
+                child.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    feeder = threading.Thread(target=hand_over, name="heads", daemon=True)
+    feeder.start()
+    try:
+        for line in child.stdout:
+            if progress:
+                progress(int(line))
+        said = child.stderr.read().decode("utf-8", "replace").strip()
+        code = child.wait()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        child.stdout.close()
+        child.stderr.close()
+    if code == 0:
+        feeder.join()  # it handed `end` over: done
+    if failed:  # told before the child was (stdin closed): known once it stopped
+        raise failed[0]
+    if code:
+        raise _child_error(said)
+    return Views(path, contract=contract, agent=agent, fast=True)
+
+
+def serve_build() -> None:
+    """The child process of `build_apart`: reads what to build, then the heads one line each up to `end`
+    (stdin closed before it: the builder gave up, nothing is built), and writes each batch's progress to
+    stdout. It stops too when its parent is gone (`_orphaned`)."""
+    from eventstore.layers import Contract
+    from eventstore.workspace import Workspace
+
+    stdin, parent = sys.stdin.buffer, os.getppid()
+    try:
+        spec = msgspec.json.decode(stdin.readline())
+        workspace = Workspace(spec["root"])
+        log = workspace.open_log(workspace.config())
+        contract = msgspec.convert(spec["contract"], Contract) if spec["contract"] is not None else None
+
+        def heads():
+            for line in stdin:
+                if line.strip() == b"end":
+                    return
+                yield int(line)
+            _orphaned()
+
+        def progress(n: int) -> None:
+            if os.getppid() != parent:
+                _orphaned()
+            sys.stdout.write(f"{n}\n")
+            sys.stdout.flush()
+
+        try:
+            build(log, Path(spec["path"]), contract=contract, agent=spec["agent"], upto=spec["upto"], heads=heads(),
+                  progress=progress).close()
+        finally:
+            log.close()
+    except Exception as exc:
+        _tell(exc)
+        sys.exit(1)
+
+
+def _orphaned() -> None:
+    """The builder is gone (killed): stop at once, removing nothing. Its files are the next build's to delete,
+    and by now that build may have made new ones at the same paths."""
+    os._exit(1)
+
+
 class HistoryWriter:
     """The history tables of a rebuild (see the module's docstring): the first batch written here, every later
     one by a child process (`serve`) fed through a pipe, so that SQLite's work and the rows' binding run on the
@@ -94,6 +199,7 @@ class HistoryWriter:
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and the writer indexes the search rows itself (search.bulk_begin)."""
         self.path = path
+        self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
         self.triggers = search.bulk_begin(db)
         self.db: sqlite3.Connection | None = None
@@ -103,19 +209,21 @@ class HistoryWriter:
     def start(self) -> None:
         self.db = _connect(self.path)
 
-    def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple) -> None:
-        """A batch: its page_versions and log_entries rows and the search index's (SearchFold.flush's)."""
+    def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
+        """A batch: its page_versions and log_entries rows, the search index's (SearchFold.flush's) and the
+        shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
         if self.batches == 1:
-            write_batch(self.db, versions, entries, search_batch)
+            write_batch(self.db, versions, entries, search_batch, shared_entries)
             return
         if self.child is None:  # a second batch: a large build, worth a process of its own
             self.db.execute("COMMIT")
             self.db.close()
             self.db = None
-            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path], stdin=subprocess.PIPE,
+            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
+                                          stdin=subprocess.PIPE,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        frame = msgspec.msgpack.encode((versions, entries, search_batch))
+        frame = msgspec.msgpack.encode((versions, entries, search_batch, shared_entries))
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))
             self.child.stdin.write(frame)
@@ -168,10 +276,11 @@ class HistoryWriter:
             db.execute("DETACH DATABASE fold")
 
 
-def write_batch(db, versions: list, entries: list, search_batch: tuple) -> None:
+def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list) -> None:
     """One batch of HistoryWriter.add into the new file (its transaction open)."""
     insert_many(db, "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
     insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
+    insert_many(db, shared.ENTRIES_INSERT, shared_entries)
     search.write_batch(db, *search_batch, bulk=True)
 
 
@@ -184,23 +293,32 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
-def serve(path: str) -> None:
+def serve(path: str, inode: int) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
-    (its end of the pipe closed early), nothing is committed: its files are deleted by the next build."""
+    (its end of the pipe closed early), nothing is committed: its files are deleted by the next build. It
+    writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
+    before, whose file the next build has made anew."""
     stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder().decode
     try:
         db = _connect(path)
+        if os.stat(path).st_ino != inode:
+            sys.exit(1)
         while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
             write_batch(db, *decode(stdin.read(size)))
         if len(header) < 4:
             sys.exit(1)
         db.execute("COMMIT")
         db.close()
-    except Exception as exc:  # told to the builder, one line: it raises it as its own
-        sys.stderr.write("\t".join((type(exc).__name__, str(getattr(exc, "sqlite_errorname", "")),
-                                    " ".join(str(exc).split()))))
+    except Exception as exc:
+        _tell(exc)
         sys.exit(1)
+
+
+def _tell(exc: Exception) -> None:
+    """A child process's error, one line on stderr: its parent raises it as its own (`_child_error`)."""
+    sys.stderr.write("\t".join((type(exc).__name__, str(getattr(exc, "sqlite_errorname", "")),
+                                " ".join(str(exc).split()))))
 
 
 def _child_error(said: str) -> Exception:

@@ -145,14 +145,15 @@ class WikiFold:
         they closed."""
         return self.search_rows, self.replaced
 
-    def flush(self, checkpoint: int, final: bool = True, search_batch: tuple | None = None) -> None:
+    def flush(self, checkpoint: int, final: bool = True, others: tuple = ()) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction. The current pages (their
         `pages` rows, their files marked dirty) are written when `final`: a rebuild writes them once, in its
         last batch (nothing reads them sooner), not a page updated in every batch once a batch. In a rebuild
-        the writer takes the history tables, with the search index's batch (SearchFold.flush's)."""
+        the writer takes the history tables, with `others`: the search index's batch (SearchFold.flush's) and
+        the shared entries' (SharedFold.flush's)."""
         db = self.db
         if self.writer is not None:
-            self.writer.add(self.versions, self.entries, search_batch)
+            self.writer.add(self.versions, self.entries, *others)
         else:
             if self.versions:
                 db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
@@ -195,7 +196,8 @@ def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
     fold reads no page version back: one fold, with its caches, follows a log still growing up to
     each of `heads` in turn, then up to `upto` (or the head the log has then).
     """
-    folds = WikiFold(views, writer), AdfFold(views), SharedFold(views), SearchFold(views, bulk=writer is not None)
+    folds = WikiFold(views, writer), AdfFold(views), SharedFold(views, bulk=writer is not None), \
+        SearchFold(views, bulk=writer is not None)
     with no_cyclic_gc():
         for head in heads:
             _catch_up(log, views, head, batch, progress, *folds)
@@ -243,10 +245,10 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)
             final = wiki.writer is None or end >= target  # a rebuild writes the current pages once, at its end
-            shared.flush()
+            entries = shared.flush()
             if final:
                 search.take_pages(wiki.touched_pages, wiki._page)
-            wiki.flush(end, final, search.flush(*wiki.search_history()))
+            wiki.flush(end, final, (search.flush(*wiki.search_history()), entries))
             anchor = log.get_by_seq(end)
             if anchor is not None:
                 views.set_anchor(end, anchor.chain)

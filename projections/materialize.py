@@ -51,8 +51,8 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _land(views: Views, staged: list[tuple]) -> None:
-    """Makes staged temporary files durable, then renames each over its target and records it. The
+def _land(staged: list[tuple], records: list[tuple]) -> None:
+    """Makes staged temporary files durable, then renames each over its target (to be recorded). The
     fsyncs run concurrently, so the file system commits them together: a catch-up that rewrites
     thousands of pages pays a few journal commits instead of one per page."""
     if len(staged) > 1:
@@ -62,7 +62,7 @@ def _land(views: Views, staged: list[tuple]) -> None:
         _fsync(staged[0][0])
     for tmp, target, path, new_hash, content in staged:
         os.replace(tmp, target)
-        _record(views, target, path, new_hash, content)
+        records.append((target, path, new_hash, content))
 
 
 def remove_stale_temp_files(views: Views, root: Path) -> None:
@@ -138,6 +138,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     """
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
+    records = []  # (target, path, hash, content) of every file brought up to date: recorded together at the end
     for path, written in views.written.dirty():
         try:
             target = validate.inside_workspace(root, path)
@@ -173,8 +174,10 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                     continue
         if dry_run or path in report.refused:
             continue
-        _record(views, target, path, new_hash, content if chunks is not None and path != LOG_PATH else None)
-    _land(views, staged)
+        records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
+    _land(staged, records)
+    if records:
+        _record(views, records)
     return report
 
 
@@ -201,11 +204,14 @@ def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bo
     return new_hash
 
 
-def _record(views: Views, target: Path, path: str, new_hash: str | None, content: bytes | None) -> None:
-    """Records what was written, and the file's adf_files row (a large file streamed from disk)."""
+def _record(views: Views, records: list[tuple]) -> None:
+    """Records what was written (target, path, hash or None for removed, content), and each file's adf_files
+    row (a large file streamed from disk), in one transaction: a file written but not yet recorded when the
+    process stops is told from a hand edit by its bytes (see `hand_edited`)."""
     with views.transaction():
-        if new_hash is None:
-            views.written.record(path, None)
-        else:
-            size = len(content) if content is not None else target.stat().st_size
-            views.written.record(path, new_hash, (content, size, *views.wiki_file_meta(path)), target)
+        for target, path, new_hash, content in records:
+            if new_hash is None:
+                views.written.record(path, None)
+            else:
+                size = len(content) if content is not None else target.stat().st_size
+                views.written.record(path, new_hash, (content, size, *views.wiki_file_meta(path)), target)

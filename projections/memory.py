@@ -59,6 +59,9 @@ class Moment(msgspec.Struct):
 
 
 class Memory:
+    called = "this workspace"
+    """What a refusal of a moment before the first event calls this memory (the hub's pages: "this hub")."""
+
     def __init__(self, workspace: Workspace, *, rebuild_damaged: bool = False):
         """`rebuild_damaged` (a replay): a damaged views database is moved aside to `views.db.damaged`
         and an empty one takes its place, to be rebuilt from the log; otherwise a damaged one is refused."""
@@ -516,7 +519,7 @@ class Memory:
         first = self.first_recorded_at()
         if first is None or at_ms < first:
             since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"
-            raise InvalidInput(f"{at!r} ({format_local(at_ms)}) is before this workspace existed ({since})")
+            raise InvalidInput(f"{at!r} ({format_local(at_ms)}) is before {self.called} existed ({since})")
         return Moment(at_ms=at_ms, seq=self.seq_at(at_ms))
 
     def checkpoint(self) -> int:
@@ -621,6 +624,8 @@ class Memory:
 
         for layer in filters.get("layers") or ():
             self.layer_spec(layer, private=True)
+        if filters.get("limit", 0) < 0:
+            raise InvalidInput(f"-n must be 0 or more, not {filters['limit']}")
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
     def layers(self) -> list[dict]:

@@ -28,11 +28,15 @@ class CheckReport(msgspec.Struct):
 
 def _build(memory, path: Path, upto: int | None, progress, log=None, heads: Iterable[int] = ()) -> Views:
     """`bulk.build` for a workspace: the contract (with the local layers the rebuilt config declares) places
-    the shared layers' files. While the log still grows (a catch-up appending pages, in another thread),
-    `heads` are the heads to fold up to one after another, read through `log` (a connection of the
-    builder's own)."""
-    views = bulk.build(log or memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
-                       upto=upto, heads=heads, progress=progress)
+    the shared layers' files. While the log still grows (a catch-up appending pages, in another thread; `log`
+    given), `heads` are the heads to fold up to one after another, and the build runs in a process of its
+    own, which reads the log itself (`bulk.build_apart`): the appends keep this process's GIL."""
+    if log is not None:
+        views = bulk.build_apart(memory.root, path, contract=memory.hub_contract(), agent=memory.config.agent,
+                                 upto=upto, heads=heads, progress=progress)
+    else:
+        views = bulk.build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
+                           upto=upto, heads=heads, progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views
 

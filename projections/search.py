@@ -202,7 +202,10 @@ class SearchFold:
 
     def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
         """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
-        if isinstance(body, LoopAppend):
+        if isinstance(body, EntryAppend):  # first: a team's layers hold mostly entries
+            self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
+                                               agent))
+        elif isinstance(body, LoopAppend):
             self._add(("loop", seq), loop_row(seq, body.loop, body.role, _text_of(body.content)))
         elif isinstance(body, LoopCompact):
             self._add(("loop", seq), loop_row(seq, body.loop, "user", body.summary))
@@ -219,9 +222,6 @@ class SearchFold:
         elif isinstance(body, FileDelete):
             self._replace("file", body.path)
             self.closed_files.append((seq, body.path))
-        elif isinstance(body, EntryAppend):
-            self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
-                                               agent))
         elif isinstance(body, (PageIngest, PageUpdate)):
             key = f"{layer}/{body.slug}"
             self._replace("shared-page", key, set(body.parents), seq)
@@ -268,12 +268,23 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
     being current and those that are, then the search_history rows and the versions they closed.
 
-    `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`). The batch's search_history
-    rows are indexed here, together (by id range: much cheaper than a trigger row by row); search_docs, whose
-    rows come and go, is indexed once at the end (`bulk_end`)."""
+    `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`): the batch's rows are
+    indexed here, together (much cheaper than a trigger row by row), search_history's by id range."""
     if gone:
+        if bulk:
+            db.executemany("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) "
+                           "SELECT 'delete', id, title, body FROM search_docs WHERE id = ?", [(id,) for id in gone])
         db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
-    insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+    if bulk and rows:  # indexed: the rows the insert adds (one whose id is taken already is left out)
+        ids = msgspec.json.encode([row[0] for row in rows])
+        taken = {id for (id,) in db.execute("SELECT id FROM search_docs WHERE id IN (SELECT value FROM json_each(?))",
+                                            (ids,))}
+        insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+        added = msgspec.json.encode(sorted({row[0] for row in rows} - taken))
+        db.execute("INSERT INTO search_docs_fts (rowid, title, body) SELECT id, title, body FROM search_docs "
+                   "WHERE id IN (SELECT value FROM json_each(?))", (added,))
+    else:
+        insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
     insert_many(db, PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
     if replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
@@ -320,8 +331,7 @@ def bulk_begin(db) -> list[str]:
 
 
 def bulk_end(db, triggers: list[str]) -> None:
-    """After the last bulk batch: search_docs indexed, the triggers back (in the caller's transaction)."""
-    db.execute("INSERT INTO search_docs_fts (search_docs_fts) VALUES ('rebuild')")
+    """After the last bulk batch: the triggers back (in the caller's transaction)."""
     for sql in triggers:
         db.execute(sql)
 
@@ -421,14 +431,28 @@ def _stems(query: str) -> list[str]:
     return stems
 
 
+def _matches(word: str, stems: list[str]) -> bool:
+    """Whether the tokenizer could have matched `word` for one of the query's stems: the same rough stem,
+    or (for a stem of 4 letters or more) a longer form of it. A short query word marks only itself, so
+    `a` does not mark `ack` and `and`."""
+    return any(word.startswith(stem) and (len(stem) >= 4 or len(word) == len(stem) or _stems(word)[0] == stem)
+               for stem in stems)
+
+
 def snippet(text: str, stems: list[str], width: int = 140) -> str:
     """About `width` characters of `text` around its first match, every matching word marked `**so**`."""
     text = " ".join(text.split())
-    words = [m for m in _WORD.finditer(text) if any(m.group().lower().startswith(s) for s in stems)]
+    words = [m for m in _WORD.finditer(text) if _matches(m.group().lower(), stems)]
     if not words:
         return text[:width] + ("…" if len(text) > width else "")
     start = max(0, words[0].start() - width // 3)
+    if start and text[start - 1] != " ":  # from a word's start, not from the middle of one
+        cut = text.find(" ", start, words[0].start())
+        start = cut + 1 if cut != -1 else words[0].start()
     end = min(len(text), start + width)
+    if end < len(text) and text[end] != " ":
+        cut = text.rfind(" ", words[0].end(), end)
+        end = cut if cut != -1 else end
     out, at = [], start
     for m in words:
         if m.start() < start or m.end() > end:

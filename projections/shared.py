@@ -29,6 +29,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     layer TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL, type TEXT NOT NULL,
     date TEXT NOT NULL, content TEXT NOT NULL, reverses TEXT, PRIMARY KEY (layer, id));
+CREATE INDEX IF NOT EXISTS entries_reversals ON entries(layer, reverses) WHERE reverses IS NOT NULL;
 CREATE TABLE IF NOT EXISTS shared_versions (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
     parents TEXT NOT NULL, deleted INTEGER NOT NULL, doc BLOB, PRIMARY KEY (layer, slug, id));
@@ -39,6 +40,7 @@ CREATE TABLE IF NOT EXISTS shared_void (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (layer, slug, id))
     WITHOUT ROWID;
 """
+ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)"
 TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void")
 """The view tables this module folds. `shared_parents` holds each version some version names as a parent,
 with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
@@ -80,12 +82,13 @@ class Conflict(msgspec.Struct):
     heads: list[Head]
 
 
-def entry_line(entry: Entry) -> str:
-    line = f"[{entry.type}] {entry.date}: {entry.content}"
-    if entry.reverses:
-        line += f" (reverses {entry.reverses[:18]})"
-    if entry.reversed_by:
-        line += f" [reversed by {entry.reversed_by[:18]}]"
+def entry_line(type: str, date: str, content: str, reverses: str | None, reversed_by: str | None) -> str:
+    """An entry's line in its layer's file."""
+    line = f"[{type}] {date}: {content}"
+    if reverses:
+        line += f" (reverses {reverses[:18]})"
+    if reversed_by:
+        line += f" [reversed by {reversed_by[:18]}]"
     return line
 
 
@@ -99,15 +102,15 @@ class SharedViews:
         return int(self.db.execute("SELECT value FROM meta WHERE key = 'checkpoint'").fetchone()[0])
 
     def entries(self, layer: str, as_of: int) -> list[Entry]:
-        rows = self.db.execute("SELECT id, agent, type, date, content, reverses FROM entries WHERE layer = ? "
-                               "AND seq <= ? ORDER BY id", (layer, as_of)).fetchall()
-        entries = [Entry(*row) for row in rows]
-        by_id = {e.id: e for e in entries}
-        for entry in entries:
-            target = by_id.get(entry.reverses) if entry.reverses else None
-            if target is not None and (target.reversed_by is None or entry.id > target.reversed_by):
-                target.reversed_by = entry.id
-        return entries
+        reversed_by = self.reversers(layer, as_of)
+        return [Entry(*row, reversed_by=reversed_by.get(row[0])) for row in self.db.execute(
+            "SELECT id, agent, type, date, content, reverses FROM entries WHERE layer = ? AND seq <= ? ORDER BY id",
+            (layer, as_of))]
+
+    def reversers(self, layer: str, as_of: int) -> dict[str, str]:
+        """The id of every entry of a layer reversed as of a seq, and the greatest id of those reversing it."""
+        return dict(self.db.execute("SELECT reverses, MAX(id) FROM entries WHERE layer = ? AND reverses IS NOT NULL "
+                                    "AND seq <= ? GROUP BY reverses", (layer, as_of)))
 
     def has_entry(self, layer: str, id: str) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
@@ -122,8 +125,12 @@ class SharedViews:
                                                       "ORDER BY layer", (as_of,))]
 
     def render_entries(self, layer: str, as_of: int) -> str:
-        lines = [entry_line(e) + "\n" for e in self.entries(layer, as_of)]
-        return f"# {layer}\n\n" + "".join(lines)
+        """A layer's file: its entries by id (the rows read as they are: a team's file holds a million)."""
+        reversed_by = self.reversers(layer, as_of).get
+        rows = self.db.execute("SELECT id, type, date, content, reverses FROM entries WHERE layer = ? AND seq <= ? "
+                               "ORDER BY id", (layer, as_of))
+        return f"# {layer}\n\n" + "".join([entry_line(type, date, content, reverses, reversed_by(id)) + "\n"
+                                            for id, type, date, content, reverses in rows])
 
     def versions(self, layer: str, slug: str, as_of: int) -> list[tuple]:
         return self.db.execute("SELECT id, agent, parents, deleted, doc FROM shared_versions WHERE layer = ? "
@@ -264,33 +271,46 @@ class SharedViews:
 class SharedFold:
     """Folds entry and shared-page events, marking the file each one changes (`Views.shared_path`) dirty."""
 
-    def __init__(self, views):
+    def __init__(self, views, bulk: bool = False):
+        """`bulk`: a build from nothing (bulk.build), whose `entries` another connection writes: `flush`
+        returns each batch's rows (for ENTRIES_INSERT)."""
         self.db = views.db
         self.views = views
+        self.bulk = bulk
         self.entries: list[tuple] = []
         self.versions: list[tuple] = []
         self.held: list[tuple] = []  # (layer, slug, id, seq, body) of each held version of the batch
+        self._paths: dict[tuple, str | None] = {}  # (layer, slug or None) -> Views.shared_path
+
+    def _path(self, layer: str, slug: str | None = None) -> str | None:
+        key = (layer, slug)
+        path = self._paths.get(key, False)
+        if path is False:
+            path = self._paths[key] = self.views.shared_path(layer, slug)
+        return path
 
     def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
         if isinstance(body, EntryAppend):
             self.entries.append((layer, id, seq, agent, body.type, body.date, body.content, body.reverses))
-            path = self.views.shared_path(layer)
+            path = self._path(layer)
         elif isinstance(body, (PageIngest, PageUpdate, PageDelete)):
             deleted = isinstance(body, PageDelete)
             self.versions.append((layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
                                   None if deleted else raw))
             if not deleted and "governance" in body.frontmatter and is_held(body.frontmatter):
                 self.held.append((layer, body.slug, id, seq, body))
-            path = self.views.shared_path(layer, body.slug)
+            path = self._path(layer, body.slug)
         else:
             return
         if path:
             dirty.add(path)
 
-    def flush(self) -> None:
-        """Writes the batch; the caller holds the transaction that also moves the checkpoint."""
-        if self.entries:
-            self.db.executemany("INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)", self.entries)
+    def flush(self) -> list[tuple]:
+        """Writes the batch; the caller holds the transaction that also moves the checkpoint. In `bulk`, the
+        batch's `entries` rows are returned instead of written."""
+        entries = self.entries
+        if entries and not self.bulk:
+            self.db.executemany(ENTRIES_INSERT, entries)
         if self.versions:
             db = self.db
             db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
@@ -304,6 +324,7 @@ class SharedFold:
             if self.held:
                 self._void_earlier_children()
         self.entries, self.versions, self.held = [], [], []
+        return entries if self.bulk else []
 
     def _void_earlier_children(self) -> None:
         """Makes void the versions folded before a held version of the batch that name it as a parent

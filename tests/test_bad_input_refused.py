@@ -74,3 +74,16 @@ def test_hub_contract_before_the_hub_or_in_the_future_is_refused(tmp_path):
         refused = run_mem("hub", "contract", "show", "--at", at, cwd=tmp_path)
         assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and why in refused.stderr, refused
         assert not refused.stdout
+
+
+def test_hub_believed_before_the_hub_had_a_contract_is_refused(tmp_path):
+    (tmp_path / "contract.toml").write_text('[layers.notes]\npath = "notes.md"\nformat = "entries"\n'
+                                            'producers = ["*"]\nconsumers = ["*"]\n')
+    for args in (["hub", "init"], ["hub", "contract", "apply", "contract.toml"], ["hub", "agent", "add", "ana"]):
+        run_mem(*args, cwd=tmp_path, check=True)
+    refused = run_mem("hub", "believed", "ana", "--at", "2001-01-01", cwd=tmp_path)
+    assert refused.returncode == 1 and not refused.stdout, refused
+    [line] = refused.stderr.decode().splitlines()
+    assert line.startswith("error: '2001-01-01' (") and line.endswith(") is before this hub had a contract"), line
+    now = run_mem("hub", "believed", "ana", "--at", "now", cwd=tmp_path, check=True)
+    assert b"ana had received hub events up to position 0" in now.stdout

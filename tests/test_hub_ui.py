@@ -165,6 +165,8 @@ def test_a_file_in_no_layer_is_a_404_that_names_it(tmp_path):
                     assert problem["type"].endswith("/not-found") and "'memory/nosuch.md'" in problem["detail"], problem
             assert client.get("/asof?file=memory/insights.md", headers={"Authorization": f"Bearer {token}"}
                               ).status_code == 200
+            early = client.get("/asof?at=2001-01-01", headers={"Authorization": f"Bearer {token}"})
+            assert early.status_code == 400 and "is before this hub existed" in early.json()["detail"], early.text
     finally:
         storage.close()
 
@@ -224,7 +226,7 @@ def test_a_page_asked_while_the_pages_get_ready_says_how_far_they_got(tmp_path, 
         with TestClient(app) as client:
             waiting = client.get("/asof", headers={"Authorization": f"Bearer {token}"})
             assert waiting.status_code == 503 and waiting.headers["retry-after"] == "2"
-            assert "getting ready" in waiting.text and "of 2 hub events" in waiting.text
+            assert "getting ready" in waiting.text and "0 of 1 hub events copied, 0 of them folded" in waiting.text
             assert client.get("/asof").status_code == 401  # the token is still checked first
             release.set()
             for _ in range(200):

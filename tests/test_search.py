@@ -136,6 +136,8 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 2 and b"error: --kind" in bad.stderr and b"Traceback" not in bad.stderr
     bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: ")
+    bad = run_mem("search", "owner", "-n", "-1", cwd=workspace)
+    assert bad.returncode == 1 and bad.stderr == b"error: -n must be 0 or more, not -1\n" and not bad.stdout
     assert log_rows(workspace) == before
 
 
@@ -235,3 +237,21 @@ def test_as_of_a_moment_replaced_shared_versions_do_not_crowd_out_the_rest(memor
         assert sorted(first) == ["adf-file://content/drafts/plan.md", "adf-file://mind/notes.md"]
     finally:
         mem.close()
+
+
+def test_a_short_query_word_marks_only_itself_in_the_snippet(workspace):
+    run_mem("loop", "append", "--role", "user", "--text", "Prod deploys need my ack, and a green canary first.",
+            "-w", workspace, check=True)
+    [hit] = json.loads(run_mem("search", "a", "--json", "-w", workspace, check=True).stdout)
+    assert hit["snippet"] == "Prod deploys need my ack, and **a** green canary first."
+    [hit] = json.loads(run_mem("search", "acks deploying", "--json", "-w", workspace, check=True).stdout)
+    assert hit["snippet"] == "Prod **deploys** need my **ack**, and a green canary first."
+
+
+def test_a_snippet_starts_and_ends_on_whole_words():
+    for pad in range(8):  # wherever the window falls
+        text = "x" * pad + " staging first, prod needs owner ack" * 3 + " and a green canary" + " then ship it" * 20
+        cut = search.snippet(text, search._stems("canary"))
+        assert cut.startswith("…") and cut.endswith("…") and "**canary**" in cut, cut
+        words = cut[1:-1].replace("**", "").split(" ")
+        assert words[0] in text.split(" ") and words[-1] in text.split(" "), cut

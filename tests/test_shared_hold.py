@@ -131,10 +131,12 @@ def check_holds_through_mem(team):
     team.mem("reviewer", "sync", check=True)
     before = log_rows(team.root / "reviewer")
     edit = team.page("edit", "Pricing", "Discounts as you like.")
-    for args in (("write", "pricing", "--file", edit), ("delete", "pricing"), ("rename", "pricing", "prices")):
+    for verb, args in (("update", ("write", "pricing", "--file", edit)), ("delete", ("delete", "pricing")),
+                       ("rename", ("rename", "pricing", "prices"))):
         result = team.mem("reviewer", "page", *args, "--layer", "drafts")
         assert result.returncode != 0
         assert result.stderr.decode().startswith("error: page 'pricing' of layer 'drafts' is held"), result.stderr
+        assert f"refusing to {verb} it" in result.stderr.decode(), result.stderr
         assert len(result.stderr.decode().strip().splitlines()) == 1
         assert log_rows(team.root / "reviewer") == before
     refused = team.mem("reviewer", "page", "release", "missing", "--layer", "drafts", "--note", "x")

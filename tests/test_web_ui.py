@@ -128,7 +128,9 @@ def test_conflicts_show_each_head(ui):
 
 
 def test_search_and_contract(ui):
-    assert "Alpha" in get(ui, "search?q=second")
+    found = get(ui, "search?q=second")
+    assert "Alpha" in found
+    assert "<mark>second</mark>" in found and "**second**" not in found
     assert "no matches" in get(ui, f"search?q=second&seq={ui.v1}")
     contract = get(ui, "contract")
     assert "content/drafts/" in contract and "drafts" in contract

@@ -1,12 +1,14 @@
 """The web pages: each route opens the workspace's `Memory`, reads through its public methods and
 views, and renders a template. Nothing here writes to the log; every asset is served from here."""
 
+import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
 import msgspec
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse
@@ -21,6 +23,7 @@ from eventstore.workspace import Workspace
 from projections import history as histories
 from projections import trust
 from projections.conflicts import conflicts_shown
+from projections.search import MARK
 from projections.views import page_path
 from sync.hub import problem_response
 from sync.wire import PROBLEM_BASE, Problem
@@ -29,6 +32,15 @@ from .timeline import timeline
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+_MARKED = re.compile(f"{re.escape(MARK[0])}(\\w+){re.escape(MARK[1])}")
+
+
+def marked(snippet: str) -> Markup:
+    """A search snippet as HTML: escaped, each word search marked (`**so**`) in a <mark>."""
+    return Markup(_MARKED.sub(r"<mark>\1</mark>", str(escape(snippet))))
+
+
+templates.env.filters["marked"] = marked
 NAV = [("asof", "As of"), ("timeline", "Timeline"), ("history", "Page history"), ("conflicts", "Conflicts"),
        ("search", "Search"), ("contract", "Contract")]
 
@@ -66,6 +78,7 @@ class Site:
     """The pages over one workspace; a hub's (cli/web/hub.py) narrows the layers shown to a token's."""
 
     hub = False
+    called = "this workspace"
 
     def __init__(self, root: Path, title: str = ""):
         self.root = Path(root)
@@ -81,6 +94,7 @@ class Site:
         mem = getattr(self.local, "memory", None)
         if mem is None:
             mem = self.local.memory = Memory.open(self.root)
+            mem.called = self.called
         if mem.head() > mem.checkpoint():
             mem.refresh(files=False)
         yield mem

@@ -37,7 +37,7 @@ UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><ti
 
 GETTING_READY = """<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
 <title>getting ready · mindlog hub</title></head><body><h1>The hub's pages are getting ready</h1>
-<p id="getting-ready">{done:,} of {total:,} hub events copied and folded so far. This page reloads by itself.</p>
+<p id="getting-ready">{copied:,} of {total:,} hub events copied, {folded:,} of them folded so far. This page reloads by itself.</p>
 </body></html>"""
 
 
@@ -51,6 +51,7 @@ class GettingReady(Exception):
 
 class HubSite(Site):
     hub = True
+    called = "this hub"
 
     def __init__(self, storage: HubStorage, mirror: HubMirror, admin_token: str | None = None):
         super().__init__(mirror.root, title="hub")
@@ -59,7 +60,7 @@ class HubSite(Site):
         self.admin_hash = hash_token(admin_token) if admin_token else None
         self.ready = threading.Event()
         self.ready.set()
-        self.done = self.total = 0
+        self.copied = self.folded = self.total = 0
 
     def warm_up(self) -> threading.Thread:
         """Copies the hub into the mirror and folds it from the moment the hub starts, on a thread of its
@@ -72,18 +73,24 @@ class HubSite(Site):
         return thread
 
     def _warm(self) -> None:
+        from projections.bulk import worth_building
         from projections.memory import Memory
 
-        def advance(n: int) -> None:
-            self.done += n
+        def copied(n: int) -> None:
+            self.copied += n
+
+        def folded(n: int) -> None:
+            self.folded += n
 
         try:
-            self.total = 2 * self.storage.head()
-            self.done = self.mirror.catch_up(progress=advance)
+            self.total = self.storage.head()
+            self.copied = self.mirror.log.head()
+            self.copied = self.mirror.catch_up(progress=copied)
             mem = Memory.open(self.root)
             try:
-                self.done = self.total - (mem.head() - mem.checkpoint())
-                mem.refresh(files=False, progress=advance)
+                head, checkpoint = mem.head(), mem.checkpoint()
+                self.folded = 0 if worth_building(head - checkpoint, checkpoint) else checkpoint  # a build starts afresh
+                mem.refresh(files=False, progress=folded)
             finally:
                 mem.close()
         except Exception as exc:  # noqa: BLE001 - the pages catch up on their own after this
@@ -160,7 +167,8 @@ def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = Non
         site.warm_up()
 
     async def getting_ready(request: Request, exc: GettingReady):
-        return HTMLResponse(GETTING_READY.format(done=min(site.done, site.total), total=site.total),
+        copied = min(site.copied, site.total)
+        return HTMLResponse(GETTING_READY.format(copied=copied, folded=min(site.folded, copied), total=site.total),
                             status_code=503, headers={"Retry-After": "2"})
 
     return site_app(site, middleware=[Middleware(TokenGate, site=site)], handlers={GettingReady: getting_ready})
