@@ -35,7 +35,9 @@ def search(query: str,
                                                      "or loop role (repeatable)."),
            kind: Optional[list[str]] = typer.Option(None, "--kind", help="page, shared-page, entry, loop, file."),
            agent: Optional[str] = typer.Option(None, "--agent", help="Only what this agent wrote."),
-           status: Optional[str] = typer.Option(None, "--status", help="Only pages with this status (a prefix)."),
+           status: Optional[str] = typer.Option(None, "--status", help="Only pages whose status starts with this "
+                                                "(free-form, as the ADF guide has it: current, draft, superseded-by: x, "
+                                                "...), withheld ones too. A status no page ever had is refused."),
            all_: bool = typer.Option(False, "--all", help="Include superseded, deprecated and archived material."),
            at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
            n: int = typer.Option(10, "-n", help="How many hits."), json: bool = JsonOpt):

@@ -7,7 +7,8 @@ gives them to a `HistoryWriter`: past the first batch, the fold hands each batch
 a pipe to a child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
 core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
-history, are copied into the new file, and the index that a rebuild leaves out is made once.
+history, are copied into the new file, and the indexes that a rebuild leaves out are made once (the
+all-versions search index among them: `search.bulk_end`).
 
 While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
 reading the log through its own connection up to each head it is handed: the appends' checks, in
@@ -72,8 +73,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     try:
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
         try:
-            for name in search.FTS_TABLES:  # the writer writes the search index: none here, nothing to copy
-                search.disable_fts(fold.db, name)
+            search.defer_indexes(fold.db)  # the writer writes the search index: none here, nothing to copy
             catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
@@ -197,7 +197,7 @@ class HistoryWriter:
 
     def __init__(self, db, path: str):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
-        once, sorted, at the end, and the writer indexes the search rows itself (search.bulk_begin)."""
+        once, sorted, at the end, and search_history is indexed at the end (search.bulk_begin, bulk_end)."""
         self.path = path
         self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")

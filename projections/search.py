@@ -11,19 +11,30 @@ compacted: what `audit read` reaches) and text files. Two indexes, one row shape
   of the version, rename or delete that replaced a page or file, or of the first version or delete
   that named a shared page's version as a parent (its successors form a DAG).
 
-Both are views like the others: `SearchFold` writes them in the fold's transaction (sqlite-utils'
-FTS triggers follow each insert and delete), `mem replay` rebuilds them and builds both full-text
-indexes once at the end, and `mem replay --check` compares them.
+Both are views like the others: `SearchFold` writes them in the fold's transaction (`write_batch`),
+`mem replay` rebuilds them (their rows as it folds, both full-text indexes once, at the end:
+`bulk_end`), and `mem replay --check` compares them.
+
+`search_docs_fts` is sqlite-utils' (`enable_fts`, its triggers follow each insert and delete).
+`search_history_fts` is laid out for searches of the past, which must find only the versions alive at
+a seq among the hundreds of thousands that ever held a common word: its rowid (`history_rowid`) is a
+version's id under its lifetime bucket, `k << 40 | id` for a version that lived `until - id` seqs in
+[2^k, 2^(k+1)), `OPEN << 40 | id` while it is current. A version alive at `as_of` has
+`as_of - 2^(k+1) < id <= as_of` in its bucket, so a search of the past reads one rowid range per
+bucket (FTS5 seeks to it), about twice the versions alive then rather than every version before it.
+A version changes bucket when it is closed: the fold moves its entry, in rowid order (FTS5 writes
+rows out of order one segment each). The table is contentless: its rowids are not search_history's.
 
 The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
+import math
 import re
 
 import msgspec
 
 from eventstore.envelope import decode_body
-from eventstore.errors import MemError
+from eventstore.errors import InvalidInput, MemError
 from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, LoopAppend, LoopCompact, PageDelete, \
     PageIngest, PageUpdate
@@ -46,8 +57,17 @@ CREATE INDEX IF NOT EXISTS search_docs_by_key ON search_docs(kind, key);
 CREATE INDEX IF NOT EXISTS search_docs_reversals ON search_docs(reverses) WHERE reverses IS NOT NULL;
 CREATE INDEX IF NOT EXISTS search_history_reversals ON search_history(reverses) WHERE reverses IS NOT NULL;
 CREATE INDEX IF NOT EXISTS search_history_files ON search_history(key) WHERE kind = 'file' AND until IS NULL;
+CREATE INDEX IF NOT EXISTS search_history_statuses ON search_history(lower(status)) WHERE status IS NOT NULL;
 """)
-FTS_TABLES = ("search_docs", "search_history")
+SPAN = 40
+"""Bits of a history rowid that hold the version's id (a seq: under 2^40)."""
+OPEN = 41
+"""The lifetime bucket of the versions still current (lifetimes are under 2^40: buckets 0 to 39)."""
+_ID_MASK = (1 << SPAN) - 1
+HISTORY_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_history_fts USING fts5(title, body, content='', "
+               "tokenize='porter')")
+_FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
+"""An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
 KINDS = ("page", "shared-page", "entry", "loop", "file")
 MARK = ("**", "**")
 
@@ -59,29 +79,53 @@ def outdated(db) -> bool:
 
 
 def init(db) -> None:
-    """Creates both FTS5 indexes through sqlite-utils (`enable_fts`, with the triggers that keep them).
+    """Creates both FTS5 indexes: search_docs' through sqlite-utils (`enable_fts`, with the triggers that
+    keep it), search_history's as the module's docstring says.
 
-    sqlite-utils is imported only when they are missing: it costs a quarter second of start-up."""
-    missing = [name for name in FTS_TABLES if db.execute(
-        "SELECT 1 FROM sqlite_master WHERE name = ?", (f"{name}_fts",)).fetchone() is None]
-    if missing:
-        enable_fts(db, missing)
+    sqlite-utils is imported only when its index is missing: it costs a quarter second of start-up."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_docs_fts'").fetchone() is None:
+        import sqlite_utils
+
+        sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].enable_fts(
+            ["title", "body"], tokenize="porter", create_triggers=True)
+    db.execute(HISTORY_FTS)
 
 
-def disable_fts(db, name: str) -> None:
-    """Drops a table's full-text index and the triggers that keep it."""
+def defer_indexes(db) -> None:
+    """Drops both full-text indexes of a bulk build's scratch views, whose search rows the writer writes into
+    the new file (`write_batch(bulk=True)`, `bulk_end`): nothing there to index."""
     import sqlite_utils
 
-    sqlite_utils.Database(db, recursive_triggers=False)[name].disable_fts()
+    sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].disable_fts()
+    db.execute("DROP TABLE IF EXISTS search_history_fts")
 
 
-def enable_fts(db, names) -> None:
-    import sqlite_utils
+def history_rowid(id: int, until: int | None) -> int:
+    """A version's rowid in search_history_fts: its id under its lifetime bucket (see the module)."""
+    return ((OPEN if until is None else (until - id).bit_length() - 1) << SPAN) | id
 
-    database = sqlite_utils.Database(db, recursive_triggers=False)
-    for name in names:
-        database[name].enable_fts(["title", "body"], tokenize="porter", create_triggers=True)
-    db.execute("DROP TRIGGER IF EXISTS search_history_au")  # only `until` changes: no reindexing
+
+def _bucket_sql(lifetime: str, low: int = 0, high: int = OPEN - 1) -> str:
+    """`(lifetime).bit_length() - 1` in SQL for 1 <= lifetime < 2^high: six comparisons (no log2, which
+    not every SQLite has)."""
+    if high - low == 1:
+        return str(low)
+    middle = (low + high) // 2
+    return (f"CASE WHEN {lifetime} >= {1 << middle} THEN {_bucket_sql(lifetime, middle, high)} "
+            f"ELSE {_bucket_sql(lifetime, low, middle)} END")
+
+
+HISTORY_ROWID_SQL = (f"((CASE WHEN until IS NULL THEN {OPEN} ELSE {_bucket_sql('(until - id)')} END) << {SPAN}) "
+                     "| id")
+"""`history_rowid` of a search_history row, in SQL."""
+
+
+def index_history(db) -> None:
+    """Indexes every search_history row in one statement, in rowid order (a bulk build's end: its rows are
+    final then, so none is moved); the caller holds the transaction."""
+    db.execute(f"INSERT INTO search_history_fts (rowid, title, body) SELECT r.rowid, h.title, h.body "
+               f"FROM (SELECT id, {HISTORY_ROWID_SQL} AS rowid FROM search_history ORDER BY rowid LIMIT -1) AS r "
+               "JOIN search_history AS h ON h.id = r.id")  # LIMIT: sorted first (SQLite keeps the order), not flattened
 
 
 def _text_of(content: list) -> str:
@@ -244,8 +288,8 @@ class SearchFold:
                                                        document.text, title=page[2], hook=page[3])
 
     def flush(self, page_versions: list = (), replaced_pages: list[tuple[int, int]] = ()) -> tuple | None:
-        """Writes the batch (the FTS triggers follow); the caller holds the transaction. In `bulk`, returns it
-        instead (`write_batch`'s arguments after the connection).
+        """Writes the batch (`write_batch`); the caller holds the transaction. In `bulk`, returns it instead
+        (`write_batch`'s arguments after the connection).
 
         `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
         replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
@@ -266,10 +310,14 @@ class SearchFold:
 def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
                 closed_files: list, closed_shared: list, *, bulk: bool = False) -> None:
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
-    being current and those that are, then the search_history rows and the versions they closed.
+    being current and those that are, then the search_history rows and the versions they closed, then (but in
+    `bulk`) their search_history_fts entries (`_index`).
 
-    `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`): the batch's rows are
-    indexed here, together (much cheaper than a trigger row by row), search_history's by id range."""
+    `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`): search_docs' rows are
+    indexed here, together (much cheaper than a trigger row by row); search_history's are only written,
+    and `bulk_end` indexes them once, their rows final then."""
+    if not bulk:
+        moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
     if gone:
         if bulk:
             db.executemany("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) "
@@ -289,40 +337,58 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
-    insert = f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})"
-    if bulk:
-        _bulk_history(db, insert, page_versions, history)
-    elif history:  # sorted by (id, since): the first wins
-        db.executemany(insert, history)
+    # sorted by (id, since): the first wins
+    insert_many(db, f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})", history)
     if closed_files:
         db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                        "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
     if closed_shared:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
                        closed_shared)
+    if not bulk and (moved or fresh):
+        _index(db, moved, fresh)
 
 
-def _bulk_history(db, insert: str, page_versions: list, history: list) -> None:
-    """A bulk batch's search_history rows, and their index: those of the batch's own events (ids from its
-    first seq to its last, where no earlier batch has a row) by one range; a loop message archived in an
-    imported audit blob (`since` after its id) alone, when it is new."""
-    own = [row for row in history if row[-1] == row[0]]  # each sorts before an archived row of its id
-    insert_many(db, insert, own)
-    ids = [row[0] for row in page_versions] + [row[0] for row in own]
-    first = min(ids) if ids else None
-    earlier = []
-    for row in history:
-        if row[-1] != row[0] and db.execute(insert, row).rowcount and (first is None or row[0] < first):
-            earlier.append((row[0], row[4], row[5]))
-    if ids:
-        db.execute("INSERT INTO search_history_fts (rowid, title, body) SELECT id, title, body FROM search_history "
-                   "WHERE id BETWEEN ? AND ?", (first, max(ids)))
-    db.executemany("INSERT INTO search_history_fts (rowid, title, body) VALUES (?, ?, ?)", earlier)
+def _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared) -> tuple[list[int], list[int]]:
+    """Before a batch is written: (ids of the stored versions still current that it may close, ids of the
+    versions it adds), for `_index`."""
+    candidates = {id for id, _seq in replaced_pages} | {id for _seq, id in closed_shared}
+    moved = [id for (id,) in db.execute(
+        "SELECT id FROM search_history WHERE id IN (SELECT value FROM json_each(?)) AND until IS NULL",
+        (msgspec.json.encode(sorted(candidates)),))]
+    if closed_files:
+        moved += [id for (id,) in db.execute(
+            "SELECT id FROM search_history WHERE kind = 'file' AND until IS NULL "
+            "AND key IN (SELECT value FROM json_each(?))", (msgspec.json.encode(sorted({p for _s, p in closed_files})),))]
+    fresh = {row[0] for row in page_versions}
+    if history:
+        offered = sorted({row[0] for row in history} - fresh)
+        taken = {id for (id,) in db.execute("SELECT id FROM search_history WHERE id IN "
+                                            "(SELECT value FROM json_each(?))", (msgspec.json.encode(offered),))}
+        fresh.update(id for id in offered if id not in taken)
+    return moved, sorted(fresh)
+
+
+def _index(db, moved: list[int], fresh: list[int]) -> None:
+    """A batch's search_history_fts entries, once its rows are written: each new version under the bucket its
+    `until` puts it in, each stored version it closed taken out of the open bucket and put in its own; all in
+    rowid order (see the module's docstring)."""
+    writes, stored = [], set(moved)
+    for id, until, title, body in db.execute(
+            "SELECT id, until, title, body FROM search_history WHERE id IN (SELECT value FROM json_each(?))",
+            (msgspec.json.encode([*moved, *fresh]),)):
+        if id in stored:
+            if until is None:
+                continue
+            writes.append(("delete", history_rowid(id, None), title, body))
+        writes.append((None, history_rowid(id, until), title, body))
+    writes.sort(key=_rowid_of)
+    db.executemany(_FTS_WRITE, writes)
 
 
 def bulk_begin(db) -> list[str]:
-    """Takes the search tables' FTS triggers away from a new views file for `write_batch(bulk=True)`; returns
-    what `bulk_end` needs to put them back."""
+    """Takes search_docs' FTS triggers away from a new views file for `write_batch(bulk=True)`; returns what
+    `bulk_end` needs to put them back."""
     triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
                           "AND tbl_name IN ('search_docs', 'search_history')").fetchall()
     for name, _sql in triggers:
@@ -331,13 +397,19 @@ def bulk_begin(db) -> list[str]:
 
 
 def bulk_end(db, triggers: list[str]) -> None:
-    """After the last bulk batch: the triggers back (in the caller's transaction)."""
+    """After the last bulk batch, in the caller's transaction: search_history indexed once (its rows final: no
+    version is moved) and the triggers back."""
+    index_history(db)
     for sql in triggers:
         db.execute(sql)
 
 
 def _by_id_since(row: tuple) -> tuple[int, int]:
     return row[0], row[-1]
+
+
+def _rowid_of(write: tuple) -> int:
+    return write[1]
 
 
 # --- queries -------------------------------------------------------------------------------------
@@ -373,17 +445,17 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     Withheld material (superseded, deprecated, archived) is left out unless `include_all` or a
     `status` filter asks for it; flagged material (stale, reversed) ranks below the rest.
     """
+    if status is not None and not status.strip():
+        raise InvalidInput("a status filter needs a word (statuses are free-form: current, draft, deprecated, ...)")
     match = quote(query)
     if not match:
         return []
     checkpoint = views.checkpoint()
     past = as_of is not None and as_of < checkpoint
-    table = "search_history" if past else "search_docs"
-    fts = f"{table}_fts"
-    where, params = [f"{fts} MATCH ?"], [match]
-    if past:  # a version's id is never after its since: the rowid bound lets FTS5 skip what came later
-        where.append(f"{fts}.rowid <= ? AND d.since <= ? AND (d.until IS NULL OR d.until > ?)")
-        params += [as_of, as_of, as_of]
+    where, params = [], []
+    if past:
+        where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?)")
+        params += [as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:
             where.append(f"{column} IN ({','.join('?' * len(values))})")
@@ -400,12 +472,21 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     elif not include_all:
         where.append(trust.WITHHELD_SQL.replace("status", "d.status"))
     # Ranked without snippets: SQLite would make one for every match before sorting.
-    sql = (f"SELECT {', '.join('d.' + c for c in COLUMNS)}, bm25({fts}, 3.0, 1.0) AS score "
-           f"FROM {fts} JOIN {table} d ON d.id = {fts}.rowid WHERE {' AND '.join(where)} "
-           f"ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?")
+    columns = ", ".join("d." + c for c in COLUMNS)
+    order = f"{' AND '.join(where) or 'true'} ORDER BY (d.stale_after IS NOT NULL AND d.stale_after < ?), score LIMIT ?"
+    if past:
+        table = "search_history"
+        sql, params = _past_query(views.db, query, match, _alive_ranges(as_of, checkpoint), where, params)
+    else:
+        table = "search_docs"
+        sql = (f"SELECT {columns}, bm25(search_docs_fts, 3.0, 1.0) AS score FROM search_docs_fts "
+               f"JOIN search_docs d ON d.id = search_docs_fts.rowid WHERE search_docs_fts MATCH ? AND {order}")
+        params = [match, *params]
     point = checkpoint if as_of is None else min(as_of, checkpoint)
     wanted = limit * 3 + 20
     rows = views.db.execute(sql, [*params, day, wanted]).fetchall()
+    if not rows and status:
+        _refuse_unknown_status(views.db, status)
     hits = sorted((_hit(views, table, row, point, day) for row in rows),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
@@ -413,6 +494,68 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     for hit in hits:
         hit.snippet = snippet(bodies[hit.seq], stems)
     return hits
+
+
+def _refuse_unknown_status(db, status: str) -> None:
+    """Statuses are free-form, so any word may be one; but a status no page ever had (in any version)
+    finds nothing at any moment: most likely a typo, said as such rather than as "no matches"."""
+    prefix = status.lower().strip()
+    if db.execute("SELECT 1 FROM search_history WHERE status IS NOT NULL AND lower(status) >= ? "
+                  "AND lower(status) < ? LIMIT 1", (prefix, prefix + "\U0010ffff")).fetchone() is None:
+        words = sorted({trust.status_word(s) for (s,) in db.execute(
+            "SELECT DISTINCT lower(status) FROM search_history WHERE status IS NOT NULL")})
+        known = f"the statuses pages have had here: {', '.join(words[:12])}" if words else "no page here has a status"
+        raise InvalidInput(f"no page has ever had a status starting with {status.strip()!r} ({known})")
+
+
+DF_CAP = 1_000
+"""How many versions of a word a search of the past counts at most for its weight: a rarer word weighs
+more, and every word at least as common weighs alike (and still something)."""
+
+
+def _past_query(db, query: str, match: str, ranges: list[tuple[int, int]], where: list[str],
+                params: list) -> tuple[str, list]:
+    """A search of the past as one statement: the matches in the rowid ranges of the moment, kept when
+    alive then, ranked by BM25 (k1 1.2, b 0.75, the title weighing 3) over the versions those ranges hold.
+
+    Not FTS5's bm25(): it weighs each word by counting every version that ever held it, which for a
+    common word is a scan of most of the history (tens of ms), and again for each range with a match.
+    Here a word's frequency is counted in the moment's ranges (up to DF_CAP), a word's occurrences in a
+    version by its stem (`_stems`; at least once: FTS5 found it), and lengths in characters."""
+    found = " UNION ALL ".join(["SELECT rowid AS r FROM search_history_fts WHERE search_history_fts MATCH ?1 "
+                                "AND rowid BETWEEN ? AND ?"] * len(ranges))
+    bounds = [bound for low_high in ranges for bound in low_high]
+    words = _WORD.findall(query.lower())
+    weights = [1.0] * len(words)
+    if len(words) > 1:  # one word: its weight changes no order
+        for i, word in enumerate(words):
+            count = db.execute(f"SELECT count(*) FROM ({found} LIMIT {DF_CAP})", [f'"{word}"', *bounds]).fetchone()[0]
+            weights[i] = math.log(1 + (DF_CAP + 0.5) / (count + 0.5))
+    counts, terms, stems = [], [], _stems(query)
+    for i, weight in enumerate(weights):
+        counts.append(f"max(1, (3 * (length(d.title) - length(replace(lower(d.title), ?{i + 1}, ''))) + length(d.body) "
+                      f"- length(replace(lower(d.body), ?{i + 1}, ''))) / length(?{i + 1})) AS tf{i}")
+        terms.append(f"{weight!r} * tf{i} * 2.2 / (tf{i} + 1.2 * (0.25 + 0.75 * dl / avgdl))")
+    columns = ", ".join("d." + c for c in COLUMNS)
+    found = found.replace("?1", f"?{len(stems) + 1}")
+    sql = (f"WITH found AS MATERIALIZED ({found}), alive AS (SELECT d.id, d.stale_after, "
+           f"3 * length(d.title) + length(d.body) AS dl{''.join(', ' + count for count in counts)} FROM found "
+           f"JOIN search_history d ON d.id = found.r & {_ID_MASK} WHERE {' AND '.join(where) or 'true'}), "
+           "ranked AS (SELECT id, (stale_after IS NOT NULL AND stale_after < ?) AS stale, "
+           f"-({' + '.join(terms) or '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
+           f"ORDER BY stale, score LIMIT ?) "
+           f"SELECT {columns}, ranked.score FROM ranked JOIN search_history d ON d.id = ranked.id "
+           "ORDER BY ranked.stale, ranked.score")
+    return sql, [*stems, match, *bounds, *params]
+
+
+def _alive_ranges(as_of: int, checkpoint: int) -> list[tuple[int, int]]:
+    """The search_history_fts rowid ranges that hold every version alive at `as_of` (see the module): the
+    open bucket's ids up to it, and in bucket k, which lifetimes under 2^(k+1) fill, the ids after
+    `as_of - 2^(k+1)`. No version has lived longer than the log."""
+    ranges = [((k << SPAN) | max(0, as_of - (1 << (k + 1)) + 1), (k << SPAN) | as_of)
+              for k in range(checkpoint.bit_length())]
+    return [*ranges, ((OPEN << SPAN), (OPEN << SPAN) | as_of)]
 
 
 _WORD = re.compile(r"\w+")

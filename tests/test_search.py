@@ -151,6 +151,29 @@ def test_filters_type_status_and_layer(memory):
     assert cites(memory, "shared", layers=["agent"]) == []
 
 
+def test_a_status_no_page_ever_had_is_refused_through_the_cli(workspace, tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_bytes(page("Deploy", "Prod needs the owner ack.", status="deprecated"))
+    run_mem("page", "write", "deploy", "--file", doc, cwd=workspace, check=True)
+    doc.write_bytes(page("Deploy", "Prod needs the owner ack.", status="current"))
+    run_mem("page", "write", "deploy", "--file", doc, cwd=workspace, check=True)
+    before = log_rows(workspace)
+    bad = run_mem("search", "owner", "--status", "nosuch", cwd=workspace)
+    assert bad.returncode == 1 and bad.stdout == b""
+    assert bad.stderr.decode() == ("error: no page has ever had a status starting with 'nosuch' "
+                                   "(the statuses pages have had here: current, deprecated)\n")
+    bad = run_mem("search", "owner", "--status", " ", cwd=workspace)
+    assert bad.returncode == 1 and bad.stderr.startswith(b"error: a status filter needs a word")
+    assert log_rows(workspace) == before
+    # a status some version had is a fair question at any moment, even when nothing has it now
+    out = run_mem("search", "owner", "--status", "deprec", cwd=workspace, check=True).stdout.decode()
+    assert out == "no matches\n"
+    hits = json.loads(run_mem("search", "owner", "--status", "deprecated", "--seq", "1", "--json", cwd=workspace,
+                              check=True).stdout)
+    assert [h["status"] for h in hits] == ["deprecated"]
+    assert b"A status no page ever had is refused" in b" ".join(run_mem("search", "--help", cwd=workspace).stdout.split())
+
+
 def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
     from projections.adf_file import export_adf, import_adf
     from projections.memory import Memory
@@ -255,3 +278,96 @@ def test_a_snippet_starts_and_ends_on_whole_words():
         assert cut.startswith("…") and cut.endswith("…") and "**canary**" in cut, cut
         words = cut[1:-1].replace("**", "").split(" ")
         assert words[0] in text.split(" ") and words[-1] in text.split(" "), cut
+
+
+# --- searches of the past against a model of what was alive (hypothesis) ------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+WORDS = ("alpha", "bravo", "charlie", "delta")
+_OPS = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from("abc"), st.sets(st.sampled_from(WORDS))),
+    st.tuples(st.just("delete"), st.sampled_from("abc")),
+    st.tuples(st.just("rename"), st.sampled_from("abc"), st.sampled_from("abc")),
+    st.tuples(st.just("file"), st.sampled_from(["f.md", "g.txt"]), st.sets(st.sampled_from(WORDS))),
+    st.tuples(st.just("unfile"), st.sampled_from(["f.md", "g.txt"])),
+    st.tuples(st.just("pad"), st.integers(1, 40)),  # events that index nothing: lifetimes across buckets
+)
+
+
+def _events(ops, alive: dict, heads: dict):
+    """The events of `ops` (those that apply), each with what is alive after it: {citation: words}."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import AlwaysAdd, FileDelete, FileWrite, PageDelete, PageIngest, PageRename, PageUpdate
+
+    out = []
+    for op in ops:
+        made = []
+        if op[0] == "write":
+            _, slug, words = op
+            text = " ".join(sorted(words)) or "nothing"
+            head = heads.get(slug)
+            made.append(new_event(PageUpdate(slug=slug, frontmatter={"type": "note"}, text=text, parents=[head])
+                                  if head else PageIngest(slug=slug, frontmatter={"type": "note"}, text=text),
+                                  agent="me", layer="mind"))
+            heads[slug] = made[-1].id
+            alive[f"adf-file://mind/{slug}.md"] = set(words)
+        elif op[0] == "delete" and op[1] in heads:
+            made.append(new_event(PageDelete(slug=op[1], parents=[heads.pop(op[1])]), agent="me", layer="mind"))
+            del alive[f"adf-file://mind/{op[1]}.md"]
+        elif op[0] == "rename" and op[1] in heads and op[2] not in heads:
+            made.append(new_event(PageRename(old=op[1], new=op[2], parents=[heads.pop(op[1])]), agent="me",
+                                  layer="mind"))
+            heads[op[2]] = made[-1].id
+            alive[f"adf-file://mind/{op[2]}.md"] = alive.pop(f"adf-file://mind/{op[1]}.md")
+        elif op[0] == "file":
+            text = " ".join(sorted(op[2])) or "nothing"
+            made.append(new_event(FileWrite(path=op[1], content=text.encode()), agent="me", layer="agent"))
+            alive[f"adf-file://{op[1]}"] = set(op[2])
+        elif op[0] == "unfile" and f"adf-file://{op[1]}" in alive:
+            made.append(new_event(FileDelete(path=op[1]), agent="me", layer="agent"))
+            del alive[f"adf-file://{op[1]}"]
+        elif op[0] == "pad":
+            made += [new_event(AlwaysAdd(line=f"rule {i}"), agent="me", layer="mind") for i in range(op[1])]
+        out += [(event, {c: set(w) for c, w in alive.items()}) for event in made]
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(first=st.lists(_OPS, max_size=25), then=st.lists(_OPS, max_size=12), cuts=st.sets(st.integers(1, 40)))
+def test_a_search_of_the_past_finds_exactly_what_was_alive_then(tmp_path_factory, first, then, cuts):
+    """Whatever the history (versions replaced soon or long after, pages deleted and renamed, files) and
+    however the fold was batched, and after a replay (the index built once) followed by more events."""
+    from projections.memory import Memory
+
+    root = tmp_path_factory.mktemp("past")
+    Memory.init(root, "me").close()
+    alive, heads, snapshots = {}, {}, {0: {}}  # seq -> what is alive from it on
+    with Memory.open(root) as mem:
+        def append(made):
+            bounds = [0, *sorted(c for c in cuts if c < len(made)), len(made)]
+            for start, end in zip(bounds, bounds[1:]):
+                batch = made[start:end]
+                for seq, (_event, then_alive) in zip(mem.log.append([event for event, _ in batch]), batch):
+                    snapshots[seq] = then_alive
+                mem.refresh(files=False)
+
+        def check():
+            for as_of in range(1, mem.views.checkpoint() + 1):
+                then_alive = snapshots[max(seq for seq in snapshots if seq <= as_of)]
+                for word in WORDS:
+                    found = [h.citation for h in search.search(mem.views, word, as_of=as_of, day=DAY,
+                                                               include_all=True, limit=50)]
+                    assert sorted(found) == sorted(c for c, words in then_alive.items() if word in words), (word, as_of)
+
+        append(_events(first, alive, heads))
+        check()
+        replaying.replay(mem)
+        check()
+        append(_events(then, alive, heads))
+        check()
+        rowids = sorted(r for (r,) in mem.views.db.execute("SELECT rowid FROM search_history_fts"))
+        replaying.replay(mem)  # the index moved version by version is the index built at once
+        assert sorted(r for (r,) in mem.views.db.execute("SELECT rowid FROM search_history_fts")) == rowids
