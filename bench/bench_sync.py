@@ -7,6 +7,7 @@ python bench/bench_sync.py [-n 100000] [--pg-n 20000] [--no-pg]
 """
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,12 @@ def serve(db: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("hub did not start")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far (all its threads), from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_loopback(n: int) -> list[tuple]:
     base = workdir("sync")
     shutil.rmtree(base)
@@ -81,18 +88,20 @@ def bench_loopback(n: int) -> list[tuple]:
     try:
         remote = Remote(name="hub", url=url, token_file="-")
         client = HubClient(url, tokens["writer"])
-        start = time.perf_counter()
+        hub_cpu, own_cpu, start = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
         report = push(writer, remote, client)
         push_s = time.perf_counter() - start
+        push_cpu = (cpu_seconds(proc.pid) - hub_cpu, time.process_time() - own_cpu)
         assert report.pushed == n, report
 
         reader = Memory.init(base / "reader", "reader")
         reader.set_contract(CONTRACT)
         client = HubClient(url, tokens["reader"])
         with PagesTimed() as pages:
-            pull_start = time.perf_counter()
+            hub_cpu, own_cpu, pull_start = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
             pulled = pull(reader, remote, client)
             pull_s = time.perf_counter() - pull_start
+            pull_cpu = (cpu_seconds(proc.pid) - hub_cpu, time.process_time() - own_cpu)
         assert pulled.pulled == n, pulled
     finally:
         proc.terminate()
@@ -105,9 +114,11 @@ def bench_loopback(n: int) -> list[tuple]:
     local_rate = n / local_s
     return [
         ("append locally (batches of 1,000)", f"{local_rate:,.0f}", "1.00x", ""),
-        ("push to the hub over loopback", f"{n / push_s:,.0f}", f"{(n / push_s) / local_rate:.2f}x",
+        (f"push to the hub over loopback (CPU s: hub {push_cpu[0]:.2f}, client {push_cpu[1]:.2f})",
+         f"{n / push_s:,.0f}", f"{(n / push_s) / local_rate:.2f}x",
          ">= 50,000/s and 0.3x"),
-        ("pull from the hub over loopback (+ views)", f"{n / pull_s:,.0f}", f"{(n / pull_s) / local_rate:.2f}x",
+        (f"pull from the hub over loopback, + views (CPU s: hub {pull_cpu[0]:.2f}, client {pull_cpu[1]:.2f})",
+         f"{n / pull_s:,.0f}", f"{(n / pull_s) / local_rate:.2f}x",
          ">= 50,000/s and 0.3x"),
         (f"  its pages fetched, checked, appended ({appended_s:.2f} s of {pull_s:.2f} s)", f"{n / appended_s:,.0f}",
          f"{(n / appended_s) / local_rate:.2f}x", ""),
