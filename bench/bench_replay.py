@@ -61,8 +61,8 @@ CHILD = """
 import json, resource, sys, time
 from projections.memory import Memory
 from projections.replay import replay
-memory = Memory.open(sys.argv[1])  # catches the views up first when the other code's run left them in its own shape
-memory.views.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # ... so that this run does not pay for that
+memory = Memory.open(sys.argv[1])  # in this code's shape already: PREPARE ran first
+memory.views.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 def children_cpu():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -76,6 +76,14 @@ print(json.dumps({"events": report.events, "seconds": time.perf_counter() - star
 """The replay, timed in a child process (its peak RSS its own) that imports mindlog from PYTHONPATH only:
 the same script times this tree and the baseline's. CPU seconds and peak RSS count the processes the replay
 starts (the history writer's) with its own: the RSS as the sum of both peaks, as if they came at once."""
+
+PREPARE = """
+import sys
+from projections.memory import Memory
+Memory.open(sys.argv[1]).close()
+"""
+"""Run in a process of its own before each timed one: opening catches the views up (from nothing when the
+other code's run left them in another shape), and that untimed build's peak RSS is not the replay's."""
 
 
 def extract(rev: str, into: Path) -> Path | None:
@@ -109,8 +117,11 @@ def baseline_log(code: Path, rev: str, n: int) -> Path:
 
 
 def run_child(code: Path, root: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    subprocess.run([sys.executable, "-c", PREPARE, str(root)], capture_output=True, check=True, env=env,
+                   cwd=tempfile.gettempdir())
     out = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(code)}, cwd=tempfile.gettempdir())
+                         env=env, cwd=tempfile.gettempdir())
     return json.loads(out.stdout)
 
 

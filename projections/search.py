@@ -606,6 +606,12 @@ def snippet(text: str, stems: list[str], width: int = 140) -> str:
     return ("…" if start else "") + "".join(out) + ("…" if end < len(text) else "")
 
 
+def _score(bm25: float) -> float:
+    """Four significant digits: BM25 gives a word in most documents a weight near zero (1e-06), which
+    rounding to places would print as -0.0 for every hit of a small memory."""
+    return float(f"{bm25:.4g}") + 0.0
+
+
 def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
     id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, score = row
     reversed_by = None
@@ -634,7 +640,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         path = key
         citation = f"adf-file://{key}"
     return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
-               status=status, flags=flags, layer=layer, type=type, score=round(score, 4))
+               status=status, flags=flags, layer=layer, type=type, score=_score(score))
 
 
 def page_trust(views, as_of: int | None = None) -> dict[str, tuple[str | None, str | None]]:

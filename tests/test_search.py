@@ -129,6 +129,8 @@ def test_mem_search_cli(workspace, tmp_path):
     hits = json.loads(run_mem("search", "owner", "--json", cwd=workspace, check=True).stdout)
     assert hits[0]["citation"] == "adf-file://mind/deploy.md" and hits[0]["kind"] == "page"
     assert json.loads(run_mem("search", "owner", "--seq", "1", "--json", cwd=workspace, check=True).stdout)
+    common = json.loads(run_mem("search", "ack", "--json", cwd=workspace, check=True).stdout)  # in every document
+    assert common and all(hit["score"] != 0 for hit in common), common
     before = log_rows(workspace)
     bad = run_mem("search", "owner", "--seq", "0", cwd=workspace)
     assert bad.returncode == 1 and b"error: seq 0 is before the first event" in bad.stderr

@@ -141,7 +141,8 @@ def test_search_and_contract(ui):
     ("asof?at=not-a-time", 400, "invalid-input"), ("asof?seq=1&at=2026-01-01", 400, "invalid-input"),
     ("asof?at=2999-01-01", 400, "invalid-input"), ("asof?at=1999-01-01", 400, "invalid-input"),
     ("asof?seq=0", 400, "invalid-input"),
-    ("timeline?event=99999", 404, "not-found")])
+    ("timeline?event=99999", 404, "not-found"), ("history?path=memory/nosuch.md", 404, "not-found"),
+    ("history?page=nosuch", 404, "not-found")])
 def test_bad_moments_are_problems(ui, query, status, code):
     answer = httpx.get(f"{ui.url}/{query}", timeout=30)
     assert answer.status_code == status

@@ -162,6 +162,8 @@ class Site:
             if path and path not in paths:
                 self.check_file(request, mem, now, path)
             versions = histories.history(mem, path, now.seq) if path else []
+            if path and not versions and not histories.history(mem, path, now.head):
+                raise NotFound(f"there is no file {path!r} here")
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
                 b = versions[-1].seq
