@@ -252,17 +252,22 @@ def test_the_hub_refuses_an_ingest_beside_a_held_head(hub):
     assert again.status_code == 200 and again.json()["results"][0]["duplicate"]
 
 
+def write_beside_a_hold(team: Team) -> None:
+    """The writer pushes a held `pricing`; the reviewer, before it has pulled that, writes its own."""
+    held = team.root / "held.md"
+    held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
+    team.mem("writer", "push", check=True)
+    mine = team.page("mine", "Pricing", "Discounts as you like.")
+    team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", mine, check=True)
+
+
 def test_mem_push_refuses_an_ingest_written_before_the_hold_was_seen(tmp_path):
     """The reviewer writes its own `pricing` before it has pulled the writer's held one: the hub refuses
     the push; once pulled, `mem push` refuses before anything leaves; a release lets both go."""
     team = Team(tmp_path, agents=("writer", "reviewer"))
     try:
-        held = team.root / "held.md"
-        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
-        team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
-        team.mem("writer", "push", check=True)
-        mine = team.page("mine", "Pricing", "Discounts as you like.")
-        team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", mine, check=True)
+        write_beside_a_hold(team)
         hub_before, before = log_rows_of_hub(team), log_rows(team.root / "reviewer")
 
         refused = team.mem("reviewer", "push")  # the hub refuses it
@@ -361,12 +366,7 @@ def test_a_push_split_in_several_requests_sends_the_release_with_the_ingest(tmp_
 
     team = Team(tmp_path, agents=("writer", "reviewer"))
     try:
-        held = team.root / "held.md"
-        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
-        team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
-        team.mem("writer", "push", check=True)
-        mine = team.page("mine", "Pricing", "Discounts as you like.")
-        team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", mine, check=True)
+        write_beside_a_hold(team)
         with Memory.open(team.root / "reviewer") as memory:
             memory.log.append([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"fact {i}"),
                                          agent="reviewer", layer="insights") for i in range(BATCH)])
