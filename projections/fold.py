@@ -22,7 +22,7 @@ from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
 
 from . import render, trust
-from .render import log_entry, one_line, title_of
+from .render import hook_of, log_entry, title_of
 from .adf import AdfFold
 from .search import SearchFold, page_history_row
 from .shared import SharedFold
@@ -61,9 +61,7 @@ class WikiFold:
 
     def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None):
         """A new version of `slug`, whose current version is `previous` (None: it has none)."""
-        title = title_of(slug, fm, text)
-        description = fm.get("description")
-        hook = "" if description is None else one_line(str(description))
+        title, hook = title_of(slug, fm, text), hook_of(fm)
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
         if previous is not None:
             self._close(slug, previous[0], seq)
