@@ -60,14 +60,19 @@ class WikiFold:
         return self._always
 
     def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None):
-        """A new version of `slug`, whose current version is `previous` (None: it has none)."""
+        """A new version of `slug`, whose current version is `previous` (None: it has none). A rebuild's hot
+        path: `_close` is written out here."""
         title, hook = title_of(slug, fm, text), hook_of(fm)
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
+        open_rows = self._open_rows
         if previous is not None:
-            self._close(slug, previous[0], seq)
-        row = page_history_row(seq, slug, fm, text, title, hook)
+            row = open_rows.pop(slug, None)
+            if row is not None and row[0] == previous[0]:
+                row[-1] = seq
+            else:
+                self.replaced.append((previous[0], seq))
+        open_rows[slug] = row = page_history_row(seq, slug, fm, text, title, hook)
         self.search_rows.append(row)
-        self._open_rows[slug] = row
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
