@@ -406,7 +406,8 @@ async def pull(request: Request) -> Response:
                                          durable=request.query_params.get("ack") == "durable")
     if recorded is not None:  # the last request of a pull: its acknowledgement committed before the answer
         await recorded
-    if not events and wait > 0 and await hub.fanout.wait(max(after, head), layers, wait):
+    if wait > 0 and (not events or hub.fanout.deferred(after, layers)) and await hub.fanout.wait(
+            max(after, head) if not events else after, layers, wait):
         # token and contract again: revoked while it waited, it gets nothing more
         return Response(await hub.read(hub.woken_answer, token, after, limit), media_type="application/json")
     return Response(pull_answer(after, head, events, limit), media_type="application/json")
