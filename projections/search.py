@@ -227,7 +227,6 @@ class SearchFold:
         self.closed_shared: list[tuple[int, int]] = []  # (seq, id) of each shared page version named as a parent
         self.reset_shared: list[tuple[int, int | None]] = []  # (id, until) of closed rows whose `until` changes
         self.shared_from: int | None = None  # the batch's first shared page version's seq
-        self.namings: list[tuple[int, str, str]] = []  # (seq, key, parent) of each parent a shared version names
 
     def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
@@ -289,22 +288,20 @@ class SearchFold:
             key = f"{layer}/{body.slug}"
             if self.shared_from is None:
                 self.shared_from = seq
-            self.namings += [(seq, key, parent) for parent in body.parents]
             self._replace("shared-page", key, set(body.parents), seq)
             self._add(("shared-page", key, id), page_row(seq, "shared-page", layer, key, body.slug,
                                                          body.frontmatter, body.text, id, agent))
         elif isinstance(body, PageDelete):
             if self.shared_from is None:
                 self.shared_from = seq
-            self.namings += [(seq, f"{layer}/{body.slug}", parent) for parent in body.parents]
             self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents), seq)
 
     def _settle_shared(self) -> None:
         """Brings the batch's shared page rows in line with the heads the shared fold left (it flushes first,
         projections.shared), each from the seq it was one: a version named on arrival by one folded before it
         (not void then) is left out; a version void from a seq is closed then (left out when void from its own
-        seq); and a version a head again, once what named it is void, is current again (`reopened_shared`; one
-        left out gets its history row from the seq the last of those became void)."""
+        seq), and what it had closed is closed again by what else named it (`_unname`); and a version a head
+        again, once what named it is void, is current again (`_found_again`)."""
         db = self.db
         added = {row[9]: row for row in self.history if row[1] == "shared-page"}
         pages = set()
@@ -337,16 +334,18 @@ class SearchFold:
                 self.closed_shared = [(min(at, since) if id == seq else at, id) for at, id in self.closed_shared]
         if voids:
             self._unname(voids)
-        early = {(layer, slug, parent) for layer, slug, ref, _since, seq in voids for parent in msgspec.json.decode(
-            db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
-                       (layer, slug, ref)).fetchone()[0])}
+        named = {}  # (layer, slug) -> what the batch's void versions name
+        for layer, slug, ref, _since, _seq in voids:
+            (parents,) = db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                                    (layer, slug, ref)).fetchone()
+            named.setdefault((layer, slug), set()).update(msgspec.json.decode(parents))
         for layer, slug in sorted(pages):
             key = f"{layer}/{slug}"
             current = {ref for _id, ref in self._stored("shared-page", key)}
             current.update(k[2] for k in self.pending if k[0] == "shared-page" and k[1] == key)
             heads = {ref for (ref,) in db.execute("SELECT id FROM shared_heads WHERE layer = ? AND slug = ?",
                                                   (layer, slug))}
-            for ref in sorted((heads - current) | {ref for l, s_, ref in early if (l, s_) == (layer, slug)} - current):
+            for ref in sorted((heads | named.get((layer, slug), set())) - current):
                 self._found_again(layer, slug, ref, ref in heads)
 
     def _found_again(self, layer: str, slug: str, ref: str, head: bool) -> None:
