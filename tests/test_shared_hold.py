@@ -474,7 +474,7 @@ def found(mem, as_of=None) -> set[str]:
     return {mem.event(hit.seq).id for hit in hits}
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(dag=held_dags())
 def test_a_consumer_shows_the_held_head_whatever_the_order_and_batches(tmp_path_factory, dag):
     """Every consumer of the same versions shows the same page, conflicts, heads and search hits, however
