@@ -1,6 +1,6 @@
-"""`governance: hold` on shared pages: the local writer, the hub on push and every consumer on pull
-refuse an update or delete of a held version that does not release it, and each refusal leaves the
-log (the workspace's, the hub's) as it was."""
+"""`governance: hold` on shared pages: the local writer and the hub on push refuse an update or delete of a
+held version that does not release it, and each refusal leaves the log (the workspace's, the hub's) as it
+was; one that gets past them is void, with everything built on it, on the hub and on every consumer."""
 
 import json
 
