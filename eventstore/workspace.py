@@ -37,7 +37,7 @@ def sqlite_damage(path: Path) -> str | None:
         return str(exc) if is_damaged(exc) else None
     finally:
         db.close()
-    return None if found == ["ok"] else "; ".join(found)[:200]
+    return None if found == ["ok"] else "; ".join(line for row in found for line in row.splitlines())[:200]
 
 
 class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
