@@ -411,12 +411,12 @@ def shared_page_list(layer: str, json: bool) -> None:
 
 
 def show_status(json: bool, fetch: bool) -> None:
+    from eventstore.workspace import log_cut_short
     from sync.status import sync_status
 
     with memory(refresh=False) as mem:
         report = sync_status(mem, fetch=fetch)
-    short = (f"the views are at seq {report.checkpoint}, past the log head {report.head}: the log is damaged or "
-             "was cut short; run `mem verify`") if report.behind < 0 else None
+    short = str(log_cut_short(report.checkpoint, report.head)) if report.behind < 0 else None
     if json:
         emit_json(report)
         return fail(short) if short else None

@@ -19,6 +19,12 @@ def log_damaged(location, detail) -> Damaged:
     return Damaged(f"the event log {location} is damaged: {detail}")
 
 
+def log_cut_short(checkpoint: int, head: int) -> Damaged:
+    """Views past the log's head: the log was emptied, replaced or cut short after they folded it."""
+    return Damaged(f"the views are at seq {checkpoint}, past the log head {head}: the log is damaged or was cut "
+                   "short; run `mem verify`")
+
+
 def views_damaged(path, detail) -> Damaged:
     return Damaged(f"the views database {path} is damaged ({detail}): run `mem replay`")
 

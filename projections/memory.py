@@ -22,7 +22,7 @@ from eventstore.errors import (HandEdited, InvalidInput, NotFound, is_damaged, s
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
-from eventstore.workspace import Workspace, views_damaged
+from eventstore.workspace import Workspace, log_cut_short, views_damaged
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
@@ -203,6 +203,8 @@ class Memory:
         for event in events:
             trust.admit(self, event)
         with self.lock():
+            if (checkpoint := self.views.checkpoint()) > (head := self.log.head()):
+                raise log_cut_short(checkpoint, head)
             if not force:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
