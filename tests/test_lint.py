@@ -3,7 +3,7 @@
 import json
 import sys
 
-from conftest import run_mem
+from conftest import log_rows, run_mem
 
 from projections import lint
 
@@ -97,3 +97,17 @@ def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
         result.stdout
     log = (workspace / "mind/log.md").read_text()
     assert "lint | Lint pass\n\nLint: 1 finding(s): judge 1." in log and "judge: adf-file://mind/a.md vs" in log
+
+
+def test_a_judge_that_never_answers_is_one_error_line_and_records_nothing(workspace, tmp_path):
+    w = ("-w", workspace)
+    for slug, body in (("a", "Deploy staging canary rollback owner"), ("b", "Deploy staging canary rollback never")):
+        (tmp_path / f"{slug}.md").write_bytes(page(slug.upper(), body))
+        run_mem(*w, "page", "write", slug, "--file", tmp_path / f"{slug}.md", check=True)
+    before = log_rows(workspace)
+    result = run_mem(*w, "lint", "--judge", "sleep 30", "--judge-timeout", "1", "--record")
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "Traceback" not in err, err
+    assert err.strip() == ("error: the judge command gave no verdict within 1 s (on adf-file://mind/a.md and "
+                           "adf-file://mind/b.md); nothing was recorded")
+    assert log_rows(workspace) == before
