@@ -383,7 +383,8 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
             else:
                 report = replaying.replay(mem, to, force=force, progress=advance)
     if json:
-        return emit_json(report)
+        emit_json(report)
+        raise typer.Exit(1 if check and not report.same else 0)
     if check:
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:
@@ -420,7 +421,8 @@ def adopt(json: bool = JsonOpt):
     with memory(refresh=False) as mem:
         report = adopting(mem)
     if json:
-        return emit_json(report)
+        emit_json(report)
+        raise typer.Exit(1 if report.refused else 0)
     for path in report.adopted:
         typer.echo(f"adopted {path}")
     for path, why in report.refused.items():

@@ -197,3 +197,14 @@ def test_root_help_lists_every_command_with_its_help_line():
     for name in [*COMMAND_MODULES, "status", "show", "page", "always"]:
         assert name in listed and len(listed[name].split()) > 3, name
     assert "Lift a page's" in run_mem("page", "--help", env={"COLUMNS": "200"}, check=True).stdout.decode()
+
+
+def test_json_exits_as_the_text_does(workspace):
+    """A script reading --json learns failure from the exit code too: `replay --check` that finds a
+    difference and `adopt` that leaves a file exit 1 with --json as without."""
+    run_mem("-w", workspace, "always", "add", "one", check=True)
+    with open(workspace / "mind/log.md", "a") as log:
+        log.write("written by hand\n")
+    for args in (["replay", "--check"], ["adopt"]):
+        text, as_json = run_mem("-w", workspace, *args), run_mem("-w", workspace, *args, "--json")
+        assert text.returncode == as_json.returncode == 1, (args, text, as_json)
