@@ -20,6 +20,7 @@ from eventstore import secrets, validate
 from eventstore.errors import (HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions,
                                storage_failure)
 from eventstore.instants import format_local, past_instant
+from eventstore.kinds import KINDS
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.workspace import Workspace, log_cut_short, views_damaged
@@ -300,6 +301,10 @@ class Memory:
         return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
     def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> Compaction:
+        live = self.loop(loop)
+        if not live[start:end]:
+            raise InvalidInput(f"loop {loop!r} has {len(live)} messages; rows[{'' if start is None else start}:"
+                               f"{'' if end is None else end}] selects none, so there is nothing to clear")
         event = self.append(self.adf_writer.loop_clear(start, end, loop))
         return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
@@ -578,6 +583,9 @@ class Memory:
         """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
         for layer in layers or ():
             self.layer_spec(layer, private=True)
+        for kind in kinds or ():
+            if kind not in KINDS:
+                raise NotFound(f"there is no event kind {kind!r} (kinds: {', '.join(sorted(KINDS))})")
         if limit is not None and limit < 0:
             raise InvalidInput(f"-n must be 0 or more, not {limit}")
         found = list(self.log.read(kinds=kinds, layers=layers, since_ms=since_ms, limit=limit,
