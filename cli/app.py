@@ -512,6 +512,12 @@ def main() -> None:
     from typer.exceptions import Abort
 
     tune_typer()
+    for arg in sys.argv[1:]:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:  # bytes that are not UTF-8, as Python hands them over (surrogate-escaped)
+            typer.echo(f"error: the argument {arg.encode(errors='surrogateescape')!r} is not valid UTF-8", err=True)
+            sys.exit(2)
     try:
         code = root_command()(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:
