@@ -218,5 +218,11 @@ def test_the_hub_administrator_redacts(team):
         mem(team / agent, "pull", check=True)
     assert files_holding(team, "555-0199") == []
     assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
+    again = run_mem("hub", "redact", target, "--reason", "again", "--db", team / "hub.db")
+    assert again.returncode == 1 and again.stderr.decode().strip() == \
+        f"error: event {target} is redacted already; it cannot be redacted"
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
     missing = run_mem("hub", "redact", "01a2270a-c5b3-7eca-9806-1025c3bb9d81", "--reason", "x", "--db", team / "hub.db")
     assert missing.returncode == 1 and b"no event" in missing.stderr
