@@ -123,11 +123,13 @@ def test_verify_detects_a_log_rewritten_behind_the_views(workspace):
     db.execute("DELETE FROM events WHERE seq = 3")
     db.commit()
     db.close()
-    mem(workspace, "always", "add", "another line 3", check=True)  # a new seq 3: the chain verifies alone
+    refused = mem(workspace, "always", "add", "another line 3")  # mem writes nothing beside views past the log
+    assert refused.returncode == 1 and b"past the log head 2" in refused.stderr
     from projections.memory import Memory
 
-    with Memory.open(workspace) as memory:
-        assert memory.log.verify().ok
+    with Memory.open(workspace) as memory:  # another writer does: a new seq 3, and the chain verifies alone
+        memory.log.append([memory.writer.always_add("another line 3")])
+        assert memory.log.head() == 3 and memory.log.verify().ok
     result = mem(workspace, "verify")
     assert result.returncode == 1 and b"truncated or rewritten" in result.stdout, result.stdout
 
