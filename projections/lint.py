@@ -185,10 +185,20 @@ def check_orphans(scope: Scope) -> list[Finding]:
             for path in untracked(scope.views, scope.root)]
 
 
+def _budget(config: dict, name: str, default: int) -> int:
+    """A budget from the config; one that is no whole number above 0 (an imported file's, say) is refused."""
+    value = config.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"the config's lint.{name} is {value!r}, not a whole number above 0: "
+                           f"`mem config set lint.{name} {default}`")
+    return value
+
+
 def check_budget(scope: Scope) -> list[Finding]:
-    config = scope.views.config(scope.as_of).get("lint") or {}
-    max_lines = int(config.get("mind_max_lines", DEFAULT_MAX_LINES))
-    max_bytes = int(config.get("mind_max_bytes", DEFAULT_MAX_BYTES))
+    config = scope.views.config(scope.as_of).get("lint")
+    config = config if isinstance(config, dict) else {}
+    max_lines = _budget(config, "mind_max_lines", DEFAULT_MAX_LINES)
+    max_bytes = _budget(config, "mind_max_bytes", DEFAULT_MAX_BYTES)
     text = scope.views.mind(scope.as_of)
     lines, size = text.count("\n"), len(text.encode("utf-8"))
     found = []

@@ -111,3 +111,23 @@ def test_a_judge_that_never_answers_is_one_error_line_and_records_nothing(worksp
     assert err.strip() == ("error: the judge command gave no verdict within 1 s (on adf-file://mind/a.md and "
                            "adf-file://mind/b.md); nothing was recorded")
     assert log_rows(workspace) == before
+
+
+def test_a_budget_that_is_no_number_is_refused_when_set_and_named_when_read(workspace):
+    before = log_rows(workspace)
+    for key, value in (("lint.mind_max_lines", "abc"), ("lint.mind_max_lines", "0"), ("lint.mind_max_bytes", "true"),
+                       ("lint", '{"mind_max_bytes": "x"}')):
+        refused = run_mem("-w", workspace, "config", "set", key, value)
+        assert refused.returncode == 1 and b"is a budget: give a whole number above 0" in refused.stderr, refused
+    assert log_rows(workspace) == before
+    from eventstore.envelope import new_event
+    from eventstore.kinds import ConfigSet
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory:  # as an imported ADF file's config could hold it
+        memory.append(new_event(ConfigSet(key="lint.mind_max_lines", value="abc"), agent="alice", layer="agent"))
+    result = run_mem("-w", workspace, "lint", "--check", "budget")
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "Traceback" not in err and err.strip() == (
+        "error: the config's lint.mind_max_lines is 'abc', not a whole number above 0: "
+        "`mem config set lint.mind_max_lines 200`")
