@@ -108,8 +108,15 @@ class Workspace:
         agent = "agent" if agent is None else agent
         if not agent or any(c in agent for c in "/\\\n\r\t ") or len(agent) > 64:
             raise InvalidInput(f"agent name {agent!r} must be one word of at most 64 characters")
-        ws.root.mkdir(parents=True, exist_ok=True)
-        (ws.root / "mind").mkdir(exist_ok=True)
+        for directory in (ws.root, ws.root / "mind"):
+            if directory.exists() and not directory.is_dir():
+                what = "is" if directory == ws.root else "keeps its pages in"
+                raise InvalidInput(f"{directory} is a file; a workspace {what} a directory")
+        try:
+            ws.root.mkdir(parents=True, exist_ok=True)
+            (ws.root / "mind").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput(f"cannot make the workspace {ws.root}: {exc.strerror}") from None
         if not ws.exists:
             ws.write_config(WorkspaceConfig(agent=agent, log=log))
         elif log is not None and ws.config().log != log:

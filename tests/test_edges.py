@@ -208,3 +208,12 @@ def test_a_log_damaged_inside_its_pages_is_one_line(written):
     log.write_bytes(bytes(data))
     for command in (["log"], ["show", "mind.md"], ["always", "add", "four"]):
         refused(run_mem(*command, "-w", written), f"the event log {log} is damaged")
+
+
+def test_init_on_a_file_is_one_line(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    refused(run_mem("init", "-w", tmp_path / "a-file"), f"{tmp_path / 'a-file'} is a file; a workspace is a directory")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "mind").write_text("x")
+    refused(run_mem("init", "-w", tmp_path / "ws"), "keeps its pages in a directory")
+    assert not (tmp_path / "ws" / ".mem").exists()
