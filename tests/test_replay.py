@@ -1,5 +1,6 @@
 """`mem replay` rebuilds byte-identical views; `--to` and `--check`; as-of reads agree with a rebuild."""
 
+import json
 import tempfile
 from pathlib import Path
 from subprocess import Popen
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from eventstore.errors import MemError
 from projections import audit, bulk, search
+from projections.fold import lines_json
 from projections.memory import Memory
 from projections.replay import _build, check, replay
 
@@ -125,6 +127,12 @@ def test_a_rebuild_in_many_batches_through_the_writer_process_is_byte_identical(
             assert snapshot(memory.root) == files
             assert memory.views.dump() == tables
             assert hits == {(word, at): found(memory.views, word, at) for word in WORDS for at in moments}
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)))))
+def test_always_rows_are_json_dumps_of_the_lines(lines):
+    """The fold joins a list of plain lines itself (fold.lines_json); any list reads as json.dumps writes it."""
+    assert lines_json(lines) == json.dumps(lines, ensure_ascii=False)
 
 
 def test_replay_to_a_seq_then_catch_up(memory):
