@@ -385,3 +385,24 @@ def test_mindlogs_own_index_with_trust_flags_is_not_kept_aside(tmp_path):
                    "WHERE path = 'mind.md'")
     db.close()
     assert import_adf(edited, first).kept_aside == ["imported/artemis/mind.md"]
+
+
+def test_a_local_layers_file_comes_back_kept_aside_not_at_the_path_the_layer_owns(tmp_path):
+    """An export renders local layers' files into adf_files; an import declares the layers again (config)
+    but brings none of their events: the text is kept aside, not left at a path the layer owns (which
+    `mem file write` refuses, and which showed the layer's own empty file)."""
+    memory = Memory.init(tmp_path / "ws", "artemis")
+    memory.declare_layer("decisions", "memory/decisions.md")
+    memory.declare_layer("drafts", "notes/drafts/", "pages")
+    memory.entry_add("decisions", "[DECISION] 2026-11-01: Deploys go out on Fridays")
+    memory.shared_page_write("drafts", "launch", PAGE)
+    out = tmp_path / "out.adf"
+    export_adf(memory, out, memory.log.head())
+    again = Memory.init(tmp_path / "ws2", "artemis")
+    report = import_adf(again, out)
+    assert sorted(report.kept_aside) == ["imported/artemis/memory/decisions.md",
+                                         "imported/artemis/notes/drafts/launch.md"]
+    paths = {row[0] for row in again.files()}
+    assert "memory/decisions.md" not in paths and "notes/drafts/launch.md" not in paths
+    assert "Deploys go out on Fridays" in again.file_text("imported/artemis/memory/decisions.md")
+    assert [spec["layer"] for spec in again.layers()] == ["decisions", "drafts"]
