@@ -399,6 +399,8 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
     if memory.log.head() != 0:
         raise InvalidInput("import into a new workspace (`mem init`): imported loop rows keep their seqs, "
                            "so the log must be empty")
+    if Path(path).is_dir():
+        raise InvalidInput(f"{path} is a directory, not an ADF file")
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
         try:

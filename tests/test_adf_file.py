@@ -161,6 +161,8 @@ def test_import_refuses_a_used_workspace_and_non_adf_files(tmp_path, fixture_adf
     db.close()
     with pytest.raises(InvalidInput, match="not an ADF file"):
         import_adf(fresh, partial)
+    with pytest.raises(InvalidInput, match=f"^{tmp_path} is a directory, not an ADF file$"):
+        import_adf(fresh, tmp_path)
     assert fresh.log.head() == 0
 
 
@@ -283,7 +285,7 @@ def test_bad_config_json_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("path, expected", [
     ("../../x", "'..'"), ("/etc/passwd", "must be a relative path"), ("a/./b", "'.'"),
-    ("imported/" + "x" * 600, "longer than 512"),
+    ("imported/" + "x" * 600, "longer than 512"), (".mem/log.db", "belongs to mindlog itself"),
 ])
 def test_unsafe_file_paths_are_refused(tmp_path, path, expected):
     adf = build_adf(tmp_path / "bad.adf", files=[(path, b"x")])
