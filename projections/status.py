@@ -2,6 +2,9 @@
 
 import msgspec
 
+from eventstore.backends import shown
+from eventstore.workspace import log_damaged
+
 from .materialize import hand_edited, untracked
 
 
@@ -20,6 +23,8 @@ class WorkspaceStatus(msgspec.Struct):
 
 def workspace_status(memory) -> WorkspaceStatus:
     head, checkpoint = memory.log.head(), memory.views.checkpoint()
+    if head and memory.log.recorded_at(head) is None:
+        raise log_damaged(shown(memory.config.log or memory.ws.log_path), f"its head, seq {head}, holds no event")
     edited = hand_edited(memory.views, memory.root)
     pending = [p for p, _hash in memory.views.written.dirty() if p not in edited]
     loose = untracked(memory.views, memory.root)
