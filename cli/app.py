@@ -497,9 +497,17 @@ def register_commands() -> None:
 
 
 def damaged_file(exc: BaseException):
-    """The command's workspace file a "damaged" SQLite error came from, as one named error (or None)."""
-    from eventstore.workspace import Workspace
+    """The command's hub database (`state["hub"]`, a SQLite file the command opened) or workspace file a
+    "damaged" SQLite error came from, as one named error (or None)."""
+    from eventstore.errors import Damaged, is_damaged
+    from eventstore.workspace import Workspace, sqlite_damage
 
+    hub = state.get("hub")
+    if hub is not None:
+        if not is_damaged(exc):
+            return None
+        detail = sqlite_damage(hub) or " ".join(str(exc).split())
+        return Damaged(f"the hub database {hub} is damaged: {detail}")
     try:
         return Workspace.find(state["workspace"]).damage(exc)
     except MemError:

@@ -9,7 +9,7 @@ import typer
 from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
-from .app import JsonOpt, app, fail, memory, read_input
+from .app import JsonOpt, app, fail, memory, read_input, state
 from .output import AT_HELP, AllowSecretOpt, emit_json, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
@@ -36,6 +36,8 @@ def storage(db: str, create: bool = False):
     if not create and not hub_exists(db):
         fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
              "or pass --db (or MEM_HUB_DB)")
+    if "://" not in db:
+        state["hub"] = Path(db).absolute()  # a SQLite hub found damaged later is named (app.damaged_file)
     try:
         return open_storage(db)
     except storage_exceptions() as exc:

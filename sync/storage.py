@@ -545,4 +545,4 @@ def hub_exists(db: str) -> bool:
             return conn.execute("SELECT to_regclass('hub_events') IS NOT NULL").fetchone()[0]
     from pathlib import Path
 
-    return Path(db).is_file()
+    return Path(db).is_file() and Path(db).stat().st_size > 0  # opening an empty file would make it a hub

@@ -218,3 +218,18 @@ def test_init_on_a_file_is_one_line(tmp_path):
     (tmp_path / "ws" / "mind").write_text("x")
     refused(run_mem("init", "-w", tmp_path / "ws"), "keeps its pages in a directory")
     assert not (tmp_path / "ws" / ".mem").exists()
+
+
+def test_a_damaged_or_empty_hub_database_is_named(tmp_path):
+    """A hub database damaged inside a table is named as a workspace's damaged files are; an empty file
+    is no hub (an admin command opening it made one, and listed no agents, rc 0)."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    refused(run_mem("hub", "agent", "list", "--db", empty), f"no hub database at {empty}")
+    assert empty.stat().st_size == 0
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    run_mem("hub", "agent", "add", "a", "--db", hub, check=True)
+    damage_table(hub, "hub_agents")
+    for command in (["agent", "list"], ["agent", "add", "b"], ["agent", "revoke", "a"]):
+        refused(run_mem("hub", *command, "--db", hub), f"the hub database {hub} is damaged")
