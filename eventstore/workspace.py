@@ -8,7 +8,8 @@ from pathlib import Path
 import msgspec
 
 from .backends import check_location, open_log, shown
-from .errors import Damaged, InvalidInput, NoWorkspace, is_damaged, storage_exceptions, storage_failure
+from .errors import (Damaged, InvalidInput, NoWorkspace, StorageFailure, is_damaged, storage_exceptions,
+                     storage_failure)
 from .recorder import Recorder
 
 MEM_DIR = ".mem"
@@ -44,6 +45,19 @@ def sqlite_damage(path: Path) -> str | None:
     finally:
         db.close()
     return None if found == ["ok"] else "; ".join(line for row in found for line in row.splitlines())[:200]
+
+
+def on_read_only_storage(exc: BaseException, location) -> bool:
+    """Whether SQLite could not open the file at `location` because its directory is read-only (a read-only
+    mount says only SQLITE_CANTOPEN: a WAL database cannot be read without writing its -shm beside it)."""
+    if getattr(exc, "sqlite_errorname", None) != "SQLITE_CANTOPEN" or not isinstance(location, Path):
+        return False
+    directory = location.parent
+    try:
+        return location.is_file() and (bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+                                       or not os.access(directory, os.W_OK))
+    except OSError:
+        return False
 
 
 class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -90,7 +104,11 @@ class Workspace:
         except storage_exceptions() as exc:
             if is_damaged(exc):
                 raise log_damaged(location, exc) from None
-            raise storage_failure(exc, f"cannot open the event log {shown(location)}") from None
+            where = f"cannot open the event log {shown(location)}"
+            if on_read_only_storage(exc, location):
+                raise StorageFailure(f"{where}: the storage is read-only ({exc.sqlite_errorname}); mindlog writes "
+                                     "beside its databases even to read them (their WAL index, the lock)") from None
+            raise storage_failure(exc, where) from None
 
     @classmethod
     def init(cls, root: str | Path, agent: str | None = None, log: str | None = None) -> "Workspace":

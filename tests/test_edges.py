@@ -3,6 +3,7 @@ Each is one `error: ...` line naming the file, port or URL, a non-zero exit, no 
 claimed before it, and the log as it was."""
 
 import select
+import shlex
 import socket
 import subprocess
 
@@ -233,3 +234,21 @@ def test_a_damaged_or_empty_hub_database_is_named(tmp_path):
     damage_table(hub, "hub_agents")
     for command in (["agent", "list"], ["agent", "add", "b"], ["agent", "revoke", "a"]):
         refused(run_mem("hub", *command, "--db", hub), f"the hub database {hub} is damaged")
+
+
+def test_a_workspace_on_a_read_only_mount_says_so(written):
+    """On a read-only mount SQLite says only SQLITE_CANTOPEN (a WAL database is not read without its -shm
+    written beside it): the refusal says the storage is read-only. The mount is a read-only bind mount in
+    a user and mount namespace of the `mem` process alone (`unshare -rm`)."""
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind {written} {written} && "
+                            f"mount -o remount,bind,ro {written}"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no read-only bind mount in a user namespace here: {probe.stderr.decode().strip()}")
+    before = log_rows(written)
+    mem = shlex.join(mem_command())
+    for command in ("show mind.md", "log", "status", "always add hello"):
+        result = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind {written} {written} && mount -o "
+                                 f"remount,bind,ro {written} && exec {mem} {command} -w {written}"],
+                                capture_output=True, timeout=120)
+        refused(result, f"cannot open the event log {written / '.mem' / 'log.db'}: the storage is read-only")
+    assert log_rows(written) == before
