@@ -243,3 +243,74 @@ def test_the_first_of_two_redactions_of_one_event_in_a_batch_wins_as_across_batc
         memory.log.append([new_event(Redaction(target_ids=[target.id], reason=reason), agent="alice", layer="loop")
                            for reason in ("first", "second")])
         assert memory.log.get_by_seq(1).body.reason == "first"
+
+
+def stand_ins(team, agents, target) -> dict[str, tuple[str, str]]:
+    """(reason, by) of the target's stand-in in each agent's log and on the hub."""
+    from eventstore.sqlite import SQLiteLog
+    from sync.storage import decode_stored
+    from sync.storage_sqlite import SQLiteHubStorage
+
+    found = {}
+    for agent in agents:
+        with SQLiteLog(team / agent / ".mem" / "log.db") as log:
+            body = log.get(target).body
+        found[agent] = (body.reason, body.by)
+    hub = SQLiteHubStorage(str(team / "hub.db"))
+    try:
+        body = decode_stored(hub.stored(target)[1], 0, 0).body
+    finally:
+        hub.close()
+    found["hub"] = (body.reason, body.by)
+    return found
+
+
+def two_producers_redact_one_entry(team, add_consumer) -> str:
+    """writer and main each redact the writer's entry before seeing the other's redaction; the writer's
+    reaches the hub first. `late` holds the entry and pulls both redactions at once, `step` one by one."""
+    url = json.loads(mem(team / "main", "remote", "list", "--json", check=True).stdout)[0]["url"]
+    add_consumer("step", url)
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    for agent in ("main", "late", "step"):
+        mem(team / agent, "pull", check=True)
+    target = entry_id(team, "main", "insights", "555-0199")
+    mem(team / "main", "redact", target, "--reason", "main's", check=True)
+    mem(team / "writer", "redact", target, "--reason", "writer's", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "step", "pull", check=True)
+    mem(team / "main", "push", check=True)
+    for agent in ("late", "step", "writer"):
+        mem(team / agent, "pull", check=True)
+    return target
+
+
+@pytest.fixture
+def add_consumer(team):
+    def add(agent, url):
+        token = run_mem("hub", "agent", "add", agent, "--db", team / "hub.db", check=True).stdout.decode().strip()
+        (team / f"{agent}.token").write_text(token + "\n")
+        run_mem("init", "-w", team / agent, "--agent", agent, check=True)
+        run_mem("remote", "add", "origin", url, "--token-file", team / f"{agent}.token", "-w", team / agent,
+                check=True)
+    return add
+
+
+def test_consumers_pulling_two_redactions_at_once_or_one_by_one_show_the_hubs_stand_in(team, add_consumer):
+    """The first redaction of a target in hub order wins everywhere: on the hub, on a consumer that pulls both
+    redactions in one batch (it showed the second's reason), on one that pulls them one by one, and on the
+    producer whose redaction came first. The bytes are gone everywhere; the stand-ins and the rendered files agree.
+    Not so yet on the producer whose redaction reached the hub second (main): it keeps its own stand-in, as its
+    redaction came first in its own log, which does not know the hub's order."""
+    target = two_producers_redact_one_entry(team, add_consumer)
+    found = stand_ins(team, ("late", "step", "writer"), target)
+    assert found["hub"][0] == "writer's"
+    assert set(found.values()) == {found["hub"]}, found
+    rendered = {agent: (team / agent / "memory/insights.md").read_text() for agent in ("late", "step", "writer")}
+    assert len(set(rendered.values())) == 1 and "[redacted: writer's]" in rendered["late"], rendered
+    assert files_holding(team, "555-0199") == []
+    for agent in ("late", "step"):
+        assert mem(team / agent, "replay", "--check").returncode == 0
+
