@@ -131,10 +131,14 @@ UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})
 
 def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes, bytes]]:
     """(codec, new body, id bytes) for every target of the batch's redactions that is in the log, in the
-    redaction's own layer and not redacted yet. `stored(id bytes)` gives (kind, codec, body, layer) or None.
-    Called inside the append's transaction, after its rows are inserted."""
+    redaction's own layer and not redacted yet: the first redaction of a target wins, in the batch as across
+    batches (as on the hub). One exception: a target redacted already by a redaction that comes back LATER
+    in this batch (a pull: the batch is in hub order, and an agent's own redaction comes back at the place
+    the hub gave it) takes the earlier one's reason and `by`, as the hub did. `stored(id bytes)` gives
+    (kind, codec, body, layer) or None. Called inside the append's transaction, after its rows are inserted."""
     updates, done = [], set()
-    for event in events:
+    place = {event.id: at for at, event in enumerate(events) if event.kind == "redaction"}
+    for at, event in enumerate(events):
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:
@@ -142,9 +146,15 @@ def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes,
             if found is None:
                 continue
             kind, codec, body, layer = found
-            if layer != event.layer or codec == CODEC_REDACTED or kind in UNREDACTABLE:
+            if layer != event.layer or kind in UNREDACTABLE:
                 continue
-            form = redacted_form(kind, unpack_body(codec, bytes(body)), event.body.reason, event.id)
+            if codec == CODEC_REDACTED:
+                form = decode_body(unpack_body(codec, bytes(body)))
+                if form.by == event.id or place.get(form.by, -1) <= at:
+                    continue
+                form = msgspec.structs.replace(form, reason=event.body.reason, by=event.id)
+            else:
+                form = redacted_form(kind, unpack_body(codec, bytes(body)), event.body.reason, event.id)
             updates.append((CODEC_REDACTED, encode_body(form), id_bytes(target)))
             done.add(target)  # a later redaction of it in the same batch finds it redacted, as in the next
     return updates

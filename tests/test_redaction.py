@@ -282,7 +282,7 @@ def two_producers_redact_one_entry(team, add_consumer) -> str:
     mem(team / "writer", "push", check=True)
     mem(team / "step", "pull", check=True)
     mem(team / "main", "push", check=True)
-    for agent in ("late", "step", "writer"):
+    for agent in ("late", "step", "writer", "main"):
         mem(team / agent, "pull", check=True)
     return target
 
@@ -301,16 +301,17 @@ def add_consumer(team):
 def test_consumers_pulling_two_redactions_at_once_or_one_by_one_show_the_hubs_stand_in(team, add_consumer):
     """The first redaction of a target in hub order wins everywhere: on the hub, on a consumer that pulls both
     redactions in one batch (it showed the second's reason), on one that pulls them one by one, and on the
-    producer whose redaction came first. The bytes are gone everywhere; the stand-ins and the rendered files agree.
-    Not so yet on the producer whose redaction reached the hub second (main): it keeps its own stand-in, as its
-    redaction came first in its own log, which does not know the hub's order."""
+    producer whose redaction came first, and on the one whose came second (main: its own redaction came first in
+    its log, but it comes back from the hub after the writer's, in the batch that brings the writer's, as `mem
+    sync` has it). The bytes are gone everywhere; the stand-ins and the rendered files agree."""
     target = two_producers_redact_one_entry(team, add_consumer)
-    found = stand_ins(team, ("late", "step", "writer"), target)
+    found = stand_ins(team, ("late", "step", "writer", "main"), target)
     assert found["hub"][0] == "writer's"
     assert set(found.values()) == {found["hub"]}, found
-    rendered = {agent: (team / agent / "memory/insights.md").read_text() for agent in ("late", "step", "writer")}
+    rendered = {agent: (team / agent / "memory/insights.md").read_text() for agent in ("late", "step", "writer", "main")}
     assert len(set(rendered.values())) == 1 and "[redacted: writer's]" in rendered["late"], rendered
     assert files_holding(team, "555-0199") == []
-    for agent in ("late", "step"):
+    for agent in ("late", "step", "main"):
         assert mem(team / agent, "replay", "--check").returncode == 0
+        assert b"(1 redacted)" in mem(team / agent, "verify", check=True).stdout
 
