@@ -201,6 +201,23 @@ class RecorderConformance:
         report = recorder.verify()
         assert report.ok and report.checked == 7 and report.redacted == 2
 
+    def test_of_two_redactions_of_a_target_the_first_in_a_pulled_batch_wins(self, recorder):
+        """A pull appends in hub order; this log's own redaction of a target comes back at its hub place. When
+        another agent's redaction of it is ahead of it there, the hub kept that one's reason: so does the log.
+        A redaction of it that comes later (in the batch, or in a later one) changes nothing."""
+        target = ev(1)
+        own = new_event(Redaction(target_ids=[target.id], reason="mine"), agent="alice", layer="mind")
+        theirs = new_event(Redaction(target_ids=[target.id], reason="theirs"), agent="bob", layer="mind")
+        after = new_event(Redaction(target_ids=[target.id], reason="after"), agent="carol", layer="mind")
+        recorder.append([target])
+        recorder.append([own])
+        assert recorder.get(target.id).body.reason == "mine"
+        recorder.append([theirs, own, after])
+        gone = recorder.get(target.id)
+        assert (gone.body.reason, gone.body.by, gone.digest) == ("theirs", theirs.id, target.digest)
+        recorder.append([target, theirs, own, after])  # the same pull again: nothing changes
+        assert recorder.get(target.id) == gone and recorder.verify().ok
+
     def test_a_redacted_event_travels_and_verifies(self, untrusted_recorder):
         events = [ev(i) for i in range(3)]
         untrusted_recorder.append(events)
