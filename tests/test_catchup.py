@@ -22,7 +22,7 @@ from projections.replay import check, replay
 from sync.client import BULK_FOLD_THRESHOLD, HubClient, Remote, get_remote, pull
 from sync.committer import PULL_RECORD_DELAY
 from sync.storage import open_storage
-from sync.wire import Contract, ContractLayer
+from sync.wire import MAX_PULL, Contract, ContractLayer
 
 from hubserver import HubServer
 
@@ -206,6 +206,20 @@ def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
     storage.close()
 
 
+def test_the_contract_answer_says_how_far_the_hub_has_come(tmp_path):
+    """A pull knows from the contract's answer, before its first page, whether it is a catch-up (that page is
+    then a catch-up's size, and the views build's process starts while it is on its way)."""
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("newcomer")
+    storage.push(team_events(0, 10, {}))
+    with HubServer(db) as server, HubClient(server.url, token) as client:
+        answer = client.contract()
+        assert (answer.position, answer.head) == (1, 11) and answer.head == storage.head()
+    storage.close()
+
+
 def log_head(root: Path) -> int:
     db = sqlite3.connect(f"file:{root / '.mem' / 'log.db'}?mode=ro", uri=True, timeout=30)
     try:
@@ -234,13 +248,13 @@ def killed_when(workspace: Path, ready) -> None:
 
 
 def test_a_catch_up_killed_while_appending_and_while_building_ends_as_an_uninterrupted_one(tmp_path):
-    count = BULK_FOLD_THRESHOLD + 5000
+    count = BULK_FOLD_THRESHOLD + MAX_PULL + 1000  # three pages: killed once the first is stored, a whole page ahead
     db = str(tmp_path / "hub.db")
     storage = open_storage(db)
     storage.apply_contract(CONTRACT)
     heads: dict[str, str] = {}
     for start in range(0, count, 5000):
-        storage.push(team_events(start, 5000, heads))
+        storage.push(team_events(start, min(5000, count - start), heads))
     for agent in ("steady", "newcomer"):
         (tmp_path / f"{agent}.token").write_text(storage.add_agent(agent))
     storage.close()
