@@ -226,6 +226,21 @@ class Outgoing(NamedTuple):
         return cls.of(msgspec.json.encode(PushRequest(events=events)))
 
 
+def on_loopback(url: str) -> bool:
+    """Whether a hub's URL names this machine (localhost, 127.0.0.0/8, ::1): its answers are then asked for
+    uncompressed, since compressing them would only cost CPU at both ends of the same machine."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class HubClient:
     """Every transport failure and every answer that does not decode becomes one MemError line naming
     the remote and its URL; a problem document becomes HubRefused."""
@@ -235,8 +250,9 @@ class HubClient:
 
         self.timeout, self.url, self.name = timeout, url, name
         try:
+            encoding = "identity" if on_loopback(url) else "zstd"
             self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
-                                     headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+                                     headers={"authorization": f"Bearer {token}", "accept-encoding": encoding})
         except (httpx.InvalidURL, ValueError) as exc:
             raise HubUnreachable(f"remote {name} has a bad URL {url!r}: {exc}") from None
 
