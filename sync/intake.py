@@ -15,8 +15,9 @@ from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.governance import held_message, hold_refusal, is_held
 from eventstore.ids import is_uuid
-from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate, Redaction
+from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
+from eventstore.recorder import TAGS
 
 
 class Rejected(msgspec.Struct):
@@ -71,9 +72,11 @@ def problem(event: Event, contract: Contract, agent: str, rules: dict | None = N
         if rule.__class__ is str:
             return rule
         format, kinds = rule
-        if event.original_kind not in kinds:
-            return f"a {format} layer does not take {event.original_kind}"
-        validate.body(event.body)
+        body = event.body
+        kind = body.original if type(body) is Redacted else TAGS[type(body)]  # Event.original_kind, written out
+        if kind not in kinds:
+            return f"a {format} layer does not take {kind}"
+        validate.body(body)
     except MemError as exc:
         return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
     return None
@@ -95,12 +98,12 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
 
     `versions` (see `remember`) holds the page versions a catch-up stored before this page, so that an
     update's hold check finds its parent without asking the log; any other parent is looked up there."""
-    events, rejected, taken, bodies = [], [], {}, {}
+    events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
     known = versions if versions is not None else {}
 
     def parent(id: str):
-        if id in bodies:
-            return bodies[id]
+        if id in taken:
+            return taken[id].body
         if id in known:
             return known[id]
         return getattr(log.get(id), "body", None)
@@ -113,24 +116,26 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
             rejected.append(_undecodable(raw, exc))
             continue
         reason = problem(event, contract, agent, rules)
-        id, body, cls = event.id, event.body, type(event.body)
-        if reason is None and id in taken and taken[id][0] != event.digest:
-            reason = "its id came twice with different contents"
-        if reason is None and cls is EntryAppend and body.reverses is not None:
-            target = taken.get(body.reverses, (None, None))[1]
-            if target is None:
-                known_event = log.get(body.reverses)
-                target = known_event.layer if known_event is not None else None
-            if target != event.layer:
-                reason = f"body.reverses: there is no entry {body.reverses} in layer {event.layer!r}"
-        if reason is None and (cls is PageUpdate or cls is PageDelete):  # the only kinds a hold refuses
-            held = hold_refusal(body, parent)
-            reason = held_message(event.layer, body.slug, *held) if held else None
+        if reason is None:
+            id, body = event.id, event.body
+            cls = type(body)
+            if id in taken and taken[id].digest != event.digest:
+                reason = "its id came twice with different contents"
+            elif cls is EntryAppend:
+                if body.reverses is not None:
+                    target = taken[body.reverses].layer if body.reverses in taken else None
+                    if target is None:
+                        known_event = log.get(body.reverses)
+                        target = known_event.layer if known_event is not None else None
+                    if target != event.layer:
+                        reason = f"body.reverses: there is no entry {body.reverses} in layer {event.layer!r}"
+            elif cls is PageUpdate or cls is PageDelete:  # the only kinds a hold refuses
+                held = hold_refusal(body, parent)
+                reason = held_message(event.layer, body.slug, *held) if held else None
         if reason is not None:
-            rejected.append(Rejected(id=printable(id), position=event.seq, reason=reason))
+            rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue
-        taken[id] = (event.digest, event.layer)
-        bodies[id] = body
+        taken[id] = event
         events.append(event)
     return events, rejected
 
