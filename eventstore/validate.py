@@ -45,16 +45,23 @@ def slug(value: str) -> str:
     return value
 
 
-def inside_workspace(root: Path, relative: str) -> Path:
-    """The path `relative` under `root`, refused if it or any parent is a link that leaves `root`."""
-    root_real = Path(os.path.realpath(root))
+def inside_workspace(root: Path, relative: str, folders: dict | None = None) -> Path:
+    """The path `relative` under `root`, refused if it or any parent is a link that leaves `root`. `folders`
+    keeps, for the paths of one pass (thousands of pages in one folder), each folder's answer: the folders
+    are resolved once, the file itself checked each time."""
     target = root / relative
     if os.path.isabs(relative) or ".." in Path(relative).parts:
         raise UnsafePath(f"{relative!r} is not a path inside the workspace")
     if target.is_symlink():
         raise UnsafePath(f"{relative} is a symbolic link; mindlog never writes through links")
-    real_parent = Path(os.path.realpath(target.parent))
-    if real_parent != root_real and root_real not in real_parent.parents:
+    inside = folders.get(target.parent) if folders is not None else None
+    if inside is None:
+        root_real = Path(os.path.realpath(root))
+        real_parent = Path(os.path.realpath(target.parent))
+        inside = real_parent == root_real or root_real in real_parent.parents
+        if folders is not None:
+            folders[target.parent] = inside
+    if not inside:
         raise UnsafePath(f"{relative} resolves outside the workspace (a linked directory leads out of it)")
     return target
 

@@ -7,8 +7,8 @@ gives them to a `HistoryWriter`: past the first batch, the fold hands each batch
 a pipe to a child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
 core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
-history, are copied into the new file, and the indexes that a rebuild leaves out are made once (the
-all-versions search index among them: `search.bulk_end`).
+history, are copied into the new file, and the indexes that a rebuild leaves out are made once
+(page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
 
 While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
 reading the log through its own connection up to each head it is handed: the appends' checks, in
@@ -20,6 +20,7 @@ next rebuild sees (and deletes), while the views in place are never touched. The
 new file before the rename.
 """
 
+import gc
 import os
 import sqlite3
 import subprocess
@@ -210,7 +211,8 @@ class HistoryWriter:
 
     def __init__(self, db, path: str):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
-        once, sorted, at the end, and search_history is indexed at the end (search.bulk_begin, bulk_end)."""
+        once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
+        bulk_end)."""
         self.path = path
         self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
@@ -313,6 +315,7 @@ def serve(path: str, inode: int) -> None:
     writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
     before, whose file the next build has made anew."""
     stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder().decode
+    gc.disable()  # each batch decodes a million objects, freed by refcounting alone (fold.no_cyclic_gc)
     try:
         db = _connect(path)
         if os.stat(path).st_ino != inode:

@@ -22,6 +22,7 @@ from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
 
 from . import render, trust
+from .render import hook_of, log_entry, title_of
 from .adf import AdfFold
 from .search import SearchFold, page_history_row
 from .shared import SharedFold
@@ -58,16 +59,20 @@ class WikiFold:
             self._always = self.views.always()
         return self._always
 
-    def _version(self, seq, version_id, ts, slug, parents, fm, text, doc):
-        title = render.title_of(slug, fm, text)
-        hook = render.hook_of(fm)
+    def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None):
+        """A new version of `slug`, whose current version is `previous` (None: it has none). A rebuild's hot
+        path: `_close` is written out here."""
+        title, hook = title_of(slug, fm, text), hook_of(fm)
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
-        previous = self._pages.get(slug)
+        open_rows = self._open_rows
         if previous is not None:
-            self._close(slug, previous[0], seq)
-        row = page_history_row(seq, slug, fm, text, title, hook)
+            row = open_rows.pop(slug, None)
+            if row is not None and row[0] == previous[0]:
+                row[-1] = seq
+            else:
+                self.replaced.append((previous[0], seq))
+        open_rows[slug] = row = page_history_row(seq, slug, fm, text, title, hook)
         self.search_rows.append(row)
-        self._open_rows[slug] = row
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
@@ -98,9 +103,9 @@ class WikiFold:
             if "governance" in fm and trust.is_held(fm) and (
                     current is None or not trust.is_held(decode_body(current[4]).frontmatter)):
                 kind = "hold"
-            title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw)
+            title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw, current)
             if cls is PageUpdate or not body.quiet:
-                self.entries.append((seq, ts, render.log_entry(ts, kind, title, body.note, title_is_one_line=True)))
+                self.entries.append((seq, ts, log_entry(ts, kind, title, body.note, True)))
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return

@@ -139,9 +139,10 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
     records = []  # (target, path, hash, content) of every file brought up to date: recorded together at the end
+    folders = {}
     for path, written in views.written.dirty():
         try:
-            target = validate.inside_workspace(root, path)
+            target = validate.inside_workspace(root, path, folders)
         except UnsafePath:
             report.refused.append(path)
             continue

@@ -19,6 +19,8 @@ _BREAK_OR_RUN = re.compile(f"[{frontmatter.LINE_BREAKS}]|  ")
 
 
 def one_line(value: str) -> str:
+    if value.isprintable() and "  " not in value and value == value.strip():  # no line break is printable
+        return value
     if _BREAK_OR_RUN.search(value) or value != value.strip():
         return " ".join(value.split())
     return value
@@ -89,9 +91,9 @@ def day(ts_ms: int) -> str:
     return _day(ts_ms // 86_400_000)
 
 
-def log_entry(ts_ms: int, kind: str, title: str, note: str, *, title_is_one_line: bool = False) -> str:
+def log_entry(ts_ms: int, kind: str, title: str, note: str, title_is_one_line: bool = False) -> str:
     """A mind/log.md entry; `title_is_one_line` when the title is one already (title_of's are)."""
-    heading = f"## [{day(ts_ms)}] {kind} | {title if title_is_one_line else one_line(title)}"
+    heading = f"## [{_day(ts_ms // 86_400_000)}] {kind} | {title if title_is_one_line else one_line(title)}"
     return f"{heading}\n\n{note}\n" if note else heading + "\n"
 
 

@@ -12,8 +12,8 @@ compacted: what `audit read` reaches) and text files. Two indexes, one row shape
   that named a shared page's version as a parent (its successors form a DAG).
 
 Both are views like the others: `SearchFold` writes them in the fold's transaction (`write_batch`),
-`mem replay` rebuilds them (their rows as it folds, both full-text indexes once, at the end:
-`bulk_end`), and `mem replay --check` compares them.
+`mem replay` rebuilds them (their rows and full-text entries batch by batch, each version's entry once its
+lifetime is known: `index_closed`, `bulk_end`), and `mem replay --check` compares them.
 
 `search_docs_fts` is sqlite-utils' (`enable_fts`, its triggers follow each insert and delete).
 `search_history_fts` is laid out for searches of the past, which must find only the versions alive at
@@ -65,7 +65,9 @@ OPEN = 41
 """The lifetime bucket of the versions still current (lifetimes are under 2^40: buckets 0 to 39)."""
 _ID_MASK = (1 << SPAN) - 1
 HISTORY_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_history_fts USING fts5(title, body, content='', "
-               "tokenize='porter')")
+               "tokenize='porter', columnsize=0)")
+"""columnsize=0: no token counts per version, which only FTS5's bm25() reads (`_past_query` ranks by its own
+counts): a quarter of the cost of indexing a version. Such a table cannot be scanned, only matched."""
 _FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
 """An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
 KINDS = ("page", "shared-page", "entry", "loop", "file")
@@ -120,12 +122,25 @@ HISTORY_ROWID_SQL = (f"((CASE WHEN until IS NULL THEN {OPEN} ELSE {_bucket_sql('
 """`history_rowid` of a search_history row, in SQL."""
 
 
-def index_history(db) -> None:
-    """Indexes every search_history row in one statement, in rowid order (a bulk build's end: its rows are
-    final then, so none is moved); the caller holds the transaction."""
-    db.execute(f"INSERT INTO search_history_fts (rowid, title, body) SELECT r.rowid, h.title, h.body "
-               f"FROM (SELECT id, {HISTORY_ROWID_SQL} AS rowid FROM search_history ORDER BY rowid LIMIT -1) AS r "
-               "JOIN search_history AS h ON h.id = r.id")  # LIMIT: sorted first (SQLite keeps the order), not flattened
+_INDEX_ROWS = (f"INSERT INTO search_history_fts (rowid, title, body) SELECT r.rowid, h.title, h.body "
+               f"FROM (SELECT id, {HISTORY_ROWID_SQL} AS rowid FROM search_history WHERE {{}} ORDER BY rowid "
+               "LIMIT -1) AS r JOIN search_history AS h ON h.id = r.id")  # LIMIT: sorted first, not flattened
+"""Indexes the search_history rows a condition picks, in one statement, in rowid order."""
+
+
+def index_closed(db, ids: list[int]) -> None:
+    """A bulk batch's search_history_fts entries, once its rows are written: those of `ids` (the versions it
+    added or may have closed: `_changing`) that are closed, whose rowid is final. The versions still current
+    wait for `bulk_end`, so no entry is ever moved in a bulk build."""
+    if ids:
+        db.execute(_INDEX_ROWS.format("id IN (SELECT value FROM json_each(?)) AND until IS NOT NULL"),
+                   (msgspec.json.encode(ids),))
+
+
+def index_open(db) -> None:
+    """The search_history_fts entries of every version still current (a bulk build's end: `index_closed`
+    indexed the others as they closed); the caller holds the transaction."""
+    db.execute(_INDEX_ROWS.format("until IS NULL"))
 
 
 def _text_of(content: list) -> str:
@@ -314,10 +329,9 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     `bulk`) their search_history_fts entries (`_index`).
 
     `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`): search_docs' rows are
-    indexed here, together (much cheaper than a trigger row by row); search_history's are only written,
-    and `bulk_end` indexes them once, their rows final then."""
-    if not bulk:
-        moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
+    indexed here, together (much cheaper than a trigger row by row); search_history's once closed
+    (`index_closed`: their rowid final then), the versions still current at the end by `bulk_end`."""
+    moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
     if gone:
         if bulk:
             db.executemany("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) "
@@ -345,7 +359,9 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if closed_shared:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
                        closed_shared)
-    if not bulk and (moved or fresh):
+    if bulk:
+        index_closed(db, sorted({*moved, *fresh}))
+    elif moved or fresh:
         _index(db, moved, fresh)
 
 
@@ -397,9 +413,9 @@ def bulk_begin(db) -> list[str]:
 
 
 def bulk_end(db, triggers: list[str]) -> None:
-    """After the last bulk batch, in the caller's transaction: search_history indexed once (its rows final: no
-    version is moved) and the triggers back."""
-    index_history(db)
+    """After the last bulk batch, in the caller's transaction: the versions still current indexed (`index_open`)
+    and the triggers back."""
+    index_open(db)
     for sql in triggers:
         db.execute(sql)
 

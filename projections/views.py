@@ -16,9 +16,10 @@ from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
-closing shared page versions; 3: shared_void; 4: search_history_fts keyed by lifetime bucket)."""
+closing shared page versions; 3: shared_void; 4: search_history_fts keyed by lifetime bucket; 5: without
+its column sizes)."""
 
 PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """

@@ -3,34 +3,86 @@
 The hub's own commits (sync/committer.py) and commits seen by the storage's watcher (another hub
 process, through LISTEN/NOTIFY or the SQLite watcher) call `advance`; each waiter whose layers the
 commit touched wakes once and goes back to its route handler, which reads once.
+
+Wake-ups are paced by what they cost: a wake-up that woke n long-polls costs the hub n pull requests
+(each consumer's answer, then its next long-poll), so the next one comes no sooner than n *
+WAKE_COST_SECONDS after it, together with every commit made meanwhile (at most MAX_WAKE_INTERVAL).
+A hub whose commits are rarer than that wakes its long-polls the moment each lands; a busy one spends
+at most about (the CPU of a pull request) / WAKE_COST_SECONDS of its core on wake-ups, whatever its
+commit rate. Without the pacing, a hub committing small groups fast spent most of its one core
+answering consumers, one pull per consumer per commit (bench/bench_hub_load.py at 32 agents: about two
+pull requests per push); the price is a delay of at most n * WAKE_COST_SECONDS before a waiter wakes
+(32 ms for 32 consumers of a layer).
 """
 
 import asyncio
+import time
+
+WAKE_COST_SECONDS = 0.001
+"""The pause before the next wake-up, per long-poll the last one woke (see the module's docstring)."""
+MAX_WAKE_INTERVAL = 0.1
 
 
 class Fanout:
-    def __init__(self, head: int = 0):
-        self.head = head
+    def __init__(self, head: int = 0, cost: float = WAKE_COST_SECONDS):
+        self.head = head  # what the waiters have been told of: a poll behind it returns at once
+        self.cost = cost
         self._waiters: list[tuple[int, frozenset[str], asyncio.Future]] = []
+        self._pending: tuple[int, set[str] | None] | None = None  # commits seen, not yet told
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_wake = float("-inf")  # monotonic time the next wake-up may come
 
     def advance(self, head: int, layers: set[str] | None) -> None:
         """Commits up to `head` are visible; they touched `layers` (None: unknown, wake everyone behind)."""
+        if self._pending is not None:
+            known, touched = self._pending
+            head = max(head, known)
+            layers = None if layers is None or touched is None else touched | layers
+        now = time.monotonic()
+        due = self._next_wake
+        if now >= due:
+            self._wake(head, layers, now)
+            return
+        self._pending = (head, layers)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(due - now, self._flush)
+
+    def _flush(self) -> None:
+        self._timer = None
+        if self._pending is not None:
+            head, layers = self._pending
+            self._wake(head, layers, time.monotonic())
+
+    def _wake(self, head: int, layers: set[str] | None, now: float) -> None:
+        self._pending = None
         self.head = max(self.head, head)
-        keep = []
+        keep, woken = [], 0
         for after, wanted, future in self._waiters:
             if future.done():
                 continue
             if head > after and (layers is None or not wanted.isdisjoint(layers)):
                 future.set_result(True)
+                woken += 1
             else:
                 keep.append((after, wanted, future))
         self._waiters = keep
+        self._next_wake = now + min(MAX_WAKE_INTERVAL, woken * self.cost)
 
     def advance_threadsafe(self, loop: asyncio.AbstractEventLoop, head: int, layers: set[str] | None) -> None:
         try:
             loop.call_soon_threadsafe(self.advance, head, layers)
         except RuntimeError:  # the loop has closed: the hub is shutting down
             pass
+
+    def deferred(self, after: int, layers: list[str]) -> bool:
+        """True while a wake-up is due that will tell waiters on `layers` of commits after `after` they
+        have not been told of: a long-poll that found only those may wait for it (at most the pause)
+        and share the answer of the long-polls it wakes, rather than make a pull request of its own
+        for each commit."""
+        if self._pending is None or not self.head <= after < self._pending[0]:
+            return False
+        touched = self._pending[1]
+        return touched is None or not touched.isdisjoint(layers)
 
     @property
     def waiting(self) -> int:

@@ -10,17 +10,19 @@ carries a whole group (the hub's group commit, sync/committer.py), each push sti
 
 import hashlib
 import hmac
+import json
 import secrets
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import NamedTuple
 
 import msgspec
 
 from eventstore.envelope import Event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.ids import now_ms
-from eventstore.governance import is_held
+from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form
 from eventstore.layers import CONTRACT_LAYER
@@ -35,40 +37,134 @@ _loaded = msgspec.msgpack.Decoder(Event)
 
 PAGE_VERSIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS hub_page_versions (
-    id TEXT PRIMARY KEY, layer TEXT NOT NULL, slug TEXT NOT NULL, held INTEGER NOT NULL, superseded INTEGER NOT NULL);
+    id TEXT PRIMARY KEY, layer TEXT NOT NULL, slug TEXT NOT NULL, held INTEGER NOT NULL, superseded INTEGER NOT NULL,
+    parents TEXT, named_by TEXT NOT NULL DEFAULT '', void INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS hub_page_versions_page ON hub_page_versions(layer, slug) WHERE superseded = 0;
 """
-"""The shared pages' versions, for the hold check on an ingest (hub.check_holds): one row per version,
-`held` when it says `governance: hold` (a redacted version holds nothing), `superseded` once a version
-names it as a parent. A parent named before it arrives gets its row then (superseded), completed when
-it comes: the heads of a page are its rows not superseded, whatever the arrival order."""
-SUPERSEDE_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, 0, 1) "
-                 "ON CONFLICT (id) DO UPDATE SET superseded = 1")
-VERSION_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, {p}, 0) "
-               "ON CONFLICT (id) DO UPDATE SET layer = excluded.layer, slug = excluded.slug, held = excluded.held")
+"""The shared pages' versions, for the hold checks (hub.check_holds): one row per version, `held` when it
+says `governance: hold` (a redacted version holds nothing), `parents` its own (a JSON list; NULL until it
+arrives), `named_by` the versions that name it as a parent (each id followed by a space), `void` when it
+supersedes a held version without releasing it, or names a void version (eventstore.governance: as if it had
+never come), and `superseded` how many versions not void name it. A parent named before it arrives gets its
+row then, completed when it comes, and a held version that arrives after its children voids those that do not
+release it: the heads of a page are its rows arrived, not void and not superseded, whatever the arrival order."""
+PAGE_VERSIONS_COLUMN = "void"
+"""The newest column of hub_page_versions: a hub whose table lacks it fills the table again (`page_versions`)."""
+SUPERSEDE_SQL = ("INSERT INTO hub_page_versions (id, layer, slug, held, superseded, named_by) VALUES ({p}, {p}, {p}, 0, 1, "
+                 "{p}) ON CONFLICT (id) DO UPDATE SET superseded = hub_page_versions.superseded + 1, "
+                 "named_by = hub_page_versions.named_by || excluded.named_by")
+VERSION_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, {p}, 0, {p}, '', 0) ON CONFLICT (id) DO UPDATE SET "
+               "layer = excluded.layer, slug = excluded.slug, held = excluded.held, parents = excluded.parents")
 UNHOLD_SQL = "UPDATE hub_page_versions SET held = 0 WHERE id = {p}"
-HEADS_SQL = "SELECT id, held FROM hub_page_versions WHERE layer = {p} AND slug = {p} AND superseded = 0 ORDER BY id"
-NAMED_SQL = "SELECT id FROM hub_page_versions WHERE superseded = 1 AND id IN ({ids})"
+HEADS_SQL = ("SELECT id, held FROM hub_page_versions WHERE layer = {p} AND slug = {p} AND superseded = 0 AND void = 0 "
+             "AND parents IS NOT NULL ORDER BY id")
+NAMED_SQL = "SELECT id FROM hub_page_versions WHERE superseded > 0 AND id IN ({ids})"
+HOLDING_SQL = ("SELECT id, held, void, parents, named_by FROM hub_page_versions WHERE (held = 1 OR void = 1) "
+               "AND id IN ({ids})")
+VERSIONS_SQL = "SELECT id, held, void, parents, named_by FROM hub_page_versions WHERE id IN ({ids})"
+VOID_SQL = "UPDATE hub_page_versions SET void = 1 WHERE id = {p}"
+UNNAMED_SQL = "UPDATE hub_page_versions SET superseded = superseded - 1 WHERE id = {p}"
 """Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""
+
+
+class PageVersionSQL(NamedTuple):
+    """The statements above in one backend's dialect, and how it runs them in its open transaction."""
+
+    many: Callable  # (sql, rows) -> None
+    rows: Callable  # (sql, params) -> list of tuples
+    ids: Callable  # list of ids -> the one parameter `{ids}` reads
+    body: Callable  # id -> the body of a stored event (None: not stored)
+    supersede: str
+    version: str
+    holding: str
+    versions: str
+    void: str
+    unnamed: str
+
+
+def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows: Callable,
+                     stored: Callable) -> PageVersionSQL:
+    """The statements for a backend whose parameter mark is `mark` and whose SQL `ids` reads a parameter
+    `to_ids(list)` as a list of ids; `stored(id)` is (layer, data) of a stored event or None."""
+
+    def body(id):
+        found = stored(id)
+        return _loaded.decode(bytes(found[1])).body if found else None
+
+    return PageVersionSQL(many, rows, to_ids, body, *(sql.format(p=mark, ids=ids) for sql in (
+        SUPERSEDE_SQL, VERSION_SQL, HOLDING_SQL, VERSIONS_SQL, VOID_SQL, UNNAMED_SQL)))
 
 
 def page_version_rows(events) -> tuple[list[tuple], list[tuple]]:
     """(SUPERSEDE_SQL rows, VERSION_SQL rows) of the shared page versions among `events`, in order:
-    each version's parents marked superseded, then its own row."""
+    each version's parents named, then its own row."""
     superseded, versions = [], []
     for event in events:
         body = event.body
         if isinstance(body, (PageIngest, PageUpdate, PageDelete)):
-            superseded.extend((parent, event.layer, body.slug) for parent in getattr(body, "parents", ()))
+            parents = list(getattr(body, "parents", ()))
+            superseded.extend((parent, event.layer, body.slug, event.id + " ") for parent in parents)
             versions.append((event.id, event.layer, body.slug,
-                             int(not isinstance(body, PageDelete) and is_held(body.frontmatter))))
+                             int(not isinstance(body, PageDelete) and is_held(body.frontmatter)),
+                             json.dumps(parents)))
     return superseded, versions
 
 
-def stored_page_versions(datas) -> tuple[list[tuple], list[tuple]]:
-    """page_version_rows of stored events (`hub_events.data`, in position order): how a hub made before
-    hub_page_versions fills it, once."""
-    return page_version_rows(_loaded.decode(bytes(data)) for data in datas)
+def record_page_versions(sql: PageVersionSQL, events) -> None:
+    """Keeps hub_page_versions for `events` (new ones, in position order), in the caller's transaction: their
+    rows, then the versions that the rule of eventstore.governance makes void, whatever came first: a version
+    of the batch naming a held version it does not release or a void one, a stored version naming a held
+    version of the batch, and every version built on one made void. Rare, so read row by row."""
+    superseded, versions = page_version_rows(events)
+    if not versions:
+        return
+    sql.many(sql.supersede, superseded)
+    sql.many(sql.version, [row[:4] + (row[4],) for row in versions])
+    bodies = {event.id: event.body for event in events}
+    held_new = [row[0] for row in versions if row[3]]
+    parents = sorted({row[0] for row in superseded} | set(held_new))
+    flagged = {row[0]: row for row in sql.rows(sql.holding, (sql.ids(parents),))}
+    if not flagged:
+        return
+
+    def body(id):
+        return bodies[id] if id in bodies else sql.body(id)
+
+    doomed = []
+    for parent, _layer, _slug, child in superseded:
+        row = flagged.get(parent)
+        if row is not None and (row[2] or hold_refusal(body(child[:-1]), {parent: body(parent)}.get)):
+            doomed.append(child[:-1])
+    for id in held_new:
+        for child in flagged[id][4].split():
+            if hold_refusal(body(child), {id: body(id)}.get):
+                doomed.append(child)
+    _make_void(sql, doomed)
+
+
+def _make_void(sql: PageVersionSQL, doomed: list[str]) -> None:
+    """Makes void each of `doomed` and every version built on one: it names nothing any more (its parents
+    are one version less superseded)."""
+    seen = set()
+    while doomed := [id for id in doomed if id not in seen]:
+        seen.update(doomed)
+        rows = sql.rows(sql.versions, (sql.ids(sorted(set(doomed))),))
+        fresh = [row for row in rows if not row[2] and row[3] is not None]
+        sql.many(sql.void, [(row[0],) for row in fresh])
+        sql.many(sql.unnamed, [(parent,) for row in fresh for parent in json.loads(row[3])])
+        doomed = [child for row in fresh for child in row[4].split()]
+
+
+def stored_page_versions(sql: PageVersionSQL, page: str) -> None:
+    """Fills hub_page_versions from the stored events, in position order: how a hub made before it (or before
+    its newest column) fills it, once. `page` reads (position, data) after a position (its one parameter)."""
+    after = 0
+    while rows := sql.rows(page, (after,)):
+        record_page_versions(sql, [_loaded.decode(bytes(data)) for _position, data in rows])
+        after = rows[-1][0]
+
+
+STORED_PAGE = "SELECT position, data FROM hub_events WHERE position > {p} ORDER BY position LIMIT 1000"
 
 
 class PullRecord(msgspec.Struct, array_like=True):

@@ -14,9 +14,9 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo, Committed,
-                      HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
-                      stored_page_versions)
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, UNHOLD_SQL, AgentInfo,
+                      Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
+                      STORED_PAGE, record_page_versions, redacted_rows, stored_page_versions)
 
 CHANNEL = "mindlog_hub"
 SCHEMA = """
@@ -31,8 +31,9 @@ CREATE TABLE IF NOT EXISTS hub_agents (
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor BIGINT NOT NULL, at BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
-SUPERSEDE, VERSION, UNHOLD, HEADS = (sql.format(p="%s") for sql in (SUPERSEDE_SQL, VERSION_SQL, UNHOLD_SQL, HEADS_SQL))
-NAMED = NAMED_SQL.format(ids="SELECT unnest(%s::text[])")
+UNHOLD, HEADS = (sql.format(p="%s") for sql in (UNHOLD_SQL, HEADS_SQL))
+IDS = "SELECT unnest(%s::text[])"
+NAMED = NAMED_SQL.format(ids=IDS)
 
 
 class PostgresHubStorage(HubStorage):
@@ -41,12 +42,15 @@ class PostgresHubStorage(HubStorage):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT pg_advisory_lock(727272)")
             try:
-                had_versions = conn.execute("SELECT to_regclass('hub_page_versions') IS NOT NULL").fetchone()[0]
+                columns = [name for (name,) in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'hub_page_versions' "
+                    "AND table_schema = current_schema()")]
                 with conn.transaction():
+                    if columns and PAGE_VERSIONS_COLUMN not in columns:
+                        conn.execute("DROP TABLE hub_page_versions")  # made before its newest column: filled again
                     conn.execute(SCHEMA)
-                    if not had_versions:
-                        self._page_versions(conn, *stored_page_versions(
-                            data for (data,) in conn.execute("SELECT data FROM hub_events ORDER BY position")))
+                    if PAGE_VERSIONS_COLUMN not in columns:
+                        stored_page_versions(self._versions(conn), STORED_PAGE.format(p="%s"))
             finally:
                 conn.execute("SELECT pg_advisory_unlock(727272)")
         self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True)
@@ -86,13 +90,17 @@ class PostgresHubStorage(HubStorage):
             rows = conn.execute("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at").fetchall()
         return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r) for n, c, r in rows]
 
-    @staticmethod
-    def _page_versions(conn, superseded: list[tuple], versions: list[tuple]) -> None:
-        with conn.cursor() as cursor:
-            if superseded:
-                cursor.executemany(SUPERSEDE, superseded)
-            if versions:
-                cursor.executemany(VERSION, versions)
+    @classmethod
+    def _versions(cls, conn):
+        """hub_page_versions' statements, run on `conn` (in its transaction)."""
+
+        def many(sql, rows):
+            if rows:
+                with conn.cursor() as cursor:
+                    cursor.executemany(sql, rows)
+
+        return page_version_sql("%s", IDS, list, many, lambda sql, params: conn.execute(sql, params).fetchall(),
+                                lambda id: cls._stored(conn, id))
 
     def _commit_group(self, batches, pulls):
         with self.pool.connection() as conn, conn.transaction():
@@ -112,7 +120,7 @@ class PostgresHubStorage(HubStorage):
                     if updates:
                         cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
                         cursor.executemany(UNHOLD, [(id,) for _data, id in updates])
-                    self._page_versions(conn, *page_version_rows(rows))
+                    record_page_versions(self._versions(conn), rows)
                     payload = f"{head + len(rows)} {','.join(sorted(layers))}"
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                 if pulls:

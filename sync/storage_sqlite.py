@@ -12,9 +12,9 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_TABLE, SUPERSEDE_SQL, UNHOLD_SQL, VERSION_SQL, AgentInfo,
-                      Committed, HubStorage, decode_stored, encode_stored, page_version_rows, plan_group, redacted_rows,
-                      stored_page_versions)
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, UNHOLD_SQL, AgentInfo,
+                      Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
+                      STORED_PAGE, record_page_versions, redacted_rows, stored_page_versions)
 
 WATCH_INTERVAL = 0.25
 INSERT_ROWS = 500
@@ -29,8 +29,9 @@ CREATE TABLE IF NOT EXISTS hub_agents (
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NULL, at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
-SUPERSEDE, VERSION, UNHOLD, HEADS = (sql.format(p="?") for sql in (SUPERSEDE_SQL, VERSION_SQL, UNHOLD_SQL, HEADS_SQL))
-NAMED = NAMED_SQL.format(ids="SELECT value FROM json_each(?)")
+UNHOLD, HEADS = (sql.format(p="?") for sql in (UNHOLD_SQL, HEADS_SQL))
+IDS = "SELECT value FROM json_each(?)"
+NAMED = NAMED_SQL.format(ids=IDS)
 
 
 PULL_SCAN = 2
@@ -47,23 +48,22 @@ class SQLiteHubStorage(HubStorage):
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
         self._lock = threading.Lock()
+        self._versions = page_version_sql("?", IDS, json.dumps, self.db.executemany,
+                                          lambda sql, params: self.db.execute(sql, params).fetchall(), self._stored)
         self._write(self._create)
         self._readers = threading.local()
         self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
 
     def _create(self) -> None:
-        had_versions = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hub_page_versions'").fetchone()
+        columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]
+        if columns and PAGE_VERSIONS_COLUMN not in columns:
+            self.db.execute("DROP TABLE hub_page_versions")  # made before its newest column: filled again
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 self.db.execute(statement)
-        if not had_versions:
-            self._page_versions(*stored_page_versions(
-                data for (data,) in self.db.execute("SELECT data FROM hub_events ORDER BY position")))
-
-    def _page_versions(self, superseded: list[tuple], versions: list[tuple]) -> None:
-        self.db.executemany(SUPERSEDE, superseded)
-        self.db.executemany(VERSION, versions)
+        if PAGE_VERSIONS_COLUMN not in columns:
+            stored_page_versions(self._versions, STORED_PAGE.format(p="?"))
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
@@ -146,7 +146,7 @@ class SQLiteHubStorage(HubStorage):
             if updates:
                 self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", updates)
                 self.db.executemany(UNHOLD, [(id,) for _data, id in updates])
-            self._page_versions(*page_version_rows(rows))
+            record_page_versions(self._versions, rows)
             self._insert("hub_pulls", [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
         committed = self._write(append)

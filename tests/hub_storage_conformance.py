@@ -192,11 +192,11 @@ class HubStorageConformance:
             hub.admin_redact([one.id], " ")
 
     def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
-        held = version(held=True)
-        child = version(parents=[held.id])
+        first = version()
+        child = version(parents=[first.id])
         hub.push([child])  # before its parent: the parent is superseded when it arrives
         assert hub.page_heads("drafts", "p") == [(child.id, False)]
-        hub.push([held])
+        hub.push([first])
         assert hub.page_heads("drafts", "p") == [(child.id, False)]
         beside, gone = version(held=True), version(parents=[child.id], delete=True)
         hub.commit([[beside], [gone]])
@@ -204,6 +204,28 @@ class HubStorageConformance:
         assert hub.page_heads("drafts", "q") == [] and hub.page_heads("insights", "p") == []
         hub.admin_redact([beside.id], "private")  # a version that cannot be read holds nothing
         assert sorted(hub.page_heads("drafts", "p")) == sorted([(beside.id, False), (gone.id, False)])
+
+    @pytest.mark.parametrize("order", ["held last", "held between", "held first", "one batch"])
+    def test_a_held_version_that_arrives_after_an_update_of_it_stays_the_head(self, hub, order):
+        """An update of a held version that does not release it is void (eventstore.governance), and so is
+        what is built on it, whatever reached the hub first: the held version stays the page's head, named by
+        nothing, and the version it updated stays superseded."""
+        first = version()
+        held = version(parents=[first.id], held=True)
+        sneak = version(parents=[held.id])  # reaches the hub before `held` when the hub could not check it
+        on_top = version(parents=[sneak.id])
+        merge = version(parents=[on_top.id, first.id], delete=True)
+        hub.push([first])
+        batches = {"held last": [[sneak], [on_top, merge], [held]], "held between": [[sneak], [held], [on_top, merge]],
+                   "held first": [[held], [merge], [sneak], [on_top]], "one batch": [[sneak, on_top, held, merge]]}
+        for batch in batches[order]:
+            hub.push(batch)
+        assert hub.page_heads("drafts", "p") == [(held.id, True)]
+        assert hub.named_versions([first.id, held.id, sneak.id, on_top.id]) == {first.id}
+        freed = new_event(PageUpdate(slug="p", frontmatter={"type": "x"}, text="t", parents=[held.id], note="agreed"),
+                          agent="writer", layer="drafts")
+        hub.push([freed])
+        assert hub.page_heads("drafts", "p") == [(freed.id, False)]
 
     def test_named_versions_are_the_ids_a_stored_version_names_as_parent(self, hub):
         ingest = version()

@@ -36,9 +36,15 @@ class TestPostgresHubStorage(HubStorageConformance):
         storage.close()
 
 
-def test_a_hub_made_before_page_versions_were_kept_fills_them_once(tmp_path, pg_url):
+OLD_PAGE_VERSIONS = ("CREATE TABLE hub_page_versions (id TEXT PRIMARY KEY, layer TEXT NOT NULL, slug TEXT NOT NULL, "
+                     "held INTEGER NOT NULL, superseded INTEGER NOT NULL)")
+"""hub_page_versions as hubs made it before it had `void` (and `parents`, `named_by`)."""
+
+
+@pytest.mark.parametrize("made", ["without the table", "with the table before void"])
+def test_a_hub_made_before_page_versions_were_kept_fills_them_once(tmp_path, pg_url, made):
     """hub_page_versions (the hold check's heads) is filled from the stored events when a hub opens
-    without it, on either backend."""
+    without it, or with it as it was before its newest column, on either backend."""
     import psycopg
     import sqlite3
 
@@ -50,12 +56,15 @@ def test_a_hub_made_before_page_versions_were_kept_fills_them_once(tmp_path, pg_
         hub = opened()
         held = version(held=True)
         update, other = version(parents=[held.id]), version(held=True)
-        hub.push([held, update, other])
+        hub.push([update, held, other])  # the update first: void once `held` comes
         expected = sorted(hub.page_heads("drafts", "p"))
-        assert expected == sorted([(update.id, False), (other.id, True)])
+        assert expected == sorted([(held.id, True), (other.id, True)])
         hub.close()
         conn = drop()
         conn.execute("DROP TABLE hub_page_versions")
+        if made != "without the table":
+            conn.execute(OLD_PAGE_VERSIONS)
+            conn.execute(f"INSERT INTO hub_page_versions VALUES ('{held.id}', 'drafts', 'p', 1, 1)")
         conn.close()
         hub = opened()
         assert sorted(hub.page_heads("drafts", "p")) == expected

@@ -294,6 +294,20 @@ def test_mem_push_refuses_an_ingest_written_before_the_hold_was_seen(tmp_path):
         team.stop()
 
 
+def push_to_team(team, agent, *events):
+    token = (team.root / f"{agent}.token").read_text().strip()
+    return httpx.post(f"{team.url}/v1/push", content=msgspec.json.encode({"events": list(events)}),
+                      headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+
+
+def hub_heads_of_team(team, slug="pricing"):
+    storage = open_storage(str(team.db))
+    try:
+        return storage.page_heads("drafts", slug)
+    finally:
+        storage.close()
+
+
 def log_rows_of_hub(team):
     import sqlite3
 
@@ -487,10 +501,13 @@ def test_an_update_of_a_held_page_that_reached_the_hub_first_does_not_unfreeze_i
         held = held_version()
         sneaky = update(held, agent="reviewer")
         for agent, event in (("reviewer", sneaky), ("writer", held)):
-            token = (team.root / f"{agent}.token").read_text().strip()
-            response = httpx.post(f"{team.url}/v1/push", content=msgspec.json.encode({"events": [event]}),
-                                  headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+            response = push_to_team(team, agent, event)
             assert response.status_code == 200, response.text
+        assert hub_heads_of_team(team) == [(held.id, True)]  # the hub too: the update is void, the hold stands
+        unaware = new_event(PageIngest(slug="pricing", frontmatter={"type": "policy"}, text="# Pricing\n\nAny.\n"),
+                            agent="researcher", layer="drafts")
+        refused = push_to_team(team, "researcher", unaware)
+        assert refused.status_code == 409 and refused.json()["type"] == PROBLEM_BASE + "held", refused.text
         team.mem("researcher", "pull", check=True)
         assert "No discounts above 20%." in (team.root / "researcher/content/drafts/pricing.md").read_text()
         conflicts = team.mem("researcher", "conflicts", "--json")

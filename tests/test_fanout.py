@@ -1,0 +1,74 @@
+"""The hub's fan-out paces its wake-ups by what they cost (sync/fanout.py): a commit wakes the waiting
+long-polls at once when the hub is quiet; commits landing while the last wake-up's pause runs are told
+together at its end; a long-poll that found only commits not yet told waits for that wake-up."""
+
+import asyncio
+import time
+
+from sync.fanout import Fanout
+
+COST = 0.01  # seconds of pause per woken long-poll: large enough to see on a loaded machine
+
+
+async def waiters(fanout: Fanout, after: int, count: int, layers=("insights",)) -> list[asyncio.Task]:
+    tasks = [asyncio.create_task(fanout.wait(after, list(layers), 5.0)) for _ in range(count)]
+    await asyncio.sleep(0)  # each has registered
+    return tasks
+
+
+async def settle() -> None:
+    """Lets the woken tasks run (a future set now resumes its task on the loop's next turns)."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_a_quiet_hub_wakes_at_once_and_a_busy_one_after_the_pause():
+    async def scenario():
+        fanout = Fanout(cost=COST)
+        first = await waiters(fanout, 0, 4)
+        fanout.advance(1, {"insights"})
+        await settle()
+        assert all(task.done() for task in first)  # quiet: told the moment the commit lands
+        assert fanout.head == 1
+
+        second = await waiters(fanout, 1, 2)
+        started = time.monotonic()
+        fanout.advance(2, {"insights"})
+        fanout.advance(3, {"insights"})  # both within the 4 * COST pause the first wake-up set
+        await settle()
+        assert not any(task.done() for task in second) and fanout.head == 1
+        assert fanout.deferred(1, ["insights"]) and not fanout.deferred(3, ["insights"])
+        assert not fanout.deferred(1, ["notes"])  # what is pending touches no layer of its
+        results = await asyncio.gather(*second)
+        waited = time.monotonic() - started
+        assert results == [True, True] and fanout.head == 3
+        assert 2 * COST <= waited < 1.0  # told together, at the end of the pause
+
+        await asyncio.sleep(2 * COST + 0.01)  # the pause of the second wake-up (2 woken) is over
+        third = await waiters(fanout, 3, 1)
+        fanout.advance(4, {"insights"})
+        await settle()
+        assert third[0].done()
+
+    asyncio.run(scenario())
+
+
+def test_a_paced_wake_up_keeps_the_layers_of_every_commit_it_tells():
+    async def scenario():
+        fanout = Fanout(cost=COST)
+        fanout.advance(1, {"other"})  # nobody waits: no pause
+        await waiters(fanout, 0, 1, layers=("other",))  # returns at once, head 1 > 0
+        insights = await waiters(fanout, 1, 1)
+        decisions = await waiters(fanout, 1, 1, layers=("decisions",))
+        unrelated = await waiters(fanout, 1, 1, layers=("notes",))
+        fanout.advance(2, {"insights"})  # wakes insights now, pauses COST
+        await settle()
+        assert insights[0].done() and not decisions[0].done()
+        fanout.advance(3, {"decisions"})
+        fanout.advance(4, {"other"})
+        assert await decisions[0] is True
+        await settle()
+        assert not unrelated[0].done()  # no commit of its layer: still waiting
+        unrelated[0].cancel()
+
+    asyncio.run(scenario())
