@@ -56,6 +56,11 @@ def snapshot(root: Path) -> dict[str, bytes]:
             if p.is_file() and ".mem" not in p.parts}
 
 
+def children() -> set[int]:
+    """This process's child processes (the hub of the fixtures runs in a thread)."""
+    return {int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()}
+
+
 @pytest.fixture
 def team(tmp_path):
     """A hub that received EVENTS events in ROUNDS rounds, a follower that pulled after each round, and
@@ -170,9 +175,18 @@ def test_a_catch_up_cut_off_by_the_hub_leaves_the_views_as_they_were_and_the_nex
                     raise client_module.HubUnreachable("the hub went away")
                 return answered(*args, **kwargs)
 
+            def failing_first():
+                raise client_module.HubUnreachable("the hub went away")
+
+            before = children()
+            client.pull_page = lambda *args, **kwargs: failing_first()
+            with pytest.raises(client_module.HubUnreachable):  # the views build's process was started ahead
+                pull(fresh, remote, client)
+            assert fresh.log.head() == 0 and children() == before  # it was ended with the pull
             client.pull_page = failing
             with pytest.raises(client_module.HubUnreachable):
                 pull(fresh, remote, client)
+            assert children() == before
             kept = fresh.log.head()
             assert 0 < kept < EVENTS  # the pages that came are kept, with their cursor
             assert fresh.views.checkpoint() == 0 and not (newcomer / "docs").exists()  # the build gave up
