@@ -71,13 +71,13 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 def phases(base: Path, url: str, token: str, agent: str) -> list[tuple]:
     """Seconds the client spends in each part of a first pull, timed in this process. The views are
-    built in a thread of their own while the pages come in, so the parts add up to more than the whole."""
-    import projections.bulk as bulk_module
+    built in a process of their own while the pages come in (timed from its start to its end, merge
+    included), so the parts add up to more than the whole."""
     import projections.replay as replay_module
     import sync.client as client_module
 
     spent = dict.fromkeys(("check (decode, digests, contract, validation)", "append to the log",
-                           "fold into the views (bulk, its own thread)", "write the files"), 0.0)
+                           "build the views (bulk, a process of its own)", "write the files"), 0.0)
     appended = [0.0]
 
     def timing(name, fn):
@@ -92,7 +92,7 @@ def phases(base: Path, url: str, token: str, agent: str) -> list[tuple]:
 
     names = list(spent)
     client_module.accept = timing(names[0], client_module.accept)
-    bulk_module.catch_up = timing(names[2], bulk_module.catch_up)
+    replay_module._build = timing(names[2], replay_module._build)
     replay_module.materialize = timing(names[3], replay_module.materialize)
     with Memory.init(base / "phases", agent) as memory:
         append = memory.log.append
