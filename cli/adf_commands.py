@@ -187,7 +187,8 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
 
 
 @audit_app.command("read")
-def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop", help="Only this loop's audit blobs."),
+def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop",
+                                                             help="Only this loop (its live rows and audit blobs)."),
                json: bool = JsonOpt):
     """Resolve a seq: the live loop, then every audit blob that covers it, then the log; or missing."""
     with memory() as mem:
@@ -203,6 +204,7 @@ def _print_hit(hit) -> None:
     where = {"live": "live in the loop", "audit": f"in audit blob {hit.audit_id}",
              "log": "not in any audit blob (loop audit was off); the event log still holds it",
              "missing": f"not a loop message: event {hit.seq} is a {hit.other}" if hit.other
+             else f"not in the loop cited: it is a message of loop {hit.in_loop}" if hit.in_loop
              else "missing: not live, not in any audit blob, not in the log"}[hit.source]
     typer.echo(f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else ""))
     if hit.entry:

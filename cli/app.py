@@ -10,7 +10,7 @@ from typer.core import TyperGroup
 from typer.models import TyperInfo
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
-from eventstore.instants import format_local, parse_instant
+from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
 from .output import AT_HELP, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
@@ -354,7 +354,7 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
          json: bool = JsonOpt):
     """The events themselves, oldest first."""
     with memory(refresh=False) as mem:
-        since_ms = parse_instant(since) if since else None
+        since_ms = past_instant(since) if since else None
         if since_ms is not None:
             typer.echo(f"since {format_local(since_ms)}", err=True)
         events = mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)
@@ -383,7 +383,8 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
             else:
                 report = replaying.replay(mem, to, force=force, progress=advance)
     if json:
-        return emit_json(report)
+        emit_json(report)
+        raise typer.Exit(1 if check and not report.same else 0)
     if check:
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:
@@ -420,7 +421,8 @@ def adopt(json: bool = JsonOpt):
     with memory(refresh=False) as mem:
         report = adopting(mem)
     if json:
-        return emit_json(report)
+        emit_json(report)
+        raise typer.Exit(1 if report.refused else 0)
     for path in report.adopted:
         typer.echo(f"adopted {path}")
     for path, why in report.refused.items():
@@ -510,6 +512,12 @@ def main() -> None:
     from typer.exceptions import Abort
 
     tune_typer()
+    for arg in sys.argv[1:]:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:  # bytes that are not UTF-8, as Python hands them over (surrogate-escaped)
+            typer.echo(f"error: the argument {arg.encode(errors='surrogateescape')!r} is not valid UTF-8", err=True)
+            sys.exit(2)
     try:
         code = root_command()(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:

@@ -17,7 +17,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
-from eventstore.instants import format_local, parse_instant
+from eventstore.instants import format_local, past_instant
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.memory import Memory
@@ -219,7 +219,10 @@ def build_server(mem: Memory) -> MCPServer:
     @register
     def history(path: str) -> str:
         """Every version of a file: the seq and time of each event that changed it (JSON)."""
-        return json_text(history_of(mem, workspace_path(path)))
+        versions = history_of(mem, rel := workspace_path(path))
+        if not versions:
+            raise ToolError(f"{rel} never existed")
+        return json_text(versions)
 
     @register
     def diff(path: str, old: str, new: str | None = None) -> list[str]:
@@ -268,7 +271,7 @@ def build_server(mem: Memory) -> MCPServer:
             n: int = 50) -> list[str]:
         """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON; then
         the instant `since` was understood as)."""
-        since_ms = parse_instant(since) if since else None
+        since_ms = past_instant(since) if since else None
         said = [f"since {format_local(since_ms)}"] if since_ms is not None else []
         return [json_text(mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)), *said]
 
@@ -334,14 +337,15 @@ def parse_http(address: str) -> tuple[str, int]:
 
 
 def serve(mem: Memory, http: str | None = None) -> None:
+    address = parse_http(http) if http is not None else None
     server = build_server(mem)
     try:
-        if http is None:
+        if address is None:
             server.run("stdio")
         else:
             from sync.server import listen, run_on
 
-            host, port = parse_http(http)
+            host, port = address
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
             print(f"mindlog mcp: http://{host}:{port}/mcp", file=sys.stderr, flush=True)

@@ -69,6 +69,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     from sync.server import listen, serve as serve_app
     from sync.storage import hub_exists
 
+    _refuse_unmade_dirs(admin_token_file, ui_dir)
     sock = listen(host, port)
     existed = hub_exists(db)
     hub = storage(db, create=True)
@@ -78,6 +79,18 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
     typer.echo(f"mindlog hub on http://{host}:{port} ({db}); pages at http://{host}:{port}/ui/", err=True)
     serve_app(app, sock)
+
+
+def _refuse_unmade_dirs(admin_token_file: Path | None, ui_dir: Path | None) -> None:
+    """`mem serve` makes the admin token file and the mirror's directory when missing, but never the
+    directories they go in (as with --db): a mistyped path is refused before anything is made."""
+    for option, path, kind in (("--admin-token-file", admin_token_file, "file"), ("--ui-dir", ui_dir, "directory")):
+        if path is None:
+            continue
+        if not path.parent.is_dir():
+            fail(f"{option} {path}: there is no directory {path.parent}")
+        if path.exists() and (path.is_dir() if kind == "file" else not path.is_dir()):
+            fail(f"{option} {path}: {'a directory' if kind == 'file' else 'a file'} is there, not a {kind}")
 
 
 def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
@@ -97,7 +110,11 @@ def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
             admin_token_file.touch(mode=0o600)
             admin_token_file.write_text(new_token() + "\n")
             typer.echo(f"wrote a new admin token for the pages to {admin_token_file}", err=True)
-        admin = admin_token_file.read_text().strip() or fail(f"{admin_token_file} is empty")
+        try:
+            admin = admin_token_file.read_bytes().decode().strip()
+        except UnicodeDecodeError:
+            fail(f"{admin_token_file} is not a token: it is not UTF-8 text")
+        admin = admin or fail(f"{admin_token_file} is empty")
     return hub_ui(hub, HubMirror(hub, ui_dir), admin, warm_up=True)
 
 
@@ -394,12 +411,12 @@ def shared_page_list(layer: str, json: bool) -> None:
 
 
 def show_status(json: bool, fetch: bool) -> None:
+    from eventstore.workspace import log_cut_short
     from sync.status import sync_status
 
     with memory(refresh=False) as mem:
         report = sync_status(mem, fetch=fetch)
-    short = (f"the views are at seq {report.checkpoint}, past the log head {report.head}: the log is damaged or "
-             "was cut short; run `mem verify`") if report.behind < 0 else None
+    short = str(log_cut_short(report.checkpoint, report.head)) if report.behind < 0 else None
     if json:
         emit_json(report)
         return fail(short) if short else None

@@ -19,6 +19,12 @@ def log_damaged(location, detail) -> Damaged:
     return Damaged(f"the event log {location} is damaged: {detail}")
 
 
+def log_cut_short(checkpoint: int, head: int) -> Damaged:
+    """Views past the log's head: the log was emptied, replaced or cut short after they folded it."""
+    return Damaged(f"the views are at seq {checkpoint}, past the log head {head}: the log is damaged or was cut "
+                   "short; run `mem verify`")
+
+
 def views_damaged(path, detail) -> Damaged:
     return Damaged(f"the views database {path} is damaged ({detail}): run `mem replay`")
 
@@ -37,7 +43,7 @@ def sqlite_damage(path: Path) -> str | None:
         return str(exc) if is_damaged(exc) else None
     finally:
         db.close()
-    return None if found == ["ok"] else "; ".join(found)[:200]
+    return None if found == ["ok"] else "; ".join(line for row in found for line in row.splitlines())[:200]
 
 
 class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -102,8 +108,15 @@ class Workspace:
         agent = "agent" if agent is None else agent
         if not agent or any(c in agent for c in "/\\\n\r\t ") or len(agent) > 64:
             raise InvalidInput(f"agent name {agent!r} must be one word of at most 64 characters")
-        ws.root.mkdir(parents=True, exist_ok=True)
-        (ws.root / "mind").mkdir(exist_ok=True)
+        for directory in (ws.root, ws.root / "mind"):
+            if directory.exists() and not directory.is_dir():
+                what = "is" if directory == ws.root else "keeps its pages in"
+                raise InvalidInput(f"{directory} is a file; a workspace {what} a directory")
+        try:
+            ws.root.mkdir(parents=True, exist_ok=True)
+            (ws.root / "mind").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput(f"cannot make the workspace {ws.root}: {exc.strerror}") from None
         if not ws.exists:
             ws.write_config(WorkspaceConfig(agent=agent, log=log))
         elif log is not None and ws.config().log != log:

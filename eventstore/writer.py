@@ -193,6 +193,11 @@ class AdfWriter:
             raise InvalidInput(f"there is no config key {key!r} (keys: {', '.join(CONFIG_KEYS)}, layers.<name>)")
         if key.startswith("audit.") and key.count(".") == 1 and not isinstance(value, bool):
             raise InvalidInput(f"{key} is a switch: give true or false")
+        budgets = {key: value} if key.startswith("lint.") else \
+            {f"lint.{k}": v for k, v in value.items()} if key == "lint" and isinstance(value, dict) else {}
+        for name, limit in budgets.items():
+            if name in CONFIG_KEYS and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+                raise InvalidInput(f"{name} is a budget: give a whole number above 0, not {limit!r}")
         return self._event(ConfigSet(key=key, value=value), AGENT)
 
 

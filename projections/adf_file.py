@@ -23,7 +23,7 @@ from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, Impo
 from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, Writer
 
-from . import render
+from . import render, trust
 from .adf import MESSAGE_COLUMNS, blob_json
 from .views import LOG_PATH, MIND_PATH
 
@@ -414,12 +414,22 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
 
 
 def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:
+    """Whether a mind.md is not the index mindlog renders of these pages and `## Always` lines. A catalog
+    line may carry its page's trust flag (`(superseded by deploy)`, `(stale since ...)`), judged on a day
+    the file does not say: it matches with the flag that page gets on any day, before or after it went stale."""
     catalog = []
     for e in wiki:
         if isinstance(e.body, PageIngest):
-            catalog.append((e.body.slug, render.title_of(e.body.slug, e.body.frontmatter, e.body.text),
-                            render.hook_of(e.body.frontmatter)))
-    return render.mind(always, sorted(catalog)) != text
+            fm = e.body.frontmatter
+            catalog.append((e.body.slug, render.title_of(e.body.slug, fm, e.body.text), render.hook_of(fm),
+                            trust.stored_status(fm.get("status")), trust.stale_day(fm.get("stale_after"))))
+    head = render.mind(always, [])
+    lines = text[len(head):].splitlines(keepends=True) if text.startswith(head) else None
+    if lines is None or len(lines) != len(catalog):
+        return True
+    return any(line not in {render.catalog_line(slug, title, hook, trust.catalog_flag(status, stale, day))
+                            for day in ("0000-00-00", "9999-12-31")}
+               for line, (slug, title, hook, status, stale) in zip(lines, sorted(catalog)))
 
 
 def _line_up(live: list[tuple[int, LoopAppend]], others: list, event, name: str) -> list:

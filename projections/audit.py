@@ -33,6 +33,7 @@ class AuditHit(msgspec.Struct, omit_defaults=True):
     audit_id: int | None = None
     entry: dict[str, Any] | None = None
     other: str | None = None  # when missing: the event at that seq, which is not a loop message
+    in_loop: str | None = None  # when missing: the loop that holds the message, which is not the one cited
 
 
 class AuditRow(msgspec.Struct):
@@ -78,7 +79,7 @@ def archived_by(views: Views, event_seq: int) -> AuditRow | None:
 
 def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int | None = None) -> AuditHit:
     as_of = views.checkpoint() if as_of is None else as_of
-    live = views.loop_rows(None, as_of, seq=seq)
+    live = views.loop_rows(loop, as_of, seq=seq)
     if live:
         s, lp, role, content, _model, _tokens, created, _ord = live[0]
         return AuditHit(source="live", seq=seq, loop=lp, entry={"seq": s, "loop": lp, "role": role,
@@ -103,6 +104,8 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
             role, content, created = "user", [{"type": "text", "text": prefix + body.summary}], event.ts
         entry = {"seq": seq, "role": role, "content_json": content, "created_at": created}
         return AuditHit(source="log", seq=seq, loop=body.loop, entry=entry)
+    if isinstance(body, (LoopAppend, LoopCompact)):
+        return AuditHit(source="missing", seq=seq, in_loop=body.loop)
     other = f"{event.kind} in layer {event.layer} by {event.agent}" if event is not None else None
     return AuditHit(source="missing", seq=seq, other=other)
 

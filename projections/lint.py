@@ -7,7 +7,9 @@ many search terms to a command the user supplies, for the contradictions no rule
 """
 
 import json
+import os
 import re
+import signal
 import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -183,10 +185,20 @@ def check_orphans(scope: Scope) -> list[Finding]:
             for path in untracked(scope.views, scope.root)]
 
 
+def _budget(config: dict, name: str, default: int) -> int:
+    """A budget from the config; one that is no whole number above 0 (an imported file's, say) is refused."""
+    value = config.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"the config's lint.{name} is {value!r}, not a whole number above 0: "
+                           f"`mem config set lint.{name} {default}`")
+    return value
+
+
 def check_budget(scope: Scope) -> list[Finding]:
-    config = scope.views.config(scope.as_of).get("lint") or {}
-    max_lines = int(config.get("mind_max_lines", DEFAULT_MAX_LINES))
-    max_bytes = int(config.get("mind_max_bytes", DEFAULT_MAX_BYTES))
+    config = scope.views.config(scope.as_of).get("lint")
+    config = config if isinstance(config, dict) else {}
+    max_lines = _budget(config, "mind_max_lines", DEFAULT_MAX_LINES)
+    max_bytes = _budget(config, "mind_max_bytes", DEFAULT_MAX_BYTES)
     text = scope.views.mind(scope.as_of)
     lines, size = text.count("\n"), len(text.encode("utf-8"))
     found = []
@@ -250,14 +262,28 @@ def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[
             for n, a, b in pairs[:limit]]
 
 
+def _run_judge(command: str, pair_json: bytes, timeout: float, pair: dict) -> subprocess.CompletedProcess:
+    """The judge on one pair, in a process group of its own, so that a judge past `timeout` is stopped
+    whole (a pipeline's or a script's children too) and refused."""
+    with subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            out, err = process.communicate(pair_json, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise InvalidInput(f"the judge command gave no verdict within {timeout:g} s (on {pair['a']} and "
+                               f"{pair['b']}); nothing was recorded") from None
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
 def judge_pairs(scope: Scope, command: str, timeout: float = 120) -> tuple[list[Finding], list[str]]:
     """Sends each candidate pair as one JSON object on stdin to `command` (a shell command, an LLM call
     say); its first output line is its verdict: `contradiction: why` is a finding, anything else is not.
     Returns the findings and every verdict, as lines for the lint event."""
     found, verdicts = [], []
     for pair in candidate_pairs(scope):
-        result = subprocess.run(command, shell=True, input=json.dumps(pair).encode(), capture_output=True,
-                                timeout=timeout)
+        result = _run_judge(command, json.dumps(pair).encode(), timeout, pair)
         if result.returncode != 0:
             raise InvalidInput(f"the judge command failed ({result.returncode}): "
                                f"{result.stderr.decode(errors='replace').strip()[:200]}")
@@ -281,13 +307,15 @@ class LintReport(msgspec.Struct):
         return f"Lint: {len(self.findings)} finding(s): " + ", ".join(f"{k} {n}" for k, n in counts.items()) + "."
 
 
-def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | None = None) -> LintReport:
-    """Runs the chosen checks (all by default) on the memory as of a seq, and the judge when given."""
+def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | None = None,
+         judge_timeout: float = 120) -> LintReport:
+    """Runs the chosen checks (all by default) on the memory as of a seq, and the judge when given (each
+    pair within `judge_timeout` seconds)."""
     scope = Scope(memory.views, memory.log, as_of, day, memory.root, current=as_of >= memory.views.checkpoint())
     findings = run(scope, names)
     verdicts = []
     if judge:
-        judged, verdicts = judge_pairs(scope, judge)
+        judged, verdicts = judge_pairs(scope, judge, judge_timeout)
         findings += judged
     return LintReport(seq=as_of, checks=list(names or CHECKS) + (["judge"] if judge else []), findings=findings,
                       verdicts=verdicts)

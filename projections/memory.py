@@ -20,9 +20,10 @@ from eventstore import secrets, validate
 from eventstore.errors import (HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions,
                                storage_failure)
 from eventstore.instants import format_local, past_instant
+from eventstore.kinds import KINDS
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
-from eventstore.workspace import Workspace, views_damaged
+from eventstore.workspace import Workspace, log_cut_short, views_damaged
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
@@ -203,6 +204,8 @@ class Memory:
         for event in events:
             trust.admit(self, event)
         with self.lock():
+            if (checkpoint := self.views.checkpoint()) > (head := self.log.head()):
+                raise log_cut_short(checkpoint, head)
             if not force:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
@@ -298,6 +301,10 @@ class Memory:
         return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
     def loop_clear(self, start: int | None = None, end: int | None = None, loop: str = "main") -> Compaction:
+        live = self.loop(loop)
+        if not live[start:end]:
+            raise InvalidInput(f"loop {loop!r} has {len(live)} messages; rows[{'' if start is None else start}:"
+                               f"{'' if end is None else end}] selects none, so there is nothing to clear")
         event = self.append(self.adf_writer.loop_clear(start, end, loop))
         return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 
@@ -576,6 +583,9 @@ class Memory:
         """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
         for layer in layers or ():
             self.layer_spec(layer, private=True)
+        for kind in kinds or ():
+            if kind not in KINDS:
+                raise NotFound(f"there is no event kind {kind!r} (kinds: {', '.join(sorted(KINDS))})")
         if limit is not None and limit < 0:
             raise InvalidInput(f"-n must be 0 or more, not {limit}")
         found = list(self.log.read(kinds=kinds, layers=layers, since_ms=since_ms, limit=limit,

@@ -231,9 +231,12 @@ class MemoryTool:
             self.mem.rename_page(old.slug, new.slug)
         elif old.kind == "file" and new.kind == "file":
             self.mem.file_rename(old.rel, new.rel)
+        elif old.kind == new.kind == "shared" and old.slug and new.slug and old.layer == new.layer:
+            self.mem.shared_page_rename(old.layer, old.slug, new.slug)
         else:
             raise InvalidInput(f"{old_path} cannot become {new_path}: a page is renamed to another page under "
-                               "/memories/mind/, a file to another file outside it")
+                               "/memories/mind/, a page of a pages layer to another page of that layer, a file to "
+                               "another file outside them")
         return f"Successfully renamed {old_path} to {new_path}"
 
     # --- writing ------------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
         raise InvalidInput(f"remote name {name!r} must be letters, digits, '-', '_' or '.'")
     token_path = Path(token_file).absolute()
     if not token_path.is_file():
-        raise InvalidInput(f"token file {token_file} does not exist")
+        raise InvalidInput(f"token file {token_file} " + ("is a directory" if token_path.is_dir() else "does not exist"))
     remote = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))
     client = client or HubClient.for_remote(remote)
     try:
@@ -263,6 +263,9 @@ class HubClient:
         except OSError as exc:
             raise InvalidInput(f"cannot read the token file {remote.token_file} of remote {remote.name}: "
                                f"{exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise InvalidInput(f"the token file {remote.token_file} of remote {remote.name} is not a token: "
+                               "it is not UTF-8 text") from None
         return cls(remote.url, token, timeout=timeout, name=remote.name)
 
     def close(self) -> None:

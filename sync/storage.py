@@ -398,6 +398,10 @@ class HubStorage(ABC):
             found = self.stored(id)
             if found is None or found[0] == CONTRACT_LAYER:
                 raise NotFound(f"there is no event {id} in a shared layer of this hub")
+            kind = _loaded.decode(bytes(found[1])).kind
+            if kind in ("redacted", "redaction"):
+                raise InvalidInput(f"event {id} {'is redacted already' if kind == 'redacted' else 'is a redaction'}; "
+                                   "it cannot be redacted")
             by_layer.setdefault(found[0], []).append(id)
         return self.push([new_event(Redaction(target_ids=targets, reason=reason), agent=HUB_AGENT, layer=layer)
                           for layer, targets in by_layer.items()])

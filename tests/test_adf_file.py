@@ -360,3 +360,28 @@ def test_an_export_names_the_workspace_own_agent(tmp_path):
     export_adf(memory, tmp_path / "out.adf", memory.log.head())
     meta = dict((k, v) for k, v, _p in table_rows(tmp_path / "out.adf", "adf_meta")[1])
     assert (meta["adf_name"], meta["adf_handle"]) == ("bob", "bob")
+
+
+def test_mindlogs_own_index_with_trust_flags_is_not_kept_aside(tmp_path):
+    """mind.md flags a superseded or stale page in its catalog line; the import knows it for mindlog's own
+    index (it used to keep it aside as imported/<name>/mind.md, a second copy in every round trip)."""
+    memory = Memory.init(tmp_path / "ws", "artemis")
+    memory.write_page("deploy", PAGE)
+    memory.write_page("manual", PAGE.replace(b"type: procedure", b"type: procedure\nstatus: 'superseded-by: deploy'"))
+    memory.write_page("rollback", PAGE.replace(b"type: procedure", b"type: procedure\nstale_after: 2001-01-01"))
+    mind = (memory.root / "mind.md").read_text()
+    assert "(superseded by deploy)" in mind and "(stale since 2001-01-01)" in mind
+    first, second = tmp_path / "first.adf", tmp_path / "second.adf"
+    export_adf(memory, first, memory.log.head())
+    again = Memory.init(tmp_path / "ws2", "artemis")
+    assert import_adf(again, first).kept_aside == []
+    assert (again.root / "mind.md").read_text() == mind
+    export_adf(again, second, again.log.head())
+    assert [r[:2] for r in table_rows(first, "adf_files")[1]] == [r[:2] for r in table_rows(second, "adf_files")[1]]
+    edited = Memory.init(tmp_path / "ws3", "artemis")  # a hand-edited index is still kept aside
+    db = sqlite3.connect(first)
+    with db:
+        db.execute("UPDATE adf_files SET content = replace(content, '(stale since', '(old since') "
+                   "WHERE path = 'mind.md'")
+    db.close()
+    assert import_adf(edited, first).kept_aside == ["imported/artemis/mind.md"]

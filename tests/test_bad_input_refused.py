@@ -26,6 +26,10 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("redact", "--match", "staging", "--layer", "nosuch", "--reason", "r"): LAYER_UNKNOWN,
         ("entry", "list", "nosuch"): LAYER_UNKNOWN,
         ("loop", "show", "--loop", "nosuch"): "there is no loop 'nosuch'",
+        ("loop", "clear", "--loop", "nosuch"): "there is no loop 'nosuch'",
+        ("loop", "clear", "5", "9"): "rows[5:9] selects none, so there is nothing to clear",
+        ("log", "--kind", "nosuch"): "there is no event kind 'nosuch'",
+        ("log", "--since", future): "is in the future",
         ("diff", "nosuch.md", "--from", "seq:1", "--to", "seq:2"): "nosuch.md exists at neither moment",
         ("config", "set", "nosuch.key", "1"): "there is no config key 'nosuch.key'",
         ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",
@@ -66,6 +70,28 @@ def test_status_refuses_views_ahead_of_a_short_log(workspace):
         status = run_mem("-w", workspace, *args)
         assert status.returncode == 1, status
         assert b"error: the views are at seq" in status.stderr and b"run `mem verify`" in status.stderr
+
+
+
+def test_no_write_lands_in_a_log_emptied_or_removed_under_its_views(workspace):
+    """A log emptied or deleted after its views folded it: a write would start again at seq 1 beside
+    views that say 12 (and that never show it). Every write is refused until `mem verify`/`mem replay`."""
+    for text in ("one", "two"):
+        run_mem("-w", workspace, "always", "add", text, check=True)
+    log = workspace / ".mem" / "log.db"
+    for part in ("-wal", "-shm"):
+        (workspace / ".mem" / f"log.db{part}").unlink(missing_ok=True)
+    for emptied in (True, False):  # emptied, then removed
+        if emptied:
+            log.write_bytes(b"")
+        for args in (["always", "add", "three"], ["loop", "append", "--role", "user", "--text", "hi"],
+                     ["page", "write", "deploy", "--file", "-"]):
+            result = run_mem("-w", workspace, *args, input=PAGE)
+            err = result.stderr.decode()
+            assert result.returncode == 1 and err.startswith("error: the views are at seq 2, past the log head 0"), err
+            assert len(err.strip().splitlines()) == 1
+        assert log_rows(workspace) == []
+        log.unlink(missing_ok=True)
 
 
 def test_hub_contract_before_the_hub_or_in_the_future_is_refused(tmp_path):

@@ -89,6 +89,12 @@ def test_show_diff_and_cite_say_what_is_true(workspace, tmp_path):
     assert past.returncode == 1 and b"seq 9 is past the log head (3)" in past.stderr
     cited = run_mem("-w", workspace, "cite", "S1")
     assert cited.returncode == 1 and b"S1: not a loop message: event 1 is a always.add in layer mind" in cited.stdout
+    run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", "hi", "--loop", "side", check=True)  # 4
+    for citation in ("adf-audit://seq/4?loop=main", "[S4]"):
+        cited = run_mem("-w", workspace, "cite", citation)
+        assert (cited.returncode, cited.stdout.splitlines()[0]) == (
+            (1, b"S4: not in the loop cited: it is a message of loop side") if "main" in citation
+            else (0, b"S4: live in the loop (loop side)")), cited
 
 
 def test_hand_edit_refusals_name_what_applies(workspace, tmp_path):

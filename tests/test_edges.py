@@ -163,3 +163,57 @@ def test_contract_errors_name_the_layer(tmp_path):
                         'producers = ["a"]\nconsumers = ["b"]\n')
     line = refused(run_mem("hub", "contract", "apply", contract, "--db", hub), "layers.notes.format")
     assert "$" not in line
+
+
+def test_serve_refuses_unmade_directories_and_a_token_that_is_no_text(tmp_path):
+    """--admin-token-file and --ui-dir are made when missing, but not the directories they go in (as with
+    --db): a mistyped path is refused before the port is taken or the hub made."""
+    hub, nowhere = tmp_path / "hub.db", tmp_path / "nowhere"
+    (tmp_path / "binary.token").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "a-file").write_text("x")
+    for option, path, why in (("--admin-token-file", nowhere / "a.token", f"there is no directory {nowhere}"),
+                              ("--ui-dir", nowhere / "ui", f"there is no directory {nowhere}"),
+                              ("--admin-token-file", tmp_path, "a directory is there, not a file"),
+                              ("--ui-dir", tmp_path / "a-file", "a file is there, not a directory")):
+        result = run_mem("serve", "--db", hub, "--port", "1", option, path)  # checked before the port
+        refused(result, option, why)
+        assert not nowhere.exists() and not hub.exists()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_mem("hub", "init", "--db", hub, check=True)
+    refused(run_mem("serve", "--db", hub, "--port", port, "--admin-token-file", tmp_path / "binary.token"),
+            "binary.token", "not UTF-8")
+
+
+def test_remote_add_refuses_a_token_file_that_is_no_text(written, tmp_path):
+    (tmp_path / "binary.token").write_bytes(b"x\xff")
+    refused(run_mem("remote", "add", "origin", "http://127.0.0.1:1", "--token-file", tmp_path / "binary.token",
+                    "-w", written), "binary.token", "not UTF-8")
+    refused(run_mem("remote", "add", "origin", "http://127.0.0.1:1", "--token-file", tmp_path, "-w", written),
+            str(tmp_path), "is a directory")
+    assert not (written / ".mem" / "remotes.json").exists()
+
+
+def test_a_log_damaged_inside_its_pages_is_one_line(written):
+    """SQLite's quick check reports deep damage on several lines; the refusal stays one."""
+    for text in ("one", "two", "three"):
+        run_mem("always", "add", text, "-w", written, check=True)
+    log = written / ".mem" / "log.db"
+    sqlite = __import__("sqlite3").connect(log)
+    sqlite.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    sqlite.close()
+    data = bytearray(log.read_bytes())
+    data[5000:9000] = b"\xde\xad" * 2000
+    log.write_bytes(bytes(data))
+    for command in (["log"], ["show", "mind.md"], ["always", "add", "four"]):
+        refused(run_mem(*command, "-w", written), f"the event log {log} is damaged")
+
+
+def test_init_on_a_file_is_one_line(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    refused(run_mem("init", "-w", tmp_path / "a-file"), f"{tmp_path / 'a-file'} is a file; a workspace is a directory")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "mind").write_text("x")
+    refused(run_mem("init", "-w", tmp_path / "ws"), "keeps its pages in a directory")
+    assert not (tmp_path / "ws" / ".mem").exists()

@@ -3,7 +3,7 @@
 import json
 import sys
 
-from conftest import run_mem
+from conftest import log_rows, run_mem
 
 from projections import lint
 
@@ -97,3 +97,37 @@ def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
         result.stdout
     log = (workspace / "mind/log.md").read_text()
     assert "lint | Lint pass\n\nLint: 1 finding(s): judge 1." in log and "judge: adf-file://mind/a.md vs" in log
+
+
+def test_a_judge_that_never_answers_is_one_error_line_and_records_nothing(workspace, tmp_path):
+    w = ("-w", workspace)
+    for slug, body in (("a", "Deploy staging canary rollback owner"), ("b", "Deploy staging canary rollback never")):
+        (tmp_path / f"{slug}.md").write_bytes(page(slug.upper(), body))
+        run_mem(*w, "page", "write", slug, "--file", tmp_path / f"{slug}.md", check=True)
+    before = log_rows(workspace)
+    result = run_mem(*w, "lint", "--judge", "sleep 30", "--judge-timeout", "1", "--record")
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "Traceback" not in err, err
+    assert err.strip() == ("error: the judge command gave no verdict within 1 s (on adf-file://mind/a.md and "
+                           "adf-file://mind/b.md); nothing was recorded")
+    assert log_rows(workspace) == before
+
+
+def test_a_budget_that_is_no_number_is_refused_when_set_and_named_when_read(workspace):
+    before = log_rows(workspace)
+    for key, value in (("lint.mind_max_lines", "abc"), ("lint.mind_max_lines", "0"), ("lint.mind_max_bytes", "true"),
+                       ("lint", '{"mind_max_bytes": "x"}')):
+        refused = run_mem("-w", workspace, "config", "set", key, value)
+        assert refused.returncode == 1 and b"is a budget: give a whole number above 0" in refused.stderr, refused
+    assert log_rows(workspace) == before
+    from eventstore.envelope import new_event
+    from eventstore.kinds import ConfigSet
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory:  # as an imported ADF file's config could hold it
+        memory.append(new_event(ConfigSet(key="lint.mind_max_lines", value="abc"), agent="alice", layer="agent"))
+    result = run_mem("-w", workspace, "lint", "--check", "budget")
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "Traceback" not in err and err.strip() == (
+        "error: the config's lint.mind_max_lines is 'abc', not a whole number above 0: "
+        "`mem config set lint.mind_max_lines 200`")

@@ -140,6 +140,8 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         ("create", {"path": "/memories/notes/keys.md", "file_text": secret.read_text()},
          ("file", "write", "notes/keys.md", "--file", secret)),
         ("delete", {"path": "/memories/mind/freeze.md"}, ("page", "delete", "freeze")),
+        ("log", {"since": "2030-01-01"}, ("log", "--since", "2030-01-01")),
+        ("log", {"kind": ["nosuch"]}, ("log", "--kind", "nosuch")),
     ]
     expected = [cli_error(workspace, *command) for _tool, _arguments, command in cases]
     before = log_rows(workspace)
@@ -148,6 +150,7 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
         answers = [await call(session, tool, **arguments) for tool, arguments, _command in cases]
         answers.append(await call(session, "create", path="/memories/mind/deploy.md", file_text="x"))
         answers.append(await call(session, "str_replace", path="/memories/mind.md", old_str="## Pages", new_str="x"))
+        answers.append(await call(session, "history", path="/memories/mind/nosuch.md"))
         return answers
 
     answers = run_stdio(workspace, session_body)
@@ -155,8 +158,10 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert [text for _error, text in answers[:len(cases)]] == expected
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
     assert "AWS Access Key" in expected[8] and "hold" in expected[9]
-    assert answers[-2][1] == "File /memories/mind/deploy.md already exists"
-    assert "catalog is generated from the pages" in answers[-1][1]
+    assert answers[-3][1] == "File /memories/mind/deploy.md already exists"
+    assert "catalog is generated from the pages" in answers[-2][1]
+    assert answers[-1][1] == "mind/nosuch.md never existed"
+    assert "is in the future" in expected[10] and "there is no event kind 'nosuch'" in expected[11]
     assert log_rows(workspace) == before
 
 

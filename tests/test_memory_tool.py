@@ -133,7 +133,13 @@ def test_shared_layers_go_through_the_shared_writers(tool, memory, workspace):
         "agent 'alice' does not produce layer 'decisions' under the contract"
     assert "one entry per call" in refused(tool, workspace, "str_replace", "/memories/memory/insights.md",
                                            "SQLite", "PostgreSQL")
-    tool.delete("/memories/content/drafts/launch.md")
+    assert tool.rename("/memories/content/drafts/launch.md", "/memories/content/drafts/go-live.md") == \
+        "Successfully renamed /memories/content/drafts/launch.md to /memories/content/drafts/go-live.md"
+    assert [(e.kind, e.body.slug) for e in memory.log.read(layers=["drafts"])][-2:] == [
+        ("page.delete", "launch"), ("page.ingest", "go-live")]
+    assert "a page of a pages layer to another page of that layer" in refused(
+        tool, workspace, "rename", "/memories/content/drafts/go-live.md", "/memories/notes/go-live.md")
+    tool.delete("/memories/content/drafts/go-live.md")
     assert memory.log.get_by_seq(memory.log.head()).kind == "page.delete"
 
 

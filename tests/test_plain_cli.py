@@ -197,3 +197,33 @@ def test_root_help_lists_every_command_with_its_help_line():
     for name in [*COMMAND_MODULES, "status", "show", "page", "always"]:
         assert name in listed and len(listed[name].split()) > 3, name
     assert "Lift a page's" in run_mem("page", "--help", env={"COLUMNS": "200"}, check=True).stdout.decode()
+
+
+def test_json_exits_as_the_text_does(workspace):
+    """A script reading --json learns failure from the exit code too: `replay --check` that finds a
+    difference and `adopt` that leaves a file exit 1 with --json as without."""
+    run_mem("-w", workspace, "always", "add", "one", check=True)
+    with open(workspace / "mind/log.md", "a") as log:
+        log.write("written by hand\n")
+    for args in (["replay", "--check"], ["adopt"]):
+        text, as_json = run_mem("-w", workspace, *args), run_mem("-w", workspace, *args, "--json")
+        assert text.returncode == as_json.returncode == 1, (args, text, as_json)
+
+
+def test_an_argument_that_is_not_utf8_is_one_error_line(workspace):
+    """Bytes that are not UTF-8 on the command line (a Latin-1 terminal, a mangled script) reach Python
+    surrogate-escaped and used to fail deep in the encoder with a traceback, a write or a search alike."""
+    import os
+    import subprocess
+
+    from conftest import mem_command
+
+    env = {**os.environ, "MEM_WORKSPACE": str(workspace)}
+    before = log_rows(workspace)
+    for args in ([b"always", b"add", b"caf\xe9"], [b"search", b"\xff"], [b"page", b"write", b"\xff", b"-f", b"-"]):
+        result = subprocess.run([*mem_command(), *args], capture_output=True, env=env, input=PAGE, timeout=60)
+        err = result.stderr.decode()
+        assert result.returncode == 2 and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: the argument b'") and \
+            "is not valid UTF-8" in err, err
+    assert log_rows(workspace) == before

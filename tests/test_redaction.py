@@ -123,11 +123,13 @@ def test_verify_detects_a_log_rewritten_behind_the_views(workspace):
     db.execute("DELETE FROM events WHERE seq = 3")
     db.commit()
     db.close()
-    mem(workspace, "always", "add", "another line 3", check=True)  # a new seq 3: the chain verifies alone
+    refused = mem(workspace, "always", "add", "another line 3")  # mem writes nothing beside views past the log
+    assert refused.returncode == 1 and b"past the log head 2" in refused.stderr
     from projections.memory import Memory
 
-    with Memory.open(workspace) as memory:
-        assert memory.log.verify().ok
+    with Memory.open(workspace) as memory:  # another writer does: a new seq 3, and the chain verifies alone
+        memory.log.append([memory.writer.always_add("another line 3")])
+        assert memory.log.head() == 3 and memory.log.verify().ok
     result = mem(workspace, "verify")
     assert result.returncode == 1 and b"truncated or rewritten" in result.stdout, result.stdout
 
@@ -217,6 +219,12 @@ def test_the_hub_administrator_redacts(team):
     for agent in ("main", "writer"):
         mem(team / agent, "pull", check=True)
     assert files_holding(team, "555-0199") == []
+    assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
+    again = run_mem("hub", "redact", target, "--reason", "again", "--db", team / "hub.db")
+    assert again.returncode == 1 and again.stderr.decode().strip() == \
+        f"error: event {target} is redacted already; it cannot be redacted"
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
     assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
     missing = run_mem("hub", "redact", "01a2270a-c5b3-7eca-9806-1025c3bb9d81", "--reason", "x", "--db", team / "hub.db")
     assert missing.returncode == 1 and b"no event" in missing.stderr
