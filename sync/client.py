@@ -24,6 +24,7 @@ from eventstore.envelope import Event, decode_body
 from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms
+from eventstore.kinds import Redaction
 from eventstore.layers import Contract, produced_layers, produces
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
@@ -604,6 +605,8 @@ class _Tally:
         self.skipped: set[str] = set()
         self.rejected: list[Rejected] = []
         self.start = self.reached = self.total = 0
+        self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
+        self.redactions: list[int] = []  # the seqs of the redactions among them
 
     def expect(self, memory, hub_position: int) -> None:
         """Sizes the progress: from the hub position this log has pulled to, up to the hub's head."""
@@ -653,7 +656,11 @@ class _Tally:
         self.rejected += rejected
         for r in rejected if self.say else ():
             self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")
-        new = sum(seq > head for seq in seqs)
+        fresh = [seq for seq in seqs if seq > head]  # one transaction's: consecutive
+        if fresh:
+            self.appended.append((fresh[0], fresh[-1]))
+            self.redactions += [seq for seq, event in zip(seqs, events) if type(event.body) is Redaction]
+        new = len(fresh)
         self.pulled += new
         self.returned += len(seqs) - new
         self.advance(position)
@@ -760,6 +767,20 @@ class _ViewsBuilder:
         if self.child is not None and self.child.poll() is None:
             discard(self.child)
 
+    def _redacted(self) -> bool:
+        """Whether a redaction reached the log since the build began: among the pages this catch-up appended
+        (noted as each was stored), or among whatever else was appended between them or after them (read
+        from the log: none, unless another process appended meanwhile)."""
+        log, tally, after = self.memory.log, self.tally, self.start
+        if any(seq > after for seq in tally.redactions):
+            return True
+        for first, last in sorted(tally.appended):
+            if first - 1 > after and next(log.read_rows(after, first - 1, kinds=["redaction"], limit=1), None):
+                return True
+            after = max(after, last)
+        head = log.head()
+        return head > after and next(log.read_rows(after, head, kinds=["redaction"], limit=1), None) is not None
+
     def _heads(self):
         while (head := self.heads.get()) is not None:
             if head is _Stop:
@@ -785,7 +806,7 @@ class _ViewsBuilder:
             if self.tally.progress:
                 self.tally.progress(0, self.memory.log.head(), "views")
             report = self.built.result()
-            if next(self.memory.log.read_rows(self.start, kinds=["redaction"], limit=1), None) is not None:
+            if self._redacted():
                 report = replay(self.memory, keep_hand_edits=True)
             if report.files is not None:
                 self.tally.skipped.update(report.files.refused)

@@ -324,3 +324,27 @@ def test_the_next_command_after_a_catch_up_cut_off_builds_the_views_from_nothing
     with Memory.open(workspace) as memory:
         assert memory.views.checkpoint() == count + 1
         assert check(memory).same
+
+
+def test_a_redaction_among_the_pages_of_a_catch_up_builds_the_views_once_more(tmp_path, monkeypatch):
+    """The catch-up notes the redactions among the pages it stores (the log is not read back for them): one
+    pulled after the build may have folded its target makes the views built once more, as `mem replay` would."""
+    monkeypatch.setattr(client_module, "BULK_FOLD_THRESHOLD", 500)
+    monkeypatch.setattr(client_module, "CATCH_UP_BATCH", 400)
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("newcomer")
+    first = team_events(0, 600, {})
+    storage.push(first)
+    storage.admin_redact([first[1].id], "a secret")
+    storage.push(team_events(600, 600, {}))
+    storage.close()
+    builds = []
+    monkeypatch.setattr(client_module, "replay", lambda *args, **kwargs: builds.append(kwargs) or replay(*args, **kwargs))
+    with HubServer(db) as server, Memory.init(tmp_path / "newcomer", "newcomer") as fresh, \
+            HubClient(server.url, token) as client:
+        pull(fresh, Remote(name="origin", url=server.url, token_file="-", agent="newcomer"), client)
+        assert [("heads" in kwargs) for kwargs in builds] == [True, False]  # the catch-up's build, then once more
+        assert check(fresh).same and fresh.views.checkpoint() == fresh.log.head() == 1201
+        assert "fact 1\n" not in (tmp_path / "newcomer" / "memory" / "insights.md").read_text()
