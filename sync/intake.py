@@ -4,8 +4,10 @@ A consumer never trusts its hub: an event that fails is rejected and reported (i
 why), the cursor moves past it, and the rest of the layer keeps flowing. Stopping instead would leave
 the consumer stuck on that event for good, since the hub would hand it out again on every pull.
 
-That includes the hold (eventstore.governance): an update or delete of a held shared page that does
-not release it is rejected here too, so a hub that let one through cannot unfreeze the page.
+The hold (eventstore.governance) is not checked here: an update or delete of a held shared page that
+does not release it, which a hub that did not check may hand out, is appended and the fold makes it void
+(projections.shared), with everything built on it. Rejecting it would not do: a version built on it may
+come first, or later from another path, and only a log that holds the whole chain can tell it is void.
 """
 
 import msgspec
@@ -13,9 +15,8 @@ import msgspec
 from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
-from eventstore.governance import held_message, hold_refusal, is_held
 from eventstore.ids import is_uuid
-from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
+from eventstore.kinds import EntryAppend, Redacted
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 from eventstore.recorder import TAGS
 
@@ -92,22 +93,9 @@ def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozens
     return format, LAYER_KINDS[format]
 
 
-def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
-           versions: dict | None = None) -> tuple[list[Event], list[Rejected]]:
-    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected.
-
-    `versions` (see `remember`) holds the page versions a catch-up stored before this page, so that an
-    update's hold check finds its parent without asking the log; any other parent is looked up there."""
+def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
+    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
-    known = versions if versions is not None else {}
-
-    def parent(id: str):
-        if id in taken:
-            return taken[id].body
-        if id in known:
-            return known[id]
-        return getattr(log.get(id), "body", None)
-
     decode, rules = _event.decode, {}
     for raw in raws:
         try:
@@ -118,39 +106,21 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
         reason = problem(event, contract, agent, rules)
         if reason is None:
             id, body = event.id, event.body
-            cls = type(body)
             if id in taken and taken[id].digest != event.digest:
                 reason = "its id came twice with different contents"
-            elif cls is EntryAppend:
-                if body.reverses is not None:
-                    target = taken[body.reverses].layer if body.reverses in taken else None
-                    if target is None:
-                        known_event = log.get(body.reverses)
-                        target = known_event.layer if known_event is not None else None
-                    if target != event.layer:
-                        reason = f"body.reverses: there is no entry {body.reverses} in layer {event.layer!r}"
-            elif cls is PageUpdate or cls is PageDelete:  # the only kinds a hold refuses
-                held = hold_refusal(body, parent)
-                reason = held_message(event.layer, body.slug, *held) if held else None
+            elif type(body) is EntryAppend and body.reverses is not None:
+                target = taken[body.reverses].layer if body.reverses in taken else None
+                if target is None:
+                    known_event = log.get(body.reverses)
+                    target = known_event.layer if known_event is not None else None
+                if target != event.layer:
+                    reason = f"body.reverses: there is no entry {body.reverses} in layer {event.layer!r}"
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue
         taken[id] = event
         events.append(event)
     return events, rejected
-
-
-def remember(versions: dict, events: list[Event]) -> None:
-    """Notes the page versions among `events` (appended) for the hold checks of later pages: a held
-    version's body, None for any other (which holds nothing). A redacted version is left to the log,
-    which gives its stand-in."""
-    for event in events:
-        body = event.body
-        if type(body) is PageIngest or type(body) is PageUpdate:
-            versions[event.id] = body if is_held(body.frontmatter) else None
-        elif type(body) is Redaction:
-            for id in body.target_ids:
-                versions.pop(id, None)
 
 
 def conflicting(events: list[Event], log) -> tuple[list[Event], list[Rejected]]:
