@@ -3,9 +3,10 @@
 A rebuild folds the whole log into a new views file. Most of what it writes goes into tables that
 nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event), the shared
 layers' `entries` and the search index (`search_docs`, `search_history`, their full-text indexes). `build`
-gives them to a `HistoryWriter`: past the first batch, the fold hands each batch over in msgpack through
-a pipe to a child process, which writes them into the new file (binding rows, inserting, tokenising) on the other
-core, with no GIL shared with the fold. The fold itself writes every other table into a scratch file
+gives them to a `HistoryWriter`: the fold hands each batch over in msgpack through a pipe to a child
+process (from the first batch on when more are to come; a build of one batch writes it in process), which
+writes them into the new file (binding rows, inserting, tokenising) on the other core, with no GIL shared
+with the fold. The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
 history, are copied into the new file, and the indexes that a rebuild leaves out are made once
 (page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
@@ -41,8 +42,8 @@ BULK_FOLD_THRESHOLD = 20_000
 from nothing (`worth_building`), not folded into batch by batch: a first pull, or the next command after a
 catch-up that was cut off."""
 BATCH = 20_000
-"""Events a rebuild folds per batch: the first batch's history is written in process, later ones by the
-writer's child process."""
+"""Events a rebuild folds per batch. A build of one batch writes its history in process; a larger one hands every
+batch to the writer's child process."""
 HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -66,7 +67,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     remove_files(path)
     remove_files(fold_path)
     views = Views(path, fast=True)  # every table, empty: the writer fills the history
-    writer = HistoryWriter(views.db, path)
+    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH)
     views.close()
     writer.start()
     try:
@@ -190,14 +191,15 @@ def _orphaned() -> None:
 
 
 class HistoryWriter:
-    """The history tables of a rebuild (see the module's docstring): the first batch written here, every later
-    one by a child process (`serve`) fed through a pipe, so that SQLite's work and the rows' binding run on the
-    other core, without the GIL the fold holds."""
+    """The history tables of a rebuild (see the module's docstring), written by a child process (`serve`) fed
+    through a pipe, so that SQLite's work and the rows' binding run on the other core, without the GIL the fold
+    holds; but the first batch of a build that may need no second one is written here."""
 
-    def __init__(self, db, path: str):
+    def __init__(self, db, path: str, apart: bool = False):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
-        bulk_end)."""
+        bulk_end). `apart`: more than a batch is to come, so the child process starts at once (its start-up
+        beside the fold's first batch)."""
         self.path = path
         self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
@@ -205,24 +207,30 @@ class HistoryWriter:
         self.db: sqlite3.Connection | None = None
         self.child: subprocess.Popen | None = None
         self.batches = 0
+        self.apart = apart
 
     def start(self) -> None:
-        self.db = _connect(self.path)
+        if self.apart:
+            self._spawn()
+        else:
+            self.db = _connect(self.path)
+
+    def _spawn(self) -> None:
+        self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
         """A batch: its page_versions and log_entries rows, the search index's (SearchFold.flush's) and the
         shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
-        if self.batches == 1:
-            write_batch(self.db, versions, entries, search_batch, shared_entries)
-            return
-        if self.child is None:  # a second batch: a large build, worth a process of its own
-            self.db.execute("COMMIT")
+        if self.child is None:
+            if self.batches == 1:
+                write_batch(self.db, versions, entries, search_batch, shared_entries)
+                return
+            self.db.execute("COMMIT")  # a second batch after all (a log still growing): the child from here on
             self.db.close()
             self.db = None
-            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
-                                          stdin=subprocess.PIPE,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            self._spawn()
         frame = msgspec.msgpack.encode((versions, entries, search_batch, shared_entries))
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))

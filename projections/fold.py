@@ -10,6 +10,7 @@ which keeps a rebuild from formatting a million versions nobody asked for.
 
 import gc
 import json
+import re
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from itertools import islice
@@ -126,13 +127,13 @@ class WikiFold:
                 self._log(seq, ts, "release", self._page(body.slug)[2], body.note)
         elif isinstance(body, AlwaysAdd):
             self._always_lines().append(body.line)
-            self.always_rows.append((seq, ts, json.dumps(self._always, ensure_ascii=False)))
+            self.always_rows.append((seq, ts, lines_json(self._always)))
             self.dirty.add(MIND_PATH)
         elif isinstance(body, AlwaysRemove):
             lines = self._always_lines()
             if body.line in lines:
                 lines.remove(body.line)
-                self.always_rows.append((seq, ts, json.dumps(lines, ensure_ascii=False)))
+                self.always_rows.append((seq, ts, lines_json(lines)))
                 self.dirty.add(MIND_PATH)
         elif isinstance(body, LogRestore):
             if body.entries:
@@ -185,6 +186,17 @@ class WikiFold:
         self._reset_batch()
 
 
+_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+
+
+def lines_json(lines: list[str]) -> str:
+    """`json.dumps(lines, ensure_ascii=False)` (an always_versions row), joined directly when no line has a
+    character JSON escapes: a tenth of a replay's events are Always edits, each writing the whole list."""
+    if any(_ESCAPED.search(line) for line in lines):
+        return json.dumps(lines, ensure_ascii=False)
+    return '["' + '", "'.join(lines) + '"]' if lines else "[]"
+
+
 def _unpacked(codec: int, stored: bytes) -> bytes:
     """The body bytes the fold reads: a redacted event's are its stand-in's (content `[redacted: reason]`)."""
     if codec == CODEC_REDACTED:
@@ -231,8 +243,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                 return start
             rows = list(islice(log.fold_rows(start, target), batch))  # seqs an ImportGap skipped count for none
             end = rows[-1][0] if len(rows) == batch else target
-            raws = [body if codec == CODEC_RAW else _unpacked(codec, body)
-                    for _seq, _id, _ts, _layer, _kind, codec, body, _agent in rows]
+            raws = [row[6] if row[5] == CODEC_RAW else _unpacked(row[5], row[6]) for row in rows]
             apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
             ts = 0
             for (seq, version_id, ts, layer, kind, _codec, _body, agent), raw, decoded in zip(

@@ -34,9 +34,13 @@ def page(fm: dict, text: str) -> str:
 
 def title_of(slug: str, fm: dict, text: str) -> str:
     if text.startswith("# "):
-        first = text[2:text.find("\n")] if "\n" in text else text[2:]
-        if "#" not in first and "\r" not in first:
-            return " ".join(first.split())
+        end = text.find("\n")
+        first = text[2:end] if end != -1 else text[2:]
+        if "#" not in first:
+            if first.isprintable() and "  " not in first and first == first.strip():  # one line already
+                return first
+            if "\r" not in first:
+                return " ".join(first.split())
     match = _H1.search(text)
     title = match.group(1) if match else fm.get("title") or slug
     return " ".join(str(title).split())

@@ -16,11 +16,14 @@ from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
 closing shared page versions; 3: shared_void; 4: search_history_fts keyed by lifetime bucket; 5: without
-its column sizes)."""
+its column sizes; 6: shared_held, and versions built on a void one void too)."""
 
+BULK_PAGE_SIZE = 16384
+"""The page size of views built from nothing (`fast`): a rebuild writes hundreds of megabytes of rows, about
+7% cheaper to write in pages four times SQLite's default."""
 PAGE_VERSIONS_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS page_versions_by_slug ON page_versions(slug, seq)"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -132,6 +135,7 @@ class Views:
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         if fast:
+            self.db.execute(f"PRAGMA page_size = {BULK_PAGE_SIZE}")  # a new file's; an existing one keeps its own
             self.db.execute("PRAGMA journal_mode = OFF")
             self.db.execute("PRAGMA synchronous = OFF")
             self.db.execute("PRAGMA cache_size = -8192")

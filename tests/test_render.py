@@ -29,6 +29,21 @@ def test_title_of(text, fm, title):
     assert render.title_of("the-slug", fm, text) == title
 
 
+_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)))
+
+
+@given(_ANY_TEXT)
+def test_a_title_or_hook_taken_as_one_line_already_is_what_collapsing_its_whitespace_gives(value):
+    """title_of and one_line answer a value that is one line already without splitting it (a replay's hot
+    path); whatever they answer is what the plain rules say."""
+    if "#" not in value and "\r" not in value and "\n" not in value:
+        assert render.title_of("s", {}, f"# {value}\nbody") == " ".join(value.split())
+    collapsed = " ".join(value.split())
+    assert render.one_line(value) in (value, collapsed)
+    if any(c in value for c in frontmatter.LINE_BREAKS) or "  " in value or value != value.strip():
+        assert render.one_line(value) == collapsed
+
+
 def test_catalog_lines_escape_brackets_and_put_the_flag_first():
     assert render.catalog_line("a", "T [draft]", "the hook") == "- [T \\[draft\\]](adf-file://mind/a.md) — the hook\n"
     assert render.catalog_line("a", "T", "", "deprecated") == "- [T](adf-file://mind/a.md) — (deprecated)\n"

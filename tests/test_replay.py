@@ -1,5 +1,6 @@
 """`mem replay` rebuilds byte-identical views; `--to` and `--check`; as-of reads agree with a rebuild."""
 
+import json
 import tempfile
 from pathlib import Path
 from subprocess import Popen
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from eventstore.errors import MemError
 from projections import audit, bulk, search
+from projections.fold import lines_json
 from projections.memory import Memory
 from projections.replay import _build, check, replay
 
@@ -108,7 +110,7 @@ def test_replay_is_byte_identical_to_incremental_updates(steps, data):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(op, min_size=4, max_size=25), batch=st.integers(min_value=1, max_value=4))
 def test_a_rebuild_in_many_batches_through_the_writer_process_is_byte_identical(steps, batch):
-    """Past its first batch a rebuild hands the history tables and the search index to a child process
+    """A rebuild of more than a batch hands the history tables and the search index to a child process
     (bulk.HistoryWriter): batches of a few events make every one of them cross a batch and the process."""
     with tempfile.TemporaryDirectory() as tmp, patch.object(bulk, "BATCH", batch):
         with Memory.init(Path(tmp) / "ws", "alice") as memory:
@@ -121,10 +123,16 @@ def test_a_rebuild_in_many_batches_through_the_writer_process_is_byte_identical(
             spawned = []
             with patch.object(bulk.subprocess, "Popen", lambda *a, **k: spawned.append(a) or Popen(*a, **k)):
                 replay(memory)
-            assert len(spawned) == (memory.log.head() > batch)  # a writer process once past the first batch
+            assert len(spawned) == (memory.log.head() > batch)  # a writer process for more than a batch
             assert snapshot(memory.root) == files
             assert memory.views.dump() == tables
             assert hits == {(word, at): found(memory.views, word, at) for word in WORDS for at in moments}
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)))))
+def test_always_rows_are_json_dumps_of_the_lines(lines):
+    """The fold joins a list of plain lines itself (fold.lines_json); any list reads as json.dumps writes it."""
+    assert lines_json(lines) == json.dumps(lines, ensure_ascii=False)
 
 
 def test_replay_to_a_seq_then_catch_up(memory):

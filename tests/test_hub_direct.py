@@ -1,0 +1,65 @@
+"""Push and pull go from the server straight to their handlers (sync/hub.py `HubApp`), past starlette's
+router and middleware: their refusals, their unexpected errors and their compression must come out as
+they do through the whole stack, and every other request still takes the whole way."""
+
+import asyncio
+
+import httpx
+import msgspec
+
+from eventstore.envelope import new_event
+from eventstore.kinds import EntryAppend
+from sync.hub import create_app
+from sync.storage_sqlite import SQLiteHubStorage
+from sync.wire import PushRequest
+
+from hub_storage_conformance import CONTRACT
+
+
+class BrokenPulls(SQLiteHubStorage):
+    """A real SQLite hub storage whose pulls fail as no refusal does (a bug, a disk gone)."""
+
+    def pull(self, after, layers, limit):
+        raise RuntimeError("the disk is gone")
+
+
+def entry(text: str):
+    return new_event(EntryAppend(type="FACT", date="2026-11-30", content=text), agent="alice", layer="insights")
+
+
+def ask(storage, requests):
+    async def scenario():
+        transport = httpx.ASGITransport(app=create_app(storage), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hub") as client:
+            return [await client.request(*request[:2], **request[2]) for request in requests]
+
+    return asyncio.run(scenario())
+
+
+def test_direct_routes_answer_refusals_errors_and_compression_as_the_stack_does(tmp_path):
+    storage = BrokenPulls(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    auth = {"authorization": f"Bearer {token}"}
+    many = PushRequest(events=[entry(f"fact number {i} " + "x" * 60) for i in range(40)])
+    pushed, refused, unknown, broken, wrong_method, head = ask(storage, [
+        ("POST", "/v1/push", {"content": msgspec.json.encode(many),
+                              "headers": {**auth, "content-type": "application/json", "accept-encoding": "zstd"}}),
+        ("POST", "/v1/push", {"content": b"{not json", "headers": {**auth, "content-type": "application/json"}}),
+        ("GET", "/v1/pull", {"headers": {"authorization": "Bearer nobody"}}),
+        ("GET", "/v1/pull", {"headers": auth}),
+        ("GET", "/v1/push", {"headers": auth}),
+        ("HEAD", "/health", {}),
+    ])
+    assert pushed.status_code == 200 and pushed.headers["content-encoding"] == "zstd"
+    answer = pushed.json()  # httpx undoes the zstd
+    assert [result["position"] for result in answer["results"]] == list(range(2, 42))
+    for response, status, kind in ((refused, 400, "invalid-body"), (unknown, 401, "invalid-token"),
+                                   (broken, 500, "internal"), (wrong_method, 405, "http-405")):
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"].endswith("/" + kind) and response.json()["status"] == status
+    assert "disk" not in broken.text  # a 500 tells nothing of its cause
+    assert head.status_code == 200
+    assert storage.head() == 41  # the refused push left the hub untouched
+    storage.close()
