@@ -222,6 +222,18 @@ class HubStorageConformance:
         hub.push([freed])
         assert hub.page_heads("drafts", "p") == [(freed.id, False)]
 
+    def test_a_redacted_held_version_holds_nothing_so_what_it_made_void_counts_again(self, hub):
+        """A redacted version reads as its stand-in (eventstore.redaction), which holds nothing, as on every
+        consumer, whose views are rebuilt from the redacted log: its updates are not void any more."""
+        held = version(held=True)
+        sneak = version(parents=[held.id])
+        on_top = version(parents=[sneak.id])
+        hub.push([sneak, held, on_top])
+        assert hub.page_heads("drafts", "p") == [(held.id, True)]
+        hub.admin_redact([held.id], "private")
+        assert hub.page_heads("drafts", "p") == [(on_top.id, False)]
+        assert hub.named_versions([held.id, sneak.id, on_top.id]) == {held.id, sneak.id}
+
     def test_named_versions_are_the_ids_a_stored_version_names_as_parent(self, hub):
         ingest = version()
         child = version(parents=[ingest.id])
