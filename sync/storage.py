@@ -515,12 +515,12 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
     """(new stored data, id) for each target of the group's redactions that the hub holds in the
     redaction's own layer and has not redacted yet; `stored(id)` is (layer, data) or None, read
     inside the commit's transaction, after its rows are inserted."""
-    updates = []
+    updates, done = [], set()
     for event in fresh:
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:
-            found = stored(target)
+            found = None if target in done else stored(target)
             if found is None or found[0] != event.layer:
                 continue
             original = _loaded.decode(found[1])
@@ -529,6 +529,7 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
             form = redacted_form(original.kind, original.raw_body(), event.body.reason, event.id)
             updates.append((encode_stored(Event(id=original.id, ts=original.ts, agent=original.agent,
                                                 layer=original.layer, body=form, digest=original.digest)), target))
+            done.add(target)  # the group's first redaction of it wins, as across groups
     return updates
 
 

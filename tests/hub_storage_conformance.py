@@ -177,6 +177,13 @@ class HubStorageConformance:
         assert b"555-0199" not in hub.stored(gone.id)[1]
         assert hub.push([redaction])[0].duplicate
 
+    def test_the_first_of_two_redactions_of_one_event_in_a_push_wins_as_across_pushes(self, hub):
+        gone = entry(text="Jane's phone is 555-0199")
+        hub.push([gone])
+        hub.push([new_event(Redaction(target_ids=[gone.id], reason=reason), agent=agent, layer="insights")
+                  for agent, reason in (("alice", "first"), ("bob", "second"))])
+        assert hub.pull(0, ["insights"], 10)[0].body.reason == "first"
+
     def test_the_administrator_redacts_in_each_layer(self, hub):
         one, two = entry(text="one"), entry(text="two", layer="drafts")
         hub.push([one, two])
