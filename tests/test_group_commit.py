@@ -90,7 +90,9 @@ def test_concurrent_pushes_share_commits_and_a_refused_one_refuses_only_itself(t
     assert positions == list(range(3, 3 + PUSHES - 1))  # 1: the contract, 2: the known event
     assert storage.head() == 2 + PUSHES - 1
     if group:
-        assert storage.transactions == 2, storage.transactions  # the held first one, then all the others at once
+        # the held first one, then all the others at once; or one alone, when every push was queued before
+        # the commit thread took the first (a loaded machine, the pushes quicker than its wake-up)
+        assert storage.transactions in (1, 2), storage.transactions
     else:
         assert storage.transactions == PUSHES
     storage.close()
