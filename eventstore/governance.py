@@ -8,8 +8,11 @@ update that carries the held version's text and frontmatter with `governance` ta
 note that says why. Once released, the page changes freely; a later version that says
 `governance: hold` again holds again.
 
-The rule reads only the event and its parents, so the local writer, the hub on push and every
-consumer on pull run this same check, each with its own way of finding a parent. An ingest names
+The rule reads only the event and its parents, so the local writer and the hub on push run this same
+check, each with its own way of finding a parent. What gets past it (a version that reached the hub
+before the held version it names) is *void*, and so is every version built on one: the hub's version
+table (sync.storage) and every consumer's fold (projections.shared) count it as never having come,
+whatever the order the versions arrive in. An ingest names
 no parents and supersedes nothing: it makes a concurrent head (a held head wins the conflict,
 projections.shared, so the held text stays what the page shows). The hub refuses on push, and the
 client before sending, an ingest that would stand beside a held head (`ingest_refusal`): an agent that

@@ -215,6 +215,7 @@ class SearchFold:
         self.db = views.db
         self.bulk = bulk
         self._stored_rows: dict[tuple, list[tuple[int, str | None]]] = {}  # (kind, key) -> stored current rows
+        self.omitted: set[int] = set()  # ids of shared page versions left out of search_history (`_omit`)
         self._reset()
 
     def _reset(self):
@@ -223,6 +224,8 @@ class SearchFold:
         self.history: list[tuple] = []  # the search_history row of every version the batch made
         self.closed_files: list[tuple[int, str]] = []  # (seq, path) of each write or delete of a file
         self.closed_shared: list[tuple[int, int]] = []  # (seq, id) of each shared page version named as a parent
+        self.reset_shared: list[tuple[int, int | None]] = []  # (id, until) of closed rows whose `until` changes
+        self.shared_from: int | None = None  # the batch's first shared page version's seq
 
     def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
         """The (id, ref) of the stored rows of (kind, key) not yet replaced, read once per fold."""
@@ -282,11 +285,131 @@ class SearchFold:
             self.closed_files.append((seq, body.path))
         elif isinstance(body, (PageIngest, PageUpdate)):
             key = f"{layer}/{body.slug}"
+            if self.shared_from is None:
+                self.shared_from = seq
             self._replace("shared-page", key, set(body.parents), seq)
             self._add(("shared-page", key, id), page_row(seq, "shared-page", layer, key, body.slug,
                                                          body.frontmatter, body.text, id, agent))
         elif isinstance(body, PageDelete):
+            if self.shared_from is None:
+                self.shared_from = seq
             self._replace("shared-page", f"{layer}/{body.slug}", set(body.parents), seq)
+
+    def _settle_shared(self) -> None:
+        """Brings the batch's shared page rows in line with the heads the shared fold left (it flushes first,
+        projections.shared), each from the seq it was one: a version named on arrival by one folded before it
+        (not void then) is left out; a version void from a seq is closed then (left out when void from its own
+        seq), and what it had closed is closed again by what else named it (`_unname`); and a version a head
+        again, once what named it is void, is current again (`_found_again`)."""
+        db = self.db
+        added = {row[9]: row for row in self.history if row[1] == "shared-page"}
+        pages = set()
+        if added:
+            refs = msgspec.json.encode(list(added))
+            early = db.execute(
+                "SELECT id FROM shared_parents WHERE id IN (SELECT value FROM json_each(?1)) UNION SELECT p.value "
+                "FROM shared_void v JOIN shared_versions c ON c.layer = v.layer AND c.slug = v.slug AND c.id = v.id, "
+                "json_each(c.parents) p WHERE p.value IN (SELECT value FROM json_each(?1))", (refs,)).fetchall()
+            for (ref,) in early:
+                seq, layer, key = added[ref][0], added[ref][2], added[ref][3]
+                slug = key.split("/", 1)[1]
+                if db.execute("SELECT 1 FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ?1 AND c.slug = "
+                              "?2 AND p.value = ?3 AND c.seq < ?4 AND c.id NOT IN (SELECT id FROM shared_void WHERE "
+                              "layer = ?1 AND slug = ?2 AND seq <= ?4)", (layer, slug, ref, seq)).fetchone():
+                    self.pending.pop(("shared-page", key, ref), None)
+                    self._omit(seq)
+                    pages.add((layer, slug))
+        voids = db.execute("SELECT v.layer, v.slug, v.id, v.seq, s.seq FROM shared_void v JOIN shared_versions s ON "
+                           "s.layer = v.layer AND s.slug = v.slug AND s.id = v.id WHERE v.seq >= ?",
+                           (self.shared_from,)).fetchall()
+        for layer, slug, ref, since, seq in voids:
+            key = f"{layer}/{slug}"
+            pages.add((layer, slug))
+            if since == seq and ref in added:
+                self.pending.pop(("shared-page", key, ref), None)
+                self._omit(seq)
+            else:
+                self._replace("shared-page", key, {ref}, since)
+                self.closed_shared = [(min(at, since) if id == seq else at, id) for at, id in self.closed_shared]
+        if voids:
+            self._unname(voids)
+        named = {}  # (layer, slug) -> what the batch's void versions name
+        for layer, slug, ref, _since, _seq in voids:
+            (parents,) = db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                                    (layer, slug, ref)).fetchone()
+            named.setdefault((layer, slug), set()).update(msgspec.json.decode(parents))
+        for layer, slug in sorted(pages):
+            key = f"{layer}/{slug}"
+            current = {ref for _id, ref in self._stored("shared-page", key)}
+            current.update(k[2] for k in self.pending if k[0] == "shared-page" and k[1] == key)
+            heads = {ref for (ref,) in db.execute("SELECT id FROM shared_heads WHERE layer = ? AND slug = ?",
+                                                  (layer, slug))}
+            for ref in sorted((heads | named.get((layer, slug), set())) - current):
+                self._found_again(layer, slug, ref, ref in heads)
+
+    def _found_again(self, layer: str, slug: str, ref: str, head: bool) -> None:
+        """A version of a page the batch made something void on, not current: current again when it is a head
+        now (`reset_shared`), and one with no history row yet (named on arrival by a version void since) gets
+        one, from when the last of those became void to the first version not void that named it after."""
+        db, key = self.db, f"{layer}/{slug}"
+        found = db.execute("SELECT seq, agent, doc, (SELECT seq FROM shared_void WHERE layer = ?1 AND slug = ?2 AND "
+                           "id = ?3) FROM shared_versions WHERE layer = ?1 AND slug = ?2 AND id = ?3",
+                           (layer, slug, ref)).fetchone()
+        if found is None or found[2] is None:
+            return  # not come, or a delete: no row
+        seq, agent, doc, void = found
+        page = decode_body(doc)
+        row = page_row(seq, "shared-page", layer, key, slug, page.frontmatter, page.text, ref, agent)
+        if seq not in self.omitted and (self.bulk or any(h[0] == seq for h in self.history) or db.execute(
+                "SELECT 1 FROM search_history WHERE id = ?", (seq,)).fetchone()):
+            if head:
+                self.pending[("shared-page", key, ref)] = row
+                self.reset_shared.append((seq, None))
+            return
+        namers = db.execute("SELECT c.seq, (SELECT seq FROM shared_void WHERE layer = ?1 AND slug = ?2 AND id = c.id) "
+                            "FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ?1 AND c.slug = ?2 AND "
+                            "p.value = ?3", (layer, slug, ref)).fetchall()
+        if any(at < seq and voided is None for at, voided in namers):
+            return  # named on arrival by a version not void: never found
+        since = max([seq] + [voided for at, voided in namers if at < seq])
+        until = min([at for at, voided in namers if at > seq and voided is None] + ([void] if void else []),
+                    default=None)
+        if until is not None and until <= since:
+            return
+        self.omitted.discard(seq)
+        self.history.append((*row, until, since))
+        if until is None:
+            self.pending[("shared-page", key, ref)] = row
+
+    def _unname(self, voids: list[tuple]) -> None:
+        """Takes back what the batch's void versions closed: a version one of them named is closed by the
+        first version not void that named it once it had come, or by its own void seq, whichever is first;
+        else it stays open (`_settle_shared` finds it a head again). A version closed by an earlier batch
+        gets its new `until` through `reset_shared`."""
+        db, fixes = self.db, {}
+        for layer, slug, ref, _since, seq in voids:
+            (parents,) = db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                                    (layer, slug, ref)).fetchone()
+            for parent in msgspec.json.decode(parents):
+                found = db.execute("SELECT seq, (SELECT seq FROM shared_void WHERE layer = ?1 AND slug = ?2 AND id = ?3) "
+                                   "FROM shared_versions WHERE layer = ?1 AND slug = ?2 AND id = ?3",
+                                   (layer, slug, parent)).fetchone()
+                if found is None or found[0] > seq:
+                    continue  # not come, or named on arrival (see `_settle_shared`)
+                (first,) = db.execute(
+                    "SELECT MIN(c.seq) FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ?1 AND c.slug = ?2 "
+                    "AND p.value = ?3 AND c.seq > ?4 AND c.id NOT IN (SELECT id FROM shared_void WHERE layer = ?1 AND "
+                    "slug = ?2)", (layer, slug, parent, found[0])).fetchone()
+                fixes[found[0]] = min([at for at in (first, found[1]) if at is not None], default=None)
+        here = {id for _at, id in self.closed_shared}
+        self.closed_shared = [(fixes[id], id) if id in fixes else (at, id) for at, id in self.closed_shared
+                              if id not in fixes or fixes[id] is not None]
+        self.reset_shared += [(id, until) for id, until in fixes.items() if id not in here and until is not None]
+
+    def _omit(self, id: int) -> None:
+        """Leaves out the history row of a version of the batch that is never found (see `_settle_shared`)."""
+        self.history = [row for row in self.history if row[0] != id]
+        self.omitted.add(id)
 
     def take_pages(self, touched: set[str], current) -> None:
         """The wiki pages a batch touched, as the wiki fold left them: `current(slug)` is None for a page
@@ -308,12 +431,14 @@ class SearchFold:
         `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
         replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
         replaced it) of each wiki version, rename or delete."""
+        if self.shared_from is not None:
+            self._settle_shared()
         rows = sorted(self.pending.values())
         for row in rows:
             if row[1] in ("page", "file", "shared-page"):
                 self._stored(row[1], row[3]).append((row[0], row[9]))
         batch = (sorted(self.gone), rows, page_versions, replaced_pages, sorted(self.history, key=_by_id_since),
-                 self.closed_files, self.closed_shared)
+                 self.closed_files, self.closed_shared, self.reset_shared)
         self._reset()
         if self.bulk:
             return batch
@@ -322,7 +447,7 @@ class SearchFold:
 
 
 def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
-                closed_files: list, closed_shared: list, *, bulk: bool = False) -> None:
+                closed_files: list, closed_shared: list, reset_shared: list = (), *, bulk: bool = False) -> None:
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
     being current and those that are, then the search_history rows and the versions they closed, then (but in
     `bulk`) their search_history_fts entries (`_index`).
@@ -358,10 +483,28 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if closed_shared:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
                        closed_shared)
+    if reset_shared:
+        _reset_until(db, reset_shared, {*moved, *fresh}, bulk)
     if bulk:
         index_closed(db, sorted({*moved, *fresh}))
     elif moved or fresh:
         _index(db, moved, fresh)
+
+
+def _reset_until(db, rows: list[tuple[int, int | None]], indexed: set[int], bulk: bool) -> None:
+    """Gives shared page versions closed by an earlier batch another `until` (SearchFold._unname; None: current
+    again), their index entries moved to the bucket it puts them in (in `bulk`, where only closed versions are
+    indexed before the end, a version current again waits for `bulk_end`). `indexed`: the ids this batch
+    indexes anyway (it finds them as they are once written)."""
+    old = db.execute("SELECT id, until, title, body FROM search_history WHERE id IN (SELECT value FROM json_each(?)) "
+                     "AND until IS NOT NULL", (msgspec.json.encode(sorted({id for id, _u in rows} - indexed)),)).fetchall()
+    db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page'",
+                   [(until, id) for id, until in rows])
+    new = dict(rows)
+    writes = [("delete", history_rowid(id, until), title, body) for id, until, title, body in old]
+    writes += [(None, history_rowid(id, new[id]), title, body) for id, _until, title, body in old
+               if not bulk or new[id] is not None]
+    db.executemany(_FTS_WRITE, sorted(writes, key=_rowid_of))
 
 
 def _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared) -> tuple[list[int], list[int]]:

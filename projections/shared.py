@@ -6,14 +6,17 @@ as a parent, the winner is the head with the greatest id (a held head, `governan
 any other: a concurrent edit cannot unfreeze a page), and a slug with several heads is listed as a
 conflict until an update names all of them.
 
-The held head wins whatever the order versions arrive in. A consumer rejects a version that supersedes
-a held version without releasing it (sync.intake), but can only when it has the held version already:
-one that came first (a hub that did not check handed it out) is in the log. When its held parent is
-folded, it is void from then on (`shared_void`): no head, superseding nothing, as if rejected, so
-every replica shows the same heads and winner.
+The held head wins whatever the order versions arrive in. A version is *void* when it supersedes a held
+version without releasing it (eventstore.governance), or names a void version as a parent (a chain built on
+a bad update is as bad): no head, superseding nothing, as if it had never come. Whether a version is void
+depends only on the versions, not on the order they came in; from when on is the seq at which the last of
+the versions that make it so was folded (`shared_void`): the greater of its own seq and its held parent's,
+or its void parent's void seq. So every replica with the same versions shows the same heads and winner,
+and, as of any seq, what it showed then.
 """
 
 import hashlib
+import heapq
 from collections.abc import Iterator
 import json
 
@@ -39,14 +42,18 @@ CREATE TABLE IF NOT EXISTS shared_heads (
 CREATE TABLE IF NOT EXISTS shared_void (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (layer, slug, id))
     WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS shared_held (
+    layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (layer, slug, id))
+    WITHOUT ROWID;
 """
 ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)"
-TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void")
-"""The view tables this module folds. `shared_parents` holds each version some version names as a parent,
-with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
+TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void", "shared_held")
+"""The view tables this module folds. `shared_parents` holds each version some version not void names as a
+parent, with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
 checkpoint), so the open conflicts are found among a few rows per page, not by unpacking every version's
-parents. `shared_void` holds each version that supersedes a held version without releasing it, and the seq
-of that held version (folded after it): from then on it counts as never having come."""
+parents. `shared_void` holds each void version (see the module) and the seq from which it is: from then on it
+counts as never having come. `shared_held` holds each held version and its seq, so that the fold finds a held
+parent without reading documents."""
 
 VOID = "SELECT id FROM shared_void WHERE layer = ?1 AND slug = ?2 AND seq <= ?3"
 """The void versions of a page as of a seq (parameters: layer, slug, seq)."""
@@ -170,6 +177,7 @@ class SharedViews:
         named: dict[str, int] = {}  # how many versions (not void) name each id
         rows: dict[str, tuple] = {}
         voiding: dict[int, list[str]] = {}
+        void_now: set[str] = set()
         for id, seq in self.db.execute("SELECT id, seq FROM shared_void WHERE layer = ? AND slug = ? AND seq <= ?",
                                        (layer, slug, upto)):
             voiding.setdefault(seq, []).append(id)
@@ -182,11 +190,12 @@ class SharedViews:
                 named[parent] = named.get(parent, 0) + 1
             if not named.get(row[0]):
                 heads[row[0]] = row
-            for void in voiding.get(seq, ()):  # folded before this held version, void from its seq on
+            for void in voiding.get(seq, ()):  # void from this seq on
+                void_now.add(void)
                 heads.pop(void, None)
                 for parent in json.loads(rows[void][2]):
                     named[parent] -= 1
-                    if not named[parent] and parent in rows:
+                    if not named[parent] and parent in rows and parent not in void_now:
                         heads[parent] = rows[parent]
             several = len(heads) > 1
             winner = max(heads.values(), key=lambda r: (several and r[4] is not None
@@ -279,7 +288,8 @@ class SharedFold:
         self.bulk = bulk
         self.entries: list[tuple] = []
         self.versions: list[tuple] = []
-        self.held: list[tuple] = []  # (layer, slug, id, seq, body) of each held version of the batch
+        self.held: list[tuple] = []  # (layer, slug, id, seq) of each held version of the batch
+        self.holds = views.db.execute("SELECT 1 FROM shared_held LIMIT 1").fetchone() is not None
         self._paths: dict[tuple, str | None] = {}  # (layer, slug or None) -> Views.shared_path
 
     def _path(self, layer: str, slug: str | None = None) -> str | None:
@@ -298,7 +308,7 @@ class SharedFold:
             self.versions.append((layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
                                   None if deleted else raw))
             if not deleted and "governance" in body.frontmatter and is_held(body.frontmatter):
-                self.held.append((layer, body.slug, id, seq, body))
+                self.held.append((layer, body.slug, id, seq))
             path = self._path(layer, body.slug)
         else:
             return
@@ -322,31 +332,75 @@ class SharedFold:
             db.executemany("INSERT OR IGNORE INTO shared_heads SELECT ?1, ?2, ?3 WHERE NOT EXISTS "
                            "(SELECT 1 FROM shared_parents WHERE id = ?3)", [v[:3] for v in self.versions])
             if self.held:
-                self._void_earlier_children()
+                db.executemany("INSERT OR IGNORE INTO shared_held VALUES (?, ?, ?, ?)", self.held)
+                self.holds = True
+            if self.holds:
+                self._void()
         self.entries, self.versions, self.held = [], [], []
         return entries if self.bulk else []
 
-    def _void_earlier_children(self) -> None:
-        """Makes void the versions folded before a held version of the batch that name it as a parent
-        without releasing it: each stops being a head, and each of its parents that no other version
-        (not void) names is a head again. Rare (a hub that did not check), so read page by page."""
+    def _void(self) -> None:
+        """Makes void what the batch makes void (see the module), each from its seq: a version of the batch
+        naming a held version it does not release, or a void one; a version folded before a held version of
+        the batch that names it without releasing it; and every version built on one made void. Each stops
+        being a head, and each of its parents that no other version (not void) names is a head again (unless
+        void itself). Read only when some version is held."""
         db = self.db
-        for layer, slug, id, seq, body in self.held:
-            if db.execute("SELECT 1 FROM shared_parents WHERE id = ?", (id,)).fetchone() is None:
-                continue
-            for child, parents, doc in db.execute(
-                    "SELECT c.id, c.parents, c.doc FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? "
-                    "AND c.slug = ? AND p.value = ? AND c.seq < ?", (layer, slug, id, seq)).fetchall():
-                child_body = PageDelete(slug=slug, parents=json.loads(parents)) if doc is None else decode_body(doc)
-                if hold_refusal(child_body, {id: body}.get) is None:
-                    continue
-                db.execute("INSERT OR IGNORE INTO shared_void VALUES (?, ?, ?, ?)", (layer, slug, child, seq))
-                db.execute("DELETE FROM shared_heads WHERE layer = ? AND slug = ? AND id = ?", (layer, slug, child))
-                for parent in json.loads(parents):
-                    still = db.execute(f"SELECT 1 FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ?1 "
-                                       f"AND c.slug = ?2 AND p.value = ?4 AND c.id NOT IN ({VOID})",
-                                       (layer, slug, 1 << 62, parent)).fetchone()
-                    if still is None:
-                        db.execute("DELETE FROM shared_parents WHERE id = ?", (parent,))
-                        db.execute("INSERT OR IGNORE INTO shared_heads SELECT layer, slug, id FROM shared_versions "
-                                   "WHERE layer = ? AND slug = ? AND id = ?", (layer, slug, parent))
+        candidates: list[tuple[int, str, str, str]] = []  # (seq void from, layer, slug, id)
+        by_parent: dict[tuple, list[tuple]] = {}
+        for layer, slug, id, seq, _agent, parents, _deleted, _doc in self.versions:
+            for parent in json.loads(parents):
+                by_parent.setdefault((layer, slug, parent), []).append((id, seq))
+        if by_parent:
+            keys = msgspec.json.encode(list(by_parent))
+            for table, holds in (("shared_held", True), ("shared_void", False)):
+                for layer, slug, parent, since in db.execute(
+                        f"SELECT t.layer, t.slug, t.id, t.seq FROM json_each(?) k, {table} t WHERE t.layer = "
+                        "json_extract(k.value, '$[0]') AND t.slug = json_extract(k.value, '$[1]') "
+                        "AND t.id = json_extract(k.value, '$[2]')", (keys,)).fetchall():
+                    for child, seq in by_parent[(layer, slug, parent)]:
+                        if not holds or self._refuses(layer, slug, child, parent):
+                            candidates.append((max(seq, since), layer, slug, child))
+        for layer, slug, id, seq in self.held:
+            for child, child_seq in self._children(layer, slug, id):
+                if child_seq < seq and self._refuses(layer, slug, child, id):
+                    candidates.append((seq, layer, slug, child))
+        heapq.heapify(candidates)
+        made = []
+        while candidates:
+            since, layer, slug, id = heapq.heappop(candidates)
+            if db.execute("SELECT 1 FROM shared_void WHERE layer = ? AND slug = ? AND id = ?",
+                          (layer, slug, id)).fetchone():
+                continue  # void already, from as early or earlier (taken in seq order)
+            db.execute("INSERT INTO shared_void VALUES (?, ?, ?, ?)", (layer, slug, id, since))
+            made.append((layer, slug, id))
+            for child, child_seq in self._children(layer, slug, id):
+                heapq.heappush(candidates, (max(since, child_seq), layer, slug, child))
+        for layer, slug, id in made:
+            db.execute("DELETE FROM shared_heads WHERE layer = ? AND slug = ? AND id = ?", (layer, slug, id))
+            parents = db.execute("SELECT parents FROM shared_versions WHERE layer = ? AND slug = ? AND id = ?",
+                                 (layer, slug, id)).fetchone()[0]
+            for parent in json.loads(parents):
+                (first,) = db.execute(f"SELECT MIN(c.seq) FROM shared_versions c, json_each(c.parents) p WHERE "
+                                      f"c.layer = ?1 AND c.slug = ?2 AND p.value = ?4 AND c.id NOT IN ({VOID})",
+                                      (layer, slug, 1 << 62, parent)).fetchone()
+                if first is not None:  # the first version not void that names it, however the batches fell
+                    db.execute("UPDATE shared_parents SET seq = ? WHERE id = ?", (first, parent))
+                else:
+                    db.execute("DELETE FROM shared_parents WHERE id = ?", (parent,))
+                    db.execute("INSERT OR IGNORE INTO shared_heads SELECT layer, slug, id FROM shared_versions "
+                               "WHERE layer = ?1 AND slug = ?2 AND id = ?3 AND id NOT IN (SELECT id FROM shared_void "
+                               "WHERE layer = ?1 AND slug = ?2)", (layer, slug, parent))
+
+    def _children(self, layer: str, slug: str, id: str) -> list[tuple[str, int]]:
+        """(id, seq) of the versions folded so far that name `id` as a parent."""
+        return self.db.execute("SELECT c.id, c.seq FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ? "
+                               "AND c.slug = ? AND p.value = ?", (layer, slug, id)).fetchall()
+
+    def _refuses(self, layer: str, slug: str, child: str, held: str) -> bool:
+        """Whether the version `child` supersedes the held version `held` without releasing it."""
+        bodies = {}
+        for id, parents, doc in self.db.execute("SELECT id, parents, doc FROM shared_versions WHERE layer = ? AND "
+                                                "slug = ? AND id IN (?, ?)", (layer, slug, child, held)):
+            bodies[id] = PageDelete(slug=slug, parents=json.loads(parents)) if doc is None else decode_body(doc)
+        return child in bodies and hold_refusal(bodies[child], {held: bodies.get(held)}.get) is not None

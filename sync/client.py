@@ -30,7 +30,7 @@ from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
 from projections.replay import replay
 
-from .intake import Rejected, accept, conflicting, remember
+from .intake import Rejected, accept, conflicting
 from .wire import MAX_PULL, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
@@ -608,12 +608,11 @@ class _Tally:
             self.progress(position - self.reached, self.total)
             self.reached = position
 
-    def store(self, memory, page: PullPage, fold: bool = True, versions: dict | None = None) -> None:
+    def store(self, memory, page: PullPage, fold: bool = True) -> None:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
         transaction that moves the cursor past all of them; with `fold`, the views and files follow once
-        caught up. `versions` carries the page versions stored so far from one page to the next."""
-        events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
-                                  versions)
+        caught up."""
+        events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log)
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
         if page.events:
@@ -631,8 +630,6 @@ class _Tally:
             events, clashing = conflicting(events, memory.log)
             rejected += clashing
             seqs = memory.log.append(events, state=rows)
-        if versions is not None:
-            remember(versions, events)
         self.rejected += rejected
         for r in rejected if self.say else ():
             self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")
@@ -678,13 +675,12 @@ def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests
     """A catch-up: while a page is checked and appended, the hub already serves the next one (the request
     says which cursor is durably stored), and `mem replay`'s bulk build of the views follows the log in a
     thread of its own (_ViewsBuilder). Once caught up, the build swaps the views in and writes the files."""
-    versions: dict = {}
     held = memory.log.state(f"pull:{tally.name}") or ""
     with _ViewsBuilder(memory, tally) as builder:
         while True:
             if page.more:
                 asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, held)
-            tally.store(memory, page, fold=False, versions=versions)
+            tally.store(memory, page, fold=False)
             builder.follow(memory.log.head())
             held = page.cursor
             if not page.events and not page.more:

@@ -4,8 +4,10 @@ A consumer never trusts its hub: an event that fails is rejected and reported (i
 why), the cursor moves past it, and the rest of the layer keeps flowing. Stopping instead would leave
 the consumer stuck on that event for good, since the hub would hand it out again on every pull.
 
-That includes the hold (eventstore.governance): an update or delete of a held shared page that does
-not release it is rejected here too, so a hub that let one through cannot unfreeze the page.
+The hold (eventstore.governance) is not checked here: an update or delete of a held shared page that
+does not release it, which a hub that did not check may hand out, is appended and the fold makes it void
+(projections.shared), with everything built on it. Rejecting it would not do: a version built on it may
+come first, or later from another path, and only a log that holds the whole chain can tell it is void.
 """
 
 import msgspec
@@ -13,9 +15,8 @@ import msgspec
 from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
-from eventstore.governance import held_message, hold_refusal, is_held
 from eventstore.ids import is_uuid
-from eventstore.kinds import EntryAppend, PageIngest, PageUpdate, Redaction
+from eventstore.kinds import EntryAppend
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 
 
@@ -74,22 +75,9 @@ def problem(event: Event, contract: Contract, agent: str) -> str | None:
     return None
 
 
-def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
-           versions: dict | None = None) -> tuple[list[Event], list[Rejected]]:
-    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected.
-
-    `versions` (see `remember`) holds the page versions a catch-up stored before this page, so that an
-    update's hold check finds its parent without asking the log; any other parent is looked up there."""
-    events, rejected, taken, bodies = [], [], {}, {}
-    known = versions if versions is not None else {}
-
-    def parent(id: str):
-        if id in bodies:
-            return bodies[id]
-        if id in known:
-            return known[id]
-        return getattr(log.get(id), "body", None)
-
+def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
+    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
+    events, rejected, taken = [], [], {}
     for raw in raws:
         try:
             event = _event.decode(raw)
@@ -106,29 +94,12 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
                 target = known_event.layer if known_event is not None else None
             if target != event.layer:
                 reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
-        if reason is None:
-            held = hold_refusal(event.body, parent)
-            reason = held_message(event.layer, event.body.slug, *held) if held else None
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue
         taken[event.id] = (event.digest, event.layer)
-        bodies[event.id] = event.body
         events.append(event)
     return events, rejected
-
-
-def remember(versions: dict, events: list[Event]) -> None:
-    """Notes the page versions among `events` (appended) for the hold checks of later pages: a held
-    version's body, None for any other (which holds nothing). A redacted version is left to the log,
-    which gives its stand-in."""
-    for event in events:
-        body = event.body
-        if type(body) is PageIngest or type(body) is PageUpdate:
-            versions[event.id] = body if is_held(body.frontmatter) else None
-        elif type(body) is Redaction:
-            for id in body.target_ids:
-                versions.pop(id, None)
 
 
 def conflicting(events: list[Event], log) -> tuple[list[Event], list[Rejected]]:

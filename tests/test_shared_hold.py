@@ -1,6 +1,6 @@
-"""`governance: hold` on shared pages: the local writer, the hub on push and every consumer on pull
-refuse an update or delete of a held version that does not release it, and each refusal leaves the
-log (the workspace's, the hub's) as it was."""
+"""`governance: hold` on shared pages: the local writer and the hub on push refuse an update or delete of a
+held version that does not release it, and each refusal leaves the log (the workspace's, the hub's) as it
+was; one that gets past them is void, with everything built on it, on the hub and on every consumer."""
 
 import json
 
@@ -75,22 +75,36 @@ def test_an_ingest_may_not_stand_beside_a_held_head_unless_the_push_releases_it(
     assert ingest_refusal("i", {"i": False}, new) is None
 
 
-def test_a_consumer_rejects_a_pulled_update_of_a_held_page(workspace):
-    """What a hub that did not check (an older one) hands out: the consumer rejects it, names it, and
-    keeps the release and what follows it."""
+def test_a_consumer_keeps_a_pulled_update_of_a_held_page_void(workspace):
+    """What a hub that did not check (an older one) hands out: the consumer appends it (a version built on it
+    may come before it, or after it from elsewhere: only the whole chain tells it is void) and its fold makes
+    it void, and what is built on it; the release and what follows it count."""
     from projections.memory import Memory
 
     contract = Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages", producers=["*"],
                                                         consumers=["*"])})
     held = held_version()
-    sneaky, freed = update(held), release(held)
+    sneaky = update(held)
+    on_sneaky = update(sneaky, note="on top")
+    freed = release(held)
     after = update(freed, note="now it may change")
-    raws = [msgspec.Raw(msgspec.json.encode(e)) for e in (held, sneaky, freed, after)]
+    raws = [msgspec.Raw(msgspec.json.encode(e)) for e in (held, on_sneaky, sneaky)]
+    (workspace / ".mem" / "contract.json").write_text(json.dumps(msgspec.to_builtins(contract)))
     with Memory.open(workspace) as mem:
         events, rejected = accept(raws, contract, "main", mem.log)
-    assert [e.id for e in events] == [held.id, freed.id, after.id]
-    assert [r.id for r in rejected] == [sneaky.id]
-    assert "'pricing' of layer 'drafts' is held" in rejected[0].reason and held.id in rejected[0].reason
+        assert [e.id for e in events] == [held.id, on_sneaky.id, sneaky.id] and rejected == []
+        mem.log.append(events)
+        mem.refresh(files=False)
+        shared = mem.views.shared
+        assert [h.id for h in shared.heads("drafts", "pricing", mem.views.checkpoint())] == [held.id]
+        assert "No discounts above 20%." in shared.page_text("drafts", "pricing", mem.views.checkpoint())
+        assert mem.search("discounts", day="2026-11-30", include_all=True) and \
+            {hit.seq for hit in mem.search("discounts", day="2026-11-30", include_all=True)} == {1}
+        events, rejected = accept([msgspec.Raw(msgspec.json.encode(e)) for e in (freed, after)], contract, "main",
+                                  mem.log)
+        mem.log.append(events)
+        mem.refresh(files=False)
+        assert [h.id for h in shared.heads("drafts", "pricing", mem.views.checkpoint())] == [after.id]
 
 
 # --- the local writer and a concurrent edit, in-process --------------------------------------------
@@ -410,22 +424,22 @@ DRAFTS = Contract(layers={"drafts": ContractLayer(path="content/drafts/", format
 @st.composite
 def held_dags(draw):
     """Versions of one page as hubs may hand them out: ingests (some beside a held head), updates, some
-    held, releases of held versions, and updates of a held version that do not release it (what a hub
-    that did not check lets through: leaves, nothing builds on them); then two arrival orders, each
-    cut in batches."""
+    held, releases of held versions, updates of a held version that do not release it (what a hub that did
+    not check lets through) and versions built on those (void too); then two arrival orders, each cut in
+    batches."""
     made = []  # (kind, parents, held)
     for index in range(draw(st.integers(2, 9))):
-        earlier = [i for i, (kind, _p, _h) in enumerate(made) if kind != "sneak"]
+        earlier = list(range(len(made)))
         kind = draw(st.sampled_from(["ingest", "update", "release", "sneak"] if earlier else ["ingest"]))
         held_earlier = [i for i in earlier if made[i][2]]
         if kind in ("release", "sneak") and not held_earlier:
             kind = "update"
         if kind == "ingest":
             made.append(("ingest", [], draw(st.booleans())))
-        elif kind == "update":
+        elif kind == "update":  # of an open version: a sneak's, or one built on it, is as void
             open_ = [i for i in earlier if not made[i][2]] or [None]
-            parent = draw(st.sampled_from(open_))
-            made.append(("update", [parent] if parent is not None else [], draw(st.booleans())))
+            parents = {draw(st.sampled_from(open_)), draw(st.sampled_from(open_))}
+            made.append(("update", sorted(parents - {None}), draw(st.booleans())))
         elif kind == "release":
             made.append((kind, [draw(st.sampled_from(held_earlier))], False))
         else:  # a sneak may name another parent too, which it does not supersede either
@@ -447,19 +461,30 @@ def held_events(made):
             body = PageUpdate(slug="pricing", frontmatter=released(parent.frontmatter), text=parent.text,
                               note="agreed", parents=ids)
         elif ids:
-            body = PageUpdate(slug="pricing", frontmatter=frontmatter, text=f"v{index}\n", parents=ids)
+            body = PageUpdate(slug="pricing", frontmatter=frontmatter, text=f"pricing v{index}\n", parents=ids)
         else:
-            body = PageIngest(slug="pricing", frontmatter=frontmatter, text=f"v{index}\n")
+            body = PageIngest(slug="pricing", frontmatter=frontmatter, text=f"pricing v{index}\n")
         events.append(new_event(body, agent="alice", layer="drafts"))
     return events
+
+
+def found(mem, as_of=None) -> set[str]:
+    """The ids of the versions of `pricing` that `mem search` finds (as of a seq)."""
+    hits = mem.search("pricing", as_of=as_of, day="2026-11-30", include_all=True, limit=100, kinds=["shared-page"])
+    return {mem.event(hit.seq).id for hit in hits}
 
 
 @settings(max_examples=30, deadline=None)
 @given(dag=held_dags())
 def test_a_consumer_shows_the_held_head_whatever_the_order_and_batches(tmp_path_factory, dag):
-    """Every consumer of the same versions shows the same page, conflicts and heads, however they arrived;
-    and a held head, when there is one, is what it shows."""
+    """Every consumer of the same versions shows the same page, conflicts, heads and search hits, however
+    they arrived; a held head, when there is one, is what it shows; and as of every seq, `mem search`
+    finds the heads `mem` showed then."""
+    from unittest.mock import patch
+
+    from projections import bulk
     from projections.memory import Memory
+    from projections.replay import check
 
     made, orders = dag
     note(f"versions {made}, arrivals {orders}")
@@ -480,13 +505,27 @@ def test_a_consumer_shows_the_held_head_whatever_the_order_and_batches(tmp_path_
                 start = cut
             shared, head = mem.views.shared, mem.views.checkpoint()
             changes = dict(shared.winners("drafts", "pricing", head))  # the page's history, in one pass
+            void = {id for (id,) in mem.views.db.execute("SELECT id FROM shared_void")}
+            parents = {e.id: getattr(e.body, "parents", []) for e in events}
             winner = None
             for as_of in range(1, head + 1):
                 winner = changes.get(as_of, (winner,))[0]
-                assert shared.heads("drafts", "pricing", as_of)[-1].id == winner
+                heads = shared.heads("drafts", "pricing", as_of)
+                assert heads[-1].id == winner
+                by_then = {mem.event(seq).id for seq in range(1, as_of + 1)}
+                hits = found(mem, as_of)
+                assert {h.id for h in heads} <= hits, as_of
+                for extra in hits - {h.id for h in heads}:  # one a version void later replaced, until then
+                    assert all(c in void for c in by_then if extra in parents[c]), as_of
             heads = shared.heads("drafts", "pricing", head)
+            assert found(mem) == {h.id for h in heads}
+            mem.refresh()
+            with patch.object(bulk, "BATCH", 3):  # a rebuild (the bulk build, in batches of its own) agrees
+                rebuilt = check(mem)
+            assert rebuilt.same, rebuilt.differences
             seen.append(({h.id for h in heads}, heads[-1].id, mem.views.shared.page_text("drafts", "pricing",
-                                                                                          mem.views.checkpoint())))
+                                                                                          mem.views.checkpoint()),
+                         {(c.slug, c.winner) for c in mem.conflicts()}, found(mem)))
             held = {e.id for e in events if is_held(getattr(e.body, "frontmatter", None))}
             if any(h.id in held for h in heads):
                 assert heads[-1].id in held
@@ -508,10 +547,20 @@ def test_an_update_of_a_held_page_that_reached_the_hub_first_does_not_unfreeze_i
                             agent="researcher", layer="drafts")
         refused = push_to_team(team, "researcher", unaware)
         assert refused.status_code == 409 and refused.json()["type"] == PROBLEM_BASE + "held", refused.text
+        on_top = update(sneaky, text="# Pricing\n\nDiscounts as you like, and free shipping.\n", agent="reviewer")
+        assert push_to_team(team, "reviewer", on_top).status_code == 200  # built on a void update: void too
+        assert hub_heads_of_team(team) == [(held.id, True)]
         team.mem("researcher", "pull", check=True)
         assert "No discounts above 20%." in (team.root / "researcher/content/drafts/pricing.md").read_text()
         conflicts = team.mem("researcher", "conflicts", "--json")
         assert conflicts.returncode == 0 and json.loads(conflicts.stdout) == []
+        seqs = {e["id"]: e["seq"] for e in json.loads(team.mem("researcher", "log", "--layer", "drafts", "--json",
+                                                                 check=True).stdout)}
+        assert seqs[sneaky.id] < seqs[held.id] < seqs[on_top.id]
+        for moment in ((), ("--seq", str(seqs[held.id])), ("--seq", str(seqs[on_top.id]))):  # now, and as of then
+            hits = json.loads(team.mem("researcher", "search", "discounts", "--all", "--json", *moment,
+                                       check=True).stdout)
+            assert [hit["snippet"] for hit in hits] == ["# Pricing No **discounts** above 20%."], (moment, hits)
         team.mem("researcher", "replay", "--check", check=True)
         refused = team.mem("researcher", "page", "write", "pricing", "--layer", "drafts",
                            "--file", team.page("edit", "Pricing", "Any."))

@@ -232,8 +232,9 @@ def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path
             return {c.slug: {h.id for h in c.heads} for c in mem.views.shared.conflicts(as_of)}
 
         def current(event, as_of):
-            """A version is found by a search as of a seq while no version made after it names it."""
-            return not any(event.id in e.body.parents for e in appended if seq_of[event.id] < seq_of[e.id] <= as_of)
+            """A version is found by a search as of a seq while it is a head: no version then names it (one
+            that came after a version naming it is never found)."""
+            return not any(event.id in e.body.parents for e in appended if seq_of[e.id] <= as_of)
 
         head = mem.views.checkpoint()
         assert found(head) == expected(head)  # the kept heads
