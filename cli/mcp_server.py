@@ -115,8 +115,10 @@ class MindlogServer(MCPServer):
 
 def build_server(mem: Memory) -> MCPServer:
     tool = MemoryTool(mem)
-    server = MindlogServer(mem, name="mindlog", instructions=INSTRUCTIONS.format(agent=mem.config.agent),
-                           log_level="WARNING")
+    from importlib.metadata import version
+
+    server = MindlogServer(mem, name="mindlog", version=version("mindlog"),
+                           instructions=INSTRUCTIONS.format(agent=mem.config.agent), log_level="WARNING")
 
     mem.defer_files = True
     flush = FileFlush(mem)

@@ -133,12 +133,12 @@ def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes,
     """(codec, new body, id bytes) for every target of the batch's redactions that is in the log, in the
     redaction's own layer and not redacted yet. `stored(id bytes)` gives (kind, codec, body, layer) or None.
     Called inside the append's transaction, after its rows are inserted."""
-    updates = []
+    updates, done = [], set()
     for event in events:
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:
-            found = stored(id_bytes(target))
+            found = None if target in done else stored(id_bytes(target))
             if found is None:
                 continue
             kind, codec, body, layer = found
@@ -146,6 +146,7 @@ def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes,
                 continue
             form = redacted_form(kind, unpack_body(codec, bytes(body)), event.body.reason, event.id)
             updates.append((CODEC_REDACTED, encode_body(form), id_bytes(target)))
+            done.add(target)  # a later redaction of it in the same batch finds it redacted, as in the next
     return updates
 
 

@@ -112,6 +112,8 @@ def file_path(path: str) -> str:
         raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")
     if path == "mind.md" or parts[0] == "mind":
         raise UnsafePath(f"{path} belongs to the mind wiki; use `mem page write` or `mem always add`")
+    if parts[0] == ".mem":
+        raise UnsafePath(f"{path} belongs to mindlog itself (.mem/ holds the log and the views)")
     if len(path) > 512:
         raise UnsafePath("file path is longer than 512 characters")
     return path

@@ -23,7 +23,7 @@ from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, Impo
 from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, Writer
 
-from . import render, trust
+from . import local_layers, render, trust
 from .adf import MESSAGE_COLUMNS, blob_json
 from .views import LOG_PATH, MIND_PATH
 
@@ -217,6 +217,7 @@ class _Importer:
         self.others: list = []
         self.live: list = []
         self.kept_aside: list[str] = []
+        self.layers = {}  # the local layers its config declares: their files are rendered from their events
 
     def readers(self):
         return (self.meta, self.config, self.audit, self.files, self.inbox, self.outbox, self.loop)
@@ -254,6 +255,7 @@ class _Importer:
                 raise InvalidInput("adf_config.config_json must be a JSON object")
             updated = _str(row.get("updated_at"), "adf_config.updated_at")
             self.others.append(self.event(ConfigSet(key="", value=value, updated_at=updated)))
+            self.layers = local_layers.declared(value, self.agent)
 
     @_reads("adf_audit")
     def audit(self, rows: list[dict]) -> None:
@@ -303,7 +305,7 @@ class _Importer:
                 always = render.always_lines(content.decode("utf-8", "replace")) or []
             elif path == LOG_PATH or self._page(path, content, updated):
                 continue
-            elif path.startswith("mind/"):
+            elif path.startswith("mind/") or self._layer_owns(path):
                 self._keep_aside(path, content, files[path])
             else:
                 self._file(path, content, mime, protection, created, updated)
@@ -320,6 +322,12 @@ class _Importer:
             self._keep_aside(MIND_PATH, mind_text.encode(), files[MIND_PATH])
         if LOG_PATH in files and entries is None:
             self._keep_aside(LOG_PATH, log_text.encode(), files[LOG_PATH])
+
+    def _layer_owns(self, path: str) -> bool:
+        """A file of a local layer the config declares (a mindlog export renders them into adf_files): the
+        layer's events own that path, and an import brings no such events, so the text is kept aside
+        rather than left at a path `mem file write` refuses, hidden behind the layer's own empty file."""
+        return local_layers.layer_owning(path, self.layers) is not None
 
     def _in_mind(self, body, ts: int | None = None):
         return self.event(body, MIND, ts)
@@ -391,6 +399,8 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
     if memory.log.head() != 0:
         raise InvalidInput("import into a new workspace (`mem init`): imported loop rows keep their seqs, "
                            "so the log must be empty")
+    if Path(path).is_dir():
+        raise InvalidInput(f"{path} is a directory, not an ADF file")
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
         try:

@@ -56,10 +56,16 @@ def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
     return {"path": path, "format": format}
 
 
+def layer_owning(path: str, layers: dict[str, ContractLayer]) -> str | None:
+    """The layer whose events own `path` (its entries file, or a page in its folder), or None."""
+    return next((name for name, spec in layers.items()
+                 if path == spec.path or (spec.format == "pages" and path.startswith(spec.path))), None)
+
+
 def refuse_layer_path(path: str, contract: Contract | None) -> None:
     """`mem file write` may not write a layer's file: the layer's events own it (and its bytes on disk)."""
-    for name, spec in (contract.layers.items() if contract else ()):
-        if path == spec.path or (spec.format == "pages" and path.startswith(spec.path)):
-            how = f"mem entry add {name} \"[TYPE] ...\"" if spec.format == "entries" else \
-                f"mem page write SLUG --layer {name}"
-            raise InvalidInput(f"{path} belongs to layer {name!r}; write it with `{how}`")
+    name = layer_owning(path, contract.layers if contract else {})
+    if name is not None:
+        how = f"mem entry add {name} \"[TYPE] ...\"" if contract.layers[name].format == "entries" else \
+            f"mem page write SLUG --layer {name}"
+        raise InvalidInput(f"{path} belongs to layer {name!r}; write it with `{how}`")

@@ -24,7 +24,7 @@ from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
-from eventstore.redaction import redacted_form
+from eventstore.redaction import redacted_form, stand_in
 from eventstore.layers import CONTRACT_LAYER
 
 from .contracts import lenient_contract
@@ -55,7 +55,6 @@ SUPERSEDE_SQL = ("INSERT INTO hub_page_versions (id, layer, slug, held, supersed
                  "named_by = hub_page_versions.named_by || excluded.named_by")
 VERSION_SQL = ("INSERT INTO hub_page_versions VALUES ({p}, {p}, {p}, {p}, 0, {p}, '', 0) ON CONFLICT (id) DO UPDATE SET "
                "layer = excluded.layer, slug = excluded.slug, held = excluded.held, parents = excluded.parents")
-UNHOLD_SQL = "UPDATE hub_page_versions SET held = 0 WHERE id = {p}"
 HEADS_SQL = ("SELECT id, held FROM hub_page_versions WHERE layer = {p} AND slug = {p} AND superseded = 0 AND void = 0 "
              "AND parents IS NOT NULL ORDER BY id")
 NAMED_SQL = "SELECT id FROM hub_page_versions WHERE superseded > 0 AND id IN ({ids})"
@@ -64,6 +63,10 @@ HOLDING_SQL = ("SELECT id, held, void, parents, named_by FROM hub_page_versions 
 VERSIONS_SQL = "SELECT id, held, void, parents, named_by FROM hub_page_versions WHERE id IN ({ids})"
 VOID_SQL = "UPDATE hub_page_versions SET void = 1 WHERE id = {p}"
 UNNAMED_SQL = "UPDATE hub_page_versions SET superseded = superseded - 1 WHERE id = {p}"
+REDACTED_PAGES_SQL = "SELECT DISTINCT layer, slug FROM hub_page_versions WHERE parents IS NOT NULL AND id IN ({ids})"
+PAGE_IDS_SQL = "SELECT id FROM hub_page_versions WHERE layer = {p} AND slug = {p}"
+PAGE_EVENTS_SQL = "SELECT data FROM hub_events WHERE id IN ({ids}) ORDER BY position"
+DROP_PAGE_SQL = "DELETE FROM hub_page_versions WHERE layer = {p} AND slug = {p}"
 """Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""
 
 
@@ -80,6 +83,10 @@ class PageVersionSQL(NamedTuple):
     versions: str
     void: str
     unnamed: str
+    redacted_pages: str
+    page_ids: str
+    page_events: str
+    drop_page: str
 
 
 def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows: Callable,
@@ -89,10 +96,20 @@ def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows
 
     def body(id):
         found = stored(id)
-        return _loaded.decode(bytes(found[1])).body if found else None
+        return _readable(_loaded.decode(bytes(found[1])).body) if found else None
 
     return PageVersionSQL(many, rows, to_ids, body, *(sql.format(p=mark, ids=ids) for sql in (
-        SUPERSEDE_SQL, VERSION_SQL, HOLDING_SQL, VERSIONS_SQL, VOID_SQL, UNNAMED_SQL)))
+        SUPERSEDE_SQL, VERSION_SQL, HOLDING_SQL, VERSIONS_SQL, VOID_SQL, UNNAMED_SQL, REDACTED_PAGES_SQL, PAGE_IDS_SQL,
+        PAGE_EVENTS_SQL, DROP_PAGE_SQL)))
+
+
+def _readable(body):
+    """A body as the hold checks read it: a redacted page version as its stand-in (it holds nothing), as the
+    consumers' folds see it."""
+    return stand_in(body) if isinstance(body, Redacted) and body.original in PAGE_KINDS else body
+
+
+PAGE_KINDS = ("page.ingest", "page.update", "page.delete")
 
 
 def page_version_rows(events) -> tuple[list[tuple], list[tuple]]:
@@ -100,7 +117,7 @@ def page_version_rows(events) -> tuple[list[tuple], list[tuple]]:
     each version's parents named, then its own row."""
     superseded, versions = [], []
     for event in events:
-        body = event.body
+        body = _readable(event.body)
         if isinstance(body, (PageIngest, PageUpdate, PageDelete)):
             parents = list(getattr(body, "parents", ()))
             superseded.extend((parent, event.layer, body.slug, event.id + " ") for parent in parents)
@@ -120,7 +137,7 @@ def record_page_versions(sql: PageVersionSQL, events) -> None:
         return
     sql.many(sql.supersede, superseded)
     sql.many(sql.version, [row[:4] + (row[4],) for row in versions])
-    bodies = {event.id: event.body for event in events}
+    bodies = {event.id: _readable(event.body) for event in events}
     held_new = [row[0] for row in versions if row[3]]
     parents = sorted({row[0] for row in superseded} | set(held_new))
     flagged = {row[0]: row for row in sql.rows(sql.holding, (sql.ids(parents),))}
@@ -153,6 +170,16 @@ def _make_void(sql: PageVersionSQL, doomed: list[str]) -> None:
         sql.many(sql.void, [(row[0],) for row in fresh])
         sql.many(sql.unnamed, [(parent,) for row in fresh for parent in json.loads(row[3])])
         doomed = [child for row in fresh for child in row[4].split()]
+
+
+def refold_pages(sql: PageVersionSQL, redacted: list[str]) -> None:
+    """Keeps hub_page_versions again for the pages of the redacted versions among `redacted` (their stand-ins
+    hold nothing: what was void for them may count again), from their stored events, in position order."""
+    for layer, slug in sql.rows(sql.redacted_pages, (sql.ids(redacted),)):
+        ids = [id for (id,) in sql.rows(sql.page_ids, (layer, slug))]
+        events = [_loaded.decode(bytes(data)) for (data,) in sql.rows(sql.page_events, (sql.ids(ids),))]
+        sql.many(sql.drop_page, [(layer, slug)])
+        record_page_versions(sql, events)
 
 
 def stored_page_versions(sql: PageVersionSQL, page: str) -> None:
@@ -488,12 +515,12 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
     """(new stored data, id) for each target of the group's redactions that the hub holds in the
     redaction's own layer and has not redacted yet; `stored(id)` is (layer, data) or None, read
     inside the commit's transaction, after its rows are inserted."""
-    updates = []
+    updates, done = [], set()
     for event in fresh:
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:
-            found = stored(target)
+            found = None if target in done else stored(target)
             if found is None or found[0] != event.layer:
                 continue
             original = _loaded.decode(found[1])
@@ -502,6 +529,7 @@ def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
             form = redacted_form(original.kind, original.raw_body(), event.body.reason, event.id)
             updates.append((encode_stored(Event(id=original.id, ts=original.ts, agent=original.agent,
                                                 layer=original.layer, body=form, digest=original.digest)), target))
+            done.add(target)  # the group's first redaction of it wins, as across groups
     return updates
 
 

@@ -14,9 +14,10 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, UNHOLD_SQL, AgentInfo,
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, AgentInfo,
                       Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
-                      STORED_PAGE, record_page_versions, redacted_rows, stored_page_versions)
+                      STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
+                      stored_page_versions)
 
 CHANNEL = "mindlog_hub"
 SCHEMA = """
@@ -31,7 +32,7 @@ CREATE TABLE IF NOT EXISTS hub_agents (
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor BIGINT NOT NULL, at BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
-UNHOLD, HEADS = (sql.format(p="%s") for sql in (UNHOLD_SQL, HEADS_SQL))
+HEADS = HEADS_SQL.format(p="%s")
 IDS = "SELECT unnest(%s::text[])"
 NAMED = NAMED_SQL.format(ids=IDS)
 
@@ -116,11 +117,12 @@ class PostgresHubStorage(HubStorage):
                                        [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(rows)])
                     conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(rows),))
+                    versions = self._versions(conn)
+                    record_page_versions(versions, rows)
                     updates = redacted_rows(rows, lambda id: self._stored(conn, id))
                     if updates:
                         cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
-                        cursor.executemany(UNHOLD, [(id,) for _data, id in updates])
-                    record_page_versions(self._versions(conn), rows)
+                        refold_pages(versions, [id for _data, id in updates])
                     payload = f"{head + len(rows)} {','.join(sorted(layers))}"
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                 if pulls:

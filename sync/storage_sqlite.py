@@ -12,9 +12,10 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, UNHOLD_SQL, AgentInfo,
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, AgentInfo,
                       Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
-                      STORED_PAGE, record_page_versions, redacted_rows, stored_page_versions)
+                      STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
+                      stored_page_versions)
 
 WATCH_INTERVAL = 0.25
 INSERT_ROWS = 500
@@ -29,7 +30,7 @@ CREATE TABLE IF NOT EXISTS hub_agents (
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NULL, at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
-UNHOLD, HEADS = (sql.format(p="?") for sql in (UNHOLD_SQL, HEADS_SQL))
+HEADS = HEADS_SQL.format(p="?")
 IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
 
@@ -138,11 +139,11 @@ class SQLiteHubStorage(HubStorage):
             now = now_ms()
             self._insert("hub_events", [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(rows)])
+            record_page_versions(self._versions, rows)
             updates = redacted_rows(rows, self._stored)
             if updates:
                 self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", updates)
-                self.db.executemany(UNHOLD, [(id,) for _data, id in updates])
-            record_page_versions(self._versions, rows)
+                refold_pages(self._versions, [id for _data, id in updates])
             self._insert("hub_pulls", [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
         committed = self._write(append)

@@ -165,6 +165,13 @@ class HubStorageConformance:
         assert b"555-0199" not in hub.stored(gone.id)[1]
         assert hub.push([redaction])[0].duplicate
 
+    def test_the_first_of_two_redactions_of_one_event_in_a_push_wins_as_across_pushes(self, hub):
+        gone = entry(text="Jane's phone is 555-0199")
+        hub.push([gone])
+        hub.push([new_event(Redaction(target_ids=[gone.id], reason=reason), agent=agent, layer="insights")
+                  for agent, reason in (("alice", "first"), ("bob", "second"))])
+        assert hub.pull(0, ["insights"], 10)[0].body.reason == "first"
+
     def test_the_administrator_redacts_in_each_layer(self, hub):
         one, two = entry(text="one"), entry(text="two", layer="drafts")
         hub.push([one, two])
@@ -214,6 +221,18 @@ class HubStorageConformance:
                           agent="writer", layer="drafts")
         hub.push([freed])
         assert hub.page_heads("drafts", "p") == [(freed.id, False)]
+
+    def test_a_redacted_held_version_holds_nothing_so_what_it_made_void_counts_again(self, hub):
+        """A redacted version reads as its stand-in (eventstore.redaction), which holds nothing, as on every
+        consumer, whose views are rebuilt from the redacted log: its updates are not void any more."""
+        held = version(held=True)
+        sneak = version(parents=[held.id])
+        on_top = version(parents=[sneak.id])
+        hub.push([sneak, held, on_top])
+        assert hub.page_heads("drafts", "p") == [(held.id, True)]
+        hub.admin_redact([held.id], "private")
+        assert hub.page_heads("drafts", "p") == [(on_top.id, False)]
+        assert hub.named_versions([held.id, sneak.id, on_top.id]) == {held.id, sneak.id}
 
     def test_named_versions_are_the_ids_a_stored_version_names_as_parent(self, hub):
         ingest = version()

@@ -161,6 +161,8 @@ def test_import_refuses_a_used_workspace_and_non_adf_files(tmp_path, fixture_adf
     db.close()
     with pytest.raises(InvalidInput, match="not an ADF file"):
         import_adf(fresh, partial)
+    with pytest.raises(InvalidInput, match=f"^{tmp_path} is a directory, not an ADF file$"):
+        import_adf(fresh, tmp_path)
     assert fresh.log.head() == 0
 
 
@@ -283,7 +285,7 @@ def test_bad_config_json_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("path, expected", [
     ("../../x", "'..'"), ("/etc/passwd", "must be a relative path"), ("a/./b", "'.'"),
-    ("imported/" + "x" * 600, "longer than 512"),
+    ("imported/" + "x" * 600, "longer than 512"), (".mem/log.db", "belongs to mindlog itself"),
 ])
 def test_unsafe_file_paths_are_refused(tmp_path, path, expected):
     adf = build_adf(tmp_path / "bad.adf", files=[(path, b"x")])
@@ -385,3 +387,24 @@ def test_mindlogs_own_index_with_trust_flags_is_not_kept_aside(tmp_path):
                    "WHERE path = 'mind.md'")
     db.close()
     assert import_adf(edited, first).kept_aside == ["imported/artemis/mind.md"]
+
+
+def test_a_local_layers_file_comes_back_kept_aside_not_at_the_path_the_layer_owns(tmp_path):
+    """An export renders local layers' files into adf_files; an import declares the layers again (config)
+    but brings none of their events: the text is kept aside, not left at a path the layer owns (which
+    `mem file write` refuses, and which showed the layer's own empty file)."""
+    memory = Memory.init(tmp_path / "ws", "artemis")
+    memory.declare_layer("decisions", "memory/decisions.md")
+    memory.declare_layer("drafts", "notes/drafts/", "pages")
+    memory.entry_add("decisions", "[DECISION] 2026-11-01: Deploys go out on Fridays")
+    memory.shared_page_write("drafts", "launch", PAGE)
+    out = tmp_path / "out.adf"
+    export_adf(memory, out, memory.log.head())
+    again = Memory.init(tmp_path / "ws2", "artemis")
+    report = import_adf(again, out)
+    assert sorted(report.kept_aside) == ["imported/artemis/memory/decisions.md",
+                                         "imported/artemis/notes/drafts/launch.md"]
+    paths = {row[0] for row in again.files()}
+    assert "memory/decisions.md" not in paths and "notes/drafts/launch.md" not in paths
+    assert "Deploys go out on Fridays" in again.file_text("imported/artemis/memory/decisions.md")
+    assert [spec["layer"] for spec in again.layers()] == ["decisions", "drafts"]

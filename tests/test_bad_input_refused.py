@@ -30,6 +30,7 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("loop", "clear", "5", "9"): "rows[5:9] selects none, so there is nothing to clear",
         ("log", "--kind", "nosuch"): "there is no event kind 'nosuch'",
         ("log", "--since", future): "is in the future",
+        ("file", "write", ".mem/config.json", "--file", "-"): ".mem/config.json belongs to mindlog itself",
         ("diff", "nosuch.md", "--from", "seq:1", "--to", "seq:2"): "nosuch.md exists at neither moment",
         ("config", "set", "nosuch.key", "1"): "there is no config key 'nosuch.key'",
         ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",

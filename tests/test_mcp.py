@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import time
+from importlib.metadata import version
 
 import anyio
 import pytest
@@ -54,6 +55,7 @@ def test_tools_and_a_session_over_stdio(workspace):
     async def session_body(session):
         names = {tool.name for tool in (await session.list_tools()).tools}
         assert MEMORY_TOOL | MINDLOG_TOOLS <= names
+        assert (session.server_info.name, session.server_info.version) == ("mindlog", version("mindlog"))
         steps = [("create", {"path": "/memories/mind/deploy.md", "file_text": PAGE.decode()}),
                  ("str_replace", {"path": "/memories/mind/deploy.md", "old_str": "Staging first.",
                                   "new_str": "Staging first, always."}),

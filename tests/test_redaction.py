@@ -228,3 +228,18 @@ def test_the_hub_administrator_redacts(team):
     assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
     missing = run_mem("hub", "redact", "01a2270a-c5b3-7eca-9806-1025c3bb9d81", "--reason", "x", "--db", team / "hub.db")
     assert missing.returncode == 1 and b"no event" in missing.stderr
+
+
+def test_the_first_of_two_redactions_of_one_event_in_a_batch_wins_as_across_batches(workspace):
+    """A consumer can pull two producers' redactions of one entry in one batch (each redacted it before
+    seeing the other's); the hub applies the first, so the consumer must too, not the last."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import Redaction
+    from projections.memory import Memory
+
+    mem(workspace, "loop", "append", "--role", "user", "--text", PRIVATE, check=True)
+    with Memory.open(workspace) as memory:
+        target = memory.log.get_by_seq(1)
+        memory.log.append([new_event(Redaction(target_ids=[target.id], reason=reason), agent="alice", layer="loop")
+                           for reason in ("first", "second")])
+        assert memory.log.get_by_seq(1).body.reason == "first"
