@@ -11,7 +11,10 @@ this process and says where the client's time goes (check, append, fold, files, 
 and how long the views took to finish after the last page). `--baseline REV` times, side by side, the
 `mem pull` of commit REV (extracted with `git archive`) into a fourth workspace, and checks that its
 views and files are the newcomer's: 02aba1d is the pull before catch-ups, which folded page by page.
-Usage: python bench/bench_catchup.py [-n 1000000] [--steps 10] [--no-follower] [--phases] [--baseline 02aba1d]
+`--reuse` (with `--no-follower`) keeps the hub an earlier run filled with as many events: only the pulls
+run (a newcomer agent of its own each time), once the hub's start-up work is done.
+Usage: python bench/bench_catchup.py [-n 1000000] [--steps 10] [--no-follower] [--reuse] [--phases]
+[--baseline 02aba1d]
 """
 
 import argparse
@@ -66,15 +69,15 @@ def snapshot(root: Path) -> dict[str, bytes]:
             if p.is_file() and ".mem" not in p.parts}
 
 
-def phases(base: Path, url: str, token: str) -> list[tuple]:
+def phases(base: Path, url: str, token: str, agent: str) -> list[tuple]:
     """Seconds the client spends in each part of a first pull, timed in this process. The views are
-    built in a thread of their own while the pages come in, so the parts add up to more than the whole."""
-    import projections.bulk as bulk_module
+    built in a process of their own while the pages come in (timed from its start to its end, merge
+    included), so the parts add up to more than the whole."""
     import projections.replay as replay_module
     import sync.client as client_module
 
     spent = dict.fromkeys(("check (decode, digests, contract, validation)", "append to the log",
-                           "fold into the views (bulk, its own thread)", "write the files"), 0.0)
+                           "build the views (bulk, a process of its own)", "write the files"), 0.0)
     appended = [0.0]
 
     def timing(name, fn):
@@ -89,13 +92,13 @@ def phases(base: Path, url: str, token: str) -> list[tuple]:
 
     names = list(spent)
     client_module.accept = timing(names[0], client_module.accept)
-    bulk_module.catch_up = timing(names[2], bulk_module.catch_up)
+    replay_module._build = timing(names[2], replay_module._build)
     replay_module.materialize = timing(names[3], replay_module.materialize)
-    with Memory.init(base / "phases", "newcomer") as memory:
+    with Memory.init(base / "phases", agent) as memory:
         append = memory.log.append
         memory.log.append = timing(names[1], append)
         start = time.perf_counter()
-        pull(memory, Remote(name="origin", url=url, token_file="-", agent="newcomer"), HubClient(url, token))
+        pull(memory, Remote(name="origin", url=url, token_file="-", agent=agent), HubClient(url, token))
         total = time.perf_counter() - start
     pages = appended[0] - start
     rows = [(name, f"{seconds:.1f}", f"{seconds / total:.0%}") for name, seconds in spent.items()]
@@ -105,10 +108,11 @@ def phases(base: Path, url: str, token: str) -> list[tuple]:
     return [("part of the pull (in process)", "seconds", "of total"), *rows, ("total", f"{total:.1f}", "100%")]
 
 
-def first_pull(workspace: Path, url: str, token_file: Path, code: Path | None = None) -> tuple[float, str, float]:
+def first_pull(workspace: Path, url: str, token_file: Path, agent: str,
+               code: Path | None = None) -> tuple[float, str, float]:
     """A new workspace's first `mem pull`, one process timed whole (by the `mem` of `code` when given): its
     seconds, what it said, and the CPU seconds of it and of the processes it started."""
-    Memory.init(workspace, "newcomer").close()
+    Memory.init(workspace, agent).close()
     with Memory.open(workspace) as memory:
         add_remote(memory, "origin", url, str(token_file))
     command = [shutil.which("mem") or "mem"] if code is None else [sys.executable, "-c", "from cli.app import main; main()"]
@@ -119,6 +123,31 @@ def first_pull(workspace: Path, url: str, token_file: Path, code: Path | None = 
     if done.returncode:
         raise SystemExit(f"mem pull failed: {done.stdout}{done.stderr}")
     return seconds, done.stdout.strip(), children_cpu() - cpu
+
+
+def holds(hub_db: str, n: int) -> bool:
+    """Whether the hub at `hub_db` holds this bench's contract and `n` events after it (an earlier run's)."""
+    if not Path(hub_db).exists():
+        return False
+    storage = open_storage(hub_db)
+    try:
+        return storage.head() == n + 1 and storage.contract()[0] == CONTRACT
+    finally:
+        storage.close()
+
+
+def settled(pid: int) -> None:
+    """Waits until the hub process is idle: a hub started over a filled database first copies it into the
+    mirror its web pages read (`mem serve`), which would be timed with the pull otherwise."""
+    from bench_sync import cpu_seconds
+
+    last = cpu_seconds(pid)
+    while True:
+        time.sleep(1)
+        now = cpu_seconds(pid)
+        if now - last < 0.05:
+            return
+        last = now
 
 
 def children_cpu() -> float:
@@ -133,22 +162,34 @@ def main():
     parser.add_argument("--no-follower", action="store_true", help="no follower: no comparison of views")
     parser.add_argument("--phases", action="store_true", help="also time the parts of a pull in process")
     parser.add_argument("--baseline", default="none", help="a commit whose `mem pull` runs side by side, or 'none'")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --no-follower: keep the hub an earlier run filled with -n events")
     args = parser.parse_args()
     base = workdir("catchup")
-    shutil.rmtree(base)
-    base.mkdir()
     hub_db = str(base / "hub.db")
+    reuse = args.reuse and args.no_follower and holds(hub_db, args.n)
+    if reuse:
+        for name in ("newcomer", "baseline", "phases", "follower"):
+            shutil.rmtree(base / name, ignore_errors=True)
+    else:
+        shutil.rmtree(base)
+        base.mkdir()
     admin = open_storage(hub_db)
-    admin.apply_contract(CONTRACT)
-    tokens = {a: admin.add_agent(a) for a in ("follower", "newcomer")}
+    if not reuse:
+        admin.apply_contract(CONTRACT)
+    run = str(int(time.time())) if reuse else ""  # the agents of an earlier run are the hub's already
+    agents = {"follower": f"follower{run}", "newcomer": f"newcomer{run}"}
+    tokens = {role: admin.add_agent(name) for role, name in agents.items()}
     (base / "newcomer.token").write_text(tokens["newcomer"])
     proc, url = serve(hub_db)
     try:
-        follower = Memory.init(base / "follower", "follower")
+        if reuse:
+            settled(proc.pid)
+        follower = Memory.init(base / "follower", agents["follower"])
         remote = Remote(name="origin", url=url, token_file="-")
         client = HubClient(url, tokens["follower"])
         heads, made, follow_s, fill_s = {}, 0, 0.0, 0.0
-        for step in range(args.steps):
+        for step in range(0 if reuse else args.steps):
             count = args.n * (step + 1) // args.steps - made
             start = time.perf_counter()
             batch = team_events(made, count, heads)
@@ -168,15 +209,15 @@ def main():
 
         newcomer, old = base / "newcomer", base / "baseline"
         load = os.getloadavg()[0]
-        catchup_s, said, catchup_cpu = first_pull(newcomer, url, base / "newcomer.token")
+        catchup_s, said, catchup_cpu = first_pull(newcomer, url, base / "newcomer.token", agents["newcomer"])
         baseline_s = None
         if args.baseline != "none":
             with tempfile.TemporaryDirectory(prefix="mem-bench-baseline-") as tmp:
                 code = extract(args.baseline, Path(tmp))
                 if code is None:
                     raise SystemExit(f"baseline {args.baseline} could not be extracted with git archive")
-                baseline_s, _, baseline_cpu = first_pull(old, url, base / "newcomer.token", code)
-        parts = phases(base, url, tokens["newcomer"]) if args.phases else None
+                baseline_s, _, baseline_cpu = first_pull(old, url, base / "newcomer.token", agents["newcomer"], code)
+        parts = phases(base, url, tokens["newcomer"], agents["newcomer"]) if args.phases else None
     finally:
         proc.terminate()
         proc.wait()

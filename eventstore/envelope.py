@@ -174,37 +174,47 @@ def check_body_size(raw: bytes) -> None:
         raise TooLarge(f"event body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
 
 
+_TAG = {cls: tag for tag, cls in KINDS.items()}
+_sha256 = hashlib.sha256
+_encode_body = _body_encoder.encode
+_encode_canonical = _canonical_encoder.encode
+
+
 def check_event(event: Event) -> bytes:
     """Validates an event that came from elsewhere: its id, names, and digest. Returns its body bytes.
 
-    The hub runs it on every pushed event and a consumer on every pulled one: the kind, body hash and
-    original kind are worked out here once, not through the Event properties."""
-    if not is_uuid(event.id):
-        raise InvalidInput(f"event id {event.id!r} is not a UUID in canonical lowercase form", field="id")
-    if not event.agent or not event.layer:
+    The hub runs it on every pushed event and a consumer on every pulled one (a catch-up, a million): the
+    kind, body hash and original kind are worked out here once, not through the Event properties, and the
+    digest (`digest_bytes`) is written out."""
+    id, body = event.id, event.body
+    if not is_uuid(id):
+        raise InvalidInput(f"event id {id!r} is not a UUID in canonical lowercase form", field="id")
+    agent, layer, ts = event.agent, event.layer, event.ts
+    if not agent or not layer:
         raise InvalidInput("event agent and layer must be non-empty")
-    if not 0 <= event.ts <= MAX_TS:
-        raise InvalidInput(f"event {event.id}: ts {event.ts} is not a time between 1970 and 9999", field="ts")
-    body = event.body
-    kind = body.__struct_config__.tag
+    if not 0 <= ts <= MAX_TS:
+        raise InvalidInput(f"event {id}: ts {ts} is not a time between 1970 and 9999", field="ts")
+    cls = type(body)
+    kind = _TAG.get(cls) or body.__struct_config__.tag
     if kind not in KINDS:
         raise UnknownKind(f"unknown event kind {kind!r}")
-    raw = _body_encoder.encode(body)
-    check_body_size(raw)
+    raw = _encode_body(body)
+    if len(raw) > MAX_BODY_BYTES:
+        check_body_size(raw)
     kept = event.__dict__
     kept["_raw"] = raw
-    kept.pop("_hash", None)
-    if isinstance(body, Redacted):
+    if cls is Redacted:
+        kept.pop("_hash", None)
         if body.original not in KINDS or body.original in ("redacted", "redaction") or len(body.body_hash) != 64:
-            raise InvalidInput(f"event {event.id}: a redacted body must name its original kind and body hash")
+            raise InvalidInput(f"event {id}: a redacted body must name its original kind and body hash")
         try:
             body_hash = bytes.fromhex(body.body_hash)
         except ValueError:
-            raise InvalidInput(f"event {event.id}: the redacted body's hash is not hex") from None
+            raise InvalidInput(f"event {id}: the redacted body's hash is not hex") from None
         kind = body.original
     else:
-        body_hash = hashlib.sha256(raw).digest()
+        body_hash = _sha256(raw).digest()
     kept["_hash"] = body_hash
-    if event.digest != digest_bytes(event.id, event.ts, event.agent, event.layer, kind, body_hash).hex():
-        raise DigestMismatch(f"event {event.id}: digest does not match its content (tampered or corrupt)")
+    if event.digest != _sha256(_encode_canonical([id, ts, agent, layer, kind, body_hash])).hexdigest():
+        raise DigestMismatch(f"event {id}: digest does not match its content (tampered or corrupt)")
     return raw

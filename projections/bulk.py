@@ -93,16 +93,31 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         remove_files(fold_path)
 
 
+def spawn_builder() -> subprocess.Popen:
+    """A child process for `build_apart`, started ahead of it: it imports what it runs meanwhile (while the
+    first page of a catch-up is on its way), then waits to be told what to build. One left unused is ended
+    with `discard`."""
+    return subprocess.Popen([sys.executable, "-c", _BUILDER, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def discard(child: subprocess.Popen) -> None:
+    """Ends a child of `spawn_builder` that was never told what to build."""
+    child.kill()
+    child.wait()
+    for pipe in (child.stdin, child.stdout, child.stderr):
+        pipe.close()
+
+
 def build_apart(root: Path, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
-                heads: Iterable[int] = (), progress=None) -> Views:
-    """`build` in a child process of its own, which reads the workspace's log itself: for a log still growing
-    (a catch-up), whose appends, in this process, then have its GIL to themselves. `heads` are handed over
-    as they come; the child reports progress, and an error as `serve` does. Should `heads` raise (the
-    catch-up gave up), the child is told to stop and that error is raised."""
+                heads: Iterable[int] = (), progress=None, child: subprocess.Popen | None = None) -> Views:
+    """`build` in a child process of its own (`child`, else one started now), which reads the workspace's log
+    itself: for a log still growing (a catch-up), whose appends, in this process, then have its GIL to
+    themselves. `heads` are handed over as they come; the child reports progress, and an error as `serve`
+    does. Should `heads` raise (the catch-up gave up), the child is told to stop and that error is raised."""
     spec = msgspec.json.encode({"root": str(root), "path": str(path), "agent": agent, "upto": upto,
                                 "contract": contract})
-    child = subprocess.Popen([sys.executable, "-c", _BUILDER, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+    child = child or spawn_builder()
     failed: list[BaseException] = []
 
     def hand_over() -> None:

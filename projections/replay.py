@@ -26,29 +26,30 @@ class CheckReport(msgspec.Struct):
     differences: list[str]
 
 
-def _build(memory, path: Path, upto: int | None, progress, log=None, heads: Iterable[int] = ()) -> Views:
+def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] | None = None, child=None) -> Views:
     """`bulk.build` for a workspace: the contract (with the local layers the rebuilt config declares) places
-    the shared layers' files. While the log still grows (a catch-up appending pages, in another thread; `log`
-    given), `heads` are the heads to fold up to one after another, and the build runs in a process of its
-    own, which reads the log itself (`bulk.build_apart`): the appends keep this process's GIL."""
-    if log is not None:
+    the shared layers' files. While the log still grows (a catch-up appending pages, in another thread),
+    `heads` are the heads to fold up to one after another, and the build runs in a process of its own (`child`
+    when one was started ahead, `bulk.spawn_builder`), which reads the log itself (`bulk.build_apart`): the
+    appends keep this process's GIL."""
+    if heads is not None:
         views = bulk.build_apart(memory.root, path, contract=memory.hub_contract(), agent=memory.config.agent,
-                                 upto=upto, heads=heads, progress=progress)
+                                 upto=upto, heads=heads, progress=progress, child=child)
     else:
         views = bulk.build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
-                           upto=upto, heads=heads, progress=progress)
+                           upto=upto, progress=progress)
     views.set_contract(memory.load_contract(views=views))
     return views
 
 
 def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_edits: bool = False,
-           progress=None, log=None, heads: Iterable[int] = ()) -> ReplayReport:
+           progress=None, heads: Iterable[int] | None = None, child=None) -> ReplayReport:
     """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it.
 
     A file edited by hand (its bytes neither what was last written nor what the rebuild says)
     stops the replay before anything changes, unless `force`; with `keep_hand_edits` (a refresh
-    that must rebuild) such files are left as they are and reported, as a refresh does. `log` and
-    `heads`: a build that follows a log still growing (see `_build`).
+    that must rebuild) such files are left as they are and reported, as a refresh does. `heads` and
+    `child`: a build that follows a log still growing (see `_build`).
     """
     if upto is not None:
         memory.seq_at(seq=upto)
@@ -56,7 +57,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
-        views = _build(memory, rebuilt, upto, progress, log, heads)
+        views = _build(memory, rebuilt, upto, progress, heads, child)
         with views.transaction():
             views.written.carry(carried)
         refused = materialize(views, memory.root, force=force, dry_run=True).refused

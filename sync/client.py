@@ -24,8 +24,9 @@ from eventstore.envelope import Event, decode_body
 from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms
+from eventstore.kinds import Redaction
 from eventstore.layers import Contract, produced_layers, produces
-from projections.bulk import BULK_FOLD_THRESHOLD, worth_building
+from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
 from projections.replay import replay
@@ -226,6 +227,21 @@ class Outgoing(NamedTuple):
         return cls.of(msgspec.json.encode(PushRequest(events=events)))
 
 
+def on_loopback(url: str) -> bool:
+    """Whether a hub's URL names this machine (localhost, 127.0.0.0/8, ::1): its answers are then asked for
+    uncompressed, since compressing them would only cost CPU at both ends of the same machine."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class HubClient:
     """Every transport failure and every answer that does not decode becomes one MemError line naming
     the remote and its URL; a problem document becomes HubRefused."""
@@ -235,8 +251,9 @@ class HubClient:
 
         self.timeout, self.url, self.name = timeout, url, name
         try:
+            encoding = "identity" if on_loopback(url) else "zstd"
             self.http = httpx.Client(base_url=url, timeout=timeout, transport=transport,
-                                     headers={"authorization": f"Bearer {token}", "accept-encoding": "zstd"})
+                                     headers={"authorization": f"Bearer {token}", "accept-encoding": encoding})
         except (httpx.InvalidURL, ValueError) as exc:
             raise HubUnreachable(f"remote {name} has a bad URL {url!r}: {exc}") from None
 
@@ -552,7 +569,8 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     while True:
         try:
             if behind:
-                tally.expect(memory, fetch_contract(memory, tally.remote, client).position)
+                answer = fetch_contract(memory, tally.remote, client)
+                tally.expect(memory, answer.head or answer.position)
                 if down and say:  # said at the first answer, before anything it brings is stored
                     say(f"hub {remote.url} answers again; following")
                 down, delay = False, 0.5
@@ -587,6 +605,8 @@ class _Tally:
         self.skipped: set[str] = set()
         self.rejected: list[Rejected] = []
         self.start = self.reached = self.total = 0
+        self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
+        self.redactions: list[int] = []  # the seqs of the redactions among them
 
     def expect(self, memory, hub_position: int) -> None:
         """Sizes the progress: from the hub position this log has pulled to, up to the hub's head."""
@@ -633,7 +653,11 @@ class _Tally:
         self.rejected += rejected
         for r in rejected if self.say else ():
             self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")
-        new = sum(seq > head for seq in seqs)
+        fresh = [seq for seq in seqs if seq > head]  # one transaction's: consecutive
+        if fresh:
+            self.appended.append((fresh[0], fresh[-1]))
+            self.redactions += [seq for seq, event in zip(seqs, events) if type(event.body) is Redaction]
+        new = len(fresh)
         self.pulled += new
         self.returned += len(seqs) - new
         self.advance(position)
@@ -654,12 +678,21 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
     this agent holds), and while the hub answers it this thread folds that page into the views; the
     files are written once, when caught up."""
     with ThreadPoolExecutor(1, thread_name_prefix="pull") as requests, no_cyclic_gc():
-        page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "", PULL_BATCH, 0, None,
-                               True).result()
-        tally.reach(page.head)
         checkpoint = memory.views.checkpoint()
-        if worth_building(tally.total + memory.log.head() - checkpoint, checkpoint, BULK_FOLD_THRESHOLD):
-            return _catch_up(memory, client, tally, page, requests)
+        behind = memory.log.head() - checkpoint
+        # The hub's position (the contract's answer) already tells a catch-up: its first page is a catch-up's
+        # size, and the views build's process starts while that page is on its way.
+        child = spawn_builder() if worth_building(tally.total + behind, checkpoint, BULK_FOLD_THRESHOLD) else None
+        try:
+            page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "",
+                                   PULL_BATCH if child is None else CATCH_UP_BATCH, 0, None, True).result()
+            tally.reach(page.head)
+            if worth_building(tally.total + memory.log.head() - checkpoint, checkpoint, BULK_FOLD_THRESHOLD):
+                child, started = None, child
+                return _catch_up(memory, client, tally, page, requests, started)
+        finally:
+            if child is not None:
+                discard(child)
         while True:
             tally.store(memory, page)
             if not page.events and not page.more:
@@ -671,12 +704,14 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
             page = asked.result()
 
 
-def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests: ThreadPoolExecutor) -> None:
+def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests: ThreadPoolExecutor,
+              child=None) -> None:
     """A catch-up: while a page is checked and appended, the hub already serves the next one (the request
     says which cursor is durably stored), and `mem replay`'s bulk build of the views follows the log in a
-    thread of its own (_ViewsBuilder). Once caught up, the build swaps the views in and writes the files."""
+    thread of its own (_ViewsBuilder; in `child` when its process was started ahead). Once caught up, the build
+    swaps the views in and writes the files."""
     held = memory.log.state(f"pull:{tally.name}") or ""
-    with _ViewsBuilder(memory, tally) as builder:
+    with _ViewsBuilder(memory, tally, child) as builder:
         while True:
             if page.more:
                 asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, held)
@@ -707,17 +742,40 @@ class _ViewsBuilder:
     A redaction pulled meanwhile may have reached the log after the build read its target: the views are
     then built once more, from the log as it ends up."""
 
-    def __init__(self, memory, tally: _Tally):
-        self.memory, self.tally = memory, tally
+    def __init__(self, memory, tally: _Tally, child=None):
+        self.memory, self.tally, self.child = memory, tally, child
         self.heads: queue.SimpleQueue = queue.SimpleQueue()
         self.start = memory.log.head()
-        self.log = memory.ws.open_log(memory.config)
         progress = tally.progress
         if progress:
             progress(0, self.start + tally.total, "views")
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="views")
-        self.built = self.thread.submit(replay, memory, keep_hand_edits=True, log=self.log, heads=self._heads(),
-                                        progress=(lambda n: progress(n, None, "views")) if progress else None)
+        try:
+            self.built = self.thread.submit(replay, memory, keep_hand_edits=True, heads=self._heads(), child=child,
+                                            progress=(lambda n: progress(n, None, "views")) if progress else None)
+        except BaseException:
+            self.thread.shutdown()
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        """Ends the process started ahead for the build if the build never took it (it failed before)."""
+        if self.child is not None and self.child.poll() is None:
+            discard(self.child)
+
+    def _redacted(self) -> bool:
+        """Whether a redaction reached the log since the build began: among the pages this catch-up appended
+        (noted as each was stored), or among whatever else was appended between them or after them (read
+        from the log: none, unless another process appended meanwhile)."""
+        log, tally, after = self.memory.log, self.tally, self.start
+        if any(seq > after for seq in tally.redactions):
+            return True
+        for first, last in sorted(tally.appended):
+            if first - 1 > after and next(log.read_rows(after, first - 1, kinds=["redaction"], limit=1), None):
+                return True
+            after = max(after, last)
+        head = log.head()
+        return head > after and next(log.read_rows(after, head, kinds=["redaction"], limit=1), None) is not None
 
     def _heads(self):
         while (head := self.heads.get()) is not None:
@@ -744,10 +802,10 @@ class _ViewsBuilder:
             if self.tally.progress:
                 self.tally.progress(0, self.memory.log.head(), "views")
             report = self.built.result()
-            if next(self.memory.log.read_rows(self.start, kinds=["redaction"], limit=1), None) is not None:
+            if self._redacted():
                 report = replay(self.memory, keep_hand_edits=True)
             if report.files is not None:
                 self.tally.skipped.update(report.files.refused)
         finally:
             self.thread.shutdown()
-            self.log.close()
+            self._discard()

@@ -369,8 +369,8 @@ def pull_parameters(request: Request, max_wait: float) -> tuple[int, int, float]
 
 async def contract(request: Request) -> Response:
     hub = hub_of(request)
-    agent, current, position = await hub.read(hub.agent_and_contract, bearer_token(request))
-    return reply(ContractResponse(contract=current, position=position, agent=agent))
+    agent, current, position, head = await hub.read(hub.state, bearer_token(request))
+    return reply(ContractResponse(contract=current, position=position, agent=agent, head=head))
 
 
 async def push(request: Request) -> Response:

@@ -16,8 +16,9 @@ from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
-from eventstore.kinds import EntryAppend
+from eventstore.kinds import EntryAppend, Redacted
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
+from eventstore.recorder import TAGS
 
 
 class Rejected(msgspec.Struct):
@@ -58,46 +59,66 @@ def _undecodable(raw: bytes, exc: Exception) -> Rejected:
     return Rejected(id=printable(named.id), position=named.seq if isinstance(named.seq, int) else None, reason=reason)
 
 
-def problem(event: Event, contract: Contract, agent: str) -> str | None:
-    """Why this consumer must not append `event`, or None. Sets the event's encoded body as it checks."""
+def problem(event: Event, contract: Contract, agent: str, rules: dict | None = None) -> str | None:
+    """Why this consumer must not append `event`, or None. Sets the event's encoded body as it checks.
+    `rules` keeps each layer's verdict (`layer_rule`) from one event to the next of a page."""
     try:
-        event.__dict__["_raw"] = check_event(event)
-        if is_reserved(event.layer):
-            return f"layer {event.layer!r} is private to each agent"
-        if not consumes(contract, agent, event.layer):
-            return f"layer {event.layer!r} is not one this agent consumes"
-        format = contract.layers[event.layer].format
-        if event.original_kind not in LAYER_KINDS[format]:
-            return f"a {format} layer does not take {event.original_kind}"
-        validate.body(event.body)
+        check_event(event)
+        layer = event.layer
+        rule = rules.get(layer) if rules is not None else None
+        if rule is None:
+            rule = layer_rule(contract, agent, layer)
+            if rules is not None:
+                rules[layer] = rule
+        if rule.__class__ is str:
+            return rule
+        format, kinds = rule
+        body = event.body
+        kind = body.original if type(body) is Redacted else TAGS[type(body)]  # Event.original_kind, written out
+        if kind not in kinds:
+            return f"a {format} layer does not take {kind}"
+        validate.body(body)
     except MemError as exc:
         return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
     return None
 
 
+def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozenset] | str:
+    """What this consumer takes in `layer`: (its format, the kinds that format takes), or why nothing."""
+    if is_reserved(layer):
+        return f"layer {layer!r} is private to each agent"
+    if not consumes(contract, agent, layer):
+        return f"layer {layer!r} is not one this agent consumes"
+    format = contract.layers[layer].format
+    return format, LAYER_KINDS[format]
+
+
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
     """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
-    events, rejected, taken = [], [], {}
+    events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
+    decode, rules = _event.decode, {}
     for raw in raws:
         try:
-            event = _event.decode(raw)
+            event = decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError) as exc:
             rejected.append(_undecodable(raw, exc))
             continue
-        reason = problem(event, contract, agent)
-        if reason is None and taken.get(event.id, (event.digest,))[0] != event.digest:
-            reason = "its id came twice with different contents"
-        if reason is None and isinstance(event.body, EntryAppend) and event.body.reverses is not None:
-            target = taken.get(event.body.reverses, (None, None))[1]
-            if target is None:
-                known_event = log.get(event.body.reverses)
-                target = known_event.layer if known_event is not None else None
-            if target != event.layer:
-                reason = f"body.reverses: there is no entry {event.body.reverses} in layer {event.layer!r}"
+        reason = problem(event, contract, agent, rules)
+        if reason is None:
+            id, body = event.id, event.body
+            if id in taken and taken[id].digest != event.digest:
+                reason = "its id came twice with different contents"
+            elif type(body) is EntryAppend and body.reverses is not None:
+                target = taken[body.reverses].layer if body.reverses in taken else None
+                if target is None:
+                    known_event = log.get(body.reverses)
+                    target = known_event.layer if known_event is not None else None
+                if target != event.layer:
+                    reason = f"body.reverses: there is no entry {body.reverses} in layer {event.layer!r}"
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue
-        taken[event.id] = (event.digest, event.layer)
+        taken[id] = event
         events.append(event)
     return events, rejected
 

@@ -35,6 +35,10 @@ IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
 
 
+PULL_SCAN = 2
+"""How many positions per event asked a pull of several layers reads in position order (SQLiteHubStorage.pull)."""
+
+
 class SQLiteHubStorage(HubStorage):
     reads_wait = False  # WAL: a read is local and never waits for the writer, microseconds for the hub's lookups
 
@@ -174,10 +178,21 @@ class SQLiteHubStorage(HubStorage):
         return {id for (id,) in self._read(NAMED, (json.dumps(ids),))} if ids else set()
 
     def pull(self, after, layers, limit):
+        """Several layers: the next PULL_SCAN * limit positions first, in position order, then (when they held
+        fewer than `limit` of the layers' events) the layer index from there. SQLite reads several layers'
+        ranges of that index in one order only by sorting them, about five times the cost of the scan when
+        the layers hold most of the hub's events."""
         if not layers:
             return []
-        rows = self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND layer IN "
-                          f"({','.join('?' * len(layers))}) ORDER BY position LIMIT ?", (after, *layers, limit))
+        marks = ",".join("?" * len(layers))
+        rows, after_scan = [], after
+        if len(layers) > 1:
+            after_scan = after + PULL_SCAN * limit
+            rows = self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND position <= ? "
+                              f"AND +layer IN ({marks}) ORDER BY position LIMIT ?", (after, after_scan, *layers, limit))
+        if len(rows) < limit:
+            rows += self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND layer IN "
+                               f"({marks}) ORDER BY position LIMIT ?", (after_scan, *layers, limit - len(rows)))
         return [decode_stored(data, pos, at) for pos, at, data in rows]
 
     def head(self):

@@ -34,9 +34,13 @@ class PullResponse(msgspec.Struct):
 
 
 class ContractResponse(msgspec.Struct):
+    """The contract in force, its position, the token's agent, and the hub's head (its last position, in any
+    layer, when it answered: how far a puller has to go; 0 from a hub that does not say)."""
+
     contract: Contract
     position: int
     agent: str
+    head: int = 0
 
 
 class Problem(msgspec.Struct, omit_defaults=True):

@@ -78,6 +78,18 @@ class HubStorageConformance:
         event = hub.pull(0, ["insights"], 1)[0]
         assert event.recorded_at and event.digest and event.body.content == "1"
 
+    def test_a_pull_of_several_layers_is_the_next_of_their_events_wherever_they_lie(self, hub):
+        """Dense and sparse stretches of the asked layers among another layer's runs: every (cursor, limit) gives
+        exactly the next `limit` events of those layers, in position order."""
+        shape = "ii" + "x" * 9 + "d" + "x" * 7 + "id" + "x" * 20 + "iiddi" + "x" * 3 + "d"
+        layers = {"i": "insights", "d": "drafts", "x": "noise"}
+        hub.push([entry(agent="writer", text=str(n), layer=layers[c]) for n, c in enumerate(shape)])
+        wanted = [n + 1 for n, c in enumerate(shape) if c != "x"]
+        for after in range(len(shape) + 1):
+            for limit in (1, 2, 3, 5, 20):
+                expected = [seq for seq in wanted if seq > after][:limit]
+                assert [e.seq for e in hub.pull(after, ["insights", "drafts"], limit)] == expected, (after, limit)
+
     def test_contracts_are_events_answerable_as_of_a_time(self, hub):
         assert hub.contract()[0] == Contract()
         position = hub.apply_contract(CONTRACT)

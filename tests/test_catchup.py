@@ -22,7 +22,7 @@ from projections.replay import check, replay
 from sync.client import BULK_FOLD_THRESHOLD, HubClient, Remote, get_remote, pull
 from sync.committer import PULL_RECORD_DELAY
 from sync.storage import open_storage
-from sync.wire import Contract, ContractLayer
+from sync.wire import MAX_PULL, Contract, ContractLayer
 
 from hubserver import HubServer
 
@@ -54,6 +54,11 @@ def team_events(start: int, count: int, heads: dict[str, str]) -> list:
 def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and ".mem" not in p.parts}
+
+
+def children() -> set[int]:
+    """This process's child processes (the hub of the fixtures runs in a thread)."""
+    return {int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()}
 
 
 @pytest.fixture
@@ -170,9 +175,18 @@ def test_a_catch_up_cut_off_by_the_hub_leaves_the_views_as_they_were_and_the_nex
                     raise client_module.HubUnreachable("the hub went away")
                 return answered(*args, **kwargs)
 
+            def failing_first():
+                raise client_module.HubUnreachable("the hub went away")
+
+            before = children()
+            client.pull_page = lambda *args, **kwargs: failing_first()
+            with pytest.raises(client_module.HubUnreachable):  # the views build's process was started ahead
+                pull(fresh, remote, client)
+            assert fresh.log.head() == 0 and children() == before  # it was ended with the pull
             client.pull_page = failing
             with pytest.raises(client_module.HubUnreachable):
                 pull(fresh, remote, client)
+            assert children() == before
             kept = fresh.log.head()
             assert 0 < kept < EVENTS  # the pages that came are kept, with their cursor
             assert fresh.views.checkpoint() == 0 and not (newcomer / "docs").exists()  # the build gave up
@@ -206,6 +220,20 @@ def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
     storage.close()
 
 
+def test_the_contract_answer_says_how_far_the_hub_has_come(tmp_path):
+    """A pull knows from the contract's answer, before its first page, whether it is a catch-up (that page is
+    then a catch-up's size, and the views build's process starts while it is on its way)."""
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("newcomer")
+    storage.push(team_events(0, 10, {}))
+    with HubServer(db) as server, HubClient(server.url, token) as client:
+        answer = client.contract()
+        assert (answer.position, answer.head) == (1, 11) and answer.head == storage.head()
+    storage.close()
+
+
 def log_head(root: Path) -> int:
     db = sqlite3.connect(f"file:{root / '.mem' / 'log.db'}?mode=ro", uri=True, timeout=30)
     try:
@@ -234,13 +262,13 @@ def killed_when(workspace: Path, ready) -> None:
 
 
 def test_a_catch_up_killed_while_appending_and_while_building_ends_as_an_uninterrupted_one(tmp_path):
-    count = BULK_FOLD_THRESHOLD + 5000
+    count = BULK_FOLD_THRESHOLD + MAX_PULL + 1000  # three pages: killed once the first is stored, a whole page ahead
     db = str(tmp_path / "hub.db")
     storage = open_storage(db)
     storage.apply_contract(CONTRACT)
     heads: dict[str, str] = {}
     for start in range(0, count, 5000):
-        storage.push(team_events(start, 5000, heads))
+        storage.push(team_events(start, min(5000, count - start), heads))
     for agent in ("steady", "newcomer"):
         (tmp_path / f"{agent}.token").write_text(storage.add_agent(agent))
     storage.close()
@@ -296,3 +324,27 @@ def test_the_next_command_after_a_catch_up_cut_off_builds_the_views_from_nothing
     with Memory.open(workspace) as memory:
         assert memory.views.checkpoint() == count + 1
         assert check(memory).same
+
+
+def test_a_redaction_among_the_pages_of_a_catch_up_builds_the_views_once_more(tmp_path, monkeypatch):
+    """The catch-up notes the redactions among the pages it stores (the log is not read back for them): one
+    pulled after the build may have folded its target makes the views built once more, as `mem replay` would."""
+    monkeypatch.setattr(client_module, "BULK_FOLD_THRESHOLD", 500)
+    monkeypatch.setattr(client_module, "CATCH_UP_BATCH", 400)
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("newcomer")
+    first = team_events(0, 600, {})
+    storage.push(first)
+    storage.admin_redact([first[1].id], "a secret")
+    storage.push(team_events(600, 600, {}))
+    storage.close()
+    builds = []
+    monkeypatch.setattr(client_module, "replay", lambda *args, **kwargs: builds.append(kwargs) or replay(*args, **kwargs))
+    with HubServer(db) as server, Memory.init(tmp_path / "newcomer", "newcomer") as fresh, \
+            HubClient(server.url, token) as client:
+        pull(fresh, Remote(name="origin", url=server.url, token_file="-", agent="newcomer"), client)
+        assert [("heads" in kwargs) for kwargs in builds] == [True, False]  # the catch-up's build, then once more
+        assert check(fresh).same and fresh.views.checkpoint() == fresh.log.head() == 1201
+        assert "fact 1\n" not in (tmp_path / "newcomer" / "memory" / "insights.md").read_text()

@@ -119,3 +119,22 @@ def test_what_passes_the_body_checks():
     for body in (EntryAppend(**{**FACT, "reverses": ID}), PageIngest(slug="p", frontmatter={"type": "x"}, text="t"),
                  PageDelete(slug="p", parents=[ID]), PageRename(old="p", new="q")):
         assert validate.body(body) is body
+
+
+def test_frontmatters_and_slugs_found_good_let_no_bad_one_through_after_them():
+    """validate remembers the frontmatters and slugs it found good (a catch-up checks the same ones thousands of
+    times): a bad one is refused however many good ones came before it."""
+    good = PageIngest(slug="deploy", frontmatter={"type": "note", "title": "Deploy"}, text="x")
+    for _ in range(3):
+        validate.body(good)
+    for frontmatter in ({"type": "note", "title": "a\nb"}, {"type": ["note"], "title": "Deploy"},
+                        {"type": "note", "title": None, "sources": "x"}, {"title": "Deploy"}):
+        with pytest.raises(InvalidInput) as refused:
+            validate.body(PageIngest(slug="deploy", frontmatter=frontmatter, text="x"))
+        assert refused.value.field == "body.frontmatter"
+    for slug in ("Deploy", "deploy/x", "mind"):
+        with pytest.raises(InvalidInput):
+            validate.body(PageIngest(slug=slug, frontmatter={"type": "note", "title": "Deploy"}, text="x"))
+    big = PageIngest(slug="deploy", frontmatter={"type": "note", "title": "Deploy"}, text="x" * validate.MAX_PAGE_BYTES)
+    with pytest.raises(TooLarge):
+        validate.body(big)
