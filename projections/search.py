@@ -9,7 +9,9 @@ compacted: what `audit read` reaches) and text files. Two indexes, one row shape
 - `search_history` holds every version ever, for `--at`/`--seq`: `since` is the seq from which it is
   found (its own, or the import's for a message archived in an imported ADF file), `until` the seq
   of the version, rename or delete that replaced a page or file, or of the first version or delete
-  that named a shared page's version as a parent (its successors form a DAG).
+  that named a shared page's version as a parent (its successors form a DAG). `gaps` (JSON, [[from, to], ...])
+  are the spans within it when a shared page's version was not found: a child of it was a head then, until
+  that child became void (`_gaps`).
 
 Both are views like the others: `SearchFold` writes them in the fold's transaction (`write_batch`),
 `mem replay` rebuilds them (their rows and full-text entries batch by batch, each version's entry once its
@@ -51,7 +53,7 @@ COLUMNS = ("id", "kind", "layer", "key", "title", "body", "type", "status", "sta
 _TABLE = """CREATE TABLE IF NOT EXISTS {} (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, layer TEXT NOT NULL, key TEXT NOT NULL, title TEXT NOT NULL,
     body TEXT NOT NULL, type TEXT, status TEXT, stale_after TEXT, ref TEXT, reverses TEXT, agent TEXT{});"""
-SCHEMA = (_TABLE.format("search_docs", "") + _TABLE.format("search_history", ", until INTEGER, since INTEGER NOT NULL")
+SCHEMA = (_TABLE.format("search_docs", "") + _TABLE.format("search_history", ", until INTEGER, since INTEGER NOT NULL, gaps TEXT")
           + """
 CREATE INDEX IF NOT EXISTS search_docs_by_key ON search_docs(kind, key);
 CREATE INDEX IF NOT EXISTS search_docs_reversals ON search_docs(reverses) WHERE reverses IS NOT NULL;
@@ -75,9 +77,9 @@ MARK = ("**", "**")
 
 
 def outdated(db) -> bool:
-    """Views made when the all-versions index was a cache filled on first use (it has no `since`)."""
+    """Views made before search_history had every column it has now (`since`, then `gaps`)."""
     columns = [column[1] for column in db.execute("PRAGMA table_info(search_history)")]
-    return bool(columns) and "since" not in columns
+    return bool(columns) and "gaps" not in columns
 
 
 def init(db) -> None:
@@ -225,6 +227,7 @@ class SearchFold:
         self.closed_files: list[tuple[int, str]] = []  # (seq, path) of each write or delete of a file
         self.closed_shared: list[tuple[int, int]] = []  # (seq, id) of each shared page version named as a parent
         self.reset_shared: list[tuple[int, int | None]] = []  # (id, until) of closed rows whose `until` changes
+        self.gaps: list[tuple[str | None, int]] = []  # (gaps, id) of the versions of the pages voids touched
         self.shared_from: int | None = None  # the batch's first shared page version's seq
 
     def _stored(self, kind: str, key: str) -> list[tuple[int, str | None]]:
@@ -346,6 +349,26 @@ class SearchFold:
                                                   (layer, slug))}
             for ref in sorted((heads | named.get((layer, slug), set())) - current):
                 self._found_again(layer, slug, ref, ref in heads)
+            self._gaps(layer, slug)
+
+    def _gaps(self, layer: str, slug: str) -> None:
+        """The `gaps` of every version of a page: from each child that came after it and became void later, to
+        when it did (the child was a head over that span, not the version). Worked out from the whole page each
+        time, so a fold and a rebuild in other batches agree."""
+        spans: dict[int, list[list[int]]] = {}
+        for id, start, end in self.db.execute(
+                "SELECT x.seq, c.seq, v.seq FROM shared_versions x JOIN shared_versions c ON c.layer = x.layer AND "
+                "c.slug = x.slug AND c.seq > x.seq JOIN shared_void v ON v.layer = c.layer AND v.slug = c.slug AND "
+                "v.id = c.id AND v.seq > c.seq WHERE x.layer = ?1 AND x.slug = ?2 AND EXISTS (SELECT 1 FROM "
+                "json_each(c.parents) p WHERE p.value = x.id) ORDER BY x.seq, c.seq, v.seq", (layer, slug)):
+            merged = spans.setdefault(id, [])
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        for (id,) in self.db.execute("SELECT seq FROM shared_versions WHERE layer = ? AND slug = ? ORDER BY seq",
+                                     (layer, slug)):
+            self.gaps.append((msgspec.json.encode(spans[id]).decode() if id in spans else None, id))
 
     def _found_again(self, layer: str, slug: str, ref: str, head: bool) -> None:
         """A version of a page the batch made something void on, not current: current again when it is a head
@@ -438,7 +461,7 @@ class SearchFold:
             if row[1] in ("page", "file", "shared-page"):
                 self._stored(row[1], row[3]).append((row[0], row[9]))
         batch = (sorted(self.gone), rows, page_versions, replaced_pages, sorted(self.history, key=_by_id_since),
-                 self.closed_files, self.closed_shared, self.reset_shared)
+                 self.closed_files, self.closed_shared, self.reset_shared, self.gaps)
         self._reset()
         if self.bulk:
             return batch
@@ -447,7 +470,8 @@ class SearchFold:
 
 
 def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
-                closed_files: list, closed_shared: list, reset_shared: list = (), *, bulk: bool = False) -> None:
+                closed_files: list, closed_shared: list, reset_shared: list = (), gaps: list = (), *,
+                bulk: bool = False) -> None:
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
     being current and those that are, then the search_history rows and the versions they closed, then (but in
     `bulk`) their search_history_fts entries (`_index`).
@@ -476,7 +500,8 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
     # sorted by (id, since): the first wins
-    insert_many(db, f"INSERT OR IGNORE INTO search_history VALUES ({','.join('?' * (len(COLUMNS) + 2))})", history)
+    insert_many(db, f"INSERT OR IGNORE INTO search_history ({', '.join(COLUMNS)}, until, since) "
+                    f"VALUES ({','.join('?' * (len(COLUMNS) + 2))})", history)
     if closed_files:
         db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                        "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
@@ -485,6 +510,8 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
                        closed_shared)
     if reset_shared:
         _reset_until(db, reset_shared, {*moved, *fresh}, bulk)
+    if gaps:
+        db.executemany("UPDATE search_history SET gaps = ? WHERE id = ? AND kind = 'shared-page'", gaps)
     if bulk:
         index_closed(db, sorted({*moved, *fresh}))
     elif moved or fresh:
@@ -612,8 +639,9 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     past = as_of is not None and as_of < checkpoint
     where, params = [], []
     if past:
-        where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?)")
-        params += [as_of, as_of]
+        where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?) AND (d.gaps IS NULL OR NOT EXISTS "
+                     "(SELECT 1 FROM json_each(d.gaps) g WHERE g.value ->> 0 <= ? AND g.value ->> 1 > ?))")
+        params += [as_of, as_of, as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:
             where.append(f"{column} IN ({','.join('?' * len(values))})")
