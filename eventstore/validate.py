@@ -168,7 +168,8 @@ def _frontmatter_bytes(value) -> int:
     mapping of strings to strings is remembered: its items are then an exact key (no value of another type
     standing for it)."""
     items = tuple(value.items()) if type(value) is dict else ()
-    known = all(type(k) is str and type(v) is str for k, v in items) and _FRONTMATTERS.get(items) if items else None
+    plain = bool(items) and all(type(k) is str and type(v) is str for k, v in items)
+    known = _FRONTMATTERS.get(items) if plain else None
     if known:
         return known
     try:
@@ -176,7 +177,7 @@ def _frontmatter_bytes(value) -> int:
     except InvalidInput as exc:
         raise InvalidInput(str(exc), field="body.frontmatter") from None
     size = len(frontmatter.emit(value).encode())
-    if items and all(type(k) is str and type(v) is str for k, v in items):
+    if plain:
         if len(_FRONTMATTERS) >= 4096:
             _FRONTMATTERS.clear()
         _FRONTMATTERS[items] = size

@@ -640,7 +640,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     where, params = [], []
     if past:
         where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?) AND (d.gaps IS NULL OR NOT EXISTS "
-                     "(SELECT 1 FROM json_each(d.gaps) g WHERE g.value ->> 0 <= ? AND g.value ->> 1 > ?))")
+                     "(SELECT 1 FROM json_each(d.gaps) g WHERE json_extract(g.value, '$[0]') <= ? AND json_extract(g.value, '$[1]') > ?))")
         params += [as_of, as_of, as_of, as_of]
     for column, values in (("d.kind", kinds), ("d.layer", layers)):
         if values:

@@ -197,14 +197,20 @@ def test_a_catch_up_cut_off_by_the_hub_leaves_the_views_as_they_were_and_the_nex
         assert snapshot(fresh.root) == snapshot(follower.root)
 
 
-def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
-    """A catch-up asks for the next page before it has stored the one in hand: the hub records what the
-    request says is held, not the cursor it asks from."""
+def hub_of_ten_events(tmp_path):
+    """A hub database with the contract and ten team events, and the token of an agent that has pulled none."""
     db = str(tmp_path / "hub.db")
     storage = open_storage(db)
     storage.apply_contract(CONTRACT)
     token = storage.add_agent("newcomer")
     storage.push(team_events(0, 10, {}))
+    return db, storage, token
+
+
+def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
+    """A catch-up asks for the next page before it has stored the one in hand: the hub records what the
+    request says is held, not the cursor it asks from."""
+    db, storage, token = hub_of_ten_events(tmp_path)
     with HubServer(db) as server, HubClient(server.url, token) as client:
         first = client.pull_page("", 4)
         second = client.pull_page(first.cursor, 4, held="")
@@ -223,11 +229,7 @@ def test_a_pull_asked_ahead_is_recorded_at_the_cursor_the_agent_holds(tmp_path):
 def test_the_contract_answer_says_how_far_the_hub_has_come(tmp_path):
     """A pull knows from the contract's answer, before its first page, whether it is a catch-up (that page is
     then a catch-up's size, and the views build's process starts while it is on its way)."""
-    db = str(tmp_path / "hub.db")
-    storage = open_storage(db)
-    storage.apply_contract(CONTRACT)
-    token = storage.add_agent("newcomer")
-    storage.push(team_events(0, 10, {}))
+    db, storage, token = hub_of_ten_events(tmp_path)
     with HubServer(db) as server, HubClient(server.url, token) as client:
         answer = client.contract()
         assert (answer.position, answer.head) == (1, 11) and answer.head == storage.head()
