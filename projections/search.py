@@ -161,19 +161,22 @@ def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None, title=
 
 
 PAGE_HISTORY_INSERT = ("INSERT INTO search_history (id, kind, layer, key, title, body, type, status, stale_after, until, "
-                       f"since) VALUES (?1, 'page', '{MIND}', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?1)")
+                       f"since) VALUES (?1, 'page', '{MIND}', ?2, ?3, ?4, ?5, NULLIF(?6, 0), NULLIF(?7, 0), NULLIF(?8, 0), ?1)")
 """A wiki page version's search_history row, from `page_history_row`: the columns every such row has alike are
-written by SQL, not bound one by one (binding a None costs sqlite3 as much as a short string: a third of a
-replay's search index went into binding the Nones of a million page rows)."""
+written by SQL, not bound one by one, and the absent status, stale date and `until` are bound as 0, which SQL
+makes NULL (binding a None costs sqlite3 as much as a short string, through its adapter lookup: a third of a
+replay's search index went into binding the Nones of a million page rows). A status or date is a string, never
+the integer 0."""
 
 
 def page_history_row(seq, slug, fm, text, title, hook) -> list:
     """A wiki page version as PAGE_HISTORY_INSERT takes it: (seq, key, title, body, type, status, stale_after,
-    until); `until` (None: still current) is the last item, set in place when a later version replaces it."""
+    until), 0 for each of the last three it has not; `until` (0: still current) is the last item, set in place
+    when a later version replaces it."""
     status, stale, type = fm.get("status"), fm.get("stale_after"), fm.get("type")
     return [seq, "mind/" + slug, title, f"{hook}\n\n{text}" if hook else text, type if type.__class__ is str else str(type),
-            None if status is None else trust.stored_status(status), None if stale is None else trust.stale_day(stale),
-            None]
+            0 if status is None else trust.stored_status(status), 0 if stale is None else trust.stale_day(stale) or 0,
+            0]
 
 
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
