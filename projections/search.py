@@ -82,26 +82,46 @@ def outdated(db) -> bool:
     return bool(columns) and "gaps" not in columns
 
 
+DOCS_FTS = (
+    'CREATE VIRTUAL TABLE "search_docs_fts" USING FTS5 (\n    "title", "body",\n    tokenize=\'porter\',\n'
+    '    content="search_docs"\n)',
+    'INSERT INTO "search_docs_fts" (rowid, "title", "body")\n    SELECT rowid, "title", "body" FROM "search_docs";',
+    'CREATE TRIGGER "search_docs_ai" AFTER INSERT ON "search_docs" BEGIN\n'
+    '  INSERT INTO "search_docs_fts" (rowid, "title", "body") VALUES (new.rowid, new."title", new."body");\nEND;',
+    'CREATE TRIGGER "search_docs_ad" AFTER DELETE ON "search_docs" BEGIN\n'
+    '  INSERT INTO "search_docs_fts" ("search_docs_fts", rowid, "title", "body") VALUES(\'delete\', old.rowid, '
+    'old."title", old."body");\nEND;',
+    'CREATE TRIGGER "search_docs_au" AFTER UPDATE ON "search_docs" BEGIN\n'
+    '  INSERT INTO "search_docs_fts" ("search_docs_fts", rowid, "title", "body") VALUES(\'delete\', old.rowid, '
+    'old."title", old."body");\n'
+    '  INSERT INTO "search_docs_fts" (rowid, "title", "body") VALUES (new.rowid, new."title", new."body");\nEND;',
+)
+"""search_docs' full-text index and the triggers that keep it: exactly what sqlite-utils' `enable_fts(["title",
+"body"], tokenize="porter", create_triggers=True)` runs (tests/test_search.py compares them), written out because
+importing sqlite-utils (it imports numpy) costs a quarter of a second, at the start of every rebuild."""
+DOCS_FTS_DROP = ("DROP TRIGGER IF EXISTS search_docs_ai", "DROP TRIGGER IF EXISTS search_docs_ad",
+                 "DROP TRIGGER IF EXISTS search_docs_au", "DROP TABLE IF EXISTS search_docs_fts")
+
+
 def init(db) -> None:
-    """Creates both FTS5 indexes: search_docs' through sqlite-utils (`enable_fts`, with the triggers that
-    keep it), search_history's as the module's docstring says.
-
-    sqlite-utils is imported only when its index is missing: it costs a quarter second of start-up."""
+    """Creates both FTS5 indexes, search_docs' (DOCS_FTS, with the triggers that keep it) and search_history's
+    as the module's docstring says."""
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_docs_fts'").fetchone() is None:
-        import sqlite_utils
-
-        sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].enable_fts(
-            ["title", "body"], tokenize="porter", create_triggers=True)
+        begun = not db.in_transaction
+        if begun:
+            db.execute("BEGIN")
+        for statement in DOCS_FTS:
+            db.execute(statement)
+        if begun:
+            db.execute("COMMIT")
     db.execute(HISTORY_FTS)
 
 
 def defer_indexes(db) -> None:
     """Drops both full-text indexes of a bulk build's scratch views, whose search rows the writer writes into
     the new file (`write_batch(bulk=True)`, `bulk_end`): nothing there to index."""
-    import sqlite_utils
-
-    sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].disable_fts()
-    db.execute("DROP TABLE IF EXISTS search_history_fts")
+    for statement in (*DOCS_FTS_DROP, "DROP TABLE IF EXISTS search_history_fts"):
+        db.execute(statement)
 
 
 def history_rowid(id: int, until: int | None) -> int:

@@ -380,3 +380,28 @@ def test_a_search_of_the_past_finds_exactly_what_was_alive_then(tmp_path_factory
         rowids = _indexed(mem.views.db)
         replaying.replay(mem)  # the index moved version by version is the index built at once
         assert _indexed(mem.views.db) == rowids
+
+
+def test_the_docs_index_is_the_one_sqlite_utils_makes():
+    """search.DOCS_FTS is written out (importing sqlite-utils costs a rebuild a quarter second): it must make
+    the very schema `enable_fts` makes, and index the rows search_docs holds already as it does."""
+    import sqlite3
+
+    import sqlite_utils
+
+    made = {}
+    for how in ("ours", "sqlite-utils"):
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.executescript(search.SCHEMA)
+        db.execute("INSERT INTO search_docs (id, kind, layer, key, title, body) VALUES "
+                   "(7, 'page', 'mind', 'mind/a', 'Canary', 'went red')")
+        if how == "ours":
+            search.init(db)
+        else:
+            sqlite_utils.Database(db, recursive_triggers=False)["search_docs"].enable_fts(
+                ["title", "body"], tokenize="porter", create_triggers=True)
+            db.execute(search.HISTORY_FTS)
+        made[how] = (db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").fetchall(),
+                     db.execute("SELECT rowid FROM search_docs_fts WHERE search_docs_fts MATCH 'red'").fetchall())
+    assert made["ours"] == made["sqlite-utils"]
+    assert made["ours"][1] == [(7,)]
