@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 import psycopg
 
 from .envelope import Event, check_event
+from .layers import MIND
 from .recorder import (ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows,
                        recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
 from .sqlite import COLUMNS
@@ -117,10 +118,11 @@ class PostgresLog(Recorder):
 
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
         with self.conn.cursor() as cursor:
-            cursor.execute("SELECT seq, id, ts, layer, kind, codec, body, agent FROM events "
+            cursor.execute("SELECT seq, id, ts, layer, codec, body, agent FROM events "
                            "WHERE seq > %s AND seq <= %s ORDER BY seq", (after, upto))
-            for seq, id, ts, layer, kind, codec, body, agent in cursor:
-                yield seq, bytes(id), ts, layer, kind, codec, bytes(body), agent
+            for seq, id, ts, layer, codec, body, agent in cursor:
+                mind = layer == MIND
+                yield seq, bytes(id), ts, None if mind else layer, codec, bytes(body), None if mind else agent
 
     def get(self, id: str) -> Event | None:
         row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()

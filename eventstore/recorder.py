@@ -219,9 +219,10 @@ class Recorder(ABC):
 
     @abstractmethod
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
-        """What the projections fold, in seq order and undecoded: (seq, id bytes, ts, layer, kind, codec,
-        stored body, agent). `agent` may be None for events of the `mind` layer (the wiki fold does not
-        keep it), which spares a column per row on a replay."""
+        """What the projections fold, in seq order and undecoded: (seq, id bytes, ts, layer, codec, stored body,
+        agent). `layer` and `agent` are None for events of the `mind` layer (the wiki fold keeps neither), and
+        the kind is the decoded body's own (a redacted event's stand-in has the original kind): a replay reads
+        a million rows, and each string column costs it a decode per row."""
 
     @abstractmethod
     def get(self, id: str) -> Event | None: ...

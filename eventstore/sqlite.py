@@ -314,8 +314,9 @@ class SQLiteLog(Recorder):
 
     def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
         yield from self.db.execute(
-            f"SELECT seq, id, ts, layer, kind, codec, body, CASE WHEN layer != '{MIND}' THEN agent END FROM events "
-            "WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+            f"SELECT seq, id, ts, CASE WHEN layer != '{MIND}' THEN layer END, codec, body, "
+            f"CASE WHEN layer != '{MIND}' THEN agent END FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+            (after, upto))
 
     def get(self, id: str) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from itertools import islice
 
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
-from eventstore.kinds import (ADF_KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
+from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
                               PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
@@ -235,6 +235,10 @@ def no_cyclic_gc():
             gc.enable()
 
 
+_WIKI, _ADF, _SHARED = (frozenset(KINDS[kind] for kind in group) for group in (WIKI_KINDS, ADF_KINDS, SHARED_KINDS))
+"""Each fold's kinds, as the classes the bodies decode to."""
+
+
 def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) -> int:
     while True:
         with views.transaction():
@@ -243,20 +247,21 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                 return start
             rows = list(islice(log.fold_rows(start, target), batch))  # seqs an ImportGap skipped count for none
             end = rows[-1][0] if len(rows) == batch else target
-            raws = [row[6] if row[5] == CODEC_RAW else _unpacked(row[5], row[6]) for row in rows]
+            raws = [row[5] if row[4] == CODEC_RAW else _unpacked(row[4], row[5]) for row in rows]
             apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
             ts = 0
-            for (seq, version_id, ts, layer, kind, _codec, _body, agent), raw, decoded in zip(
+            for (seq, version_id, ts, layer, _codec, _body, agent), raw, decoded in zip(
                     rows, raws, decode_bodies(raws)):
-                if kind in WIKI_KINDS and layer == MIND:
+                cls = decoded.__class__
+                if layer is None and cls in _WIKI:  # the mind layer's (fold_rows)
                     apply_wiki(seq, version_id, ts, decoded, raw)
-                elif kind in ADF_KINDS:
+                elif cls in _ADF:
                     apply_adf(seq, ts, decoded)
-                    apply_search(seq, layer, decoded)
-                elif kind in SHARED_KINDS:
+                    apply_search(seq, layer or MIND, decoded)
+                elif cls in _SHARED:
                     id = id_text(version_id)
-                    apply_shared(seq, id, agent, layer, decoded, raw, wiki.dirty)
-                    apply_search(seq, layer, decoded, id, agent)
+                    apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
+                    apply_search(seq, layer or MIND, decoded, id, agent)
             del rows, raws
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)

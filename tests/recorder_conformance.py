@@ -165,10 +165,13 @@ class RecorderConformance:
         recorder.append([ev(1, "mind"), ev(2, "team"), ev(3, "mind")])
         rows = list(recorder.fold_rows(1, 3))
         assert [r[0] for r in rows] == [2, 3]
-        seq, id, ts, layer, kind, codec, body, agent = rows[0]
+        seq, id, ts, layer, codec, body, agent = rows[0]
         event = recorder.get_by_seq(2)
-        assert (id_text(bytes(id)), ts, layer, kind, agent) == (event.id, event.ts, "team", "always.add", "alice")
+        assert (id_text(bytes(id)), ts, layer, agent) == (event.id, event.ts, "team", "alice")
         assert decode_body(unpack_body(codec, bytes(body))) == event.body
+        mind = rows[1]
+        assert (mind[0], mind[3], mind[6]) == (3, None, None)  # the mind layer's: neither layer nor agent
+        assert decode_body(unpack_body(mind[4], bytes(mind[5]))) == recorder.get_by_seq(3).body
         assert list(recorder.fold_rows(3, 3)) == []
 
     def test_verify_reports_progress(self, recorder):
