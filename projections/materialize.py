@@ -27,6 +27,25 @@ def file_hash(path: Path) -> str | None:
         return None
 
 
+def disk_hash(target: Path, seen: dict | None = None) -> str | None:
+    """`file_hash`, kept in `seen` (when given) with the file's inode, size and times: asked again while those
+    have not changed, the hash is not read again (a replay checks every file before it swaps the views in, and
+    once more as it writes them: forty megabytes of mind/log.md on a large log)."""
+    if seen is None:
+        return file_hash(target)
+    try:
+        stat = os.stat(target)
+    except FileNotFoundError:
+        return None
+    key = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    known = seen.get(target)
+    if known is not None and known[0] == key:
+        return known[1]
+    digest = file_hash(target)
+    seen[target] = (key, digest)
+    return digest
+
+
 def _write_temp(target: Path, chunks, sync: bool = True) -> tuple[Path, str]:
     """A temporary file beside `target` holding the chunks, fsynced unless the caller syncs it later."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,12 +148,14 @@ def untracked(views: Views, root: Path) -> list[str]:
     return found
 
 
-def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False) -> FileReport:
+def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,
+                seen: dict | None = None) -> FileReport:
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
     edited by hand: it is left alone (and reported) unless `force`. `dry_run` only lists what would
     be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
+    `seen`: the hashes of the files on disk, kept from one call to the next (`disk_hash`).
     """
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
@@ -146,7 +167,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
         except UnsafePath:
             report.refused.append(path)
             continue
-        on_disk = file_hash(target)
+        on_disk = disk_hash(target, seen)
         edited = on_disk is not None and on_disk != written
         if dry_run and not (edited and not force):
             continue

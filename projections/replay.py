@@ -60,7 +60,8 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         views = _build(memory, rebuilt, upto, progress, heads, child)
         with views.transaction():
             views.written.carry(carried)
-        refused = materialize(views, memory.root, force=force, dry_run=True).refused
+        seen = {}  # the files' hashes on disk, read once for both passes
+        refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen).refused
         checkpoint = views.checkpoint()
         views.close()
         if refused and not keep_hand_edits:
@@ -74,7 +75,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)
         memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
-        files = materialize(memory.views, memory.root, force=force)
+        files = materialize(memory.views, memory.root, force=force, seen=seen)
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 
 

@@ -172,6 +172,27 @@ def test_replay_refuses_to_clobber_a_hand_edit_unless_forced(workspace, tmp_path
     assert b"replayed 1 events" in out and (workspace / "mind/a.md").read_bytes() == PAGE
 
 
+def test_a_hand_edit_between_the_replays_check_and_its_writes_is_still_seen(memory):
+    """A replay hashes each file on disk once for both its passes (materialize.disk_hash), unless the file
+    changed between them: an edit made after the check is refused, not taken for the bytes checked."""
+    from projections import materialize as materializing
+
+    memory.write_page("a", PAGE)
+    checked = []
+
+    def edit_after_the_check(*args, **kwargs):
+        report = materializing.materialize(*args, **kwargs)
+        if kwargs.get("dry_run"):
+            checked.append(dict(kwargs["seen"]))
+            (memory.root / "mind/a.md").write_text("mine\n")
+        return report
+
+    with patch("projections.replay.materialize", edit_after_the_check):
+        report = replay(memory)
+    assert memory.root / "mind/a.md" in checked[0]  # hashed once by the check
+    assert report.files.refused == ["mind/a.md"] and (memory.root / "mind/a.md").read_text() == "mine\n"
+
+
 def test_replay_after_the_views_database_is_lost(memory):
     memory.write_page("a", PAGE)
     memory.always_add("x")
