@@ -29,6 +29,10 @@ from .search import SearchFold, page_history_row
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
+_UNREAD = object()
+"""A page the fold has not read from the views yet (`WikiFold._pages`)."""
+
+
 class WikiFold:
     def __init__(self, views: Views, writer=None):
         """`writer` (a bulk.HistoryWriter) takes the history tables in a rebuild."""
@@ -67,7 +71,7 @@ class WikiFold:
         self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
         open_rows = self._open_rows
         if previous is not None:
-            row = open_rows.pop(slug, None)
+            row = open_rows.get(slug)
             if row is not None and row[0] == previous[0]:
                 row[-1] = seq
             else:
@@ -99,7 +103,9 @@ class WikiFold:
         cls = type(body)
         if cls is PageUpdate or cls is PageIngest:
             slug, fm = body.slug, body.frontmatter
-            current = self._pages[slug] if slug in self._pages else self._page(slug)
+            current = self._pages.get(slug, _UNREAD)
+            if current is _UNREAD:
+                current = self._page(slug)
             kind = "update" if current is not None else "ingest"
             if "governance" in fm and trust.is_held(fm) and (
                     current is None or not trust.is_held(decode_body(current[4]).frontmatter)):

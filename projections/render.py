@@ -50,6 +50,9 @@ def hook_of(fm: dict) -> str:
     description = fm.get("description")
     if description is None:
         return ""
+    if description.__class__ is str and description.isprintable() and "  " not in description \
+            and description == description.strip():  # one line already (one_line's first test, a rebuild's hot path)
+        return description
     return one_line(str(description))
 
 
