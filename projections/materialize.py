@@ -149,13 +149,18 @@ def untracked(views: Views, root: Path) -> list[str]:
 
 
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,
-                seen: dict | None = None) -> FileReport:
+                seen: dict | None = None, settle: bool = False) -> FileReport:
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
     edited by hand: it is left alone (and reported) unless `force`. `dry_run` only lists what would
     be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
-    `seen`: the hashes of the files on disk, kept from one call to the next (`disk_hash`).
+    `seen`: the hashes of the files on disk, kept from one call to the next (`disk_hash`). `settle` (with
+    `dry_run`): every file is rendered, and those whose bytes on disk are already the views' are recorded as
+    written, there and then (a replay, in its new views before it swaps them in, written without a journal:
+    after the swap only the files that change are left to write, and forty megabytes of adf_files rows of an
+    unchanged mind/log.md do not go through the write-ahead log). Recording a file as written is safe before
+    anything is written only because nothing is to be written for it.
     """
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
@@ -169,7 +174,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
             continue
         on_disk = disk_hash(target, seen)
         edited = on_disk is not None and on_disk != written
-        if dry_run and not (edited and not force):
+        if dry_run and not (edited and not force) and not settle:
             continue
         chunks = views.file_chunks(path)
         if chunks is None:
@@ -182,7 +187,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                 report.removed.append(path)
             new_hash = None
         elif path == LOG_PATH:
-            new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path)
+            new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path,
+                                           settle)
         else:
             content = "".join(chunks).encode("utf-8")
             new_hash = hashlib.sha256(content).hexdigest()
@@ -194,7 +200,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                 if not dry_run:
                     staged.append((_write_temp(target, [content], sync=False)[0], target, path, new_hash, content))
                     continue
-        if dry_run or path in report.refused:
+        settled = settle and on_disk == new_hash and path not in report.refused
+        if (dry_run and not settled) or path in report.refused:
             continue
         records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
     _land(staged, records)
@@ -203,15 +210,17 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     return report
 
 
-def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path) -> str:
-    """A file too large to hold in memory (mind/log.md): rendered once into a temporary file."""
+def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path,
+                        settle: bool = False) -> str:
+    """A file too large to hold in memory (mind/log.md): rendered once into a temporary file (a dry run only
+    hashes it, and only when it must know: `refuse`, `settle`)."""
     if dry_run:
-        if not refuse:  # nothing to decide: only an edited file could be refused
+        if not refuse and not settle:  # nothing to decide: only an edited file could be refused
             report.written.append(path)
             return None
         new_hash = _hash_chunks(chunks)
         if on_disk != new_hash:
-            report.refused.append(path)
+            (report.refused if refuse else report.written).append(path)
         return new_hash
     tmp, new_hash = _write_temp(target, chunks, sync=False)  # synced only if it is kept
     if on_disk == new_hash:

@@ -61,7 +61,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         with views.transaction():
             views.written.carry(carried)
         seen = {}  # the files' hashes on disk, read once for both passes
-        refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen).refused
+        refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True).refused
         checkpoint = views.checkpoint()
         views.close()
         if refused and not keep_hand_edits:

@@ -178,6 +178,7 @@ def test_a_hand_edit_between_the_replays_check_and_its_writes_is_still_seen(memo
     from projections import materialize as materializing
 
     memory.write_page("a", PAGE)
+    memory.write_page("a", PAGE.replace(b"# ", b"# Later ", 1))  # a replay to seq 1 writes the first one again
     checked = []
 
     def edit_after_the_check(*args, **kwargs):
@@ -188,9 +189,34 @@ def test_a_hand_edit_between_the_replays_check_and_its_writes_is_still_seen(memo
         return report
 
     with patch("projections.replay.materialize", edit_after_the_check):
-        report = replay(memory)
-    assert memory.root / "mind/a.md" in checked[0]  # hashed once by the check
+        report = replay(memory, 1)
+    assert memory.root / "mind/a.md" in checked[0]  # hashed by the check
     assert report.files.refused == ["mind/a.md"] and (memory.root / "mind/a.md").read_text() == "mine\n"
+
+
+def test_a_replay_records_the_files_it_leaves_as_they_are_before_it_swaps_the_views_in(memory):
+    """Files whose bytes are already the rebuilt views' are recorded in the new views before the swap (without a
+    journal); after it only the others are written. What is recorded is what a replay recorded before."""
+    from projections import materialize as materializing
+
+    memory.write_page("a", PAGE)
+    memory.write_page("b", PAGE)
+    memory.always_add("keep")
+    (memory.root / "mind/b.md").unlink()
+    recorded = "SELECT * FROM wiki_files ORDER BY path", "SELECT * FROM file_state ORDER BY path"
+    before = [memory.views.db.execute(sql).fetchall() for sql in recorded]
+    left = []
+
+    def after_the_swap(views, *args, **kwargs):
+        if not kwargs.get("dry_run"):
+            left.append([path for path, _hash in views.written.dirty()])
+        return materializing.materialize(views, *args, **kwargs)
+
+    with patch("projections.replay.materialize", after_the_swap):
+        report = replay(memory)
+    assert left == [["mind/b.md"]] and report.files.written == ["mind/b.md"]
+    assert [memory.views.db.execute(sql).fetchall() for sql in recorded] == before
+    assert (memory.root / "mind/b.md").read_bytes() == PAGE
 
 
 def test_replay_after_the_views_database_is_lost(memory):
