@@ -304,8 +304,16 @@ VersionRow = tuple[str, int, bytearray, int, int, str, str, str, bytearray | Non
 (bytes, like None, go through its adapter lookup first: a fifth of the cost of the row)."""
 PageHistoryRow = tuple[int, str, str, str, str, str | int, str | int, int]
 """search.page_history_row."""
+_Text = str | int | None  # 0 for NULL (search.DOCS_INSERT)
+SearchRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Text, _Text, _Text]
+"""A search_docs row (search.COLUMNS)."""
+SearchHistoryRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Text, _Text, _Text, int, int]
+"""A search_history row (search.COLUMNS, until, since)."""
+EntryRow = tuple[str, str, int, str, str, str, str, _Text]
+"""A shared layer's `entries` row (shared.ENTRIES_INSERT)."""
 Frame = tuple[list[VersionRow], list[tuple[int, int, str]],
-              tuple[list, list, list[PageHistoryRow], list, list, list, list, list, list], list]
+              tuple[list, list[SearchRow], list[PageHistoryRow], list, list[SearchHistoryRow], list, list, list, list],
+              list[EntryRow]]
 """A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed)."""
 
 

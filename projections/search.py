@@ -169,6 +169,19 @@ def _text_of(content: list) -> str:
     return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
+_NULLABLE = 6
+"""search_docs' and search_history's columns from the seventh on (type, status, stale_after, ref, reverses, agent;
+then until) are NULL or text (until: a seq): a row binds 0 for NULL, which SQL makes NULL (see
+PAGE_HISTORY_INSERT). `since` never is."""
+DOCS_INSERT = ("INSERT OR IGNORE INTO search_docs VALUES ("
+               + ", ".join(f"?{i}" if i <= _NULLABLE else f"NULLIF(?{i}, 0)" for i in range(1, len(COLUMNS) + 1)) + ")")
+HISTORY_INSERT = (f"INSERT OR IGNORE INTO search_history ({', '.join(COLUMNS)}, until, since) VALUES ("
+                  + ", ".join(f"?{i}" if i <= _NULLABLE else f"NULLIF(?{i}, 0)" for i in range(1, len(COLUMNS) + 2))
+                  + f", ?{len(COLUMNS) + 2})")
+"""A search row (a page's, a file's, an entry's, a loop message's: `page_row`, `file_row`, `entry_row`,
+`loop_row`), 0 in place of each NULL; a history row has its `until` (0: current) and `since` after them."""
+
+
 def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None, title=None, hook=None) -> tuple:
     """A page version's row; `title` and `hook` when the caller has them already (render's title_of, hook_of)."""
     description = render.hook_of(fm) if hook is None else hook
@@ -176,8 +189,8 @@ def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None, title=
     stale = fm.get("stale_after")
     return (seq, kind, layer, key, render.title_of(slug, fm, text) if title is None else title,
             f"{description}\n\n{text}" if description else text, str(fm.get("type")),
-            None if status is None else trust.stored_status(status), None if stale is None else trust.stale_day(stale),
-            ref, None, agent)
+            0 if status is None else trust.stored_status(status), 0 if stale is None else trust.stale_day(stale) or 0,
+            0 if ref is None else ref, 0, 0 if agent is None else agent)
 
 
 PAGE_HISTORY_INSERT = ("INSERT INTO search_history (id, kind, layer, key, title, body, type, status, stale_after, until, "
@@ -204,15 +217,16 @@ def file_row(seq, path, content: bytes, mime) -> tuple | None:
         text = bytes(content).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return None if "\x00" in text else (seq, "file", AGENT, path, path, text, mime, None, None, None, None, None)
+    return None if "\x00" in text else (seq, "file", AGENT, path, path, text, 0 if mime is None else mime, 0, 0, 0, 0, 0)
 
 
 def entry_row(seq, layer, id, type, date, content, reverses, agent) -> tuple:
-    return (seq, "entry", layer, id, f"[{type}] {date}", content, type, None, None, id, reverses, agent)
+    return (seq, "entry", layer, id, f"[{type}] {date}", content, type, 0, 0, id, 0 if reverses is None else reverses,
+            0 if agent is None else agent)
 
 
 def loop_row(seq, loop, role, text) -> tuple:
-    return (seq, "loop", LOOP, loop, role, text, role, None, None, None, None, None)
+    return (seq, "loop", LOOP, loop, role, text, role, 0, 0, 0, 0, 0)
 
 
 def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
@@ -285,7 +299,7 @@ class SearchFold:
 
     def _add(self, key: tuple, row: tuple, since: int | None = None) -> None:
         self.pending[key] = row
-        self.history.append((*row, None, row[0] if since is None else since))
+        self.history.append((*row, 0, row[0] if since is None else since))
 
     def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
         """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
@@ -423,7 +437,7 @@ class SearchFold:
         if until is not None and until <= since:
             return
         self.omitted.discard(seq)
-        self.history.append((*row, until, since))
+        self.history.append((*row, 0 if until is None else until, since))
         if until is None:
             self.pending[("shared-page", key, ref)] = row
 
@@ -512,19 +526,18 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
         ids = msgspec.json.encode([row[0] for row in rows])
         taken = {id for (id,) in db.execute("SELECT id FROM search_docs WHERE id IN (SELECT value FROM json_each(?))",
                                             (ids,))}
-        insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+        insert_many(db, DOCS_INSERT, rows)
         added = msgspec.json.encode(sorted({row[0] for row in rows} - taken))
         db.execute("INSERT INTO search_docs_fts (rowid, title, body) SELECT id, title, body FROM search_docs "
                    "WHERE id IN (SELECT value FROM json_each(?))", (added,))
     else:
-        insert_many(db, f"INSERT OR IGNORE INTO search_docs VALUES ({','.join('?' * len(COLUMNS))})", rows)
+        insert_many(db, DOCS_INSERT, rows)
     insert_many(db, PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
     if replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
     # sorted by (id, since): the first wins
-    insert_many(db, f"INSERT OR IGNORE INTO search_history ({', '.join(COLUMNS)}, until, since) "
-                    f"VALUES ({','.join('?' * (len(COLUMNS) + 2))})", history)
+    insert_many(db, HISTORY_INSERT, history)
     if closed_files:
         db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                        "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])

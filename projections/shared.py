@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS shared_held (
     layer TEXT NOT NULL, slug TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (layer, slug, id))
     WITHOUT ROWID;
 """
-ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?,?,?,?,?,?,?,?)"
+ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULLIF(?8, 0))"
+"""An `entries` row, its `reverses` 0 when it reverses nothing (bound as 0, made NULL by SQL: see search.DOCS_INSERT)."""
 TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void", "shared_held")
 """The view tables this module folds. `shared_parents` holds each version some version not void names as a
 parent, with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
@@ -301,7 +302,8 @@ class SharedFold:
 
     def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
         if isinstance(body, EntryAppend):
-            self.entries.append((layer, id, seq, agent, body.type, body.date, body.content, body.reverses))
+            self.entries.append((layer, id, seq, agent, body.type, body.date, body.content,
+                                 0 if body.reverses is None else body.reverses))
             path = self._path(layer)
         elif isinstance(body, (PageIngest, PageUpdate, PageDelete)):
             deleted = isinstance(body, PageDelete)
