@@ -150,19 +150,26 @@ _INDEX_ROWS = (f"INSERT INTO search_history_fts (rowid, title, body) SELECT r.ro
 """Indexes the search_history rows a condition picks, in one statement, in rowid order."""
 
 
+NEVER_CLOSED = ("entry", "loop")
+"""The kinds whose versions nothing replaces (an entry is reversed by another entry, not closed): their rowid in
+search_history_fts is final as soon as they are written."""
+_FINAL = f"(until IS NOT NULL OR kind IN ({', '.join(repr(kind) for kind in NEVER_CLOSED)}))"
+
+
 def index_closed(db, ids: list[int]) -> None:
     """A bulk batch's search_history_fts entries, once its rows are written: those of `ids` (the versions it
-    added or may have closed: `_changing`) that are closed, whose rowid is final. The versions still current
-    wait for `bulk_end`, so no entry is ever moved in a bulk build."""
+    added or may have closed: `_changing`) whose rowid is final: closed, or of a kind never closed (a team's
+    entries are indexed beside the fold, not all at its end). The versions still current wait for `bulk_end`,
+    so no entry is ever moved in a bulk build."""
     if ids:
-        db.execute(_INDEX_ROWS.format("id IN (SELECT value FROM json_each(?)) AND until IS NOT NULL"),
+        db.execute(_INDEX_ROWS.format(f"id IN (SELECT value FROM json_each(?)) AND {_FINAL}"),
                    (msgspec.json.encode(ids),))
 
 
 def index_open(db) -> None:
     """The search_history_fts entries of every version still current (a bulk build's end: `index_closed`
-    indexed the others as they closed); the caller holds the transaction."""
-    db.execute(_INDEX_ROWS.format("until IS NULL"))
+    indexed the others as they were written or closed); the caller holds the transaction."""
+    db.execute(_INDEX_ROWS.format(f"NOT {_FINAL}"))
 
 
 def _text_of(content: list) -> str:
