@@ -30,9 +30,19 @@ COMMAND_MODULES = {
 GROUP_EXTRAS = {"hub": ("redact_commands",)}
 
 
+class Interrupted(Exception):
+    """Ctrl-C under a command (one that waits until interrupted, like `mem watch`, ends quietly itself)."""
+
+
 class LazyGroup(TyperGroup):
     """The root group: knows every command's name, and imports a command's module and builds the command
     only when asked for it (to run it, or to list it in help)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer would exit 130 without a word
+            raise Interrupted() from None
 
     def list_commands(self, ctx) -> list[str]:
         return list(dict.fromkeys([*self.commands, *registered(), *COMMAND_MODULES]))
@@ -545,6 +555,10 @@ def main() -> None:
     except Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
+    except (Interrupted, KeyboardInterrupt):
+        typer.echo("error: interrupted; what was recorded stays recorded, and the views and files catch up at "
+                   "the next command", err=True)
+        sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
 

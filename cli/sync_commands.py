@@ -299,12 +299,16 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
 @app.command()
 def pull(remote: Optional[str] = typer.Argument(None),
-         follow: bool = typer.Option(False, "--follow", help="Keep pulling (long-poll) until interrupted."),
+         follow: bool = typer.Option(False, "--follow", help="Keep pulling (long-poll) until interrupted (with --json: a JSON line per batch)."),
          json: bool = JsonOpt):
     """Fetch the shared events this agent consumes."""
     from sync.client import get_remote, pull as pulling
 
     def batch_line(batch):
+        if json:  # a follower never ends on its own: one JSON object per batch, as it lands
+            import msgspec
+
+            return typer.echo(msgspec.json.encode(batch).decode())
         typer.echo(f"pulled {batch.pulled} events up to hub position {batch.position}"
                    + (f" ({batch.returned} own came back)" if batch.returned else ""))
 
@@ -314,8 +318,10 @@ def pull(remote: Optional[str] = typer.Argument(None),
             try:
                 report = pulling(mem, target, follow=follow, progress=advance,
                                  say=lambda line: typer.echo(line, err=True),
-                                 on_batch=batch_line if follow and not json else None)
+                                 on_batch=batch_line if follow else None)
             except KeyboardInterrupt:
+                if not follow:
+                    raise
                 raise typer.Exit(0) from None
     if json:
         return emit_json(report)

@@ -158,7 +158,7 @@ def test_contract_history_and_refusals(team):
 def test_pull_follow_long_polls_until_interrupted(team):
     tmp, _hub = team
     mem(tmp, "writer", "pull", check=True)
-    follower = subprocess.Popen([*mem_command(), "-w", tmp / "main", "pull", "--follow"],
+    follower = subprocess.Popen([*mem_command(), "-w", tmp / "main", "pull", "--follow", "--json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         time.sleep(1.5)
@@ -172,5 +172,8 @@ def test_pull_follow_long_polls_until_interrupted(team):
         assert follower.poll() is None  # still following
     finally:
         follower.send_signal(signal.SIGINT)
-        follower.wait(timeout=30)
-    assert follower.returncode == 0, follower.stderr.read()
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    # --json: a JSON object per batch as it lands (a follower never reaches a final report)
+    assert {"pulled": 1, "returned": 0} in [{k: b[k] for k in ("pulled", "returned")}
+                                           for b in map(json.loads, out.decode().splitlines())], out
