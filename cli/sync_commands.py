@@ -163,7 +163,13 @@ def contract_apply(file: Path, db: str = DbOpt):
     """Apply a contract file (TOML); the change is an event on the hub."""
     from sync.contracts import parse_contract
 
-    contract = parse_contract(read_input(str(file)).decode("utf-8"))
+    try:
+        text = read_input(str(file)).decode("utf-8")
+    except UnicodeDecodeError:
+        fail(f"{file} is not a contract: it is not UTF-8 text")
+    contract = parse_contract(text)
+    if not contract.layers:  # an empty or mistaken file would stop every layer being shared
+        fail(f"{file} names no layers (a [layers.NAME] table each); the hub's contract stays as it is")
     position = storage(db).apply_contract(contract)
     typer.echo(f"contract applied at hub position {position}: {', '.join(sorted(contract.layers))}")
 
