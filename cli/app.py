@@ -424,12 +424,12 @@ def verify(json: bool = JsonOpt):
 
 
 @app.command()
-def adopt(json: bool = JsonOpt):
+def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     """Turn direct edits of the wiki files (pages, `## Always` lines in mind.md) into events."""
     from projections.adopt import adopt as adopting
 
-    with memory(refresh=False) as mem:
-        report = adopting(mem)
+    with memory(refresh=False) as mem, progress_bar("adopt", None) as advance:
+        report = adopting(mem, allow_secret=allow_secret, progress=advance)
     if json:
         emit_json(report)
         raise typer.Exit(1 if report.refused else 0)
