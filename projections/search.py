@@ -525,9 +525,10 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     (`index_closed`: their rowid final then), the versions still current at the end by `bulk_end`."""
     moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
     if gone:
-        if bulk:
-            db.executemany("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) "
-                           "SELECT 'delete', id, title, body FROM search_docs WHERE id = ?", [(id,) for id in gone])
+        if bulk:  # one statement: FTS5 writes out what it holds at each statement (a segment each)
+            db.execute("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) SELECT 'delete', id, title, "
+                       "body FROM search_docs WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+                       (msgspec.json.encode(gone),))
         db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
     if bulk and rows:  # indexed: the rows the insert adds (one whose id is taken already is left out)
         ids = msgspec.json.encode([row[0] for row in rows])
