@@ -146,6 +146,10 @@ def read_input(file: str) -> bytes:
         fail(f"cannot read {file}: {exc.strerror}")
 
 
+AtOpt = typer.Option(None, "--at", help=AT_HELP)
+SeqOpt = typer.Option(None, "--seq", help="A log position.")
+
+
 def as_of(mem, at: Optional[str], seq: Optional[int]) -> int:
     if at is not None and seq is not None:
         fail("give --at or --seq, not both", 2)
@@ -274,14 +278,19 @@ def release(mem, slug: str, note: str, layer: str | None) -> str:
 
 
 @page_app.command("list")
-def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
-    """The pages in the catalog, with their hooks (or a shared layer's pages, with their heads)."""
+def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt, at: Optional[str] = AtOpt,
+              seq: Optional[int] = SeqOpt):
+    """The pages in the catalog, with their hooks, now or as of a moment (or a shared layer's pages, with
+    their heads)."""
     if layer is not None and layer != MIND:
         from .sync_commands import shared_page_list
 
+        if at is not None or seq is not None:
+            fail(f"--at and --seq list the wiki's pages as they were; the pages of layer {layer} are listed as "
+                 "they are now (`mem show PATH --seq N` shows one as it was)", 2)
         return shared_page_list(layer, json)
     with memory() as mem:
-        pages = mem.catalog()
+        pages = mem.catalog(as_of(mem, at, seq) if at is not None or seq is not None else None)
     if json:
         return emit_json(pages)
     for page in pages:
@@ -305,10 +314,10 @@ def always_remove(number: int, force: bool = ForceOpt):
 
 
 @always_app.command("list")
-def always_list(json: bool = JsonOpt):
-    """The `## Always` lines, numbered."""
+def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+    """The `## Always` lines, numbered, now or as of a moment."""
     with memory() as mem:
-        lines = mem.always()
+        lines = mem.always(as_of(mem, at, seq) if at is not None or seq is not None else None)
     if json:
         return emit_json(lines)
     for number, line in enumerate(lines, 1):
@@ -316,9 +325,6 @@ def always_list(json: bool = JsonOpt):
 
 
 # --- point in time ------------------------------------------------------------------------------
-
-AtOpt = typer.Option(None, "--at", help=AT_HELP)
-SeqOpt = typer.Option(None, "--seq", help="A log position.")
 
 
 @app.command()
