@@ -155,7 +155,16 @@ def agent_add(name: str, db: str = DbOpt, json: bool = JsonOpt):
 @agent_app.command("revoke")
 def agent_revoke(name: str, db: str = DbOpt):
     """Revoke an agent's token at once."""
-    storage(db).revoke_agent(name)
+    from eventstore.errors import NotFound
+
+    hub = storage(db)
+    try:
+        hub.revoke_agent(name)
+    except NotFound:
+        revoked = [a.revoked_at for a in hub.agents() if a.name == name and a.revoked_at]
+        if revoked:
+            fail(f"agent {name!r} was revoked already ({format_instant(max(revoked))}); nothing to revoke")
+        raise
     typer.echo(f"revoked {name}")
 
 
