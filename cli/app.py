@@ -459,11 +459,14 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
     with memory() as mem:
         typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
         told: dict[str, str] = {}  # a refusal is said once, until the file or the reason changes
+        began = None  # the log head when the adoption under way began
         try:
             for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
                                              watch_filter=lambda _c, path: "/.mem/" not in path
                                              and ".mem-tmp-" not in path):
+                began = mem.log.head()
                 report = adopting(mem)
+                began = None
                 for path in report.adopted:
                     told.pop(path, None)
                     typer.echo(f"adopted {path}")
@@ -473,7 +476,10 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
                         told[path] = said
                         typer.echo(f"left {path}: {why}")
         except KeyboardInterrupt:
-            pass
+            head = mem.log.head() if began is not None else None
+            if head is not None and head > began:  # stopped in the middle: what it adopted is recorded, not yet said
+                typer.echo(f"stopped while adopting: {head - began} events recorded (up to seq {head}); the files "
+                           "catch up at the next command", err=True)
 
 
 @app.command()
