@@ -405,6 +405,8 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:
             typer.echo(f"  {line}")
+        for path in report.not_yet_written:
+            typer.echo(f"  file {path} not yet written (the next command writes it)")
         raise typer.Exit(0 if report.same else 1)
     typer.echo(f"replayed {report.events} events; views at seq {report.checkpoint}; "
                f"{len(report.files.written)} files written, {len(report.files.removed)} removed")
