@@ -92,6 +92,8 @@ class Workspace:
     def write_config(self, config: WorkspaceConfig) -> None:
         self.mem_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.mem_dir / (CONFIG_FILE + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.touch(mode=0o600)  # a log's URL may hold its password
         tmp.write_text(json.dumps(msgspec.to_builtins(config), indent=2) + "\n")
         os.replace(tmp, self.mem_dir / CONFIG_FILE)
 
