@@ -193,6 +193,11 @@ def test_remote_add_refuses_a_token_file_that_is_no_text(written, tmp_path):
                     "-w", written), "binary.token", "not UTF-8")
     refused(run_mem("remote", "add", "origin", "http://127.0.0.1:1", "--token-file", tmp_path, "-w", written),
             str(tmp_path), "is a directory")
+    # an empty file, or two lines: "cannot reach remote origin ...: Illegal header value b'Bearer '" before
+    for name, text, why in (("empty.token", b"", "it is empty"), ("two.token", b"mlg_a\nmlg_b\n", "one word")):
+        (tmp_path / name).write_bytes(text)
+        refused(run_mem("remote", "add", "origin", "http://127.0.0.1:1", "--token-file", tmp_path / name, "-w",
+                        written), name, why)
     assert not (written / ".mem" / "remotes.json").exists()
 
 
