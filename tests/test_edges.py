@@ -309,3 +309,12 @@ def test_an_ipv6_address_is_printed_as_a_url_that_opens(workspace):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_init_inside_another_workspaces_pages_is_refused(written):
+    """A workspace made in another's mind/ was taken by it for an untracked page for good (`mem adopt`
+    exited 1 on every run); `mem checkout` refuses such a place for the same reason."""
+    for inner in (written / "mind" / "inner", written / ".mem" / "x"):
+        refused(run_mem("init", "-w", inner, "--agent", "inner"), f"{inner} is inside ", str(written))
+        assert not inner.exists()
+    assert run_mem("adopt", "-w", written).returncode == 0
