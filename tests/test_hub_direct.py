@@ -19,7 +19,7 @@ from hub_storage_conformance import CONTRACT
 class BrokenPulls(SQLiteHubStorage):
     """A real SQLite hub storage whose pulls fail as no refusal does (a bug, a disk gone)."""
 
-    def pull(self, after, layers, limit):
+    def pull_rows(self, after, layers, limit):
         raise RuntimeError("the disk is gone")
 
 
