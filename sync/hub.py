@@ -313,9 +313,13 @@ class Hub:
         agent, contract, _position, head = self.state(token)
         return agent, consumed_layers(contract, agent), head
 
-    def consumer_page(self, token: str, after: int, limit: int) -> tuple[str, list[str], int, list]:
-        """`consumer`, then the rows after `after` (storage.pull_rows)."""
+    def consumer_page(self, token: str, after: int, limit: int, wait: float = 0) -> tuple[str, list[str], int, list | None]:
+        """`consumer`, then the rows after `after` (storage.pull_rows); None instead for a long-poll (`wait`) that
+        will wait for a wake-up due (Fanout.deferred): the page it would read now is not the one it answers.
+        On the event loop only (the fan-out is its own); elsewhere, `wait` 0."""
         agent, layers, head = self.consumer(token)
+        if wait > 0 and self.fanout.deferred(after, layers):
+            return agent, layers, head, None
         return agent, layers, head, self.storage.pull_rows(after, layers, limit)
 
 
@@ -403,20 +407,23 @@ async def pull(request: Request) -> Response:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
     packed = MSGPACK in request.headers.get("accept", "")
-    if limit > INLINE_PULL:  # a catch-up's large page: read off the event loop that other agents' pushes share
-        agent, layers, head, rows = await run_in_threadpool(hub.consumer_page, token, after, limit + 1)
-    else:
-        agent, layers, head, rows = await hub.read(hub.consumer_page, token, after, limit + 1)
+    # a catch-up's large page is read off the event loop that other agents' pushes share
+    read = run_in_threadpool if limit > INLINE_PULL else hub.read
+    on_loop = limit <= INLINE_PULL and not hub.storage.reads_wait
+    agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1, wait if on_loop else 0)
     held = request.query_params.get("held")  # a pipelined pull: the cursor the agent has stored, behind `cursor`
     recorded = hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after),
                                          durable=request.query_params.get("ack") == "durable")
     if recorded is not None:  # the last request of a pull: its acknowledgement committed before the answer
         await recorded
     media_type = MSGPACK if packed else "application/json"
-    if wait > 0 and (not rows or hub.fanout.deferred(after, layers)) and await hub.fanout.wait(
-            max(after, head) if not rows else after, layers, wait):
-        # token and contract again: revoked while it waited, it gets nothing more
-        return Response(await hub.read(hub.woken_answer, token, after, limit, packed), media_type=media_type)
+    deferred = rows is None or (wait > 0 and rows and hub.fanout.deferred(after, layers))
+    if deferred or (wait > 0 and not rows):  # a long-poll: for the wake-up due, or for anything new
+        if await hub.fanout.wait(after if deferred else max(after, head), layers, wait):
+            # token and contract again: revoked while it waited, it gets nothing more
+            return Response(await hub.read(hub.woken_answer, token, after, limit, packed), media_type=media_type)
+        if rows is None:  # the wake-up it waited for never came: the page as it is now
+            agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1)
     return Response(pull_answer(after, head, rows, limit, packed), media_type=media_type)
 
 
