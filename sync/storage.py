@@ -603,6 +603,16 @@ def hub_exists(db: str) -> bool:
     return tables is None or "hub_events" in tables  # a file SQLite cannot read is left for the open to name
 
 
+def pg_log_tables(db: str) -> set[str]:
+    """The tables of a workspace's event log in a PostgreSQL database (none: it holds no log)."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        return {name for (name,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename IN ('events', 'log_counter')")}
+
+
 def sqlite_tables(db: str) -> set[str] | None:
     """The tables of a SQLite file, read without writing to it (None: not a database SQLite can read)."""
     import sqlite3
