@@ -40,17 +40,16 @@ SCHEMA = (TABLE, "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, v
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
 
-# One statement appends one event after the head this connection believes is the log's last seq:
-# the chain link is bound only when the log's last seq is still that head (?12), NULL otherwise, which
-# the NOT NULL constraint refuses, and the caller reads the head again. Check and insert run in one
-# write transaction, so the seq, the recording time that never goes backwards and the chain link
-# computed from that head are right. (An INSERT ... SELECT ... WHERE guard does the same, but a
-# SELECT that reads the table being written makes SQLite stage the row in a temporary table first,
-# about 2 µs of CPU per append; a scalar subquery among the VALUES does not.)
-APPEND_AFTER = """
-INSERT INTO events (seq, recorded_at, chain, id, ts, agent, layer, kind, codec, body, digest)
-VALUES (?1, ?2, (SELECT CASE WHEN MAX(seq) IS ?12 THEN ?3 END FROM events), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-"""
+# One statement appends one event after the head this connection believes is the log's last seq: the
+# row goes in at that seq + 1, which the seq's primary key refuses when another connection or process
+# has appended since (the log is append-only and gapless: seq + 1 is free exactly when the last seq is
+# still that head), and the caller reads the head again. Check and insert are one statement, one write
+# transaction, so the seq, the recording time that never goes backwards and the chain link computed
+# from that head are right. It is the same INSERT as a batch's one-row statement: no guard subquery
+# (which read the head again inside the statement, about 1-2 µs of an append's CPU from cold caches),
+# no INSERT ... SELECT (which made SQLite stage the row in a temporary table first).
+APPEND_AFTER = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+STALE_HEAD = "UNIQUE constraint failed: events.seq"
 WIDEST_INSERT = 128
 
 
@@ -220,11 +219,11 @@ class SQLiteLog(Recorder):
                 recorded_at = last_recorded
             chain = sha256(link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
             try:
-                execute(APPEND_AFTER, (seq, recorded_at, blob(chain), id, event.ts, event.agent, event.layer, kind, codec,
-                                      stored, blob(digest), last or None))
+                execute(APPEND_AFTER, (seq, id, event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
+                                      blob(digest), blob(chain)))
             except sqlite3.IntegrityError as exc:
                 self._head = None
-                if str(exc) == "NOT NULL constraint failed: events.chain":
+                if str(exc) == STALE_HEAD:
                     continue  # another connection appended since: read the head again
                 known = self._existing([event.id]).get(event.id)
                 if known is None:
