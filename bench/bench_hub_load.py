@@ -9,7 +9,8 @@ answer), p99 fan-out (push sent to the moment the last consumer received the eve
 some consumer never got before the drain deadline, the CPU seconds the hub and the load used, and the
 1-minute load average when the run started. SQLite (one `mem serve`, synchronous=FULL) and
 PostgreSQL (two `mem serve` processes on one database, agents and consumers split between them;
-PostgreSQL started for the run as the tests start it). Loopback only; every run is bounded in time
+PostgreSQL started for the run as the tests start it); `--sqlite-hubs 2` runs SQLite the same way,
+two `mem serve` processes on one file, group commit on and off alike. Loopback only; every run is bounded in time
 and in requests and stops by itself.
 
 With `--costs`, first what one request of each kind costs the hub (SQLite): a closed loop of as many
@@ -292,7 +293,7 @@ def disk_floor(seconds: float = 2.0) -> tuple[float, float]:
     return len(times) / seconds, statistics.median(times) * 1000
 
 
-def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server) -> dict:
+def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server, hubs: int = 1) -> dict:
     if backend == "sqlite":
         folder = workdir("hub_load")
         db = folder / "hub.db"
@@ -312,11 +313,11 @@ def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server) -
     pushers = {f"agent{i}": admin.add_agent(f"agent{i}") for i in range(agents)}
     consumers = {f"reader{i}": admin.add_agent(f"reader{i}") for i in range(agents)}
     admin.close()
-    hubs = [serve(db, group) for _ in range(1 if backend == "sqlite" else 2)]
+    served = [serve(db, group) for _ in range(hubs)]
     try:
-        return load(hubs, pushers, consumers, seconds)
+        return load(served, pushers, consumers, seconds)
     finally:
-        for proc, _ in hubs:
+        for proc, _ in served:
             proc.terminate()
             proc.wait(timeout=30)
 
@@ -403,6 +404,8 @@ def main():
     parser.add_argument("--no-pg", action="store_true", help="the same as --backend sqlite")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long the agents push, per run")
     parser.add_argument("--repeat", type=int, default=1, help="off/on pairs per agent count (0 with --costs: those alone)")
+    parser.add_argument("--sqlite-hubs", type=int, default=1,
+                        help="hub processes on the SQLite file, group commit on and off alike (agents split between them)")
     parser.add_argument("--costs", action="store_true", help="first, what one request of each kind costs the hub")
     args = parser.parse_args()
     counts = [int(n) for n in args.agents.split(",")]
@@ -433,9 +436,9 @@ def main():
                      "missed", "pulls/push", "hub cpu ms/push", "load cpu ms/push", "cpu-bound max ev/s", "load avg")]
             for agents in counts:
                 for _ in range(args.repeat):
-                    off = one_run(backend, agents, False, args.seconds, pg_url)
-                    on = one_run(backend, agents, True, args.seconds, pg_url)
-                    hubs = 1 if backend == "sqlite" else 2
+                    hubs = args.sqlite_hubs if backend == "sqlite" else 2
+                    off = one_run(backend, agents, False, args.seconds, pg_url, hubs)
+                    on = one_run(backend, agents, True, args.seconds, pg_url, hubs)
                     notes.append(bounds(agents, off, on, rate, cores, hubs))
                     for label, r in (("off", off), ("on", on)):
                         per_push = lambda cpu: cpu * 1000 / max(1, r["pushes"])  # noqa: E731
@@ -444,7 +447,8 @@ def main():
                                      f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.2f}",
                                      f"{per_push(r['load cpu']):.2f}", f"{cpu_bound(r, cores, hubs):,.0f}",
                                      f"{r['loadavg']:.2f}"))
-            where = ("SQLite, synchronous=FULL, one hub process" if backend == "sqlite"
+            processes = "one hub process" if args.sqlite_hubs == 1 else f"{args.sqlite_hubs} hub processes on one file"
+            where = (f"SQLite, synchronous=FULL, {processes}" if backend == "sqlite"
                      else "PostgreSQL, two hub processes on one database")
             table(f"{args.seconds:g} s of one-event pushes, as many long-polling consumers ({where})", rows)
             print(f"  cpu-bound max: the events/s at which, at the CPU per push measured, the hub would fill its one "
