@@ -13,9 +13,9 @@ from . import governance, validate
 from .envelope import Event, new_event
 from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
-from .kinds import (CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage,
-                    Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRelease,
-                    PageRename, PageUpdate, config_key_known)
+from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete,
+                    FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete,
+                    PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
 from .layers import AGENT, LOOP, MIND
 
 
@@ -193,14 +193,29 @@ class AdfWriter:
             raise InvalidInput(f"config key {key!r} must be a dotted name like audit.files")
         if not config_key_known(key):
             raise InvalidInput(f"there is no config key {key!r} (keys: {', '.join(CONFIG_KEYS)}, layers.<name>)")
-        if key.startswith("audit.") and key.count(".") == 1 and not isinstance(value, bool):
-            raise InvalidInput(f"{key} is a switch: give true or false")
-        budgets = {key: value} if key.startswith("lint.") else \
-            {f"lint.{k}": v for k, v in value.items()} if key == "lint" and isinstance(value, dict) else {}
-        for name, limit in budgets.items():
-            if name in CONFIG_KEYS and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-                raise InvalidInput(f"{name} is a budget: give a whole number above 0, not {limit!r}")
+        for name, leaf in _config_leaves(key, value).items():
+            if name.split(".")[-2:-1] == ["audit"] and not isinstance(leaf, bool):
+                raise InvalidInput(f"{name} is a switch: give true or false")
+            if name.startswith("lint.") and (isinstance(leaf, bool) or not isinstance(leaf, int) or leaf < 1):
+                raise InvalidInput(f"{name} is a budget: give a whole number above 0, not {leaf!r}")
         return self._event(ConfigSet(key=key, value=value), AGENT)
+
+
+def _config_leaves(key: str, value) -> dict:
+    """The keys mindlog reads that setting `key` to `value` sets, with their values: a group of keys
+    (`audit`, `lint`) takes an object of its own keys, never a plain value that would replace them all."""
+    if key in CONFIG_KEYS or key.startswith(CONFIG_KEY_PREFIXES):
+        return {key: value}
+    children = sorted({k[len(key) + 1:].split(".")[0] for k in CONFIG_KEYS if k.startswith(key + ".")})
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{key} is a group of keys ({', '.join(children)}): give a JSON object of them, "
+                           f"like {{\"{children[0]}\": ...}}, or set {key}.{children[0]}")
+    leaves = {}
+    for name, leaf in value.items():
+        if name not in children:
+            raise InvalidInput(f"there is no config key {key}.{name} (the keys of {key}: {', '.join(children)})")
+        leaves.update(_config_leaves(f"{key}.{name}", leaf))
+    return leaves
 
 
 def _guess_mime(path: str) -> str:
