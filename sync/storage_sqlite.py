@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NU
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
 HEADS = HEADS_SQL.format(p="?")
+HEAD = "SELECT IFNULL(MAX(position), 0) FROM hub_events"
 IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
 
@@ -60,6 +61,7 @@ class SQLiteHubStorage(HubStorage):
         self._readers = threading.local()
         self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
+        self._closed = False
 
     def _create(self) -> None:
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]
@@ -77,6 +79,7 @@ class SQLiteHubStorage(HubStorage):
         return db
 
     def close(self) -> None:
+        self._closed = True  # a watcher started by an earlier `watch` ends on its own (_watch_loop)
         self._stop_watching()
         with self._lock, self._readers_lock:
             for reader in self._all_readers:
@@ -201,7 +204,7 @@ class SQLiteHubStorage(HubStorage):
         return [decode_stored(data, pos, at) for pos, at, data in rows]
 
     def head(self):
-        return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events")[0][0]
+        return self._read(HEAD)[0][0]
 
     def layers_of(self, ids):
         found = {}
@@ -214,26 +217,32 @@ class SQLiteHubStorage(HubStorage):
     def _watch_loop(self, callback, stop):
         """Commits by another process (another hub on the same file) reach this one's long-polls within
         a few ms: `PRAGMA data_version` changes when any other connection commits, and costs no page
-        read, so the head is read only then."""
-        seen, version = self.head(), None
-        interval, changed_at = WATCH_INTERVAL, time.monotonic()
-        while not stop.wait(interval):
-            try:
-                now = self._read("PRAGMA data_version")[0][0]
-                if now == version:
-                    if interval != WATCH_IDLE_INTERVAL and time.monotonic() - changed_at > WATCH_IDLE_AFTER:
-                        interval = WATCH_IDLE_INTERVAL
-                    continue
-                version, interval, changed_at = now, WATCH_INTERVAL, time.monotonic()
-                head = self.head()
-                if head > seen:
-                    layers = {row[0] for row in self._read(
-                        "SELECT DISTINCT layer FROM hub_events WHERE position > ? AND position <= ?", (seen, head))}
-                    seen = head
-                    callback(head, layers)
-            except sqlite3.Error:
-                if stop.is_set():
-                    return
+        read, so the head is read only then. The watcher's connection is its own, opened and closed
+        here: `close` never closes a connection under a watcher still polling (one that a second
+        `watch` left running ends when it sees the storage closed)."""
+        db = self._connect()
+        try:
+            seen, version = db.execute(HEAD).fetchone()[0], None
+            interval, changed_at = WATCH_INTERVAL, time.monotonic()
+            while not stop.wait(interval) and not self._closed:
+                try:
+                    now = db.execute("PRAGMA data_version").fetchone()[0]
+                    if now == version:
+                        if interval != WATCH_IDLE_INTERVAL and time.monotonic() - changed_at > WATCH_IDLE_AFTER:
+                            interval = WATCH_IDLE_INTERVAL
+                        continue
+                    version, interval, changed_at = now, WATCH_INTERVAL, time.monotonic()
+                    head = db.execute(HEAD).fetchone()[0]
+                    if head > seen:
+                        layers = {row[0] for row in db.execute(
+                            "SELECT DISTINCT layer FROM hub_events WHERE position > ? AND position <= ?", (seen, head))}
+                        seen = head
+                        callback(head, layers)
+                except sqlite3.Error:
+                    if stop.is_set() or self._closed:
+                        return
+        finally:
+            db.close()
 
     def latest_position(self, layer):
         return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events WHERE layer = ?", (layer,))[0][0]

@@ -1,6 +1,7 @@
 """Two hub processes (`mem serve`) on one SQLite file: a commit made through one reaches the long-polls
 waiting on the other within milliseconds (the storage's watcher polls `PRAGMA data_version`), and
-pushers on both with a puller on one see every event exactly once, in gapless position order."""
+pushers on both with a puller on one see every event exactly once, in gapless position order. And the
+watcher of a storage closed ends, however many `watch` calls started one."""
 
 import statistics
 import threading
@@ -126,3 +127,18 @@ def test_pushers_on_two_hub_processes_and_a_puller_see_every_event_once_in_order
         assert set(ids) == set(pushed), "an event was never delivered"
         positions = [pos for pos, _i in seen]
         assert positions == list(range(2, 2 + len(pushed)))  # position 1 is the contract
+
+
+def test_closing_a_storage_watched_twice_ends_both_watchers(tmp_path):
+    """Two hub apps on one storage (as tests make them) each start a watcher; the storage's `close`
+    stopped only the last, and closed the connection the other was still polling (every 2 ms): a
+    segfault of the whole process."""
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.watch(lambda head, layers: None)
+    storage.watch(lambda head, layers: None)
+    time.sleep(0.05)
+    watchers = [t for t in threading.enumerate() if t.name == "hub-watch" and t.is_alive()]
+    storage.close()
+    for watcher in watchers:
+        watcher.join(timeout=5)
+    assert not any(watcher.is_alive() for watcher in watchers)
