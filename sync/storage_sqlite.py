@@ -21,8 +21,8 @@ from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_
 WATCH_INTERVAL = 0.002
 WATCH_IDLE_INTERVAL = 0.05
 WATCH_IDLE_AFTER = 1.0
-"""The watcher's polls of `PRAGMA data_version`: every WATCH_INTERVAL seconds while commits come, every
-WATCH_IDLE_INTERVAL once none came for WATCH_IDLE_AFTER (an idle hub wakes 20 times a second)."""
+"""The watcher's polls of `PRAGMA data_version`: every WATCH_INTERVAL seconds while other connections'
+commits come, every WATCH_IDLE_INTERVAL once none came for WATCH_IDLE_AFTER (20 polls a second)."""
 INSERT_ROWS = 500
 
 SCHEMA = """
@@ -216,17 +216,22 @@ class SQLiteHubStorage(HubStorage):
 
     def _watch_loop(self, callback, stop):
         """Commits by another process (another hub on the same file) reach this one's long-polls within
-        a few ms: `PRAGMA data_version` changes when any other connection commits, and costs no page
-        read, so the head is read only then. The watcher's connection is its own, opened and closed
-        here: `close` never closes a connection under a watcher still polling (one that a second
-        `watch` left running ends when it sees the storage closed)."""
+        a few ms. The writer connection's `PRAGMA data_version` changes when another connection has
+        committed, never for its own commits, and reads no page: a hub alone on its file polls it and
+        nothing else (every 50 ms once idle); the head and the layers are read only after a change.
+        The watcher reads on a connection of its own, opened and closed here, and ends when the
+        storage closes (also one that a second `watch` left running): `close` never closes a
+        connection under a watcher still polling."""
         db = self._connect()
         try:
             seen, version = db.execute(HEAD).fetchone()[0], None
             interval, changed_at = WATCH_INTERVAL, time.monotonic()
-            while not stop.wait(interval) and not self._closed:
+            while not stop.wait(interval):
                 try:
-                    now = db.execute("PRAGMA data_version").fetchone()[0]
+                    with self._lock:
+                        if self._closed:
+                            return
+                        now = self.db.execute("PRAGMA data_version").fetchone()[0]
                     if now == version:
                         if interval != WATCH_IDLE_INTERVAL and time.monotonic() - changed_at > WATCH_IDLE_AFTER:
                             interval = WATCH_IDLE_INTERVAL
