@@ -61,6 +61,29 @@ def test_hub_admin_commands_never_create_a_hub(tmp_path):
     assert again.returncode == 1 and again.stderr.decode().startswith("error: agent 'bo' was revoked already (")
 
 
+def test_a_workspace_log_is_never_taken_for_a_hub(workspace):
+    """`mem hub agent list --db ws/.mem/log.db` answered an empty list and `mem serve --db` it added the
+    hub's tables to the workspace's log, as if it were a hub."""
+    import sqlite3
+
+    from hubserver import free_port
+
+    log = workspace / ".mem" / "log.db"
+
+    def tables():
+        with sqlite3.connect(log) as db:
+            return sorted(name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+
+    before = tables()
+    listed = run_mem("hub", "agent", "list", "--db", log)
+    assert listed.returncode == 1 and b"no hub database at" in listed.stderr
+    for args in (["hub", "init"], ["serve", "--port", str(free_port())]):
+        refused = run_mem(*args, "--db", log)
+        assert refused.returncode == 1 and refused.stderr.decode() == (
+            f"error: {log} is not a hub database (it holds {', '.join(before)}); a hub needs a file of its own\n")
+    assert tables() == before
+
+
 def test_a_postgresql_hub_is_created_only_by_hub_init(pg_url):
     refused = run_mem("hub", "agent", "list", "--db", pg_url)
     assert refused.returncode == 1 and b"no hub database at" in refused.stderr and b"mem hub init" in refused.stderr
