@@ -29,7 +29,7 @@ DbOpt = typer.Option("hub.db", "--db", envvar="MEM_HUB_DB", help="SQLite file or
 
 def storage(db: str, create: bool = False):
     """The hub's storage; a missing hub is an error unless `create` (`mem hub init`, `mem serve`)."""
-    from sync.storage import hub_exists, open_storage, sqlite_tables
+    from sync.storage import hub_exists, open_storage, pg_log_tables, sqlite_tables
 
     from eventstore.errors import storage_exceptions, storage_failure
 
@@ -37,9 +37,10 @@ def storage(db: str, create: bool = False):
     if not create and not exists:
         fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
              "or pass --db (or MEM_HUB_DB)")
-    if not exists and "://" not in db and sqlite_tables(db):  # a workspace's log.db, say: never made a hub
-        fail(f"{_where(db)} is not a hub database (it holds {', '.join(sorted(sqlite_tables(db)))}); "
-             "a hub needs a file of its own")
+    others = None if exists else pg_log_tables(db) if "://" in db else sqlite_tables(db)
+    if others:  # a workspace's log, say: never made a hub
+        fail(f"{_where(db)} is not a hub database (it holds {', '.join(sorted(others))}); a hub needs a "
+             f"{'database' if '://' in db else 'file'} of its own")
     if "://" not in db:
         state["hub"] = Path(db).absolute()  # a SQLite hub found damaged later is named (app.damaged_file)
     try:
