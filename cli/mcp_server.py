@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
+from eventstore.secrets import SecretFound
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.memory import Memory
@@ -33,6 +34,7 @@ INSTRUCTIONS = (
     "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
     "search (with `at`), believed, cite and log read it back.")
+SECRET_ADVICE = "leave the secret out and call again: the MCP tools never store one"
 
 
 def json_text(value) -> str:
@@ -140,6 +142,8 @@ def build_server(mem: Memory) -> MCPServer:
                     if mem.checkpoint() != head:
                         flush.schedule()
                     return result
+                except SecretFound as exc:  # the CLI's advice names a flag these tools do not have
+                    return refusal(exc.advised(SECRET_ADVICE))
                 except (MemError, ToolError) as exc:
                     return refusal(str(exc))
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
