@@ -347,7 +347,11 @@ def serve(mem: Memory, http: str | None = None) -> None:
     server = build_server(mem)
     try:
         if address is None:
-            server.run("stdio")
+            import anyio
+
+            from .mcp_stdio import run_stdio
+
+            anyio.run(run_stdio, server)
         else:
             from sync.server import listen, run_on
 
