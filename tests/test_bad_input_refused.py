@@ -2,6 +2,7 @@
 refused with one `error:` line and a non-zero exit, and the log stays as it was."""
 
 import datetime as dt
+import json
 import sqlite3
 
 from conftest import PAGE, log_rows, run_mem
@@ -114,3 +115,27 @@ def test_hub_believed_before_the_hub_had_a_contract_is_refused(tmp_path):
     assert line.startswith("error: '2001-01-01' (") and line.endswith(") is before this hub had a contract"), line
     now = run_mem("hub", "believed", "ana", "--at", "now", cwd=tmp_path, check=True)
     assert b"ana had received hub events up to position 0" in now.stdout
+
+
+def test_loop_clear_takes_negative_slice_bounds_as_its_help_promises(workspace):
+    """`mem loop clear -1` (rows[-1:], a Python slice) was `No such option: -1`: it needed `--`."""
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    for text in ["one", "two", "three", "four"]:
+        mem("loop", "append", "--role", "user", "--text", text, check=True)
+
+    def texts():
+        return [m["content"][0]["text"] for m in json.loads(mem("loop", "show", "--json", check=True).stdout)]
+
+    assert mem("loop", "clear", "-1", check=True).stdout.decode().startswith("cleared loop main[-1:] ")
+    assert texts() == ["one", "two", "three"]
+    assert mem("loop", "clear", "-3", "-2", "--loop", "main", check=True).stdout.decode().startswith(
+        "cleared loop main[-3:-2] ")
+    assert texts() == ["two", "three"]
+    rows = log_rows(workspace)
+    refused = mem("loop", "clear", "-x")
+    assert refused.returncode == 2 and refused.stderr.decode().count("\n") == 1 and "'-x'" in refused.stderr.decode()
+    assert mem("loop", "clear", "-9", "-5").stderr.decode() == \
+        "error: loop 'main' has 2 messages; rows[-9:-5] selects none, so there is nothing to clear\n"
+    assert log_rows(workspace) == rows
