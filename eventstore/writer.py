@@ -193,14 +193,30 @@ class AdfWriter:
             raise InvalidInput(f"config key {key!r} must be a dotted name like audit.files")
         if not config_key_known(key):
             raise InvalidInput(f"there is no config key {key!r} (keys: {', '.join(CONFIG_KEYS)}, layers.<name>)")
-        if key.startswith("audit.") and key.count(".") == 1 and not isinstance(value, bool):
-            raise InvalidInput(f"{key} is a switch: give true or false")
-        budgets = {key: value} if key.startswith("lint.") else \
-            {f"lint.{k}": v for k, v in value.items()} if key == "lint" and isinstance(value, dict) else {}
-        for name, limit in budgets.items():
-            if name in CONFIG_KEYS and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-                raise InvalidInput(f"{name} is a budget: give a whole number above 0, not {limit!r}")
+        _check_config_value(key, value)
         return self._event(ConfigSet(key=key, value=value), AGENT)
+
+
+def _check_config_value(key: str, value) -> None:
+    """Refuses a value mindlog would not read at `key`: a switch takes a boolean, a budget a whole number, a
+    group (`audit`, `lint`) an object of its keys; `layers.<name>` is checked where the layers are known."""
+    if key.startswith("layers."):
+        if "." in key[len("layers."):]:
+            raise InvalidInput(f"there is no config key {key!r}: a local layer is set whole, as layers.<name>")
+        return
+    if key not in CONFIG_KEYS:
+        keys = [k for k in CONFIG_KEYS if k.startswith(key + ".")]
+        if not isinstance(value, dict):
+            raise InvalidInput(f"{key} is a group of keys: give an object of {', '.join(keys)}, not {value!r:.80}")
+        for sub, item in value.items():
+            if not config_key_known(f"{key}.{sub}"):
+                raise InvalidInput(f"there is no config key {f'{key}.{sub}'!r} (keys: {', '.join(keys)})")
+            _check_config_value(f"{key}.{sub}", item)
+    elif key.rpartition(".")[0] in ("audit", "context.audit"):
+        if not isinstance(value, bool):
+            raise InvalidInput(f"{key} is a switch: give true or false, not {value!r:.80}")
+    elif key.startswith("lint.") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidInput(f"{key} is a budget: give a whole number above 0, not {value!r:.80}")
 
 
 def _guess_mime(path: str) -> str:

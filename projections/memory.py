@@ -339,6 +339,9 @@ class Memory:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
 
     def config_set(self, key: str, value, *, allow_secret: bool = False) -> Event:
+        """Sets a config key; `layers.<name>` declares a local layer, checked as `mem layer add` checks it."""
+        if key.startswith("layers."):
+            value = local_layers.checked_spec(key, value, self.views.contract)
         return self.append(self.adf_writer.config_set(key, value), allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
@@ -369,8 +372,7 @@ class Memory:
 
     def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
         """A local layer (no hub needed): its declaration is a config event."""
-        spec = local_layers.check(name, path, format, self.views.contract)
-        return self.config_set(f"layers.{name}", spec)
+        return self.config_set(f"layers.{name}", {"path": path, "format": format})
 
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""

@@ -139,3 +139,36 @@ def test_loop_clear_takes_negative_slice_bounds_as_its_help_promises(workspace):
     assert mem("loop", "clear", "-9", "-5").stderr.decode() == \
         "error: loop 'main' has 2 messages; rows[-9:-5] selects none, so there is nothing to clear\n"
     assert log_rows(workspace) == rows
+
+
+def test_config_set_refuses_keys_and_values_mindlog_would_not_read(workspace):
+    """`mem config set layers.x 1` was accepted and then ignored (local_layers.declared skips what it cannot
+    read), as were a switch that is no boolean under context.audit and a group that is no object."""
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    rows = log_rows(workspace)
+    refusals = {
+        ("layers.x", "1"): 'layers.x declares a local layer: give {"path": PATH, "format": "entries" or "pages"}',
+        ("layers.x", '{"path": "x.md", "size": 3}'): "layers.x declares a local layer",
+        ("layers.x.path", "x.md"): "layer name 'x.path' must be lowercase letters",
+        ("layers.x", '{"path": "../x.md"}'): "layer path '../x.md': the path must stay inside the workspace",
+        ("context.audit.files", "abc"): "context.audit.files is a switch: give true or false, not 'abc'",
+        ("audit", "5"): "audit is a group of keys: give an object of audit.loop, audit.inbox",
+        ("audit", '{"nope": true}'): "there is no config key 'audit.nope' (keys: audit.loop,",
+        ("lint", '{"mind_max_lines": 0}'): "lint.mind_max_lines is a budget",
+    }
+    for args, why in refusals.items():
+        refused = mem("config", "set", *args)
+        err = refused.stderr.decode()
+        assert refused.returncode == 1 and err.startswith("error: ") and why in err, (args, err)
+        assert len(err.splitlines()) == 1 and not refused.stdout, (args, refused)
+    assert log_rows(workspace) == rows
+    mem("config", "set", "layers.decisions", '{"path": "memory/decisions.md"}', check=True)
+    mem("config", "set", "audit", '{"files": true}', check=True)
+    mem("config", "set", "context.audit.loop", "false", check=True)
+    mem("entry", "add", "decisions", "[DECISION] ship on fridays", check=True)
+    assert "ship on fridays" in (workspace / "memory/decisions.md").read_text()
+    config = json.loads(mem("config", "show", "--json", check=True).stdout)
+    assert config["layers"]["decisions"] == {"path": "memory/decisions.md", "format": "entries"}
+    assert config["audit"]["files"] is True and config["context"]["audit"]["loop"] is False
