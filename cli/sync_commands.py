@@ -126,6 +126,7 @@ def hub_init(db: str = DbOpt):
     from sync.storage import hub_exists
 
     if hub_exists(db):
+        storage(db).close()  # refuses a file that is another program's database
         fail(f"a hub database exists already at {_where(db)}")
     storage(db, create=True).close()
     typer.echo(f"created hub database {_where(db)}")

@@ -52,6 +52,32 @@ def test_hub_admin_commands_never_create_a_hub(tmp_path):
     assert b"position 0" in run_mem("hub", "believed", "ana", cwd=tmp_path, check=True).stdout
 
 
+def test_a_database_that_is_not_a_hubs_is_refused_and_left_untouched(tmp_path):
+    """A non-empty SQLite file of another program given as --db got the hub's tables (and WAL mode) added."""
+    import sqlite3
+
+    from sync.server import free_port
+
+    other = tmp_path / "notes.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('mine')")
+    db.close()
+    before = other.read_bytes()
+    for args in (["hub", "init"], ["hub", "agent", "add", "ana"], ["hub", "agent", "list"], ["hub", "contract", "show"],
+                 ["serve", "--port", free_port()]):
+        refused = run_mem(*args, "--db", other, cwd=tmp_path)
+        assert refused.returncode == 1 and refused.stderr.decode() == (
+            f"error: {other} is a SQLite database but not a hub's (its tables: notes); a hub needs a file of its "
+            "own\n"), (args, refused.stderr)
+    assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    run_mem("hub", "init", "--db", empty, check=True)
+    run_mem("hub", "agent", "add", "ana", "--db", empty, check=True)
+    assert b"ana" in run_mem("hub", "agent", "list", "--db", empty, check=True).stdout
+
+
 def test_a_postgresql_hub_is_created_only_by_hub_init(pg_url):
     refused = run_mem("hub", "agent", "list", "--db", pg_url)
     assert refused.returncode == 1 and b"no hub database at" in refused.stderr and b"mem hub init" in refused.stderr
