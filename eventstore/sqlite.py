@@ -12,6 +12,7 @@ from .envelope import CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD,
 from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
+from .readonly import connect
 from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, id_bytes, id_text,
                        plan_rows, recording_times, redaction_updates, row_to_event, small_sha256, verify_rows)
 
@@ -115,7 +116,7 @@ class SQLiteLog(Recorder):
         self.path = str(path)
         self.trusted = trusted
         self._head: tuple[int, bytes, int] | None = None  # (seq, chain, recorded_at) as last seen here
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
