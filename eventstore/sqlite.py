@@ -4,7 +4,7 @@ import functools
 import sqlite3
 import time
 from time import time_ns
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 
@@ -136,7 +136,8 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
-               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None,
+               unsent: Iterable[str] = ()) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
@@ -155,7 +156,7 @@ class SQLiteLog(Recorder):
                 seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
-                                   redaction_updates(events, self._stored))
+                                   redaction_updates(events, self._stored, unsent))
                 rows = state(seqs) if callable(state) else state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
