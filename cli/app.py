@@ -30,9 +30,19 @@ COMMAND_MODULES = {
 GROUP_EXTRAS = {"hub": ("redact_commands",)}
 
 
+class Interrupted(Exception):
+    """Ctrl-C under a command (one that waits until interrupted, like `mem watch`, ends quietly itself)."""
+
+
 class LazyGroup(TyperGroup):
     """The root group: knows every command's name, and imports a command's module and builds the command
     only when asked for it (to run it, or to list it in help)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer would exit 130 without a word
+            raise Interrupted() from None
 
     def list_commands(self, ctx) -> list[str]:
         return list(dict.fromkeys([*self.commands, *registered(), *COMMAND_MODULES]))
@@ -414,12 +424,12 @@ def verify(json: bool = JsonOpt):
 
 
 @app.command()
-def adopt(json: bool = JsonOpt):
+def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     """Turn direct edits of the wiki files (pages, `## Always` lines in mind.md) into events."""
     from projections.adopt import adopt as adopting
 
-    with memory(refresh=False) as mem:
-        report = adopting(mem)
+    with memory(refresh=False) as mem, progress_bar("adopt", None) as advance:
+        report = adopting(mem, allow_secret=allow_secret, progress=advance)
     if json:
         emit_json(report)
         raise typer.Exit(1 if report.refused else 0)
@@ -545,6 +555,10 @@ def main() -> None:
     except Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
+    except (Interrupted, KeyboardInterrupt):
+        typer.echo("error: interrupted; what was recorded stays recorded, and the views and files catch up at "
+                   "the next command", err=True)
+        sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -69,6 +69,11 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     the layers it consumes, the admin token every layer)."""
     from sync.hub import create_app
     from sync.server import listen, serve as serve_app
+    import shutil
+    import signal
+    import tempfile
+
+    from eventstore.backends import shown
     from sync.storage import hub_exists
 
     _refuse_unmade_dirs(admin_token_file, ui_dir)
@@ -78,9 +83,18 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     if not existed:
         typer.echo(f"created a new hub database at {_where(db)}", err=True)
     app = create_app(hub, group_commit=group_commit)
-    app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
-    typer.echo(f"mindlog hub on http://{host}:{port} ({db}); pages at http://{host}:{port}/ui/", err=True)
-    serve_app(app, sock)
+    temporary = ui_dir is None and "://" in db  # a PostgreSQL hub's mirror, by default, lives as long as this
+    if temporary:
+        ui_dir = Path(tempfile.mkdtemp(prefix="mindlog-hub-ui-"))
+        # uvicorn raises the SIGTERM it stopped on again once it has stopped: end as an exit, through `finally`
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
+        typer.echo(f"mindlog hub on http://{host}:{port} ({shown(db)}); pages at http://{host}:{port}/ui/", err=True)
+        serve_app(app, sock)
+    finally:
+        if temporary:
+            shutil.rmtree(ui_dir, ignore_errors=True)
 
 
 def _refuse_unmade_dirs(admin_token_file: Path | None, ui_dir: Path | None) -> None:
@@ -97,15 +111,13 @@ def _refuse_unmade_dirs(admin_token_file: Path | None, ui_dir: Path | None) -> N
 
 def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
     """The /ui pages over a mirror of the hub (in `ui_dir`, or `<db>.ui` beside a SQLite hub)."""
-    import tempfile
-
     from sync.mirror import HubMirror
     from sync.storage import new_token
 
     from .web.hub import hub_ui
 
     if ui_dir is None:
-        ui_dir = Path(tempfile.mkdtemp(prefix="mindlog-hub-ui-")) if "://" in db else Path(f"{db}.ui")
+        ui_dir = Path(f"{db}.ui")
     admin = None
     if admin_token_file is not None:
         if not admin_token_file.exists():
@@ -164,7 +176,13 @@ def contract_apply(file: Path, db: str = DbOpt):
     """Apply a contract file (TOML); the change is an event on the hub."""
     from sync.contracts import parse_contract
 
-    contract = parse_contract(read_input(str(file)).decode("utf-8"))
+    try:
+        text = read_input(str(file)).decode("utf-8")
+    except UnicodeDecodeError:
+        fail(f"{file} is not a contract: it is not UTF-8 text")
+    contract = parse_contract(text)
+    if not contract.layers:  # an empty or mistaken file would stop every layer being shared
+        fail(f"{file} names no layers (a [layers.NAME] table each); the hub's contract stays as it is")
     position = storage(db).apply_contract(contract)
     typer.echo(f"contract applied at hub position {position}: {', '.join(sorted(contract.layers))}")
 
@@ -300,12 +318,16 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
 @app.command()
 def pull(remote: Optional[str] = typer.Argument(None),
-         follow: bool = typer.Option(False, "--follow", help="Keep pulling (long-poll) until interrupted."),
+         follow: bool = typer.Option(False, "--follow", help="Keep pulling (long-poll) until interrupted (with --json: a JSON line per batch)."),
          json: bool = JsonOpt):
     """Fetch the shared events this agent consumes."""
     from sync.client import get_remote, pull as pulling
 
     def batch_line(batch):
+        if json:  # a follower never ends on its own: one JSON object per batch, as it lands
+            import msgspec
+
+            return typer.echo(msgspec.json.encode(batch).decode())
         typer.echo(f"pulled {batch.pulled} events up to hub position {batch.position}"
                    + (f" ({batch.returned} own came back)" if batch.returned else ""))
 
@@ -315,8 +337,10 @@ def pull(remote: Optional[str] = typer.Argument(None),
             try:
                 report = pulling(mem, target, follow=follow, progress=advance,
                                  say=lambda line: typer.echo(line, err=True),
-                                 on_batch=batch_line if follow and not json else None)
+                                 on_batch=batch_line if follow else None)
             except KeyboardInterrupt:
+                if not follow:
+                    raise
                 raise typer.Exit(0) from None
     if json:
         return emit_json(report)

@@ -95,7 +95,11 @@ _zd = zstandard.ZstdDecompressor()
 
 
 def encode_body(body: Body) -> bytes:
-    return _body_encoder.encode(body)
+    try:
+        return _body_encoder.encode(body)
+    except OverflowError:  # a JSON value given by a user (a config value, --tokens, content blocks)
+        raise InvalidInput("the value holds a number too large to record: whole numbers lie between -2**63 "
+                           "and 2**64 - 1") from None
 
 
 def decode_body(raw: bytes) -> Body:

@@ -13,9 +13,9 @@ from . import governance, validate
 from .envelope import Event, new_event
 from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
-from .kinds import (CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete, FileWrite, InboxMessage,
-                    Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete, PageIngest, PageRelease,
-                    PageRename, PageUpdate, config_key_known)
+from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete,
+                    FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete,
+                    PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
 from .layers import AGENT, LOOP, MIND
 
 
@@ -193,30 +193,31 @@ class AdfWriter:
             raise InvalidInput(f"config key {key!r} must be a dotted name like audit.files")
         if not config_key_known(key):
             raise InvalidInput(f"there is no config key {key!r} (keys: {', '.join(CONFIG_KEYS)}, layers.<name>)")
-        _check_config_value(key, value)
+        for name, leaf in _config_leaves(key, value).items():
+            if name.startswith("layers.") and "." in name[len("layers."):]:
+                raise InvalidInput(f"there is no config key {name!r}: a local layer is set whole, as layers.<name>")
+            if name.split(".")[-2:-1] == ["audit"] and not isinstance(leaf, bool):
+                raise InvalidInput(f"{name} is a switch: give true or false, not {leaf!r:.80}")
+            if name.startswith("lint.") and (isinstance(leaf, bool) or not isinstance(leaf, int) or leaf < 1):
+                raise InvalidInput(f"{name} is a budget: give a whole number above 0, not {leaf!r}")
         return self._event(ConfigSet(key=key, value=value), AGENT)
 
 
-def _check_config_value(key: str, value) -> None:
-    """Refuses a value mindlog would not read at `key`: a switch takes a boolean, a budget a whole number, a
-    group (`audit`, `lint`) an object of its keys; `layers.<name>` is checked where the layers are known."""
-    if key.startswith("layers."):
-        if "." in key[len("layers."):]:
-            raise InvalidInput(f"there is no config key {key!r}: a local layer is set whole, as layers.<name>")
-        return
-    if key not in CONFIG_KEYS:
-        keys = [k for k in CONFIG_KEYS if k.startswith(key + ".")]
-        if not isinstance(value, dict):
-            raise InvalidInput(f"{key} is a group of keys: give an object of {', '.join(keys)}, not {value!r:.80}")
-        for sub, item in value.items():
-            if not config_key_known(f"{key}.{sub}"):
-                raise InvalidInput(f"there is no config key {f'{key}.{sub}'!r} (keys: {', '.join(keys)})")
-            _check_config_value(f"{key}.{sub}", item)
-    elif key.rpartition(".")[0] in ("audit", "context.audit"):
-        if not isinstance(value, bool):
-            raise InvalidInput(f"{key} is a switch: give true or false, not {value!r:.80}")
-    elif key.startswith("lint.") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidInput(f"{key} is a budget: give a whole number above 0, not {value!r:.80}")
+def _config_leaves(key: str, value) -> dict:
+    """The keys mindlog reads that setting `key` to `value` sets, with their values: a group of keys
+    (`audit`, `lint`) takes an object of its own keys, never a plain value that would replace them all."""
+    if key in CONFIG_KEYS or key.startswith(CONFIG_KEY_PREFIXES):
+        return {key: value}
+    children = sorted({k[len(key) + 1:].split(".")[0] for k in CONFIG_KEYS if k.startswith(key + ".")})
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{key} is a group of keys ({', '.join(children)}): give a JSON object of them, "
+                           f"like {{\"{children[0]}\": ...}}, or set {key}.{children[0]}")
+    leaves = {}
+    for name, leaf in value.items():
+        if name not in children:
+            raise InvalidInput(f"there is no config key {key}.{name} (the keys of {key}: {', '.join(children)})")
+        leaves.update(_config_leaves(f"{key}.{name}", leaf))
+    return leaves
 
 
 def _guess_mime(path: str) -> str:

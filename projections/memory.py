@@ -24,6 +24,7 @@ from eventstore.readonly import read_only
 from eventstore.kinds import KINDS
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
+from eventstore.backends import shown
 from eventstore.workspace import Workspace, log_cut_short, views_damaged
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
@@ -117,6 +118,8 @@ class Memory:
         new = not mem_dir.exists()
         try:
             memory = cls(Workspace.init(root, agent, log))
+            if new and log is not None:
+                memory._refuse_a_log_of_another_agent()
         except BaseException:
             if new:
                 shutil.rmtree(mem_dir, ignore_errors=True)
@@ -126,6 +129,16 @@ class Memory:
             raise
         memory.refresh()
         return memory
+
+    def _refuse_a_log_of_another_agent(self) -> None:
+        """A new workspace on an existing PostgreSQL log may take up its own agent's log (a lost workspace
+        rebuilt from it), never another agent's: the private layers hold only their owner's events."""
+        first = next(self.log.read(layers=sorted(PRIVATE_LAYERS), limit=1), None)
+        if first is not None and first.agent != self.config.agent:
+            self.close()
+            raise InvalidInput(f"the log {shown(self.config.log)} holds the memory of agent {first.agent!r} (its "
+                               f"first private event, seq {first.seq}); an agent's log cannot change hands: give "
+                               f"--agent {first.agent} to take it up again, or another database")
 
     def close(self) -> None:
         self.views.close()

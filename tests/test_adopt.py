@@ -151,3 +151,18 @@ def test_a_contract_change_that_moves_no_file_keeps_a_hand_delete_for_adoption(m
     report = adopt(memory)
     assert report.adopted == ["content/drafts/notes.md"] and report.refused == {}
     assert [e.kind for e in memory.log.read(after=memory.log.head() - 1)] == ["page.delete"]
+
+
+def test_a_page_the_scanner_flags_is_adopted_with_allow_secret_as_its_refusal_says(workspace):
+    """`mem adopt` left such a page with `pass --allow-secret if it really belongs in memory`, an option
+    it did not have."""
+    (workspace / "mind/keys.md").write_text("---\ntype: note\n---\n# Keys\n\nThe CI key is AKIA4HXQ7ZT2LMNB3K5P.\n")
+    before = log_rows(workspace)
+    left = run_mem("-w", workspace, "adopt")
+    assert left.returncode == 1 and "left mind/keys.md: " in left.stdout.decode()
+    assert "pass --allow-secret" in left.stdout.decode() and log_rows(workspace) == before
+    adopted = run_mem("-w", workspace, "adopt", "--allow-secret", check=True)
+    assert adopted.stdout.decode() == "adopted mind/keys.md\n"
+    assert [row for row in log_rows(workspace) if row not in before] != []
+    assert run_mem("-w", workspace, "status", check=True).stdout.decode().endswith(
+        "clean: every file is what the log says\n")

@@ -34,6 +34,12 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("file", "write", ".mem/config.json", "--file", "-"): ".mem/config.json belongs to mindlog itself",
         ("diff", "nosuch.md", "--from", "seq:1", "--to", "seq:2"): "nosuch.md exists at neither moment",
         ("config", "set", "nosuch.key", "1"): "there is no config key 'nosuch.key'",
+        ("config", "set", "audit", "false"): "audit is a group of keys (files, inbox, loop, outbox)",
+        ("config", "set", "audit", '{"loop": 1}'): "audit.loop is a switch",
+        ("config", "set", "lint", '{"nosuch": 1}'): "there is no config key lint.nosuch",
+        ("config", "set", "lint.mind_max_lines", "9" * 30): "a number too large to record",
+        ("loop", "append", "--role", "user", "--text", "x", "--tokens", '{"in": 1%s}' % ("0" * 25)):
+            "a number too large to record",
         ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",
         ("show", "mind.md", "--seq", "-1"): "seq -1 is before the first event",
         ("show", "mind.md", "--at", "2030-01-01"): "is in the future",
@@ -154,8 +160,8 @@ def test_config_set_refuses_keys_and_values_mindlog_would_not_read(workspace):
         ("layers.x.path", "x.md"): "layer name 'x.path' must be lowercase letters",
         ("layers.x", '{"path": "../x.md"}'): "layer path '../x.md': the path must stay inside the workspace",
         ("context.audit.files", "abc"): "context.audit.files is a switch: give true or false, not 'abc'",
-        ("audit", "5"): "audit is a group of keys: give an object of audit.loop, audit.inbox",
-        ("audit", '{"nope": true}'): "there is no config key 'audit.nope' (keys: audit.loop,",
+        ("audit", "5"): "audit is a group of keys (files, inbox, loop, outbox)",
+        ("audit", '{"nope": true}'): "there is no config key audit.nope (the keys of audit: files, inbox,",
         ("lint", '{"mind_max_lines": 0}'): "lint.mind_max_lines is a budget",
     }
     for args, why in refusals.items():

@@ -288,3 +288,37 @@ def test_views_behind_the_log_on_read_only_storage_are_refused_not_read(written,
         memory.log.append([memory.writer.always_add("appended behind the views")])
     refused(read_only("show mind.md"), f"the views {written / '.mem' / 'views.db'} are at seq 1, the log at 2, and the "
             "storage is read-only")
+
+
+def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path, pg_url):
+    """`mem serve --db postgresql://user:PASSWORD@...` printed the password in its start line, and its
+    pages' mirror (a temporary directory when no --ui-dir is given) stayed behind after every run."""
+    import os
+    import time
+
+    import httpx
+
+    from hubserver import free_port
+
+    scheme, rest = pg_url.split("://", 1)
+    credentials, _, place = rest.rpartition("@")
+    url = f"{scheme}://{credentials.split(':')[0]}:s3cret-pw@{place}"  # the test server trusts loopback
+    run_mem("hub", "init", "--db", url, check=True)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), "serve", "--db", url, "--port", str(port)], stderr=subprocess.PIPE,
+                              env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        for _ in range(150):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ui/asof", timeout=1).status_code == 401:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert [p.name[:15] for p in temp.iterdir()] == ["mindlog-hub-ui-"]
+    finally:
+        server.terminate()
+        _out, err = server.communicate(timeout=30)
+    assert "s3cret-pw" not in err.decode() and ":***@" in err.decode(), err
+    assert list(temp.iterdir()) == []

@@ -60,3 +60,25 @@ def test_init_refuses_a_log_that_is_not_a_postgresql_url(tmp_path):
     assert result.returncode == 1
     assert result.stderr.decode().startswith("error: --log takes a postgresql:// URL")
     assert not (tmp_path / "ws" / ".mem").exists()
+
+
+def test_init_refuses_another_agents_log_and_takes_up_its_own(tmp_path, pg_url):
+    """A second workspace on a PostgreSQL log that holds agent alice's memory: another agent is refused
+    (it would write into alice's mind); alice again rebuilds her workspace from her log."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("init", "-w", tmp_path / "alice", "--agent", "alice", "--log", pg_url, check=True)
+    run_mem("-w", tmp_path / "alice", "page", "write", "deploy", "--file", page, check=True)
+    with psycopg.connect(pg_url) as conn:
+        before = conn.execute("SELECT seq, agent, kind FROM events ORDER BY seq").fetchall()
+
+    refused = run_mem("init", "-w", tmp_path / "bob", "--agent", "bob", "--log", pg_url)
+    assert refused.returncode == 1
+    assert refused.stderr.decode().startswith("error: the log postgresql://")
+    assert "holds the memory of agent 'alice'" in refused.stderr.decode() and len(refused.stderr.decode().splitlines()) == 1
+    assert not (tmp_path / "bob" / ".mem").exists()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT seq, agent, kind FROM events ORDER BY seq").fetchall() == before
+
+    run_mem("init", "-w", tmp_path / "again", "--agent", "alice", "--log", pg_url, check=True)
+    assert (tmp_path / "again" / "mind" / "deploy.md").read_bytes() == PAGE

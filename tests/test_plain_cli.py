@@ -227,3 +227,26 @@ def test_an_argument_that_is_not_utf8_is_one_error_line(workspace):
         assert len(err.strip().splitlines()) == 1 and err.startswith("error: the argument b'") and \
             "is not valid UTF-8" in err, err
     assert log_rows(workspace) == before
+
+
+def test_ctrl_c_under_a_command_is_one_error_line_and_exit_130(workspace):
+    """Ctrl-C under a one-shot command (here one waiting for its text on stdin) used to exit 130 without
+    a word (typer's own KeyboardInterrupt handling); a one-shot `mem pull` even exited 0."""
+    import signal
+    import subprocess
+
+    from conftest import mem_command
+
+    before = log_rows(workspace)
+    writer = subprocess.Popen([*mem_command(), "-w", workspace, "loop", "append", "--role", "user", "--file", "-"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(3)
+        writer.send_signal(signal.SIGINT)
+        _out, err = writer.communicate(timeout=30)
+    finally:
+        writer.kill()
+    assert writer.returncode == 130, err
+    assert err.decode() == ("error: interrupted; what was recorded stays recorded, and the views and files catch "
+                            "up at the next command\n")
+    assert log_rows(workspace) == before

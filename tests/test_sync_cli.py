@@ -153,12 +153,21 @@ def test_contract_history_and_refusals(team):
     assert b"inside the workspace" in run_mem("hub", "contract", "apply", bad, *hub).stderr
     bad.write_text("[layers.x\n")
     assert b"not valid TOML" in run_mem("hub", "contract", "apply", bad, *hub).stderr
+    # a traceback before; an empty file replaced the contract with one that shares nothing
+    position = json.loads(run_mem("hub", "contract", "show", "--json", *hub, check=True).stdout)["position"]
+    for text, why in ((b"\xff\xfe[layers]", "is not a contract: it is not UTF-8 text"), (b"", "names no layers"),
+                      (b"# nothing yet\n", "names no layers")):
+        bad.write_bytes(text)
+        refused = run_mem("hub", "contract", "apply", bad, *hub)
+        err = refused.stderr.decode()
+        assert refused.returncode == 1 and err.startswith("error: ") and why in err and len(err.splitlines()) == 1
+    assert json.loads(run_mem("hub", "contract", "show", "--json", *hub, check=True).stdout)["position"] == position
 
 
 def test_pull_follow_long_polls_until_interrupted(team):
     tmp, _hub = team
     mem(tmp, "writer", "pull", check=True)
-    follower = subprocess.Popen([*mem_command(), "-w", tmp / "main", "pull", "--follow"],
+    follower = subprocess.Popen([*mem_command(), "-w", tmp / "main", "pull", "--follow", "--json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         time.sleep(1.5)
@@ -172,5 +181,8 @@ def test_pull_follow_long_polls_until_interrupted(team):
         assert follower.poll() is None  # still following
     finally:
         follower.send_signal(signal.SIGINT)
-        follower.wait(timeout=30)
-    assert follower.returncode == 0, follower.stderr.read()
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    # --json: a JSON object per batch as it lands (a follower never reaches a final report)
+    assert {"pulled": 1, "returned": 0} in [{k: b[k] for k in ("pulled", "returned")}
+                                           for b in map(json.loads, out.decode().splitlines())], out

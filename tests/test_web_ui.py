@@ -142,7 +142,10 @@ def test_search_and_contract(ui):
     ("asof?at=2999-01-01", 400, "invalid-input"), ("asof?at=1999-01-01", 400, "invalid-input"),
     ("asof?seq=0", 400, "invalid-input"),
     ("timeline?event=99999", 404, "not-found"), ("history?path=memory/nosuch.md", 404, "not-found"),
-    ("history?page=nosuch", 404, "not-found")])
+    ("history?page=nosuch", 404, "not-found"),
+    # past what SQLite's integers hold: an OverflowError and a bare 500 before
+    ("timeline?event=99999999999999999999", 400, "invalid-input"),
+    ("timeline?t0=99999999999999999999999&t1=1", 400, "invalid-input")])
 def test_bad_moments_are_problems(ui, query, status, code):
     answer = httpx.get(f"{ui.url}/{query}", timeout=30)
     assert answer.status_code == status

@@ -52,12 +52,17 @@ class Moment(msgspec.Struct):
     query: str  # the moment as a query string, for links that keep it
 
 
+MAX_INT = 2**63 - 1
+
+
 def _int(request: Request, name: str) -> int | None:
     value = request.query_params.get(name)
     if value in (None, ""):
         return None
     if not value.isdigit():
         raise InvalidInput(f"{name} must be a whole number, not {value!r}")
+    if int(value) > MAX_INT:  # no seq or time goes past what the databases hold
+        raise InvalidInput(f"{name} must be at most {MAX_INT}, not {value}")
     return int(value)
 
 
