@@ -160,8 +160,11 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert expected[8].endswith(" (pass --allow-secret if it really belongs in memory)")
     expected[8] = expected[8].replace("pass --allow-secret if it really belongs in memory",
                                       "leave the secret out and call again: the MCP tools never store one")
+    assert expected[9].endswith("Release it first: `mem page release freeze --note \"why\"`")
+    expected[9] = expected[9].replace("`mem page release freeze --note \"why\"`",
+                                      "call page_release with slug 'freeze' and a note saying why")
     assert [text for _error, text in answers[:len(cases)]] == expected
-    assert not any("--allow-secret" in text for _error, text in answers)  # a flag the tools do not have
+    assert not any("--allow-secret" in text or "mem page release" in text for _error, text in answers)
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
     assert "AWS Access Key" in expected[8] and "hold" in expected[9]
     assert answers[-3][1] == "File /memories/mind/deploy.md already exists"
