@@ -2,9 +2,9 @@
 
 The tools are thin: Claude's memory-tool commands call `projections.memory_tool`, mindlog's own tools
 call `Memory` and the projections. A refusal is a tool error carrying the message the CLI prints
-(after its `error: `; where it names a CLI flag or command, the MCP way instead: `mcp_advice`), and leaves
-the log untouched. Tools are coroutines that call the library
-directly, so calls are applied one at a time on the server's event loop, in the order they arrive.
+(after its `error: `; where it names a CLI flag or command, the MCP way instead: `mcp_advice`), and
+leaves the log untouched. Tools are coroutines that call the library directly, so calls are applied one
+at a time on the server's event loop, in the order they arrive.
 """
 
 import asyncio
