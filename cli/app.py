@@ -146,6 +146,10 @@ def read_input(file: str) -> bytes:
         fail(f"cannot read {file}: {exc.strerror}")
 
 
+AtOpt = typer.Option(None, "--at", help=AT_HELP)
+SeqOpt = typer.Option(None, "--seq", help="A log position.")
+
+
 def as_of(mem, at: Optional[str], seq: Optional[int]) -> int:
     if at is not None and seq is not None:
         fail("give --at or --seq, not both", 2)
@@ -274,14 +278,19 @@ def release(mem, slug: str, note: str, layer: str | None) -> str:
 
 
 @page_app.command("list")
-def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt):
-    """The pages in the catalog, with their hooks (or a shared layer's pages, with their heads)."""
+def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt, at: Optional[str] = AtOpt,
+              seq: Optional[int] = SeqOpt):
+    """The pages in the catalog, with their hooks, now or as of a moment (or a shared layer's pages, with
+    their heads)."""
     if layer is not None and layer != MIND:
         from .sync_commands import shared_page_list
 
+        if at is not None or seq is not None:
+            fail(f"--at and --seq list the wiki's pages as they were; the pages of layer {layer} are listed as "
+                 "they are now (`mem show PATH --seq N` shows one as it was)", 2)
         return shared_page_list(layer, json)
     with memory() as mem:
-        pages = mem.catalog()
+        pages = mem.catalog(as_of(mem, at, seq) if at is not None or seq is not None else None)
     if json:
         return emit_json(pages)
     for page in pages:
@@ -305,10 +314,10 @@ def always_remove(number: int, force: bool = ForceOpt):
 
 
 @always_app.command("list")
-def always_list(json: bool = JsonOpt):
-    """The `## Always` lines, numbered."""
+def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+    """The `## Always` lines, numbered, now or as of a moment."""
     with memory() as mem:
-        lines = mem.always()
+        lines = mem.always(as_of(mem, at, seq) if at is not None or seq is not None else None)
     if json:
         return emit_json(lines)
     for number, line in enumerate(lines, 1):
@@ -316,9 +325,6 @@ def always_list(json: bool = JsonOpt):
 
 
 # --- point in time ------------------------------------------------------------------------------
-
-AtOpt = typer.Option(None, "--at", help=AT_HELP)
-SeqOpt = typer.Option(None, "--seq", help="A log position.")
 
 
 @app.command()
@@ -399,6 +405,8 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:
             typer.echo(f"  {line}")
+        for path in report.not_yet_written:
+            typer.echo(f"  file {path} not yet written (the next command writes it)")
         raise typer.Exit(0 if report.same else 1)
     typer.echo(f"replayed {report.events} events; views at seq {report.checkpoint}; "
                f"{len(report.files.written)} files written, {len(report.files.removed)} removed")
@@ -453,11 +461,14 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
     with memory() as mem:
         typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
         told: dict[str, str] = {}  # a refusal is said once, until the file or the reason changes
+        began = None  # the log head when the adoption under way began
         try:
             for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
                                              watch_filter=lambda _c, path: "/.mem/" not in path
                                              and ".mem-tmp-" not in path):
+                began = mem.log.head()
                 report = adopting(mem)
+                began = None
                 for path in report.adopted:
                     told.pop(path, None)
                     typer.echo(f"adopted {path}")
@@ -467,7 +478,10 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
                         told[path] = said
                         typer.echo(f"left {path}: {why}")
         except KeyboardInterrupt:
-            pass
+            head = mem.log.head() if began is not None else None
+            if head is not None and head > began:  # stopped in the middle: what it adopted is recorded, not yet said
+                typer.echo(f"stopped while adopting: {head - began} events recorded (up to seq {head}); the files "
+                           "catch up at the next command", err=True)
 
 
 @app.command()

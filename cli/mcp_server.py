@@ -370,10 +370,12 @@ def serve(mem: Memory, http: str | None = None) -> None:
         else:
             from sync.server import listen, run_on
 
+            from .output import http_url
+
             host, port = address
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
-            print(f"mindlog mcp: http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+            print(f"mindlog mcp: {http_url(host, port)}/mcp", file=sys.stderr, flush=True)
             run_on(app, sock)
     finally:
         mem.refresh()

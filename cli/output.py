@@ -89,3 +89,8 @@ def _rate_column():
             return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
 
     return RateColumn()
+
+
+def http_url(host: str, port: int) -> str:
+    """The URL of a server listening on host:port (an IPv6 address in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -8,7 +8,7 @@ from .app import JsonOpt, app, fail, memory
 from .output import emit_json, event_line
 from .sync_commands import DbOpt, hub_app, storage
 
-ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead ([redacted: REASON]).")
+ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
 
 
 @app.command()

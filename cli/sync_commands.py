@@ -10,7 +10,7 @@ from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import JsonOpt, app, fail, memory, read_input, state
-from .output import AT_HELP, AllowSecretOpt, emit_json, progress_bar
+from .output import AT_HELP, AllowSecretOpt, emit_json, http_url, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -90,7 +90,8 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
-        typer.echo(f"mindlog hub on http://{host}:{port} ({shown(db)}); pages at http://{host}:{port}/ui/", err=True)
+        url = http_url(host, port)
+        typer.echo(f"mindlog hub on {url} ({shown(db)}); pages at {url}/ui/", err=True)
         serve_app(app, sock)
     finally:
         if temporary:
@@ -156,7 +157,16 @@ def agent_add(name: str, db: str = DbOpt, json: bool = JsonOpt):
 @agent_app.command("revoke")
 def agent_revoke(name: str, db: str = DbOpt):
     """Revoke an agent's token at once."""
-    storage(db).revoke_agent(name)
+    from eventstore.errors import NotFound
+
+    hub = storage(db)
+    try:
+        hub.revoke_agent(name)
+    except NotFound:
+        revoked = [a.revoked_at for a in hub.agents() if a.name == name and a.revoked_at]
+        if revoked:
+            fail(f"agent {name!r} was revoked already ({format_instant(max(revoked))}); nothing to revoke")
+        raise
     typer.echo(f"revoked {name}")
 
 

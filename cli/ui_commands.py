@@ -5,6 +5,7 @@ from typing import Optional
 import typer
 
 from .app import app, memory
+from .output import http_url
 
 
 @app.command()
@@ -19,5 +20,5 @@ def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (defaul
         root = mem.root
     port = free_port() if port is None else port
     sock = listen(host, port)
-    typer.echo(f"mindlog ui: http://{host}:{port}/asof", err=False)
+    typer.echo(f"mindlog ui: {http_url(host, port)}/asof", err=False)
     run_on(create_app(root), sock)

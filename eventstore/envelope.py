@@ -100,6 +100,9 @@ def encode_body(body: Body) -> bytes:
     except OverflowError:  # a JSON value given by a user (a config value, --tokens, content blocks)
         raise InvalidInput("the value holds a number too large to record: whole numbers lie between -2**63 "
                            "and 2**64 - 1") from None
+    except UnicodeEncodeError as exc:  # JSON may escape a lone surrogate ("\ud800"), which UTF-8 cannot hold
+        raise InvalidInput(f"the value holds text that is not valid Unicode ({exc.object[exc.start:exc.end]!a}, a "
+                           "lone surrogate)") from None
 
 
 def decode_body(raw: bytes) -> Body:

@@ -67,8 +67,8 @@ def _land(staged: list[tuple], records: list[tuple]) -> None:
 
 def remove_stale_temp_files(views: Views, root: Path) -> None:
     """Temporary files left by a process killed mid-write (the caller holds the projector lock)."""
-    folders = {root / "mind", root} | {(root / path).parent for path in views.written.hashes()}
-    for folder in folders:
+    folders = {"mind", ""} | {os.path.dirname(path) for path in views.written.hashes()}  # strings: one per file
+    for folder in map(root.joinpath, folders):
         for leftover in folder.glob(".*.mem-tmp-*"):
             leftover.unlink(missing_ok=True)
 

@@ -309,8 +309,13 @@ class Memory:
     def always_remove(self, number: int, *, force: bool = False) -> Event:
         return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
 
-    def always(self) -> list[str]:
-        return self.views.always()
+    def always(self, as_of: int | None = None) -> list[str]:
+        """The `## Always` lines now, or as mind.md had them at a seq."""
+        if as_of is None:
+            return self.views.always()
+        from .render import always_lines
+
+        return always_lines(self.show(MIND_PATH, as_of) or "") or []
 
     # --- the loop, files, messages, config ---------------------------------------------------
 

@@ -300,7 +300,8 @@ class HubStorage(ABC):
     def add_agent(self, name: str) -> str:
         """Registers an agent and returns its token, which is stored only as a hash."""
         if not name or not name.replace("-", "").replace("_", "").isalnum() or len(name) > 64 or name.startswith("_"):
-            raise InvalidInput(f"agent name {name!r} must be letters, digits, '-' or '_'")
+            raise InvalidInput(f"agent name {name!r} must be 1 to 64 letters, digits, '-' or '_', "
+                               "not starting with '_'")
         token = new_token()
         self._insert_agent(name, hash_token(token), now_ms())
         return token

@@ -166,3 +166,28 @@ def test_a_page_the_scanner_flags_is_adopted_with_allow_secret_as_its_refusal_sa
     assert [row for row in log_rows(workspace) if row not in before] != []
     assert run_mem("-w", workspace, "status", check=True).stdout.decode().endswith(
         "clean: every file is what the log says\n")
+
+
+def test_watch_stopped_in_the_middle_of_adopting_says_what_it_recorded(workspace):
+    """Ctrl-C while `mem watch` adopted a burst of new pages ended without a word about the events it had
+    appended (their `adopted` lines come at the end of a round)."""
+    import signal
+
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "50"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        for n in range(300):
+            (workspace / f"mind/p{n}.md").write_text(f"---\ntype: note\n---\n# P{n}\n\nbody {n}\n")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not log_rows(workspace):
+            time.sleep(0.05)
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    finally:
+        watcher.kill()
+    recorded = len(log_rows(workspace))
+    assert watcher.returncode == 0 and 0 < recorded < 300, (recorded, err)
+    assert f"stopped while adopting: {recorded} events recorded (up to seq {recorded})" in err.decode(), err
+    run_mem("-w", workspace, "show", "mind.md", check=True)  # the next command writes the files
+    assert b"no differences" in run_mem("-w", workspace, "replay", "--check", check=True).stdout

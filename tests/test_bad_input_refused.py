@@ -26,6 +26,7 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("search", "staging", "--layer", "nosuch"): LAYER_UNKNOWN,
         ("redact", "--match", "staging", "--layer", "nosuch", "--reason", "r"): LAYER_UNKNOWN,
         ("entry", "list", "nosuch"): LAYER_UNKNOWN,
+        ("page", "list", "--layer", "drafts", "--seq", "1"): "--at and --seq list the wiki's pages as they were",
         ("loop", "show", "--loop", "nosuch"): "there is no loop 'nosuch'",
         ("loop", "clear", "--loop", "nosuch"): "there is no loop 'nosuch'",
         ("loop", "clear", "5", "9"): "rows[5:9] selects none, so there is nothing to clear",
@@ -40,6 +41,8 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("config", "set", "lint.mind_max_lines", "9" * 30): "a number too large to record",
         ("loop", "append", "--role", "user", "--text", "x", "--tokens", '{"in": 1%s}' % ("0" * 25)):
             "a number too large to record",
+        ("config", "set", "layers.x", '"\\ud800"'): "not valid Unicode ('\\ud800', a lone surrogate)",
+        ("loop", "append", "--role", "user", "--json", '[{"type": "text", "text": "\\udfff"}]'): "a lone surrogate",
         ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",
         ("show", "mind.md", "--seq", "-1"): "seq -1 is before the first event",
         ("show", "mind.md", "--at", "2030-01-01"): "is in the future",

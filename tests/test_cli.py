@@ -66,6 +66,10 @@ def test_listings_have_json(workspace, tmp_path):
     assert json.loads(run_mem(*w, "page", "list", "--json", check=True).stdout) == [
         {"slug": "deploy", "title": "Deploy procedure", "hook": "staging first"}]
     assert json.loads(run_mem(*w, "always", "list", "--json", check=True).stdout) == ["be brief"]
+    # as of a moment, as every other read (these two had no --at/--seq)
+    assert json.loads(run_mem(*w, "page", "list", "--json", "--seq", "1", check=True).stdout)[0]["slug"] == "deploy"
+    assert json.loads(run_mem(*w, "always", "list", "--json", "--seq", "1", check=True).stdout) == []
+    assert json.loads(run_mem(*w, "always", "list", "--json", "--at", "now", check=True).stdout) == ["be brief"]
     loop = json.loads(run_mem(*w, "loop", "show", "--json", check=True).stdout)
     assert loop[0]["seq"] == 3 and loop[0]["content"] == [{"text": "hi", "type": "text"}]
     files = {f["path"] for f in json.loads(run_mem(*w, "file", "list", "--json", check=True).stdout)}

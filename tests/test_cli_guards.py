@@ -50,6 +50,15 @@ def test_hub_admin_commands_never_create_a_hub(tmp_path):
         refused = run_mem(*args, cwd=tmp_path)
         assert refused.returncode == 1 and expect in refused.stderr, refused.stderr
     assert b"position 0" in run_mem("hub", "believed", "ana", cwd=tmp_path, check=True).stdout
+    # the limits an agent name breaks are said (a long name of letters was told it must be letters)
+    for name in ("x" * 65, "_x"):
+        refused = run_mem("hub", "agent", "add", name, cwd=tmp_path)
+        assert refused.returncode == 1 and b"must be 1 to 64 letters" in refused.stderr and b"'_'" in refused.stderr
+    # revoking twice: the agent is there, revoked (it was told "no agent")
+    run_mem("hub", "agent", "add", "bo", cwd=tmp_path, check=True)
+    run_mem("hub", "agent", "revoke", "bo", cwd=tmp_path, check=True)
+    again = run_mem("hub", "agent", "revoke", "bo", cwd=tmp_path)
+    assert again.returncode == 1 and again.stderr.decode().startswith("error: agent 'bo' was revoked already (")
 
 
 def test_a_database_that_is_not_a_hubs_is_refused_and_left_untouched(tmp_path):

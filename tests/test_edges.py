@@ -322,3 +322,21 @@ def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path,
         _out, err = server.communicate(timeout=30)
     assert "s3cret-pw" not in err.decode() and ":***@" in err.decode(), err
     assert list(temp.iterdir()) == []
+
+
+def test_an_ipv6_address_is_printed_as_a_url_that_opens(workspace):
+    """`mem ui --host ::1` printed `http://::1:PORT/asof`, which no browser or curl opens."""
+    import httpx
+
+    from hubserver import free_port
+
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), "-w", workspace, "ui", "--host", "::1", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = server.stdout.readline().decode()
+        assert line == f"mindlog ui: http://[::1]:{port}/asof\n", (line, server.stderr.read1())
+        assert httpx.get(line.split()[-1], timeout=30).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -127,6 +127,17 @@ def test_every_option_of_every_command_has_a_help_line():
     assert missing == []
 
 
+def test_no_help_line_loses_words_to_rich_markup():
+    """Help is rendered as rich markup: `[redacted: REASON]` in --reason's help was taken for a style tag and
+    printed as `()`. Every help line must read the same once rendered (a literal bracket written `\\[`)."""
+    from rich.text import Text
+
+    lost = [f"mem {' '.join(path)} {param.opts[0]}" for path, command in every_command() for param in command.params
+            if param.param_type_name == "option" and param.help
+            and Text.from_markup(param.help).plain != param.help.replace("\\[", "[")]
+    assert lost == []
+
+
 @pytest.mark.parametrize("path", [["page", "write"], ["show"], ["status"], ["loop", "append"], ["remote", "add"]])
 def test_help_shows_no_placeholder_on_flags(path):
     env = {"MEM_PLAIN": "0", "COLUMNS": "200", "TERM": "dumb", "FORCE_COLOR": "0"}

@@ -160,6 +160,22 @@ def test_replay_check_reports_differences_without_touching_anything(workspace, t
     assert (workspace / ".mem/views.db").read_bytes() == views_before
 
 
+def test_replay_check_tells_a_file_not_yet_written_from_a_difference(workspace):
+    """A command interrupted after its append (Ctrl-C, a kill) leaves files the views still owe, which the
+    next command writes; `replay --check` reported them as differing from a rebuild (exit 1)."""
+    with Memory.open(workspace) as mem:
+        mem.log.append([mem.writer.always_add("owed to mind.md")])
+        mem.refresh(files=False)  # the views moved on; the file was not written
+    checked = run_mem("-w", workspace, "replay", "--check")
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.decode().splitlines()[1:] == ["  file mind.md not yet written (the next command writes it)"]
+    report = json.loads(run_mem("-w", workspace, "replay", "--check", "--json", check=True).stdout)
+    assert report["same"] is True and report["not_yet_written"] == ["mind.md"]
+    run_mem("-w", workspace, "always", "list", check=True)  # writes it
+    assert "- owed to mind.md" in (workspace / "mind.md").read_text()
+    assert run_mem("-w", workspace, "replay", "--check", check=True).stdout.decode().splitlines()[1:] == []
+
+
 def test_replay_refuses_to_clobber_a_hand_edit_unless_forced(workspace, tmp_path):
     page = tmp_path / "p.md"
     page.write_bytes(PAGE)

@@ -141,7 +141,10 @@ def test_search_and_contract(ui):
     ("asof?at=not-a-time", 400, "invalid-input"), ("asof?seq=1&at=2026-01-01", 400, "invalid-input"),
     ("asof?at=2999-01-01", 400, "invalid-input"), ("asof?at=1999-01-01", 400, "invalid-input"),
     ("asof?seq=0", 400, "invalid-input"),
-    ("timeline?event=99999", 404, "not-found"), ("history?path=memory/nosuch.md", 404, "not-found"),
+    ("timeline?event=99999", 404, "not-found"),
+    # a mistyped filter was an empty strip, 200 (the hub's pages and the CLI refuse it)
+    ("timeline?layer=nosuch", 404, "not-found"), ("timeline?kind=nosuch", 404, "not-found"),
+    ("history?path=memory/nosuch.md", 404, "not-found"),
     ("history?page=nosuch", 404, "not-found"),
     # past what SQLite's integers hold: an OverflowError and a bare 500 before
     ("timeline?event=99999999999999999999", 400, "invalid-input"),

@@ -18,7 +18,8 @@ from starlette.templating import Jinja2Templates
 
 from eventstore.errors import InvalidInput, MemError, NotFound, StorageFailure, storage_exceptions, storage_failure
 from eventstore.instants import format_instant
-from eventstore.layers import consumes
+from eventstore.kinds import KINDS
+from eventstore.layers import RESERVED_LAYERS, consumes
 from eventstore.workspace import Workspace
 from projections import history as histories
 from projections import trust
@@ -113,8 +114,12 @@ class Site:
         return None
 
     def check_layer(self, request: Request, mem, now: Moment, layer: str | None) -> None:
-        """A layer the request may not see is one that does not exist, as far as it can tell."""
+        """A layer the request may not see is one that does not exist, as far as it can tell; in a
+        workspace, one neither private nor in the contract of the moment (a typo, as the CLI refuses it)."""
         visible = self.visible(request, mem, now)
+        if visible is None and layer is not None and layer not in RESERVED_LAYERS:
+            contract = mem.contract_as_of(now.seq)
+            visible = {layer} if contract is not None and layer in contract.layers else set()
         if layer is not None and visible is not None and layer not in visible:
             raise NotFound(f"there is no layer {layer!r} here")
 
@@ -184,6 +189,8 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             self.check_layer(request, mem, now, filters["layer"])
+            if filters["kind"] is not None and filters["kind"] not in KINDS:
+                raise NotFound(f"there is no event kind {filters['kind']!r}")
             visible = self.visible(request, mem, now)
             strip = timeline(mem, now.seq, **span, **filters, visible=visible)
             event = mem.event(chosen) if chosen is not None else None
