@@ -372,9 +372,10 @@ class Memory:
 
     def config_set(self, key: str, value, *, allow_secret: bool = False) -> Event:
         """Sets a config key; `layers.<name>` declares a local layer, checked as `mem layer add` checks it."""
+        event = self.adf_writer.config_set(key, value)
         if key.startswith("layers."):
-            value = local_layers.checked_spec(key, value, self.views.contract)
-        return self.append(self.adf_writer.config_set(key, value), allow_secret=allow_secret)
+            event = self.adf_writer.config_set(key, local_layers.checked_spec(key, value, self.views.contract))
+        return self.append(event, allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""

@@ -160,7 +160,7 @@ def test_config_set_refuses_keys_and_values_mindlog_would_not_read(workspace):
     refusals = {
         ("layers.x", "1"): 'layers.x declares a local layer: give {"path": PATH, "format": "entries" or "pages"}',
         ("layers.x", '{"path": "x.md", "size": 3}'): "layers.x declares a local layer",
-        ("layers.x.path", "x.md"): "layer name 'x.path' must be lowercase letters",
+        ("layers.x.path", "x.md"): "there is no config key 'layers.x.path': a local layer is set whole",
         ("layers.x", '{"path": "../x.md"}'): "layer path '../x.md': the path must stay inside the workspace",
         ("context.audit.files", "abc"): "context.audit.files is a switch: give true or false, not 'abc'",
         ("audit", "5"): "audit is a group of keys (files, inbox, loop, outbox)",
