@@ -370,12 +370,13 @@ def serve(mem: Memory, http: str | None = None) -> None:
         else:
             from sync.server import listen, run_on
 
-            from .output import http_url
+            from .output import http_url, warn_if_exposed
 
             host, port = address
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
             print(f"mindlog mcp: {http_url(host, port)}/mcp", file=sys.stderr, flush=True)
+            warn_if_exposed(host, "the MCP server (it reads and writes this workspace)")
             run_on(app, sock)
     finally:
         mem.refresh()

@@ -9,7 +9,7 @@ import typer
 from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
-from .app import JsonOpt, app, fail, memory, read_input, state
+from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
 from .output import AT_HELP, AllowSecretOpt, emit_json, http_url, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
@@ -389,10 +389,10 @@ def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None
 
 
 @entry_app.command("list")
-def entry_list(layer: str, json: bool = JsonOpt):
-    """The entries of a layer, with their ids, in the rendered order."""
+def entry_list(layer: str, json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
+    """The entries of a layer, with their ids, in the rendered order, now or as of a moment."""
     with memory() as mem:
-        entries = mem.entries(layer)
+        entries = mem.entries(layer, as_of(mem, at, seq) if at is not None or seq is not None else None)
     if json:
         return emit_json(entries)
     for e in entries:

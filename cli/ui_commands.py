@@ -5,7 +5,7 @@ from typing import Optional
 import typer
 
 from .app import app, memory
-from .output import http_url
+from .output import http_url, warn_if_exposed
 
 
 @app.command()
@@ -21,4 +21,5 @@ def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (defaul
     port = free_port() if port is None else port
     sock = listen(host, port)
     typer.echo(f"mindlog ui: {http_url(host, port)}/asof", err=False)
+    warn_if_exposed(host, "this read-only view of the workspace")
     run_on(create_app(root), sock)

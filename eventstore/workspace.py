@@ -93,6 +93,8 @@ class Workspace:
     def write_config(self, config: WorkspaceConfig) -> None:
         self.mem_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.mem_dir / (CONFIG_FILE + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.touch(mode=0o600)  # a log's URL may hold its password
         tmp.write_text(json.dumps(msgspec.to_builtins(config), indent=2) + "\n")
         os.replace(tmp, self.mem_dir / CONFIG_FILE)
 
@@ -126,6 +128,10 @@ class Workspace:
         agent = "agent" if agent is None else agent
         if not agent or any(c in agent for c in "/\\\n\r\t ") or len(agent) > 64:
             raise InvalidInput(f"agent name {agent!r} must be one word of at most 64 characters")
+        outer = None if ws.exists else cls.around(ws.root.parent)
+        inside = outer and next((d for d in (outer.root / "mind", outer.mem_dir) if ws.root.is_relative_to(d)), None)
+        if inside:  # the outer workspace would list its files as untracked pages, and adopt would trip on them
+            raise InvalidInput(f"{ws.root} is inside {inside} of the workspace {outer.root}; init it elsewhere")
         for directory in (ws.root, ws.root / "mind"):
             if directory.exists() and not directory.is_dir():
                 what = "is" if directory == ws.root else "keeps its pages in"

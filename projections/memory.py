@@ -680,9 +680,9 @@ class Memory:
         return [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
                 for name, spec in sorted((contract.layers if contract else {}).items())]
 
-    def entries(self, layer: str) -> list:
+    def entries(self, layer: str, as_of: int | None = None) -> list:
         self.shared_layer(layer, "entries", produce=False)
-        return self.views.shared.entries(layer, self.views.checkpoint())
+        return self.views.shared.entries(layer, self.views.checkpoint() if as_of is None else as_of)
 
     def conflicts(self) -> list:
         return self.views.shared.conflicts(self.views.checkpoint())

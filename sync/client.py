@@ -267,6 +267,9 @@ class HubClient:
         except UnicodeDecodeError:
             raise InvalidInput(f"the token file {remote.token_file} of remote {remote.name} is not a token: "
                                "it is not UTF-8 text") from None
+        if not token or not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+            raise InvalidInput(f"the token file {remote.token_file} of remote {remote.name} is not a token: "
+                               + ("it is empty" if not token else "a token is one word of printable ASCII"))
         return cls(remote.url, token, timeout=timeout, name=remote.name)
 
     def close(self) -> None:

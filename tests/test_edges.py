@@ -194,6 +194,11 @@ def test_remote_add_refuses_a_token_file_that_is_no_text(written, tmp_path):
                     "-w", written), "binary.token", "not UTF-8")
     refused(run_mem("remote", "add", "origin", "http://127.0.0.1:1", "--token-file", tmp_path, "-w", written),
             str(tmp_path), "is a directory")
+    # an empty file, or two lines: "cannot reach remote origin ...: Illegal header value b'Bearer '" before
+    for name, text, why in (("empty.token", b"", "it is empty"), ("two.token", b"mlg_a\nmlg_b\n", "one word")):
+        (tmp_path / name).write_bytes(text)
+        refused(run_mem("remote", "add", "origin", "http://127.0.0.1:1", "--token-file", tmp_path / name, "-w",
+                        written), name, why)
     assert not (written / ".mem" / "remotes.json").exists()
 
 
@@ -340,3 +345,26 @@ def test_an_ipv6_address_is_printed_as_a_url_that_opens(workspace):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_init_inside_another_workspaces_pages_is_refused(written):
+    """A workspace made in another's mind/ was taken by it for an untracked page for good (`mem adopt`
+    exited 1 on every run); `mem checkout` refuses such a place for the same reason."""
+    for inner in (written / "mind" / "inner", written / ".mem" / "x"):
+        refused(run_mem("init", "-w", inner, "--agent", "inner"), f"{inner} is inside ", str(written))
+        assert not inner.exists()
+    assert run_mem("adopt", "-w", written).returncode == 0
+
+
+def test_a_server_without_tokens_warns_when_other_hosts_reach_it(capsys):
+    """`mem ui --host 0.0.0.0` and `mem mcp --http 0.0.0.0:P` answered anyone on the network (MCP even a
+    foreign Host header) without a word; the tests bind loopback only, so the warning is checked directly."""
+    from cli.output import warn_if_exposed
+
+    for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
+        warn_if_exposed(host, "the server")
+    assert capsys.readouterr().err == ""
+    for host in ("0.0.0.0", "::", "192.0.2.1", "example.org"):
+        warn_if_exposed(host, "the server")
+        assert capsys.readouterr().err == (f"warning: the server listens on {host}, not a loopback address, and asks "
+                                           "no token: anyone who reaches it can use it\n")

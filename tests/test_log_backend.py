@@ -27,6 +27,7 @@ def test_a_workspace_with_its_log_in_postgresql(tmp_path, pg_url):
     out = run_mem("init", "-w", ws, "--agent", "alice", "--log", pg_url, check=True).stdout.decode()
     assert "log in postgresql://" in out
     assert json.loads((ws / ".mem" / "config.json").read_text())["log"] == pg_url
+    assert (ws / ".mem" / "config.json").stat().st_mode & 0o077 == 0  # the URL may hold a password
     v1, v2 = tmp_path / "v1.md", tmp_path / "v2.md"
     v1.write_bytes(PAGE)
     v2.write_bytes(V2)

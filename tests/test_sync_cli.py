@@ -73,6 +73,9 @@ def test_entries_travel_and_reversals_are_marked(team):
     then = json.loads(mem(tmp, "main", "believed", "--seq", "1", "--json", check=True).stdout)
     assert list(then["shared"]) == ["memory/cross-domain-insights.md"]
     assert "Hub on PostgreSQL" not in then["shared"]["memory/cross-domain-insights.md"]
+    # the entries as of seq 1: one, not yet reversed (entry list had no --at/--seq)
+    earlier = json.loads(mem(tmp, "main", "entry", "list", "insights", "--seq", "1", "--json", check=True).stdout)
+    assert [(e["id"], e["reversed_by"]) for e in earlier] == [(old_id, None)]
 
 
 def test_a_shared_page_conflict_and_its_resolution(team):
