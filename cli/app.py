@@ -171,6 +171,8 @@ def resolve_at(mem, at: str, say=said_on_stderr) -> tuple[int, int]:
 
 def file_path(path: str) -> str:
     """A path in the workspace, or a page's bare slug (`deploy-procedure` is mind/deploy-procedure.md)."""
+    if not path.strip():
+        fail("give a file: mind.md, mind/log.md, a page's path or its slug, or another file's path", 2)
     return f"mind/{path}.md" if "/" not in path and "." not in path else path
 
 

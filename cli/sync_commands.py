@@ -29,13 +29,18 @@ DbOpt = typer.Option("hub.db", "--db", envvar="MEM_HUB_DB", help="SQLite file or
 
 def storage(db: str, create: bool = False):
     """The hub's storage; a missing hub is an error unless `create` (`mem hub init`, `mem serve`)."""
-    from sync.storage import hub_exists, open_storage
+    from sync.storage import hub_exists, open_storage, pg_log_tables, sqlite_tables
 
     from eventstore.errors import storage_exceptions, storage_failure
 
-    if not create and not hub_exists(db):
+    exists = hub_exists(db)
+    if not create and not exists:
         fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
              "or pass --db (or MEM_HUB_DB)")
+    others = None if exists else pg_log_tables(db) if "://" in db else sqlite_tables(db)
+    if others:  # a workspace's log, say: never made a hub
+        fail(f"{_where(db)} is not a hub database (it holds {', '.join(sorted(others))}); a hub needs a "
+             f"{'database' if '://' in db else 'file'} of its own")
     if "://" not in db:
         state["hub"] = Path(db).absolute()  # a SQLite hub found damaged later is named (app.damaged_file)
     try:
@@ -67,13 +72,13 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
 
     The hub's shared layers are browsable at /ui (open /ui/?token=TOKEN once: an agent's token shows
     the layers it consumes, the admin token every layer)."""
-    from sync.hub import create_app
-    from sync.server import listen, serve as serve_app
     import shutil
     import signal
     import tempfile
 
     from eventstore.backends import shown
+    from sync.hub import create_app
+    from sync.server import listen, serve as serve_app
     from sync.storage import hub_exists
 
     _refuse_unmade_dirs(admin_token_file, ui_dir)
@@ -139,7 +144,6 @@ def hub_init(db: str = DbOpt):
     from sync.storage import hub_exists
 
     if hub_exists(db):
-        storage(db).close()  # refuses a file that is another program's database
         fail(f"a hub database exists already at {_where(db)}")
     storage(db, create=True).close()
     typer.echo(f"created hub database {_where(db)}")

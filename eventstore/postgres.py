@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import psycopg
 
 from .envelope import Event, check_event
+from .errors import InvalidInput
 from .recorder import (ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows,
                        recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
 from .sqlite import COLUMNS
@@ -51,10 +52,21 @@ class PostgresLog(Recorder):
         self.trusted = trusted
         self.conn = psycopg.connect(url, autocommit=True)
         self.conn.execute("SELECT pg_advisory_lock(727273)")
+        others = []
         try:
-            self.conn.execute(SCHEMA)
+            if self.conn.execute("SELECT to_regclass('log_counter') IS NULL").fetchone()[0]:
+                others = [name for (name,) in self.conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
+            if not others:
+                self.conn.execute(SCHEMA)
         finally:
             self.conn.execute("SELECT pg_advisory_unlock(727273)")
+        if others:  # a new log in a hub's database, say: its tables would mix with the log's
+            self.conn.close()
+            from .backends import shown
+
+            raise InvalidInput(f"the database {shown(url)} holds other tables ({', '.join(others)}): an event log "
+                               "needs a database of its own")
 
     def close(self) -> None:
         self.conn.close()

@@ -573,4 +573,32 @@ def hub_exists(db: str) -> bool:
             return conn.execute("SELECT to_regclass('hub_events') IS NOT NULL").fetchone()[0]
     from pathlib import Path
 
-    return Path(db).is_file() and Path(db).stat().st_size > 0  # opening an empty file would make it a hub
+    if not Path(db).is_file() or Path(db).stat().st_size == 0:  # opening an empty file would make it a hub
+        return False
+    tables = sqlite_tables(db)
+    return tables is None or "hub_events" in tables  # a file SQLite cannot read is left for the open to name
+
+
+def pg_log_tables(db: str) -> set[str]:
+    """The tables of a workspace's event log in a PostgreSQL database (none: it holds no log)."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        return {name for (name,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename IN ('events', 'log_counter')")}
+
+
+def sqlite_tables(db: str) -> set[str] | None:
+    """The tables of a SQLite file, read without writing to it (None: not a database SQLite can read)."""
+    import sqlite3
+    from pathlib import Path
+
+    try:
+        conn = sqlite3.connect(f"{Path(db).absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None

@@ -66,9 +66,8 @@ class SQLiteHubStorage(HubStorage):
             self.db.close()
             from pathlib import Path
 
-            raise InvalidInput(f"{Path(self.path).absolute()} is a SQLite database but not a hub's (its tables: "
-                               f"{', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''}); a hub needs a file "
-                               "of its own")
+            raise InvalidInput(f"{Path(self.path).absolute()} is not a hub database (it holds {', '.join(tables)}); "
+                               "a hub needs a file of its own")
 
     def _create(self) -> None:
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]

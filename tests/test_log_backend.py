@@ -83,3 +83,33 @@ def test_init_refuses_another_agents_log_and_takes_up_its_own(tmp_path, pg_url):
 
     run_mem("init", "-w", tmp_path / "again", "--agent", "alice", "--log", pg_url, check=True)
     assert (tmp_path / "again" / "mind" / "deploy.md").read_bytes() == PAGE
+
+
+def test_a_log_and_a_hub_never_share_a_database(tmp_path, pg_url):
+    """`mem init --log` on a hub's database made the log's tables beside the hub's; `mem hub init` or `mem
+    serve --db` on a workspace's log database made the hub's beside the log's."""
+    import uuid
+
+    ws = tmp_path / "ws"
+    run_mem("init", "-w", ws, "--agent", "alice", "--log", pg_url, check=True)
+    for args in (["hub", "init"], ["hub", "agent", "list"]):
+        refused = run_mem(*args, "--db", pg_url)
+        assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert b"is not a hub database (it holds events, log_counter)" in refused.stderr or \
+            b"no hub database at" in refused.stderr
+    hub_db = f"hub_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {hub_db}")
+    hub_url = pg_url.rsplit("/", 1)[0] + "/" + hub_db
+    try:
+        run_mem("hub", "init", "--db", hub_url, check=True)
+        refused = run_mem("init", "-w", tmp_path / "other", "--agent", "bob", "--log", hub_url)
+        assert refused.returncode == 1 and "holds other tables (hub_agents" in refused.stderr.decode()
+        assert not (tmp_path / "other" / ".mem").exists()
+        with psycopg.connect(hub_url) as conn:
+            assert conn.execute("SELECT to_regclass('log_counter')").fetchone()[0] is None
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute("SELECT to_regclass('hub_events')").fetchone()[0] is None
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {hub_db} WITH (FORCE)")
