@@ -222,6 +222,9 @@ def check_event(event: Event) -> bytes:
     else:
         body_hash = _sha256(raw).digest()
     kept["_hash"] = body_hash
-    if event.digest != _sha256(_encode_canonical([id, ts, agent, layer, kind, body_hash])).hexdigest():
+    digest = event.digest
+    digest_raw = _sha256(_encode_canonical([id, ts, agent, layer, kind, body_hash])).digest()
+    if digest != digest_raw.hex():
         raise DigestMismatch(f"event {id}: digest does not match its content (tampered or corrupt)")
+    kept["_keys"] = (id, digest, None, digest_raw)  # as `stored_keys` reads them: the appends after need not parse it
     return raw

@@ -105,8 +105,8 @@ def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None,
         seq += 1 + body.skipped if cls is ImportGap else 1
         cached = event.__dict__
         keys, raw = cached.get("_keys"), cached.get("_raw")
-        if keys is not None and keys[0] is event.id and keys[1] is event.digest and keys[2] is not None:
-            id, digest = keys[2], keys[3]
+        if keys is not None and keys[0] is event.id and keys[1] is event.digest:  # `stored_keys`, written out
+            id, digest = keys[2] or uuid_bytes(keys[0]), keys[3]
         else:
             id, digest = event.stored_keys()
         if raw is None:

@@ -33,8 +33,9 @@ from .committer import GroupCommitter
 from .compression import ZstdResponses
 from .fanout import Fanout
 from .openapi import openapi_document
-from .storage import HubStorage, decode_stored
-from .wire import MAX_PULL, PROBLEM_BASE, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+from .storage import HubStorage, decode_stored, placed_stored
+from .wire import (MAX_PULL, MSGPACK, PROBLEM_BASE, ContractResponse, Problem, PullPage, PullResponse, PushRequest,
+                   PushResponse)
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_WAIT_SECONDS = 30.0
@@ -288,30 +289,38 @@ class Hub:
         """The token's agent, the contract in force and its position."""
         return self.state(token)[:3]
 
-    def woken_answer(self, token: str, after: int, limit: int) -> bytes:
+    def woken_answer(self, token: str, after: int, limit: int, packed: bool) -> bytes:
         """The answer to a long-poll a commit woke: its token and contract read again, then the answer
-        shared by every poll woken at the same head with the same cursor and layers. A commit wakes all
-        the consumers of its layers at once, most of them at the same cursor: the page is read and
+        shared by every poll woken at the same head with the same cursor, layers and format. A commit wakes
+        all the consumers of its layers at once, most of them at the same cursor: the page is read and
         encoded once for them, while each of them was waiting (a read they could all have made)."""
         agent, contract, _position, head = self.state(token)
         layers = tuple(consumed_layers(contract, agent))
         known, answers = self._woken
         if known != self.fanout.head:
             known, answers = self._woken = (self.fanout.head, {})
-        key = (after, layers, limit)
+        key = (after, layers, limit, packed)
         answer = answers.get(key)
         if answer is None:
-            answer = answers[key] = pull_answer(after, head, self.storage.pull(after, list(layers), limit + 1), limit)
+            rows = self.storage.pull_rows(after, list(layers), limit + 1)
+            answer = answers[key] = pull_answer(after, head, rows, limit, packed)
         return answer
 
-    def consumer_page(self, token: str, after: int, limit: int) -> tuple[str, list[str], int, list]:
-        """The token's agent, the layers it consumes now, the head, then the events after `after`.
-
-        The head is read before the page: positions are commit-ordered, so every event at or below
-        it is already visible, and a cursor moved up to it can never skip one."""
+    def consumer(self, token: str) -> tuple[str, list[str], int]:
+        """The token's agent, the layers it consumes now, and the head, read before any page that follows:
+        positions are commit-ordered, so every event at or below it is already visible, and a cursor moved up
+        to it can never skip one."""
         agent, contract, _position, head = self.state(token)
-        layers = consumed_layers(contract, agent)
-        return agent, layers, head, self.storage.pull(after, layers, limit)
+        return agent, consumed_layers(contract, agent), head
+
+    def consumer_page(self, token: str, after: int, limit: int, wait: float = 0) -> tuple[str, list[str], int, list | None]:
+        """`consumer`, then the rows after `after` (storage.pull_rows); None instead for a long-poll (`wait`) that
+        will wait for a wake-up due (Fanout.deferred): the page it would read now is not the one it answers.
+        On the event loop only (the fan-out is its own); elsewhere, `wait` 0."""
+        agent, layers, head = self.consumer(token)
+        if wait > 0 and self.fanout.deferred(after, layers):
+            return agent, layers, head, None
+        return agent, layers, head, self.storage.pull_rows(after, layers, limit)
 
 
 def hub_of(request: Request) -> Hub:
@@ -397,28 +406,41 @@ async def pull(request: Request) -> Response:
     except HubError:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
-    if limit > INLINE_PULL:  # a catch-up's large page: read off the event loop that other agents' pushes share
-        agent, layers, head, events = await run_in_threadpool(hub.consumer_page, token, after, limit + 1)
-    else:
-        agent, layers, head, events = await hub.read(hub.consumer_page, token, after, limit + 1)
+    packed = MSGPACK in request.headers.get("accept", "")
+    # a catch-up's large page is read off the event loop that other agents' pushes share
+    read = run_in_threadpool if limit > INLINE_PULL else hub.read
+    on_loop = limit <= INLINE_PULL and not hub.storage.reads_wait
+    agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1, wait if on_loop else 0)
     held = request.query_params.get("held")  # a pipelined pull: the cursor the agent has stored, behind `cursor`
     recorded = hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after),
                                          durable=request.query_params.get("ack") == "durable")
     if recorded is not None:  # the last request of a pull: its acknowledgement committed before the answer
         await recorded
-    if wait > 0 and (not events or hub.fanout.deferred(after, layers)) and await hub.fanout.wait(
-            max(after, head) if not events else after, layers, wait):
-        # token and contract again: revoked while it waited, it gets nothing more
-        return Response(await hub.read(hub.woken_answer, token, after, limit), media_type="application/json")
-    return Response(pull_answer(after, head, events, limit), media_type="application/json")
+    media_type = MSGPACK if packed else "application/json"
+    deferred = rows is None or (wait > 0 and rows and hub.fanout.deferred(after, layers))
+    if deferred or (wait > 0 and not rows):  # a long-poll: for the wake-up due, or for anything new
+        if await hub.fanout.wait(after if deferred else max(after, head), layers, wait):
+            # token and contract again: revoked while it waited, it gets nothing more
+            return Response(await hub.read(hub.woken_answer, token, after, limit, packed), media_type=media_type)
+        if rows is None:  # the wake-up it waited for never came: the page as it is now
+            agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1)
+    return Response(pull_answer(after, head, rows, limit, packed), media_type=media_type)
 
 
-def pull_answer(after: int, head: int, events: list, limit: int) -> bytes:
-    """The encoded answer to a pull after `after`, given the head read before `events` (at most limit + 1)."""
-    more = len(events) > limit
-    events = events[:limit]
-    cursor = events[-1].seq if more else max(after, head, events[-1].seq if events else 0)
-    return msgspec.json.encode(PullResponse(events=events, cursor=encode_cursor(cursor), more=more, head=head))
+def pull_answer(after: int, head: int, rows: list, limit: int, packed: bool = False) -> bytes:
+    """The encoded answer to a pull after `after`, given the head read before `rows` (storage.pull_rows, at
+    most limit + 1): a PullResponse in JSON, or in msgpack (`packed`) each event made from its stored bytes."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = encode_cursor(rows[-1][0] if more else max(after, head, rows[-1][0] if rows else 0))
+    if packed:
+        return _packed.encode(PullPage(events=[msgspec.Raw(placed_stored(data, position, at))
+                                               for position, at, data in rows], cursor=cursor, more=more, head=head))
+    events = [decode_stored(data, position, at) for position, at, data in rows]
+    return msgspec.json.encode(PullResponse(events=events, cursor=cursor, more=more, head=head))
+
+
+_packed = msgspec.msgpack.Encoder()
 
 
 async def openapi(request: Request) -> Response:

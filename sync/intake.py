@@ -37,8 +37,10 @@ class _Named(msgspec.Struct):
     body: object = None
 
 
-_event = msgspec.json.Decoder(Event)
-_named = msgspec.json.Decoder(_Named)
+_decoders = {False: (msgspec.json.Decoder(Event).decode, msgspec.json.Decoder(_Named).decode),
+             True: (msgspec.msgpack.Decoder(Event).decode, msgspec.msgpack.Decoder(_Named).decode)}
+"""(event, _Named) decoders of a pulled event: in JSON, or in msgpack (`packed`)."""
+_pages = {False: msgspec.json.Decoder(list[Event]).decode, True: msgspec.msgpack.Decoder(list[Event]).decode}
 
 
 def printable(id) -> str:
@@ -46,10 +48,10 @@ def printable(id) -> str:
     return id if is_uuid(id) else repr(id)[:80]
 
 
-def _undecodable(raw: bytes, exc: Exception) -> Rejected:
+def _undecodable(raw: bytes, exc: Exception, named_decode) -> Rejected:
     reason = f"does not decode: {str(exc)[:200]}"
     try:
-        named = _named.decode(raw)
+        named = named_decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return Rejected(id="?", position=None, reason=reason)
     try:
@@ -70,17 +72,26 @@ def problem(event: Event, contract: Contract, agent: str, rules: dict | None = N
             rule = layer_rule(contract, agent, layer)
             if rules is not None:
                 rules[layer] = rule
-        if rule.__class__ is str:
-            return rule
-        format, kinds = rule
-        body = event.body
-        kind = body.original if type(body) is Redacted else TAGS[type(body)]  # Event.original_kind, written out
-        if kind not in kinds:
-            return f"a {format} layer does not take {kind}"
-        validate.body(body)
+        return _refusal(event, rule)
     except MemError as exc:
-        return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
+        return _reason(exc)
+
+
+def _refusal(event: Event, rule: tuple[str, frozenset] | str) -> str | None:
+    """Why `event`, whose envelope passed, must not be appended under its layer's `rule`, or None."""
+    if rule.__class__ is str:
+        return rule
+    format, kinds = rule
+    body = event.body
+    kind = body.original if type(body) is Redacted else TAGS[type(body)]  # Event.original_kind, written out
+    if kind not in kinds:
+        return f"a {format} layer does not take {kind}"
+    validate.body(body)
     return None
+
+
+def _reason(exc: MemError) -> str:
+    return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
 
 
 def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozenset] | str:
@@ -93,17 +104,43 @@ def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozens
     return format, LAYER_KINDS[format]
 
 
-def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log) -> tuple[list[Event], list[Rejected]]:
-    """Decodes and checks a pulled page event by event: what may be appended, and what was rejected."""
+def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:
+    """Every event of a page decoded in one call (an array of them, as one document); when one does not
+    decode, none is (None each), and `accept` decodes them one by one, to reject that one alone."""
+    if packed:
+        n = len(raws)
+        header = bytes([0x90 | n]) if n < 16 else (b"\xdc" + n.to_bytes(2, "big") if n < 65536
+                                                     else b"\xdd" + n.to_bytes(4, "big"))
+        whole = b"".join([header, *raws])
+    else:
+        whole = b"".join([b"[", b",".join(raws), b"]"])
+    try:
+        return _pages[packed](whole)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError):
+        return [None] * len(raws)
+
+
+def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
+           packed: bool = False) -> tuple[list[Event], list[Rejected]]:
+    """Decodes (from JSON, or msgpack when `packed`) and checks a pulled page event by event: what may be
+    appended, and what was rejected. The page's hot loop: `problem`, written out."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
-    decode, rules = _event.decode, {}
-    for raw in raws:
+    (decode, named_decode), rules = _decoders[packed], {}
+    for raw, event in zip(raws, _decoded(raws, packed)):
+        if event is None:
+            try:
+                event = decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError) as exc:
+                rejected.append(_undecodable(raw, exc, named_decode))
+                continue
         try:
-            event = decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, MemError) as exc:
-            rejected.append(_undecodable(raw, exc))
-            continue
-        reason = problem(event, contract, agent, rules)
+            check_event(event)
+            rule = rules.get(event.layer)
+            if rule is None:
+                rule = rules[event.layer] = layer_rule(contract, agent, event.layer)
+            reason = _refusal(event, rule)
+        except MemError as exc:
+            reason = _reason(exc)
         if reason is None:
             id, body = event.id, event.body
             if id in taken and taken[id].digest != event.digest:

@@ -4,7 +4,7 @@ import functools
 
 import msgspec
 
-from .wire import MAX_PULL, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
+from .wire import MAX_PULL, MSGPACK, ContractResponse, Problem, PullResponse, PushRequest, PushResponse
 
 
 @functools.cache
@@ -42,8 +42,10 @@ def openapi_document() -> dict:
                  "description": "The cursor the agent has stored, when it asks ahead of storing (default: cursor)"},
                 {"name": "ack", "in": "query", "schema": {"type": "string", "enum": ["durable"]},
                  "description": "durable: answer once the hub has committed what this request acknowledges"}],
-                "responses": {"200": {"description": "Events after the cursor, in hub order",
-                                      "content": json_body(pull_resp)}, **problems}}},
+                "responses": {"200": {"description": "Events after the cursor, in hub order (in msgpack, the same "
+                                                     "fields, to a request that accepts it)",
+                                      "content": {**json_body(pull_resp), MSGPACK: {"schema": pull_resp}}},
+                              **problems}}},
             "/health": {"get": {"operationId": "health", "responses": {"200": {"description": "The hub is up"}}}},
         },
     }

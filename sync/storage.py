@@ -261,6 +261,25 @@ def encode_stored(event: Event) -> bytes:
     return _stored.encode(_Travelling(event.id, event.ts, event.agent, event.layer, msgspec.Raw(raw), event.digest))
 
 
+_PLACE = b"\xa3seq\xcf"
+_RECORDED_AT = b"\xabrecorded_at\xcf"
+
+
+def placed_stored(data: bytes, position: int, recorded_at: int) -> bytes:
+    """The msgpack of the Event `decode_stored` would give (its `seq` and `recorded_at` set), made from the stored
+    bytes without decoding them: a msgpack pull answer (sync.wire.MSGPACK) is these, side by side.
+
+    `encode_stored` writes a map of at most the six travelling fields (never `seq`, `recorded_at` or `chain`), so
+    two entries more still fit a fixmap: its first byte counts two more, and the two follow its last entry
+    (each as a uint64: msgpack lets an integer take more bytes than it needs)."""
+    first = data[0]
+    if first & 0xF0 != 0x80 or first > 0x86:  # not what encode_stored writes: the long way
+        event = decode_stored(data, position, recorded_at)
+        return _stored.encode(event)
+    return b"".join((bytes((first + 2,)), data[1:], _PLACE, position.to_bytes(8, "big"), _RECORDED_AT,
+                     recorded_at.to_bytes(8, "big")))
+
+
 def decode_stored(data: bytes, position: int, recorded_at: int) -> Event:
     event = _loaded.decode(data)
     event.seq, event.recorded_at = position, recorded_at
@@ -367,8 +386,13 @@ class HubStorage(ABC):
             raise outcome
         return outcome
 
+    def pull(self, after: int, layers: list[str], limit: int) -> list[Event]:
+        """The events of `layers` after position `after`, at most `limit`, in position order."""
+        return [decode_stored(data, position, at) for position, at, data in self.pull_rows(after, layers, limit)]
+
     @abstractmethod
-    def pull(self, after: int, layers: list[str], limit: int) -> list[Event]: ...
+    def pull_rows(self, after: int, layers: list[str], limit: int) -> list[tuple[int, int, bytes]]:
+        """`pull`'s events as stored: (position, recorded_at, encode_stored's bytes) each."""
 
     @abstractmethod
     def head(self) -> int: ...

@@ -149,13 +149,13 @@ class PostgresHubStorage(HubStorage):
         with self.pool.connection() as conn:
             return {id for (id,) in conn.execute(NAMED, (list(ids),))}
 
-    def pull(self, after, layers, limit):
+    def pull_rows(self, after, layers, limit):
         if not layers:
             return []
         with self.pool.connection() as conn:
             rows = conn.execute("SELECT position, recorded_at, data FROM hub_events WHERE position > %s "
                                 "AND layer = ANY(%s) ORDER BY position LIMIT %s", (after, layers, limit)).fetchall()
-        return [decode_stored(bytes(data), pos, at) for pos, at, data in rows]
+        return [(pos, at, bytes(data)) for pos, at, data in rows]
 
     def head(self):
         with self.pool.connection() as conn:

@@ -190,7 +190,7 @@ class SQLiteHubStorage(HubStorage):
     def named_versions(self, ids):
         return {id for (id,) in self._read(NAMED, (json.dumps(ids),))} if ids else set()
 
-    def pull(self, after, layers, limit):
+    def pull_rows(self, after, layers, limit):
         """Several layers: the next PULL_SCAN * limit positions first, in position order, then (when they held
         fewer than `limit` of the layers' events) the layer index from there. SQLite reads several layers'
         ranges of that index in one order only by sorting them, about five times the cost of the scan when
@@ -206,7 +206,7 @@ class SQLiteHubStorage(HubStorage):
         if len(rows) < limit:
             rows += self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND layer IN "
                                f"({marks}) ORDER BY position LIMIT ?", (after_scan, *layers, limit - len(rows)))
-        return [decode_stored(data, pos, at) for pos, at, data in rows]
+        return rows
 
     def head(self):
         return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events")[0][0]

@@ -1,11 +1,14 @@
-"""The wire protocol: every request and response body is one of these Structs (JSON, optionally zstd)."""
+"""The wire protocol: every request and response body is one of these Structs (JSON, optionally zstd; a pull
+answer in msgpack to a client that accepts it)."""
+
+from typing import ClassVar
 
 import msgspec
 
 from eventstore.envelope import Event
 from eventstore.layers import Contract, ContractLayer
 
-__all__ = ["MAX_PULL", "Contract", "ContractLayer", "ContractResponse", "Problem", "PullResponse", "PushRequest", "PushResponse",
+__all__ = ["MAX_PULL", "MSGPACK", "Contract", "ContractLayer", "ContractResponse", "Problem", "PullPage", "PullResponse", "PushRequest", "PushResponse",
            "PushResult"]
 
 
@@ -33,6 +36,19 @@ class PullResponse(msgspec.Struct):
     head: int = 0
 
 
+class PullPage(msgspec.Struct):
+    """A PullResponse with each event left encoded: what a consumer reads, so that one event that does not
+    decode is rejected alone instead of spoiling its page, and what the hub writes in msgpack, each event
+    made from its stored bytes (sync.storage.placed_stored) without decoding them."""
+
+    events: list[msgspec.Raw]
+    cursor: str
+    more: bool
+    head: int = 0
+    packed: ClassVar[bool] = False
+    """Whether its events are msgpack (else JSON)."""
+
+
 class ContractResponse(msgspec.Struct):
     """The contract in force, its position, the token's agent, and the hub's head (its last position, in any
     layer, when it answered: how far a puller has to go; 0 from a hub that does not say)."""
@@ -55,6 +71,10 @@ class Problem(msgspec.Struct, omit_defaults=True):
 
 
 PROBLEM_BASE = "https://mindlog.dev/problems/"
+
+MSGPACK = "application/msgpack"
+"""The media type of a pull answer in msgpack (asked with `Accept`): the events are sent as the hub stores them
+(msgpack), with neither end encoding them again. Everything else, and a pull without it, is JSON."""
 
 MAX_PULL = 20_000
 """The most events one pull answer holds: a catch-up's pages are this large, so a million events take 50

@@ -8,7 +8,7 @@ import pytest
 from eventstore.envelope import check_event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
-from sync.storage import PullRecord
+from sync.storage import PullRecord, decode_stored
 from sync.wire import Contract, ContractLayer
 
 CONTRACT = Contract(layers={
@@ -77,6 +77,9 @@ class HubStorageConformance:
         assert hub.pull(0, [], 10) == []
         event = hub.pull(0, ["insights"], 1)[0]
         assert event.recorded_at and event.digest and event.body.content == "1"
+        rows = hub.pull_rows(0, ["insights", "drafts"], 10)  # as stored: what a msgpack pull answer is made of
+        assert [type(data) for _, _, data in rows] == [bytes] * 3
+        assert [decode_stored(data, position, at) for position, at, data in rows] == hub.pull(0, ["insights", "drafts"], 10)
 
     def test_a_pull_of_several_layers_is_the_next_of_their_events_wherever_they_lie(self, hub):
         """Dense and sparse stretches of the asked layers among another layer's runs: every (cursor, limit) gives

@@ -8,6 +8,8 @@ import pty
 import signal
 import sqlite3
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -143,11 +145,22 @@ def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_fol
         return report
 
     monkeypatch.setattr(client_module, "replay", replaying)
+    niceness, appending = [], client_module._append_pages
+
+    def append_pages(*args):
+        niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return appending(*args)
+
+    monkeypatch.setattr(client_module, "_append_pages", append_pages)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     with Memory.open(newcomer) as fresh:
         remote = get_remote(fresh, None)
         with HubClient.for_remote(remote) as client:
             report = pull(fresh, remote, client)
             assert report.pulled == EVENTS and not report.rejected
+            # the appends yield to the views build; this thread, which starts the build, does not
+            assert niceness == [min(own + client_module.YIELD_NICE, 19) if sys.platform == "linux" else own]
+            assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
             assert rebuilt == [EVENTS]  # one bulk build of the views, up to the last page
             assert fresh.views.dump() == follower.views.dump()
             assert snapshot(fresh.root) == snapshot(follower.root)

@@ -9,6 +9,7 @@ import msgspec
 
 from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend
+from sync.fanout import Fanout
 from sync.hub import create_app
 from sync.storage_sqlite import SQLiteHubStorage
 from sync.wire import PushRequest
@@ -19,7 +20,7 @@ from hub_storage_conformance import CONTRACT
 class BrokenPulls(SQLiteHubStorage):
     """A real SQLite hub storage whose pulls fail as no refusal does (a bug, a disk gone)."""
 
-    def pull(self, after, layers, limit):
+    def pull_rows(self, after, layers, limit):
         raise RuntimeError("the disk is gone")
 
 
@@ -62,4 +63,49 @@ def test_direct_routes_answer_refusals_errors_and_compression_as_the_stack_does(
     assert "disk" not in broken.text  # a 500 tells nothing of its cause
     assert head.status_code == 200
     assert storage.head() == 41  # the refused push left the hub untouched
+    storage.close()
+
+
+class CountedPulls(SQLiteHubStorage):
+    """A real SQLite hub storage that counts the pages it reads."""
+
+    pages = 0
+
+    def pull_rows(self, after, layers, limit):
+        self.pages += 1
+        return super().pull_rows(after, layers, limit)
+
+
+def test_a_long_poll_that_waits_for_a_wake_up_due_reads_no_page_before_it(tmp_path):
+    """A commit made during the pause after a wake-up is told at its end (sync/fanout.py): a long-poll that
+    finds only that commit waits for it and shares the woken answer, without reading a page of its own first."""
+    storage = CountedPulls(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    auth = {"authorization": f"Bearer {token}"}
+
+    async def scenario():
+        app = create_app(storage)
+        app.state.hub.fanout = Fanout(cost=0.5)  # the pause after waking one long-poll: half a second
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hub",
+                                     headers=auth) as client:
+            async def pushed(text):
+                response = await client.post("/v1/push", content=msgspec.json.encode(PushRequest(events=[entry(text)])),
+                                             headers={"content-type": "application/json"})
+                assert response.status_code == 200
+
+            cursor = (await client.get("/v1/pull")).json()["cursor"]
+            first = asyncio.create_task(client.get("/v1/pull", params={"cursor": cursor, "wait": 5}))
+            while app.state.hub.fanout.waiting < 1:
+                await asyncio.sleep(0.01)
+            await pushed("a")  # wakes the long-poll at once, then pauses
+            cursor = (await first).json()["cursor"]
+            await pushed("b")  # during the pause: told at its end
+            assert app.state.hub.fanout.deferred(storage.head() - 1, ["insights"])
+            storage.pages = 0
+            answer = (await client.get("/v1/pull", params={"cursor": cursor, "wait": 5})).json()
+            assert [event["body"]["content"] for event in answer["events"]] == ["b"]
+            assert storage.pages == 1  # the woken answer's page only
+
+    asyncio.run(scenario())
     storage.close()

@@ -86,14 +86,16 @@ def test_rejected_events_are_in_the_json_report(planted):
     assert all(s["reason"] and s["position"] for s in report["rejected"])
 
 
-def test_an_event_that_does_not_decode_is_skipped_alone(workspace):
+@pytest.mark.parametrize("packed", [False, True], ids=["json", "msgpack"])
+def test_an_event_that_does_not_decode_is_skipped_alone(workspace, packed):
     good = fact("fine")
-    unknown = msgspec.json.encode({"id": str(uuid.uuid4()), "seq": 7, "ts": 1, "agent": "alice", "layer": "insights",
-                                   "body": {"kind": "evil.kind"}, "digest": "0" * 64})
-    raws = [msgspec.Raw(b'{"id": 5, "seq": 8}'), msgspec.Raw(unknown), msgspec.Raw(b"[" * 5000),
-            msgspec.Raw(msgspec.json.encode(good))]
+    encode = msgspec.msgpack.encode if packed else msgspec.json.encode
+    unknown = encode({"id": str(uuid.uuid4()), "seq": 7, "ts": 1, "agent": "alice", "layer": "insights",
+                      "body": {"kind": "evil.kind"}, "digest": "0" * 64})
+    deep = b"\x91" * 5000 + b"\x90" if packed else b"[" * 5000
+    raws = [msgspec.Raw(encode({"id": 5, "seq": 8})), msgspec.Raw(unknown), msgspec.Raw(deep), msgspec.Raw(encode(good))]
     with Memory.open(workspace) as mem:
-        events, rejected = accept(raws, Contract(layers=dict(CONTRACT.layers)), "main", mem.log)
+        events, rejected = accept(raws, Contract(layers=dict(CONTRACT.layers)), "main", mem.log, packed=packed)
     assert [e.id for e in events] == [good.id]
     assert [(s.position, s.reason.split(":")[0]) for s in rejected] == [
         (8, "does not decode"), (7, "unknown event kind 'evil.kind'"), (None, "does not decode")]

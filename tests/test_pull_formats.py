@@ -1,0 +1,98 @@
+"""A pull answer in msgpack (sync.wire.MSGPACK, asked with `Accept`) says what the JSON answer says: the same
+PullResponse, each event made by the hub from its stored bytes without decoding them, over a real hub."""
+
+import threading
+
+import httpx
+import msgspec
+import pytest
+
+from eventstore.envelope import Event, new_event
+from eventstore.kinds import EntryAppend, PageIngest, PageUpdate
+from sync.storage import decode_stored, encode_stored, open_storage, placed_stored
+from sync.wire import MSGPACK, PullResponse
+
+from hub_storage_conformance import CONTRACT
+from hubserver import HubServer
+
+
+def entry(text):
+    return new_event(EntryAppend(type="FACT", date="2026-11-29", content=text), agent="alice", layer="insights")
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A hub holding entries, page versions (one over the compression threshold) and a redacted entry."""
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("main")
+    producer = storage.add_agent("alice")
+    first = new_event(PageIngest(slug="plan", frontmatter={"type": "note"}, text="# plan\n" + "long line\n" * 200),
+                      agent="writer", layer="drafts")
+    storage.push([entry("one"), first, entry("two")])
+    storage.push([new_event(PageUpdate(slug="plan", frontmatter={"type": "note"}, text="# plan\nshort\n",
+                                       parents=[first.id]), agent="writer", layer="drafts"), entry("secret")])
+    storage.admin_redact([storage.pull(0, ["insights"], 10)[-1].id], "asked to")
+    storage.close()
+    with HubServer(db) as server:
+        server.producer = producer
+        yield server, token
+
+
+def pulled(url, token, packed, **params):
+    headers = {"authorization": f"Bearer {token}", **({"accept": MSGPACK} if packed else {})}
+    response = httpx.get(url + "/v1/pull", params=params, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == (MSGPACK if packed else "application/json")
+    return (msgspec.msgpack if packed else msgspec.json).decode(response.content, type=PullResponse)
+
+
+def test_a_msgpack_answer_is_the_json_answer(hub):
+    server, token = hub
+    whole = pulled(server.url, token, False, limit=100)
+    assert len(whole.events) == 6 and {e.kind for e in whole.events} == {"entry.append", "page.ingest",
+                                                                           "page.update", "redacted", "redaction"}
+    assert pulled(server.url, token, True, limit=100) == whole
+    for limit in (1, 2, 5):  # page by page, the same cursors
+        cursor, pages = "", 0
+        while True:
+            json_page = pulled(server.url, token, False, cursor=cursor, limit=limit)
+            assert pulled(server.url, token, True, cursor=cursor, limit=limit) == json_page
+            cursor, pages = json_page.cursor, pages + 1
+            if not json_page.more:
+                break
+        assert pages == -(-6 // limit)
+
+
+def test_long_polls_woken_together_each_get_their_format(hub):
+    """A commit wakes every waiting long-poll at once, and one answer is shared by those at the same cursor:
+    one per format."""
+    server, token = hub
+    head = pulled(server.url, token, False, limit=100).cursor
+    answers = {}
+
+    def poll(packed):
+        answers[packed] = pulled(server.url, token, packed, cursor=head, wait=10)
+
+    polls = [threading.Thread(target=poll, args=(packed,)) for packed in (False, True, False, True)]
+    for thread in polls:
+        thread.start()
+    fanout = server.server.config.app.state.hub.fanout
+    while fanout.waiting < 4:
+        threading.Event().wait(0.01)
+    pushed = httpx.post(server.url + "/v1/push", content=msgspec.json.encode({"events": [entry("three")]}),
+                        headers={"authorization": f"Bearer {server.producer}", "content-type": "application/json"})
+    assert pushed.status_code == 200, pushed.text
+    for thread in polls:
+        thread.join(15)
+    assert answers[True] == answers[False] and [e.body.content for e in answers[True].events] == ["three"]
+
+
+def test_placed_stored_bytes_decode_as_the_stored_event():
+    event = entry("placed")
+    stored = encode_stored(event)
+    placed = placed_stored(stored, 7, 1_700_000_000_000)
+    assert msgspec.msgpack.decode(placed, type=Event) == decode_stored(stored, 7, 1_700_000_000_000)
+    as_map16 = b"\xde\x00" + bytes([stored[0] & 0x0F]) + stored[1:]  # the same map, written the long way
+    assert placed_stored(as_map16, 7, 1) == msgspec.msgpack.encode(decode_stored(stored, 7, 1))
