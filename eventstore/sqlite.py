@@ -4,7 +4,7 @@ import functools
 import sqlite3
 import time
 from time import time_ns
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 
@@ -12,6 +12,7 @@ from .envelope import CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD,
 from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
+from .readonly import connect
 from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, id_bytes, id_text,
                        plan_rows, recording_times, redaction_updates, row_to_event, small_sha256, verify_rows)
 
@@ -114,7 +115,7 @@ class SQLiteLog(Recorder):
         self.path = str(path)
         self.trusted = trusted
         self._head: tuple[int, bytes, int] | None = None  # (seq, chain, recorded_at) as last seen here
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
@@ -134,7 +135,8 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
-               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None,
+               unsent: Iterable[str] = ()) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
@@ -153,7 +155,7 @@ class SQLiteLog(Recorder):
                 seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
-                                   redaction_updates(events, self._stored))
+                                   redaction_updates(events, self._stored, unsent))
                 rows = state(seqs) if callable(state) else state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))

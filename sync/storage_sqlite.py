@@ -51,6 +51,7 @@ class SQLiteHubStorage(HubStorage):
     def __init__(self, path: str, synchronous: str = "FULL"):
         self.path = str(path)
         self.db = self._connect()
+        self._refuse_another_database()
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
@@ -62,6 +63,18 @@ class SQLiteHubStorage(HubStorage):
         self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
         self._closed = False
+
+    def _refuse_another_database(self) -> None:
+        """A file holding tables but no hub's is another program's database: refused before anything
+        (WAL mode, the hub's tables) is written into it. An empty or new file becomes a hub."""
+        tables = [row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                    "ORDER BY name")]
+        if tables and "hub_events" not in tables:
+            self.db.close()
+            from pathlib import Path
+
+            raise InvalidInput(f"{Path(self.path).absolute()} is not a hub database (it holds {', '.join(tables)}); "
+                               "a hub needs a file of its own")
 
     def _create(self) -> None:
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]
