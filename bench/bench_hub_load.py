@@ -9,11 +9,18 @@ answer), p99 fan-out (push sent to the moment the last consumer received the eve
 some consumer never got before the drain deadline, the CPU seconds the hub and the load used, and the
 1-minute load average when the run started. SQLite (one `mem serve`, synchronous=FULL) and
 PostgreSQL (two `mem serve` processes on one database, agents and consumers split between them;
-PostgreSQL started for the run as the tests start it). Loopback only; every run is bounded in time
+PostgreSQL started for the run as the tests start it); `--sqlite-hubs 2` runs SQLite the same way,
+two `mem serve` processes on one file, group commit on and off alike. Loopback only; every run is bounded in time
 and in requests and stops by itself.
 
+With `--costs`, first what one request of each kind costs the hub (SQLite): a closed loop of as many
+connections as agents sending only `/health` (the HTTP floor: uvicorn, the app's dispatch, one loopback
+send), only pulls without wait, or only one-event pushes, group commit on and off; the hub's CPU per
+request split between its event loop's thread and its other threads (the commit thread), and the
+load's. The load run's CPU per push is about a push plus (pulls per push) pulls of these.
+
 Usage: python bench/bench_hub_load.py [--agents 1,8,32,100] [--backend sqlite|postgres|both]
-                                      [--seconds 5] [--repeat 1]
+                                      [--seconds 5] [--repeat 1] [--costs]
 The issue's target case alone: python bench/bench_hub_load.py --agents 32 --backend sqlite --repeat 2
 """
 
@@ -286,7 +293,7 @@ def disk_floor(seconds: float = 2.0) -> tuple[float, float]:
     return len(times) / seconds, statistics.median(times) * 1000
 
 
-def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server) -> dict:
+def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server, hubs: int = 1) -> dict:
     if backend == "sqlite":
         folder = workdir("hub_load")
         db = folder / "hub.db"
@@ -306,13 +313,70 @@ def one_run(backend: str, agents: int, group: bool, seconds: float, pg_server) -
     pushers = {f"agent{i}": admin.add_agent(f"agent{i}") for i in range(agents)}
     consumers = {f"reader{i}": admin.add_agent(f"reader{i}") for i in range(agents)}
     admin.close()
-    hubs = [serve(db, group) for _ in range(1 if backend == "sqlite" else 2)]
+    served = [serve(db, group) for _ in range(hubs)]
     try:
-        return load(hubs, pushers, consumers, seconds)
+        return load(served, pushers, consumers, seconds)
     finally:
-        for proc, _ in hubs:
+        for proc, _ in served:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+COST_KINDS = {"health": ("GET", "/health"), "pull": ("GET", "/v1/pull?limit=1"), "push": ("POST", "/v1/push")}
+
+
+def request_costs(clients: int, group: bool, seconds: float = 3.0) -> list[tuple]:
+    """Rows (mode, request, requests/s, hub event-loop µs, hub other threads µs, load µs per request) of
+    a closed loop of `clients` connections sending one kind of request, one kind after the other."""
+    import psutil
+
+    folder = workdir("hub_costs")
+    db = folder / "hub.db"
+    for suffix in ("", "-wal", "-shm"):
+        db.with_name(db.name + suffix).unlink(missing_ok=True)
+    admin = open_storage(str(db))
+    admin.apply_contract(CONTRACT)
+    tokens = {f"agent{i}": admin.add_agent(f"agent{i}") for i in range(clients)}
+    admin.close()
+    proc, url = serve(str(db), group)
+    hub = psutil.Process(proc.pid)
+
+    def threads() -> tuple[float, float]:
+        """CPU seconds of the hub's event-loop thread (its main thread) and of all its others."""
+        times = {t.id: t.user_time + t.system_time for t in hub.threads()}
+        main = times.pop(proc.pid, 0.0)
+        return main, sum(times.values())
+
+    async def loop(kind: str) -> tuple:
+        method, target = COST_KINDS[kind]
+        connections = {name: Connection(url, token) for name, token in tokens.items()}
+        await asyncio.gather(*(http.request("GET", "/health") for http in connections.values()))
+        bodies = {name: [push_body(name, n)[1] for n in range(int(seconds * 400))] for name in tokens}
+        count, stop_at = 0, time.perf_counter() + seconds
+
+        async def client(name: str, http: Connection) -> None:
+            nonlocal count
+            n = 0
+            while time.perf_counter() < stop_at and n < len(bodies[name]):
+                status, answer = await http.request(method, target, bodies[name][n] if method == "POST" else b"")
+                if status != 200:
+                    raise RuntimeError(f"{kind} refused: {answer.decode()}")
+                count, n = count + 1, n + 1
+
+        (main0, other0), load0, started = threads(), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(client(name, http) for name, http in connections.items()))
+        (main1, other1), load1, wall = threads(), time.process_time(), time.perf_counter() - started
+        for http in connections.values():
+            http.close()
+        per = lambda cpu: f"{cpu * 1e6 / max(1, count):.0f}"  # noqa: E731
+        return ("on" if group else "off", kind, f"{count / wall:,.0f}", per(main1 - main0), per(other1 - other0),
+                per(load1 - load0), f"{os.getloadavg()[0]:.2f}")
+
+    try:
+        return [asyncio.run(loop(kind)) for kind in COST_KINDS]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def cpu_bound(run: dict, cores: int, hubs: int) -> float:
@@ -339,7 +403,10 @@ def main():
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--no-pg", action="store_true", help="the same as --backend sqlite")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long the agents push, per run")
-    parser.add_argument("--repeat", type=int, default=1, help="off/on pairs per agent count")
+    parser.add_argument("--repeat", type=int, default=1, help="off/on pairs per agent count (0 with --costs: those alone)")
+    parser.add_argument("--sqlite-hubs", type=int, default=1,
+                        help="hub processes on the SQLite file, group commit on and off alike (agents split between them)")
+    parser.add_argument("--costs", action="store_true", help="first, what one request of each kind costs the hub")
     args = parser.parse_args()
     counts = [int(n) for n in args.agents.split(",")]
     backend = "sqlite" if args.no_pg else args.backend
@@ -348,6 +415,15 @@ def main():
     if "postgres" in backends:
         pg_executor, pg_url = start_postgres()
     cores = os.cpu_count() or 1
+    if args.costs:
+        clients = max(counts)
+        rows = [("group commit", "request", "requests/s", "hub loop µs/req", "hub other threads µs/req",
+                 "load µs/req", "load avg")]
+        for group in (False, True):
+            rows += request_costs(clients, group)
+        table(f"what one request costs (SQLite FULL, {clients} connections, a closed loop of each kind alone)", rows)
+        if args.repeat == 0:
+            return
     try:
         for backend in backends:
             rate = None
@@ -360,9 +436,9 @@ def main():
                      "missed", "pulls/push", "hub cpu ms/push", "load cpu ms/push", "cpu-bound max ev/s", "load avg")]
             for agents in counts:
                 for _ in range(args.repeat):
-                    off = one_run(backend, agents, False, args.seconds, pg_url)
-                    on = one_run(backend, agents, True, args.seconds, pg_url)
-                    hubs = 1 if backend == "sqlite" else 2
+                    hubs = args.sqlite_hubs if backend == "sqlite" else 2
+                    off = one_run(backend, agents, False, args.seconds, pg_url, hubs)
+                    on = one_run(backend, agents, True, args.seconds, pg_url, hubs)
                     notes.append(bounds(agents, off, on, rate, cores, hubs))
                     for label, r in (("off", off), ("on", on)):
                         per_push = lambda cpu: cpu * 1000 / max(1, r["pushes"])  # noqa: E731
@@ -371,7 +447,8 @@ def main():
                                      f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.2f}",
                                      f"{per_push(r['load cpu']):.2f}", f"{cpu_bound(r, cores, hubs):,.0f}",
                                      f"{r['loadavg']:.2f}"))
-            where = ("SQLite, synchronous=FULL, one hub process" if backend == "sqlite"
+            processes = "one hub process" if args.sqlite_hubs == 1 else f"{args.sqlite_hubs} hub processes on one file"
+            where = (f"SQLite, synchronous=FULL, {processes}" if backend == "sqlite"
                      else "PostgreSQL, two hub processes on one database")
             table(f"{args.seconds:g} s of one-event pushes, as many long-polling consumers ({where})", rows)
             print(f"  cpu-bound max: the events/s at which, at the CPU per push measured, the hub would fill its one "

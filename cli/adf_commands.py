@@ -87,10 +87,11 @@ def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="T
     typer.echo(f"[S{done.event.seq}] compacted loop {loop}{archived}")
 
 
-@loop_app.command("clear")
+@loop_app.command("clear", context_settings={"ignore_unknown_options": True})
 def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] = typer.Argument(None),
                loop: str = LoopOpt):
-    """Remove rows[START:END] (a Python slice over the display order); archived when audit is on."""
+    """Remove rows[START:END] (a Python slice over the display order, so `-1` is the last row); archived when
+    audit is on."""
     with memory() as mem:
         done = mem.loop_clear(start, end, loop)
     typer.echo(f"cleared loop {loop}[{'' if start is None else start}:{'' if end is None else end}] "

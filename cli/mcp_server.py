@@ -2,12 +2,14 @@
 
 The tools are thin: Claude's memory-tool commands call `projections.memory_tool`, mindlog's own tools
 call `Memory` and the projections. A refusal is a tool error carrying the message the CLI prints
-(after its `error: `), and leaves the log untouched. Tools are coroutines that call the library
-directly, so calls are applied one at a time on the server's event loop, in the order they arrive.
+(after its `error: `; where it names a CLI flag or command, the MCP way instead: `mcp_advice`), and
+leaves the log untouched. Tools are coroutines that call the library directly, so calls are applied one
+at a time on the server's event loop, in the order they arrive.
 """
 
 import asyncio
 import functools
+import re
 import sys
 from typing import Literal
 
@@ -16,8 +18,9 @@ from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
-from eventstore.errors import MemError, storage_exceptions, storage_failure
+from eventstore.errors import Held, MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
+from eventstore.secrets import SecretFound
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.memory import Memory
@@ -33,6 +36,20 @@ INSTRUCTIONS = (
     "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
     "search (with `at`), believed, cite and log read it back.")
+SECRET_ADVICE = "leave the secret out and call again: the MCP tools never store one"
+RELEASE_ADVICE = re.compile(r"`mem page release (\S+)(?: --layer (\S+))? --note \"why\"`")
+"""The CLI command a hold refusal names; over MCP it is the page_release tool."""
+
+
+def mcp_advice(exc: MemError) -> str:
+    """A refusal's message with the way forward an MCP client has, where the CLI's names a flag or command."""
+    if isinstance(exc, SecretFound):
+        return exc.advised(SECRET_ADVICE)
+    if isinstance(exc, Held):
+        return RELEASE_ADVICE.sub(lambda m: f"call page_release with slug {m[1]!r}"
+                                            + (f", layer {m[2]!r}" if m[2] else "") + " and a note saying why",
+                                  str(exc))
+    return str(exc)
 
 
 def json_text(value) -> str:
@@ -140,7 +157,9 @@ def build_server(mem: Memory) -> MCPServer:
                     if mem.checkpoint() != head:
                         flush.schedule()
                     return result
-                except (MemError, ToolError) as exc:
+                except MemError as exc:
+                    return refusal(mcp_advice(exc))
+                except ToolError as exc:
                     return refusal(str(exc))
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
                     return refusal(str(mem.ws.damage(exc) or storage_failure(exc)))
@@ -343,7 +362,11 @@ def serve(mem: Memory, http: str | None = None) -> None:
     server = build_server(mem)
     try:
         if address is None:
-            server.run("stdio")
+            import anyio
+
+            from .mcp_stdio import run_stdio
+
+            anyio.run(run_stdio, server)
         else:
             from sync.server import listen, run_on
 

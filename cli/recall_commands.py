@@ -102,13 +102,13 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
         if record:
             linting.record(mem, report)
     if json:
-        emit_json(report.findings)
+        emit_json(report)
     else:
-        for finding in report.findings:
-            typer.echo(finding.line())
-        for verdict in report.verdicts:
-            typer.echo(verdict)
+        for line in (*report.findings, *report.verdicts):
+            typer.echo(line.line())
         typer.echo(report.summary())
+        if report.recorded is not None:
+            typer.echo(f"recorded in mind/log.md (seq {report.recorded})")
     raise typer.Exit(1 if report.findings else 0)
 
 

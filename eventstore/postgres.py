@@ -8,7 +8,7 @@ is as safe) loses the column when it is opened: the schema's ALTER runs under th
 PostgreSQL drops a column without rewriting the table.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import psycopg
 
@@ -73,7 +73,8 @@ class PostgresLog(Recorder):
         self.conn.close()
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
-               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None,
+               unsent: Iterable[str] = ()) -> list[int]:
         if verify or not self.trusted:
             for event in events:
                 check_event(event)
@@ -89,7 +90,7 @@ class PostgresLog(Recorder):
                     cursor.executemany(INSERT, rows_of(values))
                 self.conn.execute("UPDATE log_counter SET seq = %s, chain = %s, recorded_at = %s WHERE one",
                                   (seq, chain, values[3 - ROW_WIDTH]))
-            updates = redaction_updates(events, self._stored)
+            updates = redaction_updates(events, self._stored, unsent)
             if updates:
                 with self.conn.cursor() as cursor:
                     cursor.executemany("UPDATE events SET codec = %s, body = %s WHERE id = %s", updates)

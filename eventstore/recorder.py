@@ -129,14 +129,16 @@ def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None,
 UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})
 
 
-def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes, bytes]]:
+def redaction_updates(events: Sequence[Event], stored, unsent: Iterable[str] = ()) -> list[tuple[int, bytes, bytes]]:
     """(codec, new body, id bytes) for every target of the batch's redactions that is in the log, in the
     redaction's own layer and not redacted yet: the first redaction of a target wins, in the batch as across
     batches (as on the hub). One exception: a target redacted already by a redaction that comes back LATER
     in this batch (a pull: the batch is in hub order, and an agent's own redaction comes back at the place
-    the hub gave it) takes the earlier one's reason and `by`, as the hub did. `stored(id bytes)` gives
-    (kind, codec, body, layer) or None. Called inside the append's transaction, after its rows are inserted."""
-    updates, done = [], set()
+    the hub gave it) takes the earlier one's reason and `by`, as the hub did; so does one redacted by a
+    redaction of `unsent` (a pull: this agent's own, not pushed yet, so it will come after the batch's in hub
+    order). `stored(id bytes)` gives (kind, codec, body, layer) or None. Called inside the append's
+    transaction, after its rows are inserted."""
+    updates, done, unsent = [], set(), frozenset(unsent)
     place = {event.id: at for at, event in enumerate(events) if event.kind == "redaction"}
     for at, event in enumerate(events):
         if event.kind != "redaction":
@@ -150,7 +152,7 @@ def redaction_updates(events: Sequence[Event], stored) -> list[tuple[int, bytes,
                 continue
             if codec == CODEC_REDACTED:
                 form = decode_body(unpack_body(codec, bytes(body)))
-                if form.by == event.id or place.get(form.by, -1) <= at:
+                if form.by == event.id or (form.by not in unsent and place.get(form.by, -1) <= at):
                     continue
                 form = msgspec.structs.replace(form, reason=event.body.reason, by=event.id)
             else:
@@ -183,8 +185,11 @@ class Recorder(ABC):
 
     @abstractmethod
     def append(self, events: Sequence[Event], *, state: StateRows = None,
-               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
-        """Appends atomically and returns each event's seq. `state` rows (a sync cursor) commit in the
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None,
+               unsent: Iterable[str] = ()) -> list[int]:
+        """Appends atomically and returns each event's seq. `unsent` (a pull): the ids of this agent's own
+        redactions not pushed yet, which give way to the batch's redactions of the same targets (see
+        redaction_updates). `state` rows (a sync cursor) commit in the
         same transaction; given as a function, it is called inside that transaction with the seqs (rows
         that depend on where the events landed, and on state as it is under the write lock); `verify` recomputes every digest first (events from elsewhere).
         `recorded_at` (ms) records the batch at that time instead of now (a hub's mirror keeps the

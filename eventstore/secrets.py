@@ -21,10 +21,21 @@ from .errors import MemError
 
 
 class SecretFound(MemError):
-    """A write would put a secret into the log. The message names its kind and place, never its value."""
+    """A write would put a secret into the log. The message names its kind and place, never its value.
+
+    `refused` says what was found and that nothing was written; the message adds how to proceed, the
+    CLI's flag by default: an edge whose callers have no such flag (MCP) says `refused` with its own."""
 
     code = "secret-detected"
     status = 422
+    CLI_ADVICE = "pass --allow-secret if it really belongs in memory"
+
+    def __init__(self, refused: str, advice: str = CLI_ADVICE):
+        self.refused = refused
+        super().__init__(self.advised(advice))
+
+    def advised(self, advice: str) -> str:
+        return f"{self.refused} ({advice})"
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -139,8 +150,7 @@ def describe(findings: list[Finding]) -> str:
 
 def refuse(findings: list[Finding], what: str = "the write") -> None:
     if findings:
-        raise SecretFound(f"{what} looks like it holds a secret: {describe(findings)}; nothing was written "
-                          "(pass --allow-secret if it really belongs in memory)")
+        raise SecretFound(f"{what} looks like it holds a secret: {describe(findings)}; nothing was written")
 
 
 def checked(event, allow: bool = False):

@@ -4,7 +4,7 @@ import functools
 import sqlite3
 import time
 from time import time_ns
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 
@@ -12,6 +12,7 @@ from .envelope import CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD,
 from .kinds import ImportGap, Redacted, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
+from .readonly import connect
 from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, id_bytes, id_text,
                        plan_rows, recording_times, redaction_updates, row_to_event, small_sha256, verify_rows)
 
@@ -40,17 +41,16 @@ SCHEMA = (TABLE, "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, v
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
 
-# One statement appends one event after the head this connection believes is the log's last seq:
-# the chain link is bound only when the log's last seq is still that head (?12), NULL otherwise, which
-# the NOT NULL constraint refuses, and the caller reads the head again. Check and insert run in one
-# write transaction, so the seq, the recording time that never goes backwards and the chain link
-# computed from that head are right. (An INSERT ... SELECT ... WHERE guard does the same, but a
-# SELECT that reads the table being written makes SQLite stage the row in a temporary table first,
-# about 2 µs of CPU per append; a scalar subquery among the VALUES does not.)
-APPEND_AFTER = """
-INSERT INTO events (seq, recorded_at, chain, id, ts, agent, layer, kind, codec, body, digest)
-VALUES (?1, ?2, (SELECT CASE WHEN MAX(seq) IS ?12 THEN ?3 END FROM events), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-"""
+# One statement appends one event after the head this connection believes is the log's last seq: the
+# row goes in at that seq + 1, which the seq's primary key refuses when another connection or process
+# has appended since (the log is append-only and gapless: seq + 1 is free exactly when the last seq is
+# still that head), and the caller reads the head again. Check and insert are one statement, one write
+# transaction, so the seq, the recording time that never goes backwards and the chain link computed
+# from that head are right. It is the same INSERT as a batch's one-row statement: no guard subquery
+# (which read the head again inside the statement, about 1-2 µs of an append's CPU from cold caches),
+# no INSERT ... SELECT (which made SQLite stage the row in a temporary table first).
+APPEND_AFTER = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+STALE_HEAD = "UNIQUE constraint failed: events.seq"
 WIDEST_INSERT = 128
 
 
@@ -115,7 +115,7 @@ class SQLiteLog(Recorder):
         self.path = str(path)
         self.trusted = trusted
         self._head: tuple[int, bytes, int] | None = None  # (seq, chain, recorded_at) as last seen here
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
@@ -135,7 +135,8 @@ class SQLiteLog(Recorder):
     # --- write --------------------------------------------------------------------------------
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
-               verify: bool = False, recorded_at: int | Sequence[int] | None = None) -> list[int]:
+               verify: bool = False, recorded_at: int | Sequence[int] | None = None,
+               unsent: Iterable[str] = ()) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
@@ -154,7 +155,7 @@ class SQLiteLog(Recorder):
                 seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
-                                   redaction_updates(events, self._stored))
+                                   redaction_updates(events, self._stored, unsent))
                 rows = state(seqs) if callable(state) else state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
@@ -220,11 +221,11 @@ class SQLiteLog(Recorder):
                 recorded_at = last_recorded
             chain = sha256(link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
             try:
-                execute(APPEND_AFTER, (seq, recorded_at, blob(chain), id, event.ts, event.agent, event.layer, kind, codec,
-                                      stored, blob(digest), last or None))
+                execute(APPEND_AFTER, (seq, id, event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
+                                      blob(digest), blob(chain)))
             except sqlite3.IntegrityError as exc:
                 self._head = None
-                if str(exc) == "NOT NULL constraint failed: events.chain":
+                if str(exc) == STALE_HEAD:
                     continue  # another connection appended since: read the head again
                 known = self._existing([event.id]).get(event.id)
                 if known is None:

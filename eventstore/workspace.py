@@ -49,7 +49,8 @@ def sqlite_damage(path: Path) -> str | None:
 
 def on_read_only_storage(exc: BaseException, location) -> bool:
     """Whether SQLite could not open the file at `location` because its directory is read-only (a read-only
-    mount says only SQLITE_CANTOPEN: a WAL database cannot be read without writing its -shm beside it)."""
+    mount says only SQLITE_CANTOPEN; `readonly.connect` opens such files read-only, so this is what is left
+    when even that fails)."""
     if getattr(exc, "sqlite_errorname", None) != "SQLITE_CANTOPEN" or not isinstance(location, Path):
         return False
     directory = location.parent
@@ -108,8 +109,7 @@ class Workspace:
                 raise log_damaged(location, exc) from None
             where = f"cannot open the event log {shown(location)}"
             if on_read_only_storage(exc, location):
-                raise StorageFailure(f"{where}: the storage is read-only ({exc.sqlite_errorname}); mindlog writes "
-                                     "beside its databases even to read them (their WAL index, the lock)") from None
+                raise StorageFailure(f"{where}: the storage is read-only ({exc.sqlite_errorname})") from None
             raise storage_failure(exc, where) from None
 
     @classmethod

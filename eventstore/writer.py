@@ -194,8 +194,10 @@ class AdfWriter:
         if not config_key_known(key):
             raise InvalidInput(f"there is no config key {key!r} (keys: {', '.join(CONFIG_KEYS)}, layers.<name>)")
         for name, leaf in _config_leaves(key, value).items():
+            if name.startswith("layers.") and "." in name[len("layers."):]:
+                raise InvalidInput(f"there is no config key {name!r}: a local layer is set whole, as layers.<name>")
             if name.split(".")[-2:-1] == ["audit"] and not isinstance(leaf, bool):
-                raise InvalidInput(f"{name} is a switch: give true or false")
+                raise InvalidInput(f"{name} is a switch: give true or false, not {leaf!r:.80}")
             if name.startswith("lint.") and (isinstance(leaf, bool) or not isinstance(leaf, int) or leaf < 1):
                 raise InvalidInput(f"{name} is a budget: give a whole number above 0, not {leaf!r}")
         return self._event(ConfigSet(key=key, value=value), AGENT)

@@ -21,7 +21,7 @@ from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
 from eventstore.layers import AGENT, LOOP, MIND
-from eventstore.writer import AdfWriter, Writer
+from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from . import local_layers, render, trust
 from .adf import MESSAGE_COLUMNS, blob_json
@@ -201,6 +201,34 @@ class _NoFiles:
         return None
 
 
+class _ImportedLayers:
+    """The shared write side's view of the local layers an import brings back: the entries made so far
+    (a reversal names one of them), and no page yet."""
+
+    def __init__(self):
+        self.entries: set[tuple[str, str]] = set()
+
+    def entry_exists(self, layer: str, id: str) -> bool:
+        return (layer, id) in self.entries
+
+    def shared_heads(self, layer: str, slug: str) -> list[str]:
+        return []
+
+    def shared_winner(self, layer: str, slug: str) -> str | None:
+        return None
+
+    def shared_deleted(self, layer: str, slug: str) -> bool:
+        return False
+
+    def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None:
+        return None
+
+
+_ENTRY_LINE = re.compile(r"^\[([A-Z_]+)\] (\S+): (.+?)(?: \(reverses ([0-9a-f-]{1,18})\))?"
+                         r"(?: \[reversed by ([0-9a-f-]{1,18})\])?$")
+"""A line of an entries layer's file, as `shared.entry_line` renders it (ids cut to 18 characters)."""
+
+
 class _Importer:
     """Reads one ADF file into events, one reader per table, all stamped with the importing agent.
 
@@ -212,6 +240,8 @@ class _Importer:
         self.db, self.agent, self.name = db, agent, "adf"
         self.now = now_ms()
         self.writer, self.adf_writer = Writer(agent, _NoFiles()), AdfWriter(agent, _NoFiles())
+        self.layered = _ImportedLayers()
+        self.shared_writer = SharedWriter(agent, self.layered)
         self.schema_version = "?"
         self.wiki: list = []
         self.others: list = []
@@ -303,7 +333,7 @@ class _Importer:
         for path, (content, mime, protection, created, updated) in sorted(files.items()):
             if path == MIND_PATH:
                 always = render.always_lines(content.decode("utf-8", "replace")) or []
-            elif path == LOG_PATH or self._page(path, content, updated):
+            elif path == LOG_PATH or self._page(path, content, updated) or self._layer_file(path, content):
                 continue
             elif path.startswith("mind/") or self._layer_owns(path):
                 self._keep_aside(path, content, files[path])
@@ -324,10 +354,65 @@ class _Importer:
             self._keep_aside(LOG_PATH, log_text.encode(), files[LOG_PATH])
 
     def _layer_owns(self, path: str) -> bool:
-        """A file of a local layer the config declares (a mindlog export renders them into adf_files): the
-        layer's events own that path, and an import brings no such events, so the text is kept aside
-        rather than left at a path `mem file write` refuses, hidden behind the layer's own empty file."""
+        """A file of a local layer the config declares (a mindlog export renders them into adf_files) that
+        could not be read back as that layer's entries or page: the layer's events own that path, so the
+        text is kept aside rather than left at a path `mem file write` refuses, hidden behind the layer's
+        own file."""
         return local_layers.layer_owning(path, self.layers) is not None
+
+    def _layer_file(self, path: str, content: bytes) -> bool:
+        """A local layer's file turned back into that layer's events (True), as `mem entry add` and
+        `mem page write --layer` would make them: an entries file line by line (new ids, each reversal
+        pointed at the entry its id prefix names), a pages layer's file as a page of that layer."""
+        name = local_layers.layer_owning(path, self.layers)
+        if name is None:
+            return False
+        spec = self.layers[name]
+        try:
+            if spec.format == "pages":
+                slug = path[len(spec.path):].removesuffix(".md")
+                if not path.endswith(".md") or "/" in slug:
+                    return False
+                self.others.append(self.shared_writer.page_write(name, slug, content, parents=[]))
+                return True
+            events = self._entries(name, content.decode("utf-8"))
+        except (MemError, UnicodeDecodeError):
+            return False
+        if events is None:
+            return False
+        self.others.extend(events)
+        return True
+
+    def _entries(self, layer: str, text: str) -> list | None:
+        """The entry events of an entries layer's file, or None when it cannot be read back whole.
+
+        A line names no id of its own, only the first 18 characters of the one it reverses (and of the
+        newest that reverses it): as the lines are in id order, the reversed ids, sorted, are the lines
+        marked reversed, in order."""
+        head = f"# {layer}\n\n"
+        if not text.startswith(head) or not text.endswith("\n"):
+            return None
+        lines = [_ENTRY_LINE.match(line) for line in text[len(head):].splitlines()]
+        if not all(lines):
+            return None
+        targets = sorted({line[4] for line in lines if line[4] is not None})
+        marked = [index for index, line in enumerate(lines) if line[5] is not None]
+        if len(targets) != len(marked):
+            return None
+        line_of = dict(zip(targets, marked))
+        events, ids = [], {}  # ids: a line's index -> its entry's new id
+        for index, line in enumerate(lines):
+            kind, date, content, reverses, _reversed_by = line.groups()
+            if reverses is not None and line_of[reverses] not in ids:
+                return None
+            event = self.shared_writer.entry(layer, f"[{kind}] {date}: {content}",
+                                             ids[line_of[reverses]] if reverses is not None else None)
+            if (event.body.type, event.body.date, event.body.content) != (kind, date, content):
+                return None
+            ids[index] = event.id
+            self.layered.entries.add((layer, event.id))
+            events.append(event)
+        return events
 
     def _in_mind(self, body, ts: int | None = None):
         return self.event(body, MIND, ts)

@@ -242,11 +242,13 @@ def _terms(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _COMMON}
 
 
-def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[dict]:
-    """Active pages and live entries that share at least `min_shared` terms, most shared first."""
-    items = [(f"adf-file://{page_path(s)}", render.page(*scope.page(s))) for s in scope.active()]
-    items += [(e.id, f"[{e.type}] {e.date}: {e.content}") for _layer, e in scope.entries() if not e.reversed_by]
-    terms = [_terms(text) for _name, text in items]
+def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[tuple[dict, str, str]]:
+    """Active pages and live entries that share at least `min_shared` terms, most shared first: each pair as
+    the judge is sent it, with the two as findings name them (`mind/a.md`, `decisions#ID`)."""
+    items = [(f"adf-file://{page_path(s)}", page_path(s), render.page(*scope.page(s))) for s in scope.active()]
+    items += [(e.id, f"{layer}#{e.id}", f"[{e.type}] {e.date}: {e.content}") for layer, e in scope.entries()
+              if not e.reversed_by]
+    terms = [_terms(text) for _name, _path, text in items]
     postings = defaultdict(list)
     for i, words in enumerate(terms):
         for word in words:
@@ -258,8 +260,8 @@ def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[
                 for b in range(a + 1, len(holders)):
                     shared[(holders[a], holders[b])] += 1
     pairs = sorted(((n, a, b) for (a, b), n in shared.items() if n >= min_shared), key=lambda p: (-p[0], p[1], p[2]))
-    return [{"a": items[a][0], "b": items[b][0], "shared_terms": n, "a_text": items[a][1], "b_text": items[b][1]}
-            for n, a, b in pairs[:limit]]
+    return [({"a": items[a][0], "b": items[b][0], "shared_terms": n, "a_text": items[a][2], "b_text": items[b][2]},
+             items[a][1], items[b][1]) for n, a, b in pairs[:limit]]
 
 
 def _run_judge(command: str, pair_json: bytes, timeout: float, pair: dict) -> subprocess.CompletedProcess:
@@ -277,28 +279,42 @@ def _run_judge(command: str, pair_json: bytes, timeout: float, pair: dict) -> su
     return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
-def judge_pairs(scope: Scope, command: str, timeout: float = 120) -> tuple[list[Finding], list[str]]:
+class Verdict(msgspec.Struct):
+    """The judge's ruling (its first output line) on a pair, named as findings name them."""
+
+    a: str
+    b: str
+    verdict: str
+
+    def line(self) -> str:
+        return f"judge: {self.a} vs {self.b}: {self.verdict}"
+
+
+def judge_pairs(scope: Scope, command: str, timeout: float = 120) -> tuple[list[Finding], list[Verdict]]:
     """Sends each candidate pair as one JSON object on stdin to `command` (a shell command, an LLM call
     say); its first output line is its verdict: `contradiction: why` is a finding, anything else is not.
-    Returns the findings and every verdict, as lines for the lint event."""
+    Returns the findings and every verdict."""
     found, verdicts = [], []
-    for pair in candidate_pairs(scope):
+    for pair, a, b in candidate_pairs(scope):
         result = _run_judge(command, json.dumps(pair).encode(), timeout, pair)
         if result.returncode != 0:
             raise InvalidInput(f"the judge command failed ({result.returncode}): "
                                f"{result.stderr.decode(errors='replace').strip()[:200]}")
         verdict = (result.stdout.decode(errors="replace").strip().splitlines() or ["(no verdict)"])[0]
-        verdicts.append(f"judge: {pair['a']} vs {pair['b']}: {verdict}")
+        verdicts.append(Verdict(a, b, verdict))
         if verdict.lower().startswith("contradiction"):
-            found.append(Finding("judge", pair["a"], f"contradicts {pair['b']} (judge: {verdict})"))
+            found.append(Finding("judge", a, f"contradicts {b} (judge: {verdict})"))
     return found, verdicts
 
 
 class LintReport(msgspec.Struct):
+    """What `mem lint` prints (`--json`: this whole); `recorded` is the seq of the lint entry `--record` added."""
+
     seq: int
     checks: list[str]
     findings: list[Finding]
-    verdicts: list[str] = []
+    verdicts: list[Verdict] = []
+    recorded: int | None = None
 
     def summary(self) -> str:
         if not self.findings:
@@ -323,4 +339,7 @@ def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | Non
 
 def record(memory, report: LintReport):
     """One `lint` entry in mind/log.md: the summary, each finding and each verdict."""
-    return memory.append(memory.writer.lint(report.summary(), [f.line() for f in report.findings] + report.verdicts))
+    event = memory.append(memory.writer.lint(report.summary(), [f.line() for f in (*report.findings,
+                                                                                    *report.verdicts)]))
+    report.recorded = event.seq
+    return event

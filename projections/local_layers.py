@@ -38,11 +38,27 @@ def merged(hub: Contract | None, config: dict, agent: str) -> Contract | None:
     return Contract(layers={**local, **(hub.layers if hub else {})})
 
 
-def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
-    """The config value declaring a local layer, or a refusal."""
+def checked_spec(key: str, value, contract: Contract | None) -> dict:
+    """The value of config key `layers.<name>` (set by `mem config set`), checked as `mem layer add` checks it."""
+    name = key.removeprefix("layers.")
+    check_name(name)
+    if not (isinstance(value, dict) and isinstance(value.get("path"), str)
+            and isinstance(value.get("format", "entries"), str) and set(value) <= {"path", "format"}):
+        formats = " or ".join(f'"{format}"' for format in sorted(FORMATS))
+        raise InvalidInput(f"{key} declares a local layer: give {{\"path\": PATH, \"format\": {formats}}} "
+                           f"(as `mem layer add` does), not {value!r:.80}")
+    return check(name, value["path"], value.get("format", "entries"), contract)
+
+
+def check_name(name: str) -> None:
     if not _NAME.match(name):
         raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_', starting with a "
                            f"letter, and not one of {', '.join(sorted(RESERVED_LAYERS))}")
+
+
+def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
+    """The config value declaring a local layer, or a refusal."""
+    check_name(name)
     if format not in FORMATS:
         raise InvalidInput(f"a layer's format is {' or '.join(FORMATS)}, not {format!r}")
     problem = path_problem(path, format)

@@ -17,9 +17,10 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (HandEdited, InvalidInput, NotFound, is_damaged, storage_exceptions,
+from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, is_damaged, storage_exceptions,
                                storage_failure)
 from eventstore.instants import format_local, past_instant
+from eventstore.readonly import read_only
 from eventstore.kinds import KINDS
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
@@ -166,8 +167,12 @@ class Memory:
                 finally:
                     self._lock_depth -= 1
                 return
-            self.ws.mem_dir.mkdir(exist_ok=True)
-            with open(self.ws.lock_path, "a+") as handle:
+            try:
+                self.ws.mem_dir.mkdir(exist_ok=True)
+                handle = open(self.ws.lock_path, "a+")
+            except OSError as exc:  # every change takes the lock first: a read-only workspace stops here
+                raise storage_failure(exc, f"cannot change the workspace {self.root}") from None
+            with handle:
                 fcntl.flock(handle, fcntl.LOCK_EX)
                 self._lock_depth = 1
                 try:
@@ -182,7 +187,16 @@ class Memory:
         With `files` False only the views move; the files stay marked dirty until a later refresh.
         A redaction is never folded: the views (and the files) are rebuilt from the log instead, which
         no longer holds what it removed. So are views far behind (`bulk.worth_building`: a catch-up cut off
-        after it appended its pages), which a bulk build makes faster than a fold batch by batch."""
+        after it appended its pages), which a bulk build makes faster than a fold batch by batch.
+
+        On storage this process cannot write (the views opened read-only) the views are read as they are,
+        when they are as far as the log; views behind it are refused."""
+        if read_only(self.views.db):
+            head, checkpoint = self.log.head(), self.views.checkpoint()
+            if head != checkpoint:
+                raise StorageFailure(f"the views {self.ws.views_path} are at seq {checkpoint}, the log at {head}, "
+                                     "and the storage is read-only: they cannot catch up to be read")
+            return self.last_report
         with self.lock():
             if files:
                 remove_stale_temp_files(self.views, self.root)
@@ -357,7 +371,11 @@ class Memory:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
 
     def config_set(self, key: str, value, *, allow_secret: bool = False) -> Event:
-        return self.append(self.adf_writer.config_set(key, value), allow_secret=allow_secret)
+        """Sets a config key; `layers.<name>` declares a local layer, checked as `mem layer add` checks it."""
+        event = self.adf_writer.config_set(key, value)
+        if key.startswith("layers."):
+            event = self.adf_writer.config_set(key, local_layers.checked_spec(key, value, self.views.contract))
+        return self.append(event, allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
@@ -387,8 +405,7 @@ class Memory:
 
     def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
         """A local layer (no hub needed): its declaration is a config event."""
-        spec = local_layers.check(name, path, format, self.views.contract)
-        return self.config_set(f"layers.{name}", spec)
+        return self.config_set(f"layers.{name}", {"path": path, "format": format})
 
     def set_contract(self, contract) -> bool:
         """Keeps the hub's contract for rendering shared layers; True when it changed."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
+from eventstore.readonly import connect, read_only
 from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
@@ -132,7 +133,7 @@ class Views:
         local layers that `agent` declared in these views' config; `fast` turns off syncing, for a
         rebuild into a new file that is renamed into place after."""
         self.path = str(path)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 60000")
         if fast:
             self.db.execute(f"PRAGMA page_size = {BULK_PAGE_SIZE}")  # a new file's; an existing one keeps its own
@@ -148,6 +149,9 @@ class Views:
         self.activity = activity.Activity(self.db)
         self._versions_as_of: tuple = (None, [])
         self.started_over = False
+        if read_only(self.db) and self._current():  # unwritable storage: read as they are
+            self.contract = local_layers.merged(contract, self.config(), agent) if agent is not None else contract
+            return
         with self.transaction():
             if search.outdated(self.db) or _without_releases(self.db) or self._older_schema():
                 self._start_over()
@@ -165,6 +169,12 @@ class Views:
 
     def close(self) -> None:
         self.db.close()
+
+    def _current(self) -> bool:
+        """Views of this version with every table: nothing to make or change before reading them."""
+        return (self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_docs_fts'").fetchone() is not None
+                and not search.outdated(self.db) and not _without_releases(self.db)
+                and self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,))
 
     def _older_schema(self) -> bool:
         """Views folded under another SCHEMA_VERSION (their tables hold less, or differently)."""

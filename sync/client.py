@@ -635,6 +635,14 @@ class _Tally:
             self.progress(position - self.reached, self.total)
             self.reached = position
 
+    def unsent_redactions(self, memory, events: list[Event]) -> list[str]:
+        """The ids of this agent's redactions not pushed to this remote yet, when the batch brings redactions:
+        the hub will place them after the batch's, so the batch's win a target both redact (as on the hub)."""
+        if not any(type(event.body) is Redaction for event in events):
+            return []
+        cursor = int(memory.log.state(f"push:{self.name}") or 0)
+        return [event.id for event in memory.log.read(after=cursor, kinds=["redaction"], agent=memory.config.agent)]
+
     def store(self, memory, page: PullPage, fold: bool = True) -> None:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
         transaction that moves the cursor past all of them; with `fold`, the views and files follow once
@@ -652,12 +660,13 @@ class _Tally:
             return {**state, **(CameFromHub.mark(memory, self.name, own) if own else {})}
 
         head = memory.log.head()
+        unsent = self.unsent_redactions(memory, events)
         try:
-            seqs = memory.log.append(events, state=rows)  # intake recomputed every digest already
+            seqs = memory.log.append(events, state=rows, unsent=unsent)  # intake recomputed every digest already
         except IdConflict:
             events, clashing = conflicting(events, memory.log)
             rejected += clashing
-            seqs = memory.log.append(events, state=rows)
+            seqs = memory.log.append(events, state=rows, unsent=unsent)
         self.rejected += rejected
         for r in rejected if self.say else ():
             self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")

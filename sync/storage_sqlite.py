@@ -6,6 +6,7 @@ behind an fsync); writes use the writer connection under a lock."""
 import json
 import sqlite3
 import threading
+import time
 from itertools import chain
 
 from eventstore.errors import InvalidInput, NotFound
@@ -17,7 +18,11 @@ from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_
                       STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
                       stored_page_versions)
 
-WATCH_INTERVAL = 0.25
+WATCH_INTERVAL = 0.002
+WATCH_IDLE_INTERVAL = 0.05
+WATCH_IDLE_AFTER = 1.0
+"""The watcher's polls of `PRAGMA data_version`: every WATCH_INTERVAL seconds while other connections'
+commits come, every WATCH_IDLE_INTERVAL once none came for WATCH_IDLE_AFTER (20 polls a second)."""
 INSERT_ROWS = 500
 
 SCHEMA = """
@@ -31,6 +36,7 @@ CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NU
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
 HEADS = HEADS_SQL.format(p="?")
+HEAD = "SELECT IFNULL(MAX(position), 0) FROM hub_events"
 IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
 
@@ -45,6 +51,7 @@ class SQLiteHubStorage(HubStorage):
     def __init__(self, path: str, synchronous: str = "FULL"):
         self.path = str(path)
         self.db = self._connect()
+        self._refuse_another_database()
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
@@ -55,6 +62,19 @@ class SQLiteHubStorage(HubStorage):
         self._readers = threading.local()
         self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
+        self._closed = False
+
+    def _refuse_another_database(self) -> None:
+        """A file holding tables but no hub's is another program's database: refused before anything
+        (WAL mode, the hub's tables) is written into it. An empty or new file becomes a hub."""
+        tables = [row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                    "ORDER BY name")]
+        if tables and "hub_events" not in tables:
+            self.db.close()
+            from pathlib import Path
+
+            raise InvalidInput(f"{Path(self.path).absolute()} is not a hub database (it holds {', '.join(tables)}); "
+                               "a hub needs a file of its own")
 
     def _create(self) -> None:
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]
@@ -72,6 +92,7 @@ class SQLiteHubStorage(HubStorage):
         return db
 
     def close(self) -> None:
+        self._closed = True  # a watcher started by an earlier `watch` ends on its own (_watch_loop)
         self._stop_watching()
         with self._lock, self._readers_lock:
             for reader in self._all_readers:
@@ -196,7 +217,7 @@ class SQLiteHubStorage(HubStorage):
         return rows
 
     def head(self):
-        return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events")[0][0]
+        return self._read(HEAD)[0][0]
 
     def layers_of(self, ids):
         found = {}
@@ -207,18 +228,39 @@ class SQLiteHubStorage(HubStorage):
         return found
 
     def _watch_loop(self, callback, stop):
-        seen = self.head()
-        while not stop.wait(WATCH_INTERVAL):
-            try:
-                head = self.head()
-                if head > seen:
-                    layers = {row[0] for row in self._read(
-                        "SELECT DISTINCT layer FROM hub_events WHERE position > ? AND position <= ?", (seen, head))}
-                    seen = head
-                    callback(head, layers)
-            except sqlite3.Error:
-                if stop.is_set():
-                    return
+        """Commits by another process (another hub on the same file) reach this one's long-polls within
+        a few ms. The writer connection's `PRAGMA data_version` changes when another connection has
+        committed, never for its own commits, and reads no page: a hub alone on its file polls it and
+        nothing else (every 50 ms once idle); the head and the layers are read only after a change.
+        The watcher reads on a connection of its own, opened and closed here, and ends when the
+        storage closes (also one that a second `watch` left running): `close` never closes a
+        connection under a watcher still polling."""
+        db = self._connect()
+        try:
+            seen, version = db.execute(HEAD).fetchone()[0], None
+            interval, changed_at = WATCH_INTERVAL, time.monotonic()
+            while not stop.wait(interval):
+                try:
+                    with self._lock:
+                        if self._closed:
+                            return
+                        now = self.db.execute("PRAGMA data_version").fetchone()[0]
+                    if now == version:
+                        if interval != WATCH_IDLE_INTERVAL and time.monotonic() - changed_at > WATCH_IDLE_AFTER:
+                            interval = WATCH_IDLE_INTERVAL
+                        continue
+                    version, interval, changed_at = now, WATCH_INTERVAL, time.monotonic()
+                    head = db.execute(HEAD).fetchone()[0]
+                    if head > seen:
+                        layers = {row[0] for row in db.execute(
+                            "SELECT DISTINCT layer FROM hub_events WHERE position > ? AND position <= ?", (seen, head))}
+                        seen = head
+                        callback(head, layers)
+                except sqlite3.Error:
+                    if stop.is_set() or self._closed:
+                        return
+        finally:
+            db.close()
 
     def latest_position(self, layer):
         return self._read("SELECT IFNULL(MAX(position), 0) FROM hub_events WHERE layer = ?", (layer,))[0][0]

@@ -221,6 +221,25 @@ class RecorderConformance:
         recorder.append([target, theirs, own, after])  # the same pull again: nothing changes
         assert recorder.get(target.id) == gone and recorder.verify().ok
 
+    def test_a_pulled_redaction_wins_over_an_own_one_not_pushed_yet(self, recorder):
+        """Pulled before this log's own redaction of the target was pushed, another agent's is ahead of it in
+        hub order (the own one will land after it): its reason wins at once, and the own one coming back later
+        changes nothing. Without `unsent` the log's first stays."""
+        target = ev(1)
+        own = new_event(Redaction(target_ids=[target.id], reason="mine"), agent="alice", layer="mind")
+        theirs = new_event(Redaction(target_ids=[target.id], reason="theirs"), agent="bob", layer="mind")
+        later = new_event(Redaction(target_ids=[target.id], reason="later"), agent="carol", layer="mind")
+        recorder.append([target])
+        recorder.append([own])
+        recorder.append([later])
+        assert recorder.get(target.id).body.reason == "mine"
+        recorder.append([theirs], unsent=[own.id])
+        gone = recorder.get(target.id)
+        assert (gone.body.reason, gone.body.by, gone.digest) == ("theirs", theirs.id, target.digest)
+        recorder.append([own])
+        recorder.append([later], unsent=[own.id])
+        assert recorder.get(target.id) == gone and recorder.verify().ok
+
     def test_a_redacted_event_travels_and_verifies(self, untrusted_recorder):
         events = [ev(i) for i in range(3)]
         untrusted_recorder.append(events)

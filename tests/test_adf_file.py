@@ -389,22 +389,47 @@ def test_mindlogs_own_index_with_trust_flags_is_not_kept_aside(tmp_path):
     assert import_adf(edited, first).kept_aside == ["imported/artemis/mind.md"]
 
 
-def test_a_local_layers_file_comes_back_kept_aside_not_at_the_path_the_layer_owns(tmp_path):
-    """An export renders local layers' files into adf_files; an import declares the layers again (config)
-    but brings none of their events: the text is kept aside, not left at a path the layer owns (which
-    `mem file write` refuses, and which showed the layer's own empty file)."""
+def test_local_layers_come_back_as_their_entries_and_pages(tmp_path):
+    """An export renders local layers' files into adf_files; an import declared the layers again but kept
+    their files aside: `mem entry list decisions` was empty after it. They come back as what they were (an
+    entries file line by line, a reversal to the entry it names; a pages layer's file as its page), and only
+    a layer file that cannot be read back whole is kept aside, not left at a path the layer owns."""
     memory = Memory.init(tmp_path / "ws", "artemis")
     memory.declare_layer("decisions", "memory/decisions.md")
     memory.declare_layer("drafts", "notes/drafts/", "pages")
-    memory.entry_add("decisions", "[DECISION] 2026-11-01: Deploys go out on Fridays")
+    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: Deploys go out on Fridays")
+    memory.entry_add("decisions", "[FACT] 2026-11-02: The canary takes ten minutes")
+    memory.entry_add("decisions", "[DECISION] 2026-11-29: Deploys never go out on Fridays", first.id)
     memory.shared_page_write("drafts", "launch", PAGE)
     out = tmp_path / "out.adf"
     export_adf(memory, out, memory.log.head())
-    again = Memory.init(tmp_path / "ws2", "artemis")
+
+    def entries(workspace):
+        return [(e["type"], e["date"], e["content"], e["reverses"] is not None, e["reversed_by"] is not None)
+                for e in json.loads(run_mem("-w", workspace, "entry", "list", "decisions", "--json", check=True).stdout)]
+
+    run_mem("init", "--agent", "artemis", "-w", tmp_path / "ws2", check=True)
+    imported = json.loads(run_mem("-w", tmp_path / "ws2", "import", "adf", out, "--json", check=True).stdout)
+    assert imported["kept_aside"] == []
+    assert entries(tmp_path / "ws2") == entries(memory.root) == [
+        ("DECISION", "2026-11-01", "Deploys go out on Fridays", False, True),
+        ("FACT", "2026-11-02", "The canary takes ten minutes", False, False),
+        ("DECISION", "2026-11-29", "Deploys never go out on Fridays", True, False)]
+    listed = json.loads(run_mem("-w", tmp_path / "ws2", "page", "list", "--layer", "drafts", "--json", check=True).stdout)
+    assert [(p["slug"], p["heads"]) for p in listed] == [("launch", 1)]
+    assert (tmp_path / "ws2/notes/drafts/launch.md").read_bytes() == PAGE
+    reversal = json.loads(run_mem("-w", tmp_path / "ws2", "entry", "list", "decisions", "--json").stdout)
+    assert reversal[2]["reverses"] == reversal[0]["id"] and reversal[0]["reversed_by"] == reversal[2]["id"]
+
+    db = sqlite3.connect(out)  # a layer file edited by hand past reading back: kept aside, as before
+    with db:
+        db.execute("UPDATE adf_files SET content = CAST('# decisions\n\nnot an entry\n' AS BLOB) "
+                   "WHERE path = 'memory/decisions.md'")
+    db.close()
+    again = Memory.init(tmp_path / "ws3", "artemis")
     report = import_adf(again, out)
-    assert sorted(report.kept_aside) == ["imported/artemis/memory/decisions.md",
-                                         "imported/artemis/notes/drafts/launch.md"]
+    assert report.kept_aside == ["imported/artemis/memory/decisions.md"]
     paths = {row[0] for row in again.files()}
-    assert "memory/decisions.md" not in paths and "notes/drafts/launch.md" not in paths
-    assert "Deploys go out on Fridays" in again.file_text("imported/artemis/memory/decisions.md")
+    assert "memory/decisions.md" not in paths and "not an entry" in again.file_text(
+        "imported/artemis/memory/decisions.md")
     assert [spec["layer"] for spec in again.layers()] == ["decisions", "drafts"]

@@ -2,6 +2,7 @@
 refused with one `error:` line and a non-zero exit, and the log stays as it was."""
 
 import datetime as dt
+import json
 import sqlite3
 
 from conftest import PAGE, log_rows, run_mem
@@ -124,3 +125,60 @@ def test_hub_believed_before_the_hub_had_a_contract_is_refused(tmp_path):
     assert line.startswith("error: '2001-01-01' (") and line.endswith(") is before this hub had a contract"), line
     now = run_mem("hub", "believed", "ana", "--at", "now", cwd=tmp_path, check=True)
     assert b"ana had received hub events up to position 0" in now.stdout
+
+
+def test_loop_clear_takes_negative_slice_bounds_as_its_help_promises(workspace):
+    """`mem loop clear -1` (rows[-1:], a Python slice) was `No such option: -1`: it needed `--`."""
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    for text in ["one", "two", "three", "four"]:
+        mem("loop", "append", "--role", "user", "--text", text, check=True)
+
+    def texts():
+        return [m["content"][0]["text"] for m in json.loads(mem("loop", "show", "--json", check=True).stdout)]
+
+    assert mem("loop", "clear", "-1", check=True).stdout.decode().startswith("cleared loop main[-1:] ")
+    assert texts() == ["one", "two", "three"]
+    assert mem("loop", "clear", "-3", "-2", "--loop", "main", check=True).stdout.decode().startswith(
+        "cleared loop main[-3:-2] ")
+    assert texts() == ["two", "three"]
+    rows = log_rows(workspace)
+    refused = mem("loop", "clear", "-x")
+    assert refused.returncode == 2 and refused.stderr.decode().count("\n") == 1 and "'-x'" in refused.stderr.decode()
+    assert mem("loop", "clear", "-9", "-5").stderr.decode() == \
+        "error: loop 'main' has 2 messages; rows[-9:-5] selects none, so there is nothing to clear\n"
+    assert log_rows(workspace) == rows
+
+
+def test_config_set_refuses_keys_and_values_mindlog_would_not_read(workspace):
+    """`mem config set layers.x 1` was accepted and then ignored (local_layers.declared skips what it cannot
+    read), as were a switch that is no boolean under context.audit and a group that is no object."""
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    rows = log_rows(workspace)
+    refusals = {
+        ("layers.x", "1"): 'layers.x declares a local layer: give {"path": PATH, "format": "entries" or "pages"}',
+        ("layers.x", '{"path": "x.md", "size": 3}'): "layers.x declares a local layer",
+        ("layers.x.path", "x.md"): "there is no config key 'layers.x.path': a local layer is set whole",
+        ("layers.x", '{"path": "../x.md"}'): "layer path '../x.md': the path must stay inside the workspace",
+        ("context.audit.files", "abc"): "context.audit.files is a switch: give true or false, not 'abc'",
+        ("audit", "5"): "audit is a group of keys (files, inbox, loop, outbox)",
+        ("audit", '{"nope": true}'): "there is no config key audit.nope (the keys of audit: files, inbox,",
+        ("lint", '{"mind_max_lines": 0}'): "lint.mind_max_lines is a budget",
+    }
+    for args, why in refusals.items():
+        refused = mem("config", "set", *args)
+        err = refused.stderr.decode()
+        assert refused.returncode == 1 and err.startswith("error: ") and why in err, (args, err)
+        assert len(err.splitlines()) == 1 and not refused.stdout, (args, refused)
+    assert log_rows(workspace) == rows
+    mem("config", "set", "layers.decisions", '{"path": "memory/decisions.md"}', check=True)
+    mem("config", "set", "audit", '{"files": true}', check=True)
+    mem("config", "set", "context.audit.loop", "false", check=True)
+    mem("entry", "add", "decisions", "[DECISION] ship on fridays", check=True)
+    assert "ship on fridays" in (workspace / "memory/decisions.md").read_text()
+    config = json.loads(mem("config", "show", "--json", check=True).stdout)
+    assert config["layers"]["decisions"] == {"path": "memory/decisions.md", "format": "entries"}
+    assert config["audit"]["files"] is True and config["context"]["audit"]["loop"] is False

@@ -3,6 +3,8 @@ commands never create a hub by accident, and small commands say what is true."""
 
 import json
 
+import pytest
+
 from conftest import PAGE, log_rows, run_mem
 
 
@@ -59,6 +61,39 @@ def test_hub_admin_commands_never_create_a_hub(tmp_path):
     run_mem("hub", "agent", "revoke", "bo", cwd=tmp_path, check=True)
     again = run_mem("hub", "agent", "revoke", "bo", cwd=tmp_path)
     assert again.returncode == 1 and again.stderr.decode().startswith("error: agent 'bo' was revoked already (")
+
+
+def test_a_database_that_is_not_a_hubs_is_refused_and_left_untouched(tmp_path):
+    """A non-empty SQLite file of another program given as --db got the hub's tables (and WAL mode) added: the
+    commands refuse it, and so does the hub's storage itself, before writing anything."""
+    import sqlite3
+
+    from eventstore.errors import InvalidInput
+    from sync.server import free_port
+    from sync.storage_sqlite import SQLiteHubStorage
+
+    other = tmp_path / "notes.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('mine')")
+    db.close()
+    before = other.read_bytes()
+    for args in (["hub", "init"], ["hub", "agent", "add", "ana"], ["hub", "agent", "list"], ["hub", "contract", "show"],
+                 ["serve", "--port", free_port()]):
+        refused = run_mem(*args, "--db", other, cwd=tmp_path)
+        assert refused.returncode == 1 and refused.stderr.decode() in (
+            f"error: {other} is not a hub database (it holds notes); a hub needs a file of its own\n",
+            f"error: no hub database at {other}; create one with `mem hub init --db {other}` or pass --db (or "
+            "MEM_HUB_DB)\n"), (args, refused.stderr)
+    with pytest.raises(InvalidInput, match=f"^{other} is not a hub database \\(it holds notes\\); a hub needs a "
+                       "file of its own$"):
+        SQLiteHubStorage(other)
+    assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    run_mem("hub", "init", "--db", empty, check=True)
+    run_mem("hub", "agent", "add", "ana", "--db", empty, check=True)
+    assert b"ana" in run_mem("hub", "agent", "list", "--db", empty, check=True).stdout
 
 
 def test_a_workspace_log_is_never_taken_for_a_hub(workspace):

@@ -2,6 +2,7 @@
 Each is one `error: ...` line naming the file, port or URL, a non-zero exit, no traceback, nothing
 claimed before it, and the log as it was."""
 
+import os
 import select
 import shlex
 import socket
@@ -241,22 +242,57 @@ def test_a_damaged_or_empty_hub_database_is_named(tmp_path):
         refused(run_mem("hub", *command, "--db", hub), f"the hub database {hub} is damaged")
 
 
-def test_a_workspace_on_a_read_only_mount_says_so(written):
-    """On a read-only mount SQLite says only SQLITE_CANTOPEN (a WAL database is not read without its -shm
-    written beside it): the refusal says the storage is read-only. The mount is a read-only bind mount in
-    a user and mount namespace of the `mem` process alone (`unshare -rm`)."""
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind {written} {written} && "
-                            f"mount -o remount,bind,ro {written}"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no read-only bind mount in a user namespace here: {probe.stderr.decode().strip()}")
-    before = log_rows(written)
-    mem = shlex.join(mem_command())
-    for command in ("show mind.md", "log", "status", "always add hello"):
-        result = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind {written} {written} && mount -o "
-                                 f"remount,bind,ro {written} && exec {mem} {command} -w {written}"],
-                                capture_output=True, timeout=120)
-        refused(result, f"cannot open the event log {written / '.mem' / 'log.db'}: the storage is read-only")
+@pytest.fixture(params=["mount", "chmod"])
+def read_only(request, written):
+    """Runs `mem` on the workspace `written` as on read-only storage: a read-only bind mount in a user and
+    mount namespace of the `mem` process alone (`unshare -rm`), or the workspace without write permission
+    (not for root, whom permissions do not stop)."""
+    if request.param == "mount":
+        remount = f"mount --bind {written} {written} && mount -o remount,bind,ro {written}"
+        probe = subprocess.run(["unshare", "-rm", "sh", "-c", remount], capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip(f"no read-only bind mount in a user namespace here: {probe.stderr.decode().strip()}")
+        mem = shlex.join(mem_command())
+        yield lambda command: subprocess.run(["unshare", "-rm", "sh", "-c", f"{remount} && exec {mem} {command} "
+                                              f"-w {written}"], capture_output=True, timeout=120)
+        return
+    if os.geteuid() == 0:
+        pytest.skip("root writes whatever the permissions say")
+    paths = [written, *written.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        yield lambda command: run_mem(*shlex.split(command), "-w", written)
+    finally:
+        for path in paths:
+            path.chmod(path.stat().st_mode | 0o200)
+
+
+def test_a_workspace_on_read_only_storage_is_read_and_refuses_writes(written, read_only):
+    """Reads on read-only storage were refused (SQLite reads a WAL database through the -shm it writes beside
+    it): the databases are opened read-only there, and only a change is refused, naming the workspace."""
+    reads = ["show mind.md", "show mind/deploy.md --seq 1", "log --json", "status", "search staging --json",
+             "page list", "verify", "believed", "diff mind/deploy.md --from seq:1", "cite adf-file://mind/deploy.md",
+             "lint --json"]
+    expected = {command: run_mem(*shlex.split(command), "-w", written) for command in reads}
+    before, files = log_rows(written), {p: p.read_bytes() for p in written.rglob("*") if p.is_file()}
+    for command in reads:
+        result = read_only(command)
+        assert (result.returncode, result.stdout, result.stderr) == (
+            expected[command].returncode, expected[command].stdout, b""), command
+    for command in ("always add hello", "page delete deploy", "adopt"):
+        refused(read_only(command), f"cannot change the workspace {written}: ")
     assert log_rows(written) == before
+    assert {p: p.read_bytes() for p in written.rglob("*") if p.is_file()} == files
+
+
+def test_views_behind_the_log_on_read_only_storage_are_refused_not_read(written, read_only):
+    from projections.memory import Memory
+
+    with Memory.open(written) as memory:
+        memory.log.append([memory.writer.always_add("appended behind the views")])
+    refused(read_only("show mind.md"), f"the views {written / '.mem' / 'views.db'} are at seq 1, the log at 2, and the "
+            "storage is read-only")
 
 
 def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path, pg_url):

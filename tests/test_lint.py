@@ -84,7 +84,7 @@ def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
     (tmp_path / "c.md").write_bytes(page("C", stale_after="2000-01-01"))
     run_mem(*w, "page", "write", "c", "--file", tmp_path / "c.md", check=True)
     result = run_mem(*w, "lint", "--check", "stale", "--json")
-    assert result.returncode == 1 and [f["check"] for f in json.loads(result.stdout)] == ["stale"]
+    assert result.returncode == 1 and [f["check"] for f in json.loads(result.stdout)["findings"]] == ["stale"]
     assert run_mem(*w, "lint", "--check", "stale", "--seq", "2").returncode == 0
     bad = run_mem(*w, "lint", "--check", "nonsense")
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: unknown lint check")
@@ -93,10 +93,19 @@ def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
                      "print('contradiction: owner vs never' if 'never' in pair['b_text'] + pair['a_text'] "
                      "else 'consistent')\n")
     result = run_mem(*w, "lint", "--check", "sources", "--judge", f"{sys.executable} {judge}", "--record")
-    assert result.returncode == 1 and b"[judge] adf-file://mind/a.md: contradicts adf-file://mind/b.md" in \
-        result.stdout
+    assert result.returncode == 1 and result.stdout.decode().splitlines() == [
+        "[judge] mind/a.md: contradicts mind/b.md (judge: contradiction: owner vs never)",
+        "judge: mind/a.md vs mind/b.md: contradiction: owner vs never", "Lint: 1 finding(s): judge 1.",
+        "recorded in mind/log.md (seq 4)"]
     log = (workspace / "mind/log.md").read_text()
-    assert "lint | Lint pass\n\nLint: 1 finding(s): judge 1." in log and "judge: adf-file://mind/a.md vs" in log
+    assert "lint | Lint pass\n\nLint: 1 finding(s): judge 1." in log and "judge: mind/a.md vs mind/b.md" in log
+    # --json carries the verdicts the text prints, every path as the other checks name it
+    result = run_mem(*w, "lint", "--check", "stale", "--judge", f"{sys.executable} {judge}", "--record", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["seq"] == 4 and report["recorded"] == 5
+    assert report["checks"] == ["stale", "judge"]
+    assert [(f["check"], f["path"]) for f in report["findings"]] == [("stale", "mind/c.md"), ("judge", "mind/a.md")]
+    assert report["verdicts"] == [{"a": "mind/a.md", "b": "mind/b.md", "verdict": "contradiction: owner vs never"}]
 
 
 def test_a_judge_that_never_answers_is_one_error_line_and_records_nothing(workspace, tmp_path):

@@ -214,3 +214,18 @@ def test_a_redacted_event_appended_alone_keeps_its_original_kind(tmp_path):
         back = log.get(events[1].id)
         assert (kind, codec) == ("always.add", 2) and isinstance(back.body, Redacted)
         assert back.digest == events[1].digest and log.verify().ok
+
+
+def test_an_event_resent_through_a_connection_whose_head_is_stale_keeps_its_first_seq(tmp_path):
+    """The single append goes in at the head it remembers + 1: when another connection has appended
+    since (that seq is taken) and that append was this very event, the answer is the event's seq, once."""
+    first, second = SQLiteLog(tmp_path / "log.db"), SQLiteLog(tmp_path / "log.db")
+    first.append([ev(0)])
+    event = ev(1)
+    assert second.append([event]) == [2]
+    assert first.append([event]) == [2]  # first still believes the head is 1
+    assert first.append([ev(2)]) == [3]
+    assert [e.seq for e in first.read()] == [1, 2, 3]
+    assert first.verify().ok
+    first.close()
+    second.close()

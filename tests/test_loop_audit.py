@@ -190,7 +190,7 @@ def test_citations_resolve_and_lint_finds_the_missing(workspace, tmp_path):
     assert run_mem("-w", workspace, "cite", "adf-file://mind/facts.md", check=True).stdout.startswith(b"---\n")
     result = run_mem("-w", workspace, "lint", "--citations", "--json")
     assert result.returncode == 1
-    found = {f["citation"] for f in json.loads(result.stdout)}
+    found = {f["citation"] for f in json.loads(result.stdout)["findings"]}
     assert found == {"[S77]", "adf-file://mind/nothing.md"}
     run_mem("-w", workspace, "lint", "--citations", "--record")
     assert "lint | Lint pass" in (workspace / "mind/log.md").read_text()

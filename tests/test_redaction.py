@@ -315,3 +315,29 @@ def test_consumers_pulling_two_redactions_at_once_or_one_by_one_show_the_hubs_st
         assert mem(team / agent, "replay", "--check").returncode == 0
         assert b"(1 redacted)" in mem(team / agent, "verify", check=True).stdout
 
+
+
+def test_a_producer_that_pulls_the_first_redaction_before_pushing_its_own_shows_it(team):
+    """main redacts the writer's entry; the writer redacts it too and pushes first; main pulls (its own
+    redaction not pushed yet), then pushes. The hub keeps the writer's stand-in, so main must too: it kept
+    its own, as its redaction came first in its log."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    target = entry_id(team, "main", "insights", "555-0199")
+    mem(team / "main", "redact", target, "--reason", "main's", check=True)
+    mem(team / "writer", "redact", target, "--reason", "writer's", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    assert stand_ins(team, ("main",), target)["main"][0] == "writer's"
+    mem(team / "main", "push", check=True)
+    for agent in ("writer", "main", "late"):
+        mem(team / agent, "pull", check=True)
+    found = stand_ins(team, ("writer", "main", "late"), target)
+    assert found["hub"][0] == "writer's" and set(found.values()) == {found["hub"]}, found
+    rendered = {agent: (team / agent / "memory/insights.md").read_text() for agent in ("writer", "main", "late")}
+    assert len(set(rendered.values())) == 1 and "[redacted: writer's]" in rendered["main"], rendered
+    assert files_holding(team, "555-0199") == []
+    assert mem(team / "main", "replay", "--check").returncode == 0

@@ -1,0 +1,46 @@
+"""SQLite files on storage this process cannot write (a read-only mount, a directory without write permission).
+
+SQLite reads a WAL database through its -shm file beside it, which it makes (or writes) on opening, so
+on such storage a plain open fails with only SQLITE_CANTOPEN, even to read. There the file is opened
+read-only instead: `mode=ro` (which reads through a -shm a writer left there), else `immutable=1` (no -shm
+needed: the file is taken as it is, as nothing can change it on a read-only mount). Reads then work;
+every write is refused by SQLite as `attempt to write a readonly database` (`the storage is read-only`).
+"""
+
+import os
+import sqlite3
+from pathlib import Path
+
+
+class ReadOnlyConnection(sqlite3.Connection):
+    """A connection opened read-only because the storage is not writable (`read_only(db)`)."""
+
+
+def unwritable(path: Path) -> bool:
+    """Whether `path` is an existing file in a directory this process may not write into."""
+    try:
+        return path.is_file() and (bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+                                   or not os.access(path.parent, os.W_OK))
+    except OSError:
+        return False
+
+
+def connect(path: str | Path, **options) -> sqlite3.Connection:
+    """`sqlite3.connect(path, **options)`, or a ReadOnlyConnection when the file is on unwritable storage."""
+    path = Path(path)
+    if not unwritable(path):
+        return sqlite3.connect(str(path), **options)
+    uri = path.absolute().as_uri()
+    db = sqlite3.connect(f"{uri}?mode=ro", uri=True, factory=ReadOnlyConnection, **options)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError as exc:
+        db.close()
+        if getattr(exc, "sqlite_errorname", None) != "SQLITE_CANTOPEN":
+            raise
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, factory=ReadOnlyConnection, **options)
+
+
+def read_only(db: sqlite3.Connection) -> bool:
+    return isinstance(db, ReadOnlyConnection)
