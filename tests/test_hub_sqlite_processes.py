@@ -7,33 +7,16 @@ import statistics
 import threading
 import time
 
-from eventstore.envelope import new_event
-from eventstore.kinds import EntryAppend
 from sync.client import HubClient
 from sync.storage_sqlite import SQLiteHubStorage
-from sync.wire import Contract, ContractLayer
 
 from hubserver import mem_serve
-
-CONTRACT = Contract(layers={"insights": ContractLayer(path="memory/insights.md", format="entries",
-                                                      producers=["*"], consumers=["*"])})
-
-
-def fact(agent: str, text: str):
-    return new_event(EntryAppend(type="FACT", date="2026-11-30", content=text), agent=agent, layer="insights")
-
-
-def hub_with(path: str, agents: list[str]) -> list[str]:
-    admin = SQLiteHubStorage(path)
-    admin.apply_contract(CONTRACT)
-    tokens = [admin.add_agent(name) for name in agents]
-    admin.close()
-    return tokens
+from two_hubs import fact, hub_with, pushers_on_both_and_a_puller
 
 
 def test_a_push_to_one_hub_process_wakes_a_long_poll_on_the_other_within_milliseconds(tmp_path):
     db = str(tmp_path / "hub.db")
-    pusher_token, reader_token = hub_with(db, ["pusher", "reader"])
+    pusher_token, reader_token = hub_with(SQLiteHubStorage(db), ["pusher", "reader"])
     with mem_serve(db) as first, mem_serve(db) as second:
         received: dict[str, float] = {}
         stop, errors = threading.Event(), []
@@ -79,54 +62,9 @@ def test_a_push_to_one_hub_process_wakes_a_long_poll_on_the_other_within_millise
 
 def test_pushers_on_two_hub_processes_and_a_puller_see_every_event_once_in_order(tmp_path):
     db = str(tmp_path / "hub.db")
-    *tokens, reader_token = hub_with(db, [f"pusher{i}" for i in range(4)] + ["reader"])
+    *tokens, reader_token = hub_with(SQLiteHubStorage(db), [f"pusher{i}" for i in range(4)] + ["reader"])
     with mem_serve(db) as first, mem_serve(db) as second:
-        hubs = [first, second]
-        pushed, seen, errors = [], [], []
-        done = threading.Event()
-
-        def pusher(i):
-            client = HubClient(hubs[i % 2], tokens[i])
-            try:
-                for n in range(20):
-                    batch = [fact(f"pusher{i}", f"{i}-{n}-{k}") for k in range(1 + n % 3)]
-                    client.push(batch)
-                    pushed.extend(e.id for e in batch)
-            except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-                errors.append(exc)
-            finally:
-                client.close()
-
-        def puller():
-            client = HubClient(hubs[1], reader_token)
-            cursor = ""
-            try:
-                while True:
-                    page = client.pull(cursor, 100, wait=1)
-                    seen.extend((e.seq, e.id) for e in page.events)
-                    cursor = page.cursor
-                    if done.is_set() and not page.events and not page.more:
-                        break
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
-            finally:
-                client.close()
-
-        reading = threading.Thread(target=puller)
-        reading.start()
-        threads = [threading.Thread(target=pusher, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        done.set()
-        reading.join(timeout=60)
-        assert not errors, errors
-        ids = [i for _pos, i in seen]
-        assert len(ids) == len(set(ids)), "an event was delivered twice"
-        assert set(ids) == set(pushed), "an event was never delivered"
-        positions = [pos for pos, _i in seen]
-        assert positions == list(range(2, 2 + len(pushed)))  # position 1 is the contract
+        pushers_on_both_and_a_puller([first, second], tokens, reader_token, rounds=20)
 
 
 def test_closing_a_storage_watched_twice_ends_both_watchers(tmp_path):
