@@ -21,7 +21,9 @@ next rebuild sees (and deletes), while the views in place are never touched. The
 new file before the rename.
 """
 
+import functools
 import gc
+import itertools
 import os
 import sqlite3
 import subprocess
@@ -32,9 +34,12 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore.envelope import CODEC_RAW
+from eventstore.sqlite import SQLiteLog
+
 from . import search, shared
-from .fold import catch_up
-from .rows import insert_many
+from .fold import _unpacked, catch_up
+from .rows import ROWS, insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
 BULK_FOLD_THRESHOLD = 20_000
@@ -48,7 +53,7 @@ HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; "
-          "serve(sys.argv[2], int(sys.argv[3]))")
+          "serve(sys.argv[2], int(sys.argv[3]), sys.argv[4] or None)")
 _BUILDER = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build()"
 """The child processes run this very code (the tree this module was imported from)."""
 
@@ -67,7 +72,8 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     remove_files(path)
     remove_files(fold_path)
     views = Views(path, fast=True)  # every table, empty: the writer fills the history
-    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH)
+    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH,
+                           log=log.path if isinstance(log, SQLiteLog) else None)
     views.close()
     writer.start()
     try:
@@ -210,12 +216,15 @@ class HistoryWriter:
     through a pipe, so that SQLite's work and the rows' binding run on the other core, without the GIL the fold
     holds; but the first batch of a build that may need no second one is written here."""
 
-    def __init__(self, db, path: str, apart: bool = False):
+    def __init__(self, db, path: str, apart: bool = False, log: str | None = None):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
         bulk_end). `apart`: more than a batch is to come, so the child process starts at once (its start-up
-        beside the fold's first batch)."""
+        beside the fold's first batch). `log`: the path of a SQLite log, which the writer attaches to read what
+        page_versions rows take from it as stored (`FROM_LOG`): less to hand over, bind and decode."""
         self.path = path
+        self.log = log
+        self.from_log = log is not None
         self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
         self.triggers = search.bulk_begin(db)
@@ -228,10 +237,10 @@ class HistoryWriter:
         if self.apart:
             self._spawn()
         else:
-            self.db = _connect(self.path)
+            self.db = _connect(self.path, self.log)
 
     def _spawn(self) -> None:
-        self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
+        self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode), self.log or ""],
                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
@@ -240,7 +249,7 @@ class HistoryWriter:
         self.batches += 1
         if self.child is None:
             if self.batches == 1:
-                write_batch(self.db, versions, entries, search_batch, shared_entries)
+                write_batch(self.db, versions, entries, search_batch, shared_entries, from_log=self.from_log)
                 return
             self.db.execute("COMMIT")  # a second batch after all (a log still growing): the child from here on
             self.db.close()
@@ -279,7 +288,8 @@ class HistoryWriter:
 
     def merge(self, db, fold_path: str) -> None:
         """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
-        index taken away."""
+        index taken away. A fold whose writer read the log (`from_log`) read no ids of the mind layer's events
+        (`Recorder.fold_rows`): the `pages` rows take theirs from the versions they name."""
         db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -291,6 +301,9 @@ class HistoryWriter:
                 db.execute(f'DELETE FROM main."{table}"')
                 db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
             db.execute(PAGE_VERSIONS_INDEX)
+            if self.from_log:  # the fold read no ids of the wiki's events: its pages take their versions'
+                db.execute("UPDATE pages SET version_id = (SELECT v.version_id FROM page_versions AS v "
+                           "WHERE v.slug = pages.slug AND v.seq = pages.seq)")
             search.bulk_end(db, self.triggers)
             db.execute("COMMIT")
         finally:
@@ -302,6 +315,9 @@ class HistoryWriter:
 VersionRow = tuple[str, int, bytearray, int, int, str, str, str, bytearray | None]
 """A page_versions row as the writer's child decodes it: its blobs as bytearrays, which sqlite3 binds directly
 (bytes, like None, go through its adapter lookup first: a fifth of the cost of the row)."""
+LoggedVersionRow = tuple[str, int, int, str, str, str, bytearray | int | None]
+"""A page_versions row for a writer that reads the log (`FROM_LOG`): (slug, seq, deleted, parents, title, hook,
+doc), the doc 0 when it is the body the log stores at `seq`."""
 PageHistoryRow = tuple[int, str, str, str, str, str | int, str | int, int]
 """search.page_history_row."""
 _Text = str | int | None  # 0 for NULL (search.DOCS_INSERT)
@@ -311,43 +327,92 @@ SearchHistoryRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Tex
 """A search_history row (search.COLUMNS, until, since)."""
 EntryRow = tuple[str, str, int, str, str, str, str, _Text]
 """A shared layer's `entries` row (shared.ENTRIES_INSERT)."""
-Frame = tuple[list[VersionRow], list[tuple[int, int, str]],
+_Rest = tuple[list[tuple[int, int, str]],
               tuple[list, list[SearchRow], list[PageHistoryRow], list, list[SearchHistoryRow], list, list, list, list],
               list[EntryRow]]
+Frame = tuple[list[VersionRow], *_Rest.__args__]
 """A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed)."""
+LoggedFrame = tuple[list[LoggedVersionRow], *_Rest.__args__]
+"""A batch of HistoryWriter.add to a writer that reads the log."""
+
+PAGE_VERSIONS_INSERT = "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)"
+_ROW = "(?,?,?,?,?,?,?)"
+FROM_LOG = ("INSERT INTO page_versions SELECT v.column1, v.column2, e.id, e.ts, v.column3, v.column4, v.column5, "
+            "v.column6, iif(v.column7 IS 0, e.body, v.column7) FROM (VALUES {}) AS v CROSS JOIN log.events AS e "
+            "ON e.seq = v.column2 WHERE v.column7 IS NOT 0 OR e.codec = {}".format("{}", CODEC_RAW))
+"""page_versions rows (LoggedVersionRow) completed by the log attached as `log`: the version id and ts of the
+event at their seq, and its body where the doc is 0. That body is stored as it was written (CODEC_RAW) when the
+fold read it; one the log no longer stores so (redacted since) leaves its row out, for `_insert_versions`."""
 
 
-def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list) -> None:
-    """One batch of HistoryWriter.add into the new file (its transaction open)."""
-    insert_many(db, "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
+@functools.cache
+def _from_log(count: int) -> str:
+    return FROM_LOG.format(",".join([_ROW] * count))
+
+
+def _insert_versions(db, versions: list) -> None:
+    """LoggedVersionRows into page_versions (FROM_LOG), ROWS a statement; a row left out because the log's body
+    at its seq is stored otherwise now (a redaction came in meanwhile) gets that body as the fold would read it
+    (`fold._unpacked`)."""
+    flatten = itertools.chain.from_iterable
+    for start in range(0, len(versions), ROWS):
+        chunk = versions[start:start + ROWS]
+        if db.execute(_from_log(len(chunk)), list(flatten(chunk))).rowcount == len(chunk):
+            continue
+        rows = {row[1]: row for row in chunk if row[6] == 0}
+        for seq, id, ts, codec, body in db.execute(
+                f"SELECT seq, id, ts, codec, body FROM log.events WHERE seq IN ({','.join('?' * len(rows))}) "
+                f"AND codec != {CODEC_RAW}", list(rows)).fetchall():
+            slug, _seq, deleted, parents, title, hook, _doc = rows[seq]
+            db.execute(PAGE_VERSIONS_INSERT, (slug, seq, id, ts, deleted, parents, title, hook, _unpacked(codec, body)))
+
+
+def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list, *,
+                from_log: bool = False) -> None:
+    """One batch of HistoryWriter.add into the new file (its transaction open); `from_log`: its page_versions
+    rows are LoggedVersionRows."""
+    if from_log:
+        _insert_versions(db, versions)
+    else:
+        insert_many(db, PAGE_VERSIONS_INSERT, versions)
     insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
     insert_many(db, shared.ENTRIES_INSERT, shared_entries)
     search.write_batch(db, *search_batch, bulk=True)
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    """The writer's connection to the new file (see the module's docstring), its one transaction begun."""
+def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
+    """The writer's connection to the new file (see the module's docstring), its one transaction begun; with the
+    SQLite log at `log` attached as `log` (only read)."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode = OFF")
     db.execute("PRAGMA synchronous = OFF")
+    if log is not None:
+        db.execute("ATTACH DATABASE ? AS log", (log,))
     db.execute("BEGIN")
     return db
 
 
-def serve(path: str, inode: int) -> None:
+def serve(path: str, inode: int, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
     (its end of the pipe closed early), nothing is committed: its files are deleted by the next build. It
     writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
-    before, whose file the next build has made anew."""
-    stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder(Frame).decode
+    before, whose file the next build has made anew.
+
+    With the SQLite log at `log` (FROM_LOG), each batch is committed: the log's rows are read in the batch's
+    transaction, whose snapshot of the log must be taken after the fold read them (a log still growing)."""
+    stdin = sys.stdin.buffer
+    decode = msgspec.msgpack.Decoder(Frame if log is None else LoggedFrame).decode
     gc.disable()  # each batch decodes a million objects, freed by refcounting alone (fold.no_cyclic_gc)
     try:
-        db = _connect(path)
+        db = _connect(path, log)
         if os.stat(path).st_ino != inode:
             sys.exit(1)
         while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
-            write_batch(db, *decode(stdin.read(size)))
+            write_batch(db, *decode(stdin.read(size)), from_log=log is not None)
+            if log is not None:
+                db.execute("COMMIT")
+                db.execute("BEGIN")
         if len(header) < 4:
             sys.exit(1)
         db.execute("COMMIT")
