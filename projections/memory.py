@@ -220,16 +220,16 @@ class Memory:
         return self.append_all([event], touches=touches, adopt=adopt, force=force, allow_secret=allow_secret)[0]
 
     def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-                   force: bool = False, allow_secret: bool = False) -> list[Event]:
+                   force: bool = False, allow_secret: bool = False, checked: bool = False) -> list[Event]:
         """Appends events in one transaction, with `append`'s checks; returns them with their seqs.
+        `checked`: each event went through `admit` already (a batch of adopted pages, refused one by one).
 
         Once the events are committed the command has succeeded: if the views or files then cannot follow
         (a full disk), `behind` says so and the next command catches up."""
-        events = [secrets.checked(event, allow_secret) for event in events]
+        if not checked:
+            events = [self.admit(event, allow_secret) for event in events]
         for path in touches:
             validate.inside_workspace(self.root, path)
-        for event in events:
-            trust.admit(self, event)
         with self.lock():
             if (checkpoint := self.views.checkpoint()) > (head := self.log.head()):
                 raise log_cut_short(checkpoint, head)
@@ -250,6 +250,13 @@ class Memory:
                 self._fell_behind(exc)
             self.follow(force=force, files=force or not self.defer_files)
         return events
+
+    def admit(self, event: Event, allow_secret: bool = False) -> Event:
+        """The event as it may be appended: refused when it holds a secret (unless allowed) or when the trust
+        rules forbid it (a held page)."""
+        event = secrets.checked(event, allow_secret)
+        trust.admit(self, event)
+        return event
 
     def follow(self, *, force: bool = False, files: bool = True) -> None:
         """Refreshes after a committed append; a storage failure leaves the event standing and sets `behind`."""
@@ -468,22 +475,32 @@ class Memory:
                           allow_secret: bool = False) -> Event:
         """Writes a shared page; from a hand-edited file, its parent is the version the file showed,
         so a teammate's version that arrived meanwhile stays a head (a conflict), never lost."""
+        event = self.shared_page_writing(layer, slug, document, note, allow_secret=allow_secret)
+        path = self.shared_page_path(layer, event.body.slug)
+        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
+
+    def shared_page_writing(self, layer: str, slug: str, document: bytes, note: str = "", *,
+                            allow_secret: bool = False) -> Event:
+        """The event `shared_page_write` appends, made and checked against the contract."""
         self.shared_layer(layer, "pages", allow_secret)
         slug = validate.slug(slug)
-        event = self.shared_writer.page_write(layer, slug, document, note, self.materialised_from(layer, slug))
-        path = self.shared_page_path(layer, slug)
-        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
+        return self.shared_writer.page_write(layer, slug, document, note, self.materialised_from(layer, slug))
 
     def shared_page_delete(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
                            allow_secret: bool = False) -> Event:
         """Deletes a shared page; `by_hand` (its file was deleted) supersedes only the version the
         file showed, so a teammate's newer version is kept as a conflict."""
+        event = self.shared_page_deleting(layer, slug, note, by_hand=by_hand, allow_secret=allow_secret)
+        return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], force=by_hand,
+                           allow_secret=allow_secret)
+
+    def shared_page_deleting(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
+                             allow_secret: bool = False) -> Event:
+        """The event `shared_page_delete` appends, made and checked against the contract."""
         self.shared_layer(layer, "pages", allow_secret)
         slug = validate.slug(slug)
         parents = self.materialised_from(layer, slug) if by_hand else None
-        event = self.shared_writer.page_delete(layer, slug, note, parents)
-        return self.append(event, touches=[self.shared_page_path(layer, slug)], force=by_hand,
-                           allow_secret=allow_secret)
+        return self.shared_writer.page_delete(layer, slug, note, parents)
 
     def shared_page_rename(self, layer: str, old: str, new: str, note: str = "", *,
                            allow_secret: bool = False) -> Event:
