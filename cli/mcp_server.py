@@ -375,7 +375,7 @@ def serve(mem: Memory, http: str | None = None) -> None:
             host, port = address
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
-            print(f"mindlog mcp: {http_url(host, port)}/mcp", file=sys.stderr, flush=True)
+            print(f"mindlog mcp: {http_url(host, port)}/mcp", flush=True)  # stdout: with --http, not the protocol's
             warn_if_exposed(host, "the MCP server (it reads and writes this workspace)")
             run_on(app, sock)
     finally:
