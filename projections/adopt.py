@@ -25,13 +25,14 @@ class AdoptReport(msgspec.Struct):
     refused: dict[str, str] = {}
 
 
-def adopt(memory, *, allow_secret: bool = False, progress=None) -> AdoptReport:
+def adopt(memory, *, allow_secret: bool = False, progress=None, explain=str) -> AdoptReport:
     """Adopts every direct edit, under the projector's lock: no write can be half done (its event in the
     views, its file not yet on disk) while the files are compared with the views. `progress(n, total)`
-    hears of each file adopted or left; `allow_secret` writes what the secret scanner flags."""
+    hears of each file adopted or left; `allow_secret` writes what the secret scanner flags; `explain` words
+    a refusal (an MCP client is told of tools, not of flags)."""
     with memory.lock():
         memory.refresh()
-        return _adopt(memory, allow_secret, progress or (lambda _n, total=None: None))
+        return _adopt(memory, allow_secret, progress or (lambda _n, total=None: None), explain)
 
 
 BATCH = 100
@@ -43,8 +44,8 @@ class _Batch:
     """Events waiting to be appended together, each with the file it adopts; a page refused on its own
     (its contract, a secret, a hold) is reported and never joins the batch."""
 
-    def __init__(self, memory, report: AdoptReport, progress, allow_secret: bool, force: bool):
-        self.memory, self.report, self.progress = memory, report, progress
+    def __init__(self, memory, report: AdoptReport, progress, allow_secret: bool, force: bool, explain):
+        self.memory, self.report, self.progress, self.explain = memory, report, progress, explain
         self.allow_secret, self.force = allow_secret, force
         self.items: list[tuple[str, object, bytes | None]] = []
 
@@ -59,7 +60,7 @@ class _Batch:
                 self.flush()  # it may name a page of the batch (superseded-by): asked again once that is recorded
                 trust.admit(self.memory, event)
         except MemError as exc:
-            self.report.refused[path] = str(exc)
+            self.report.refused[path] = self.explain(exc)
             self.progress(1)
             return
         self.items.append((path, event, document))
@@ -79,13 +80,13 @@ class _Batch:
                                    force=self.force, checked=True)
         except MemError as exc:  # the batch as a whole (mind.md edited by hand): each page as it would alone
             for path, _event, _document in items:
-                self.report.refused[path] = str(exc)
+                self.report.refused[path] = self.explain(exc)
         else:
             self.report.adopted.extend(touches[:len(items)])
         self.progress(len(items))
 
 
-def _adopt(memory, allow_secret: bool, progress) -> AdoptReport:
+def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     report = AdoptReport(adopted=[], refused={})
     root = memory.root
     views = memory.views
@@ -100,8 +101,8 @@ def _adopt(memory, allow_secret: bool, progress) -> AdoptReport:
             _adopt_always(memory, (root / MIND_PATH).read_text(encoding="utf-8", errors="replace"), report,
                           allow_secret)
         except MemError as exc:
-            report.refused[MIND_PATH] = str(exc)
-    batch = _Batch(memory, report, progress, allow_secret, force=False)
+            report.refused[MIND_PATH] = explain(exc)
+    batch = _Batch(memory, report, progress, allow_secret, force=False, explain=explain)
     for path in sorted(edited - {MIND_PATH}):
         shared = views.shared_target(path) if views.contract else None
         refusal = None
@@ -125,7 +126,7 @@ def _adopt(memory, allow_secret: bool, progress) -> AdoptReport:
             batch.add(path, lambda slug=slug_of(path), document=document:
                       memory.writer.page_write(slug, document, "edited in place"), document)
     batch.flush()
-    deletes = _Batch(memory, report, progress, allow_secret, force=True)
+    deletes = _Batch(memory, report, progress, allow_secret, force=True, explain=explain)
     for path in missing:
         deletes.add(path, lambda slug=slug_of(path): memory.writer.page_delete(slug, "deleted in place"))
     for path in shared_missing:

@@ -237,8 +237,7 @@ class Memory:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
                 if edited:
-                    raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: "
-                                               f"{self.keep_hint(path)}" for path in edited))
+                    raise HandEdited(self.hand_edited_message(edited), edited)
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
             try:
@@ -269,8 +268,25 @@ class Memory:
         why = self.ws.damage(exc) or storage_failure(exc)
         self.behind = f"recorded, but the views and files are behind the log ({why}); they catch up at the next command"
 
-    def keep_hint(self, path: str) -> str:
-        """What a user can do about a hand-edited file, which depends on what the file is."""
+    def hand_edited_message(self, paths: list[str], *, tools: bool = False) -> str:
+        """Why a write touching these hand-edited files is refused, and what can be done about each."""
+        said = "; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path, tools=tools)}"
+                         for path in paths)
+        return f"{said}; then call again" if tools else said
+
+    def keep_hint(self, path: str, *, tools: bool = False) -> str:
+        """What a user can do about a hand-edited file, which depends on what the file is; `tools`: in the words
+        of an MCP client, which has the adopt tool but no --force (a person in a shell has)."""
+        target = self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) else None
+        if tools:
+            if path == MIND_PATH:
+                return "call the adopt tool to record its `## Always` lines"
+            if path == LOG_PATH:
+                return ("it is derived from the log and cannot be adopted; a person must delete the file in a shell "
+                        "(it is written again at the next change)")
+            if slug_of(path) or (target is not None and target[1] is not None):
+                return "call the adopt tool to keep the edit as a new version"
+            return "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)"
         if path == MIND_PATH:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
@@ -278,7 +294,6 @@ class Memory:
         if slug_of(path):
             return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
                     "or pass --force to overwrite it")
-        target = self.views.shared_target(path) if self.views.contract else None
         if target is not None and target[1] is not None:
             return "`mem adopt` keeps the edit as a new version of the shared page"
         if target is not None:
