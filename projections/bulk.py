@@ -21,9 +21,7 @@ next rebuild sees (and deletes), while the views in place are never touched. The
 new file before the rename.
 """
 
-import functools
 import gc
-import itertools
 import os
 import sqlite3
 import subprocess
@@ -39,7 +37,7 @@ from eventstore.sqlite import SQLiteLog
 
 from . import search, shared
 from .fold import _unpacked, catch_up
-from .rows import ROWS, insert_many
+from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
 BULK_FOLD_THRESHOLD = 20_000
@@ -244,8 +242,8 @@ class HistoryWriter:
                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
-        """A batch: its page_versions and log_entries rows, the search index's (SearchFold.flush's) and the
-        shared layers' entries (SharedFold.flush's)."""
+        """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
+        (SearchFold.flush's) and the shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
         if self.child is None:
             if self.batches == 1:
@@ -312,14 +310,11 @@ class HistoryWriter:
             db.execute("DETACH DATABASE fold")
 
 
-VersionRow = tuple[str, int, bytearray, int, int, str, str, str, bytearray | None]
-"""A page_versions row as the writer's child decodes it: its blobs as bytearrays, which sqlite3 binds directly
-(bytes, like None, go through its adapter lookup first: a fifth of the cost of the row)."""
-LoggedVersionRow = tuple[str, int, int, str, str, str, bytearray | int | None]
-"""A page_versions row for a writer that reads the log (`FROM_LOG`): (slug, seq, deleted, parents, title, hook,
-doc), the doc 0 when it is the body the log stores at `seq`."""
-PageHistoryRow = tuple[int, str, str, str, str, str | int, str | int, int]
-"""search.page_history_row."""
+VersionRow = tuple[str, int, bytearray | int, int, int, str, str, str, bytearray | int | None, str, str, str | int,
+                   str | int, int]
+"""A wiki page version's row (search.VERSION_COLUMNS) as the writer's child decodes it: its blobs as bytearrays,
+which sqlite3 binds directly (bytes, like None, go through its adapter lookup first: a fifth of the cost of the
+row). The version id, ts and doc are 0 where the writer reads them from the log (FROM_LOG)."""
 _Text = str | int | None  # 0 for NULL (search.DOCS_INSERT)
 SearchRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Text, _Text, _Text]
 """A search_docs row (search.COLUMNS)."""
@@ -327,57 +322,49 @@ SearchHistoryRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Tex
 """A search_history row (search.COLUMNS, until, since)."""
 EntryRow = tuple[str, str, int, str, str, str, str, _Text]
 """A shared layer's `entries` row (shared.ENTRIES_INSERT)."""
-_Rest = tuple[list[tuple[int, int, str]],
-              tuple[list, list[SearchRow], list[PageHistoryRow], list, list[SearchHistoryRow], list, list, list, list],
+Frame = tuple[list[VersionRow], list[tuple[int, int, str]],
+              tuple[list, list[SearchRow], list, list, list[SearchHistoryRow], list, list, list, list],
               list[EntryRow]]
-Frame = tuple[list[VersionRow], *_Rest.__args__]
-"""A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed)."""
-LoggedFrame = tuple[list[LoggedVersionRow], *_Rest.__args__]
-"""A batch of HistoryWriter.add to a writer that reads the log."""
+"""A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed); the search
+batch's page versions are the batch's version rows (SearchFold.flush)."""
 
-PAGE_VERSIONS_INSERT = "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)"
-_ROW = "(?,?,?,?,?,?,?)"
-FROM_LOG = ("INSERT INTO page_versions SELECT v.column1, v.column2, e.id, e.ts, v.column3, v.column4, v.column5, "
-            "v.column6, iif(v.column7 IS 0, e.body, v.column7) FROM (VALUES {}) AS v CROSS JOIN log.events AS e "
-            "ON e.seq = v.column2 WHERE v.column7 IS NOT 0 OR e.codec = {}".format("{}", CODEC_RAW))
-"""page_versions rows (LoggedVersionRow) completed by the log attached as `log`: the version id and ts of the
-event at their seq, and its body where the doc is 0. That body is stored as it was written (CODEC_RAW) when the
-fold read it; one the log no longer stores so (redacted since) leaves its row out, for `_insert_versions`."""
-
-
-@functools.cache
-def _from_log(count: int) -> str:
-    return FROM_LOG.format(",".join([_ROW] * count))
+PAGE_VERSIONS = ("INSERT INTO page_versions SELECT slug, seq, version_id, ts, deleted, parents, title, hook, doc "
+                 "FROM temp.versions")
+"""page_versions rows from the staged version rows (search.stage_versions), as they are."""
+FROM_LOG = ("INSERT INTO page_versions SELECT v.slug, v.seq, e.id, e.ts, v.deleted, v.parents, v.title, v.hook, "
+            "iif(v.doc IS 0, e.body, v.doc) FROM temp.versions AS v CROSS JOIN log.events AS e ON e.seq = v.seq "
+            f"WHERE v.doc IS NOT 0 OR e.codec = {CODEC_RAW}")
+"""page_versions rows from the staged version rows, completed by the log attached as `log`: the version id and ts
+of the event at their seq, and its body where the doc is 0. That body was stored as it was written (CODEC_RAW)
+when the fold read it; one the log no longer stores so (redacted since) leaves its row out, for `_insert_versions`."""
 
 
-def _insert_versions(db, versions: list) -> None:
-    """LoggedVersionRows into page_versions (FROM_LOG), ROWS a statement; a row left out because the log's body
-    at its seq is stored otherwise now (a redaction came in meanwhile) gets that body as the fold would read it
+def _insert_versions(db, count: int) -> None:
+    """The `count` staged version rows into page_versions (FROM_LOG); a row left out because the log's body at its
+    seq is stored otherwise now (a redaction came in meanwhile) gets that body as the fold would read it
     (`fold._unpacked`)."""
-    flatten = itertools.chain.from_iterable
-    for start in range(0, len(versions), ROWS):
-        chunk = versions[start:start + ROWS]
-        if db.execute(_from_log(len(chunk)), list(flatten(chunk))).rowcount == len(chunk):
-            continue
-        rows = {row[1]: row for row in chunk if row[6] == 0}
-        for seq, id, ts, codec, body in db.execute(
-                f"SELECT seq, id, ts, codec, body FROM log.events WHERE seq IN ({','.join('?' * len(rows))}) "
-                f"AND codec != {CODEC_RAW}", list(rows)).fetchall():
-            slug, _seq, deleted, parents, title, hook, _doc = rows[seq]
-            db.execute(PAGE_VERSIONS_INSERT, (slug, seq, id, ts, deleted, parents, title, hook, _unpacked(codec, body)))
+    if db.execute(FROM_LOG).rowcount == count:
+        return
+    for slug, seq, id, ts, deleted, parents, title, hook, codec, body in db.execute(
+            "SELECT v.slug, v.seq, e.id, e.ts, v.deleted, v.parents, v.title, v.hook, e.codec, e.body FROM temp.versions "
+            f"AS v CROSS JOIN log.events AS e ON e.seq = v.seq WHERE v.doc IS 0 AND e.codec != {CODEC_RAW}").fetchall():
+        db.execute("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)",
+                   (slug, seq, id, ts, deleted, parents, title, hook, _unpacked(codec, body)))
 
 
 def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list, *,
                 from_log: bool = False) -> None:
-    """One batch of HistoryWriter.add into the new file (its transaction open); `from_log`: its page_versions
-    rows are LoggedVersionRows."""
+    """One batch of HistoryWriter.add into the new file (its transaction open); `from_log`: the log is attached,
+    and the version rows take from it what they leave out (FROM_LOG)."""
+    search.stage_versions(db, versions)
     if from_log:
-        _insert_versions(db, versions)
+        _insert_versions(db, len(versions))
     else:
-        insert_many(db, PAGE_VERSIONS_INSERT, versions)
+        db.execute(PAGE_VERSIONS)
     insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
     insert_many(db, shared.ENTRIES_INSERT, shared_entries)
-    search.write_batch(db, *search_batch, bulk=True)
+    gone, rows, _versions, *rest = search_batch
+    search.write_batch(db, gone, rows, versions, *rest, bulk=True, staged=True)
 
 
 def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
@@ -386,6 +373,7 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode = OFF")
     db.execute("PRAGMA synchronous = OFF")
+    db.execute("PRAGMA temp_store = MEMORY")  # the batch's version rows (search.stage_versions)
     if log is not None:
         db.execute("ATTACH DATABASE ? AS log", (log,))
     db.execute("BEGIN")
@@ -402,7 +390,7 @@ def serve(path: str, inode: int, log: str | None = None) -> None:
     With the SQLite log at `log` (FROM_LOG), each batch is committed: the log's rows are read in the batch's
     transaction, whose snapshot of the log must be taken after the fold read them (a log still growing)."""
     stdin = sys.stdin.buffer
-    decode = msgspec.msgpack.Decoder(Frame if log is None else LoggedFrame).decode
+    decode = msgspec.msgpack.Decoder(Frame).decode
     gc.disable()  # each batch decodes a million objects, freed by refcounting alone (fold.no_cyclic_gc)
     try:
         db = _connect(path, log)

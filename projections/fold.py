@@ -25,7 +25,7 @@ from eventstore.redaction import stand_in
 from . import render, trust
 from .render import hook_of, log_entry, title_of
 from .adf import AdfFold
-from .search import SearchFold, page_history_row
+from .search import SearchFold
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
@@ -38,7 +38,7 @@ _UNREAD = object()
 class WikiFold:
     def __init__(self, views: Views, writer=None):
         """`writer` (a bulk.HistoryWriter) takes the history tables in a rebuild. When it reads the log itself
-        (`from_log`), a page_versions row leaves out what the log holds (`_row`)."""
+        (`from_log`), a version row leaves out what the log holds (see `_row`)."""
         self.views = views
         self.db = views.db
         self.writer = writer
@@ -49,9 +49,8 @@ class WikiFold:
         self._reset_batch()
 
     def _reset_batch(self):
-        self.versions: list[tuple] = []
-        self.search_rows: list[list] = []  # the search_history row of each version (search.page_history_row)
-        self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
+        self.versions: list[list] = []  # a row (`_row`) for each version and tombstone
+        self._open_rows: dict[str, list] = {}  # slug -> its last version's row in this batch, closed in place
         self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
         self.releases: list[tuple[str, int]] = []
@@ -68,28 +67,29 @@ class WikiFold:
             self._always = self.views.always()
         return self._always
 
-    def _row(self, slug, seq, version_id, ts, deleted, parents, title, hook, doc, stored=False) -> tuple:
-        """A page_versions row; for a writer that reads the log itself (bulk.FROM_LOG), without the version id
-        and ts (those of the event at `seq`), and with 0 for a `doc` that is the event's body as stored
-        (`stored`)."""
+    def _row(self, slug, seq, version_id, ts, parents, title, hook, doc, fm=None, text="", stored=False) -> list:
+        """A version's row (search.VERSION_COLUMNS): its page_versions row, then what its search_history row
+        adds (its body: the hook, a blank line and the text; the type, status and stale date, 0 for those it has not, and `until`, 0 while it is
+        current, set in place by a later version of the batch); a tombstone (`fm` None) has only the first.
+        For a writer that reads the log itself (bulk.FROM_LOG), the version id and ts are 0 (those of the
+        event at `seq`), and so is a `doc` that is the event's body as stored (`stored`)."""
         if self.from_log:
-            return slug, seq, deleted, parents, title, hook, 0 if stored else doc
-        return slug, seq, version_id, ts, deleted, parents, title, hook, doc
+            version_id, ts, doc = 0, 0, 0 if stored else doc
+        if fm is None:
+            return [slug, seq, version_id, ts, 1, parents, title, hook, None, "", "", 0, 0, 0]
+        status, stale, kind = fm.get("status"), fm.get("stale_after"), fm.get("type")
+        return [slug, seq, version_id, ts, 0, parents, title, hook, doc, f"{hook}\n\n{text}" if hook else text,
+                kind if kind.__class__ is str else str(kind), 0 if status is None else trust.stored_status(status),
+                0 if stale is None else trust.stale_day(stale) or 0, 0]
 
     def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None):
-        """A new version of `slug`, whose current version is `previous` (None: it has none). A rebuild's hot
-        path: `_close` is written out here."""
+        """A new version of `slug`, whose current version is `previous` (None: it has none)."""
         title, hook = title_of(slug, fm, text), hook_of(fm)
-        self.versions.append(self._row(slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
-        open_rows = self._open_rows
         if previous is not None:
-            row = open_rows.get(slug)
-            if row is not None and row[0] == previous[0]:
-                row[-1] = seq
-            else:
-                self.replaced.append((previous[0], seq))
-        open_rows[slug] = row = page_history_row(seq, slug, fm, text, title, hook)
-        self.search_rows.append(row)
+            self._close(slug, previous[0], seq)
+        self._open_rows[slug] = row = self._row(slug, seq, version_id, ts, ",".join(parents), title, hook, doc, fm,
+                                                text)
+        self.versions.append(row)
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
@@ -97,14 +97,14 @@ class WikiFold:
     def _close(self, slug: str, previous: int, seq: int) -> None:
         """The search_history row of a page's version `previous` was current until `seq`."""
         row = self._open_rows.pop(slug, None)
-        if row is not None and row[0] == previous:
+        if row is not None and row[1] == previous:
             row[-1] = seq
         else:
             self.replaced.append((previous, seq))
 
     def _tombstone(self, seq, version_id, ts, slug, parents):
         previous, _id, title, hook, _doc, _ts = self._page(slug)
-        self.versions.append(self._row(slug, seq, version_id, ts, 1, ",".join(parents), title, hook, None))
+        self.versions.append(self._row(slug, seq, version_id, ts, ",".join(parents), title, hook, None))
         self._close(slug, previous, seq)
         self._pages[slug] = None
         self.touched_pages.add(slug)
@@ -139,21 +139,22 @@ class WikiFold:
                 hook = ""
             elif not (hook.__class__ is str and hook.isprintable() and "  " not in hook and hook == hook.strip()):
                 hook = hook_of(fm)
-            self.versions.append((slug, seq, 0, ",".join(body.parents), title, hook, 0 if stored else raw)
-                                 if self.from_log else
-                                 (slug, seq, version_id, ts, 0, ",".join(body.parents), title, hook, raw))  # _row
+            open_rows = self._open_rows
             if current is not None:
-                row = self._open_rows.get(slug)
-                if row is not None and row[0] == current[0]:
+                row = open_rows.get(slug)
+                if row is not None and row[1] == current[0]:
                     row[-1] = seq
                 else:
                     self.replaced.append((current[0], seq))
             status, stale, kind_of = fm.get("status"), fm.get("stale_after"), fm.get("type")
-            self._open_rows[slug] = row = [
-                seq, "mind/" + slug, title, f"{hook}\n\n{text}" if hook else text,
+            open_rows[slug] = row = [  # _row
+                slug, seq, 0, 0, 0, ",".join(body.parents), title, hook, 0 if stored else raw,
+                f"{hook}\n\n{text}" if hook else text,
                 kind_of if kind_of.__class__ is str else str(kind_of), 0 if status is None else trust.stored_status(status),
-                0 if stale is None else trust.stale_day(stale) or 0, 0]  # search.page_history_row
-            self.search_rows.append(row)
+                0 if stale is None else trust.stale_day(stale) or 0, 0]
+            if not self.from_log:
+                row[2], row[3], row[8] = version_id, ts, raw
+            self.versions.append(row)
             self._pages[slug] = (seq, version_id, title, hook, raw, ts)
             self.touched_pages.add(slug)
             if cls is PageUpdate or not body.quiet:
@@ -203,9 +204,9 @@ class WikiFold:
         self.entries.append((seq, ts, render.log_entry(ts, kind, title, note, title_is_one_line=True)))
 
     def search_history(self) -> tuple[list, list]:
-        """For SearchFold.flush: the batch's `page_history_row`s and the (id, until) of the earlier versions
+        """For SearchFold.flush: the batch's version rows (`_row`) and the (id, until) of the earlier versions
         they closed."""
-        return self.search_rows, self.replaced
+        return self.versions, self.replaced
 
     def flush(self, checkpoint: int, final: bool = True, others: tuple = ()) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction. The current pages (their
@@ -218,7 +219,8 @@ class WikiFold:
             self.writer.add(self.versions, self.entries, *others)
         else:
             if self.versions:
-                db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
+                db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)",
+                               [row[:9] for row in self.versions])
             if self.entries:
                 db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
         if self.always_rows:

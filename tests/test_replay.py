@@ -178,8 +178,10 @@ def test_a_page_body_redacted_after_the_fold_read_it_is_written_as_a_fold_reads_
     bulk.HistoryWriter(views.db, str(tmp_path / "new.db"))
     views.close()
     db = bulk._connect(str(tmp_path / "new.db"), str(memory.log.path))
-    rows = [("a", 1, 0, "", "A", "", 0), ("b", 2, 0, "", "B", "", 0)]  # both sent as stored when the fold read them
-    bulk._insert_versions(db, rows)
+    rows = [["a", 1, 0, 0, 0, "", "A", "", 0, "a", "note", 0, 0, 0],  # both sent as stored when the fold read them
+            ["b", 2, 0, 0, 0, "", "B", "", 0, "b", "note", 0, 0, 0]]
+    search.stage_versions(db, rows)
+    bulk._insert_versions(db, len(rows))
     stored = dict(memory.log.db.execute("SELECT seq, body FROM events WHERE seq IN (1, 2)").fetchall())
     got = dict(db.execute("SELECT seq, doc FROM page_versions").fetchall())
     assert got == {1: _unpacked(2, stored[1]), 2: stored[2]}
