@@ -70,9 +70,6 @@ HISTORY_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_history_fts USING fts5
                "tokenize='porter', columnsize=0)")
 """columnsize=0: no token counts per version, which only FTS5's bm25() reads (`_past_query` ranks by its own
 counts): a quarter of the cost of indexing a version. Such a table cannot be scanned, only matched."""
-HISTORY_PAGE = 16000
-"""search_history_fts' leaves (FTS5's `pgsz`, 4050 bytes by default) nearly as large as a bulk-built views file's
-pages (views.BULK_PAGE_SIZE): a quarter fewer of them, and a rebuild's full-text indexing an eighth cheaper."""
 _FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
 """An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
 KINDS = ("page", "shared-page", "entry", "loop", "file")
@@ -117,9 +114,7 @@ def init(db) -> None:
             db.execute(statement)
         if begun:
             db.execute("COMMIT")
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_history_fts'").fetchone() is None:
-        db.execute(HISTORY_FTS)
-        db.execute(f"INSERT INTO search_history_fts (search_history_fts, rank) VALUES ('pgsz', {HISTORY_PAGE})")
+    db.execute(HISTORY_FTS)
 
 
 def defer_indexes(db) -> None:
