@@ -18,11 +18,12 @@ from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
-from eventstore.errors import Held, MemError, storage_exceptions, storage_failure
+from eventstore.errors import HandEdited, Held, MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.secrets import SecretFound
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
+from projections.adopt import adopt as adopting
 from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
@@ -35,14 +36,16 @@ INSTRUCTIONS = (
     "delete, rename) work over /memories: /memories/mind.md is the index (edit only its `## Always` lines), "
     "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
-    "search (with `at`), believed, cite and log read it back.")
+    "search (with `at`), believed, cite and log read it back. Files edited on disk by hand are recorded by adopt.")
 SECRET_ADVICE = "leave the secret out and call again: the MCP tools never store one"
 RELEASE_ADVICE = re.compile(r"`mem page release (\S+)(?: --layer (\S+))? --note \"why\"`")
 """The CLI command a hold refusal names; over MCP it is the page_release tool."""
 
 
-def mcp_advice(exc: MemError) -> str:
+def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
     """A refusal's message with the way forward an MCP client has, where the CLI's names a flag or command."""
+    if isinstance(exc, HandEdited) and exc.paths and mem is not None:
+        return mem.hand_edited_message(exc.paths, tools=True)
     if isinstance(exc, SecretFound):
         return exc.advised(SECRET_ADVICE)
     if isinstance(exc, Held):
@@ -158,7 +161,7 @@ def build_server(mem: Memory) -> MCPServer:
                         flush.schedule()
                     return result
                 except MemError as exc:
-                    return refusal(mcp_advice(exc))
+                    return refusal(mcp_advice(exc, mem))
                 except ToolError as exc:
                     return refusal(str(exc))
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
@@ -303,6 +306,13 @@ def build_server(mem: Memory) -> MCPServer:
         return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {event.seq})"
 
     @register
+    def adopt() -> str:
+        """Record as events the pages, shared pages and `## Always` lines of mind.md edited, created or deleted on
+        disk by hand (as `mem adopt` does); a file that cannot be adopted (it breaks the page contract, holds a
+        secret) is left on disk. JSON: {"adopted": [paths], "refused": {path: why}}."""
+        return json_text(adopting(mem, explain=lambda exc: mcp_advice(exc, mem)))
+
+    @register
     def page_release(slug: str, note: str, layer: str | None = None) -> str:
         """Lift a page's `governance: hold` so that it can change (logged, with the note saying why): a wiki page,
         or with `layer` a page of a shared `pages` layer (a new version without the hold)."""
@@ -375,7 +385,7 @@ def serve(mem: Memory, http: str | None = None) -> None:
             host, port = address
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
-            print(f"mindlog mcp: {http_url(host, port)}/mcp", file=sys.stderr, flush=True)
+            print(f"mindlog mcp: {http_url(host, port)}/mcp", flush=True)  # stdout: with --http, not the protocol's
             warn_if_exposed(host, "the MCP server (it reads and writes this workspace)")
             run_on(app, sock)
     finally:

@@ -96,7 +96,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
     try:
         app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
         url = http_url(host, port)
-        typer.echo(f"mindlog hub on {url} ({shown(db)}); pages at {url}/ui/", err=True)
+        typer.echo(f"mindlog hub on {url} ({shown(db)}); pages at {url}/ui/")
         serve_app(app, sock)
     finally:
         if temporary:

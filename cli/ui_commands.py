@@ -20,6 +20,6 @@ def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (defaul
         root = mem.root
     port = free_port() if port is None else port
     sock = listen(host, port)
-    typer.echo(f"mindlog ui: {http_url(host, port)}/asof", err=False)
+    typer.echo(f"mindlog ui: {http_url(host, port)}/asof")
     warn_if_exposed(host, "this read-only view of the workspace")
     run_on(create_app(root), sock)

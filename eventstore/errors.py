@@ -52,10 +52,15 @@ class NotFound(MemError):
 
 
 class HandEdited(MemError):
-    """A materialised file differs from what mindlog last wrote there."""
+    """A materialised file differs from what mindlog last wrote there; `paths` names such files (each caller
+    says what can be done about them in its own words: a command, a tool)."""
 
     code = "hand-edited"
     status = 409
+
+    def __init__(self, message: str, paths=()):
+        super().__init__(message)
+        self.paths = list(paths)
 
 
 class NoWorkspace(MemError):

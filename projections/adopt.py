@@ -11,8 +11,11 @@ reported, never overwritten.
 import msgspec
 
 from eventstore.errors import MemError
+from eventstore import secrets
+from eventstore.layers import MIND
 
 from .materialize import hand_edited, untracked, written_hash
+from . import trust
 from .render import always_lines
 from .views import LOG_PATH, MIND_PATH, slug_of
 
@@ -22,16 +25,68 @@ class AdoptReport(msgspec.Struct):
     refused: dict[str, str] = {}
 
 
-def adopt(memory, *, allow_secret: bool = False, progress=None) -> AdoptReport:
+def adopt(memory, *, allow_secret: bool = False, progress=None, explain=str) -> AdoptReport:
     """Adopts every direct edit, under the projector's lock: no write can be half done (its event in the
     views, its file not yet on disk) while the files are compared with the views. `progress(n, total)`
-    hears of each file adopted or left; `allow_secret` writes what the secret scanner flags."""
+    hears of each file adopted or left; `allow_secret` writes what the secret scanner flags; `explain` words
+    a refusal (an MCP client is told of tools, not of flags)."""
     with memory.lock():
         memory.refresh()
-        return _adopt(memory, allow_secret, progress or (lambda _n, total=None: None))
+        return _adopt(memory, allow_secret, progress or (lambda _n, total=None: None), explain)
 
 
-def _adopt(memory, allow_secret: bool, progress) -> AdoptReport:
+BATCH = 100
+"""Pages adopted per transaction: one append and one rewrite of mind.md and mind/log.md for each batch, not
+for each page (3,000 pages adopted one by one took 36-94 s, mostly rewriting the growing index)."""
+
+
+class _Batch:
+    """Events waiting to be appended together, each with the file it adopts; a page refused on its own
+    (its contract, a secret, a hold) is reported and never joins the batch."""
+
+    def __init__(self, memory, report: AdoptReport, progress, allow_secret: bool, force: bool, explain):
+        self.memory, self.report, self.progress, self.explain = memory, report, progress, explain
+        self.allow_secret, self.force = allow_secret, force
+        self.items: list[tuple[str, object, bytes | None]] = []
+
+    def add(self, path: str, make, document: bytes | None = None) -> None:
+        try:
+            event = secrets.checked(make(), self.allow_secret)
+            try:
+                trust.admit(self.memory, event)
+            except MemError:
+                if not self.items:
+                    raise
+                self.flush()  # it may name a page of the batch (superseded-by): asked again once that is recorded
+                trust.admit(self.memory, event)
+        except MemError as exc:
+            self.report.refused[path] = self.explain(exc)
+            self.progress(1)
+            return
+        self.items.append((path, event, document))
+        if len(self.items) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        items, self.items = self.items, []
+        if not items:
+            return
+        touches = [path for path, _event, _document in items]
+        if any(event.layer == MIND for _path, event, _document in items):
+            touches += [MIND_PATH, LOG_PATH]
+        try:
+            self.memory.append_all([event for _path, event, _document in items], touches=touches,
+                                   adopt={path: doc for path, _event, doc in items if doc is not None},
+                                   force=self.force, checked=True)
+        except MemError as exc:  # the batch as a whole (mind.md edited by hand): each page as it would alone
+            for path, _event, _document in items:
+                self.report.refused[path] = self.explain(exc)
+        else:
+            self.report.adopted.extend(touches[:len(items)])
+        self.progress(len(items))
+
+
+def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     report = AdoptReport(adopted=[], refused={})
     root = memory.root
     views = memory.views
@@ -40,44 +95,45 @@ def _adopt(memory, allow_secret: bool, progress) -> AdoptReport:
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]
     progress(0, total=len(edited) + len(missing) + len(shared_missing))
-    for path in sorted(edited):
+    if MIND_PATH in edited:  # first: the pages adopted next rewrite mind.md
         progress(1)
+        try:
+            _adopt_always(memory, (root / MIND_PATH).read_text(encoding="utf-8", errors="replace"), report,
+                          allow_secret)
+        except MemError as exc:
+            report.refused[MIND_PATH] = explain(exc)
+    batch = _Batch(memory, report, progress, allow_secret, force=False, explain=explain)
+    for path in sorted(edited - {MIND_PATH}):
         shared = views.shared_target(path) if views.contract else None
-        try:
-            if shared is not None and shared[1] is None:
-                report.refused[path] = (f"the entries of layer {shared[0]} are rendered from events; add one with "
-                                        "`mem entry add`, and delete the file to have it written again")
-            elif shared is not None:
-                memory.shared_page_write(shared[0], shared[1], (root / path).read_bytes(), "edited in place",
-                                         allow_secret=allow_secret)
-                report.adopted.append(path)
-            elif path == MIND_PATH:
-                _adopt_always(memory, (root / path).read_text(encoding="utf-8", errors="replace"), report, allow_secret)
-            elif path == LOG_PATH:
-                report.refused[path] = "mind/log.md is derived from the log; write a page or a lint entry instead"
-            elif slug_of(path):
-                memory.write_page(slug_of(path), (root / path).read_bytes(), "edited in place",
-                                  allow_secret=allow_secret)
-                report.adopted.append(path)
-            else:
-                report.refused[path] = "not a page of the wiki"
-        except MemError as exc:
-            report.refused[path] = str(exc)
+        refusal = None
+        if shared is not None and shared[1] is None:
+            refusal = (f"the entries of layer {shared[0]} are rendered from events; add one with "
+                       "`mem entry add`, and delete the file to have it written again")
+        elif path == LOG_PATH:
+            refusal = "mind/log.md is derived from the log; write a page or a lint entry instead"
+        elif shared is None and not slug_of(path):
+            refusal = "not a page of the wiki"
+        if refusal is not None:
+            report.refused[path] = refusal
+            progress(1)
+            continue
+        document = (root / path).read_bytes()
+        if shared is not None:
+            batch.add(path, lambda layer=shared[0], slug=shared[1], document=document:
+                      memory.shared_page_writing(layer, slug, document, "edited in place", allow_secret=allow_secret),
+                      document)
+        else:
+            batch.add(path, lambda slug=slug_of(path), document=document:
+                      memory.writer.page_write(slug, document, "edited in place"), document)
+    batch.flush()
+    deletes = _Batch(memory, report, progress, allow_secret, force=True, explain=explain)
     for path in missing:
-        progress(1)
-        try:
-            memory.delete_page(slug_of(path), "deleted in place", force=True)
-            report.adopted.append(path)
-        except MemError as exc:
-            report.refused[path] = str(exc)
+        deletes.add(path, lambda slug=slug_of(path): memory.writer.page_delete(slug, "deleted in place"))
     for path in shared_missing:
-        progress(1)
         layer, slug = views.shared_target(path)
-        try:
-            memory.shared_page_delete(layer, slug, "deleted in place", by_hand=True)
-            report.adopted.append(path)
-        except MemError as exc:
-            report.refused[path] = str(exc)
+        deletes.add(path, lambda layer=layer, slug=slug:
+                    memory.shared_page_deleting(layer, slug, "deleted in place", by_hand=True))
+    deletes.flush()
     return report
 
 

@@ -220,16 +220,16 @@ class Memory:
         return self.append_all([event], touches=touches, adopt=adopt, force=force, allow_secret=allow_secret)[0]
 
     def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-                   force: bool = False, allow_secret: bool = False) -> list[Event]:
+                   force: bool = False, allow_secret: bool = False, checked: bool = False) -> list[Event]:
         """Appends events in one transaction, with `append`'s checks; returns them with their seqs.
+        `checked`: each event went through `admit` already (a batch of adopted pages, refused one by one).
 
         Once the events are committed the command has succeeded: if the views or files then cannot follow
         (a full disk), `behind` says so and the next command catches up."""
-        events = [secrets.checked(event, allow_secret) for event in events]
+        if not checked:
+            events = [self.admit(event, allow_secret) for event in events]
         for path in touches:
             validate.inside_workspace(self.root, path)
-        for event in events:
-            trust.admit(self, event)
         with self.lock():
             if (checkpoint := self.views.checkpoint()) > (head := self.log.head()):
                 raise log_cut_short(checkpoint, head)
@@ -237,8 +237,7 @@ class Memory:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
                 if edited:
-                    raise HandEdited("; ".join(f"{path} was edited by hand since mindlog wrote it: "
-                                               f"{self.keep_hint(path)}" for path in edited))
+                    raise HandEdited(self.hand_edited_message(edited), edited)
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
             try:
@@ -251,6 +250,13 @@ class Memory:
             self.follow(force=force, files=force or not self.defer_files)
         return events
 
+    def admit(self, event: Event, allow_secret: bool = False) -> Event:
+        """The event as it may be appended: refused when it holds a secret (unless allowed) or when the trust
+        rules forbid it (a held page)."""
+        event = secrets.checked(event, allow_secret)
+        trust.admit(self, event)
+        return event
+
     def follow(self, *, force: bool = False, files: bool = True) -> None:
         """Refreshes after a committed append; a storage failure leaves the event standing and sets `behind`."""
         try:
@@ -262,8 +268,25 @@ class Memory:
         why = self.ws.damage(exc) or storage_failure(exc)
         self.behind = f"recorded, but the views and files are behind the log ({why}); they catch up at the next command"
 
-    def keep_hint(self, path: str) -> str:
-        """What a user can do about a hand-edited file, which depends on what the file is."""
+    def hand_edited_message(self, paths: list[str], *, tools: bool = False) -> str:
+        """Why a write touching these hand-edited files is refused, and what can be done about each."""
+        said = "; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path, tools=tools)}"
+                         for path in paths)
+        return f"{said}; then call again" if tools else said
+
+    def keep_hint(self, path: str, *, tools: bool = False) -> str:
+        """What a user can do about a hand-edited file, which depends on what the file is; `tools`: in the words
+        of an MCP client, which has the adopt tool but no --force (a person in a shell has)."""
+        target = self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) else None
+        if tools:
+            if path == MIND_PATH:
+                return "call the adopt tool to record its `## Always` lines"
+            if path == LOG_PATH:
+                return ("it is derived from the log and cannot be adopted; a person must delete the file in a shell "
+                        "(it is written again at the next change)")
+            if slug_of(path) or (target is not None and target[1] is not None):
+                return "call the adopt tool to keep the edit as a new version"
+            return "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)"
         if path == MIND_PATH:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
@@ -271,7 +294,6 @@ class Memory:
         if slug_of(path):
             return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
                     "or pass --force to overwrite it")
-        target = self.views.shared_target(path) if self.views.contract else None
         if target is not None and target[1] is not None:
             return "`mem adopt` keeps the edit as a new version of the shared page"
         if target is not None:
@@ -468,22 +490,32 @@ class Memory:
                           allow_secret: bool = False) -> Event:
         """Writes a shared page; from a hand-edited file, its parent is the version the file showed,
         so a teammate's version that arrived meanwhile stays a head (a conflict), never lost."""
+        event = self.shared_page_writing(layer, slug, document, note, allow_secret=allow_secret)
+        path = self.shared_page_path(layer, event.body.slug)
+        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
+
+    def shared_page_writing(self, layer: str, slug: str, document: bytes, note: str = "", *,
+                            allow_secret: bool = False) -> Event:
+        """The event `shared_page_write` appends, made and checked against the contract."""
         self.shared_layer(layer, "pages", allow_secret)
         slug = validate.slug(slug)
-        event = self.shared_writer.page_write(layer, slug, document, note, self.materialised_from(layer, slug))
-        path = self.shared_page_path(layer, slug)
-        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
+        return self.shared_writer.page_write(layer, slug, document, note, self.materialised_from(layer, slug))
 
     def shared_page_delete(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
                            allow_secret: bool = False) -> Event:
         """Deletes a shared page; `by_hand` (its file was deleted) supersedes only the version the
         file showed, so a teammate's newer version is kept as a conflict."""
+        event = self.shared_page_deleting(layer, slug, note, by_hand=by_hand, allow_secret=allow_secret)
+        return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], force=by_hand,
+                           allow_secret=allow_secret)
+
+    def shared_page_deleting(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
+                             allow_secret: bool = False) -> Event:
+        """The event `shared_page_delete` appends, made and checked against the contract."""
         self.shared_layer(layer, "pages", allow_secret)
         slug = validate.slug(slug)
         parents = self.materialised_from(layer, slug) if by_hand else None
-        event = self.shared_writer.page_delete(layer, slug, note, parents)
-        return self.append(event, touches=[self.shared_page_path(layer, slug)], force=by_hand,
-                           allow_secret=allow_secret)
+        return self.shared_writer.page_delete(layer, slug, note, parents)
 
     def shared_page_rename(self, layer: str, old: str, new: str, note: str = "", *,
                            allow_secret: bool = False) -> Event:

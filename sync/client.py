@@ -637,11 +637,15 @@ class _Tally:
 
     def unsent_redactions(self, memory, events: list[Event]) -> list[str]:
         """The ids of this agent's redactions not pushed to this remote yet, when the batch brings redactions:
-        the hub will place them after the batch's, so the batch's win a target both redact (as on the hub)."""
+        the hub will place them after the batch's, so the batch's win a target both redact (as on the hub). One
+        the hub sends back (in this batch, or before: `CameFromHub`) has its place there already, though the
+        push cursor may not have moved past it (a push stopped between the hub's answer and its commit)."""
         if not any(type(event.body) is Redaction for event in events):
             return []
         cursor = int(memory.log.state(f"push:{self.name}") or 0)
-        return [event.id for event in memory.log.read(after=cursor, kinds=["redaction"], agent=memory.config.agent)]
+        came, batch = CameFromHub(memory, self.name), {event.id for event in events}
+        return [event.id for event in memory.log.read(after=cursor, kinds=["redaction"], agent=memory.config.agent)
+                if event.seq not in came and event.id not in batch]
 
     def store(self, memory, page: PullPage, fold: bool = True) -> None:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the

@@ -18,7 +18,7 @@ def mem_serve(hub_db):
     """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers."""
     port = free_port()
     server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
-                              stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):

@@ -68,20 +68,30 @@ def test_a_busy_port_is_one_error_line(tmp_path, written, busy_port):
         assert b"http://" not in result.stdout + result.stderr
 
 
-def test_mcp_http_says_where_it_listens(written):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([*mem_command(), "mcp", "-w", str(written), "--http", f"127.0.0.1:{port}"],
-                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+@pytest.mark.parametrize("command", ["serve", "ui", "mcp"])
+def test_each_server_says_its_url_on_stdout_and_notes_on_stderr(tmp_path, written, command):
+    """Regression: `mem serve` and `mem mcp --http` said their URL on stderr, `mem ui` on stdout; a script
+    reading the URL a user opens had to know which. Now all say it on stdout, and notes go to stderr."""
+    from hubserver import free_port
+
+    port = free_port()
+    args = {"serve": ["serve", "--db", str(tmp_path / "hub.db"), "--port", str(port)],
+            "ui": ["ui", "-w", str(written), "--port", str(port)],
+            "mcp": ["mcp", "-w", str(written), "--http", f"127.0.0.1:{port}"]}[command]
+    server = subprocess.Popen([*mem_command(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert select.select([server.stderr], [], [], 30)[0], "mem mcp --http printed nothing"
-        assert server.stderr.readline().decode().strip() == f"mindlog mcp: http://127.0.0.1:{port}/mcp"
+        assert select.select([server.stdout], [], [], 30)[0], f"mem {command} printed nothing on stdout"
+        url = f"http://127.0.0.1:{port}"
+        assert server.stdout.readline().decode() == {
+            "serve": f"mindlog hub on {url} ({tmp_path / 'hub.db'}); pages at {url}/ui/\n",
+            "ui": f"mindlog ui: {url}/asof\n", "mcp": f"mindlog mcp: {url}/mcp\n"}[command]
         with socket.create_connection(("127.0.0.1", port), timeout=10):
             pass
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        out, err = server.communicate(timeout=30)
+    assert out == b""
+    assert err.decode() == (f"created a new hub database at {tmp_path / 'hub.db'}\n" if command == "serve" else "")
 
 
 def test_unopenable_paths_are_named(tmp_path, written):
@@ -313,7 +323,7 @@ def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path,
     temp.mkdir()
     port = free_port()
     server = subprocess.Popen([*mem_command(), "serve", "--db", url, "--port", str(port)], stderr=subprocess.PIPE,
-                              env={**os.environ, "TMPDIR": str(temp)})
+                              stdout=subprocess.PIPE, env={**os.environ, "TMPDIR": str(temp)})
     try:
         for _ in range(150):
             try:
@@ -324,8 +334,8 @@ def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path,
         assert [p.name[:15] for p in temp.iterdir()] == ["mindlog-hub-ui-"]
     finally:
         server.terminate()
-        _out, err = server.communicate(timeout=30)
-    assert "s3cret-pw" not in err.decode() and ":***@" in err.decode(), err
+        out, err = server.communicate(timeout=30)
+    assert "s3cret-pw" not in (out + err).decode() and ":***@" in out.decode(), (out, err)
     assert list(temp.iterdir()) == []
 
 

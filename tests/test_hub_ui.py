@@ -236,3 +236,15 @@ def test_a_page_asked_while_the_pages_get_ready_says_how_far_they_got(tmp_path, 
             assert answer.status_code == 200 and "As of seq 1 " in answer.text
     finally:
         storage.close()
+
+
+def test_an_agent_filter_naming_no_agent_of_the_hub_is_refused_with_those_it_can_see(hub):
+    refused = hub.get("timeline?agent=nosuch", "writer")
+    assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["detail"] == "no agent 'nosuch' wrote to this hub (agents that did: writer)"
+    assert hub.get("timeline?agent=reviewer", "writer").status_code == 404  # only in layers the writer cannot see
+    assert "reviewer · reviews" in html(hub.get("timeline?agent=reviewer", "admin"))
+    assert hub.get("timeline?agent=nosuch", "admin").json()["detail"].endswith("did: _hub, reviewer, writer)")
+    icon = html(hub.get("asof", "writer")).split('<link rel="icon" href="', 1)[1].split('"', 1)[0]
+    assert hub.get(icon, "writer").headers["content-type"] == "image/vnd.microsoft.icon"
+    assert '<link rel="icon" href="data:,">' in hub.get("asof").text  # the 401 page asks for no icon

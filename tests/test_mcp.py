@@ -21,7 +21,7 @@ from sync.server import free_port
 
 MEMORY_TOOL = {"view", "create", "str_replace", "insert", "delete", "rename"}
 MINDLOG_TOOLS = {"memory", "show", "history", "diff", "believed", "cite", "log", "entry_add", "loop_append", "sync",
-                 "page_release"}
+                 "page_release", "adopt"}
 EDITED = PAGE.replace(b"Staging first.", b"Staging first, always.")
 
 
@@ -113,6 +113,45 @@ def cli_error(workspace, *args, input=None) -> str:
     return result.stderr.decode().removeprefix("error: ").rstrip("\n")
 
 
+def test_a_hand_edit_is_kept_through_the_adopt_tool_as_the_refusal_says(workspace):
+    """Regression: the refusal of a write over a hand-edited page told an MCP client to run `mem adopt` or
+    pass --force, neither of which it has."""
+    with Memory.open(workspace) as mem:
+        mem.write_page("deploy", PAGE)
+        mem.always_add("keep me")
+    (workspace / "mind/deploy.md").write_bytes(PAGE + b"edited by hand\n")
+    (workspace / "mind/bare.md").write_bytes(b"no frontmatter\n")
+    (workspace / "mind/keys.md").write_text("---\ntype: note\n---\n# Keys\n\nkey AKIA4HXQ7ZT2LMNB3K5P\n")
+    (workspace / "mind.md").write_text((workspace / "mind.md").read_text().replace("- keep me", "- kept by hand"))
+    before = log_rows(workspace)
+
+    async def session_body(session):
+        refused = await call(session, "str_replace", path="/memories/mind/deploy.md", old_str="Staging", new_str="S")
+        always = await call(session, "insert", path="/memories/mind.md", insert_line=5, insert_text="- more")
+        unchanged = log_rows(workspace)
+        adopted = await call(session, "adopt")
+        again = await call(session, "str_replace", path="/memories/mind/deploy.md", old_str="edited by hand",
+                           new_str="edited by hand, then kept")
+        return refused, always, unchanged, adopted, again
+
+    refused, always, unchanged, adopted, again = run_stdio(workspace, session_body)
+    mind = "mind.md was edited by hand since mindlog wrote it: call the adopt tool to record its `## Always` lines"
+    assert refused == (True, f"{mind}; mind/deploy.md was edited by hand since mindlog wrote it: call the adopt tool "
+                             "to keep the edit as a new version; then call again")
+    assert always == (True, f"{mind}; then call again")
+    assert unchanged == before
+    assert not adopted[0]
+    report = json.loads(adopted[1])
+    assert report["adopted"] == ["mind.md", "mind/deploy.md"] and sorted(report["refused"]) == ["mind/bare.md",
+                                                                                                 "mind/keys.md"]
+    assert "no frontmatter" in report["refused"]["mind/bare.md"]
+    assert report["refused"]["mind/keys.md"].endswith("(leave the secret out and call again: the MCP tools never "
+                                                      "store one)")
+    assert not again[0] and again[1].startswith("The memory file has been edited.")
+    with Memory.open(workspace) as mem:
+        assert "edited by hand, then kept" in mem.page_text("deploy") and mem.always() == ["kept by hand"]
+
+
 def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     with Memory.open(workspace) as mem:
         mem.set_contract(Contract(layers={"decisions": ContractLayer(
@@ -163,8 +202,13 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     assert expected[9].endswith("Release it first: `mem page release freeze --note \"why\"`")
     expected[9] = expected[9].replace("`mem page release freeze --note \"why\"`",
                                       "call page_release with slug 'freeze' and a note saying why")
+    assert expected[4].endswith("`mem adopt` keeps the edit (or `mem page write deploy --file mind/deploy.md`), "
+                                "or pass --force to overwrite it")
+    expected[4] = ("mind/deploy.md was edited by hand since mindlog wrote it: call the adopt tool to keep the edit as "
+                   "a new version; then call again")
     assert [text for _error, text in answers[:len(cases)]] == expected
-    assert not any("--allow-secret" in text or "mem page release" in text for _error, text in answers)
+    assert not any(word in text for _error, text in answers
+                   for word in ("--allow-secret", "mem page release", "--force", "mem adopt"))
     assert "edited by hand" in expected[4] and "does not produce layer 'decisions'" in expected[3]
     assert "AWS Access Key" in expected[8] and "hold" in expected[9]
     assert answers[-3][1] == "File /memories/mind/deploy.md already exists"

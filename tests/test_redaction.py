@@ -341,3 +341,31 @@ def test_a_producer_that_pulls_the_first_redaction_before_pushing_its_own_shows_
     assert len(set(rendered.values())) == 1 and "[redacted: writer's]" in rendered["main"], rendered
     assert files_holding(team, "555-0199") == []
     assert mem(team / "main", "replay", "--check").returncode == 0
+
+
+def test_an_own_redaction_that_reached_the_hub_before_its_push_cursor_moved_keeps_its_place(team):
+    """Regression (left by mend): main's redaction reached the hub first, but main stopped before its push
+    cursor moved; the writer's redaction of the same entry came after it on the hub. main's next pull, which
+    brings both back, counted its own as not pushed yet (to land after the writer's) and showed the writer's
+    stand-in, where the hub keeps main's."""
+    from eventstore.sqlite import SQLiteLog
+
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    target = entry_id(team, "main", "insights", "555-0199")
+    with SQLiteLog(team / "main" / ".mem" / "log.db") as log:
+        before = log.state("push:origin")
+    mem(team / "main", "redact", target, "--reason", "main's", check=True)
+    mem(team / "main", "push", check=True)
+    with SQLiteLog(team / "main" / ".mem" / "log.db") as log:
+        log.set_state("push:origin", before or "0")  # the hub has it; the cursor's commit did not happen
+    mem(team / "writer", "redact", target, "--reason", "writer's", check=True)
+    mem(team / "writer", "push", check=True)
+    for agent in ("main", "writer", "late"):
+        mem(team / agent, "pull", check=True)
+    found = stand_ins(team, ("main", "writer", "late"), target)
+    assert found["hub"][0] == "main's" and set(found.values()) == {found["hub"]}, found
+    assert mem(team / "main", "replay", "--check").returncode == 0

@@ -144,6 +144,7 @@ def test_search_and_contract(ui):
     ("timeline?event=99999", 404, "not-found"),
     # a mistyped filter was an empty strip, 200 (the hub's pages and the CLI refuse it)
     ("timeline?layer=nosuch", 404, "not-found"), ("timeline?kind=nosuch", 404, "not-found"),
+    ("timeline?agent=nosuch", 404, "not-found"),
     ("history?path=memory/nosuch.md", 404, "not-found"),
     ("history?page=nosuch", 404, "not-found"),
     # past what SQLite's integers hold: an OverflowError and a bare 500 before
@@ -156,6 +157,24 @@ def test_bad_moments_are_problems(ui, query, status, code):
     assert answer.json()["type"].endswith("/" + code)
     if "at=" in query and "seq=" not in query and "not-a-time" not in query:
         assert ("in the future" if "2999" in query else "before this workspace existed") in answer.json()["detail"]
+
+
+def test_an_agent_that_never_wrote_here_is_named_with_those_that_did(ui):
+    """Regression: `timeline?agent=nosuch` showed an empty strip, as if the agent had been idle."""
+    answer = httpx.get(f"{ui.url}/timeline?agent=nosuch", timeout=30)
+    assert answer.status_code == 404
+    assert answer.json()["detail"] == ("no agent 'nosuch' wrote to this workspace (agents that did: reviewer, "
+                                       "writer)")
+    assert "reviewer · drafts" in get(ui, "timeline?agent=reviewer")
+
+
+def test_the_icon_browsers_ask_for_is_served(ui):
+    """Regression: `/favicon.ico` was a 404 on every page a browser opened."""
+    answer = httpx.get(f"{ui.url}/favicon.ico", timeout=30)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "image/vnd.microsoft.icon"
+    assert answer.content[:4] == b"\0\0\1\0" and b"PNG" in answer.content[:40]
+    linked = get(ui, "asof").split('<link rel="icon" href="', 1)[1].split('"', 1)[0]
+    assert httpx.get(f"{ui.url}/{linked}", timeout=30).content == answer.content
 
 
 def test_mem_ui_outside_a_workspace_is_one_line(tmp_path):

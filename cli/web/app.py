@@ -11,7 +11,7 @@ import msgspec
 from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import RedirectResponse
+from starlette.responses import FileResponse, RedirectResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -32,6 +32,8 @@ from sync.wire import PROBLEM_BASE, Problem
 from .timeline import timeline
 
 HERE = Path(__file__).parent
+ICON = "image/vnd.microsoft.icon"
+"""static/favicon.ico: linked from every page, and served at /favicon.ico, where browsers ask for it anyway."""
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 _MARKED = re.compile(f"{re.escape(MARK[0])}(\\w+){re.escape(MARK[1])}")
 
@@ -123,6 +125,18 @@ class Site:
         if layer is not None and visible is not None and layer not in visible:
             raise NotFound(f"there is no layer {layer!r} here")
 
+    def check_agent(self, request: Request, mem, now: Moment, agent: str | None) -> None:
+        """An agent that never wrote to this log (in the layers the request sees) is refused, naming those
+        that did: an empty strip would read as an agent that was idle."""
+        if agent is None:
+            return
+        visible = self.visible(request, mem, now)
+        totals = mem.activity().totals(mem.recorded_at(now.head) or 0) if now.head else {}
+        agents = sorted({name for layer, name in totals if visible is None or layer in visible})
+        if agent not in agents:
+            raise NotFound(f"no agent {agent!r} wrote to {self.called} (agents that did: "
+                           f"{', '.join(agents) or 'none yet'})")
+
     def check_file(self, request: Request, mem, now: Moment, path: str) -> None:
         """A file the request may not see does not exist, as far as it can tell: on a hub, one in a layer
         it does not see, or in no shared layer at all (the hub keeps no other file)."""
@@ -189,6 +203,7 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             self.check_layer(request, mem, now, filters["layer"])
+            self.check_agent(request, mem, now, filters["agent"])
             if filters["kind"] is not None and filters["kind"] not in KINDS:
                 raise NotFound(f"there is no event kind {filters['kind']!r}")
             visible = self.visible(request, mem, now)
@@ -308,6 +323,7 @@ async def _refused(request: Request, exc: MemError):
 def site_app(site: Site, middleware=(), handlers=None) -> Starlette:
     """The pages of a Site as an ASGI app (a workspace's for `mem ui`; a hub's, mounted at /ui)."""
     routes = [Route("/", lambda request: RedirectResponse("asof")),
+              Route("/favicon.ico", lambda request: FileResponse(HERE / "static/favicon.ico", media_type=ICON)),
               Route("/asof", site.asof), Route("/history", site.history), Route("/timeline", site.timeline),
               Route("/conflicts", site.conflicts), Route("/search", site.search), Route("/contract", site.contract),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]

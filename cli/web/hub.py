@@ -29,13 +29,16 @@ from .app import Moment, Site, site_app
 COOKIE = "mindlog_ui"
 ADMIN = "admin"
 
-UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>401 · mindlog hub</title></head>
+NO_ICON = '<link rel="icon" href="data:,">'
+"""On the pages answered without a token: the icon is behind the token too, and the hub has no /favicon.ico."""
+
+UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8">""" + NO_ICON + """<title>401 · mindlog hub</title></head>
 <body><h1>401: a token is needed</h1><p>{why}. Open <code>/ui/?token=&lt;your hub token&gt;</code> once
 (an agent's token shows the layers it consumes; the admin token shows all), or send
 <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>"""
 
 
-GETTING_READY = """<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+GETTING_READY = """<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">""" + NO_ICON + """
 <title>getting ready · mindlog hub</title></head><body><h1>The hub's pages are getting ready</h1>
 <p id="getting-ready">{copied:,} of {total:,} hub events copied, {folded:,} of them folded so far. This page reloads by itself.</p>
 </body></html>"""
