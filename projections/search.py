@@ -156,12 +156,25 @@ search_history_fts is final as soon as they are written."""
 _FINAL = f"(until IS NOT NULL OR kind IN ({', '.join(repr(kind) for kind in NEVER_CLOSED)}))"
 
 
-def index_closed(db, ids: list[int]) -> None:
+_INDEX_STAGED = (
+    "INSERT INTO search_history_fts (rowid, title, body) SELECT rowid, title, body FROM ("
+    f"SELECT (({_bucket_sql('(until - seq)')}) << {SPAN}) | seq AS rowid, title, body FROM temp.versions "
+    "WHERE deleted = 0 AND until != 0 UNION ALL SELECT r.rowid, h.title, h.body FROM (SELECT id, "
+    f"{HISTORY_ROWID_SQL} AS rowid FROM search_history WHERE id IN (SELECT value FROM json_each(?)) AND {_FINAL}) "
+    "AS r JOIN search_history AS h ON h.id = r.id) ORDER BY rowid")
+"""`_INDEX_ROWS` with the staged wiki page versions (`stage_versions`) closed in the batch taken from the staging
+table, not looked up again in search_history."""
+
+
+def index_closed(db, ids: list[int], staged: bool = False) -> None:
     """A bulk batch's search_history_fts entries, once its rows are written: those of `ids` (the versions it
     added or may have closed: `_changing`) whose rowid is final: closed, or of a kind never closed (a team's
     entries are indexed beside the fold, not all at its end). The versions still current wait for `bulk_end`,
-    so no entry is ever moved in a bulk build."""
-    if ids:
+    so no entry is ever moved in a bulk build. `staged`: with the staged wiki page versions closed already
+    (those are not in `ids`)."""
+    if staged:
+        db.execute(_INDEX_STAGED, (msgspec.json.encode(ids),))
+    elif ids:
         db.execute(_INDEX_ROWS.format(f"id IN (SELECT value FROM json_each(?)) AND {_FINAL}"),
                    (msgspec.json.encode(ids),))
 
@@ -566,7 +579,10 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if gaps:
         db.executemany("UPDATE search_history SET gaps = ? WHERE id = ? AND kind = 'shared-page'", gaps)
     if bulk:
-        index_closed(db, sorted({*moved, *fresh}))
+        if staged:
+            index_closed(db, sorted({*moved, *fresh} - {row[1] for row in page_versions if not row[4]}), staged=True)
+        else:
+            index_closed(db, sorted({*moved, *fresh}))
     elif moved or fresh:
         _index(db, moved, fresh)
 
