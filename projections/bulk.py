@@ -24,6 +24,7 @@ new file before the rename.
 import contextlib
 import gc
 import os
+import queue
 import sqlite3
 import subprocess
 import sys
@@ -424,18 +425,41 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
         db = _connect(path, log)
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
-        while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
-            write_batch(db, *decode(stdin.read(size)), from_log=log is not None)
+        frames = _frames(stdin)
+        while frame := frames.get():
+            write_batch(db, *decode(frame), from_log=log is not None)
             if log is not None:
                 db.execute("COMMIT")
                 db.execute("BEGIN")
-        if len(header) < 4:
+        if frame is None:
             sys.exit(1)
         db.execute("COMMIT")
         db.close()
     except Exception as exc:
         _tell(exc)
         sys.exit(1)
+
+
+READ_AHEAD = 2
+"""Batches the writer's child reads ahead of the one it writes: the builder's hand-over returns once its batch is
+read, not once the batch before it is written, so a batch slower to write than to fold does not hold the fold up."""
+
+
+def _frames(stdin) -> queue.Queue:
+    """The batches on `stdin` (`serve`), read by a thread of their own as they come (READ_AHEAD at most waiting):
+    each batch's bytes, then b"" at the end, or None when the builder went away first."""
+    frames: queue.Queue = queue.Queue(READ_AHEAD)
+
+    def read() -> None:
+        while len(header := stdin.read(4)) == 4:
+            if not (size := int.from_bytes(header, "little")):
+                frames.put(b"")
+                return
+            frames.put(stdin.read(size))
+        frames.put(None)
+
+    threading.Thread(target=read, name="batches", daemon=True).start()
+    return frames
 
 
 def _tell(exc: Exception) -> None:

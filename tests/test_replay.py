@@ -189,6 +189,20 @@ def test_a_page_body_redacted_after_the_fold_read_it_is_written_as_a_fold_reads_
     db.close()
 
 
+def test_a_writer_child_that_fails_is_reported_and_its_build_leaves_nothing(memory, tmp_path):
+    """The writer's child reads batches ahead of the one it writes (bulk.READ_AHEAD): one it cannot write still
+    stops the build with the child's error, and nothing of the build is left."""
+    import pytest
+
+    for i in range(6):
+        memory.always_add(f"rule {i}")
+    (tmp_path / "build").mkdir()
+    with patch.object(bulk, "BATCH", 2), patch.object(bulk.msgspec.msgpack, "encode", lambda obj: b"\xc1 no msgpack"):
+        with pytest.raises(RuntimeError, match="history writer failed: DecodeError"):
+            bulk.build(memory.log, tmp_path / "build" / "views.db")
+    assert list((tmp_path / "build").iterdir()) == []
+
+
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)))))
 def test_always_rows_are_json_dumps_of_the_lines(lines):
     """The fold joins a list of plain lines itself (fold.lines_json); any list reads as json.dumps writes it."""
