@@ -6,7 +6,8 @@ layers' `entries` and the search index (`search_docs`, `search_history`, their f
 gives them to a `HistoryWriter`: the fold hands each batch over in msgpack through a pipe to a child
 process (from the first batch on when more are to come; a build of one batch writes it in process), which
 writes them into the new file (binding rows, inserting, tokenising) on the other core, with no GIL shared
-with the fold. The fold itself writes every other table into a scratch file
+with the fold. A SQLite log is attached there too: what a page version's row holds as the log stores it (the
+event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
 history, are copied into the new file, and the indexes that a rebuild leaves out are made once
 (page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
@@ -369,8 +370,9 @@ def _insert_versions(db, count: int) -> None:
     if db.execute(FROM_LOG).rowcount == count:
         return
     for slug, seq, id, ts, deleted, parents, title, hook, codec, body in db.execute(
-            "SELECT v.slug, v.seq, e.id, e.ts, v.deleted, v.parents, v.title, v.hook, e.codec, e.body FROM temp.versions "
-            f"AS v CROSS JOIN log.events AS e ON e.seq = v.seq WHERE v.doc IS 0 AND e.codec != {CODEC_RAW}").fetchall():
+            "SELECT v.slug, v.seq, e.id, e.ts, v.deleted, v.parents, v.title, v.hook, e.codec, e.body FROM "
+            "temp.versions AS v CROSS JOIN log.events AS e ON e.seq = v.seq "
+            f"WHERE v.doc IS 0 AND e.codec != {CODEC_RAW}").fetchall():
         db.execute("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)",
                    (slug, seq, id, ts, deleted, parents, title, hook, _unpacked(codec, body)))
 

@@ -69,8 +69,9 @@ class WikiFold:
 
     def _row(self, slug, seq, version_id, ts, parents, title, hook, doc, fm=None, text="", stored=False) -> list:
         """A version's row (search.VERSION_COLUMNS): its page_versions row, then what its search_history row
-        adds (its body: the hook, a blank line and the text; the type, status and stale date, 0 for those it has not, and `until`, 0 while it is
-        current, set in place by a later version of the batch); a tombstone (`fm` None) has only the first.
+        adds (its body: the hook, a blank line and the text; the type, status and stale date, 0 for those it has
+        not, and `until`, 0 while it is current, set in place by a later version of the batch); a tombstone
+        (`fm` None) has only the first.
         For a writer that reads the log itself (bulk.FROM_LOG), the version id and ts are 0 (those of the
         event at `seq`), and so is a `doc` that is the event's body as stored (`stored`)."""
         if self.from_log:
@@ -150,8 +151,9 @@ class WikiFold:
             open_rows[slug] = row = [  # _row
                 slug, seq, 0, 0, 0, ",".join(body.parents), title, hook, 0 if stored else raw,
                 f"{hook}\n\n{text}" if hook else text,
-                kind_of if kind_of.__class__ is str else str(kind_of), 0 if status is None else trust.stored_status(status),
-                0 if stale is None else trust.stale_day(stale) or 0, 0]
+                kind_of if kind_of.__class__ is str else str(kind_of),
+                0 if status is None else trust.stored_status(status), 0 if stale is None else trust.stale_day(stale) or 0,
+                0]
             if not self.from_log:
                 row[2], row[3], row[8] = version_id, ts, raw
             self.versions.append(row)
