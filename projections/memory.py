@@ -29,6 +29,7 @@ from eventstore.workspace import Workspace, log_cut_short, views_damaged
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
+from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
 from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
@@ -611,9 +612,15 @@ class Memory:
         return self.log.read_rows(after, until, **filters)
 
     def activity(self):
-        """The per-bucket event counts, caught up with the views first."""
-        self.views.activity.catch_up(self.log, self.checkpoint(), self.views.transaction)
-        return self.views.activity
+        """The per-bucket event counts, caught up with the views first. On storage this process cannot write,
+        a copy in memory of what the views counted is caught up instead (the views cannot take a row)."""
+        if not read_only(self.views.db):
+            self.views.activity.catch_up(self.log, self.checkpoint(), self.views.transaction)
+            return self.views.activity
+        if getattr(self, "_activity_apart", None) is None:
+            self._activity_apart = Activity.copied(self.views.db)
+        self._activity_apart.catch_up(self.log, self.checkpoint(), lambda: self._activity_apart.db)
+        return self._activity_apart
 
     def page_text(self, slug: str, as_of: int | None = None) -> str | None:
         """A wiki page's file as of a seq."""
