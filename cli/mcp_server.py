@@ -24,7 +24,7 @@ from eventstore.secrets import SecretFound
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.adopt import adopt as adopting
-from projections.memory import Memory
+from projections.memory import NO_CONTRACT_HOW, Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
@@ -48,6 +48,8 @@ def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
         return mem.hand_edited_message(exc.paths, tools=True)
     if isinstance(exc, SecretFound):
         return exc.advised(SECRET_ADVICE)
+    if NO_CONTRACT_HOW in str(exc):
+        return str(exc).replace(NO_CONTRACT_HOW, " (call sync to fetch the hub's)")
     if isinstance(exc, Held):
         return RELEASE_ADVICE.sub(lambda m: f"call page_release with slug {m[1]!r}"
                                             + (f", layer {m[2]!r}" if m[2] else "") + " and a note saying why",

@@ -38,6 +38,10 @@ from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
 
 
+NO_CONTRACT_HOW = " (`mem pull` fetches the hub's; `mem layer add NAME PATH` declares a local layer)"
+"""How a refusal for want of a contract goes on, in CLI words (`mcp_advice` names the sync tool instead)."""
+
+
 class CatalogPage(msgspec.Struct):
     slug: str
     title: str
@@ -450,7 +454,7 @@ class Memory:
         if spec is not None:
             return spec
         if contract is None and not private:
-            raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
+            raise InvalidInput(f"there is no layer {layer!r}: no contract is known yet{NO_CONTRACT_HOW}")
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
 

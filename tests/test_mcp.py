@@ -152,6 +152,21 @@ def test_a_hand_edit_is_kept_through_the_adopt_tool_as_the_refusal_says(workspac
         assert "edited by hand, then kept" in mem.page_text("deploy") and mem.always() == ["kept by hand"]
 
 
+def test_a_layer_of_a_workspace_without_a_contract_is_refused_with_each_way_to_have_one(workspace):
+    """Regression: `mem entry add notes ...` in a workspace with no layer said only `no contract is known yet:
+    mem pull fetches it from the hub` (no layer named, no word of local layers), and so did the MCP tool."""
+    said = cli_error(workspace, "entry", "add", "notes", "[FACT] 2026-11-30: x")
+    assert said == ("there is no layer 'notes': no contract is known yet (`mem pull` fetches the hub's; `mem layer "
+                    "add NAME PATH` declares a local layer)")
+
+    async def session_body(session):
+        return await call(session, "entry_add", layer="notes", text="[FACT] 2026-11-30: x")
+
+    assert run_stdio(workspace, session_body) == (
+        True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's)")
+    assert log_rows(workspace) == []
+
+
 def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     with Memory.open(workspace) as mem:
         mem.set_contract(Contract(layers={"decisions": ContractLayer(
