@@ -40,6 +40,7 @@ INSTRUCTIONS = (
 SECRET_ADVICE = "leave the secret out and call again: the MCP tools never store one"
 RELEASE_ADVICE = re.compile(r"`mem page release (\S+)(?: --layer (\S+))? --note \"why\"`")
 """The CLI command a hold refusal names; over MCP it is the page_release tool."""
+CLI_COUNT = re.compile(r"^-+(n|last) must")
 
 
 def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
@@ -48,6 +49,8 @@ def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
         return mem.hand_edited_message(exc.paths, tools=True)
     if isinstance(exc, SecretFound):
         return exc.advised(SECRET_ADVICE)
+    if CLI_COUNT.match(str(exc)):  # `-n`, `--last`: the tools' parameters are n and last
+        return CLI_COUNT.sub(r"\1 must", str(exc), count=1)
     if NO_CONTRACT_HOW in str(exc):
         return str(exc).replace(NO_CONTRACT_HOW, " (call sync to fetch the hub's)")
     if isinstance(exc, Held):

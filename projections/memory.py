@@ -702,6 +702,8 @@ class Memory:
         return audit.cite(self.views, self.log, citation, as_of)
 
     def believed(self, as_of: int, last: int = 10, **trust_options) -> audit.Believed:
+        if last < 0:
+            raise InvalidInput(f"--last must be 0 or more, not {last}")
         return audit.believed(self.views, as_of, last, **trust_options)
 
     def event(self, seq: int) -> Event | None:

@@ -167,6 +167,21 @@ def test_a_layer_of_a_workspace_without_a_contract_is_refused_with_each_way_to_h
     assert log_rows(workspace) == []
 
 
+def test_a_count_below_zero_is_refused_in_the_words_of_each_side(workspace):
+    """Regression: `mem believed --last -3` (and the believed tool's last=-3) answered `loop (last -3):`; the
+    log and search tools refused n=-5 naming the CLI's `-n`."""
+    assert cli_error(workspace, "believed", "--last", "-3") == "--last must be 0 or more, not -3"
+    assert cli_error(workspace, "log", "-n", "-5") == "-n must be 0 or more, not -5"
+
+    async def session_body(session):
+        return [await call(session, "believed", last=-3), await call(session, "log", n=-5),
+                await call(session, "search", query="x", n=-1)]
+
+    assert run_stdio(workspace, session_body) == [(True, "last must be 0 or more, not -3"),
+                                                  (True, "n must be 0 or more, not -5"),
+                                                  (True, "n must be 0 or more, not -1")]
+
+
 def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     with Memory.open(workspace) as mem:
         mem.set_contract(Contract(layers={"decisions": ContractLayer(
