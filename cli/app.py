@@ -452,9 +452,14 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     raise typer.Exit(1 if report.refused else 0)
 
 
+DAY_MS = 86_400_000
+
+
 @app.command()
 def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this long after an edit before adopting.")):
     """Adopt direct edits as they happen, until interrupted."""
+    if not 0 <= debounce_ms <= DAY_MS:
+        fail(f"--debounce-ms must be between 0 and {DAY_MS} (a day), not {debounce_ms}", 2)
     import watchfiles
 
     from projections.adopt import adopt as adopting
