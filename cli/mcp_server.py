@@ -29,6 +29,7 @@ from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
 from .app import point, release, resolve_at
+from .output import TOO_LARGE
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -171,6 +172,8 @@ def build_server(mem: Memory) -> MCPServer:
                     return refusal(str(exc))
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
                     return refusal(str(mem.ws.damage(exc) or storage_failure(exc)))
+                except OverflowError:  # a number past what the log holds (a seq, `[S<seq>]`)
+                    return refusal(TOO_LARGE)
 
             server.add_tool(call, structured_output=False, **options)
             return fn

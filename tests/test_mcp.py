@@ -182,6 +182,24 @@ def test_a_count_below_zero_is_refused_in_the_words_of_each_side(workspace):
                                                   (True, "n must be 0 or more, not -1")]
 
 
+def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace):
+    """Regression: `mem cite '[S99999999999999999999999]'`, `mem redact 9...9`, `mem log -n 9...9` and `mem audit
+    read 9...9` ended in an OverflowError traceback (SQLite holds 64-bit integers); so did the cite tool."""
+    huge = "99999999999999999999999"
+    too_large = "a number given is past what the log holds: whole numbers go from -2**63 to 2**63 - 1"
+    for command in (["cite", f"[S{huge}]"], ["redact", huge, "--reason", "x"]):
+        assert cli_error(workspace, *command) == too_large
+    for command in (["log", "-n", huge], ["audit", "read", huge], ["show", "mind.md", "--seq", huge]):
+        result = run_mem(*command, "--workspace", workspace)
+        assert result.returncode == 2 and result.stderr.decode().endswith(
+            f": {huge} is out of range: whole numbers go from -2**63 to 2**63 - 1.\n"), result.stderr
+
+    async def session_body(session):
+        return await call(session, "cite", citation=f"[S{huge}]")
+
+    assert run_stdio(workspace, session_body) == (True, too_large)
+
+
 def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     with Memory.open(workspace) as mem:
         mem.set_contract(Contract(layers={"decisions": ContractLayer(
