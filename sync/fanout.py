@@ -8,20 +8,25 @@ Wake-ups are paced by what they cost: a wake-up that woke n long-polls costs the
 (each consumer's answer, then its next long-poll), so the next one comes no sooner than n *
 WAKE_COST_SECONDS after it, together with every commit made meanwhile (at most MAX_WAKE_INTERVAL).
 A hub whose commits are rarer than that wakes its long-polls the moment each lands; a busy one spends
-at most about (the CPU of a pull request) / WAKE_COST_SECONDS of its core on wake-ups, whatever its
-commit rate. Without the pacing, a hub committing small groups fast spent most of its one core
-answering consumers, one pull per consumer per commit (bench/bench_hub_load.py at 32 agents: about two
-pull requests per push); the price is a delay of at most n * WAKE_COST_SECONDS before a waiter wakes
-(16 ms for 32 consumers of a layer). Measured at 32 agents on the loaded 2-core machine (load average
-5-6): 1 ms per long-poll gave 25-40% more events/s than no pacing but a p99 fan-out of 150-370 ms (the
-32 answers of a wake-up go out in one burst, and the consumers' next long-polls come back in one);
-0.5 ms kept most of the gain.
+a bounded share of its one core on wake-ups, about (the CPU of a pull request) / WAKE_COST_SECONDS,
+whatever its commit rate. Without the pacing, a hub committing small groups fast spent most of its
+core answering consumers, one pull per consumer per commit (bench/bench_hub_load.py at 32 agents:
+about two pull requests per push); the price is a delay of at most n * WAKE_COST_SECONDS before a
+waiter wakes (64 ms for 32 consumers of a layer, 100 ms at most).
+
+The setting, measured with bench/bench_hub_load.py at 32 agents on SQLite FULL (group commit on and
+off run the same fan-out): at 0.5 ms per woken long-poll the consumers still made 0.6-1.0 pull
+requests per push with group commit on, about 100 µs of the hub's core each, and the hub's CPU per
+push was 0.27-0.35 ms; at 2 ms they make 0.1-0.2 and the hub spends 0.17-0.19 ms, so group commit
+reached 4,500-5,900 events/s where it had reached 2,000-4,300 (quiet machine, load average 1-2), for
+a p99 fan-out of 90-130 ms instead of 25-75 (the target is 200). A pull answers as before when it finds
+events already told: only a long-poll that found nothing new, or only commits not yet told, waits.
 """
 
 import asyncio
 import time
 
-WAKE_COST_SECONDS = 0.0005
+WAKE_COST_SECONDS = 0.002
 """The pause before the next wake-up, per long-poll the last one woke (see the module's docstring)."""
 MAX_WAKE_INTERVAL = 0.1
 

@@ -72,3 +72,28 @@ def test_a_paced_wake_up_keeps_the_layers_of_every_commit_it_tells():
         unrelated[0].cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_wake_up_of_a_layers_thirty_two_consumers_holds_the_next_for_the_window_then_tells_it():
+    """The default pacing (WAKE_COST_SECONDS): a commit right after 32 long-polls were woken is told no
+    sooner than 32 * 2 ms later (at 0.5 ms per long-poll the consumers made most of a pull request per
+    push at 32 agents), and still well within the fan-out target; a long-poll behind what was told
+    already returns at once."""
+
+    async def scenario():
+        fanout = Fanout()
+        consumers = await waiters(fanout, 0, 32)
+        fanout.advance(1, {"insights"})
+        started = time.monotonic()
+        await settle()
+        assert all(task.done() for task in consumers)
+        late = await waiters(fanout, 1, 32)
+        fanout.advance(2, {"insights"})
+        await settle()
+        assert not any(task.done() for task in late) and fanout.deferred(1, ["insights"])
+        assert await asyncio.wait_for(fanout.wait(0, ["insights"], 5.0), 0.01) is True  # told already: at once
+        assert await asyncio.gather(*late) == [True] * 32
+        waited = time.monotonic() - started
+        assert 32 * 0.002 <= waited < 1.0, waited
+
+    asyncio.run(scenario())
