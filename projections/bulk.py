@@ -21,6 +21,7 @@ next rebuild sees (and deletes), while the views in place are never touched. The
 new file before the rename.
 """
 
+import contextlib
 import gc
 import os
 import sqlite3
@@ -47,8 +48,7 @@ batch to the writer's child process."""
 HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
-_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; "
-          "serve(sys.argv[2], int(sys.argv[3]))")
+_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(*sys.argv[2:])"
 _BUILDER = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build()"
 """The child processes run this very code (the tree this module was imported from)."""
 
@@ -59,15 +59,16 @@ def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOL
 
 
 def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
-          heads: Iterable[int] = (), progress=None) -> Views:
+          heads: Iterable[int] = (), progress=None, writer: subprocess.Popen | None = None) -> Views:
     """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
     build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first.
-    While the log still grows, `heads` are the heads to fold up to one after another first (catch_up)."""
+    While the log still grows, `heads` are the heads to fold up to one after another first (catch_up).
+    `writer`: the history writer's process, started ahead (`spawn_writer`)."""
     path, fold_path = str(path), f"{path}-fold"
     remove_files(path)
     remove_files(fold_path)
     views = Views(path, fast=True)  # every table, empty: the writer fills the history
-    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH)
+    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH, child=writer)
     views.close()
     writer.start()
     try:
@@ -98,6 +99,13 @@ def spawn_builder() -> subprocess.Popen:
     first page of a catch-up is on its way), then waits to be told what to build. One left unused is ended
     with `discard`."""
     return subprocess.Popen([sys.executable, "-c", _BUILDER, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def spawn_writer() -> subprocess.Popen:
+    """A writer's child process (`serve`) started ahead of its build: it imports what it runs meanwhile, then waits
+    to be told its file (HistoryWriter's `child`). Its stdin closed first, it stops."""
+    return subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
 
 
@@ -170,6 +178,7 @@ def serve_build() -> None:
     from eventstore.workspace import Workspace
 
     stdin, parent = sys.stdin.buffer, os.getppid()
+    writer = spawn_writer()  # a catch-up's log grows past a batch: its writer starts while the first page comes
     try:
         spec = msgspec.json.decode(stdin.readline())
         workspace = Workspace(spec["root"])
@@ -191,12 +200,16 @@ def serve_build() -> None:
 
         try:
             build(log, Path(spec["path"]), contract=contract, agent=spec["agent"], upto=spec["upto"], heads=heads(),
-                  progress=progress).close()
+                  progress=progress, writer=writer).close()
         finally:
             log.close()
     except Exception as exc:
         _tell(exc)
         sys.exit(1)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            writer.stdin.close()  # a writer never told its file: it stops without writing
+        writer.wait()
 
 
 def _orphaned() -> None:
@@ -210,11 +223,11 @@ class HistoryWriter:
     through a pipe, so that SQLite's work and the rows' binding run on the other core, without the GIL the fold
     holds; but the first batch of a build that may need no second one is written here."""
 
-    def __init__(self, db, path: str, apart: bool = False):
+    def __init__(self, db, path: str, apart: bool = False, child: subprocess.Popen | None = None):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
         bulk_end). `apart`: more than a batch is to come, so the child process starts at once (its start-up
-        beside the fold's first batch)."""
+        beside the fold's first batch), or is `child`, started ahead (`spawn_writer`) and told the file now."""
         self.path = path
         self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
@@ -222,7 +235,8 @@ class HistoryWriter:
         self.db: sqlite3.Connection | None = None
         self.child: subprocess.Popen | None = None
         self.batches = 0
-        self.apart = apart
+        self.apart = apart or child is not None
+        self.ahead = child
 
     def start(self) -> None:
         if self.apart:
@@ -231,8 +245,13 @@ class HistoryWriter:
             self.db = _connect(self.path)
 
     def _spawn(self) -> None:
-        self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if self.ahead is not None:
+            self.child, self.ahead = self.ahead, None
+            self.child.stdin.write(msgspec.json.encode([self.path, self.inode]) + b"\n")
+            self.child.stdin.flush()
+        else:
+            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
         """A batch: its page_versions and log_entries rows, the search index's (SearchFold.flush's) and the
@@ -334,17 +353,23 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
-def serve(path: str, inode: int) -> None:
+def serve(path: str | None = None, inode: str | int | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
     (its end of the pipe closed early), nothing is committed: its files are deleted by the next build. It
     writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
-    before, whose file the next build has made anew."""
+    before, whose file the next build has made anew. Started ahead (`spawn_writer`), it reads `path` and
+    `inode` first, a JSON line."""
     stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder(Frame).decode
     gc.disable()  # each batch decodes a million objects, freed by refcounting alone (fold.no_cyclic_gc)
     try:
+        if path is None:
+            told = stdin.readline()
+            if not told:
+                sys.exit(1)
+            path, inode = msgspec.json.decode(told)
         db = _connect(path)
-        if os.stat(path).st_ino != inode:
+        if os.stat(path).st_ino != int(inode):
             sys.exit(1)
         while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
             write_batch(db, *decode(stdin.read(size)))

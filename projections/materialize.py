@@ -156,7 +156,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     edited by hand: it is left alone (and reported) unless `force`. `dry_run` only lists what would
     be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
     `seen`: the hashes of the files on disk, kept from one call to the next (`disk_hash`). `settle` (with
-    `dry_run`): every file is rendered, and those whose bytes on disk are already the views' are recorded as
+    `dry_run`): every file on disk is rendered, and those whose bytes are already the views' are recorded as
     written, there and then (a replay, in its new views before it swaps them in, written without a journal:
     after the swap only the files that change are left to write, and forty megabytes of adf_files rows of an
     unchanged mind/log.md do not go through the write-ahead log). Recording a file as written is safe before
@@ -174,8 +174,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
             continue
         on_disk = disk_hash(target, seen)
         edited = on_disk is not None and on_disk != written
-        if dry_run and not (edited and not force) and not settle:
-            continue
+        if dry_run and (on_disk is None or not (settle or (edited and not force))):
+            continue  # nothing on disk: nothing to refuse, nothing already there to settle
         chunks = views.file_chunks(path)
         if chunks is None:
             if on_disk is not None:

@@ -739,9 +739,12 @@ def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests
 def _append_pages(memory, client: HubClient, tally: _Tally, page: PullPage, requests: ThreadPoolExecutor,
                   builder: "_ViewsBuilder") -> None:
     held = memory.log.state(f"pull:{tally.name}") or ""
+    received = 0
     while True:
+        received += len(page.events)
         if page.more:
-            asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, held)
+            asked = requests.submit(client.pull_page, page.cursor, tail_limit(page.head - tally.start - received), 0,
+                                    held)
         tally.store(memory, page, fold=False)
         builder.follow(memory.log.head())
         held = page.cursor
@@ -751,6 +754,16 @@ def _append_pages(memory, client: HubClient, tally: _Tally, page: PullPage, requ
         if not page.more:  # the last page: the next (empty) answer acknowledges it, once stored
             asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, None, True)
         page = asked.result()
+
+
+def tail_limit(left: int) -> int:
+    """The size of a catch-up's next page, `left` hub positions (at most: some may be in layers this agent does not
+    read) before the hub's head: CATCH_UP_BATCH, but the last 20,000 in pages of 10,000, 5,000 and 5,000.
+
+    The views build folds each page once it is appended, and what it has left to do when the last page is
+    appended is the pull's tail: smaller last pages shorten it, the fold's batch and the history writer's after
+    it, for a few more requests and commits."""
+    return CATCH_UP_BATCH if left >= 2 * CATCH_UP_BATCH else max(min(left // 2, CATCH_UP_BATCH), CATCH_UP_BATCH // 4)
 
 
 YIELD_NICE = 10

@@ -19,6 +19,7 @@ from conftest import mem_command, run_mem
 from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend, PageIngest, PageUpdate
 import sync.client as client_module
+from projections.bulk import discard, spawn_builder
 from projections.memory import Memory
 from projections.replay import check, replay
 from sync.client import BULK_FOLD_THRESHOLD, HubClient, Remote, get_remote, pull
@@ -137,6 +138,7 @@ def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_fol
                                                                                         tmp_path):
     follower, newcomer = team
     monkeypatch.setattr(client_module, "BULK_FOLD_THRESHOLD", 1000)
+    monkeypatch.setattr(client_module, "CATCH_UP_BATCH", 400)
     rebuilt = []
 
     def replaying(memory, **options):
@@ -156,8 +158,12 @@ def test_a_catch_up_over_the_threshold_builds_the_views_once_as_the_follower_fol
     with Memory.open(newcomer) as fresh:
         remote = get_remote(fresh, None)
         with HubClient.for_remote(remote) as client:
+            pages, answer = [], client.pull_page
+            client.pull_page = lambda *args, **kwargs: pages.append(answer(*args, **kwargs)) or pages[-1]
             report = pull(fresh, remote, client)
             assert report.pulled == EVENTS and not report.rejected
+            # the last CATCH_UP_BATCH positions come in smaller pages (the build's tail), the empty one acknowledges
+            assert [len(page.events) for page in pages] == [400] * 4 + [200, 100, 100, 0]
             # the appends yield to the views build; this thread, which starts the build, does not
             assert niceness == [min(own + client_module.YIELD_NICE, 19) if sys.platform == "linux" else own]
             assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
@@ -208,6 +214,28 @@ def test_a_catch_up_cut_off_by_the_hub_leaves_the_views_as_they_were_and_the_nex
         assert fresh.views.checkpoint() == EVENTS
         assert fresh.views.dump() == follower.views.dump()
         assert snapshot(fresh.root) == snapshot(follower.root)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_views_build_started_ahead_starts_its_writer_and_ends_it_when_discarded():
+    """The views build's process, started ahead of a catch-up, starts the history writer's at once (both import
+    while the first page is on its way); a build never told what to build is discarded with its writer."""
+    builder = spawn_builder()
+    deadline = time.monotonic() + 60
+    while not (writers := [int(pid) for task in Path(f"/proc/{builder.pid}/task").iterdir()
+                           for pid in (task / "children").read_text().split()]):
+        assert time.monotonic() < deadline and builder.poll() is None
+        time.sleep(0.01)
+    discard(builder)
+    while alive(writers[0]):  # its stdin closed with the builder: it stops without writing
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def hub_of_ten_events(tmp_path):

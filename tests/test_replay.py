@@ -235,6 +235,26 @@ def test_a_replay_records_the_files_it_leaves_as_they_are_before_it_swaps_the_vi
     assert (memory.root / "mind/b.md").read_bytes() == PAGE
 
 
+def test_a_replay_renders_a_file_missing_on_disk_once(memory):
+    """The check before the swap renders only files on disk (one could be a hand edit, or already the views'
+    bytes): a file missing there (every file of a first pull) is rendered once, when it is written."""
+    from projections.views import Views
+
+    memory.write_page("a", PAGE)
+    memory.write_page("b", PAGE)
+    (memory.root / "mind/b.md").unlink()
+    rendered, chunks = [], Views.file_chunks
+
+    def rendering(views, path, *args):
+        rendered.append(path)
+        return chunks(views, path, *args)
+
+    with patch.object(Views, "file_chunks", rendering):
+        report = replay(memory)
+    assert rendered.count("mind/b.md") == 1 and rendered.count("mind/a.md") == 1
+    assert report.files.written == ["mind/b.md"] and (memory.root / "mind/b.md").read_bytes() == PAGE
+
+
 def test_replay_after_the_views_database_is_lost(memory):
     memory.write_page("a", PAGE)
     memory.always_add("x")
