@@ -13,7 +13,7 @@ from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import AT_HELP, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
+from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -452,9 +452,14 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     raise typer.Exit(1 if report.refused else 0)
 
 
+DAY_MS = 86_400_000
+
+
 @app.command()
 def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this long after an edit before adopting.")):
     """Adopt direct edits as they happen, until interrupted."""
+    if not 0 <= debounce_ms <= DAY_MS:
+        fail(f"--debounce-ms must be between 0 and {DAY_MS} (a day), not {debounce_ms}", 2)
     import watchfiles
 
     from projections.adopt import adopt as adopting
@@ -559,6 +564,9 @@ def main() -> None:
         sys.exit(1)
     except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
         typer.echo(f"error: {damaged_file(exc) or storage_failure(exc)}", err=True)
+        sys.exit(1)
+    except OverflowError:  # a number in a text argument (`[S<seq>]`, a seq to redact) past what the log holds
+        typer.echo(f"error: {TOO_LARGE}", err=True)
         sys.exit(1)
     except ClickException as exc:
         if plain():

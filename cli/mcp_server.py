@@ -24,11 +24,12 @@ from eventstore.secrets import SecretFound
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.adopt import adopt as adopting
-from projections.memory import Memory
+from projections.memory import NO_CONTRACT_HOW, Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
 from .app import point, release, resolve_at
+from .output import TOO_LARGE
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -40,6 +41,7 @@ INSTRUCTIONS = (
 SECRET_ADVICE = "leave the secret out and call again: the MCP tools never store one"
 RELEASE_ADVICE = re.compile(r"`mem page release (\S+)(?: --layer (\S+))? --note \"why\"`")
 """The CLI command a hold refusal names; over MCP it is the page_release tool."""
+CLI_COUNT = re.compile(r"^-+(n|last) must")
 
 
 def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
@@ -48,6 +50,10 @@ def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
         return mem.hand_edited_message(exc.paths, tools=True)
     if isinstance(exc, SecretFound):
         return exc.advised(SECRET_ADVICE)
+    if CLI_COUNT.match(str(exc)):  # `-n`, `--last`: the tools' parameters are n and last
+        return CLI_COUNT.sub(r"\1 must", str(exc), count=1)
+    if NO_CONTRACT_HOW in str(exc):
+        return str(exc).replace(NO_CONTRACT_HOW, " (call sync to fetch the hub's)")
     if isinstance(exc, Held):
         return RELEASE_ADVICE.sub(lambda m: f"call page_release with slug {m[1]!r}"
                                             + (f", layer {m[2]!r}" if m[2] else "") + " and a note saying why",
@@ -166,6 +172,8 @@ def build_server(mem: Memory) -> MCPServer:
                     return refusal(str(exc))
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
                     return refusal(str(mem.ws.damage(exc) or storage_failure(exc)))
+                except OverflowError:  # a number past what the log holds (a seq, `[S<seq>]`)
+                    return refusal(TOO_LARGE)
 
             server.add_tool(call, structured_output=False, **options)
             return fn

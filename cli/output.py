@@ -26,6 +26,9 @@ def plain() -> bool:
     return os.environ.get("MEM_PLAIN") == "1" or not sys.stderr.isatty()
 
 
+TOO_LARGE = "a number given is past what the log holds: whole numbers go from -2**63 to 2**63 - 1"
+
+
 def fail(message: str, code: int = 1) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)

@@ -170,6 +170,7 @@ def agent_revoke(name: str, db: str = DbOpt):
         revoked = [a.revoked_at for a in hub.agents() if a.name == name and a.revoked_at]
         if revoked:
             fail(f"agent {name!r} was revoked already ({format_instant(max(revoked))}); nothing to revoke")
+        _known_agent(hub, name)
         raise
     typer.echo(f"revoked {name}")
 

@@ -23,10 +23,14 @@ def tune_typer() -> None:
             if isinstance(value, self.annotation):
                 return value
             try:
-                return BOOLS[str(value).lower()] if self.annotation is bool else self.annotation(value)
+                converted = BOOLS[str(value).lower()] if self.annotation is bool else self.annotation(value)
             except (KeyError, TypeError, ValueError):
                 kind = {int: "integer", bool: "boolean", Path: "path"}.get(self.annotation, self.annotation.__name__)
                 raise BadParameter(f"{value!r} is not a valid {kind}.", ctx=ctx, param=param) from None
+            if self.annotation is int and not -2**63 <= converted < 2**63:  # what SQLite and PostgreSQL hold
+                raise BadParameter(f"{value} is out of range: whole numbers go from -2**63 to 2**63 - 1.", ctx=ctx,
+                                   param=param)
+            return converted
 
     def plain_scalar(descriptor) -> bool:
         info = descriptor.parameter_info

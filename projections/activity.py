@@ -41,6 +41,19 @@ class Activity:
     def __init__(self, db):
         self.db = db
 
+    @classmethod
+    def copied(cls, db) -> "Activity":
+        """An Activity in memory holding what `db`'s counts (a views database on read-only storage, which takes
+        no row: the copy is caught up instead)."""
+        import sqlite3
+
+        apart = sqlite3.connect(":memory:", check_same_thread=False)
+        apart.executescript(SCHEMA + ";CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        apart.executemany("INSERT INTO activity VALUES (?,?,?,?,?,?)", db.execute("SELECT * FROM activity"))
+        apart.execute("INSERT INTO meta VALUES ('activity', ?)", (str(cls(db).counted()),))
+        apart.commit()
+        return cls(apart)
+
     def counted(self) -> int:
         row = self.db.execute("SELECT value FROM meta WHERE key = 'activity'").fetchone()
         return int(row[0]) if row else 0

@@ -53,9 +53,13 @@ batch to the writer's child process."""
 HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
-_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(*sys.argv[2:])"
-_BUILDER = "import sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build()"
-"""The child processes run this very code (the tree this module was imported from)."""
+_CHILD = ("import os, sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(*sys.argv[2:]); "
+          "os._exit(0)")
+_BUILDER = ("import os, sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve_build; serve_build(); "
+            "sys.stdout.flush(); os._exit(0)")
+"""The child processes run this very code (the tree this module was imported from). Done, each leaves at once: what
+it wrote is committed and closed, and its parent waits for it to end (the interpreter's own clean-up of a build's
+objects took tens of milliseconds, twice, after a catch-up's last page)."""
 
 
 def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOLD) -> bool:

@@ -298,8 +298,9 @@ def judge_pairs(scope: Scope, command: str, timeout: float = 120) -> tuple[list[
     for pair, a, b in candidate_pairs(scope):
         result = _run_judge(command, json.dumps(pair).encode(), timeout, pair)
         if result.returncode != 0:
-            raise InvalidInput(f"the judge command failed ({result.returncode}): "
-                               f"{result.stderr.decode(errors='replace').strip()[:200]}")
+            said = result.stderr.decode(errors="replace").strip()[:200]
+            raise InvalidInput(f"the judge command failed (exit {result.returncode}) on {pair['a']} and {pair['b']}"
+                               f"{': ' + said if said else ', saying nothing on stderr'}; nothing was recorded")
         verdict = (result.stdout.decode(errors="replace").strip().splitlines() or ["(no verdict)"])[0]
         verdicts.append(Verdict(a, b, verdict))
         if verdict.lower().startswith("contradiction"):
@@ -327,6 +328,10 @@ def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | Non
          judge_timeout: float = 120) -> LintReport:
     """Runs the chosen checks (all by default) on the memory as of a seq, and the judge when given (each
     pair within `judge_timeout` seconds)."""
+    if judge is not None and not judge.strip():
+        raise InvalidInput("--judge needs a command: a shell command line that reads a pair (JSON) on stdin")
+    if not judge_timeout > 0:
+        raise InvalidInput(f"--judge-timeout must be a number of seconds above 0, not {judge_timeout:g}")
     scope = Scope(memory.views, memory.log, as_of, day, memory.root, current=as_of >= memory.views.checkpoint())
     findings = run(scope, names)
     verdicts = []

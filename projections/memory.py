@@ -29,12 +29,17 @@ from eventstore.workspace import Workspace, log_cut_short, views_damaged
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
+from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
 from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
                           written_hash)
 from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
+
+
+NO_CONTRACT_HOW = " (`mem pull` fetches the hub's; `mem layer add NAME PATH` declares a local layer)"
+"""How a refusal for want of a contract goes on, in CLI words (`mcp_advice` names the sync tool instead)."""
 
 
 class CatalogPage(msgspec.Struct):
@@ -449,7 +454,7 @@ class Memory:
         if spec is not None:
             return spec
         if contract is None and not private:
-            raise InvalidInput("no contract is known yet: `mem pull` fetches it from the hub")
+            raise InvalidInput(f"there is no layer {layer!r}: no contract is known yet{NO_CONTRACT_HOW}")
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
 
@@ -611,9 +616,15 @@ class Memory:
         return self.log.read_rows(after, until, **filters)
 
     def activity(self):
-        """The per-bucket event counts, caught up with the views first."""
-        self.views.activity.catch_up(self.log, self.checkpoint(), self.views.transaction)
-        return self.views.activity
+        """The per-bucket event counts, caught up with the views first. On storage this process cannot write,
+        a copy in memory of what the views counted is caught up instead (the views cannot take a row)."""
+        if not read_only(self.views.db):
+            self.views.activity.catch_up(self.log, self.checkpoint(), self.views.transaction)
+            return self.views.activity
+        if getattr(self, "_activity_apart", None) is None:
+            self._activity_apart = Activity.copied(self.views.db)
+        self._activity_apart.catch_up(self.log, self.checkpoint(), lambda: self._activity_apart.db)
+        return self._activity_apart
 
     def page_text(self, slug: str, as_of: int | None = None) -> str | None:
         """A wiki page's file as of a seq."""
@@ -691,6 +702,8 @@ class Memory:
         return audit.cite(self.views, self.log, citation, as_of)
 
     def believed(self, as_of: int, last: int = 10, **trust_options) -> audit.Believed:
+        if last < 0:
+            raise InvalidInput(f"--last must be 0 or more, not {last}")
         return audit.believed(self.views, as_of, last, **trust_options)
 
     def event(self, seq: int) -> Event | None:

@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -338,13 +338,19 @@ async def body_of(request: Request) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
         raise HubError(413, "too-large", "Request too large", f"the limit is {MAX_REQUEST_BYTES} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    chunks, size, receive = [], 0, request.receive  # the ASGI messages read here: no async generator per request
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_REQUEST_BYTES:
             raise HubError(413, "too-large", "Request too large", f"the limit is {MAX_REQUEST_BYTES} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+        if not message.get("more_body", False):
+            break
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     encoding = request.headers.get("content-encoding", "identity").lower()
     if encoding == "zstd":
         try:
@@ -384,7 +390,11 @@ async def contract(request: Request) -> Response:
 
 async def push(request: Request) -> Response:
     hub = hub_of(request)
-    agent, current, _ = await hub.read(hub.agent_and_contract, bearer_token(request))
+    token = bearer_token(request)
+    if hub.storage.reads_wait:
+        agent, current, _ = await run_in_threadpool(hub.agent_and_contract, token)
+    else:
+        agent, current, _ = hub.agent_and_contract(token)
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json":
         raise HubError(415, "unsupported-media-type", "Unsupported media type",

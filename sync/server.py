@@ -125,7 +125,8 @@ def serve(app, sock: socket.socket) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    run_on(app, sock, http=http_protocol(), proxy_headers=False, access_log=False, timeout_graceful_shutdown=2)
+    run_on(app, sock, http=http_protocol(), proxy_headers=False, access_log=False, server_header=False,
+           timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:

@@ -3,7 +3,9 @@
 Reads use one connection per thread (WAL lets them run beside a commit, so a pull never queues
 behind an fsync); writes use the writer connection under a lock."""
 
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -56,6 +58,8 @@ class SQLiteHubStorage(HubStorage):
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
         self._lock = threading.Lock()
+        self._writers = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # flock'ed around each write (_write)
+        self._head: int | None = None  # the head after this connection's last commit (see _commit_group)
         self._versions = page_version_sql("?", IDS, json.dumps, self.db.executemany,
                                           lambda sql, params: self.db.execute(sql, params).fetchall(), self._stored)
         self._write(self._create)
@@ -99,18 +103,30 @@ class SQLiteHubStorage(HubStorage):
                 reader.close()
             self._all_readers.clear()
             self.db.close()
+            if self._writers >= 0:
+                os.close(self._writers)
+                self._writers = -1
 
     def _write(self, fn):
+        """`fn()` in one write transaction. The hub processes on one file (`mem serve` twice, and `mem hub`
+        commands) queue for it on an flock of the file first: a writer that finds SQLite's write lock
+        taken sleeps in its busy handler (1, 2, 5, 10 ms...) and tries again, where one blocked on
+        the flock wakes the moment the other lets go. (SQLite's own locks are fcntl locks, which an
+        flock neither takes nor waits for; a writer that takes no flock still meets the busy handler.)"""
         with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
+            fcntl.flock(self._writers, fcntl.LOCK_EX)
             try:
-                result = fn()
-                self.db.execute("COMMIT")
-                return result
-            except BaseException:
-                if self.db.in_transaction:
-                    self.db.execute("ROLLBACK")
-                raise
+                self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn()
+                    self.db.execute("COMMIT")
+                    return result
+                except BaseException:
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                    raise
+            finally:
+                fcntl.flock(self._writers, fcntl.LOCK_UN)
 
     def _read(self, sql, params=()):
         reader = getattr(self._readers, "db", None)
@@ -152,14 +168,22 @@ class SQLiteHubStorage(HubStorage):
                 for n, c, r in self._read("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at")]
 
     def _commit_group(self, batches, pulls):
-        def append():
-            ids = list({e.id for events in batches for e in events})
-            known = {}
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                known.update((id, (digest, pos)) for id, digest, pos in self.db.execute(
-                    f"SELECT id, digest, position FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})", chunk))
-            head = self.db.execute("SELECT IFNULL(MAX(position), 0) FROM hub_events").fetchone()[0]
+        """Optimistic first: every id new and the head this connection committed last (`_head`), so the
+        transaction is the INSERTs alone; the position's primary key or the id's unique index refuses
+        the INSERT when another process appended since or when a push resends a stored event, and the
+        group is planned again against what is stored (known ids, the head read), in a new transaction.
+        Each query skipped is a GIL hand-over skipped: the commit thread needs the GIL back after every
+        statement, from an event loop that is busy whenever the hub is."""
+        def append(careful):
+            known, head = {}, self._head
+            if careful or head is None:
+                ids = list({e.id for events in batches for e in events})
+                for i in range(0, len(ids), 500):
+                    chunk = ids[i:i + 500]
+                    known.update((id, (digest, pos)) for id, digest, pos in self.db.execute(
+                        f"SELECT id, digest, position FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})",
+                        chunk))
+                head = self.db.execute(HEAD).fetchone()[0]
             rows, outcomes, layers = plan_group(batches, known, head + 1)
             now = now_ms()
             self._insert("hub_events", [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
@@ -171,7 +195,18 @@ class SQLiteHubStorage(HubStorage):
                 refold_pages(self._versions, [id for _data, id in updates])
             self._insert("hub_pulls", [(p.agent, p.cursor, p.at) for p in pulls])
             return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
-        committed = self._write(append)
+        try:
+            try:
+                committed = self._write(lambda: append(False))
+            except sqlite3.IntegrityError:
+                if self._head is None:
+                    raise  # it was the careful plan already
+                self._head = None
+                committed = self._write(lambda: append(True))
+        except BaseException:
+            self._head = None
+            raise
+        self._head = committed.head
         if any(e.kind == "redaction" for events in batches for e in events):
             with self._lock:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too

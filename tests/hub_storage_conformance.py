@@ -125,6 +125,20 @@ class HubStorageConformance:
         head, layers = next((head, layers) for head, layers in seen if head >= 2)
         assert head == 2 and layers in (None, {"insights", "drafts"})
 
+    def test_pushes_through_two_connections_in_turn_stay_gapless_and_see_each_others_events(self, hub, second):
+        """Each connection's next push after the other appended (its memory of the head stale), or one
+        that resends the other's events, gets the right positions and duplicates (SQLite: the optimistic
+        INSERT at the remembered head is refused and the group planned again)."""
+        a, b, c, d = entry(text="a"), entry(text="b"), entry(text="c"), entry(text="d")
+        assert hub.push([a])[0].position == 1
+        assert second.push([b])[0].position == 2
+        assert [(r.position, r.duplicate) for r in hub.push([c, b])] == [(3, False), (2, True)]
+        assert [(r.position, r.duplicate) for r in second.push([a])] == [(1, True)]
+        assert [(r.position, r.duplicate) for r in second.push([d, c])] == [(4, False), (3, True)]
+        assert [(r.position, r.duplicate) for r in hub.push([d])] == [(4, True)]
+        assert hub.head() == second.head() == 4
+        assert [e.id for e in hub.pull(0, ["insights"], 10)] == [a.id, b.id, c.id, d.id]
+
     def test_a_refused_batch_inside_a_group_refuses_only_itself(self, hub):
         a = entry(text="a")
         hub.push([a])

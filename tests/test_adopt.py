@@ -238,3 +238,11 @@ def test_adopt_of_many_pages_through_mem_says_each(workspace):
     assert lines[1:-1] == [f"adopted mind/p{i:03d}.md" for i in range(230) if i != 100]
     assert len(log_rows(workspace)) == 230
     assert run_mem("-w", workspace, "always", "list", check=True).stdout.decode().strip().endswith("by hand")
+
+
+def test_watch_with_a_debounce_out_of_range_is_one_line(workspace):
+    """Regression: `mem watch --debounce-ms -5` ended in a traceback (OverflowError in watchfiles)."""
+    for value in ("-5", "86400001"):
+        result = run_mem("-w", workspace, "watch", "--debounce-ms", value)
+        assert (result.returncode, result.stdout) == (2, b"")
+        assert result.stderr.decode() == f"error: --debounce-ms must be between 0 and 86400000 (a day), not {value}\n"

@@ -305,6 +305,32 @@ def test_views_behind_the_log_on_read_only_storage_are_refused_not_read(written,
             "storage is read-only")
 
 
+def test_mem_ui_on_read_only_storage_shows_the_timeline_and_the_contract(written):
+    """Regression: on a read-only mount `/timeline` and `/contract` were a 500 (`the storage is read-only`):
+    their counts were caught up into the views, which take no row there; they are caught up in memory."""
+    import httpx
+
+    from hubserver import free_port
+
+    remount = f"mount --bind {written} {written} && mount -o remount,bind,ro {written}"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", remount], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no read-only bind mount in a user namespace here: {probe.stderr.decode().strip()}")
+    port = free_port()
+    server = subprocess.Popen(["unshare", "-rm", "sh", "-c", f"{remount} && exec {shlex.join(mem_command())} ui "
+                               f"--port {port} -w {written}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert select.select([server.stdout], [], [], 30)[0], server.stderr.read1()
+        url = server.stdout.readline().decode().split()[-1].rsplit("/", 1)[0]
+        for page in ("timeline", "contract", "asof"):
+            answer = httpx.get(f"{url}/{page}", timeout=30)
+            assert answer.status_code == 200, (page, answer.text)
+        assert "1 events ·" in httpx.get(f"{url}/timeline", timeout=30).text
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
 def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path, pg_url):
     """`mem serve --db postgresql://user:PASSWORD@...` printed the password in its start line, and its
     pages' mirror (a temporary directory when no --ui-dir is given) stayed behind after every run."""

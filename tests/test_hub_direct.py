@@ -109,3 +109,29 @@ def test_a_long_poll_that_waits_for_a_wake_up_due_reads_no_page_before_it(tmp_pa
 
     asyncio.run(scenario())
     storage.close()
+
+
+def test_a_push_whose_body_comes_in_several_messages_is_read_whole(tmp_path):
+    """The push handler reads its body from the ASGI messages itself (sync/hub.py body_of): a body sent in
+    pieces is joined in order, and one that grows past the limit is refused as it comes."""
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    events = [entry(f"piece {i}") for i in range(3)]
+    raw = msgspec.json.encode(PushRequest(events=events))
+
+    async def pieces(data: bytes, size: int):
+        for start in range(0, len(data), size):
+            yield data[start:start + size]
+
+    async def too_much():
+        for _ in range(17):
+            yield b" " * (1024 * 1024)
+
+    pushed, refused = ask(storage, [("POST", "/v1/push", {"content": pieces(raw, 50), "headers": headers}),
+                                    ("POST", "/v1/push", {"content": too_much(), "headers": headers})])
+    assert pushed.status_code == 200, pushed.text
+    assert [r["id"] for r in pushed.json()["results"]] == [e.id for e in events]
+    assert refused.status_code == 413 and refused.json()["type"].endswith("too-large")
+    storage.close()

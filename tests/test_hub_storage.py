@@ -1,11 +1,16 @@
 """Both hub storage backends pass the same conformance suite."""
 
+import fcntl
+import os
+import threading
+import time
+
 import pytest
 
 from sync.storage_postgres import PostgresHubStorage
 from sync.storage_sqlite import SQLiteHubStorage
 
-from hub_storage_conformance import HubStorageConformance
+from hub_storage_conformance import HubStorageConformance, entry
 
 
 class TestSQLiteHubStorage(HubStorageConformance):
@@ -68,4 +73,26 @@ def test_a_hub_made_before_page_versions_were_kept_fills_them_once(tmp_path, pg_
         conn.close()
         hub = opened()
         assert sorted(hub.page_heads("drafts", "p")) == expected
+        hub.close()
+
+
+def test_a_sqlite_hubs_write_queues_on_the_files_flock_that_another_hub_process_holds(tmp_path):
+    """Hub processes on one SQLite file take turns writing through an flock of the file, which wakes the
+    next the moment it is let go (SQLite's busy handler sleeps 1, 2, 5, 10 ms... between tries): a push
+    waits while another holder has it, and goes in as soon as it is released."""
+    hub = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    other = os.open(hub.path, os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        done = []
+        pusher = threading.Thread(target=lambda: done.append(hub.push([entry()])))
+        pusher.start()
+        time.sleep(0.3)
+        assert not done  # queued behind the other holder
+        released = time.monotonic()
+        fcntl.flock(other, fcntl.LOCK_UN)
+        pusher.join(5)
+        assert done and done[0][0].position == 1 and time.monotonic() - released < 2
+    finally:
+        os.close(other)
         hub.close()

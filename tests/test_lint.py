@@ -122,6 +122,29 @@ def test_a_judge_that_never_answers_is_one_error_line_and_records_nothing(worksp
     assert log_rows(workspace) == before
 
 
+def test_a_judge_given_no_time_no_command_or_failing_silently_is_one_clear_line(workspace, tmp_path):
+    """Regression: `--judge-timeout 0` (or -1) ran the judge and refused it as `no verdict within -1 s`, a blank
+    `--judge ""` linted with no judge, and a judge failing silently was `the judge command failed (1): `."""
+    w = ("-w", workspace)
+    for slug, body in (("a", "Deploy staging canary rollback owner"), ("b", "Deploy staging canary rollback never")):
+        (tmp_path / f"{slug}.md").write_bytes(page(slug.upper(), body))
+        run_mem(*w, "page", "write", slug, "--file", tmp_path / f"{slug}.md", check=True)
+    before = log_rows(workspace)
+    for args, said in ((["--judge", "cat", "--judge-timeout", "0"], "--judge-timeout must be a number of seconds "
+                        "above 0, not 0"),
+                       (["--judge", "cat", "--judge-timeout", "-1"], "--judge-timeout must be a number of seconds "
+                        "above 0, not -1"),
+                       (["--judge", " "], "--judge needs a command: a shell command line that reads a pair (JSON) on "
+                        "stdin"),
+                       (["--judge", "exit 3"], "the judge command failed (exit 3) on adf-file://mind/a.md and "
+                        "adf-file://mind/b.md, saying nothing on stderr; nothing was recorded"),
+                       (["--judge", "echo broken >&2; exit 1"], "the judge command failed (exit 1) on "
+                        "adf-file://mind/a.md and adf-file://mind/b.md: broken; nothing was recorded")):
+        result = run_mem(*w, "lint", *args, "--record", "--json")
+        assert (result.returncode, result.stdout, result.stderr.decode()) == (1, b"", f"error: {said}\n"), args
+    assert log_rows(workspace) == before
+
+
 def test_a_budget_that_is_no_number_is_refused_when_set_and_named_when_read(workspace):
     before = log_rows(workspace)
     for key, value in (("lint.mind_max_lines", "abc"), ("lint.mind_max_lines", "0"), ("lint.mind_max_bytes", "true"),

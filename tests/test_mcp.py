@@ -152,6 +152,54 @@ def test_a_hand_edit_is_kept_through_the_adopt_tool_as_the_refusal_says(workspac
         assert "edited by hand, then kept" in mem.page_text("deploy") and mem.always() == ["kept by hand"]
 
 
+def test_a_layer_of_a_workspace_without_a_contract_is_refused_with_each_way_to_have_one(workspace):
+    """Regression: `mem entry add notes ...` in a workspace with no layer said only `no contract is known yet:
+    mem pull fetches it from the hub` (no layer named, no word of local layers), and so did the MCP tool."""
+    said = cli_error(workspace, "entry", "add", "notes", "[FACT] 2026-11-30: x")
+    assert said == ("there is no layer 'notes': no contract is known yet (`mem pull` fetches the hub's; `mem layer "
+                    "add NAME PATH` declares a local layer)")
+
+    async def session_body(session):
+        return await call(session, "entry_add", layer="notes", text="[FACT] 2026-11-30: x")
+
+    assert run_stdio(workspace, session_body) == (
+        True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's)")
+    assert log_rows(workspace) == []
+
+
+def test_a_count_below_zero_is_refused_in_the_words_of_each_side(workspace):
+    """Regression: `mem believed --last -3` (and the believed tool's last=-3) answered `loop (last -3):`; the
+    log and search tools refused n=-5 naming the CLI's `-n`."""
+    assert cli_error(workspace, "believed", "--last", "-3") == "--last must be 0 or more, not -3"
+    assert cli_error(workspace, "log", "-n", "-5") == "-n must be 0 or more, not -5"
+
+    async def session_body(session):
+        return [await call(session, "believed", last=-3), await call(session, "log", n=-5),
+                await call(session, "search", query="x", n=-1)]
+
+    assert run_stdio(workspace, session_body) == [(True, "last must be 0 or more, not -3"),
+                                                  (True, "n must be 0 or more, not -5"),
+                                                  (True, "n must be 0 or more, not -1")]
+
+
+def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace):
+    """Regression: `mem cite '[S99999999999999999999999]'`, `mem redact 9...9`, `mem log -n 9...9` and `mem audit
+    read 9...9` ended in an OverflowError traceback (SQLite holds 64-bit integers); so did the cite tool."""
+    huge = "99999999999999999999999"
+    too_large = "a number given is past what the log holds: whole numbers go from -2**63 to 2**63 - 1"
+    for command in (["cite", f"[S{huge}]"], ["redact", huge, "--reason", "x"]):
+        assert cli_error(workspace, *command) == too_large
+    for command in (["log", "-n", huge], ["audit", "read", huge], ["show", "mind.md", "--seq", huge]):
+        result = run_mem(*command, "--workspace", workspace)
+        assert result.returncode == 2 and result.stderr.decode().endswith(
+            f": {huge} is out of range: whole numbers go from -2**63 to 2**63 - 1.\n"), result.stderr
+
+    async def session_body(session):
+        return await call(session, "cite", citation=f"[S{huge}]")
+
+    assert run_stdio(workspace, session_body) == (True, too_large)
+
+
 def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     with Memory.open(workspace) as mem:
         mem.set_contract(Contract(layers={"decisions": ContractLayer(

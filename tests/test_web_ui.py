@@ -147,6 +147,9 @@ def test_search_and_contract(ui):
     ("timeline?agent=nosuch", 404, "not-found"),
     ("history?path=memory/nosuch.md", 404, "not-found"),
     ("history?page=nosuch", 404, "not-found"),
+    # a page or file that never existed read as one not written yet, and an unsafe slug as a page (200)
+    ("asof?page=nosuch", 404, "not-found"), ("asof?file=memory/nosuch.md", 404, "not-found"),
+    ("asof?page=../x", 400, "unsafe-path"),
     # past what SQLite's integers hold: an OverflowError and a bare 500 before
     ("timeline?event=99999999999999999999", 400, "invalid-input"),
     ("timeline?t0=99999999999999999999999&t1=1", 400, "invalid-input")])

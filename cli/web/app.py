@@ -16,6 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from eventstore import validate
 from eventstore.errors import InvalidInput, MemError, NotFound, StorageFailure, storage_exceptions, storage_failure
 from eventstore.instants import format_instant
 from eventstore.kinds import KINDS
@@ -146,6 +147,14 @@ class Site:
         elif self.visible(request, mem, now) is not None:
             raise NotFound(f"there is no file {path!r} here")
 
+    @staticmethod
+    def check_ever(mem, now: Moment, path: str, called: str) -> None:
+        """A page or file shown as of a moment when it did not exist is said so; one that never existed up to the
+        head is a 404, as on the history page (a typo would read as a page not written yet). A layer's file is
+        the layer's, empty until its first event."""
+        if not histories.history(mem, path, now.head):
+            raise NotFound(f"there is no {called} here")
+
     def received(self, request: Request, mem, now: Moment) -> list[tuple[str, int]]:
         """(consumer, the seq it had received up to) by the moment, where that is known."""
         return []
@@ -158,11 +167,15 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             seen = mem.believed(now.seq, last=10, include_all=True, shared=False)
-            text = mem.page_text(slug, now.seq) if slug and not self.hub else None
+            text = mem.page_text(validate.slug(slug), now.seq) if slug and not self.hub else None
+            if text is None and slug and not self.hub:
+                self.check_ever(mem, now, page_path(slug), f"page {slug!r}")
             files = self.shared_files(request, mem, now)
             if chosen is not None and chosen not in files:
                 self.check_file(request, mem, now, chosen)
             shown = mem.file_text(chosen, now.seq) if chosen else None
+            if chosen is not None and shown is None and not _layer_of(mem, chosen):  # a layer's file: not yet
+                self.check_ever(mem, now, chosen, f"file {chosen!r}")
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
                            files=files, chosen=chosen, shown=shown, received=received)
