@@ -17,9 +17,9 @@ waiter wakes (64 ms for 32 consumers of a layer, 100 ms at most).
 The setting, measured with bench/bench_hub_load.py at 32 agents on SQLite FULL (group commit on and
 off run the same fan-out): at 0.5 ms per woken long-poll the consumers still made 0.6-1.0 pull
 requests per push with group commit on, about 100 µs of the hub's core each, and the hub's CPU per
-push was 0.27-0.35 ms; at 2 ms they make 0.1-0.2 and the hub spends 0.17-0.19 ms, so group commit
-reached 4,500-5,900 events/s where it had reached 2,000-4,300 (quiet machine, load average 1-2), for
-a p99 fan-out of 90-130 ms instead of 25-75 (the target is 200). A pull answers as before when it finds
+push was 0.27-0.35 ms; at 2 ms they make 0.1-0.2 and the hub spends 0.18-0.21 ms, so group commit
+reached 4,600-5,900 events/s where it had reached 2,000-4,300 (nearly quiet machine, load average
+about 1), for a p99 fan-out of 90-95 ms instead of 25-75 (the target is 200; 90-400 ms at load 5-6). A pull answers as before when it finds
 events already told: only a long-poll that found nothing new, or only commits not yet told, waits.
 """
 
