@@ -129,7 +129,7 @@ class PostgresLog(Recorder):
     def _stored(self, id: bytes):
         return self.conn.execute("SELECT kind, codec, body, layer FROM events WHERE id = %s", (id,)).fetchone()
 
-    def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
+    def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
         with self.conn.cursor() as cursor:
             cursor.execute("SELECT seq, id, ts, layer, codec, body, agent FROM events "
                            "WHERE seq > %s AND seq <= %s ORDER BY seq", (after, upto))

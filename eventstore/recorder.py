@@ -223,11 +223,12 @@ class Recorder(ABC):
             yield row_to_event(row)
 
     @abstractmethod
-    def fold_rows(self, after: int, upto: int) -> Iterator[tuple]:
+    def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
         """What the projections fold, in seq order and undecoded: (seq, id bytes, ts, layer, codec, stored body,
         agent). `layer` and `agent` are None for events of the `mind` layer (the wiki fold keeps neither), and
         the kind is the decoded body's own (a redacted event's stand-in has the original kind): a replay reads
-        a million rows, and each string column costs it a decode per row."""
+        a million rows, and each string column costs it a decode per row. Without `mind_ids` the id of a `mind`
+        event may be None too: a rebuild whose writer reads those ids from a SQLite log itself."""
 
     @abstractmethod
     def get(self, id: str) -> Event | None: ...

@@ -6,7 +6,8 @@ layers' `entries` and the search index (`search_docs`, `search_history`, their f
 gives them to a `HistoryWriter`: the fold hands each batch over in msgpack through a pipe to a child
 process (from the first batch on when more are to come; a build of one batch writes it in process), which
 writes them into the new file (binding rows, inserting, tokenising) on the other core, with no GIL shared
-with the fold. The fold itself writes every other table into a scratch file
+with the fold. A SQLite log is attached there too: what a page version's row holds as the log stores it (the
+event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes every other table into a scratch file
 beside it (two connections, two files: no lock shared); at the end those tables, small beside the
 history, are copied into the new file, and the indexes that a rebuild leaves out are made once
 (page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
@@ -24,6 +25,7 @@ new file before the rename.
 import contextlib
 import gc
 import os
+import queue
 import sqlite3
 import subprocess
 import sys
@@ -33,8 +35,11 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore.envelope import CODEC_RAW
+from eventstore.sqlite import SQLiteLog
+
 from . import search, shared
-from .fold import catch_up
+from .fold import _unpacked, catch_up
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
@@ -72,7 +77,8 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     remove_files(path)
     remove_files(fold_path)
     views = Views(path, fast=True)  # every table, empty: the writer fills the history
-    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH, child=writer)
+    writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH, child=writer,
+                           log=log.path if isinstance(log, SQLiteLog) else None)
     views.close()
     writer.start()
     try:
@@ -227,12 +233,17 @@ class HistoryWriter:
     through a pipe, so that SQLite's work and the rows' binding run on the other core, without the GIL the fold
     holds; but the first batch of a build that may need no second one is written here."""
 
-    def __init__(self, db, path: str, apart: bool = False, child: subprocess.Popen | None = None):
+    def __init__(self, db, path: str, apart: bool = False, child: subprocess.Popen | None = None,
+                 log: str | None = None):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
         bulk_end). `apart`: more than a batch is to come, so the child process starts at once (its start-up
-        beside the fold's first batch), or is `child`, started ahead (`spawn_writer`) and told the file now."""
+        beside the fold's first batch), or is `child`, started ahead (`spawn_writer`) and told the file now.
+        `log`: the path of a SQLite log, which the writer attaches to read what page_versions rows take from it
+        as stored (`FROM_LOG`): less to hand over, bind and decode."""
         self.path = path
+        self.log = log
+        self.from_log = log is not None
         self.inode = os.stat(path).st_ino
         db.execute("DROP INDEX page_versions_by_slug")
         self.triggers = search.bulk_begin(db)
@@ -246,24 +257,25 @@ class HistoryWriter:
         if self.apart:
             self._spawn()
         else:
-            self.db = _connect(self.path)
+            self.db = _connect(self.path, self.log)
 
     def _spawn(self) -> None:
         if self.ahead is not None:
             self.child, self.ahead = self.ahead, None
-            self.child.stdin.write(msgspec.json.encode([self.path, self.inode]) + b"\n")
+            self.child.stdin.write(msgspec.json.encode([self.path, self.inode, self.log]) + b"\n")
             self.child.stdin.flush()
         else:
-            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode)],
+            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode),
+                                           self.log or ""],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
-        """A batch: its page_versions and log_entries rows, the search index's (SearchFold.flush's) and the
-        shared layers' entries (SharedFold.flush's)."""
+        """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
+        (SearchFold.flush's) and the shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
         if self.child is None:
             if self.batches == 1:
-                write_batch(self.db, versions, entries, search_batch, shared_entries)
+                write_batch(self.db, versions, entries, search_batch, shared_entries, from_log=self.from_log)
                 return
             self.db.execute("COMMIT")  # a second batch after all (a log still growing): the child from here on
             self.db.close()
@@ -302,7 +314,8 @@ class HistoryWriter:
 
     def merge(self, db, fold_path: str) -> None:
         """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
-        index taken away."""
+        index taken away. A fold whose writer read the log (`from_log`) read no ids of the mind layer's events
+        (`Recorder.fold_rows`): the `pages` rows take theirs from the versions they name."""
         db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -314,6 +327,9 @@ class HistoryWriter:
                 db.execute(f'DELETE FROM main."{table}"')
                 db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
             db.execute(PAGE_VERSIONS_INDEX)
+            if self.from_log:  # the fold read no ids of the wiki's events: its pages take their versions'
+                db.execute("UPDATE pages SET version_id = (SELECT v.version_id FROM page_versions AS v "
+                           "WHERE v.slug = pages.slug AND v.seq = pages.seq)")
             search.bulk_end(db, self.triggers)
             db.execute("COMMIT")
         finally:
@@ -322,11 +338,11 @@ class HistoryWriter:
             db.execute("DETACH DATABASE fold")
 
 
-VersionRow = tuple[str, int, bytearray, int, int, str, str, str, bytearray | None]
-"""A page_versions row as the writer's child decodes it: its blobs as bytearrays, which sqlite3 binds directly
-(bytes, like None, go through its adapter lookup first: a fifth of the cost of the row)."""
-PageHistoryRow = tuple[int, str, str, str, str, str | int, str | int, int]
-"""search.page_history_row."""
+VersionRow = tuple[str, int, bytearray | int, int, int, str, str, str, bytearray | int | None, str, str, str | int,
+                   str | int, int]
+"""A wiki page version's row (search.VERSION_COLUMNS) as the writer's child decodes it: its blobs as bytearrays,
+which sqlite3 binds directly (bytes, like None, go through its adapter lookup first: a fifth of the cost of the
+row). The version id, ts and doc are 0 where the writer reads them from the log (FROM_LOG)."""
 _Text = str | int | None  # 0 for NULL (search.DOCS_INSERT)
 SearchRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Text, _Text, _Text]
 """A search_docs row (search.COLUMNS)."""
@@ -335,35 +351,74 @@ SearchHistoryRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Tex
 EntryRow = tuple[str, str, int, str, str, str, str, _Text]
 """A shared layer's `entries` row (shared.ENTRIES_INSERT)."""
 Frame = tuple[list[VersionRow], list[tuple[int, int, str]],
-              tuple[list, list[SearchRow], list[PageHistoryRow], list, list[SearchHistoryRow], list, list, list, list],
+              tuple[list, list[SearchRow], list, list, list[SearchHistoryRow], list, list, list, list],
               list[EntryRow]]
-"""A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed)."""
+"""A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed); the search
+batch's page versions are the batch's version rows (SearchFold.flush)."""
+
+PAGE_VERSIONS = ("INSERT INTO page_versions SELECT slug, seq, version_id, ts, deleted, parents, title, hook, doc "
+                 "FROM temp.versions")
+"""page_versions rows from the staged version rows (search.stage_versions), as they are."""
+FROM_LOG = ("INSERT INTO page_versions SELECT v.slug, v.seq, e.id, e.ts, v.deleted, v.parents, v.title, v.hook, "
+            "iif(v.doc IS 0, e.body, v.doc) FROM temp.versions AS v CROSS JOIN log.events AS e ON e.seq = v.seq "
+            f"WHERE v.doc IS NOT 0 OR e.codec = {CODEC_RAW}")
+"""page_versions rows from the staged version rows, completed by the log attached as `log`: the version id and ts
+of the event at their seq, and its body where the doc is 0. That body was stored as it was written (CODEC_RAW)
+when the fold read it; one the log no longer stores so (redacted since) leaves its row out, for `_insert_versions`."""
 
 
-def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list) -> None:
-    """One batch of HistoryWriter.add into the new file (its transaction open)."""
-    insert_many(db, "INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", versions)
+def _insert_versions(db, count: int) -> None:
+    """The `count` staged version rows into page_versions (FROM_LOG); a row left out because the log's body at its
+    seq is stored otherwise now (a redaction came in meanwhile) gets that body as the fold would read it
+    (`fold._unpacked`)."""
+    if db.execute(FROM_LOG).rowcount == count:
+        return
+    for slug, seq, id, ts, deleted, parents, title, hook, codec, body in db.execute(
+            "SELECT v.slug, v.seq, e.id, e.ts, v.deleted, v.parents, v.title, v.hook, e.codec, e.body FROM "
+            "temp.versions AS v CROSS JOIN log.events AS e ON e.seq = v.seq "
+            f"WHERE v.doc IS 0 AND e.codec != {CODEC_RAW}").fetchall():
+        db.execute("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)",
+                   (slug, seq, id, ts, deleted, parents, title, hook, _unpacked(codec, body)))
+
+
+def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list, *,
+                from_log: bool = False) -> None:
+    """One batch of HistoryWriter.add into the new file (its transaction open); `from_log`: the log is attached,
+    and the version rows take from it what they leave out (FROM_LOG)."""
+    search.stage_versions(db, versions)
+    if from_log:
+        _insert_versions(db, len(versions))
+    else:
+        db.execute(PAGE_VERSIONS)
     insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
     insert_many(db, shared.ENTRIES_INSERT, shared_entries)
-    search.write_batch(db, *search_batch, bulk=True)
+    gone, rows, _versions, *rest = search_batch
+    search.write_batch(db, gone, rows, versions, *rest, bulk=True, staged=True)
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    """The writer's connection to the new file (see the module's docstring), its one transaction begun."""
+def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
+    """The writer's connection to the new file (see the module's docstring), its one transaction begun; with the
+    SQLite log at `log` attached as `log` (only read)."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode = OFF")
     db.execute("PRAGMA synchronous = OFF")
+    db.execute("PRAGMA temp_store = MEMORY")  # the batch's version rows (search.stage_versions)
+    if log is not None:
+        db.execute("ATTACH DATABASE ? AS log", (log,))
     db.execute("BEGIN")
     return db
 
 
-def serve(path: str | None = None, inode: str | int | None = None) -> None:
+def serve(path: str | None = None, inode: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
     (its end of the pipe closed early), nothing is committed: its files are deleted by the next build. It
     writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
-    before, whose file the next build has made anew. Started ahead (`spawn_writer`), it reads `path` and
-    `inode` first, a JSON line."""
+    before, whose file the next build has made anew. Started ahead (`spawn_writer`), it reads `path`, `inode`
+    and `log` first, a JSON line.
+
+    With the SQLite log at `log` (FROM_LOG), each batch is committed: the log's rows are read in the batch's
+    transaction, whose snapshot of the log must be taken after the fold read them (a log still growing)."""
     stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder(Frame).decode
     gc.disable()  # each batch decodes a million objects, freed by refcounting alone (fold.no_cyclic_gc)
     try:
@@ -371,19 +426,46 @@ def serve(path: str | None = None, inode: str | int | None = None) -> None:
             told = stdin.readline()
             if not told:
                 sys.exit(1)
-            path, inode = msgspec.json.decode(told)
-        db = _connect(path)
+            path, inode, log = msgspec.json.decode(told)
+        log = log or None
+        db = _connect(path, log)
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
-        while (header := stdin.read(4)) and (size := int.from_bytes(header, "little")):
-            write_batch(db, *decode(stdin.read(size)))
-        if len(header) < 4:
+        frames = _frames(stdin)
+        while frame := frames.get():
+            write_batch(db, *decode(frame), from_log=log is not None)
+            if log is not None:
+                db.execute("COMMIT")
+                db.execute("BEGIN")
+        if frame is None:
             sys.exit(1)
         db.execute("COMMIT")
         db.close()
     except Exception as exc:
         _tell(exc)
         sys.exit(1)
+
+
+READ_AHEAD = 2
+"""Batches the writer's child reads ahead of the one it writes: the builder's hand-over returns once its batch is
+read, not once the batch before it is written, so a batch slower to write than to fold does not hold the fold up."""
+
+
+def _frames(stdin) -> queue.Queue:
+    """The batches on `stdin` (`serve`), read by a thread of their own as they come (READ_AHEAD at most waiting):
+    each batch's bytes, then b"" at the end, or None when the builder went away first."""
+    frames: queue.Queue = queue.Queue(READ_AHEAD)
+
+    def read() -> None:
+        while len(header := stdin.read(4)) == 4:
+            if not (size := int.from_bytes(header, "little")):
+                frames.put(b"")
+                return
+            frames.put(stdin.read(size))
+        frames.put(None)
+
+    threading.Thread(target=read, name="batches", daemon=True).start()
+    return frames
 
 
 def _tell(exc: Exception) -> None:

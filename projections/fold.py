@@ -25,29 +25,32 @@ from eventstore.redaction import stand_in
 from . import render, trust
 from .render import hook_of, log_entry, title_of
 from .adf import AdfFold
-from .search import SearchFold, page_history_row
+from .search import SearchFold
 from .shared import SharedFold
 from .views import LOG_PATH, MIND_PATH, Views, page_path
 
+_DAYS: dict[int, str] = {}
+"""render.day of each day number met: a log entry's date."""
 _UNREAD = object()
 """A page the fold has not read from the views yet (`WikiFold._pages`)."""
 
 
 class WikiFold:
     def __init__(self, views: Views, writer=None):
-        """`writer` (a bulk.HistoryWriter) takes the history tables in a rebuild."""
+        """`writer` (a bulk.HistoryWriter) takes the history tables in a rebuild. When it reads the log itself
+        (`from_log`), a version row leaves out what the log holds (see `_row`)."""
         self.views = views
         self.db = views.db
         self.writer = writer
+        self.from_log = writer is not None and writer.from_log
         self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
         self.touched_pages: set[str] = set()  # pages changed since the `pages` rows were last written
         self._reset_batch()
 
     def _reset_batch(self):
-        self.versions: list[tuple] = []
-        self.search_rows: list[list] = []  # the search_history row of each version (search.page_history_row)
-        self._open_rows: dict[str, list] = {}  # slug -> its last row of this batch, closed in place
+        self.versions: list[list] = []  # a row (`_row`) for each version and tombstone
+        self._open_rows: dict[str, list] = {}  # slug -> its last version's row in this batch, closed in place
         self.replaced: list[tuple[int, int]] = []  # (seq of a version stored before, seq that replaced it)
         self.entries: list[tuple] = []
         self.releases: list[tuple[str, int]] = []
@@ -64,20 +67,30 @@ class WikiFold:
             self._always = self.views.always()
         return self._always
 
+    def _row(self, slug, seq, version_id, ts, parents, title, hook, doc, fm=None, text="", stored=False) -> list:
+        """A version's row (search.VERSION_COLUMNS): its page_versions row, then what its search_history row
+        adds (its body: the hook, a blank line and the text; the type, status and stale date, 0 for those it has
+        not, and `until`, 0 while it is current, set in place by a later version of the batch); a tombstone
+        (`fm` None) has only the first.
+        For a writer that reads the log itself (bulk.FROM_LOG), the version id and ts are 0 (those of the
+        event at `seq`), and so is a `doc` that is the event's body as stored (`stored`)."""
+        if self.from_log:
+            version_id, ts, doc = 0, 0, 0 if stored else doc
+        if fm is None:
+            return [slug, seq, version_id, ts, 1, parents, title, hook, None, "", "", 0, 0, 0]
+        status, stale, kind = fm.get("status"), fm.get("stale_after"), fm.get("type")
+        return [slug, seq, version_id, ts, 0, parents, title, hook, doc, f"{hook}\n\n{text}" if hook else text,
+                kind if kind.__class__ is str else str(kind), 0 if status is None else trust.stored_status(status),
+                0 if stale is None else trust.stale_day(stale) or 0, 0]
+
     def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None):
-        """A new version of `slug`, whose current version is `previous` (None: it has none). A rebuild's hot
-        path: `_close` is written out here."""
+        """A new version of `slug`, whose current version is `previous` (None: it has none)."""
         title, hook = title_of(slug, fm, text), hook_of(fm)
-        self.versions.append((slug, seq, version_id, ts, 0, ",".join(parents), title, hook, doc))
-        open_rows = self._open_rows
         if previous is not None:
-            row = open_rows.get(slug)
-            if row is not None and row[0] == previous[0]:
-                row[-1] = seq
-            else:
-                self.replaced.append((previous[0], seq))
-        open_rows[slug] = row = page_history_row(seq, slug, fm, text, title, hook)
-        self.search_rows.append(row)
+            self._close(slug, previous[0], seq)
+        self._open_rows[slug] = row = self._row(slug, seq, version_id, ts, ",".join(parents), title, hook, doc, fm,
+                                                text)
+        self.versions.append(row)
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
         return title
@@ -85,21 +98,22 @@ class WikiFold:
     def _close(self, slug: str, previous: int, seq: int) -> None:
         """The search_history row of a page's version `previous` was current until `seq`."""
         row = self._open_rows.pop(slug, None)
-        if row is not None and row[0] == previous:
+        if row is not None and row[1] == previous:
             row[-1] = seq
         else:
             self.replaced.append((previous, seq))
 
     def _tombstone(self, seq, version_id, ts, slug, parents):
         previous, _id, title, hook, _doc, _ts = self._page(slug)
-        self.versions.append((slug, seq, version_id, ts, 1, ",".join(parents), title, hook, None))
+        self.versions.append(self._row(slug, seq, version_id, ts, ",".join(parents), title, hook, None))
         self._close(slug, previous, seq)
         self._pages[slug] = None
         self.touched_pages.add(slug)
         return title
 
-    def apply(self, seq: int, version_id: bytes, ts: int, body, raw: bytes) -> None:
-        """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes."""
+    def apply(self, seq: int, version_id: bytes, ts: int, body, raw: bytes, stored: bool = False) -> None:
+        """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes, `stored`
+        when the log holds them as they are (not compressed nor redacted)."""
         cls = type(body)
         if cls is PageUpdate or cls is PageIngest:
             slug, fm = body.slug, body.frontmatter
@@ -110,9 +124,48 @@ class WikiFold:
             if "governance" in fm and trust.is_held(fm) and (
                     current is None or not trust.is_held(decode_body(current[4]).frontmatter)):
                 kind = "hold"
-            title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw, current)
+            # `_version` written out (a rebuild's hot path: nine of ten events of a wiki's log), with the first,
+            # common case of title_of, hook_of and log_entry inline; the others call them.
+            text = body.text
+            title = None
+            if text.startswith("# "):
+                end = text.find("\n")
+                first = text[2:end] if end != -1 else text[2:]
+                if "#" not in first and first.isprintable() and "  " not in first and first == first.strip():
+                    title = first
+            if title is None:
+                title = title_of(slug, fm, text)
+            hook = fm.get("description")
+            if hook is None:
+                hook = ""
+            elif not (hook.__class__ is str and hook.isprintable() and "  " not in hook and hook == hook.strip()):
+                hook = hook_of(fm)
+            open_rows = self._open_rows
+            if current is not None:
+                row = open_rows.get(slug)
+                if row is not None and row[1] == current[0]:
+                    row[-1] = seq
+                else:
+                    self.replaced.append((current[0], seq))
+            status, stale, kind_of = fm.get("status"), fm.get("stale_after"), fm.get("type")
+            open_rows[slug] = row = [  # _row
+                slug, seq, 0, 0, 0, ",".join(body.parents), title, hook, 0 if stored else raw,
+                f"{hook}\n\n{text}" if hook else text,
+                kind_of if kind_of.__class__ is str else str(kind_of),
+                0 if status is None else trust.stored_status(status), 0 if stale is None else trust.stale_day(stale) or 0,
+                0]
+            if not self.from_log:
+                row[2], row[3], row[8] = version_id, ts, raw
+            self.versions.append(row)
+            self._pages[slug] = (seq, version_id, title, hook, raw, ts)
+            self.touched_pages.add(slug)
             if cls is PageUpdate or not body.quiet:
-                self.entries.append((seq, ts, log_entry(ts, kind, title, body.note, True)))
+                day = _DAYS.get(ts // 86_400_000)
+                if day is None:
+                    day = _DAYS[ts // 86_400_000] = render.day(ts)
+                note = body.note
+                self.entries.append((seq, ts, f"## [{day}] {kind} | {title}\n\n{note}\n" if note
+                                     else f"## [{day}] {kind} | {title}\n"))  # render.log_entry
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
@@ -153,9 +206,9 @@ class WikiFold:
         self.entries.append((seq, ts, render.log_entry(ts, kind, title, note, title_is_one_line=True)))
 
     def search_history(self) -> tuple[list, list]:
-        """For SearchFold.flush: the batch's `page_history_row`s and the (id, until) of the earlier versions
+        """For SearchFold.flush: the batch's version rows (`_row`) and the (id, until) of the earlier versions
         they closed."""
-        return self.search_rows, self.replaced
+        return self.versions, self.replaced
 
     def flush(self, checkpoint: int, final: bool = True, others: tuple = ()) -> None:
         """Writes the batch and the checkpoint; the caller holds the transaction. The current pages (their
@@ -168,7 +221,8 @@ class WikiFold:
             self.writer.add(self.versions, self.entries, *others)
         else:
             if self.versions:
-                db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)", self.versions)
+                db.executemany("INSERT OR REPLACE INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)",
+                               [row[:9] for row in self.versions])
             if self.entries:
                 db.executemany("INSERT OR REPLACE INTO log_entries VALUES (?,?,?)", self.entries)
         if self.always_rows:
@@ -177,8 +231,8 @@ class WikiFold:
             db.executemany("INSERT OR REPLACE INTO page_releases VALUES (?,?)", self.releases)
         if final and self.touched_pages:
             gone = [(slug,) for slug in self.touched_pages if self._pages[slug] is None]
-            live = [(slug, *self._pages[slug][:4], self._pages[slug][5]) for slug in self.touched_pages
-                    if self._pages[slug] is not None]
+            live = [(slug, page[0], page[1] or b"", *page[2:4], page[5]) for slug in self.touched_pages
+                    if (page := self._pages[slug]) is not None]  # b"": an id the writer's merge fills (from_log)
             db.executemany("DELETE FROM pages WHERE slug = ?", gone)
             db.executemany("INSERT OR REPLACE INTO pages VALUES (?,?,?,?,?,?)", live)
             self.dirty.update(page_path(slug) for slug in self.touched_pages)
@@ -251,21 +305,22 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             start = views.checkpoint()
             if start >= target:
                 return start
-            rows = list(islice(log.fold_rows(start, target), batch))  # seqs an ImportGap skipped count for none
+            rows = list(islice(log.fold_rows(start, target, mind_ids=not wiki.from_log),
+                               batch))  # seqs an ImportGap skipped count for none
             end = rows[-1][0] if len(rows) == batch else target
             raws = [row[5] if row[4] == CODEC_RAW else _unpacked(row[4], row[5]) for row in rows]
             apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
             ts = 0
-            for (seq, version_id, ts, layer, _codec, _body, agent), raw, decoded in zip(
+            for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(
                     rows, raws, decode_bodies(raws)):
                 cls = decoded.__class__
                 if layer is None and cls in _WIKI:  # the mind layer's (fold_rows)
-                    apply_wiki(seq, version_id, ts, decoded, raw)
+                    apply_wiki(seq, version_id, ts, decoded, raw, raw is body)
                 elif cls in _ADF:
                     apply_adf(seq, ts, decoded)
                     apply_search(seq, layer or MIND, decoded)
                 elif cls in _SHARED:
-                    id = id_text(version_id)
+                    id = id_text(version_id) if version_id is not None else log.get_by_seq(seq).id
                     apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
                     apply_search(seq, layer or MIND, decoded, id, agent)
             del rows, raws

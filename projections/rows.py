@@ -40,3 +40,4 @@ def _numbered(values: str) -> tuple[str, int]:
     counter = itertools.count(1)
     numbered = _PARAMETER.sub(lambda m: m.group(0) if m.group(1) else f"?{next(counter)}", values)
     return numbered, max(int(n) for n in re.findall(r"\?(\d+)", numbered))
+

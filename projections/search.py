@@ -156,12 +156,25 @@ search_history_fts is final as soon as they are written."""
 _FINAL = f"(until IS NOT NULL OR kind IN ({', '.join(repr(kind) for kind in NEVER_CLOSED)}))"
 
 
-def index_closed(db, ids: list[int]) -> None:
+_INDEX_STAGED = (
+    "INSERT INTO search_history_fts (rowid, title, body) SELECT rowid, title, body FROM ("
+    f"SELECT (({_bucket_sql('(until - seq)')}) << {SPAN}) | seq AS rowid, title, body FROM temp.versions "
+    "WHERE deleted = 0 AND until != 0 UNION ALL SELECT r.rowid, h.title, h.body FROM (SELECT id, "
+    f"{HISTORY_ROWID_SQL} AS rowid FROM search_history WHERE id IN (SELECT value FROM json_each(?)) AND {_FINAL}) "
+    "AS r JOIN search_history AS h ON h.id = r.id) ORDER BY rowid")
+"""`_INDEX_ROWS` with the staged wiki page versions (`stage_versions`) closed in the batch taken from the staging
+table, not looked up again in search_history."""
+
+
+def index_closed(db, ids: list[int], staged: bool = False) -> None:
     """A bulk batch's search_history_fts entries, once its rows are written: those of `ids` (the versions it
     added or may have closed: `_changing`) whose rowid is final: closed, or of a kind never closed (a team's
     entries are indexed beside the fold, not all at its end). The versions still current wait for `bulk_end`,
-    so no entry is ever moved in a bulk build."""
-    if ids:
+    so no entry is ever moved in a bulk build. `staged`: with the staged wiki page versions closed already
+    (those are not in `ids`)."""
+    if staged:
+        db.execute(_INDEX_STAGED, (msgspec.json.encode(ids),))
+    elif ids:
         db.execute(_INDEX_ROWS.format(f"id IN (SELECT value FROM json_each(?)) AND {_FINAL}"),
                    (msgspec.json.encode(ids),))
 
@@ -179,7 +192,7 @@ def _text_of(content: list) -> str:
 _NULLABLE = 6
 """search_docs' and search_history's columns from the seventh on (type, status, stale_after, ref, reverses, agent;
 then until) are NULL or text (until: a seq): a row binds 0 for NULL, which SQL makes NULL (see
-PAGE_HISTORY_INSERT). `since` never is."""
+VERSIONS_HISTORY). `since` never is."""
 DOCS_INSERT = ("INSERT OR IGNORE INTO search_docs VALUES ("
                + ", ".join(f"?{i}" if i <= _NULLABLE else f"NULLIF(?{i}, 0)" for i in range(1, len(COLUMNS) + 1)) + ")")
 HISTORY_INSERT = (f"INSERT OR IGNORE INTO search_history ({', '.join(COLUMNS)}, until, since) VALUES ("
@@ -200,23 +213,26 @@ def page_row(seq, kind, layer, key, slug, fm, text, ref=None, agent=None, title=
             0 if ref is None else ref, 0, 0 if agent is None else agent)
 
 
-PAGE_HISTORY_INSERT = ("INSERT INTO search_history (id, kind, layer, key, title, body, type, status, stale_after, until, "
-                       f"since) VALUES (?1, 'page', '{MIND}', ?2, ?3, ?4, ?5, NULLIF(?6, 0), NULLIF(?7, 0), NULLIF(?8, 0), ?1)")
-"""A wiki page version's search_history row, from `page_history_row`: the columns every such row has alike are
-written by SQL, not bound one by one, and the absent status, stale date and `until` are bound as 0, which SQL
-makes NULL (binding a None costs sqlite3 as much as a short string, through its adapter lookup: a third of a
-replay's search index went into binding the Nones of a million page rows). A status or date is a string, never
-the integer 0."""
+VERSION_COLUMNS = ("slug", "seq", "version_id", "ts", "deleted", "parents", "title", "hook", "doc", "body", "type",
+                   "status", "stale_after", "until")
+"""A wiki page version as the wiki fold hands it over (fold.WikiFold._row): its page_versions row, then what its
+search_history row adds, 0 for the status, stale date and `until` it has not (see VERSIONS_HISTORY). One row for
+both tables: staged once in a temporary table (`stage_versions`), from which SQL copies each table's columns."""
+VERSIONS_HISTORY = (
+    "INSERT INTO search_history (id, kind, layer, key, title, body, type, status, stale_after, until, since) "
+    f"SELECT seq, 'page', '{MIND}', '{MIND}/' || slug, title, body, type, NULLIF(status, 0), NULLIF(stale_after, 0), "
+    "NULLIF(until, 0), seq FROM temp.versions WHERE deleted = 0")
+"""The search_history rows of the staged wiki page versions (a tombstone has none): the columns every such row has
+alike are written by SQL. The absent status, stale date and `until` are bound as 0, which SQL makes NULL (binding
+a None costs sqlite3 as much as a short string, through its adapter lookup: a third of a replay's search index
+went into binding the Nones of a million page rows). A status or date is a string, never the integer 0."""
 
 
-def page_history_row(seq, slug, fm, text, title, hook) -> list:
-    """A wiki page version as PAGE_HISTORY_INSERT takes it: (seq, key, title, body, type, status, stale_after,
-    until), 0 for each of the last three it has not; `until` (0: still current) is the last item, set in place
-    when a later version replaces it."""
-    status, stale, type = fm.get("status"), fm.get("stale_after"), fm.get("type")
-    return [seq, "mind/" + slug, title, f"{hook}\n\n{text}" if hook else text, type if type.__class__ is str else str(type),
-            0 if status is None else trust.stored_status(status), 0 if stale is None else trust.stale_day(stale) or 0,
-            0]
+def stage_versions(db, rows: list) -> None:
+    """Wiki page version rows (VERSION_COLUMNS) into `temp.versions`, in place of the last ones staged."""
+    db.execute(f"CREATE TEMP TABLE IF NOT EXISTS versions ({', '.join(VERSION_COLUMNS)})")
+    db.execute("DELETE FROM temp.versions")
+    insert_many(db, f"INSERT INTO temp.versions VALUES ({','.join('?' * len(VERSION_COLUMNS))})", rows)
 
 
 def file_row(seq, path, content: bytes, mime) -> tuple | None:
@@ -495,16 +511,18 @@ class SearchFold:
         """Writes the batch (`write_batch`); the caller holds the transaction. In `bulk`, returns it instead
         (`write_batch`'s arguments after the connection).
 
-        `page_versions` are the `page_history_row`s of the wiki page versions the batch made (those it
-        replaced already closed), `replaced_pages` the (seq of a version stored before, seq that
-        replaced it) of each wiki version, rename or delete."""
+        `page_versions` are the rows (VERSION_COLUMNS) of the wiki page versions and tombstones the batch made
+        (the versions they replaced already closed), `replaced_pages` the (seq of a version stored before, seq
+        that replaced it) of each wiki version, rename or delete. In `bulk` the writer has those rows already:
+        the batch returned holds none."""
         if self.shared_from is not None:
             self._settle_shared()
         rows = sorted(self.pending.values())
         for row in rows:
             if row[1] in ("page", "file", "shared-page"):
                 self._stored(row[1], row[3]).append((row[0], row[9]))
-        batch = (sorted(self.gone), rows, page_versions, replaced_pages, sorted(self.history, key=_by_id_since),
+        batch = (sorted(self.gone), rows, [] if self.bulk else page_versions, replaced_pages,
+                 sorted(self.history, key=_by_id_since),
                  self.closed_files, self.closed_shared, self.reset_shared, self.gaps)
         self._reset()
         if self.bulk:
@@ -515,14 +533,15 @@ class SearchFold:
 
 def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
                 closed_files: list, closed_shared: list, reset_shared: list = (), gaps: list = (), *,
-                bulk: bool = False) -> None:
+                bulk: bool = False, staged: bool = False) -> None:
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
     being current and those that are, then the search_history rows and the versions they closed, then (but in
     `bulk`) their search_history_fts entries (`_index`).
 
     `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`): search_docs' rows are
     indexed here, together (much cheaper than a trigger row by row); search_history's once closed
-    (`index_closed`: their rowid final then), the versions still current at the end by `bulk_end`."""
+    (`index_closed`: their rowid final then), the versions still current at the end by `bulk_end`. `staged`:
+    `page_versions` are in temp.versions already (`stage_versions`)."""
     moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
     if gone:
         if bulk:  # one statement: FTS5 writes out what it holds at each statement (a segment each)
@@ -540,7 +559,10 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
                    "WHERE id IN (SELECT value FROM json_each(?))", (added,))
     else:
         insert_many(db, DOCS_INSERT, rows)
-    insert_many(db, PAGE_HISTORY_INSERT, page_versions)  # a version's id is its event's seq: still free
+    if page_versions:
+        if not staged:
+            stage_versions(db, page_versions)
+        db.execute(VERSIONS_HISTORY)  # a version's id is its event's seq: still free
     if replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
@@ -557,7 +579,10 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if gaps:
         db.executemany("UPDATE search_history SET gaps = ? WHERE id = ? AND kind = 'shared-page'", gaps)
     if bulk:
-        index_closed(db, sorted({*moved, *fresh}))
+        if staged:
+            index_closed(db, sorted({*moved, *fresh} - {row[1] for row in page_versions if not row[4]}), staged=True)
+        else:
+            index_closed(db, sorted({*moved, *fresh}))
     elif moved or fresh:
         _index(db, moved, fresh)
 
@@ -589,7 +614,7 @@ def _changing(db, page_versions, replaced_pages, history, closed_files, closed_s
         moved += [id for (id,) in db.execute(
             "SELECT id FROM search_history WHERE kind = 'file' AND until IS NULL "
             "AND key IN (SELECT value FROM json_each(?))", (msgspec.json.encode(sorted({p for _s, p in closed_files})),))]
-    fresh = {row[0] for row in page_versions}
+    fresh = {row[1] for row in page_versions if not row[4]}
     if history:
         offered = sorted({row[0] for row in history} - fresh)
         taken = {id for (id,) in db.execute("SELECT id FROM search_history WHERE id IN "

@@ -173,6 +173,8 @@ class RecorderConformance:
         assert (mind[0], mind[3], mind[6]) == (3, None, None)  # the mind layer's: neither layer nor agent
         assert decode_body(unpack_body(mind[4], bytes(mind[5]))) == recorder.get_by_seq(3).body
         assert list(recorder.fold_rows(3, 3)) == []
+        lean = list(recorder.fold_rows(1, 3, mind_ids=False))  # a mind event's id may be left out, no other's
+        assert lean[0] == rows[0] and lean[1][0] == 3 and lean[1][1] in (None, mind[1]) and lean[1][2:] == mind[2:]
 
     def test_verify_reports_progress(self, recorder):
         recorder.append([ev(i) for i in range(5)])

@@ -129,6 +129,80 @@ def test_a_rebuild_in_many_batches_through_the_writer_process_is_byte_identical(
             assert hits == {(word, at): found(memory.views, word, at) for word in WORDS for at in moments}
 
 
+def test_a_writer_reading_the_log_takes_compressed_redacted_and_renamed_pages_as_the_fold_reads_them(memory, tmp_path):
+    """A rebuild's writer process takes page_versions' ids, times and bodies from the SQLite log itself
+    (bulk.FROM_LOG); the fold hands over what the log does not hold as the fold reads it (a body compressed or
+    redacted, a renamed page's) and reads no ids of the wiki's events. Its views are a fold's, row for row."""
+    from eventstore.envelope import CODEC_REDACTED, CODEC_ZSTD
+    from projections.fold import catch_up
+    from projections.redact import redact
+    from projections.views import Views
+
+    long = b"---\ntype: note\ndescription: long\n---\n# Long\n\n" + b"many words in a long page " * 40
+    memory.write_page("a", long)
+    memory.write_page("b", PAGE)
+    memory.always_add("a rule")
+    memory.write_page("a", long + b"and more\n")
+    memory.rename_page("b", "c")
+    memory.write_page("d", PAGE.replace(b"# ", b"# Secret ", 1))
+    redact(memory, [memory.log.get_by_seq(6)], "leaked")
+    memory.write_page("c", long)
+    memory.delete_page("a", "gone")
+    codecs = {codec for (codec,) in memory.log.db.execute("SELECT codec FROM events")}
+    assert {CODEC_ZSTD, CODEC_REDACTED} <= codecs
+    folded = Views(tmp_path / "folded.db")
+    catch_up(memory.log, folded)  # event by event in this process, ids and all: what a rebuild must equal
+    spawned = []
+    with patch.object(bulk, "BATCH", 2), \
+            patch.object(bulk.subprocess, "Popen", lambda *a, **k: spawned.append(a) or Popen(*a, **k)):
+        rebuilt = bulk.build(memory.log, tmp_path / "rebuilt.db")
+    assert spawned and spawned[0][0][-1] == str(memory.log.path)  # the writer was given the log
+    assert rebuilt.dump() == folded.dump()
+    assert rebuilt.db.execute("SELECT count(*) FROM pages WHERE version_id = x''").fetchone() == (0,)
+    rebuilt.close()
+    folded.close()
+
+
+def test_a_page_body_redacted_after_the_fold_read_it_is_written_as_a_fold_reads_it_now(memory, tmp_path):
+    """The writer reads a page version's body from the log after the fold did: a redaction in between (a
+    catch-up's page) leaves the body stored otherwise, and the writer takes its stand-in, as a fold reading it
+    now would (the next command rebuilds the views anyway: a redaction is never folded)."""
+    from projections.fold import _unpacked
+    from projections.redact import redact
+    from projections.views import Views
+
+    memory.write_page("a", PAGE)
+    memory.write_page("b", PAGE)
+    redact(memory, [memory.log.get_by_seq(1)], "leaked")
+    views = Views(tmp_path / "new.db", fast=True)
+    bulk.HistoryWriter(views.db, str(tmp_path / "new.db"))
+    views.close()
+    db = bulk._connect(str(tmp_path / "new.db"), str(memory.log.path))
+    rows = [["a", 1, 0, 0, 0, "", "A", "", 0, "a", "note", 0, 0, 0],  # both sent as stored when the fold read them
+            ["b", 2, 0, 0, 0, "", "B", "", 0, "b", "note", 0, 0, 0]]
+    search.stage_versions(db, rows)
+    bulk._insert_versions(db, len(rows))
+    stored = dict(memory.log.db.execute("SELECT seq, body FROM events WHERE seq IN (1, 2)").fetchall())
+    got = dict(db.execute("SELECT seq, doc FROM page_versions").fetchall())
+    assert got == {1: _unpacked(2, stored[1]), 2: stored[2]}
+    assert b"[redacted: leaked]" in got[1]
+    db.close()
+
+
+def test_a_writer_child_that_fails_is_reported_and_its_build_leaves_nothing(memory, tmp_path):
+    """The writer's child reads batches ahead of the one it writes (bulk.READ_AHEAD): one it cannot write still
+    stops the build with the child's error, and nothing of the build is left."""
+    import pytest
+
+    for i in range(6):
+        memory.always_add(f"rule {i}")
+    (tmp_path / "build").mkdir()
+    with patch.object(bulk, "BATCH", 2), patch.object(bulk.msgspec.msgpack, "encode", lambda obj: b"\xc1 no msgpack"):
+        with pytest.raises(RuntimeError, match="history writer failed: DecodeError"):
+            bulk.build(memory.log, tmp_path / "build" / "views.db")
+    assert list((tmp_path / "build").iterdir()) == []
+
+
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)))))
 def test_always_rows_are_json_dumps_of_the_lines(lines):
     """The fold joins a list of plain lines itself (fold.lines_json); any list reads as json.dumps writes it."""
