@@ -348,6 +348,11 @@ class Memory:
 
     def loop_append(self, role: str, content: list, loop: str = "main", model=None, tokens=None, *,
                     allow_secret: bool = False) -> Event:
+        """A message of the loop; one with no content, or only blank text, is refused (an ADF import keeps what
+        its file holds: it goes through the writer directly)."""
+        if isinstance(content, list) and all(isinstance(block, dict) and block.get("type") == "text"
+                                             and not str(block.get("text", "")).strip() for block in content):
+            raise InvalidInput("a loop message needs some content: its text is empty")
         return self.append(self.adf_writer.loop_append(role, content, loop, model, tokens), allow_secret=allow_secret)
 
     def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *,

@@ -743,7 +743,7 @@ def _append_pages(memory, client: HubClient, tally: _Tally, page: PullPage, requ
     while True:
         received += len(page.events)
         if page.more:
-            asked = requests.submit(client.pull_page, page.cursor, tail_limit(page.head - tally.start - received), 0,
+            asked = requests.submit(client.pull_page, page.cursor, tail_limit(page.head, tally.start + received), 0,
                                     held)
         tally.store(memory, page, fold=False)
         builder.follow(memory.log.head())
@@ -756,14 +756,18 @@ def _append_pages(memory, client: HubClient, tally: _Tally, page: PullPage, requ
         page = asked.result()
 
 
-def tail_limit(left: int) -> int:
-    """The size of a catch-up's next page, `left` hub positions (at most: some may be in layers this agent does not
-    read) before the hub's head: CATCH_UP_BATCH, but the last 20,000 in pages of 10,000, 5,000 and 5,000.
+def tail_limit(head: int, reached: int) -> int:
+    """The size of a catch-up's next page, the hub's head `head` and `reached` the positions this agent has come
+    past (at least: some may be in layers it does not read): CATCH_UP_BATCH, but the last 20,000 in pages of 10,000,
+    5,000 and 5,000. A hub that does not say its head (0) gets CATCH_UP_BATCH.
 
     The views build folds each page once it is appended, and what it has left to do when the last page is
     appended is the pull's tail: smaller last pages shorten it, the fold's batch and the history writer's after
     it, for a few more requests and commits."""
-    return CATCH_UP_BATCH if left >= 2 * CATCH_UP_BATCH else max(min(left // 2, CATCH_UP_BATCH), CATCH_UP_BATCH // 4)
+    left = head - reached
+    if not head or left >= 2 * CATCH_UP_BATCH:
+        return CATCH_UP_BATCH
+    return max(min(left // 2, CATCH_UP_BATCH), CATCH_UP_BATCH // 4)
 
 
 YIELD_NICE = 10

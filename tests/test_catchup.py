@@ -216,6 +216,13 @@ def test_a_catch_up_cut_off_by_the_hub_leaves_the_views_as_they_were_and_the_nex
         assert snapshot(fresh.root) == snapshot(follower.root)
 
 
+def test_a_catch_up_asks_smaller_pages_only_near_a_head_the_hub_said():
+    batch = client_module.CATCH_UP_BATCH
+    assert [client_module.tail_limit(100_001, reached) for reached in (0, 60_000, 80_000, 90_000, 95_000)] == \
+        [batch, batch, batch // 2, batch // 4, batch // 4]
+    assert client_module.tail_limit(0, 80_000) == batch  # a hub that does not say its head: whole pages
+
+
 def alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

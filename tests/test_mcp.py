@@ -200,6 +200,20 @@ def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace)
     assert run_stdio(workspace, session_body) == (True, too_large)
 
 
+def test_an_empty_loop_message_is_refused_on_both_sides(workspace):
+    """Regression: `mem loop append --role user --text ''` (and the loop_append tool with text "") appended an
+    empty message, a seq that cites nothing."""
+    said = "a loop message needs some content: its text is empty"
+    assert cli_error(workspace, "loop", "append", "--role", "user", "--text", " ") == said
+    assert cli_error(workspace, "loop", "append", "--role", "user", "--json", "[]") == said
+
+    async def session_body(session):
+        return await call(session, "loop_append", role="user", text="")
+
+    assert run_stdio(workspace, session_body) == (True, said)
+    assert log_rows(workspace) == []
+
+
 def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
     with Memory.open(workspace) as mem:
         mem.set_contract(Contract(layers={"decisions": ContractLayer(
