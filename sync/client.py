@@ -584,7 +584,9 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 _pull_until_caught_up(memory, client, tally)
             if not follow or (stop is not None and stop()):
                 break
-            page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
+            cursor = memory.log.state(key) or ""
+            page = client.pull_page(cursor, PULL_BATCH, wait)
+            _check_moved(client, cursor, page)
             tally.store(memory, page)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
@@ -673,7 +675,8 @@ class _Tally:
             seqs = memory.log.append(events, state=rows, unsent=unsent)
         self.rejected += rejected
         for r in rejected if self.say else ():
-            self.say(f"warning: rejected event {r.id} (hub position {r.position}): {r.reason}")
+            what = f"event {r.id} (hub position {r.position})" if r.position is not None else "an undecodable event"
+            self.say(f"warning: rejected {what}: {r.reason}")
         fresh = [seq for seq in seqs if seq > head]  # one transaction's: consecutive
         if fresh:
             self.appended.append((fresh[0], fresh[-1]))
@@ -705,8 +708,10 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
         # size, and the views build's process starts while that page is on its way.
         child = spawn_builder() if worth_building(tally.total + behind, checkpoint, BULK_FOLD_THRESHOLD) else None
         try:
-            page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "",
-                                   PULL_BATCH if child is None else CATCH_UP_BATCH, 0, None, True).result()
+            cursor = memory.log.state(f"pull:{tally.name}") or ""
+            page = requests.submit(client.pull_page, cursor, PULL_BATCH if child is None else CATCH_UP_BATCH, 0, None,
+                                   True).result()
+            _check_moved(client, cursor, page)
             tally.reach(page.head)
             if worth_building(tally.total + memory.log.head() - checkpoint, checkpoint, BULK_FOLD_THRESHOLD):
                 child, started = None, child
@@ -719,10 +724,12 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
             if not page.events and not page.more:
                 tally.advance(tally.start + tally.total)
                 return
-            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, None, not page.more)
+            cursor = page.cursor
+            asked = requests.submit(client.pull_page, cursor, PULL_BATCH, 0, None, not page.more)
             if page.more:
                 memory.refresh(files=False)
             page = asked.result()
+            _check_moved(client, cursor, page)
 
 
 def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests: ThreadPoolExecutor,
@@ -753,7 +760,16 @@ def _append_pages(memory, client: HubClient, tally: _Tally, page: PullPage, requ
             return
         if not page.more:  # the last page: the next (empty) answer acknowledges it, once stored
             asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, None, True)
-        page = asked.result()
+        cursor, page = page.cursor, asked.result()
+        _check_moved(client, cursor, page)
+
+
+def _check_moved(client: HubClient, cursor: str, page: PullPage) -> None:
+    """A page of events that leaves the cursor where it was asked from would come back again and again: a hub
+    always moves the cursor past what it sends (even past events this agent then rejects)."""
+    if page.events and page.cursor == cursor:
+        raise BadAnswer(f"remote {client.name} at {client.url} sent {len(page.events)} events without moving the "
+                        "cursor past them: pull stopped (asking again would bring the same page back)")
 
 
 def tail_limit(head: int, reached: int) -> int:

@@ -111,3 +111,62 @@ def test_errors_are_mem_errors():
 
     assert issubclass(HubError, MemError) and issubclass(HubUnreachable, MemError)
     assert issubclass(BadAnswer, MemError)
+
+
+class RepeatingHub(http.server.BaseHTTPRequestHandler):
+    """A hub that sends the same page of events that do not decode, its cursor never moving past them
+    (`moving`: a hub that moves it, then has nothing more)."""
+
+    moving = False
+
+    def do_GET(self):
+        if "contract" in self.path:
+            answer = {"contract": {"layers": {"insights": {"path": "memory/insights.md", "format": "entries",
+                                                           "producers": ["*"], "consumers": ["*"]}}},
+                      "position": 2, "agent": "alice", "head": 2}
+        elif self.moving and "cursor=past" in self.path:
+            answer = {"events": [], "cursor": "past", "more": False, "head": 2}
+        else:
+            answer = {"events": ["not an event", 12], "cursor": "past" if self.moving else "", "more": False,
+                      "head": 2}
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_hub_whose_cursor_does_not_move_past_its_events_stops_the_pull_in_one_line(ws):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RepeatingHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        set_remote(ws, url)
+        before = log_rows(ws)
+        line = one_error_line(run_mem("pull", "-w", ws))
+        assert line == (f"error: remote origin at {url} sent 2 events without moving the cursor past them: pull "
+                        "stopped (asking again would bring the same page back)")
+        assert log_rows(ws) == before
+    finally:
+        server.shutdown()
+
+
+class MovingHub(RepeatingHub):
+    moving = True
+
+
+def test_events_that_do_not_decode_are_told_as_such_not_as_an_id_and_a_position(ws):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MovingHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        set_remote(ws, f"http://127.0.0.1:{server.server_address[1]}")
+        done = run_mem("pull", "-w", ws)
+        warnings = [line for line in done.stderr.decode().splitlines() if line.startswith("warning: ")]
+        assert len(warnings) == 2 and all(w.startswith("warning: rejected an undecodable event: ") for w in warnings)
+        assert "None" not in done.stderr.decode()
+    finally:
+        server.shutdown()
