@@ -175,6 +175,16 @@ def entry_id(root, agent, layer, text):
     return next(e["id"] for e in entries if text in e["content"])
 
 
+def shared_private_entry(team, layer):
+    """The writer adds the private entry to `layer` and pushes it; main pulls it: its id."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", layer, f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    return entry_id(team, "main", layer, "555-0199")
+
+
 def test_a_redaction_travels_through_the_hub_and_every_copy_loses_the_body(team):
     for agent in ("main", "writer"):
         mem(team / agent, "pull", check=True)
@@ -206,12 +216,7 @@ def test_a_redaction_travels_through_the_hub_and_every_copy_loses_the_body(team)
 
 
 def test_the_hub_administrator_redacts(team):
-    for agent in ("main", "writer"):
-        mem(team / agent, "pull", check=True)
-    mem(team / "writer", "entry", "add", "notes", f"[FACT] {PRIVATE}", check=True)
-    mem(team / "writer", "push", check=True)
-    mem(team / "main", "pull", check=True)
-    target = entry_id(team, "main", "notes", "555-0199")
+    target = shared_private_entry(team, "notes")
     done = run_mem("hub", "redact", target, "--reason", "private", "--db", team / "hub.db", check=True)
     assert b"redaction at hub position" in done.stdout
     left = files_holding(team, "555-0199")
@@ -321,12 +326,7 @@ def test_a_producer_that_pulls_the_first_redaction_before_pushing_its_own_shows_
     """main redacts the writer's entry; the writer redacts it too and pushes first; main pulls (its own
     redaction not pushed yet), then pushes. The hub keeps the writer's stand-in, so main must too: it kept
     its own, as its redaction came first in its log."""
-    for agent in ("main", "writer"):
-        mem(team / agent, "pull", check=True)
-    mem(team / "writer", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
-    mem(team / "writer", "push", check=True)
-    mem(team / "main", "pull", check=True)
-    target = entry_id(team, "main", "insights", "555-0199")
+    target = shared_private_entry(team, "insights")
     mem(team / "main", "redact", target, "--reason", "main's", check=True)
     mem(team / "writer", "redact", target, "--reason", "writer's", check=True)
     mem(team / "writer", "push", check=True)
@@ -350,12 +350,7 @@ def test_an_own_redaction_that_reached_the_hub_before_its_push_cursor_moved_keep
     stand-in, where the hub keeps main's."""
     from eventstore.sqlite import SQLiteLog
 
-    for agent in ("main", "writer"):
-        mem(team / agent, "pull", check=True)
-    mem(team / "writer", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
-    mem(team / "writer", "push", check=True)
-    mem(team / "main", "pull", check=True)
-    target = entry_id(team, "main", "insights", "555-0199")
+    target = shared_private_entry(team, "insights")
     with SQLiteLog(team / "main" / ".mem" / "log.db") as log:
         before = log.state("push:origin")
     mem(team / "main", "redact", target, "--reason", "main's", check=True)
