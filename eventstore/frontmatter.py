@@ -16,8 +16,9 @@ from .errors import InvalidInput
 
 KNOWN_KEYS = ("type", "title", "description", "status", "stale_after", "sources")
 ONE_LINE_KEYS = ("type", "title", "description", "status", "stale_after")
-_PLAIN = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9 _.,:/@()+\-]*$")
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_PLAIN = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9 _.,:/@()+\-]*")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+"""Matched whole (fullmatch): `$` would also match before a trailing newline, and a key `A\\n` was written raw."""
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "none", "y", "n", "~"}
 MAX_DEPTH = 32
 # What str.splitlines() (and so many a reader) breaks a line at, beyond \n and \r.
@@ -156,7 +157,7 @@ def _quoted(value: Any, **options) -> str:
 
 def _scalar(value: Any) -> str:
     if isinstance(value, str):
-        if (_PLAIN.match(value) and value.lower() not in _YAML_WORDS and not _NUMBERISH.match(value)
+        if (_PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS and not _NUMBERISH.match(value)
                 and value == value.strip() and ": " not in value and not value.endswith(":")):
             return value
         return _quoted(value)
@@ -166,7 +167,7 @@ def _scalar(value: Any) -> str:
 
 
 def _key(key: str) -> str:
-    return key if _PLAIN_KEY.match(key) and key.lower() not in _YAML_WORDS else _quoted(key)
+    return key if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML_WORDS else _quoted(key)
 
 
 def ordered_keys(frontmatter: dict[str, Any]) -> list[str]:
