@@ -1,6 +1,7 @@
 """Errors at the edge of sync: a hub that is not there, a URL that is not one, an answer that is not a
 hub's. Each is one line naming the remote and its URL, exit 1, never a traceback."""
 
+import contextlib
 import http.server
 import json
 import socket
@@ -49,11 +50,13 @@ def test_a_closed_port_is_one_line_naming_the_remote(ws, command):
     assert log_rows(ws) == before
 
 
-class NotAHub(http.server.BaseHTTPRequestHandler):
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """A remote that answers every GET with `answer(path)`: (content type, body)."""
+
     def do_GET(self):
-        body = b"<html>hello</html>" if "contract" in self.path else json.dumps({"unexpected": 1}).encode()
+        ctype, body = self.answer(self.path)
         self.send_response(200)
-        self.send_header("content-type", "text/html")
+        self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -62,13 +65,25 @@ class NotAHub(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def serving(handler):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+class NotAHub(FakeHub):
+    def answer(self, path):
+        return "text/html", b"<html>hello</html>" if "contract" in path else json.dumps({"unexpected": 1}).encode()
+
+
 @pytest.fixture
 def not_a_hub():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotAHub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(NotAHub) as url:
+        yield url
 
 
 @pytest.mark.parametrize("command", ["push", "pull", "sync"])
@@ -113,60 +128,43 @@ def test_errors_are_mem_errors():
     assert issubclass(BadAnswer, MemError)
 
 
-class RepeatingHub(http.server.BaseHTTPRequestHandler):
+class RepeatingHub(FakeHub):
     """A hub that sends the same page of events that do not decode, its cursor never moving past them
     (`moving`: a hub that moves it, then has nothing more)."""
 
     moving = False
 
-    def do_GET(self):
-        if "contract" in self.path:
+    def answer(self, path):
+        if "contract" in path:
             answer = {"contract": {"layers": {"insights": {"path": "memory/insights.md", "format": "entries",
                                                            "producers": ["*"], "consumers": ["*"]}}},
                       "position": 2, "agent": "alice", "head": 2}
-        elif self.moving and "cursor=past" in self.path:
+        elif self.moving and "cursor=past" in path:
             answer = {"events": [], "cursor": "past", "more": False, "head": 2}
         else:
             answer = {"events": ["not an event", 12], "cursor": "past" if self.moving else "", "more": False,
                       "head": 2}
-        body = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_a_hub_whose_cursor_does_not_move_past_its_events_stops_the_pull_in_one_line(ws):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RepeatingHub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        set_remote(ws, url)
-        before = log_rows(ws)
-        line = one_error_line(run_mem("pull", "-w", ws))
-        assert line == (f"error: remote origin at {url} sent 2 events without moving the cursor past them: pull "
-                        "stopped (asking again would bring the same page back)")
-        assert log_rows(ws) == before
-    finally:
-        server.shutdown()
+        return "application/json", json.dumps(answer).encode()
 
 
 class MovingHub(RepeatingHub):
     moving = True
 
 
+def test_a_hub_whose_cursor_does_not_move_past_its_events_stops_the_pull_in_one_line(ws):
+    with serving(RepeatingHub) as url:
+        set_remote(ws, url)
+        before = log_rows(ws)
+        line = one_error_line(run_mem("pull", "-w", ws))
+        assert line == (f"error: remote origin at {url} sent 2 events without moving the cursor past them: pull "
+                        "stopped (asking again would bring the same page back)")
+        assert log_rows(ws) == before
+
+
 def test_events_that_do_not_decode_are_told_as_such_not_as_an_id_and_a_position(ws):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MovingHub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        set_remote(ws, f"http://127.0.0.1:{server.server_address[1]}")
+    with serving(MovingHub) as url:
+        set_remote(ws, url)
         done = run_mem("pull", "-w", ws)
-        warnings = [line for line in done.stderr.decode().splitlines() if line.startswith("warning: ")]
-        assert len(warnings) == 2 and all(w.startswith("warning: rejected an undecodable event: ") for w in warnings)
-        assert "None" not in done.stderr.decode()
-    finally:
-        server.shutdown()
+    warnings = [line for line in done.stderr.decode().splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2 and all(w.startswith("warning: rejected an undecodable event: ") for w in warnings)
+    assert "None" not in done.stderr.decode()
