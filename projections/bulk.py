@@ -7,9 +7,9 @@ gives them to a `HistoryWriter`: the fold hands each batch over in msgpack throu
 process (from the first batch on when more are to come; a build of one batch writes it in process), which
 writes them into the new file (binding rows, inserting, tokenising) on the other core, with no GIL shared
 with the fold. A SQLite log is attached there too: what a page version's row holds as the log stores it (the
-event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes every other table into a scratch file
-beside it (two connections, two files: no lock shared); at the end those tables, small beside the
-history, are copied into the new file, and the indexes that a rebuild leaves out are made once
+event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes
+every other table into a scratch file beside it (two connections, two files: no lock shared); at the end those
+tables, small beside the history, are copied into the new file, and the indexes that a rebuild leaves out are made once
 (page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
 
 While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
@@ -39,7 +39,7 @@ from eventstore.envelope import CODEC_RAW
 from eventstore.sqlite import SQLiteLog
 
 from . import search, shared
-from .fold import _unpacked, catch_up
+from .fold import catch_up, unpacked_body
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
@@ -370,7 +370,7 @@ when the fold read it; one the log no longer stores so (redacted since) leaves i
 def _insert_versions(db, count: int) -> None:
     """The `count` staged version rows into page_versions (FROM_LOG); a row left out because the log's body at its
     seq is stored otherwise now (a redaction came in meanwhile) gets that body as the fold would read it
-    (`fold._unpacked`)."""
+    (`fold.unpacked_body`)."""
     if db.execute(FROM_LOG).rowcount == count:
         return
     for slug, seq, id, ts, deleted, parents, title, hook, codec, body in db.execute(
@@ -378,7 +378,7 @@ def _insert_versions(db, count: int) -> None:
             "temp.versions AS v CROSS JOIN log.events AS e ON e.seq = v.seq "
             f"WHERE v.doc IS 0 AND e.codec != {CODEC_RAW}").fetchall():
         db.execute("INSERT INTO page_versions VALUES (?,?,?,?,?,?,?,?,?)",
-                   (slug, seq, id, ts, deleted, parents, title, hook, _unpacked(codec, body)))
+                   (slug, seq, id, ts, deleted, parents, title, hook, unpacked_body(codec, body)))
 
 
 def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list, *,

@@ -257,7 +257,7 @@ def lines_json(lines: list[str]) -> str:
     return '["' + '", "'.join(lines) + '"]' if lines else "[]"
 
 
-def _unpacked(codec: int, stored: bytes) -> bytes:
+def unpacked_body(codec: int, stored: bytes) -> bytes:
     """The body bytes the fold reads: a redacted event's are its stand-in's (content `[redacted: reason]`)."""
     if codec == CODEC_REDACTED:
         return encode_body(stand_in(decode_body(stored)))
@@ -308,7 +308,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             rows = list(islice(log.fold_rows(start, target, mind_ids=not wiki.from_log),
                                batch))  # seqs an ImportGap skipped count for none
             end = rows[-1][0] if len(rows) == batch else target
-            raws = [row[5] if row[4] == CODEC_RAW else _unpacked(row[4], row[5]) for row in rows]
+            raws = [row[5] if row[4] == CODEC_RAW else unpacked_body(row[4], row[5]) for row in rows]
             apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
             ts = 0
             for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(

@@ -19,8 +19,9 @@ off run the same fan-out): at 0.5 ms per woken long-poll the consumers still mad
 requests per push with group commit on, about 100 µs of the hub's core each, and the hub's CPU per
 push was 0.27-0.35 ms; at 2 ms they make 0.1-0.2 and the hub spends 0.18-0.21 ms, so group commit
 reached 4,600-5,900 events/s where it had reached 2,000-4,300 (nearly quiet machine, load average
-about 1), for a p99 fan-out of 90-95 ms instead of 25-75 (the target is 200; 90-400 ms at load 5-6). A pull answers as before when it finds
-events already told: only a long-poll that found nothing new, or only commits not yet told, waits.
+about 1), for a p99 fan-out of 90-95 ms instead of 25-75 (the target is 200; 90-400 ms at load 5-6).
+A pull answers as before when it finds events already told: only a long-poll that found nothing new,
+or only commits not yet told, waits.
 """
 
 import asyncio

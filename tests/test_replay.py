@@ -167,7 +167,7 @@ def test_a_page_body_redacted_after_the_fold_read_it_is_written_as_a_fold_reads_
     """The writer reads a page version's body from the log after the fold did: a redaction in between (a
     catch-up's page) leaves the body stored otherwise, and the writer takes its stand-in, as a fold reading it
     now would (the next command rebuilds the views anyway: a redaction is never folded)."""
-    from projections.fold import _unpacked
+    from projections.fold import unpacked_body
     from projections.redact import redact
     from projections.views import Views
 
@@ -184,7 +184,7 @@ def test_a_page_body_redacted_after_the_fold_read_it_is_written_as_a_fold_reads_
     bulk._insert_versions(db, len(rows))
     stored = dict(memory.log.db.execute("SELECT seq, body FROM events WHERE seq IN (1, 2)").fetchall())
     got = dict(db.execute("SELECT seq, doc FROM page_versions").fetchall())
-    assert got == {1: _unpacked(2, stored[1]), 2: stored[2]}
+    assert got == {1: unpacked_body(2, stored[1]), 2: stored[2]}
     assert b"[redacted: leaked]" in got[1]
     db.close()
 
