@@ -10,6 +10,7 @@ It is kept apart from the fold: the views database holds the table and its own c
 five narrow columns of the new events). A rebuilt views database starts it again from nothing.
 """
 
+import sqlite3
 from collections import Counter
 
 import msgspec
@@ -45,8 +46,6 @@ class Activity:
     def copied(cls, db) -> "Activity":
         """An Activity in memory holding what `db`'s counts (a views database on read-only storage, which takes
         no row: the copy is caught up instead)."""
-        import sqlite3
-
         apart = sqlite3.connect(":memory:", check_same_thread=False)
         apart.executescript(SCHEMA + ";CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
         apart.executemany("INSERT INTO activity VALUES (?,?,?,?,?,?)", db.execute("SELECT * FROM activity"))

@@ -335,7 +335,11 @@ class HubClient:
             params["held"] = held
         if durable:
             params["ack"] = "durable"
-        return self._call("GET", "/v1/pull", PullPage, params=params, wait=wait, packed=PackedPullPage)
+        page = self._call("GET", "/v1/pull", PullPage, params=params, wait=wait, packed=PackedPullPage)
+        if page.events and page.cursor == cursor:  # asked again, the same page would come back, forever
+            raise BadAnswer(f"remote {self.name} at {self.url} sent {len(page.events)} events without moving the "
+                            "cursor past them: pull stopped (asking again would bring the same page back)")
+        return page
 
 
 def _outgoing(event: Event) -> Event:
@@ -584,9 +588,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 _pull_until_caught_up(memory, client, tally)
             if not follow or (stop is not None and stop()):
                 break
-            cursor = memory.log.state(key) or ""
-            page = client.pull_page(cursor, PULL_BATCH, wait)
-            _check_moved(client, cursor, page)
+            page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
             tally.store(memory, page)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
@@ -708,10 +710,8 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
         # size, and the views build's process starts while that page is on its way.
         child = spawn_builder() if worth_building(tally.total + behind, checkpoint, BULK_FOLD_THRESHOLD) else None
         try:
-            cursor = memory.log.state(f"pull:{tally.name}") or ""
-            page = requests.submit(client.pull_page, cursor, PULL_BATCH if child is None else CATCH_UP_BATCH, 0, None,
-                                   True).result()
-            _check_moved(client, cursor, page)
+            page = requests.submit(client.pull_page, memory.log.state(f"pull:{tally.name}") or "",
+                                   PULL_BATCH if child is None else CATCH_UP_BATCH, 0, None, True).result()
             tally.reach(page.head)
             if worth_building(tally.total + memory.log.head() - checkpoint, checkpoint, BULK_FOLD_THRESHOLD):
                 child, started = None, child
@@ -724,12 +724,10 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
             if not page.events and not page.more:
                 tally.advance(tally.start + tally.total)
                 return
-            cursor = page.cursor
-            asked = requests.submit(client.pull_page, cursor, PULL_BATCH, 0, None, not page.more)
+            asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, None, not page.more)
             if page.more:
                 memory.refresh(files=False)
             page = asked.result()
-            _check_moved(client, cursor, page)
 
 
 def _catch_up(memory, client: HubClient, tally: _Tally, page: PullPage, requests: ThreadPoolExecutor,
@@ -760,16 +758,7 @@ def _append_pages(memory, client: HubClient, tally: _Tally, page: PullPage, requ
             return
         if not page.more:  # the last page: the next (empty) answer acknowledges it, once stored
             asked = requests.submit(client.pull_page, page.cursor, CATCH_UP_BATCH, 0, None, True)
-        cursor, page = page.cursor, asked.result()
-        _check_moved(client, cursor, page)
-
-
-def _check_moved(client: HubClient, cursor: str, page: PullPage) -> None:
-    """A page of events that leaves the cursor where it was asked from would come back again and again: a hub
-    always moves the cursor past what it sends (even past events this agent then rejects)."""
-    if page.events and page.cursor == cursor:
-        raise BadAnswer(f"remote {client.name} at {client.url} sent {len(page.events)} events without moving the "
-                        "cursor past them: pull stopped (asking again would bring the same page back)")
+        page = asked.result()
 
 
 def tail_limit(head: int, reached: int) -> int:
