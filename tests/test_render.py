@@ -124,3 +124,29 @@ def test_frontmatter_refusals(yaml, says):
 
 def test_dates_in_frontmatter_are_kept_as_iso_text():
     assert frontmatter.parse("type: x\nstale_after: 2026-12-31\n")["stale_after"] == "2026-12-31"
+
+
+_line = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20) | st.text("ab #\n\t\u2028", max_size=12)
+
+
+@given(first=_line, rest=_line, description=st.none() | _line | st.integers(), note=_line,
+       ts=st.integers(0, 2 ** 41))
+def test_the_folds_written_out_page_path_agrees_with_render(tmp_path_factory, first, rest, description, note, ts):
+    """WikiFold.apply writes title_of, hook_of and log_entry out for a replay's hot path: what it folds must stay
+    what those functions say, whatever the text."""
+    from eventstore.envelope import encode_body
+    from eventstore.kinds import PageIngest
+    from projections.fold import WikiFold
+    from projections.views import Views
+
+    fm = {"type": "note"} if description is None else {"type": "note", "description": description}
+    body = PageIngest(slug="p", frontmatter=fm, text=f"# {first}\n{rest}", note=note)
+    views = Views(tmp_path_factory.mktemp("views") / "views.db", fast=True)
+    try:
+        fold = WikiFold(views)
+        fold.apply(1, b"\x00" * 16, ts, body, encode_body(body))
+        title, hook = render.title_of("p", fm, body.text), render.hook_of(fm)
+        assert fold.versions[-1][6:8] == [title, hook]
+        assert fold.entries[-1][2] == render.log_entry(ts, "ingest", title, note, title_is_one_line=True)
+    finally:
+        views.close()
