@@ -560,7 +560,7 @@ def main() -> None:
     try:
         code = root_command()(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {exc.told('cli')}", err=True)
         sys.exit(1)
     except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
         typer.echo(f"error: {damaged_file(exc) or storage_failure(exc)}", err=True)
