@@ -362,6 +362,23 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
         sys.stdout.write(diff_of(mem, path, a, b))
 
 
+@app.command()
+def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """Every version of a file (or a page by its slug), following renames, now or as of a moment."""
+    from projections.history import history as history_of
+
+    path = file_path(path)
+    with memory() as mem:
+        versions = history_of(mem, path, as_of(mem, at, seq) if at is not None or seq is not None else None)
+    if not versions:
+        fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
+    if json:
+        return emit_json(versions)
+    for v in versions:
+        gone = "  (deleted)" if v.deleted else ""
+        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{gone}")
+
+
 # --- the log ------------------------------------------------------------------------------------
 
 @app.command("log")

@@ -239,7 +239,7 @@ def test_an_empty_loop_message_is_refused_on_both_sides(workspace):
     empty message, a seq that cites nothing."""
     said = "a loop message needs some content: its text is empty"
     assert cli_error(workspace, "loop", "append", "--role", "user", "--text", " ") == said
-    assert cli_error(workspace, "loop", "append", "--role", "user", "--json", "[]") == said
+    assert cli_error(workspace, "loop", "append", "--role", "user", "--content-json", "[]") == said
 
     async def session_body(session):
         return await call(session, "loop_append", role="user", text="")
