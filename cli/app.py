@@ -510,12 +510,18 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
 
 @app.command()
 def mcp(http: Optional[str] = typer.Option(None, "--http", help="Serve streamable HTTP on HOST:PORT (host "
-                                                                 "127.0.0.1 unless given) instead of stdio.")):
+                                           "127.0.0.1 unless given; any other requires a token) instead of stdio."),
+        token_file: Optional[Path] = typer.Option(None, "--token-file", help="With --http: require this bearer "
+                                                  "token (read from FILE, made there when missing), even on loopback. "
+                                                  "Off loopback a token is always required: without this option a "
+                                                  "new one is printed at each start.")):
     """Serve this workspace to MCP clients: Claude's memory-tool commands and mindlog's own tools."""
     from .mcp_server import serve
 
+    if token_file is not None and http is None:
+        fail("--token-file guards --http; over stdio the client that starts `mem mcp` is the only one", 2)
     with memory() as mem:
-        serve(mem, http)
+        serve(mem, http, token_file)
 
 
 @app.command()

@@ -352,7 +352,8 @@ def parse_http(address: str) -> tuple[str, int]:
     return host or DEFAULT_HOST, int(port)
 
 
-def serve(mem: Memory, http: str | None = None) -> None:
+def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
+    """Serves over stdio, or over streamable HTTP at `http` (behind a bearer token off loopback: cli.tokens)."""
     address = parse_http(http) if http is not None else None
     server = build_server(mem)
     try:
@@ -365,13 +366,15 @@ def serve(mem: Memory, http: str | None = None) -> None:
         else:
             from sync.server import listen, run_on
 
-            from .output import http_url, warn_if_exposed
+            from .output import http_url
+            from .tokens import TokenGate, server_token
 
             host, port = address
+            token, made = server_token(host, token_file)
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
-            print(f"mindlog mcp: {http_url(host, port)}/mcp", flush=True)  # stdout: with --http, not the protocol's
-            warn_if_exposed(host, "the MCP server (it reads and writes this workspace)")
-            run_on(app, sock)
+            # stdout: with --http, not the protocol's
+            print(f"mindlog mcp: {http_url(host, port)}/mcp" + (f"\nbearer token: {token}" if made else ""), flush=True)
+            run_on(TokenGate(app, token) if token else app, sock)
     finally:
         mem.refresh()
