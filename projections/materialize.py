@@ -1,5 +1,6 @@
 """Writing views out as files: atomically, only when bytes change, never over a hand edit."""
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -155,11 +156,14 @@ class Prechecks:
     thread of its own while the rebuild finishes (its history writer's last batches, the merge): the hashes of the
     files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it, from its entries as the
     fold handed them over (`bulk.build`'s `folded`). Nothing is written, and the dry run still renders and checks
-    every file itself; a file changed on disk meanwhile is hashed again there (`disk_hash`)."""
+    every file itself; a file changed on disk meanwhile is hashed again there (`disk_hash`). Then the thread
+    syncs the new views file (`sync`) as far as it is written, so that the replay's own fsync before the swap
+    finds little left to write."""
 
     def __init__(self, root: Path, paths, seen: dict, sync: Path | None = None):
         self.root, self.paths, self.seen, self.sync = root, list(paths), seen, sync
         self.rendered: dict[str, str] = {}
+        self.hashed = threading.Event()
         self.thread: threading.Thread | None = None
 
     def start(self, log_blocks) -> None:
@@ -181,14 +185,22 @@ class Prechecks:
             self.rendered[LOG_PATH] = digest.hexdigest()
         finally:
             log_blocks.close()
+            self.hashed.set()
         if self.sync is not None:
-            _fsync(self.sync)
+            with contextlib.suppress(OSError):  # the replay syncs it again, and reports what fails there
+                _fsync(self.sync)
 
     def join(self) -> dict[str, str]:
-        """The rendered files' hashes worked out ({} when the checks never started: a build in another process)."""
+        """The rendered files' hashes worked out ({} when the checks never started: a build in another process),
+        once the files are hashed (the sync may go on)."""
+        if self.thread is not None:
+            self.hashed.wait()
+        return self.rendered
+
+    def finish(self) -> None:
+        """Waits for the sync too."""
         if self.thread is not None:
             self.thread.join()
-        return self.rendered
 
 
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,

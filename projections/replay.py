@@ -63,14 +63,14 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         checks = Prechecks(memory.root, carried, seen, rebuilt)  # begun as the fold ends
         try:
             views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start)
+            with views.transaction():
+                views.written.carry(carried)
+            refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True,
+                                  rendered=checks.join()).refused
+            checkpoint = views.checkpoint()
+            views.close()
         finally:
-            rendered = checks.join()
-        with views.transaction():
-            views.written.carry(carried)
-        refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True,
-                              rendered=rendered).refused
-        checkpoint = views.checkpoint()
-        views.close()
+            checks.finish()
         if refused and not keep_hand_edits:
             rebuilt.unlink()
             raise HandEdited(f"{', '.join(refused)} edited by hand; a replay would overwrite it. "
