@@ -37,7 +37,8 @@ def parse_json(text: str, what: str):
 def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"),
                 text: Optional[str] = typer.Option(None, "--text", help="The message text."),
                 file: Optional[str] = typer.Option(None, "--file", help="A text file (- for stdin)."),
-                blocks: Optional[str] = typer.Option(None, "--json", help="Content blocks as a JSON array."),
+                blocks: Optional[str] = typer.Option(None, "--content-json", help="The content as a JSON array of "
+                                                     "blocks, as adf_loop's content_json holds it."),
                 loop: str = LoopOpt,
                 model: Optional[str] = typer.Option(None, "--model", help="The model that produced it."),
                 tokens: Optional[str] = typer.Option(None, "--tokens", help="Token counts as a JSON object."),
@@ -45,9 +46,9 @@ def loop_append(role: str = typer.Option(..., "--role", help="user or assistant"
     """Append a message to a loop; its seq is the [S<seq>] that cites it."""
     given = [v for v in (text, file, blocks) if v is not None]
     if len(given) != 1:
-        fail("give exactly one of --text, --file, --json", 2)
+        fail("give exactly one of --text, --file, --content-json", 2)
     if blocks is not None:
-        content = parse_json(blocks, "--json")
+        content = parse_json(blocks, "--content-json")
     else:
         raw = text.encode() if text is not None else read_input(file)
         try:
@@ -137,18 +138,19 @@ def _message(box: str, file: str, allow_secret: bool):
     typer.echo(f"{'received' if box == 'inbox' else 'sent'} message (seq {event.seq})")
 
 
+MessageOpt = typer.Option(..., "--file", help="The message: a JSON object in a file (- for stdin).")
+
+
 @message_app.command("receive")
-def message_receive(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin)."),
-                    allow_secret: bool = AllowSecretOpt):
+def message_receive(file: str = MessageOpt, allow_secret: bool = AllowSecretOpt):
     """Record an inbound message in adf_inbox."""
-    _message("inbox", json, allow_secret)
+    _message("inbox", file, allow_secret)
 
 
 @message_app.command("send")
-def message_send(json: str = typer.Option(..., "--json", help="The message as a JSON file (- for stdin)."),
-                 allow_secret: bool = AllowSecretOpt):
+def message_send(file: str = MessageOpt, allow_secret: bool = AllowSecretOpt):
     """Record an outbound message in adf_outbox."""
-    _message("outbox", json, allow_secret)
+    _message("outbox", file, allow_secret)
 
 
 @config_app.command("set")

@@ -362,6 +362,23 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
         sys.stdout.write(diff_of(mem, path, a, b))
 
 
+@app.command()
+def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """Every version of a file (or a page by its slug), following renames, now or as of a moment."""
+    from projections.history import history as history_of
+
+    path = file_path(path)
+    with memory() as mem:
+        versions = history_of(mem, path, as_of(mem, at, seq) if at is not None or seq is not None else None)
+    if not versions:
+        fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
+    if json:
+        return emit_json(versions)
+    for v in versions:
+        gone = "  (deleted)" if v.deleted else ""
+        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{gone}")
+
+
 # --- the log ------------------------------------------------------------------------------------
 
 @app.command("log")
@@ -493,12 +510,18 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
 
 @app.command()
 def mcp(http: Optional[str] = typer.Option(None, "--http", help="Serve streamable HTTP on HOST:PORT (host "
-                                                                 "127.0.0.1 unless given) instead of stdio.")):
+                                           "127.0.0.1 unless given; any other requires a token) instead of stdio."),
+        token_file: Optional[Path] = typer.Option(None, "--token-file", help="With --http: require this bearer "
+                                                  "token (read from FILE, made there when missing), even on loopback. "
+                                                  "Off loopback a token is always required: without this option a "
+                                                  "new one is printed at each start.")):
     """Serve this workspace to MCP clients: Claude's memory-tool commands and mindlog's own tools."""
     from .mcp_server import serve
 
+    if token_file is not None and http is None:
+        fail("--token-file guards --http; over stdio the client that starts `mem mcp` is the only one", 2)
     with memory() as mem:
-        serve(mem, http)
+        serve(mem, http, token_file)
 
 
 @app.command()
@@ -560,7 +583,7 @@ def main() -> None:
     try:
         code = root_command()(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {exc.told('cli')}", err=True)
         sys.exit(1)
     except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
         typer.echo(f"error: {damaged_file(exc) or storage_failure(exc)}", err=True)

@@ -2,14 +2,13 @@
 
 The tools are thin: Claude's memory-tool commands call `projections.memory_tool`, mindlog's own tools
 call `Memory` and the projections. A refusal is a tool error carrying the message the CLI prints
-(after its `error: `; where it names a CLI flag or command, the MCP way instead: `mcp_advice`), and
-leaves the log untouched. Tools are coroutines that call the library directly, so calls are applied one
+(after its `error: `), in the tools' words where that message names a CLI flag or command (the error
+carries both: `MemError.told`), and leaves the log untouched. Tools are coroutines that call the library directly, so calls are applied one
 at a time on the server's event loop, in the order they arrive.
 """
 
 import asyncio
 import functools
-import re
 import sys
 from typing import Literal
 
@@ -18,13 +17,12 @@ from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
-from eventstore.errors import HandEdited, Held, MemError, storage_exceptions, storage_failure
+from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
-from eventstore.secrets import SecretFound
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.adopt import adopt as adopting
-from projections.memory import NO_CONTRACT_HOW, Memory
+from projections.memory import Memory
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
@@ -38,27 +36,6 @@ INSTRUCTIONS = (
     "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
     "search (with `at`), believed, cite and log read it back. Files edited on disk by hand are recorded by adopt.")
-SECRET_ADVICE = "leave the secret out and call again: the MCP tools never store one"
-RELEASE_ADVICE = re.compile(r"`mem page release (\S+)(?: --layer (\S+))? --note \"why\"`")
-"""The CLI command a hold refusal names; over MCP it is the page_release tool."""
-CLI_COUNT = re.compile(r"^-+(n|last) must")
-
-
-def mcp_advice(exc: MemError, mem: Memory | None = None) -> str:
-    """A refusal's message with the way forward an MCP client has, where the CLI's names a flag or command."""
-    if isinstance(exc, HandEdited) and exc.paths and mem is not None:
-        return mem.hand_edited_message(exc.paths, tools=True)
-    if isinstance(exc, SecretFound):
-        return exc.advised(SECRET_ADVICE)
-    if CLI_COUNT.match(str(exc)):  # `-n`, `--last`: the tools' parameters are n and last
-        return CLI_COUNT.sub(r"\1 must", str(exc), count=1)
-    if NO_CONTRACT_HOW in str(exc):
-        return str(exc).replace(NO_CONTRACT_HOW, " (call sync to fetch the hub's)")
-    if isinstance(exc, Held):
-        return RELEASE_ADVICE.sub(lambda m: f"call page_release with slug {m[1]!r}"
-                                            + (f", layer {m[2]!r}" if m[2] else "") + " and a note saying why",
-                                  str(exc))
-    return str(exc)
 
 
 def json_text(value) -> str:
@@ -167,7 +144,7 @@ def build_server(mem: Memory) -> MCPServer:
                         flush.schedule()
                     return result
                 except MemError as exc:
-                    return refusal(mcp_advice(exc, mem))
+                    return refusal(exc.told("tools"))
                 except ToolError as exc:
                     return refusal(str(exc))
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
@@ -318,7 +295,7 @@ def build_server(mem: Memory) -> MCPServer:
         """Record as events the pages, shared pages and `## Always` lines of mind.md edited, created or deleted on
         disk by hand (as `mem adopt` does); a file that cannot be adopted (it breaks the page contract, holds a
         secret) is left on disk. JSON: {"adopted": [paths], "refused": {path: why}}."""
-        return json_text(adopting(mem, explain=lambda exc: mcp_advice(exc, mem)))
+        return json_text(adopting(mem, explain=lambda exc: exc.told("tools")))
 
     @register
     def page_release(slug: str, note: str, layer: str | None = None) -> str:
@@ -375,7 +352,8 @@ def parse_http(address: str) -> tuple[str, int]:
     return host or DEFAULT_HOST, int(port)
 
 
-def serve(mem: Memory, http: str | None = None) -> None:
+def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
+    """Serves over stdio, or over streamable HTTP at `http` (behind a bearer token off loopback: cli.tokens)."""
     address = parse_http(http) if http is not None else None
     server = build_server(mem)
     try:
@@ -388,13 +366,15 @@ def serve(mem: Memory, http: str | None = None) -> None:
         else:
             from sync.server import listen, run_on
 
-            from .output import http_url, warn_if_exposed
+            from .output import http_url
+            from .tokens import TokenGate, server_token
 
             host, port = address
+            token, made = server_token(host, token_file)
             sock = listen(host, port)
             app = server.streamable_http_app(host=host)
-            print(f"mindlog mcp: {http_url(host, port)}/mcp", flush=True)  # stdout: with --http, not the protocol's
-            warn_if_exposed(host, "the MCP server (it reads and writes this workspace)")
-            run_on(app, sock)
+            # stdout: with --http, not the protocol's
+            print(f"mindlog mcp: {http_url(host, port)}/mcp" + (f"\nbearer token: {token}" if made else ""), flush=True)
+            run_on(TokenGate(app, token) if token else app, sock)
     finally:
         mem.refresh()

@@ -97,16 +97,3 @@ def _rate_column():
 def http_url(host: str, port: int) -> str:
     """The URL of a server listening on host:port (an IPv6 address in brackets)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def warn_if_exposed(host: str, what: str) -> None:
-    """A server without tokens (`mem ui`, `mem mcp --http`) on an address other hosts reach says so."""
-    import ipaddress
-
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name: it may resolve to anything
-        loopback = False
-    if not loopback:
-        typer.echo(f"warning: {what} listens on {host}, not a loopback address, and asks no token: anyone who "
-                   "reaches it can use it", err=True)

@@ -118,23 +118,13 @@ def _refuse_unmade_dirs(admin_token_file: Path | None, ui_dir: Path | None) -> N
 def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
     """The /ui pages over a mirror of the hub (in `ui_dir`, or `<db>.ui` beside a SQLite hub)."""
     from sync.mirror import HubMirror
-    from sync.storage import new_token
 
+    from .tokens import token_from_file
     from .web.hub import hub_ui
 
     if ui_dir is None:
         ui_dir = Path(f"{db}.ui")
-    admin = None
-    if admin_token_file is not None:
-        if not admin_token_file.exists():
-            admin_token_file.touch(mode=0o600)
-            admin_token_file.write_text(new_token() + "\n")
-            typer.echo(f"wrote a new admin token for the pages to {admin_token_file}", err=True)
-        try:
-            admin = admin_token_file.read_bytes().decode().strip()
-        except UnicodeDecodeError:
-            fail(f"{admin_token_file} is not a token: it is not UTF-8 text")
-        admin = admin or fail(f"{admin_token_file} is empty")
+    admin = token_from_file(admin_token_file, "admin token for the pages") if admin_token_file is not None else None
     return hub_ui(hub, HubMirror(hub, ui_dir), admin, warm_up=True)
 
 

@@ -1,16 +1,20 @@
-"""`mem ui`: serves this workspace's pages (as of any moment) read-only on 127.0.0.1."""
+"""`mem ui`: serves this workspace's pages (as of any moment) read-only, on 127.0.0.1 unless told."""
 
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from .app import app, memory
-from .output import http_url, warn_if_exposed
+from .output import http_url
+from .tokens import TokenFileOpt, TokenGate, server_token
 
 
 @app.command()
 def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (default: a free one)."),
-       host: str = typer.Option("127.0.0.1", "--host", help="The address to listen on.")):
+       host: str = typer.Option("127.0.0.1", "--host", help="The address to listen on (any but a loopback one "
+                                "requires a token)."),
+       token_file: Optional[Path] = TokenFileOpt):
     """Browse memory over time: as of any moment, page history, timeline, conflicts, search."""
     from sync.server import free_port, listen, run_on
 
@@ -18,8 +22,9 @@ def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (defaul
 
     with memory() as mem:
         root = mem.root
+    token, made = server_token(host, token_file)
     port = free_port() if port is None else port
     sock = listen(host, port)
-    typer.echo(f"mindlog ui: {http_url(host, port)}/asof")
-    warn_if_exposed(host, "this read-only view of the workspace")
-    run_on(create_app(root), sock)
+    typer.echo(f"mindlog ui: {http_url(host, port)}/asof" + (f"?token={token}" if made else ""))
+    site = create_app(root)
+    run_on(TokenGate(site, token, browser=True) if token else site, sock)

@@ -3,18 +3,35 @@
 
 class MemError(Exception):
     """A refusal: `code` is stable (used as the problem type over HTTP), the message says why, and
-    `field` (when known) names the part of the input at fault, like `body.slug`."""
+    `field` (when known) names the part of the input at fault, like `body.slug`.
+
+    Where the message names a way forward in a person's words (a command, a flag), `for_tools` is the
+    same message in an MCP client's (its tools and their parameters); `told("tools")` picks it, so no
+    edge rewords another's message."""
 
     code = "mem-error"
     status = 400
     field = ""
+    for_tools: str | None = None
 
-    def __init__(self, message: str, code: str | None = None, field: str | None = None):
+    def __init__(self, message: str, code: str | None = None, field: str | None = None,
+                 for_tools: str | None = None):
         super().__init__(message)
         if code:
             self.code = code
         if field:
             self.field = field
+        if for_tools is not None:
+            self.for_tools = for_tools
+
+    def told(self, surface: str) -> str:
+        """The message for `surface`: "cli" (a person in a shell, and every other edge) or "tools" (MCP)."""
+        return self.for_tools if surface == "tools" and self.for_tools is not None else str(self)
+
+
+def for_each(reason: str, cli: str, tools: str, **options) -> dict:
+    """A refusal's message and `for_tools`, where they differ only by the way forward each names at the end."""
+    return {"message": reason + cli, "for_tools": reason + tools, **options}
 
 
 class InvalidInput(MemError):
@@ -58,8 +75,8 @@ class HandEdited(MemError):
     code = "hand-edited"
     status = 409
 
-    def __init__(self, message: str, paths=()):
-        super().__init__(message)
+    def __init__(self, message: str, paths=(), for_tools: str | None = None):
+        super().__init__(message, for_tools=for_tools)
         self.paths = list(paths)
 
 
@@ -68,10 +85,21 @@ class NoWorkspace(MemError):
 
 
 class Held(MemError):
-    """A change to a page under `governance: hold`, before `mem page release` lifted it."""
+    """A change to a page under `governance: hold`, before `mem page release` lifted it. `refused` says what
+    was refused; given the page's `slug` (and `layer`, for a page of a shared layer) the message adds how
+    to release it, in each surface's words."""
 
     code = "held"
     status = 409
+
+    def __init__(self, refused: str, slug: str | None = None, layer: str | None = None, **options):
+        if slug is None:
+            return super().__init__(refused, **options)
+        on_layer = f" --layer {layer}" if layer else ""
+        super().__init__(**for_each(
+            f"{refused} Release it first: ", f"`mem page release {slug}{on_layer} --note \"why\"`",
+            f"call page_release with slug {slug!r}" + (f", layer {layer!r}" if layer else "") + " and a note saying why",
+            **options))
 
 
 class StorageFailure(MemError):

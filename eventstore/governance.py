@@ -21,6 +21,7 @@ wrote the page before it saw the hold releases it first.
 
 from collections.abc import Callable
 
+from .errors import Held
 from .kinds import PageDelete, PageIngest, PageUpdate
 
 HOLD = "hold"
@@ -59,9 +60,14 @@ INGEST_VERB = "write another version of"
 """What an ingest beside a held head is refused (held_message's `verb`)."""
 
 
+def held(layer: str, slug: str, version: str, verb: str) -> Held:
+    """The refusal of a change to a held page of a shared layer, with how to release it."""
+    return Held(f"page {slug!r} of layer {layer!r} is held (governance: hold, version {version}); refusing to {verb} "
+                "it.", slug, layer)
+
+
 def held_message(layer: str, slug: str, version: str, verb: str) -> str:
-    return (f"page {slug!r} of layer {layer!r} is held (governance: hold, version {version}); refusing to {verb} "
-            f"it. Release it first: `mem page release {slug} --layer {layer} --note \"why\"`")
+    return str(held(layer, slug, version, verb))
 
 
 def ingest_refusal(ingest: str, heads: dict[str, bool], new: set[str]) -> str | None:

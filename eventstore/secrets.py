@@ -17,25 +17,22 @@ from functools import cache
 import msgspec
 
 from .envelope import new_event
-from .errors import MemError
+from .errors import MemError, for_each
 
 
 class SecretFound(MemError):
     """A write would put a secret into the log. The message names its kind and place, never its value.
 
-    `refused` says what was found and that nothing was written; the message adds how to proceed, the
-    CLI's flag by default: an edge whose callers have no such flag (MCP) says `refused` with its own."""
+    `refused` says what was found and that nothing was written; the message adds how to proceed: the
+    CLI's flag, or for an MCP client (whose tools have no such flag) to leave the secret out."""
 
     code = "secret-detected"
     status = 422
-    CLI_ADVICE = "pass --allow-secret if it really belongs in memory"
 
-    def __init__(self, refused: str, advice: str = CLI_ADVICE):
+    def __init__(self, refused: str):
         self.refused = refused
-        super().__init__(self.advised(advice))
-
-    def advised(self, advice: str) -> str:
-        return f"{self.refused} ({advice})"
+        super().__init__(**for_each(f"{refused} (", "pass --allow-secret if it really belongs in memory)",
+                                    "leave the secret out and call again: the MCP tools never store one)"))
 
 
 class Finding(msgspec.Struct, frozen=True):

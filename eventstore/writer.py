@@ -307,7 +307,7 @@ class SharedWriter:
         if document is None:
             raise NotFound(f"there is no page {old} in layer {layer}")
         if governance.is_held(document[0]):  # said here: the append would refuse the rename's delete half as a delete
-            raise Held(governance.held_message(layer, old, self.state.shared_winner(layer, old), "rename"))
+            raise governance.held(layer, old, self.state.shared_winner(layer, old), "rename")
         if self.state.shared_document(layer, new) is not None:
             raise InvalidInput(f"a page {new!r} already exists in layer {layer}; delete it first or pick another name")
         note = validate.one_line(note or f"renamed to {new}", "the note")

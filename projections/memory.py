@@ -17,8 +17,8 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, is_damaged, storage_exceptions,
-                               storage_failure)
+from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, for_each, is_damaged,
+                               storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
 from eventstore.kinds import KINDS
@@ -38,8 +38,10 @@ from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
 
 
-NO_CONTRACT_HOW = " (`mem pull` fetches the hub's; `mem layer add NAME PATH` declares a local layer)"
-"""How a refusal for want of a contract goes on, in CLI words (`mcp_advice` names the sync tool instead)."""
+def below_zero(name: str, value: int) -> InvalidInput:
+    """A count below zero, refused naming the CLI's flag (`-n`, `--last`) or the MCP tools' parameter."""
+    return InvalidInput(f"{'-' if len(name) == 1 else '--'}{name} must be 0 or more, not {value}",
+                        for_tools=f"{name} must be 0 or more, not {value}")
 
 
 class CatalogPage(msgspec.Struct):
@@ -242,7 +244,8 @@ class Memory:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
                 if edited:
-                    raise HandEdited(self.hand_edited_message(edited), edited)
+                    raise HandEdited(self.hand_edited_message(edited), edited,
+                                     for_tools=self.hand_edited_message(edited, tools=True))
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
             try:
@@ -459,7 +462,9 @@ class Memory:
         if spec is not None:
             return spec
         if contract is None and not private:
-            raise InvalidInput(f"there is no layer {layer!r}: no contract is known yet{NO_CONTRACT_HOW}")
+            raise InvalidInput(**for_each(f"there is no layer {layer!r}: no contract is known yet (",
+                                          "`mem pull` fetches the hub's; `mem layer add NAME PATH` declares a local "
+                                          "layer)", "call sync to fetch the hub's)"))
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
 
@@ -670,7 +675,7 @@ class Memory:
             if kind not in KINDS:
                 raise NotFound(f"there is no event kind {kind!r} (kinds: {', '.join(sorted(KINDS))})")
         if limit is not None and limit < 0:
-            raise InvalidInput(f"-n must be 0 or more, not {limit}")
+            raise below_zero("n", limit)
         found = list(self.log.read(kinds=kinds, layers=layers, since_ms=since_ms, limit=limit,
                                    newest_first=limit is not None))
         return sorted(found, key=lambda e: e.seq)
@@ -708,7 +713,7 @@ class Memory:
 
     def believed(self, as_of: int, last: int = 10, **trust_options) -> audit.Believed:
         if last < 0:
-            raise InvalidInput(f"--last must be 0 or more, not {last}")
+            raise below_zero("last", last)
         return audit.believed(self.views, as_of, last, **trust_options)
 
     def event(self, seq: int) -> Event | None:
@@ -720,7 +725,7 @@ class Memory:
         for layer in filters.get("layers") or ():
             self.layer_spec(layer, private=True)
         if filters.get("limit", 0) < 0:
-            raise InvalidInput(f"-n must be 0 or more, not {filters['limit']}")
+            raise below_zero("n", filters["limit"])
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
     def layers(self) -> list[dict]:

@@ -15,7 +15,7 @@ import datetime as dt
 import re
 
 from eventstore.errors import Held, InvalidInput
-from eventstore.governance import HOLD, held_message, hold_refusal, is_held
+from eventstore.governance import HOLD, held, hold_refusal, is_held
 from eventstore.kinds import PageDelete, PageIngest, PageRename, PageUpdate
 from eventstore.layers import MIND
 
@@ -150,7 +150,7 @@ def admit(memory, event) -> None:
     if event.layer != MIND:  # a page of a shared layer: the hold is its versions' own (eventstore.governance)
         refusal = hold_refusal(body, lambda id: getattr(memory.log.get(id), "body", None))
         if refusal is not None:
-            raise Held(held_message(event.layer, body.slug, *refusal))
+            raise held(event.layer, body.slug, *refusal)
         if isinstance(body, (PageIngest, PageUpdate)):
             check_page(body.frontmatter, lambda target: memory.views.shared_winner(event.layer, target) is not None)
         return
@@ -160,8 +160,7 @@ def admit(memory, event) -> None:
     since = held_since(memory, slug)
     if since is not None:
         verb = {PageUpdate: "update", PageDelete: "delete", PageRename: "rename"}.get(type(body), "update")
-        raise Held(f"page {slug!r} is held (governance: hold, seq {since}); refusing to {verb} it. "
-                      f"Release it first: `mem page release {slug} --note \"why\"`")
+        raise Held(f"page {slug!r} is held (governance: hold, seq {since}); refusing to {verb} it.", slug)
     if isinstance(body, (PageIngest, PageUpdate)):
         if withheld(body.frontmatter.get("status")) == "superseded" and superseded_by(
                 body.frontmatter.get("status")) == body.slug:

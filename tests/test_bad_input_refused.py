@@ -42,7 +42,7 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("loop", "append", "--role", "user", "--text", "x", "--tokens", '{"in": 1%s}' % ("0" * 25)):
             "a number too large to record",
         ("config", "set", "layers.x", '"\\ud800"'): "not valid Unicode ('\\ud800', a lone surrogate)",
-        ("loop", "append", "--role", "user", "--json", '[{"type": "text", "text": "\\udfff"}]'): "a lone surrogate",
+        ("loop", "append", "--role", "user", "--content-json", '[{"type": "text", "text": "\\udfff"}]'): "a lone surrogate",
         ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",
         ("show", ""): "give a file: mind.md, mind/log.md",  # was `mind/.md does not exist`
         ("show", "mind.md", "--seq", "-1"): "seq -1 is before the first event",

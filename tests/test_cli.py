@@ -48,7 +48,7 @@ def test_listings_have_json(workspace, tmp_path):
     w = ("-w", workspace)
     run_mem(*w, "page", "write", "deploy", "--file", page, check=True)
     run_mem(*w, "always", "add", "be brief", check=True)
-    run_mem(*w, "loop", "append", "--role", "user", "--json", '[{"type": "text", "text": "hi"}]', "--model", "m1",
+    run_mem(*w, "loop", "append", "--role", "user", "--content-json", '[{"type": "text", "text": "hi"}]', "--model", "m1",
             "--tokens", '{"input": 3}', check=True)
     run_mem(*w, "file", "write", "notes/a.md", "--file", page, check=True)
 
@@ -78,6 +78,74 @@ def test_listings_have_json(workspace, tmp_path):
     assert believed["seq"] == 2 and "- be brief" in believed["mind"] and believed["loop"] == []
     assert json.loads(run_mem(*w, "audit", "list", "--json", check=True).stdout) == []
     assert json.loads(run_mem(*w, "verify", "--json", check=True).stdout)["ok"] is True
+
+
+def test_json_is_output_everywhere_and_input_has_its_own_name(workspace, tmp_path):
+    """Regression: `--json` printed JSON in every command but read it in `mem loop append` (the content) and
+    `mem message receive/send` (the message file). Input now has its own name (`--content-json`, `--file`);
+    the old spelling is refused without touching the log, and `mem history` (a listing only the MCP tool
+    and the web UI had) lists a file's versions, with `--json`."""
+    from conftest import log_rows
+
+    w = ("-w", workspace)
+    message = tmp_path / "m.json"
+    message.write_text('{"from": "ops", "content": "deploy window moved"}')
+    for old in (("loop", "append", "--role", "user", "--json", '[{"type": "text", "text": "hi"}]'),
+                ("message", "receive", "--json", message), ("message", "send", "--json", message)):
+        refused = run_mem(*w, *old)
+        assert refused.returncode == 2 and "No such option: --json" in refused.stderr.decode(), old
+    assert log_rows(workspace) == []
+    assert run_mem(*w, "loop", "append", "--role", "user", "--content-json", '[{"type": "text", "text": "hi"}]',
+                   check=True).stdout.decode() == "[S1] user appended to loop main\n"
+    assert run_mem(*w, "message", "receive", "--file", message, check=True).stdout.decode() == \
+        "received message (seq 2)\n"
+    assert run_mem(*w, "message", "send", "--file", "-", input=b'{"from": "artemis", "to": "ops", "content": "noted"}',
+                   check=True).stdout.decode() == "sent message (seq 3)\n"
+
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem(*w, "page", "write", "deploy", "--file", page, check=True)
+    page.write_bytes(PAGE.replace(b"Staging first.", b"Staging first, always."))
+    run_mem(*w, "page", "write", "deploy", "--file", page, check=True)
+    run_mem(*w, "page", "rename", "deploy", "deploy-procedure", check=True)
+    versions = json.loads(run_mem(*w, "history", "deploy-procedure", "--json", check=True).stdout)
+    assert [(v["path"], v["seq"], v["kind"]) for v in versions] == [
+        ("mind/deploy.md", 4, "page.ingest"), ("mind/deploy.md", 5, "page.update"),
+        ("mind/deploy-procedure.md", 6, "page.rename")]
+    lines = run_mem(*w, "history", "mind/deploy.md", "--seq", "5", check=True).stdout.decode().splitlines()
+    assert [line.split()[0] for line in lines] == ["4", "5"] and lines[1].endswith("page.update    mind/deploy.md")
+    assert run_mem(*w, "history", "nosuch").stderr.decode() == "error: mind/nosuch.md never existed\n"
+
+
+def test_every_listing_command_has_json_output_and_no_json_option_reads_input():
+    """Every command that lists (`list`, `show` of a table, `log`, `history`, `search`, ...) has a `--json` flag,
+    and `--json` is a flag everywhere: it never takes a value."""
+    import typer._click as click
+
+    from cli.app import register_commands, root_command
+
+    register_commands()
+    root = root_command()
+    context = click.Context(root)
+    commands = {}
+
+    def walk(command, path):
+        if hasattr(command, "list_commands"):
+            for name in command.list_commands(context):
+                walk(command.get_command(context, name), [*path, name])
+        else:
+            commands[" ".join(path)] = {opt: param for param in command.params for opt in param.opts}
+
+    for name in root.list_commands(context):
+        walk(root.get_command(context, name), [name])
+    listings = [name for name in commands if name.split()[-1] in ("list", "show", "log", "history", "search",
+                                                                    "conflicts", "status", "believed")]
+    assert len(listings) >= 17 and "show" in listings and "history" in listings
+    missing = [name for name in listings if name != "show" and "--json" not in commands[name]]
+    assert missing == []
+    takes_a_value = [name for name, options in commands.items() if "--json" in options
+                     and not options["--json"].is_flag]
+    assert takes_a_value == []
 
 
 def test_workspace_option_before_or_after_the_command(tmp_path):

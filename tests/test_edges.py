@@ -390,17 +390,3 @@ def test_init_inside_another_workspaces_pages_is_refused(written):
         refused(run_mem("init", "-w", inner, "--agent", "inner"), f"{inner} is inside ", str(written))
         assert not inner.exists()
     assert run_mem("adopt", "-w", written).returncode == 0
-
-
-def test_a_server_without_tokens_warns_when_other_hosts_reach_it(capsys):
-    """`mem ui --host 0.0.0.0` and `mem mcp --http 0.0.0.0:P` answered anyone on the network (MCP even a
-    foreign Host header) without a word; the tests bind loopback only, so the warning is checked directly."""
-    from cli.output import warn_if_exposed
-
-    for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
-        warn_if_exposed(host, "the server")
-    assert capsys.readouterr().err == ""
-    for host in ("0.0.0.0", "::", "192.0.2.1", "example.org"):
-        warn_if_exposed(host, "the server")
-        assert capsys.readouterr().err == (f"warning: the server listens on {host}, not a loopback address, and asks "
-                                           "no token: anyone who reaches it can use it\n")

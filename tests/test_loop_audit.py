@@ -163,10 +163,10 @@ def test_refusals_leave_the_log_untouched(memory):
 def test_cli_refusals(workspace, tmp_path):
     before = log_rows(workspace)
     for args, expect in [
-        (["loop", "append", "--role", "user", "--json", "[not json"], "not valid JSON"),
+        (["loop", "append", "--role", "user", "--content-json", "[not json"], "not valid JSON"),
         (["loop", "append", "--role", "robot", "--text", "x"], "role must be"),
         (["file", "write", "../x", "--file", __file__], "'..'"),
-        (["message", "receive", "--json", "-"], "needs 'from'"),
+        (["message", "receive", "--file", "-"], "needs 'from'"),
         (["config", "set", "audit.files", "maybe"], "switch"),
         (["cite", "nonsense"], "not a citation"),
         (["import", "adf", __file__], "not an ADF file"),

@@ -182,6 +182,40 @@ def test_a_count_below_zero_is_refused_in_the_words_of_each_side(workspace):
                                                   (True, "n must be 0 or more, not -1")]
 
 
+def test_a_refusal_carries_the_tools_way_forward_from_where_it_is_raised(workspace):
+    """Regression: the MCP edge reworded four CLI refusals by matching their text (a regex on `-n must` and
+    on the `mem page release` command, the contract hint's words, the secret hint): the words were the
+    CLI's, guessed back. Now the error raised at the cause carries both ways forward as data
+    (`MemError.told`): `str()` and `told("cli")` name commands and flags, `told("tools")` tools and parameters."""
+    from eventstore.errors import Held, InvalidInput
+    from eventstore.secrets import SecretFound
+
+    with Memory.open(workspace) as mem:
+        mem.write_page("freeze", PAGE.replace(b"type: procedure", b"type: procedure\ngovernance: hold"))
+        refusals = []
+        for call_, kind in [(lambda: mem.entry_add("notes", "[FACT] 2026-11-30: x"), InvalidInput),
+                            (lambda: mem.events(limit=-2), InvalidInput),
+                            (lambda: mem.believed(mem.seq_at(), -1), InvalidInput),
+                            (lambda: mem.delete_page("freeze", "thaw"), Held),
+                            (lambda: mem.always_add("key AKIA4HXQ7ZT2LMNB3K5P"), SecretFound)]:
+            with pytest.raises(kind) as refused:
+                call_()
+            refusals.append(refused.value)
+    assert [(str(exc) == exc.told("cli"), exc.told("tools")) for exc in refusals] == [
+        (True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's)"),
+        (True, "n must be 0 or more, not -2"),
+        (True, "last must be 0 or more, not -1"),
+        (True, "page 'freeze' is held (governance: hold, seq 1); refusing to delete it. Release it first: call "
+               "page_release with slug 'freeze' and a note saying why"),
+        (True, "the write looks like it holds a secret: AWS Access Key in `line`, line 1; nothing was "
+               "written (leave the secret out and call again: the MCP tools never store one)")]
+    assert [str(exc)[:40] for exc in refusals[1:4]] == [
+        "-n must be 0 or more, not -2", "--last must be 0 or more, not -1",
+        "page 'freeze' is held (governance: hold,"]
+    assert str(refusals[3]).endswith("Release it first: `mem page release freeze --note \"why\"`")
+    assert len(log_rows(workspace)) == 1  # the page only: every refusal appended nothing
+
+
 def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace):
     """Regression: `mem cite '[S99999999999999999999999]'`, `mem redact 9...9`, `mem log -n 9...9` and `mem audit
     read 9...9` ended in an OverflowError traceback (SQLite holds 64-bit integers); so did the cite tool."""
@@ -205,7 +239,7 @@ def test_an_empty_loop_message_is_refused_on_both_sides(workspace):
     empty message, a seq that cites nothing."""
     said = "a loop message needs some content: its text is empty"
     assert cli_error(workspace, "loop", "append", "--role", "user", "--text", " ") == said
-    assert cli_error(workspace, "loop", "append", "--role", "user", "--json", "[]") == said
+    assert cli_error(workspace, "loop", "append", "--role", "user", "--content-json", "[]") == said
 
     async def session_body(session):
         return await call(session, "loop_append", role="user", text="")

@@ -42,7 +42,7 @@ def leaky(workspace, tmp_path):
     mem(workspace, "file", "write", "notes/creds.txt", "--file", secret_file, "--allow-secret", check=True)
     message = tmp_path / "message.json"
     message.write_text(json.dumps({"from": "bob", "content": f"here: {SECRET}"}))
-    mem(workspace, "message", "receive", "--json", message, "--allow-secret", check=True)
+    mem(workspace, "message", "receive", "--file", message, "--allow-secret", check=True)
     mem(workspace, "always", "add", "Staging first.", check=True)
     return workspace
 

@@ -109,7 +109,7 @@ def test_every_write_is_scanned_through_the_cli(workspace, tmp_path):
     refused(workspace, "file", "write", "notes/creds.ini", "--file", secret_file, where="in `content`, line 2")
     message = tmp_path / "message.json"
     message.write_text(json.dumps({"from": "bob", "content": f"here you go: {GITHUB}"}))
-    refused(workspace, "message", "receive", "--json", message, where="GitHub Token in `message.content`")
+    refused(workspace, "message", "receive", "--file", message, where="GitHub Token in `message.content`")
     assert not (workspace / "mind" / "deploy.md").exists()
 
 

@@ -1,0 +1,153 @@
+"""`mem ui` and `mem mcp --http` on an address other hosts reach require a bearer token (cli/tokens.py);
+on loopback they ask none unless `--token-file` is given. The servers bind 0.0.0.0 (the code path of a
+reachable address) and the tests connect to 127.0.0.1 only, over real HTTP."""
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from conftest import PAGE, mem_command
+from projections.memory import Memory
+from sync.server import free_port
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+OPENER = urllib.request.build_opener(NoRedirect)
+
+
+def get(url: str, headers: dict | None = None, data: bytes | None = None):
+    """(status, headers, body) of one request, whatever the status."""
+    try:
+        with OPENER.open(urllib.request.Request(url, data=data, headers=headers or {}), timeout=30) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as answer:
+        return answer.code, answer.headers, answer.read()
+
+
+def started(*args) -> tuple[subprocess.Popen, int, list[str]]:
+    """A `mem` server started with --port/--http given by `args` (P stands for a free port), once it says
+    where it listens: (the process, the port, the lines it printed)."""
+    port = free_port()
+    server = subprocess.Popen([*mem_command(), *(a.replace("P", str(port)) for a in args)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    lines = [server.stdout.readline().rstrip("\n")]
+    if "--http" in args and "0.0.0.0" in " ".join(args) and "--token-file" not in args:
+        lines.append(server.stdout.readline().rstrip("\n"))
+    deadline = time.monotonic() + 30
+    while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        assert server.poll() is None, server.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return server, port, lines
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait(10)
+
+
+def unauthorized(status, headers, body, title: str) -> None:
+    assert status == 401 and headers["content-type"] == "application/problem+json"
+    assert headers["www-authenticate"] == 'Bearer realm="mindlog"'
+    assert json.loads(body) == {"type": "https://mindlog.dev/problems/unauthorized", "title": title, "status": 401,
+                                "detail": title}
+
+
+def test_ui_off_loopback_requires_the_token_it_prints_and_a_browser_gives_it_once(workspace):
+    """Regression: `mem ui --host 0.0.0.0` served the workspace to anyone who reached it, with a warning."""
+    with Memory.open(workspace) as mem:
+        mem.write_page("deploy", PAGE)
+    server, port, [line] = started("-w", str(workspace), "ui", "--host", "0.0.0.0", "--port", "P")
+    try:
+        url, _, token = line.removeprefix("mindlog ui: ").partition("?token=")
+        assert url == f"http://0.0.0.0:{port}/asof" and len(token) >= 32
+        base = f"http://127.0.0.1:{port}"
+        unauthorized(*get(f"{base}/asof"), "a token is needed here: open the URL printed with `?token=` once, or "
+                                            "send `Authorization: Bearer <token>`")
+        unauthorized(*get(f"{base}/asof", {"Authorization": "Bearer nope"}), "the token is not this server's")
+        unauthorized(*get(f"{base}/static/ui.css"), "a token is needed here: open the URL printed with `?token=` "
+                                                     "once, or send `Authorization: Bearer <token>`")
+        status, _, body = get(f"{base}/asof?seq=1&page=deploy", {"Authorization": f"Bearer {token}"})
+        assert status == 200 and b"Staging first." in body
+        status, headers, _ = get(f"{base}/asof?seq=1&token={token}&page=deploy")
+        assert status == 303 and headers["location"] == "/asof?seq=1&page=deploy"
+        cookie = headers["set-cookie"]
+        assert cookie.startswith(f"mindlog_token_{port}={token};") and "HttpOnly" in cookie and \
+            "SameSite=strict" in cookie and "Path=/" in cookie
+        status, _, body = get(f"{base}/asof?seq=1&page=deploy", {"Cookie": cookie.split(";")[0]})
+        assert status == 200 and b"Staging first." in body
+        unauthorized(*get(f"{base}/asof", {"Cookie": f"mindlog_token_{port}=nope"}), "the token is not this server's")
+    finally:
+        stop(server)
+
+
+def test_ui_on_loopback_asks_no_token_unless_a_token_file_is_given(workspace, tmp_path):
+    server, port, [line] = started("-w", str(workspace), "ui", "--port", "P")
+    try:
+        assert line == f"mindlog ui: http://127.0.0.1:{port}/asof"
+        assert get(f"http://127.0.0.1:{port}/asof")[0] == 200
+    finally:
+        stop(server)
+    token_file = tmp_path / "ui.token"
+    server, port, [line] = started("-w", str(workspace), "ui", "--port", "P", "--token-file", str(token_file))
+    try:
+        assert line == f"mindlog ui: http://127.0.0.1:{port}/asof"  # the token is in the file, not printed
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        token = token_file.read_text().strip()
+        assert get(f"http://127.0.0.1:{port}/asof")[0] == 401
+        assert get(f"http://127.0.0.1:{port}/asof", {"Authorization": f"Bearer {token}"})[0] == 200
+    finally:
+        stop(server)
+
+
+def test_mcp_over_http_off_loopback_requires_the_token_it_prints(workspace):
+    """Regression: `mem mcp --http 0.0.0.0:P` let anyone who reached it read and write the workspace."""
+    server, port, lines = started("mcp", "--http", "0.0.0.0:P", "--workspace", str(workspace))
+    try:
+        assert lines[0] == f"mindlog mcp: http://0.0.0.0:{port}/mcp" and lines[1].startswith("bearer token: ")
+        token = lines[1].removeprefix("bearer token: ")
+        url = f"http://127.0.0.1:{port}/mcp"
+        hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+        accept = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        unauthorized(*get(url, accept, hello), "a token is needed here: send `Authorization: Bearer <token>`")
+        unauthorized(*get(url, {**accept, "Authorization": f"Bearer {token}x"}, hello), "the token is not this server's")
+        unauthorized(*get(f"{url}?token={token}", accept, hello), "a token is needed here: send "
+                                                                   "`Authorization: Bearer <token>`")
+
+        async def main():
+            with anyio.fail_after(60):
+                async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as client, \
+                        streamable_http_client(url, http_client=client) as (read, write), \
+                        ClientSession(read, write) as session:
+                    await session.initialize()
+                    created = await session.call_tool("create", {"path": "/memories/mind/deploy.md",
+                                                                 "file_text": PAGE.decode()})
+                    return created.is_error, created.content[0].text
+
+        assert anyio.run(main) == (False, "File created successfully at: /memories/mind/deploy.md")
+    finally:
+        stop(server)
+    with Memory.open(workspace) as mem:
+        assert [e.kind for e in mem.events()] == ["page.ingest"]
+
+
+def test_a_token_file_without_http_is_refused(workspace, tmp_path):
+    from conftest import run_mem
+
+    refused = run_mem("mcp", "--token-file", tmp_path / "t", "--workspace", workspace)
+    assert refused.returncode == 2 and refused.stderr.decode() == (
+        "error: --token-file guards --http; over stdio the client that starts `mem mcp` is the only one\n")
+    assert not (tmp_path / "t").exists()
