@@ -2,6 +2,7 @@
 
 import functools
 import sqlite3
+import threading
 import time
 from time import time_ns
 from collections.abc import Iterable, Iterator, Sequence
@@ -127,9 +128,11 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
-        # The single append's cursor (see _append_one), lent to one thread at a time: two threads executing
-        # on one sqlite3 cursor crash the interpreter (the second's refusal frees the first's statement).
-        self._one_row_cursor = [self.db.cursor()]
+        # Appends are serialized here: the connection is shared by threads (check_same_thread=False) but a
+        # transaction is the connection's, so two threads' appends would mix in one (an event lost, a false
+        # IntegrityError), and two executing on one cursor crash the interpreter.
+        self._writing = threading.Lock()
+        self._one_row_cursor = self.db.cursor()  # the single append's (see _append_one)
         variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._widest = max(1, min(WIDEST_INSERT, 1 << ((variables // ROW_WIDTH).bit_length() - 1)))
         if self.db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
@@ -149,6 +152,10 @@ class SQLiteLog(Recorder):
                unsent: Iterable[str] = ()) -> list[int]:
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
+        with self._writing:
+            return self._append(events, state, verify, recorded_at, unsent)
+
+    def _append(self, events, state, verify, recorded_at, unsent) -> list[int]:
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
             seq = self._append_one(events[0])
             if seq is not None:
@@ -199,7 +206,7 @@ class SQLiteLog(Recorder):
         """The common append: one trusted event made here (`new_event` left its id and digest bytes and its
         encoded body on it), stored as is; one statement (see APPEND_AFTER), no explicit transaction; the
         head is this connection's memory of it. Anything else, and any failure of the statement (a stale
-        head, a known id, a lock, the cursor lent to another thread), goes the careful way
+        head, a known id, a lock), goes the careful way
         (`_append_one_careful`), which starts again from the log. None: a redaction, an import gap or an
         event without a digest, which only the general path appends.
 
@@ -230,20 +237,14 @@ class SQLiteLog(Recorder):
         if recorded_at < last_recorded:
             recorded_at = last_recorded
         chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
-        cursors = self._one_row_cursor
-        try:
-            cursor = cursors.pop()
-        except IndexError:  # another thread is appending through it
-            return self._append_one_careful(event)
         try:
             # byte columns as bytearrays: bound without the sqlite3 module's adapter lookup (see plan_rows)
-            cursor.execute(APPEND_AFTER, (seq, bytearray(keys[2]), event.ts, recorded_at, event.agent, event.layer,
-                                          kind, CODEC_RAW, bytearray(stored), bytearray(digest), bytearray(chain)))
+            self._one_row_cursor.execute(APPEND_AFTER, (seq, bytearray(keys[2]), event.ts, recorded_at, event.agent,
+                                                        event.layer, kind, CODEC_RAW, bytearray(stored),
+                                                        bytearray(digest), bytearray(chain)))
         except sqlite3.Error:
             self._head = None
-            cursors.append(cursor)
             return self._append_one_careful(event)
-        cursors.append(cursor)
         self._head = (seq, chain, recorded_at)
         return seq
 
@@ -374,7 +375,8 @@ class SQLiteLog(Recorder):
         return row[0] if row else None
 
     def set_state(self, key: str, value: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", (key, value))
+        with self._writing:
+            self.db.execute("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", (key, value))
 
     def get_by_seq(self, seq: int) -> Event | None:
         row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
