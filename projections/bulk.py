@@ -29,8 +29,9 @@ import queue
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -68,17 +69,21 @@ def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOL
 
 
 def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
-          heads: Iterable[int] = (), progress=None, writer: subprocess.Popen | None = None) -> Views:
+          heads: Iterable[int] = (), progress=None, writer: subprocess.Popen | None = None,
+          folded: Callable[[list[bytes]], None] | None = None) -> Views:
     """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
     build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first.
     While the log still grows, `heads` are the heads to fold up to one after another first (catch_up).
-    `writer`: the history writer's process, started ahead (`spawn_writer`)."""
+    `writer`: the history writer's process, started ahead (`spawn_writer`). `folded` is called as soon as the
+    fold ends, while the writer may still be writing, with mind/log.md's entries as the views will render
+    them (`LogBlocks`, the callee's to close): a replay begins its files' checks there (`materialize.Prechecks`)."""
     path, fold_path = str(path), f"{path}-fold"
     remove_files(path)
     remove_files(fold_path)
     views = Views(path, fast=True)  # every table, empty: the writer fills the history
+    blocks = LogBlocks(Path(path).parent) if folded is not None else None
     writer = HistoryWriter(views.db, path, apart=(log.head() if upto is None else upto) > BATCH, child=writer,
-                           log=log.path if isinstance(log, SQLiteLog) else None)
+                           log=log.path if isinstance(log, SQLiteLog) else None, log_blocks=blocks)
     views.close()
     writer.start()
     try:
@@ -88,6 +93,9 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
             catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
+        if folded is not None:
+            blocks, handed = None, blocks
+            folded(handed)
         writer.join()
         views = Views(path, contract=contract, agent=agent, fast=True)
         try:
@@ -101,7 +109,35 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         remove_files(path)
         raise
     finally:
+        if blocks is not None:
+            blocks.close()
         remove_files(fold_path)
+
+
+class LogBlocks:
+    """mind/log.md after its title, as `render.log` makes it of the log_entries rows a rebuild hands its writer:
+    newest first, one block per batch (`add`), kept in an unnamed temporary file beside the views (forty megabytes
+    on a million events: not in memory)."""
+
+    def __init__(self, folder: Path):
+        self.file = tempfile.TemporaryFile(dir=folder, prefix=".mem-log-")
+        self.sizes: list[int] = []
+
+    def add(self, entries: list[tuple[int, int, str]]) -> None:
+        """A batch's log_entries rows, in seq order."""
+        data = ("\n" + "\n".join([entry for _seq, _ts, entry in reversed(entries)])).encode("utf-8")
+        self.file.write(data)
+        self.sizes.append(len(data))
+
+    def newest_first(self) -> Iterator[bytes]:
+        self.file.flush()
+        fd, end = self.file.fileno(), sum(self.sizes)
+        for size in reversed(self.sizes):
+            end -= size
+            yield os.pread(fd, size, end)
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def spawn_builder() -> subprocess.Popen:
@@ -234,14 +270,15 @@ class HistoryWriter:
     holds; but the first batch of a build that may need no second one is written here."""
 
     def __init__(self, db, path: str, apart: bool = False, child: subprocess.Popen | None = None,
-                 log: str | None = None):
+                 log: str | None = None, log_blocks: "LogBlocks | None" = None):
         """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
         once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
         bulk_end). `apart`: more than a batch is to come, so the child process starts at once (its start-up
         beside the fold's first batch), or is `child`, started ahead (`spawn_writer`) and told the file now.
         `log`: the path of a SQLite log, which the writer attaches to read what page_versions rows take from it
-        as stored (`FROM_LOG`): less to hand over, bind and decode."""
+        as stored (`FROM_LOG`): less to hand over, bind and decode. `log_blocks` is given each batch's log entries."""
         self.path = path
+        self.log_blocks = log_blocks
         self.log = log
         self.from_log = log is not None
         self.inode = os.stat(path).st_ino
@@ -273,6 +310,8 @@ class HistoryWriter:
         """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
         (SearchFold.flush's) and the shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
+        if self.log_blocks is not None and entries:
+            self.log_blocks.add(entries)
         if self.child is None:
             if self.batches == 1:
                 write_batch(self.db, versions, entries, search_batch, shared_entries, from_log=self.from_log)

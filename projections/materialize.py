@@ -1,7 +1,9 @@
 """Writing views out as files: atomically, only when bytes change, never over a hand edit."""
 
+import contextlib
 import hashlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import msgspec
 from eventstore import validate
 from eventstore.errors import UnsafePath
 
+from .render import LOG_TITLE
 from .views import LOG_PATH, Views
 
 
@@ -148,8 +151,60 @@ def untracked(views: Views, root: Path) -> list[str]:
     return found
 
 
+class Prechecks:
+    """What a replay's dry run (`materialize(dry_run=True, settle=True)`) reads of the files, worked out on a
+    thread of its own while the rebuild finishes (its history writer's last batches, the merge): the hashes of the
+    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it, from its entries as the
+    fold handed them over (`bulk.build`'s `folded`). Nothing is written, and the dry run still renders and checks
+    every file itself; a file changed on disk meanwhile is hashed again there (`disk_hash`). Then the thread
+    syncs the new views file (`sync`) as far as it is written, so that the replay's own fsync before the swap
+    finds little left to write."""
+
+    def __init__(self, root: Path, paths, seen: dict, sync: Path | None = None):
+        self.root, self.paths, self.seen, self.sync = root, list(paths), seen, sync
+        self.rendered: dict[str, str] = {}
+        self.hashed = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, log_blocks) -> None:
+        """Begins, with mind/log.md's blocks (bulk.LogBlocks, closed when done)."""
+        self.thread = threading.Thread(target=self._run, args=(log_blocks,), name="prechecks", daemon=True)
+        self.thread.start()
+
+    def _run(self, log_blocks) -> None:
+        try:
+            folders = {}
+            for path in self.paths:
+                try:
+                    disk_hash(validate.inside_workspace(self.root, path, folders), self.seen)
+                except (UnsafePath, OSError):
+                    continue
+            digest = hashlib.sha256(f"{LOG_TITLE}\n".encode())
+            for block in log_blocks.newest_first():
+                digest.update(block)
+            self.rendered[LOG_PATH] = digest.hexdigest()
+        finally:
+            log_blocks.close()
+            self.hashed.set()
+        if self.sync is not None:
+            with contextlib.suppress(OSError):  # the replay syncs it again, and reports what fails there
+                _fsync(self.sync)
+
+    def join(self) -> dict[str, str]:
+        """The rendered files' hashes worked out ({} when the checks never started: a build in another process),
+        once the files are hashed (the sync may go on)."""
+        if self.thread is not None:
+            self.hashed.wait()
+        return self.rendered
+
+    def finish(self) -> None:
+        """Waits for the sync too."""
+        if self.thread is not None:
+            self.thread.join()
+
+
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,
-                seen: dict | None = None, settle: bool = False) -> FileReport:
+                seen: dict | None = None, settle: bool = False, rendered: dict[str, str] | None = None) -> FileReport:
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
@@ -160,7 +215,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     written, there and then (a replay, in its new views before it swaps them in, written without a journal:
     after the swap only the files that change are left to write, and forty megabytes of adf_files rows of an
     unchanged mind/log.md do not go through the write-ahead log). Recording a file as written is safe before
-    anything is written only because nothing is to be written for it.
+    anything is written only because nothing is to be written for it. `rendered` (with `dry_run`): the hashes
+    of files as these views render them, known already (`Prechecks`): mind/log.md is not rendered again.
     """
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
@@ -188,7 +244,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
             new_hash = None
         elif path == LOG_PATH:
             new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path,
-                                           settle)
+                                           settle, (rendered or {}).get(path))
         else:
             content = "".join(chunks).encode("utf-8")
             new_hash = hashlib.sha256(content).hexdigest()
@@ -211,14 +267,14 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
 
 
 def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path,
-                        settle: bool = False) -> str:
+                        settle: bool = False, known: str | None = None) -> str:
     """A file too large to hold in memory (mind/log.md): rendered once into a temporary file (a dry run only
-    hashes it, and only when it must know: `refuse`, `settle`)."""
+    hashes it, and only when it must know: `refuse`, `settle`; `known`: its hash, worked out already)."""
     if dry_run:
         if not refuse and not settle:  # nothing to decide: only an edited file could be refused
             report.written.append(path)
             return None
-        new_hash = _hash_chunks(chunks)
+        new_hash = known or _hash_chunks(chunks)
         if on_disk != new_hash:
             (report.refused if refuse else report.written).append(path)
         return new_hash

@@ -10,7 +10,7 @@ import msgspec
 from eventstore.errors import HandEdited
 
 from . import bulk
-from .materialize import FileReport, file_hash, materialize
+from .materialize import FileReport, Prechecks, file_hash, materialize
 from .views import Views
 
 
@@ -27,18 +27,19 @@ class CheckReport(msgspec.Struct):
     not_yet_written: list[str] = []  # files whose write the views still owe (a command interrupted): no difference
 
 
-def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] | None = None, child=None) -> Views:
+def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] | None = None, child=None,
+           folded=None) -> Views:
     """`bulk.build` for a workspace: the contract (with the local layers the rebuilt config declares) places
     the shared layers' files. While the log still grows (a catch-up appending pages, in another thread),
     `heads` are the heads to fold up to one after another, and the build runs in a process of its own (`child`
     when one was started ahead, `bulk.spawn_builder`), which reads the log itself (`bulk.build_apart`): the
-    appends keep this process's GIL."""
+    appends keep this process's GIL. `folded`: see `bulk.build` (a build in this process only)."""
     if heads is not None:
         views = bulk.build_apart(memory.root, path, contract=memory.hub_contract(), agent=memory.config.agent,
                                  upto=upto, heads=heads, progress=progress, child=child)
     else:
         views = bulk.build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
-                           upto=upto, progress=progress)
+                           upto=upto, progress=progress, folded=folded)
     views.set_contract(memory.load_contract(views=views))
     return views
 
@@ -58,13 +59,18 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
-        views = _build(memory, rebuilt, upto, progress, heads, child)
-        with views.transaction():
-            views.written.carry(carried)
         seen = {}  # the files' hashes on disk, read once for both passes
-        refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True).refused
-        checkpoint = views.checkpoint()
-        views.close()
+        checks = Prechecks(memory.root, carried, seen, rebuilt)  # begun as the fold ends
+        try:
+            views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start)
+            with views.transaction():
+                views.written.carry(carried)
+            refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True,
+                                  rendered=checks.join()).refused
+            checkpoint = views.checkpoint()
+            views.close()
+        finally:
+            checks.finish()
         if refused and not keep_hand_edits:
             rebuilt.unlink()
             raise HandEdited(f"{', '.join(refused)} edited by hand; a replay would overwrite it. "

@@ -1,0 +1,156 @@
+"""The end of a replay: the checks of the files that begin as the fold ends (materialize.Prechecks, while the
+history writer still writes), and a replay killed anywhere after its fold."""
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest.mock import patch
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore.envelope import new_event
+from eventstore.errors import HandEdited
+from eventstore.kinds import LogRestore, PageIngest, PageUpdate
+from projections import bulk
+from projections import materialize as materializing
+from projections.materialize import Prechecks, file_hash
+from projections.memory import Memory
+from projections.replay import _build, check, replay
+from projections.views import LOG_PATH
+
+from conftest import PAGE, run_mem
+from test_replay import op, perform, snapshot
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(op, min_size=1, max_size=25), batch=st.integers(min_value=1, max_value=4),
+       restored=st.lists(st.text(max_size=12), max_size=3))
+def test_mind_log_worked_out_from_the_folds_entries_is_the_one_the_views_render(steps, batch, restored):
+    """A replay hashes mind/log.md from the log entries the fold hands its writer (bulk.LogBlocks, newest first,
+    a block a batch) instead of rendering it from the views: that hash is the rendered file's, whatever the
+    batches; and the files on disk are hashed (into `seen`) as `file_hash` does."""
+    with tempfile.TemporaryDirectory() as tmp, patch.object(bulk, "BATCH", batch):
+        with Memory.init(Path(tmp) / "ws", "alice") as memory:
+            memory.log.db.execute("PRAGMA synchronous = OFF")
+            for step in steps:
+                perform(memory, step)
+            if restored:
+                memory.log.append([new_event(LogRestore(entries=restored), agent="alice", layer="mind")])
+                memory.refresh()
+            tracked = memory.views.written.hashes()
+            seen = {}
+            checks = Prechecks(memory.root, tracked, seen)
+            views = _build(memory, Path(tmp) / "rebuilt.db", None, None, folded=checks.start)
+            rendered = checks.join()
+            digest = hashlib.sha256()
+            for chunk in views.log_chunks():
+                digest.update(chunk.encode("utf-8"))
+            views.close()
+            assert rendered == {LOG_PATH: digest.hexdigest()}
+            on_disk = {memory.root / path: file_hash(memory.root / path) for path in tracked}
+            assert {target: digest for target, (_stat, digest) in seen.items()} == \
+                {target: digest for target, digest in on_disk.items() if digest is not None}
+
+
+def test_a_hand_edit_made_after_the_files_were_first_hashed_is_still_refused(memory):
+    """The files are hashed as the fold ends, before the check that refuses hand edits: a file edited after that
+    is hashed again by the check (its inode, size or times changed), refused, and the views are left in place."""
+    memory.write_page("a", PAGE)
+    memory.write_page("a", PAGE.replace(b"# ", b"# Later ", 1))  # a replay to seq 1 writes the first one again
+    before, hashed = memory.views.dump(), []
+    start = Prechecks.start
+
+    def edit_once_hashed(self, blocks):
+        start(self, blocks)
+        self.thread.join()
+        hashed.append(dict(self.seen))
+        (memory.root / "mind/a.md").write_text("mine\n")
+
+    with patch.object(Prechecks, "start", edit_once_hashed), patch.object(bulk, "BATCH", 1):
+        try:
+            replay(memory, 1)
+            raise AssertionError("the hand edit was not refused")
+        except HandEdited as refused:
+            assert "mind/a.md" in str(refused)
+    assert memory.root / "mind/a.md" in hashed[0]
+    assert (memory.root / "mind/a.md").read_text() == "mine\n" and memory.views.dump() == before
+    assert not Path(f"{memory.ws.views_path}.rebuild").exists()
+
+
+KILLED_AFTER_THE_FOLD = """
+import sys, pathlib
+from projections import bulk
+from projections.materialize import Prechecks
+from projections.memory import Memory
+from projections.replay import replay
+start = Prechecks.start
+def started(self, blocks):
+    start(self, blocks)
+    pathlib.Path(sys.argv[2]).touch()
+Prechecks.start = started
+bulk.BATCH = 1000  # a writer process, as a large log's
+with Memory.open(sys.argv[1]) as memory:
+    replay(memory)
+"""
+"""A real replay in a process of its own that says (a file at argv[2]) when its fold has ended."""
+
+
+def test_a_replay_killed_anywhere_after_its_fold_leaves_the_old_views_or_the_new_never_torn(workspace):
+    """Once the fold has ended the files are hashed on a thread while the writer finishes, the views are merged,
+    checked, synced and swapped in, then files are written. Killed at any moment of that, the views are whole
+    (the old ones, or the new ones: the same rows, from the same log), the files are the views' or owed by them,
+    and the next replay leaves nothing behind."""
+    with Memory.open(workspace) as memory:
+        heads, events = {}, []
+        for i in range(6000):
+            slug = f"page-{i % 300}"
+            fm = {"type": "note", "description": f"hook {i}"}
+            parent = heads.get(slug)
+            body = (PageUpdate(slug=slug, frontmatter=fm, text=f"# P\n\nv{i}\n", note=f"v{i}", parents=[parent])
+                    if parent else PageIngest(slug=slug, frontmatter=fm, text="# P\n\nnew\n", note="new"))
+            event = new_event(body, agent="alice", layer="mind")
+            heads[slug] = event.id
+            events.append(event)
+        memory.log.append(events)
+        memory.refresh()
+        before, checkpoint, files = memory.views.dump(), memory.views.checkpoint(), snapshot(workspace)
+    rebuild = workspace / ".mem" / "views.db.rebuild"
+    marker = workspace.parent / "folded"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    def started_replay():
+        marker.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_AFTER_THE_FOLD, str(workspace), str(marker)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        return proc, time.monotonic()
+
+    (workspace / "mind/page-7.md").unlink()
+    proc, folded = started_replay()  # not killed: how long its end takes, here and now
+    assert proc.wait() == 0
+    tail = time.monotonic() - folded
+    killed_alive = 0
+    for share in (0.0, 0.15, 0.3, 0.45, 0.6, 0.8):
+        (workspace / "mind/page-7.md").unlink()  # a file the replay writes after the swap
+        proc, folded = started_replay()
+        time.sleep(max(0.0, folded + share * tail - time.monotonic()))
+        killed_alive += proc.poll() is None
+        proc.kill()
+        proc.wait()
+        with Memory.open(workspace) as memory:  # the views in place open, whole, and agree with the log
+            assert memory.views.checkpoint() == checkpoint and memory.views.dump() == before
+            report = check(memory)  # but for the file taken away, unless the new views owe it
+            assert set(report.differences) <= {"file mind/page-7.md differs from a rebuild"}
+        assert b"replayed 6000 events" in run_mem("-w", workspace, "replay", check=True).stdout
+        assert not rebuild.exists() and not Path(f"{rebuild}-fold").exists()
+        assert snapshot(workspace) == files
+    assert killed_alive >= 2, "the replays ended before they could be killed after their fold; lengthen the log"
