@@ -51,6 +51,9 @@ COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, ch
 # no INSERT ... SELECT (which made SQLite stage the row in a temporary table first).
 APPEND_AFTER = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 STALE_HEAD = "UNIQUE constraint failed: events.seq"
+ONE_ROW_TAGS = {cls: tag for cls, tag in TAGS.items() if cls not in (Redacted, Redaction, ImportGap)}
+"""The stored kind of each body that one INSERT stores alone (see _append_one): not a `Redacted` stand-in (stored as
+its original's kind), a redaction (it rewrites its targets too) or an import gap (it skips seqs)."""
 WIDEST_INSERT = 128
 
 
@@ -124,6 +127,9 @@ class SQLiteLog(Recorder):
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
+        # The single append's cursor (see _append_one), lent to one thread at a time: two threads executing
+        # on one sqlite3 cursor crash the interpreter (the second's refusal frees the first's statement).
+        self._one_row_cursor = [self.db.cursor()]
         variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._widest = max(1, min(WIDEST_INSERT, 1 << ((variables // ROW_WIDTH).bit_length() - 1)))
         if self.db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
@@ -144,10 +150,9 @@ class SQLiteLog(Recorder):
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
-            event = events[0]
-            cls = type(event.body)
-            if cls is not Redaction and cls is not ImportGap and event.digest:
-                return [self._append_one(event)]
+            seq = self._append_one(events[0])
+            if seq is not None:
+                return [seq]
         if verify or not self.trusted:
             for event in events:
                 check_event(event)
@@ -190,43 +195,82 @@ class SQLiteLog(Recorder):
     def _stored(self, id: bytes):
         return self.db.execute("SELECT kind, codec, body, layer FROM events WHERE id = ?", (id,)).fetchone()
 
-    def _append_one(self, event: Event) -> int:
-        """The common append: one trusted event, one statement (see APPEND_AFTER), no explicit
-        transaction; the head is this connection's memory of it, read again when it proved stale.
+    def _append_one(self, event: Event) -> int | None:
+        """The common append: one trusted event made here (`new_event` left its id and digest bytes and its
+        encoded body on it), stored as is; one statement (see APPEND_AFTER), no explicit transaction; the
+        head is this connection's memory of it. Anything else, and any failure of the statement (a stale
+        head, a known id, a lock, the cursor lent to another thread), goes the careful way
+        (`_append_one_careful`), which starts again from the log. None: a redaction, an import gap or an
+        event without a digest, which only the general path appends.
 
-        Written out rather than through plan_rows (`Event.stored_keys` and `raw_body` inline too):
-        this code runs right after the previous append's fsync, with the CPU caches emptied by
-        whatever ran meanwhile, so every function, object and module it touches costs its misses. For the same reason the chain link is hashed by CPython's own sha256
-        (`small_sha256`): OpenSSL's, through its EVP layer, costs about 25 µs more from cold caches
-        (measured: 11 against 29 µs above an empty call), though it is faster in a warm loop, where
-        plan_rows uses it."""
-        body = event.body
+        Why it is written this way (bench/bench_append.py, README "Benchmarks"): at synchronous=FULL the
+        process sleeps in every commit's fsync, the vCPU goes idle, and the next append's work runs from
+        cold caches, TLBs and branch predictors: the same Python and SQLite work costs 4-5 times what it
+        costs warm, and what it costs is per distinct function, object and code path touched, not per
+        instruction. So the path touches as little as it can: one dict lookup gives the stored kind and
+        rules out the bodies one row does not store alone (ONE_ROW_TAGS), the rare cases are not tested
+        here one by one but fall through to the careful path, and the INSERT runs on a cursor kept for it
+        (`db.execute` makes and frees a Cursor object per call). The chain link is hashed by CPython's own sha256
+        (`small_sha256`): OpenSSL's, through its EVP layer, costs about 25 µs more from cold caches,
+        though it is faster in a warm loop, where plan_rows uses it."""
         cached = event.__dict__
-        keys, stored = cached.get("_keys"), cached.get("_raw")
-        if keys is not None and keys[0] is event.id and keys[1] is event.digest and keys[2] is not None:
-            id, digest = keys[2], keys[3]
-        else:
-            id, digest = event.stored_keys()
-        if stored is None:
-            stored = event.raw_body()
+        try:
+            keys, stored, kind = cached["_keys"], cached["_raw"], ONE_ROW_TAGS[type(event.body)]
+        except KeyError:
+            keys = None
+        if (keys is None or keys[0] is not event.id or keys[1] is not event.digest or keys[2] is None
+                or len(stored) > COMPRESS_THRESHOLD):
+            cls = type(event.body)
+            if cls is Redaction or cls is ImportGap or not event.digest:
+                return None  # the general path's (see append)
+            return self._append_one_careful(event)
+        digest = keys[3]
+        last, last_chain, last_recorded = self._head or self._read_head()
+        seq, recorded_at = last + 1, time_ns() // 1_000_000
+        if recorded_at < last_recorded:
+            recorded_at = last_recorded
+        chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
+        cursors = self._one_row_cursor
+        try:
+            cursor = cursors.pop()
+        except IndexError:  # another thread is appending through it
+            return self._append_one_careful(event)
+        try:
+            # byte columns as bytearrays: bound without the sqlite3 module's adapter lookup (see plan_rows)
+            cursor.execute(APPEND_AFTER, (seq, bytearray(keys[2]), event.ts, recorded_at, event.agent, event.layer,
+                                          kind, CODEC_RAW, bytearray(stored), bytearray(digest), bytearray(chain)))
+        except sqlite3.Error:
+            self._head = None
+            cursors.append(cursor)
+            return self._append_one_careful(event)
+        cursors.append(cursor)
+        self._head = (seq, chain, recorded_at)
+        return seq
+
+    def _append_one_careful(self, event: Event) -> int:
+        """One trusted event, any body (a `Redacted` stand-in keeps its original kind, a large body is
+        compressed), after the head read again whenever the statement finds it stale."""
+        body = event.body
+        id, digest = event.stored_keys()
+        stored = event.raw_body()
         if type(body) is Redacted:
             kind, codec = body.original, CODEC_REDACTED
         elif len(stored) > COMPRESS_THRESHOLD:
             kind, codec, stored = TAGS[type(body)], CODEC_ZSTD, compress(stored)
         else:
             kind, codec = TAGS[type(body)], CODEC_RAW
-        blob = bytearray  # bound without the sqlite3 module's adapter lookup that bytes goes through (see plan_rows)
-        id, stored = blob(id), blob(stored)
-        execute, sha256, link_input = self.db.execute, small_sha256, _link_input
+        blob = bytearray
+        id, stored, digest_blob = blob(id), blob(stored), blob(digest)
+        execute = self.db.execute
         for attempt in range(10_000):
             last, last_chain, last_recorded = self._head or self._read_head()
             seq, recorded_at = last + 1, time_ns() // 1_000_000
             if recorded_at < last_recorded:
                 recorded_at = last_recorded
-            chain = sha256(link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
+            chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()
             try:
                 execute(APPEND_AFTER, (seq, id, event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
-                                      blob(digest), blob(chain)))
+                                      digest_blob, blob(chain)))
             except sqlite3.IntegrityError as exc:
                 self._head = None
                 if str(exc) == STALE_HEAD:
@@ -240,6 +284,7 @@ class SQLiteLog(Recorder):
             except sqlite3.OperationalError as exc:
                 # Another process committed between this statement's read and its write (WAL
                 # snapshot conflicts are reported at once, without the busy handler): try again.
+                self._head = None
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 time.sleep(min(0.0005 * attempt, 0.01))

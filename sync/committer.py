@@ -52,12 +52,16 @@ class GroupCommitter:
         self._thread = threading.Thread(target=self._run, daemon=True, name="hub-commit")
         self._thread.start()
 
-    async def push(self, events: list[Event]) -> list[PushResult]:
+    def submit(self, events: list[Event]) -> asyncio.Future:
+        """Queues a push for the next group: the future is its results once they are durable (or its refusal)."""
         future = self._loop.create_future()
         with self._pending:
             self._pushes.append((events, future))
             self._pending.notify()
-        return await future
+        return future
+
+    async def push(self, events: list[Event]) -> list[PushResult]:
+        return await self.submit(events)
 
     def record_pull(self, agent: str, cursor: int, durable: bool = False) -> asyncio.Future | None:
         """Queued for a later commit: a lost record is written again by the agent's next pull. A cursor

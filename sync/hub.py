@@ -11,6 +11,7 @@ trusts no producer with what is inside an event.
 import asyncio
 import base64
 import binascii
+from collections.abc import Callable
 
 import msgspec
 import zstandard
@@ -328,10 +329,22 @@ def hub_of(request: Request) -> Hub:
 
 
 def bearer_token(request: Request) -> str:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return bearer(request.headers.get("authorization", ""))
+
+
+def bearer(authorization: str) -> str:
+    """The token of an `Authorization` header's value."""
+    scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise HubError(401, "missing-token", "Missing bearer token", "send Authorization: Bearer <token>")
     return token.strip()
+
+
+def check_push_type(content_type: str) -> None:
+    media_type = content_type.partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise HubError(415, "unsupported-media-type", "Unsupported media type",
+                       f"push takes application/json, not {media_type or 'a body without a type'}")
 
 
 async def body_of(request: Request) -> bytes:
@@ -351,7 +364,12 @@ async def body_of(request: Request) -> bytes:
         if not message.get("more_body", False):
             break
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    encoding = request.headers.get("content-encoding", "identity").lower()
+    return decoded_body(raw, request.headers.get("content-encoding", "identity"))
+
+
+def decoded_body(raw: bytes, content_encoding: str) -> bytes:
+    """A request's body as sent with this `Content-Encoding` (identity or zstd), decompressed."""
+    encoding = content_encoding.lower()
     if encoding == "zstd":
         try:
             reader = zstandard.ZstdDecompressor().stream_reader(raw)
@@ -367,6 +385,17 @@ async def body_of(request: Request) -> bytes:
 
 def reply(value) -> Response:
     return Response(msgspec.json.encode(value), media_type="application/json")
+
+
+reply_bytes = msgspec.json.encode
+JSON_TYPE, PROBLEM_TYPE = b"application/json", b"application/problem+json"
+_no_results = PushResponse(results=[])
+
+
+async def _checked_push(hub: "Hub", events, agent: str, current) -> list:
+    """The rest of a push of more than INLINE_CHECKS events: its checks in a worker thread, then its commit."""
+    await run_in_threadpool(check_batch, events, agent, current, hub.storage)
+    return await hub.committer.push(events)
 
 
 def pull_parameters(request: Request, max_wait: float) -> tuple[int, int, float]:
@@ -395,10 +424,7 @@ async def push(request: Request) -> Response:
         agent, current, _ = await run_in_threadpool(hub.agent_and_contract, token)
     else:
         agent, current, _ = hub.agent_and_contract(token)
-    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media_type != "application/json":
-        raise HubError(415, "unsupported-media-type", "Unsupported media type",
-                       f"push takes application/json, not {media_type or 'a body without a type'}")
+    check_push_type(request.headers.get("content-type", ""))
     batch = decode_push(await body_of(request))
     if len(batch.events) <= INLINE_CHECKS and not hub.storage.reads_wait:
         check_batch(batch.events, agent, current, hub.storage)
@@ -469,18 +495,87 @@ EXCEPTION_HANDLERS = {MemError: on_refusal, HTTPException: on_http_error, Except
 """By class: every refusal (HubError included) is a MemError; anything else is a 500 without details."""
 
 
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes, BaseException | None]
+"""What a request is answered straight from the server (`HubApp.direct`): the status, the headers, the
+body, and the unexpected error behind a 500 (for the server's log; it then closes the connection)."""
+Respond = Callable[[int, list[tuple[bytes, bytes]], bytes, BaseException | None], None]
+
+
 class HubApp(Starlette):
     """Starlette, with push and pull (nearly every request a busy hub serves) taken from the server
     straight to their handlers, past the router and the middleware stack: the same handlers, the same
     exception handlers (`EXCEPTION_HANDLERS`) and the same response compression, about a tenth less of
     the hub's CPU per request under bench/bench_hub_load.py. Every other request (and HEAD) goes the
-    whole way."""
+    whole way.
+
+    A server that parses HTTP itself (sync/server.py's protocol) goes further for a push: `direct` hands
+    it a handler that takes the request's headers and whole body from the parser's callbacks and
+    answers through a callback, with no ASGI scope, no task and no coroutine (`push_directly`): the same
+    checks in the same order, the same answers byte for byte, and the same compression."""
 
     DIRECT = {("POST", "/v1/push"): push, ("GET", "/v1/pull"): pull}
 
     def __init__(self, **options):
         super().__init__(**options)
         self._direct = ZstdResponses(self._answer)
+
+    def direct(self, method: bytes, target: bytes) -> Callable[[list, bytes, Respond], None] | None:
+        """The handler that answers this request from the parser's callbacks, or None (the ASGI way):
+        a push to a hub whose storage's reads never wait, where its checks run on the event loop."""
+        if target == b"/v1/push" and method == b"POST" and not self.state.hub.storage.reads_wait:
+            return self.push_directly
+        return None
+
+    def push_directly(self, headers: list[tuple[bytes, bytes]], raw: bytes, respond: Respond) -> None:
+        """`push` from the request's headers (lower-case names, as uvicorn gives them) and its whole body:
+        its answer goes to `respond`, at once for a refusal, once durable for the events."""
+        fields, zstd = {}, False
+        for name, value in headers:
+            if name not in fields:
+                fields[name] = value
+            if name == b"accept-encoding" and b"zstd" in value:
+                zstd = True
+        try:
+            hub = self.state.hub
+            agent, current, _ = hub.agent_and_contract(bearer(fields.get(b"authorization", b"").decode("latin-1")))
+            check_push_type(fields.get(b"content-type", b"").decode("latin-1"))
+            batch = decode_push(decoded_body(raw, fields.get(b"content-encoding", b"identity").decode("latin-1")))
+            if not batch.events:
+                return respond(*self._answered(reply_bytes(_no_results), zstd))
+            if len(batch.events) <= INLINE_CHECKS:
+                check_batch(batch.events, agent, current, hub.storage)
+                pending = hub.committer.submit(batch.events)
+            else:  # as `push`: a large batch's checks off the event loop
+                pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current))
+        except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
+            return respond(*self._refused(exc, zstd))
+        pending.add_done_callback(lambda done: respond(*self._pushed(done, zstd)))
+
+    def _pushed(self, done: asyncio.Future, zstd: bool) -> Answer:
+        if done.cancelled():
+            return self._refused(asyncio.CancelledError(), zstd)
+        error = done.exception()
+        if error is not None:
+            return self._refused(error, zstd)
+        return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+
+    def _refused(self, exc: BaseException, zstd: bool) -> Answer:
+        """The exception handlers' answer to an exception (`EXCEPTION_HANDLERS`), as a direct answer."""
+        if isinstance(exc, MemError):
+            problem = problem_of(exc)
+            return self._answered(msgspec.json.encode(problem), zstd, PROBLEM_TYPE, problem.status)
+        internal = Problem(type=PROBLEM_BASE + "internal", title="Internal error", status=500)
+        return self._answered(msgspec.json.encode(internal), zstd, PROBLEM_TYPE, 500, exc)
+
+    def _answered(self, body: bytes, zstd: bool, media_type: bytes = JSON_TYPE, status: int = 200,
+                  error: BaseException | None = None) -> Answer:
+        """The status, headers and body starlette's Response and ZstdResponses would send."""
+        headers = [(b"content-length", b"%d" % len(body)), (b"content-type", media_type)]
+        if zstd and len(body) > self._direct.minimum:
+            body = self._direct.compressor.compress(body)
+            headers = [(b"content-length", b"%d" % len(body)), (b"content-type", media_type),
+                       (b"content-encoding", b"zstd"), (b"vary", b"Accept-Encoding")]
+        return status, headers, body, error
 
     async def __call__(self, scope, receive, send) -> None:
         endpoint = self.DIRECT.get((scope.get("method"), scope["path"])) if scope["type"] == "http" else None

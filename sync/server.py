@@ -65,15 +65,27 @@ def run_on(app, sock: socket.socket, **options) -> None:
         sock.close()
 
 
-def http_protocol():
+DIRECT_BODY_BYTES = 64 * 1024
+"""The largest body a request answered from the parser's callbacks may declare (uvicorn's own high-water
+mark, past which it pauses reading until the app takes the body): a larger one goes the ASGI way."""
+
+
+def http_protocol(app=None):
     """uvicorn's httptools protocol, each response's head and first body chunk sent in one write (uvicorn
     writes them apart). Measured under bench/bench_hub_load.py: the two loopback sends of every answer
     were the hub's largest single cost (a send wakes the client, a second send wakes it again). "auto"
-    when httptools is missing."""
+    when httptools is missing.
+
+    With the hub's app (`sync.hub.HubApp`, perhaps with more mounted), a request it answers directly
+    (`HubApp.direct`: a push) is answered from the parser's callbacks: its headers and body collected as
+    uvicorn collects them, handed to the hub's handler, its answer written in one write, with no ASGI scope,
+    cycle or task. Anything unusual goes the ASGI way, as before: HTTP/1.0, `Expect: 100-continue`, a body
+    without a Content-Length or over DIRECT_BODY_BYTES, an upgrade, a request pipelined behind another."""
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+        from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
     except ImportError:
         return "auto"
+    direct = getattr(app, "direct", None)
 
     class Collected:
         """Stands in for the transport while the head and the first chunk are written."""
@@ -113,9 +125,82 @@ def http_protocol():
 
     class OneWriteProtocol(HttpToolsProtocol):
         def on_headers_complete(self) -> None:
+            if direct is not None and self._direct():
+                return
             super().on_headers_complete()
             if type(self.cycle) is RequestResponseCycle:  # its task has not started yet
                 self.cycle.__class__ = OneWriteCycle
+
+        def _direct(self) -> bool:
+            """Whether this request is answered directly (then its cycle is a DirectCycle)."""
+            parser = self.parser
+            handler = direct(parser.get_method(), self.url)
+            if (handler is None or self.expect_100_continue or parser.get_http_version() != "1.1"
+                    or parser.should_upgrade() or self.pipeline or self.limit_concurrency is not None
+                    or (self.cycle is not None and not self.cycle.response_complete)):
+                return False
+            length = None
+            for name, value in self.headers:
+                if name == b"content-length":
+                    if length is not None or not value.isdigit():
+                        return False
+                    length = int(value)
+                elif name == b"transfer-encoding":
+                    return False
+            if length is None or length > DIRECT_BODY_BYTES:
+                return False
+            self.cycle = DirectCycle(self, handler, parser.should_keep_alive())
+            return True
+
+        def on_body(self, body: bytes) -> None:
+            if type(self.cycle) is DirectCycle:
+                self.cycle.body += body
+            else:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if type(self.cycle) is DirectCycle:
+                self.cycle.run()
+            else:
+                super().on_message_complete()
+
+    class DirectCycle:
+        """A request answered from the parser's callbacks: what uvicorn's protocol reads of a cycle
+        (response_complete, disconnected, keep_alive, message_event) and the body gathered."""
+
+        def __init__(self, protocol: OneWriteProtocol, handler, keep_alive: bool):
+            self.protocol, self.handler, self.keep_alive = protocol, handler, keep_alive
+            self.headers = protocol.headers
+            self.body = b""
+            self.response_complete = self.disconnected = False
+            self.message_event = self  # set() by uvicorn on a lost connection: nothing waits on it
+
+        def set(self) -> None:
+            pass
+
+        def run(self) -> None:
+            self.handler(self.headers, self.body, self.respond)
+
+        def respond(self, status: int, headers: list, body: bytes, error: BaseException | None) -> None:
+            protocol = self.protocol
+            if error is not None:
+                protocol.logger.error("Exception in ASGI application\n", exc_info=error)
+            if self.disconnected or self.response_complete or protocol.transport.is_closing():
+                return
+            content = [STATUS_LINE[status]]
+            for name, value in protocol.server_state.default_headers:
+                content += (name, b": ", value, b"\r\n")
+            for name, value in headers:
+                content += (name, b": ", value, b"\r\n")
+            close = error is not None or not self.keep_alive
+            if not self.keep_alive:
+                content.append(b"connection: close\r\n")
+            content += (b"\r\n", body)
+            protocol.transport.write(b"".join(content))
+            self.response_complete = True
+            if close:
+                protocol.transport.close()
+            protocol.on_response_complete()
 
     return OneWriteProtocol
 
@@ -125,15 +210,19 @@ def serve(app, sock: socket.socket) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    run_on(app, sock, http=http_protocol(), proxy_headers=False, access_log=False, server_header=False,
+    run_on(app, sock, http=http_protocol(app), proxy_headers=False, access_log=False, server_header=False,
            timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:
-    def __init__(self, db: str, port: int | None = None, **app_options):
+    """`direct=False`: every request the ASGI way (no answers from the parser's callbacks, `http_protocol`)."""
+
+    def __init__(self, db: str, port: int | None = None, direct: bool = True, **app_options):
         self.db = db
         self.port = port or free_port()
+        self.direct = direct
         self.app_options = app_options
+        self.app = None
         self.storage = None
         self.server = None
         self.thread = None
@@ -144,8 +233,9 @@ class BackgroundHub:
 
     def start(self) -> "BackgroundHub":
         self.storage = open_storage(self.db)
-        config = uvicorn.Config(create_app(self.storage, **self.app_options), host="127.0.0.1", port=self.port,
-                                http=http_protocol(), log_level="error", lifespan="off", timeout_graceful_shutdown=2)
+        app = self.app = create_app(self.storage, **self.app_options)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, http=http_protocol(app if self.direct else None),
+                                log_level="error", lifespan="off", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -135,3 +135,103 @@ def test_a_push_whose_body_comes_in_several_messages_is_read_whole(tmp_path):
     assert [r["id"] for r in pushed.json()["results"]] == [e.id for e in events]
     assert refused.status_code == 413 and refused.json()["type"].endswith("too-large")
     storage.close()
+
+
+def exchange(port: int, request: bytes, answers: int = 1) -> list[tuple[bytes, bytes]]:
+    """Sends raw bytes on one connection and reads `answers` responses: (head without the date line, body) each."""
+    import socket
+
+    got, data = [], b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        while len(got) < answers:
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                head = data[:end]
+                if head.startswith(b"HTTP/1.1 1"):  # an interim answer (100 Continue)
+                    data = data[end + 4:]
+                    continue
+                length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
+                                  if line.startswith(b"content-length:")))
+                if len(data) >= end + 4 + length:
+                    lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(b"date:")]
+                    got.append((b"\r\n".join(lines), data[end + 4:end + 4 + length]))
+                    data = data[end + 4 + length:]
+                    continue
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return got
+
+
+def raw_push(token: str, body: bytes, *extra: str, chunked: bool = False) -> bytes:
+    head = ["POST /v1/push HTTP/1.1", "host: hub", f"authorization: Bearer {token}", *extra]
+    if chunked:
+        return ("\r\n".join([*head, "transfer-encoding: chunked"]) + "\r\n\r\n").encode() + \
+            b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    return ("\r\n".join([*head, f"content-length: {len(body)}"]) + "\r\n\r\n").encode() + body
+
+
+def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as_the_asgi_way(tmp_path):
+    """sync/server.py answers a push from httptools' callbacks (HubApp.push_directly), with no ASGI cycle: each
+    answer (accepted, refused for every reason in turn, compressed, a batch checked off the event loop, a
+    duplicate, a conflict) is the same bytes as a hub that serves every request the ASGI way; what is unusual
+    (chunked, Expect: 100-continue, pipelined behind another) still goes the ASGI way, and answers alike."""
+    import zstandard
+
+    from hubserver import HubServer
+
+    servers, tokens = [], []
+    for name, direct in (("direct", True), ("asgi", False)):
+        storage = SQLiteHubStorage(str(tmp_path / f"{name}.db"))
+        storage.apply_contract(CONTRACT)
+        tokens.append(storage.add_agent("alice"))
+        storage.close()
+        servers.append(HubServer(str(tmp_path / f"{name}.db"), direct=direct).start())
+    try:
+        taken = []
+        direct_push = servers[0].app.push_directly
+        servers[0].app.push_directly = lambda *args: (taken.append(1), direct_push(*args))
+        one, other = entry("one"), entry("other")
+        clash = msgspec.json.decode(msgspec.json.encode(one))
+        clash["body"]["content"] = "changed"
+        many = PushRequest(events=[entry(f"fact number {i} " + "x" * 60) for i in range(40)])
+        body = {text: msgspec.json.encode(PushRequest(events=[entry(text)]))
+                for text in ("chunked", "expect", "first", "pipelined", "last")}
+        json_type = "content-type: application/json"
+        cases = [  # (request maker, answers, whether it is answered directly)
+            (lambda t: raw_push(t, msgspec.json.encode(PushRequest(events=[one])), json_type), 1, True),
+            (lambda t: raw_push(t, msgspec.json.encode(PushRequest(events=[one])), json_type), 1, True),  # duplicate
+            (lambda t: raw_push(t, msgspec.json.encode({"events": [clash]}), json_type), 1, True),  # id conflict
+            (lambda t: raw_push("nobody", b"{}", json_type), 1, True),
+            (lambda t: raw_push(t, b"{}", json_type).replace(b"authorization: Bearer", b"x-not-it:"), 1, True),
+            (lambda t: raw_push(t, b"{}", "content-type: text/plain"), 1, True),
+            (lambda t: raw_push(t, b"{not json", json_type), 1, True),
+            (lambda t: raw_push(t, b'{"events": [{"id": 1}]}', json_type), 1, True),
+            (lambda t: raw_push(t, b'{"events": []}', json_type), 1, True),
+            (lambda t: raw_push(t, b"{}", json_type, "content-encoding: br"), 1, True),
+            (lambda t: raw_push(t, zstandard.ZstdCompressor().compress(msgspec.json.encode(PushRequest(events=[other]))),
+                                json_type, "content-encoding: zstd"), 1, True),
+            (lambda t: raw_push(t, msgspec.json.encode(many), json_type, "accept-encoding: zstd"), 1, True),
+            (lambda t: raw_push(t, body["chunked"], json_type, chunked=True), 1, False),
+            (lambda t: raw_push(t, body["expect"], json_type, "expect: 100-continue"), 1, False),
+            (lambda t: raw_push(t, body["first"], json_type) + raw_push(t, body["pipelined"], json_type)
+                + b"GET /health HTTP/1.1\r\nhost: hub\r\n\r\n", 3, True),
+            (lambda t: raw_push(t, body["last"], json_type, "connection: close"), 1, True),
+        ]
+        statuses = set()
+        for make, answers, direct in cases:
+            before = len(taken)
+            request = make(tokens[0])
+            got = exchange(servers[0].port, request, answers)
+            expected = exchange(servers[1].port, make(tokens[1]), answers)
+            assert got == expected, request[:300]
+            assert len(got) == answers
+            assert (len(taken) > before) == direct, request[:300]
+            statuses.update(head.split(b" ")[1] for head, _ in got)
+        assert statuses == {b"200", b"401", b"409", b"415", b"400", b"422"}
+        assert servers[0].storage.head() == servers[1].storage.head()
+    finally:
+        for server in servers:
+            server.stop()

@@ -229,3 +229,57 @@ def test_an_event_resent_through_a_connection_whose_head_is_stale_keeps_its_firs
     assert first.verify().ok
     first.close()
     second.close()
+
+
+def _stored_rows(log):
+    return log.db.execute("SELECT id, ts, agent, layer, kind, codec, body, digest FROM events ORDER BY seq").fetchall()
+
+
+def test_single_appends_store_every_kind_of_event_as_a_batch_does(tmp_path):
+    """The one-row path (an event made here, stored as is) and its careful fallback (a large body, a
+    redacted stand-in, an event that travelled as JSON and carries no cached keys, an event whose digest
+    was replaced) store exactly the rows the batch path stores, and the chain verifies."""
+    from eventstore.envelope import Event
+    from eventstore.kinds import Redaction
+
+    redacted = ev(2)
+    with SQLiteLog(tmp_path / "source.db") as source:
+        source.append([redacted, new_event(Redaction(target_ids=[redacted.id], reason="r"), agent="alice",
+                                           layer="mind")])
+        redacted = source.get(redacted.id)
+    redacted.seq = redacted.recorded_at = redacted.chain = None
+    events = [ev(0), new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text="word " * 500), agent="a",
+                               layer="mind"),
+              redacted, msgspec.json.decode(msgspec.json.encode(ev(3)), type=Event), ev(4)]
+    events[4].digest = events[4].digest.upper().lower()  # equal text, another string object: keys are parsed
+    with SQLiteLog(tmp_path / "one.db") as one, SQLiteLog(tmp_path / "batch.db") as batch:
+        assert [one.append([event])[0] for event in events] == batch.append(events) == [1, 2, 3, 4, 5]
+        assert _stored_rows(one) == _stored_rows(batch)
+        assert [row[5] for row in _stored_rows(one)] == [0, CODEC_ZSTD, 2, 0, 0]
+        assert one.verify().ok and batch.verify().ok
+
+
+def test_a_single_append_while_its_cursor_is_lent_to_another_thread_takes_the_careful_path(tmp_path):
+    """The one-row path runs its INSERT on a cursor kept for it and lent to one thread at a time (two
+    threads executing on one sqlite3 cursor crash the interpreter): an append that finds it lent out
+    appends the careful way, and the cursor is back for the next."""
+    with SQLiteLog(tmp_path / "log.db") as log:
+        assert log.append([ev(0)]) == [1]
+        cursor = log._one_row_cursor.pop()  # as while another thread's append holds it
+        assert log.append([ev(1)]) == [2] and log._one_row_cursor == []
+        log._one_row_cursor.append(cursor)
+        assert log.append([ev(2)]) == [3] and log._one_row_cursor == [cursor]
+        assert [e.seq for e in log.read()] == [1, 2, 3] and log.verify().ok
+
+
+def test_a_single_append_leaves_no_read_transaction_behind(tmp_path):
+    """The kept cursor holds no statement open after an append: another connection's checkpoint can
+    empty the WAL at once (a held read transaction would pin it)."""
+    with SQLiteLog(tmp_path / "log.db") as log:
+        log.append([ev(0)])
+        log.append([ev(1)])
+        assert not log.db.in_transaction
+        with sqlite3.connect(tmp_path / "log.db") as other:
+            busy, _frames, _moved = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0 and (tmp_path / "log.db-wal").stat().st_size == 0
+        assert log.append([ev(2)]) == [3] and log.verify().ok
