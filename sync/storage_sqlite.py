@@ -16,8 +16,8 @@ from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
 from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, AgentInfo,
-                      Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
-                      STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
+                      Committed, HubStorage, decode_stored, encode_stored, page_version_rows, page_version_sql,
+                      plan_group, STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
                       stored_page_versions)
 
 WATCH_INTERVAL = 0.002
@@ -26,6 +26,32 @@ WATCH_IDLE_AFTER = 1.0
 """The watcher's polls of `PRAGMA data_version`: every WATCH_INTERVAL seconds while other connections'
 commits come, every WATCH_IDLE_INTERVAL once none came for WATCH_IDLE_AFTER (20 polls a second)."""
 INSERT_ROWS = 500
+
+try:
+    import ctypes
+
+    _libc_flock = ctypes.PyDLL(None).flock  # a PyDLL's functions are called holding the GIL
+    _libc_flock.argtypes, _libc_flock.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+except (ImportError, OSError, AttributeError):
+    _libc_flock = None
+
+
+def _insert_sql(table: str, rows: int, columns: int) -> str:
+    return f"INSERT INTO {table} VALUES {','.join(['(' + ','.join('?' * columns) + ')'] * rows)}"
+
+
+def _flock(fd: int) -> None:
+    """fcntl.flock(fd, LOCK_EX), first tried without blocking and without leaving the GIL (see
+    `SQLiteHubStorage._one_statement` on what leaving it costs the commit thread)."""
+    if _libc_flock is None or _libc_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB) != 0:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock(fd: int) -> None:
+    """fcntl.flock(fd, LOCK_UN), without leaving the GIL (it never blocks)."""
+    if _libc_flock is None or _libc_flock(fd, fcntl.LOCK_UN) != 0:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hub_events (
@@ -114,7 +140,7 @@ class SQLiteHubStorage(HubStorage):
         the flock wakes the moment the other lets go. (SQLite's own locks are fcntl locks, which an
         flock neither takes nor waits for; a writer that takes no flock still meets the busy handler.)"""
         with self._lock:
-            fcntl.flock(self._writers, fcntl.LOCK_EX)
+            _flock(self._writers)
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
@@ -126,7 +152,7 @@ class SQLiteHubStorage(HubStorage):
                         self.db.execute("ROLLBACK")
                     raise
             finally:
-                fcntl.flock(self._writers, fcntl.LOCK_UN)
+                _unlock(self._writers)
 
     def _read(self, sql, params=()):
         reader = getattr(self._readers, "db", None)
@@ -168,6 +194,42 @@ class SQLiteHubStorage(HubStorage):
                 for n, c, r in self._read("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at")]
 
     def _commit_group(self, batches, pulls):
+        if not pulls and self._head is not None:
+            committed = self._one_statement(batches)
+            if committed is not None:
+                return committed
+        return self._transaction_group(batches, pulls)
+
+    def _one_statement(self, batches) -> Committed | None:
+        """The common group (new events, none a page version or a redaction, no pull record) as one INSERT
+        in autocommit: its own transaction and fsync, with one statement where BEGIN, INSERT and COMMIT
+        were three. Each statement leaves the GIL and must win it back from a busy event loop: measured
+        under bench/bench_hub_load.py, those hand-overs cost the commit thread more than its SQLite work.
+        None when the group is not of that kind or the INSERT is refused (another process appended, a
+        push resends a stored event): then the transaction's way, planned against what is stored."""
+        head = self._head
+        rows, outcomes, layers = plan_group(batches, {}, head + 1)
+        if (not rows or len(rows) > INSERT_ROWS or any(event.kind == "redaction" for event in rows)
+                or page_version_rows(rows)[1]):
+            return None
+        now = now_ms()
+        values = [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e)) for i, e in enumerate(rows)]
+        with self._lock:
+            _flock(self._writers)
+            try:
+                self.db.execute(_insert_sql("hub_events", len(values), 7), list(chain.from_iterable(values)))
+            except sqlite3.IntegrityError:
+                self._head = None
+                return None
+            except BaseException:
+                self._head = None
+                raise
+            finally:
+                _unlock(self._writers)
+        self._head = head + len(rows)
+        return Committed(outcomes=outcomes, head=self._head, layers=layers)
+
+    def _transaction_group(self, batches, pulls):
         """Optimistic first: every id new and the head this connection committed last (`_head`), so the
         transaction is the INSERTs alone; the position's primary key or the id's unique index refuses
         the INSERT when another process appended since or when a push resends a stored event, and the
@@ -217,8 +279,7 @@ class SQLiteHubStorage(HubStorage):
         leaves the GIL and must get it back from a busy event loop, so a row each would cost a wait each."""
         for start in range(0, len(rows), INSERT_ROWS):
             chunk = rows[start:start + INSERT_ROWS]
-            values = ",".join(["(" + ",".join("?" * len(chunk[0])) + ")"] * len(chunk))
-            self.db.execute(f"INSERT INTO {table} VALUES {values}", list(chain.from_iterable(chunk)))
+            self.db.execute(_insert_sql(table, len(chunk), len(chunk[0])), list(chain.from_iterable(chunk)))
 
     def _stored(self, id):
         return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()

@@ -10,7 +10,7 @@ import pytest
 from sync.storage_postgres import PostgresHubStorage
 from sync.storage_sqlite import SQLiteHubStorage
 
-from hub_storage_conformance import HubStorageConformance, entry
+from hub_storage_conformance import CONTRACT, HubStorageConformance, entry
 
 
 class TestSQLiteHubStorage(HubStorageConformance):
@@ -95,4 +95,35 @@ def test_a_sqlite_hubs_write_queues_on_the_files_flock_that_another_hub_process_
         assert done and done[0][0].position == 1 and time.monotonic() - released < 2
     finally:
         os.close(other)
+        hub.close()
+
+
+def test_a_sqlite_group_of_new_entries_is_one_autocommit_insert_and_anything_else_a_transaction(tmp_path):
+    """The common group commits as one INSERT in autocommit (SQLiteHubStorage._one_statement: each statement
+    makes the commit thread win the GIL back from a busy event loop); a group with a pull record, a page
+    version, or a resent event goes the transaction's way, and every group's results are the same."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest
+    from sync.storage import PullRecord
+
+    hub = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    hub.apply_contract(CONTRACT)
+    statements = []
+    hub.db.set_trace_callback(lambda sql: statements.append(sql.split(" ")[0]))
+    try:
+        first, second, third = entry(), entry(), entry()
+        committed = hub.commit([[first], [second, third]])
+        assert statements == ["INSERT"]
+        assert [[result.position for result in outcome] for outcome in committed.outcomes] == [[2], [3, 4]]
+        statements.clear()
+        again = hub.commit([[first], [entry()]])  # a resent event: the INSERT is refused, then planned against the file
+        assert again.outcomes[0][0].duplicate and again.outcomes[0][0].position == 2
+        assert again.outcomes[1][0].position == 5 and "BEGIN" in statements
+        for group in ([[entry()]], [PullRecord("alice", 5, 0)]), ([[new_event(
+                PageIngest(slug="p", frontmatter={"type": "t"}, text="x"), agent="alice", layer="pages")]], []):
+            statements.clear()
+            hub.commit(*group)
+            assert statements[0] == "BEGIN" and statements[-1] == "COMMIT"
+        assert hub.head() == 7 and hub.received_by("alice", None) == 5
+    finally:
         hub.close()
