@@ -552,12 +552,11 @@ class HubApp(Starlette):
         pending.add_done_callback(lambda done: respond(*self._pushed(done, zstd)))
 
     def _pushed(self, done: asyncio.Future, zstd: bool) -> Answer:
-        if done.cancelled():
-            return self._refused(asyncio.CancelledError(), zstd)
-        error = done.exception()
-        if error is not None:
-            return self._refused(error, zstd)
-        return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+        """The answer to a push once its commit is done: its results, or its refusal."""
+        try:
+            return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+        except BaseException as exc:  # noqa: BLE001 - refused, cancelled or failed: answered as `push` would be
+            return self._refused(exc, zstd)
 
     def _refused(self, exc: BaseException, zstd: bool) -> Answer:
         """The exception handlers' answer to an exception (`EXCEPTION_HANDLERS`), as a direct answer."""

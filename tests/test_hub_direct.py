@@ -198,7 +198,7 @@ def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as
         clash["body"]["content"] = "changed"
         many = PushRequest(events=[entry(f"fact number {i} " + "x" * 60) for i in range(40)])
         body = {text: msgspec.json.encode(PushRequest(events=[entry(text)]))
-                for text in ("chunked", "expect", "first", "pipelined", "last")}
+                for text in ("chunked", "expect", "first", "pipelined", "last", "lost")}
         json_type = "content-type: application/json"
         cases = [  # (request maker, answers, whether it is answered directly)
             (lambda t: raw_push(t, msgspec.json.encode(PushRequest(events=[one])), json_type), 1, True),
@@ -231,6 +231,16 @@ def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as
             assert (len(taken) > before) == direct, request[:300]
             statuses.update(head.split(b" ")[1] for head, _ in got)
         assert statuses == {b"200", b"401", b"409", b"415", b"400", b"422"}
+
+        def broken(*args):
+            raise RuntimeError("the disk is gone")
+
+        for server in servers:
+            server.storage.commit = broken
+        failed = [exchange(server.port, raw_push(token, body["lost"], json_type), 1)
+                  for server, token in zip(servers, tokens)]
+        assert failed[0] == failed[1] and failed[0][0][0].startswith(b"HTTP/1.1 500")
+        assert b"disk" not in failed[0][0][1]  # a 500 tells nothing of its cause
         assert servers[0].storage.head() == servers[1].storage.head()
     finally:
         for server in servers:
