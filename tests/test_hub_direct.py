@@ -245,3 +245,42 @@ def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_push_checked_with_a_cached_token_state_is_checked_again_when_the_token_was_revoked_meanwhile(
+        tmp_path, monkeypatch):
+    """A direct push whose token state came from the cache (SQLiteHubStorage.push_state) and whose token was
+    revoked by another process before its commit is not applied: the commit sends it back (`Stale`) and the
+    push is checked again from a fresh read, which refuses the token."""
+    import sync.storage_sqlite
+
+    monkeypatch.setattr(sync.storage_sqlite, "TOKEN_CACHE_CALM", 0.0)
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    headers = [(b"authorization", f"Bearer {token}".encode()), (b"content-type", b"application/json")]
+
+    async def scenario():
+        app = create_app(storage)
+        answers = []
+
+        async def push(text):
+            answered = asyncio.get_running_loop().create_future()
+            app.push_directly(headers, msgspec.json.encode(PushRequest(events=[entry(text)])),
+                              lambda *answer: answered.set_result(answer))
+            answers.append(await answered)
+
+        await push("read")
+        storage._stop_watching()  # no watcher to notice the revocation first: the commit must
+        await push("cached")
+        other = SQLiteHubStorage(storage.path)
+        other.revoke_agent("alice")
+        other.close()
+        await push("revoked")
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [status for status, *_ in answers] == [200, 200, 401]
+    assert b"invalid-token" in answers[2][2]
+    assert storage.head() == 3  # the contract and the two pushes before the revocation
+    storage.close()
