@@ -244,7 +244,7 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
 
 @import_app.command("adf")
 def import_adf_command(source: Path, json: bool = JsonOpt):
-    """Turn an ADF file into events (into a new workspace)."""
+    """Turn an ADF file into events (into a new workspace; the same file again appends nothing)."""
     from projections.adf_file import import_adf
 
     if not source.exists():
@@ -253,6 +253,9 @@ def import_adf_command(source: Path, json: bool = JsonOpt):
         report = import_adf(mem, source, progress=advance)
     if json:
         return emit_json(report)
+    if report.already and not report.events:
+        return typer.echo(f"{source} was imported here already: all {report.already} of its events are in the log; "
+                          "nothing appended")
     typer.echo(f"imported {source} (schema {report.schema_version}) as {report.events} events: "
                + ", ".join(f"{n} {k}" for k, n in report.rows.items()))
     for path in report.kept_aside:

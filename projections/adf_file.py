@@ -7,6 +7,7 @@ schemas too (21: `start_at`/`end_at`, no `ord`, no `loop`).
 """
 
 import collections
+import hashlib
 import json
 import re
 import sqlite3
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.envelope import new_event
+from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
-from eventstore.ids import now_ms
+from eventstore.ids import uuid_text
 from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
@@ -57,6 +58,8 @@ class ImportReport(msgspec.Struct):
     events: int
     rows: dict[str, int]
     kept_aside: list[str]
+    already: int = 0
+    """Events of this file the workspace held already (an import of the same file again appends nothing)."""
 
 
 def _message_schema(box: str) -> str:
@@ -130,11 +133,37 @@ def _log_entries(text: str) -> list[str] | None:
             for chunk in re.split(r"\n(?=## \[)", body[1:]) if chunk]
 
 
-def _time(iso: str | None, fallback: int) -> int:
+def _time(iso: str | None, fallback: int | None) -> int | None:
     try:
-        return parse_instant(iso) if iso else fallback
+        return parse_instant(iso) if isinstance(iso, str) and iso else fallback
     except InvalidInput:
         return fallback
+
+
+def _str_or_none(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+MESSAGE_TIMES = {"inbox": ("received_at", "sent_at"), "outbox": ("created_at", "delivered_at")}
+"""The columns a message's own time is read from, first found first."""
+
+
+def _entry_orders(count: int, kept: dict[int, str], file_ms: int) -> list[tuple[int, int]]:
+    """(ms, the 12 bits after it) for each of `count` entry lines, where `kept` gives some lines the 18
+    characters of their id a file shows: each other line takes those of the nearest kept line above it
+    (or, above the first, of the first), so that with their rank after them the ids sort as the lines.
+    Kept prefixes that do not rise with the lines (a file edited by hand) are not kept: every line
+    takes the file's time."""
+    known = {index: (int(prefix[:8] + prefix[9:13], 16), int(prefix[15:18], 16)) for index, prefix in kept.items()
+             if re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}", prefix)}
+    rising = [known[index] for index in sorted(known)]
+    if len(known) != len(kept) or rising != sorted(set(rising)):
+        known = {}
+    orders, last = [], min(known.items())[1] if known else (file_ms, 0)
+    for index in range(count):
+        last = known.get(index, last)
+        orders.append(last)
+    return orders
 
 
 def _depth(value, limit: int = MAX_JSON_DEPTH) -> int:
@@ -238,7 +267,9 @@ class _Importer:
 
     def __init__(self, db, agent: str):
         self.db, self.agent, self.name = db, agent, "adf"
-        self.now = now_ms()
+        self.identity = b""  # the agent the file is of (adf_meta), which every id is derived under
+        self.file_ms = 0  # the file's own time (adf_updated_at): that of the rows that carry none
+        self.made: collections.Counter = collections.Counter()
         self.writer, self.adf_writer = Writer(agent, _NoFiles()), AdfWriter(agent, _NoFiles())
         self.layered = _ImportedLayers()
         self.shared_writer = SharedWriter(agent, self.layered)
@@ -265,8 +296,26 @@ class _Importer:
             return []
         return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
 
-    def event(self, body, layer: str = AGENT, ts: int | None = None):
-        return new_event(body, agent=self.agent, layer=layer, ts=ts or self.now)
+    def event(self, body, layer: str = AGENT, ts: int | None = None, order: tuple[int, int] | None = None):
+        """An imported event, the same at every import of the file: its time is the row's own (`ts`, the file's
+        when the row has none), and its id a UUIDv7 of that time whose other bits come from the file's agent
+        and the event itself (`order`: the 12 bits after the time, and a rank in the rest, for ids that must
+        sort as the file's lines do)."""
+        ts = self.ms(ts)
+        raw = encode_body(body)
+        key = hashlib.sha256(self.identity + layer.encode() + b"\0" + raw).digest()
+        nth = self.made[key]  # the same event twice in one file (one `## Always` line twice) gets two ids
+        self.made[key] += 1
+        bits = int.from_bytes(hashlib.sha256(key + nth.to_bytes(8, "big")).digest()[:10], "big")
+        rand_a, rand_b = ((bits >> 62) & 0xFFF, bits & ((1 << 62) - 1)) if order is None else (
+            order[0], min(order[1], (1 << 24) - 1) << 38 | bits & ((1 << 38) - 1))
+        value = ts << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+        return new_event(body, agent=self.agent, layer=layer, ts=ts, id=uuid_text(value.to_bytes(16, "big")))
+
+    def ms(self, value) -> int:
+        """A row's time in ms when it is one a UUIDv7 can hold, else the file's."""
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 48
+        return value if ok else self.file_ms
 
     @_reads("adf_meta", required=True)
     def meta(self, rows: list[dict]) -> None:
@@ -275,6 +324,9 @@ class _Importer:
             raise InvalidInput("its adf_meta has no adf_version, which every ADF file has")
         self.schema_version = str(meta.get("adf_schema_version") or "?")[:20]
         handle = meta.get("adf_handle") or meta.get("adf_name") or "adf"
+        self.identity = hashlib.sha256("\0".join(str(meta.get(key) or "") for key in (
+            "adf_name", "adf_handle", "adf_parent_did", "adf_created_at")).encode()).digest()
+        self.file_ms = _time(_str_or_none(meta.get("adf_updated_at")) or _str_or_none(meta.get("adf_created_at")), 0)
         self.name = re.sub(r"[^a-z0-9_-]", "-", str(handle).lower())[:64].strip("-_") or "adf"
 
     @_reads("adf_config")
@@ -284,7 +336,7 @@ class _Importer:
             if not isinstance(value, dict):
                 raise InvalidInput("adf_config.config_json must be a JSON object")
             updated = _str(row.get("updated_at"), "adf_config.updated_at")
-            self.others.append(self.event(ConfigSet(key="", value=value, updated_at=updated)))
+            self.others.append(self.event(ConfigSet(key="", value=value, updated_at=updated), ts=_time(updated, None)))
             self.layers = local_layers.declared(value, self.agent)
 
     @_reads("adf_audit")
@@ -309,11 +361,12 @@ class _Importer:
             if "start_seq" not in record and is_loop:
                 seqs = [e["seq"] for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
                 start, end = (min(seqs), max(seqs)) if seqs else (None, None)
+            created = _int(record.get("created_at"), f"{where} created_at")
             self.others.append(self.event(AuditImport(
                 source=source, start_seq=start, end_seq=end, ref=_str(record.get("ref"), f"{where} ref"),
                 entry_count=_int(record.get("entry_count"), f"{where} entry_count", low=0),
                 size_bytes=_int(record.get("size_bytes"), f"{where} size_bytes", low=0), data=data,
-                created_at=_int(record.get("created_at"), f"{where} created_at"))))
+                created_at=created), ts=created))
 
     @_reads("adf_files")
     def files(self, rows: list[dict]) -> None:
@@ -333,20 +386,21 @@ class _Importer:
         for path, (content, mime, protection, created, updated) in sorted(files.items()):
             if path == MIND_PATH:
                 always = render.always_lines(content.decode("utf-8", "replace")) or []
-            elif path == LOG_PATH or self._page(path, content, updated) or self._layer_file(path, content):
+            elif path == LOG_PATH or self._page(path, content, updated) or self._layer_file(path, content, updated):
                 continue
             elif path.startswith("mind/") or self._layer_owns(path):
                 self._keep_aside(path, content, files[path])
             else:
                 self._file(path, content, mime, protection, created, updated)
+        mind_ms = _time(files[MIND_PATH][4], None) if MIND_PATH in files else None
         for line in always:
             if line.strip():
-                self.wiki.append(self._in_mind(self.writer.always_add(line).body))
+                self.wiki.append(self._in_mind(self.writer.always_add(line).body, mind_ms))
         mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
         entries = _log_entries(log_text) if LOG_PATH in files else []
         if entries:
-            self.wiki.append(self.event(LogRestore(entries=entries), MIND))
+            self.wiki.append(self.event(LogRestore(entries=entries), MIND, _time(files[LOG_PATH][4], None)))
         restored = [e.body.line for e in self.wiki if isinstance(e.body, AlwaysAdd)]
         if MIND_PATH in files and _rendered_mind_differs(mind_text, restored, self.wiki):
             self._keep_aside(MIND_PATH, mind_text.encode(), files[MIND_PATH])
@@ -360,7 +414,7 @@ class _Importer:
         own file."""
         return local_layers.layer_owning(path, self.layers) is not None
 
-    def _layer_file(self, path: str, content: bytes) -> bool:
+    def _layer_file(self, path: str, content: bytes, updated: str | None) -> bool:
         """A local layer's file turned back into that layer's events (True), as `mem entry add` and
         `mem page write --layer` would make them: an entries file line by line (new ids, each reversal
         pointed at the entry its id prefix names), a pages layer's file as a page of that layer."""
@@ -373,9 +427,10 @@ class _Importer:
                 slug = path[len(spec.path):].removesuffix(".md")
                 if not path.endswith(".md") or "/" in slug:
                     return False
-                self.others.append(self.shared_writer.page_write(name, slug, content, parents=[]))
+                body = self.shared_writer.page_write(name, slug, content, parents=[]).body
+                self.others.append(self.event(body, name, _time(updated, None)))
                 return True
-            events = self._entries(name, content.decode("utf-8"))
+            events = self._entries(name, content.decode("utf-8"), self.ms(_time(updated, None)))
         except (MemError, UnicodeDecodeError):
             return False
         if events is None:
@@ -383,12 +438,16 @@ class _Importer:
         self.others.extend(events)
         return True
 
-    def _entries(self, layer: str, text: str) -> list | None:
+    def _entries(self, layer: str, text: str, file_ms: int) -> list | None:
         """The entry events of an entries layer's file, or None when it cannot be read back whole.
 
         A line names no id of its own, only the first 18 characters of the one it reverses (and of the
         newest that reverses it): as the lines are in id order, the reversed ids, sorted, are the lines
-        marked reversed, in order."""
+        marked reversed, in order. Those 18 characters (an id's time and its next 12 bits) are kept: the
+        entry gets them back (the newest reversal too, named on the line it reverses), and so a file
+        exported again says the same. Every other line takes the
+        time and bits of the nearest kept line above it (the first ones, of the first kept line; none
+        kept: the file's time), and the rank of its line after them, so the ids sort as the lines do."""
         head = f"# {layer}\n\n"
         if not text.startswith(head) or not text.endswith("\n"):
             return None
@@ -400,15 +459,21 @@ class _Importer:
         if len(targets) != len(marked):
             return None
         line_of = dict(zip(targets, marked))
-        events, ids = [], {}  # ids: a line's index -> its entry's new id
+        kept = {line_of[prefix]: prefix for prefix in targets}
+        for prefix in targets:  # the newest line reversing an entry is named on that entry's line
+            kept.setdefault(max(i for i, line in enumerate(lines) if line[4] == prefix), lines[line_of[prefix]][5])
+        orders = _entry_orders(len(lines), kept, file_ms)
+        events, ids = [], {}  # ids: a line's index -> its entry's id
         for index, line in enumerate(lines):
             kind, date, content, reverses, _reversed_by = line.groups()
             if reverses is not None and line_of[reverses] not in ids:
                 return None
-            event = self.shared_writer.entry(layer, f"[{kind}] {date}: {content}",
-                                             ids[line_of[reverses]] if reverses is not None else None)
-            if (event.body.type, event.body.date, event.body.content) != (kind, date, content):
+            body = self.shared_writer.entry(layer, f"[{kind}] {date}: {content}",
+                                            ids[line_of[reverses]] if reverses is not None else None).body
+            if (body.type, body.date, body.content) != (kind, date, content):
                 return None
+            ms, rand_a = orders[index]
+            event = self.event(body, layer, ms, (rand_a, index))
             ids[index] = event.id
             self.layered.entries.add((layer, event.id))
             events.append(event)
@@ -423,7 +488,7 @@ class _Importer:
         except MemError as exc:
             raise type(exc)(f"adf_files {path!r:.80}: {exc}") from None
         self.others.append(self.event(msgspec.structs.replace(body, mime_type=mime, created_at=created,
-                                                              updated_at=updated)))
+                                                              updated_at=updated), ts=_time(updated, None)))
 
     def _page(self, path: str, content: bytes, updated: str | None) -> bool:
         slug = path[5:-3] if path.startswith("mind/") and path.endswith(".md") else ""
@@ -433,7 +498,7 @@ class _Importer:
             body = self.writer.page_write(slug, content).body
         except MemError:
             return False
-        self.wiki.append(self._in_mind(msgspec.structs.replace(body, quiet=True), _time(updated, self.now)))
+        self.wiki.append(self._in_mind(msgspec.structs.replace(body, quiet=True), _time(updated, None)))
         return True
 
     def _keep_aside(self, path: str, content: bytes, original: tuple) -> None:
@@ -445,7 +510,8 @@ class _Importer:
     def _messages(self, box: str, kind, rows: list[dict]) -> None:
         for row in rows:
             message = {str(k): v for k, v in row.items() if v is not None}
-            self.others.append(self.event(kind(message=message, imported=True)))
+            when = next((message[k] for k in MESSAGE_TIMES[box] if isinstance(message.get(k), int)), None)
+            self.others.append(self.event(kind(message=message, imported=True), ts=when))
 
     @_reads("adf_inbox")
     def inbox(self, rows: list[dict]) -> None:
@@ -481,9 +547,6 @@ class _Importer:
 def import_adf(memory, path: Path, progress=None) -> ImportReport:
     """Turns an ADF file into events appended in one batch; refused unless the log is empty, so that
     imported loop seqs stay the seqs their citations name. A refusal appends nothing."""
-    if memory.log.head() != 0:
-        raise InvalidInput("import into a new workspace (`mem init`): imported loop rows keep their seqs, "
-                           "so the log must be empty")
     if Path(path).is_dir():
         raise InvalidInput(f"{path} is a directory, not an ADF file")
     try:
@@ -498,6 +561,14 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
     except MemError as exc:
         raise type(exc)(f"{path} is not an ADF file mindlog can import: {exc}") from None
     with memory.lock():
+        if memory.log.head() != 0:
+            held = sum(memory.log.get(event.id) is not None for event in events)
+            if held == len(events):  # this file, imported here before: nothing to add
+                return ImportReport(path=str(path), schema_version=reader.schema_version, events=0,
+                                    rows=dict.fromkeys(IMPORT_ROWS, 0), kept_aside=[], already=held)
+            raise InvalidInput("import into a new workspace (`mem init`): imported loop rows keep their seqs, "
+                               "so the log must be empty" + (f" (this one holds {held} of the file's {len(events)} "
+                                                             "events already)" if held else ""))
         memory.log.append(events)
     memory.refresh(progress=progress)
     rows = {"loop": len(reader.live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
@@ -506,6 +577,9 @@ def import_adf(memory, path: Path, progress=None) -> ImportReport:
             "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events)}
     return ImportReport(path=str(path), schema_version=reader.schema_version, events=len(events),
                         rows=rows, kept_aside=reader.kept_aside)
+
+
+IMPORT_ROWS = ("loop", "audit", "files", "pages", "messages")
 
 
 def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:
@@ -541,6 +615,6 @@ def _line_up(live: list[tuple[int, LoopAppend]], others: list, event, name: str)
         if seq + 1 < wanted:
             ordered.append(event(ImportGap(source=name, skipped=wanted - seq - 2)))
             seq = wanted - 1
-        ordered.append(event(body, LOOP))
+        ordered.append(event(body, LOOP, body.created_at))
         seq += 1
     return ordered + list(queue)

@@ -44,7 +44,7 @@ class GroupCommitter:
         self.group = group
         self._loop = asyncio.get_running_loop()
         self._pending = threading.Condition()
-        self._pushes: deque[tuple[list[Event], asyncio.Future]] = deque()
+        self._pushes: deque[tuple[list[Event], asyncio.Future, int | None]] = deque()
         self._pulls: deque[tuple[PullRecord, asyncio.Future | None]] = deque()
         self._pulls_due: float | None = None  # monotonic time the queued pull records must be committed by
         self._recorded: dict[str, int] = {}
@@ -52,16 +52,17 @@ class GroupCommitter:
         self._thread = threading.Thread(target=self._run, daemon=True, name="hub-commit")
         self._thread.start()
 
-    def submit(self, events: list[Event]) -> asyncio.Future:
-        """Queues a push for the next group: the future is its results once they are durable (or its refusal)."""
+    def submit(self, events: list[Event], checked: int | None = None) -> asyncio.Future:
+        """Queues a push for the next group: the future is its results once they are durable (or its refusal).
+        `checked`: the epoch of the cached token state it was checked with (HubStorage.push_state), if any."""
         future = self._loop.create_future()
         with self._pending:
-            self._pushes.append((events, future))
+            self._pushes.append((events, future, checked))
             self._pending.notify()
         return future
 
-    async def push(self, events: list[Event]) -> list[PushResult]:
-        return await self.submit(events)
+    async def push(self, events: list[Event], checked: int | None = None) -> list[PushResult]:
+        return await self.submit(events, checked)
 
     def record_pull(self, agent: str, cursor: int, durable: bool = False) -> asyncio.Future | None:
         """Queued for a later commit: a lost record is written again by the agent's next pull. A cursor
@@ -113,7 +114,8 @@ class GroupCommitter:
                     continue
                 taken, pulls = self._take()
             try:
-                outcome = self.storage.commit([events for events, _ in taken], [record for record, _ in pulls])
+                outcome = self.storage.commit([events for events, _, _ in taken], [record for record, _ in pulls],
+                                              [checked for _, _, checked in taken])
             except Exception as exc:  # noqa: BLE001 - every push of the group gets the error
                 outcome = exc
             try:
@@ -138,7 +140,7 @@ class GroupCommitter:
             if outcome.layers:
                 self.fanout.advance(outcome.head, outcome.layers)
             outcomes = outcome.outcomes
-        for (_, future), result in zip(taken, outcomes):
+        for (_, future, _), result in zip(taken, outcomes):
             if future.done():
                 continue
             if isinstance(result, Exception):

@@ -34,7 +34,7 @@ from .committer import GroupCommitter
 from .compression import ZstdResponses
 from .fanout import Fanout
 from .openapi import openapi_document
-from .storage import HubStorage, decode_stored, placed_stored
+from .storage import HubStorage, Stale, decode_stored, placed_stored
 from .wire import (MAX_PULL, MSGPACK, PROBLEM_BASE, ContractResponse, Problem, PullPage, PullResponse, PushRequest,
                    PushResponse)
 
@@ -283,6 +283,13 @@ class Hub:
             raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
         return agent, contract, position, head
 
+    def push_state(self, token: str) -> tuple[str, object, int | None]:
+        """(agent, contract, checked) of a push: `HubStorage.push_state`, an unknown token refused."""
+        agent, contract, _position, checked = self.storage.push_state(token)
+        if agent is None:
+            raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
+        return agent, contract, checked
+
     def agent_for(self, token: str) -> str:
         return self.state(token)[0]
 
@@ -392,10 +399,10 @@ JSON_TYPE, PROBLEM_TYPE = b"application/json", b"application/problem+json"
 _no_results = PushResponse(results=[])
 
 
-async def _checked_push(hub: "Hub", events, agent: str, current) -> list:
+async def _checked_push(hub: "Hub", events, agent: str, current, checked: int | None) -> list:
     """The rest of a push of more than INLINE_CHECKS events: its checks in a worker thread, then its commit."""
     await run_in_threadpool(check_batch, events, agent, current, hub.storage)
-    return await hub.committer.push(events)
+    return await hub.committer.push(events, checked)
 
 
 def pull_parameters(request: Request, max_wait: float) -> tuple[int, int, float]:
@@ -537,27 +544,33 @@ class HubApp(Starlette):
                 zstd = True
         try:
             hub = self.state.hub
-            agent, current, _ = hub.agent_and_contract(bearer(fields.get(b"authorization", b"").decode("latin-1")))
+            agent, current, checked = hub.push_state(bearer(fields.get(b"authorization", b"").decode("latin-1")))
             check_push_type(fields.get(b"content-type", b"").decode("latin-1"))
             batch = decode_push(decoded_body(raw, fields.get(b"content-encoding", b"identity").decode("latin-1")))
             if not batch.events:
                 return respond(*self._answered(reply_bytes(_no_results), zstd))
             if len(batch.events) <= INLINE_CHECKS:
                 check_batch(batch.events, agent, current, hub.storage)
-                pending = hub.committer.submit(batch.events)
+                pending = hub.committer.submit(batch.events, checked)
             else:  # as `push`: a large batch's checks off the event loop
-                pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current))
+                pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current, checked))
         except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
             return respond(*self._refused(exc, zstd))
-        pending.add_done_callback(lambda done: respond(*self._pushed(done, zstd)))
+        pending.add_done_callback(lambda done: self._committed(done, headers, raw, respond, zstd))
+
+    def _committed(self, done: asyncio.Future, headers: list, raw: bytes, respond: Respond, zstd: bool) -> None:
+        """A push's commit is done: answered, or (checked with a cached token state that may have changed
+        since: `Stale`) checked again from a fresh read, as a new request."""
+        if not done.cancelled() and isinstance(done.exception(), Stale):
+            return self.push_directly(headers, raw, respond)
+        respond(*self._pushed(done, zstd))
 
     def _pushed(self, done: asyncio.Future, zstd: bool) -> Answer:
-        if done.cancelled():
-            return self._refused(asyncio.CancelledError(), zstd)
-        error = done.exception()
-        if error is not None:
-            return self._refused(error, zstd)
-        return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+        """The answer to a push once its commit is done: its results, or its refusal."""
+        try:
+            return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+        except BaseException as exc:  # noqa: BLE001 - refused, cancelled or failed: answered as `push` would be
+            return self._refused(exc, zstd)
 
     def _refused(self, exc: BaseException, zstd: bool) -> Answer:
         """The exception handlers' answer to an exception (`EXCEPTION_HANDLERS`), as a direct answer."""

@@ -194,6 +194,11 @@ def stored_page_versions(sql: PageVersionSQL, page: str) -> None:
 STORED_PAGE = "SELECT position, data FROM hub_events WHERE position > {p} ORDER BY position LIMIT 1000"
 
 
+class Stale(Exception):
+    """A push checked with a cached token state that may have changed since (another connection committed,
+    an agent or the contract changed): not applied; the hub checks it again from a fresh read."""
+
+
 class PullRecord(msgspec.Struct, array_like=True):
     agent: str
     cursor: int
@@ -349,27 +354,38 @@ class HubStorage(ABC):
         contract, position = self._contract_at(row[3])
         return row[0], contract, position, row[4]
 
+    def push_state(self, token: str) -> tuple[str | None, Contract, int, int | None]:
+        """`request_state` without the head, for a push: (agent, contract, its position, checked), `checked`
+        None when read now, else the token-state epoch of a cached read, which the push's commit checks again
+        (`commit`'s `checked`). A storage without a cache reads every time."""
+        agent, contract, position, _head = self.request_state(token)
+        return agent, contract, position, None
+
     # --- events -------------------------------------------------------------------------------
 
     @abstractmethod
-    def _commit_group(self, batches: list[list[Event]], pulls: list[PullRecord]) -> Committed:
+    def _commit_group(self, batches: list[list[Event]], pulls: list[PullRecord],
+                      checked: list[int | None] | None = None) -> Committed:
         """One transaction: every batch planned by `plan_group` (under the writer lock), the pull records."""
 
-    def commit(self, batches: list[list[Event]], pulls: list[PullRecord] = ()) -> Committed:
+    def commit(self, batches: list[list[Event]], pulls: list[PullRecord] = (),
+               checked: list[int | None] | None = None) -> Committed:
         """Commits several pushes and pull records in one transaction (one fsync).
 
         Each batch is all or nothing and is checked against what is stored and what the batches before it
         in the group add, so a refused batch refuses only itself (its outcome is the error). Should the
-        transaction fail as a whole anyway, each batch is retried alone so one cannot sink the others."""
+        transaction fail as a whole anyway, each batch is retried alone so one cannot sink the others.
+        `checked`, per batch: the epoch of the cached token state it was checked with (`push_state`), or None;
+        a batch whose token state may have changed since is not applied, its outcome `Stale`."""
         try:
-            return self._commit_group(batches, list(pulls))
+            return self._commit_group(batches, list(pulls), checked)
         except Exception:
             if len(batches) + len(pulls) <= 1:
                 raise
         outcomes, head, layers = [], 0, set()
-        for batch in batches:
+        for index, batch in enumerate(batches):
             try:
-                alone = self._commit_group([batch], [])
+                alone = self._commit_group([batch], [], None if checked is None else [checked[index]])
             except Exception as exc:  # noqa: BLE001 - the error is this batch's answer
                 outcomes.append(exc)
                 continue

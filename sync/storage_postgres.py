@@ -103,7 +103,7 @@ class PostgresHubStorage(HubStorage):
         return page_version_sql("%s", IDS, list, many, lambda sql, params: conn.execute(sql, params).fetchall(),
                                 lambda id: cls._stored(conn, id))
 
-    def _commit_group(self, batches, pulls):
+    def _commit_group(self, batches, pulls, checked=None):  # no token cache (push_state reads): none is stale
         with self.pool.connection() as conn, conn.transaction():
             head = conn.execute("SELECT position FROM hub_counter WHERE one FOR UPDATE").fetchone()[0]
             known = {id: (digest, pos) for id, digest, pos in conn.execute(

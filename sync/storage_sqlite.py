@@ -15,9 +15,9 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, AgentInfo,
-                      Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
-                      STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, TOKEN_HASHES, AgentInfo,
+                      Committed, HubStorage, Stale, decode_stored, encode_stored, page_version_rows, page_version_sql,
+                      plan_group, STORED_PAGE, record_page_versions, redacted_rows, refold_pages, request_token_hash,
                       stored_page_versions)
 
 WATCH_INTERVAL = 0.002
@@ -26,6 +26,45 @@ WATCH_IDLE_AFTER = 1.0
 """The watcher's polls of `PRAGMA data_version`: every WATCH_INTERVAL seconds while other connections'
 commits come, every WATCH_IDLE_INTERVAL once none came for WATCH_IDLE_AFTER (20 polls a second)."""
 INSERT_ROWS = 500
+TOKEN_CACHE_CALM = 0.05
+"""Seconds after a token state may have changed (SQLiteHubStorage._bump) before cached ones are used again: a
+hub whose file another process writes all the time (`mem serve` twice) reads each push's state, rather than
+have most pushes checked twice (a cached check is sent back when another connection committed before it)."""
+
+try:
+    import ctypes
+
+    _libc_flock = ctypes.PyDLL(None).flock  # a PyDLL's functions are called holding the GIL
+    _libc_flock.argtypes, _libc_flock.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+except (ImportError, OSError, AttributeError):
+    _libc_flock = None
+
+
+def _live(batches: list, stale: set[int]) -> list:
+    """The batches to write: each stale one (SQLiteHubStorage._stale) left empty."""
+    return [[] if index in stale else batch for index, batch in enumerate(batches)] if stale else batches
+
+
+def _stale_outcomes(outcomes: list, stale: set[int]) -> list:
+    return [Stale() if index in stale else outcome for index, outcome in enumerate(outcomes)] if stale else outcomes
+
+
+def _insert_sql(table: str, rows: int, columns: int) -> str:
+    return f"INSERT INTO {table} VALUES {','.join(['(' + ','.join('?' * columns) + ')'] * rows)}"
+
+
+def _flock(fd: int) -> None:
+    """fcntl.flock(fd, LOCK_EX), first tried without blocking and without leaving the GIL (see
+    `SQLiteHubStorage._one_statement` on what leaving it costs the commit thread)."""
+    if _libc_flock is None or _libc_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB) != 0:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock(fd: int) -> None:
+    """fcntl.flock(fd, LOCK_UN), without leaving the GIL (it never blocks)."""
+    if _libc_flock is None or _libc_flock(fd, fcntl.LOCK_UN) != 0:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hub_events (
@@ -60,6 +99,10 @@ class SQLiteHubStorage(HubStorage):
         self._lock = threading.Lock()
         self._writers = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # flock'ed around each write (_write)
         self._head: int | None = None  # the head after this connection's last commit (see _commit_group)
+        self._tokens: dict[str, tuple[int, str, int]] = {}  # token hash -> (epoch, agent, contract position)
+        self._epoch = 0  # of the token states cached (push_state): moved on whenever one may have changed
+        self._version = self.db.execute("PRAGMA data_version").fetchone()[0]  # the writer's, when it last moved
+        self._bumped_at = float("-inf")  # monotonic time of the last `_bump`
         self._versions = page_version_sql("?", IDS, json.dumps, self.db.executemany,
                                           lambda sql, params: self.db.execute(sql, params).fetchall(), self._stored)
         self._write(self._create)
@@ -107,26 +150,28 @@ class SQLiteHubStorage(HubStorage):
                 os.close(self._writers)
                 self._writers = -1
 
-    def _write(self, fn):
+    def _write(self, fn, bump: bool = False):
         """`fn()` in one write transaction. The hub processes on one file (`mem serve` twice, and `mem hub`
         commands) queue for it on an flock of the file first: a writer that finds SQLite's write lock
         taken sleeps in its busy handler (1, 2, 5, 10 ms...) and tries again, where one blocked on
         the flock wakes the moment the other lets go. (SQLite's own locks are fcntl locks, which an
         flock neither takes nor waits for; a writer that takes no flock still meets the busy handler.)"""
         with self._lock:
-            fcntl.flock(self._writers, fcntl.LOCK_EX)
+            _flock(self._writers)
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
                     result = fn()
                     self.db.execute("COMMIT")
+                    if bump:
+                        self._bump()
                     return result
                 except BaseException:
                     if self.db.in_transaction:
                         self.db.execute("ROLLBACK")
                     raise
             finally:
-                fcntl.flock(self._writers, fcntl.LOCK_UN)
+                _unlock(self._writers)
 
     def _read(self, sql, params=()):
         reader = getattr(self._readers, "db", None)
@@ -161,13 +206,94 @@ class SQLiteHubStorage(HubStorage):
             # Freed for a new registration: the old row keeps the history, under a dated name.
             self.db.execute("UPDATE hub_agents SET revoked_at = ?, name = ? WHERE name = ?",
                             (now_ms(), f"{name}#revoked-{now_ms()}", name))
-        self._write(revoke)
+        self._write(revoke, bump=True)
+
+    def push_state(self, token):
+        """`request_state` for a push, from a cache of token states: a hit is answered with the epoch it was
+        read in, and the push's commit applies it only if no token state may have changed since (`_stale`,
+        inside the writer's lock), else it is sent back to be checked again from a fresh read (`Stale`). So
+        a revocation or a contract change, by this process or another, holds for every push committed after
+        it, as with a read per push, without the read (about a tenth of a small push's CPU on the hub's
+        event loop, and a hand-over of the GIL to the commit thread)."""
+        digest = request_token_hash(token)
+        epoch = self._epoch
+        cached = self._tokens.get(digest)
+        if cached is not None and cached[0] == epoch and time.monotonic() - self._bumped_at > TOKEN_CACHE_CALM:
+            contract, position = self._contract_at(cached[2])
+            return cached[1], contract, position, epoch
+        agent, contract, position, _head = self.request_state(token)
+        if agent is not None:
+            tokens = self._tokens
+            if len(tokens) >= TOKEN_HASHES:
+                tokens.clear()
+            tokens[digest] = (epoch, agent, position)
+        return agent, contract, position, None
+
+    def _bump(self) -> None:
+        """A token state may have changed: every cached one is read again, and every push checked with one
+        before now is checked again. Under the writer's lock."""
+        self._epoch += 1
+        self._tokens = {}
+        self._bumped_at = time.monotonic()
+
+    def _stale(self, checked) -> set[int]:
+        """Under the writer's lock, before a group is written: the indexes of its batches checked with a
+        cached token state from before a change that another connection committed (the writer's
+        `PRAGMA data_version` moved: it moves with every other connection's commit, never with its own) or
+        this one made (`_bump`). One statement per group, only when some batch used the cache."""
+        if not checked or all(epoch is None for epoch in checked):
+            return set()
+        version = self.db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version:
+            self._version = version
+            self._bump()
+        return {index for index, epoch in enumerate(checked) if epoch is not None and epoch != self._epoch}
 
     def agents(self):
         return [AgentInfo(name=n.split("#")[0], created_at=c, revoked_at=r)
                 for n, c, r in self._read("SELECT name, created_at, revoked_at FROM hub_agents ORDER BY created_at")]
 
-    def _commit_group(self, batches, pulls):
+    def _commit_group(self, batches, pulls, checked=None):
+        if not pulls and self._head is not None:
+            committed = self._one_statement(batches, checked)
+            if committed is not None:
+                return committed
+        return self._transaction_group(batches, pulls, checked)
+
+    def _one_statement(self, batches, checked) -> Committed | None:
+        """The common group (new events, none a page version or a redaction, no pull record) as one INSERT
+        in autocommit: its own transaction and fsync, with one statement where BEGIN, INSERT and COMMIT
+        were three. Each statement leaves the GIL and must win it back from a busy event loop: measured
+        under bench/bench_hub_load.py, those hand-overs cost the commit thread more than its SQLite work.
+        None when the group is not of that kind or the INSERT is refused (another process appended, a
+        push resends a stored event): then the transaction's way, planned against what is stored."""
+        head = self._head
+        with self._lock:
+            _flock(self._writers)
+            try:
+                stale = self._stale(checked)
+                rows, outcomes, layers = plan_group(_live(batches, stale), {}, head + 1)
+                if (not rows or len(rows) > INSERT_ROWS or any(event.kind == "redaction" for event in rows)
+                        or page_version_rows(rows)[1]):
+                    return None
+                now = now_ms()
+                values = [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
+                          for i, e in enumerate(rows)]
+                self.db.execute(_insert_sql("hub_events", len(values), 7), list(chain.from_iterable(values)))
+                if any(event.layer == CONTRACT_LAYER for event in rows):
+                    self._bump()
+            except sqlite3.IntegrityError:
+                self._head = None
+                return None
+            except BaseException:
+                self._head = None
+                raise
+            finally:
+                _unlock(self._writers)
+        self._head = head + len(rows)
+        return Committed(outcomes=_stale_outcomes(outcomes, stale), head=self._head, layers=layers)
+
+    def _transaction_group(self, batches, pulls, checked=None):
         """Optimistic first: every id new and the head this connection committed last (`_head`), so the
         transaction is the INSERTs alone; the position's primary key or the id's unique index refuses
         the INSERT when another process appended since or when a push resends a stored event, and the
@@ -175,16 +301,18 @@ class SQLiteHubStorage(HubStorage):
         Each query skipped is a GIL hand-over skipped: the commit thread needs the GIL back after every
         statement, from an event loop that is busy whenever the hub is."""
         def append(careful):
+            stale = self._stale(checked)
+            live = _live(batches, stale)
             known, head = {}, self._head
             if careful or head is None:
-                ids = list({e.id for events in batches for e in events})
+                ids = list({e.id for events in live for e in events})
                 for i in range(0, len(ids), 500):
                     chunk = ids[i:i + 500]
                     known.update((id, (digest, pos)) for id, digest, pos in self.db.execute(
                         f"SELECT id, digest, position FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})",
                         chunk))
                 head = self.db.execute(HEAD).fetchone()[0]
-            rows, outcomes, layers = plan_group(batches, known, head + 1)
+            rows, outcomes, layers = plan_group(live, known, head + 1)
             now = now_ms()
             self._insert("hub_events", [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(rows)])
@@ -194,7 +322,9 @@ class SQLiteHubStorage(HubStorage):
                 self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", updates)
                 refold_pages(self._versions, [id for _data, id in updates])
             self._insert("hub_pulls", [(p.agent, p.cursor, p.at) for p in pulls])
-            return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
+            if any(event.layer == CONTRACT_LAYER for event in rows):
+                self._bump()
+            return Committed(outcomes=_stale_outcomes(outcomes, stale), head=head + len(rows), layers=layers)
         try:
             try:
                 committed = self._write(lambda: append(False))
@@ -217,8 +347,7 @@ class SQLiteHubStorage(HubStorage):
         leaves the GIL and must get it back from a busy event loop, so a row each would cost a wait each."""
         for start in range(0, len(rows), INSERT_ROWS):
             chunk = rows[start:start + INSERT_ROWS]
-            values = ",".join(["(" + ",".join("?" * len(chunk[0])) + ")"] * len(chunk))
-            self.db.execute(f"INSERT INTO {table} VALUES {values}", list(chain.from_iterable(chunk)))
+            self.db.execute(_insert_sql(table, len(chunk), len(chunk[0])), list(chain.from_iterable(chunk)))
 
     def _stored(self, id):
         return self.db.execute("SELECT layer, data FROM hub_events WHERE id = ?", (id,)).fetchone()
@@ -280,6 +409,9 @@ class SQLiteHubStorage(HubStorage):
                         if self._closed:
                             return
                         now = self.db.execute("PRAGMA data_version").fetchone()[0]
+                        if now != self._version:  # another connection committed: cached token states read again
+                            self._version = now
+                            self._bump()
                     if now == version:
                         if interval != WATCH_IDLE_INTERVAL and time.monotonic() - changed_at > WATCH_IDLE_AFTER:
                             interval = WATCH_IDLE_INTERVAL

@@ -10,6 +10,7 @@ import pytest
 
 from eventstore.errors import InvalidInput, MemError
 from projections import audit
+from eventstore.instants import parse_instant
 from projections.adf_file import TABLES, export_adf, import_adf
 from projections.memory import Memory
 
@@ -53,6 +54,14 @@ def table_rows(path, table):
     try:
         columns = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
         return columns, db.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+    finally:
+        db.close()
+
+
+def file_content(path, name: str) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return bytes(db.execute("SELECT content FROM adf_files WHERE path = ?", (name,)).fetchone()[0]).decode()
     finally:
         db.close()
 
@@ -107,6 +116,39 @@ def test_export_import_export_gives_the_same_tables(tmp_path):
         assert recipe_read(first, seq) == recipe_read(second, seq)
     assert (again.root / "mind/log.md").read_text() == (memory.root / "mind/log.md").read_text()
     assert audit.audit_read(again.views, again.log, 3).source == "audit"
+
+
+def test_an_import_keeps_the_files_times_and_its_ids_are_the_same_at_every_import(tmp_path):
+    """Regression: every imported event got a fresh id and the import's time, so importing a file twice
+    was refused (or, into two workspaces, made two unrelated histories). Now an event's time is its row's
+    own (a loop row's created_at, a file's updated_at, an audit row's or a message's time) and its id is
+    derived from the file's agent and the event: the same file gives the same ids anywhere, and imported
+    again into the same workspace appends nothing."""
+    out = tmp_path / "out.adf"
+    memory = rich_memory(tmp_path / "ws")
+    export_adf(memory, out, memory.log.head())
+    run_mem("init", "--agent", "artemis", "-w", tmp_path / "a", check=True)
+    first = json.loads(run_mem("-w", tmp_path / "a", "import", "adf", out, "--json", check=True).stdout)
+    log = json.loads(run_mem("-w", tmp_path / "a", "log", "--json", check=True).stdout)
+    again = run_mem("-w", tmp_path / "a", "import", "adf", out, check=True).stdout.decode()
+    assert again == f"{out} was imported here already: all {first['events']} of its events are in the log; nothing " \
+                    "appended\n"
+    assert json.loads(run_mem("-w", tmp_path / "a", "log", "--json", check=True).stdout) == log
+    other = Memory.init(tmp_path / "b", "bob")
+    import_adf(other, out)
+    assert [(e.id, e.ts, e.seq) for e in other.events()] == [(e["id"], e["ts"], e["seq"]) for e in log]
+
+    loop = {e["seq"]: e for e in log if e["body"]["kind"] == "loop.append"}
+    assert loop and all(e["ts"] == e["body"]["created_at"] for e in loop.values())
+    files = [e for e in log if e["body"]["kind"] == "file.write"]
+    assert files and all(e["ts"] == parse_instant(e["body"]["updated_at"]) for e in files)
+    audits = [e for e in log if e["body"]["kind"] == "audit.import"]
+    assert len(audits) == 3 and all(e["ts"] == e["body"]["created_at"] for e in audits)
+    messages = {e["body"]["kind"]: e for e in log if e["body"]["kind"].endswith(".message")}
+    assert messages["inbox.message"]["ts"] == messages["inbox.message"]["body"]["message"]["received_at"]
+    assert messages["outbox.message"]["ts"] == messages["outbox.message"]["body"]["message"]["created_at"]
+    originals = {e.seq: e.ts for e in memory.events()}
+    assert all(originals[seq] <= e["ts"] <= originals[seq] + 5 for seq, e in loop.items())  # when they were said
 
 
 def test_import_the_fixture_with_its_older_schema(tmp_path, fixture_adf):
@@ -420,6 +462,13 @@ def test_local_layers_come_back_as_their_entries_and_pages(tmp_path):
     assert (tmp_path / "ws2/notes/drafts/launch.md").read_bytes() == PAGE
     reversal = json.loads(run_mem("-w", tmp_path / "ws2", "entry", "list", "decisions", "--json").stdout)
     assert reversal[2]["reverses"] == reversal[0]["id"] and reversal[0]["reversed_by"] == reversal[2]["id"]
+    # the 18 characters of an id the file shows are kept: exported again, the layer's file says the same
+    originals = [row.id if hasattr(row, "id") else row["id"] for row in memory.entries("decisions")]
+    assert [reversal[i]["id"][:18] for i in (0, 2)] == [originals[i][:18] for i in (0, 2)]
+    second = tmp_path / "second.adf"
+    run_mem("-w", tmp_path / "ws2", "export", "adf", second, check=True)
+    assert file_content(second, "memory/decisions.md") == file_content(out, "memory/decisions.md")
+    assert "(reverses " + first.id[:18] + ")" in file_content(second, "memory/decisions.md")
 
     db = sqlite3.connect(out)  # a layer file edited by hand past reading back: kept aside, as before
     with db:

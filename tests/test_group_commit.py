@@ -27,9 +27,9 @@ class CountingStorage(SQLiteHubStorage):
         super().__init__(path)
         self.transactions = 0
 
-    def _commit_group(self, batches, pulls):
+    def _commit_group(self, batches, pulls, checked=None):
         self.transactions += 1
-        return super()._commit_group(batches, pulls)
+        return super()._commit_group(batches, pulls, checked)
 
 
 class GatedStorage(CountingStorage):
@@ -40,13 +40,13 @@ class GatedStorage(CountingStorage):
         super().__init__(path)
         self.pending = pending
 
-    def _commit_group(self, batches, pulls):
+    def _commit_group(self, batches, pulls, checked=None):
         gate, self.pending = self.pending, None
         if gate is not None:
             deadline = time.monotonic() + 60
             while gate(len(batches)) and time.monotonic() < deadline:
                 time.sleep(0.01)
-        return super()._commit_group(batches, pulls)
+        return super()._commit_group(batches, pulls, checked)
 
 
 def entry(text: str, **kw):

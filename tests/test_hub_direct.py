@@ -198,7 +198,7 @@ def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as
         clash["body"]["content"] = "changed"
         many = PushRequest(events=[entry(f"fact number {i} " + "x" * 60) for i in range(40)])
         body = {text: msgspec.json.encode(PushRequest(events=[entry(text)]))
-                for text in ("chunked", "expect", "first", "pipelined", "last")}
+                for text in ("chunked", "expect", "first", "pipelined", "last", "lost")}
         json_type = "content-type: application/json"
         cases = [  # (request maker, answers, whether it is answered directly)
             (lambda t: raw_push(t, msgspec.json.encode(PushRequest(events=[one])), json_type), 1, True),
@@ -231,7 +231,56 @@ def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as
             assert (len(taken) > before) == direct, request[:300]
             statuses.update(head.split(b" ")[1] for head, _ in got)
         assert statuses == {b"200", b"401", b"409", b"415", b"400", b"422"}
+
+        def broken(*args):
+            raise RuntimeError("the disk is gone")
+
+        for server in servers:
+            server.storage.commit = broken
+        failed = [exchange(server.port, raw_push(token, body["lost"], json_type), 1)
+                  for server, token in zip(servers, tokens)]
+        assert failed[0] == failed[1] and failed[0][0][0].startswith(b"HTTP/1.1 500")
+        assert b"disk" not in failed[0][0][1]  # a 500 tells nothing of its cause
         assert servers[0].storage.head() == servers[1].storage.head()
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_push_checked_with_a_cached_token_state_is_checked_again_when_the_token_was_revoked_meanwhile(
+        tmp_path, monkeypatch):
+    """A direct push whose token state came from the cache (SQLiteHubStorage.push_state) and whose token was
+    revoked by another process before its commit is not applied: the commit sends it back (`Stale`) and the
+    push is checked again from a fresh read, which refuses the token."""
+    import sync.storage_sqlite
+
+    monkeypatch.setattr(sync.storage_sqlite, "TOKEN_CACHE_CALM", 0.0)
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    headers = [(b"authorization", f"Bearer {token}".encode()), (b"content-type", b"application/json")]
+
+    async def scenario():
+        app = create_app(storage)
+        answers = []
+
+        async def push(text):
+            answered = asyncio.get_running_loop().create_future()
+            app.push_directly(headers, msgspec.json.encode(PushRequest(events=[entry(text)])),
+                              lambda *answer: answered.set_result(answer))
+            answers.append(await answered)
+
+        await push("read")
+        storage._stop_watching()  # no watcher to notice the revocation first: the commit must
+        await push("cached")
+        other = SQLiteHubStorage(storage.path)
+        other.revoke_agent("alice")
+        other.close()
+        await push("revoked")
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [status for status, *_ in answers] == [200, 200, 401]
+    assert b"invalid-token" in answers[2][2]
+    assert storage.head() == 3  # the contract and the two pushes before the revocation
+    storage.close()

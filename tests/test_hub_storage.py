@@ -10,7 +10,7 @@ import pytest
 from sync.storage_postgres import PostgresHubStorage
 from sync.storage_sqlite import SQLiteHubStorage
 
-from hub_storage_conformance import HubStorageConformance, entry
+from hub_storage_conformance import CONTRACT, HubStorageConformance, entry
 
 
 class TestSQLiteHubStorage(HubStorageConformance):
@@ -95,4 +95,79 @@ def test_a_sqlite_hubs_write_queues_on_the_files_flock_that_another_hub_process_
         assert done and done[0][0].position == 1 and time.monotonic() - released < 2
     finally:
         os.close(other)
+        hub.close()
+
+
+def test_a_sqlite_group_of_new_entries_is_one_autocommit_insert_and_anything_else_a_transaction(tmp_path):
+    """The common group commits as one INSERT in autocommit (SQLiteHubStorage._one_statement: each statement
+    makes the commit thread win the GIL back from a busy event loop); a group with a pull record, a page
+    version, or a resent event goes the transaction's way, and every group's results are the same."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest
+    from sync.storage import PullRecord
+
+    hub = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    hub.apply_contract(CONTRACT)
+    statements = []
+    hub.db.set_trace_callback(lambda sql: statements.append(sql.split(" ")[0]))
+    try:
+        first, second, third = entry(), entry(), entry()
+        committed = hub.commit([[first], [second, third]])
+        assert statements == ["INSERT"]
+        assert [[result.position for result in outcome] for outcome in committed.outcomes] == [[2], [3, 4]]
+        statements.clear()
+        again = hub.commit([[first], [entry()]])  # a resent event: the INSERT is refused, then planned against the file
+        assert again.outcomes[0][0].duplicate and again.outcomes[0][0].position == 2
+        assert again.outcomes[1][0].position == 5 and "BEGIN" in statements
+        for group in ([[entry()]], [PullRecord("alice", 5, 0)]), ([[new_event(
+                PageIngest(slug="p", frontmatter={"type": "t"}, text="x"), agent="alice", layer="pages")]], []):
+            statements.clear()
+            hub.commit(*group)
+            assert statements[0] == "BEGIN" and statements[-1] == "COMMIT"
+        assert hub.head() == 7 and hub.received_by("alice", None) == 5
+    finally:
+        hub.close()
+
+
+def test_a_cached_token_state_holds_only_while_nothing_changed_and_is_checked_again_inside_the_commit(
+        tmp_path, monkeypatch):
+    """SQLiteHubStorage.push_state answers a known token from its cache (no read) with the epoch it was read
+    in; the commit applies a batch checked so only if no token state may have changed since: a revocation
+    committed by another connection (the writer's `PRAGMA data_version` moved) or by this one leaves the
+    batch unapplied (`Stale`), and the next state is read afresh."""
+    import sync.storage_sqlite
+    from sync.storage import Stale
+
+    monkeypatch.setattr(sync.storage_sqlite, "TOKEN_CACHE_CALM", 0.0)
+
+    class Counted(SQLiteHubStorage):
+        reads = 0
+
+        def _request_row(self, token_hash):
+            self.reads += 1
+            return super()._request_row(token_hash)
+
+    hub = Counted(str(tmp_path / "hub.db"))
+    hub.apply_contract(CONTRACT)
+    alice, bob = hub.add_agent("alice"), hub.add_agent("bob")
+    try:
+        assert hub.push_state(alice)[3] is None and hub.reads == 1  # read, then cached
+        agent, _contract, _position, checked = hub.push_state(alice)
+        assert agent == "alice" and checked is not None and hub.reads == 1
+        assert not isinstance(hub.commit([[entry()]], [], [checked]).outcomes[0], Exception)  # nothing changed
+        other = SQLiteHubStorage(hub.path)
+        other.revoke_agent("alice")  # another connection
+        other.close()
+        head = hub.head()
+        assert isinstance(hub.commit([[entry()]], [], [checked]).outcomes[0], Stale) and hub.head() == head
+        assert hub.push_state(alice)[0] is None and hub.reads == 2  # read again: revoked
+        hub.push_state(bob)
+        checked = hub.push_state(bob)[3]
+        assert checked is not None
+        hub.revoke_agent("bob")  # this connection: data_version does not move, the storage knows
+        fresh = entry()
+        committed = hub.commit([[entry()], [fresh]], [], [checked, None])
+        assert isinstance(committed.outcomes[0], Stale) and committed.outcomes[1][0].id == fresh.id
+        assert hub.head() == head + 1
+    finally:
         hub.close()
