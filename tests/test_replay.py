@@ -347,23 +347,10 @@ def test_a_replay_killed_midway_leaves_the_views_in_place(workspace):
     import subprocess
     import time
 
-    from eventstore.envelope import new_event
-    from eventstore.kinds import PageIngest, PageUpdate
-
     from conftest import mem_command
 
     with Memory.open(workspace) as memory:
-        heads, events = {}, []
-        for i in range(30000):
-            slug = f"page-{i % 200}"
-            fm = {"type": "note", "description": f"hook {i}"}
-            parent = heads.get(slug)
-            body = (PageUpdate(slug=slug, frontmatter=fm, text=f"# P\n\nv{i}\n", note=f"v{i}", parents=[parent])
-                    if parent else PageIngest(slug=slug, frontmatter=fm, text="# P\n\nnew\n", note="new"))
-            event = new_event(body, agent="alice", layer="mind")
-            heads[slug] = event.id
-            events.append(event)
-        memory.log.append(events)
+        memory.log.append(page_history(30000, pages=200))
         memory.refresh()
         before, checkpoint = memory.views.dump(), memory.views.checkpoint()
     rebuild = workspace / ".mem" / "views.db.rebuild"
@@ -384,3 +371,21 @@ def test_a_replay_killed_midway_leaves_the_views_in_place(workspace):
     assert run_mem("-w", workspace, "replay", "--check", check=True).stdout.startswith(b"rebuilt to seq 30000: no diff")
     assert b"replayed 30000 events" in run_mem("-w", workspace, "replay", check=True).stdout
     assert not rebuild.exists() and not scratch.exists()
+
+
+def page_history(count: int, pages: int) -> list:
+    """`count` mind-layer page versions spread over `pages` pages, each update naming its page's last."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest, PageUpdate
+
+    heads, events = {}, []
+    for i in range(count):
+        slug = f"page-{i % pages}"
+        fm = {"type": "note", "description": f"hook {i}"}
+        parent = heads.get(slug)
+        body = (PageUpdate(slug=slug, frontmatter=fm, text=f"# P\n\nv{i}\n", note=f"v{i}", parents=[parent])
+                if parent else PageIngest(slug=slug, frontmatter=fm, text="# P\n\nnew\n", note="new"))
+        event = new_event(body, agent="alice", layer="mind")
+        heads[slug] = event.id
+        events.append(event)
+    return events

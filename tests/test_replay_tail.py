@@ -3,7 +3,6 @@ history writer still writes), and a replay killed anywhere after its fold."""
 
 import hashlib
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -16,16 +15,15 @@ from hypothesis import strategies as st
 
 from eventstore.envelope import new_event
 from eventstore.errors import HandEdited
-from eventstore.kinds import LogRestore, PageIngest, PageUpdate
+from eventstore.kinds import LogRestore
 from projections import bulk
-from projections import materialize as materializing
 from projections.materialize import Prechecks, file_hash
 from projections.memory import Memory
 from projections.replay import _build, check, replay
 from projections.views import LOG_PATH
 
 from conftest import PAGE, run_mem
-from test_replay import op, perform, snapshot
+from test_replay import op, page_history, perform, snapshot
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,17 +105,7 @@ def test_a_replay_killed_anywhere_after_its_fold_leaves_the_old_views_or_the_new
     (the old ones, or the new ones: the same rows, from the same log), the files are the views' or owed by them,
     and the next replay leaves nothing behind."""
     with Memory.open(workspace) as memory:
-        heads, events = {}, []
-        for i in range(6000):
-            slug = f"page-{i % 300}"
-            fm = {"type": "note", "description": f"hook {i}"}
-            parent = heads.get(slug)
-            body = (PageUpdate(slug=slug, frontmatter=fm, text=f"# P\n\nv{i}\n", note=f"v{i}", parents=[parent])
-                    if parent else PageIngest(slug=slug, frontmatter=fm, text="# P\n\nnew\n", note="new"))
-            event = new_event(body, agent="alice", layer="mind")
-            heads[slug] = event.id
-            events.append(event)
-        memory.log.append(events)
+        memory.log.append(page_history(6000, pages=300))
         memory.refresh()
         before, checkpoint, files = memory.views.dump(), memory.views.checkpoint(), snapshot(workspace)
     rebuild = workspace / ".mem" / "views.db.rebuild"
