@@ -115,26 +115,27 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
 
 
 class LogBlocks:
-    """mind/log.md after its title, as `render.log` makes it of the log_entries rows a rebuild hands its writer:
-    newest first, one block per batch (`add`), kept in an unnamed temporary file beside the views (forty megabytes
-    on a million events: not in memory)."""
+    """The log_entries rows a rebuild hands its writer, one block per batch in msgpack as handed over (`add`), kept
+    in an unnamed temporary file beside the views (forty megabytes on a million events: not in memory). mind/log.md
+    is `render.log` of them, newest first (`newest_first`): a replay hashes it before the views are written."""
 
     def __init__(self, folder: Path):
         self.file = tempfile.TemporaryFile(dir=folder, prefix=".mem-log-")
         self.sizes: list[int] = []
 
-    def add(self, entries: list[tuple[int, int, str]]) -> None:
-        """A batch's log_entries rows, in seq order."""
-        data = ("\n" + "\n".join([entry for _seq, _ts, entry in reversed(entries)])).encode("utf-8")
-        self.file.write(data)
-        self.sizes.append(len(data))
+    def add(self, entries: bytes) -> None:
+        """A batch's log_entries rows, in seq order, encoded (msgpack)."""
+        self.file.write(entries)
+        self.sizes.append(len(entries))
 
-    def newest_first(self) -> Iterator[bytes]:
+    def newest_first(self) -> Iterator[list[tuple[int, int, str]]]:
+        """The rows, newest first, a block a batch."""
         self.file.flush()
+        decode = msgspec.msgpack.Decoder(list[tuple[int, int, str]]).decode
         fd, end = self.file.fileno(), sum(self.sizes)
         for size in reversed(self.sizes):
             end -= size
-            yield os.pread(fd, size, end)
+            yield decode(os.pread(fd, size, end))[::-1]
 
     def close(self) -> None:
         self.file.close()
@@ -310,8 +311,11 @@ class HistoryWriter:
         """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
         (SearchFold.flush's) and the shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
+        handed = entries
         if self.log_blocks is not None and entries:
-            self.log_blocks.add(entries)
+            encoded = msgspec.msgpack.encode(entries)
+            self.log_blocks.add(encoded)
+            handed = msgspec.Raw(encoded)  # encoded once, for both
         if self.child is None:
             if self.batches == 1:
                 write_batch(self.db, versions, entries, search_batch, shared_entries, from_log=self.from_log)
@@ -320,7 +324,7 @@ class HistoryWriter:
             self.db.close()
             self.db = None
             self._spawn()
-        frame = msgspec.msgpack.encode((versions, entries, search_batch, shared_entries))
+        frame = msgspec.msgpack.encode((versions, handed, search_batch, shared_entries))
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))
             self.child.stdin.write(frame)

@@ -12,7 +12,7 @@ import msgspec
 from eventstore import validate
 from eventstore.errors import UnsafePath
 
-from .render import LOG_TITLE
+from . import render
 from .views import LOG_PATH, Views
 
 
@@ -154,8 +154,8 @@ def untracked(views: Views, root: Path) -> list[str]:
 class Prechecks:
     """What a replay's dry run (`materialize(dry_run=True, settle=True)`) reads of the files, worked out on a
     thread of its own while the rebuild finishes (its history writer's last batches, the merge): the hashes of the
-    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it, from its entries as the
-    fold handed them over (`bulk.build`'s `folded`). Nothing is written, and the dry run still renders and checks
+    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it: `render.log` of its
+    entries as the fold handed them to the writer (`bulk.build`'s `folded`). Nothing is written, and the dry run still renders and checks
     every file itself; a file changed on disk meanwhile is hashed again there (`disk_hash`). Then the thread
     syncs the new views file (`sync`) as far as it is written, so that the replay's own fsync before the swap
     finds little left to write."""
@@ -179,10 +179,7 @@ class Prechecks:
                     disk_hash(validate.inside_workspace(self.root, path, folders), self.seen)
                 except (UnsafePath, OSError):
                     continue
-            digest = hashlib.sha256(f"{LOG_TITLE}\n".encode())
-            for block in log_blocks.newest_first():
-                digest.update(block)
-            self.rendered[LOG_PATH] = digest.hexdigest()
+            self.rendered[LOG_PATH] = _hash_chunks(render.log(log_blocks.newest_first()))
         finally:
             log_blocks.close()
             self.hashed.set()
