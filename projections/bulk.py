@@ -9,9 +9,9 @@ writes them into the new file (binding rows, inserting, tokenising) on the other
 with the fold. A SQLite log is attached there too: what a page version's row holds as the log stores it (the
 event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes
 every other table into a scratch file beside it (two connections, two files: no lock shared); at the end those
-tables, small beside the history, are copied into the new file, and what a rebuild leaves out is made once: page_versions'
-index, by the writer after its last batch; the all-versions search index's entries of the versions still current
-(`search.bulk_end`).
+tables, small beside the history, are copied into the new file, and what a rebuild leaves out is made once:
+page_versions' index, by the writer after its last batch; the all-versions search index's entries of the versions
+still current (`search.bulk_end`).
 
 While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
 reading the log through its own connection up to each head it is handed: the appends' checks, in
@@ -275,8 +275,9 @@ class HistoryWriter:
                  log: str | None = None, log_blocks: "LogBlocks | None" = None):
         """Takes the new file's page_versions index and search triggers away: the index is built once, sorted,
         after the last batch (`_commit_last`), and search_history's full-text entries as its versions close
-        (search.bulk_begin, and bulk_end at the `merge`). `apart`: more than a batch is to come, so the child process starts at once (its start-up
-        beside the fold's first batch), or is `child`, started ahead (`spawn_writer`) and told the file now.
+        (search.bulk_begin, and bulk_end at the `merge`). `apart`: more than a batch is to come, so the child
+        process starts at once (its start-up beside the fold's first batch), or is `child`, started ahead
+        (`spawn_writer`) and told the file now.
         `log`: the path of a SQLite log, which the writer attaches to read what page_versions rows take from it
         as stored (`FROM_LOG`): less to hand over, bind and decode. `log_blocks` is given each batch's log entries."""
         self.path = path
@@ -297,7 +298,6 @@ class HistoryWriter:
             self._spawn()
         else:
             self.db = _connect(self.path, self.log)
-            _buffer_terms(self.db)
 
     def _spawn(self) -> None:
         if self.ahead is not None:
@@ -453,23 +453,10 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     return db
 
 
-TERMS_BUFFER = 16 << 20
-"""The bytes of full-text entries FTS5 holds before it writes them out as a segment (its `hashsize`, 1 MB unless
-set) in the writer: a batch's entries go out as one segment at its commit, not as several (fewer segments to merge
-as more come: a tenth less of the writer's indexing, and the same index). FTS5 keeps the setting in
-search_history_fts_config; `_commit_last` takes it out, so the views hold FTS5's default as any other views."""
-
-
-def _buffer_terms(db) -> None:
-    db.execute(f"INSERT INTO search_history_fts (search_history_fts, rank) VALUES ('hashsize', {TERMS_BUFFER})")
-
-
 def _commit_last(db) -> None:
-    """The writer's last commit: page_versions' index made (sorted once, every row written; its writer is done
-    first, as the builder still ends its fold and copies what it wrote), and FTS5's `hashsize` back to its default
-    (TERMS_BUFFER)."""
+    """The writer's last commit, page_versions' index made first (sorted once, every row written; by the writer, while
+    the builder still ends its fold and begins the files' checks)."""
     db.execute(PAGE_VERSIONS_INDEX)
-    db.execute("DELETE FROM search_history_fts_config WHERE k = 'hashsize'")
     db.execute("COMMIT")
 
 
@@ -495,7 +482,6 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
         db = _connect(path, log)
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
-        _buffer_terms(db)
         frames = _frames(stdin)
         while frame := frames.get():
             write_batch(db, *decode(frame), from_log=log is not None)

@@ -155,10 +155,10 @@ class Prechecks:
     """What a replay's dry run (`materialize(dry_run=True, settle=True)`) reads of the files, worked out on a
     thread of its own while the rebuild finishes (its history writer's last batches, the merge): the hashes of the
     files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it: `render.log` of its
-    entries as the fold handed them to the writer (`bulk.build`'s `folded`). Nothing is written, and the dry run still renders and checks
-    every file itself; a file changed on disk meanwhile is hashed again there (`disk_hash`). Then the thread
-    syncs the new views file (`sync`) as far as it is written, so that the replay's own fsync before the swap
-    finds little left to write."""
+    entries as the fold handed them to the writer (`bulk.build`'s `folded`). Nothing is written, and the dry run
+    still renders and checks every file itself; a file changed on disk meanwhile is hashed again there
+    (`disk_hash`). Then the thread syncs the new views file (`sync`) as far as it is written, so that the replay's
+    own fsync before the swap finds little left to write."""
 
     def __init__(self, root: Path, paths, seen: dict, sync: Path | None = None):
         self.root, self.paths, self.seen, self.sync = root, list(paths), seen, sync
