@@ -9,9 +9,8 @@ writes them into the new file (binding rows, inserting, tokenising) on the other
 with the fold. A SQLite log is attached there too: what a page version's row holds as the log stores it (the
 event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes
 every other table into a scratch file beside it (two connections, two files: no lock shared); at the end those
-tables, small beside the history, are copied into the new file, and what a rebuild leaves out is made once:
-page_versions' index, by the writer after its last batch; the all-versions search index's entries of the versions
-still current (`search.bulk_end`).
+tables, small beside the history, are copied into the new file, and the indexes that a rebuild leaves out are made once
+(page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
 
 While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
 reading the log through its own connection up to each head it is handed: the appends' checks, in
@@ -273,11 +272,10 @@ class HistoryWriter:
 
     def __init__(self, db, path: str, apart: bool = False, child: subprocess.Popen | None = None,
                  log: str | None = None, log_blocks: "LogBlocks | None" = None):
-        """Takes the new file's page_versions index and search triggers away: the index is built once, sorted,
-        after the last batch (`_commit_last`), and search_history's full-text entries as its versions close
-        (search.bulk_begin, and bulk_end at the `merge`). `apart`: more than a batch is to come, so the child
-        process starts at once (its start-up beside the fold's first batch), or is `child`, started ahead
-        (`spawn_writer`) and told the file now.
+        """Takes the new file's page_versions index and search triggers away until `merge`: the index is built
+        once, sorted, at the end, and search_history's full-text entries as its versions close (search.bulk_begin,
+        bulk_end). `apart`: more than a batch is to come, so the child process starts at once (its start-up
+        beside the fold's first batch), or is `child`, started ahead (`spawn_writer`) and told the file now.
         `log`: the path of a SQLite log, which the writer attaches to read what page_versions rows take from it
         as stored (`FROM_LOG`): less to hand over, bind and decode. `log_blocks` is given each batch's log entries."""
         self.path = path
@@ -341,7 +339,7 @@ class HistoryWriter:
             db, self.db = self.db, None
             try:
                 if raise_error:
-                    _commit_last(db)
+                    db.execute("COMMIT")
             finally:
                 db.close()
         if self.child is not None:
@@ -358,8 +356,8 @@ class HistoryWriter:
                 raise _child_error(error)
 
     def merge(self, db, fold_path: str) -> None:
-        """Copies every table the fold wrote into the new file (`db`, holding no transaction), and puts the
-        search triggers back. A fold whose writer read the log (`from_log`) read no ids of the mind layer's events
+        """Copies every table the fold wrote into the new file (`db`, holding no transaction), and makes the
+        index taken away. A fold whose writer read the log (`from_log`) read no ids of the mind layer's events
         (`Recorder.fold_rows`): the `pages` rows take theirs from the versions they name."""
         db.execute("ATTACH DATABASE ? AS fold", (fold_path,))
         try:
@@ -371,6 +369,7 @@ class HistoryWriter:
             for table in tables:
                 db.execute(f'DELETE FROM main."{table}"')
                 db.execute(f'INSERT INTO main."{table}" SELECT * FROM fold."{table}"')
+            db.execute(PAGE_VERSIONS_INDEX)
             if self.from_log:  # the fold read no ids of the wiki's events: its pages take their versions'
                 db.execute("UPDATE pages SET version_id = (SELECT v.version_id FROM page_versions AS v "
                            "WHERE v.slug = pages.slug AND v.seq = pages.seq)")
@@ -453,13 +452,6 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     return db
 
 
-def _commit_last(db) -> None:
-    """The writer's last commit, page_versions' index made first (sorted once, every row written; by the writer, while
-    the builder still ends its fold and begins the files' checks)."""
-    db.execute(PAGE_VERSIONS_INDEX)
-    db.execute("COMMIT")
-
-
 def serve(path: str | None = None, inode: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
@@ -490,7 +482,7 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
                 db.execute("BEGIN")
         if frame is None:
             sys.exit(1)
-        _commit_last(db)
+        db.execute("COMMIT")
         db.close()
     except Exception as exc:
         _tell(exc)

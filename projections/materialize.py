@@ -157,21 +157,23 @@ class Prechecks:
     files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it: `render.log` of its
     entries as the fold handed them to the writer (`bulk.build`'s `folded`). Nothing is written, and the dry run
     still renders and checks every file itself; a file changed on disk meanwhile is hashed again there
-    (`disk_hash`). Then the thread syncs the new views file (`sync`) as far as it is written, so that the replay's
-    own fsync before the swap finds little left to write."""
+    (`disk_hash`). Beside it, another thread syncs the new views file (`sync`) as far as it is written, so that the
+    replay's own fsync before the swap finds little left to write."""
 
     def __init__(self, root: Path, paths, seen: dict, sync: Path | None = None):
         self.root, self.paths, self.seen, self.sync = root, list(paths), seen, sync
         self.rendered: dict[str, str] = {}
-        self.hashed = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []
 
     def start(self, log_blocks) -> None:
         """Begins, with mind/log.md's blocks (bulk.LogBlocks, closed when done)."""
-        self.thread = threading.Thread(target=self._run, args=(log_blocks,), name="prechecks", daemon=True)
-        self.thread.start()
+        self.threads.append(threading.Thread(target=self._hash, args=(log_blocks,), name="prechecks", daemon=True))
+        if self.sync is not None:
+            self.threads.append(threading.Thread(target=self._sync, name="prechecks-sync", daemon=True))
+        for thread in self.threads:
+            thread.start()
 
-    def _run(self, log_blocks) -> None:
+    def _hash(self, log_blocks) -> None:
         try:
             folders = {}
             for path in self.paths:
@@ -182,22 +184,22 @@ class Prechecks:
             self.rendered[LOG_PATH] = _hash_chunks(render.log(log_blocks.newest_first()))
         finally:
             log_blocks.close()
-            self.hashed.set()
-        if self.sync is not None:
-            with contextlib.suppress(OSError):  # the replay syncs it again, and reports what fails there
-                _fsync(self.sync)
+
+    def _sync(self) -> None:
+        with contextlib.suppress(OSError):  # the replay syncs it again, and reports what fails there
+            _fsync(self.sync)
 
     def join(self) -> dict[str, str]:
         """The rendered files' hashes worked out ({} when the checks never started: a build in another process),
         once the files are hashed (the sync may go on)."""
-        if self.thread is not None:
-            self.hashed.wait()
+        if self.threads:
+            self.threads[0].join()
         return self.rendered
 
     def finish(self) -> None:
         """Waits for the sync too."""
-        if self.thread is not None:
-            self.thread.join()
+        for thread in self.threads:
+            thread.join()
 
 
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,
