@@ -296,6 +296,7 @@ class HistoryWriter:
             self._spawn()
         else:
             self.db = _connect(self.path, self.log)
+            _defer_merges(self.db)
 
     def _spawn(self) -> None:
         if self.ahead is not None:
@@ -339,7 +340,7 @@ class HistoryWriter:
             db, self.db = self.db, None
             try:
                 if raise_error:
-                    db.execute("COMMIT")
+                    _commit_last(db)
             finally:
                 db.close()
         if self.child is not None:
@@ -452,6 +453,30 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     return db
 
 
+MERGES_DEFERRED = (("hashsize", 16 << 20), ("automerge", 0), ("crisismerge", 1000))
+"""FTS5's settings in the writer, for search_history_fts: a batch's entries written out as one segment at its commit
+(`hashsize`: the bytes of entries held, 1 MB by default), and no segments merged as they come (`automerge` 0, and
+`crisismerge` far off: FTS5 merges a level that many segments reach); `_commit_last` merges them all at once
+('optimize'). FTS5 by default merges four segments of a level into one of the next as they come: every entry
+rewritten at each of three or four levels on a million events, against once here, into one segment (which searches
+of the past read faster than the nine or ten automerge leaves). FTS5 keeps the settings in
+search_history_fts_config: `_commit_last` takes them out, so the views hold FTS5's defaults, as a fold's."""
+
+
+def _defer_merges(db) -> None:
+    for key, value in MERGES_DEFERRED:
+        db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES (?, ?)", (key, value))
+
+
+def _commit_last(db) -> None:
+    """The writer's last commit: every search_history_fts segment merged into one, and FTS5's settings back to their
+    defaults (MERGES_DEFERRED)."""
+    db.execute("INSERT INTO search_history_fts (search_history_fts) VALUES ('optimize')")
+    db.execute(f"DELETE FROM search_history_fts_config WHERE k IN ({', '.join('?' * len(MERGES_DEFERRED))})",
+               [key for key, _value in MERGES_DEFERRED])
+    db.execute("COMMIT")
+
+
 def serve(path: str | None = None, inode: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
@@ -474,6 +499,7 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
         db = _connect(path, log)
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
+        _defer_merges(db)
         frames = _frames(stdin)
         while frame := frames.get():
             write_batch(db, *decode(frame), from_log=log is not None)
@@ -482,7 +508,7 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
                 db.execute("BEGIN")
         if frame is None:
             sys.exit(1)
-        db.execute("COMMIT")
+        _commit_last(db)
         db.close()
     except Exception as exc:
         _tell(exc)
