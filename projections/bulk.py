@@ -90,6 +90,8 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
         try:
             search.defer_indexes(fold.db)  # the writer writes the search index: none here, nothing to copy
+            if heads == ():  # the end known: the writer is told when it nears (HistoryWriter.near_end)
+                progress = _nearing(writer, (log.head() if upto is None else upto) - fold.checkpoint(), progress)
             catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
@@ -112,6 +114,19 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         if blocks is not None:
             blocks.close()
         remove_files(fold_path)
+
+
+def _nearing(writer: "HistoryWriter", left: int, progress) -> Callable[[int], None]:
+    """`progress` for catch_up that also tells the writer once at most MERGE_AHEAD batches of the `left` events
+    are still to come."""
+    def folded(events: int) -> None:
+        nonlocal left
+        left -= events
+        if left <= MERGE_AHEAD * BATCH:
+            writer.near_end()
+        if progress:
+            progress(events)
+    return folded
 
 
 class LogBlocks:
@@ -288,6 +303,7 @@ class HistoryWriter:
         self.db: sqlite3.Connection | None = None
         self.child: subprocess.Popen | None = None
         self.batches = 0
+        self.nearing = False
         self.apart = apart or child is not None
         self.ahead = child
 
@@ -329,6 +345,18 @@ class HistoryWriter:
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))
             self.child.stdin.write(frame)
+        except BrokenPipeError:
+            self.join()  # raises the child's error
+            raise
+
+    def near_end(self) -> None:
+        """At most MERGE_AHEAD batches are still to come (told once): the writer's child merges the full-text
+        index's segments now (`_merge`), while the fold ends, rather than after the last batch."""
+        if self.nearing or self.child is None:
+            return
+        self.nearing = True
+        try:
+            self.child.stdin.write(_MERGE_NOW.to_bytes(4, "little"))
         except BrokenPipeError:
             self.join()  # raises the child's error
             raise
@@ -456,11 +484,17 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
 MERGES_DEFERRED = (("hashsize", 16 << 20), ("automerge", 0), ("crisismerge", 1000))
 """FTS5's settings in the writer, for search_history_fts: a batch's entries written out as one segment at its commit
 (`hashsize`: the bytes of entries held, 1 MB by default), and no segments merged as they come (`automerge` 0, and
-`crisismerge` far off: FTS5 merges a level that many segments reach); `_commit_last` merges them all at once
-('optimize'). FTS5 by default merges four segments of a level into one of the next as they come: every entry
-rewritten at each of three or four levels on a million events, against once here, into one segment (which searches
-of the past read faster than the nine or ten automerge leaves). FTS5 keeps the settings in
-search_history_fts_config: `_commit_last` takes them out, so the views hold FTS5's defaults, as a fold's."""
+`crisismerge` far off: FTS5 merges a level that many segments reach); `_merge` merges them all at once ('optimize'),
+as the last batches come (MERGE_AHEAD), else at the end. FTS5 by default merges four segments of a level into one
+of the next as they come: every entry rewritten at each of three or four levels on a million events, against once
+here, into one segment (and the last batches' few), which searches of the past read faster than the nine or ten
+automerge leaves. FTS5 keeps the settings in search_history_fts_config: `_commit_last` takes them out, so the views
+hold FTS5's defaults, as a fold's."""
+MERGE_AHEAD = 10
+"""Batches still to come when the writer merges the full-text index's segments (HistoryWriter.near_end): the fold's
+last batches take about as long as the merge, which the writer, as fast as the fold or faster, makes meanwhile."""
+_MERGE_NOW = 0xFFFFFFFF
+"""The header of no batch (`serve`): the writer merges now (HistoryWriter.near_end)."""
 
 
 def _defer_merges(db) -> None:
@@ -468,10 +502,17 @@ def _defer_merges(db) -> None:
         db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES (?, ?)", (key, value))
 
 
-def _commit_last(db) -> None:
-    """The writer's last commit: every search_history_fts segment merged into one, and FTS5's settings back to their
-    defaults (MERGES_DEFERRED)."""
+def _merge(db) -> None:
     db.execute("INSERT INTO search_history_fts (search_history_fts) VALUES ('optimize')")
+
+
+def _commit_last(db, merged: bool = False) -> None:
+    """The writer's last commit: every search_history_fts segment merged into one (unless `merged` already, as the
+    last batches came), and FTS5's settings back to their defaults (MERGES_DEFERRED)."""
+    if merged:  # the segments of the batches since, at their level only (FTS5's `usermerge`, 4, and more)
+        db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES ('merge', 1000000)")
+    else:
+        _merge(db)
     db.execute(f"DELETE FROM search_history_fts_config WHERE k IN ({', '.join('?' * len(MERGES_DEFERRED))})",
                [key for key, _value in MERGES_DEFERRED])
     db.execute("COMMIT")
@@ -500,15 +541,19 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
         _defer_merges(db)
-        frames = _frames(stdin)
+        frames, merged = _frames(stdin), False
         while frame := frames.get():
+            if frame is _MERGING:
+                _merge(db)
+                merged = True
+                continue
             write_batch(db, *decode(frame), from_log=log is not None)
             if log is not None:
                 db.execute("COMMIT")
                 db.execute("BEGIN")
         if frame is None:
             sys.exit(1)
-        _commit_last(db)
+        _commit_last(db, merged)
         db.close()
     except Exception as exc:
         _tell(exc)
@@ -520,9 +565,12 @@ READ_AHEAD = 2
 read, not once the batch before it is written, so a batch slower to write than to fold does not hold the fold up."""
 
 
+_MERGING = b"merge"
+
+
 def _frames(stdin) -> queue.Queue:
     """The batches on `stdin` (`serve`), read by a thread of their own as they come (READ_AHEAD at most waiting):
-    each batch's bytes, then b"" at the end, or None when the builder went away first."""
+    each batch's bytes (or _MERGING, told to merge), then b"" at the end, or None when the builder went away first."""
     frames: queue.Queue = queue.Queue(READ_AHEAD)
 
     def read() -> None:
@@ -530,7 +578,7 @@ def _frames(stdin) -> queue.Queue:
             if not (size := int.from_bytes(header, "little")):
                 frames.put(b"")
                 return
-            frames.put(stdin.read(size))
+            frames.put(_MERGING if size == _MERGE_NOW else stdin.read(size))
         frames.put(None)
 
     threading.Thread(target=read, name="batches", daemon=True).start()
