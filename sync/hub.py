@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 from collections.abc import Callable
+from urllib.parse import parse_qsl
 
 import msgspec
 import zstandard
@@ -395,7 +396,7 @@ def reply(value) -> Response:
 
 
 reply_bytes = msgspec.json.encode
-JSON_TYPE, PROBLEM_TYPE = b"application/json", b"application/problem+json"
+JSON_TYPE, PROBLEM_TYPE, MSGPACK_TYPE = b"application/json", b"application/problem+json", MSGPACK.encode()
 _no_results = PushResponse(results=[])
 
 
@@ -405,17 +406,35 @@ async def _checked_push(hub: "Hub", events, agent: str, current, checked: int | 
     return await hub.committer.push(events, checked)
 
 
-def pull_parameters(request: Request, max_wait: float) -> tuple[int, int, float]:
-    """(after, limit, wait) of a pull request."""
-    after = decode_cursor(request.query_params.get("cursor"))
+def pull_parameters(params, max_wait: float) -> tuple[int, int, float]:
+    """(after, limit, wait) of a pull request, from its query's parameters."""
+    after = decode_cursor(params.get("cursor"))
     try:
-        limit = min(int(request.query_params.get("limit", "1000")), MAX_PULL)
-        wait = min(float(request.query_params.get("wait", "0")), max_wait)
+        limit = pull_limit(params)
+        wait = min(float(params.get("wait", "0")), max_wait)
     except ValueError:
         raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
     if limit < 1 or not wait >= 0:
         raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
     return after, limit, wait
+
+
+def pull_limit(params) -> int:
+    return min(int(params.get("limit", "1000")), MAX_PULL)
+
+
+def query_params(query: bytes) -> dict[str, str]:
+    """A query string's parameters as starlette reads them (`QueryParams`: parse_qsl keeping blank values,
+    the last of a repeated name), without parse_qsl when nothing in it is escaped."""
+    text = query.decode("latin-1")
+    if "%" in text or "+" in text:
+        return dict(parse_qsl(text, keep_blank_values=True))
+    params = {}
+    for part in text.split("&"):
+        if part:
+            name, _, value = part.partition("=")
+            params[name] = value
+    return params
 
 
 async def contract(request: Request) -> Response:
@@ -445,7 +464,7 @@ async def pull(request: Request) -> Response:
     hub = hub_of(request)
     token = bearer_token(request)
     try:
-        after, limit, wait = pull_parameters(request, hub.max_wait)
+        after, limit, wait = pull_parameters(request.query_params, hub.max_wait)
     except HubError:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
@@ -526,12 +545,99 @@ class HubApp(Starlette):
         super().__init__(**options)
         self._direct = ZstdResponses(self._answer)
 
-    def direct(self, method: bytes, target: bytes) -> Callable[[list, bytes, Respond], None] | None:
-        """The handler that answers this request from the parser's callbacks, or None (the ASGI way):
-        a push to a hub whose storage's reads never wait, where its checks run on the event loop."""
-        if target == b"/v1/push" and method == b"POST" and not self.state.hub.storage.reads_wait:
+    def direct(self, method: bytes, target: bytes) -> Callable[[list, bytes, Respond], Callable | None] | None:
+        """The handler that answers this request from the parser's callbacks, or None (the ASGI way), for a
+        hub whose storage's reads never wait (its checks and reads run on the event loop): a push, or a pull
+        whose page is read on the event loop (at most INLINE_PULL events) and that waits for no commit of its
+        acknowledgement (`ack=durable`)."""
+        if self.state.hub.storage.reads_wait:
+            return None
+        if method == b"POST" and target == b"/v1/push":
             return self.push_directly
+        if method == b"GET" and target.startswith(b"/v1/pull") and b"#" not in target:
+            path, mark, query = target.partition(b"?")
+            if path != b"/v1/pull":
+                return None
+            params = query_params(query) if mark else {}
+            try:
+                if pull_limit(params) > INLINE_PULL:
+                    return None
+            except ValueError:
+                pass  # refused as the ASGI way refuses it
+            if params.get("ack") == "durable":
+                return None
+            return lambda headers, raw, respond: self.pull_directly(params, headers, respond)
         return None
+
+    def pull_directly(self, params: dict[str, str], headers: list[tuple[bytes, bytes]], respond: Respond):
+        """`pull` from the request's query parameters and headers, for `direct`: its answer goes to `respond`,
+        at once, or (a long-poll) once a commit it waits for is told or its wait is over; then it returns what
+        stops the wait (`sync/server.py`: the client left, or the server shuts down)."""
+        fields, zstd = {}, False
+        for name, value in headers:
+            if name not in fields:
+                fields[name] = value
+            if name == b"accept-encoding" and b"zstd" in value:
+                zstd = True
+        hub = self.state.hub
+        try:
+            token = bearer(fields.get(b"authorization", b"").decode("latin-1"))
+            try:
+                after, limit, wait = pull_parameters(params, hub.max_wait)
+            except HubError:
+                hub.agent_for(token)  # an unknown token hears that first
+                raise
+            packed = MSGPACK in fields.get(b"accept", b"").decode("latin-1")
+            agent, layers, head, rows = hub.consumer_page(token, after, limit + 1, wait)
+            held = params.get("held")
+            hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after))
+            media_type = MSGPACK_TYPE if packed else JSON_TYPE
+            deferred = rows is None or (wait > 0 and rows and hub.fanout.deferred(after, layers))
+            if deferred or (wait > 0 and not rows):  # a long-poll: for the wake-up due, or for anything new
+                future = hub.fanout.listen(after if deferred else max(after, head), layers)
+                if future is not None:
+                    return self._waiting(future, wait, token, after, limit, packed, rows, head, zstd, respond)
+                body = hub.woken_answer(token, after, limit, packed)
+            else:
+                body = pull_answer(after, head, rows, limit, packed)
+        except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
+            return respond(*self._refused(exc, zstd))
+        return respond(*self._answered(body, zstd, media_type))
+
+    def _waiting(self, future: asyncio.Future, wait: float, token: str, after: int, limit: int, packed: bool,
+                 rows: list | None, head: int, zstd: bool, respond: Respond) -> Callable[[], None]:
+        """The rest of a long-poll answered directly, as `pull` waits on `Fanout.wait`: the answer shared by the
+        long-polls a commit woke, else, its wait over, the page it read (or, waiting for a wake-up that never
+        came, the page as it is now). Returns what stops it."""
+        hub = self.state.hub
+        timer = asyncio.get_running_loop().call_later(wait, future.cancel)
+
+        def woken(done: asyncio.Future) -> None:
+            timer.cancel()
+            if stopped:
+                return
+            try:
+                if not done.cancelled():  # token and contract again: revoked while it waited, it gets nothing more
+                    body = hub.woken_answer(token, after, limit, packed)
+                elif rows is None:
+                    _agent, _layers, now, page = hub.consumer_page(token, after, limit + 1)
+                    body = pull_answer(after, now, page, limit, packed)
+                else:
+                    body = pull_answer(after, head, rows, limit, packed)
+            except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
+                return respond(*self._refused(exc, zstd))
+            respond(*self._answered(body, zstd, MSGPACK_TYPE if packed else JSON_TYPE))
+
+        stopped = False
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            timer.cancel()
+            future.cancel()
+
+        future.add_done_callback(woken)
+        return stop
 
     def push_directly(self, headers: list[tuple[bytes, bytes]], raw: bytes, respond: Respond) -> None:
         """`push` from the request's headers (lower-case names, as uvicorn gives them) and its whole body:
