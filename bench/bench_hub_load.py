@@ -451,7 +451,7 @@ def main():
                         per_push = lambda cpu: cpu * 1000 / max(1, r["pushes"])  # noqa: E731
                         rows.append((agents, label, f"{r['events/s']:,.0f}", f"{r['events/s'] / off['events/s']:.2f}x",
                                      f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['fanout p99']:.1f}", r["missed"],
-                                     f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.2f}", f"{per_push(r['loop cpu']):.2f}",
+                                     f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.3f}", f"{per_push(r['loop cpu']):.3f}",
                                      f"{per_push(r['load cpu']):.2f}", f"{cpu_bound(r, cores, hubs):,.0f}",
                                      f"{r['loadavg']:.2f}"))
             processes = "one hub process" if args.sqlite_hubs == 1 else f"{args.sqlite_hubs} hub processes on one file"
