@@ -189,10 +189,15 @@ def check_reversals(events, storage: HubStorage) -> None:
                                "to reverse", field=f"events[{index}].body.reverses")
 
 
+PAGE_VERSIONS = (PageIngest, PageUpdate, PageDelete)
+
+
 def check_holds(events, storage: HubStorage) -> None:
     """Refuses an update or delete of a held shared page that does not release it, and an ingest that
     would stand beside a held head (eventstore.governance). A parent is read from the batch, else from
     the hub: one lookup by id, for page events only; a page's heads, only for a batch with an ingest."""
+    if not any(isinstance(event.body, PAGE_VERSIONS) for event in events):
+        return
     batch = {event.id: event.body for event in events}
 
     def parent(id: str):
@@ -544,13 +549,22 @@ class HubApp(Starlette):
     def __init__(self, **options):
         super().__init__(**options)
         self._direct = ZstdResponses(self._answer)
+        self._hub: Hub | None = None
+
+    @property
+    def hub(self) -> "Hub":
+        """`state.hub` (set once by `create_app`), kept: starlette's State answers each attribute through
+        __getattr__, a cost on every request answered directly."""
+        if self._hub is None:
+            self._hub = self.state.hub
+        return self._hub
 
     def direct(self, method: bytes, target: bytes) -> Callable[[list, bytes, Respond], Callable | None] | None:
         """The handler that answers this request from the parser's callbacks, or None (the ASGI way), for a
         hub whose storage's reads never wait (its checks and reads run on the event loop): a push, or a pull
         whose page is read on the event loop (at most INLINE_PULL events) and that waits for no commit of its
         acknowledgement (`ack=durable`)."""
-        if self.state.hub.storage.reads_wait:
+        if self.hub.storage.reads_wait:
             return None
         if method == b"POST" and target == b"/v1/push":
             return self.push_directly
@@ -579,7 +593,7 @@ class HubApp(Starlette):
                 fields[name] = value
             if name == b"accept-encoding" and b"zstd" in value:
                 zstd = True
-        hub = self.state.hub
+        hub = self.hub
         try:
             token = bearer(fields.get(b"authorization", b"").decode("latin-1"))
             try:
@@ -609,7 +623,7 @@ class HubApp(Starlette):
         """The rest of a long-poll answered directly, as `pull` waits on `Fanout.wait`: the answer shared by the
         long-polls a commit woke, else, its wait over, the page it read (or, waiting for a wake-up that never
         came, the page as it is now). Returns what stops it."""
-        hub = self.state.hub
+        hub = self.hub
         timer = asyncio.get_running_loop().call_later(wait, future.cancel)
 
         def woken(done: asyncio.Future) -> None:
@@ -649,7 +663,7 @@ class HubApp(Starlette):
             if name == b"accept-encoding" and b"zstd" in value:
                 zstd = True
         try:
-            hub = self.state.hub
+            hub = self.hub
             agent, current, checked = hub.push_state(bearer(fields.get(b"authorization", b"").decode("latin-1")))
             check_push_type(fields.get(b"content-type", b"").decode("latin-1"))
             batch = decode_push(decoded_body(raw, fields.get(b"content-encoding", b"identity").decode("latin-1")))
@@ -657,26 +671,34 @@ class HubApp(Starlette):
                 return respond(*self._answered(reply_bytes(_no_results), zstd))
             if len(batch.events) <= INLINE_CHECKS:
                 check_batch(batch.events, agent, current, hub.storage)
-                pending = hub.committer.submit(batch.events, checked)
-            else:  # as `push`: a large batch's checks off the event loop
-                pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current, checked))
+                hub.committer.submit(batch.events, checked,
+                                     lambda outcome: self._settled(outcome, headers, raw, respond, zstd))
+                return None
+            # as `push`: a large batch's checks off the event loop
+            pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current, checked))
         except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
             return respond(*self._refused(exc, zstd))
         pending.add_done_callback(lambda done: self._committed(done, headers, raw, respond, zstd))
 
     def _committed(self, done: asyncio.Future, headers: list, raw: bytes, respond: Respond, zstd: bool) -> None:
-        """A push's commit is done: answered, or (checked with a cached token state that may have changed
-        since: `Stale`) checked again from a fresh read, as a new request."""
-        if not done.cancelled() and isinstance(done.exception(), Stale):
-            return self.push_directly(headers, raw, respond)
-        respond(*self._pushed(done, zstd))
-
-    def _pushed(self, done: asyncio.Future, zstd: bool) -> Answer:
-        """The answer to a push once its commit is done: its results, or its refusal."""
         try:
-            return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+            outcome = done.result()
         except BaseException as exc:  # noqa: BLE001 - refused, cancelled or failed: answered as `push` would be
-            return self._refused(exc, zstd)
+            outcome = exc
+        self._settled(outcome, headers, raw, respond, zstd)
+
+    def _settled(self, outcome: list | BaseException, headers: list, raw: bytes, respond: Respond, zstd: bool) -> None:
+        """A push's commit is done (its results, or its refusal): answered, or (checked with a cached token
+        state that may have changed since: `Stale`) checked again from a fresh read, as a new request."""
+        if isinstance(outcome, Stale):
+            return self.push_directly(headers, raw, respond)
+        if isinstance(outcome, BaseException):
+            return respond(*self._refused(outcome, zstd))
+        try:
+            answer = self._answered(reply_bytes(PushResponse(results=outcome)), zstd)
+        except Exception as exc:  # noqa: BLE001 - answered as `push` would be
+            answer = self._refused(exc, zstd)
+        respond(*answer)
 
     def _refused(self, exc: BaseException, zstd: bool) -> Answer:
         """The exception handlers' answer to an exception (`EXCEPTION_HANDLERS`), as a direct answer."""
