@@ -4,7 +4,9 @@ reach, and the admin token of the hub's pages.
 A server on a loopback address asks no token (only this machine reaches it). On any other address it
 refuses every request without the token: `--token-file FILE` reads it from FILE, or writes a new one
 there when FILE is missing (as `mem serve --admin-token-file` does), so that it stays the same across
-restarts; without it a new token is made at each start and printed once, on stdout, with the URL. A
+restarts; or the environment variable MEM_SERVER_TOKEN holds the token itself (a service manager's secret, never
+on a command line that `ps` shows); without either a new token is made at each start and printed once, on stdout,
+with the URL. A
 script (an MCP client) sends `Authorization: Bearer <token>`; a browser opens the printed URL once,
 `?token=<token>`, and the answer sets an HttpOnly, SameSite=Strict cookie for that port and redirects to
 the same page without the token, so the token leaves the address bar and the history.
@@ -12,6 +14,7 @@ the same page without the token, so the token leaves the address bar and the his
 
 import hmac
 import ipaddress
+import os
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -24,9 +27,10 @@ from sync.wire import PROBLEM_BASE, Problem
 
 from .output import fail
 
+TOKEN_ENV = "MEM_SERVER_TOKEN"
 TokenFileOpt = typer.Option(None, "--token-file", help="Require this bearer token (read from FILE, made there when "
-                            "missing), even on loopback. On an address other hosts reach a token is always required: "
-                            "without this option a new one is printed at each start.")
+                            f"missing), even on loopback; or set {TOKEN_ENV} to the token itself. On an address other "
+                            "hosts reach a token is always required: without either a new one is printed at each start.")
 
 
 def is_loopback(host: str) -> bool:
@@ -58,6 +62,8 @@ def server_token(host: str, token_file: Path | None) -> tuple[str | None, bool]:
 
     if token_file is not None:
         return token_from_file(token_file, "bearer token"), False
+    if TOKEN_ENV in os.environ:
+        return os.environ[TOKEN_ENV].strip() or fail(f"{TOKEN_ENV} is set but empty: set it to the token, or unset it"), False
     if is_loopback(host):
         return None, False
     return new_token(), True

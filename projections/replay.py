@@ -10,7 +10,7 @@ import msgspec
 from eventstore.errors import HandEdited
 
 from . import bulk
-from .materialize import FileReport, Prechecks, file_hash, materialize
+from .materialize import FileReport, Prechecks, file_hash, materialize, remove_stale_temp_files
 from .views import Views
 
 
@@ -56,6 +56,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
     if upto is not None:
         memory.seq_at(seq=upto)
     with memory.lock():
+        remove_stale_temp_files(memory.views, memory.root)  # a replay killed while it wrote files left them
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")

@@ -142,3 +142,35 @@ def test_a_replay_killed_anywhere_after_its_fold_leaves_the_old_views_or_the_new
         assert not rebuild.exists() and not Path(f"{rebuild}-fold").exists()
         assert snapshot(workspace) == files
     assert killed_alive >= 2, "the replays ended before they could be killed after their fold; lengthen the log"
+
+
+KILLED_WHILE_WRITING_FILES = """
+import os, sys
+from projections import materialize
+from projections.memory import Memory
+from projections.replay import replay
+land = materialize._land
+def killed(staged, records):
+    if staged:
+        os._exit(9)  # the temporary files are written, none renamed over its page yet
+    land(staged, records)
+materialize._land = killed
+with Memory.open(sys.argv[1]) as memory:
+    replay(memory)
+"""
+
+
+def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_after_the_next(workspace):
+    """A replay killed between writing a page's temporary file and renaming it over the page leaves that file
+    beside the page; the next replay (which takes the same lock as any writer of files) removes it."""
+    with Memory.open(workspace) as memory:
+        memory.log.append(page_history(40, pages=4))
+        memory.refresh()
+        files = snapshot(workspace)
+    for page in ("mind/page-1.md", "mind/page-2.md"):
+        (workspace / page).unlink()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    assert subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING_FILES, str(workspace)], env=env).returncode == 9
+    assert sorted(p.name for p in (workspace / "mind").glob(".*.mem-tmp-*")) != []
+    assert b"replayed 40 events" in run_mem("-w", workspace, "replay", check=True).stdout
+    assert snapshot(workspace) == files

@@ -3,6 +3,7 @@ on loopback they ask none unless `--token-file` is given. The servers bind 0.0.0
 reachable address) and the tests connect to 127.0.0.1 only, over real HTTP."""
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -36,14 +37,14 @@ def get(url: str, headers: dict | None = None, data: bytes | None = None):
         return answer.code, answer.headers, answer.read()
 
 
-def started(*args) -> tuple[subprocess.Popen, int, list[str]]:
+def started(*args, env: dict | None = None) -> tuple[subprocess.Popen, int, list[str]]:
     """A `mem` server started with --port/--http given by `args` (P stands for a free port), once it says
-    where it listens: (the process, the port, the lines it printed)."""
+    where it listens: (the process, the port, the lines it printed). `env`: variables added to this one's."""
     port = free_port()
     server = subprocess.Popen([*mem_command(), *(a.replace("P", str(port)) for a in args)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     lines = [server.stdout.readline().rstrip("\n")]
-    if "--http" in args and "0.0.0.0" in " ".join(args) and "--token-file" not in args:
+    if "--http" in args and "0.0.0.0" in " ".join(args) and "--token-file" not in args and not env:
         lines.append(server.stdout.readline().rstrip("\n"))
     deadline = time.monotonic() + 30
     while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
@@ -110,6 +111,29 @@ def test_ui_on_loopback_asks_no_token_unless_a_token_file_is_given(workspace, tm
         assert get(f"http://127.0.0.1:{port}/asof", {"Authorization": f"Bearer {token}"})[0] == 200
     finally:
         stop(server)
+
+
+def test_the_token_can_come_from_the_environment_for_the_ui_and_mcp_and_is_not_printed(workspace):
+    """MEM_SERVER_TOKEN holds the token itself (a service manager's secret): required on any address, never
+    printed; set but empty, the server refuses to start with one line."""
+    token = "mlg_from-the-environment-0123456789abcdef"
+    for args in (("ui", "--host", "0.0.0.0", "--port", "P"), ("mcp", "--http", "0.0.0.0:P")):
+        server, port, lines = started("-w", str(workspace), *args, env={"MEM_SERVER_TOKEN": f" {token}\n"})
+        try:
+            assert len(lines) == 1 and token not in lines[0] and "token" not in lines[0]
+            if args[0] == "ui":
+                unauthorized(*get(f"http://127.0.0.1:{port}/asof", {"Authorization": "Bearer nope"}),
+                             "the token is not this server's")
+                assert get(f"http://127.0.0.1:{port}/asof", {"Authorization": f"Bearer {token}"})[0] == 200
+            else:
+                unauthorized(*get(f"http://127.0.0.1:{port}/mcp", {"Accept": "application/json"}, b"{}"),
+                             "a token is needed here: send `Authorization: Bearer <token>`")
+        finally:
+            stop(server)
+    refused = subprocess.run([*mem_command(), "-w", str(workspace), "ui", "--port", str(free_port())],
+                             env={**os.environ, "MEM_SERVER_TOKEN": " "}, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and refused.stdout == "" and \
+        refused.stderr == "error: MEM_SERVER_TOKEN is set but empty: set it to the token, or unset it\n"
 
 
 def test_mcp_over_http_off_loopback_requires_the_token_it_prints(workspace):
