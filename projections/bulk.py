@@ -463,9 +463,10 @@ def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_e
     else:
         db.execute(PAGE_VERSIONS)
     insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
-    insert_many(db, shared.ENTRIES_INSERT, shared_entries)
+    if shared_entries:
+        shared.stage_entries(db, shared_entries)
     gone, rows, _versions, *rest = search_batch
-    search.write_batch(db, gone, rows, versions, *rest, bulk=True, staged=True)
+    search.write_batch(db, gone, rows, versions, *rest, bulk=True, staged=True, staged_entries=bool(shared_entries))
 
 
 def _connect(path: str, log: str | None = None) -> sqlite3.Connection:

@@ -248,6 +248,23 @@ def entry_row(seq, layer, id, type, date, content, reverses, agent) -> tuple:
             0 if agent is None else agent)
 
 
+_ENTRY_ROW = ("SELECT seq, 'entry', layer, id, '[' || type || '] ' || date, content, NULLIF(type, 0), NULL, NULL, "
+              "NULLIF(id, 0), NULLIF(reverses, 0), NULLIF(agent, 0)")
+"""`entry_row` in SQL, of a row staged in temp.staged_entries (shared.stage_entries), as DOCS_INSERT binds it."""
+STAGED_ENTRIES = (
+    f"INSERT OR IGNORE INTO search_docs {_ENTRY_ROW} FROM temp.staged_entries",
+    "INSERT INTO search_docs_fts (rowid, title, body) SELECT d.id, d.title, d.body FROM temp.staged_entries AS s "
+    "JOIN search_docs AS d ON d.id = s.seq WHERE d.kind = 'entry' ORDER BY d.id",
+    f"INSERT OR IGNORE INTO search_history ({', '.join(COLUMNS)}, until, since) {_ENTRY_ROW}, NULL, seq "
+    "FROM temp.staged_entries",
+    f"INSERT INTO search_history_fts (rowid, title, body) SELECT ({OPEN} << {SPAN}) | h.id, h.title, h.body "
+    "FROM temp.staged_entries AS s JOIN search_history AS h ON h.id = s.seq WHERE h.kind = 'entry' ORDER BY h.id")
+"""A bulk batch's entries' search rows, made by SQL from their staged `entries` rows: each entry's search_docs row
+and its full-text entry, its search_history row (current for good: NEVER_CLOSED) and its entry. A row whose id is
+taken already (by an archived loop message: `archived_loop_rows`) is left out, as `write_batch` leaves it out, and
+the one that holds the id is not indexed again (it is no entry's)."""
+
+
 def loop_row(seq, loop, role, text) -> tuple:
     return (seq, "loop", LOOP, loop, role, text, role, 0, 0, 0, 0, 0)
 
@@ -325,8 +342,11 @@ class SearchFold:
         self.history.append((*row, 0, row[0] if since is None else since))
 
     def apply(self, seq: int, layer: str, body, id: str | None = None, agent: str | None = None) -> None:
-        """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush)."""
+        """Folds one loop, file or shared-layer event (wiki pages come from the wiki fold's batch, at flush). In
+        `bulk`, an entry is left to the writer, which makes its rows from its `entries` row (STAGED_ENTRIES)."""
         if isinstance(body, EntryAppend):  # first: a team's layers hold mostly entries
+            if self.bulk:
+                return
             self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
                                                agent))
         elif isinstance(body, LoopAppend):
@@ -369,12 +389,15 @@ class SearchFold:
         pages = set()
         if added:
             refs = msgspec.json.encode(list(added))
+            voided = db.execute("SELECT 1 FROM shared_void LIMIT 1").fetchone() is not None
             early = db.execute(
-                "SELECT id FROM shared_parents WHERE id IN (SELECT value FROM json_each(?1)) UNION SELECT p.value "
-                "FROM shared_void v JOIN shared_versions c ON c.layer = v.layer AND c.slug = v.slug AND c.id = v.id, "
+                "SELECT id, seq FROM shared_parents WHERE id IN (SELECT value FROM json_each(?1)) UNION SELECT p.value, "
+                "NULL FROM shared_void v JOIN shared_versions c ON c.layer = v.layer AND c.slug = v.slug AND c.id = v.id, "
                 "json_each(c.parents) p WHERE p.value IN (SELECT value FROM json_each(?1))", (refs,)).fetchall()
-            for (ref,) in early:
+            for ref, first in dict(early).items():  # a ref twice (named, and by a void version): once
                 seq, layer, key = added[ref][0], added[ref][2], added[ref][3]
+                if not voided and first > seq:
+                    continue  # no version is void: shared_parents has the first that named it, come after it
                 slug = key.split("/", 1)[1]
                 if db.execute("SELECT 1 FROM shared_versions c, json_each(c.parents) p WHERE c.layer = ?1 AND c.slug = "
                               "?2 AND p.value = ?3 AND c.seq < ?4 AND c.id NOT IN (SELECT id FROM shared_void WHERE "
@@ -533,7 +556,7 @@ class SearchFold:
 
 def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_pages: list, history: list,
                 closed_files: list, closed_shared: list, reset_shared: list = (), gaps: list = (), *,
-                bulk: bool = False, staged: bool = False) -> None:
+                bulk: bool = False, staged: bool = False, staged_entries: bool = False) -> None:
     """A batch of SearchFold (its `flush`), in the connection's transaction: the search_docs rows that stopped
     being current and those that are, then the search_history rows and the versions they closed, then (but in
     `bulk`) their search_history_fts entries (`_index`).
@@ -541,7 +564,8 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     `bulk`: a build from nothing, in a file without the FTS triggers (`bulk_begin`): search_docs' rows are
     indexed here, together (much cheaper than a trigger row by row); search_history's once closed
     (`index_closed`: their rowid final then), the versions still current at the end by `bulk_end`. `staged`:
-    `page_versions` are in temp.versions already (`stage_versions`)."""
+    `page_versions` are in temp.versions already (`stage_versions`); `staged_entries`: the batch's entries are in
+    temp.staged_entries (shared.stage_entries), their search rows not among `rows` and `history` (STAGED_ENTRIES)."""
     moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
     if gone:
         if bulk:  # one statement: FTS5 writes out what it holds at each statement (a segment each)
@@ -549,6 +573,9 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
                        "body FROM search_docs WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
                        (msgspec.json.encode(gone),))
         db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
+    if staged_entries:  # before the other rows: an entry's row comes first of those with its id (by `flush`'s sort)
+        for statement in STAGED_ENTRIES:
+            db.execute(statement)
     if bulk and rows:  # indexed: the rows the insert adds (one whose id is taken already is left out)
         ids = msgspec.json.encode([row[0] for row in rows])
         taken = {id for (id,) in db.execute("SELECT id FROM search_docs WHERE id IN (SELECT value FROM json_each(?))",

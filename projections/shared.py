@@ -17,6 +17,7 @@ and, as of any seq, what it showed then.
 
 import hashlib
 import heapq
+import re
 from collections.abc import Iterator
 import json
 
@@ -27,6 +28,7 @@ from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 
 from . import render
+from .rows import insert_many
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -48,6 +50,8 @@ CREATE TABLE IF NOT EXISTS shared_held (
 """
 ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULLIF(?8, 0))"
 """An `entries` row, its `reverses` 0 when it reverses nothing (bound as 0, made NULL by SQL: see search.DOCS_INSERT)."""
+ENTRY_COLUMNS = ("layer", "id", "seq", "agent", "type", "date", "content", "reverses")
+"""An `entries` row as the fold hands it over (ENTRIES_INSERT's parameters) and as `stage_entries` stages it."""
 TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void", "shared_held")
 """The view tables this module folds. `shared_parents` holds each version some version not void names as a
 parent, with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
@@ -278,6 +282,28 @@ class SharedViews:
         return found
 
 
+_PLAIN_IDS = re.compile(r"[0-9a-f-]*").fullmatch
+
+
+def ids_json(ids: list[str]) -> str:
+    """`json.dumps(ids)` (a version's `parents`), joined directly when every id is a UUID's text (nothing to escape):
+    a catch-up writes the parents of every version of a team's pages."""
+    if _PLAIN_IDS("".join(ids)):
+        return '["' + '", "'.join(ids) + '"]' if ids else "[]"
+    return json.dumps(ids)
+
+
+def stage_entries(db, rows: list[tuple]) -> None:
+    """A bulk build's batch of `entries` rows (ENTRY_COLUMNS) staged in `temp.staged_entries`, in place of the last
+    ones, and written into `entries` from there: the search index takes their rows from the same staging
+    (search.write_staged_entries), so the fold makes and hands over one row per entry, not three."""
+    db.execute(f"CREATE TEMP TABLE IF NOT EXISTS staged_entries ({', '.join(ENTRY_COLUMNS)})")
+    db.execute("DELETE FROM temp.staged_entries")
+    insert_many(db, f"INSERT INTO temp.staged_entries VALUES ({','.join('?' * len(ENTRY_COLUMNS))})", rows)
+    db.execute("INSERT OR IGNORE INTO entries SELECT layer, id, seq, agent, type, date, content, NULLIF(reverses, 0) "
+               "FROM temp.staged_entries")
+
+
 class SharedFold:
     """Folds entry and shared-page events, marking the file each one changes (`Views.shared_path`) dirty."""
 
@@ -289,9 +315,11 @@ class SharedFold:
         self.bulk = bulk
         self.entries: list[tuple] = []
         self.versions: list[tuple] = []
+        self.parents: list[list[str]] = []  # each version's parents, sorted (its row holds them in JSON)
         self.held: list[tuple] = []  # (layer, slug, id, seq) of each held version of the batch
         self.holds = views.db.execute("SELECT 1 FROM shared_held LIMIT 1").fetchone() is not None
         self._paths: dict[tuple, str | None] = {}  # (layer, slug or None) -> Views.shared_path
+        self._entry_paths: dict[str, str | None] = {}  # layer -> Views.shared_path of its entries
 
     def _path(self, layer: str, slug: str | None = None) -> str | None:
         key = (layer, slug)
@@ -301,14 +329,19 @@ class SharedFold:
         return path
 
     def apply(self, seq: int, id: str, agent: str, layer: str, body, raw: bytes, dirty: set) -> None:
-        if isinstance(body, EntryAppend):
+        cls = body.__class__
+        if cls is EntryAppend:  # first: a team's layers hold mostly entries
             self.entries.append((layer, id, seq, agent, body.type, body.date, body.content,
                                  0 if body.reverses is None else body.reverses))
-            path = self._path(layer)
-        elif isinstance(body, (PageIngest, PageUpdate, PageDelete)):
-            deleted = isinstance(body, PageDelete)
-            self.versions.append((layer, body.slug, id, seq, agent, json.dumps(sorted(body.parents)), int(deleted),
+            path = self._entry_paths.get(layer, False)
+            if path is False:
+                path = self._entry_paths[layer] = self._path(layer)
+        elif cls is PageUpdate or cls is PageIngest or cls is PageDelete:
+            deleted = cls is PageDelete
+            parents = sorted(body.parents)
+            self.versions.append((layer, body.slug, id, seq, agent, ids_json(parents), int(deleted),
                                   None if deleted else raw))
+            self.parents.append(parents)
             if not deleted and "governance" in body.frontmatter and is_held(body.frontmatter):
                 self.held.append((layer, body.slug, id, seq))
             path = self._path(layer, body.slug)
@@ -326,7 +359,7 @@ class SharedFold:
         if self.versions:
             db = self.db
             db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
-            named = [(v[0], v[1], parent, v[3]) for v in self.versions for parent in json.loads(v[5])]
+            named = [(v[0], v[1], parent, v[3]) for v, parents in zip(self.versions, self.parents) for parent in parents]
             db.executemany("INSERT OR IGNORE INTO shared_parents VALUES (?, ?)",  # in seq order: the first stays
                            [(parent, seq) for _layer, _slug, parent, seq in named])
             db.executemany("DELETE FROM shared_heads WHERE layer = ? AND slug = ? AND id = ?",
@@ -338,7 +371,7 @@ class SharedFold:
                 self.holds = True
             if self.holds:
                 self._void()
-        self.entries, self.versions, self.held = [], [], []
+        self.entries, self.versions, self.parents, self.held = [], [], [], []
         return entries if self.bulk else []
 
     def _void(self) -> None:
