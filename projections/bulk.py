@@ -23,6 +23,7 @@ new file before the rename.
 """
 
 import contextlib
+import fcntl
 import gc
 import os
 import queue
@@ -323,6 +324,7 @@ class HistoryWriter:
             self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode),
                                            self.log or ""],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _widen(self.child.stdin)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
         """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
@@ -559,6 +561,17 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
     except Exception as exc:
         _tell(exc)
         sys.exit(1)
+
+
+PIPE_SIZE = 1 << 20
+"""The bytes the pipe to the writer's child holds (Linux's most for a process without privileges; 64 KB by default):
+a batch of a few megabytes crosses in a few writes, each of which waits for the child's reader thread to wake and
+take its GIL (`_frames`), not in fifty."""
+
+
+def _widen(pipe) -> None:
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or a limit set lower: the default pipe
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
 
 READ_AHEAD = 2

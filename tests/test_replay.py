@@ -394,3 +394,19 @@ def page_history(count: int, pages: int) -> list:
         heads[slug] = event.id
         events.append(event)
     return events
+
+
+def test_the_pipe_to_the_writers_child_holds_a_megabyte(tmp_path):
+    """A batch of a few megabytes crosses to the writer's child in a few writes, not fifty of 64 KB, each of which
+    waits for the child's reader to wake (bulk.PIPE_SIZE); whether the child was started now or ahead."""
+    import fcntl
+
+    from projections.views import Views
+    for ahead in (None, bulk.spawn_writer()):
+        path = tmp_path / f"views-{ahead is None}.db"
+        views = Views(path, fast=True)
+        writer = bulk.HistoryWriter(views.db, str(path), apart=True, child=ahead)
+        views.close()
+        writer.start()
+        assert fcntl.fcntl(writer.child.stdin.fileno(), fcntl.F_GETPIPE_SZ) == bulk.PIPE_SIZE
+        writer.join()
