@@ -150,6 +150,19 @@ def push_body(agent: str, n: int) -> tuple[str, bytes]:
     return event.id, msgspec.json.encode(PushRequest(events=[event]))
 
 
+def minted(agents, count: int) -> dict[str, list[tuple[str, bytes]]]:
+    """`count` pushes per agent made ready (`push_body`), minted round by round (every agent's n-th event,
+    then every agent's n+1-th), so their ids (UUIDv7, time-ordered) follow each other as they would had each
+    agent made each event just before pushing it: the agents push at about the same pace, so the pushes a
+    group commit carries hold ids that sit side by side in the hub's id index. Minted agent by agent, each
+    agent's ids were a run of their own, and every group's events touched as many index pages as agents."""
+    ready = {name: [] for name in agents}
+    for n in range(count):
+        for name in agents:
+            ready[name].append(push_body(name, n))
+    return ready
+
+
 async def worker(urls: list[str], pushers: dict[str, str], consumers: dict[str, str], start_at: float,
                  seconds: float) -> dict:
     """One load process: its share of pushers and consumers, from `start_at` (perf_counter, which is
@@ -195,7 +208,7 @@ async def worker(urls: list[str], pushers: dict[str, str], consumers: dict[str, 
         http.close()
 
     prepared = min(int(PREPARED_SECONDS_RATE * seconds), PREPARED_MAX // max(1, len(pushers)))
-    ready = {name: [push_body(name, n) for n in range(prepared)] for name in pushers}  # the load's CPU, before the clock
+    ready = minted(pushers, prepared)  # the load's CPU, before the clock
     offset = len(pushers)
     polling = [asyncio.create_task(consumer(Connection(urls[(offset + i) % len(urls)], token)))
                for i, token in enumerate(consumers.values())]
@@ -358,7 +371,7 @@ def request_costs(clients: int, group: bool, seconds: float = 3.0) -> list[tuple
         method, target = COST_KINDS[kind]
         connections = {name: Connection(url, token) for name, token in tokens.items()}
         await asyncio.gather(*(http.request("GET", "/health") for http in connections.values()))
-        bodies = {name: [push_body(name, n)[1] for n in range(int(seconds * 400))] for name in tokens}
+        bodies = {name: [body for _, body in made] for name, made in minted(tokens, int(seconds * 400)).items()}
         count, stop_at = 0, time.perf_counter() + seconds
 
         async def client(name: str, http: Connection) -> None:
@@ -451,7 +464,7 @@ def main():
                         per_push = lambda cpu: cpu * 1000 / max(1, r["pushes"])  # noqa: E731
                         rows.append((agents, label, f"{r['events/s']:,.0f}", f"{r['events/s'] / off['events/s']:.2f}x",
                                      f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['fanout p99']:.1f}", r["missed"],
-                                     f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.2f}", f"{per_push(r['loop cpu']):.2f}",
+                                     f"{r['pulls'] / max(1, r['pushes']):.2f}", f"{per_push(r['hub cpu']):.3f}", f"{per_push(r['loop cpu']):.3f}",
                                      f"{per_push(r['load cpu']):.2f}", f"{cpu_bound(r, cores, hubs):,.0f}",
                                      f"{r['loadavg']:.2f}"))
             processes = "one hub process" if args.sqlite_hubs == 1 else f"{args.sqlite_hubs} hub processes on one file"

@@ -21,6 +21,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from eventstore.envelope import Event
 from eventstore.ids import now_ms
@@ -52,12 +53,14 @@ class GroupCommitter:
         self._thread = threading.Thread(target=self._run, daemon=True, name="hub-commit")
         self._thread.start()
 
-    def submit(self, events: list[Event], checked: int | None = None) -> asyncio.Future:
+    def submit(self, events: list[Event], checked: int | None = None,
+               then: Callable[[list[PushResult] | Exception], None] | None = None) -> asyncio.Future | None:
         """Queues a push for the next group: the future is its results once they are durable (or its refusal).
-        `checked`: the epoch of the cached token state it was checked with (HubStorage.push_state), if any."""
-        future = self._loop.create_future()
+        `checked`: the epoch of the cached token state it was checked with (HubStorage.push_state), if any.
+        With `then`, no future: `then(results or refusal)` is called on the event loop once the commit is done."""
+        future = self._loop.create_future() if then is None else None
         with self._pending:
-            self._pushes.append((events, future, checked))
+            self._pushes.append((events, then or future, checked))
             self._pending.notify()
         return future
 
@@ -141,9 +144,14 @@ class GroupCommitter:
                 self.fanout.advance(outcome.head, outcome.layers)
             outcomes = outcome.outcomes
         for (_, future, _), result in zip(taken, outcomes):
-            if future.done():
+            if not isinstance(future, asyncio.Future):  # a callback (`submit`'s `then`)
+                try:
+                    future(result)
+                except Exception as exc:  # noqa: BLE001 - the other pushes of the group are answered all the same
+                    self._loop.call_exception_handler({"message": "answering a push failed", "exception": exc})
+            elif future.done():
                 continue
-            if isinstance(result, Exception):
+            elif isinstance(result, Exception):
                 future.set_exception(result)
             else:
                 future.set_result(result)

@@ -100,14 +100,22 @@ class Fanout:
     def waiting(self) -> int:
         return sum(not future.done() for _, _, future in self._waiters)
 
+    def listen(self, after: int, layers: list[str]) -> asyncio.Future | None:
+        """What `wait` waits on: a future done (True) when a commit after position `after` touches one of
+        `layers`; None when one has been told already. Its waiter cancels it when it stops waiting."""
+        if self.head > after:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((after, frozenset(layers), future))
+        return future
+
     async def wait(self, after: int, layers: list[str], timeout: float) -> bool:
         """Waits until a commit after position `after` touches one of `layers`, at most `timeout` seconds.
 
         True if one did (or may have: a commit this process has seen but the caller's read had not)."""
-        if self.head > after:
+        future = self.listen(after, layers)
+        if future is None:
             return True
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.append((after, frozenset(layers), future))
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 from collections.abc import Callable
+from urllib.parse import parse_qsl
 
 import msgspec
 import zstandard
@@ -188,10 +189,15 @@ def check_reversals(events, storage: HubStorage) -> None:
                                "to reverse", field=f"events[{index}].body.reverses")
 
 
+PAGE_VERSIONS = (PageIngest, PageUpdate, PageDelete)
+
+
 def check_holds(events, storage: HubStorage) -> None:
     """Refuses an update or delete of a held shared page that does not release it, and an ingest that
     would stand beside a held head (eventstore.governance). A parent is read from the batch, else from
     the hub: one lookup by id, for page events only; a page's heads, only for a batch with an ingest."""
+    if not any(isinstance(event.body, PAGE_VERSIONS) for event in events):
+        return
     batch = {event.id: event.body for event in events}
 
     def parent(id: str):
@@ -395,7 +401,7 @@ def reply(value) -> Response:
 
 
 reply_bytes = msgspec.json.encode
-JSON_TYPE, PROBLEM_TYPE = b"application/json", b"application/problem+json"
+JSON_TYPE, PROBLEM_TYPE, MSGPACK_TYPE = b"application/json", b"application/problem+json", MSGPACK.encode()
 _no_results = PushResponse(results=[])
 
 
@@ -405,17 +411,35 @@ async def _checked_push(hub: "Hub", events, agent: str, current, checked: int | 
     return await hub.committer.push(events, checked)
 
 
-def pull_parameters(request: Request, max_wait: float) -> tuple[int, int, float]:
-    """(after, limit, wait) of a pull request."""
-    after = decode_cursor(request.query_params.get("cursor"))
+def pull_parameters(params, max_wait: float) -> tuple[int, int, float]:
+    """(after, limit, wait) of a pull request, from its query's parameters."""
+    after = decode_cursor(params.get("cursor"))
     try:
-        limit = min(int(request.query_params.get("limit", "1000")), MAX_PULL)
-        wait = min(float(request.query_params.get("wait", "0")), max_wait)
+        limit = pull_limit(params)
+        wait = min(float(params.get("wait", "0")), max_wait)
     except ValueError:
         raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
     if limit < 1 or not wait >= 0:
         raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
     return after, limit, wait
+
+
+def pull_limit(params) -> int:
+    return min(int(params.get("limit", "1000")), MAX_PULL)
+
+
+def query_params(query: bytes) -> dict[str, str]:
+    """A query string's parameters as starlette reads them (`QueryParams`: parse_qsl keeping blank values,
+    the last of a repeated name), without parse_qsl when nothing in it is escaped."""
+    text = query.decode("latin-1")
+    if "%" in text or "+" in text:
+        return dict(parse_qsl(text, keep_blank_values=True))
+    params = {}
+    for part in text.split("&"):
+        if part:
+            name, _, value = part.partition("=")
+            params[name] = value
+    return params
 
 
 async def contract(request: Request) -> Response:
@@ -445,7 +469,7 @@ async def pull(request: Request) -> Response:
     hub = hub_of(request)
     token = bearer_token(request)
     try:
-        after, limit, wait = pull_parameters(request, hub.max_wait)
+        after, limit, wait = pull_parameters(request.query_params, hub.max_wait)
     except HubError:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
@@ -525,13 +549,109 @@ class HubApp(Starlette):
     def __init__(self, **options):
         super().__init__(**options)
         self._direct = ZstdResponses(self._answer)
+        self._hub: Hub | None = None
 
-    def direct(self, method: bytes, target: bytes) -> Callable[[list, bytes, Respond], None] | None:
-        """The handler that answers this request from the parser's callbacks, or None (the ASGI way):
-        a push to a hub whose storage's reads never wait, where its checks run on the event loop."""
-        if target == b"/v1/push" and method == b"POST" and not self.state.hub.storage.reads_wait:
+    @property
+    def hub(self) -> "Hub":
+        """`state.hub` (set once by `create_app`), kept: starlette's State answers each attribute through
+        __getattr__, a cost on every request answered directly."""
+        if self._hub is None:
+            self._hub = self.state.hub
+        return self._hub
+
+    def direct(self, method: bytes, target: bytes) -> Callable[[list, bytes, Respond], Callable | None] | None:
+        """The handler that answers this request from the parser's callbacks, or None (the ASGI way), for a
+        hub whose storage's reads never wait (its checks and reads run on the event loop): a push, or a pull
+        whose page is read on the event loop (at most INLINE_PULL events) and that waits for no commit of its
+        acknowledgement (`ack=durable`)."""
+        if self.hub.storage.reads_wait:
+            return None
+        if method == b"POST" and target == b"/v1/push":
             return self.push_directly
+        if method == b"GET" and target.startswith(b"/v1/pull") and b"#" not in target:
+            path, mark, query = target.partition(b"?")
+            if path != b"/v1/pull":
+                return None
+            params = query_params(query) if mark else {}
+            try:
+                if pull_limit(params) > INLINE_PULL:
+                    return None
+            except ValueError:
+                pass  # refused as the ASGI way refuses it
+            if params.get("ack") == "durable":
+                return None
+            return lambda headers, raw, respond: self.pull_directly(params, headers, respond)
         return None
+
+    def pull_directly(self, params: dict[str, str], headers: list[tuple[bytes, bytes]], respond: Respond):
+        """`pull` from the request's query parameters and headers, for `direct`: its answer goes to `respond`,
+        at once, or (a long-poll) once a commit it waits for is told or its wait is over; then it returns what
+        stops the wait (`sync/server.py`: the client left, or the server shuts down)."""
+        fields, zstd = {}, False
+        for name, value in headers:
+            if name not in fields:
+                fields[name] = value
+            if name == b"accept-encoding" and b"zstd" in value:
+                zstd = True
+        hub = self.hub
+        try:
+            token = bearer(fields.get(b"authorization", b"").decode("latin-1"))
+            try:
+                after, limit, wait = pull_parameters(params, hub.max_wait)
+            except HubError:
+                hub.agent_for(token)  # an unknown token hears that first
+                raise
+            packed = MSGPACK in fields.get(b"accept", b"").decode("latin-1")
+            agent, layers, head, rows = hub.consumer_page(token, after, limit + 1, wait)
+            held = params.get("held")
+            hub.committer.record_pull(agent, after if held is None else min(decode_cursor(held), after))
+            media_type = MSGPACK_TYPE if packed else JSON_TYPE
+            deferred = rows is None or (wait > 0 and rows and hub.fanout.deferred(after, layers))
+            if deferred or (wait > 0 and not rows):  # a long-poll: for the wake-up due, or for anything new
+                future = hub.fanout.listen(after if deferred else max(after, head), layers)
+                if future is not None:
+                    return self._waiting(future, wait, token, after, limit, packed, rows, head, zstd, respond)
+                body = hub.woken_answer(token, after, limit, packed)
+            else:
+                body = pull_answer(after, head, rows, limit, packed)
+        except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
+            return respond(*self._refused(exc, zstd))
+        return respond(*self._answered(body, zstd, media_type))
+
+    def _waiting(self, future: asyncio.Future, wait: float, token: str, after: int, limit: int, packed: bool,
+                 rows: list | None, head: int, zstd: bool, respond: Respond) -> Callable[[], None]:
+        """The rest of a long-poll answered directly, as `pull` waits on `Fanout.wait`: the answer shared by the
+        long-polls a commit woke, else, its wait over, the page it read (or, waiting for a wake-up that never
+        came, the page as it is now). Returns what stops it."""
+        hub = self.hub
+        timer = asyncio.get_running_loop().call_later(wait, future.cancel)
+
+        def woken(done: asyncio.Future) -> None:
+            timer.cancel()
+            if stopped:
+                return
+            try:
+                if not done.cancelled():  # token and contract again: revoked while it waited, it gets nothing more
+                    body = hub.woken_answer(token, after, limit, packed)
+                elif rows is None:
+                    _agent, _layers, now, page = hub.consumer_page(token, after, limit + 1)
+                    body = pull_answer(after, now, page, limit, packed)
+                else:
+                    body = pull_answer(after, head, rows, limit, packed)
+            except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
+                return respond(*self._refused(exc, zstd))
+            respond(*self._answered(body, zstd, MSGPACK_TYPE if packed else JSON_TYPE))
+
+        stopped = False
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            timer.cancel()
+            future.cancel()
+
+        future.add_done_callback(woken)
+        return stop
 
     def push_directly(self, headers: list[tuple[bytes, bytes]], raw: bytes, respond: Respond) -> None:
         """`push` from the request's headers (lower-case names, as uvicorn gives them) and its whole body:
@@ -543,7 +663,7 @@ class HubApp(Starlette):
             if name == b"accept-encoding" and b"zstd" in value:
                 zstd = True
         try:
-            hub = self.state.hub
+            hub = self.hub
             agent, current, checked = hub.push_state(bearer(fields.get(b"authorization", b"").decode("latin-1")))
             check_push_type(fields.get(b"content-type", b"").decode("latin-1"))
             batch = decode_push(decoded_body(raw, fields.get(b"content-encoding", b"identity").decode("latin-1")))
@@ -551,26 +671,34 @@ class HubApp(Starlette):
                 return respond(*self._answered(reply_bytes(_no_results), zstd))
             if len(batch.events) <= INLINE_CHECKS:
                 check_batch(batch.events, agent, current, hub.storage)
-                pending = hub.committer.submit(batch.events, checked)
-            else:  # as `push`: a large batch's checks off the event loop
-                pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current, checked))
+                hub.committer.submit(batch.events, checked,
+                                     lambda outcome: self._settled(outcome, headers, raw, respond, zstd))
+                return None
+            # as `push`: a large batch's checks off the event loop
+            pending = asyncio.ensure_future(_checked_push(hub, batch.events, agent, current, checked))
         except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
             return respond(*self._refused(exc, zstd))
         pending.add_done_callback(lambda done: self._committed(done, headers, raw, respond, zstd))
 
     def _committed(self, done: asyncio.Future, headers: list, raw: bytes, respond: Respond, zstd: bool) -> None:
-        """A push's commit is done: answered, or (checked with a cached token state that may have changed
-        since: `Stale`) checked again from a fresh read, as a new request."""
-        if not done.cancelled() and isinstance(done.exception(), Stale):
-            return self.push_directly(headers, raw, respond)
-        respond(*self._pushed(done, zstd))
-
-    def _pushed(self, done: asyncio.Future, zstd: bool) -> Answer:
-        """The answer to a push once its commit is done: its results, or its refusal."""
         try:
-            return self._answered(reply_bytes(PushResponse(results=done.result())), zstd)
+            outcome = done.result()
         except BaseException as exc:  # noqa: BLE001 - refused, cancelled or failed: answered as `push` would be
-            return self._refused(exc, zstd)
+            outcome = exc
+        self._settled(outcome, headers, raw, respond, zstd)
+
+    def _settled(self, outcome: list | BaseException, headers: list, raw: bytes, respond: Respond, zstd: bool) -> None:
+        """A push's commit is done (its results, or its refusal): answered, or (checked with a cached token
+        state that may have changed since: `Stale`) checked again from a fresh read, as a new request."""
+        if isinstance(outcome, Stale):
+            return self.push_directly(headers, raw, respond)
+        if isinstance(outcome, BaseException):
+            return respond(*self._refused(outcome, zstd))
+        try:
+            answer = self._answered(reply_bytes(PushResponse(results=outcome)), zstd)
+        except Exception as exc:  # noqa: BLE001 - answered as `push` would be
+            answer = self._refused(exc, zstd)
+        respond(*answer)
 
     def _refused(self, exc: BaseException, zstd: bool) -> Answer:
         """The exception handlers' answer to an exception (`EXCEPTION_HANDLERS`), as a direct answer."""

@@ -1,6 +1,7 @@
 """Serving a hub with uvicorn: in the foreground (`mem serve`), or on 127.0.0.1 in a background thread
 (for `mem demo` and the tests)."""
 
+import asyncio
 import gc
 import socket
 import sys
@@ -77,10 +78,11 @@ def http_protocol(app=None):
     when httptools is missing.
 
     With the hub's app (`sync.hub.HubApp`, perhaps with more mounted), a request it answers directly
-    (`HubApp.direct`: a push) is answered from the parser's callbacks: its headers and body collected as
-    uvicorn collects them, handed to the hub's handler, its answer written in one write, with no ASGI scope,
+    (`HubApp.direct`: a push, a pull) is answered from the parser's callbacks: its headers and body collected
+    as uvicorn collects them, handed to the hub's handler, its answer written in one write, with no ASGI scope,
     cycle or task. Anything unusual goes the ASGI way, as before: HTTP/1.0, `Expect: 100-continue`, a body
-    without a Content-Length or over DIRECT_BODY_BYTES, an upgrade, a request pipelined behind another."""
+    without a Content-Length or over DIRECT_BODY_BYTES (a GET's: any body), an upgrade, a request pipelined
+    behind another."""
     try:
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
     except ImportError:
@@ -134,7 +136,8 @@ def http_protocol(app=None):
         def _direct(self) -> bool:
             """Whether this request is answered directly (then its cycle is a DirectCycle)."""
             parser = self.parser
-            handler = direct(parser.get_method(), self.url)
+            method = parser.get_method()
+            handler = direct(method, self.url)
             if (handler is None or self.expect_100_continue or parser.get_http_version() != "1.1"
                     or parser.should_upgrade() or self.pipeline or self.limit_concurrency is not None
                     or (self.cycle is not None and not self.cycle.response_complete)):
@@ -147,7 +150,10 @@ def http_protocol(app=None):
                     length = int(value)
                 elif name == b"transfer-encoding":
                     return False
-            if length is None or length > DIRECT_BODY_BYTES:
+            if method == b"GET":  # its handler reads no body: it may send none
+                if length:
+                    return False
+            elif length is None or length > DIRECT_BODY_BYTES:
                 return False
             self.cycle = DirectCycle(self, handler, parser.should_keep_alive())
             return True
@@ -166,23 +172,45 @@ def http_protocol(app=None):
 
     class DirectCycle:
         """A request answered from the parser's callbacks: what uvicorn's protocol reads of a cycle
-        (response_complete, disconnected, keep_alive, message_event) and the body gathered."""
+        (response_complete, disconnected, keep_alive, message_event) and the body gathered.
+
+        A handler that answers later (a long-poll) returns what stops it: the cycle then stands among the
+        server's tasks until answered, so a graceful shutdown waits for it as for an ASGI task and, past its
+        timeout, cancels it, answered as uvicorn answers an ASGI task cancelled before its response (a 500)."""
 
         def __init__(self, protocol: OneWriteProtocol, handler, keep_alive: bool):
             self.protocol, self.handler, self.keep_alive = protocol, handler, keep_alive
             self.headers = protocol.headers
             self.body = b""
             self.response_complete = self.disconnected = False
-            self.message_event = self  # set() by uvicorn on a lost connection: nothing waits on it
+            self.message_event = self  # set() by uvicorn on a lost connection
+            self.stop = None
 
         def set(self) -> None:
-            pass
+            if self.disconnected and self.stop is not None:  # a long-poll whose client left: nobody to answer
+                self.stop, stop = None, self.stop
+                self.protocol.tasks.discard(self)
+                stop()
 
         def run(self) -> None:
-            self.handler(self.headers, self.body, self.respond)
+            stop = self.handler(self.headers, self.body, self.respond)
+            if stop is not None and not self.response_complete:
+                self.stop = stop
+                self.protocol.tasks.add(self)
+
+        def cancel(self, msg=None) -> None:
+            """uvicorn's graceful shutdown timed out while this waited (it cancels its tasks)."""
+            if self.stop is None:
+                return
+            self.stop, stop = None, self.stop
+            stop()
+            self.respond(500, SERVER_ERROR, b"Internal Server Error", asyncio.CancelledError(msg))
 
         def respond(self, status: int, headers: list, body: bytes, error: BaseException | None) -> None:
             protocol = self.protocol
+            if self.stop is not None:
+                self.stop = None
+                protocol.tasks.discard(self)
             if error is not None:
                 protocol.logger.error("Exception in ASGI application\n", exc_info=error)
             if self.disconnected or self.response_complete or protocol.transport.is_closing():
@@ -193,7 +221,7 @@ def http_protocol(app=None):
             for name, value in headers:
                 content += (name, b": ", value, b"\r\n")
             close = error is not None or not self.keep_alive
-            if not self.keep_alive:
+            if not self.keep_alive and headers is not SERVER_ERROR:
                 content.append(b"connection: close\r\n")
             content += (b"\r\n", body)
             protocol.transport.write(b"".join(content))
@@ -203,6 +231,10 @@ def http_protocol(app=None):
             protocol.on_response_complete()
 
     return OneWriteProtocol
+
+
+SERVER_ERROR = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21"), (b"connection", b"close")]
+"""The headers of uvicorn's own 500 (`RequestResponseCycle.send_500_response`)."""
 
 
 def serve(app, sock: socket.socket) -> None:

@@ -3,6 +3,7 @@ router and middleware: their refusals, their unexpected errors and their compres
 they do through the whole stack, and every other request still takes the whole way."""
 
 import asyncio
+import time
 
 import httpx
 import msgspec
@@ -284,3 +285,157 @@ def test_a_push_checked_with_a_cached_token_state_is_checked_again_when_the_toke
     assert b"invalid-token" in answers[2][2]
     assert storage.head() == 3  # the contract and the two pushes before the revocation
     storage.close()
+
+
+def raw_get(token: str | None, target: str, *extra: str, version: str = "1.1") -> bytes:
+    auth = [f"authorization: Bearer {token}"] if token else []
+    return ("\r\n".join([f"GET {target} HTTP/{version}", "host: hub", *auth, *extra]) + "\r\n\r\n").encode()
+
+
+def twin_hubs(tmp_path):
+    """A hub answering from the parser's callbacks and one answering every request the ASGI way, on ONE
+    database (the same events, positions and times, so their answers to a pull can be the same bytes)."""
+    from hubserver import HubServer
+
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    tokens = {name: storage.add_agent(name) for name in ("alice", "carol")}
+    storage.close()
+    servers = [HubServer(str(tmp_path / "hub.db"), direct=direct).start() for direct in (True, False)]
+    return servers, tokens
+
+
+def asked_while_waiting(servers, request: bytes, then) -> list:
+    """`request` sent to each hub; once both wait (a long-poll), `then()`; each hub's answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    waiting = [server.app.state.hub.fanout.waiting for server in servers]
+    with ThreadPoolExecutor(2) as pool:
+        answers = [pool.submit(exchange, server.port, request) for server in servers]
+        deadline = time.monotonic() + 30
+        while any(server.app.state.hub.fanout.waiting <= was for server, was in zip(servers, waiting)):
+            assert time.monotonic() < deadline, "the long-polls did not start waiting"
+            time.sleep(0.01)
+        then()
+        return [answer.result() for answer in answers]
+
+
+def test_a_pull_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as_the_asgi_way(tmp_path):
+    """sync/server.py answers a pull from httptools' callbacks too (HubApp.pull_directly), a long-poll included:
+    every answer (a page, JSON or msgpack, compressed or not, every refusal of its parameters and token in
+    their order, a long-poll woken by a commit or over, a token revoked while it waited, a 500) is the same
+    bytes as the ASGI way's on the same database; what is unusual (a page over INLINE_PULL, `ack=durable`,
+    HTTP/1.0, a GET with a body, pipelined behind another) still goes the ASGI way, and answers alike."""
+    servers, tokens = twin_hubs(tmp_path)
+    alice, carol = tokens["alice"], tokens["carol"]
+    try:
+        taken = []
+        direct_pull = servers[0].app.pull_directly
+        servers[0].app.pull_directly = lambda *args: (taken.append(1), direct_pull(*args))[1]
+        many = PushRequest(events=[entry(f"fact number {i} " + "x" * 60) for i in range(30)])
+        pushed = exchange(servers[0].port, raw_push(alice, msgspec.json.encode(many), "content-type: application/json"))
+        assert pushed[0][0].startswith(b"HTTP/1.1 200")
+        head = servers[0].storage.head()
+        from sync.hub import encode_cursor
+
+        at = {n: encode_cursor(n) for n in (1, 10, head)}
+        msgpack = "accept: application/msgpack"
+        cases = [  # (request, answers, whether it is answered directly)
+            (raw_get(alice, "/v1/pull"), 1, True),
+            (raw_get(alice, "/v1/pull?limit=3"), 1, True),
+            (raw_get(alice, f"/v1/pull?cursor={at[10]}&limit=2"), 1, True),
+            (raw_get(alice, f"/v1/pull?cursor={at[10]}&limit=2", msgpack), 1, True),
+            (raw_get(alice, "/v1/pull", "accept-encoding: zstd"), 1, True),
+            (raw_get(alice, "/v1/pull?limit=1", "accept-encoding: gzip, zstd"), 1, True),
+            (raw_get(alice, "/v1/pull", msgpack, "accept-encoding: zstd"), 1, True),
+            (raw_get(alice, f"/v1/pull?cursor={at[1]}&held={at[1]}&limit=4"), 1, True),
+            (raw_get(alice, "/v1/pull?li%6Dit=2&limit=5&limit=+3&x"), 1, True),
+            (raw_get(alice, f"/v1/pull?cursor={at[1]}&wait=5&limit=2"), 1, True),  # behind: at once
+            (raw_get(alice, f"/v1/pull?cursor={at[head]}&wait=0.2"), 1, True),  # nothing new: its wait over
+            (raw_get(alice, "/v1/pull?cursor=nope"), 1, True),
+            (raw_get(alice, f"/v1/pull?cursor={at[1]}&held=nope"), 1, True),
+            (raw_get(alice, "/v1/pull?limit=many"), 1, True),
+            (raw_get("nobody", "/v1/pull?limit=many"), 1, True),
+            (raw_get(alice, "/v1/pull?limit=0"), 1, True),
+            (raw_get(alice, "/v1/pull?wait=-1"), 1, True),
+            (raw_get(alice, "/v1/pull?wait=nan"), 1, True),
+            (raw_get(None, "/v1/pull"), 1, True),
+            (raw_get("nobody", "/v1/pull"), 1, True),
+            (raw_get(alice, "/v1/pull?limit=2", "connection: close"), 1, True),
+            (raw_get(alice, "/v1/pull?limit=2") + raw_get(alice, "/v1/pull?limit=3"), 2, True),
+            (raw_get(alice, "/v1/pull?limit=6000"), 1, False),
+            (raw_get(alice, "/v1/pull?limit=2&ack=durable"), 1, False),
+            (raw_get(alice, "/v1/pull?limit=2", version="1.0"), 1, False),
+            (raw_get(alice, "/v1/pull?limit=2", "content-length: 2")[:-4] + b"\r\n\r\n{}", 1, False),
+            (raw_get(alice, "/v1/pull/"), 1, False),
+        ]
+        statuses = set()
+        for request, answers, direct in cases:
+            before = len(taken)
+            got = exchange(servers[0].port, request, answers)
+            expected = exchange(servers[1].port, request, answers)
+            assert got == expected, request
+            assert len(got) == answers
+            assert (len(taken) > before) == direct, request
+            statuses.update(head.split(b" ")[1] for head, _ in got)
+        assert statuses == {b"200", b"307", b"400", b"401"}
+
+        def push(text: str) -> None:
+            body = msgspec.json.encode(PushRequest(events=[entry(text)]))
+            assert exchange(servers[0].port, raw_push(alice, body, "content-type: application/json"))[0][0] \
+                .startswith(b"HTTP/1.1 200")
+
+        head = servers[0].storage.head()
+        long_poll = raw_get(alice, f"/v1/pull?cursor={encode_cursor(head)}&wait=20")
+        before = len(taken)
+        woken = asked_while_waiting(servers, long_poll, lambda: push("woken"))
+        assert woken[0] == woken[1] and b'"content":"woken"' in woken[0][0][1]
+        assert len(taken) == before + 1
+
+        head = servers[0].storage.head()
+
+        def revoked() -> None:
+            servers[0].storage.revoke_agent("carol")
+            push("after carol")
+
+        gone = asked_while_waiting(servers, raw_get(carol, f"/v1/pull?cursor={encode_cursor(head)}&wait=20"), revoked)
+        assert gone[0] == gone[1] and gone[0][0][0].startswith(b"HTTP/1.1 401")
+
+        def broken(*args):
+            raise RuntimeError("the disk is gone")
+
+        for server in servers:
+            server.storage.pull_rows = broken
+        failed = [exchange(server.port, raw_get(alice, "/v1/pull"), 1) for server in servers]
+        assert failed[0] == failed[1] and failed[0][0][0].startswith(b"HTTP/1.1 500")
+        assert b"disk" not in failed[0][0][1]
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_long_poll_answered_directly_that_outlasts_the_servers_graceful_stop_is_answered_as_the_asgi_way(tmp_path):
+    """A long-poll answered from the parser's callbacks stands among uvicorn's tasks while it waits: a stopping
+    server waits for it as for an ASGI task, then cancels it, and its client hears the same 500 either way."""
+    import threading
+
+    servers, tokens = twin_hubs(tmp_path)
+    head = servers[0].storage.head()
+    from sync.hub import encode_cursor
+
+    def stop_both() -> None:
+        stopping = [threading.Thread(target=server.stop) for server in servers]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+
+    try:
+        answers = asked_while_waiting(servers, raw_get(tokens["alice"], f"/v1/pull?cursor={encode_cursor(head)}&wait=25"),
+                                      stop_both)
+    finally:
+        for server in servers:
+            if server.thread.is_alive():
+                server.stop()
+    assert answers[0] == answers[1]
+    assert answers[0][0][0].startswith(b"HTTP/1.1 500") and answers[0][0][1] == b"Internal Server Error"
