@@ -90,6 +90,8 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
         try:
             search.defer_indexes(fold.db)  # the writer writes the search index: none here, nothing to copy
+            if heads == ():  # the end known: the writer is told when it nears (HistoryWriter.near_end)
+                progress = _nearing(writer, (log.head() if upto is None else upto) - fold.checkpoint(), progress)
             catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
         finally:
             fold.close()
@@ -114,27 +116,41 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         remove_files(fold_path)
 
 
+def _nearing(writer: "HistoryWriter", left: int, progress) -> Callable[[int], None]:
+    """`progress` for catch_up that also tells the writer once at most MERGE_AHEAD batches of the `left` events
+    are still to come."""
+    def folded(events: int) -> None:
+        nonlocal left
+        left -= events
+        if left <= MERGE_AHEAD * BATCH:
+            writer.near_end()
+        if progress:
+            progress(events)
+    return folded
+
+
 class LogBlocks:
-    """mind/log.md after its title, as `render.log` makes it of the log_entries rows a rebuild hands its writer:
-    newest first, one block per batch (`add`), kept in an unnamed temporary file beside the views (forty megabytes
-    on a million events: not in memory)."""
+    """The log_entries rows a rebuild hands its writer, one block per batch in msgpack as handed over (`add`), kept
+    in an unnamed temporary file beside the views (forty megabytes on a million events: not in memory). mind/log.md
+    is `render.log` of them, newest first (`newest_first`): a replay hashes it before the views are written."""
 
     def __init__(self, folder: Path):
         self.file = tempfile.TemporaryFile(dir=folder, prefix=".mem-log-")
         self.sizes: list[int] = []
 
-    def add(self, entries: list[tuple[int, int, str]]) -> None:
-        """A batch's log_entries rows, in seq order."""
-        data = ("\n" + "\n".join([entry for _seq, _ts, entry in reversed(entries)])).encode("utf-8")
-        self.file.write(data)
-        self.sizes.append(len(data))
+    def add(self, entries: bytes) -> None:
+        """A batch's log_entries rows, in seq order, encoded (msgpack)."""
+        self.file.write(entries)
+        self.sizes.append(len(entries))
 
-    def newest_first(self) -> Iterator[bytes]:
+    def newest_first(self) -> Iterator[list[tuple[int, int, str]]]:
+        """The rows, newest first, a block a batch."""
         self.file.flush()
+        decode = msgspec.msgpack.Decoder(list[tuple[int, int, str]]).decode
         fd, end = self.file.fileno(), sum(self.sizes)
         for size in reversed(self.sizes):
             end -= size
-            yield os.pread(fd, size, end)
+            yield decode(os.pread(fd, size, end))[::-1]
 
     def close(self) -> None:
         self.file.close()
@@ -287,6 +303,7 @@ class HistoryWriter:
         self.db: sqlite3.Connection | None = None
         self.child: subprocess.Popen | None = None
         self.batches = 0
+        self.nearing = False
         self.apart = apart or child is not None
         self.ahead = child
 
@@ -295,6 +312,7 @@ class HistoryWriter:
             self._spawn()
         else:
             self.db = _connect(self.path, self.log)
+            _defer_merges(self.db)
 
     def _spawn(self) -> None:
         if self.ahead is not None:
@@ -310,8 +328,11 @@ class HistoryWriter:
         """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
         (SearchFold.flush's) and the shared layers' entries (SharedFold.flush's)."""
         self.batches += 1
+        handed = entries
         if self.log_blocks is not None and entries:
-            self.log_blocks.add(entries)
+            encoded = msgspec.msgpack.encode(entries)
+            self.log_blocks.add(encoded)
+            handed = msgspec.Raw(encoded)  # encoded once, for both
         if self.child is None:
             if self.batches == 1:
                 write_batch(self.db, versions, entries, search_batch, shared_entries, from_log=self.from_log)
@@ -320,10 +341,22 @@ class HistoryWriter:
             self.db.close()
             self.db = None
             self._spawn()
-        frame = msgspec.msgpack.encode((versions, entries, search_batch, shared_entries))
+        frame = msgspec.msgpack.encode((versions, handed, search_batch, shared_entries))
         try:
             self.child.stdin.write(len(frame).to_bytes(4, "little"))
             self.child.stdin.write(frame)
+        except BrokenPipeError:
+            self.join()  # raises the child's error
+            raise
+
+    def near_end(self) -> None:
+        """At most MERGE_AHEAD batches are still to come (told once): the writer's child merges the full-text
+        index's segments now (`_merge`), while the fold ends, rather than after the last batch."""
+        if self.nearing or self.child is None:
+            return
+        self.nearing = True
+        try:
+            self.child.stdin.write(_MERGE_NOW.to_bytes(4, "little"))
         except BrokenPipeError:
             self.join()  # raises the child's error
             raise
@@ -335,7 +368,7 @@ class HistoryWriter:
             db, self.db = self.db, None
             try:
                 if raise_error:
-                    db.execute("COMMIT")
+                    _commit_last(db)
             finally:
                 db.close()
         if self.child is not None:
@@ -449,6 +482,43 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     return db
 
 
+MERGES_DEFERRED = (("hashsize", 16 << 20), ("automerge", 0), ("crisismerge", 1000))
+"""FTS5's settings in the writer, for search_history_fts: a batch's entries written out as one segment at its commit
+(`hashsize`: the bytes of entries held, 1 MB by default), and no segments merged as they come (`automerge` 0, and
+`crisismerge` far off: FTS5 merges a level that many segments reach); `_merge` merges them all at once ('optimize'),
+as the last batches come (MERGE_AHEAD), else at the end. FTS5 by default merges four segments of a level into one
+of the next as they come: every entry rewritten at each of three or four levels on a million events, against once
+here, into one segment (and the last batches' few), which searches of the past read faster than the nine or ten
+automerge leaves. FTS5 keeps the settings in search_history_fts_config: `_commit_last` takes them out, so the views
+hold FTS5's defaults, as a fold's."""
+MERGE_AHEAD = 10
+"""Batches still to come when the writer merges the full-text index's segments (HistoryWriter.near_end): the fold's
+last batches take about as long as the merge, which the writer, as fast as the fold or faster, makes meanwhile."""
+_MERGE_NOW = 0xFFFFFFFF
+"""The header of no batch (`serve`): the writer merges now (HistoryWriter.near_end)."""
+
+
+def _defer_merges(db) -> None:
+    for key, value in MERGES_DEFERRED:
+        db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES (?, ?)", (key, value))
+
+
+def _merge(db) -> None:
+    db.execute("INSERT INTO search_history_fts (search_history_fts) VALUES ('optimize')")
+
+
+def _commit_last(db, merged: bool = False) -> None:
+    """The writer's last commit: every search_history_fts segment merged into one (unless `merged` already, as the
+    last batches came), and FTS5's settings back to their defaults (MERGES_DEFERRED)."""
+    if merged:  # the segments of the batches since, at their level only (FTS5's `usermerge`, 4, and more)
+        db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES ('merge', 1000000)")
+    else:
+        _merge(db)
+    db.execute(f"DELETE FROM search_history_fts_config WHERE k IN ({', '.join('?' * len(MERGES_DEFERRED))})",
+               [key for key, _value in MERGES_DEFERRED])
+    db.execute("COMMIT")
+
+
 def serve(path: str | None = None, inode: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
@@ -471,15 +541,20 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
         db = _connect(path, log)
         if os.stat(path).st_ino != int(inode):
             sys.exit(1)
-        frames = _frames(stdin)
+        _defer_merges(db)
+        frames, merged = _frames(stdin), False
         while frame := frames.get():
+            if frame is _MERGING:
+                _merge(db)
+                merged = True
+                continue
             write_batch(db, *decode(frame), from_log=log is not None)
             if log is not None:
                 db.execute("COMMIT")
                 db.execute("BEGIN")
         if frame is None:
             sys.exit(1)
-        db.execute("COMMIT")
+        _commit_last(db, merged)
         db.close()
     except Exception as exc:
         _tell(exc)
@@ -491,9 +566,12 @@ READ_AHEAD = 2
 read, not once the batch before it is written, so a batch slower to write than to fold does not hold the fold up."""
 
 
+_MERGING = b"merge"
+
+
 def _frames(stdin) -> queue.Queue:
     """The batches on `stdin` (`serve`), read by a thread of their own as they come (READ_AHEAD at most waiting):
-    each batch's bytes, then b"" at the end, or None when the builder went away first."""
+    each batch's bytes (or _MERGING, told to merge), then b"" at the end, or None when the builder went away first."""
     frames: queue.Queue = queue.Queue(READ_AHEAD)
 
     def read() -> None:
@@ -501,7 +579,7 @@ def _frames(stdin) -> queue.Queue:
             if not (size := int.from_bytes(header, "little")):
                 frames.put(b"")
                 return
-            frames.put(stdin.read(size))
+            frames.put(_MERGING if size == _MERGE_NOW else stdin.read(size))
         frames.put(None)
 
     threading.Thread(target=read, name="batches", daemon=True).start()

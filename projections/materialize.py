@@ -12,7 +12,7 @@ import msgspec
 from eventstore import validate
 from eventstore.errors import UnsafePath
 
-from .render import LOG_TITLE
+from . import render
 from .views import LOG_PATH, Views
 
 
@@ -154,24 +154,26 @@ def untracked(views: Views, root: Path) -> list[str]:
 class Prechecks:
     """What a replay's dry run (`materialize(dry_run=True, settle=True)`) reads of the files, worked out on a
     thread of its own while the rebuild finishes (its history writer's last batches, the merge): the hashes of the
-    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it, from its entries as the
-    fold handed them over (`bulk.build`'s `folded`). Nothing is written, and the dry run still renders and checks
-    every file itself; a file changed on disk meanwhile is hashed again there (`disk_hash`). Then the thread
-    syncs the new views file (`sync`) as far as it is written, so that the replay's own fsync before the swap
-    finds little left to write."""
+    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it: `render.log` of its
+    entries as the fold handed them to the writer (`bulk.build`'s `folded`). Nothing is written, and the dry run
+    still renders and checks every file itself; a file changed on disk meanwhile is hashed again there
+    (`disk_hash`). Beside it, another thread syncs the new views file (`sync`) as far as it is written, so that the
+    replay's own fsync before the swap finds little left to write."""
 
     def __init__(self, root: Path, paths, seen: dict, sync: Path | None = None):
         self.root, self.paths, self.seen, self.sync = root, list(paths), seen, sync
         self.rendered: dict[str, str] = {}
-        self.hashed = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []
 
     def start(self, log_blocks) -> None:
         """Begins, with mind/log.md's blocks (bulk.LogBlocks, closed when done)."""
-        self.thread = threading.Thread(target=self._run, args=(log_blocks,), name="prechecks", daemon=True)
-        self.thread.start()
+        self.threads.append(threading.Thread(target=self._hash, args=(log_blocks,), name="prechecks", daemon=True))
+        if self.sync is not None:
+            self.threads.append(threading.Thread(target=self._sync, name="prechecks-sync", daemon=True))
+        for thread in self.threads:
+            thread.start()
 
-    def _run(self, log_blocks) -> None:
+    def _hash(self, log_blocks) -> None:
         try:
             folders = {}
             for path in self.paths:
@@ -179,28 +181,25 @@ class Prechecks:
                     disk_hash(validate.inside_workspace(self.root, path, folders), self.seen)
                 except (UnsafePath, OSError):
                     continue
-            digest = hashlib.sha256(f"{LOG_TITLE}\n".encode())
-            for block in log_blocks.newest_first():
-                digest.update(block)
-            self.rendered[LOG_PATH] = digest.hexdigest()
+            self.rendered[LOG_PATH] = _hash_chunks(render.log(log_blocks.newest_first()))
         finally:
             log_blocks.close()
-            self.hashed.set()
-        if self.sync is not None:
-            with contextlib.suppress(OSError):  # the replay syncs it again, and reports what fails there
-                _fsync(self.sync)
+
+    def _sync(self) -> None:
+        with contextlib.suppress(OSError):  # the replay syncs it again, and reports what fails there
+            _fsync(self.sync)
 
     def join(self) -> dict[str, str]:
         """The rendered files' hashes worked out ({} when the checks never started: a build in another process),
         once the files are hashed (the sync may go on)."""
-        if self.thread is not None:
-            self.hashed.wait()
+        if self.threads:
+            self.threads[0].join()
         return self.rendered
 
     def finish(self) -> None:
         """Waits for the sync too."""
-        if self.thread is not None:
-            self.thread.join()
+        for thread in self.threads:
+            thread.join()
 
 
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,

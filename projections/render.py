@@ -8,7 +8,7 @@ so no value can start a line of its own in a file that something splits on them.
 import datetime as dt
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from eventstore import frontmatter
 
@@ -104,11 +104,13 @@ def log_entry(ts_ms: int, kind: str, title: str, note: str, title_is_one_line: b
     return f"{heading}\n\n{note}\n" if note else heading + "\n"
 
 
-def log(blocks_newest_first: Iterable[list[tuple[str]]]) -> Iterator[str]:
+def log(blocks_newest_first: Iterable[Sequence[tuple]]) -> Iterator[str]:
     """mind/log.md, streamed: the title, then every entry, newest first, a blank line apart.
 
-    Entries come in blocks of 1-tuples (database rows), and leave as one string per block.
+    Entries come in blocks of log_entries rows, each row's entry its last column (the views read `(entry,)`; a
+    rebuild hashes its `(seq, ts, entry)` rows as handed to its writer: bulk.LogBlocks), and leave as one string
+    per block.
     """
     yield LOG_TITLE + "\n"
     for block in blocks_newest_first:
-        yield "".join(["\n" + entry for (entry,) in block])
+        yield "".join(["\n" + row[-1] for row in block])

@@ -159,8 +159,13 @@ def test_a_writer_reading_the_log_takes_compressed_redacted_and_renamed_pages_as
     assert spawned and spawned[0][0][-1] == str(memory.log.path)  # the writer was given the log
     assert rebuilt.dump() == folded.dump()
     assert rebuilt.db.execute("SELECT count(*) FROM pages WHERE version_id = x''").fetchone() == (0,)
-    rebuilt.close()
-    folded.close()
+    in_process = bulk.build(memory.log, tmp_path / "one-batch.db")  # its writer in this process
+    config = "SELECT * FROM search_history_fts_config ORDER BY k"  # the writer's FTS5 settings taken out at its end
+    assert rebuilt.db.execute(config).fetchall() == in_process.db.execute(config).fetchall() == \
+        folded.db.execute(config).fetchall()
+    assert in_process.dump() == folded.dump()
+    for views in (rebuilt, folded, in_process):
+        views.close()
 
 
 def test_a_page_body_redacted_after_the_fold_read_it_is_written_as_a_fold_reads_it_now(memory, tmp_path):

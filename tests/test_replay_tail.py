@@ -66,7 +66,7 @@ def test_a_hand_edit_made_after_the_files_were_first_hashed_is_still_refused(mem
 
     def edit_once_hashed(self, blocks):
         start(self, blocks)
-        self.thread.join()
+        self.join()
         hashed.append(dict(self.seen))
         (memory.root / "mind/a.md").write_text("mine\n")
 
