@@ -138,7 +138,12 @@ class SharedViews:
 
     def render_entries(self, layer: str, as_of: int) -> str:
         """A layer's file: its entries by id (the rows read as they are: a team's file holds a million)."""
-        reversed_by = self.reversers(layer, as_of).get
+        reversers = self.reversers(layer, as_of)
+        if not reversers:  # nothing reversed, so nothing reverses: each line is `entry_line`'s first part alone
+            rows = self.db.execute("SELECT type, date, content FROM entries WHERE layer = ? AND seq <= ? ORDER BY id",
+                                   (layer, as_of))
+            return f"# {layer}\n\n" + "".join([f"[{type}] {date}: {content}\n" for type, date, content in rows])
+        reversed_by = reversers.get
         rows = self.db.execute("SELECT id, type, date, content, reverses FROM entries WHERE layer = ? AND seq <= ? "
                                "ORDER BY id", (layer, as_of))
         return f"# {layer}\n\n" + "".join([entry_line(type, date, content, reverses, reversed_by(id)) + "\n"
