@@ -126,6 +126,44 @@ def http_protocol(app=None):
                 transport.close()
 
     class OneWriteProtocol(HttpToolsProtocol):
+        _idle_at: float | None = None  # loop time the connection went idle (its last answer sent), None while busy
+
+        def _unset_keepalive_if_required(self) -> None:
+            """A request comes in: the keep-alive timer, left armed, finds the connection busy when it fires
+            (uvicorn cancels it here and arms a new one after every answer: a timer made and unmade per request)."""
+            self._idle_at = None
+
+        def on_response_complete(self) -> None:
+            """uvicorn's, with one keep-alive timer per idle spell rather than per answer (`_kept_alive`)."""
+            self.server_state.total_requests += 1
+            if self.transport.is_closing():
+                return
+            self.flow.resume_reading()
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+                return
+            self._idle_at = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._kept_alive)
+
+        def _kept_alive(self) -> None:
+            """The connection is closed once idle for `timeout_keep_alive` seconds, as uvicorn closes it."""
+            self.timeout_keep_alive_task = None
+            if self._idle_at is None:  # busy: its next answer arms the timer again
+                return
+            left = self._idle_at + self.timeout_keep_alive - self.loop.time()
+            if left > 0:
+                self.timeout_keep_alive_task = self.loop.call_later(left, self._kept_alive)
+            else:
+                self.timeout_keep_alive_handler()
+
+        def connection_lost(self, exc) -> None:
+            if self.timeout_keep_alive_task is not None:
+                self.timeout_keep_alive_task.cancel()
+                self.timeout_keep_alive_task = None
+            super().connection_lost(exc)
+
         def on_headers_complete(self) -> None:
             if direct is not None and self._direct():
                 return

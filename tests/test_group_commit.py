@@ -152,3 +152,44 @@ def test_each_app_answers_from_its_own_storage(tmp_path):
     assert asyncio.run(contract_positions()) == [1, 2]
     for storage in storages:
         storage.close()
+
+
+def test_a_group_gathers_the_pushes_of_the_agents_pushing_lately_and_a_lone_agent_waits_for_nobody(
+        tmp_path, monkeypatch):
+    """sync/committer.py: a group's first push waits (at most GATHER_SECONDS) until pushes from a share of
+    the agents that pushed lately are queued, so a busy hub's groups are larger and its commits fewer; an
+    agent pushing alone is committed at once."""
+    import sync.committer
+    from sync.committer import GroupCommitter
+    from sync.fanout import Fanout
+
+    monkeypatch.setattr(sync.committer, "GATHER_SECONDS", 30.0)  # only the count ends a wait here
+    monkeypatch.setattr(sync.committer, "PUSHERS_WINDOW", 0.2)
+    storage = CountingStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    agents = [f"agent{i}" for i in range(8)]
+
+    def event(agent: str, n: int):
+        return new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"{agent} {n}"), agent=agent,
+                         layer="insights")
+
+    async def scenario():
+        committer = GroupCommitter(storage, Fanout())
+        await asyncio.wait_for(committer.push([event("agent0", 0)]), 20)  # alone: at once, whatever GATHER_SECONDS
+        await asyncio.sleep(0.25)  # a new window: agent0 alone pushed in the last
+        await asyncio.wait_for(committer.push([event("agent0", 1)]), 20)
+        await asyncio.gather(*(committer.push([event(agent, 2)]) for agent in agents))  # eight agents push
+        await asyncio.sleep(0.25)  # then a new window, counting eight
+        before = storage.transactions
+        pushes = []
+        for agent in agents[:6]:  # 3/4 of eight: the sixth push ends the gathering
+            pushes.append(asyncio.ensure_future(committer.push([event(agent, 3)])))
+            await asyncio.sleep(0.05)  # time enough for a commit of each push alone, were it not gathered
+            assert storage.transactions == before or agent == agents[5]
+        results = await asyncio.wait_for(asyncio.gather(*pushes), 20)
+        assert storage.transactions == before + 1  # six pushes, one commit
+        assert [result[0].position for result in results] == list(range(results[0][0].position,
+                                                                           results[0][0].position + 6))
+
+    asyncio.run(scenario())
+    storage.close()

@@ -439,3 +439,31 @@ def test_a_long_poll_answered_directly_that_outlasts_the_servers_graceful_stop_i
                 server.stop()
     assert answers[0] == answers[1]
     assert answers[0][0][0].startswith(b"HTTP/1.1 500") and answers[0][0][1] == b"Internal Server Error"
+
+
+def test_a_connection_answered_from_the_parser_is_kept_alive_while_busy_and_closed_once_idle(tmp_path):
+    """sync/server.py arms one keep-alive timer per idle spell rather than one per answer: a connection that
+    keeps asking stays open past the keep-alive timeout, and one left idle is closed after it."""
+    import socket
+
+    from hubserver import HubServer
+
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.close()
+    server = HubServer(str(tmp_path / "hub.db")).start()
+    server.server.config.timeout_keep_alive = 2.0  # read by each connection as it opens
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            started = time.monotonic()
+            asked = 0
+            while time.monotonic() - started < 5.0:  # busy for two and a half timeouts, never idle 2 s
+                sock.sendall(raw_get(token, "/v1/pull?limit=1"))
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "closed while busy"
+                asked += 1
+                time.sleep(0.05)
+            assert asked > 10
+            assert sock.recv(65536) == b""  # idle: closed after the timeout (recv waits up to 30 s)
+    finally:
+        server.stop()
