@@ -475,19 +475,22 @@ def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind
         flush = FileFlush(refreshes)
         flush.QUIET, flush.MAX_LAG = 0.1, 0.4
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = late = loop.time()
+        lateness = 0.0  # how late this loop woke (a loaded machine): the flush's timer is as late
         while loop.time() - start < 1.0:  # a call every 20 ms for a second
             flush.schedule()
             await asyncio.sleep(0.02)
+            lateness, late = max(lateness, loop.time() - late - 0.02), loop.time()
         last = loop.time()
         await asyncio.sleep(0.3)
-        return start, last
+        return start, last, lateness
 
     refreshes = Refreshes()
-    start, last = asyncio.run(burst())
+    start, last, lateness = asyncio.run(burst())
     gaps = [b - a for a, b in zip([start, *refreshes.at], refreshes.at)]
     assert 2 <= len(refreshes.at) <= 5, refreshes.at  # not once per call, not only at the end
-    assert max(gaps) < 0.4 + 0.15 and refreshes.at[-1] >= last  # at most MAX_LAG behind; the last after the burst
+    assert max(gaps) < 0.4 + 0.15 + lateness, (gaps, lateness)  # at most MAX_LAG behind, but for the loop's lateness
+    assert refreshes.at[-1] >= last  # the last after the burst
 
 
 def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
