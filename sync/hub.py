@@ -243,6 +243,18 @@ def heads_after(heads: dict[str, bool], versions, named: set[str] = frozenset())
     return heads
 
 
+def _header_fields(headers: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bool]:
+    """A direct request's headers as the ASGI way reads them (the first of a repeated name), and whether any
+    Accept-Encoding names zstd."""
+    fields, zstd = {}, False
+    for name, value in headers:
+        if name not in fields:
+            fields[name] = value
+        if name == b"accept-encoding" and b"zstd" in value:
+            zstd = True
+    return fields, zstd
+
+
 def _in_event(exc: MemError, index: int, event) -> MemError:
     """Names the event (and its place in the batch) in a refusal raised while checking it."""
     if str(event.id) not in str(exc):
@@ -587,12 +599,7 @@ class HubApp(Starlette):
         """`pull` from the request's query parameters and headers, for `direct`: its answer goes to `respond`,
         at once, or (a long-poll) once a commit it waits for is told or its wait is over; then it returns what
         stops the wait (`sync/server.py`: the client left, or the server shuts down)."""
-        fields, zstd = {}, False
-        for name, value in headers:
-            if name not in fields:
-                fields[name] = value
-            if name == b"accept-encoding" and b"zstd" in value:
-                zstd = True
+        fields, zstd = _header_fields(headers)
         hub = self.hub
         try:
             token = bearer(fields.get(b"authorization", b"").decode("latin-1"))
@@ -656,12 +663,7 @@ class HubApp(Starlette):
     def push_directly(self, headers: list[tuple[bytes, bytes]], raw: bytes, respond: Respond) -> None:
         """`push` from the request's headers (lower-case names, as uvicorn gives them) and its whole body:
         its answer goes to `respond`, at once for a refusal, once durable for the events."""
-        fields, zstd = {}, False
-        for name, value in headers:
-            if name not in fields:
-                fields[name] = value
-            if name == b"accept-encoding" and b"zstd" in value:
-                zstd = True
+        fields, zstd = _header_fields(headers)
         try:
             hub = self.hub
             agent, current, checked = hub.push_state(bearer(fields.get(b"authorization", b"").decode("latin-1")))
