@@ -301,7 +301,7 @@ def ids_json(ids: list[str]) -> str:
 def stage_entries(db, rows: list[tuple]) -> None:
     """A bulk build's batch of `entries` rows (ENTRY_COLUMNS) staged in `temp.staged_entries`, in place of the last
     ones, and written into `entries` from there: the search index takes their rows from the same staging
-    (search.write_staged_entries), so the fold makes and hands over one row per entry, not three."""
+    (search.STAGED_ENTRIES), so the fold makes and hands over one row per entry, not three."""
     db.execute(f"CREATE TEMP TABLE IF NOT EXISTS staged_entries ({', '.join(ENTRY_COLUMNS)})")
     db.execute("DELETE FROM temp.staged_entries")
     insert_many(db, f"INSERT INTO temp.staged_entries VALUES ({','.join('?' * len(ENTRY_COLUMNS))})", rows)
