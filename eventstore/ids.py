@@ -31,8 +31,12 @@ def uuid7_bytes(ms: int | None = None) -> bytes:
     else:
         rand = int.from_bytes(os.urandom(10), "big") >> 6  # 74 random bits
     _last_ms, _last_rand = ms, rand
-    rand_a = (rand >> 62) & 0xFFF
-    rand_b = rand & ((1 << 62) - 1)
+    return uuid7_layout(ms, (rand >> 62) & 0xFFF, rand & ((1 << 62) - 1))
+
+
+def uuid7_layout(ms: int, rand_a: int, rand_b: int) -> bytes:
+    """The 16 bytes of the UUIDv7 of `ms` whose 12 bits after the version are `rand_a` and 62 bits after the
+    variant `rand_b` (RFC 9562's layout; uuid7_bytes draws them, an import derives them)."""
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
     return value.to_bytes(16, "big")
 

@@ -17,7 +17,7 @@ import msgspec
 
 from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
-from eventstore.ids import uuid_text
+from eventstore.ids import uuid7_layout, uuid_text
 from eventstore.instants import format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
@@ -309,8 +309,7 @@ class _Importer:
         bits = int.from_bytes(hashlib.sha256(key + nth.to_bytes(8, "big")).digest()[:10], "big")
         rand_a, rand_b = ((bits >> 62) & 0xFFF, bits & ((1 << 62) - 1)) if order is None else (
             order[0], min(order[1], (1 << 24) - 1) << 38 | bits & ((1 << 38) - 1))
-        value = ts << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
-        return new_event(body, agent=self.agent, layer=layer, ts=ts, id=uuid_text(value.to_bytes(16, "big")))
+        return new_event(body, agent=self.agent, layer=layer, ts=ts, id=uuid_text(uuid7_layout(ts, rand_a, rand_b)))
 
     def ms(self, value) -> int:
         """A row's time in ms when it is one a UUIDv7 can hold, else the file's."""

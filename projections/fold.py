@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from itertools import islice
 
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
-from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, EntryAppend, Lint,
-                              LogRestore, PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
+from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
+                              PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
@@ -310,7 +310,6 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             end = rows[-1][0] if len(rows) == batch else target
             raws = [row[5] if row[4] == CODEC_RAW else unpacked_body(row[4], row[5]) for row in rows]
             apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
-            entries_apart = search.bulk  # a bulk build's writer makes an entry's search rows (SearchFold.apply)
             ts = 0
             for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(
                     rows, raws, decode_bodies(raws)):
@@ -323,8 +322,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                 elif cls in _SHARED:
                     id = id_text(version_id) if version_id is not None else log.get_by_seq(seq).id
                     apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
-                    if cls is not EntryAppend or not entries_apart:
-                        apply_search(seq, layer or MIND, decoded, id, agent)
+                    apply_search(seq, layer or MIND, decoded, id, agent)
             del rows, raws
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)

@@ -28,7 +28,7 @@ from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
-from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
+from eventstore.kinds import SHARED_PAGE_KINDS, EntryAppend, PageDelete, PageIngest
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
 
 from .committer import GroupCommitter
@@ -189,14 +189,11 @@ def check_reversals(events, storage: HubStorage) -> None:
                                "to reverse", field=f"events[{index}].body.reverses")
 
 
-PAGE_VERSIONS = (PageIngest, PageUpdate, PageDelete)
-
-
 def check_holds(events, storage: HubStorage) -> None:
     """Refuses an update or delete of a held shared page that does not release it, and an ingest that
     would stand beside a held head (eventstore.governance). A parent is read from the batch, else from
     the hub: one lookup by id, for page events only; a page's heads, only for a batch with an ingest."""
-    if not any(isinstance(event.body, PAGE_VERSIONS) for event in events):
+    if not any(event.kind in SHARED_PAGE_KINDS for event in events):
         return
     batch = {event.id: event.body for event in events}
 
@@ -214,7 +211,7 @@ def check_holds(events, storage: HubStorage) -> None:
     ingests = [(index, event) for index, event in enumerate(events) if isinstance(event.body, PageIngest)]
     if not ingests:
         return
-    versions = [event for event in events if isinstance(event.body, (PageIngest, PageUpdate, PageDelete))]
+    versions = [event for event in events if event.kind in SHARED_PAGE_KINDS]
     ids = sorted({event.id for event in versions})
     new = set(ids) - storage.layers_of(ids).keys()
     named = storage.named_versions(ids)

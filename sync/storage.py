@@ -23,7 +23,7 @@ from eventstore.envelope import Event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
-from eventstore.kinds import ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
+from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form, stand_in
 from eventstore.layers import CONTRACT_LAYER
 
@@ -106,10 +106,7 @@ def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows
 def _readable(body):
     """A body as the hold checks read it: a redacted page version as its stand-in (it holds nothing), as the
     consumers' folds see it."""
-    return stand_in(body) if isinstance(body, Redacted) and body.original in PAGE_KINDS else body
-
-
-PAGE_KINDS = ("page.ingest", "page.update", "page.delete")
+    return stand_in(body) if isinstance(body, Redacted) and body.original in SHARED_PAGE_KINDS else body
 
 
 def page_version_rows(events) -> tuple[list[tuple], list[tuple]]:

@@ -46,6 +46,11 @@ def _live(batches: list, stale: set[int]) -> list:
     return [[] if index in stale else batch for index, batch in enumerate(batches)] if stale else batches
 
 
+def _cached(checked) -> bool:
+    """Whether some batch of a group was checked with a cached token state (`checked`: its epochs, or None)."""
+    return checked is not None and any(epoch is not None for epoch in checked)
+
+
 def _stale_outcomes(outcomes: list, stale: set[int]) -> list:
     return [Stale() if index in stale else outcome for index, outcome in enumerate(outcomes)] if stale else outcomes
 
@@ -252,12 +257,16 @@ class SQLiteHubStorage(HubStorage):
         cached token state from before a change that another connection committed (the writer's
         `PRAGMA data_version` moved: it moves with every other connection's commit, never with its own) or
         this one made (`_bump`). One statement per group, only when some batch used the cache."""
-        if not checked or all(epoch is None for epoch in checked):
+        if not _cached(checked):
             return set()
         version = self.db.execute("PRAGMA data_version").fetchone()[0]
         if version != self._version:
             self._version = version
             self._bump()
+        return self._older(checked)
+
+    def _older(self, checked) -> set[int]:
+        """The indexes of the batches checked with a cached token state from an epoch before this one."""
         return {index for index, epoch in enumerate(checked) if epoch is not None and epoch != self._epoch}
 
     def agents(self):
@@ -282,9 +291,8 @@ class SQLiteHubStorage(HubStorage):
         with self._lock:
             _flock(self._writers)
             try:
-                cached = checked is not None and any(epoch is not None for epoch in checked)
-                stale = {index for index, epoch in enumerate(checked) if epoch is not None and epoch != self._epoch} \
-                    if cached else set()
+                cached = _cached(checked)
+                stale = self._older(checked) if cached else set()
                 rows, outcomes, layers = plan_group(_live(batches, stale), {}, head + 1)
                 if (not rows or len(rows) > INSERT_ROWS or any(event.kind == "redaction" for event in rows)
                         or page_version_rows(rows)[1]):
