@@ -27,6 +27,7 @@ import fcntl
 import gc
 import os
 import queue
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -298,7 +299,8 @@ class HistoryWriter:
         self.log_blocks = log_blocks
         self.log = log
         self.from_log = log is not None
-        self.inode = os.stat(path).st_ino
+        self.mark = secrets.randbelow(2**31 - 1) + 1  # this build's file, told apart from an earlier build's
+        db.execute(f"PRAGMA application_id = {self.mark}")
         db.execute("DROP INDEX page_versions_by_slug")
         self.triggers = search.bulk_begin(db)
         self.db: sqlite3.Connection | None = None
@@ -318,10 +320,10 @@ class HistoryWriter:
     def _spawn(self) -> None:
         if self.ahead is not None:
             self.child, self.ahead = self.ahead, None
-            self.child.stdin.write(msgspec.json.encode([self.path, self.inode, self.log]) + b"\n")
+            self.child.stdin.write(msgspec.json.encode([self.path, self.mark, self.log]) + b"\n")
             self.child.stdin.flush()
         else:
-            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.inode),
+            self.child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, self.path, str(self.mark),
                                            self.log or ""],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         _widen(self.child.stdin)
@@ -518,16 +520,20 @@ def _commit_last(db, merged: bool = False) -> None:
         _merge(db)
     db.execute(f"DELETE FROM search_history_fts_config WHERE k IN ({', '.join('?' * len(MERGES_DEFERRED))})",
                [key for key, _value in MERGES_DEFERRED])
+    db.execute("PRAGMA application_id = 0")  # the build's mark (HistoryWriter) gone: the views hold SQLite's default
     db.execute("COMMIT")
 
 
-def serve(path: str | None = None, inode: str | int | None = None, log: str | None = None) -> None:
+def serve(path: str | None = None, mark: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
     (its end of the pipe closed early), nothing is committed: its files are deleted by the next build. It
-    writes nothing either when the file at `path` is no longer the builder's (`inode`): a builder killed just
-    before, whose file the next build has made anew. Started ahead (`spawn_writer`), it reads `path`, `inode`
-    and `log` first, a JSON line.
+    writes nothing either when the file at `path` is no longer the builder's: a builder killed just before,
+    whose file the next build has made anew. The file is told by the random `mark` its builder set as its
+    `PRAGMA application_id` (HistoryWriter), not by its inode: a file made at the same path just after
+    another was deleted often gets the same inode number (ext4), and a writer left over from a build cut off
+    wrote that build's batches into the next one's file. Started ahead (`spawn_writer`), it reads `path`,
+    `mark` and `log` first, a JSON line.
 
     With the SQLite log at `log` (FROM_LOG), each batch is committed: the log's rows are read in the batch's
     transaction, whose snapshot of the log must be taken after the fold read them (a log still growing)."""
@@ -538,10 +544,10 @@ def serve(path: str | None = None, inode: str | int | None = None, log: str | No
             told = stdin.readline()
             if not told:
                 sys.exit(1)
-            path, inode, log = msgspec.json.decode(told)
+            path, mark, log = msgspec.json.decode(told)
         log = log or None
         db = _connect(path, log)
-        if os.stat(path).st_ino != int(inode):
+        if db.execute("PRAGMA application_id").fetchone()[0] != int(mark):
             sys.exit(1)
         _defer_merges(db)
         frames, merged = _frames(stdin), False

@@ -398,3 +398,38 @@ def test_a_redaction_among_the_pages_of_a_catch_up_builds_the_views_once_more(tm
         assert [("heads" in kwargs) for kwargs in builds] == [True, False]  # the catch-up's build, then once more
         assert check(fresh).same and fresh.views.checkpoint() == fresh.log.head() == 1201
         assert "fact 1\n" not in (tmp_path / "newcomer" / "memory" / "insights.md").read_text()
+
+
+def test_a_history_writer_left_over_from_a_build_cut_off_writes_nothing_into_the_next_builds_file(tmp_path):
+    """Regression: the writer's child told an earlier build's file checked it by inode number, and ext4 gives a
+    file made at the same path just after a delete the same number: a writer left over from a catch-up cut off
+    wrote that build's batches into the next build's file (a first pull's views then held search rows of page
+    versions long replaced). Each build's file now carries a random mark (`PRAGMA application_id`)."""
+    from projections import bulk
+    from projections.views import Views
+
+    path = str(tmp_path / "views.db.rebuild")
+    earlier = Views(path, fast=True)
+    left_over = bulk.HistoryWriter(earlier.db, path, child=bulk.spawn_writer())  # told its file only at start
+    earlier.close()
+    made = str(tmp_path / "made.db")
+    later = Views(made, fast=True)  # the next build's file, put at the same path with the same inode (as ext4 does)
+    bulk.HistoryWriter(later.db, made)
+    before = later.dump()
+    marked = later.db.execute("PRAGMA application_id").fetchone()[0]
+    config = later.db.execute("SELECT * FROM search_history_fts_config ORDER BY k").fetchall()
+    later.close()
+    inode = os.stat(path).st_ino
+    with open(path, "r+b") as file:
+        file.truncate(0)
+        file.write(Path(made).read_bytes())
+    assert os.stat(path).st_ino == inode
+    left_over.start()
+    with pytest.raises(RuntimeError):  # the writer's child refused the file: not its build's
+        left_over.join()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT * FROM search_history_fts_config ORDER BY k").fetchall() == config  # no deferral
+        assert db.execute("PRAGMA application_id").fetchone()[0] == marked != 0
+    after = Views(path)
+    assert after.dump() == before
+    after.close()
