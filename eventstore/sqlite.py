@@ -9,13 +9,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 
-from .envelope import CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, check_event, compress
-from .kinds import ImportGap, Redacted, Redaction
+from .envelope import CODEC_RAW, COMPRESS_THRESHOLD, Event, check_event
+from .kinds import ImportGap, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
 from .readonly import connect
-from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, id_bytes, id_text,
-                       plan_rows, recording_times, redaction_updates, row_to_event, small_sha256, verify_rows)
+from .recorder import (_EMPTY, PLAIN_TAGS, ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input,
+                       id_bytes, id_text, plan_rows, recording_times, redaction_updates, row_to_event, small_sha256,
+                       stored_form, verify_rows)
 
 body_of = attrgetter("body")
 
@@ -52,7 +53,7 @@ COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, ch
 APPEND_AFTER = (f"INSERT INTO events ({COLUMNS}) VALUES (?1, CASE WHEN (SELECT coalesce(max(seq), 0) FROM events) "
                 "= ?1 - 1 THEN ?2 END, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
 STALE_HEAD = "NOT NULL constraint failed: events.id"
-ONE_ROW_TAGS = {cls: tag for cls, tag in TAGS.items() if cls not in (Redacted, Redaction, ImportGap)}
+ONE_ROW_TAGS = {cls: tag for cls, tag in PLAIN_TAGS.items() if cls is not Redaction}
 """The stored kind of each body that one INSERT stores alone (see _append_one): not a `Redacted` stand-in (stored as
 its original's kind), a redaction (it rewrites its targets too) or an import gap (it skips seqs)."""
 WIDEST_INSERT = 128
@@ -132,7 +133,7 @@ class SQLiteLog(Recorder):
         # transaction is the connection's, so two threads' appends would mix in one (an event lost, a false
         # IntegrityError), and two executing on one cursor crash the interpreter.
         self._writing = threading.Lock()
-        self._one_row_cursor = self.db.cursor()  # the single append's (see _append_one)
+        self._cursor = self.db.cursor()  # the appends' own (`db.execute` makes and frees a Cursor object per call)
         self._idle: list[sqlite3.Connection] = []  # read connections not in use (see _reader)
         self._readers: list[sqlite3.Connection] = []
         self._inside: int | None = None  # the thread running an append's `state` function, inside its transaction
@@ -216,9 +217,9 @@ class SQLiteLog(Recorder):
             for event in events:
                 check_event(event)
         redacting = Redaction in map(type, map(body_of, events))
-        db = self.db
+        db, execute = self.db, self._cursor.execute
         for check_known in (False, True):
-            db.execute("BEGIN IMMEDIATE")
+            execute("BEGIN IMMEDIATE")
             try:
                 seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
@@ -234,7 +235,7 @@ class SQLiteLog(Recorder):
                     rows = state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
-                db.execute("COMMIT")
+                execute("COMMIT")
                 if redacting:
                     self.scrub()
                 return seqs
@@ -276,7 +277,7 @@ class SQLiteLog(Recorder):
         instruction. So the path touches as little as it can: one dict lookup gives the stored kind and
         rules out the bodies one row does not store alone (ONE_ROW_TAGS), the rare cases are not tested
         here one by one but fall through to the careful path, and the INSERT runs on a cursor kept for it
-        (`db.execute` makes and frees a Cursor object per call). The chain link is hashed by CPython's own sha256
+        (`_cursor`). The chain link is hashed by CPython's own sha256
         (`small_sha256`): OpenSSL's, through its EVP layer, costs about 25 µs more from cold caches,
         though it is faster in a warm loop, where plan_rows uses it."""
         cached = event.__dict__
@@ -298,9 +299,8 @@ class SQLiteLog(Recorder):
         chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
         try:
             # byte columns as bytearrays: bound without the sqlite3 module's adapter lookup (see plan_rows)
-            self._one_row_cursor.execute(APPEND_AFTER, (seq, bytearray(keys[2]), event.ts, recorded_at, event.agent,
-                                                        event.layer, kind, CODEC_RAW, bytearray(stored),
-                                                        bytearray(digest), bytearray(chain)))
+            self._cursor.execute(APPEND_AFTER, (seq, _EMPTY + keys[2], event.ts, recorded_at, event.agent, event.layer,
+                                                kind, CODEC_RAW, _EMPTY + stored, _EMPTY + digest, _EMPTY + chain))
         except sqlite3.Error:
             self._head = None
             return self._append_one_careful(event)
@@ -310,17 +310,8 @@ class SQLiteLog(Recorder):
     def _append_one_careful(self, event: Event) -> int:
         """One trusted event, any body (a `Redacted` stand-in keeps its original kind, a large body is
         compressed), after the head read again whenever the statement finds it stale."""
-        body = event.body
-        id, digest = event.stored_keys()
-        stored = event.raw_body()
-        if type(body) is Redacted:
-            kind, codec = body.original, CODEC_REDACTED
-        elif len(stored) > COMPRESS_THRESHOLD:
-            kind, codec, stored = TAGS[type(body)], CODEC_ZSTD, compress(stored)
-        else:
-            kind, codec = TAGS[type(body)], CODEC_RAW
-        blob = bytearray
-        id, stored, digest_blob = blob(id), blob(stored), blob(digest)
+        id, digest, kind, codec, stored, _skipped = stored_form(event)
+        id, stored, digest_blob = _EMPTY + id, _EMPTY + stored, _EMPTY + digest
         execute = self.db.execute
         for attempt in range(10_000):
             last, last_chain, last_recorded = self._head or self._read_head()
@@ -330,7 +321,7 @@ class SQLiteLog(Recorder):
             chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()
             try:
                 execute(APPEND_AFTER, (seq, id, event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
-                                      digest_blob, blob(chain)))
+                                      digest_blob, _EMPTY + chain))
             except sqlite3.IntegrityError as exc:
                 self._head = None
                 if str(exc) == STALE_HEAD:
@@ -354,7 +345,7 @@ class SQLiteLog(Recorder):
         raise TimeoutError("the event log stayed locked")
 
     def _read_head(self) -> tuple[int, bytes, int]:
-        last = self.db.execute(READ_HEAD).fetchone()
+        last = self._cursor.execute(READ_HEAD).fetchone()
         return last if last else (0, ZERO_CHAIN, 0)
 
     def _append_locked(self, events, check_known: bool, at: int | None = None) -> list[int]:
@@ -373,9 +364,9 @@ class SQLiteLog(Recorder):
         return seqs
 
     def _insert(self, values: list) -> None:
-        done, execute = 0, self.db.execute
-        for count in insert_counts(len(values) // ROW_WIDTH, self._widest):
-            execute(insert_rows(count), values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
+        done, execute, total = 0, self._cursor.execute, len(values) // ROW_WIDTH
+        for count in insert_counts(total, self._widest):
+            execute(insert_rows(count), values if count == total else values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
             done += count
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:
