@@ -59,7 +59,6 @@ class PostgresLog(Recorder):
         self._writing = threading.Lock()
         self._reading: psycopg.Connection | None = None
         self._opening = threading.Lock()
-        self._inside: int | None = None  # the thread running an append's `state` function, inside its transaction
         self.conn.execute("SELECT pg_advisory_lock(727273)")
         others = []
         try:
@@ -116,12 +115,7 @@ class PostgresLog(Recorder):
             if updates:
                 with self.conn.cursor() as cursor:
                     cursor.executemany("UPDATE events SET codec = %s, body = %s WHERE id = %s", updates)
-            if callable(state):
-                self._inside = threading.get_ident()
-                try:
-                    state = state(seqs)
-                finally:
-                    self._inside = None
+            state = self._state_rows(state, seqs)
             if state:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(UPSERT_STATE, list(state.items()))

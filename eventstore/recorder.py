@@ -3,6 +3,7 @@
 import functools
 import hashlib
 import struct
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -204,7 +205,21 @@ class Recorder(ABC):
     with the same digest returns its existing seq, with another digest the batch is refused.
     """
 
+    _inside: int | None = None
+    """The thread running an append's `state` function (`_state_rows`): its reads go through the append's own
+    connection, inside its transaction; every other read through a connection that sees only committed events."""
+
     # --- write --------------------------------------------------------------------------------
+
+    def _state_rows(self, state: StateRows, seqs: list[int]) -> dict[str, str] | None:
+        """The rows `state` gives, a function called inside the append's transaction (see `append`)."""
+        if not callable(state):
+            return state
+        self._inside = threading.get_ident()
+        try:
+            return state(seqs)
+        finally:
+            self._inside = None
 
     @abstractmethod
     def append(self, events: Sequence[Event], *, state: StateRows = None,

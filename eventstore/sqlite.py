@@ -136,7 +136,6 @@ class SQLiteLog(Recorder):
         self._cursor = self.db.cursor()  # the appends' own (`db.execute` makes and frees a Cursor object per call)
         self._idle: list[sqlite3.Connection] = []  # read connections not in use (see _reader)
         self._readers: list[sqlite3.Connection] = []
-        self._inside: int | None = None  # the thread running an append's `state` function, inside its transaction
         variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._widest = max(1, min(WIDEST_INSERT, 1 << ((variables // ROW_WIDTH).bit_length() - 1)))
         if self.db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
@@ -225,14 +224,7 @@ class SQLiteLog(Recorder):
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(events, self._stored, unsent))
-                if callable(state):
-                    self._inside = threading.get_ident()
-                    try:
-                        rows = state(seqs)
-                    finally:
-                        self._inside = None
-                else:
-                    rows = state
+                rows = self._state_rows(state, seqs)
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
                 execute("COMMIT")
