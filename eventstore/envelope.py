@@ -120,14 +120,16 @@ def decode_body(raw: bytes) -> Body:
 _bodies_decoder = msgspec.msgpack.Decoder(list[BodyUnion])
 
 
-def decode_bodies(raws: list[bytes]) -> list[Body]:
+def decode_bodies(raws: list[bytes], decoder: msgspec.msgpack.Decoder = _bodies_decoder) -> list[Body]:
     """Many encoded bodies at once (one msgpack array, one call into msgspec: a replay's hot path);
-    when one of them does not decode, each is decoded alone, so the error is decode_body's own."""
+    when one of them does not decode, each is decoded alone, so the error is decode_body's own.
+    `decoder`: another decoder of a list of bodies, one that validates them alike (a fold's lighter Structs:
+    fold.LEAN_BODIES); a body it refuses is decoded alone as a `Body`."""
     n = len(raws)
     header = bytes([0x90 | n]) if n < 16 else (b"\xdc" + n.to_bytes(2, "big") if n < 65536
                                                  else b"\xdd" + n.to_bytes(4, "big"))
     try:
-        return _bodies_decoder.decode(b"".join([header, *raws]))
+        return decoder.decode(b"".join([header, *raws]))
     except (msgspec.DecodeError, RecursionError):
         return [decode_body(raw) for raw in raws]
 

@@ -14,10 +14,15 @@ import re
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from itertools import islice
+from operator import itemgetter
+from typing import Any, Union
+
+import msgspec
 
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
-from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Lint, LogRestore,
-                              PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
+from eventstore.governance import GOVERNANCE
+from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion, Lint,
+                              LogRestore, PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
@@ -33,6 +38,35 @@ _DAYS: dict[int, str] = {}
 """render.day of each day number met: a log entry's date."""
 _UNREAD = object()
 """A page the fold has not read from the views yet (`WikiFold._pages`)."""
+
+LeanFrontmatter = msgspec.defstruct("LeanFrontmatter", [(key, Any, None) for key in (
+    "type", "description", "status", "stale_after", GOVERNANCE)], gc=False)
+"""The frontmatter keys a page version's rows take (WikiFold._row) and the one that may hold it, each None when
+absent: the rest are skipped undecoded (a frontmatter as a dict cost a third of a replay's decoding)."""
+
+
+def _lean(cls: type[Body]) -> type[Body]:
+    """`cls` (PageIngest or PageUpdate) with a LeanFrontmatter, validated alike (the same fields, the same types but
+    the frontmatter's values, which are Any in both), and not tracked by the cycle collector."""
+    fields = []
+    for field in msgspec.structs.fields(cls):
+        if field.name in Body.__struct_fields__:
+            continue
+        kind = LeanFrontmatter if field.name == "frontmatter" else field.type
+        if field.default is not msgspec.NODEFAULT:
+            fields.append((field.name, kind, field.default))
+        elif field.default_factory is not msgspec.NODEFAULT:
+            fields.append((field.name, kind, msgspec.field(default_factory=field.default_factory)))
+        else:
+            fields.append((field.name, kind))
+    return msgspec.defstruct(f"Lean{cls.__name__}", fields, bases=(Body,), tag=cls.__struct_config__.tag, gc=False)
+
+
+LeanIngest, LeanUpdate = _lean(PageIngest), _lean(PageUpdate)
+LEAN_BODIES = msgspec.msgpack.Decoder(list[Union[(LeanIngest, LeanUpdate, *(
+    cls for cls in BodyUnion.__args__ if cls is not PageIngest and cls is not PageUpdate))]])
+"""The mind layer's bodies as the wiki fold reads them (`_bodies`): its page versions in LeanIngest and LeanUpdate
+(`WikiFold.fold_batch`), every other kind as itself."""
 
 
 class WikiFold:
@@ -83,13 +117,13 @@ class WikiFold:
                 kind if kind.__class__ is str else str(kind), 0 if status is None else trust.stored_status(status),
                 0 if stale is None else trust.stale_day(stale) or 0, 0]
 
-    def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None):
-        """A new version of `slug`, whose current version is `previous` (None: it has none)."""
+    def _version(self, seq, version_id, ts, slug, parents, fm, text, doc, previous=None, stored=False):
+        """A new version of `slug`, whose current version is `previous` (None: it has none); `stored`: see `_row`."""
         title, hook = title_of(slug, fm, text), hook_of(fm)
         if previous is not None:
             self._close(slug, previous[0], seq)
         self._open_rows[slug] = row = self._row(slug, seq, version_id, ts, ",".join(parents), title, hook, doc, fm,
-                                                text)
+                                                text, stored)
         self.versions.append(row)
         self._pages[slug] = (seq, version_id, title, hook, doc, ts)
         self.touched_pages.add(slug)
@@ -111,61 +145,94 @@ class WikiFold:
         self.touched_pages.add(slug)
         return title
 
+    def fold_batch(self, rows: list[tuple], raws: list[bytes], bodies: list) -> bool:
+        """Folds a batch's events of the mind layer (`_catch_up`'s rows, their body bytes and their bodies, decoded
+        by `_bodies`); returns whether the batch holds events for the other folds.
+
+        A page version in a LeanIngest or LeanUpdate is folded here, `apply`'s steps for it written out (a
+        rebuild's hot path: nine of ten events of a wiki's log) for the common case: not held, its title the
+        text's first line as it is (title_of's first case), its hook one line already (hook_of's). Any other is
+        decoded in full and folded by `apply`, like every other kind."""
+        pages, open_rows, versions, replaced, entries = (self._pages, self._open_rows, self.versions, self.replaced,
+                                                         self.entries)
+        apply, from_log, days = self.apply, self.from_log, _DAYS
+        stored_status, stale_day = trust.stored_status, trust.stale_day
+        others = False
+        day_start = day_end = 0
+        day = ""
+        for (seq, version_id, ts, layer, _codec, stored, _agent), raw, body in zip(rows, raws, bodies):
+            cls = body.__class__
+            if layer is not None:
+                others = True
+                continue
+            if cls is not LeanUpdate and cls is not LeanIngest:
+                if cls in _WIKI:
+                    apply(seq, version_id, ts, body, raw, raw is stored)
+                else:
+                    others = True
+                continue
+            fm, text = body.frontmatter, body.text
+            hook = fm.description
+            if hook is None:
+                hook = ""
+            elif not (hook.__class__ is str and hook.isprintable() and "  " not in hook and hook == hook.strip()):
+                hook = None
+            end = text.find("\n")
+            title = text[2:end] if end != -1 else text[2:]
+            if hook is None or fm.governance is not None or not text.startswith("# ") or "#" in title \
+                    or not title.isprintable() or "  " in title or title != title.strip():
+                apply(seq, version_id, ts, decode_body(raw), raw, raw is stored)
+                continue
+            slug = body.slug
+            current = pages.get(slug, _UNREAD)
+            if current is _UNREAD:
+                current = self._page(slug)
+            if current is not None:
+                kind = "update"
+                row = open_rows.get(slug)
+                if row is not None and row[1] == current[0]:  # _close
+                    row[-1] = seq
+                else:
+                    replaced.append((current[0], seq))
+            else:
+                kind = "ingest"
+            status, stale, type_ = fm.status, fm.stale_after, fm.type
+            open_rows[slug] = row = [  # _row
+                slug, seq, 0, 0, 0, ",".join(body.parents), title, hook, 0 if raw is stored else raw,
+                f"{hook}\n\n{text}" if hook else text, type_ if type_.__class__ is str else str(type_),
+                0 if status is None else stored_status(status), 0 if stale is None else stale_day(stale) or 0, 0]
+            if not from_log:
+                row[2], row[3], row[8] = version_id, ts, raw
+            versions.append(row)
+            pages[slug] = (seq, version_id, title, hook, raw, ts)
+            if cls is LeanUpdate or not body.quiet:
+                if not day_start <= ts < day_end:
+                    number = ts // 86_400_000
+                    day = days.get(number)
+                    if day is None:
+                        day = days[number] = render.day(ts)
+                    day_start = number * 86_400_000
+                    day_end = day_start + 86_400_000
+                note = body.note
+                entries.append((seq, ts, f"## [{day}] {kind} | {title}\n\n{note}\n" if note
+                                else f"## [{day}] {kind} | {title}\n"))  # render.log_entry
+        self.touched_pages.update(open_rows)  # the fast path's pages: each has its row open (or a tombstone since)
+        return others
+
     def apply(self, seq: int, version_id: bytes, ts: int, body, raw: bytes, stored: bool = False) -> None:
         """Folds one event; `version_id` is the event id as stored (16 bytes), `raw` its body bytes, `stored`
         when the log holds them as they are (not compressed nor redacted)."""
         cls = type(body)
         if cls is PageUpdate or cls is PageIngest:
             slug, fm = body.slug, body.frontmatter
-            current = self._pages.get(slug, _UNREAD)
-            if current is _UNREAD:
-                current = self._page(slug)
+            current = self._page(slug)
             kind = "update" if current is not None else "ingest"
             if "governance" in fm and trust.is_held(fm) and (
                     current is None or not trust.is_held(decode_body(current[4]).frontmatter)):
                 kind = "hold"
-            # `_version` written out (a rebuild's hot path: nine of ten events of a wiki's log), with the first,
-            # common case of title_of, hook_of and log_entry inline; the others call them.
-            text = body.text
-            title = None
-            if text.startswith("# "):
-                end = text.find("\n")
-                first = text[2:end] if end != -1 else text[2:]
-                if "#" not in first and first.isprintable() and "  " not in first and first == first.strip():
-                    title = first
-            if title is None:
-                title = title_of(slug, fm, text)
-            hook = fm.get("description")
-            if hook is None:
-                hook = ""
-            elif not (hook.__class__ is str and hook.isprintable() and "  " not in hook and hook == hook.strip()):
-                hook = hook_of(fm)
-            open_rows = self._open_rows
-            if current is not None:
-                row = open_rows.get(slug)
-                if row is not None and row[1] == current[0]:
-                    row[-1] = seq
-                else:
-                    self.replaced.append((current[0], seq))
-            status, stale, kind_of = fm.get("status"), fm.get("stale_after"), fm.get("type")
-            open_rows[slug] = row = [  # _row
-                slug, seq, 0, 0, 0, ",".join(body.parents), title, hook, 0 if stored else raw,
-                f"{hook}\n\n{text}" if hook else text,
-                kind_of if kind_of.__class__ is str else str(kind_of),
-                0 if status is None else trust.stored_status(status), 0 if stale is None else trust.stale_day(stale) or 0,
-                0]
-            if not self.from_log:
-                row[2], row[3], row[8] = version_id, ts, raw
-            self.versions.append(row)
-            self._pages[slug] = (seq, version_id, title, hook, raw, ts)
-            self.touched_pages.add(slug)
+            title = self._version(seq, version_id, ts, slug, body.parents, fm, body.text, raw, current, stored)
             if cls is PageUpdate or not body.quiet:
-                day = _DAYS.get(ts // 86_400_000)
-                if day is None:
-                    day = _DAYS[ts // 86_400_000] = render.day(ts)
-                note = body.note
-                self.entries.append((seq, ts, f"## [{day}] {kind} | {title}\n\n{note}\n" if note
-                                     else f"## [{day}] {kind} | {title}\n"))  # render.log_entry
+                self._log(seq, ts, kind, title, body.note)
         elif isinstance(body, PageDelete):
             if self._page(body.slug) is None:
                 return
@@ -297,6 +364,22 @@ def no_cyclic_gc():
 
 _WIKI, _ADF, _SHARED = (frozenset(KINDS[kind] for kind in group) for group in (WIKI_KINDS, ADF_KINDS, SHARED_KINDS))
 """Each fold's kinds, as the classes the bodies decode to."""
+_WIKI |= {LeanIngest, LeanUpdate}
+_layer = itemgetter(3)
+
+
+def _bodies(rows: list[tuple], raws: list[bytes]) -> list:
+    """The batch's bodies: the mind layer's as the wiki fold reads them (LEAN_BODIES), the other layers' (a team's
+    shared pages, which the shared and search folds read whole) as `Body`s."""
+    layers = list(map(_layer, rows))
+    mind = layers.count(None)
+    if mind == len(layers):
+        return decode_bodies(raws, LEAN_BODIES)
+    if not mind:
+        return decode_bodies(raws)
+    lean = iter(decode_bodies([raw for layer, raw in zip(layers, raws) if layer is None], LEAN_BODIES))
+    whole = iter(decode_bodies([raw for layer, raw in zip(layers, raws) if layer is not None]))
+    return [next(lean) if layer is None else next(whole) for layer in layers]
 
 
 def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) -> int:
@@ -309,21 +392,22 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                                batch))  # seqs an ImportGap skipped count for none
             end = rows[-1][0] if len(rows) == batch else target
             raws = [row[5] if row[4] == CODEC_RAW else unpacked_body(row[4], row[5]) for row in rows]
-            apply_wiki, apply_adf, apply_shared, apply_search = wiki.apply, adf.apply, shared.apply, search.apply
-            ts = 0
-            for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(
-                    rows, raws, decode_bodies(raws)):
-                cls = decoded.__class__
-                if layer is None and cls in _WIKI:  # the mind layer's (fold_rows)
-                    apply_wiki(seq, version_id, ts, decoded, raw, raw is body)
-                elif cls in _ADF:
-                    apply_adf(seq, ts, decoded)
-                    apply_search(seq, layer or MIND, decoded)
-                elif cls in _SHARED:
-                    id = id_text(version_id) if version_id is not None else log.get_by_seq(seq).id
-                    apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
-                    apply_search(seq, layer or MIND, decoded, id, agent)
-            del rows, raws
+            bodies = _bodies(rows, raws)
+            if wiki.fold_batch(rows, raws, bodies):  # the folds keep apart: each may take its events on its own
+                apply_adf, apply_shared, apply_search = adf.apply, shared.apply, search.apply
+                for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(rows, raws, bodies):
+                    cls = decoded.__class__
+                    if layer is None and cls in _WIKI:  # the mind layer's (fold_rows): the wiki fold's
+                        continue
+                    if cls in _ADF:
+                        apply_adf(seq, ts, decoded)
+                        apply_search(seq, layer or MIND, decoded)
+                    elif cls in _SHARED:
+                        id = id_text(version_id) if version_id is not None else log.get_by_seq(seq).id
+                        apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
+                        apply_search(seq, layer or MIND, decoded, id, agent)
+            ts = rows[-1][2] if rows else 0
+            del rows, raws, bodies
             first = next(log.read(after=start, limit=1), None)
             adf.note_events((first.ts,) if first else None, ts)
             final = wiki.writer is None or end >= target  # a rebuild writes the current pages once, at its end

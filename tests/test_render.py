@@ -129,25 +129,41 @@ def test_dates_in_frontmatter_are_kept_as_iso_text():
 _line = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20) | st.text("ab #\n\t\u2028", max_size=12)
 
 
+_value = st.none() | _line | st.integers(-2 ** 63, 2 ** 63 - 1)
+
+
 @settings(deadline=None)  # each example opens a views database: seconds under load on a shared machine
-@given(first=_line, rest=_line, description=st.none() | _line | st.integers(-2 ** 63, 2 ** 63 - 1), note=_line,
-       ts=st.integers(0, 2 ** 41))
-def test_the_folds_written_out_page_path_agrees_with_render(tmp_path_factory, first, rest, description, note, ts):
-    """WikiFold.apply writes title_of, hook_of and log_entry out for a replay's hot path: what it folds must stay
-    what those functions say, whatever the text."""
-    from eventstore.envelope import encode_body
-    from eventstore.kinds import PageIngest
-    from projections.fold import WikiFold
+@given(first=_line, rest=_line, description=_value, note=_line, ts=st.integers(0, 2 ** 41),
+       more=st.dictionaries(st.sampled_from(["type", "status", "stale_after", "governance", "title", "tags"]),
+                            _value | st.sampled_from(["hold", "2026-01-02", "draft"]), max_size=3),
+       quiet=st.booleans(), second=_line)
+@example(first="Deploy", rest="\nbody", description="how", note="", ts=0, more={}, quiet=False, second="Deploy")
+def test_the_folds_written_out_page_path_agrees_with_render(tmp_path_factory, first, rest, description, note, ts,
+                                                             more, quiet, second):
+    """WikiFold.fold_batch writes apply's steps for a page version, title_of, hook_of and log_entry out for a
+    replay's hot path, on the lean bodies (fold.LEAN_BODIES): what it folds must stay what apply folds from the
+    whole bodies and what those functions say, whatever the page (an ingest, then an update in the same batch)."""
+    from eventstore.envelope import CODEC_RAW, encode_body
+    from eventstore.kinds import PageIngest, PageUpdate
+    from projections import fold
     from projections.views import Views
 
-    fm = {"type": "note"} if description is None else {"type": "note", "description": description}
-    body = PageIngest(slug="p", frontmatter=fm, text=f"# {first}\n{rest}", note=note)
+    fm = {"type": "note", **more} if description is None else {"type": "note", **more, "description": description}
+    bodies = [PageIngest(slug="p", frontmatter=fm, text=f"# {first}\n{rest}", note=note, quiet=quiet),
+              PageUpdate(slug="p", frontmatter=fm, text=f"# {second}\n{rest}", note=note, parents=["a", "b"])]
+    raws = [encode_body(body) for body in bodies]
+    rows = [(seq, bytes([seq]) * 16, ts + seq, None, CODEC_RAW, raw, None) for seq, raw in enumerate(raws, 1)]
     views = Views(tmp_path_factory.mktemp("views") / "views.db", fast=True)
     try:
-        fold = WikiFold(views)
-        fold.apply(1, b"\x00" * 16, ts, body, encode_body(body))
-        title, hook = render.title_of("p", fm, body.text), render.hook_of(fm)
-        assert fold.versions[-1][6:8] == [title, hook]
-        assert fold.entries[-1][2] == render.log_entry(ts, "ingest", title, note, title_is_one_line=True)
+        written_out, whole = fold.WikiFold(views), fold.WikiFold(views)
+        assert not written_out.fold_batch(rows, raws, fold._bodies(rows, raws))
+        for (seq, id, at, _layer, _codec, raw, _agent), body in zip(rows, bodies):
+            whole.apply(seq, id, at, body, raw, True)
+        assert (written_out.versions, written_out.entries, written_out.replaced, written_out._pages,
+                written_out.touched_pages) == (whole.versions, whole.entries, whole.replaced, whole._pages,
+                                               whole.touched_pages)
+        title, hook = render.title_of("p", fm, bodies[1].text), render.hook_of(fm)
+        assert written_out.versions[-1][6:8] == [title, hook]
+        assert written_out.entries[-1][2] == render.log_entry(ts + 2, "update", title, note, title_is_one_line=True)
     finally:
         views.close()
