@@ -4,7 +4,7 @@ The log is built first (not timed): page ingests and updates over 2,000 slugs wi
 mixed in. Then the replay runs in a child process so its peak RSS is its own, alternating with the same
 replay by the code of a baseline commit (`--baseline`, extracted with `git archive`) on the same events
 (a log its own code built: the log's format may have changed since): the ratio is measured side by side.
-Usage: python bench/bench_replay.py [-n 1000000] [--baseline REV | --baseline none] [--runs 2]
+Usage: python bench/bench_replay.py [-n 1000000] [--baseline REV | --baseline none] [--runs 2] [--laps]
 """
 
 import argparse
@@ -116,12 +116,18 @@ def baseline_log(code: Path, rev: str, n: int) -> Path:
     return root
 
 
-def run_child(code: Path, root: Path) -> dict:
+def run_child(code: Path, root: Path, laps: bool = False) -> dict:
+    """One timed replay; with `laps`, its processes' laps printed (projections.bulk.Laps)."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     subprocess.run([sys.executable, "-c", PREPARE, str(root)], capture_output=True, check=True, env=env,
                    cwd=tempfile.gettempdir())
-    out = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True, text=True, check=True,
-                         env=env, cwd=tempfile.gettempdir())
+    with tempfile.NamedTemporaryFile("r", prefix="mem-laps-") as times:
+        if laps:
+            env["MEM_REPLAY_TIMES"] = times.name
+        out = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True, text=True, check=True,
+                             env=env, cwd=tempfile.gettempdir())
+        for line in times:
+            print(f"  laps, {line.rstrip()}")
     return json.loads(out.stdout)
 
 
@@ -130,6 +136,7 @@ def main():
     parser.add_argument("-n", type=int, default=1_000_000)
     parser.add_argument("--baseline", default=BASELINE, help="a commit to compare with, or 'none'")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--laps", action="store_true", help="print where this tree's replays spend their time")
     args = parser.parse_args()
     root = workdir("replay") / f"ws-{args.n}"
     if not (root / ".mem" / "log.db").exists():
@@ -144,7 +151,7 @@ def main():
         base_root = baseline_log(baseline, args.baseline, args.n) if baseline is not None else None
         runs, base_runs = [], []
         for _ in range(args.runs):
-            runs.append(run_child(REPO, root))
+            runs.append(run_child(REPO, root, args.laps))
             if baseline is not None:
                 base_runs.append(run_child(baseline, base_root))
     best = min(runs, key=lambda r: r["seconds"])

@@ -8,6 +8,7 @@ is as safe) loses the column when it is opened: the schema's ALTER runs under th
 PostgreSQL drops a column without rewriting the table.
 """
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 
 import psycopg
@@ -51,7 +52,14 @@ def _row(row) -> tuple:
 class PostgresLog(Recorder):
     def __init__(self, url: str, *, trusted: bool = True):
         self.trusted = trusted
+        self.url = url
         self.conn = psycopg.connect(url, autocommit=True)
+        # Writes go through `conn`, one at a time (a statement of another thread's would run inside an open
+        # append's transaction); reads through a connection of their own (`_reader`).
+        self._writing = threading.Lock()
+        self._reading: psycopg.Connection | None = None
+        self._opening = threading.Lock()
+        self._inside: int | None = None  # the thread running an append's `state` function, inside its transaction
         self.conn.execute("SELECT pg_advisory_lock(727273)")
         others = []
         try:
@@ -70,7 +78,21 @@ class PostgresLog(Recorder):
                                "needs a database of its own")
 
     def close(self) -> None:
+        if self._reading is not None:
+            self._reading.close()
         self.conn.close()
+
+    def _reader(self) -> psycopg.Connection:
+        """The connection reads go through: not `conn`, on which another thread's open append would show its rows
+        before they are committed (see eventstore.sqlite.SQLiteLog._reader); psycopg lets threads share it, each
+        statement its own transaction. The thread running an append's `state` function reads inside it."""
+        if self._inside == threading.get_ident():
+            return self.conn
+        if self._reading is None:
+            with self._opening:
+                if self._reading is None:
+                    self._reading = psycopg.connect(self.url, autocommit=True)
+        return self._reading
 
     def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None,
@@ -78,7 +100,7 @@ class PostgresLog(Recorder):
         if verify or not self.trusted:
             for event in events:
                 check_event(event)
-        with self.conn.transaction():
+        with self._writing, self.conn.transaction():
             seq, chain, last_recorded = self.conn.execute(
                 "SELECT seq, chain, recorded_at FROM log_counter WHERE one FOR UPDATE").fetchone()
             chain = bytes(chain) or ZERO_CHAIN
@@ -94,18 +116,24 @@ class PostgresLog(Recorder):
             if updates:
                 with self.conn.cursor() as cursor:
                     cursor.executemany("UPDATE events SET codec = %s, body = %s WHERE id = %s", updates)
-            state = state(seqs) if callable(state) else state
+            if callable(state):
+                self._inside = threading.get_ident()
+                try:
+                    state = state(seqs)
+                finally:
+                    self._inside = None
             if state:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(UPSERT_STATE, list(state.items()))
         return seqs
 
     def state(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM sync_state WHERE key = %s", (key,)).fetchone()
+        row = self._reader().execute("SELECT value FROM sync_state WHERE key = %s", (key,)).fetchone()
         return row[0] if row else None
 
     def set_state(self, key: str, value: str) -> None:
-        self.conn.execute(UPSERT_STATE, (key, value))
+        with self._writing:
+            self.conn.execute(UPSERT_STATE, (key, value))
 
     def read_rows(self, after=0, upto=None, *, kinds=None, layers=None, agent=None, since_ms=None, limit=None,
                   newest_first=False) -> Iterator[tuple]:
@@ -123,14 +151,14 @@ class PostgresLog(Recorder):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(limit)
-        for row in self.conn.execute(sql, params):
+        for row in self._reader().execute(sql, params):
             yield _row(row)
 
     def _stored(self, id: bytes):
         return self.conn.execute("SELECT kind, codec, body, layer FROM events WHERE id = %s", (id,)).fetchone()
 
     def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
-        with self.conn.cursor() as cursor:
+        with self._reader().cursor() as cursor:
             cursor.execute("SELECT seq, id, ts, layer, codec, body, agent FROM events "
                            "WHERE seq > %s AND seq <= %s ORDER BY seq", (after, upto))
             for seq, id, ts, layer, codec, body, agent in cursor:
@@ -138,30 +166,30 @@ class PostgresLog(Recorder):
                 yield seq, bytes(id), ts, None if mind else layer, codec, bytes(body), None if mind else agent
 
     def get(self, id: str) -> Event | None:
-        row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()
+        row = self._reader().execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()
         return row_to_event(_row(row)) if row else None
 
     def get_by_seq(self, seq: int) -> Event | None:
-        row = self.conn.execute(f"SELECT {COLUMNS} FROM events WHERE seq = %s", (seq,)).fetchone()
+        row = self._reader().execute(f"SELECT {COLUMNS} FROM events WHERE seq = %s", (seq,)).fetchone()
         return row_to_event(_row(row)) if row else None
 
     def head(self) -> int:
-        return self.conn.execute("SELECT seq FROM log_counter").fetchone()[0]
+        return self._reader().execute("SELECT seq FROM log_counter").fetchone()[0]
 
     def seq_after(self, after: int, count: int) -> int | None:
-        row = self.conn.execute("SELECT seq FROM events WHERE seq > %s ORDER BY seq LIMIT 1 OFFSET %s",
+        row = self._reader().execute("SELECT seq FROM events WHERE seq > %s ORDER BY seq LIMIT 1 OFFSET %s",
                                 (after, count - 1)).fetchone()
         return row[0] if row else None
 
     def recorded_at(self, seq: int) -> int | None:
-        row = self.conn.execute("SELECT recorded_at FROM events WHERE seq >= %s ORDER BY seq LIMIT 1",
+        row = self._reader().execute("SELECT recorded_at FROM events WHERE seq >= %s ORDER BY seq LIMIT 1",
                                 (seq,)).fetchone()
         return row[0] if row else None
 
     def seq_at(self, recorded_at_ms: int) -> int:
-        row = self.conn.execute("SELECT MAX(seq) FROM events WHERE recorded_at <= %s", (recorded_at_ms,)).fetchone()
+        row = self._reader().execute("SELECT MAX(seq) FROM events WHERE recorded_at <= %s", (recorded_at_ms,)).fetchone()
         return row[0] or 0
 
     def verify(self, progress=None) -> VerifyReport:
-        rows = (_row(r) for r in self.conn.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq"))
+        rows = (_row(r) for r in self._reader().execute(f"SELECT {COLUMNS} FROM events ORDER BY seq"))
         return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), self.head(), progress)

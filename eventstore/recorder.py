@@ -5,7 +5,6 @@ import hashlib
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
 
 import msgspec
 
@@ -27,6 +26,9 @@ except ImportError:
     except ImportError:
         small_sha256 = hashlib.sha256
 _link_input = struct.Struct(">32s32sQQ").pack  # previous link, digest, seq and recorded_at (8 bytes each, big-endian)
+_EMPTY = bytearray()
+"""Never changed: `_EMPTY + value` is a new bytearray copy of `value`, made by the `+` operator's own slot, which
+costs about half what `bytearray(value)` does (a type call that parses its arguments): four a row (see plan_rows)."""
 TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 
@@ -73,6 +75,27 @@ def rows_of(values: list) -> list[tuple]:
     return list(zip(*[iter(values)] * ROW_WIDTH))
 
 
+PLAIN_TAGS = {cls: tag for cls, tag in TAGS.items() if cls not in (Redacted, ImportGap)}
+"""The stored kind of each body stored under its own kind at the next seq: not a `Redacted` stand-in (stored under
+its original's kind) nor an ImportGap (it skips seqs)."""
+
+
+def stored_form(event: Event) -> tuple[bytes, bytes, str, int, bytes, int]:
+    """How an event is stored: (id bytes, digest bytes, kind, codec, stored body, seqs skipped before it). The body
+    as `Event.raw_body()` gives it (for an event from elsewhere, `check_event` left the checked bytes there), zstd
+    above COMPRESS_THRESHOLD; a `Redacted` stand-in as is, CODEC_REDACTED, under its original's kind.
+    `Event.stored_keys` refuses an event without a 32-byte digest."""
+    body = event.body
+    cls = type(body)
+    id, digest = event.stored_keys()
+    raw = event.raw_body()
+    if cls is Redacted:
+        return id, digest, body.original, CODEC_REDACTED, raw, 0
+    if len(raw) > COMPRESS_THRESHOLD:
+        return id, digest, TAGS[cls], CODEC_ZSTD, compress(raw), skipped(body)
+    return id, digest, TAGS[cls], CODEC_RAW, raw, skipped(body)
+
+
 def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None, seq: int, chain: bytes,
               recorded_at: int | list[int]):
     """Numbers a batch after the log's last (seq, chain): returns the values of the rows to insert,
@@ -80,50 +103,50 @@ def plan_rows(events: Sequence[Event], known: dict[str, tuple[str, int]] | None,
     chain). `known` maps ids already stored to (digest, seq); ids repeated in the batch are stored once.
     A known id with another digest refuses the whole batch. `known=None` says every id is new (the
     caller's unique index refuses the batch otherwise), which spares the bookkeeping on the common
-    path. `recorded_at` is the batch's time, or each event's (`recording_times`). Each body is stored
-    as `Event.raw_body()` gives it (for an event from elsewhere, `check_event` left the checked bytes there).
+    path. `recorded_at` is the batch's time, or each event's (`recording_times`). Each event is stored
+    in its `stored_form`.
 
-    The loop is the append's hot path: `chain_link`, `Event.stored_keys` (which refuses an event
-    without a 32-byte digest) and how a body is stored (as is; zstd above COMPRESS_THRESHOLD; a
-    `Redacted` stand-in as is, CODEC_REDACTED) are written out in it, and the values come flat, as
-    a multi-row INSERT binds them. The byte columns are bytearrays: Python's sqlite3 binds a bytearray
-    as a blob directly, but sends every `bytes` value through its adapter lookup first (about 0.6 µs
-    each, four per row); PostgreSQL's driver takes either."""
+    The loop is the append's hot path. The common event, made here (`new_event`) or checked (`check_event`),
+    carries its id and digest bytes and its encoded body, a small body stored as is: for it `stored_form` is
+    written out (the rest go through it), and `chain_link` too. The values come flat, as a multi-row INSERT binds
+    them. The byte columns are bytearrays (`_EMPTY + value`): Python's sqlite3 binds a bytearray as a blob
+    directly, but sends every `bytes` value through its adapter lookup first (about 0.6 µs each, four per row);
+    PostgreSQL's driver takes either."""
     values, seqs = [], []
-    add_row, append_seq = values.extend, seqs.append
-    sha256, link_input, tag, blob = _sha256, _link_input, TAGS.__getitem__, bytearray
-    for event, recorded_at in zip(events, repeat(recorded_at) if isinstance(recorded_at, int) else recorded_at):
+    add_row = values.extend
+    sha256, link_input, blob, plain = _sha256, _link_input, _EMPTY, PLAIN_TAGS
+    times = None if isinstance(recorded_at, int) else iter(recorded_at)
+    for event in events:
+        if times is not None:
+            recorded_at = next(times)
         if known is not None:
             found = known.get(event.id)
             if found is not None:
                 if found[0] != event.digest:
                     raise IdConflict(f"event {event.id} is already in the log with a different digest")
-                append_seq(found[1])
+                seqs.append(found[1])
                 continue
-        body = event.body
-        cls = type(body)
-        seq += 1 + body.skipped if cls is ImportGap else 1
-        cached = event.__dict__
-        keys, raw = cached.get("_keys"), cached.get("_raw")
-        if keys is not None and keys[0] is event.id and keys[1] is event.digest:  # `stored_keys`, written out
-            id, digest = keys[2] or uuid_bytes(keys[0]), keys[3]
+        try:
+            text_id, text_digest, id, digest = event.__dict__["_keys"]
+            stored = event.__dict__["_raw"]
+            kind = plain[type(event.body)]
+        except KeyError:
+            text_id = None
+        if text_id is event.id and text_digest is event.digest and len(stored) <= COMPRESS_THRESHOLD:
+            seq += 1
+            codec = CODEC_RAW
+            if id is None:
+                id = uuid_bytes(text_id)
         else:
-            id, digest = event.stored_keys()
-        if raw is None:
-            raw = event.raw_body()
+            id, digest, kind, codec, stored, skip = stored_form(event)
+            seq += 1 + skip
         chain = sha256(link_input(chain, digest, seq, recorded_at)).digest()
-        if cls is Redacted:
-            kind, codec, stored = body.original, CODEC_REDACTED, raw
-        elif len(raw) > COMPRESS_THRESHOLD:
-            kind, codec, stored = tag(cls), CODEC_ZSTD, compress(raw)
-        else:
-            kind, codec, stored = tag(cls), CODEC_RAW, raw
-        add_row((seq, blob(id), event.ts, recorded_at, event.agent, event.layer, kind,
-                 codec, blob(stored), blob(digest), blob(chain)))
-        append_seq(seq)
+        add_row((seq, blob + id, event.ts, recorded_at, event.agent, event.layer, kind, codec, blob + stored,
+                 blob + digest, blob + chain))
         if known is not None:
+            seqs.append(seq)
             known[event.id] = (event.digest, seq)
-    return values, seqs, seq, chain
+    return values, seqs if known is not None else values[::ROW_WIDTH], seq, chain
 
 
 UNREDACTABLE = frozenset({"redaction", "contract.change", "import.gap"})

@@ -9,13 +9,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 
-from .envelope import CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, check_event, compress
-from .kinds import ImportGap, Redacted, Redaction
+from .envelope import CODEC_RAW, COMPRESS_THRESHOLD, Event, check_event
+from .kinds import ImportGap, Redaction
 from .errors import IdConflict, InvalidInput
 from .layers import MIND
 from .readonly import connect
-from .recorder import (ROW_WIDTH, TAGS, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input, id_bytes, id_text,
-                       plan_rows, recording_times, redaction_updates, row_to_event, small_sha256, verify_rows)
+from .recorder import (_EMPTY, PLAIN_TAGS, ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input,
+                       id_bytes, id_text, plan_rows, recording_times, redaction_updates, row_to_event, small_sha256,
+                       stored_form, verify_rows)
 
 body_of = attrgetter("body")
 
@@ -43,16 +44,16 @@ SCHEMA = (TABLE, "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, v
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
 
 # One statement appends one event after the head this connection believes is the log's last seq: the
-# row goes in at that seq + 1, which the seq's primary key refuses when another connection or process
-# has appended since (the log is append-only and gapless: seq + 1 is free exactly when the last seq is
-# still that head), and the caller reads the head again. Check and insert are one statement, one write
-# transaction, so the seq, the recording time that never goes backwards and the chain link computed
-# from that head are right. It is the same INSERT as a batch's one-row statement: no guard subquery
-# (which read the head again inside the statement, about 1-2 µs of an append's CPU from cold caches),
-# no INSERT ... SELECT (which made SQLite stage the row in a temporary table first).
-APPEND_AFTER = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-STALE_HEAD = "UNIQUE constraint failed: events.seq"
-ONE_ROW_TAGS = {cls: tag for cls, tag in TAGS.items() if cls not in (Redacted, Redaction, ImportGap)}
+# row goes in at that seq + 1 only if that head is still the log's last seq, read inside the statement
+# (under its write lock): otherwise its id is NULL, which the column refuses (STALE_HEAD), and the caller
+# reads the head again. "seq + 1 is still free" would not do: another connection's import gap skips the
+# seqs after the head and lands beyond them. Check and insert are one statement, one write transaction,
+# so the seq, the recording time that never goes backwards and the chain link computed from that head
+# are right. No INSERT ... SELECT (which made SQLite stage the row in a temporary table first).
+APPEND_AFTER = (f"INSERT INTO events ({COLUMNS}) VALUES (?1, CASE WHEN (SELECT coalesce(max(seq), 0) FROM events) "
+                "= ?1 - 1 THEN ?2 END, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
+STALE_HEAD = "NOT NULL constraint failed: events.id"
+ONE_ROW_TAGS = {cls: tag for cls, tag in PLAIN_TAGS.items() if cls is not Redaction}
 """The stored kind of each body that one INSERT stores alone (see _append_one): not a `Redacted` stand-in (stored as
 its original's kind), a redaction (it rewrites its targets too) or an import gap (it skips seqs)."""
 WIDEST_INSERT = 128
@@ -132,7 +133,10 @@ class SQLiteLog(Recorder):
         # transaction is the connection's, so two threads' appends would mix in one (an event lost, a false
         # IntegrityError), and two executing on one cursor crash the interpreter.
         self._writing = threading.Lock()
-        self._one_row_cursor = self.db.cursor()  # the single append's (see _append_one)
+        self._cursor = self.db.cursor()  # the appends' own (`db.execute` makes and frees a Cursor object per call)
+        self._idle: list[sqlite3.Connection] = []  # read connections not in use (see _reader)
+        self._readers: list[sqlite3.Connection] = []
+        self._inside: int | None = None  # the thread running an append's `state` function, inside its transaction
         variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._widest = max(1, min(WIDEST_INSERT, 1 << ((variables // ROW_WIDTH).bit_length() - 1)))
         if self.db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
@@ -143,7 +147,56 @@ class SQLiteLog(Recorder):
                 raise
 
     def close(self) -> None:
+        self._idle = None  # no more readers: reading a closed log fails as it did on the one connection
+        for reader in self._readers:
+            reader.close()
         self.db.close()
+
+    # --- read connections ---------------------------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        """A connection to read the log as last committed, for this read alone (give it back with `_done`).
+
+        Reads do not go through `self.db`: the appends of every thread write through it, and a read on it from
+        another thread while an append is open (between its BEGIN and its COMMIT) saw that append's rows, which
+        could still be rolled back. Connections are kept for reuse (one per read at once, so a few): opening one
+        costs ~0.1 ms. The thread running an append's `state` function reads inside that transaction, as it did."""
+        if self._inside == threading.get_ident():
+            return self.db
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
+        except AttributeError:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.") from None
+        reader = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        reader.execute("PRAGMA busy_timeout = 60000")
+        reader.execute("PRAGMA query_only = ON")
+        self._readers.append(reader)
+        return reader
+
+    def _done(self, reader: sqlite3.Connection) -> None:
+        idle = self._idle
+        if reader is not self.db and idle is not None:
+            idle.append(reader)
+
+    def _one(self, sql: str, params=()) -> tuple | None:
+        reader = self._reader()
+        try:
+            return reader.execute(sql, params).fetchone()
+        finally:
+            self._done(reader)
+
+    def _rows(self, sql: str, params=()) -> Iterator[tuple]:
+        reader = self._reader()
+        try:
+            cursor = reader.execute(sql, params)
+            try:
+                yield from cursor
+            finally:
+                cursor.close()  # before the connection goes back: no statement left holding a read snapshot
+        finally:
+            self._done(reader)
 
     # --- write --------------------------------------------------------------------------------
 
@@ -164,18 +217,25 @@ class SQLiteLog(Recorder):
             for event in events:
                 check_event(event)
         redacting = Redaction in map(type, map(body_of, events))
-        db = self.db
+        db, execute = self.db, self._cursor.execute
         for check_known in (False, True):
-            db.execute("BEGIN IMMEDIATE")
+            execute("BEGIN IMMEDIATE")
             try:
                 seqs = self._append_locked(events, check_known, recorded_at)
                 if redacting:
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(events, self._stored, unsent))
-                rows = state(seqs) if callable(state) else state
+                if callable(state):
+                    self._inside = threading.get_ident()
+                    try:
+                        rows = state(seqs)
+                    finally:
+                        self._inside = None
+                else:
+                    rows = state
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
-                db.execute("COMMIT")
+                execute("COMMIT")
                 if redacting:
                     self.scrub()
                 return seqs
@@ -217,7 +277,7 @@ class SQLiteLog(Recorder):
         instruction. So the path touches as little as it can: one dict lookup gives the stored kind and
         rules out the bodies one row does not store alone (ONE_ROW_TAGS), the rare cases are not tested
         here one by one but fall through to the careful path, and the INSERT runs on a cursor kept for it
-        (`db.execute` makes and frees a Cursor object per call). The chain link is hashed by CPython's own sha256
+        (`_cursor`). The chain link is hashed by CPython's own sha256
         (`small_sha256`): OpenSSL's, through its EVP layer, costs about 25 µs more from cold caches,
         though it is faster in a warm loop, where plan_rows uses it."""
         cached = event.__dict__
@@ -239,9 +299,8 @@ class SQLiteLog(Recorder):
         chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()  # chain_link
         try:
             # byte columns as bytearrays: bound without the sqlite3 module's adapter lookup (see plan_rows)
-            self._one_row_cursor.execute(APPEND_AFTER, (seq, bytearray(keys[2]), event.ts, recorded_at, event.agent,
-                                                        event.layer, kind, CODEC_RAW, bytearray(stored),
-                                                        bytearray(digest), bytearray(chain)))
+            self._cursor.execute(APPEND_AFTER, (seq, _EMPTY + keys[2], event.ts, recorded_at, event.agent, event.layer,
+                                                kind, CODEC_RAW, _EMPTY + stored, _EMPTY + digest, _EMPTY + chain))
         except sqlite3.Error:
             self._head = None
             return self._append_one_careful(event)
@@ -251,17 +310,8 @@ class SQLiteLog(Recorder):
     def _append_one_careful(self, event: Event) -> int:
         """One trusted event, any body (a `Redacted` stand-in keeps its original kind, a large body is
         compressed), after the head read again whenever the statement finds it stale."""
-        body = event.body
-        id, digest = event.stored_keys()
-        stored = event.raw_body()
-        if type(body) is Redacted:
-            kind, codec = body.original, CODEC_REDACTED
-        elif len(stored) > COMPRESS_THRESHOLD:
-            kind, codec, stored = TAGS[type(body)], CODEC_ZSTD, compress(stored)
-        else:
-            kind, codec = TAGS[type(body)], CODEC_RAW
-        blob = bytearray
-        id, stored, digest_blob = blob(id), blob(stored), blob(digest)
+        id, digest, kind, codec, stored, _skipped = stored_form(event)
+        id, stored, digest_blob = _EMPTY + id, _EMPTY + stored, _EMPTY + digest
         execute = self.db.execute
         for attempt in range(10_000):
             last, last_chain, last_recorded = self._head or self._read_head()
@@ -271,7 +321,7 @@ class SQLiteLog(Recorder):
             chain = small_sha256(_link_input(last_chain, digest, seq, recorded_at)).digest()
             try:
                 execute(APPEND_AFTER, (seq, id, event.ts, recorded_at, event.agent, event.layer, kind, codec, stored,
-                                      digest_blob, blob(chain)))
+                                      digest_blob, _EMPTY + chain))
             except sqlite3.IntegrityError as exc:
                 self._head = None
                 if str(exc) == STALE_HEAD:
@@ -295,7 +345,7 @@ class SQLiteLog(Recorder):
         raise TimeoutError("the event log stayed locked")
 
     def _read_head(self) -> tuple[int, bytes, int]:
-        last = self.db.execute(READ_HEAD).fetchone()
+        last = self._cursor.execute(READ_HEAD).fetchone()
         return last if last else (0, ZERO_CHAIN, 0)
 
     def _append_locked(self, events, check_known: bool, at: int | None = None) -> list[int]:
@@ -314,9 +364,9 @@ class SQLiteLog(Recorder):
         return seqs
 
     def _insert(self, values: list) -> None:
-        done, execute = 0, self.db.execute
-        for count in insert_counts(len(values) // ROW_WIDTH, self._widest):
-            execute(insert_rows(count), values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
+        done, execute, total = 0, self._cursor.execute, len(values) // ROW_WIDTH
+        for count in insert_counts(total, self._widest):
+            execute(insert_rows(count), values if count == total else values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
             done += count
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:
@@ -357,21 +407,21 @@ class SQLiteLog(Recorder):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        yield from self.db.execute(sql, params)
+        return self._rows(sql, params)
 
     def activity_rows(self, after: int, upto: int) -> Iterator[tuple]:
-        yield from self.db.execute("SELECT seq, recorded_at, agent, layer, kind FROM events WHERE seq > ? AND seq <= ? "
-                                   "ORDER BY seq", (after, upto))
+        return self._rows("SELECT seq, recorded_at, agent, layer, kind FROM events WHERE seq > ? AND seq <= ? "
+                          "ORDER BY seq", (after, upto))
 
     def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
-        yield from self.db.execute(FOLD_ROWS if mind_ids else FOLD_ROWS_NO_MIND_IDS, (after, upto))
+        return self._rows(FOLD_ROWS if mind_ids else FOLD_ROWS_NO_MIND_IDS, (after, upto))
 
     def get(self, id: str) -> Event | None:
-        row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),)).fetchone()
+        row = self._one(f"SELECT {COLUMNS} FROM events WHERE id = ?", (id_bytes(id),))
         return row_to_event(row) if row else None
 
     def state(self, key: str) -> str | None:
-        row = self.db.execute("SELECT value FROM sync_state WHERE key = ?", (key,)).fetchone()
+        row = self._one("SELECT value FROM sync_state WHERE key = ?", (key,))
         return row[0] if row else None
 
     def set_state(self, key: str, value: str) -> None:
@@ -379,16 +429,15 @@ class SQLiteLog(Recorder):
             self.db.execute("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", (key, value))
 
     def get_by_seq(self, seq: int) -> Event | None:
-        row = self.db.execute(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        row = self._one(f"SELECT {COLUMNS} FROM events WHERE seq = ?", (seq,))
         return row_to_event(row) if row else None
 
     def seq_after(self, after: int, count: int) -> int | None:
-        row = self.db.execute("SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?",
-                              (after, count - 1)).fetchone()
+        row = self._one("SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?", (after, count - 1))
         return row[0] if row else None
 
     def head(self) -> int:
-        row = self.db.execute("SELECT MAX(seq) FROM events").fetchone()
+        row = self._one("SELECT MAX(seq) FROM events")
         return row[0] or 0
 
     def seq_at(self, recorded_at_ms: int) -> int:
@@ -404,10 +453,10 @@ class SQLiteLog(Recorder):
 
     def recorded_at(self, seq: int) -> int | None:
         """When seq was recorded; a seq an ImportGap skipped counts as recorded with that ImportGap."""
-        row = self.db.execute("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1",
-                              (seq,)).fetchone()
+        row = self._one("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1", (seq,))
         return row[0] if row else None
 
     def verify(self, progress=None) -> VerifyReport:
-        rows = self.db.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq")
-        return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), self.head(), progress)
+        head = self.head()
+        rows = self._rows(f"SELECT {COLUMNS} FROM events WHERE seq <= ? ORDER BY seq", (head,))
+        return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), head, progress)

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -45,6 +46,35 @@ from . import search, shared
 from .fold import catch_up, unpacked_body
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
+
+class Laps:
+    """Where a rebuild's time goes, when the environment's MEM_REPLAY_TIMES names a file (bench/bench_replay.py
+    --laps): each process adds up its laps' seconds by name (`lap`: the time since the last lap) and appends them
+    there as it ends (`dump`)."""
+
+    def __init__(self, who: str):
+        self.file, self.who = os.environ.get("MEM_REPLAY_TIMES"), who
+        self.begin()
+
+    def begin(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.file:
+            now = time.perf_counter()
+            self.sums[name] = self.sums.get(name, 0.0) + now - self.last
+            self.last = now
+
+    def dump(self) -> None:
+        if self.file:
+            with open(self.file, "a") as f:
+                f.write(f"{self.who} ({time.process_time():.2f} CPU s): "
+                        + ", ".join(f"{name} {seconds:.3f}" for name, seconds in self.sums.items()) + "\n")
+
+
+LAPS = Laps("builder")
+"""This process's laps (`build`'s, and a replay's after it)."""
 
 BULK_FOLD_THRESHOLD = 20_000
 """Views at least this many events behind their log, and at least as many as they hold already, are built
@@ -95,15 +125,19 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
             if heads == ():  # the end known: the writer is told when it nears (HistoryWriter.near_end)
                 progress = _nearing(writer, (log.head() if upto is None else upto) - fold.checkpoint(), progress)
             catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
+            LAPS.lap("fold")
         finally:
             fold.close()
         if folded is not None:
             blocks, handed = None, blocks
             folded(handed)
         writer.join()
+        LAPS.lap("writer join")
         views = Views(path, contract=contract, agent=agent, fast=True)
+        LAPS.lap("views open (page_versions' index)")
         try:
             writer.merge(views.db, fold_path)
+            LAPS.lap("merge")
         except BaseException:
             views.close()
             raise
@@ -242,6 +276,7 @@ def serve_build() -> None:
     from eventstore.workspace import Workspace
 
     stdin, parent = sys.stdin.buffer, os.getppid()
+    unshared_sqlite()
     writer = spawn_writer()  # a catch-up's log grows past a batch: its writer starts while the first page comes
     try:
         spec = msgspec.json.decode(stdin.readline())
@@ -524,6 +559,33 @@ def _commit_last(db, merged: bool = False) -> None:
     db.execute("COMMIT")
 
 
+_SQLITE_CONFIG_MULTITHREAD = 2
+_SQLITE_CONFIG_MEMSTATUS = 9
+
+
+def unshared_sqlite() -> None:
+    """Sets SQLite up, in a child process that has opened no connection yet and uses each of its connections
+    from one thread at a time (`serve`, `serve_build`), without the mutexes its sqlite3 module builds it with: no
+    lock per connection (SQLITE_CONFIG_MULTITHREAD: taken on every bind, step and column read otherwise) and no
+    count of the memory it holds (SQLITE_CONFIG_MEMSTATUS off: a lock on every allocation). A tenth of the
+    instructions of the writer's batches went into those locks. Only where sqlite3_config can be called the plain
+    way (Linux: its variadic arguments passed as others are), else SQLite is left as it is."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import _sqlite3
+        import ctypes
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        if lib.sqlite3_shutdown() != 0:  # nothing open yet: undoes an initialisation the module may have made
+            return
+        if lib.sqlite3_config(_SQLITE_CONFIG_MULTITHREAD) == 0:
+            lib.sqlite3_config(_SQLITE_CONFIG_MEMSTATUS, ctypes.c_int(0))
+        lib.sqlite3_initialize()
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def serve(path: str | None = None, mark: str | int | None = None, log: str | None = None) -> None:
     """The writer's child process: writes each batch read from stdin (a 4-byte length, then the batch in
     msgpack) into the new file at `path`, and commits at an empty one. Should the builder go away first
@@ -538,6 +600,7 @@ def serve(path: str | None = None, mark: str | int | None = None, log: str | Non
     With the SQLite log at `log` (FROM_LOG), each batch is committed: the log's rows are read in the batch's
     transaction, whose snapshot of the log must be taken after the fold read them (a log still growing)."""
     stdin, decode = sys.stdin.buffer, msgspec.msgpack.Decoder(Frame).decode
+    unshared_sqlite()
     gc.disable()  # each batch decodes a million objects, freed by refcounting alone (fold.no_cyclic_gc)
     try:
         if path is None:
@@ -551,19 +614,29 @@ def serve(path: str | None = None, mark: str | int | None = None, log: str | Non
             sys.exit(1)
         _defer_merges(db)
         frames, merged = _frames(stdin), False
+        laps = Laps("writer")
         while frame := frames.get():
+            laps.lap("wait")
             if frame is _MERGING:
                 _merge(db)
+                laps.lap("merge")
                 merged = True
                 continue
-            write_batch(db, *decode(frame), from_log=log is not None)
+            batch = decode(frame)
+            laps.lap("decode")
+            write_batch(db, *batch, from_log=log is not None)
+            del batch
+            laps.lap("write")
             if log is not None:
                 db.execute("COMMIT")
                 db.execute("BEGIN")
+        laps.lap("wait")
         if frame is None:
             sys.exit(1)
         _commit_last(db, merged)
         db.close()
+        laps.lap("last commit")
+        laps.dump()
     except Exception as exc:
         _tell(exc)
         sys.exit(1)

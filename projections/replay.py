@@ -62,12 +62,17 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         rebuilt = Path(f"{target}.rebuild")
         seen = {}  # the files' hashes on disk, read once for both passes
         checks = Prechecks(memory.root, carried, seen, rebuilt)  # begun as the fold ends
+        laps = bulk.LAPS
+        laps.begin()
         try:
             views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start)
             with views.transaction():
                 views.written.carry(carried)
+            rendered = checks.join()
+            laps.lap("prechecks")
             refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True,
-                                  rendered=checks.join()).refused
+                                  rendered=rendered).refused
+            laps.lap("dry run")
             checkpoint = views.checkpoint()
             views.close()
         finally:
@@ -78,12 +83,16 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
                              "Keep the edit with `mem page write`, or pass --force")
         with open(rebuilt, "rb+") as f:
             os.fsync(f.fileno())
+        laps.lap("fsync")
         memory.views.close()
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(rebuilt, target)
         memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
+        laps.lap("swap")
         files = materialize(memory.views, memory.root, force=force, seen=seen)
+        laps.lap("materialize")
+        laps.dump()
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
 
 

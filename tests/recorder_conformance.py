@@ -1,5 +1,7 @@
 """The conformance suite every event-log backend must pass (subclass it with a `recorder` fixture)."""
 
+import threading
+
 import pytest
 
 import msgspec
@@ -15,6 +17,37 @@ def ev(i: int, layer: str = "mind", ts: int | None = None):
 
 
 class RecorderConformance:
+    def test_a_reading_thread_sees_only_committed_events(self, recorder):
+        """One recorder shared by threads: while one thread's append is open (its rows in, a redaction's rewrite
+        done, the transaction not committed), another thread reads the log as last committed, and the rows once
+        the append commits. A shared connection showed them the rows before the commit, which could still be
+        rolled back. The append is held open by its `state` function (a pull's runs inside its transaction)."""
+        target, other = ev(0), ev(1)
+        recorder.append([target, other])
+        inside, go_on = threading.Event(), threading.Event()
+
+        def rows(seqs):
+            inside.set()
+            assert go_on.wait(60)
+            return {"cursor": "after"}
+
+        batch = [ev(2), new_event(Redaction(target_ids=[target.id], reason="r"), agent="alice", layer="mind"),
+                 ev(3)]
+        writer = threading.Thread(target=recorder.append, args=(batch,), kwargs={"state": rows})
+        writer.start()
+        try:
+            assert inside.wait(60)
+            seen = (recorder.head(), [e.id for e in recorder.read()], recorder.get(batch[0].id),
+                    recorder.get_by_seq(3), recorder.get(target.id).body, recorder.state("cursor"),
+                    [row[0] for row in recorder.fold_rows(0, 10)], recorder.seq_after(2, 1), recorder.recorded_at(3),
+                    recorder.verify().checked, [row[0] for row in recorder.activity_rows(0, 10)])
+        finally:
+            go_on.set()
+            writer.join(60)
+        assert seen == (2, [target.id, other.id], None, None, target.body, None, [1, 2], None, None, 2, [1, 2]), seen
+        assert recorder.head() == 5 and recorder.get(batch[0].id).seq == 3 and recorder.state("cursor") == "after"
+        assert isinstance(recorder.get(target.id).body, Redacted) and recorder.verify().ok
+
     def test_empty_log(self, recorder):
         assert recorder.head() == 0
         assert list(recorder.read()) == []

@@ -94,6 +94,19 @@ def test_two_connections_appending_in_turn_keep_one_chain(tmp_path):
     second.close()
 
 
+def test_a_single_append_after_another_connection_s_import_gap_goes_after_the_gap(tmp_path):
+    """The seq after the head a connection remembers is free although that head is stale when the other
+    connection's append was an import gap (it skips the seqs after the head and lands beyond them): the single
+    append went in below the gap, its recording time and chain link made from the stale head (verify failed)."""
+    first, second = SQLiteLog(tmp_path / "log.db"), SQLiteLog(tmp_path / "log.db")
+    assert first.append([ev(0)]) == [1]
+    assert second.append([new_event(ImportGap(source="other", skipped=5), agent="alice", layer="agent")]) == [7]
+    assert first.append([ev(1)]) == [8]
+    assert [e.seq for e in second.read()] == [1, 7, 8] and second.verify().ok
+    first.close()
+    second.close()
+
+
 @pytest.mark.parametrize("count", [1, 2, 7, 100, 203])
 def test_a_batch_goes_in_whole_and_in_order(recorder, count):
     events = [ev(i) for i in range(count)]

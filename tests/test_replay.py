@@ -1,6 +1,7 @@
 """`mem replay` rebuilds byte-identical views; `--to` and `--check`; as-of reads agree with a rebuild."""
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from subprocess import Popen
@@ -410,3 +411,27 @@ def test_the_pipe_to_the_writers_child_holds_a_megabyte(tmp_path):
         writer.start()
         assert fcntl.fcntl(writer.child.stdin.fileno(), fcntl.F_GETPIPE_SZ) == bulk.PIPE_SIZE
         writer.join()
+
+
+def test_the_writers_child_runs_sqlite_without_its_locks(tmp_path):
+    """bulk.unshared_sqlite (the writer's and builder's children call it first): SQLite counts no memory (its
+    memory-status lock is off); a process that did not call it does."""
+    import subprocess
+    import sys
+
+    probe = ("import ctypes, sqlite3, sys, _sqlite3\n"
+             "from projections import bulk\n"
+             "if sys.argv[1] == 'unshared': bulk.unshared_sqlite()\n"
+             "db = sqlite3.connect(sys.argv[2])\n"
+             "db.execute('CREATE TABLE t (x)')\n"
+             "db.executemany('INSERT INTO t VALUES (?)', [(str(i),) for i in range(1000)])\n"
+             "assert db.execute('SELECT count(*) FROM t').fetchone() == (1000,)\n"
+             "lib = ctypes.CDLL(_sqlite3.__file__)\n"
+             "lib.sqlite3_memory_used.restype = ctypes.c_int64\n"
+             "print(lib.sqlite3_memory_used())\n")
+    used = {}
+    for mode in ("unshared", "as-built"):
+        out = subprocess.run([sys.executable, "-c", probe, mode, str(tmp_path / f"{mode}.db")], capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONPATH": str(Path(bulk.__file__).parent.parent)})
+        used[mode] = int(out.stdout)
+    assert used == {"unshared": 0, "as-built": used["as-built"]} and used["as-built"] > 0
