@@ -1,15 +1,17 @@
 """Building every view from nothing (`mem replay`): the fold in this process, the history tables in another.
 
 A rebuild folds the whole log into a new views file. Most of what it writes goes into tables that
-nothing reads until the fold ends: `page_versions` and `log_entries` (a row per wiki event), the shared
-layers' `entries` and the search index (`search_docs`, `search_history`, their full-text indexes). `build`
-gives them to a `HistoryWriter`: the fold hands each batch over in msgpack through a pipe to a child
-process (from the first batch on when more are to come; a build of one batch writes it in process), which
+nothing reads until the fold ends: `page_versions` (a row per wiki event), the shared layers' `entries` and the
+search index (`search_docs`, `search_history`, their full-text indexes). `build` gives them to a `HistoryWriter`:
+the fold hands each batch over in msgpack through a pipe to a child process (from the first batch on when more
+are to come; a build of one batch writes it in process), which
 writes them into the new file (binding rows, inserting, tokenising) on the other core, with no GIL shared
 with the fold. A SQLite log is attached there too: what a page version's row holds as the log stores it (the
 event's id, time and body) is read from it by seq rather than handed over (`FROM_LOG`). The fold itself writes
-every other table into a scratch file beside it (two connections, two files: no lock shared); at the end those
-tables, small beside the history, are copied into the new file, and the indexes that a rebuild leaves out are made once
+every other table into a scratch file beside it (two connections, two files: no lock shared), `log_entries` too
+(the writer's child is the slower of the two: the fold's process binds those rows while it would wait for the
+child, and SQLite copies them in a fifth of the time); at the end those tables, small beside the history, are
+copied into the new file, and the indexes that a rebuild leaves out are made once
 (page_versions'; the all-versions search index's entries of the versions still current: `search.bulk_end`).
 
 While a catch-up still appends to the log, the fold runs in a process of its own too (`build_apart`),
@@ -83,7 +85,7 @@ catch-up that was cut off."""
 BATCH = 20_000
 """Events a rebuild folds per batch. A build of one batch writes its history in process; a larger one hands every
 batch to the writer's child process."""
-HISTORY_TABLES = ("page_versions", "log_entries", "entries", *search.TABLES)
+HISTORY_TABLES = ("page_versions", "entries", *search.TABLES)
 """The tables only the writer writes in a rebuild (the search index's with their full-text indexes)."""
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _CHILD = ("import os, sys; sys.path.insert(0, sys.argv[1]); from projections.bulk import serve; serve(*sys.argv[2:]); "
@@ -120,6 +122,7 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
     writer.start()
     try:
         fold = Views(fold_path, contract=contract, agent=agent, fast=True)
+        writer.fold = fold.db
         try:
             search.defer_indexes(fold.db)  # the writer writes the search index: none here, nothing to copy
             if heads == ():  # the end known: the writer is told when it nears (HistoryWriter.near_end)
@@ -166,7 +169,7 @@ def _nearing(writer: "HistoryWriter", left: int, progress) -> Callable[[int], No
 
 
 class LogBlocks:
-    """The log_entries rows a rebuild hands its writer, one block per batch in msgpack as handed over (`add`), kept
+    """The log_entries rows a rebuild writes (HistoryWriter.add), one block per batch in msgpack, kept
     in an unnamed temporary file beside the views (forty megabytes on a million events: not in memory). mind/log.md
     is `render.log` of them, newest first (`newest_first`): a replay hashes it before the views are written."""
 
@@ -339,6 +342,7 @@ class HistoryWriter:
         db.execute("DROP INDEX page_versions_by_slug")
         self.triggers = search.bulk_begin(db)
         self.db: sqlite3.Connection | None = None
+        self.fold: sqlite3.Connection | None = None  # the fold's scratch views (`build`), which take log_entries
         self.child: subprocess.Popen | None = None
         self.batches = 0
         self.nearing = False
@@ -364,29 +368,29 @@ class HistoryWriter:
         _widen(self.child.stdin)
 
     def add(self, versions: list[tuple], entries: list[tuple], search_batch: tuple, shared_entries: list) -> None:
-        """A batch: its wiki page versions' rows (search.VERSION_COLUMNS) and log_entries rows, the search index's
-        (SearchFold.flush's) and the shared layers' entries (SharedFold.flush's)."""
+        """A batch: its wiki page versions' rows (search.VERSION_COLUMNS), the search index's (SearchFold.flush's)
+        and the shared layers' entries (SharedFold.flush's), for the new file; and its log_entries rows, which go
+        into the fold's scratch views (`fold`, in the fold's transaction) once the rest is handed over."""
         self.batches += 1
-        handed = entries
-        if self.log_blocks is not None and entries:
-            encoded = msgspec.msgpack.encode(entries)
-            self.log_blocks.add(encoded)
-            handed = msgspec.Raw(encoded)  # encoded once, for both
-        if self.child is None:
-            if self.batches == 1:
-                write_batch(self.db, versions, entries, search_batch, shared_entries, from_log=self.from_log)
-                return
-            self.db.execute("COMMIT")  # a second batch after all (a log still growing): the child from here on
-            self.db.close()
-            self.db = None
-            self._spawn()
-        frame = msgspec.msgpack.encode((versions, handed, search_batch, shared_entries))
-        try:
-            self.child.stdin.write(len(frame).to_bytes(4, "little"))
-            self.child.stdin.write(frame)
-        except BrokenPipeError:
-            self.join()  # raises the child's error
-            raise
+        if self.child is None and self.batches == 1:
+            write_batch(self.db, versions, search_batch, shared_entries, from_log=self.from_log)
+        else:
+            if self.child is None:
+                self.db.execute("COMMIT")  # a second batch after all (a log still growing): the child from here on
+                self.db.close()
+                self.db = None
+                self._spawn()
+            frame = msgspec.msgpack.encode((versions, search_batch, shared_entries))
+            try:
+                self.child.stdin.write(len(frame).to_bytes(4, "little"))
+                self.child.stdin.write(frame)
+            except BrokenPipeError:
+                self.join()  # raises the child's error
+                raise
+        if entries:
+            insert_many(self.fold, LOG_ENTRIES, entries)
+            if self.log_blocks is not None:
+                self.log_blocks.add(msgspec.msgpack.encode(entries))
 
     def near_end(self) -> None:
         """At most MERGE_AHEAD batches are still to come (told once): the writer's child merges the full-text
@@ -461,12 +465,12 @@ SearchHistoryRow = tuple[int, str, str, str, str, str, _Text, _Text, _Text, _Tex
 """A search_history row (search.COLUMNS, until, since)."""
 EntryRow = tuple[str, str, int, str, str, str, str, _Text]
 """A shared layer's `entries` row (shared.ENTRIES_INSERT)."""
-Frame = tuple[list[VersionRow], list[tuple[int, int, str]],
-              tuple[list, list[SearchRow], list, list, list[SearchHistoryRow], list, list, list, list],
-              list[EntryRow]]
+Frame = tuple[list[VersionRow],
+              tuple[list, list[SearchRow], list, list, list[SearchHistoryRow], list, list, list, list], list[EntryRow]]
 """A batch of HistoryWriter.add (its rows of a million events are decoded twice as fast typed); the search
 batch's page versions are the batch's version rows (SearchFold.flush)."""
 
+LOG_ENTRIES = "INSERT INTO log_entries VALUES (?,?,?)"
 PAGE_VERSIONS = ("INSERT INTO page_versions SELECT slug, seq, version_id, ts, deleted, parents, title, hook, doc "
                  "FROM temp.versions")
 """page_versions rows from the staged version rows (search.stage_versions), as they are."""
@@ -492,7 +496,7 @@ def _insert_versions(db, count: int) -> None:
                    (slug, seq, id, ts, deleted, parents, title, hook, unpacked_body(codec, body)))
 
 
-def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_entries: list, *,
+def write_batch(db, versions: list, search_batch: tuple, shared_entries: list, *,
                 from_log: bool = False) -> None:
     """One batch of HistoryWriter.add into the new file (its transaction open); `from_log`: the log is attached,
     and the version rows take from it what they leave out (FROM_LOG)."""
@@ -501,7 +505,6 @@ def write_batch(db, versions: list, entries: list, search_batch: tuple, shared_e
         _insert_versions(db, len(versions))
     else:
         db.execute(PAGE_VERSIONS)
-    insert_many(db, "INSERT INTO log_entries VALUES (?,?,?)", entries)
     if shared_entries:
         shared.stage_entries(db, shared_entries)
     gone, rows, _versions, *rest = search_batch

@@ -21,8 +21,8 @@ import msgspec
 
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.governance import GOVERNANCE
-from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion, Lint,
-                              LogRestore, PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
+from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
+                              Lint, LogRestore, PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
@@ -47,19 +47,18 @@ absent: the rest are skipped undecoded (a frontmatter as a dict cost a third of 
 
 def _lean(cls: type[Body]) -> type[Body]:
     """`cls` (PageIngest or PageUpdate) with a LeanFrontmatter, validated alike (the same fields, the same types but
-    the frontmatter's values, which are Any in both), and not tracked by the cycle collector."""
+    the frontmatter's values, which are Any in both, and tuples for lists), and not tracked by the cycle collector."""
     fields = []
     for field in msgspec.structs.fields(cls):
-        if field.name in Body.__struct_fields__:
-            continue
         kind = LeanFrontmatter if field.name == "frontmatter" else field.type
-        if field.default is not msgspec.NODEFAULT:
+        if field.default_factory is list:  # a tuple: none made for each body that leaves it out
+            fields.append((field.name, tuple[kind.__args__[0], ...], ()))
+        elif field.default is not msgspec.NODEFAULT:
             fields.append((field.name, kind, field.default))
-        elif field.default_factory is not msgspec.NODEFAULT:
-            fields.append((field.name, kind, msgspec.field(default_factory=field.default_factory)))
         else:
             fields.append((field.name, kind))
-    return msgspec.defstruct(f"Lean{cls.__name__}", fields, bases=(Body,), tag=cls.__struct_config__.tag, gc=False)
+    return msgspec.defstruct(f"Lean{cls.__name__}", fields, bases=(Body,), tag=cls.__struct_config__.tag, kw_only=True,
+                             gc=False)
 
 
 LeanIngest, LeanUpdate = _lean(PageIngest), _lean(PageUpdate)
@@ -79,6 +78,7 @@ class WikiFold:
         self.from_log = writer is not None and writer.from_log
         self._pages: dict[str, tuple | None] = {}  # slug -> (seq, version_id, title, hook, doc, ts) or None
         self._always: list[str] | None = None
+        self._titles: dict[str, tuple[str, str]] = {}  # slug -> (its last text's first line, the title it is)
         self.touched_pages: set[str] = set()  # pages changed since the `pages` rows were last written
         self._reset_batch()
 
@@ -153,9 +153,9 @@ class WikiFold:
         rebuild's hot path: nine of ten events of a wiki's log) for the common case: not held, its title the
         text's first line as it is (title_of's first case), its hook one line already (hook_of's). Any other is
         decoded in full and folded by `apply`, like every other kind."""
-        pages, open_rows, versions, replaced, entries = (self._pages, self._open_rows, self.versions, self.replaced,
-                                                         self.entries)
-        apply, from_log, days = self.apply, self.from_log, _DAYS
+        pages, open_rows, titles = self._pages, self._open_rows, self._titles
+        add_version, add_replaced, add_entry = self.versions.append, self.replaced.append, self.entries.append
+        apply, from_log, days, lean_update, lean_ingest = self.apply, self.from_log, _DAYS, LeanUpdate, LeanIngest
         stored_status, stale_day = trust.stored_status, trust.stale_day
         others = False
         day_start = day_end = 0
@@ -165,25 +165,32 @@ class WikiFold:
             if layer is not None:
                 others = True
                 continue
-            if cls is not LeanUpdate and cls is not LeanIngest:
+            if cls is not lean_update and cls is not lean_ingest:
                 if cls in _WIKI:
                     apply(seq, version_id, ts, body, raw, raw is stored)
                 else:
                     others = True
                 continue
-            fm, text = body.frontmatter, body.text
+            fm, text, slug = body.frontmatter, body.text, body.slug
             hook = fm.description
             if hook is None:
                 hook = ""
             elif not (hook.__class__ is str and hook.isprintable() and "  " not in hook and hook == hook.strip()):
                 hook = None
-            end = text.find("\n")
-            title = text[2:end] if end != -1 else text[2:]
-            if hook is None or fm.governance is not None or not text.startswith("# ") or "#" in title \
-                    or not title.isprintable() or "  " in title or title != title.strip():
+            title = titles.get(slug)
+            if title is not None and text.startswith(title[0]):
+                title = title[1]
+            else:
+                end = text.find("\n")
+                title = text[2:end] if end != -1 else text[2:]
+                if not text.startswith("# ") or "#" in title or not title.isprintable() or "  " in title \
+                        or title != title.strip():
+                    hook = None
+                elif end != -1:
+                    titles[slug] = (text[:end + 1], title)
+            if hook is None or fm.governance is not None:
                 apply(seq, version_id, ts, decode_body(raw), raw, raw is stored)
                 continue
-            slug = body.slug
             current = pages.get(slug, _UNREAD)
             if current is _UNREAD:
                 current = self._page(slug)
@@ -193,7 +200,7 @@ class WikiFold:
                 if row is not None and row[1] == current[0]:  # _close
                     row[-1] = seq
                 else:
-                    replaced.append((current[0], seq))
+                    add_replaced((current[0], seq))
             else:
                 kind = "ingest"
             status, stale, type_ = fm.status, fm.stale_after, fm.type
@@ -203,9 +210,9 @@ class WikiFold:
                 0 if status is None else stored_status(status), 0 if stale is None else stale_day(stale) or 0, 0]
             if not from_log:
                 row[2], row[3], row[8] = version_id, ts, raw
-            versions.append(row)
+            add_version(row)
             pages[slug] = (seq, version_id, title, hook, raw, ts)
-            if cls is LeanUpdate or not body.quiet:
+            if cls is lean_update or not body.quiet:
                 if not day_start <= ts < day_end:
                     number = ts // 86_400_000
                     day = days.get(number)
@@ -214,8 +221,8 @@ class WikiFold:
                     day_start = number * 86_400_000
                     day_end = day_start + 86_400_000
                 note = body.note
-                entries.append((seq, ts, f"## [{day}] {kind} | {title}\n\n{note}\n" if note
-                                else f"## [{day}] {kind} | {title}\n"))  # render.log_entry
+                add_entry((seq, ts, f"## [{day}] {kind} | {title}\n\n{note}\n" if note
+                           else f"## [{day}] {kind} | {title}\n"))  # render.log_entry
         self.touched_pages.update(open_rows)  # the fast path's pages: each has its row open (or a tombstone since)
         return others
 

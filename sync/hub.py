@@ -193,7 +193,10 @@ def check_holds(events, storage: HubStorage) -> None:
     """Refuses an update or delete of a held shared page that does not release it, and an ingest that
     would stand beside a held head (eventstore.governance). A parent is read from the batch, else from
     the hub: one lookup by id, for page events only; a page's heads, only for a batch with an ingest."""
-    if not any(event.kind in SHARED_PAGE_KINDS for event in events):
+    for event in events:  # a loop, not any() over a generator: this runs for every push
+        if event.kind in SHARED_PAGE_KINDS:
+            break
+    else:
         return
     batch = {event.id: event.body for event in events}
 
@@ -664,8 +667,10 @@ class HubApp(Starlette):
         try:
             hub = self.hub
             agent, current, checked = hub.push_state(bearer(fields.get(b"authorization", b"").decode("latin-1")))
-            check_push_type(fields.get(b"content-type", b"").decode("latin-1"))
-            batch = decode_push(decoded_body(raw, fields.get(b"content-encoding", b"identity").decode("latin-1")))
+            content_type, encoding = fields.get(b"content-type", b""), fields.get(b"content-encoding")
+            if content_type != b"application/json":  # what nearly every push sends needs no parsing
+                check_push_type(content_type.decode("latin-1"))
+            batch = decode_push(raw if encoding is None else decoded_body(raw, encoding.decode("latin-1")))
             if not batch.events:
                 return respond(*self._answered(reply_bytes(_no_results), zstd))
             if len(batch.events) <= INLINE_CHECKS:

@@ -164,9 +164,20 @@ def http_protocol(app=None):
                 self.timeout_keep_alive_task = None
             super().connection_lost(exc)
 
+        def on_message_begin(self) -> None:
+            """uvicorn's, without the ASGI scope (a dict of dicts and a copy of the app's state, per request):
+            made in `on_headers_complete` for a request that goes the ASGI way, none for one answered directly."""
+            self.url = b""
+            self.expect_100_continue = False
+            self.headers = []
+
         def on_headers_complete(self) -> None:
             if direct is not None and self._direct():
                 return
+            headers, url, expect_100_continue = self.headers, self.url, self.expect_100_continue
+            super().on_message_begin()  # the scope, and the request's state reset: put back as parsed
+            self.headers = self.scope["headers"] = headers
+            self.url, self.expect_100_continue = url, expect_100_continue
             super().on_headers_complete()
             if type(self.cycle) is RequestResponseCycle:  # its task has not started yet
                 self.cycle.__class__ = OneWriteCycle
