@@ -1,6 +1,7 @@
 """Direct edits of the wiki files become events (`mem adopt`, `mem watch`); what cannot is left and reported."""
 
 import json
+import os
 import subprocess
 import time
 
@@ -53,11 +54,16 @@ def test_watch_adopts_edits_as_they_happen(workspace):
     watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "100"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(1.5)
-        (workspace / "mind/deploy.md").write_text(PAGE.decode() + "Edited while watched.\n")
-        deadline = time.monotonic() + 20
+        assert watcher.stderr.readline().startswith(b"watching")
+        # The line comes before the watch begins: the edit is made again (atomically, the same bytes) until the
+        # watcher has seen one, not after a fixed wait that a loaded machine outlasts.
+        edited, scratch = workspace / "mind/deploy.md", workspace.parent / "edited.md"
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(log_rows(workspace)) < 2:
-            time.sleep(0.2)
+            scratch.write_text(PAGE.decode() + "Edited while watched.\n")
+            os.replace(scratch, edited)
+            time.sleep(0.5)
+        time.sleep(0.5)  # a second adoption, were the same bytes adopted twice, would show now
         rows = log_rows(workspace)
         assert len(rows) == 2 and rows[1][6] == "page.update"
     finally:

@@ -93,6 +93,7 @@ _values = st.recursive(
 @given(st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12), _values,
                        max_size=5))
 @example({"A\n": None})  # a key ending in a newline was written raw (`$` matches before it): a file YAML refuses
+@settings(deadline=None)  # yaml parsing of large generated mappings: a deadline fails it under load, not a bug
 def test_emitted_frontmatter_parses_back_to_the_same_mapping(extra):
     fm = {"type": "note", **{k: v for k, v in extra.items() if k not in frontmatter.KNOWN_KEYS}}
     yaml, body = frontmatter.split(frontmatter.emit(fm) + "# Body\n")
