@@ -358,7 +358,8 @@ class SQLiteLog(Recorder):
     def _insert(self, values: list) -> None:
         done, execute, total = 0, self._cursor.execute, len(values) // ROW_WIDTH
         for count in insert_counts(total, self._widest):
-            execute(insert_rows(count), values if count == total else values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
+            execute(insert_rows(count),
+                    values if count == total else values[done * ROW_WIDTH:(done + count) * ROW_WIDTH])
             done += count
 
     def _existing(self, ids: list[str]) -> dict[str, tuple[str, int]]:

@@ -49,6 +49,7 @@ from .fold import catch_up, unpacked_body
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
 
+
 class Laps:
     """Where a rebuild's time goes, when the environment's MEM_REPLAY_TIMES names a file (bench/bench_replay.py
     --laps): each process adds up its laps' seconds by name (`lap`: the time since the last lap) and appends them

@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from subprocess import Popen
@@ -416,9 +418,6 @@ def test_the_pipe_to_the_writers_child_holds_a_megabyte(tmp_path):
 def test_the_writers_child_runs_sqlite_without_its_locks(tmp_path):
     """bulk.unshared_sqlite (the writer's and builder's children call it first): SQLite counts no memory (its
     memory-status lock is off); a process that did not call it does."""
-    import subprocess
-    import sys
-
     probe = ("import ctypes, sqlite3, sys, _sqlite3\n"
              "from projections import bulk\n"
              "if sys.argv[1] == 'unshared': bulk.unshared_sqlite()\n"
@@ -432,6 +431,7 @@ def test_the_writers_child_runs_sqlite_without_its_locks(tmp_path):
     used = {}
     for mode in ("unshared", "as-built"):
         out = subprocess.run([sys.executable, "-c", probe, mode, str(tmp_path / f"{mode}.db")], capture_output=True,
-                             text=True, check=True, env={**os.environ, "PYTHONPATH": str(Path(bulk.__file__).parent.parent)})
+                             text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(bulk.__file__).parent.parent)})
         used[mode] = int(out.stdout)
     assert used == {"unshared": 0, "as-built": used["as-built"]} and used["as-built"] > 0
