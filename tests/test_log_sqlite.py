@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from eventstore.envelope import CODEC_ZSTD, compute_digest, encode_body, new_event
-from eventstore.errors import InvalidInput
+from eventstore.errors import IdConflict, InvalidInput
 from eventstore.kinds import AlwaysAdd, ImportGap, PageIngest
 from eventstore.recorder import ZERO_CHAIN, plan_rows, rows_of
 from eventstore.sqlite import COLUMNS, FORMAT, SQLiteLog
@@ -105,6 +105,21 @@ def test_a_single_append_after_another_connection_s_import_gap_goes_after_the_ga
     assert [e.seq for e in second.read()] == [1, 7, 8] and second.verify().ok
     first.close()
     second.close()
+
+
+def test_a_refused_single_append_leaves_the_log_to_the_next_writer(recorder):
+    """The appends take turns on the one connection; a single append that fails (here an id already stored with
+    another digest) must give its turn back, or every later append of the process waits forever."""
+    event = ev(1)
+    recorder.append([event])
+    forged = new_event(AlwaysAdd(line="other"), agent="alice", layer="mind", id=event.id, ts=event.ts)
+    with pytest.raises(IdConflict):
+        recorder.append([forged])
+    appended = []
+    writer = threading.Thread(target=lambda: appended.append(recorder.append([ev(2)])), daemon=True)
+    writer.start()
+    writer.join(30)
+    assert appended == [[2]]
 
 
 @pytest.mark.parametrize("count", [1, 2, 7, 100, 203])
