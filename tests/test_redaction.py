@@ -134,6 +134,26 @@ def test_verify_detects_a_log_rewritten_behind_the_views(workspace):
     assert result.returncode == 1 and b"truncated or rewritten" in result.stdout, result.stdout
 
 
+def test_verify_is_not_fooled_by_a_writer_appending_meanwhile(workspace):
+    """Another process appends and folds while `verify` checks the log: the views' checkpoint then moves past
+    the head the check read. The witnesses are read before the log, so only a truncation makes them ahead."""
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory, Memory.open(workspace) as writer:
+        memory.always_add("line 0")
+        check = memory.log.verify
+
+        def check_then_append(progress=None):
+            report = check(progress=progress)
+            writer.always_add("written during the check")
+            return report
+
+        memory.log.verify = check_then_append
+        report = memory.verify()
+        assert report.ok, report.problem
+        assert writer.views.checkpoint() == report.head + 1
+
+
 # --- shared layers through a hub ------------------------------------------------------------------
 
 CONTRACT = """
