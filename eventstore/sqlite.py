@@ -53,6 +53,12 @@ COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, ch
 APPEND_AFTER = (f"INSERT INTO events ({COLUMNS}) VALUES (?1, CASE WHEN (SELECT coalesce(max(seq), 0) FROM events) "
                 "= ?1 - 1 THEN ?2 END, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
 STALE_HEAD = "NOT NULL constraint failed: events.id"
+BUSY_MS = 60000
+"""How long a connection waits for another's write lock (or a checkpoint for readers) before it fails."""
+SCRUB_PENDING = "scrub-pending"
+"""The state key a redaction writes and a completed `scrub` deletes: the redacted text may still be on disk."""
+SCRUB_WAIT = 3.0
+SCRUB_BUSY_MS = 50
 ONE_ROW_TAGS = {cls: tag for cls, tag in PLAIN_TAGS.items() if cls is not Redaction}
 """The stored kind of each body that one INSERT stores alone (see _append_one): not a `Redacted` stand-in (stored as
 its original's kind), a redaction (it rewrites its targets too) or an import gap (it skips seqs)."""
@@ -125,7 +131,7 @@ class SQLiteLog(Recorder):
         self.trusted = trusted
         self._head: tuple[int, bytes, int] | None = None  # (seq, chain, recorded_at) as last seen here
         self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
-        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
@@ -144,6 +150,8 @@ class SQLiteLog(Recorder):
             except BaseException:
                 self.db.close()
                 raise
+        self.unscrubbed = self.db.execute("SELECT 1 FROM sync_state WHERE key = ?",
+                                          (SCRUB_PENDING,)).fetchone() is not None
 
     def close(self) -> None:
         self._idle = None  # no more readers: reading a closed log fails as it did on the one connection
@@ -169,7 +177,7 @@ class SQLiteLog(Recorder):
         except AttributeError:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.") from None
         reader = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
-        reader.execute("PRAGMA busy_timeout = 60000")
+        reader.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
         reader.execute("PRAGMA query_only = ON")
         self._readers.append(reader)
         return reader
@@ -205,7 +213,10 @@ class SQLiteLog(Recorder):
         """Appends atomically. `state` rows (a sync cursor) commit in the same transaction (see Recorder);
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         with self._writing:
-            return self._append(events, state, verify, recorded_at, unsent)
+            seqs = self._append(events, state, verify, recorded_at, unsent)
+            if self.unscrubbed:
+                self.scrub(wait=0)
+            return seqs
 
     def _append(self, events, state, verify, recorded_at, unsent) -> list[int]:
         if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
@@ -225,6 +236,8 @@ class SQLiteLog(Recorder):
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(events, self._stored, unsent))
                 rows = self._state_rows(state, seqs)
+                if redacting:
+                    rows = {**(rows or {}), SCRUB_PENDING: str(seqs[-1])}
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
                 execute("COMMIT")
@@ -241,15 +254,29 @@ class SQLiteLog(Recorder):
                 raise
         raise AssertionError("unreachable: the careful path never violates the id constraint")
 
-    def scrub(self) -> None:
+    def scrub(self, wait: float = SCRUB_WAIT) -> bool:
         """Moves every committed page into the database file and empties the WAL, so that the old
         versions of pages a redaction rewrote are gone from the WAL too (secure_delete zeroed them
-        in the file)."""
-        for _attempt in range(50):
-            busy, _frames, _moved = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            time.sleep(0.05)
+        in the file). True once done.
+
+        A checkpoint cannot move pages past the snapshot of a read still open in another connection (another
+        process's `mem log | less`): it waits at most `wait` seconds for such readers, not the connection's
+        busy timeout per try. Until it is done the log keeps SCRUB_PENDING (written with the redaction) and
+        every append made through this object tries again (`unscrubbed`)."""
+        deadline = time.monotonic() + wait
+        self.db.execute(f"PRAGMA busy_timeout = {SCRUB_BUSY_MS}")
+        try:
+            while self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                if time.monotonic() >= deadline:
+                    self.unscrubbed = True
+                    return False
+                time.sleep(0.05)
+            self.db.execute("DELETE FROM sync_state WHERE key = ?", (SCRUB_PENDING,))
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the delete's own frames: nothing redacted in them
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+        self.unscrubbed = False
+        return True
 
     def _stored(self, id: bytes):
         return self.db.execute("SELECT kind, codec, body, layer FROM events WHERE id = ?", (id,)).fetchone()
