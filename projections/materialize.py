@@ -295,9 +295,10 @@ def _record(views: Views, records: list[tuple]) -> None:
     row (a large file streamed from disk), in one transaction: a file written but not yet recorded when the
     process stops is told from a hand edit by its bytes (see `hand_edited`)."""
     with views.transaction():
+        metas = views.wiki_files_meta([path for _target, path, new_hash, _content in records if new_hash is not None])
         for target, path, new_hash, content in records:
             if new_hash is None:
                 views.written.record(path, None)
             else:
                 size = len(content) if content is not None else target.stat().st_size
-                views.written.record(path, new_hash, (content, size, *views.wiki_file_meta(path)), target)
+                views.written.record(path, new_hash, (content, size, *metas[path]), target)

@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -87,13 +88,29 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         memory.views.close()
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
-        os.replace(rebuilt, target)
+        _replace(rebuilt, target)
         memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
         laps.lap("swap")
         files = materialize(memory.views, memory.root, force=force, seen=seen)
         laps.lap("materialize")
         laps.dump()
     return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
+
+
+def _replace(rebuilt: Path, target: Path) -> threading.Thread | None:
+    """`os.replace`, the old file freed in the background (the thread returned): the rename drops its last name,
+    and the file system frees its blocks (a 500 MB file: 0.15 s) when that thread closes a descriptor kept open
+    for it meanwhile."""
+    try:
+        old = os.open(target, os.O_RDONLY) if os.name == "posix" else None
+    except FileNotFoundError:
+        old = None
+    os.replace(rebuilt, target)
+    if old is None:
+        return None
+    freeing = threading.Thread(target=os.close, args=(old,), name="free old views", daemon=True)
+    freeing.start()
+    return freeing
 
 
 def check(memory, *, progress=None) -> CheckReport:

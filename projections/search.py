@@ -590,7 +590,9 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
         if not staged:
             stage_versions(db, page_versions)
         db.execute(VERSIONS_HISTORY)  # a version's id is its event's seq: still free
-    if replaced_pages:
+    if replaced_pages and bulk:
+        _close_pages(db, replaced_pages)
+    elif replaced_pages:
         db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
                        [(seq, id) for id, seq in replaced_pages])
     # sorted by (id, since): the first wins
@@ -612,6 +614,20 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
             index_closed(db, sorted({*moved, *fresh}))
     elif moved or fresh:
         _index(db, moved, fresh)
+
+
+CLOSE_STAGED_PAGES = ("UPDATE search_history SET until = (SELECT seq FROM temp.closed_pages AS c WHERE c.id = "
+                      "search_history.id) WHERE id IN (SELECT id FROM temp.closed_pages) AND kind = 'page'")
+
+
+def _close_pages(db, replaced_pages: list[tuple[int, int]]) -> None:
+    """A bulk batch's (id, seq) of the wiki page versions of earlier batches it closed (two thousand a batch on the
+    bench log): staged, then `until` set by one statement (CLOSE_STAGED_PAGES), not one UPDATE a row (3.7 -> 2.1
+    µs a row); the last seq of an id, as one UPDATE a row would leave it."""
+    db.execute("CREATE TEMP TABLE IF NOT EXISTS closed_pages (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL)")
+    db.execute("DELETE FROM temp.closed_pages")
+    insert_many(db, "INSERT OR REPLACE INTO temp.closed_pages VALUES (?, ?)", replaced_pages)
+    db.execute(CLOSE_STAGED_PAGES)
 
 
 def _reset_until(db, rows: list[tuple[int, int | None]], indexed: set[int], bulk: bool) -> None:

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore.errors import MemError, StorageFailure
-from projections import audit, bulk, search
+from eventstore.instants import format_instant
+from projections import adf, audit, bulk, search
 from projections.fold import lines_json
 from projections.memory import Memory
 from projections.replay import _build, check, replay
@@ -336,6 +337,30 @@ def test_a_replay_records_the_files_it_leaves_as_they_are_before_it_swaps_the_vi
     assert left == [["mind/b.md"]] and report.files.written == ["mind/b.md"]
     assert [memory.views.db.execute(sql).fetchall() for sql in recorded] == before
     assert (memory.root / "mind/b.md").read_bytes() == PAGE
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(op, min_size=1, max_size=20))
+def test_the_wiki_files_times_read_at_once_are_each_pages_first_and_last_versions(steps):
+    """Views.wiki_files_meta (a replay's records of its files, in one statement for all pages): a page's adf_files
+    times are those of its first and its last version (a tombstone too) as of each seq; mind.md and mind/log.md
+    are no_delete, created with the workspace."""
+    with tempfile.TemporaryDirectory() as tmp, Memory.init(Path(tmp) / "ws", "alice") as memory:
+        for step in steps:
+            perform(memory, step)
+        views = memory.views
+        versions = views.db.execute("SELECT slug, seq, ts FROM page_versions ORDER BY seq").fetchall()
+        created = views.adf_meta().get("adf_created_at", adf.EPOCH_ISO)
+        for as_of in range(views.checkpoint() + 1):
+            times: dict[str, list[int]] = {}
+            for slug, seq, ts in versions:
+                if seq <= as_of:
+                    times.setdefault(f"mind/{slug}.md", []).append(ts)
+            metas = views.wiki_files_meta([*times, "mind.md", "mind/log.md"], as_of)
+            assert {path: meta for path, meta in metas.items() if path in times} == {
+                path: ("none", 0, format_instant(stamps[0]), format_instant(stamps[-1]))
+                for path, stamps in times.items()}
+            assert metas["mind.md"][:3] == metas["mind/log.md"][:3] == ("no_delete", 0, created)
 
 
 def test_a_replay_renders_a_file_missing_on_disk_once(memory):

@@ -19,7 +19,7 @@ from eventstore.kinds import LogRestore
 from projections import bulk
 from projections.materialize import Prechecks, file_hash
 from projections.memory import Memory
-from projections.replay import _build, check, replay
+from projections.replay import _build, _replace, check, replay
 from projections.views import LOG_PATH
 
 from conftest import PAGE, run_mem
@@ -174,3 +174,19 @@ def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_afte
     assert sorted(p.name for p in (workspace / "mind").glob(".*.mem-tmp-*")) != []
     assert b"replayed 40 events" in run_mem("-w", workspace, "replay", check=True).stdout
     assert snapshot(workspace) == files
+
+
+def test_the_views_file_a_replay_replaces_is_freed_by_a_thread_that_leaves_nothing_open(tmp_path):
+    """A replay's rename over the old views leaves their blocks to be freed by a thread closing the last
+    descriptor of the old file (`_replace`): the new file in place, the old one's descriptor closed once it
+    ends (none of this process's descriptors names a deleted file), and a first replay has nothing to free."""
+    target, rebuilt = tmp_path / "views.db", tmp_path / "views.db.rebuild"
+    rebuilt.write_bytes(b"first")
+    assert _replace(rebuilt, target) is None
+    rebuilt.write_bytes(b"new")
+    freeing = _replace(rebuilt, target)
+    freeing.join()
+    assert target.read_bytes() == b"new" and not rebuilt.exists()
+    if Path("/proc/self/fd").is_dir():
+        names = [os.readlink(link) for link in Path("/proc/self/fd").iterdir() if link.is_symlink()]
+        assert not [name for name in names if name.startswith(str(tmp_path)) and name.endswith("(deleted)")]

@@ -405,3 +405,26 @@ def test_the_docs_index_is_the_one_sqlite_utils_makes():
                      db.execute("SELECT rowid FROM search_docs_fts WHERE search_docs_fts MATCH 'red'").fetchall())
     assert made["ours"] == made["sqlite-utils"]
     assert made["ours"][1] == [(7,)]
+
+
+def test_a_bulk_batch_closes_the_page_versions_of_earlier_batches_as_one_update_a_row_would():
+    """search._close_pages (a rebuild's batch: staged, one statement) leaves search_history as one UPDATE a
+    (id, seq) did: `until` set on the page rows named (the last seq of an id named twice), no other row touched."""
+    import sqlite3
+
+    def built():
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.execute(search.SCHEMA.split(";")[1])
+        for id, kind in ((1, "page"), (2, "page"), (3, "file"), (4, "page"), (5, "page")):
+            db.execute("INSERT INTO search_history (id, kind, layer, key, title, body, since) VALUES (?, ?, 'mind', "
+                       "'k', 't', 'b', ?)", (id, kind, id))
+        return db
+
+    closed = [(1, 10), (3, 11), (4, 12), (1, 13), (9, 14)] + [(100 + n, n) for n in range(70)]
+    one_by_one, staged = built(), built()
+    one_by_one.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'page'",
+                           [(seq, id) for id, seq in closed])
+    search._close_pages(staged, closed)
+    rows = "SELECT id, kind, until FROM search_history ORDER BY id"
+    assert staged.execute(rows).fetchall() == one_by_one.execute(rows).fetchall() == [
+        (1, "page", 13), (2, "page", None), (3, "file", None), (4, "page", 12), (5, "page", None)]
