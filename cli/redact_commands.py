@@ -27,6 +27,9 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
         events = redacting.search(mem, match, layer) if match else redacting.resolve(mem, targets)
         report = redacting.redact(mem, events, reason, apply=not match or yes)
         listed = [event_line(e) for e in events]
+    if report.left_on_disk:
+        typer.echo("warning: another process is reading the log, so the redacted text is still in .mem/log.db "
+                   "and its WAL; the next write to this workspace erases it once that reader is done", err=True)
     if json:
         return emit_json(report)
     for line in listed:

@@ -205,6 +205,10 @@ class Recorder(ABC):
     with the same digest returns its existing seq, with another digest the batch is refused.
     """
 
+    unscrubbed: bool = False
+    """A redaction's rewritten bodies may still be on disk in their old form (SQLiteLog.scrub could not yet
+    empty the WAL past another process's read): the next append tries again."""
+
     _inside: int | None = None
     """The thread running an append's `state` function (`_state_rows`): its reads go through the append's own
     connection, inside its transaction; every other read through a connection that sees only committed events."""

@@ -58,6 +58,12 @@ COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, ch
 APPEND_AFTER = (f"INSERT INTO events ({COLUMNS}) VALUES (?1, CASE WHEN NOT EXISTS "
                 "(SELECT 1 FROM events WHERE seq >= ?1) THEN ?2 END, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
 STALE_HEAD = "NOT NULL constraint failed: events.id"
+BUSY_MS = 60000
+"""How long a connection waits for another's write lock (or a checkpoint for readers) before it fails."""
+SCRUB_PENDING = "scrub-pending"
+"""The state key a redaction writes and a completed `scrub` deletes: the redacted text may still be on disk."""
+SCRUB_WAIT = 3.0
+SCRUB_BUSY_MS = 50
 ONE_ROW_TAGS = {cls: tag for cls, tag in PLAIN_TAGS.items() if cls is not Redaction}
 """The stored kind of each body that one INSERT stores alone (see _append_one): not a `Redacted` stand-in (stored as
 its original's kind), a redaction (it rewrites its targets too) or an import gap (it skips seqs)."""
@@ -130,7 +136,7 @@ class SQLiteLog(Recorder):
         self.trusted = trusted
         self._head: tuple[int, bytes, int] | None = None  # (seq, chain, recorded_at) as last seen here
         self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
-        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute(f"PRAGMA synchronous = {synchronous}")
         self.db.execute("PRAGMA secure_delete = ON")  # a redacted body's bytes are overwritten, not just freed
@@ -138,8 +144,9 @@ class SQLiteLog(Recorder):
         # transaction is the connection's, so two threads' appends would mix in one (an event lost, a false
         # IntegrityError), and two executing on one cursor crash the interpreter. The lock is one token in a
         # SimpleQueue, taken (`get` waits while another thread holds it) and put back: uncontended, two list
-        # operations, where a threading.Lock's acquire parses its arguments and calls into the semaphore, which
-        # costs a single durable append about 1% more (its work runs from cold caches after each fsync).
+        # operations. A threading.Lock entered by `with` (which looks up and calls __enter__ and __exit__; its
+        # acquire parses its arguments and calls into the semaphore) cost a single durable append ~3% more:
+        # that work runs from cold caches after each fsync.
         self._turn = queue.SimpleQueue()
         self._turn.put(True)
         self._cursor = self.db.cursor()  # the appends' own (`db.execute` makes and frees a Cursor object per call)
@@ -153,6 +160,8 @@ class SQLiteLog(Recorder):
             except BaseException:
                 self.db.close()
                 raise
+        self.unscrubbed = self.db.execute("SELECT 1 FROM sync_state WHERE key = ?",
+                                          (SCRUB_PENDING,)).fetchone() is not None
 
     def close(self) -> None:
         self._idle = None  # no more readers: reading a closed log fails as it did on the one connection
@@ -178,7 +187,7 @@ class SQLiteLog(Recorder):
         except AttributeError:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.") from None
         reader = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
-        reader.execute("PRAGMA busy_timeout = 60000")
+        reader.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
         reader.execute("PRAGMA query_only = ON")
         self._readers.append(reader)
         return reader
@@ -215,11 +224,13 @@ class SQLiteLog(Recorder):
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         turn = self._turn.get()
         try:
+            seq = None
             if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
                 seq = self._append_one(events[0])
-                if seq is not None:
-                    return [seq]
-            return self._append(events, state, verify, recorded_at, unsent)
+            seqs = [seq] if seq is not None else self._append(events, state, verify, recorded_at, unsent)
+            if self.unscrubbed:
+                self.scrub(wait=0)
+            return seqs
         finally:
             self._turn.put(turn)
 
@@ -237,6 +248,8 @@ class SQLiteLog(Recorder):
                     db.executemany("UPDATE events SET codec = ?, body = ? WHERE id = ?",
                                    redaction_updates(events, self._stored, unsent))
                 rows = self._state_rows(state, seqs)
+                if redacting:
+                    rows = {**(rows or {}), SCRUB_PENDING: str(seqs[-1])}
                 if rows:
                     db.executemany("INSERT OR REPLACE INTO sync_state VALUES (?, ?)", list(rows.items()))
                 execute("COMMIT")
@@ -253,15 +266,29 @@ class SQLiteLog(Recorder):
                 raise
         raise AssertionError("unreachable: the careful path never violates the id constraint")
 
-    def scrub(self) -> None:
+    def scrub(self, wait: float = SCRUB_WAIT) -> bool:
         """Moves every committed page into the database file and empties the WAL, so that the old
         versions of pages a redaction rewrote are gone from the WAL too (secure_delete zeroed them
-        in the file)."""
-        for _attempt in range(50):
-            busy, _frames, _moved = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            time.sleep(0.05)
+        in the file). True once done.
+
+        A checkpoint cannot move pages past the snapshot of a read still open in another connection (another
+        process's `mem log | less`): it waits at most `wait` seconds for such readers, not the connection's
+        busy timeout per try. Until it is done the log keeps SCRUB_PENDING (written with the redaction) and
+        every append made through this object tries again (`unscrubbed`)."""
+        deadline = time.monotonic() + wait
+        self.db.execute(f"PRAGMA busy_timeout = {SCRUB_BUSY_MS}")
+        try:
+            while self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                if time.monotonic() >= deadline:
+                    self.unscrubbed = True
+                    return False
+                time.sleep(0.05)
+            self.db.execute("DELETE FROM sync_state WHERE key = ?", (SCRUB_PENDING,))
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the delete's own frames: nothing redacted in them
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+        self.unscrubbed = False
+        return True
 
     def _stored(self, id: bytes):
         return self.db.execute("SELECT kind, codec, body, layer FROM events WHERE id = ?", (id,)).fetchone()

@@ -42,6 +42,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import CODEC_RAW
+from eventstore.errors import StorageFailure
 from eventstore.sqlite import SQLiteLog
 
 from . import search, shared
@@ -700,7 +701,8 @@ def _child_error(said: str) -> Exception:
         return exc
     if name in ("OSError", "FileNotFoundError", "PermissionError"):
         return OSError(message)
-    return RuntimeError(f"the views' history writer failed: {said or 'it stopped'}")
+    return StorageFailure(f"the views' history writer failed: {said or 'its process stopped'}; nothing recorded "
+                          "was lost: run the command again")
 
 
 def remove_files(path) -> None:

@@ -9,16 +9,18 @@ from eventstore.recorder import VerifyReport
 def verify(memory, progress=None, cursors: dict[str, int] | None = None) -> VerifyReport:
     """`cursors` names seqs this log has acknowledged elsewhere (a push cursor: "pushed to origin")."""
     log = memory.log
+    # The witnesses are read before the log: each only ever names seqs the log held already, so a writer
+    # appending meanwhile cannot make one seem ahead of the head the log's check reads after them.
+    witnesses = {"the views' checkpoint": memory.views.checkpoint(), **(cursors or {})}
+    anchor = memory.views.anchor()
     report = log.verify(progress=progress)
     if not report.ok:
         return report
     head = report.head
-    witnesses = {"the views' checkpoint": memory.views.checkpoint(), **(cursors or {})}
     for what, seq in witnesses.items():
         if seq > head:
             return _truncated(report, f"{what} is seq {seq} but the log ends at seq {head}: "
                                       f"{seq - head} event(s) at its end are missing")
-    anchor = memory.views.anchor()
     if anchor is not None:
         seq, chain = anchor
         event = log.get_by_seq(seq) if seq else None

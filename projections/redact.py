@@ -33,6 +33,7 @@ class RedactReport(msgspec.Struct):
     targets: list[Target]
     redactions: list[int]  # the seqs of the redaction events appended (one per layer)
     done: bool
+    left_on_disk: bool = False  # a reader held the log: the old text stays on disk until a later append erases it
 
 
 def _target(event: Event) -> Target:
@@ -105,4 +106,4 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
                   for layer, ids in by_layer.items()]
     seqs = memory.log.append(redactions)
     memory.refresh()
-    return RedactReport(targets=targets, redactions=seqs, done=True)
+    return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed)

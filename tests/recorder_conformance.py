@@ -215,6 +215,20 @@ class RecorderConformance:
         assert recorder.verify(progress=seen.append).ok
         assert seen == [1, 2, 3, 4, 5]
 
+    def test_verify_checks_every_event_up_to_the_head_it_reports(self, recorder):
+        """An append landing while verify runs is neither checked nor counted in the head it reports."""
+        recorder.append([ev(i) for i in range(3)])
+        head, appended = recorder.head, []
+
+        def append_then_head():
+            if not appended:
+                appended.append(recorder.append([ev(9)]))
+            return head()
+
+        recorder.head = append_then_head
+        report = recorder.verify()
+        assert appended and report.ok and report.checked == report.head
+
     def test_the_chain_covers_seq_and_recorded_at(self, recorder, execute):
         recorder.append([ev(i) for i in range(4)])
         execute("UPDATE events SET recorded_at = recorded_at + 1 WHERE seq = 4")

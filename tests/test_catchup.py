@@ -17,6 +17,7 @@ import pytest
 
 from conftest import mem_command, run_mem
 from eventstore.envelope import new_event
+from eventstore.errors import StorageFailure
 from eventstore.kinds import EntryAppend, PageIngest, PageUpdate
 import sync.client as client_module
 from projections.bulk import discard, spawn_builder
@@ -425,7 +426,7 @@ def test_a_history_writer_left_over_from_a_build_cut_off_writes_nothing_into_the
         file.write(Path(made).read_bytes())
     assert os.stat(path).st_ino == inode
     left_over.start()
-    with pytest.raises(RuntimeError):  # the writer's child refused the file: not its build's
+    with pytest.raises(StorageFailure):  # the writer's child refused the file: not its build's
         left_over.join()
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT * FROM search_history_fts_config ORDER BY k").fetchall() == config  # no deferral

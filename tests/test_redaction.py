@@ -101,6 +101,26 @@ def test_refusals_leave_the_log_as_it_was(leaky):
     assert len(log_rows(leaky)) == len(before) + 1
 
 
+def test_a_reader_delays_the_scrub_and_the_next_write_finishes_it(leaky):
+    """A read held open by another process keeps the WAL from being emptied: `mem redact` does not wait on it
+    for long (it waited 60 s a try, 50 tries), says the text is still on disk, and a later write erases it."""
+    reader = sqlite3.connect(leaky / ".mem" / "log.db")
+    held = reader.execute("SELECT seq FROM events")
+    held.fetchone()  # a read in progress: its snapshot pins the WAL
+    try:
+        done = mem(leaky, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", "--yes")
+        assert done.returncode == 0 and b"redacted 5 events" in done.stdout, done.stderr
+        assert b"still in .mem/log.db" in done.stderr and b"Traceback" not in done.stderr
+        assert files_holding(leaky / ".mem", SECRET)
+    finally:
+        held.close()
+        reader.close()
+    mem(leaky, "always", "add", "Rotate tokens monthly.", check=True)
+    assert files_holding(leaky, SECRET) == []
+    mem(leaky, "always", "add", "And yearly.", check=True)  # nothing pending: no scrub any more
+    assert mem(leaky, "verify", check=True).returncode == 0
+
+
 # --- truncation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("drop", [1, 2, "all"])
@@ -132,6 +152,26 @@ def test_verify_detects_a_log_rewritten_behind_the_views(workspace):
         assert memory.log.head() == 3 and memory.log.verify().ok
     result = mem(workspace, "verify")
     assert result.returncode == 1 and b"truncated or rewritten" in result.stdout, result.stdout
+
+
+def test_verify_is_not_fooled_by_a_writer_appending_meanwhile(workspace):
+    """Another process appends and folds while `verify` checks the log: the views' checkpoint then moves past
+    the head the check read. The witnesses are read before the log, so only a truncation makes them ahead."""
+    from projections.memory import Memory
+
+    with Memory.open(workspace) as memory, Memory.open(workspace) as writer:
+        memory.always_add("line 0")
+        check = memory.log.verify
+
+        def check_then_append(progress=None):
+            report = check(progress=progress)
+            writer.always_add("written during the check")
+            return report
+
+        memory.log.verify = check_then_append
+        report = memory.verify()
+        assert report.ok, report.problem
+        assert writer.views.checkpoint() == report.head + 1
 
 
 # --- shared layers through a hub ------------------------------------------------------------------

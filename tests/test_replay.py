@@ -12,7 +12,7 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore.errors import MemError
+from eventstore.errors import MemError, StorageFailure
 from eventstore.instants import format_instant
 from projections import adf, audit, bulk, search
 from projections.fold import lines_json
@@ -207,7 +207,28 @@ def test_a_writer_child_that_fails_is_reported_and_its_build_leaves_nothing(memo
         memory.always_add(f"rule {i}")
     (tmp_path / "build").mkdir()
     with patch.object(bulk, "BATCH", 2), patch.object(bulk.msgspec.msgpack, "encode", lambda obj: b"\xc1 no msgpack"):
-        with pytest.raises(RuntimeError, match="history writer failed: DecodeError"):
+        with pytest.raises(StorageFailure, match="history writer failed: DecodeError"):
+            bulk.build(memory.log, tmp_path / "build" / "views.db")
+    assert list((tmp_path / "build").iterdir()) == []
+
+
+def test_a_writer_child_killed_midway_is_one_refusal_and_its_build_leaves_nothing(memory, tmp_path):
+    """The writer's child killed (as by the OOM killer) is a MemError, which every edge reports in one line."""
+    import pytest
+
+    for i in range(6):
+        memory.always_add(f"rule {i}")
+    (tmp_path / "build").mkdir()
+    add = bulk.HistoryWriter.add
+
+    def add_after_a_kill(writer, *batch):
+        if writer.child is not None and writer.child.poll() is None:
+            writer.child.kill()
+            writer.child.wait()
+        return add(writer, *batch)
+
+    with patch.object(bulk, "BATCH", 2), patch.object(bulk.HistoryWriter, "add", add_after_a_kill):
+        with pytest.raises(StorageFailure, match="history writer failed: its process stopped"):
             bulk.build(memory.log, tmp_path / "build" / "views.db")
     assert list((tmp_path / "build").iterdir()) == []
 
