@@ -285,6 +285,10 @@ class SQLiteLog(Recorder):
                 time.sleep(0.05)
             self.db.execute("DELETE FROM sync_state WHERE key = ?", (SCRUB_PENDING,))
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the delete's own frames: nothing redacted in them
+        except sqlite3.OperationalError:
+            # another writer held its lock past SCRUB_BUSY_MS: the append this follows stands, the next tries again
+            self.unscrubbed = True
+            return False
         finally:
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
         self.unscrubbed = False

@@ -122,6 +122,41 @@ def test_a_refused_single_append_leaves_the_log_to_the_next_writer(recorder):
     assert appended == [[2]]
 
 
+def test_a_pending_scrub_that_meets_another_writer_leaves_the_append_standing(tmp_path):
+    """A redaction's scrub left pending is tried again after each append; another connection holding the write
+    lock then makes it give up (and stay pending) rather than fail the append it follows."""
+    log = SQLiteLog(tmp_path / "log.db")
+    log.unscrubbed = True
+    other = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        assert log.scrub(wait=0) is False and log.unscrubbed
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+    class LockedAtTheDelete:
+        """The connection, but another writer takes the lock between the checkpoint and the DELETE."""
+
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *args):
+            if sql.startswith("DELETE FROM sync_state"):
+                raise sqlite3.OperationalError("database is locked")
+            return self.db.execute(sql, *args)
+
+    real, log.db = log.db, LockedAtTheDelete(log.db)
+    try:
+        assert log.scrub(wait=0) is False and log.unscrubbed
+    finally:
+        log.db = real
+    assert log.append([ev(1)]) == [1]
+    assert not log.unscrubbed and log.state("scrub-pending") is None
+    log.close()
+
+
 @pytest.mark.parametrize("count", [1, 2, 7, 100, 203])
 def test_a_batch_goes_in_whole_and_in_order(recorder, count):
     events = [ev(i) for i in range(count)]
