@@ -224,13 +224,12 @@ class SQLiteLog(Recorder):
         `verify` recomputes every digest first (events from elsewhere); `recorded_at` see Recorder."""
         turn = self._turn.get()
         try:
+            if self.unscrubbed:  # before the append: a redaction whose own scrub just gave up is not retried at once
+                self.scrub(wait=0)
             seq = None
             if len(events) == 1 and not state and not verify and recorded_at is None and self.trusted:
                 seq = self._append_one(events[0])
-            seqs = [seq] if seq is not None else self._append(events, state, verify, recorded_at, unsent)
-            if self.unscrubbed:
-                self.scrub(wait=0)
-            return seqs
+            return [seq] if seq is not None else self._append(events, state, verify, recorded_at, unsent)
         finally:
             self._turn.put(turn)
 
@@ -286,7 +285,7 @@ class SQLiteLog(Recorder):
             self.db.execute("DELETE FROM sync_state WHERE key = ?", (SCRUB_PENDING,))
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the delete's own frames: nothing redacted in them
         except sqlite3.OperationalError:
-            # another writer held its lock past SCRUB_BUSY_MS: the append this follows stands, the next tries again
+            # another writer held its lock past SCRUB_BUSY_MS: the append this precedes goes ahead, the next tries again
             self.unscrubbed = True
             return False
         finally:

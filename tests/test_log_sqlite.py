@@ -122,9 +122,9 @@ def test_a_refused_single_append_leaves_the_log_to_the_next_writer(recorder):
     assert appended == [[2]]
 
 
-def test_a_pending_scrub_that_meets_another_writer_leaves_the_append_standing(tmp_path):
-    """A redaction's scrub left pending is tried again after each append; another connection holding the write
-    lock then makes it give up (and stay pending) rather than fail the append it follows."""
+def test_a_pending_scrub_that_meets_another_writer_lets_the_append_go_ahead(tmp_path):
+    """A redaction's scrub left pending is tried again before each append; another connection holding the write
+    lock then makes it give up (and stay pending) rather than fail the append it comes with."""
     log = SQLiteLog(tmp_path / "log.db")
     log.unscrubbed = True
     other = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
