@@ -2,6 +2,7 @@
 (for `mem demo` and the tests)."""
 
 import asyncio
+import contextlib
 import gc
 import socket
 import sys
@@ -84,6 +85,7 @@ def http_protocol(app=None):
     without a Content-Length or over DIRECT_BODY_BYTES (a GET's: any body), an upgrade, a request pipelined
     behind another."""
     try:
+        import httptools
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
     except ImportError:
         return "auto"
@@ -127,6 +129,55 @@ def http_protocol(app=None):
 
     class OneWriteProtocol(HttpToolsProtocol):
         _idle_at: float | None = None  # loop time the connection went idle (its last answer sent), None while busy
+        _upgrade_body: int | None = None  # bytes still to come of the body of a request whose Upgrade is ignored
+
+        def data_received(self, data: bytes) -> None:
+            """uvicorn's, but a request asking to upgrade to anything this server does not speak (`curl --http2`
+            asks for h2c) is answered as the HTTP/1.1 request it also is, body included, as RFC 9110 (7.8) lets a
+            server do: the parser stops at such a request's head (its body then never reached the app, which
+            refused a push as truncated JSON), so its body is taken here, and a new parser reads what follows."""
+            self._unset_keepalive_if_required()
+            while data:
+                if self._upgrade_body is not None:
+                    data = self._take_upgrade_body(data)
+                    continue
+                try:
+                    self.parser.feed_data(data)
+                    return
+                except httptools.HttpParserError:
+                    self.logger.warning("Invalid HTTP request received.")
+                    self.send_400_response("Invalid HTTP request received.")
+                    return
+                except httptools.HttpParserUpgrade as upgrade:
+                    if self._should_upgrade():
+                        self.handle_websocket_upgrade()
+                        return
+                    data = self._ignore_upgrade(data[upgrade.args[0]:])
+
+        def _ignore_upgrade(self, rest: bytes) -> bytes:
+            """After the head of a request whose Upgrade is ignored: its body is `rest`'s first bytes (as many
+            as its Content-Length says), the rest another request's."""
+            lengths = [value for name, value in self.headers if name == b"content-length"]
+            if any(name == b"transfer-encoding" for name, _ in self.headers) or len(lengths) > 1 \
+                    or (lengths and not lengths[0].isdigit()):
+                self.send_400_response("A request asking to upgrade must send its body with one Content-Length.")
+                return b""
+            self.parser = httptools.HttpRequestParser(self)
+            with contextlib.suppress(AttributeError):  # as uvicorn sets it up (httptools < 0.6.3 has no leniencies)
+                self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+            self._upgrade_body = int(lengths[0]) if lengths else 0
+            return self._take_upgrade_body(rest)
+
+        def _take_upgrade_body(self, data: bytes) -> bytes:
+            """The part of `data` that is the ignored upgrade's body, handed on as the parser would; what is left."""
+            body, data = data[:self._upgrade_body], data[self._upgrade_body:]
+            if body:
+                self.on_body(body)
+            self._upgrade_body -= len(body)
+            if not self._upgrade_body:
+                self._upgrade_body = None
+                self.on_message_complete()
+            return data
 
         def _unset_keepalive_if_required(self) -> None:
             """A request comes in: the keep-alive timer, left armed, finds the connection busy when it fires
@@ -214,6 +265,8 @@ def http_protocol(app=None):
                 super().on_body(body)
 
         def on_message_complete(self) -> None:
+            if self.parser.should_upgrade():  # its body, if any, is still to come (`data_received`)
+                return
             if type(self.cycle) is DirectCycle:
                 self.cycle.run()
             else:

@@ -467,3 +467,52 @@ def test_a_connection_answered_from_the_parser_is_kept_alive_while_busy_and_clos
             assert sock.recv(65536) == b""  # idle: closed after the timeout (recv waits up to 30 s)
     finally:
         server.stop()
+
+
+H2C = ("connection: Upgrade, HTTP2-Settings", "upgrade: h2c", "http2-settings: AAMAAABkAAQCAAAAAAIAAAAA")
+"""What `curl --http2` adds to a plain-http request: an offer to switch to HTTP/2, which a server may ignore."""
+
+
+def test_a_request_offering_an_upgrade_is_answered_over_http_1_1_with_its_body(tmp_path):
+    """httptools stops at the head of a request that asks to upgrade (curl --http2 asks for h2c): its body never
+    reached the hub, which refused the push as truncated JSON, and the connection read nothing more. The offer is
+    ignored as RFC 9110 lets a server ignore it: the push lands, whether its body comes with the head or after it,
+    the next request on the connection is answered, and a body the hub cannot delimit is refused in one line."""
+    import socket
+
+    from hubserver import HubServer
+
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.close()
+    json_type = "content-type: application/json"
+    with HubServer(str(tmp_path / "hub.db")) as server:
+        first = msgspec.json.encode(PushRequest(events=[entry("offered h2c")]))
+        (head, body), (pull_head, pull_body) = exchange(
+            server.port, raw_push(token, first, json_type, *H2C) + raw_get(token, "/v1/pull?limit=5"), 2)
+        assert head.startswith(b"HTTP/1.1 200") and msgspec.json.decode(body)["results"][0]["position"] == 2
+        assert pull_head.startswith(b"HTTP/1.1 200")
+        assert [e["body"]["content"] for e in msgspec.json.decode(pull_body)["events"]] == ["offered h2c"]
+
+        later = raw_push(token, msgspec.json.encode(PushRequest(events=[entry("body sent apart")])), json_type, *H2C)
+        split = later.index(b"\r\n\r\n") + 4
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(later[:split])
+            time.sleep(0.2)
+            sock.sendall(later[split:split + 10])
+            time.sleep(0.1)
+            sock.sendall(later[split + 10:] + raw_get(token, "/health", *H2C))
+            answers = b""
+            while answers.count(b"HTTP/1.1 200") < 2:
+                chunk = sock.recv(65536)
+                assert chunk, answers
+                answers += chunk
+        assert b'"position":3' in answers and b'{"ok":true}' in answers
+
+        (refused, reason), = exchange(server.port, raw_push(token, first, json_type, *H2C, chunked=True))
+        assert refused.startswith(b"HTTP/1.1 400") and reason == b"A request asking to upgrade must send its body " \
+                                                                   b"with one Content-Length."
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    assert storage.head() == 3
+    storage.close()
