@@ -170,6 +170,11 @@ class PostgresLog(Recorder):
     def head(self) -> int:
         return self._reader().execute("SELECT seq FROM log_counter").fetchone()[0]
 
+    def count(self, upto: int | None = None) -> int:
+        if upto is None:
+            return self._reader().execute("SELECT count(*) FROM events").fetchone()[0]
+        return self._reader().execute("SELECT count(*) FROM events WHERE seq <= %s", (upto,)).fetchone()[0]
+
     def seq_after(self, after: int, count: int) -> int | None:
         row = self._reader().execute("SELECT seq FROM events WHERE seq > %s ORDER BY seq LIMIT 1 OFFSET %s",
                                 (after, count - 1)).fetchone()

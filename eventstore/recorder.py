@@ -288,6 +288,10 @@ class Recorder(ABC):
         """The last seq (0 for an empty log)."""
 
     @abstractmethod
+    def count(self, upto: int | None = None) -> int:
+        """How many events the log holds up to seq `upto` (all: None): the head, less the seqs ImportGaps skipped."""
+
+    @abstractmethod
     def recorded_at(self, seq: int) -> int | None:
         """When this seq was recorded here (ms); a seq an ImportGap skipped counts as recorded with that
         ImportGap; None after the head."""

@@ -481,6 +481,13 @@ class SQLiteLog(Recorder):
         row = self._one("SELECT MAX(seq) FROM events")
         return row[0] or 0
 
+    def count(self, upto: int | None = None) -> int:
+        """All rows counted on the id index (a tenth of the pages of the table's), less those after `upto`."""
+        if upto is None:
+            return self._one("SELECT count(*) FROM events")[0]
+        return self._one("SELECT (SELECT count(*) FROM events) - (SELECT count(*) FROM events WHERE seq > ?)",
+                         (upto,))[0]
+
     def seq_at(self, recorded_at_ms: int) -> int:
         """A binary search over seq: recorded_at never decreases along the log, so no index is needed."""
         low, high = 0, self.head()

@@ -94,7 +94,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         files = materialize(memory.views, memory.root, force=force, seen=seen)
         laps.lap("materialize")
         laps.dump()
-    return ReplayReport(checkpoint=checkpoint, events=checkpoint, files=files)
+    return ReplayReport(checkpoint=checkpoint, events=memory.log.count(checkpoint), files=files)
 
 
 def _replace(rebuilt: Path, target: Path) -> threading.Thread | None:

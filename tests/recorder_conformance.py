@@ -70,6 +70,8 @@ class RecorderConformance:
         assert recorder.seq_after(0, 2) == 1_000_002 and recorder.seq_after(1, 3) == 1_000_004
         assert recorder.seq_after(1, 4) is None
         assert recorder.recorded_at(500) == recorder.get_by_seq(1_000_002).recorded_at
+        assert recorder.count() == 4 and recorder.count(1_000_003) == 3 and recorder.count(500) == 1
+        assert recorder.count(0) == 0 and recorder.count(2_000_000) == 4
 
     def test_round_trip_keeps_every_envelope_field(self, recorder):
         event = new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text="x" * 5000), agent="a", layer="mind")

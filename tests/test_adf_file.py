@@ -301,6 +301,11 @@ def test_a_loop_seq_far_ahead_is_one_gap_event_not_millions(tmp_path):
                                                    check=True).stdout
     assert b"ok" in run_mem("-w", ws, "verify", check=True).stdout
     assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
+    assert b"replayed 5 events; views at seq 50000001" in run_mem("-w", ws, "replay", check=True).stdout
+    assert b"replayed 2 events; views at seq 2" in run_mem("-w", ws, "replay", "--to", "2", check=True).stdout
+    assert b"replayed 3 events; views at seq 49999999" in run_mem("-w", ws, "replay", "--to", "49999999",
+                                                                  check=True).stdout
+    run_mem("-w", ws, "replay", check=True)
     shown = run_mem("-w", ws, "loop", "show", "--seq", "49999998", check=True).stdout
     assert shown.decode().splitlines() == ["[S2] user: early"]
 
