@@ -11,6 +11,7 @@ trusts no producer with what is inside an event.
 import asyncio
 import base64
 import binascii
+import threading
 from collections.abc import Callable
 from urllib.parse import parse_qsl
 
@@ -48,6 +49,8 @@ wait): less work than a trip to a worker thread."""
 INLINE_PULL = 5000
 """A pull page larger than this is read in a worker thread even from a storage whose reads never wait:
 reading and decoding 20,000 events would take the event loop from everyone else for a tenth of a second."""
+ENCODED_EVENTS = 20_000
+"""Events of each format whose encoded forms the hub keeps for pull answers (`EncodedEvents`): about 15 MB."""
 
 
 class _TaggedEvent(msgspec.Struct):
@@ -279,6 +282,7 @@ class Hub:
         self.fanout = Fanout()
         self._committer: GroupCommitter | None = None
         self._woken: tuple[int, dict] = (-1, {})  # (the head they were read at, answers to woken long-polls)
+        self.forms = EncodedEvents()
 
     @property
     def committer(self) -> GroupCommitter:
@@ -315,6 +319,11 @@ class Hub:
         """The token's agent, the contract in force and its position."""
         return self.state(token)[:3]
 
+    def answer(self, after: int, head: int, rows: list, limit: int, packed: bool) -> bytes:
+        """`pull_answer`, each event's encoding shared with other answers (`EncodedEvents`) for a page no larger
+        than a long-poll's (INLINE_PULL): a catch-up's pages would push every other event out."""
+        return pull_answer(after, head, rows, limit, packed, self.forms if limit <= INLINE_PULL else None)
+
     def woken_answer(self, token: str, after: int, limit: int, packed: bool) -> bytes:
         """The answer to a long-poll a commit woke: its token and contract read again, then the answer
         shared by every poll woken at the same head with the same cursor, layers and format. A commit wakes
@@ -329,7 +338,7 @@ class Hub:
         answer = answers.get(key)
         if answer is None:
             rows = self.storage.pull_rows(after, list(layers), limit + 1)
-            answer = answers[key] = pull_answer(after, head, rows, limit, packed)
+            answer = answers[key] = self.answer(after, head, rows, limit, packed)
         return answer
 
     def consumer(self, token: str) -> tuple[str, list[str], int]:
@@ -503,15 +512,48 @@ async def pull(request: Request) -> Response:
             return Response(await hub.read(hub.woken_answer, token, after, limit, packed), media_type=media_type)
         if rows is None:  # the wake-up it waited for never came: the page as it is now
             agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1)
-    return Response(pull_answer(after, head, rows, limit, packed), media_type=media_type)
+    return Response(hub.answer(after, head, rows, limit, packed), media_type=media_type)
 
 
-def pull_answer(after: int, head: int, rows: list, limit: int, packed: bool = False) -> bytes:
+class EncodedEvents:
+    """Recent events as pull answers hold them (in JSON, or in msgpack), each encoded once for all the consumers
+    it goes to. A commit wakes every long-poll of its layers at once, and consumers that stood at different
+    cursors read pages that overlap, each the events after its own: encoded page by page, the same events were
+    encoded again for each of them (with 32 consumers, half the hub's CPU per push under
+    bench/bench_hub_load.py). Keyed by the stored bytes themselves: a redaction rewrites them, so an event is
+    never answered in a form older than its stored one. Past ENCODED_EVENTS of a format, the oldest go."""
+
+    def __init__(self, capacity: int = ENCODED_EVENTS):
+        self.capacity = capacity
+        self.forms: tuple[dict[bytes, msgspec.Raw], dict[bytes, msgspec.Raw]] = ({}, {})  # JSON, msgpack
+        self.lock = threading.Lock()  # a storage whose reads wait answers in worker threads
+
+    def of(self, rows: list, packed: bool) -> list[msgspec.Raw]:
+        """The encoded form of each row (storage.pull_rows) in the format asked."""
+        forms, made = self.forms[packed], []
+        with self.lock:
+            for position, at, data in rows:
+                form = forms.get(data)
+                if form is None:
+                    form = forms[data] = msgspec.Raw(placed_stored(data, position, at) if packed else
+                                                     reply_bytes(decode_stored(data, position, at)))
+                made.append(form)
+            for _ in range(len(forms) - self.capacity):
+                del forms[next(iter(forms))]
+        return made
+
+
+def pull_answer(after: int, head: int, rows: list, limit: int, packed: bool = False,
+                forms: EncodedEvents | None = None) -> bytes:
     """The encoded answer to a pull after `after`, given the head read before `rows` (storage.pull_rows, at
-    most limit + 1): a PullResponse in JSON, or in msgpack (`packed`) each event made from its stored bytes."""
+    most limit + 1): a PullResponse in JSON, or in msgpack (`packed`) each event made from its stored bytes.
+    With `forms`, each event's encoding is shared with other answers (the same bytes)."""
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = encode_cursor(rows[-1][0] if more else max(after, head, rows[-1][0] if rows else 0))
+    if forms is not None:
+        page = PullPage(events=forms.of(rows, packed), cursor=cursor, more=more, head=head)
+        return _packed.encode(page) if packed else reply_bytes(page)
     if packed:
         return _packed.encode(PullPage(events=[msgspec.Raw(placed_stored(data, position, at))
                                                for position, at, data in rows], cursor=cursor, more=more, head=head))
@@ -620,7 +662,7 @@ class HubApp(Starlette):
                     return self._waiting(future, wait, token, after, limit, packed, rows, head, zstd, respond)
                 body = hub.woken_answer(token, after, limit, packed)
             else:
-                body = pull_answer(after, head, rows, limit, packed)
+                body = hub.answer(after, head, rows, limit, packed)
         except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
             return respond(*self._refused(exc, zstd))
         return respond(*self._answered(body, zstd, media_type))
@@ -642,9 +684,9 @@ class HubApp(Starlette):
                     body = hub.woken_answer(token, after, limit, packed)
                 elif rows is None:
                     _agent, _layers, now, page = hub.consumer_page(token, after, limit + 1)
-                    body = pull_answer(after, now, page, limit, packed)
+                    body = hub.answer(after, now, page, limit, packed)
                 else:
-                    body = pull_answer(after, head, rows, limit, packed)
+                    body = hub.answer(after, head, rows, limit, packed)
             except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
                 return respond(*self._refused(exc, zstd))
             respond(*self._answered(body, zstd, MSGPACK_TYPE if packed else JSON_TYPE))

@@ -89,6 +89,30 @@ def test_long_polls_woken_together_each_get_their_format(hub):
     assert answers[True] == answers[False] and [e.body.content for e in answers[True].events] == ["three"]
 
 
+
+def test_an_event_redacted_after_it_was_answered_is_answered_redacted(hub, tmp_path):
+    """Pull answers share each event's encoded form (sync.hub.EncodedEvents), keyed by its stored bytes: once a
+    redaction (here `mem hub redact`'s, from another connection) rewrites them, the next answer holds the
+    redacted event, in either format, never the form made before; and every answer is the bytes an answer
+    encoded on its own would be."""
+    from sync.hub import pull_answer
+
+    server, token = hub
+    before = {packed: pulled(server.url, token, packed, limit=100) for packed in (False, True)}
+    two = next(e for e in before[False].events if e.kind == "entry.append" and e.body.content == "two")
+    storage = open_storage(str(tmp_path / "hub.db"))
+    storage.admin_redact([two.id], "asked to")
+    for packed in (False, True):
+        raw = httpx.get(server.url + "/v1/pull", params={"limit": 100}, timeout=30,
+                        headers={"authorization": f"Bearer {token}", **({"accept": MSGPACK} if packed else {})}).content
+        assert b'"two"' not in raw and b"\xa3two" not in raw
+        after = (msgspec.msgpack if packed else msgspec.json).decode(raw, type=PullResponse)
+        assert next(e for e in after.events if e.id == two.id).kind == "redacted"
+        rows = storage.pull_rows(0, server.server.config.app.state.hub.consumer(token)[1], 101)
+        assert raw == pull_answer(0, after.head, rows, 100, packed)
+    storage.close()
+
+
 def test_placed_stored_bytes_decode_as_the_stored_event():
     event = entry("placed")
     stored = encode_stored(event)
@@ -96,3 +120,23 @@ def test_placed_stored_bytes_decode_as_the_stored_event():
     assert msgspec.msgpack.decode(placed, type=Event) == decode_stored(stored, 7, 1_700_000_000_000)
     as_map16 = b"\xde\x00" + bytes([stored[0] & 0x0F]) + stored[1:]  # the same map, written the long way
     assert placed_stored(as_map16, 7, 1) == msgspec.msgpack.encode(decode_stored(stored, 7, 1))
+
+
+def test_shared_event_forms_are_bounded_and_answer_the_same_bytes(tmp_path):
+    """EncodedEvents keeps at most its capacity of each format, the oldest going first, and a page made from its
+    forms is the page encoded on its own, whatever was kept."""
+    from sync.hub import EncodedEvents, pull_answer
+
+    storage = open_storage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    storage.push([entry(f"fact {i}") for i in range(10)])
+    rows = storage.pull_rows(0, ["insights"], 11)
+    forms = EncodedEvents(capacity=3)
+    for start, size in ((0, 4), (2, 5), (0, 10), (7, 3), (0, 10)):
+        page = rows[start:start + size + 1]
+        for packed in (False, True):
+            after = page[0][0] - 1
+            assert pull_answer(after, 11, page, size, packed, forms) == pull_answer(after, 11, page, size, packed)
+            assert len(forms.forms[packed]) == 3
+    assert list(forms.forms[False]) == [data for _position, _at, data in rows[4:7]]  # the last three made
+    storage.close()
