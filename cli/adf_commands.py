@@ -203,10 +203,14 @@ def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop",
     raise typer.Exit(1 if hit.source == "missing" else 0)
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _print_hit(hit) -> None:
     where = {"live": "live in the loop", "audit": f"in audit blob {hit.audit_id}",
              "log": "not in any audit blob (loop audit was off); the event log still holds it",
-             "missing": f"not a loop message: event {hit.seq} is a {hit.other}" if hit.other
+             "missing": f"not a loop message: event {hit.seq} is {_article(hit.other)} {hit.other}" if hit.other
              else f"not in the loop cited: it is a message of loop {hit.in_loop}" if hit.in_loop
              else "missing: not live, not in any audit blob, not in the log"}[hit.source]
     typer.echo(f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else ""))

@@ -154,7 +154,7 @@ def test_show_diff_and_cite_say_what_is_true(workspace, tmp_path):
     past = run_mem("-w", workspace, "diff", "mind.md", "--from", "seq:1", "--to", "seq:9")
     assert past.returncode == 1 and b"seq 9 is past the log head (3)" in past.stderr
     cited = run_mem("-w", workspace, "cite", "S1")
-    assert cited.returncode == 1 and b"S1: not a loop message: event 1 is a always.add in layer mind" in cited.stdout
+    assert cited.returncode == 1 and b"S1: not a loop message: event 1 is an always.add in layer mind" in cited.stdout
     run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", "hi", "--loop", "side", check=True)  # 4
     for citation in ("adf-audit://seq/4?loop=main", "[S4]"):
         cited = run_mem("-w", workspace, "cite", citation)
