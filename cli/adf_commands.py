@@ -10,7 +10,7 @@ import typer
 from eventstore.errors import InvalidInput
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import AllowSecretOpt, emit_json, progress_bar
+from .output import AllowSecretOpt, emit_json, event_count, progress_bar
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -260,7 +260,7 @@ def import_adf_command(source: Path, json: bool = JsonOpt):
     if report.already and not report.events:
         return typer.echo(f"{source} was imported here already: all {report.already} of its events are in the log; "
                           "nothing appended")
-    typer.echo(f"imported {source} (schema {report.schema_version}) as {report.events} events: "
+    typer.echo(f"imported {source} (schema {report.schema_version}) as {event_count(report.events)}: "
                + ", ".join(f"{n} {k}" for k, n in report.rows.items()))
     for path in report.kept_aside:
         typer.echo(f"kept as a file: {path}")

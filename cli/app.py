@@ -13,7 +13,7 @@ from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, emit_json, event_line, fail, plain, progress_bar
+from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, emit_json, event_count, event_line, fail, plain, progress_bar
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -427,7 +427,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         for path in report.not_yet_written:
             typer.echo(f"  file {path} not yet written (the next command writes it)")
         raise typer.Exit(0 if report.same else 1)
-    typer.echo(f"replayed {report.events} events; views at seq {report.checkpoint}; "
+    typer.echo(f"replayed {event_count(report.events)}; views at seq {report.checkpoint}; "
                f"{len(report.files.written)} files written, {len(report.files.removed)} removed")
 
 
@@ -444,7 +444,7 @@ def verify(json: bool = JsonOpt):
         emit_json(report)
     elif report.ok:
         redacted = f" ({report.redacted} redacted)" if report.redacted else ""
-        typer.echo(f"ok: {report.checked} events{redacted}, digests and chain intact")
+        typer.echo(f"ok: {event_count(report.checked)}{redacted}, digests and chain intact")
     else:
         typer.echo(f"BAD at seq {report.first_bad_seq}: {report.problem}")
     raise typer.Exit(0 if report.ok else 1)
@@ -504,8 +504,8 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
         except KeyboardInterrupt:
             head = mem.log.head() if began is not None else None
             if head is not None and head > began:  # stopped in the middle: what it adopted is recorded, not yet said
-                typer.echo(f"stopped while adopting: {head - began} events recorded (up to seq {head}); the files "
-                           "catch up at the next command", err=True)
+                typer.echo(f"stopped while adopting: {event_count(head - began)} recorded (up to seq {head}); "
+                           "the files catch up at the next command", err=True)
 
 
 @app.command()

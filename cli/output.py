@@ -29,6 +29,11 @@ def plain() -> bool:
 TOO_LARGE = "a number given is past what the log holds: whole numbers go from -2**63 to 2**63 - 1"
 
 
+def event_count(count: int) -> str:
+    """`count` with the noun: "1 event", "2 events"."""
+    return f"{count} event" if count == 1 else f"{count} events"
+
+
 def fail(message: str, code: int = 1) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)

@@ -5,7 +5,7 @@ from typing import Optional
 import typer
 
 from .app import JsonOpt, app, fail, memory
-from .output import emit_json, event_line
+from .output import emit_json, event_count, event_line
 from .sync_commands import DbOpt, hub_app, storage
 
 ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
@@ -37,9 +37,10 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
     if not report.targets:
         typer.echo("nothing matches")
     elif report.done:
-        typer.echo(f"redacted {len(report.targets)} events (redaction seq {', '.join(map(str, report.redactions))})")
+        seqs = ", ".join(map(str, report.redactions))
+        typer.echo(f"redacted {event_count(len(report.targets))} (redaction seq {seqs})")
     else:
-        typer.echo(f"would redact {len(report.targets)} events; add --yes to do it")
+        typer.echo(f"would redact {event_count(len(report.targets))}; add --yes to do it")
 
 
 @hub_app.command("redact")

@@ -10,7 +10,7 @@ from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import AT_HELP, AllowSecretOpt, emit_json, http_url, progress_bar
+from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, http_url, progress_bar
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -286,13 +286,13 @@ def remote_list(json: bool = JsonOpt):
 def _held_lines(report) -> bool:
     """Says what stays behind (stderr); True when something does."""
     for held in report.held:
-        typer.echo(f"error: {held.count} event{'s' if held.count != 1 else ''} in layer {held.layer} "
+        typer.echo(f"error: {event_count(held.count)} in layer {held.layer} "
                    f"cannot be pushed: {held.why}", err=True)
     return bool(report.held)
 
 
 def _pull_line(report) -> str:
-    line = f"pulled {report.pulled} events from {report.remote}"
+    line = f"pulled {event_count(report.pulled)} from {report.remote}"
     if report.returned:
         line += f" (and {report.returned} of this agent's own came back)"
     return line
@@ -316,7 +316,7 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
     if json:
         emit_json(report)
     else:
-        typer.echo(f"pushed {report.pushed} events to {report.remote}"
+        typer.echo(f"pushed {event_count(report.pushed)} to {report.remote}"
                    + (f" ({report.duplicates} already there)" if report.duplicates else ""))
     raise typer.Exit(1 if _held_lines(report) else 0)
 
@@ -333,7 +333,7 @@ def pull(remote: Optional[str] = typer.Argument(None),
             import msgspec
 
             return typer.echo(msgspec.json.encode(batch).decode())
-        typer.echo(f"pulled {batch.pulled} events up to hub position {batch.position}"
+        typer.echo(f"pulled {event_count(batch.pulled)} up to hub position {batch.position}"
                    + (f" ({batch.returned} own came back)" if batch.returned else ""))
 
     with memory() as mem:

@@ -746,7 +746,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         raise InvalidInput("a status filter needs a word (statuses are free-form: current, draft, deprecated, ...)")
     match = quote(query)
     if not match:
-        return []
+        raise InvalidInput("the query is empty: give at least one word to search for", field="query")
     checkpoint = views.checkpoint()
     past = as_of is not None and as_of < checkpoint
     where, params = [], []

@@ -325,7 +325,7 @@ def test_mem_ui_on_read_only_storage_shows_the_timeline_and_the_contract(written
         for page in ("timeline", "contract", "asof"):
             answer = httpx.get(f"{url}/{page}", timeout=30)
             assert answer.status_code == 200, (page, answer.text)
-        assert "1 events ·" in httpx.get(f"{url}/timeline", timeout=30).text
+        assert "1 event ·" in httpx.get(f"{url}/timeline", timeout=30).text
     finally:
         server.terminate()
         server.communicate(timeout=30)

@@ -73,7 +73,7 @@ def test_bad_events_are_skipped_and_named_and_the_rest_flows(planted):
     storage = open_storage(server.db)
     storage.push([fact("three")])
     storage.close()
-    assert run_mem("pull", "-w", root, check=True).stdout.decode().strip() == "pulled 1 events from origin"
+    assert run_mem("pull", "-w", root, check=True).stdout.decode().strip() == "pulled 1 event from origin"
     for command in (("status",), ("replay", "--check"), ("verify",)):
         assert run_mem(*command, "-w", root).returncode == 0, command
 

@@ -289,7 +289,7 @@ def test_replay_refuses_to_clobber_a_hand_edit_unless_forced(workspace, tmp_path
     assert result.returncode == 1 and b"edited by hand" in result.stderr
     assert (workspace / "mind/a.md").read_text() == "mine\n"
     out = run_mem("-w", workspace, "replay", "--force", check=True).stdout
-    assert b"replayed 1 events" in out and (workspace / "mind/a.md").read_bytes() == PAGE
+    assert b"replayed 1 event;" in out and (workspace / "mind/a.md").read_bytes() == PAGE
 
 
 def test_a_hand_edit_between_the_replays_check_and_its_writes_is_still_seen(memory):

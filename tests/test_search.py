@@ -2,8 +2,11 @@
 
 import json
 
+import pytest
+
 from conftest import log_rows, run_mem
 
+from eventstore.errors import InvalidInput
 from projections import replay as replaying
 from projections import search
 
@@ -77,7 +80,8 @@ def test_file_versions_and_deletes(memory):
 def test_query_syntax_is_just_text(memory):
     memory.write_page("deploy", page("Deploy", "NOT a drill: prod-ready."))
     assert cites(memory, 'NOT "prod-ready') == ["adf-file://mind/deploy.md"]
-    assert cites(memory, "") == []
+    with pytest.raises(InvalidInput, match="the query is empty"):
+        cites(memory, " ")
 
 
 def test_the_index_is_a_view_replay_rebuilds_it_identically(memory):
@@ -166,6 +170,10 @@ def test_a_status_no_page_ever_had_is_refused_through_the_cli(workspace, tmp_pat
                                    "(the statuses pages have had here: current, deprecated)\n")
     bad = run_mem("search", "owner", "--status", " ", cwd=workspace)
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: a status filter needs a word")
+    for blank in ("", "  "):  # searched, it said "no matches", as if there were nothing to find
+        bad = run_mem("search", blank, cwd=workspace)
+        assert (bad.returncode, bad.stdout) == (1, b"")
+        assert bad.stderr.decode() == "error: the query is empty: give at least one word to search for\n"
     assert log_rows(workspace) == before
     # a status some version had is a fair question at any moment, even when nothing has it now
     out = run_mem("search", "owner", "--status", "deprec", cwd=workspace, check=True).stdout.decode()

@@ -103,7 +103,7 @@ def test_pull_follow_prints_a_line_per_batch(team):
     finally:
         follower.send_signal(signal.SIGINT)
         out, err = follower.communicate(timeout=30)
-    lines = [line for line in out.decode().splitlines() if line.startswith("pulled 1 events up to hub position")]
+    lines = [line for line in out.decode().splitlines() if line.startswith("pulled 1 event up to hub position")]
     assert len(lines) == 2, (out, err)
 
 
@@ -155,7 +155,7 @@ def test_a_second_workspace_of_an_agent_never_pushes_what_it_pulled(team, tmp_pa
     assert remote["unpushed"] == 1 and remote["held"] == []
     pushed = run_mem("-w", second, "push")
     assert pushed.returncode == 0, pushed.stderr
-    assert pushed.stdout.startswith(b"pushed 1 events") and b"cannot be pushed" not in pushed.stderr
+    assert pushed.stdout.startswith(b"pushed 1 event to") and b"cannot be pushed" not in pushed.stderr
     status = json.loads(run_mem("-w", second, "status", "--json", check=True).stdout)
     assert status["remotes"][0]["unpushed"] == 0 and status["remotes"][0]["held"] == []
     assert b"held back" not in run_mem("-w", second, "status", check=True).stdout

@@ -252,7 +252,7 @@ class Site:
             now = moment(mem, request)
             event = mem.event(now.seq) if now.seq else None
             hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
-                              limit=30) if query else []
+                              limit=30) if query.strip() else []
             visible = self.visible(request, mem, now)
             if visible is not None:
                 hits = [h for h in hits if h.layer in visible]
