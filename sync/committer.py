@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from eventstore.envelope import Event
 from eventstore.ids import now_ms
+from eventstore.kinds import Redaction
 
 from .fanout import Fanout
 from .storage import Committed, HubStorage, PullRecord
@@ -52,10 +53,13 @@ IDLE_CHECK = 1.0
 class GroupCommitter:
     """Made inside the event loop that serves the hub; `push` and `record_pull` are called from it."""
 
-    def __init__(self, storage: HubStorage, fanout: Fanout, group: bool = True):
+    def __init__(self, storage: HubStorage, fanout: Fanout, group: bool = True,
+                 on_redaction: Callable[[], None] | None = None):
+        """`on_redaction`: called on the event loop after a commit that carried a redaction."""
         self.storage = storage
         self.fanout = fanout
         self.group = group
+        self.on_redaction = on_redaction
         self._loop = asyncio.get_running_loop()
         self._pending = threading.Condition()
         self._pushes: deque[tuple[list[Event], asyncio.Future, int | None]] = deque()
@@ -176,6 +180,8 @@ class GroupCommitter:
         else:
             if outcome.layers:
                 self.fanout.advance(outcome.head, outcome.layers)
+            if self.on_redaction is not None and _redacts(taken):
+                self.on_redaction()
             outcomes = outcome.outcomes
         for (_, future, _), result in zip(taken, outcomes):
             if not isinstance(future, asyncio.Future):  # a callback (`submit`'s `then`)
@@ -189,3 +195,12 @@ class GroupCommitter:
                 future.set_exception(result)
             else:
                 future.set_result(result)
+
+
+def _redacts(taken: list) -> bool:
+    """Whether a group's pushes carry a redaction."""
+    for events, _future, _checked in taken:
+        for event in events:
+            if type(event.body) is Redaction:
+                return True
+    return False

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from urllib.parse import parse_qsl
 
@@ -49,8 +50,10 @@ wait): less work than a trip to a worker thread."""
 INLINE_PULL = 5000
 """A pull page larger than this is read in a worker thread even from a storage whose reads never wait:
 reading and decoding 20,000 events would take the event loop from everyone else for a tenth of a second."""
-ENCODED_EVENTS = 20_000
-"""Events of each format whose encoded forms the hub keeps for pull answers (`EncodedEvents`): about 15 MB."""
+ENCODED_BYTES = 16 << 20
+"""The bytes of stored events and their encoded forms the hub keeps for pull answers (`EncodedEvents`)."""
+ENCODED_LARGEST = 64 << 10
+"""An event whose stored bytes are larger is encoded each time it is answered, not kept."""
 
 
 class _TaggedEvent(msgspec.Struct):
@@ -288,7 +291,8 @@ class Hub:
     def committer(self) -> GroupCommitter:
         if self._committer is None:
             loop = asyncio.get_running_loop()
-            self._committer = GroupCommitter(self.storage, self.fanout, group=self.group_commit)
+            self._committer = GroupCommitter(self.storage, self.fanout, group=self.group_commit,
+                                             on_redaction=self.forms.forget)
             self.storage.watch(lambda head, layers: self.fanout.advance_threadsafe(loop, head, layers))
         return self._committer
 
@@ -519,28 +523,41 @@ class EncodedEvents:
     """Recent events as pull answers hold them (in JSON, or in msgpack), each encoded once for all the consumers
     it goes to. A commit wakes every long-poll of its layers at once, and consumers that stood at different
     cursors read pages that overlap, each the events after its own: encoded page by page, the same events were
-    encoded again for each of them (with 32 consumers, half the hub's CPU per push under
-    bench/bench_hub_load.py). Keyed by the stored bytes themselves: a redaction rewrites them, so an event is
-    never answered in a form older than its stored one. Past ENCODED_EVENTS of a format, the oldest go."""
+    encoded again for each of them (bench/bench_hub_load.py, 32 consumers: a fifth of the event loop's CPU per
+    push of a hub committing each push apart, which wakes them most often). Keyed by the stored bytes themselves:
+    a redaction rewrites them, so an event is never answered in a form older than its stored one. At most
+    `budget` bytes (stored and encoded, both formats), the oldest going first; an event over ENCODED_LARGEST is
+    not kept. `forget` empties it: the hub calls it after committing a pushed redaction, so the text it removed
+    leaves the process's memory too (one made by `mem hub redact`, in another process, leaves with the oldest)."""
 
-    def __init__(self, capacity: int = ENCODED_EVENTS):
-        self.capacity = capacity
-        self.forms: tuple[dict[bytes, msgspec.Raw], dict[bytes, msgspec.Raw]] = ({}, {})  # JSON, msgpack
+    def __init__(self, budget: int = ENCODED_BYTES):
+        self.budget, self.held = budget, 0
+        self.forms: OrderedDict[tuple[bool, bytes], msgspec.Raw] = OrderedDict()  # (packed, stored bytes) -> form
         self.lock = threading.Lock()  # a storage whose reads wait answers in worker threads
 
     def of(self, rows: list, packed: bool) -> list[msgspec.Raw]:
         """The encoded form of each row (storage.pull_rows) in the format asked."""
-        forms, made = self.forms[packed], []
+        forms, made = self.forms, []
         with self.lock:
             for position, at, data in rows:
-                form = forms.get(data)
+                key = (packed, data)
+                form = forms.get(key)
                 if form is None:
-                    form = forms[data] = msgspec.Raw(placed_stored(data, position, at) if packed else
-                                                     reply_bytes(decode_stored(data, position, at)))
+                    form = msgspec.Raw(placed_stored(data, position, at) if packed else
+                                       reply_bytes(decode_stored(data, position, at)))
+                    if len(data) <= ENCODED_LARGEST:
+                        forms[key] = form
+                        self.held += len(data) + len(form)
+                        while self.held > self.budget:
+                            (_packed, old), old_form = forms.popitem(last=False)
+                            self.held -= len(old) + len(old_form)
                 made.append(form)
-            for _ in range(len(forms) - self.capacity):
-                del forms[next(iter(forms))]
         return made
+
+    def forget(self) -> None:
+        with self.lock:
+            self.forms.clear()
+            self.held = 0
 
 
 def pull_answer(after: int, head: int, rows: list, limit: int, packed: bool = False,
@@ -780,6 +797,8 @@ class HubApp(Starlette):
             response = await on_refusal(request, exc)
         except HTTPException as exc:
             response = await on_http_error(request, exc)
+        except ClientDisconnect:  # gone before its body was whole (or refused by the server): nobody to answer
+            return
         except Exception as exc:
             await (await on_internal_error(request, exc))(scope, receive, send)
             raise  # for the server's log, as starlette's ServerErrorMiddleware does

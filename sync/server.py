@@ -123,7 +123,8 @@ def http_protocol(app=None):
                 await super().send(message)
             finally:
                 self.transport = transport
-            transport.write(b"".join(collected.parts))
+            if collected.parts:  # none once the client is gone (uvicorn writes nothing then)
+                transport.write(b"".join(collected.parts))
             if collected.closing:
                 transport.close()
 
@@ -157,7 +158,7 @@ def http_protocol(app=None):
         def _ignore_upgrade(self, rest: bytes) -> bytes:
             """After the head of a request whose Upgrade is ignored: its body is `rest`'s first bytes (as many
             as its Content-Length says), the rest another request's."""
-            lengths = [value for name, value in self.headers if name == b"content-length"]
+            lengths = [value.strip(b" \t") for name, value in self.headers if name == b"content-length"]
             if any(name == b"transfer-encoding" for name, _ in self.headers) or len(lengths) > 1 \
                     or (lengths and not lengths[0].isdigit()):
                 self.send_400_response("A request asking to upgrade must send its body with one Content-Length.")

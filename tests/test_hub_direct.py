@@ -3,7 +3,9 @@ router and middleware: their refusals, their unexpected errors and their compres
 they do through the whole stack, and every other request still takes the whole way."""
 
 import asyncio
+import logging
 import time
+from contextlib import contextmanager
 
 import httpx
 import msgspec
@@ -510,9 +512,68 @@ def test_a_request_offering_an_upgrade_is_answered_over_http_1_1_with_its_body(t
                 answers += chunk
         assert b'"position":3' in answers and b'{"ok":true}' in answers
 
-        (refused, reason), = exchange(server.port, raw_push(token, first, json_type, *H2C, chunked=True))
+        padded = raw_push(token, msgspec.json.encode(PushRequest(events=[entry("padded length")])), json_type, *H2C)
+        (head, body), = exchange(server.port, padded.replace(b"\r\n\r\n", b" \t\r\n\r\n", 1))  # RFC 9110's OWS
+        assert head.startswith(b"HTTP/1.1 200") and msgspec.json.decode(body)["results"][0]["position"] == 4
+
+        logged = Logged()
+        with logged.from_("uvicorn.error", "asyncio"):
+            (refused, reason), = exchange(server.port, raw_push(token, first, json_type, *H2C, chunked=True))
+            time.sleep(0.3)  # the request's task, started before its body was refused, ends
         assert refused.startswith(b"HTTP/1.1 400") and reason == b"A request asking to upgrade must send its body " \
                                                                    b"with one Content-Length."
+        assert logged.lines == []  # it logged two tracebacks: the task that waited for the body failed to answer
     storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
-    assert storage.head() == 3
+    assert storage.head() == 4
+    storage.close()
+
+
+class Logged(logging.Handler):
+    """What some loggers say while a block runs (uvicorn's do not reach pytest's capture: they do not propagate)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record) -> None:
+        self.lines.append(record.getMessage())
+
+    @contextmanager
+    def from_(self, *names: str):
+        loggers = [logging.getLogger(name) for name in names]
+        for logger in loggers:
+            logger.addHandler(self)
+        try:
+            yield self
+        finally:
+            for logger in loggers:
+                logger.removeHandler(self)
+
+
+def test_a_push_whose_client_leaves_mid_body_is_not_logged_as_an_internal_error(tmp_path):
+    """A push going the ASGI way (chunked, over DIRECT_BODY_BYTES, Expect: 100-continue) whose client leaves before
+    its body is whole has nobody to answer: nothing is stored and nothing is logged (a 500 was attempted on the
+    closed connection, and two tracebacks logged)."""
+    import socket
+
+    from hubserver import HubServer
+
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.close()
+    body = msgspec.json.encode(PushRequest(events=[entry("left early")]))
+    requests = [raw_push(token, body, "content-type: application/json", chunked=True),
+                raw_push(token, body + b" " * 70_000, "content-type: application/json"),
+                raw_push(token, body, "content-type: application/json", "expect: 100-continue")]
+    logged = Logged()
+    with HubServer(str(tmp_path / "hub.db")) as server, logged.from_("uvicorn.error", "asyncio"):
+        for request in requests:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(request[:request.index(b"\r\n\r\n") + 10])
+                time.sleep(0.2)
+            time.sleep(0.3)
+        assert logged.lines == []
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    assert storage.head() == 1
     storage.close()

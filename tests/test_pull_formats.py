@@ -123,20 +123,43 @@ def test_placed_stored_bytes_decode_as_the_stored_event():
 
 
 def test_shared_event_forms_are_bounded_and_answer_the_same_bytes(tmp_path):
-    """EncodedEvents keeps at most its capacity of each format, the oldest going first, and a page made from its
-    forms is the page encoded on its own, whatever was kept."""
-    from sync.hub import EncodedEvents, pull_answer
+    """EncodedEvents holds at most its budget of bytes (stored and encoded), the oldest going first, keeps no
+    event over ENCODED_LARGEST, and a page made from its forms is the page encoded on its own, whatever was kept."""
+    from sync.hub import ENCODED_LARGEST, EncodedEvents, pull_answer
 
     storage = open_storage(str(tmp_path / "hub.db"))
     storage.apply_contract(CONTRACT)
-    storage.push([entry(f"fact {i}") for i in range(10)])
-    rows = storage.pull_rows(0, ["insights"], 11)
-    forms = EncodedEvents(capacity=3)
-    for start, size in ((0, 4), (2, 5), (0, 10), (7, 3), (0, 10)):
-        page = rows[start:start + size + 1]
+    storage.push([entry(f"fact {i}") for i in range(10)] + [entry("x" * (ENCODED_LARGEST + 10))])
+    rows = storage.pull_rows(0, ["insights"], 12)
+    size = len(rows[0][2]) + len(pull_answer(0, 0, rows[:1], 1).split(b'"events":[')[1].rsplit(b'],"cursor"')[0])
+    forms = EncodedEvents(budget=3 * size + 10)
+    for start, count in ((0, 4), (2, 5), (0, 11), (7, 4), (0, 11)):
+        page = rows[start:start + count + 1]
         for packed in (False, True):
             after = page[0][0] - 1
-            assert pull_answer(after, 11, page, size, packed, forms) == pull_answer(after, 11, page, size, packed)
-            assert len(forms.forms[packed]) == 3
-    assert list(forms.forms[False]) == [data for _position, _at, data in rows[4:7]]  # the last three made
+            assert pull_answer(after, 12, page, count, packed, forms) == pull_answer(after, 12, page, count, packed)
+            assert forms.held == sum(len(data) + len(form) for (_packed, data), form in forms.forms.items())
+            assert 0 < forms.held <= forms.budget
+    assert rows[-1][2] not in {data for _packed, data in forms.forms}  # the large one
+    fresh = EncodedEvents(budget=3 * size + 10)
+    fresh.of(rows[:5], False)
+    assert [data for _packed, data in fresh.forms] == [data for _position, _at, data in rows[2:5]]  # the last three
     storage.close()
+
+
+def test_a_pushed_redaction_empties_the_shared_forms(hub):
+    """A redaction's commit empties the hub's shared event forms: the text it removed leaves the hub's memory
+    too, not only its answers."""
+    from eventstore.kinds import Redaction
+
+    server, token = hub
+    forms = server.server.config.app.state.hub.forms
+    whole = pulled(server.url, token, False, limit=100)
+    assert forms.held > 0
+    target = next(e for e in whole.events if e.kind == "entry.append" and e.body.content == "one")
+    redaction = new_event(Redaction(target_ids=[target.id], reason="private"), agent="alice", layer="insights")
+    pushed = httpx.post(server.url + "/v1/push", content=msgspec.json.encode({"events": [redaction]}),
+                        headers={"authorization": f"Bearer {server.producer}", "content-type": "application/json"})
+    assert pushed.status_code == 200, pushed.text
+    assert forms.held == 0 and not forms.forms
+    assert next(e for e in pulled(server.url, token, True, limit=100).events if e.id == target.id).kind == "redacted"
