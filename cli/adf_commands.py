@@ -186,7 +186,8 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
         return emit_json(rows)
     for r in rows:
         span = f"seq {r.start_seq}..{r.end_seq}" if r.start_seq is not None else (r.ref or "")
-        typer.echo(f"{r.id:>4}  {r.source:<16} {span:<24} {r.entry_count:>6} entries  {r.size_bytes:>8} bytes")
+        entries = "entry" if r.entry_count == 1 else "entries"
+        typer.echo(f"{r.id:>4}  {r.source:<16} {span:<24} {r.entry_count:>6} {entries:<7}  {r.size_bytes:>8} bytes")
 
 
 @audit_app.command("read")

@@ -78,6 +78,10 @@ def test_listings_have_json(workspace, tmp_path):
     assert believed["seq"] == 2 and "- be brief" in believed["mind"] and believed["loop"] == []
     assert json.loads(run_mem(*w, "audit", "list", "--json", check=True).stdout) == []
     assert json.loads(run_mem(*w, "verify", "--json", check=True).stdout)["ok"] is True
+    run_mem(*w, "config", "set", "audit.files", "true", check=True)
+    run_mem(*w, "file", "delete", "notes/a.md", check=True)  # audited: one entry, said as one
+    assert " 1 entry " in run_mem(*w, "audit", "list", check=True).stdout.decode()
+    assert [r["entry_count"] for r in json.loads(run_mem(*w, "audit", "list", "--json", check=True).stdout)] == [1]
 
 
 def test_json_is_output_everywhere_and_input_has_its_own_name(workspace, tmp_path):
