@@ -40,6 +40,7 @@ class Fanout:
         self._pending: tuple[int, set[str] | None] | None = None  # commits seen, not yet told
         self._timer: asyncio.TimerHandle | None = None
         self._next_wake = float("-inf")  # monotonic time the next wake-up may come
+        self.released = False  # the server is stopping: no long-poll waits any more (`release`)
 
     def advance(self, head: int, layers: set[str] | None) -> None:
         """Commits up to `head` are visible; they touched `layers` (None: unknown, wake everyone behind)."""
@@ -102,12 +103,23 @@ class Fanout:
 
     def listen(self, after: int, layers: list[str]) -> asyncio.Future | None:
         """What `wait` waits on: a future done (True) when a commit after position `after` touches one of
-        `layers`; None when one has been told already. Its waiter cancels it when it stops waiting."""
-        if self.head > after:
+        `layers`; None when one has been told already (or the server is stopping). Its waiter cancels it when
+        it stops waiting."""
+        if self.head > after or self.released:
             return None
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((after, frozenset(layers), future))
         return future
+
+    def release(self) -> None:
+        """The server begins to stop: every long-poll ends now as if its time were up (done, False), and one
+        asked from now on does not wait, so each is answered with the page as it stands instead of being cut
+        off with a 500 when the shutdown's grace runs out (a follower then asks again and finds the hub gone)."""
+        self.released = True
+        for _after, _wanted, future in self._waiters:
+            if not future.done():
+                future.set_result(False)
+        self._waiters = []
 
     async def wait(self, after: int, layers: list[str], timeout: float) -> bool:
         """Waits until a commit after position `after` touches one of `layers`, at most `timeout` seconds.

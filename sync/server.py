@@ -8,6 +8,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import uvicorn
 
@@ -56,9 +57,22 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_on(app, sock: socket.socket, **options) -> None:
-    """Serves an ASGI app on a socket from `listen` until interrupted."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **options))
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, calling `stopping` as its shutdown begins: before it waits for the requests in flight."""
+
+    def __init__(self, config: uvicorn.Config, stopping: Callable[[], None] | None = None):
+        super().__init__(config)
+        self.stopping = stopping
+
+    async def shutdown(self, sockets=None) -> None:
+        if self.stopping is not None:
+            self.stopping()
+        await super().shutdown(sockets)
+
+
+def run_on(app, sock: socket.socket, stopping: Callable[[], None] | None = None, **options) -> None:
+    """Serves an ASGI app on a socket from `listen` until interrupted (`stopping`: see StoppingServer)."""
+    server = StoppingServer(uvicorn.Config(app, log_level="warning", **options), stopping)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -345,8 +359,8 @@ def serve(app, sock: socket.socket) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    run_on(app, sock, http=http_protocol(app), proxy_headers=False, access_log=False, server_header=False,
-           timeout_graceful_shutdown=2)
+    run_on(app, sock, app.state.hub.fanout.release, http=http_protocol(app), proxy_headers=False, access_log=False,
+           server_header=False, timeout_graceful_shutdown=2)
 
 
 class BackgroundHub:
@@ -371,7 +385,7 @@ class BackgroundHub:
         app = self.app = create_app(self.storage, **self.app_options)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, http=http_protocol(app if self.direct else None),
                                 log_level="error", lifespan="off", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
+        self.server = StoppingServer(config, app.state.hub.fanout.release)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 10

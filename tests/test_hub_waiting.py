@@ -159,3 +159,44 @@ def test_long_polls_woken_by_one_commit_each_get_their_own_layers_and_a_revoked_
 
     with HubServer(hub_db) as hub:
         asyncio.run(scenario(hub.url))
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["answered-directly", "asgi-way"])
+def test_a_stopping_hub_answers_its_long_polls_at_once(tmp_path, direct):
+    """A hub told to stop (SIGTERM to `mem serve`) answered each waiting long-poll only when the shutdown's
+    grace ran out, with a 500 (and a traceback in its log): `mem pull --follow` said "hub refused: HTTP 500".
+    Its long-polls now end at once with the page as it stands, and the hub stops without waiting them out."""
+    import socket
+    import threading
+
+    db = str(tmp_path / "hub.db")
+    tokens = prepared(db)
+    hub = HubServer(db, direct=direct).start()
+    cursor = httpx.get(hub.url + "/v1/pull", headers={"authorization": f"Bearer {tokens['main']}"}).json()["cursor"]
+    request = (f"GET /v1/pull?cursor={cursor}&wait=30 HTTP/1.1\r\nhost: hub\r\n"
+               f"authorization: Bearer {tokens['main']}\r\n\r\n").encode()
+    polls = [socket.create_connection(("127.0.0.1", hub.port), timeout=10) for _ in range(2)]
+    for poll in polls:
+        poll.sendall(request)
+    fanout = hub.server.config.app.state.hub.fanout
+    deadline = time.monotonic() + 10
+    while fanout.waiting < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fanout.waiting == 2
+    started = time.monotonic()
+    stopping = threading.Thread(target=hub.stop)
+    stopping.start()
+    answers = []
+    for poll in polls:
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = poll.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        answers.append(answer)
+        poll.close()
+    answered = time.monotonic() - started
+    stopping.join(15)
+    assert all(a.startswith(b"HTTP/1.1 200") and b'"events":[]' in a for a in answers), answers
+    assert answered < 1.5 and time.monotonic() - started < 1.9, answered  # the grace is 2 s
