@@ -13,14 +13,17 @@ and how long the views took to finish after the last page). `--baseline REV` tim
 views and files are the newcomer's: 02aba1d is the pull before catch-ups, which folded page by page.
 `--reuse` (with `--no-follower`) keeps the hub an earlier run filled with as many events: only the pulls
 run (a newcomer agent of its own each time), once the hub's start-up work is done.
+`--pairs N` (with --baseline) pulls N times with each code, the order alternating pair by pair, and compares the
+medians: the second of two back-to-back pulls of the same code ran about 8% faster than the first.
 Usage: python bench/bench_catchup.py [-n 1000000] [--steps 10] [--no-follower] [--reuse] [--phases]
-[--baseline 02aba1d]
+[--baseline 02aba1d [--pairs 4]]
 """
 
 import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,6 +153,11 @@ def settled(pid: int) -> None:
         last = now
 
 
+def median_run(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median of some pulls' seconds, and the median of their CPU seconds."""
+    return statistics.median(seconds for seconds, _ in runs), statistics.median(cpu for _, cpu in runs)
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -162,6 +170,9 @@ def main():
     parser.add_argument("--no-follower", action="store_true", help="no follower: no comparison of views")
     parser.add_argument("--phases", action="store_true", help="also time the parts of a pull in process")
     parser.add_argument("--baseline", default="none", help="a commit whose `mem pull` runs side by side, or 'none'")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="with --baseline: pulls of each, the order alternating pair by pair (this tree first, "
+                             "then the baseline first, ...); the medians are compared")
     parser.add_argument("--reuse", action="store_true",
                         help="with --no-follower: keep the hub an earlier run filled with -n events")
     args = parser.parse_args()
@@ -209,14 +220,24 @@ def main():
 
         newcomer, old = base / "newcomer", base / "baseline"
         load = os.getloadavg()[0]
-        catchup_s, said, catchup_cpu = first_pull(newcomer, url, base / "newcomer.token", agents["newcomer"])
-        baseline_s = None
-        if args.baseline != "none":
-            with tempfile.TemporaryDirectory(prefix="mem-bench-baseline-") as tmp:
+        runs: dict[Path, list[tuple[float, float]]] = {newcomer: [], old: []}  # (seconds, CPU seconds) of each pull
+        said = ""
+        with tempfile.TemporaryDirectory(prefix="mem-bench-baseline-") as tmp:
+            code = None
+            if args.baseline != "none":
                 code = extract(args.baseline, Path(tmp))
                 if code is None:
                     raise SystemExit(f"baseline {args.baseline} could not be extracted with git archive")
-                baseline_s, _, baseline_cpu = first_pull(old, url, base / "newcomer.token", agents["newcomer"], code)
+            for pair in range(args.pairs if code is not None else 1):
+                for workspace in ((newcomer, old) if pair % 2 == 0 else (old, newcomer))[:1 if code is None else 2]:
+                    shutil.rmtree(workspace, ignore_errors=True)
+                    seconds, told, cpu = first_pull(workspace, url, base / "newcomer.token", agents["newcomer"],
+                                                    code if workspace == old else None)
+                    runs[workspace].append((seconds, cpu))
+                    if workspace == newcomer:
+                        said = told
+        catchup_s, catchup_cpu = median_run(runs[newcomer])
+        baseline_s, baseline_cpu = median_run(runs[old]) if runs[old] else (None, None)
         parts = phases(base, url, tokens["newcomer"], agents["newcomer"]) if args.phases else None
     finally:
         proc.terminate()
@@ -243,6 +264,11 @@ def main():
                "", "", "")] if compared else [])])
     print(f"\n`mem pull` said: {said}  (newcomer log head {pulled:,}; 1-minute load average "
           f"{load:.1f} when it started, on {os.cpu_count()} cores)")
+    if len(runs[newcomer]) > 1:
+        for workspace, name in ((newcomer, "this tree"), (old, f"baseline {args.baseline}")):
+            print(f"  {name}, pair by pair (seconds): " + ", ".join(f"{seconds:.1f}" for seconds, _ in runs[workspace]))
+        print("  (the medians are in the table; the first pull of a pair ran about 8% slower than the second when both "
+              "were the same code)")
     if parts:
         table("where a first pull's time goes (a third workspace, pulled in this process)", parts)
     if compared and not (same_views and same_files):
