@@ -205,7 +205,7 @@ def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop",
 
 
 def _article(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"
+    return "an" if word and word[0] in "aeiou" else "a"
 
 
 def _print_hit(hit) -> None:
