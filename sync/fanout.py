@@ -30,6 +30,8 @@ import time
 WAKE_COST_SECONDS = 0.002
 """The pause before the next wake-up, per long-poll the last one woke (see the module's docstring)."""
 MAX_WAKE_INTERVAL = 0.1
+PRUNE_FLOOR = 64
+"""Waiters held before the first prune of those that stopped waiting (`Fanout._prune`)."""
 
 
 class Fanout:
@@ -41,6 +43,7 @@ class Fanout:
         self._timer: asyncio.TimerHandle | None = None
         self._next_wake = float("-inf")  # monotonic time the next wake-up may come
         self.released = False  # the server is stopping: no long-poll waits any more (`release`)
+        self._prune_at = PRUNE_FLOOR  # waiters held when `listen` next drops those that stopped waiting
 
     def advance(self, head: int, layers: set[str] | None) -> None:
         """Commits up to `head` are visible; they touched `layers` (None: unknown, wake everyone behind)."""
@@ -107,9 +110,18 @@ class Fanout:
         it stops waiting."""
         if self.head > after or self.released:
             return None
+        if len(self._waiters) >= self._prune_at:
+            self._prune()
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((after, frozenset(layers), future))
         return future
+
+    def _prune(self) -> None:
+        """Drops the waiters that stopped waiting (their client left, their time ran out) before any commit
+        woke them: on a hub without commits, long-polls that come and go would otherwise pile up until one.
+        The next prune comes when the list has doubled: each waiter is looked at a bounded number of times."""
+        self._waiters = [waiter for waiter in self._waiters if not waiter[2].done()]
+        self._prune_at = max(PRUNE_FLOOR, 2 * len(self._waiters))
 
     def release(self) -> None:
         """The server begins to stop: every long-poll ends now as if its time were up (done, False), and one

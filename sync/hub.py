@@ -13,7 +13,7 @@ import base64
 import binascii
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -96,6 +96,12 @@ async def on_refusal(request: Request, exc: MemError) -> Response:
 async def on_http_error(request: Request, exc: HTTPException) -> Response:
     return problem_response(Problem(type=PROBLEM_BASE + f"http-{exc.status_code}", title=str(exc.detail),
                                     status=exc.status_code), headers=getattr(exc, "headers", None))
+
+
+async def on_client_left(request: Request, exc: ClientDisconnect) -> Response:
+    """The client closed its connection before its answer (mid-body, or while its long-poll waited): there
+    is nobody to answer, and nothing went wrong (the server sends nothing on a closed connection)."""
+    return Response(status_code=400)
 
 
 async def on_internal_error(request: Request, exc: Exception) -> Response:
@@ -511,12 +517,36 @@ async def pull(request: Request) -> Response:
     media_type = MSGPACK if packed else "application/json"
     deferred = rows is None or (wait > 0 and rows and hub.fanout.deferred(after, layers))
     if deferred or (wait > 0 and not rows):  # a long-poll: for the wake-up due, or for anything new
-        if await hub.fanout.wait(after if deferred else max(after, head), layers, wait):
+        if await _unless_left(hub.fanout.wait(after if deferred else max(after, head), layers, wait), request):
             # token and contract again: revoked while it waited, it gets nothing more
             return Response(await hub.read(hub.woken_answer, token, after, limit, packed), media_type=media_type)
         if rows is None:  # the wake-up it waited for never came: the page as it is now
             agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1)
     return Response(hub.answer(after, head, rows, limit, packed), media_type=media_type)
+
+
+async def _unless_left(waiting: Coroutine, request: Request):
+    """What `waiting` returns, or ClientDisconnect once the client has closed its connection first: a long-poll
+    the ASGI way whose client left waited on for nothing, a task and a waiter held up to its whole wait (one
+    answered from the parser's callbacks stops as its connection closes: sync/server.py's DirectCycle)."""
+    waited, left = asyncio.ensure_future(waiting), asyncio.ensure_future(_left(request.receive))
+    try:
+        await asyncio.wait((waited, left), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (the server stops): both with it
+        waited.cancel()
+        left.cancel()
+        raise
+    left.cancel()
+    if waited.done():
+        return waited.result()
+    waited.cancel()
+    raise ClientDisconnect()
+
+
+async def _left(receive) -> None:
+    """Returns once the client of a request whose body needs no reading has closed its connection."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class EncodedEvents:
@@ -593,7 +623,8 @@ ROUTES = [Route("/v1/contract", contract, methods=["GET"]), Route("/v1/push", pu
           Route("/v1/pull", pull, methods=["GET"]), Route("/openapi.json", openapi, methods=["GET"]),
           Route("/health", health, methods=["GET"])]
 
-EXCEPTION_HANDLERS = {MemError: on_refusal, HTTPException: on_http_error, Exception: on_internal_error}
+EXCEPTION_HANDLERS = {MemError: on_refusal, HTTPException: on_http_error, ClientDisconnect: on_client_left,
+                      Exception: on_internal_error}
 """By class: every refusal (HubError included) is a MemError; anything else is a 500 without details."""
 
 

@@ -97,3 +97,22 @@ def test_a_wake_up_of_a_layers_thirty_two_consumers_holds_the_next_for_the_windo
         assert 32 * 0.002 <= waited < 1.0, waited
 
     asyncio.run(scenario())
+
+
+def test_long_polls_that_stop_waiting_before_any_commit_do_not_pile_up():
+    """A long-poll whose client left (or whose time ran out) stays in the waiters' list until a commit wakes
+    the others: on a hub without commits, long-polls that come and go piled up there without end."""
+
+    async def scenario():
+        fanout = Fanout()
+        staying = await waiters(fanout, 0, 3)
+        for _ in range(5_000):
+            gone = await waiters(fanout, 0, 2)
+            for task in gone:
+                task.cancel()
+            await settle()
+        assert fanout.waiting == 3 and len(fanout._waiters) <= 2 * 64
+        fanout.advance(1, {"insights"})
+        assert await asyncio.gather(*staying) == [True] * 3
+
+    asyncio.run(scenario())

@@ -200,3 +200,49 @@ def test_a_stopping_hub_answers_its_long_polls_at_once(tmp_path, direct):
     stopping.join(15)
     assert all(a.startswith(b"HTTP/1.1 200") and b'"events":[]' in a for a in answers), answers
     assert answered < 1.5 and time.monotonic() - started < 1.9, answered  # the grace is 2 s
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["answered-directly", "asgi-way"])
+def test_a_long_poll_whose_client_left_stops_waiting_at_once(hub_db, direct):
+    """A long-poll the ASGI way (every pull of a PostgreSQL hub, whose reads wait) went on waiting for a commit
+    or its time after its client had closed the connection: each one a task and a waiter held for nothing, up
+    to the longest wait. It ends as the connection closes, as one answered from the parser's callbacks does,
+    with nothing in the server's log (a HEAD, which the router serves, logged the disconnect as an error)."""
+    import logging
+    import socket
+
+    tokens = prepared(hub_db)
+    logged = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = logged.append
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        with HubServer(hub_db, direct=direct) as hub:
+            headers = {"authorization": f"Bearer {tokens['main']}"}
+            cursor = httpx.get(hub.url + "/v1/pull", headers=headers).json()["cursor"]
+            fanout = hub.server.config.app.state.hub.fanout
+            polls = [socket.create_connection(("127.0.0.1", hub.port), timeout=10) for _ in range(3)]
+            for poll, method in zip(polls, ("GET", "GET", "HEAD")):
+                poll.sendall(f"{method} /v1/pull?cursor={cursor}&wait=30 HTTP/1.1\r\nhost: hub\r\n"
+                             f"authorization: Bearer {tokens['main']}\r\n\r\n".encode())
+            deadline = time.monotonic() + 10
+            while fanout.waiting < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert fanout.waiting == 3
+            polls.pop().close()
+            polls.pop().close()
+            deadline = time.monotonic() + 2
+            while fanout.waiting > 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert fanout.waiting == 1  # the one still connected waits on
+            pushed = httpx.post(hub.url + "/v1/push", content=msgspec.json.encode(PushRequest(events=[entry("after")])),
+                                headers={"authorization": f"Bearer {tokens['alice']}", "content-type": "application/json"})
+            assert pushed.status_code == 200
+            answer = b""
+            while not answer.endswith(b"}"):
+                answer += polls[0].recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200") and b'"content":"after"' in answer
+            polls[0].close()
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert not logged, [record.getMessage() for record in logged]
