@@ -50,7 +50,9 @@ def storage(db: str, create: bool = False):
 
 
 def _where(db: str) -> str:
-    return db.split("@")[-1] if "://" in db else str(Path(db).absolute())
+    from eventstore.backends import place
+
+    return place(db) if "://" in db else str(Path(db).absolute())
 
 
 def _known_agent(hub, name: str) -> None:

@@ -34,6 +34,11 @@ def open_log(location: str | Path, *, synchronous: str = "FULL", trusted: bool =
     return SQLiteLog(location, synchronous=synchronous, trusted=trusted)
 
 
+def place(url: str) -> str:
+    """Where a PostgreSQL URL's database is, fit to print anywhere: host:port/name, no user, no password."""
+    return url.rpartition("@")[2] if "@" in url else url.partition("://")[2]
+
+
 def shown(location: str | Path) -> str:
     """A location fit to print: a URL's password replaced by ***."""
     text = str(location)

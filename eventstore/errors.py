@@ -109,6 +109,12 @@ class StorageFailure(MemError):
     status = 503
 
 
+class StorageUnavailable(StorageFailure):
+    """The database underneath does not answer (stopped, restarting, unreachable): retry later."""
+
+    code = "storage-unavailable"
+
+
 class Damaged(StorageFailure):
     """A database file that is not one, or is corrupt: named, with what to do about it."""
 

@@ -11,6 +11,7 @@ trusts no producer with what is inside an event.
 import asyncio
 import base64
 import binascii
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
@@ -28,7 +29,7 @@ from starlette.routing import Route
 
 from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
-from eventstore.errors import Held, InvalidInput, MemError
+from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, EntryAppend, PageDelete, PageIngest
 from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
@@ -54,6 +55,7 @@ ENCODED_BYTES = 16 << 20
 """The bytes of stored events and their encoded forms the hub keeps for pull answers (`EncodedEvents`)."""
 ENCODED_LARGEST = 64 << 10
 """An event whose stored bytes are larger is encoded each time it is answered, not kept."""
+log = logging.getLogger("mindlog.hub")
 
 
 class _TaggedEvent(msgspec.Struct):
@@ -102,6 +104,18 @@ async def on_client_left(request: Request, exc: ClientDisconnect) -> Response:
     """The client closed its connection before its answer (mid-body, or while its long-poll waited): there
     is nobody to answer, and nothing went wrong (the server sends nothing on a closed connection)."""
     return Response(status_code=400)
+
+
+def failed_storage(exc: BaseException) -> StorageFailure:
+    """A failure of the storage underneath (SQLite, the disk; PostgreSQL's outages are the storage's own
+    StorageUnavailable): a 503 problem naming its cause, and one line in the hub's log, not a traceback."""
+    failure = storage_failure(exc)
+    log.warning("the hub's storage failed: %s", failure)
+    return failure
+
+
+async def on_storage_failure(request: Request, exc: Exception) -> Response:
+    return problem_response(problem_of(failed_storage(exc)))
 
 
 async def on_internal_error(request: Request, exc: Exception) -> Response:
@@ -624,8 +638,9 @@ ROUTES = [Route("/v1/contract", contract, methods=["GET"]), Route("/v1/push", pu
           Route("/health", health, methods=["GET"])]
 
 EXCEPTION_HANDLERS = {MemError: on_refusal, HTTPException: on_http_error, ClientDisconnect: on_client_left,
-                      Exception: on_internal_error}
-"""By class: every refusal (HubError included) is a MemError; anything else is a 500 without details."""
+                      **dict.fromkeys(storage_exceptions(), on_storage_failure), Exception: on_internal_error}
+"""By class: every refusal (HubError included) is a MemError, a failed storage a 503; anything else is a 500
+without details."""
 
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes, BaseException | None]
@@ -796,6 +811,8 @@ class HubApp(Starlette):
 
     def _refused(self, exc: BaseException, zstd: bool) -> Answer:
         """The exception handlers' answer to an exception (`EXCEPTION_HANDLERS`), as a direct answer."""
+        if not isinstance(exc, MemError) and isinstance(exc, storage_exceptions()):
+            exc = failed_storage(exc)
         if isinstance(exc, MemError):
             problem = problem_of(exc)
             return self._answered(msgspec.json.encode(problem), zstd, PROBLEM_TYPE, problem.status)
@@ -830,6 +847,8 @@ class HubApp(Starlette):
             response = await on_http_error(request, exc)
         except ClientDisconnect:  # gone before its body was whole (or refused by the server): nobody to answer
             return
+        except storage_exceptions() as exc:
+            response = await on_storage_failure(request, exc)
         except Exception as exc:
             await (await on_internal_error(request, exc))(scope, receive, send)
             raise  # for the server's log, as starlette's ServerErrorMiddleware does

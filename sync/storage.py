@@ -20,7 +20,7 @@ from typing import NamedTuple
 import msgspec
 
 from eventstore.envelope import Event, new_event
-from eventstore.errors import IdConflict, InvalidInput, NotFound
+from eventstore.errors import IdConflict, InvalidInput, NotFound, StorageUnavailable
 from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
@@ -376,6 +376,8 @@ class HubStorage(ABC):
         a batch whose token state may have changed since is not applied, its outcome `Stale`."""
         try:
             return self._commit_group(batches, list(pulls), checked)
+        except StorageUnavailable:  # the database does not answer: each batch alone would not be answered either
+            raise
         except Exception:
             if len(batches) + len(pulls) <= 1:
                 raise

@@ -14,11 +14,13 @@ __all__ = ["HubServer", "free_port", "mem_serve"]
 
 
 @contextmanager
-def mem_serve(hub_db):
-    """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers."""
+def mem_serve(hub_db, log=None):
+    """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers.
+    With `log` (a path), what the hub writes to stderr goes there."""
     port = free_port()
+    errors = open(log, "wb") if log else subprocess.DEVNULL
     server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=errors)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -31,3 +33,5 @@ def mem_serve(hub_db):
     finally:
         server.terminate()
         server.wait(timeout=10)
+        if log:
+            errors.close()

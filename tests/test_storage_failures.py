@@ -116,3 +116,28 @@ def test_storage_failures_read_as_one_line():
     assert str(storage_failure(sqlite3.OperationalError("attempt to write a readonly database"))).startswith(
         "the storage is read-only")
     assert "\n" not in str(storage_failure(sqlite3.OperationalError("a\nb")))
+
+
+def test_a_sqlite_hub_on_a_full_disk_answers_503_naming_it_and_logs_one_line(small_disk, tmp_path):
+    import httpx
+    import msgspec
+
+    from hubserver import mem_serve
+    from sync.storage_sqlite import SQLiteHubStorage
+    from sync.wire import PushRequest
+    from two_hubs import fact, hub_with
+
+    db = small_disk / "hub.db"
+    (token,) = hub_with(SQLiteHubStorage(db), ["writer"])
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    batch = PushRequest(events=[fact("writer", "y" * 1900 + str(i)) for i in range(200)])
+    hub_log = tmp_path / "hub.log"
+    with mem_serve(db, log=hub_log) as hub:
+        fill(small_disk)
+        answer = httpx.post(hub + "/v1/push", content=msgspec.json.encode(batch), headers=headers, timeout=60)
+        assert answer.status_code == 503 and answer.json()["detail"].startswith("the disk is full"), answer.text
+        (small_disk / "filler").unlink()
+        assert httpx.post(hub + "/v1/push", content=msgspec.json.encode(batch), headers=headers,
+                          timeout=60).status_code == 200
+    logged = hub_log.read_text()
+    assert "Traceback" not in logged and logged.count("the hub's storage failed: the disk is full") == 1, logged
