@@ -269,3 +269,31 @@ def test_a_long_poll_that_streams_a_body_is_not_read_without_end(tmp_path):
                 time.sleep(0.01)
         poll.close()
         assert sent < 64 * 2**20, sent  # the loopback's buffers hold a few megabytes; unread, nothing more goes
+
+
+def test_a_client_gone_with_a_request_pipelined_behind_its_long_poll_is_not_logged_as_an_error(hub_db):
+    """A request pipelined behind a long-poll on one connection, then the client gone: the long-poll's answer,
+    once its wait was over, was written to the closed connection, and the hub logged "Exception in ASGI
+    application" with a traceback (a PostgreSQL hub, whose every request goes the ASGI way)."""
+    import socket
+
+    tokens = prepared(hub_db)
+    with HubServer(hub_db) as hub, Logged().from_("uvicorn.error") as logged:
+        auth = f"authorization: Bearer {tokens['main']}\r\n"
+        cursor = httpx.get(hub.url + "/v1/pull", headers={"authorization": f"Bearer {tokens['main']}"}).json()["cursor"]
+        fanout = hub.server.config.app.state.hub.fanout
+        poll = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
+        poll.sendall(f"GET /v1/pull?cursor={cursor}&wait=1 HTTP/1.1\r\nhost: hub\r\n{auth}\r\n".encode())
+        deadline = time.monotonic() + 10
+        while fanout.waiting < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        poll.sendall(f"GET /v1/pull?cursor={cursor} HTTP/1.1\r\nhost: hub\r\n{auth}\r\n"
+                     "GET /health HTTP/1.1\r\nhost: hub\r\n\r\n".encode())
+        time.sleep(0.2)
+        poll.close()
+        deadline = time.monotonic() + 5
+        while (fanout.waiting or hub.server.server_state.tasks) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert not fanout.waiting and not hub.server.server_state.tasks
+    assert not logged.lines, logged.lines
