@@ -28,10 +28,11 @@ def small_disk(tmp_path):
 
 
 def fill(disk, leave: int = 0):
-    """Fills the disk until at most `leave` bytes are free."""
+    """Fills the disk until at most `leave` bytes are free. Unbuffered: a write cut short by others' use of the
+    disk in the meantime (a hub's mirror) leaves nothing for the close to flush, and fail on."""
     stat = os.statvfs(disk)
     free = stat.f_bavail * stat.f_frsize
-    with open(disk / "filler", "wb") as f:
+    with open(disk / "filler", "wb", buffering=0) as f:
         try:
             f.write(b"\0" * max(free - leave, 0))
             f.flush()
