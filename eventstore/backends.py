@@ -35,8 +35,9 @@ def open_log(location: str | Path, *, synchronous: str = "FULL", trusted: bool =
 
 
 def place(url: str) -> str:
-    """Where a PostgreSQL URL's database is, fit to print anywhere: host:port/name, no user, no password."""
-    return url.rpartition("@")[2] if "@" in url else url.partition("://")[2]
+    """Where a PostgreSQL URL's database is, fit to print anywhere: host:port/name, no user, no password (nor
+    the query, which may hold one)."""
+    return url.partition("://")[2].rpartition("@")[2].partition("?")[0]
 
 
 def shown(location: str | Path) -> str:

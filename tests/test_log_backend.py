@@ -5,7 +5,7 @@ import json
 
 import psycopg
 
-from eventstore.backends import open_log, shown
+from eventstore.backends import open_log, place, shown
 from eventstore.postgres import PostgresLog
 from eventstore.sqlite import SQLiteLog
 
@@ -20,6 +20,7 @@ def test_the_factory_picks_the_backend_by_location(tmp_path, pg_url):
     with open_log(pg_url) as log:
         assert isinstance(log, PostgresLog)
     assert shown("postgresql://me:secret@host:5/db") == "postgresql://me:***@host:5/db"
+    assert place("postgresql://me:secret@host:5/db") == place("postgres://host:5/db?password=secret") == "host:5/db"
 
 
 def test_a_workspace_with_its_log_in_postgresql(tmp_path, pg_url):
