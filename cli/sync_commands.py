@@ -78,7 +78,8 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
           admin_token_file: Optional[Path] = typer.Option(
               None, "--admin-token-file", help="The web pages' admin token (sees every layer); made when missing."),
           ui_dir: Optional[Path] = typer.Option(
-              None, "--ui-dir", help="Where the web pages keep the hub's mirror (default: next to a SQLite hub).")):
+              None, "--ui-dir", help="Where the web pages keep the hub's mirror (default: next to a SQLite hub; a "
+                                    "PostgreSQL hub's in a temporary directory removed when it stops).")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing.
 
     The hub's shared layers are browsable at /ui (open /ui/?token=TOKEN once: an agent's token shows

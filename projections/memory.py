@@ -58,6 +58,15 @@ class Compaction(msgspec.Struct):
     archived: audit.AuditRow | None = None
 
 
+def _file_identity(path) -> tuple[int, int] | None:
+    """(device, inode) of a file, None when there is none: a file renamed into place has another."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class Moment(msgspec.Struct):
     """A moment someone typed, as understood: the instant (ms) and the seq in force then."""
 
@@ -83,6 +92,7 @@ class Memory:
         except BaseException:
             self.log.close()
             raise
+        self._views_file = _file_identity(self.ws.views_path)
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)
         self.shared_writer = SharedWriter(self.config.agent, self.views)
@@ -183,6 +193,7 @@ class Memory:
                 fcntl.flock(handle, fcntl.LOCK_EX)
                 self._lock_depth = 1
                 try:
+                    self._reopen_replaced_views()
                     yield
                 finally:
                     self._lock_depth = 0
@@ -418,6 +429,18 @@ class Memory:
         self.writer.state = views
         self.adf_writer.files = views
         self.shared_writer.state = views
+        self._views_file = _file_identity(self.ws.views_path)
+
+    def _reopen_replaced_views(self) -> None:
+        """A replay in another process renamed a new views file into place: this process's connection still
+        reads, and would write, the old one, deleted (a `mem pull --follow` went on folding into it, and
+        `mem status` found the real views behind and the files "edited by hand"). Called under the lock,
+        before anything is read or written: the views are opened again from the file now in place."""
+        found = _file_identity(self.ws.views_path)
+        if found is None or found == self._views_file:
+            return
+        self.views.close()
+        self.swap_views(Views(self.ws.views_path, contract=self.hub_contract(), agent=self.config.agent))
 
     # --- shared layers ------------------------------------------------------------------------
 

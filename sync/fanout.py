@@ -82,6 +82,7 @@ class Fanout:
             else:
                 keep.append((after, wanted, future))
         self._waiters = keep
+        self._prune_at = max(PRUNE_FLOOR, 2 * len(keep))
         self._next_wake = now + min(MAX_WAKE_INTERVAL, woken * self.cost)
 
     def advance_threadsafe(self, loop: asyncio.AbstractEventLoop, head: int, layers: set[str] | None) -> None:

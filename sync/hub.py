@@ -540,13 +540,26 @@ async def _unless_left(waiting: Coroutine, request: Request):
     if waited.done():
         return waited.result()
     waited.cancel()
+    left.result()  # a receive that failed is an error, not a client that left
     raise ClientDisconnect()
 
 
+LEFT_BODY_BYTES = 64 * 1024
+"""The body `_left` reads and throws away, of a request that needs none, before it stops reading (and watching)."""
+
+
 async def _left(receive) -> None:
-    """Returns once the client of a request whose body needs no reading has closed its connection."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    """Returns once the client of a request whose body needs no reading has closed its connection. Past
+    LEFT_BODY_BYTES of such a body it stops reading, as the server did before anything watched: a client
+    streaming a body into a long-poll had the event loop read and discard gigabytes for its whole wait."""
+    thrown = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        thrown += len(message.get("body", b""))
+        if thrown > LEFT_BODY_BYTES:
+            await asyncio.get_running_loop().create_future()  # never done: cancelled when the wait ends
 
 
 class EncodedEvents:

@@ -145,6 +145,7 @@ def http_protocol(app=None):
     class OneWriteProtocol(HttpToolsProtocol):
         _idle_at: float | None = None  # loop time the connection went idle (its last answer sent), None while busy
         _upgrade_body: int | None = None  # bytes still to come of the body of a request whose Upgrade is ignored
+        _answering = None  # the cycle before the last request parsed (still being answered when that one was pipelined)
 
         def data_received(self, data: bytes) -> None:
             """uvicorn's, but a request asking to upgrade to anything this server does not speak (`curl --http2`
@@ -225,9 +226,15 @@ def http_protocol(app=None):
                 self.timeout_keep_alive_handler()
 
         def connection_lost(self, exc) -> None:
+            """uvicorn's, which tells only the last request parsed that its client left: the one being answered, when
+            another was pipelined behind it, is told too (it answered into the closed connection, an error logged)."""
             if self.timeout_keep_alive_task is not None:
                 self.timeout_keep_alive_task.cancel()
                 self.timeout_keep_alive_task = None
+            answering = self._answering
+            if answering is not None and answering is not self.cycle and not answering.response_complete:
+                answering.disconnected = True
+                answering.message_event.set()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
@@ -238,6 +245,7 @@ def http_protocol(app=None):
             self.headers = []
 
         def on_headers_complete(self) -> None:
+            self._answering = self.cycle  # a request pipelined behind it parsed: the one still being answered
             if direct is not None and self._direct():
                 return
             headers, url, expect_100_continue = self.headers, self.url, self.expect_100_continue

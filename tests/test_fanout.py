@@ -114,5 +114,13 @@ def test_long_polls_that_stop_waiting_before_any_commit_do_not_pile_up():
         assert fanout.waiting == 3 and len(fanout._waiters) <= 2 * 64
         fanout.advance(1, {"insights"})
         assert await asyncio.gather(*staying) == [True] * 3
+        many = await waiters(fanout, 1, 5_000)  # a peak, all woken: the next prune comes as soon again
+        fanout.advance(2, {"insights"})
+        await asyncio.gather(*many)
+        for _ in range(1_000):
+            for task in await waiters(fanout, 2, 2):
+                task.cancel()
+            await settle()
+        assert len(fanout._waiters) <= 2 * 64
 
     asyncio.run(scenario())

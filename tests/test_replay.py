@@ -481,3 +481,18 @@ def test_the_writers_child_runs_sqlite_without_its_locks(tmp_path):
                              env={**os.environ, "PYTHONPATH": str(Path(bulk.__file__).parent.parent)})
         used[mode] = int(out.stdout)
     assert used == {"unshared": 0, "as-built": used["as-built"]} and used["as-built"] > 0
+
+
+def test_a_process_that_keeps_its_memory_open_follows_a_replay_made_by_another(memory):
+    """`mem pull --follow` (or `mem watch`, the MCP server, `mem ui`) keeps its views open. A `mem replay` in
+    another process renames a new views file into place: the follower went on folding into the old one,
+    deleted, and `mem status` found the real views behind the log and the shared file "edited by hand". The
+    process now reopens the views it finds replaced, under the workspace lock, before it reads or writes."""
+    memory.write_page("deploy", PAGE)
+    run_mem("-w", memory.root, "replay", check=True)
+    memory.write_page("after", PAGE.replace(b"Deploy procedure", b"After the replay"))
+    status = json.loads(run_mem("-w", memory.root, "status", "--json", check=True).stdout)
+    assert status["checkpoint"] == status["head"] == memory.head() and status["behind"] == 0, status
+    assert status["clean"] and not status["hand_edited"], status
+    with Memory.open(memory.root) as fresh:
+        assert fresh.page_text("after") is not None
