@@ -10,7 +10,7 @@ from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, http_url, progress_bar
+from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, http_url, progress_bar, summary
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -34,19 +34,30 @@ def storage(db: str, create: bool = False):
     from eventstore.errors import storage_exceptions, storage_failure
 
     exists = hub_exists(db)
-    if not create and not exists:
-        fail(f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` "
-             "or pass --db (or MEM_HUB_DB)")
     others = None if exists else pg_log_tables(db) if "://" in db else sqlite_tables(db)
     if others:  # a workspace's log, say: never made a hub
         fail(f"{_where(db)} is not a hub database (it holds {', '.join(sorted(others))}); a hub needs a "
              f"{'database' if '://' in db else 'file'} of its own")
+    if not create and not exists:
+        fail(_no_hub(db))
     if "://" not in db:
         state["hub"] = Path(db).absolute()  # a SQLite hub found damaged later is named (app.damaged_file)
     try:
         return open_storage(db)
     except storage_exceptions() as exc:
         fail(f"cannot open the hub database {_where(db)}: {storage_failure(exc)}")
+
+
+def _no_hub(db: str) -> str:
+    """Why an admin command finds no hub: no file there, or a database (or an empty file) where no hub was set up
+    (an empty PostgreSQL database was called "no hub database")."""
+    from eventstore.backends import shown
+
+    if "://" not in db and not Path(db).is_file():
+        return f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` or pass --db (or MEM_HUB_DB)"
+    there = "database" if "://" in db else "file"
+    return (f"no hub was set up in {_where(db)} (the {there} is there, without a hub); set one up with "
+            f"`mem hub init --db {shown(db)}` or pass another --db (or MEM_HUB_DB)")
 
 
 def _where(db: str) -> str:
@@ -240,10 +251,11 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
 
 
 def _summary(event) -> str:
+    """An entry with its type and date; any other event as `mem log` shows it (a redacted one: what it was, why)."""
     body = event.body
     if isinstance(body, EntryAppend):
         return f"[{body.type}] {body.date}: {body.content}"[:70]
-    return getattr(body, "slug", "")
+    return summary(event)
 
 
 @remote_app.command("add")
@@ -295,10 +307,15 @@ def _held_lines(report) -> bool:
 
 
 def _pull_line(report) -> str:
-    line = f"pulled {event_count(report.pulled)} from {report.remote}"
-    if report.returned:
-        line += f" (and {report.returned} of this agent's own came back)"
-    return line
+    again = _came_again(report, "and {} of this agent's own came back")
+    return f"pulled {event_count(report.pulled)} from {report.remote}" + (f" ({', '.join(again)})" if again else "")
+
+
+def _came_again(counts, own: str) -> list[str]:
+    """What a pull brought that the log held already: other agents' events ("already here"), then this
+    agent's own coming back (`own`, a format taking their number)."""
+    again = [f"{counts.already_held} already here"] if counts.already_held else []
+    return (again + [own.format(counts.returned)]) if counts.returned else again
 
 
 def _skipped_lines(report) -> None:
@@ -336,8 +353,9 @@ def pull(remote: Optional[str] = typer.Argument(None),
             import msgspec
 
             return typer.echo(msgspec.json.encode(batch).decode())
+        again = _came_again(batch, "{} own came back")
         typer.echo(f"pulled {event_count(batch.pulled)} up to hub position {batch.position}"
-                   + (f" ({batch.returned} own came back)" if batch.returned else ""))
+                   + (f" ({', '.join(again)})" if again else ""))
 
     with memory() as mem:
         target = get_remote(mem, remote)
@@ -370,8 +388,9 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
     if json:
         emit_json({"push": pushed, "pull": pulled})
     else:
+        again = _came_again(pulled, "{} of this agent's own came back")
         typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
-                   + (f"; {pulled.returned} of this agent's own came back" if pulled.returned else ""))
+                   + (f"; {', '.join(again)}" if again else ""))
         _skipped_lines(pulled)
     raise typer.Exit(1 if _held_lines(pushed) else 0)
 

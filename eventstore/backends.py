@@ -41,9 +41,9 @@ def place(url: str) -> str:
 
 
 def shown(location: str | Path) -> str:
-    """A location fit to print: a URL's password replaced by ***."""
+    """A location fit to print: a URL's password replaced by *** (any URL's: a mistyped scheme's too)."""
     text = str(location)
-    if not is_postgres(text):
+    if "://" not in text:
         return text
     scheme, _, rest = text.partition("://")
     credentials, at, host = rest.rpartition("@")

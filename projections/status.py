@@ -9,6 +9,10 @@ from .materialize import hand_edited, untracked
 
 
 class WorkspaceStatus(msgspec.Struct):
+    """`clean`: every file is what the log says (the views caught up, nothing edited by hand, left to write,
+    missing or untracked). It is about the workspace's files alone: what waits to be pushed or pulled, and
+    conflicts, are said apart (sync.status)."""
+
     workspace: str
     agent: str
     head: int

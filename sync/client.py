@@ -92,8 +92,10 @@ class PushReport(msgspec.Struct):
 
 class PullReport(msgspec.Struct):
     """`pulled` counts events new to this log; `returned` this agent's own events coming back (the
-    log had them already); `skipped` files not written because they were edited by hand; `rejected`
-    events that failed this consumer's checks (left out; the cursor moved past them)."""
+    log had them already); `already_held` other agents' events the log had already (brought again
+    after its pull cursor was forgotten, say by replacing the remote, or by another hub too);
+    `skipped` files not written because they were edited by hand; `rejected` events that failed this
+    consumer's checks (left out; the cursor moved past them)."""
 
     remote: str
     pulled: int
@@ -101,6 +103,7 @@ class PullReport(msgspec.Struct):
     returned: int = 0
     skipped: list[str] = []
     rejected: list[Rejected] = []
+    already_held: int = 0
 
 
 class PackedPullPage(PullPage):
@@ -110,9 +113,12 @@ class PackedPullPage(PullPage):
 
 
 class PulledBatch(msgspec.Struct):
+    """What one batch of a follower brought: counted as in PullReport."""
+
     pulled: int
     returned: int
     position: int
+    already_held: int = 0
 
 
 def remotes_path(memory) -> Path:
@@ -603,16 +609,18 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
             delay = min(delay * 2, RETRY_MAX_SECONDS)
     tally.skipped.update(memory.refresh().refused)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
-                      returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected)
+                      returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
+                      already_held=tally.already_held)
 
 
 class _Tally:
     """Stores pulled pages and counts what they brought: new events apart from this agent's own
-    coming back, files a hand edit kept from being written, and events rejected (told through `say`)."""
+    coming back and from other events the log held already, files a hand edit kept from being
+    written, and events rejected (told through `say`)."""
 
     def __init__(self, remote: Remote, progress, on_batch, say=None):
         self.remote, self.name, self.progress, self.on_batch, self.say = remote, remote.name, progress, on_batch, say
-        self.pulled = self.returned = 0
+        self.pulled = self.returned = self.already_held = 0
         self.skipped: set[str] = set()
         self.rejected: list[Rejected] = []
         self.start = self.reached = self.total = 0
@@ -683,14 +691,17 @@ class _Tally:
         if fresh:
             self.appended.append((fresh[0], fresh[-1]))
             self.redactions += [seq for seq, event in zip(seqs, events) if type(event.body) is Redaction]
-        new = len(fresh)
-        self.pulled += new
-        self.returned += len(seqs) - new
+        held = [event for seq, event in zip(seqs, events) if seq <= head]
+        returned = sum(1 for event in held if event.agent == agent)
+        self.pulled += len(fresh)
+        self.returned += returned
+        self.already_held += len(held) - returned
         self.advance(position)
         if events and not page.more and fold:
             self.skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
-            self.on_batch(PulledBatch(pulled=new, returned=len(seqs) - new, position=position))
+            self.on_batch(PulledBatch(pulled=len(fresh), returned=returned, position=position,
+                                      already_held=len(held) - returned))
 
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:

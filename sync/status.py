@@ -37,9 +37,7 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
     skipped = [p for p in base.hand_edited if p in dirty]
     remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)
                for remote in load_remotes(memory).values()]
-    fields = msgspec.structs.asdict(base)
-    fields["clean"] = base.clean and not conflicts and not any(r.unpushed or r.held or r.behind for r in remotes)
-    return SyncStatus(**fields, conflicts=conflicts, skipped=skipped, remotes=remotes)
+    return SyncStatus(**msgspec.structs.asdict(base), conflicts=conflicts, skipped=skipped, remotes=remotes)
 
 
 def _remote_status(memory, remote, timeout: float) -> RemoteStatus:

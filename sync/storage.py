@@ -11,6 +11,7 @@ carries a whole group (the hub's group commit, sync/committer.py), each push sti
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import threading
 from abc import ABC, abstractmethod
@@ -19,6 +20,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from eventstore.backends import is_postgres, shown
 from eventstore.envelope import Event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound, StorageUnavailable
 from eventstore.ids import now_ms
@@ -590,11 +592,23 @@ def fill_positions(plan: list | None, fresh: list[Event], first: int) -> list[Pu
     return results
 
 
+def postgres_hub(db: str) -> bool:
+    """Whether a `--db` value names a PostgreSQL hub (a postgresql:// URL) rather than a SQLite file; a URL of
+    any other scheme is refused (a mistyped `postgresq://` reached libpq, which answered with a missing "=")."""
+    if is_postgres(db):
+        return True
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
+    if scheme:
+        raise InvalidInput(f"--db {shown(db)}: {scheme[1]}:// is no scheme a hub knows; give a postgresql:// URL "
+                           "or a SQLite file path")
+    return False
+
+
 def open_storage(db: str) -> HubStorage:
     """A hub storage from a `--db` value: a postgresql:// URL, or a SQLite file path.
 
     Imported here, not at the top, so that a SQLite hub never loads the PostgreSQL driver."""
-    if db.startswith(("postgresql://", "postgres://")):
+    if postgres_hub(db):
         from .storage_postgres import PostgresHubStorage
 
         return PostgresHubStorage(db)
@@ -605,7 +619,7 @@ def open_storage(db: str) -> HubStorage:
 
 def hub_exists(db: str) -> bool:
     """Whether `db` already holds a hub (admin commands must never create one by accident)."""
-    if db.startswith(("postgresql://", "postgres://")):
+    if postgres_hub(db):
         import psycopg
 
         with psycopg.connect(db, autocommit=True) as conn:

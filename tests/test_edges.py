@@ -242,7 +242,8 @@ def test_a_damaged_or_empty_hub_database_is_named(tmp_path):
     is no hub (an admin command opening it made one, and listed no agents, rc 0)."""
     empty = tmp_path / "empty.db"
     empty.touch()
-    refused(run_mem("hub", "agent", "list", "--db", empty), f"no hub database at {empty}")
+    refused(run_mem("hub", "agent", "list", "--db", empty), f"no hub was set up in {empty} (the file is there, "
+            f"without a hub); set one up with `mem hub init --db {empty}`")
     assert empty.stat().st_size == 0
     hub = tmp_path / "hub.db"
     run_mem("hub", "init", "--db", hub, check=True)
@@ -250,6 +251,18 @@ def test_a_damaged_or_empty_hub_database_is_named(tmp_path):
     damage_table(hub, "hub_agents")
     for command in (["agent", "list"], ["agent", "add", "b"], ["agent", "revoke", "a"]):
         refused(run_mem("hub", *command, "--db", hub), f"the hub database {hub} is damaged")
+
+
+def test_a_db_url_of_an_unknown_scheme_is_refused(tmp_path):
+    """A mistyped scheme (`postgresq://`) reached libpq, whose error was a missing "=" after the URL."""
+    from hubserver import free_port
+
+    typo = "postgresq://me:secret@127.0.0.1:5499/hub"
+    for args in (["serve", "--port", str(free_port())], ["hub", "init"], ["hub", "agent", "list"]):
+        line = refused(run_mem(*args, "--db", typo, cwd=tmp_path))
+        assert line == ("error: --db postgresq://me:***@127.0.0.1:5499/hub: postgresq:// is no scheme a hub knows; "
+                        "give a postgresql:// URL or a SQLite file path"), args
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.fixture(params=["mount", "chmod"])

@@ -96,8 +96,7 @@ def test_a_log_and_a_hub_never_share_a_database(tmp_path, pg_url):
     for args in (["hub", "init"], ["hub", "agent", "list"]):
         refused = run_mem(*args, "--db", pg_url)
         assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
-        assert b"is not a hub database (it holds events, log_counter)" in refused.stderr or \
-            b"no hub database at" in refused.stderr
+        assert b"is not a hub database (it holds events, log_counter)" in refused.stderr
     hub_db = f"hub_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {hub_db}")

@@ -154,7 +154,16 @@ def test_status_tells_the_sync_state(team):
     status = json.loads(team.mem("writer", "status", "--json", "--fetch", check=True).stdout)
     (origin,) = status["remotes"]
     assert origin["unpushed"] == 2 and origin["behind"] == 0 and origin["held"] == []
-    assert not status["clean"]
+    # `clean` is about the files (it was false with every file list empty while events waited to be pushed)
+    assert status["clean"] and not (status["hand_edited"] or status["pending"] or status["missing"])
+    text = team.mem("writer", "status", check=True).stdout.decode()
+    assert ": 2 to push;" in text and text.endswith("clean: every file is what the log says\n"), text
+    insights = team.root / "writer/memory/insights.md"
+    rendered = insights.read_bytes()
+    insights.write_text("edited by hand\n")
+    status = json.loads(team.mem("writer", "status", "--json", check=True).stdout)
+    assert not status["clean"] and status["hand_edited"] == ["memory/insights.md"]
+    insights.write_bytes(rendered)
     team.mem("writer", "push", check=True)
     status = json.loads(team.mem("reviewer", "status", "--json", "--fetch", check=True).stdout)
     assert status["remotes"][0]["behind"] == 2 and status["remotes"][0]["last_pull"] is None

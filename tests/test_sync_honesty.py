@@ -69,6 +69,43 @@ def test_own_events_coming_back_are_counted_apart(team):
     assert json.loads(team.mem("reviewer", "pull", "--json", check=True).stdout)["pulled"] == 1
 
 
+def test_events_already_held_are_counted_apart_from_own(team):
+    """A remote added again (or another remote on the same hub) starts with no pull cursor: its pull brings
+    back every event the log held, and said they were all "this agent's own" (a newcomer's 7 were other
+    agents', none its own)."""
+    for agent in ("writer", "researcher"):
+        team.mem(agent, "entry", "add", "insights", f"[FACT] {agent} wrote this", check=True)
+        team.mem(agent, "push", check=True)
+    team.mem("reviewer", "entry", "add", "insights", "[FACT] reviewer wrote this", check=True)
+    team.mem("reviewer", "sync", check=True)
+    token = team.root / "reviewer.token"
+    team.mem("reviewer", "remote", "remove", "origin", check=True)
+    team.mem("reviewer", "remote", "add", "origin", team.url, "--token-file", token, check=True)
+    pulled = team.mem("reviewer", "pull", check=True).stdout.decode()
+    assert pulled == "pulled 0 events from origin (2 already here, and 1 of this agent's own came back)\n"
+    team.mem("reviewer", "remote", "add", "again", team.url, "--token-file", token, check=True)
+    report = json.loads(team.mem("reviewer", "pull", "again", "--json", check=True).stdout)
+    assert (report["pulled"], report["returned"], report["already_held"]) == (0, 1, 2)
+    team.mem("writer", "pull", check=True)
+    team.mem("writer", "remote", "add", "again", team.url, "--token-file", team.root / "writer.token", check=True)
+    synced = team.mem("writer", "sync", "again", check=True).stdout.decode()
+    assert synced == "pushed 0, pulled 0 (again); 2 already here, 1 of this agent's own came back\n"
+
+
+def test_hub_believed_shows_a_redacted_event_as_mem_log_does(team):
+    """`mem hub believed` listed a redacted event with an empty description where `mem log` said what it was."""
+    added = team.mem("writer", "entry", "add", "insights", "[FACT] a secret-ish fact", check=True)
+    team.mem("writer", "push", check=True)
+    run_mem("hub", "redact", added.stdout.decode().split()[0], "--reason", "not ours to keep", *team.hub,
+            check=True)
+    team.mem("reviewer", "pull", check=True)
+    logged = team.mem("reviewer", "log", "--layer", "insights", check=True).stdout.decode().splitlines()
+    believed = run_mem("hub", "believed", "reviewer", *team.hub, check=True).stdout.decode().splitlines()
+    described = "was entry.append: not ours to keep"
+    assert [line for line in logged if "redacted" in line][0].endswith(described), logged
+    assert [line for line in believed if "redacted" in line][0].endswith(described), believed
+
+
 def test_push_names_what_the_contract_keeps_back(team):
     page = team.page("p", "Pricing", "v1")
     team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", page, check=True)
