@@ -175,7 +175,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                            "each agent's own and never shared; nothing of the batch was applied")
         if event.agent != agent:
             raise HubError(403, "agent-mismatch", "Agent mismatch",
-                           f"event {event.id} names agent {event.agent!r}; the token is {agent!r}'s")
+                           f"event {event.id} names agent {event.agent!r}; the token belongs to {agent!r}")
         if rule is None:
             if not produces(contract, agent, event.layer):
                 raise HubError(403, "out-of-contract", "Out of contract",

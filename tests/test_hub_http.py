@@ -89,7 +89,8 @@ def test_out_of_contract_push_applies_nothing(hub):
 
 
 def test_identity_comes_from_the_token(hub):
-    refused(push(hub, [entry(agent="writer")], agent="alice"), 403, "agent-mismatch")
+    problem = refused(push(hub, [entry(agent="writer")], agent="alice"), 403, "agent-mismatch")
+    assert problem["detail"].endswith("names agent 'writer'; the token belongs to 'alice'")  # was "'alice''s"
     assert head(hub) == 1
 
 
