@@ -52,10 +52,12 @@ class Remote(msgspec.Struct):
 
 
 class HubRefused(MemError):
-    """The hub answered with a problem document."""
+    """The hub answered with a problem document: a refusal (4xx), or a failure of its own (5xx: its storage
+    unavailable, a bug), which is not something the request did wrong."""
 
     def __init__(self, problem: Problem):
-        super().__init__(f"hub refused: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
+        said = "hub failed" if problem.status >= 500 else "hub refused"
+        super().__init__(f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
                          code=problem.type.rsplit("/", 1)[-1])
         self.problem = problem
         self.status = problem.status
