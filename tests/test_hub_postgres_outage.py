@@ -81,6 +81,8 @@ def test_a_hub_whose_database_stops_answers_503_at_once_and_serves_again_when_it
         assert answer.status_code == 503
         problem = answer.json()
         assert problem["type"].endswith("/storage-unavailable") and "does not answer" in problem["detail"]
+        page = httpx.get(f"{hub}/ui/asof?token={token}", timeout=60)  # the pages read the hub through a mirror
+        assert page.status_code == 503 and page.json()["type"].endswith("/storage-unavailable"), page.text
 
         run_mem("entry", "add", "insights", "[FACT] written while the database is down", *workspace, check=True)
         asked_at = time.monotonic()

@@ -266,7 +266,7 @@ def test_a_damaged_views_database_is_named_as_mem_names_it(tmp_path):
     damage_table(views, "pages")
     with TestClient(create_app(root), raise_server_exceptions=False) as client:
         answer = client.get("/asof")
-    assert answer.status_code == 500 and answer.headers["content-type"] == "application/problem+json"
+    assert answer.status_code == 503 and answer.headers["content-type"] == "application/problem+json"
     problem = answer.json()
     assert problem["type"].endswith("/damaged") and f"the views database {views} is damaged" in problem["detail"]
     assert "run `mem replay`" in problem["detail"]

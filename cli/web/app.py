@@ -328,8 +328,10 @@ def _changed(mem, event) -> str | None:
     return mem.path_changed(event)
 
 
-async def _refused(request: Request, exc: MemError):
-    status = 404 if isinstance(exc, NotFound) else 500 if isinstance(exc, StorageFailure) else 400
+async def refused(request: Request, exc: MemError):
+    """A refusal as a problem: 404 for what is not there, a failed storage's own status (503: the hub's API says
+    the same), else 400."""
+    status = 404 if isinstance(exc, NotFound) else exc.status if isinstance(exc, StorageFailure) else 400
     return problem_response(Problem(type=PROBLEM_BASE + exc.code, title=str(exc), status=status, detail=str(exc)))
 
 
@@ -346,11 +348,11 @@ def site_app(site: Site, middleware=(), handlers=None) -> Starlette:
             damage = Workspace.find(site.root).damage(exc)
         except MemError:
             damage = None
-        return await _refused(request, damage or storage_failure(exc))
+        return await refused(request, damage or storage_failure(exc))
 
     failures = dict.fromkeys(storage_exceptions(), storage_failed)
     return Starlette(routes=routes, middleware=list(middleware),
-                     exception_handlers={**failures, MemError: _refused, **(handlers or {})})
+                     exception_handlers={**failures, MemError: refused, **(handlers or {})})
 
 
 def create_app(root: Path, title: str = "") -> Starlette:

@@ -20,11 +20,12 @@ from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from eventstore.errors import MemError
 from eventstore.layers import CONTRACT_LAYER, consumed_layers
 from sync.mirror import HubMirror
 from sync.storage import HubStorage, hash_token
 
-from .app import Moment, Site, site_app
+from .app import Moment, Site, refused, site_app
 
 COOKIE = "mindlog_ui"
 ADMIN = "admin"
@@ -150,7 +151,10 @@ class TokenGate(BaseHTTPMiddleware):
         token = given or (bearer.strip() if scheme.lower() == "bearer" else "") or request.cookies.get(COOKIE, "")
         if not token:
             return HTMLResponse(UNAUTHORIZED.format(why="No token was given"), status_code=401)
-        viewer = await run_in_threadpool(self.site.viewer, token)
+        try:
+            viewer = await run_in_threadpool(self.site.viewer, token)
+        except MemError as exc:  # raised here, in a middleware, it would pass the app's handlers by: a bare 500
+            return await refused(request, exc)
         if viewer is None:
             return HTMLResponse(UNAUTHORIZED.format(why="The token is unknown or was revoked"), status_code=401)
         if given:
