@@ -16,6 +16,7 @@ import msgspec
 from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from pydantic import ValidationError
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
@@ -40,6 +41,43 @@ INSTRUCTIONS = (
 
 def json_text(value) -> str:
     return msgspec.json.encode(value).decode()
+
+
+LOG_TEXT_CHARS = 2_000
+"""Characters of each text the `log` tool shows of an event: the last 50 events whole, a long page and a long
+message among them, made one tool result of three million characters, past most agents' context."""
+
+
+def clipped(event: dict) -> dict:
+    """An event (as builtins) whose body's long texts are cut at LOG_TEXT_CHARS, each saying how to read it whole."""
+    def clip(value):
+        if isinstance(value, str) and len(value) > LOG_TEXT_CHARS:
+            return (f"{value[:LOG_TEXT_CHARS]}… [{len(value) - LOG_TEXT_CHARS:,} more characters: call log with "
+                    f"seq={event['seq']} for the whole event]")
+        if isinstance(value, list):
+            return [clip(item) for item in value]
+        if isinstance(value, dict):
+            return {key: clip(item) for key, item in value.items()}
+        return value
+
+    event["body"] = clip(event["body"])
+    return event
+
+
+def misfit(tool: str, exc: ValidationError) -> str:
+    """A call whose arguments do not fit the tool's schema, in one sentence an agent can act on (pydantic says it in
+    four lines a mistake, naming its internal model and linking to its docs)."""
+    missing = [".".join(map(str, error["loc"])) for error in exc.errors() if error["type"] == "missing"]
+    wrong = [f"{'.'.join(map(str, error['loc']))}: {error['msg'][0].lower()}{error['msg'][1:]} (got "
+             f"{shown_value(error['input'])})" for error in exc.errors() if error["type"] != "missing"]
+    if missing and not wrong:
+        return f"{tool} needs {', '.join(missing)}"
+    return f"{tool}: " + "; ".join(wrong + [f"{', '.join(missing)} missing"] * bool(missing))
+
+
+def shown_value(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def refusal(message: str) -> CallToolResult:
@@ -107,6 +145,14 @@ class MindlogServer(MCPServer):
     def __init__(self, mem: Memory, **options):
         super().__init__(**options)
         self.mem = mem
+
+    async def call_tool(self, name, arguments, context=None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return refusal(misfit(name, exc.__cause__))
+            raise
 
     async def list_resources(self):
         resources = await super().list_resources()
@@ -277,12 +323,19 @@ def build_server(mem: Memory) -> MCPServer:
 
     @register
     def log(kind: list[str] | None = None, layer: list[str] | None = None, since: str | None = None,
-            n: int = 50) -> list[str]:
+            n: int = 50, seq: int | None = None) -> list[str]:
         """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON; then
-        the instant `since` was understood as)."""
+        the instant `since` was understood as). A text longer than 2,000 characters is clipped, saying so; `seq`
+        alone gives that one event whole."""
+        if seq is not None:
+            event = mem.event(seq)
+            if event is None:
+                raise ToolError(f"there is no event at seq {seq} (the log's head is {mem.head()})")
+            return [json_text(event)]
         since_ms = past_instant(since) if since else None
         said = [f"since {format_local(since_ms)}"] if since_ms is not None else []
-        return [json_text(mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)), *said]
+        events = msgspec.to_builtins(mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n))
+        return [json_text([clipped(event) for event in events]), *said]
 
     @register
     def entry_add(layer: str, text: str, reverses: str | None = None) -> str:

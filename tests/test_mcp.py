@@ -572,3 +572,47 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     assert all(a["jsonrpc"] == "2.0" for a in answers)
     assert answers[-1]["result"]["serverInfo"]["name"] == "mindlog"
     assert log_rows(workspace) == []
+
+
+def test_arguments_that_do_not_fit_a_tools_schema_are_one_sentence(workspace):
+    """An agent's slips in a call's shape (a missing argument, a word for a number, a string for a list) came back
+    as pydantic's dump: four lines naming its internal model and linking to its docs. One sentence now, as the
+    memory tool's own checks say it; nothing is written."""
+    before = log_rows(workspace)
+
+    async def session_body(session):
+        return [await call(session, "create", path="/memories/mind/deploy.md"),
+                await call(session, "insert", path="/memories/mind.md", insert_line="four", insert_text="x"),
+                await call(session, "search", query="deploy", types="procedure")]
+
+    answers = run_stdio(workspace, session_body)
+    assert all(error and "\n" not in text and "pydantic" not in text and "Arguments" not in text
+               for error, text in answers), answers
+    assert answers[0][1] == "create needs file_text"
+    assert answers[1][1].startswith("insert: insert_line: ") and "integer" in answers[1][1] and "'four'" in answers[1][1]
+    assert answers[2][1].startswith("search: types: ") and "list" in answers[2][1] and "'procedure'" in answers[2][1]
+    assert log_rows(workspace) == before
+
+
+def test_the_log_tool_clips_long_texts_and_says_how_to_read_them_whole(workspace):
+    """`log` with no arguments gave the last 50 events whole: a 1 MB page and a 2 MB message made one tool result
+    of three million characters, past most agents' context. Long texts are clipped, each saying how to read it."""
+    with Memory.open(workspace) as mem:
+        mem.write_page("big", PAGE + b"word " * 200_000)
+        mem.loop_append("user", [{"type": "text", "text": "said " * 400_000}])
+        mem.write_page("small", PAGE)
+
+    async def session_body(session):
+        clipped = await call(session, "log")
+        return clipped, await call(session, "log", seq=json.loads(clipped[1])[-3]["seq"])
+
+    (error, text), (whole_error, whole) = run_stdio(workspace, session_body)
+    assert not error and len(text) < 20_000, len(text)
+    big, said, small = json.loads(text)[-3:]
+    page_text = small["body"]["text"]
+    assert page_text == PAGE.decode().split("---\n", 2)[2]
+    assert big["body"]["text"] == (f"{(page_text + 'word ' * 200_000)[:2_000]}… [{len(page_text) + 1_000_000 - 2_000:,} "
+                                   f"more characters: call log with seq={big['seq']} for the whole event]")
+    message = said["body"]["content"][0]["text"]
+    assert message.startswith("said said") and message.endswith(f"call log with seq={said['seq']} for the whole event]")
+    assert not whole_error and json.loads(whole)["body"]["text"] == page_text + "word " * 200_000
