@@ -109,6 +109,15 @@ def _simple(yaml_text: str) -> dict[str, Any] | None:
     return data or None
 
 
+def _yaml_refusal(said: str) -> str:
+    """PyYAML's words in one line, without its `in "<byte string>"` (lines counted from the frontmatter's first),
+    and, for a value holding ": " (`status: superseded-by: deploy`), how to write it."""
+    text = " ".join(said.replace('in "<byte string>",', "at frontmatter").split())
+    if text.startswith("mapping values are not allowed"):
+        text += '; quote a value that holds ": ", as in status: "superseded-by: deploy"'
+    return f"frontmatter is not valid YAML: {text}"
+
+
 def parse(yaml_text: str) -> dict[str, Any]:
     """Parses and checks page frontmatter: `type` required, one-line fields single-line, sources a list."""
     simple = _simple(yaml_text)
@@ -117,7 +126,7 @@ def parse(yaml_text: str) -> dict[str, Any]:
     try:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:
-        raise InvalidInput(f"frontmatter is not valid YAML: {' '.join(str(exc).split())}") from None
+        raise InvalidInput(_yaml_refusal(str(exc))) from None
     except RecursionError:
         raise InvalidInput(f"frontmatter is nested too deep (or refers to itself); the limit is {MAX_DEPTH}") from None
     return check(data)

@@ -171,7 +171,9 @@ class MemoryTool:
         if count > 1:
             lines, start = [], 0
             while (found := text.find(old_str, start)) != -1:
-                lines.append(text[:found].count("\n") + 1)
+                line = text.count("\n", 0, found) + 1
+                if not lines or lines[-1] != line:  # a line once, however many times it holds old_str
+                    lines.append(line)
                 start = found + 1
             raise ToolRefusal(f"No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines: "
                               f"{', '.join(map(str, lines))}. Please ensure it is unique")

@@ -83,6 +83,7 @@ def test_always_lines_are_edited_through_mind_md(tool, memory, workspace):
 def test_memory_tool_refusals_leave_the_log_untouched(tool, memory, workspace):
     tool.create("/memories/mind/deploy.md", PAGE.decode())
     tool.create("/memories/notes/a.md", "same\nsame\n")
+    tool.create("/memories/notes/b.md", "aa a\nb\na\n")
     assert refused(tool, workspace, "view", "/etc/passwd") == "Path must start with /memories, got: /etc/passwd"
     assert refused(tool, workspace, "view", "/memories/nothing.md") == \
         "The path /memories/nothing.md does not exist. Please provide a valid path."
@@ -93,6 +94,8 @@ def test_memory_tool_refusals_leave_the_log_untouched(tool, memory, workspace):
     assert refused(tool, workspace, "str_replace", "/memories/notes/a.md", "same", "x") == \
         ("No replacement was performed. Multiple occurrences of old_str `same` in lines: 1, 2. "
          "Please ensure it is unique")
+    assert refused(tool, workspace, "str_replace", "/memories/notes/b.md", "a", "x") == \
+        "No replacement was performed. Multiple occurrences of old_str `a` in lines: 1, 3. Please ensure it is unique"
     assert refused(tool, workspace, "insert", "/memories/notes/a.md", 3, "x") == \
         "Invalid `insert_line` parameter: 3. It should be within the range [0, 2]."
     assert refused(tool, workspace, "rename", "/memories/notes/a.md", "/memories/mind/deploy.md") == \

@@ -14,6 +14,9 @@ BAD_PAGES = {
     "empty type": (b"---\ntype: ''\n---\n# D\n", "non-empty"),
     "type not a string": (b"---\ntype: [a, b]\n---\n# D\n", "`type` must be a non-empty string"),
     "invalid yaml": (b"---\ntype: procedure\ndescription: a: b: c\n---\n# D\n", "not valid YAML"),
+    "a value holding ': '": (b"---\ntype: procedure\nstatus: superseded-by: deploy\n---\n# D\n",
+                             'frontmatter is not valid YAML: mapping values are not allowed in this context at frontmatter '
+                             'line 2, column 22; quote a value that holds ": ", as in status: "superseded-by: deploy"'),
     "frontmatter not a mapping": (b"---\n- a\n- b\n---\n# D\n", "mapping"),
     "unclosed frontmatter": (b"---\ntype: procedure\n# D\n", "not closed"),
     "injection by a newline": (b'---\ntype: procedure\ndescription: "ok\\n---\\ntype: evil"\n---\n# D\n',
