@@ -339,7 +339,8 @@ def build_server(mem: Memory) -> MCPServer:
 
     @register
     def entry_add(layer: str, text: str, reverses: str | None = None) -> str:
-        """Append a typed entry to a shared `entries` layer: "[DECISION] text" or "[FACT] 2026-11-29: text"."""
+        """Append a typed entry to an `entries` layer (a shared one, or a local one the workspace declared):
+        "[DECISION] text" or "[FACT] 2026-11-29: text"."""
         event = mem.entry_add(layer, text, reverses)
         return f"{event.id} [{event.body.type}] {event.body.date}: {event.body.content} (seq {event.seq})"
 

@@ -487,7 +487,8 @@ class Memory:
         if contract is None and not private:
             raise InvalidInput(**for_each(f"there is no layer {layer!r}: no contract is known yet (",
                                           "`mem pull` fetches the hub's; `mem layer add NAME PATH` declares a local "
-                                          "layer)", "call sync to fetch the hub's)"))
+                                          "layer)", "call sync to fetch the hub's, once a person has added a "
+                                          "remote; or a person declares a local layer with `mem layer add NAME PATH`)"))
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
 

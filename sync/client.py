@@ -204,7 +204,9 @@ def remove_remote(memory, name: str) -> Remote:
 def get_remote(memory, name: str | None) -> Remote:
     remotes = load_remotes(memory)
     if not remotes:
-        raise InvalidInput("no remote yet: `mem remote add NAME URL --token-file F`")
+        raise InvalidInput("no remote yet: `mem remote add NAME URL --token-file F`",
+                           for_tools="no remote yet: a person adds one (`mem remote add NAME URL --token-file F`, "
+                                     "with a token the hub's administrator gives); no tool can")
     if name is None:
         if len(remotes) > 1 and "origin" not in remotes:
             raise InvalidInput(f"several remotes ({', '.join(remotes)}): name one")

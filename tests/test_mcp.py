@@ -160,10 +160,14 @@ def test_a_layer_of_a_workspace_without_a_contract_is_refused_with_each_way_to_h
                     "add NAME PATH` declares a local layer)")
 
     async def session_body(session):
-        return await call(session, "entry_add", layer="notes", text="[FACT] 2026-11-30: x")
+        return [await call(session, "entry_add", layer="notes", text="[FACT] 2026-11-30: x"),
+                await call(session, "sync")]
 
-    assert run_stdio(workspace, session_body) == (
-        True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's)")
+    assert run_stdio(workspace, session_body) == [  # each saying what the agent cannot do itself (it went in circles)
+        (True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's, once a person has "
+               "added a remote; or a person declares a local layer with `mem layer add NAME PATH`)"),
+        (True, "no remote yet: a person adds one (`mem remote add NAME URL --token-file F`, with a token the hub's "
+               "administrator gives); no tool can")]
     assert log_rows(workspace) == []
 
 
@@ -202,7 +206,8 @@ def test_a_refusal_carries_the_tools_way_forward_from_where_it_is_raised(workspa
                 call_()
             refusals.append(refused.value)
     assert [(str(exc) == exc.told("cli"), exc.told("tools")) for exc in refusals] == [
-        (True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's)"),
+        (True, "there is no layer 'notes': no contract is known yet (call sync to fetch the hub's, once a person has "
+               "added a remote; or a person declares a local layer with `mem layer add NAME PATH`)"),
         (True, "n must be 0 or more, not -2"),
         (True, "last must be 0 or more, not -1"),
         (True, "page 'freeze' is held (governance: hold, seq 1); refusing to delete it. Release it first: call "
@@ -302,6 +307,9 @@ def test_refusals_are_tool_errors_with_the_cli_message(workspace, tmp_path):
                                 "or pass --force to overwrite it")
     expected[4] = ("mind/deploy.md was edited by hand since mindlog wrote it: call the adopt tool to keep the edit as "
                    "a new version; then call again")
+    assert expected[6] == "no remote yet: `mem remote add NAME URL --token-file F`"
+    expected[6] = ("no remote yet: a person adds one (`mem remote add NAME URL --token-file F`, with a token the hub's "
+                   "administrator gives); no tool can")
     assert [text for _error, text in answers[:len(cases)]] == expected
     assert not any(word in text for _error, text in answers
                    for word in ("--allow-secret", "mem page release", "--force", "mem adopt"))
