@@ -70,9 +70,9 @@ def misfit(tool: str, exc: ValidationError) -> str:
     missing = [".".join(map(str, error["loc"])) for error in exc.errors() if error["type"] == "missing"]
     wrong = [f"{'.'.join(map(str, error['loc']))}: {error['msg'][0].lower()}{error['msg'][1:]} (got "
              f"{shown_value(error['input'])})" for error in exc.errors() if error["type"] != "missing"]
-    if missing and not wrong:
+    if not wrong:
         return f"{tool} needs {', '.join(missing)}"
-    return f"{tool}: " + "; ".join(wrong + [f"{', '.join(missing)} missing"] * bool(missing))
+    return f"{tool}: " + "; ".join(wrong + ([f"{', '.join(missing)} missing"] if missing else []))
 
 
 def shown_value(value) -> str:
