@@ -147,6 +147,13 @@ class MindlogServer(MCPServer):
         self.mem = mem
 
     async def call_tool(self, name, arguments, context=None):
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and arguments:
+            taken = tool.parameters.get("properties", {})
+            unknown = sorted(set(arguments) - set(taken))
+            if unknown:  # the SDK would drop them unsaid: an agent would believe they did something
+                return refusal(f"{name} takes no {', '.join(unknown)} (it takes {', '.join(taken) or 'nothing'}); "
+                               "nothing was done")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

@@ -584,14 +584,15 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
 
 def test_arguments_that_do_not_fit_a_tools_schema_are_one_sentence(workspace):
     """An agent's slips in a call's shape (a missing argument, a word for a number, a string for a list) came back
-    as pydantic's dump: four lines naming its internal model and linking to its docs. One sentence now, as the
+    as pydantic's dump (and an argument the tool does not take was dropped unsaid): four lines naming its internal model and linking to its docs. One sentence now, as the
     memory tool's own checks say it; nothing is written."""
     before = log_rows(workspace)
 
     async def session_body(session):
         return [await call(session, "create", path="/memories/mind/deploy.md"),
                 await call(session, "insert", path="/memories/mind.md", insert_line="four", insert_text="x"),
-                await call(session, "search", query="deploy", types="procedure")]
+                await call(session, "search", query="deploy", types="procedure"),
+                await call(session, "create", path="/memories/mind/deploy.md", file_text=PAGE.decode(), mode="overwrite")]
 
     answers = run_stdio(workspace, session_body)
     assert all(error and "\n" not in text and "pydantic" not in text and "Arguments" not in text
@@ -599,6 +600,7 @@ def test_arguments_that_do_not_fit_a_tools_schema_are_one_sentence(workspace):
     assert answers[0][1] == "create needs file_text"
     assert answers[1][1].startswith("insert: insert_line: ") and "integer" in answers[1][1] and "'four'" in answers[1][1]
     assert answers[2][1].startswith("search: types: ") and "list" in answers[2][1] and "'procedure'" in answers[2][1]
+    assert answers[3][1] == "create takes no mode (it takes path, file_text); nothing was done"  # was dropped unsaid
     assert log_rows(workspace) == before
 
 
