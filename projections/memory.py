@@ -440,7 +440,7 @@ class Memory:
         if found is None or found == self._views_file:
             return
         self.views.close()
-        self.swap_views(Views(self.ws.views_path, contract=self.hub_contract(), agent=self.config.agent))
+        self.swap_views(self._open_views(rebuild_damaged=False))
 
     # --- shared layers ------------------------------------------------------------------------
 
