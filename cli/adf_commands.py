@@ -10,7 +10,7 @@ import typer
 from eventstore.errors import InvalidInput
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import AllowSecretOpt, emit_json, event_count, progress_bar
+from .output import AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, progress_bar
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -83,9 +83,7 @@ def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="T
         raise InvalidInput("the summary is not valid UTF-8") from None
     with memory() as mem:
         done = mem.loop_compact(summary, preserve, loop, allow_secret=allow_secret)
-    last = done.archived
-    archived = f"; archived seqs {last.start_seq}..{last.end_seq} in audit {last.id}" if last else "; not audited"
-    typer.echo(f"[S{done.event.seq}] compacted loop {loop}{archived}")
+    typer.echo(compacted_line(done, loop))
 
 
 @loop_app.command("clear", context_settings={"ignore_unknown_options": True})
@@ -95,8 +93,7 @@ def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] =
     audit is on."""
     with memory() as mem:
         done = mem.loop_clear(start, end, loop)
-    typer.echo(f"cleared loop {loop}[{'' if start is None else start}:{'' if end is None else end}] "
-               f"(seq {done.event.seq})")
+    typer.echo(cleared_line(done, loop, start, end))
 
 
 @file_app.command("write")

@@ -23,12 +23,13 @@ from eventstore.instants import format_local, past_instant
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
 from projections.adopt import adopt as adopting
-from projections.memory import Memory
+from projections import redact as redacting
+from projections.memory import Memory, below_zero
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
 from .app import point, release, resolve_at
-from .output import TOO_LARGE
+from .output import LEFT_ON_DISK, TOO_LARGE, cleared_line, compacted_line, event_line, redacted_line
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -36,7 +37,9 @@ INSTRUCTIONS = (
     "delete, rename) work over /memories: /memories/mind.md is the index (edit only its `## Always` lines), "
     "/memories/mind/<slug>.md are wiki pages (YAML frontmatter with a `type`, then markdown), other paths are "
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
-    "search (with `at`), believed, cite and log read it back. Files edited on disk by hand are recorded by adopt.")
+    "search (with `at`), believed, cite and log read it back. The loop (transcript): loop_append, loop_show, "
+    "loop_compact, loop_clear; what they removed: audit, and cite adf-audit://seq/N. redact forgets events for good. "
+    "Files edited on disk by hand are recorded by adopt.")
 
 
 def json_text(value) -> str:
@@ -48,20 +51,17 @@ LOG_TEXT_CHARS = 2_000
 message among them, made one tool result of three million characters, past most agents' context."""
 
 
-def clipped(event: dict) -> dict:
-    """An event (as builtins) whose body's long texts are cut at LOG_TEXT_CHARS, each saying how to read it whole."""
-    def clip(value):
-        if isinstance(value, str) and len(value) > LOG_TEXT_CHARS:
-            return (f"{value[:LOG_TEXT_CHARS]}… [{len(value) - LOG_TEXT_CHARS:,} more characters: call log with "
-                    f"seq={event['seq']} for the whole event]")
-        if isinstance(value, list):
-            return [clip(item) for item in value]
-        if isinstance(value, dict):
-            return {key: clip(item) for key, item in value.items()}
-        return value
-
-    event["body"] = clip(event["body"])
-    return event
+def clipped(value, seq: int):
+    """`value` (builtins: an event's body, a loop message's content) with every text longer than LOG_TEXT_CHARS cut
+    there, saying how to read it whole: the event at `seq`."""
+    if isinstance(value, str) and len(value) > LOG_TEXT_CHARS:
+        return (f"{value[:LOG_TEXT_CHARS]}… [{len(value) - LOG_TEXT_CHARS:,} more characters: call log with "
+                f"seq={seq} for the whole event]")
+    if isinstance(value, list):
+        return [clipped(item, seq) for item in value]
+    if isinstance(value, dict):
+        return {key: clipped(item, seq) for key, item in value.items()}
+    return value
 
 
 def misfit(tool: str, exc: ValidationError) -> str:
@@ -342,7 +342,7 @@ def build_server(mem: Memory) -> MCPServer:
         since_ms = past_instant(since) if since else None
         said = [f"since {format_local(since_ms)}"] if since_ms is not None else []
         events = msgspec.to_builtins(mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n))
-        return [json_text([clipped(event) for event in events]), *said]
+        return [json_text([{**event, "body": clipped(event["body"], event["seq"])} for event in events]), *said]
 
     @register
     def entry_add(layer: str, text: str, reverses: str | None = None) -> str:
@@ -371,6 +371,54 @@ def build_server(mem: Memory) -> MCPServer:
         cites it."""
         seq = mem.loop_append(role, [{"type": "text", "text": text}], loop, model).seq
         return f"[S{seq}] {role} appended to loop {loop}"
+
+    @register
+    def loop_show(loop: str = "main", at: str | None = None, seq: int | None = None, last: int = 50) -> list[str]:
+        """The live loop (what compactions and clears left of the transcript), its last `last` messages in display
+        order (JSON), now or as of a moment; a text longer than 2,000 characters is clipped, saying so. With `at`,
+        a second text says which instant it read."""
+        if last < 0:
+            raise below_zero("last", last)
+        said: list[str] = []
+        rows = msgspec.to_builtins(mem.loop(loop, moment(mem, at, seq, said.append)))
+        shown = rows[-last:] if last else []
+        return [json_text([{**row, "content": clipped(row["content"], row["seq"])} for row in shown]), *said]
+
+    @register
+    def loop_compact(summary: str, preserve: int = 0, loop: str = "main") -> str:
+        """Replace all but the last `preserve` messages of a loop by `summary` (cite what it keeps as [S<seq>]); the
+        messages removed go to the audit when audit.loop is on, and the log keeps every one."""
+        return compacted_line(mem.loop_compact(summary.strip(), preserve, loop), loop)
+
+    @register
+    def loop_clear(start: int | None = None, end: int | None = None, loop: str = "main") -> str:
+        """Remove rows[start:end] of a loop (a Python slice over the display order: -1 is the last message; neither
+        given: all); archived in the audit when audit.loop is on, and the log keeps every one."""
+        return cleared_line(mem.loop_clear(start, end, loop), loop, start, end)
+
+    @register
+    def audit(source: str | None = None, at: str | None = None, seq: int | None = None) -> list[str]:
+        """The audit's rows (JSON): what compactions, clears and deletes archived (source loop, loop:NAME, file,
+        inbox_message...), now or as of a moment. Read an archived message with cite adf-audit://seq/N."""
+        said: list[str] = []
+        return [json_text(mem.audit_rows(source, moment(mem, at, seq, said.append))), *said]
+
+    @register
+    def redact(reason: str, targets: list[str] | None = None, match: str | None = None, layer: str | None = None,
+               confirm: bool = False) -> str:
+        """Forget: remove events' bodies from the log (their place in the chain stays, reading `[redacted: reason]`)
+        and rebuild every view and file without them. `targets`: seqs or event ids, redacted at once; or `match`, a
+        regular expression over the events' texts (with `layer`, that layer only), which lists what it would redact
+        until called again with confirm=true. Only this agent's own events, or those of a shared layer it produces."""
+        if bool(targets) == bool(match):
+            raise ToolError("give targets (seqs or event ids) or match (a regular expression), not both or neither")
+        if layer is not None and not match:
+            raise ToolError("layer goes with match")
+        events = redacting.search(mem, match, layer) if match else redacting.resolve(mem, targets)
+        report = redacting.redact(mem, events, reason, apply=not match or confirm)
+        listed = [event_line(event) for event in events] if match and not confirm else []
+        warned = [LEFT_ON_DISK] if report.left_on_disk else []
+        return "\n".join([*listed, redacted_line(report, "call redact again with confirm=true to do it"), *warned])
 
     @register
     def sync(direction: Literal["push", "pull", "both"] = "both", remote: str | None = None) -> str:

@@ -34,6 +34,34 @@ def event_count(count: int) -> str:
     return f"{count} event" if count == 1 else f"{count} events"
 
 
+def compacted_line(done, loop: str) -> str:
+    """What a loop compaction did (a `Memory.loop_compact` result), as `mem loop compact` and the MCP tool say it."""
+    last = done.archived
+    archived = f"; archived seqs {last.start_seq}..{last.end_seq} in audit {last.id}" if last else "; not audited"
+    return f"[S{done.event.seq}] compacted loop {loop}{archived}"
+
+
+def cleared_line(done, loop: str, start: int | None, end: int | None) -> str:
+    """What a loop clear did (a `Memory.loop_clear` result), as `mem loop clear` and the MCP tool say it."""
+    last = done.archived
+    archived = f"; archived in audit {last.id}" if last else ""
+    return (f"cleared loop {loop}[{'' if start is None else start}:{'' if end is None else end}] "
+            f"(seq {done.event.seq}){archived}")
+
+
+LEFT_ON_DISK = ("another process is reading the log, so the redacted text is still in .mem/log.db and its WAL; the "
+                "next write to this workspace erases it once that reader is done")
+
+
+def redacted_line(report, confirm: str) -> str:
+    """What a redaction did or would do (a `redact.RedactReport`); `confirm` says how to do what it only listed."""
+    if not report.targets:
+        return "nothing matches"
+    if report.done:
+        return f"redacted {event_count(len(report.targets))} (redaction seq {', '.join(map(str, report.redactions))})"
+    return f"would redact {event_count(len(report.targets))}; {confirm}"
+
+
 def fail(message: str, code: int = 1) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)

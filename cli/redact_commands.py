@@ -5,7 +5,7 @@ from typing import Optional
 import typer
 
 from .app import JsonOpt, app, fail, memory
-from .output import emit_json, event_count, event_line
+from .output import LEFT_ON_DISK, emit_json, event_line, redacted_line
 from .sync_commands import DbOpt, hub_app, storage
 
 ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
@@ -28,19 +28,12 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
         report = redacting.redact(mem, events, reason, apply=not match or yes)
         listed = [event_line(e) for e in events]
     if report.left_on_disk:
-        typer.echo("warning: another process is reading the log, so the redacted text is still in .mem/log.db "
-                   "and its WAL; the next write to this workspace erases it once that reader is done", err=True)
+        typer.echo(f"warning: {LEFT_ON_DISK}", err=True)
     if json:
         return emit_json(report)
     for line in listed:
         typer.echo(line)
-    if not report.targets:
-        typer.echo("nothing matches")
-    elif report.done:
-        seqs = ", ".join(map(str, report.redactions))
-        typer.echo(f"redacted {event_count(len(report.targets))} (redaction seq {seqs})")
-    else:
-        typer.echo(f"would redact {event_count(len(report.targets))}; add --yes to do it")
+    typer.echo(redacted_line(report, "add --yes to do it"))
 
 
 @hub_app.command("redact")

@@ -371,10 +371,13 @@ class Memory:
 
     def loop_compact(self, summary: str, preserve: int = 0, loop: str = "main", *,
                      allow_secret: bool = False) -> Compaction:
+        if preserve < 0:
+            raise below_zero("preserve", preserve)
         live = len(self.loop(loop))
         if live <= preserve:
             raise InvalidInput(f"loop {loop!r} has {live} messages; with --preserve {preserve} there is nothing "
-                               "to compact")
+                               "to compact", for_tools=f"loop {loop!r} has {live} messages; with preserve {preserve} "
+                               "there is nothing to compact")
         event = self.append(self.adf_writer.loop_compact(summary, preserve, loop), allow_secret=allow_secret)
         return Compaction(event=event, archived=audit.archived_by(self.views, event.seq))
 

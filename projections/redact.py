@@ -60,7 +60,8 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
     try:
         compiled = re.compile(pattern)
     except re.error as exc:
-        raise InvalidInput(f"--match {pattern!r} is not a regular expression: {exc}") from None
+        raise InvalidInput(f"--match {pattern!r} is not a regular expression: {exc}",
+                           for_tools=f"match {pattern!r} is not a regular expression: {exc}") from None
     if layer:
         memory.layer_spec(layer, private=True)
     hits = []
@@ -91,7 +92,7 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     """Appends one redaction per layer of `events` (all in one transaction) and rebuilds the views."""
     reason = " ".join(reason.split())
     if not reason:
-        raise InvalidInput("a redaction needs a --reason")
+        raise InvalidInput("a redaction needs a --reason", for_tools="a redaction needs a reason")
     if not events:
         return RedactReport(targets=[], redactions=[], done=False)
     check_allowed(memory, events)

@@ -21,7 +21,7 @@ from sync.server import free_port
 
 MEMORY_TOOL = {"view", "create", "str_replace", "insert", "delete", "rename"}
 MINDLOG_TOOLS = {"memory", "show", "history", "diff", "believed", "cite", "log", "entry_add", "loop_append", "sync",
-                 "page_release", "adopt"}
+                 "page_release", "adopt", "loop_show", "loop_compact", "loop_clear", "audit", "redact"}
 EDITED = PAGE.replace(b"Staging first.", b"Staging first, always.")
 
 
@@ -626,3 +626,82 @@ def test_the_log_tool_clips_long_texts_and_says_how_to_read_them_whole(workspace
     message = said["body"]["content"][0]["text"]
     assert message.startswith("said said") and message.endswith(f"call log with seq={said['seq']} for the whole event]")
     assert not whole_error and json.loads(whole)["body"]["text"] == page_text + "word " * 200_000
+
+
+def test_the_loop_its_audit_and_forgetting_as_an_agent_runs_them(workspace):
+    """The loop's compaction and clearing, the audit and redaction were CLI commands only: an agent over MCP could
+    append to its transcript but never compact it, see what was archived, or forget what it should not keep."""
+    with Memory.open(workspace) as mem:
+        for n in range(1, 6):
+            mem.loop_append("user" if n % 2 else "assistant", [{"type": "text", "text": f"message {n}"}])
+        mem.loop_append("user", [{"type": "text", "text": "the vendor's phone is 555-0199, call after 9"}])
+        mem.loop_append("assistant", [{"type": "text", "text": "long " * 1_000}])
+
+    async def session_body(session):
+        shown = await call(session, "loop_show", last=3)
+        compacted = await call(session, "loop_compact", summary="Talked over messages 1-5 [S1].", preserve=2)
+        audited = await call(session, "audit")
+        cited = await call(session, "cite", citation="adf-audit://seq/2")
+        cleared = await call(session, "loop_clear", start=-1)
+        listed = await call(session, "redact", reason="a private number", match="555-01")
+        kept = await call(session, "loop_show")
+        redacted = await call(session, "redact", reason="a private number", match="555-01", confirm=True)
+        return shown, compacted, audited, cited, cleared, listed, kept, redacted, await call(session, "loop_show")
+
+    answers = run_stdio(workspace, session_body)
+    assert not any(error for error, _text in answers), answers
+    shown, compacted, audited, cited, cleared, listed, kept, redacted, after = (text for _error, text in answers)
+    rows = json.loads(shown)
+    assert [row["seq"] for row in rows] == [5, 6, 7] and rows[0]["content"][0]["text"] == "message 5"
+    assert rows[2]["content"][0]["text"].endswith("more characters: call log with seq=7 for the whole event]")
+    assert compacted == "[S8] compacted loop main; archived seqs 1..5 in audit 1"
+    assert [(row["start_seq"], row["end_seq"], row["entry_count"]) for row in json.loads(audited)] == [(1, 5, 5)]
+    hit = json.loads(cited)["hit"]
+    assert (hit["source"], hit["audit_id"], hit["entry"]["content_json"][0]["text"]) == ("audit", 1, "message 2")
+    assert cleared == "cleared loop main[-1:] (seq 9); archived in audit 2"
+    assert listed.splitlines()[-1] == "would redact 1 event; call redact again with confirm=true to do it"
+    assert "555-0199" in kept
+    assert redacted.startswith("redacted 1 event (redaction seq 10)")
+    assert "555-0199" not in after and "[redacted: a private number]" in after
+    assert "555-0199" not in (workspace / ".mem" / "log.db").read_bytes().decode("latin-1")
+    check = run_mem("replay", "--check", "--workspace", workspace)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_loop_audit_and_redact_tools_refuse_as_the_cli_does_and_change_nothing(workspace):
+    with Memory.open(workspace) as mem:
+        mem.loop_append("user", [{"type": "text", "text": "only one"}])
+    before = log_rows(workspace)
+
+    async def session_body(session):
+        return [await call(session, "loop_compact", summary="s", preserve=1),
+                await call(session, "loop_compact", summary="s", preserve=-1),
+                await call(session, "loop_compact", summary="  "),
+                await call(session, "loop_clear", start=5),
+                await call(session, "loop_show", last=-1),
+                await call(session, "redact", reason="r"),
+                await call(session, "redact", reason="r", targets=["1"], match="x"),
+                await call(session, "redact", reason="r", targets=["1"], layer="mind"),
+                await call(session, "redact", reason=" ", targets=["1"]),
+                await call(session, "redact", reason="r", match="("),
+                await call(session, "redact", reason="r", targets=["99"]),
+                await call(session, "audit", seq=99)]
+
+    answers = run_stdio(workspace, session_body)
+    assert all(error and "\n" not in text for error, text in answers), answers
+    texts = [text for _error, text in answers]
+    assert texts[0] == "loop 'main' has 1 messages; with preserve 1 there is nothing to compact"
+    assert texts[0].replace("preserve", "--preserve") == cli_error(workspace, "loop", "compact", "--summary-file", "-",
+                                                                  "--preserve", "1", input=b"s")
+    assert texts[1] == "preserve must be 0 or more, not -1"
+    assert texts[2] == "a compaction needs a non-empty summary"
+    assert texts[3] == cli_error(workspace, "loop", "clear", "5")
+    assert texts[4] == "last must be 0 or more, not -1"
+    assert texts[5] == texts[6] == ("give targets (seqs or event ids) or match (a regular expression), not both or "
+                                    "neither")
+    assert texts[7] == "layer goes with match"
+    assert texts[8] == "a redaction needs a reason"
+    assert texts[9].startswith("match '(' is not a regular expression: ")
+    assert texts[10] == cli_error(workspace, "redact", "99", "--reason", "r")
+    assert texts[11] == cli_error(workspace, "audit", "list", "--seq", "99")
+    assert log_rows(workspace) == before
