@@ -404,7 +404,7 @@ def build_server(mem: Memory) -> MCPServer:
         return [json_text(mem.audit_rows(source, moment(mem, at, seq, said.append))), *said]
 
     @register
-    def redact(reason: str, targets: list[str] | None = None, match: str | None = None, layer: str | None = None,
+    def redact(reason: str, targets: list[int | str] | None = None, match: str | None = None, layer: str | None = None,
                confirm: bool = False) -> str:
         """Forget: remove events' bodies from the log (their place in the chain stays, reading `[redacted: reason]`)
         and rebuild every view and file without them. `targets`: seqs or event ids, redacted at once; or `match`, a
@@ -414,7 +414,7 @@ def build_server(mem: Memory) -> MCPServer:
             raise ToolError("give targets (seqs or event ids) or match (a regular expression), not both or neither")
         if layer is not None and not match:
             raise ToolError("layer goes with match")
-        events = redacting.search(mem, match, layer) if match else redacting.resolve(mem, targets)
+        events = redacting.search(mem, match, layer) if match else redacting.resolve(mem, list(map(str, targets)))
         report = redacting.redact(mem, events, reason, apply=not match or confirm)
         listed = [event_line(event) for event in events] if match and not confirm else []
         warned = [LEFT_ON_DISK] if report.left_on_disk else []
