@@ -747,6 +747,9 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     match = quote(query)
     if not match:
         raise InvalidInput("the query is empty: give at least one word to search for", field="query")
+    if not any(char.isalnum() for char in query):
+        raise InvalidInput(f"the query {query.strip()!r} holds no word to search for: the index keeps words (letters "
+                           "and digits), not emoji or punctuation", field="query")
     checkpoint = views.checkpoint()
     past = as_of is not None and as_of < checkpoint
     where, params = [], []

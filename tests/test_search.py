@@ -84,6 +84,16 @@ def test_query_syntax_is_just_text(memory):
         cites(memory, " ")
 
 
+def test_a_query_of_no_word_is_refused_not_answered_no_matches(memory):
+    """The tokenizer keeps letters and digits only: `🚀` or `--` searched nothing and said "no matches", as if the
+    memory held none. A query with a word among them searches that word."""
+    memory.write_page("launch", page("Launch", "Shipped 🚀 on Tuesday -- a first."))
+    for query in ("🚀", "✅ 🚀", "--", "“”"):
+        with pytest.raises(InvalidInput, match=f"the query {query!r} holds no word to search for"):
+            cites(memory, query)
+    assert cites(memory, "shipped 🚀") == ["adf-file://mind/launch.md"]
+
+
 def test_the_index_is_a_view_replay_rebuilds_it_identically(memory):
     for i in range(30):
         memory.write_page(f"p{i % 7}", page(f"Page {i % 7}", f"version {i} word{i}"))
