@@ -13,7 +13,7 @@ from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, emit_json, event_count, event_line, fail, plain, progress_bar
+from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail, plain, progress_bar
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -574,6 +574,8 @@ def main() -> None:
     from typer.exceptions import Abort
 
     tune_typer()
+    if sys.stdout.isatty():
+        sys.stdout = TerminalSafe(sys.stdout)
     for arg in sys.argv[1:]:
         try:
             arg.encode()
