@@ -343,7 +343,8 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
 @app.command()
 def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
              force: bool = typer.Option(False, "--force", help="Write into a non-empty directory (never a workspace).")):
-    """Write the whole memory as it was into DIRECTORY (a new or empty directory outside any workspace)."""
+    """Write the workspace's files as they were into DIRECTORY (a new or empty directory outside any workspace);
+    `mem export adf --at` writes the whole memory, loop and audit too."""
     with memory() as mem:
         point_seq = as_of(mem, at, seq)
         written = mem.checkout(directory, point_seq, force=force)
