@@ -3,7 +3,8 @@
 An exported file holds the views as of a seq; ADF's own audit-read recipe resolves its blobs.
 Importing turns a file into events: config, files (wiki files become pages, `## Always` lines and
 a restored log), live loop rows at their own seqs, messages, and every audit blob verbatim — older
-schemas too (21: `start_at`/`end_at`, no `ord`, no `loop`).
+schemas too (21: `start_at`/`end_at`, no `ord`, no `loop`). Every seq the file names (a live row's, an
+archived message's, its loop counter's) stays that message's: no other event takes it (`_line_up`).
 """
 
 import collections
@@ -102,6 +103,7 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     db.execute("INSERT INTO adf_config VALUES (1, ?, ?)",
                config or (json.dumps(views.config(as_of), indent=2), "1970-01-01T00:00:00.000Z"))
     db.executemany("INSERT INTO adf_loop VALUES (?,?,?,?,?,?,?,?)", sorted(views.loop_rows(None, as_of)))
+    _set_loop_counter(db, as_of)
     db.executemany("INSERT INTO adf_audit VALUES (?,?,?,?,?,?,?,?,?)", views.audit_rows(as_of, data=True))
     db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", views.adf_files(as_of))
     for box in ("inbox", "outbox"):
@@ -115,6 +117,14 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         Path(f"{tmp}{suffix}").unlink(missing_ok=True)
     tmp.rename(out)
     return ExportReport(path=str(out), seq=as_of, rows=rows)
+
+
+def _set_loop_counter(db, as_of: int) -> None:
+    """adf_loop's AUTOINCREMENT counter at the export's seq, where mindlog's next message would be: an ADF
+    runtime then appends after every seq the file names (an archived message's too), and an import keeps
+    them all (`_Importer.counter`)."""
+    db.execute("DELETE FROM sqlite_sequence WHERE name = 'adf_loop'")
+    db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('adf_loop', ?)", (as_of,))
 
 
 MAX_SEQ = 2 ** 53 - 1  # beyond this a seq no longer survives a JSON reader (a double)
@@ -269,6 +279,7 @@ class _Importer:
         self.db, self.agent, self.name = db, agent, "adf"
         self.identity = b""  # the agent the file is of (adf_meta), which every id is derived under
         self.file_ms = 0  # the file's own time (adf_updated_at): that of the rows that carry none
+        self.created_ms = 0  # when the file was made (adf_created_at): that of the seqs its loop used before
         self.made: collections.Counter = collections.Counter()
         self.writer, self.adf_writer = Writer(agent, _NoFiles()), AdfWriter(agent, _NoFiles())
         self.layered = _ImportedLayers()
@@ -278,15 +289,25 @@ class _Importer:
         self.others: list = []
         self.live: list = []
         self.kept_aside: list[str] = []
+        self.archived: dict[int, str] = {}  # seq -> the audit row that archives the message of that seq
+        self.named = 0  # the highest seq the file names: its loop counter, an archived or a live message's
         self.layers = {}  # the local layers its config declares: their files are rendered from their events
 
     def readers(self):
-        return (self.meta, self.config, self.audit, self.files, self.inbox, self.outbox, self.loop)
+        return (self.meta, self.config, self.audit, self.files, self.inbox, self.outbox, self.loop, self.counter)
 
     def read(self) -> list:
+        """The file's events in the order they are appended: its loop's seqs first (`_line_up`), then the
+        config, the audit blobs, files and messages, and last the wiki, so that what a page cites is there
+        before it."""
         for reader in self.readers():
             reader(self.rows(reader.table, reader.required))
-        return _line_up(self.live, self.wiki + self.others, self.event, self.name)
+        return [*_line_up(self.live, self.named, self.gap, self.event), *self.others, *self.wiki]
+
+    def gap(self, skipped: int):
+        """An ImportGap for seqs the file's loop used: of the file's first time, as the log's first event it
+        keeps the file's adf_created_at."""
+        return self.event(ImportGap(source=self.name, skipped=skipped), ts=self.created_ms)
 
     def rows(self, table: str, required: bool) -> list[dict]:
         columns = [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]
@@ -326,6 +347,7 @@ class _Importer:
         self.identity = hashlib.sha256("\0".join(str(meta.get(key) or "") for key in (
             "adf_name", "adf_handle", "adf_parent_did", "adf_created_at")).encode()).digest()
         self.file_ms = _time(_str_or_none(meta.get("adf_updated_at")) or _str_or_none(meta.get("adf_created_at")), 0)
+        self.created_ms = _time(_str_or_none(meta.get("adf_created_at")), self.file_ms)
         self.name = re.sub(r"[^a-z0-9_-]", "-", str(handle).lower())[:64].strip("-_") or "adf"
 
     @_reads("adf_config")
@@ -357,15 +379,33 @@ class _Importer:
                 raise InvalidInput(f"{where} is a loop blob but not a JSON array of entries")
             start = _int(record.get("start_seq"), f"{where} start_seq", True, 0, MAX_SEQ)
             end = _int(record.get("end_seq"), f"{where} end_seq", True, 0, MAX_SEQ)
-            if "start_seq" not in record and is_loop:
-                seqs = [e["seq"] for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
-                start, end = (min(seqs), max(seqs)) if seqs else (None, None)
+            if is_loop:
+                seqs = self._archive(where, entries)
+                if "start_seq" not in record:
+                    start, end = (min(seqs), max(seqs)) if seqs else (None, None)
+                self.named = max(self.named, *seqs, start or 0, end or 0)
             created = _int(record.get("created_at"), f"{where} created_at")
             self.others.append(self.event(AuditImport(
                 source=source, start_seq=start, end_seq=end, ref=_str(record.get("ref"), f"{where} ref"),
                 entry_count=_int(record.get("entry_count"), f"{where} entry_count", low=0),
                 size_bytes=_int(record.get("size_bytes"), f"{where} size_bytes", low=0), data=data,
                 created_at=created), ts=created))
+
+    def _archive(self, where: str, entries: list) -> list[int]:
+        """The seqs of a loop blob's messages (an entry with no whole-number seq names none: no `audit read`
+        reaches it), each a seq no other message of the file has."""
+        seqs = []
+        for entry in entries:
+            seq = entry.get("seq") if isinstance(entry, dict) else None
+            if not isinstance(seq, int):
+                continue
+            seq = _int(seq, f"{where} archives a message whose seq", low=1, high=MAX_SEQ)
+            if seq in self.archived:
+                other = "twice" if self.archived[seq] == where else f"as {self.archived[seq]} does"
+                raise InvalidInput(f"{where} archives seq {seq} {other}: a message has one seq")
+            self.archived[seq] = where
+            seqs.append(seq)
+        return seqs
 
     @_reads("adf_files")
     def files(self, rows: list[dict]) -> None:
@@ -526,6 +566,8 @@ class _Importer:
         for row in rows:
             where = f"adf_loop seq {row.get('seq')!r:.24}"
             seq = _int(row.get("seq"), where, low=1, high=MAX_SEQ)
+            if seq in self.archived:
+                raise InvalidInput(f"{where} is live and archived in {self.archived[seq]} too")
             content = _json(row.get("content_json"), f"{where} content_json")
             if isinstance(content, str):
                 content = [{"type": "text", "text": content}]
@@ -540,7 +582,18 @@ class _Importer:
             body = msgspec.structs.replace(body, created_at=_int(row.get("created_at"), f"{where} created_at"),
                                            ord=_int(row.get("ord"), f"{where} ord", optional=True))
             self.live.append((seq, body))
+            self.named = max(self.named, seq)
         self.live.sort(key=lambda item: item[0])
+
+    @_reads("sqlite_sequence")
+    def counter(self, rows: list[dict]) -> None:
+        """adf_loop's own counter (SQLite's AUTOINCREMENT): the file's next message would take the seq after
+        it, so every seq up to it may be cited (a row cleared without audit), and none is given to another
+        event."""
+        for row in rows:
+            if row.get("name") == "adf_loop":
+                self.named = max(self.named, _int(row.get("seq"), "the file's loop counter (sqlite_sequence)",
+                                                  low=0, high=MAX_SEQ))
 
 
 def import_adf(memory, path: Path, progress=None) -> ImportReport:
@@ -600,20 +653,20 @@ def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:
                for line, (slug, title, hook, status, stale) in zip(lines, sorted(catalog)))
 
 
-def _line_up(live: list[tuple[int, LoopAppend]], others: list, event, name: str) -> list:
-    """Orders the import so that each live loop row is appended at its own seq (the log is empty):
-    other imported events fill the seqs below it, and one ImportGap stands for any that remain,
-    however many (it takes the seq after the `skipped` ones)."""
-    ordered, queue, seq = [], collections.deque(others), 0
-    for wanted, body in live:
+def _line_up(live: list[tuple[int, LoopAppend]], named: int, gap, event) -> list:
+    """The import's first events, on the empty log, so that `[S<n>]` names what it named in the file for
+    every seq up to `named` (the highest it names): each live loop row at its own seq, and one ImportGap
+    (`gap(skipped)`) for each run of the others, however long (it takes the seq after the `skipped` ones;
+    the messages archived at them are found in their audit blobs). The import's other events come after
+    them: no other event takes such a seq, not now (a search row's id is its seq) nor later (the next
+    message is appended after them)."""
+    ordered, seq = [], 0
+    for wanted, body in [*live, (named + 1, None)]:
         if wanted <= seq:
             raise InvalidInput(f"adf_loop seq {wanted} appears twice")
-        while seq + 1 < wanted and queue:
-            ordered.append(queue.popleft())
-            seq += 1
         if seq + 1 < wanted:
-            ordered.append(event(ImportGap(source=name, skipped=wanted - seq - 2)))
-            seq = wanted - 1
-        ordered.append(event(body, LOOP, body.created_at))
-        seq += 1
-    return ordered + list(queue)
+            ordered.append(gap(wanted - seq - 2))
+        if body is not None:
+            ordered.append(event(body, LOOP, body.created_at))
+        seq = wanted
+    return ordered

@@ -374,8 +374,8 @@ class SearchFold:
             self._add(("loop", seq), loop_row(seq, body.loop, "user", body.summary))
         elif isinstance(body, AuditImport):
             for row in archived_loop_rows(body.source, body.data):
-                if row[0] < seq:  # archived before the import; found from the import on, not from its own seq
-                    self._add(("loop", row[0]), row, since=seq)
+                if row[0] < seq:  # found from the import on; an import puts every seq it names first
+                    self._add(("loop", row[0]), row, since=seq)  # (adf_file._line_up): no other row has it
         elif isinstance(body, FileWrite):
             self._replace("file", body.path)
             self.closed_files.append((seq, body.path))

@@ -105,9 +105,9 @@ def test_export_import_export_gives_the_same_tables(tmp_path):
     for table in TABLES:
         columns, rows_a = table_rows(first, table)
         _, rows_b = table_rows(second, table)
-        if table == "adf_meta":
-            rows_a = [r for r in rows_a if r[0] not in ("adf_created_at", "adf_updated_at")]
-            rows_b = [r for r in rows_b if r[0] not in ("adf_created_at", "adf_updated_at")]
+        if table == "adf_meta":  # the copy's first event is the gap of the file's seqs, of the file's first time
+            rows_a = [r for r in rows_a if r[0] != "adf_updated_at"]
+            rows_b = [r for r in rows_b if r[0] != "adf_updated_at"]
         if table == "adf_files":  # the wiki's own files are re-derived: their times are the import's
             rows_a = [r if not r[0].startswith("mind") else r[:6] for r in rows_a]
             rows_b = [r if not r[0].startswith("mind") else r[:6] for r in rows_b]
@@ -293,21 +293,103 @@ def test_a_loop_seq_far_ahead_is_one_gap_event_not_millions(tmp_path):
                     files=[("mind/deploy.md", PAGE_ROW)])
     ws, result = import_cli(tmp_path, adf)
     assert result.returncode == 0, result.stderr
-    assert b"as 4 events" in result.stdout  # the page at seq 1, a loop row, one gap, a loop row
-    assert [r[0] for r in log_rows(ws)] == [1, 2, 49_999_999, 50_000_000]
+    assert b"as 5 events" in result.stdout  # a gap for seq 1, a loop row, one gap, a loop row, the page
+    assert [r[0] for r in log_rows(ws)] == [1, 2, 49_999_999, 50_000_000, 50_000_001]
     assert b"far ahead" in run_mem("-w", ws, "cite", "[S50000000]", check=True).stdout
     assert run_mem("-w", ws, "cite", "[S1234]").returncode == 1
-    assert b"[S50000001] user appended" in run_mem("-w", ws, "loop", "append", "--role", "user", "--text", "next",
+    assert b"[S50000002] user appended" in run_mem("-w", ws, "loop", "append", "--role", "user", "--text", "next",
                                                    check=True).stdout
     assert b"ok" in run_mem("-w", ws, "verify", check=True).stdout
     assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
-    assert b"replayed 5 events; views at seq 50000001" in run_mem("-w", ws, "replay", check=True).stdout
+    assert b"replayed 6 events; views at seq 50000002" in run_mem("-w", ws, "replay", check=True).stdout
     assert b"replayed 2 events; views at seq 2" in run_mem("-w", ws, "replay", "--to", "2", check=True).stdout
     assert b"replayed 3 events; views at seq 49999999" in run_mem("-w", ws, "replay", "--to", "49999999",
                                                                   check=True).stdout
     run_mem("-w", ws, "replay", check=True)
     shown = run_mem("-w", ws, "loop", "show", "--seq", "49999998", check=True).stdout
     assert shown.decode().splitlines() == ["[S2] user: early"]
+
+
+def loop_blob(seqs, text="archived decision {}: the owner must ack prod") -> bytes:
+    """A loop audit blob as ADF writes it, one user message per seq."""
+    return brotli.compress(json.dumps([{"seq": s, "role": "user", "content_json": [
+        {"type": "text", "text": text.format(s)}], "created_at": 0} for s in seqs]).encode())
+
+
+CITING_PAGE = b"---\ntype: decision\ndescription: prod needs ack\n---\n# Prod ack\n\nThe owner must ack prod [S5].\n"
+
+
+def test_a_seq_an_archived_message_names_is_never_given_to_another_event(tmp_path):
+    """Regression: the import kept live rows' seqs but not archived messages'. A file whose loop was cleared
+    (one blob, seqs 1-50, no live row) had its audit and page events put at seqs 1 and 2, and the next
+    `mem loop append` took seq 3: after four of them `[S5]` in the page named the new message, and lint saw
+    nothing wrong. Every seq the file names now stays its message's: one gap stands for them, the file's
+    other events and every later message come after them."""
+    adf = build_adf(tmp_path / "cleared.adf", files=[("mind/prod-ack.md", CITING_PAGE)],
+                    audit=[("loop:main", 1, 50, loop_blob(range(1, 51)))])
+    ws, result = import_cli(tmp_path, adf)
+    assert result.returncode == 0, result.stderr
+    assert [(seq, kind) for seq, kind in ((r[0], r[6]) for r in log_rows(ws)) if seq <= 50] == [(50, "import.gap")]
+    for i in range(1, 5):
+        appended = run_mem("-w", ws, "loop", "append", "--role", "user", "--text", f"new {i}", check=True).stdout
+        assert int(appended.split(b"]")[0][2:]) > 50
+    cited = run_mem("-w", ws, "cite", "[S5]", check=True).stdout.decode()
+    assert cited.startswith("S5: in audit blob 1 (loop main)") and "archived decision 5" in cited
+    assert b"no findings" in run_mem("-w", ws, "lint", "--check", "citations", check=True).stdout
+    assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
+
+
+def test_the_files_loop_counter_is_kept_by_the_import_and_written_by_the_export(tmp_path, fixture_adf):
+    """ADF's adf_loop counts with AUTOINCREMENT: the fixture's loop used seqs up to 32 and was cleared without
+    audit, so its next message is S33 and a citation of S1-S32 names one of its own, never an event the
+    import made. An export writes the counter at its seq, so an ADF runtime (and an import) appends after
+    every seq the file names: with its last live row cleared, it used to start again at S1, under an
+    archived message's seq."""
+    memory = Memory.init(tmp_path / "ws", "artemis")
+    for i in range(3):
+        memory.loop_append("user", [{"type": "text", "text": f"m{i}"}])
+    memory.loop_compact("summary")
+    memory.loop_clear()
+    memory.config_set("audit.files", True)
+    head = memory.log.head()
+    out = tmp_path / "out.adf"
+    export_adf(memory, out, head)
+    runtime = shutil.copy(out, tmp_path / "runtime.adf")  # as an ADF runtime appends to it
+    db = sqlite3.connect(runtime)
+    with db:
+        assert db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'adf_loop'").fetchone() == (head,)
+        db.execute("INSERT INTO adf_loop (role, content_json, created_at) VALUES ('user', '[]', 0)")
+        assert db.execute("SELECT max(seq) FROM adf_loop").fetchone() == (head + 1,)
+    db.close()
+    for adf, counter in ((fixture_adf, 32), (out, head)):
+        with Memory.init(tmp_path / adf.stem, "artemis") as copy:
+            import_adf(copy, adf)
+            assert [e.kind for e in copy.log.read(upto=counter)] == ["import.gap"]
+            assert copy.loop_append("user", [{"type": "text", "text": "next"}]).seq > counter
+
+
+@pytest.mark.parametrize("loop, audit, counter, expected", [
+    ([text_row(2, "live two")], [("loop:main", 1, 2, loop_blob([1, 2]))], None,
+     "adf_loop seq 2 is live and archived in adf_audit row 1 too"),
+    ([], [("loop:main", 1, 2, loop_blob([1, 2])), ("loop:main", 2, 3, loop_blob([2, 3]))], None,
+     "adf_audit row 2 archives seq 2 as adf_audit row 1 does: a message has one seq"),
+    ([], [("loop:main", 1, 1, loop_blob([1, 1]))], None, "adf_audit row 1 archives seq 1 twice"),
+    ([], [("loop:main", 1, 1, loop_blob([2 ** 60]))], None,
+     "adf_audit row 1 archives a message whose seq must be an integer between 1 and 9007199254740991"),
+    ([], [("loop:main", 1, 1, loop_blob([0]))], None, "whose seq must be an integer between 1"),
+    ([text_row(1, "x")], [], 2 ** 60, "the file's loop counter (sqlite_sequence) must be an integer between 0"),
+    ([text_row(1, "x")], [], "many", "the file's loop counter (sqlite_sequence) must be an integer"),
+])
+def test_seqs_that_cannot_be_kept_are_refused_in_one_line(tmp_path, loop, audit, counter, expected):
+    adf = build_adf(tmp_path / "bad.adf", loop=loop, audit=audit)
+    if counter is not None:
+        db = sqlite3.connect(adf)
+        with db:
+            db.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'adf_loop'", (counter,))
+        db.close()
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
 
 
 @pytest.mark.parametrize("rows, expected", [
