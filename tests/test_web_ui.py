@@ -1,10 +1,12 @@
 """`mem ui` over plain HTTP: every page answers from a real workspace, as of any moment; bad input is refused."""
 
+import re
+
 import httpx
 import pytest
 
 from conftest import run_mem
-from webui import UiWorkspace, chromium, screenshot
+from webui import BAD_NUMBERS, UiWorkspace, chromium, screenshot
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +162,16 @@ def test_bad_moments_are_problems(ui, query, status, code):
     assert answer.json()["type"].endswith("/" + code)
     if "at=" in query and "seq=" not in query and "not-a-time" not in query:
         assert ("in the future" if "2999" in query else "before this workspace existed") in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("query", BAD_NUMBERS)
+def test_what_is_no_number_is_a_problem_saying_so(ui, query):
+    answer = httpx.get(f"{ui.url}/{query}", timeout=30)
+    assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json", answer.text
+    detail = answer.json()["detail"]
+    garbled = re.search(r"(\w+)=%", query)
+    assert detail.startswith(f"{garbled[1]} must be a whole number, not '") if garbled else \
+        "after the last event shown" in detail or "past the log head" in detail, detail
 
 
 def test_an_agent_that_never_wrote_here_is_named_with_those_that_did(ui):
