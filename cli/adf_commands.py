@@ -228,7 +228,8 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
     elif result.resolved:
         sys.stdout.write(result.text)
     else:
-        fail(f"{result.path}: no such file")
+        fail(f"{result.path}: no such file" if result.path else f"{citation!r} names no file: adf-file://PATH, like "
+             "adf-file://mind/deploy.md")
     raise typer.Exit(0 if result.resolved else 1)
 
 

@@ -21,6 +21,8 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
     """Remove events' bodies from the log and rebuild every view and file without them."""
     from projections import redact as redacting
 
+    if match == "":
+        fail("--match needs a pattern (a regular expression)", 2)
     if bool(targets) == bool(match):
         fail("give seqs or ids, or --match REGEX", 2)
     with memory() as mem:

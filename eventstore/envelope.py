@@ -5,6 +5,7 @@ remove a body while the digest (and the chain over the digests) still verifies.
 """
 
 import hashlib
+import threading
 
 import msgspec
 import zstandard
@@ -90,8 +91,19 @@ _body_encoder = msgspec.msgpack.Encoder(order="deterministic")
 _body_decoder = msgspec.msgpack.Decoder(BodyUnion)
 _tag_decoder = msgspec.msgpack.Decoder(Tag)
 _canonical_encoder = msgspec.msgpack.Encoder(order="deterministic")
-_zc = zstandard.ZstdCompressor(level=3)
-_zd = zstandard.ZstdDecompressor()
+
+
+class _Zstd(threading.local):
+    """A zstd compressor and decompressor for each thread: zstandard's objects may not be used by two threads at
+    once (a web page's requests, served from a thread pool, read large bodies side by side and failed with
+    'Destination buffer is too small' or 'Data corruption detected')."""
+
+    def __init__(self):
+        self.compressor = zstandard.ZstdCompressor(level=3)
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_zstd = _Zstd()
 
 
 def encode_body(body: Body) -> bytes:
@@ -156,11 +168,12 @@ def digest_bytes(id: str, ts: int, agent: str, layer: str, kind: str, body_hash:
     return hashlib.sha256(_canonical_encoder.encode([id, ts, agent, layer, kind, body_hash])).digest()
 
 
-compress = _zc.compress
+def compress(raw: bytes) -> bytes:
+    return _zstd.compressor.compress(raw)
 
 
 def unpack_body(codec: int, stored: bytes) -> bytes:
-    return _zd.decompress(stored) if codec == CODEC_ZSTD else stored
+    return _zstd.decompressor.decompress(stored) if codec == CODEC_ZSTD else stored
 
 
 def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: str | None = None) -> Event:
@@ -180,7 +193,8 @@ def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: 
 
 def check_body_size(raw: bytes) -> None:
     if len(raw) > MAX_BODY_BYTES:
-        raise TooLarge(f"event body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+        raise TooLarge(f"the event is {len(raw) / 2**20:.1f} MiB encoded; an event (a message, a page, a file) may "
+                       f"be at most {MAX_BODY_BYTES // 2**20} MiB")
 
 
 _TAG = {cls: tag for tag, cls in KINDS.items()}

@@ -152,8 +152,10 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 2 and b"error: --kind" in bad.stderr and b"Traceback" not in bad.stderr
     bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: ")
-    bad = run_mem("search", "owner", "-n", "-1", cwd=workspace)
-    assert bad.returncode == 1 and bad.stderr == b"error: -n must be 0 or more, not -1\n" and not bad.stdout
+    for n in ("-1", "0"):  # 0 said "no matches", as if nothing matched
+        bad = run_mem("search", "owner", "-n", n, cwd=workspace)
+        assert bad.returncode == 1 and not bad.stdout
+        assert bad.stderr.decode() == f"error: -n must be 1 or more (how many hits to show), not {n}\n"
     assert log_rows(workspace) == before
 
 
