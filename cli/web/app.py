@@ -247,7 +247,7 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             visible = self.visible(request, mem, now)
-            shown = [c for c in conflicts_shown(mem) if visible is None or c.layer in visible]
+            shown = [c for c in conflicts_shown(mem, now.seq) if visible is None or c.layer in visible]
         return self.render(request, "conflicts.html", "conflicts", moment=now, conflicts=shown)
 
     def search(self, request: Request):
