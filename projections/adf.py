@@ -100,10 +100,22 @@ def dumps(value, sort_keys: bool = False) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
 
 
+OBJECT_KEYS = ("audit", "context", "context.audit", "layers")
+"""The config keys mindlog reads as JSON objects: an import refuses a config where one is anything else."""
+
+
+def config_object(config, key: str) -> dict:
+    """The object at a dotted config key; anything else there (a string an imported file held) reads as absent."""
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
 def audit_switch(config: dict, source: str) -> bool:
     """An audit switch: `audit.<source>`, else `context.audit.<source>`, else ADF's default."""
-    for holder in (config.get("audit"), (config.get("context") or {}).get("audit")):
-        if isinstance(holder, dict) and source in holder:
+    for holder in (config_object(config, "audit"), config_object(config, "context.audit")):
+        if source in holder:
             return bool(holder[source])
     return DEFAULT_CONFIG["audit"][source]
 

@@ -25,7 +25,7 @@ from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from . import local_layers, render, trust
-from .adf import MESSAGE_COLUMNS, blob_json
+from .adf import MESSAGE_COLUMNS, OBJECT_KEYS, blob_json, config_object
 from .views import LOG_PATH, MIND_PATH
 
 SCHEMA_28 = """
@@ -193,6 +193,17 @@ def _json(text, what: str):
     return value
 
 
+def _check_objects(config: dict) -> None:
+    """Refuses a config where a key mindlog reads as an object (`context`, `layers`...) is anything else
+    (null reads as absent)."""
+    for key in OBJECT_KEYS:
+        *parents, last = key.split(".")
+        holder = config_object(config, ".".join(parents)) if parents else config
+        if holder.get(last) is not None and not isinstance(holder[last], dict):
+            raise InvalidInput(f"adf_config.config_json's {key} must be a JSON object, "
+                               f"not {json.dumps(holder[last], ensure_ascii=False)[:40]}")
+
+
 def _int(value, what: str, optional: bool = False, low: int = -(2 ** 63), high: int = 2 ** 63 - 1) -> int | None:
     if value is None and optional:
         return None
@@ -334,6 +345,7 @@ class _Importer:
             value = _json(row.get("config_json"), "adf_config.config_json")
             if not isinstance(value, dict):
                 raise InvalidInput("adf_config.config_json must be a JSON object")
+            _check_objects(value)
             updated = _str(row.get("updated_at"), "adf_config.updated_at")
             self.others.append(self.event(ConfigSet(key="", value=value, updated_at=updated), ts=_time(updated, None)))
             self.layers = local_layers.declared(value, self.agent)

@@ -20,6 +20,7 @@ import msgspec
 from eventstore.errors import InvalidInput
 
 from . import render, trust
+from .adf import config_object
 from .audit import cite, citations_in
 from .materialize import untracked
 from .search import flagged_catalog, page_trust
@@ -195,8 +196,7 @@ def _budget(config: dict, name: str, default: int) -> int:
 
 
 def check_budget(scope: Scope) -> list[Finding]:
-    config = scope.views.config(scope.as_of).get("lint")
-    config = config if isinstance(config, dict) else {}
+    config = config_object(scope.views.config(scope.as_of), "lint")
     max_lines = _budget(config, "mind_max_lines", DEFAULT_MAX_LINES)
     max_bytes = _budget(config, "mind_max_bytes", DEFAULT_MAX_BYTES)
     text = scope.views.mind(scope.as_of)
