@@ -13,7 +13,7 @@ from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, emit_json, event_count, event_line, fail, plain, progress_bar
+from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail, plain, progress_bar
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -343,7 +343,8 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
 @app.command()
 def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
              force: bool = typer.Option(False, "--force", help="Write into a non-empty directory (never a workspace).")):
-    """Write the whole memory as it was into DIRECTORY (a new or empty directory outside any workspace)."""
+    """Write the workspace's files as they were into DIRECTORY (a new or empty directory outside any workspace);
+    `mem export adf --at` writes the whole memory, loop and audit too."""
     with memory() as mem:
         point_seq = as_of(mem, at, seq)
         written = mem.checkout(directory, point_seq, force=force)
@@ -421,6 +422,9 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         emit_json(report)
         raise typer.Exit(1 if check and not report.same else 0)
     if check:
+        if report.caught_up_from is not None:
+            typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a command was cut off): "
+                       "caught them up first")
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:
             typer.echo(f"  {line}")
@@ -574,6 +578,8 @@ def main() -> None:
     from typer.exceptions import Abort
 
     tune_typer()
+    if sys.stdout.isatty():
+        sys.stdout = TerminalSafe(sys.stdout)
     for arg in sys.argv[1:]:
         try:
             arg.encode()

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import re
 import sys
 
 import msgspec
@@ -15,6 +16,33 @@ AT_HELP = ("A moment: ISO 8601, `14:00`, `yesterday 14:00`, `2h ago`, `now` (loc
            "is given).")
 AllowSecretOpt = typer.Option(False, "--allow-secret",
                               help="Write it even if the secret scanner finds something (the event records it).")
+
+
+_CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""A color code (SGR: kept), or a control character that is not tab or newline (shown as an escape)."""
+
+
+def _shown(match: re.Match) -> str:
+    code = match.group()
+    return code if len(code) > 1 else f"\\u{ord(code):04x}"
+
+
+class TerminalSafe:
+    """stdout when it is a terminal: what is printed there shows every control character but tab, newline and color
+    codes as an escape (`\\u001b`: `--json` output still reads as the same text). A loop message, page or file holds
+    whatever its writer put in it (an imported transcript, another agent's page pulled from a hub), and its escape
+    sequences, printed raw by `mem loop show`, `mem show` or `mem search`, would clear the operator's screen, retitle
+    the window or write the clipboard (OSC 52). Color codes stay: mindlog's own help and styling send them, and they
+    only color text. Output into a pipe or a file is left byte for byte as stored."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(_CONTROL.sub(_shown, text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def emit_json(value) -> None:

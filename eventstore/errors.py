@@ -153,6 +153,10 @@ def storage_failure(exc: BaseException, where: str = "") -> StorageFailure:
         cause = "the storage is read-only"
     elif "locked" in text or "busy" in text:
         cause = "the database is locked by another process"
+    elif text.startswith("could not decode to utf-8 column"):  # its detail quotes the column's bytes: not shown
+        column = detail.split("'")[1] if detail.count("'") >= 2 else "a"
+        return StorageFailure(f"{lead}a stored row's {column} column is not the UTF-8 text mindlog wrote: the file "
+                              "was changed outside mindlog (`mem verify` names the first bad seq)")
     else:
         return StorageFailure(lead + (f"{detail} ({name})" if name else detail))
     return StorageFailure(f"{lead}{cause} ({name or detail})")

@@ -43,6 +43,15 @@ CREATE TABLE IF NOT EXISTS events (
 SCHEMA = (TABLE, "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
+VERIFY_COLUMNS = ("seq, CAST(id AS BLOB), ts, recorded_at, CAST(agent AS BLOB), CAST(layer AS BLOB), "
+                  "CAST(kind AS BLOB), codec, CAST(body AS BLOB), CAST(digest AS BLOB), CAST(chain AS BLOB)")
+"""COLUMNS as stored bytes, whatever their type now: a row changed outside mindlog (a body rewritten as TEXT that is
+not UTF-8) is a digest mismatch at its seq, not sqlite3's failure to decode it, which names no seq."""
+
+
+def _text(value: bytes) -> str:
+    """A text column read as bytes (VERIFY_COLUMNS): bytes that are not UTF-8 were changed, and fail the digest."""
+    return value.decode("utf-8", "replace")
 
 # One statement appends one event after the head this connection believes is the log's last seq: the
 # row goes in at that seq + 1 only if no row has that seq or a later one, read inside the statement (under
@@ -506,5 +515,6 @@ class SQLiteLog(Recorder):
 
     def verify(self, progress=None) -> VerifyReport:
         head = self.head()
-        rows = self._rows(f"SELECT {COLUMNS} FROM events WHERE seq <= ? ORDER BY seq", (head,))
-        return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), head, progress)
+        rows = self._rows(f"SELECT {VERIFY_COLUMNS} FROM events WHERE seq <= ? ORDER BY seq", (head,))
+        return verify_rows(((seq, id_text(id), ts, recorded_at, _text(agent), _text(layer), _text(kind), *rest)
+                            for seq, id, ts, recorded_at, agent, layer, kind, *rest in rows), head, progress)

@@ -100,6 +100,11 @@ def check_contradictions(scope: Scope) -> list[Finding]:
         if target and targets.get(target) == slug and slug < target:
             found.append(Finding("contradictions", page_path(slug), f"supersedes and is superseded by mind/{target}.md"))
     live = {slug for slug, _t, _h in scope.catalog}
+    for slug, target in sorted(targets.items()):
+        if target and target not in live and slug in live:
+            found.append(Finding("contradictions", page_path(slug), f"superseded by mind/{target}.md, which does not "
+                                 "exist: withheld from search and believed in favour of no page",
+                                 f"adf-file://mind/{target}.md"))
     for line in scope.views.always(scope.as_of):
         for target in dict.fromkeys(_PAGE_LINK.findall(line)):
             why = scope.withheld(target)

@@ -26,6 +26,7 @@ class CheckReport(msgspec.Struct):
     same: bool
     differences: list[str]
     not_yet_written: list[str] = []  # files whose write the views still owe (a command interrupted): no difference
+    caught_up_from: int | None = None  # the views' seq before the check caught them up (a command was cut off)
 
 
 def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] | None = None, child=None,
@@ -116,7 +117,16 @@ def _replace(rebuilt: Path, target: Path) -> threading.Thread | None:
 def check(memory, *, progress=None) -> CheckReport:
     """Rebuilds into a temporary directory, as far as the views have come, and lists every file or view row
     that differs. There is no `upto`: the views and the files hold only their latest state, so a rebuild of
-    an earlier moment would differ from them in everything that happened since."""
+    an earlier moment would differ from them in everything that happened since.
+
+    Views behind the log (a command cut off before it folded what it appended) are caught up first, as the next
+    command would: compared where they stood, they were "no differences" at seq 0 after an import cut off, and
+    "DIFFERENT" after a redaction cut off (the log had removed bodies the views still held until then)."""
+    behind = memory.views.checkpoint()
+    if memory.head() != behind:
+        memory.refresh(files=False)
+    else:
+        behind = None
     with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
         views = _build(memory, Path(tmp) / "views.db", memory.views.checkpoint(), progress)
         out = Path(tmp) / "files"
@@ -138,4 +148,5 @@ def check(memory, *, progress=None) -> CheckReport:
                 differences.append(f"view table {table} differs from a rebuild")
         checkpoint = views.checkpoint()
         views.close()
-    return CheckReport(checkpoint=checkpoint, same=not differences, differences=differences, not_yet_written=waiting)
+    return CheckReport(checkpoint=checkpoint, same=not differences, differences=differences, not_yet_written=waiting,
+                       caught_up_from=behind)

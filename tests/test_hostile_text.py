@@ -135,3 +135,52 @@ def test_typical_frontmatter_takes_the_simple_reader():
             "stale_after: 2027-06-01\nsources:\n  - adf-file://imported/runbooks/deploy.md\n")
     assert frontmatter._simple(text) == _yaml_reads(text)
     assert frontmatter._simple("type: note\nsecret: yes\n") is None
+
+
+def run_on_a_terminal(*args) -> bytes:
+    """What `mem ARGS` prints on stdout when stdout is a terminal (a pseudo-terminal), as an operator would see it."""
+    import os
+    import pty
+    import subprocess
+
+    from conftest import mem_command
+
+    leader, follower = pty.openpty()
+    env = {key: value for key, value in os.environ.items() if key != "MEM_WORKSPACE"}
+    process = subprocess.Popen([*mem_command(), *map(str, args)], stdout=follower, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other end closed: the process is done
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert process.wait(timeout=60) == 0, process.stderr.read()
+    process.stderr.close()
+    return out
+
+
+ESCAPES = "evil \x1b]0;pwned\x07 title \x1b[2J clear \x1b]52;c;cm0gLXJmIH4K\x07 clip \x9b31m c1\r over"
+
+
+def test_escape_sequences_stored_in_text_never_reach_the_terminal(workspace, tmp_path):
+    """Regression: a loop message or page holding escape sequences (an imported transcript, a pulled page) was
+    printed raw: on an operator's terminal it retitled the window, cleared the screen and, where OSC 52 is on,
+    wrote the clipboard. On a terminal every control character but tab and newline shows as an escape; into a
+    pipe the text stays byte for byte as stored."""
+    page = tmp_path / "esc.md"
+    page.write_text(f"---\ntype: note\n---\n# Escapes\n\n{ESCAPES}\n")
+    run_mem("loop", "append", "--role", "user", "--text", ESCAPES, "--workspace", workspace, check=True)
+    run_mem("page", "write", "esc", "--file", page, "--workspace", workspace, check=True)
+    for command in (("loop", "show"), ("show", "esc"), ("search", "clip"), ("believed",), ("cite", "[S1]")):
+        shown = run_on_a_terminal(*command, "--workspace", workspace)
+        assert b"\\u001b[2J" in shown and b"\\u0007" in shown and b"\\u009b31m" in shown, (command, shown)
+        assert not any(byte in shown for byte in (b"\x1b]", b"\x07", b"\x1b[2J", "\x9b".encode())), (command, shown)
+    assert b"\x1b[1m" in run_on_a_terminal("--help")  # mindlog's own styling still reaches it
+    piped = run_mem("show", "esc", "--workspace", workspace, check=True).stdout.decode()
+    assert ESCAPES in piped

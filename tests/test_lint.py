@@ -40,6 +40,20 @@ def test_contradictions(memory):
     assert ("contradictions", "mind.md", "adf-file://mind/old.md") in findings(memory, "contradictions")
 
 
+def test_a_page_superseded_by_a_page_that_no_longer_exists_is_a_finding(memory):
+    """Regression: a delete or rename of the page another names as its successor (`superseded-by: deploy`) left the
+    older page withheld from search and believed in favour of nothing, and lint said nothing."""
+    memory.write_page("deploy", page("Deploy"))
+    memory.write_page("manual", page("Manual deploy", status="superseded-by: deploy"))
+    assert findings(memory, "contradictions") == []
+    renamed = memory.rename_page("deploy", "deploy-v2").seq
+    assert findings(memory, "contradictions") == [("contradictions", "mind/manual.md", "adf-file://mind/deploy.md")]
+    assert findings(memory, "contradictions", as_of=renamed - 1) == []
+    memory.write_page("manual", page("Manual deploy", status="superseded-by: deploy-v2"))
+    memory.delete_page("deploy-v2")
+    assert findings(memory, "contradictions") == [("contradictions", "mind/manual.md", "adf-file://mind/deploy-v2.md")]
+
+
 def test_contradictions_with_reversed_entries_and_index_drift(memory):
     memory.declare_layer("decisions", "memory/decisions.md")
     first = memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite").id

@@ -350,3 +350,25 @@ def test_threads_appending_through_one_log_lose_nothing(tmp_path):
         for thread in threads:
             thread.join()
         assert [e.seq for e in log.read()] == list(range(1, 4 * 200 + 1)) and log.verify().ok
+
+
+def test_a_column_rewritten_as_text_that_is_not_utf8_is_a_bad_seq_not_a_decoding_error(tmp_path, workspace):
+    """Regression: a body changed in place by SQL (`replace(body, ...)` makes it TEXT) that is not UTF-8 made `mem
+    verify` print sqlite3's "Could not decode to UTF-8 column 'body' with text '<the bytes>'", naming no seq, and
+    every other reader the same. verify reads stored bytes whatever their type: BAD at that seq; other commands say
+    in one line that the file was changed outside mindlog, without its bytes."""
+    from conftest import run_mem
+
+    for n in range(3):
+        run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", f"Deploy é{n}", check=True)
+    with sqlite3.connect(workspace / ".mem" / "log.db") as db:
+        db.execute("UPDATE events SET body = CAST(body || x'ff' AS TEXT), agent = CAST(agent || x'ff' AS TEXT) "
+                   "WHERE seq = 2")
+        assert db.execute("SELECT typeof(body), typeof(agent) FROM events WHERE seq = 2").fetchone() == ("text", "text")
+    verified = run_mem("-w", workspace, "verify")
+    assert verified.returncode == 1
+    assert verified.stdout.decode().startswith("BAD at seq 2: ") and verified.stderr == b"", verified
+    read = run_mem("-w", workspace, "log")
+    assert read.returncode == 1 and read.stderr.decode() == (
+        "error: a stored row's agent column is not the UTF-8 text mindlog wrote: the file was changed outside mindlog "
+        "(`mem verify` names the first bad seq)\n"), read.stderr
