@@ -165,12 +165,17 @@ def config_set(key: str, value: str):
 @config_app.command("show")
 def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The agent config (adf_config), with ADF's audit defaults."""
+    from projections.redact import config_redactions
+
     with memory() as mem:
-        config = mem.agent_config(as_of(mem, at, seq))
+        seen = as_of(mem, at, seq)
+        config, redacted = mem.agent_config(seen), config_redactions(mem, seen)
     if json:
         return emit_json(config)
     for key, value in config.items():
         typer.echo(f"{key} = {jsonlib.dumps(value, ensure_ascii=False)}")
+    for event_seq, key, reason in redacted:
+        typer.echo(f"(redacted: {key or 'the whole config'}, set at seq {event_seq}: {reason})")
 
 
 @audit_app.command("list")

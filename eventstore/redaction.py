@@ -58,6 +58,9 @@ def stand_in(redacted: Redacted) -> Body:
     for field in msgspec.structs.fields(KINDS[redacted.original]):
         if field.name in fields or field.name == "allowed_secrets":
             continue
+        if field.name == "redacted":
+            fields["redacted"] = redacted.reason
+            continue
         value = _placeholder(redacted.original, field, mark, fields.get("slug"), message)
         if value is not _DEFAULT:
             fields[field.name] = value

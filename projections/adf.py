@@ -264,7 +264,7 @@ class AdfFold:
             if audit_switch(self.config(), box) and not body.imported:
                 data, length = compress(message)
                 self._audit(seq, f"{box}_message", None, None, message.get("id"), 1, data, length, ts)
-        elif isinstance(body, ConfigSet):
+        elif isinstance(body, ConfigSet) and body.redacted is None:
             self._config = set_dotted(self.config(), body.key, body.value)
             db.execute("INSERT INTO config_versions VALUES (?,?,?)",
                        (seq, json.dumps(self._config, indent=2, ensure_ascii=False, sort_keys=True),

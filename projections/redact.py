@@ -16,7 +16,7 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redaction
 from eventstore.redaction import matches
-from eventstore.envelope import unpack_body
+from eventstore.envelope import CODEC_REDACTED, decode_body, unpack_body
 
 UNREDACTABLE = recorder.UNREDACTABLE | {"redacted"}
 
@@ -108,3 +108,13 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     seqs = memory.log.append(redactions)
     memory.refresh()
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed)
+
+
+def config_redactions(memory, as_of: int) -> list[tuple[int, str, str]]:
+    """(seq, key, reason) of each redacted `config.set` up to a seq: the values the config folds without."""
+    found = []
+    for row in memory.log.read_rows(upto=as_of, kinds=["config.set"]):
+        if row[7] == CODEC_REDACTED:
+            form = decode_body(unpack_body(row[7], bytes(row[8])))
+            found.append((row[0], form.kept.get("key", ""), form.reason))
+    return found

@@ -404,3 +404,48 @@ def test_an_own_redaction_that_reached_the_hub_before_its_push_cursor_moved_keep
     found = stand_ins(team, ("main", "writer", "late"), target)
     assert found["hub"][0] == "main's" and set(found.values()) == {found["hub"]}, found
     assert mem(team / "main", "replay", "--check").returncode == 0
+
+
+def imported_workspace(tmp_path, config: dict, loop_rows: int = 3) -> Path:
+    """A workspace imported from an ADF file with this config and a few live loop messages."""
+    db = sqlite3.connect(tmp_path / "agent.adf")
+    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
+                     "CREATE TABLE adf_config (id INTEGER PRIMARY KEY, config_json TEXT NOT NULL, updated_at TEXT);"
+                     "CREATE TABLE adf_loop (seq INTEGER PRIMARY KEY, loop TEXT, role TEXT NOT NULL, "
+                     "content_json TEXT NOT NULL, created_at INTEGER NOT NULL);")
+    db.execute("INSERT INTO adf_config VALUES (1, ?, '')", (json.dumps(config),))
+    db.executemany("INSERT INTO adf_loop VALUES (?, 'main', 'user', ?, 0)",
+                   [(seq, json.dumps([{"type": "text", "text": f"message {seq}"}])) for seq in range(1, loop_rows + 1)])
+    db.commit()
+    db.close()
+    workspace = tmp_path / "ws"
+    run_mem("init", "-w", workspace, "--agent", "me", check=True)
+    mem(workspace, "import", "adf", tmp_path / "agent.adf", check=True)
+    return workspace
+
+
+def test_a_redacted_imported_config_folds_to_the_default_and_says_so(tmp_path):
+    """The imported config is one `config.set` of the whole object: redacted, it folded to None and every
+    later command was a traceback."""
+    workspace = imported_workspace(tmp_path, {"provider": "anthropic", "audit": {"loop": False}})
+    mem(workspace, "redact", "--match", "anthropic", "--reason", "vendor name", "--yes", check=True)
+    shown = mem(workspace, "config", "show", check=True).stdout.decode()
+    assert json.loads(shown.splitlines()[0].removeprefix("audit = ")) == {"loop": True, "inbox": False,
+                                                                           "outbox": False, "files": False}
+    assert "provider" not in shown and "(redacted: the whole config, set at seq 4: vendor name)" in shown
+    (tmp_path / "s.txt").write_text("summary")
+    assert b"in audit 1" in mem(workspace, "loop", "compact", "--summary-file", tmp_path / "s.txt",
+                                check=True).stdout  # loop audit is the default's again: on
+    assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
+
+
+def test_a_redacted_config_key_folds_as_if_never_set(workspace):
+    mem(workspace, "config", "set", "audit.files", "true", check=True)
+    mem(workspace, "config", "set", "audit.inbox", "true", check=True)
+    mem(workspace, "redact", "1", "--reason", "wrong switch", "--yes", check=True)
+    shown = mem(workspace, "config", "show", check=True).stdout.decode().splitlines()
+    assert json.loads(shown[0].removeprefix("audit = ")) == {"loop": True, "inbox": True, "outbox": False,
+                                                             "files": False}
+    assert shown[1:] == ["(redacted: audit.files, set at seq 1: wrong switch)"]
+    assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
