@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, MemError
 
 from . import render, trust
 from .adf import config_object
@@ -160,7 +160,11 @@ def _dead(scope: Scope, where: str, text: str, check: str, kinds: tuple[str, ...
         is_file = citation.startswith("adf-file://")
         if ("file" if is_file else "seq") not in kinds:
             continue
-        result = cite(scope.views, scope.log, citation, scope.as_of)
+        try:
+            result = cite(scope.views, scope.log, citation, scope.as_of)
+        except MemError as exc:  # an audit blob that cannot be read (a bomb in an old log)
+            found.append(Finding(check, where, f"cannot be resolved: {exc}", citation))
+            continue
         if not result.resolved:
             problem = ("names a file that does not exist" if is_file else
                        "resolves to nothing (missing from the live loop, the audit and the log)")

@@ -520,3 +520,21 @@ def test_a_log_already_holding_a_config_of_non_objects_still_works(tmp_path):
     assert b"hello" in run_mem("-w", ws, "audit", "read", "2", check=True).stdout
     run_mem("-w", ws, "lint", check=True)
     assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
+
+
+def test_lint_reports_a_citation_into_an_unreadable_blob_as_a_finding(tmp_path):
+    """Lint stopped at the first blob it could not read ("error: ... not valid brotli"), listing nothing."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import AuditImport
+
+    memory = Memory.init(tmp_path / "ws", "me")
+    memory.log.append([new_event(AuditImport(source="loop:main", start_seq=1, end_seq=5, entry_count=5,
+                                             size_bytes=1, data=b"\x1b\x00", created_at=1), agent="me",
+                                 layer="agent")])
+    memory.close()
+    page = tmp_path / "deploy.md"
+    page.write_text("---\ntype: procedure\n---\n# Deploy\n\nThe owner acks prod [S3].\n")
+    run_mem("-w", tmp_path / "ws", "page", "write", "deploy", "--file", page, check=True)
+    result = run_mem("-w", tmp_path / "ws", "lint", "--check", "citations")
+    assert result.returncode == 1 and b"Traceback" not in result.stderr, result.stderr
+    assert b"[S3]" in result.stdout and b"cannot be resolved: audit blob 1 is not valid brotli" in result.stdout

@@ -449,3 +449,49 @@ def test_a_redacted_config_key_folds_as_if_never_set(workspace):
                                                              "files": False}
     assert shown[1:] == ["(redacted: audit.files, set at seq 1: wrong switch)"]
     assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
+
+
+def test_a_redacted_imported_audit_blob_reads_as_redacted_entries_and_exports_a_valid_file(tmp_path):
+    """The stand-in of a redacted `audit.import` had 0 bytes of blob: audit read, cite and lint failed with
+    "not valid brotli", and an export wrote a blob the import refused. Now its entries keep all but their
+    content, as a redacted native message does, and read `[redacted: reason]`."""
+    import brotli
+
+    entries = [{"seq": seq, "role": "user", "content_json": [{"type": "text", "text": f"archived {seq} the pager code 5550199"}],
+                "created_at": 7} for seq in (1, 2, 4)]
+    adf = tmp_path / "agent.adf"
+    db = sqlite3.connect(adf)
+    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
+                     "CREATE TABLE adf_audit (id INTEGER PRIMARY KEY, source TEXT NOT NULL, start_seq INTEGER, "
+                     "end_seq INTEGER, ref TEXT, entry_count INTEGER NOT NULL, size_bytes INTEGER NOT NULL, "
+                     "data BLOB NOT NULL, created_at INTEGER NOT NULL);"
+                     "CREATE TABLE adf_files (path TEXT PRIMARY KEY, content BLOB NOT NULL, mime_type TEXT, size "
+                     "INTEGER NOT NULL, protection TEXT NOT NULL DEFAULT 'none', authorized INTEGER NOT NULL "
+                     "DEFAULT 0, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);")
+    db.execute("INSERT INTO adf_audit VALUES (1, 'loop:main', 1, 4, NULL, 3, 9, ?, 7)",
+               (brotli.compress(json.dumps(entries).encode()),))
+    db.execute("INSERT INTO adf_files VALUES ('mind/deploy.md', ?, 'text/markdown', 1, 'none', 0, '', '')",
+               (b"---\ntype: procedure\n---\n# Deploy\n\nThe owner acks prod [S2].\n",))
+    db.commit()
+    db.close()
+    workspace = tmp_path / "ws"
+    run_mem("init", "-w", workspace, "--agent", "me", check=True)
+    mem(workspace, "import", "adf", adf, check=True)
+    blob_event = next(line.split()[0] for line in mem(workspace, "log", check=True).stdout.decode().splitlines()
+                      if "audit.import" in line)
+    mem(workspace, "redact", blob_event, "--reason", "leaked token", "--yes", check=True)
+    for command in (["audit", "read", "2"], ["cite", "[S2]"]):
+        shown = mem(workspace, *command, check=True).stdout.decode()
+        assert shown.startswith("S2: in audit blob 1 (loop main)\n"), shown
+        assert json.loads(shown.splitlines()[1]) == {"seq": 2, "role": "user", "created_at": 7, "content_json": [
+            {"type": "text", "text": "[redacted: leaked token]"}]}
+    assert b"no findings" in mem(workspace, "lint", "--check", "citations", check=True).stdout
+    assert files_holding(workspace, "5550199") == []
+    mem(workspace, "export", "adf", tmp_path / "out.adf", check=True)
+    exported = sqlite3.connect(tmp_path / "out.adf").execute("SELECT data FROM adf_audit").fetchone()[0]
+    assert [e["seq"] for e in json.loads(brotli.decompress(exported))] == [1, 2, 4]
+    run_mem("init", "-w", tmp_path / "again", "--agent", "me", check=True)
+    mem(tmp_path / "again", "import", "adf", tmp_path / "out.adf", check=True)
+    assert b"[redacted: leaked token]" in mem(tmp_path / "again", "cite", "[S4]", check=True).stdout
+    assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
