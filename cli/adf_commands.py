@@ -87,10 +87,12 @@ def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="T
 
 
 @loop_app.command("clear", context_settings={"ignore_unknown_options": True})
-def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] = typer.Argument(None),
+def loop_clear(start: Optional[int] = typer.Argument(None, help="The first row removed (0 the oldest, -1 the last)."),
+               end: Optional[int] = typer.Argument(None, help="The row after the last one removed (none: to the end)."),
                loop: str = LoopOpt):
-    """Remove rows[START:END] (a Python slice over the display order, so `-1` is the last row); archived when
-    audit is on."""
+    """Remove rows[START:END], a Python slice over the display order (-1 is the last row).
+
+    Archived in the audit when audit.loop is on; the log keeps every row."""
     with memory() as mem:
         done = mem.loop_clear(start, end, loop)
     typer.echo(cleared_line(done, loop, start, end))
@@ -233,7 +235,8 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
     elif result.resolved:
         sys.stdout.write(result.text)
     else:
-        fail(f"{result.path}: no such file")
+        fail(f"{result.path}: no such file" if result.path else f"{citation!r} names no file: adf-file://PATH, like "
+             "adf-file://mind/deploy.md")
     raise typer.Exit(0 if result.resolved else 1)
 
 

@@ -572,6 +572,13 @@ def damaged_file(exc: BaseException):
         return None
 
 
+def _a_value_taken_for_an_option(exc) -> bool:
+    """A usage error for an "option" that is a value starting with '-' (an Always line `- [x] done`, a number -1)."""
+    name = getattr(exc, "option_name", None)
+    return (type(exc).__name__ == "NoSuchOption" and isinstance(name, str)
+            and (name == "-" or name[1:2].isdigit() or " " in name))
+
+
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
     from typer._click.exceptions import ClickException
@@ -598,6 +605,9 @@ def main() -> None:
         typer.echo(f"error: {TOO_LARGE}", err=True)
         sys.exit(1)
     except ClickException as exc:
+        if _a_value_taken_for_an_option(exc):
+            exc.message = (exc.message.rstrip() + ": a value that starts with '-' goes after `--` (`mem always add -- "
+                           "'- [x] done'`, `mem config set lint.mind_max_lines -- -1`)")
         if plain():
             typer.echo(f"error: {exc.format_message()}", err=True)
         else:

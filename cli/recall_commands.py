@@ -70,15 +70,17 @@ def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
         result = mem.believed(mem.seq_at() if as_of is None else as_of, last, include_all=all_, day=day)
+        local = {layer["path"] for layer in mem.layers() if layer["local"]}
     if json:
         return emit_json(result)
     typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
     pages = [p["slug"] + (f" ({p['flags']})" if p["flags"] else "") for p in result.pages]
     typer.echo(f"pages: {', '.join(pages) or '(none)'}\n\nloop (last {last}):")
+    loops = len({row.loop for row in result.loop}) > 1
     for row in result.loop:
-        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+        typer.echo(f"[S{row.seq}] {f'{row.loop} ' if loops else ''}{row.role}: {row.text()}")
     for path, text in result.shared.items():
-        typer.echo(f"\nshared {path}:\n{text.rstrip()}")
+        typer.echo(f"\n{'local' if path in local else 'shared'} {path}:\n{text.rstrip()}")
 
 
 @app.command()

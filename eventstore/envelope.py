@@ -193,7 +193,8 @@ def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: 
 
 def check_body_size(raw: bytes) -> None:
     if len(raw) > MAX_BODY_BYTES:
-        raise TooLarge(f"event body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+        raise TooLarge(f"the event is {len(raw) / 2**20:.1f} MiB encoded; an event (a message, a page, a file) may "
+                       f"be at most {MAX_BODY_BYTES // 2**20} MiB")
 
 
 _TAG = {cls: tag for tag, cls in KINDS.items()}

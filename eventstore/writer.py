@@ -111,7 +111,8 @@ def file_path(path: str) -> str:
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")
     if path == "mind.md" or parts[0] == "mind":
-        raise UnsafePath(f"{path} belongs to the mind wiki; use `mem page write` or `mem always add`")
+        raise UnsafePath(f"{path} belongs to the mind wiki: a page is written, deleted or renamed with `mem page "
+                         "write|delete|rename`, mind.md's Always lines with `mem always add|remove`")
     if parts[0] == ".mem":
         raise UnsafePath(f"{path} belongs to mindlog itself (.mem/ holds the log and the views)")
     if len(path) > 512:

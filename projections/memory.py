@@ -364,6 +364,8 @@ class Memory:
                     allow_secret: bool = False) -> Event:
         """A message of the loop; one with no content, or only blank text, is refused (an ADF import keeps what
         its file holds: it goes through the writer directly)."""
+        if isinstance(content, list) and not content:
+            raise InvalidInput("a loop message needs some content: its list of blocks is empty")
         if isinstance(content, list) and all(isinstance(block, dict) and block.get("type") == "text"
                                              and not str(block.get("text", "")).strip() for block in content):
             raise InvalidInput("a loop message needs some content: its text is empty")
@@ -751,8 +753,9 @@ class Memory:
 
         for layer in filters.get("layers") or ():
             self.layer_spec(layer, private=True)
-        if filters.get("limit", 0) < 0:
-            raise below_zero("n", filters["limit"])
+        if filters.get("limit", 1) < 1:  # 0 said "no matches", as if nothing matched
+            raise InvalidInput(f"-n must be 1 or more (how many hits to show), not {filters['limit']}",
+                               for_tools=f"n must be 1 or more (how many hits to show), not {filters['limit']}")
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
     def layers(self) -> list[dict]:

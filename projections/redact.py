@@ -34,6 +34,7 @@ class RedactReport(msgspec.Struct):
     redactions: list[int]  # the seqs of the redaction events appended (one per layer)
     done: bool
     left_on_disk: bool = False  # a reader held the log: the old text stays on disk until a later append erases it
+    hand_edited: list[str] = []  # files edited by hand, so not rewritten: they may still hold what was redacted
 
 
 def _target(event: Event) -> Target:
@@ -106,8 +107,9 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
                                             layer=layer))
                   for layer, ids in by_layer.items()]
     seqs = memory.log.append(redactions)
-    memory.refresh()
-    return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed)
+    files = memory.refresh()
+    return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
+                        hand_edited=list(files.refused))
 
 
 def config_redactions(memory, as_of: int) -> list[tuple[int, str, str]]:

@@ -185,8 +185,27 @@ def index_open(db) -> None:
     db.execute(_INDEX_ROWS.format(f"NOT {_FINAL}"))
 
 
+_NOT_TEXT = frozenset(("type", "id", "tool_use_id", "signature", "source", "data", "media_type", "cache_control"))
+"""Keys of a loop message's blocks whose values are no text a person wrote or read (ids, an image's base64 data)."""
+
+
 def _text_of(content: list) -> str:
-    return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    """A loop message's searchable text: its text blocks, and the words inside every other block (a tool call's
+    name and input, a tool result's content, a thinking block), as the secret scanner reads them: in an agent's
+    transcript most of what it saw and did is there."""
+    return "\n".join(_strings(content))
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key not in _NOT_TEXT:
+                yield from _strings(item)
 
 
 _NULLABLE = 6

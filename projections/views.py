@@ -17,10 +17,11 @@ from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
 closing shared page versions; 3: shared_void; 4: search_history_fts keyed by lifetime bucket; 5: without
-its column sizes; 6: shared_held, and versions built on a void one void too)."""
+its column sizes; 6: shared_held, and versions built on a void one void too; 8: the words inside a loop message's
+tool and thinking blocks in the search index)."""
 
 BULK_PAGE_SIZE = 16384
 """The page size of views built from nothing (`fast`): a rebuild writes hundreds of megabytes of rows, about

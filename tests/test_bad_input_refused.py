@@ -182,3 +182,40 @@ def test_config_set_refuses_keys_and_values_mindlog_would_not_read(workspace):
     config = json.loads(mem("config", "show", "--json", check=True).stdout)
     assert config["layers"]["decisions"] == {"path": "memory/decisions.md", "format": "entries"}
     assert config["audit"]["files"] is True and config["context"]["audit"]["loop"] is False
+
+
+def test_wordings_a_newcomer_misread_say_what_to_do(workspace, tmp_path):
+    """Each of these was refused in words that sent a newcomer the wrong way (found by a newcomer run): an Always line
+    `- [x] done` was `No such option: -`; `redact --match ''` asked for --match; `file delete mind/deploy.md` pointed at
+    `page write`; `cite adf-file://` said `: no such file`; a 15 MB message was `event body is 15252975 bytes`;
+    `--content-json '[]'` said its text was empty. The log stays as it was."""
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    mem("page", "write", "deploy", "--file", "-", input=PAGE, check=True)
+    huge = tmp_path / "huge.txt"
+    huge.write_text("x" * (9 * 2**20))
+    bom = tmp_path / "bom.md"
+    bom.write_bytes(b"\xef\xbb\xbf" + PAGE)
+    before = log_rows(workspace)
+    said = {
+        ("always", "add", "- [x] done"): "No such option: -: a value that starts with '-' goes after `--` (`mem always "
+                                         "add -- '- [x] done'`, `mem config set lint.mind_max_lines -- -1`)",
+        ("config", "set", "lint.mind_max_lines", "-1"): "No such option: -1: a value that starts with '-' goes after",
+        ("redact", "--match", "", "--reason", "r"): "--match needs a pattern (a regular expression)",
+        ("file", "delete", "mind/deploy.md"): "mind/deploy.md belongs to the mind wiki: a page is written, deleted or "
+                                              "renamed with `mem page write|delete|rename`",
+        ("cite", "adf-file://"): "'adf-file://' names no file: adf-file://PATH, like adf-file://mind/deploy.md",
+        ("loop", "append", "--role", "user", "--file", huge): "the event is 9.0 MiB encoded; an event (a message, a "
+                                                             "page, a file) may be at most 8 MiB",
+        ("loop", "append", "--role", "user", "--content-json", "[]"): "a loop message needs some content: its list of "
+                                                                      "blocks is empty",
+        ("page", "write", "bom", "--file", bom): "the page starts with a byte order mark (U+FEFF, as some editors save "
+                                                 "UTF-8) before its '---': save it as UTF-8 without one",
+    }
+    for args, expected in said.items():
+        refused = mem(*args)
+        line = refused.stderr.decode()
+        assert refused.returncode in (1, 2) and line.count("\n") == 1 and f"error: {expected}" in line, (args, line)
+    assert mem("always", "add", "--", "- [x] done", check=True).returncode == 0
+    assert len(log_rows(workspace)) == len(before) + 1

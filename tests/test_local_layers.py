@@ -88,3 +88,19 @@ def test_pages_of_a_layer_are_searched_with_their_trust_fields(memory):
         assert "stale_after" in str(exc)
     else:
         raise AssertionError("a malformed stale_after was accepted in a layer page")
+
+
+def test_believed_names_a_local_layer_as_local_and_each_loop_when_there_are_several(workspace):
+    """Regression: `mem believed` printed a local layer (never pushed) under `shared`, and mixed the messages of two
+    loops without saying which was which."""
+    def mem(*args):
+        return run_mem("-w", workspace, *args, check=True).stdout.decode()
+
+    mem("loop", "append", "--role", "user", "--text", "one")
+    assert "[S1] user: one" in mem("believed")  # one loop: no name needed
+    mem("loop", "append", "--loop", "side", "--role", "user", "--text", "two")
+    mem("layer", "add", "decisions", "memory/decisions.md")
+    mem("entry", "add", "decisions", "[DECISION] ship on Tuesday")
+    shown = mem("believed")
+    assert "[S1] main user: one\n[S2] side user: two\n" in shown
+    assert "\nlocal memory/decisions.md:\n" in shown and "shared" not in shown

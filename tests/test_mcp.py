@@ -183,7 +183,7 @@ def test_a_count_below_zero_is_refused_in_the_words_of_each_side(workspace):
 
     assert run_stdio(workspace, session_body) == [(True, "last must be 0 or more, not -3"),
                                                   (True, "n must be 0 or more, not -5"),
-                                                  (True, "n must be 0 or more, not -1")]
+                                                  (True, "n must be 1 or more (how many hits to show), not -1")]
 
 
 def test_a_refusal_carries_the_tools_way_forward_from_where_it_is_raised(workspace):
@@ -244,7 +244,8 @@ def test_an_empty_loop_message_is_refused_on_both_sides(workspace):
     empty message, a seq that cites nothing."""
     said = "a loop message needs some content: its text is empty"
     assert cli_error(workspace, "loop", "append", "--role", "user", "--text", " ") == said
-    assert cli_error(workspace, "loop", "append", "--role", "user", "--content-json", "[]") == said
+    assert cli_error(workspace, "loop", "append", "--role", "user", "--content-json", "[]") == (
+        "a loop message needs some content: its list of blocks is empty")
 
     async def session_body(session):
         return await call(session, "loop_append", role="user", text="")

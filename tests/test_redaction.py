@@ -121,6 +121,27 @@ def test_a_reader_delays_the_scrub_and_the_next_write_finishes_it(leaky):
     assert mem(leaky, "verify", check=True).returncode == 0
 
 
+def test_a_hand_edited_file_that_may_still_hold_the_redacted_text_is_named_with_the_way_out(workspace, tmp_path):
+    """Regression: a page edited in place (as ADF agents do) keeps its file through a redaction, with it the text just
+    redacted, and `mem redact` said only the usual hand-edit warning. It names the file, says it may still hold what
+    was redacted, and how to put back mindlog's version without it; that way out leaves no byte of it."""
+    page = tmp_path / "access.md"
+    page.write_text(PAGE)
+    mem(workspace, "page", "write", "staging-access", "--file", page, "--allow-secret", check=True)
+    with open(workspace / "mind/staging-access.md", "a") as edited:
+        edited.write("Also: ask in #deploys.\n")
+    redacted = mem(workspace, "redact", "--match", "ghp_", "--reason", "leak", "--yes", check=True)
+    assert redacted.stderr.decode() == (
+        "warning: mind/staging-access.md edited by hand, so not rewritten: it may still hold what was redacted; remove "
+        "it from the file, or put back mindlog's version without it (`mem show mind/staging-access.md > "
+        "mind/staging-access.md`)\n")
+    shown = mem(workspace, "show", "mind/staging-access.md", check=True).stdout
+    (workspace / "mind/staging-access.md").write_bytes(shown)
+    assert files_holding(workspace, SECRET) == []
+    report = json.loads(mem(workspace, "redact", "--match", "nothing-here-now", "--reason", "r", "--json").stdout)
+    assert report["hand_edited"] == []
+
+
 # --- truncation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("drop", [1, 2, "all"])
