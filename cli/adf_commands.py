@@ -253,14 +253,14 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
 
 
 @import_app.command("adf")
-def import_adf_command(source: Path, json: bool = JsonOpt):
+def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     """Turn an ADF file into events (into a new workspace; the same file again appends nothing)."""
     from projections.adf_file import import_adf
 
     if not source.exists():
         fail(f"{source} does not exist")
     with memory() as mem, progress_bar("import", None) as advance:
-        report = import_adf(mem, source, progress=advance)
+        report = import_adf(mem, source, progress=advance, allow_secret=allow_secret)
     if json:
         return emit_json(report)
     if report.already and not report.events:

@@ -119,8 +119,20 @@ def _placeholder(kind: str, field, mark: str, slug: str | None, message: dict | 
 
 
 def matches(raw_body: bytes, pattern: re.Pattern) -> bool:
-    """Whether any string in a body (its text, frontmatter values, content blocks) matches."""
-    return any(pattern.search(text) for text in _strings(msgspec.msgpack.decode(raw_body)))
+    """Whether any string in a body (its text, frontmatter values, content blocks, an audit blob's entries)
+    matches."""
+    return any(pattern.search(text) for text in _strings(_readable(msgspec.msgpack.decode(raw_body))))
+
+
+def _readable(body: dict) -> dict:
+    """A body with an audit blob's JSON in place of its brotli (expanded within the bound audit reads keep;
+    a blob that cannot be read is matched as its bytes)."""
+    if body.get("kind") != "audit.import" or not isinstance(body.get("data"), bytes):
+        return body
+    try:
+        return {**body, "data": blob_json(body["data"])}
+    except MemError:
+        return body
 
 
 def _strings(value):

@@ -516,3 +516,42 @@ def test_a_redacted_imported_audit_blob_reads_as_redacted_entries_and_exports_a_
     mem(tmp_path / "again", "import", "adf", tmp_path / "out.adf", check=True)
     assert b"[redacted: leaked token]" in mem(tmp_path / "again", "cite", "[S4]", check=True).stdout
     assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
+
+
+def test_a_token_in_an_imported_audit_blob_is_found_by_match_and_its_seq_names_the_blob(tmp_path):
+    """`--match` ran its regex over the blob's brotli bytes (it found nothing), and `mem redact 123` for the
+    archived message said there was no such event."""
+    import brotli
+
+    entries = [{"seq": seq, "role": "user", "content_json": [{"type": "text", "text": f"the bot token is {SECRET}"
+                                                              if seq == 123 else f"message {seq}"}],
+                "created_at": 0} for seq in range(100, 130)]
+    adf = tmp_path / "agent.adf"
+    db = sqlite3.connect(adf)
+    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
+                     "CREATE TABLE adf_audit (id INTEGER PRIMARY KEY, source TEXT NOT NULL, start_seq INTEGER, "
+                     "end_seq INTEGER, ref TEXT, entry_count INTEGER NOT NULL, size_bytes INTEGER NOT NULL, "
+                     "data BLOB NOT NULL, created_at INTEGER NOT NULL);"
+                     "CREATE TABLE adf_loop (seq INTEGER PRIMARY KEY, loop TEXT, role TEXT NOT NULL, "
+                     "content_json TEXT NOT NULL, created_at INTEGER NOT NULL);")
+    db.execute("INSERT INTO adf_audit VALUES (1, 'loop:main', 100, 129, NULL, 30, 1, ?, 0)",
+               (brotli.compress(json.dumps(entries).encode()),))
+    db.execute("INSERT INTO adf_loop VALUES (200, 'main', 'user', ?, 0)",
+               (json.dumps([{"type": "text", "text": "live"}]),))
+    db.commit()
+    db.close()
+    workspace = tmp_path / "ws"
+    run_mem("init", "-w", workspace, "--agent", "me", check=True)
+    mem(workspace, "import", "adf", adf, "--allow-secret", check=True)
+    listed = mem(workspace, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", check=True)
+    assert b"audit.import" in listed.stdout and b"would redact 1 event" in listed.stdout, listed.stdout
+    holder = listed.stdout.decode().split()[0]
+    refused = mem(workspace, "redact", "123", "--reason", "leaked token")
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        f"error: seq 123 is no event of the log but a message archived in audit blob 1 (loop main), which event "
+        f"{holder} holds: `mem redact {holder}` removes the whole blob; `mem redact --match` finds the events "
+        "whose text matches\n")
+    mem(workspace, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", "--yes", check=True)
+    assert files_holding(workspace, SECRET) == []
+    assert b"[redacted: leaked token]" in mem(workspace, "audit", "read", "123", check=True).stdout

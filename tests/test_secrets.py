@@ -184,3 +184,65 @@ def test_allow_secret_cannot_target_a_scanned_shared_layer(workspace):
             mem.entry_add("insights", f"[FACT] key {AWS}")
         assert log_rows(workspace) == before
         mem.entry_add("vault", f"[FACT] key {AWS}", allow_secret=True)
+
+
+def secret_adf(path, where: str):
+    """An ADF file holding a GitHub token in one place: a live loop row, a file, a page, the config, or a
+    message archived in an audit blob."""
+    import sqlite3
+
+    import brotli
+
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
+                     "CREATE TABLE adf_loop (seq INTEGER PRIMARY KEY, loop TEXT, role TEXT NOT NULL, "
+                     "content_json TEXT NOT NULL, created_at INTEGER NOT NULL);"
+                     "CREATE TABLE adf_files (path TEXT PRIMARY KEY, content BLOB NOT NULL, mime_type TEXT, size "
+                     "INTEGER NOT NULL, protection TEXT NOT NULL DEFAULT 'none', authorized INTEGER NOT NULL "
+                     "DEFAULT 0, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);"
+                     "CREATE TABLE adf_config (id INTEGER PRIMARY KEY, config_json TEXT NOT NULL, updated_at TEXT);"
+                     "CREATE TABLE adf_audit (id INTEGER PRIMARY KEY, source TEXT NOT NULL, start_seq INTEGER, "
+                     "end_seq INTEGER, ref TEXT, entry_count INTEGER NOT NULL, size_bytes INTEGER NOT NULL, "
+                     "data BLOB NOT NULL, created_at INTEGER NOT NULL);")
+    text = [{"type": "text", "text": f"token {GITHUB}"}]
+    if where == "loop":
+        db.execute("INSERT INTO adf_loop VALUES (1, 'main', 'user', ?, 0)", (json.dumps(text),))
+    elif where in ("file", "page"):
+        path_, content = (("notes/x.md", f"token {GITHUB}") if where == "file" else
+                          ("mind/x.md", f"---\ntype: note\n---\n# X\n\ntoken {GITHUB}\n"))
+        db.execute("INSERT INTO adf_files VALUES (?, ?, 'text/markdown', 1, 'none', 0, '', '')",
+                   (path_, content.encode()))
+    elif where == "config":
+        db.execute("INSERT INTO adf_config VALUES (1, ?, '')", (json.dumps({"github": {"token": GITHUB}}),))
+    else:
+        entries = [{"seq": 5, "role": "user", "content_json": text, "created_at": 0}]
+        db.execute("INSERT INTO adf_audit VALUES (1, 'loop:main', 5, 5, NULL, 1, 1, ?, 0)",
+                   (brotli.compress(json.dumps(entries).encode()),))
+    db.commit()
+    db.close()
+    return path
+
+
+@pytest.mark.parametrize("where, row, field", [
+    ("loop", "adf_loop seq 1", "`content[0].text`"),
+    ("file", "adf_files 'notes/x.md'", "`content`, line 1"),
+    ("page", "adf_files 'mind/x.md'", "`text`, line 3"),
+    ("config", "adf_config", "`value.github.token`"),
+    ("audit", "adf_audit row 1", "`data[0].content_json[0].text`"),
+])
+def test_an_import_scans_every_row_and_names_the_one_holding_a_secret(tmp_path, where, row, field):
+    """An import scanned nothing: a token in a loop row, a file, a page, the config or an archived message
+    went into the log without a word."""
+    adf = secret_adf(tmp_path / "s.adf", where)
+    workspace = tmp_path / "ws"
+    run_mem("init", "-w", workspace, "--agent", "me", check=True)
+    result = run_mem("-w", workspace, "import", "adf", adf)
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.count("\n") == 1, err
+    assert f"{row} looks like it holds a secret: GitHub Token in {field}" in err and GITHUB not in err, err
+    assert "pass --allow-secret" in err and log_rows(workspace) == []
+    run_mem("-w", workspace, "import", "adf", adf, "--allow-secret", check=True)
+    event = next(e for e in json.loads(run_mem("-w", workspace, "log", "--json", check=True).stdout)
+                 if e["body"].get("allowed_secrets"))
+    assert event["body"]["allowed_secrets"][0].startswith("GitHub Token in ")
