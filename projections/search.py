@@ -807,6 +807,8 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     rows = views.db.execute(sql, [*params, day, wanted]).fetchall()
     if not rows and status:
         _refuse_unknown_status(views.db, status)
+    if not rows and (agent or types):
+        _refuse_unknown_names(views.db, agent, self_agent, types)
     hits = sorted((_hit(views, table, row, point, day) for row in rows),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
@@ -814,6 +816,24 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     for hit in hits:
         hit.snippet = snippet(bodies[hit.seq], stems)
     return hits
+
+
+def _refuse_unknown_names(db, agent: str | None, self_agent: str | None, types) -> None:
+    """An agent that never wrote anything searchable here, or types (free-form, as statuses are) that nothing ever
+    had, find nothing at any moment: most likely a typo, said as such rather than as "no matches"."""
+    if agent:
+        agents = {self_agent} | {name for (name,) in db.execute(
+            "SELECT DISTINCT agent FROM search_history WHERE agent IS NOT NULL")}
+        if agent not in agents:
+            raise InvalidInput(f"no agent {agent!r} has written anything here (the agents: "
+                               f"{', '.join(sorted(name for name in agents if name))})")
+    if types:
+        known = {name for (name,) in db.execute("SELECT DISTINCT lower(type) FROM search_history WHERE type IS NOT NULL")}
+        if not known & {name.lower() for name in types}:
+            listed = sorted(known)
+            raise InvalidInput(f"nothing here has ever had the type {', '.join(map(repr, types))} (the types of "
+                               f"pages, entries, loop roles and files here: {', '.join(listed[:20]) or 'none'}"
+                               f"{', ...' if len(listed) > 20 else ''})")
 
 
 def _refuse_unknown_status(db, status: str) -> None:

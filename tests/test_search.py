@@ -152,6 +152,12 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 2 and b"error: --kind" in bad.stderr and b"Traceback" not in bad.stderr
     bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: ")
+    bad = run_mem("search", "owner", "--agent", "nobody", cwd=workspace)  # said "no matches"
+    assert bad.returncode == 1 and bad.stderr.decode().startswith("error: no agent 'nobody' has written anything here")
+    bad = run_mem("search", "owner", "--type", "procedur", cwd=workspace)
+    assert bad.returncode == 1 and bad.stderr.decode().startswith(
+        "error: nothing here has ever had the type 'procedur' (the types of pages, entries, loop roles and files here: ")
+    assert run_mem("search", "nosuchword", "--type", "procedure", cwd=workspace, check=True).stdout == b"no matches\n"
     for n in ("-1", "0"):  # 0 said "no matches", as if nothing matched
         bad = run_mem("search", "owner", "-n", n, cwd=workspace)
         assert bad.returncode == 1 and not bad.stdout
