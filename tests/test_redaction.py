@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from eventstore.blobs import blob_json
+
 from conftest import run_mem
+from test_adf_file import build_adf, text_row
 
 SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 PAGE = f"---\ntype: reference\n---\n# Staging access\n\nThe bot logs in with {SECRET} for now.\n"
@@ -427,29 +430,27 @@ def test_an_own_redaction_that_reached_the_hub_before_its_push_cursor_moved_keep
     assert mem(team / "main", "replay", "--check").returncode == 0
 
 
-def imported_workspace(tmp_path, config: dict, loop_rows: int = 3) -> Path:
-    """A workspace imported from an ADF file with this config and a few live loop messages."""
-    db = sqlite3.connect(tmp_path / "agent.adf")
-    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
-                     "CREATE TABLE adf_config (id INTEGER PRIMARY KEY, config_json TEXT NOT NULL, updated_at TEXT);"
-                     "CREATE TABLE adf_loop (seq INTEGER PRIMARY KEY, loop TEXT, role TEXT NOT NULL, "
-                     "content_json TEXT NOT NULL, created_at INTEGER NOT NULL);")
-    db.execute("INSERT INTO adf_config VALUES (1, ?, '')", (json.dumps(config),))
-    db.executemany("INSERT INTO adf_loop VALUES (?, 'main', 'user', ?, 0)",
-                   [(seq, json.dumps([{"type": "text", "text": f"message {seq}"}])) for seq in range(1, loop_rows + 1)])
-    db.commit()
-    db.close()
+def imported_workspace(tmp_path, adf: Path) -> Path:
     workspace = tmp_path / "ws"
     run_mem("init", "-w", workspace, "--agent", "me", check=True)
-    mem(workspace, "import", "adf", tmp_path / "agent.adf", check=True)
+    mem(workspace, "import", "adf", adf, "--allow-secret", check=True)
     return workspace
+
+
+def archived(seqs, text) -> bytes:
+    """A loop audit blob of user messages at these seqs, each text(seq)."""
+    import brotli
+
+    return brotli.compress(json.dumps([{"seq": seq, "role": "user", "created_at": 7,
+                                        "content_json": [{"type": "text", "text": text(seq)}]} for seq in seqs]).encode())
 
 
 def test_a_redacted_imported_config_folds_to_the_default_and_says_so(tmp_path):
     """The imported config is one `config.set` of the whole object: redacted, it folded to None and every
     later command was a traceback."""
-    workspace = imported_workspace(tmp_path, {"provider": "anthropic", "audit": {"loop": False}})
+    adf = build_adf(tmp_path / "agent.adf", config=json.dumps({"provider": "anthropic", "audit": {"loop": False}}),
+                    loop=[text_row(seq, f"message {seq}") for seq in (1, 2, 3)])
+    workspace = imported_workspace(tmp_path, adf)
     mem(workspace, "redact", "--match", "anthropic", "--reason", "vendor name", "--yes", check=True)
     shown = mem(workspace, "config", "show", check=True).stdout.decode()
     assert json.loads(shown.splitlines()[0].removeprefix("audit = ")) == {"loop": True, "inbox": False,
@@ -476,29 +477,10 @@ def test_a_redacted_imported_audit_blob_reads_as_redacted_entries_and_exports_a_
     """The stand-in of a redacted `audit.import` had 0 bytes of blob: audit read, cite and lint failed with
     "not valid brotli", and an export wrote a blob the import refused. Now its entries keep all but their
     content, as a redacted native message does, and read `[redacted: reason]`."""
-    import brotli
-
-    entries = [{"seq": seq, "role": "user", "content_json": [{"type": "text", "text": f"archived {seq} the pager code 5550199"}],
-                "created_at": 7} for seq in (1, 2, 4)]
-    adf = tmp_path / "agent.adf"
-    db = sqlite3.connect(adf)
-    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
-                     "CREATE TABLE adf_audit (id INTEGER PRIMARY KEY, source TEXT NOT NULL, start_seq INTEGER, "
-                     "end_seq INTEGER, ref TEXT, entry_count INTEGER NOT NULL, size_bytes INTEGER NOT NULL, "
-                     "data BLOB NOT NULL, created_at INTEGER NOT NULL);"
-                     "CREATE TABLE adf_files (path TEXT PRIMARY KEY, content BLOB NOT NULL, mime_type TEXT, size "
-                     "INTEGER NOT NULL, protection TEXT NOT NULL DEFAULT 'none', authorized INTEGER NOT NULL "
-                     "DEFAULT 0, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);")
-    db.execute("INSERT INTO adf_audit VALUES (1, 'loop:main', 1, 4, NULL, 3, 9, ?, 7)",
-               (brotli.compress(json.dumps(entries).encode()),))
-    db.execute("INSERT INTO adf_files VALUES ('mind/deploy.md', ?, 'text/markdown', 1, 'none', 0, '', '')",
-               (b"---\ntype: procedure\n---\n# Deploy\n\nThe owner acks prod [S2].\n",))
-    db.commit()
-    db.close()
-    workspace = tmp_path / "ws"
-    run_mem("init", "-w", workspace, "--agent", "me", check=True)
-    mem(workspace, "import", "adf", adf, check=True)
+    page = b"---\ntype: procedure\n---\n# Deploy\n\nThe owner acks prod [S2].\n"
+    adf = build_adf(tmp_path / "agent.adf", files=[("mind/deploy.md", page)],
+                    audit=[("loop:main", 1, 4, archived((1, 2, 4), lambda seq: f"archived {seq}: pager 5550199"))])
+    workspace = imported_workspace(tmp_path, adf)
     blob_event = next(line.split()[0] for line in mem(workspace, "log", check=True).stdout.decode().splitlines()
                       if "audit.import" in line)
     mem(workspace, "redact", blob_event, "--reason", "leaked token", "--yes", check=True)
@@ -511,7 +493,7 @@ def test_a_redacted_imported_audit_blob_reads_as_redacted_entries_and_exports_a_
     assert files_holding(workspace, "5550199") == []
     mem(workspace, "export", "adf", tmp_path / "out.adf", check=True)
     exported = sqlite3.connect(tmp_path / "out.adf").execute("SELECT data FROM adf_audit").fetchone()[0]
-    assert [e["seq"] for e in json.loads(brotli.decompress(exported))] == [1, 2, 4]
+    assert [e["seq"] for e in blob_json(exported)] == [1, 2, 4]
     run_mem("init", "-w", tmp_path / "again", "--agent", "me", check=True)
     mem(tmp_path / "again", "import", "adf", tmp_path / "out.adf", check=True)
     assert b"[redacted: leaked token]" in mem(tmp_path / "again", "cite", "[S4]", check=True).stdout
@@ -521,29 +503,9 @@ def test_a_redacted_imported_audit_blob_reads_as_redacted_entries_and_exports_a_
 def test_a_token_in_an_imported_audit_blob_is_found_by_match_and_its_seq_names_the_blob(tmp_path):
     """`--match` ran its regex over the blob's brotli bytes (it found nothing), and `mem redact 123` for the
     archived message said there was no such event."""
-    import brotli
-
-    entries = [{"seq": seq, "role": "user", "content_json": [{"type": "text", "text": f"the bot token is {SECRET}"
-                                                              if seq == 123 else f"message {seq}"}],
-                "created_at": 0} for seq in range(100, 130)]
-    adf = tmp_path / "agent.adf"
-    db = sqlite3.connect(adf)
-    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
-                     "CREATE TABLE adf_audit (id INTEGER PRIMARY KEY, source TEXT NOT NULL, start_seq INTEGER, "
-                     "end_seq INTEGER, ref TEXT, entry_count INTEGER NOT NULL, size_bytes INTEGER NOT NULL, "
-                     "data BLOB NOT NULL, created_at INTEGER NOT NULL);"
-                     "CREATE TABLE adf_loop (seq INTEGER PRIMARY KEY, loop TEXT, role TEXT NOT NULL, "
-                     "content_json TEXT NOT NULL, created_at INTEGER NOT NULL);")
-    db.execute("INSERT INTO adf_audit VALUES (1, 'loop:main', 100, 129, NULL, 30, 1, ?, 0)",
-               (brotli.compress(json.dumps(entries).encode()),))
-    db.execute("INSERT INTO adf_loop VALUES (200, 'main', 'user', ?, 0)",
-               (json.dumps([{"type": "text", "text": "live"}]),))
-    db.commit()
-    db.close()
-    workspace = tmp_path / "ws"
-    run_mem("init", "-w", workspace, "--agent", "me", check=True)
-    mem(workspace, "import", "adf", adf, "--allow-secret", check=True)
+    blob = archived(range(100, 130), lambda seq: f"the bot token is {SECRET}" if seq == 123 else f"message {seq}")
+    adf = build_adf(tmp_path / "agent.adf", audit=[("loop:main", 100, 129, blob)], loop=[text_row(200, "live")])
+    workspace = imported_workspace(tmp_path, adf)
     listed = mem(workspace, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", check=True)
     assert b"audit.import" in listed.stdout and b"would redact 1 event" in listed.stdout, listed.stdout
     holder = listed.stdout.decode().split()[0]

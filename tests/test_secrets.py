@@ -16,6 +16,7 @@ from sync.storage import open_storage
 from sync.wire import PROBLEM_BASE
 
 from conftest import log_rows, run_mem
+from test_adf_file import build_adf
 from hubserver import HubServer
 
 AWS = "AKIA4HXQ7ZT2LMNB3K5P"
@@ -189,39 +190,16 @@ def test_allow_secret_cannot_target_a_scanned_shared_layer(workspace):
 def secret_adf(path, where: str):
     """An ADF file holding a GitHub token in one place: a live loop row, a file, a page, the config, or a
     message archived in an audit blob."""
-    import sqlite3
-
     import brotli
 
-    db = sqlite3.connect(path)
-    db.executescript("CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                     "INSERT INTO adf_meta VALUES ('adf_version', '0.2');"
-                     "CREATE TABLE adf_loop (seq INTEGER PRIMARY KEY, loop TEXT, role TEXT NOT NULL, "
-                     "content_json TEXT NOT NULL, created_at INTEGER NOT NULL);"
-                     "CREATE TABLE adf_files (path TEXT PRIMARY KEY, content BLOB NOT NULL, mime_type TEXT, size "
-                     "INTEGER NOT NULL, protection TEXT NOT NULL DEFAULT 'none', authorized INTEGER NOT NULL "
-                     "DEFAULT 0, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);"
-                     "CREATE TABLE adf_config (id INTEGER PRIMARY KEY, config_json TEXT NOT NULL, updated_at TEXT);"
-                     "CREATE TABLE adf_audit (id INTEGER PRIMARY KEY, source TEXT NOT NULL, start_seq INTEGER, "
-                     "end_seq INTEGER, ref TEXT, entry_count INTEGER NOT NULL, size_bytes INTEGER NOT NULL, "
-                     "data BLOB NOT NULL, created_at INTEGER NOT NULL);")
-    text = [{"type": "text", "text": f"token {GITHUB}"}]
-    if where == "loop":
-        db.execute("INSERT INTO adf_loop VALUES (1, 'main', 'user', ?, 0)", (json.dumps(text),))
-    elif where in ("file", "page"):
-        path_, content = (("notes/x.md", f"token {GITHUB}") if where == "file" else
-                          ("mind/x.md", f"---\ntype: note\n---\n# X\n\ntoken {GITHUB}\n"))
-        db.execute("INSERT INTO adf_files VALUES (?, ?, 'text/markdown', 1, 'none', 0, '', '')",
-                   (path_, content.encode()))
-    elif where == "config":
-        db.execute("INSERT INTO adf_config VALUES (1, ?, '')", (json.dumps({"github": {"token": GITHUB}}),))
-    else:
-        entries = [{"seq": 5, "role": "user", "content_json": text, "created_at": 0}]
-        db.execute("INSERT INTO adf_audit VALUES (1, 'loop:main', 5, 5, NULL, 1, 1, ?, 0)",
-                   (brotli.compress(json.dumps(entries).encode()),))
-    db.commit()
-    db.close()
-    return path
+    text = f"token {GITHUB}"
+    archived = [{"seq": 5, "role": "user", "content_json": [{"type": "text", "text": text}], "created_at": 0}]
+    rows = {"loop": {"loop": [(1, "user", json.dumps([{"type": "text", "text": text}]))]},
+            "file": {"files": [("notes/x.md", text.encode())]},
+            "page": {"files": [("mind/x.md", f"---\ntype: note\n---\n# X\n\n{text}\n".encode())]},
+            "config": {"config": json.dumps({"github": {"token": GITHUB}})},
+            "audit": {"audit": [("loop:main", 5, 5, brotli.compress(json.dumps(archived).encode()))]}}[where]
+    return build_adf(path, **rows)
 
 
 @pytest.mark.parametrize("where, row, field", [
