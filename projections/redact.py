@@ -12,7 +12,7 @@ import msgspec
 
 from eventstore import recorder, secrets
 from eventstore.envelope import Event, new_event
-from eventstore.errors import InvalidInput, NotFound
+from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redaction
 from eventstore.redaction import matches
@@ -66,9 +66,11 @@ def _refuse_archived(memory, seq: int) -> None:
     hit = audit.audit_read(memory.views, memory.log, seq)
     if hit.source == "audit":
         holder = memory.views.audit_event_seq(hit.audit_id)
-        raise NotFound(f"seq {seq} is no event of the log but a message archived in audit blob {hit.audit_id} "
-                       f"(loop {hit.loop}), which event {holder} holds: `mem redact {holder}` removes the whole "
-                       "blob; `mem redact --match` finds the events whose text matches")
+        raise NotFound(**for_each(
+            f"seq {seq} is no event of the log but a message archived in audit blob {hit.audit_id} (loop {hit.loop}), "
+            f"which event {holder} holds: ",
+            f"`mem redact {holder}` removes the whole blob; `mem redact --match` finds the events whose text matches",
+            f"redacting target {holder} removes the whole blob; a match finds the events whose text matches"))
 
 
 def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
