@@ -189,7 +189,7 @@ _NOT_TEXT = frozenset(("type", "id", "tool_use_id", "signature", "source", "data
 """Keys of a loop message's blocks whose values are no text a person wrote or read (ids, an image's base64 data)."""
 
 
-def _text_of(content: list) -> str:
+def text_of(content: list) -> str:
     """A loop message's searchable text: its text blocks, and the words inside every other block (a tool call's
     name and input, a tool result's content, a thinking block), as the secret scanner reads them: in an agent's
     transcript most of what it saw and did is there."""
@@ -299,7 +299,7 @@ def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
     if not isinstance(entries, list):
         return []
     loop = source[5:] or "main"
-    return [loop_row(e["seq"], loop, str(e.get("role", "")), _text_of(e.get("content_json") or []))
+    return [loop_row(e["seq"], loop, str(e.get("role", "")), text_of(e.get("content_json") or []))
             for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
 
 
@@ -369,7 +369,7 @@ class SearchFold:
             self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
                                                agent))
         elif isinstance(body, LoopAppend):
-            self._add(("loop", seq), loop_row(seq, body.loop, body.role, _text_of(body.content)))
+            self._add(("loop", seq), loop_row(seq, body.loop, body.role, text_of(body.content)))
         elif isinstance(body, LoopCompact):
             self._add(("loop", seq), loop_row(seq, body.loop, "user", body.summary))
         elif isinstance(body, AuditImport):
