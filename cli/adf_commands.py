@@ -167,12 +167,17 @@ def config_set(key: str, value: str):
 @config_app.command("show")
 def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The agent config (adf_config), with ADF's audit defaults."""
+    from projections.redact import config_redactions
+
     with memory() as mem:
-        config = mem.agent_config(as_of(mem, at, seq))
+        seen = as_of(mem, at, seq)
+        config, redacted = mem.agent_config(seen), config_redactions(mem, seen)
     if json:
         return emit_json(config)
     for key, value in config.items():
         typer.echo(f"{key} = {jsonlib.dumps(value, ensure_ascii=False)}")
+    for event_seq, key, reason in redacted:
+        typer.echo(f"(redacted: {key or 'the whole config'}, set at seq {event_seq}: {reason})")
 
 
 @audit_app.command("list")
@@ -248,14 +253,14 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
 
 
 @import_app.command("adf")
-def import_adf_command(source: Path, json: bool = JsonOpt):
+def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     """Turn an ADF file into events (into a new workspace; the same file again appends nothing)."""
     from projections.adf_file import import_adf
 
     if not source.exists():
         fail(f"{source} does not exist")
     with memory() as mem, progress_bar("import", None) as advance:
-        report = import_adf(mem, source, progress=advance)
+        report = import_adf(mem, source, progress=advance, allow_secret=allow_secret)
     if json:
         return emit_json(report)
     if report.already and not report.events:

@@ -23,8 +23,9 @@ class ConflictText(msgspec.Struct):
     heads: list[HeadText]
 
 
-def conflicts_shown(memory) -> list[ConflictText]:
-    as_of = memory.views.checkpoint()
+def conflicts_shown(memory, as_of: int | None = None) -> list[ConflictText]:
+    """The conflicts open as of a seq (None: now), each head's text as that head wrote it."""
+    as_of = memory.views.checkpoint() if as_of is None else as_of
     shared = memory.views.shared
     shown = []
     for conflict in shared.conflicts(as_of):

@@ -748,7 +748,10 @@ class Memory:
     def event(self, seq: int) -> Event | None:
         return self.log.get_by_seq(seq)
 
-    def search(self, query: str, **filters) -> list:
+    def search(self, query: str, *, within: set[str] | None = None, **filters) -> list:
+        """`within`: the only layers searched, those a reader may see (a hub token's), taken as they are (a layer
+        shared once is searched as of then, though the contract now drops it); an empty set finds nothing. Filtered
+        in the query, before the limit: hits in other layers would otherwise push the reader's out."""
         from . import search
 
         for layer in filters.get("layers") or ():
@@ -756,6 +759,9 @@ class Memory:
         if filters.get("limit", 1) < 1:  # 0 said "no matches", as if nothing matched
             raise InvalidInput(f"-n must be 1 or more (how many hits to show), not {filters['limit']}",
                                for_tools=f"n must be 1 or more (how many hits to show), not {filters['limit']}")
+        if within is not None:
+            filters["layers"] = sorted(within)
+            filters["limit"] = filters.get("limit", 10) if within else 0
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
     def layers(self) -> list[dict]:

@@ -480,6 +480,10 @@ class Views:
         return self.db.execute(f"SELECT {AUDIT_COLUMNS} FROM audit_rows WHERE event_seq = ? AND start_seq IS NOT NULL",
                                (event_seq,)).fetchone()
 
+    def audit_event_seq(self, audit_id: int) -> int:
+        """The seq of the event that wrote an audit row (a compaction, a clear, an import)."""
+        return self.db.execute("SELECT event_seq FROM audit_rows WHERE id = ?", (audit_id,)).fetchone()[0]
+
     def loop_audits_covering(self, seq: int, loop: str | None, as_of: int) -> list[tuple[int, str, bytes]]:
         """(id, source, data) of the loop audit rows (one loop's, or every loop's) whose seq range covers
         `seq`, written as of `as_of`, the newest range first."""

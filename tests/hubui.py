@@ -5,6 +5,7 @@ serves it, on the port the agents' remotes name."""
 
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -82,3 +83,23 @@ class UiHub:
     def stop(self) -> None:
         self.server.terminate()
         self.server.wait(timeout=10)
+
+
+@contextmanager
+def hub_pages(root: Path, contract: str, agents=("writer",)):
+    """In process, no server: a hub storage under `contract` with `agents`, and a client of its /ui app (over the
+    hub's mirror, admin token "admin-token"). Yields the client, the storage (to push to) and each agent's token."""
+    from starlette.testclient import TestClient
+
+    from cli.web.hub import hub_ui
+    from sync.contracts import parse_contract
+    from sync.mirror import HubMirror
+
+    storage = open_storage(str(root / "hub.db"))
+    try:
+        storage.apply_contract(parse_contract(contract))
+        tokens = {agent: storage.add_agent(agent) for agent in agents}
+        with TestClient(hub_ui(storage, HubMirror(storage, root / "ui"), "admin-token")) as client:
+            yield client, storage, tokens
+    finally:
+        storage.close()

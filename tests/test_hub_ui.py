@@ -4,9 +4,9 @@ admin every layer; as of a moment they show what each agent had received by then
 import httpx
 import pytest
 
-from hubui import UiHub
+from hubui import UiHub, hub_pages
 from teamhub import CONTRACT as TEAM_CONTRACT
-from webui import chromium, screenshot
+from webui import BAD_NUMBERS, chromium, screenshot
 
 
 @pytest.fixture(scope="module")
@@ -145,30 +145,58 @@ def test_the_pages_follow_the_hub_as_agents_push(hub):
 
 def test_a_file_in_no_layer_is_a_404_that_names_it(tmp_path):
     """In process: the hub's /ui app over a hub storage and its mirror, no server."""
-    from starlette.testclient import TestClient
+    with hub_pages(tmp_path, TEAM_CONTRACT) as (client, _storage, tokens):
+        token = tokens["writer"]
+        for who in (token, "admin-token"):
+            for page in ("asof?file=memory/nosuch.md", "history?path=memory/nosuch.md"):
+                refused = client.get(f"/{page}", headers={"Authorization": f"Bearer {who}"})
+                assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"
+                problem = refused.json()
+                assert problem["type"].endswith("/not-found") and "'memory/nosuch.md'" in problem["detail"], problem
+        assert client.get("/asof?file=memory/insights.md", headers={"Authorization": f"Bearer {token}"}
+                          ).status_code == 200
+        early = client.get("/asof?at=2001-01-01", headers={"Authorization": f"Bearer {token}"})
+        assert early.status_code == 400 and "is before this hub existed" in early.json()["detail"], early.text
 
-    from cli.web.hub import hub_ui
-    from sync.contracts import parse_contract
-    from sync.mirror import HubMirror
-    from sync.storage import open_storage
 
-    storage = open_storage(str(tmp_path / "hub.db"))
-    try:
-        storage.apply_contract(parse_contract(TEAM_CONTRACT))
-        token = storage.add_agent("writer")
-        with TestClient(hub_ui(storage, HubMirror(storage, tmp_path / "ui"), "admin-token")) as client:
-            for who in (token, "admin-token"):
-                for page in ("asof?file=memory/nosuch.md", "history?path=memory/nosuch.md"):
-                    refused = client.get(f"/{page}", headers={"Authorization": f"Bearer {who}"})
-                    assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"
-                    problem = refused.json()
-                    assert problem["type"].endswith("/not-found") and "'memory/nosuch.md'" in problem["detail"], problem
-            assert client.get("/asof?file=memory/insights.md", headers={"Authorization": f"Bearer {token}"}
-                              ).status_code == 200
-            early = client.get("/asof?at=2001-01-01", headers={"Authorization": f"Bearer {token}"})
-            assert early.status_code == 400 and "is before this hub existed" in early.json()["detail"], early.text
-    finally:
-        storage.close()
+def test_what_is_no_number_is_a_problem_saying_so(tmp_path):
+    with hub_pages(tmp_path, TEAM_CONTRACT) as (client, storage, _tokens):
+        storage.push([entry("insights", "the file exists", "writer")])
+        for query in BAD_NUMBERS:
+            answer = client.get("/" + query.replace("mind/alpha.md", "memory/insights.md"),
+                                headers={"Authorization": "Bearer admin-token"})
+            assert answer.status_code == 400 and answer.json()["type"].endswith("/invalid-input"), (query, answer.text)
+
+
+def entry(layer: str, text: str, agent: str):
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+
+    return new_event(EntryAppend(type="FACT", date="2026-12-01", content=text), agent=agent, layer=layer)
+
+
+HIDDEN = TEAM_CONTRACT + """
+[layers.reviews]
+path = "memory/reviews.md"
+format = "entries"
+producers = ["reviewer"]
+consumers = ["reviewer"]
+"""
+
+
+def test_an_agent_search_finds_its_layers_hits_however_many_hidden_ones_rank_above(tmp_path):
+    """Regression: the top 30 hits were taken first and those in layers the token may not see dropped after,
+    so 35 better hits in `reviews` left the writer "no matches" for its own insights entry."""
+    with hub_pages(tmp_path, HIDDEN, agents=("writer", "reviewer")) as (client, storage, tokens):
+        storage.push([entry("reviews", f"zebra zebra {i}", "reviewer") for i in range(35)])
+        storage.push([entry("insights", "one zebra was seen in the insights, far away from the others", "writer")])
+        for who, shown in ((tokens["writer"], 1), (tokens["reviewer"], 30), ("admin-token", 30)):
+            page = html(client.get("/search?q=zebra", headers={"Authorization": f"Bearer {who}"}))
+            hits = page.split('id="hits"', 1)[1].split("</ol>", 1)[0]
+            assert hits.count("<li>") == shown, (who, hits)
+            assert ("seen in the insights" in hits) == (shown == 1)
+        before = html(client.get("/search?q=zebra&seq=1", headers={"Authorization": f"Bearer {tokens['writer']}"}))
+        assert "no matches" in before  # as of the contract alone
 
 
 def test_mem_serve_catches_the_pages_up_before_any_page_asks(hub, tmp_path):

@@ -1,10 +1,12 @@
 """`mem ui` over plain HTTP: every page answers from a real workspace, as of any moment; bad input is refused."""
 
+import re
+
 import httpx
 import pytest
 
 from conftest import run_mem
-from webui import UiWorkspace, chromium, screenshot
+from webui import BAD_NUMBERS, UiWorkspace, chromium, screenshot
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +129,42 @@ def test_conflicts_show_each_head(ui):
     assert "the writer&#39;s launch text" in page and "the reviewer&#39;s launch text" in page
 
 
+def test_conflicts_as_of_a_moment_are_those_open_then(ui):
+    """Regression: the page said "as of seq N" and listed the conflicts open now."""
+    from projections.memory import Memory
+
+    with Memory.open(ui.root) as mem:
+        drafts = [(row[0], row[4]) for row in mem.log.read_rows(layers=["drafts"])]
+    second_head = next(seq for seq, agent in drafts if agent == "reviewer")
+    before = get(ui, f"conflicts?seq={second_head - 1}")
+    assert "drafts / launch" not in before and f"no open conflicts at seq {second_head - 1}" in before
+    assert "drafts / launch" in get(ui, f"conflicts?seq={ui.v1}")
+
+
+def test_every_link_to_a_file_opens_that_file_whatever_its_name_holds(tmp_path):
+    """Regression: paths went into hrefs HTML-escaped but not URL-encoded, so `&`, `#`, `?` or `%` in a
+    file's name cut the link short (a 404 for "notes/a'b")."""
+    import html
+
+    from markupsafe import escape
+    from starlette.testclient import TestClient
+
+    from cli.web.app import create_app
+
+    root, name = tmp_path / "ws", "notes/a'b&c #?%.md"
+    run_mem("init", "-w", root, check=True)
+    (tmp_path / "x.txt").write_text("hello\n")
+    seq = int(run_mem("-w", root, "file", "write", name, "--file", tmp_path / "x.txt", check=True).stdout.split()[-1]
+              .rstrip(b")"))
+    with TestClient(create_app(root)) as client:
+        pages = [client.get(f"/timeline?event={seq}").text, client.get("/asof", params={"file": name}).text]
+        links = [html.unescape(href) for page in pages for href in re.findall(r'href="([^"]*notes/[^"]*)"', page)]
+        assert len(links) == 3, links  # the event's file; the file's history and this moment's link
+        for link in links:
+            answer = client.get("/" + link)
+            assert answer.status_code == 200 and f"<h2>{escape(name)}" in answer.text, (link, answer.text[:300])
+
+
 def test_search_and_contract(ui):
     found = get(ui, "search?q=second")
     assert "Alpha" in found
@@ -160,6 +198,16 @@ def test_bad_moments_are_problems(ui, query, status, code):
     assert answer.json()["type"].endswith("/" + code)
     if "at=" in query and "seq=" not in query and "not-a-time" not in query:
         assert ("in the future" if "2999" in query else "before this workspace existed") in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("query", BAD_NUMBERS)
+def test_what_is_no_number_is_a_problem_saying_so(ui, query):
+    answer = httpx.get(f"{ui.url}/{query}", timeout=30)
+    assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json", answer.text
+    detail = answer.json()["detail"]
+    garbled = re.search(r"(\w+)=%", query)
+    assert detail.startswith(f"{garbled[1]} must be a whole number, not '") if garbled else \
+        "after the last event shown" in detail or "past the log head" in detail, detail
 
 
 def test_an_agent_that_never_wrote_here_is_named_with_those_that_did(ui):
@@ -209,6 +257,10 @@ def test_moving_the_slider_shows_the_earlier_version(ui, browser_page):
     expect(page.locator("#page-text")).to_contain_text("first version of alpha")
     expect(page.locator("#slider")).to_have_value(str(ui.v1))
     screenshot(page, page.shots, "ui-asof.png")
+    page.locator("#slider").focus()
+    page.keyboard.press("Home")  # the first event: it offered seq 0, which the server refuses (a raw 400)
+    page.wait_for_url("**/asof?page=alpha&seq=1")
+    expect(page.locator("#slider")).to_have_value("1")
     assert any(url.endswith("/static/ui.js") for url in requests)
 
 

@@ -54,6 +54,15 @@ class UiWorkspace:
         self.team.stop()
 
 
+BAD_NUMBERS = ["asof?seq=%C2%B2", "asof?seq=%EF%BC%91", "timeline?event=%C2%B2", "timeline?t0=%C2%B2",
+               "timeline?t1=%C2%B2", "history?path=mind/alpha.md&a=%C2%B2&b=1", "history?path=mind/alpha.md&a=1&b=%C2%B2",
+               "timeline?t0=9223372036854775000", "timeline?t0=253402300800000",
+               "history?path=mind/alpha.md&a=0&b=9223372036854775807"]
+"""Every numeric parameter of the pages given what is no number (a superscript two, which str.isdigit takes and
+int() refuses; a full-width one, which int() took as 1), a time past the last event and past year 9999 (each a
+500 and a traceback before), a seq to diff past the head (shown as the head): each a 400 saying what is wrong."""
+
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 

@@ -57,13 +57,14 @@ class Moment(msgspec.Struct):
 
 
 MAX_INT = 2**63 - 1
+SEARCH_HITS = 30
 
 
 def _int(request: Request, name: str) -> int | None:
     value = request.query_params.get(name)
     if value in (None, ""):
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # str.isdigit alone takes '²' (int() refuses it) and '１'
         raise InvalidInput(f"{name} must be a whole number, not {value!r}")
     if int(value) > MAX_INT:  # no seq or time goes past what the databases hold
         raise InvalidInput(f"{name} must be at most {MAX_INT}, not {value}")
@@ -201,6 +202,9 @@ class Site:
             versions = histories.history(mem, path, now.seq) if path else []
             if path and not versions and not histories.history(mem, path, now.head):
                 raise NotFound(f"there is no file {path!r} here")
+            for name, value in (("a", a), ("b", b)):
+                if value is not None and value > now.head:  # a diff with the head would read as one with that seq
+                    raise InvalidInput(f"{name} {value} is past the log head ({now.head})")
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
                 b = versions[-1].seq
@@ -243,7 +247,7 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             visible = self.visible(request, mem, now)
-            shown = [c for c in conflicts_shown(mem) if visible is None or c.layer in visible]
+            shown = [c for c in conflicts_shown(mem, now.seq) if visible is None or c.layer in visible]
         return self.render(request, "conflicts.html", "conflicts", moment=now, conflicts=shown)
 
     def search(self, request: Request):
@@ -251,11 +255,9 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             event = mem.event(now.seq) if now.seq else None
-            hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
-                              limit=30) if query.strip() else []
             visible = self.visible(request, mem, now)
-            if visible is not None:
-                hits = [h for h in hits if h.layer in visible]
+            hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
+                              limit=SEARCH_HITS, within=visible) if query.strip() else []
         return self.render(request, "search.html", "search", moment=now, q=query, hits=hits)
 
     def contract(self, request: Request):

@@ -9,6 +9,7 @@ from collections import Counter
 
 import msgspec
 
+from eventstore.errors import InvalidInput
 from eventstore.instants import format_instant
 from eventstore.recorder import row_to_event
 
@@ -42,6 +43,8 @@ def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, ki
     """The strip and list as of seq `upto`; `visible` limits the layers shown (a hub token's)."""
     activity = mem.activity()
     first, last = mem.recorded_at(1) or 0, mem.recorded_at(upto) or 0 if upto else 0
+    if t0 is not None and t0 > last:  # nothing to show, and past year 9999 no time to say it in
+        raise InvalidInput(f"t0 {t0} is after the last event shown ({format_instant(last)}): the timeline ends there")
     t0 = first if t0 is None else max(t0, 0)
     t1 = last if t1 is None else min(t1, last)
     t1 = max(t1, t0)
