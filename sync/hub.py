@@ -147,7 +147,27 @@ def encode_cursor(position: int) -> str:
     return base64.urlsafe_b64encode(f"p{position}".encode()).decode().rstrip("=")
 
 
+_cursors: dict[str | None, int] = {}
+CURSORS = 4096
+"""How many recent cursors' positions a hub keeps: the consumers a commit woke come back with the same cursor."""
+CURSOR_CHARS = 27
+"""The longest cursor `encode_cursor` writes (of MAX_POSITION): a longer one (base64 decoding skips
+characters outside its alphabet) is decoded each time, never kept."""
+
+
 def decode_cursor(cursor: str | None) -> int:
+    """The position a cursor this hub gave out names (`encode_cursor`); any other is refused."""
+    position = _cursors.get(cursor)
+    if position is None:
+        position = _decoded_cursor(cursor)
+        if cursor is None or len(cursor) <= CURSOR_CHARS:
+            if len(_cursors) >= CURSORS:
+                _cursors.clear()
+            _cursors[cursor] = position
+    return position
+
+
+def _decoded_cursor(cursor: str | None) -> int:
     if not cursor:
         return 0
     try:
@@ -306,6 +326,8 @@ class Hub:
         self._committer: GroupCommitter | None = None
         self._woken: tuple[int, dict] = (-1, {})  # (the head they were read at, answers to woken long-polls)
         self.forms = EncodedEvents()
+        self._consumed: tuple[object, dict[str, list[str]]] = (None, {})  # (contract, agent -> the layers it consumes)
+        self._woken_polls: list[tuple] = []  # long-polls woken, to be answered together (`answer_woken`)
 
     @property
     def committer(self) -> GroupCommitter:
@@ -324,16 +346,11 @@ class Hub:
 
     def state(self, token: str) -> tuple[str, object, int, int]:
         """(agent, contract, its position, head) of a request, in one read; an unknown token is refused."""
-        agent, contract, position, head = self.storage.request_state(token)
-        if agent is None:
-            raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
-        return agent, contract, position, head
+        return _known(self.storage.request_state(token))
 
     def push_state(self, token: str) -> tuple[str, object, int | None]:
         """(agent, contract, checked) of a push: `HubStorage.push_state`, an unknown token refused."""
-        agent, contract, _position, checked = self.storage.push_state(token)
-        if agent is None:
-            raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
+        agent, contract, _position, checked = _known(self.storage.push_state(token))
         return agent, contract, checked
 
     def agent_for(self, token: str) -> str:
@@ -353,8 +370,41 @@ class Hub:
         shared by every poll woken at the same head with the same cursor, layers and format. A commit wakes
         all the consumers of its layers at once, most of them at the same cursor: the page is read and
         encoded once for them, while each of them was waiting (a read they could all have made)."""
-        agent, contract, _position, head = self.state(token)
-        layers = tuple(consumed_layers(contract, agent))
+        return self._shared_answer(self.state(token), after, limit, packed)
+
+    def answer_woken(self, token: str, after: int, limit: int, packed: bool,
+                     then: Callable[[bytes | Exception], None]) -> None:
+        """`woken_answer` for a long-poll answered directly, its answer (or refusal) handed to `then`: the polls one
+        wake-up woke (their futures' callbacks run one after the other) are answered together once all of them
+        have come, their tokens and the contract read again in one read (`HubStorage.request_states`) where
+        each read its own (bench/bench_hub_load.py: a woken poll's read was a tenth of its CPU)."""
+        if not self._woken_polls:
+            asyncio.get_running_loop().call_soon(self._answer_woken)
+        self._woken_polls.append((token, after, limit, packed, then))
+
+    def _answer_woken(self) -> None:
+        polls, self._woken_polls = self._woken_polls, []
+        try:
+            states = self.storage.request_states({poll[0] for poll in polls})
+        except Exception as exc:  # noqa: BLE001 - every poll of the batch is refused with it
+            states = exc
+        for token, after, limit, packed, then in polls:
+            answer = states
+            if not isinstance(states, Exception):
+                try:
+                    answer = self._shared_answer(_known(states[token]), after, limit, packed)
+                except Exception as exc:  # noqa: BLE001 - this poll's refusal
+                    answer = exc
+            try:
+                then(answer)
+            except Exception as exc:  # noqa: BLE001 - the other polls are answered all the same
+                asyncio.get_running_loop().call_exception_handler({"message": "answering a long-poll failed",
+                                                                   "exception": exc})
+
+    def _shared_answer(self, state: tuple, after: int, limit: int, packed: bool) -> bytes:
+        """The answer of `woken_answer` for a poll whose token's state (`state`) was just read."""
+        agent, contract, _position, head = state
+        layers = tuple(self.consumed(contract, agent))
         known, answers = self._woken
         if known != self.fanout.head:
             known, answers = self._woken = (self.fanout.head, {})
@@ -370,16 +420,38 @@ class Hub:
         positions are commit-ordered, so every event at or below it is already visible, and a cursor moved up
         to it can never skip one."""
         agent, contract, _position, head = self.state(token)
-        return agent, consumed_layers(contract, agent), head
+        return agent, self.consumed(contract, agent), head
+
+    def consumed(self, contract, agent: str) -> list[str]:
+        """`consumed_layers`, kept per agent for the contract in force (the storage keeps one Contract object per
+        contract position, so a new contract is a new object): every pull asks."""
+        known, layers = self._consumed
+        if known is not contract:
+            layers = {}
+            self._consumed = (contract, layers)
+        found = layers.get(agent)
+        if found is None:
+            found = layers[agent] = consumed_layers(contract, agent)
+        return found
 
     def consumer_page(self, token: str, after: int, limit: int, wait: float = 0) -> tuple[str, list[str], int, list | None]:
         """`consumer`, then the rows after `after` (storage.pull_rows); None instead for a long-poll (`wait`) that
         will wait for a wake-up due (Fanout.deferred): the page it would read now is not the one it answers.
         On the event loop only (the fan-out is its own); elsewhere, `wait` 0."""
         agent, layers, head = self.consumer(token)
-        if wait > 0 and self.fanout.deferred(after, layers):
-            return agent, layers, head, None
+        if wait > 0:
+            if self.fanout.deferred(after, layers):
+                return agent, layers, head, None
+            if after >= head:  # caught up: the page read now would hold only commits after `head`, which wake it
+                return agent, layers, head, []
         return agent, layers, head, self.storage.pull_rows(after, layers, limit)
+
+
+def _known(state: tuple) -> tuple:
+    """A request's state (`HubStorage.request_state`), its token refused when unknown or revoked."""
+    if state[0] is None:
+        raise HubError(401, "invalid-token", "Invalid token", "the token is unknown or was revoked")
+    return state
 
 
 def hub_of(request: Request) -> Hub:
@@ -755,16 +827,23 @@ class HubApp(Starlette):
             timer.cancel()
             if stopped:
                 return
+            if not done.cancelled():  # token and contract again: revoked while it waited, it gets nothing more
+                return hub.answer_woken(token, after, limit, packed, answer)
             try:
-                if not done.cancelled():  # token and contract again: revoked while it waited, it gets nothing more
-                    body = hub.woken_answer(token, after, limit, packed)
-                elif rows is None:
+                if rows is None:
                     _agent, _layers, now, page = hub.consumer_page(token, after, limit + 1)
                     body = hub.answer(after, now, page, limit, packed)
                 else:
                     body = hub.answer(after, head, rows, limit, packed)
             except Exception as exc:  # noqa: BLE001 - answered as the exception handlers answer it
-                return respond(*self._refused(exc, zstd))
+                body = exc
+            answer(body)
+
+        def answer(body: bytes | Exception) -> None:
+            if stopped:
+                return
+            if isinstance(body, Exception):
+                return respond(*self._refused(body, zstd))
             respond(*self._answered(body, zstd, MSGPACK_TYPE if packed else JSON_TYPE))
 
         stopped = False

@@ -94,6 +94,10 @@ CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 """ + PAGE_VERSIONS_TABLE
 HEADS = HEADS_SQL.format(p="?")
 HEAD = "SELECT IFNULL(MAX(position), 0) FROM hub_events"
+REQUEST_ROWS = ("SELECT name, token_hash, revoked_at, (SELECT IFNULL(MAX(position), 0) FROM hub_events WHERE layer = ?), "
+                "(" + HEAD + ") FROM hub_agents WHERE token_hash IN ({hashes})")
+"""(name, token_hash, revoked_at, the contract's position, the head) of the agents holding these token hashes."""
+REQUEST_ROW = REQUEST_ROWS.format(hashes="?")
 IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
 
@@ -209,10 +213,15 @@ class SQLiteHubStorage(HubStorage):
         return rows[0] if rows else None
 
     def _request_row(self, token_hash):
-        rows = self._read("SELECT name, token_hash, revoked_at, (SELECT IFNULL(MAX(position), 0) FROM hub_events "
-                          "WHERE layer = ?), (SELECT IFNULL(MAX(position), 0) FROM hub_events) FROM hub_agents "
-                          "WHERE token_hash = ?", (CONTRACT_LAYER, token_hash))
+        rows = self._read(REQUEST_ROW, (CONTRACT_LAYER, token_hash))
         return rows[0] if rows else None
+
+    def _request_rows(self, token_hashes):
+        rows = []
+        for start in range(0, len(token_hashes), 500):
+            chunk = token_hashes[start:start + 500]
+            rows += self._read(REQUEST_ROWS.format(hashes=",".join("?" * len(chunk))), (CONTRACT_LAYER, *chunk))
+        return rows
 
     def revoke_agent(self, name):
         def revoke():

@@ -45,6 +45,18 @@ class HubStorageConformance:
         with pytest.raises(InvalidInput):
             hub.add_agent("bad name!")
 
+    def test_request_states_are_each_tokens_request_state(self, hub):
+        """The states of the long-polls one commit woke are read together: each is what its own read gives,
+        an unknown or revoked token's included."""
+        hub.apply_contract(CONTRACT)
+        alice, bob, carol = (hub.add_agent(name) for name in ("alice", "bob", "carol"))
+        hub.revoke_agent("bob")
+        hub.push([entry()])
+        tokens = [alice, bob, carol, alice + "x", ""]
+        states = hub.request_states(tokens)
+        assert states == {token: hub.request_state(token) for token in tokens}
+        assert [states[token][0] for token in tokens] == ["alice", None, "carol", None, None]
+
     def test_positions_are_gapless_and_duplicates_acknowledged(self, hub):
         a, b, c = entry(text="a"), entry(text="b"), entry(text="c")
         first = hub.push([a, b])

@@ -171,6 +171,19 @@ def test_hostile_cursors_and_content_types(hub):
     assert post(hub, body, content_type="application/json; charset=utf-8").status_code == 200
 
 
+def test_a_cursor_is_kept_decoded_only_when_short():
+    """The hub keeps recent cursors decoded (the consumers a commit woke come back with the same one); one padded
+    with characters base64 decoding skips still names its position, but is never kept: long ones sent by a
+    hostile client would fill the hub's memory."""
+    from sync.hub import CURSOR_CHARS, MAX_POSITION, _cursors, decode_cursor, encode_cursor
+
+    longest = encode_cursor(MAX_POSITION)
+    assert len(longest) == CURSOR_CHARS and decode_cursor(longest) == MAX_POSITION and longest in _cursors
+    padded = encode_cursor(7) + "!" * 10_000  # "cDc" and 10,000 skipped: one "=" of padding, as "cDc" needs
+    assert decode_cursor(padded) == 7 and decode_cursor(padded) == 7
+    assert padded not in _cursors
+
+
 def test_a_revoked_token_gets_nothing_from_an_open_long_poll(hub):
     """Revocation ends access at once: the poll open before it is answered 401, not with the event."""
     answers = []
