@@ -339,6 +339,29 @@ def test_a_seq_an_archived_message_names_is_never_given_to_another_event(tmp_pat
     assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
 
 
+def test_a_deleted_files_snapshot_is_scanned_as_its_text_not_its_base64(tmp_path):
+    """Regression: the import's secret scan read a file-delete audit blob's base64 as one high-entropy string,
+    so the README's own round trip (a file written and deleted with audit.files on) was refused."""
+    memory = Memory.init(tmp_path / "ws", "artemis")
+    memory.config_set("audit.files", True)
+    memory.file_write("notes/today.md", b"Standup: the canary runs before every prod deploy.\n")
+    memory.file_delete("notes/today.md")
+    memory.file_write("notes/key.md", b"the key is ghp_Xq7Lm2Rt9Vb4Nc8Kd3Pw6Zs1Hy5Jf0Ag2Ue7Ti\n", allow_secret=True)
+    memory.file_delete("notes/key.md")
+    out = tmp_path / "out.adf"
+    export_adf(memory, out, memory.log.head())
+    db = sqlite3.connect(out)
+    with db:
+        db.execute("DELETE FROM adf_audit WHERE ref = 'notes/key.md'")
+    db.close()
+    with Memory.init(tmp_path / "copy", "artemis") as copy:
+        assert import_adf(copy, out).rows["audit"] == 1
+    export_adf(memory, tmp_path / "key.adf", memory.log.head())
+    with Memory.init(tmp_path / "copy2", "artemis") as copy:
+        with pytest.raises(MemError, match="GitHub Token"):
+            import_adf(copy, tmp_path / "key.adf")
+
+
 def test_the_files_loop_counter_is_kept_by_the_import_and_written_by_the_export(tmp_path, fixture_adf):
     """ADF's adf_loop counts with AUTOINCREMENT: the fixture's loop used seqs up to 32 and was cleared without
     audit, so its next message is S33 and a citation of S1-S32 names one of its own, never an event the
