@@ -87,10 +87,12 @@ def loop_compact(summary_file: str = typer.Option(..., "--summary-file", help="T
 
 
 @loop_app.command("clear", context_settings={"ignore_unknown_options": True})
-def loop_clear(start: Optional[int] = typer.Argument(None), end: Optional[int] = typer.Argument(None),
+def loop_clear(start: Optional[int] = typer.Argument(None, help="The first row removed (0 the oldest, -1 the last)."),
+               end: Optional[int] = typer.Argument(None, help="The row after the last one removed (none: to the end)."),
                loop: str = LoopOpt):
-    """Remove rows[START:END] (a Python slice over the display order, so `-1` is the last row); archived when
-    audit is on."""
+    """Remove rows[START:END], a Python slice over the display order (-1 is the last row).
+
+    Archived in the audit when audit.loop is on; the log keeps every row."""
     with memory() as mem:
         done = mem.loop_clear(start, end, loop)
     typer.echo(cleared_line(done, loop, start, end))
@@ -165,12 +167,17 @@ def config_set(key: str, value: str):
 @config_app.command("show")
 def config_show(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The agent config (adf_config), with ADF's audit defaults."""
+    from projections.redact import config_redactions
+
     with memory() as mem:
-        config = mem.agent_config(as_of(mem, at, seq))
+        seen = as_of(mem, at, seq)
+        config, redacted = mem.agent_config(seen), config_redactions(mem, seen)
     if json:
         return emit_json(config)
     for key, value in config.items():
         typer.echo(f"{key} = {jsonlib.dumps(value, ensure_ascii=False)}")
+    for event_seq, key, reason in redacted:
+        typer.echo(f"(redacted: {key or 'the whole config'}, set at seq {event_seq}: {reason})")
 
 
 @audit_app.command("list")
@@ -246,14 +253,14 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
 
 
 @import_app.command("adf")
-def import_adf_command(source: Path, json: bool = JsonOpt):
+def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     """Turn an ADF file into events (into a new workspace; the same file again appends nothing)."""
     from projections.adf_file import import_adf
 
     if not source.exists():
         fail(f"{source} does not exist")
     with memory() as mem, progress_bar("import", None) as advance:
-        report = import_adf(mem, source, progress=advance)
+        report = import_adf(mem, source, progress=advance, allow_secret=allow_secret)
     if json:
         return emit_json(report)
     if report.already and not report.events:

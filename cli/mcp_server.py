@@ -29,7 +29,7 @@ from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
 from .app import point, release, resolve_at
-from .output import LEFT_ON_DISK, TOO_LARGE, cleared_line, compacted_line, event_line, redacted_line
+from .output import LEFT_ON_DISK, TOO_LARGE, cleared_line, compacted_line, event_line, kept_by_hand, redacted_line
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -418,6 +418,7 @@ def build_server(mem: Memory) -> MCPServer:
         report = redacting.redact(mem, events, reason, apply=not match or confirm)
         listed = [event_line(event) for event in events] if match and not confirm else []
         warned = [LEFT_ON_DISK] if report.left_on_disk else []
+        warned += [kept_by_hand(report)] if report.hand_edited else []
         return "\n".join([*listed, redacted_line(report, "call redact again with confirm=true to do it"), *warned])
 
     @register

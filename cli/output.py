@@ -81,6 +81,15 @@ LEFT_ON_DISK = ("another process is reading the log, so the redacted text is sti
                 "next write to this workspace erases it once that reader is done")
 
 
+def kept_by_hand(report) -> str:
+    """What a redaction left in files edited by hand (a `redact.RedactReport`), or "" when it left nothing."""
+    if not report.hand_edited:
+        return ""
+    restore = "; ".join(f"mem show {path} > {path}" for path in report.hand_edited)
+    return (f"{', '.join(report.hand_edited)} edited by hand, so not rewritten: it may still hold what was redacted; "
+            f"remove it from the file, or put back mindlog's version without it (`{restore}`)")
+
+
 def redacted_line(report, confirm: str) -> str:
     """What a redaction did or would do (a `redact.RedactReport`); `confirm` says how to do what it only listed."""
     if not report.targets:

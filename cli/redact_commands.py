@@ -5,7 +5,7 @@ from typing import Optional
 import typer
 
 from .app import JsonOpt, app, fail, memory
-from .output import LEFT_ON_DISK, emit_json, event_line, redacted_line
+from .output import LEFT_ON_DISK, emit_json, event_line, kept_by_hand, redacted_line
 from .sync_commands import DbOpt, hub_app, storage
 
 ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
@@ -31,6 +31,8 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
         listed = [event_line(e) for e in events]
     if report.left_on_disk:
         typer.echo(f"warning: {LEFT_ON_DISK}", err=True)
+    if kept_by_hand(report):
+        typer.echo(f"warning: {kept_by_hand(report)}", err=True)
     if json:
         return emit_json(report)
     for line in listed:

@@ -192,13 +192,15 @@ def config_key_known(key: str) -> bool:
 class ConfigSet(Body, tag="config.set"):
     """Sets one dotted key of the agent config (`audit.files`); the empty key replaces it whole.
 
-    `updated_at` (ISO) comes only from imported files."""
+    `updated_at` (ISO) comes only from imported files. `redacted` (the reason) is set only in a redacted
+    event's stand-in (see eventstore.redaction): the config folds as it was without the event."""
 
     groups = frozenset({ADF})
 
     key: str
     value: Any
     updated_at: str | None = None
+    redacted: str | None = None
 
 
 class ImportGap(Body, tag="import.gap"):

@@ -14,7 +14,9 @@ import re
 
 import msgspec
 
+from .blobs import blob_json, compress, is_loop_source
 from .envelope import decode_body, encode_body
+from .errors import MemError
 from .kinds import KINDS, Body, Redacted
 
 KEPT = {
@@ -34,6 +36,7 @@ KEPT = {
     "outbox.message": ("imported",),
     "import.gap": ("source",),
 }
+ENTRY_KEPT = ("seq", "role", "model", "created_at", "ord")
 MESSAGE_KEPT = ("id", "from", "to", "status", "received_at", "created_at", "thread_id")
 
 
@@ -47,7 +50,28 @@ def redacted_form(kind: str, raw: bytes, reason: str, by: str) -> Redacted:
     kept = {name: getattr(body, name) for name in KEPT.get(kind, ()) if getattr(body, name) is not None}
     if kind in ("inbox.message", "outbox.message"):
         kept["message"] = {k: v for k, v in body.message.items() if k in MESSAGE_KEPT}
+    if kind == "audit.import" and is_loop_source(body.source):
+        kept["entries"] = _archived_entries(body.data)
     return Redacted(original=kind, body_hash=body_hash(raw).hex(), reason=reason, by=by, kept=kept)
+
+
+def _archived_entries(data: bytes) -> list[dict]:
+    """What a loop blob's entries keep when it is redacted, as a redacted loop message does: all but the content."""
+    try:
+        entries = blob_json(data)
+    except MemError:
+        return []
+    return [{k: e[k] for k in ENTRY_KEPT if k in e} for e in entries if isinstance(e, dict)] \
+        if isinstance(entries, list) else []
+
+
+def _stand_in_blob(source: str, entries: list[dict] | None, mark: str) -> tuple[bytes, int]:
+    """A redacted audit blob as the folds see it: a loop blob's entries (those kept) reading the mark, as the
+    blob a native compaction archives after a redaction; another blob (a deleted file, a message) the mark."""
+    if is_loop_source(source):
+        return compress([{"seq": e.get("seq"), "role": e.get("role"), "content_json": [{"type": "text", "text": mark}],
+                          **{k: e[k] for k in ENTRY_KEPT[2:] if k in e}} for e in entries or ()])
+    return compress({"content": mark})
 
 
 def stand_in(redacted: Redacted) -> Body:
@@ -55,8 +79,13 @@ def stand_in(redacted: Redacted) -> Body:
     mark = f"[redacted: {redacted.reason}]"
     fields = dict(redacted.kept)
     message = fields.pop("message", None)
+    if redacted.original == "audit.import":
+        fields["data"], fields["size_bytes"] = _stand_in_blob(fields["source"], fields.pop("entries", None), mark)
     for field in msgspec.structs.fields(KINDS[redacted.original]):
         if field.name in fields or field.name == "allowed_secrets":
+            continue
+        if field.name == "redacted":
+            fields["redacted"] = redacted.reason
             continue
         value = _placeholder(redacted.original, field, mark, fields.get("slug"), message)
         if value is not _DEFAULT:
@@ -84,18 +113,26 @@ def _placeholder(kind: str, field, mark: str, slug: str | None, message: dict | 
         return "" if name == "note" else mark
     if name in ("entries", "findings"):
         return []
-    if name == "data":
-        return b""
-    if name == "size_bytes":
-        return 0
     if name == "value":
         return None
     return _DEFAULT if not field.required else mark
 
 
 def matches(raw_body: bytes, pattern: re.Pattern) -> bool:
-    """Whether any string in a body (its text, frontmatter values, content blocks) matches."""
-    return any(pattern.search(text) for text in _strings(msgspec.msgpack.decode(raw_body)))
+    """Whether any string in a body (its text, frontmatter values, content blocks, an audit blob's entries)
+    matches."""
+    return any(pattern.search(text) for text in _strings(_readable(msgspec.msgpack.decode(raw_body))))
+
+
+def _readable(body: dict) -> dict:
+    """A body with an audit blob's JSON in place of its brotli (expanded within the bound audit reads keep;
+    a blob that cannot be read is matched as its bytes)."""
+    if body.get("kind") != "audit.import" or not isinstance(body.get("data"), bytes):
+        return body
+    try:
+        return {**body, "data": blob_json(body["data"])}
+    except MemError:
+        return body
 
 
 def _strings(value):

@@ -82,6 +82,9 @@ def page_document(raw: bytes) -> tuple[dict, str]:
     """Parses a page file (frontmatter + markdown) into its checked frontmatter and body text."""
     document = text(raw, "the page")
     yaml_text, body = frontmatter.split(document)
+    if yaml_text is None and document.startswith("\ufeff"):
+        raise InvalidInput("the page starts with a byte order mark (U+FEFF, as some editors save UTF-8) before its "
+                           "'---': save it as UTF-8 without one")
     if yaml_text is None:
         raise InvalidInput("the page has no frontmatter: start it with '---', a line `type: ...`, and '---'")
     return frontmatter.parse(yaml_text), body

@@ -176,10 +176,13 @@ class AdfWriter:
     def message(self, box: str, message: dict) -> Event:
         if not isinstance(message, dict):
             raise InvalidInput("a message must be a JSON object")
+        if box == "outbox" and "from" not in message:  # this agent's own message: it is from this agent
+            message = {**message, "from": self.agent}
         required = ("from", "content") + (("to",) if box == "outbox" else ())
         missing = [key for key in required if not isinstance(message.get(key), str) or not message[key]]
         if missing:
-            raise InvalidInput(f"the message needs {', '.join(repr(k) for k in missing)} (strings)")
+            raise InvalidInput(f"the message needs {', '.join(repr(k) for k in missing)}: "
+                               + ("a non-empty string" if len(missing) == 1 else "each a non-empty string"))
         ts = now_ms()
         id = uuid7(ts)
         message = dict(message)

@@ -13,9 +13,8 @@ import base64
 import copy
 import json
 
-import brotli
-
-from eventstore.errors import InvalidInput, TooLarge
+from eventstore.blobs import (BROTLI_QUALITY, MAX_BLOB_BYTES, blob_json, compress, decompress,  # noqa: F401
+                              dumps, is_loop_source)
 from eventstore.instants import format_instant
 from eventstore.kinds import (ADF_KINDS, AuditImport, ConfigSet, FileDelete, FileWrite, InboxMessage, LoopAppend,
                               LoopClear, LoopCompact, OutboxMessage)
@@ -24,9 +23,6 @@ DEFAULT_CONFIG = {"audit": {"loop": True, "inbox": False, "outbox": False, "file
 EPOCH_ISO = "1970-01-01T00:00:00.000Z"
 COMPACTED_AUDITED = "[Loop Compacted, audited] "
 COMPACTED = "[Loop Compacted] "
-BROTLI_QUALITY = 5
-MAX_BLOB_BYTES = 64 * 1024 * 1024
-_CHUNK = 1024 * 1024
 
 MESSAGE_COLUMNS = {
     "inbox": ("id", "message_id", "from", "to", "reply_to", "network", "thread_id", "parent_id", "subject",
@@ -86,24 +82,25 @@ CREATE TABLE IF NOT EXISTS adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL,
 
 
 LOOP_SOURCE = "(source = 'loop' OR source LIKE 'loop:%')"
-"""The audit rows of loop archives, in SQL; `is_loop_source` is the same test in Python."""
+"""The audit rows of loop archives, in SQL; `is_loop_source` (eventstore.blobs) is the same test in Python."""
 
 
-def is_loop_source(source: str) -> bool:
-    return source == "loop" or source.startswith("loop:")
+OBJECT_KEYS = ("audit", "context", "context.audit", "layers")
+"""The config keys mindlog reads as JSON objects: an import refuses a config where one is anything else."""
 
 
-def dumps(value, sort_keys: bool = False) -> str:
-    """JSON as ADF writes it (JSON.stringify): compact, UTF-8 kept.
-
-    Loop content is written with sorted keys, the order the log's canonical encoding gives it back."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
+def config_object(config, key: str) -> dict:
+    """The object at a dotted config key; anything else there (a string an imported file held) reads as absent."""
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
 
 
 def audit_switch(config: dict, source: str) -> bool:
     """An audit switch: `audit.<source>`, else `context.audit.<source>`, else ADF's default."""
-    for holder in (config.get("audit"), (config.get("context") or {}).get("audit")):
-        if isinstance(holder, dict) and source in holder:
+    for holder in (config_object(config, "audit"), config_object(config, "context.audit")):
+        if source in holder:
             return bool(holder[source])
     return DEFAULT_CONFIG["audit"][source]
 
@@ -134,40 +131,6 @@ def loop_entry(row) -> dict:
     if ord is not None:
         entry["ord"] = ord
     return entry
-
-
-def compress(document) -> tuple[bytes, int]:
-    text = dumps(document).encode("utf-8")
-    return brotli.compress(text, quality=BROTLI_QUALITY), len(text)
-
-
-def decompress(data: bytes, what: str = "an audit blob", limit: int = MAX_BLOB_BYTES) -> bytes:
-    """Brotli, streamed and bounded: a blob from a file (or a log) never expands past `limit`."""
-    decoder = brotli.Decompressor()
-    try:
-        parts = [decoder.process(bytes(data), output_buffer_limit=_CHUNK)]
-        total = len(parts[0])
-        while not decoder.is_finished():
-            if total > limit:
-                break
-            part = decoder.process(b"", output_buffer_limit=_CHUNK)
-            if not part and decoder.can_accept_more_data():
-                raise InvalidInput(f"{what} is not valid brotli: the stream is truncated")
-            parts.append(part)
-            total += len(part)
-    except brotli.error:
-        raise InvalidInput(f"{what} is not valid brotli") from None
-    if total > limit:
-        raise TooLarge(f"{what} expands to more than {limit // (1024 * 1024)} MiB; not read")
-    return b"".join(parts)
-
-
-def blob_json(data: bytes, what: str = "an audit blob"):
-    """An audit blob's JSON document, decompressed within the limit."""
-    try:
-        return json.loads(decompress(data, what))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise InvalidInput(f"{what} does not hold valid JSON") from None
 
 
 class AdfFold:
@@ -252,7 +215,7 @@ class AdfFold:
             if audit_switch(self.config(), box) and not body.imported:
                 data, length = compress(message)
                 self._audit(seq, f"{box}_message", None, None, message.get("id"), 1, data, length, ts)
-        elif isinstance(body, ConfigSet):
+        elif isinstance(body, ConfigSet) and body.redacted is None:
             self._config = set_dotted(self.config(), body.key, body.value)
             db.execute("INSERT INTO config_versions VALUES (?,?,?)",
                        (seq, json.dumps(self._config, indent=2, ensure_ascii=False, sort_keys=True),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore import secrets
 from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import uuid7_layout, uuid_text
@@ -25,7 +26,7 @@ from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from . import local_layers, render, trust
-from .adf import MESSAGE_COLUMNS, blob_json
+from .adf import MESSAGE_COLUMNS, OBJECT_KEYS, blob_json, config_object
 from .views import LOG_PATH, MIND_PATH
 
 SCHEMA_28 = """
@@ -193,6 +194,17 @@ def _json(text, what: str):
     return value
 
 
+def _check_objects(config: dict) -> None:
+    """Refuses a config where a key mindlog reads as an object (`context`, `layers`...) is anything else
+    (null reads as absent)."""
+    for key in OBJECT_KEYS:
+        *parents, last = key.split(".")
+        holder = config_object(config, ".".join(parents)) if parents else config
+        if holder.get(last) is not None and not isinstance(holder[last], dict):
+            raise InvalidInput(f"adf_config.config_json's {key} must be a JSON object, "
+                               f"not {json.dumps(holder[last], ensure_ascii=False)[:40]}")
+
+
 def _int(value, what: str, optional: bool = False, low: int = -(2 ** 63), high: int = 2 ** 63 - 1) -> int | None:
     if value is None and optional:
         return None
@@ -265,8 +277,9 @@ class _Importer:
     sizes) before it becomes an event, so an import can append nothing a user could not; anything
     that fails them refuses the whole file with one line naming the table and row."""
 
-    def __init__(self, db, agent: str):
+    def __init__(self, db, agent: str, allow_secret: bool = False):
         self.db, self.agent, self.name = db, agent, "adf"
+        self.allow_secret = allow_secret
         self.identity = b""  # the agent the file is of (adf_meta), which every id is derived under
         self.file_ms = 0  # the file's own time (adf_updated_at): that of the rows that carry none
         self.made: collections.Counter = collections.Counter()
@@ -311,6 +324,16 @@ class _Importer:
             order[0], min(order[1], (1 << 24) - 1) << 38 | bits & ((1 << 38) - 1))
         return new_event(body, agent=self.agent, layer=layer, ts=ts, id=uuid_text(uuid7_layout(ts, rand_a, rand_b)))
 
+    def scanned(self, body, where: str, findings: list | None = None):
+        """A row's body scanned for secrets as every write is (`findings`: those of what the body stands for,
+        an audit blob's entries): refused naming the row, or with --allow-secret recording what was found."""
+        findings = secrets.scan_body(body) if findings is None else findings
+        if not findings:
+            return body
+        if not self.allow_secret:
+            secrets.refuse(findings, where)
+        return msgspec.structs.replace(body, allowed_secrets=[str(f) for f in findings])
+
     def ms(self, value) -> int:
         """A row's time in ms when it is one a UUIDv7 can hold, else the file's."""
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 48
@@ -334,8 +357,10 @@ class _Importer:
             value = _json(row.get("config_json"), "adf_config.config_json")
             if not isinstance(value, dict):
                 raise InvalidInput("adf_config.config_json must be a JSON object")
+            _check_objects(value)
             updated = _str(row.get("updated_at"), "adf_config.updated_at")
-            self.others.append(self.event(ConfigSet(key="", value=value, updated_at=updated), ts=_time(updated, None)))
+            body = self.scanned(ConfigSet(key="", value=value, updated_at=updated), "adf_config")
+            self.others.append(self.event(body, ts=_time(updated, None)))
             self.layers = local_layers.declared(value, self.agent)
 
     @_reads("adf_audit")
@@ -361,11 +386,13 @@ class _Importer:
                 seqs = [e["seq"] for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
                 start, end = (min(seqs), max(seqs)) if seqs else (None, None)
             created = _int(record.get("created_at"), f"{where} created_at")
-            self.others.append(self.event(AuditImport(
+            body = AuditImport(
                 source=source, start_seq=start, end_seq=end, ref=_str(record.get("ref"), f"{where} ref"),
                 entry_count=_int(record.get("entry_count"), f"{where} entry_count", low=0),
                 size_bytes=_int(record.get("size_bytes"), f"{where} size_bytes", low=0), data=data,
-                created_at=created), ts=created))
+                created_at=created)
+            body = self.scanned(body, where, list(secrets.scan_value(entries, "data")))
+            self.others.append(self.event(body, ts=created))
 
     @_reads("adf_files")
     def files(self, rows: list[dict]) -> None:
@@ -394,12 +421,14 @@ class _Importer:
         mind_ms = _time(files[MIND_PATH][4], None) if MIND_PATH in files else None
         for line in always:
             if line.strip():
-                self.wiki.append(self._in_mind(self.writer.always_add(line).body, mind_ms))
+                body = self.scanned(self.writer.always_add(line).body, f"adf_files {MIND_PATH!r} (## Always)")
+                self.wiki.append(self._in_mind(body, mind_ms))
         mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
         entries = _log_entries(log_text) if LOG_PATH in files else []
         if entries:
-            self.wiki.append(self.event(LogRestore(entries=entries), MIND, _time(files[LOG_PATH][4], None)))
+            body = self.scanned(LogRestore(entries=entries), f"adf_files {LOG_PATH!r}")
+            self.wiki.append(self.event(body, MIND, _time(files[LOG_PATH][4], None)))
         restored = [e.body.line for e in self.wiki if isinstance(e.body, AlwaysAdd)]
         if MIND_PATH in files and _rendered_mind_differs(mind_text, restored, self.wiki):
             self._keep_aside(MIND_PATH, mind_text.encode(), files[MIND_PATH])
@@ -427,9 +456,12 @@ class _Importer:
                 if not path.endswith(".md") or "/" in slug:
                     return False
                 body = self.shared_writer.page_write(name, slug, content, parents=[]).body
-                self.others.append(self.event(body, name, _time(updated, None)))
+                self.others.append(self.event(self.scanned(body, f"adf_files {path!r:.80}"), name,
+                                              _time(updated, None)))
                 return True
-            events = self._entries(name, content.decode("utf-8"), self.ms(_time(updated, None)))
+            events = self._entries(name, content.decode("utf-8"), self.ms(_time(updated, None)), path)
+        except secrets.SecretFound:
+            raise
         except (MemError, UnicodeDecodeError):
             return False
         if events is None:
@@ -437,7 +469,7 @@ class _Importer:
         self.others.extend(events)
         return True
 
-    def _entries(self, layer: str, text: str, file_ms: int) -> list | None:
+    def _entries(self, layer: str, text: str, file_ms: int, path: str) -> list | None:
         """The entry events of an entries layer's file, or None when it cannot be read back whole.
 
         A line names no id of its own, only the first 18 characters of the one it reverses (and of the
@@ -471,6 +503,7 @@ class _Importer:
                                             ids[line_of[reverses]] if reverses is not None else None).body
             if (body.type, body.date, body.content) != (kind, date, content):
                 return None
+            body = self.scanned(body, f"adf_files {path!r:.80}, line {index + 3}")
             ms, rand_a = orders[index]
             event = self.event(body, layer, ms, (rand_a, index))
             ids[index] = event.id
@@ -486,8 +519,9 @@ class _Importer:
             body = self.adf_writer.file_write(path, content, mime, protection).body
         except MemError as exc:
             raise type(exc)(f"adf_files {path!r:.80}: {exc}") from None
-        self.others.append(self.event(msgspec.structs.replace(body, mime_type=mime, created_at=created,
-                                                              updated_at=updated), ts=_time(updated, None)))
+        body = self.scanned(msgspec.structs.replace(body, mime_type=mime, created_at=created, updated_at=updated),
+                            f"adf_files {path!r:.80}")
+        self.others.append(self.event(body, ts=_time(updated, None)))
 
     def _page(self, path: str, content: bytes, updated: str | None) -> bool:
         slug = path[5:-3] if path.startswith("mind/") and path.endswith(".md") else ""
@@ -497,7 +531,8 @@ class _Importer:
             body = self.writer.page_write(slug, content).body
         except MemError:
             return False
-        self.wiki.append(self._in_mind(msgspec.structs.replace(body, quiet=True), _time(updated, None)))
+        body = self.scanned(msgspec.structs.replace(body, quiet=True), f"adf_files {path!r:.80}")
+        self.wiki.append(self._in_mind(body, _time(updated, None)))
         return True
 
     def _keep_aside(self, path: str, content: bytes, original: tuple) -> None:
@@ -510,7 +545,8 @@ class _Importer:
         for row in rows:
             message = {str(k): v for k, v in row.items() if v is not None}
             when = next((message[k] for k in MESSAGE_TIMES[box] if isinstance(message.get(k), int)), None)
-            self.others.append(self.event(kind(message=message, imported=True), ts=when))
+            body = self.scanned(kind(message=message, imported=True), f"adf_{box} id {message.get('id')!r:.40}")
+            self.others.append(self.event(body, ts=when))
 
     @_reads("adf_inbox")
     def inbox(self, rows: list[dict]) -> None:
@@ -539,24 +575,28 @@ class _Importer:
                 raise type(exc)(f"{where}: {exc}") from None
             body = msgspec.structs.replace(body, created_at=_int(row.get("created_at"), f"{where} created_at"),
                                            ord=_int(row.get("ord"), f"{where} ord", optional=True))
+            body = self.scanned(body, where)
             self.live.append((seq, body))
         self.live.sort(key=lambda item: item[0])
 
 
-def import_adf(memory, path: Path, progress=None) -> ImportReport:
+def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) -> ImportReport:
     """Turns an ADF file into events appended in one batch; refused unless the log is empty, so that
-    imported loop seqs stay the seqs their citations name. A refusal appends nothing."""
+    imported loop seqs stay the seqs their citations name. A refusal appends nothing; so does a row that
+    holds a secret, unless `allow_secret`."""
     if Path(path).is_dir():
         raise InvalidInput(f"{path} is a directory, not an ADF file")
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
         try:
-            reader = _Importer(db, memory.config.agent)
+            reader = _Importer(db, memory.config.agent, allow_secret)
             events = reader.read()
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
         raise InvalidInput(f"{path} is not an ADF file mindlog can read: {exc}") from None
+    except secrets.SecretFound as exc:
+        raise secrets.SecretFound(f"{path}: {exc.refused}") from None
     except MemError as exc:
         raise type(exc)(f"{path} is not an ADF file mindlog can import: {exc}") from None
     with memory.lock():

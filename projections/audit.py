@@ -20,7 +20,7 @@ from eventstore.redaction import stand_in
 
 from . import trust
 from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch, blob_json
-from .search import page_trust
+from .search import page_trust, text_of as search_text
 from .views import LOG_PATH, MIND_PATH, Views, slug_of
 
 NEVER = 1 << 62
@@ -56,8 +56,24 @@ class LoopMessage(msgspec.Struct):
     ord: int | None = None
 
     def text(self) -> str:
-        parts = [b.get("text", "") if b.get("type") == "text" else f"[{b.get('type')}]" for b in self.content]
-        return " ".join(p for p in parts if p)
+        """The message in one line's worth: its text blocks, and each other block as its type and the start of its
+        words (`[tool_use: kubectl rollout status bash]`), as `loop show` and `believed` print it."""
+        return " ".join(part for part in map(_block_line, self.content) if part)
+
+
+BLOCK_WORDS = 80
+"""Characters of a tool call's, tool result's or thinking block's words that `LoopMessage.text` shows."""
+
+
+def _block_line(block) -> str:
+    if not isinstance(block, dict):
+        return ""
+    if block.get("type") == "text":
+        return str(block.get("text", ""))
+    words = " ".join(search_text([block]).split())
+    if len(words) > BLOCK_WORDS:
+        words = words[:BLOCK_WORDS - 1] + "…"
+    return f"[{block.get('type')}: {words}]" if words else f"[{block.get('type')}]"
 
 
 def loop_rows(views: Views, loop: str | None = "main", as_of: int | None = None) -> list[LoopMessage]:

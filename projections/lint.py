@@ -17,9 +17,10 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, MemError
 
 from . import render, trust
+from .adf import config_object
 from .audit import cite, citations_in
 from .materialize import untracked
 from .search import flagged_catalog, page_trust
@@ -159,7 +160,11 @@ def _dead(scope: Scope, where: str, text: str, check: str, kinds: tuple[str, ...
         is_file = citation.startswith("adf-file://")
         if ("file" if is_file else "seq") not in kinds:
             continue
-        result = cite(scope.views, scope.log, citation, scope.as_of)
+        try:
+            result = cite(scope.views, scope.log, citation, scope.as_of)
+        except MemError as exc:  # an audit blob that cannot be read (a bomb in an old log)
+            found.append(Finding(check, where, f"cannot be resolved: {exc}", citation))
+            continue
         if not result.resolved:
             problem = ("names a file that does not exist" if is_file else
                        "resolves to nothing (missing from the live loop, the audit and the log)")
@@ -200,8 +205,7 @@ def _budget(config: dict, name: str, default: int) -> int:
 
 
 def check_budget(scope: Scope) -> list[Finding]:
-    config = scope.views.config(scope.as_of).get("lint")
-    config = config if isinstance(config, dict) else {}
+    config = config_object(scope.views.config(scope.as_of), "lint")
     max_lines = _budget(config, "mind_max_lines", DEFAULT_MAX_LINES)
     max_bytes = _budget(config, "mind_max_bytes", DEFAULT_MAX_BYTES)
     text = scope.views.mind(scope.as_of)

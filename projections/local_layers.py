@@ -12,13 +12,15 @@ import re
 from eventstore.errors import InvalidInput
 from eventstore.layers import FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem
 
+from .adf import config_object
+
 _NAME = re.compile(LAYER_NAME_PATTERN)
 
 
 def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
     """The local layers in a config (malformed ones, set by hand with `mem config set`, are skipped)."""
     found = {}
-    for name, spec in sorted((config.get("layers") or {}).items()):
+    for name, spec in sorted(config_object(config, "layers").items()):
         if not (isinstance(spec, dict) and isinstance(spec.get("path"), str) and _NAME.match(name)
                 and spec.get("format", "entries") in FORMATS):
             continue

@@ -12,11 +12,13 @@ import msgspec
 
 from eventstore import recorder, secrets
 from eventstore.envelope import Event, new_event
-from eventstore.errors import InvalidInput, NotFound
+from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redaction
 from eventstore.redaction import matches
-from eventstore.envelope import unpack_body
+
+from . import audit
+from eventstore.envelope import CODEC_REDACTED, decode_body, unpack_body
 
 UNREDACTABLE = recorder.UNREDACTABLE | {"redacted"}
 
@@ -34,6 +36,7 @@ class RedactReport(msgspec.Struct):
     redactions: list[int]  # the seqs of the redaction events appended (one per layer)
     done: bool
     left_on_disk: bool = False  # a reader held the log: the old text stays on disk until a later append erases it
+    hand_edited: list[str] = []  # files edited by hand, so not rewritten: they may still hold what was redacted
 
 
 def _target(event: Event) -> Target:
@@ -46,6 +49,8 @@ def resolve(memory, refs: list[str]) -> list[Event]:
     for ref in refs:
         event = (memory.log.get_by_seq(int(ref)) if ref.isdigit() else
                  memory.log.get(ref) if is_uuid(ref) else None)
+        if (event is None or event.kind == "import.gap") and ref.isdigit():
+            _refuse_archived(memory, int(ref))
         if event is None:
             raise NotFound(f"there is no event {ref!r} in the log (give a seq or an event id)")
         if event.kind in UNREDACTABLE:
@@ -53,6 +58,19 @@ def resolve(memory, refs: list[str]) -> list[Event]:
             raise InvalidInput(f"event {ref} {what}; it cannot be redacted")
         found[event.seq] = event
     return [found[seq] for seq in sorted(found)]
+
+
+def _refuse_archived(memory, seq: int) -> None:
+    """A seq that names no event of the log but a message archived in an imported audit blob: the event
+    that holds it is named (redacting it removes the whole blob)."""
+    hit = audit.audit_read(memory.views, memory.log, seq)
+    if hit.source == "audit":
+        holder = memory.views.audit_event_seq(hit.audit_id)
+        raise NotFound(**for_each(
+            f"seq {seq} is no event of the log but a message archived in audit blob {hit.audit_id} (loop {hit.loop}), "
+            f"which event {holder} holds: ",
+            f"`mem redact {holder}` removes the whole blob; `mem redact --match` finds the events whose text matches",
+            f"redacting target {holder} removes the whole blob; a match finds the events whose text matches"))
 
 
 def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
@@ -106,5 +124,16 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
                                             layer=layer))
                   for layer, ids in by_layer.items()]
     seqs = memory.log.append(redactions)
-    memory.refresh()
-    return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed)
+    files = memory.refresh()
+    return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
+                        hand_edited=list(files.refused))
+
+
+def config_redactions(memory, as_of: int) -> list[tuple[int, str, str]]:
+    """(seq, key, reason) of each redacted `config.set` up to a seq: the values the config folds without."""
+    found = []
+    for row in memory.log.read_rows(upto=as_of, kinds=["config.set"]):
+        if row[7] == CODEC_REDACTED:
+            form = decode_body(unpack_body(row[7], bytes(row[8])))
+            found.append((row[0], form.kept.get("key", ""), form.reason))
+    return found

@@ -185,8 +185,27 @@ def index_open(db) -> None:
     db.execute(_INDEX_ROWS.format(f"NOT {_FINAL}"))
 
 
-def _text_of(content: list) -> str:
-    return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+_NOT_TEXT = frozenset(("type", "id", "tool_use_id", "signature", "source", "data", "media_type", "cache_control"))
+"""Keys of a loop message's blocks whose values are no text a person wrote or read (ids, an image's base64 data)."""
+
+
+def text_of(content: list) -> str:
+    """A loop message's searchable text: its text blocks, and the words inside every other block (a tool call's
+    name and input, a tool result's content, a thinking block), as the secret scanner reads them: in an agent's
+    transcript most of what it saw and did is there."""
+    return "\n".join(_strings(content))
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key not in _NOT_TEXT:
+                yield from _strings(item)
 
 
 _NULLABLE = 6
@@ -280,7 +299,7 @@ def archived_loop_rows(source: str, data: bytes) -> list[tuple]:
     if not isinstance(entries, list):
         return []
     loop = source[5:] or "main"
-    return [loop_row(e["seq"], loop, str(e.get("role", "")), _text_of(e.get("content_json") or []))
+    return [loop_row(e["seq"], loop, str(e.get("role", "")), text_of(e.get("content_json") or []))
             for e in entries if isinstance(e, dict) and isinstance(e.get("seq"), int)]
 
 
@@ -350,7 +369,7 @@ class SearchFold:
             self._add(("entry", id), entry_row(seq, layer, id, body.type, body.date, body.content, body.reverses,
                                                agent))
         elif isinstance(body, LoopAppend):
-            self._add(("loop", seq), loop_row(seq, body.loop, body.role, _text_of(body.content)))
+            self._add(("loop", seq), loop_row(seq, body.loop, body.role, text_of(body.content)))
         elif isinstance(body, LoopCompact):
             self._add(("loop", seq), loop_row(seq, body.loop, "user", body.summary))
         elif isinstance(body, AuditImport):
@@ -788,6 +807,8 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     rows = views.db.execute(sql, [*params, day, wanted]).fetchall()
     if not rows and status:
         _refuse_unknown_status(views.db, status)
+    if not rows and (agent or types):
+        _refuse_unknown_names(views.db, agent, self_agent, types)
     hits = sorted((_hit(views, table, row, point, day) for row in rows),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
@@ -795,6 +816,24 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     for hit in hits:
         hit.snippet = snippet(bodies[hit.seq], stems)
     return hits
+
+
+def _refuse_unknown_names(db, agent: str | None, self_agent: str | None, types) -> None:
+    """An agent that never wrote anything searchable here, or types (free-form, as statuses are) that nothing ever
+    had, find nothing at any moment: most likely a typo, said as such rather than as "no matches"."""
+    if agent:
+        agents = {self_agent} | {name for (name,) in db.execute(
+            "SELECT DISTINCT agent FROM search_history WHERE agent IS NOT NULL")}
+        if agent not in agents:
+            raise InvalidInput(f"no agent {agent!r} has written anything here (the agents: "
+                               f"{', '.join(sorted(name for name in agents if name))})")
+    if types:
+        known = {name for (name,) in db.execute("SELECT DISTINCT lower(type) FROM search_history WHERE type IS NOT NULL")}
+        if not known & {name.lower() for name in types}:
+            listed = sorted(known)
+            raise InvalidInput(f"nothing here has ever had the type {', '.join(map(repr, types))} (the types of "
+                               f"pages, entries, loop roles and files here: {', '.join(listed[:20]) or 'none'}"
+                               f"{', ...' if len(listed) > 20 else ''})")
 
 
 def _refuse_unknown_status(db, status: str) -> None:

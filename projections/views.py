@@ -17,10 +17,11 @@ from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, render, search, shared
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
 closing shared page versions; 3: shared_void; 4: search_history_fts keyed by lifetime bucket; 5: without
-its column sizes; 6: shared_held, and versions built on a void one void too)."""
+its column sizes; 6: shared_held, and versions built on a void one void too; 8: the words inside a loop message's
+tool and thinking blocks in the search index)."""
 
 BULK_PAGE_SIZE = 16384
 """The page size of views built from nothing (`fast`): a rebuild writes hundreds of megabytes of rows, about
@@ -478,6 +479,10 @@ class Views:
         """The audit row (AUDIT_COLUMNS) that a loop compaction or clear at this seq wrote, or None."""
         return self.db.execute(f"SELECT {AUDIT_COLUMNS} FROM audit_rows WHERE event_seq = ? AND start_seq IS NOT NULL",
                                (event_seq,)).fetchone()
+
+    def audit_event_seq(self, audit_id: int) -> int:
+        """The seq of the event that wrote an audit row (a compaction, a clear, an import)."""
+        return self.db.execute("SELECT event_seq FROM audit_rows WHERE id = ?", (audit_id,)).fetchone()[0]
 
     def loop_audits_covering(self, seq: int, loop: str | None, as_of: int) -> list[tuple[int, str, bytes]]:
         """(id, source, data) of the loop audit rows (one loop's, or every loop's) whose seq range covers

@@ -487,3 +487,54 @@ def test_local_layers_come_back_as_their_entries_and_pages(tmp_path):
     assert "memory/decisions.md" not in paths and "not an entry" in again.file_text(
         "imported/artemis/memory/decisions.md")
     assert [spec["layer"] for spec in again.layers()] == ["decisions", "drafts"]
+
+@pytest.mark.parametrize("config, expected", [
+    ({"context": "abc"}, "config_json's context must be a JSON object, not \"abc\""),
+    ({"context": [1, 2]}, "context must be a JSON object, not [1, 2]"),
+    ({"context": {"audit": True}}, "context.audit must be a JSON object, not true"),
+    ({"audit": "on"}, "audit must be a JSON object, not \"on\""),
+    ({"layers": "str"}, "layers must be a JSON object, not \"str\""),
+])
+def test_a_config_whose_objects_are_not_objects_is_refused_in_one_line(tmp_path, config, expected):
+    """Such a config imported, then broke the workspace at its first compaction (or, `layers`, the import)."""
+    adf = build_adf(tmp_path / "bad.adf", loop=[text_row(1, "hello")], config=json.dumps(config))
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
+
+
+def test_a_log_already_holding_a_config_of_non_objects_still_works(tmp_path):
+    """A log imported before the check may hold one: every reader takes a non-object as absent."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import ConfigSet
+
+    memory = Memory.init(tmp_path / "ws", "me")
+    memory.log.append([new_event(ConfigSet(key="", value={"context": "abc", "audit": [1], "layers": "str",
+                                                          "lint": 3}), agent="me", layer="agent")])
+    memory.close()
+    ws = tmp_path / "ws"
+    run_mem("-w", ws, "loop", "append", "--role", "user", "--text", "hello", check=True)
+    (tmp_path / "s.txt").write_text("summary")
+    assert b"archived seqs 2..2 in audit 1" in run_mem("-w", ws, "loop", "compact", "--summary-file",
+                                                        tmp_path / "s.txt", check=True).stdout
+    assert b"hello" in run_mem("-w", ws, "audit", "read", "2", check=True).stdout
+    run_mem("-w", ws, "lint", check=True)
+    assert b"no differences" in run_mem("-w", ws, "replay", "--check", check=True).stdout
+
+
+def test_lint_reports_a_citation_into_an_unreadable_blob_as_a_finding(tmp_path):
+    """Lint stopped at the first blob it could not read ("error: ... not valid brotli"), listing nothing."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import AuditImport
+
+    memory = Memory.init(tmp_path / "ws", "me")
+    memory.log.append([new_event(AuditImport(source="loop:main", start_seq=1, end_seq=5, entry_count=5,
+                                             size_bytes=1, data=b"\x1b\x00", created_at=1), agent="me",
+                                 layer="agent")])
+    memory.close()
+    page = tmp_path / "deploy.md"
+    page.write_text("---\ntype: procedure\n---\n# Deploy\n\nThe owner acks prod [S3].\n")
+    run_mem("-w", tmp_path / "ws", "page", "write", "deploy", "--file", page, check=True)
+    result = run_mem("-w", tmp_path / "ws", "lint", "--check", "citations")
+    assert result.returncode == 1 and b"Traceback" not in result.stderr, result.stderr
+    assert b"[S3]" in result.stdout and b"cannot be resolved: audit blob 1 is not valid brotli" in result.stdout

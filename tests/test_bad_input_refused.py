@@ -195,6 +195,8 @@ def test_wordings_a_newcomer_misread_say_what_to_do(workspace, tmp_path):
     mem("page", "write", "deploy", "--file", "-", input=PAGE, check=True)
     huge = tmp_path / "huge.txt"
     huge.write_text("x" * (9 * 2**20))
+    bom = tmp_path / "bom.md"
+    bom.write_bytes(b"\xef\xbb\xbf" + PAGE)
     before = log_rows(workspace)
     said = {
         ("always", "add", "- [x] done"): "No such option: -: a value that starts with '-' goes after `--` (`mem always "
@@ -208,6 +210,8 @@ def test_wordings_a_newcomer_misread_say_what_to_do(workspace, tmp_path):
                                                              "page, a file) may be at most 8 MiB",
         ("loop", "append", "--role", "user", "--content-json", "[]"): "a loop message needs some content: its list of "
                                                                       "blocks is empty",
+        ("page", "write", "bom", "--file", bom): "the page starts with a byte order mark (U+FEFF, as some editors save "
+                                                 "UTF-8) before its '---': save it as UTF-8 without one",
     }
     for args, expected in said.items():
         refused = mem(*args)

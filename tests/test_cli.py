@@ -161,3 +161,15 @@ def test_workspace_option_before_or_after_the_command(tmp_path):
     assert after == before and after["agent"] == "bob"
     inside = json.loads(run_mem("status", "--json", cwd=target / "mind", check=True).stdout)
     assert inside["workspace"] == str(target)
+
+
+def test_a_sent_message_is_from_this_agent_unless_it_says(workspace):
+    """Regression: `mem message send` of {"to": "ops", "content": "ack"} was refused: "the message needs 'from'
+    (strings)", though an outgoing message is this agent's own."""
+    from projections.memory import Memory
+
+    run_mem("-w", workspace, "message", "send", "--file", "-", input=b'{"to": "ops", "content": "ack"}', check=True)
+    refused = run_mem("-w", workspace, "message", "send", "--file", "-", input=b'{"to": "", "content": "ack"}')
+    assert refused.stderr.decode() == "error: the message needs 'to': a non-empty string\n"
+    with Memory.open(workspace) as mem:
+        assert mem.event(1).body.message["from"] == mem.config.agent and mem.head() == 1

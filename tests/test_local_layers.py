@@ -81,7 +81,12 @@ def test_pages_of_a_layer_are_searched_with_their_trust_fields(memory):
     assert hit.flags == ["deprecated"]
     [then] = search.search(memory.views, "launch tuesday", as_of=first, day="2026-11-30", agent="alice")
     assert then.seq == first and then.flags == []
-    assert search.search(memory.views, "launch", as_of=first, day="2026-11-30", agent="bob") == []
+    assert search.search(memory.views, "nothing-of-alice", as_of=first, day="2026-11-30", agent="alice") == []
+    try:  # no one named bob wrote anything here: said, not "no matches"
+        search.search(memory.views, "launch", as_of=first, day="2026-11-30", agent="bob")
+        raise AssertionError("an agent who never wrote anything here was searched")
+    except InvalidInput as exc:
+        assert str(exc).startswith("no agent 'bob' has written anything here")
     try:
         memory.shared_page_write("drafts", "x", b"---\ntype: draft\nstale_after: someday\n---\n# X\n")
     except InvalidInput as exc:

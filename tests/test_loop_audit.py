@@ -255,3 +255,14 @@ def test_wiki_files_appear_in_adf_files_with_adfs_protections(memory):
     assert rows["mind/deploy.md"][1:] == ("none", PAGE) and rows["notes/a.md"][1] == "none"
     memory.delete_page("deploy")
     assert "mind/deploy.md" not in {r[0] for r in memory.views.db.execute("SELECT path FROM adf_files")}
+
+
+def test_loop_show_gives_the_start_of_a_tool_call_result_or_thought_not_its_type_alone(workspace):
+    """Regression: `mem loop show` printed `[tool_use]` and `[tool_result]` for most of an agent's transcript."""
+    from conftest import run_mem
+
+    blocks = [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "kubectl rollout status " + "x" * 200}},
+              {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGlwcG8="}}]
+    run_mem("-w", workspace, "loop", "append", "--role", "assistant", "--content-json", json.dumps(blocks), check=True)
+    shown = run_mem("-w", workspace, "loop", "show", check=True).stdout.decode()
+    assert shown == f"[S1] assistant: [tool_use: kubectl rollout status {'x' * 56}…] [image]\n"

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from eventstore.blobs import blob_json
+
 from conftest import run_mem
+from test_adf_file import build_adf, text_row
 
 SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 PAGE = f"---\ntype: reference\n---\n# Staging access\n\nThe bot logs in with {SECRET} for now.\n"
@@ -119,6 +122,27 @@ def test_a_reader_delays_the_scrub_and_the_next_write_finishes_it(leaky):
     assert files_holding(leaky, SECRET) == []
     mem(leaky, "always", "add", "And yearly.", check=True)  # nothing pending: no scrub any more
     assert mem(leaky, "verify", check=True).returncode == 0
+
+
+def test_a_hand_edited_file_that_may_still_hold_the_redacted_text_is_named_with_the_way_out(workspace, tmp_path):
+    """Regression: a page edited in place (as ADF agents do) keeps its file through a redaction, with it the text just
+    redacted, and `mem redact` said only the usual hand-edit warning. It names the file, says it may still hold what
+    was redacted, and how to put back mindlog's version without it; that way out leaves no byte of it."""
+    page = tmp_path / "access.md"
+    page.write_text(PAGE)
+    mem(workspace, "page", "write", "staging-access", "--file", page, "--allow-secret", check=True)
+    with open(workspace / "mind/staging-access.md", "a") as edited:
+        edited.write("Also: ask in #deploys.\n")
+    redacted = mem(workspace, "redact", "--match", "ghp_", "--reason", "leak", "--yes", check=True)
+    assert redacted.stderr.decode() == (
+        "warning: mind/staging-access.md edited by hand, so not rewritten: it may still hold what was redacted; remove "
+        "it from the file, or put back mindlog's version without it (`mem show mind/staging-access.md > "
+        "mind/staging-access.md`)\n")
+    shown = mem(workspace, "show", "mind/staging-access.md", check=True).stdout
+    (workspace / "mind/staging-access.md").write_bytes(shown)
+    assert files_holding(workspace, SECRET) == []
+    report = json.loads(mem(workspace, "redact", "--match", "nothing-here-now", "--reason", "r", "--json").stdout)
+    assert report["hand_edited"] == []
 
 
 # --- truncation ---------------------------------------------------------------------------------
@@ -404,3 +428,92 @@ def test_an_own_redaction_that_reached_the_hub_before_its_push_cursor_moved_keep
     found = stand_ins(team, ("main", "writer", "late"), target)
     assert found["hub"][0] == "main's" and set(found.values()) == {found["hub"]}, found
     assert mem(team / "main", "replay", "--check").returncode == 0
+
+
+def imported_workspace(tmp_path, adf: Path) -> Path:
+    workspace = tmp_path / "ws"
+    run_mem("init", "-w", workspace, "--agent", "me", check=True)
+    mem(workspace, "import", "adf", adf, "--allow-secret", check=True)
+    return workspace
+
+
+def archived(seqs, text) -> bytes:
+    """A loop audit blob of user messages at these seqs, each text(seq)."""
+    import brotli
+
+    return brotli.compress(json.dumps([{"seq": seq, "role": "user", "created_at": 7,
+                                        "content_json": [{"type": "text", "text": text(seq)}]} for seq in seqs]).encode())
+
+
+def test_a_redacted_imported_config_folds_to_the_default_and_says_so(tmp_path):
+    """The imported config is one `config.set` of the whole object: redacted, it folded to None and every
+    later command was a traceback."""
+    adf = build_adf(tmp_path / "agent.adf", config=json.dumps({"provider": "anthropic", "audit": {"loop": False}}),
+                    loop=[text_row(seq, f"message {seq}") for seq in (1, 2, 3)])
+    workspace = imported_workspace(tmp_path, adf)
+    mem(workspace, "redact", "--match", "anthropic", "--reason", "vendor name", "--yes", check=True)
+    shown = mem(workspace, "config", "show", check=True).stdout.decode()
+    assert json.loads(shown.splitlines()[0].removeprefix("audit = ")) == {"loop": True, "inbox": False,
+                                                                           "outbox": False, "files": False}
+    assert "provider" not in shown and "(redacted: the whole config, set at seq 4: vendor name)" in shown
+    (tmp_path / "s.txt").write_text("summary")
+    assert b"in audit 1" in mem(workspace, "loop", "compact", "--summary-file", tmp_path / "s.txt",
+                                check=True).stdout  # loop audit is the default's again: on
+    assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
+
+
+def test_a_redacted_config_key_folds_as_if_never_set(workspace):
+    mem(workspace, "config", "set", "audit.files", "true", check=True)
+    mem(workspace, "config", "set", "audit.inbox", "true", check=True)
+    mem(workspace, "redact", "1", "--reason", "wrong switch", "--yes", check=True)
+    shown = mem(workspace, "config", "show", check=True).stdout.decode().splitlines()
+    assert json.loads(shown[0].removeprefix("audit = ")) == {"loop": True, "inbox": True, "outbox": False,
+                                                             "files": False}
+    assert shown[1:] == ["(redacted: audit.files, set at seq 1: wrong switch)"]
+    assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
+
+
+def test_a_redacted_imported_audit_blob_reads_as_redacted_entries_and_exports_a_valid_file(tmp_path):
+    """The stand-in of a redacted `audit.import` had 0 bytes of blob: audit read, cite and lint failed with
+    "not valid brotli", and an export wrote a blob the import refused. Now its entries keep all but their
+    content, as a redacted native message does, and read `[redacted: reason]`."""
+    page = b"---\ntype: procedure\n---\n# Deploy\n\nThe owner acks prod [S2].\n"
+    adf = build_adf(tmp_path / "agent.adf", files=[("mind/deploy.md", page)],
+                    audit=[("loop:main", 1, 4, archived((1, 2, 4), lambda seq: f"archived {seq}: pager 5550199"))])
+    workspace = imported_workspace(tmp_path, adf)
+    blob_event = next(line.split()[0] for line in mem(workspace, "log", check=True).stdout.decode().splitlines()
+                      if "audit.import" in line)
+    mem(workspace, "redact", blob_event, "--reason", "leaked token", "--yes", check=True)
+    for command in (["audit", "read", "2"], ["cite", "[S2]"]):
+        shown = mem(workspace, *command, check=True).stdout.decode()
+        assert shown.startswith("S2: in audit blob 1 (loop main)\n"), shown
+        assert json.loads(shown.splitlines()[1]) == {"seq": 2, "role": "user", "created_at": 7, "content_json": [
+            {"type": "text", "text": "[redacted: leaked token]"}]}
+    assert b"no findings" in mem(workspace, "lint", "--check", "citations", check=True).stdout
+    assert files_holding(workspace, "5550199") == []
+    mem(workspace, "export", "adf", tmp_path / "out.adf", check=True)
+    exported = sqlite3.connect(tmp_path / "out.adf").execute("SELECT data FROM adf_audit").fetchone()[0]
+    assert [e["seq"] for e in blob_json(exported)] == [1, 2, 4]
+    run_mem("init", "-w", tmp_path / "again", "--agent", "me", check=True)
+    mem(tmp_path / "again", "import", "adf", tmp_path / "out.adf", check=True)
+    assert b"[redacted: leaked token]" in mem(tmp_path / "again", "cite", "[S4]", check=True).stdout
+    assert b"no differences" in mem(workspace, "replay", "--check", check=True).stdout
+
+
+def test_a_token_in_an_imported_audit_blob_is_found_by_match_and_its_seq_names_the_blob(tmp_path):
+    """`--match` ran its regex over the blob's brotli bytes (it found nothing), and `mem redact 123` for the
+    archived message said there was no such event."""
+    blob = archived(range(100, 130), lambda seq: f"the bot token is {SECRET}" if seq == 123 else f"message {seq}")
+    adf = build_adf(tmp_path / "agent.adf", audit=[("loop:main", 100, 129, blob)], loop=[text_row(200, "live")])
+    workspace = imported_workspace(tmp_path, adf)
+    listed = mem(workspace, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", check=True)
+    assert b"audit.import" in listed.stdout and b"would redact 1 event" in listed.stdout, listed.stdout
+    holder = listed.stdout.decode().split()[0]
+    refused = mem(workspace, "redact", "123", "--reason", "leaked token")
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        f"error: seq 123 is no event of the log but a message archived in audit blob 1 (loop main), which event "
+        f"{holder} holds: `mem redact {holder}` removes the whole blob; `mem redact --match` finds the events "
+        "whose text matches\n")
+    mem(workspace, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", "--yes", check=True)
+    assert files_holding(workspace, SECRET) == []
+    assert b"[redacted: leaked token]" in mem(workspace, "audit", "read", "123", check=True).stdout

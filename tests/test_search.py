@@ -152,6 +152,12 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 2 and b"error: --kind" in bad.stderr and b"Traceback" not in bad.stderr
     bad = run_mem("search", "owner", "--at", "yesterday", cwd=workspace)
     assert bad.returncode == 1 and bad.stderr.startswith(b"error: ")
+    bad = run_mem("search", "owner", "--agent", "nobody", cwd=workspace)  # said "no matches"
+    assert bad.returncode == 1 and bad.stderr.decode().startswith("error: no agent 'nobody' has written anything here")
+    bad = run_mem("search", "owner", "--type", "procedur", cwd=workspace)
+    assert bad.returncode == 1 and bad.stderr.decode().startswith(
+        "error: nothing here has ever had the type 'procedur' (the types of pages, entries, loop roles and files here: ")
+    assert run_mem("search", "nosuchword", "--type", "procedure", cwd=workspace, check=True).stdout == b"no matches\n"
     for n in ("-1", "0"):  # 0 said "no matches", as if nothing matched
         bad = run_mem("search", "owner", "-n", n, cwd=workspace)
         assert bad.returncode == 1 and not bad.stdout
@@ -448,3 +454,19 @@ def test_a_bulk_batch_closes_the_page_versions_of_earlier_batches_as_one_update_
     rows = "SELECT id, kind, until FROM search_history ORDER BY id"
     assert staged.execute(rows).fetchall() == one_by_one.execute(rows).fetchall() == [
         (1, "page", 13), (2, "page", None), (3, "file", None), (4, "page", 12), (5, "page", None)]
+
+
+def test_a_loop_messages_tool_calls_results_and_thinking_are_searchable(memory):
+    """Regression: only a loop message's top-level text blocks were indexed; in an agent's transcript most of what
+    it did and saw is in tool_use input, tool_result content and thinking, and none of it was found. Ids and an
+    image's data are not text."""
+    memory.loop_append("assistant", [{"type": "thinking", "thinking": "check the quokka rollout", "signature": "c2ln"},
+                                     {"type": "tool_use", "id": "toolu_walrus", "name": "bash",
+                                      "input": {"command": "kubectl rollout status deploy/zebrafish"}}])
+    memory.loop_append("user", [{"type": "tool_result", "tool_use_id": "toolu_walrus",
+                                 "content": [{"type": "text", "text": "deployment giraffe rolled out"}]},
+                                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                             "data": "aGlwcG8="}}])
+    assert cites(memory, "zebrafish") == cites(memory, "quokka") == ["[S1]"]
+    assert cites(memory, "giraffe") == ["[S2]"]
+    assert cites(memory, "walrus") == cites(memory, "aGlwcG8") == cites(memory, "c2ln") == []

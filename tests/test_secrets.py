@@ -16,6 +16,7 @@ from sync.storage import open_storage
 from sync.wire import PROBLEM_BASE
 
 from conftest import log_rows, run_mem
+from test_adf_file import build_adf
 from hubserver import HubServer
 
 AWS = "AKIA4HXQ7ZT2LMNB3K5P"
@@ -184,3 +185,42 @@ def test_allow_secret_cannot_target_a_scanned_shared_layer(workspace):
             mem.entry_add("insights", f"[FACT] key {AWS}")
         assert log_rows(workspace) == before
         mem.entry_add("vault", f"[FACT] key {AWS}", allow_secret=True)
+
+
+def secret_adf(path, where: str):
+    """An ADF file holding a GitHub token in one place: a live loop row, a file, a page, the config, or a
+    message archived in an audit blob."""
+    import brotli
+
+    text = f"token {GITHUB}"
+    archived = [{"seq": 5, "role": "user", "content_json": [{"type": "text", "text": text}], "created_at": 0}]
+    rows = {"loop": {"loop": [(1, "user", json.dumps([{"type": "text", "text": text}]))]},
+            "file": {"files": [("notes/x.md", text.encode())]},
+            "page": {"files": [("mind/x.md", f"---\ntype: note\n---\n# X\n\n{text}\n".encode())]},
+            "config": {"config": json.dumps({"github": {"token": GITHUB}})},
+            "audit": {"audit": [("loop:main", 5, 5, brotli.compress(json.dumps(archived).encode()))]}}[where]
+    return build_adf(path, **rows)
+
+
+@pytest.mark.parametrize("where, row, field", [
+    ("loop", "adf_loop seq 1", "`content[0].text`"),
+    ("file", "adf_files 'notes/x.md'", "`content`, line 1"),
+    ("page", "adf_files 'mind/x.md'", "`text`, line 3"),
+    ("config", "adf_config", "`value.github.token`"),
+    ("audit", "adf_audit row 1", "`data[0].content_json[0].text`"),
+])
+def test_an_import_scans_every_row_and_names_the_one_holding_a_secret(tmp_path, where, row, field):
+    """An import scanned nothing: a token in a loop row, a file, a page, the config or an archived message
+    went into the log without a word."""
+    adf = secret_adf(tmp_path / "s.adf", where)
+    workspace = tmp_path / "ws"
+    run_mem("init", "-w", workspace, "--agent", "me", check=True)
+    result = run_mem("-w", workspace, "import", "adf", adf)
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.count("\n") == 1, err
+    assert f"{row} looks like it holds a secret: GitHub Token in {field}" in err and GITHUB not in err, err
+    assert "pass --allow-secret" in err and log_rows(workspace) == []
+    run_mem("-w", workspace, "import", "adf", adf, "--allow-secret", check=True)
+    event = next(e for e in json.loads(run_mem("-w", workspace, "log", "--json", check=True).stdout)
+                 if e["body"].get("allowed_secrets"))
+    assert event["body"]["allowed_secrets"][0].startswith("GitHub Token in ")
