@@ -46,6 +46,8 @@ def token_from_file(path: Path, what: str) -> str:
     from sync.storage import new_token
 
     if not path.exists():
+        if not path.parent.is_dir():
+            fail(f"{path}: there is no directory {path.parent} to make the {what} in")
         path.touch(mode=0o600)
         path.write_text(new_token() + "\n")
         typer.echo(f"wrote a new {what} to {path}", err=True)
@@ -75,6 +77,12 @@ def _problem(title: str) -> Response:
                     headers={"WWW-Authenticate": 'Bearer realm="mindlog"'})
 
 
+def cookie_name(request: Request) -> str:
+    """The token's cookie, one per port: a browser keeps cookies per host whatever the port, so two servers on
+    one host (two hubs, a hub and `mem ui`) would otherwise overwrite each other's."""
+    return f"mindlog_token_{request.url.port}"
+
+
 class TokenGate:
     """ASGI middleware that lets a request through only with the token: `Authorization: Bearer <token>`,
     or (with `browser`) the cookie a first `?token=<token>` set. Anything else is a 401 problem document.
@@ -87,7 +95,7 @@ class TokenGate:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         request = Request(scope)
-        cookie = f"mindlog_token_{request.url.port}"
+        cookie = cookie_name(request)
         given = request.query_params.get("token") if self.browser else None
         scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
         token = given or (bearer.strip() if scheme.lower() == "bearer" else "") or (

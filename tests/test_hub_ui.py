@@ -50,6 +50,8 @@ def test_a_token_in_the_address_becomes_a_cookie(hub):
         answer = client.get(f"/ui/timeline?token={hub.tokens['writer']}&layer=drafts")
         assert answer.status_code == 303 and answer.headers["location"] == "/ui/timeline?layer=drafts"
         cookie = answer.headers["set-cookie"].lower()
+        # one name per port: two hubs on one host shared `mindlog_ui` and logged each other out
+        assert cookie.startswith(f"mindlog_token_{httpx.URL(hub.url).port}=")
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
         assert "writer · drafts" in html(client.get("/ui/timeline?layer=drafts"))
 
@@ -168,6 +170,17 @@ def test_what_is_no_number_is_a_problem_saying_so(tmp_path):
             assert answer.status_code == 400 and answer.json()["type"].endswith("/invalid-input"), (query, answer.text)
 
 
+def test_a_page_on_a_hub_is_a_404_and_an_unsafe_one_a_400(tmp_path):
+    """Regression: the hub keeps no wiki page, yet `asof?page=anything` (even `..%2Fx`) was a 200 saying the
+    page "did not exist" then, and its history link a 404."""
+    with hub_pages(tmp_path, TEAM_CONTRACT) as (client, _storage, tokens):
+        for who in (tokens["writer"], "admin-token"):
+            for query, status in (("asof?page=anything", 404), ("asof?page=..%2Fx", 400)):
+                answer = client.get(f"/{query}", headers={"Authorization": f"Bearer {who}"})
+                assert answer.status_code == status and answer.headers["content-type"] == "application/problem+json"
+            assert answer.json()["type"].endswith("/unsafe-path")
+
+
 def entry(layer: str, text: str, agent: str):
     from eventstore.envelope import new_event
     from eventstore.kinds import EntryAppend
@@ -272,7 +285,8 @@ def test_an_agent_filter_naming_no_agent_of_the_hub_is_refused_with_those_it_can
     assert refused.json()["detail"] == "no agent 'nosuch' wrote to this hub (agents that did: writer)"
     assert hub.get("timeline?agent=reviewer", "writer").status_code == 404  # only in layers the writer cannot see
     assert "reviewer · reviews" in html(hub.get("timeline?agent=reviewer", "admin"))
-    assert hub.get("timeline?agent=nosuch", "admin").json()["detail"].endswith("did: _hub, reviewer, writer)")
+    # the hub's own contract changes are no agent's: `_hub` was named among the agents
+    assert hub.get("timeline?agent=nosuch", "admin").json()["detail"].endswith("did: reviewer, writer)")
     icon = html(hub.get("asof", "writer")).split('<link rel="icon" href="', 1)[1].split('"', 1)[0]
     assert hub.get(icon, "writer").headers["content-type"] == "image/vnd.microsoft.icon"
     assert '<link rel="icon" href="data:,">' in hub.get("asof").text  # the 401 page asks for no icon

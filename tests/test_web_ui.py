@@ -5,6 +5,7 @@ import re
 import httpx
 import pytest
 
+from cli.output import event_count
 from conftest import run_mem
 from webui import BAD_NUMBERS, UiWorkspace, chromium, screenshot
 
@@ -95,7 +96,7 @@ def test_the_contract_as_of_a_moment_with_who_produced_what(ui):
     for agent in ("writer", "reviewer"):
         n = agents.count(agent)
         assert f"<div>{agent}: {n} event{'s' if n != 1 else ''}</div>" in row
-    assert "writer: %d events of others in its log" % agents.count("reviewer") in row
+    assert f"writer: {event_count(agents.count('reviewer'))} of others in its log" in row  # it said "1 events"
     before = get(ui, "contract?seq=1")
     assert "no contract is known" in before or "<span class=\"muted\">nothing</span>" in before
 
@@ -187,6 +188,7 @@ def test_search_and_contract(ui):
     ("history?page=nosuch", 404, "not-found"),
     # a page or file that never existed read as one not written yet, and an unsafe slug as a page (200)
     ("asof?page=nosuch", 404, "not-found"), ("asof?file=memory/nosuch.md", 404, "not-found"),
+    ("asof?file=content/drafts/nosuch.md", 404, "not-found"),  # a page of a pages layer is no layer's own file
     ("asof?page=../x", 400, "unsafe-path"),
     # past what SQLite's integers hold: an OverflowError and a bare 500 before
     ("timeline?event=99999999999999999999", 400, "invalid-input"),
@@ -208,6 +210,65 @@ def test_what_is_no_number_is_a_problem_saying_so(ui, query):
     garbled = re.search(r"(\w+)=%", query)
     assert detail.startswith(f"{garbled[1]} must be a whole number, not '") if garbled else \
         "after the last event shown" in detail or "past the log head" in detail, detail
+
+
+def test_zooming_out_or_moving_stays_within_the_history(ui):
+    """Regression: zoom out went on below the first event (to a negative t0, a 400), and "later" at the end
+    halved the range instead of keeping it."""
+    page = get(ui, "timeline")
+    whole = _zoom_range(page, "out")
+    assert whole == _zoom_range(page, "earlier") == _zoom_range(page, "later")  # all of it already
+    t0, t1 = _zoom_range(page, "in")
+    moved = _zoom_range(get(ui, f"timeline?t0={t0}&t1={t1}"), "later")
+    assert moved[1] == whole[1] and moved[1] - moved[0] == t1 - t0
+    assert _zoom_range(get(ui, f"timeline?t0={t0}&t1={t1}"), "out") == whole
+
+
+def _zoom_range(page: str, button: str) -> tuple[int, int]:
+    link = httpx.URL("http://x/" + page.split(f'id="zoom-{button}" href="', 1)[1].split('"', 1)[0].replace("&amp;", "&"))
+    return int(link.params["t0"]), int(link.params["t1"])
+
+
+def test_the_page_list_flags_a_stale_page_as_search_does(tmp_path):
+    """Regression: a page past its stale_after was listed unflagged (search and `mem believed` flag it)."""
+    from starlette.testclient import TestClient
+
+    from cli.web.app import create_app
+
+    root = tmp_path / "ws"
+    run_mem("init", "-w", root, check=True)
+    page = "---\ntype: note\nstale_after: 2020-01-01\n---\n# Rollback\n\nHow to roll back.\n"
+    run_mem("page", "write", "rollback", "-f", "-", "-w", root, input=page.encode(), check=True)
+    with TestClient(create_app(root)) as client:
+        listed = client.get("/asof").text.split('id="pages"', 1)[1].split("</ul>", 1)[0]
+        found = client.get("/search?q=rollback").text.split('id="hits"', 1)[1].split("</ol>", 1)[0]
+    assert '<span class="tag warn">stale since 2020-01-01</span>' in listed
+    assert '<span class="tag warn">stale since 2020-01-01</span>' in found
+
+
+def test_the_events_list_says_when_it_holds_only_the_newest(tmp_path):
+    """Regression: the list showed the newest 100 of the range and nothing said so (the header said 101 events)."""
+    from starlette.testclient import TestClient
+
+    from cli.web.app import create_app
+    from cli.web.timeline import LISTED
+    from projections.memory import Memory
+
+    with Memory.init(tmp_path / "ws", "ada") as mem:
+        for i in range(LISTED + 1):
+            mem.loop_append("user", [{"type": "text", "text": f"message {i}"}])
+    with TestClient(create_app(tmp_path / "ws")) as client:
+        page = client.get("/timeline").text
+        assert f'id="events-capped" class="muted">the newest {LISTED} of {LISTED + 1} events:' in page
+        assert page.split('id="events"', 1)[1].count("<tr>") == LISTED + 1  # the header and LISTED rows
+
+
+def test_a_token_file_in_a_missing_directory_is_one_line(tmp_path):
+    run_mem("init", "-w", tmp_path, check=True)
+    result = run_mem("-w", tmp_path, "ui", "--token-file", tmp_path / "nodir" / "t")
+    assert result.returncode != 0 and b"Traceback" not in result.stderr and b"Errno" not in result.stderr
+    assert result.stderr.decode() == f"error: {tmp_path / 'nodir' / 't'}: there is no directory {tmp_path / 'nodir'} " \
+                                      "to make the bearer token in\n"
 
 
 def test_an_agent_that_never_wrote_here_is_named_with_those_that_did(ui):

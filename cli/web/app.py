@@ -21,6 +21,7 @@ from eventstore.errors import InvalidInput, MemError, NotFound, StorageFailure, 
 from eventstore.instants import format_instant
 from eventstore.kinds import KINDS
 from eventstore.layers import RESERVED_LAYERS, consumes
+from eventstore.ids import now_ms
 from eventstore.workspace import Workspace
 from projections import history as histories
 from projections import trust
@@ -28,8 +29,10 @@ from projections.conflicts import conflicts_shown
 from projections.search import MARK
 from projections.views import page_path
 from sync.hub import problem_response
+from sync.storage import HUB_AGENT
 from sync.wire import PROBLEM_BASE, Problem
 
+from ..output import event_count
 from .timeline import timeline
 
 HERE = Path(__file__).parent
@@ -45,6 +48,8 @@ def marked(snippet: str) -> Markup:
 
 
 templates.env.filters["marked"] = marked
+templates.env.filters["event_count"] = event_count
+templates.env.filters["instant"] = format_instant
 NAV = [("asof", "As of"), ("timeline", "Timeline"), ("history", "Page history"), ("conflicts", "Conflicts"),
        ("search", "Search"), ("contract", "Contract")]
 
@@ -82,6 +87,14 @@ def moment(mem, request: Request) -> Moment:
     recorded = mem.recorded_at(as_of) if as_of else None
     query = "" if seq is None and at is None else urlencode({"seq": as_of})
     return Moment(seq=as_of, head=head, at=format_instant(recorded) if recorded else "", query=query)
+
+
+def judged_day(mem, now: Moment) -> str:
+    """The day staleness is judged on, as `mem search` and `mem believed` judge it: the moment's own day, else today."""
+    if not now.query:
+        return trust.day_of(now_ms())
+    event = mem.event(now.seq) if now.seq else None
+    return trust.day_of(event.ts if event else 0)
 
 
 class Site:
@@ -136,8 +149,9 @@ class Site:
         totals = mem.activity().totals(mem.recorded_at(now.head) or 0) if now.head else {}
         agents = sorted({name for layer, name in totals if visible is None or layer in visible})
         if agent not in agents:
+            named = [name for name in agents if name != HUB_AGENT]  # the hub's own redactions: no agent
             raise NotFound(f"no agent {agent!r} wrote to {self.called} (agents that did: "
-                           f"{', '.join(agents) or 'none yet'})")
+                           f"{', '.join(named) or 'none yet'})")
 
     def check_file(self, request: Request, mem, now: Moment, path: str) -> None:
         """A file the request may not see does not exist, as far as it can tell: on a hub, one in a layer
@@ -164,18 +178,19 @@ class Site:
 
     def asof(self, request: Request):
         slug = request.query_params.get("page") or None
+        page = validate.slug(slug) if slug else None  # first: an unsafe slug is a 400, on a hub too
         chosen = request.query_params.get("file") or None
         with self.memory() as mem:
             now = moment(mem, request)
-            seen = mem.believed(now.seq, last=10, include_all=True, shared=False)
-            text = mem.page_text(validate.slug(slug), now.seq) if slug and not self.hub else None
-            if text is None and slug and not self.hub:
+            seen = mem.believed(now.seq, last=10, include_all=True, shared=False, day=judged_day(mem, now))
+            text = mem.page_text(page, now.seq) if page and not self.hub else None
+            if text is None and slug:  # a hub keeps no wiki page: every one is a 404
                 self.check_ever(mem, now, page_path(slug), f"page {slug!r}")
             files = self.shared_files(request, mem, now)
             if chosen is not None and chosen not in files:
                 self.check_file(request, mem, now, chosen)
             shown = mem.file_text(chosen, now.seq) if chosen else None
-            if chosen is not None and shown is None and not _layer_of(mem, chosen):  # a layer's file: not yet
+            if chosen is not None and shown is None and not _layer_file(mem, chosen):  # the layer's own: not yet
                 self.check_ever(mem, now, chosen, f"file {chosen!r}")
             received = self.received(request, mem, now)
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
@@ -254,10 +269,9 @@ class Site:
         query = request.query_params.get("q", "")
         with self.memory() as mem:
             now = moment(mem, request)
-            event = mem.event(now.seq) if now.seq else None
             visible = self.visible(request, mem, now)
-            hits = mem.search(query, as_of=now.seq, day=trust.day_of(event.ts if event else 0), include_all=True,
-                              limit=SEARCH_HITS, within=visible) if query.strip() else []
+            hits = mem.search(query, as_of=now.seq, day=judged_day(mem, now), include_all=True, limit=SEARCH_HITS,
+                              within=visible) if query.strip() else []
         return self.render(request, "search.html", "search", moment=now, q=query, hits=hits)
 
     def contract(self, request: Request):
@@ -299,7 +313,7 @@ def layer_uses(contract, totals, received: dict[str, int], visible: set[str] | N
         produced = sorted((agent, n) for (layer, agent), n in totals.items() if layer == name)
         got = []
         if self_agent is not None and consumes(contract, self_agent, name):
-            got.append((self_agent, f"{sum(n for a, n in produced if a != self_agent)} events of others in its log"))
+            got.append((self_agent, f"{event_count(sum(n for a, n in produced if a != self_agent))} of others in its log"))
         for consumer, upto in sorted(received.items()):
             if consumes(contract, consumer, name):
                 got.append((consumer, f"up to seq {upto}"))
@@ -309,16 +323,27 @@ def layer_uses(contract, totals, received: dict[str, int], visible: set[str] | N
 
 
 def _zoom(strip) -> dict[str, dict[str, int]]:
-    """The time ranges of the zoom buttons: in (the middle half), out (twice as wide), earlier, later."""
+    """The time ranges of the zoom buttons: in (the middle half), out (twice as wide), earlier, later (as wide,
+    moved by half), each kept within the first and the last event (out of it a zoom out went below 0, a 400,
+    and a move at the end narrowed the range)."""
     t0, t1 = strip.t0, strip.t1
     width = max(t1 - t0, 1)
-    return {"in": {"t0": t0 + width // 4, "t1": t1 - width // 4}, "out": {"t0": t0 - width // 2, "t1": t1 + width // 2},
-            "earlier": {"t0": t0 - width // 2, "t1": t1 - width // 2},
-            "later": {"t0": t0 + width // 2, "t1": t1 + width // 2}}
+    earlier = max(t0 - width // 2, strip.first)
+    later = min(t1 + width // 2, strip.last)
+    return {"in": {"t0": t0 + width // 4, "t1": t1 - width // 4},
+            "out": {"t0": max(t0 - width // 2, strip.first), "t1": min(t1 + width // 2, strip.last)},
+            "earlier": {"t0": earlier, "t1": earlier + (t1 - t0)}, "later": {"t0": later - (t1 - t0), "t1": later}}
 
 
 def _layer_of(mem, path: str) -> str:
     return mem.layer_of(path)
+
+
+def _layer_file(mem, path: str) -> bool:
+    """Whether `path` is an entries layer's own file (there from the contract on, empty until the layer's first
+    event), not a page in a pages layer's folder (which, like any file, may never have existed)."""
+    target = mem.views.shared_target(path) if mem.views.contract else None
+    return target is not None and target[1] is None
 
 
 def _note(mem, seq: int) -> str:

@@ -25,9 +25,9 @@ from eventstore.layers import CONTRACT_LAYER, consumed_layers
 from sync.mirror import HubMirror
 from sync.storage import HubStorage, hash_token
 
+from ..tokens import cookie_name
 from .app import Moment, Site, refused, site_app
 
-COOKIE = "mindlog_ui"
 ADMIN = "admin"
 
 NO_ICON = '<link rel="icon" href="data:,">'
@@ -148,7 +148,7 @@ class TokenGate(BaseHTTPMiddleware):
         given = request.query_params.get("token")
         header = request.headers.get("authorization", "")
         scheme, _, bearer = header.partition(" ")
-        token = given or (bearer.strip() if scheme.lower() == "bearer" else "") or request.cookies.get(COOKIE, "")
+        token = given or (bearer.strip() if scheme.lower() == "bearer" else "") or request.cookies.get(cookie_name(request), "")
         if not token:
             return HTMLResponse(UNAUTHORIZED.format(why="No token was given"), status_code=401)
         try:
@@ -160,7 +160,7 @@ class TokenGate(BaseHTTPMiddleware):
         if given:
             rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
             answer = RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), status_code=303)
-            answer.set_cookie(COOKIE, token, httponly=True, samesite="strict", path=request.scope.get("root_path", "")
+            answer.set_cookie(cookie_name(request), token, httponly=True, samesite="strict", path=request.scope.get("root_path", "")
                               or "/")
             return answer
         request.state.viewer = viewer

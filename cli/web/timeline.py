@@ -24,6 +24,8 @@ class Lane(msgspec.Struct):
 
 
 class Timeline(msgspec.Struct):
+    first: int  # the time of the first event, and of the last up to the moment
+    last: int
     t0: int
     t1: int
     start: str
@@ -35,6 +37,7 @@ class Timeline(msgspec.Struct):
     agents: list[tuple[str, int]]
     events: list[tuple[int, str, str, str, str]]  # seq, time, agent, layer, kind (newest first)
     shown: int
+    capped: bool  # the list holds the newest LISTED of more
 
 
 def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, kind: str | None = None,
@@ -74,7 +77,8 @@ def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, ki
     rows = [] if allowed == [] or until <= after else mem.event_rows(
         after, until, kinds=[kind] if kind else None, layers=allowed, agent=agent, newest_first=True, limit=LISTED)
     events = [(e.seq, format_instant(e.recorded_at), e.agent, e.layer, e.kind) for e in map(row_to_event, rows)]
-    return Timeline(t0=t0, t1=t1, start=format_instant(t0), end=format_instant(t1), edges=edges,
+    shown = sum(c.n for c in chosen)
+    return Timeline(first=first, last=last, t0=t0, t1=t1, start=format_instant(t0), end=format_instant(t1), edges=edges,
                     lanes=[Lane(agent=a, layer=lay, cells=lane) for (a, lay), lane in sorted(lanes.items())],
                     kinds=sorted(kinds.items()), layers=sorted(layers.items()), agents=sorted(agents.items()),
-                    events=events, shown=sum(c.n for c in chosen))
+                    events=events, shown=shown, capped=len(events) == LISTED and shown > LISTED)
