@@ -217,6 +217,7 @@ def _print_hit(hit) -> None:
              "log": "not in any audit blob (loop audit was off); the event log still holds it",
              "missing": f"not a loop message: event {hit.seq} is {_article(hit.other)} {hit.other}" if hit.other
              else f"not in the loop cited: it is a message of loop {hit.in_loop}" if hit.in_loop
+             else f"missing: not yet written by seq {hit.read_at}" if hit.read_at is not None
              else "missing: not live, not in any audit blob, not in the log"}[hit.source]
     typer.echo(f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else ""))
     if hit.entry:

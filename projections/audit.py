@@ -34,6 +34,7 @@ class AuditHit(msgspec.Struct, omit_defaults=True):
     entry: dict[str, Any] | None = None
     other: str | None = None  # when missing: the event at that seq, which is not a loop message
     in_loop: str | None = None  # when missing: the loop that holds the message, which is not the one cited
+    read_at: int | None = None  # when missing: the seq read, which the cited seq comes after (not yet written then)
 
 
 class AuditRow(msgspec.Struct):
@@ -122,6 +123,8 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
         return AuditHit(source="log", seq=seq, loop=body.loop, entry=entry)
     if isinstance(body, (LoopAppend, LoopCompact)):
         return AuditHit(source="missing", seq=seq, in_loop=body.loop)
+    if event is None and seq > as_of:
+        return AuditHit(source="missing", seq=seq, read_at=as_of)
     other = f"{event.kind} in layer {event.layer} by {event.agent}" if event is not None else None
     return AuditHit(source="missing", seq=seq, other=other)
 

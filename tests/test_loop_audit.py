@@ -266,3 +266,19 @@ def test_loop_show_gives_the_start_of_a_tool_call_result_or_thought_not_its_type
     run_mem("-w", workspace, "loop", "append", "--role", "assistant", "--content-json", json.dumps(blocks), check=True)
     shown = run_mem("-w", workspace, "loop", "show", check=True).stdout.decode()
     assert shown == f"[S1] assistant: [tool_use: kubectl rollout status {'x' * 56}…] [image]\n"
+
+
+def test_a_seq_cited_before_it_was_written_says_not_yet_not_missing_from_everywhere(workspace):
+    """Regression: `mem cite "[S41]" --seq 40` and `mem audit read 72` (head 71) said "not live, not in any audit
+    blob, not in the log", though the log holds S41 from seq 41 on: the message was not written yet."""
+    from conftest import run_mem
+
+    for text in ("one", "two"):
+        run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", text, check=True)
+    before = run_mem("-w", workspace, "cite", "[S2]", "--seq", "1")
+    assert before.returncode == 1 and before.stdout.decode() == "S2: missing: not yet written by seq 1\n"
+    past = run_mem("-w", workspace, "audit", "read", "3")
+    assert past.returncode == 1 and past.stdout.decode() == "S3: missing: not yet written by seq 2\n"
+    assert json.loads(run_mem("-w", workspace, "audit", "read", "3", "--json").stdout)["read_at"] == 2
+    assert run_mem("-w", workspace, "cite", "[S2]", "--seq", "2", check=True).stdout.decode().startswith(
+        "S2: live in the loop")
