@@ -20,7 +20,7 @@ from common import table, workdir
 from eventstore.envelope import new_event
 from eventstore.kinds import ConfigSet, LoopAppend, LoopClear
 from projections import audit
-from projections.adf import BROTLI_QUALITY
+from eventstore.blobs import BROTLI_QUALITY
 from projections.adf_file import export_adf
 from projections.memory import Memory
 

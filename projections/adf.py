@@ -13,8 +13,7 @@ import base64
 import copy
 import json
 
-from eventstore.blobs import (BROTLI_QUALITY, MAX_BLOB_BYTES, blob_json, compress, decompress,  # noqa: F401
-                              dumps, is_loop_source)
+from eventstore.blobs import compress, dumps, is_loop_source
 from eventstore.instants import format_instant
 from eventstore.kinds import (ADF_KINDS, AuditImport, ConfigSet, FileDelete, FileWrite, InboxMessage, LoopAppend,
                               LoopClear, LoopCompact, OutboxMessage)

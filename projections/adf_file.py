@@ -29,7 +29,9 @@ from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, SharedWriter, Writer
 
 from . import local_layers, render, trust
-from .adf import MESSAGE_COLUMNS, OBJECT_KEYS, blob_json, config_object
+from eventstore.blobs import blob_json
+
+from .adf import MESSAGE_COLUMNS, OBJECT_KEYS, config_object
 from .views import LOG_PATH, MIND_PATH
 
 SCHEMA_28 = """

@@ -5,7 +5,7 @@ every loop audit row whose `start_seq..end_seq` covers it (several can; the blob
 entry with that seq, newest range first), and otherwise an honest `missing`. One step is mindlog's
 own: when no blob holds the entry but the log still does (loop audit was off when it was compacted
 away), the answer is `source: log`, since the log is the ground truth. Blobs are decompressed
-within a bound (`adf.MAX_BLOB_BYTES`), so a brotli bomb is refused, never expanded.
+within a bound (`eventstore.blobs.MAX_BLOB_BYTES`), so a brotli bomb is refused, never expanded.
 """
 
 import json
@@ -14,12 +14,13 @@ from typing import Any
 
 import msgspec
 
+from eventstore.blobs import blob_json
 from eventstore.errors import InvalidInput
 from eventstore.kinds import LoopAppend, LoopCompact, Redacted
 from eventstore.redaction import stand_in
 
 from . import trust
-from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch, blob_json
+from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch
 from .search import page_trust, text_of as search_text
 from .views import LOG_PATH, MIND_PATH, Views, slug_of
 

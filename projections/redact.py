@@ -11,14 +11,13 @@ import re
 import msgspec
 
 from eventstore import recorder, secrets
-from eventstore.envelope import Event, new_event
+from eventstore.envelope import CODEC_REDACTED, Event, decode_body, new_event, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redaction
 from eventstore.redaction import matches
 
 from . import audit
-from eventstore.envelope import CODEC_REDACTED, decode_body, unpack_body
 
 UNREDACTABLE = recorder.UNREDACTABLE | {"redacted"}
 
@@ -85,7 +84,7 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
     hits = []
     for row in memory.log.read_rows(layers=[layer] if layer else None):
         seq, kind, codec, body = row[0], row[6], row[7], row[8]
-        if kind in UNREDACTABLE or codec == 2 or not matches(unpack_body(codec, bytes(body)), compiled):
+        if kind in UNREDACTABLE or codec == CODEC_REDACTED or not matches(unpack_body(codec, bytes(body)), compiled):
             continue
         hits.append(memory.log.get_by_seq(seq))
     return hits

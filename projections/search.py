@@ -35,6 +35,7 @@ import re
 
 import msgspec
 
+from eventstore.blobs import blob_json, is_loop_source
 from eventstore.envelope import decode_body
 from eventstore.errors import InvalidInput, MemError
 from eventstore.layers import AGENT, LOOP, MIND
@@ -42,7 +43,6 @@ from eventstore.kinds import AuditImport, EntryAppend, FileDelete, FileWrite, Lo
     PageIngest, PageUpdate
 
 from . import render, trust
-from .adf import blob_json, is_loop_source
 from .rows import insert_many
 
 TABLES = ("search_docs", "search_history")

@@ -470,7 +470,7 @@ def test_a_page_with_an_unusable_slug_is_kept_aside_and_the_workspace_works(tmp_
 
 
 def test_a_brotli_bomb_is_refused_on_import(tmp_path):
-    from projections.adf import MAX_BLOB_BYTES
+    from eventstore.blobs import MAX_BLOB_BYTES
 
     bomb = brotli.compress(b"[" + b" " * (MAX_BLOB_BYTES + 1) + b"]", quality=1)
     assert len(bomb) < 100_000
@@ -493,7 +493,7 @@ def test_audit_read_and_cite_of_a_bomb_already_in_the_log_answer_one_line(tmp_pa
     """A log written before imports were checked may hold a bomb: reading it stays bounded."""
     from eventstore.envelope import new_event
     from eventstore.kinds import AuditImport
-    from projections.adf import MAX_BLOB_BYTES
+    from eventstore.blobs import MAX_BLOB_BYTES
 
     bomb = brotli.compress(b"[" + b" " * (MAX_BLOB_BYTES + 1) + b"]", quality=1)
     memory = Memory.init(tmp_path / "ws", "me")
