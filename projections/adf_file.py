@@ -274,8 +274,8 @@ class _ImportedLayers:
     def __init__(self):
         self.entries: set[tuple[str, str]] = set()
 
-    def entry_exists(self, layer: str, id: str) -> bool:
-        return (layer, id) in self.entries
+    def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
+        return sorted(id for in_layer, id in self.entries if in_layer == layer and id.startswith(prefix))[:2]
 
     def shared_heads(self, layer: str, slug: str) -> list[str]:
         return []
