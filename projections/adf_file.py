@@ -23,7 +23,7 @@ from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import uuid7_layout, uuid_text
 from eventstore.instants import format_instant, parse_instant
-from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
+from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, EntryAppend, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
 from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, SharedWriter, Writer
@@ -681,12 +681,18 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
     rows = {"loop": len(reader.live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
             "files": sum(isinstance(e.body, FileWrite) for e in events),
             "pages": sum(isinstance(e.body, PageIngest) for e in events),
-            "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events)}
+            "always": sum(isinstance(e.body, AlwaysAdd) for e in events),
+            "entries": sum(isinstance(e.body, EntryAppend) for e in events),
+            "config": sum(isinstance(e.body, ConfigSet) for e in events),
+            "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events),
+            "change log": sum(isinstance(e.body, LogRestore) for e in events),
+            "seq gap": sum(isinstance(e.body, ImportGap) for e in events)}
     return ImportReport(path=str(path), schema_version=reader.schema_version, events=len(events),
                         rows=rows, kept_aside=reader.kept_aside)
 
 
-IMPORT_ROWS = ("loop", "audit", "files", "pages", "messages")
+IMPORT_ROWS = ("loop", "audit", "files", "pages", "always", "entries", "config", "messages", "change log", "seq gap")
+"""What an import made, by kind: every event it appends is one of these."""
 
 
 def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:
