@@ -207,12 +207,17 @@ def _depth(value, limit: int = MAX_JSON_DEPTH) -> int:
 def _json(text, what: str):
     """A JSON column of the file: valid, and nested at most MAX_JSON_DEPTH deep."""
     if isinstance(text, (bytes, memoryview)):
-        text = bytes(text).decode("utf-8", "replace")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{what} is not valid UTF-8 (byte {exc.start})") from None
     if not isinstance(text, str):
         raise InvalidInput(f"{what} is not JSON text")
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} deep") from None
+    except json.JSONDecodeError as exc:
         raise InvalidInput(f"{what} is not valid JSON: {str(exc).splitlines()[0][:120]}") from None
     if _depth(value) > MAX_JSON_DEPTH:
         raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} deep")
@@ -343,7 +348,13 @@ class _Importer:
             if required:
                 raise InvalidInput(f"it has no {table} table, which every ADF file has")
             return []
-        return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
+        try:
+            return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
+        except sqlite3.OperationalError as exc:
+            if not str(exc).startswith("Could not decode to UTF-8 column"):
+                raise
+            column = str(exc).split("'")[1]
+            raise InvalidInput(f"{table}: a row's {column} is not valid UTF-8 text") from None
 
     def event(self, body, layer: str = AGENT, ts: int | None = None, order: tuple[int, int] | None = None):
         """An imported event, the same at every import of the file: its time is the row's own (`ts`, the file's

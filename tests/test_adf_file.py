@@ -421,12 +421,24 @@ def test_seqs_that_cannot_be_kept_are_refused_in_one_line(tmp_path, loop, audit,
     ([text_row(2 ** 60, "x")], "adf_loop seq 1152921504606846976"),
     ([text_row(3, "x", role="system")], "role must be one of user, assistant, not 'system'"),
     ([(3, "user", "{not json")], "content_json is not valid JSON"),
-    ([(3, "user", "[" * 5000 + "]" * 5000)], "content_json is not valid JSON"),
+    ([(3, "user", "[" * 5000 + "]" * 5000)], "content_json is nested more than 64 deep"),
+    ([(3, "user", b'[{"type": "text", "text": "\xff"}]')], "adf_loop seq 3 content_json is not valid UTF-8 (byte 27)"),
     ([(3, "user", "[42]")], "content must be a non-empty JSON array of blocks"),
 ])
 def test_hostile_loop_rows_are_refused_in_one_line(tmp_path, rows, expected):
     ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", loop=rows))
     refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
+
+
+def test_a_text_column_that_is_not_utf8_is_refused_in_one_line(tmp_path):
+    """Invalid UTF-8 stored as TEXT: sqlite3's own error quotes the bytes; the import names the column."""
+    adf = build_adf(tmp_path / "bad.adf")
+    with sqlite3.connect(adf) as db:
+        db.execute("INSERT INTO adf_loop (seq, loop, role, content_json, created_at) VALUES (1, 'main', 'user', "
+                   "CAST(? AS TEXT), 5)", (b'[{"type": "text", "text": "\xff\xfe"}]',))
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, "adf_loop: a row's content_json is not valid UTF-8 text")
     assert log_rows(ws) == []
 
 
