@@ -27,7 +27,7 @@ from projections import history as histories
 from projections import trust
 from projections.conflicts import conflicts_shown
 from projections.search import MARK
-from projections.views import page_path, slug_of
+from projections.views import LOG_PATH, MIND_PATH, page_path
 from sync.hub import problem_response
 from sync.storage import HUB_AGENT
 from sync.wire import PROBLEM_BASE, Problem
@@ -198,10 +198,10 @@ class Site:
                            files=files, own=own, chosen=chosen, shown=shown, received=received)
 
     def agent_files(self, mem, now: Moment) -> list[str]:
-        """The paths in adf_files by the moment but the wiki's pages (listed as pages); a hub has none."""
+        """The wiki's two files and the agent's own files in adf_files by the moment; a hub has none."""
         if self.hub:
             return []
-        return [row[0] for row in mem.files(now.seq) if slug_of(row[0]) is None]
+        return [MIND_PATH, LOG_PATH, *mem.file_paths(now.seq)]
 
     def shared_files(self, request: Request, mem, now: Moment) -> list[str]:
         """The shared files with a version by the moment in the layers this request sees then."""
