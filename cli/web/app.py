@@ -63,6 +63,9 @@ class Moment(msgspec.Struct):
 
 MAX_INT = 2**63 - 1
 SEARCH_HITS = 30
+FILES_LISTED = 500
+"""The shared files the as-of page lists (a hub of 40,000 shared pages made a 4 MB page); the file chosen is always
+shown, and search and the history page find the others."""
 
 
 def _int(request: Request, name: str) -> int | None:
@@ -195,7 +198,7 @@ class Site:
             received = self.received(request, mem, now)
             own = [p for p in self.agent_files(mem, now) if p not in files]
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
-                           files=files, own=own, chosen=chosen, shown=shown, received=received)
+                           files=files, listed=FILES_LISTED, own=own, chosen=chosen, shown=shown, received=received)
 
     def agent_files(self, mem, now: Moment) -> list[str]:
         """The wiki's two files and the agent's own files in adf_files by the moment; a hub has none."""
