@@ -233,6 +233,8 @@ def _contract_as_of(hub, at: str | None):
 def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at", help=AT_HELP),
                  json: bool = JsonOpt):
     """The shared events AGENT had received by a moment (from its pull progress)."""
+    import msgspec
+
     from sync.contracts import consumed_layers
 
     hub = storage(db)
@@ -241,13 +243,44 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
     cursor = hub.received_by(agent, at_ms)
     if at_ms is not None:
         typer.echo(f"as of {format_local(at_ms)} (hub position {cursor} for {agent})", err=True)
-    events = hub.pull(0, consumed_layers(contract, agent), 1 << 30)
-    events = [e for e in events if e.seq <= cursor]
+    layers = consumed_layers(contract, agent)
+    unreceived = {u.layer: u for u in _unreceived(hub, agent, layers, at_ms)}
+    events, missed = [], {}
+    for e in hub.pull(0, layers, 1 << 30):
+        if e.seq > cursor:
+            break
+        if e.layer in unreceived and unreceived[e.layer].missed(e.seq):
+            missed[e.layer] = missed.get(e.layer, 0) + 1
+        else:
+            events.append(e)
     if json:
-        return emit_json({"agent": agent, "cursor": cursor, "events": events})
+        return emit_json({"agent": agent, "cursor": cursor, "events": events,
+                          "not_received": [{**msgspec.structs.asdict(unreceived[layer]), "events": n}
+                                           for layer, n in missed.items()]})
     typer.echo(f"{agent} had received hub events up to position {cursor}: {len(events)} shared events")
+    for layer, n in missed.items():
+        typer.echo(f"not received: {event_count(n)} of {layer} from before {agent} became its consumer (the contract at "
+                   f"hub position {unreceived[layer].since}); {agent}'s next pull fetches them")
     for e in events:
         typer.echo(f"{e.seq:>6}  {e.agent:<10} {e.layer:<10} {e.kind:<13} {_summary(e)}")
+
+
+def _unreceived(hub, agent: str, layers: list[str], at_ms: int | None) -> list:
+    """For each of `layers` that `agent` was made a consumer of after the hub's first contract, the past it had not
+    received by then (sync.contracts.Unreceived), from the contracts' history and the agent's pull records."""
+    from eventstore.layers import CONTRACT_LAYER
+    from sync.contracts import Unreceived, backfill_agent, became_consumer
+    from sync.storage import contract_of
+
+    contracts = [(e, contract_of(e)) for e in hub.pull(0, [CONTRACT_LAYER], 1 << 30)
+                 if at_ms is None or e.recorded_at <= at_ms]
+    found = []
+    for layer in layers:
+        since = became_consumer(contracts, agent, layer)
+        if since is not None:
+            found.append(Unreceived(layer=layer, since=since.seq, upto=hub.received_by(agent, since.recorded_at),
+                                    backfilled=hub.received_by(backfill_agent(agent, layer), at_ms)))
+    return found
 
 
 def _summary(event) -> str:

@@ -28,7 +28,7 @@ from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms
 from eventstore.kinds import Redaction
-from eventstore.layers import Contract, produced_layers, produces
+from eventstore.layers import Contract, consumed_layers, produced_layers, produces
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
@@ -75,6 +75,24 @@ class BadAnswer(MemError):
 
     code = "bad-answer"
     status = 502
+
+
+class HubBehind(MemError):
+    """The hub's head is behind the position this workspace has pulled up to: it lost events it had handed out
+    (a database restored from a backup, say)."""
+
+    code = "hub-behind"
+    status = 409
+
+
+def hub_behind(memory, remote: "Remote", head: int) -> str | None:
+    """What to say when the hub's `head` is behind what this workspace has pulled from it (None: it is not)."""
+    pulled_to = int(memory.log.state(f"pulled-to:{remote.name}") or 0)
+    if not head or head >= pulled_to:
+        return None
+    return (f"remote {remote.name} at {remote.url} holds events up to hub position {head}, but this workspace pulled "
+            f"up to {pulled_to} from it: the hub lost events (restored from a backup?); `mem remote remove "
+            f"{remote.name}` and `mem remote add` it again to push and pull everything anew")
 
 
 class HeldBack(msgspec.Struct):
@@ -149,7 +167,7 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 def _forget_cursors(memory, name: str) -> None:
     for key in (f"push:{name}", f"pull:{name}", f"held:{name}", f"pulled-to:{name}", f"pulled-at:{name}",
-                _came_key(name)):
+                _came_key(name), _covered_key(name)):
         memory.log.set_state(key, "")
 
 
@@ -330,17 +348,19 @@ class HubClient:
         body = events if isinstance(events, Outgoing) else Outgoing.push(events)
         return self._call("POST", "/v1/push", PushResponse, body)
 
-    def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0) -> PullResponse:
-        return self._call("GET", "/v1/pull", PullResponse,
-                          params={"cursor": cursor, "limit": limit, "wait": wait}, wait=wait)
+    def pull(self, cursor: str = "", limit: int = BATCH, wait: float = 0, layers: list[str] | None = None,
+             until: str = "") -> PullResponse:
+        return self._call("GET", "/v1/pull", PullResponse, params=_pull_params(cursor, limit, wait, layers, until),
+                          wait=wait)
 
     def pull_page(self, cursor: str = "", limit: int = BATCH, wait: float = 0, held: str | None = None,
-                  durable: bool = False) -> PullPage:
+                  durable: bool = False, layers: list[str] | None = None, until: str = "") -> PullPage:
         """Like `pull`, each event still encoded (what a consumer checks one by one). `held`, when the
         request goes out before the page it follows is stored, is the cursor this agent has durably
         stored (what the hub records as received); by default the hub takes `cursor` as that. `durable`
-        (a request that may be a pull's last): the hub answers once it has committed that record."""
-        params = {"cursor": cursor, "limit": limit, "wait": wait}
+        (a request that may be a pull's last): the hub answers once it has committed that record. `layers`
+        (a backfill, never waiting): only those layers' events, up to the position of the cursor `until`."""
+        params = _pull_params(cursor, limit, wait, layers, until)
         if held is not None:
             params["held"] = held
         if durable:
@@ -350,6 +370,15 @@ class HubClient:
             raise BadAnswer(f"remote {self.name} at {self.url} sent {len(page.events)} events without moving the "
                             "cursor past them: pull stopped (asking again would bring the same page back)")
         return page
+
+
+def _pull_params(cursor: str, limit: int, wait: float, layers: list[str] | None, until: str) -> dict:
+    params = {"cursor": cursor, "limit": limit, "wait": wait}
+    if layers is not None:
+        params["layers"] = ",".join(layers)
+        if until:
+            params["until"] = until
+    return params
 
 
 def _outgoing(event: Event) -> Event:
@@ -373,6 +402,23 @@ def _held_key(remote: Remote) -> str:
 
 def _came_key(name: str) -> str:
     return f"from-hub:{name}"
+
+
+def _covered_key(name: str) -> str:
+    return f"consumed:{name}"
+
+
+def uncovered(memory, name: str, contract: Contract, previous: Contract | None = None) -> list[str]:
+    """The layers this agent consumes under `contract` whose past its pull cursor from remote `name` has skipped:
+    the hub sends a consumer only the events of the layers it consumes, so when the cursor passed their events it
+    did not consume them (the layers the cursor covers are kept beside it; a workspace that has not kept them yet
+    takes those `previous`, its copy of the contract before this one, gave it). None without a cursor: a first
+    pull brings every layer's past."""
+    if not memory.log.state(f"pull:{name}"):
+        return []
+    agent, stored = memory.config.agent, memory.log.state(_covered_key(name))
+    covered = json.loads(stored) if stored else consumed_layers(previous or Contract(), agent)
+    return [layer for layer in consumed_layers(contract, agent) if layer not in covered]
 
 
 class CameFromHub:
@@ -448,6 +494,39 @@ def unpushed(memory, remote: Remote) -> int:
         return 0
     came = CameFromHub(memory, remote.name)
     return sum(row[0] not in came for row in memory.log.read_rows(after=cursor, layers=layers, agent=agent))
+
+
+def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True) -> ContractResponse:
+    """`fetch_contract`, then the past of each layer this agent now consumes that its pull cursor skipped
+    (`uncovered`), fetched before the cursor moves on (`_backfill`): so a consumer added to a layer ends up with
+    the layer's whole history, as a new workspace would."""
+    previous = memory.views.contract
+    answer = fetch_contract(memory, tally.remote, client)
+    behind = hub_behind(memory, tally.remote, answer.head)
+    if behind:
+        raise HubBehind(behind)
+    _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
+    covered = json.dumps(consumed_layers(answer.contract, memory.config.agent))
+    if memory.log.state(_covered_key(tally.name)) != covered:
+        memory.log.set_state(_covered_key(tally.name), covered)
+    return answer
+
+
+def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fold: bool) -> None:
+    """Pulls `layers`' events up to the pull cursor (the hub's `layers` and `until`), checked and appended as
+    a pull's are (those the log holds are left out by id), the cursor left where it is. Its last request
+    acknowledges them all (the hub records them per layer: `mem hub believed`)."""
+    if not layers:
+        return
+    until, at = memory.log.state(f"pull:{tally.name}"), ""
+    while True:
+        page = client.pull_page(at, PULL_BATCH, durable=bool(at), layers=layers, until=until)
+        tally.store(memory, page, fold=False, backfill=True)
+        if not page.events and not page.more and page.cursor == at:
+            break
+        at = page.cursor
+    if fold:
+        tally.skipped.update(memory.refresh().refused)
 
 
 def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractResponse:
@@ -585,12 +664,12 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     was ahead of this log when the pull began (it grows if the hub moves on meanwhile)."""
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
-    tally = _Tally(remote, progress, on_batch, say)
+    tally = _Tally(remote, progress, on_batch, say, client)
     delay, down, behind = 0.5, False, True
     while True:
         try:
             if behind:
-                answer = fetch_contract(memory, tally.remote, client)
+                answer = take_contract(memory, client, tally)
                 tally.expect(memory, answer.head or answer.position)
                 if down and say:  # said at the first answer, before anything it brings is stored
                     say(f"hub {remote.url} answers again; following")
@@ -600,6 +679,8 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 break
             page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
             tally.store(memory, page)
+            if not page.events:  # its wait is over, or a contract change woke it (sync/fanout.py)
+                take_contract(memory, client, tally)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
             if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
@@ -622,8 +703,9 @@ class _Tally:
     coming back and from other events the log held already, files a hand edit kept from being
     written, and events rejected (told through `say`)."""
 
-    def __init__(self, remote: Remote, progress, on_batch, say=None):
+    def __init__(self, remote: Remote, progress, on_batch, say=None, client: HubClient | None = None):
         self.remote, self.name, self.progress, self.on_batch, self.say = remote, remote.name, progress, on_batch, say
+        self.client = client  # to take the hub's contract again when a page has events this workspace's rejects
         self.pulled = self.returned = self.already_held = 0
         self.skipped: set[str] = set()
         self.rejected: list[Rejected] = []
@@ -663,16 +745,26 @@ class _Tally:
         return [event.id for event in memory.log.read(after=cursor, kinds=["redaction"], agent=memory.config.agent)
                 if event.seq not in came and event.id not in batch]
 
-    def store(self, memory, page: PullPage, fold: bool = True) -> None:
+    def store(self, memory, page: PullPage, fold: bool = True, backfill: bool = False) -> None:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
-        transaction that moves the cursor past all of them; with `fold`, the views and files follow once
-        caught up."""
+        transaction that moves the cursor past all of them (a `backfill`'s page leaves it); with `fold`, the
+        views and files follow once caught up. A page with events this workspace's copy of the contract rejects
+        is checked again under the hub's contract if that has changed (a layer added, a consumer added), the
+        past of the layers it now consumes fetched first: the cursor never moves past an event rejected only
+        because that copy was out of date."""
         events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
                                   packed=page.packed)
+        if rejected and not backfill and self.client is not None:
+            known = memory.views.contract
+            if take_contract(memory, self.client, self, fold).contract != known:
+                events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent,
+                                          memory.log, packed=page.packed)
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
-        state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
-        if page.events:
-            state[f"pulled-to:{self.name}"] = str(position)
+        state = {f"pulled-at:{self.name}": str(now_ms())}
+        if not backfill:
+            state[f"pull:{self.name}"] = page.cursor
+            if page.events:
+                state[f"pulled-to:{self.name}"] = str(position)
         agent = memory.config.agent
 
         def rows(seqs: list[int]) -> dict[str, str]:

@@ -70,3 +70,35 @@ def to_toml(contract: Contract) -> str:
 
 __all__ = ["Contract", "ContractLayer", "LAYER_KINDS", "consumed_layers", "consumes", "lenient_contract",
            "parse_contract", "produced_layers", "produces", "to_toml"]
+
+
+def backfill_agent(agent: str, layer: str) -> str:
+    """The name the hub records an agent's backfill of `layer` under, as if an agent's pulls (hub agent names never
+    hold a '/')."""
+    return f"{agent}/{layer}"
+
+
+class Unreceived(msgspec.Struct):
+    """A layer's events an agent never received: those up to `upto`, its pull cursor when the contract at hub position
+    `since` made it a consumer of `layer` (the hub sends an agent only its layers' events, so its cursor had passed
+    them), but those up to `backfilled`, what its client fetched of that past since (sync/client.py `_backfill`)."""
+
+    layer: str
+    since: int
+    upto: int
+    backfilled: int
+
+    def missed(self, position: int) -> bool:
+        return self.backfilled < position <= self.upto
+
+
+def became_consumer(contracts: list, agent: str, layer: str):
+    """The contract event (of `contracts`, the hub's in order, up to the moment asked about) from which `agent` has
+    consumed `layer` without a break, or None when it has since the first contract (its pulls brought every event)."""
+    since = None
+    for event, contract in contracts:
+        if not consumes(contract, agent, layer):
+            since = None
+        elif since is None:
+            since = event
+    return None if since is contracts[0][0] else since

@@ -20,12 +20,16 @@ requests per push with group commit on, about 100 µs of the hub's core each, an
 push was 0.27-0.35 ms; at 2 ms they make 0.1-0.2 and the hub spends 0.18-0.21 ms, so group commit
 reached 4,600-5,900 events/s where it had reached 2,000-4,300 (nearly quiet machine, load average
 about 1), for a p99 fan-out of 90-95 ms instead of 25-75 (the target is 200; 90-400 ms at load 5-6).
+A contract change wakes every long-poll, whatever its layers: the layers its consumer reads may have changed, and
+the consumer learns of it at once (sync/client.py takes the new contract after an answer with no events).
 A pull answers as before when it finds events already told: only a long-poll that found nothing new,
 or only commits not yet told, waits.
 """
 
 import asyncio
 import time
+
+from eventstore.layers import CONTRACT_LAYER
 
 WAKE_COST_SECONDS = 0.002
 """The pause before the next wake-up, per long-poll the last one woke (see the module's docstring)."""
@@ -76,7 +80,7 @@ class Fanout:
         for after, wanted, future in self._waiters:
             if future.done():
                 continue
-            if head > after and (layers is None or not wanted.isdisjoint(layers)):
+            if head > after and (layers is None or CONTRACT_LAYER in layers or not wanted.isdisjoint(layers)):
                 future.set_result(True)
                 woken += 1
             else:

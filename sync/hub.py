@@ -36,6 +36,7 @@ from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_r
 
 from .committer import GroupCommitter
 from .compression import ZstdResponses
+from .contracts import backfill_agent
 from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage, Stale, decode_stored, placed_stored
@@ -591,6 +592,8 @@ async def pull(request: Request) -> Response:
         await hub.read(hub.agent_for, token)  # an unknown token hears that first
         raise
     packed = MSGPACK in request.headers.get("accept", "")
+    if "layers" in request.query_params:
+        return await _backfill(request, hub, token, after, limit, packed)
     # a catch-up's large page is read off the event loop that other agents' pushes share
     read = run_in_threadpool if limit > INLINE_PULL else hub.read
     on_loop = limit <= INLINE_PULL and not hub.storage.reads_wait
@@ -609,6 +612,28 @@ async def pull(request: Request) -> Response:
         if rows is None:  # the wake-up it waited for never came: the page as it is now
             agent, layers, head, rows = await read(hub.consumer_page, token, after, limit + 1)
     return Response(hub.answer(after, head, rows, limit, packed), media_type=media_type)
+
+
+async def _backfill(request: Request, hub: Hub, token: str, after: int, limit: int, packed: bool) -> Response:
+    """A pull restricted to `layers` (comma-separated; only those the token's agent consumes count) and to positions up
+    to the one `until` names (default: the head): what an agent made a consumer of a layer asks for, that layer's
+    events from before its pull cursor (which it never got: it did not consume the layer when its cursor passed them).
+    It never waits. What it acknowledges (`after`) is recorded per layer, as received by `agent/layer`
+    (`backfill_agent`), never as the agent's own cursor: `mem hub believed` reads both."""
+    params = request.query_params
+    wanted = set(params["layers"].split(","))
+    until = decode_cursor(params.get("until")) if params.get("until") else None
+    agent, consumed, head = await hub.read(hub.consumer, token)
+    layers = [layer for layer in consumed if layer in wanted]
+    head = head if until is None else min(until, head)
+    rows = await run_in_threadpool(hub.storage.pull_rows, after, layers, limit + 1) if layers else []
+    rows = [row for row in rows if row[0] <= head]
+    durable = params.get("ack") == "durable"
+    for layer in layers:
+        recorded = hub.committer.record_pull(backfill_agent(agent, layer), after, durable=durable)
+        if recorded is not None:
+            await recorded
+    return Response(hub.answer(after, head, rows, limit, packed), media_type=MSGPACK if packed else "application/json")
 
 
 async def _unless_left(waiting: Coroutine, request: Request):
@@ -780,7 +805,7 @@ class HubApp(Starlette):
                     return None
             except ValueError:
                 pass  # refused as the ASGI way refuses it
-            if params.get("ack") == "durable":
+            if params.get("ack") == "durable" or "layers" in params:
                 return None
             return lambda headers, raw, respond: self.pull_directly(params, headers, respond)
         return None

@@ -41,7 +41,12 @@ def openapi_document() -> dict:
                 {"name": "held", "in": "query", "schema": {"type": "string"},
                  "description": "The cursor the agent has stored, when it asks ahead of storing (default: cursor)"},
                 {"name": "ack", "in": "query", "schema": {"type": "string", "enum": ["durable"]},
-                 "description": "durable: answer once the hub has committed what this request acknowledges"}],
+                 "description": "durable: answer once the hub has committed what this request acknowledges"},
+                {"name": "layers", "in": "query", "schema": {"type": "string"},
+                 "description": "Comma-separated layers: only their events (of those the agent consumes), up to `until`, "
+                                "never waiting; what an agent made a consumer of a layer fetches of that layer's past"},
+                {"name": "until", "in": "query", "schema": {"type": "string"},
+                 "description": "With `layers`: a cursor; only events up to its position (default: the head)"}],
                 "responses": {"200": {"description": "Events after the cursor, in hub order (in msgpack, the same "
                                                      "fields, to a request that accepts it)",
                                       "content": {**json_body(pull_resp), MSGPACK: {"schema": pull_resp}}},

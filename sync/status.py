@@ -7,7 +7,7 @@ from eventstore.errors import MemError
 from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
-from .client import HeldBack, HubClient, PULL_BATCH, held_back, load_remotes, unpushed
+from .client import HeldBack, HubClient, PULL_BATCH, held_back, hub_behind, load_remotes, uncovered, unpushed
 
 
 class RemoteStatus(msgspec.Struct):
@@ -52,12 +52,20 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
 
     try:
         client = HubClient.for_remote(remote, timeout=timeout)
+        cursor = memory.log.state(f"pull:{remote.name}") or ""
         try:
-            page = client.pull(memory.log.state(f"pull:{remote.name}") or "", PULL_BATCH)
+            page = client.pull(cursor, PULL_BATCH)
+            answer = client.contract()
+            # the past of layers this agent was made a consumer of, which its next pull fetches (client.take_contract)
+            newly = uncovered(memory, remote.name, answer.contract, memory.views.contract)
+            past = client.pull("", PULL_BATCH, layers=newly, until=cursor) if newly else None
         finally:
             client.close()
-        status.behind = sum(1 for e in page.events if memory.log.get(e.id) is None)
-        status.more_behind = page.more
+        status.hub_error = hub_behind(memory, remote, answer.head)
+        if status.hub_error:
+            return status
+        status.behind = sum(1 for e in page.events + (past.events if past else []) if memory.log.get(e.id) is None)
+        status.more_behind = page.more or bool(past and past.more)
     except (httpx.HTTPError, MemError, OSError) as exc:
         status.hub_error = str(exc) or type(exc).__name__
     return status
