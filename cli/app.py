@@ -501,7 +501,8 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
                     told.pop(path, None)
                     typer.echo(f"adopted {path}")
                 for path, why in report.refused.items():
-                    said = f"{why}\0{file_hash(mem.root / path)}"
+                    target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
+                    said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
                     if told.get(path) != said:
                         told[path] = said
                         typer.echo(f"left {path}: {why}")

@@ -71,6 +71,28 @@ def test_watch_adopts_edits_as_they_happen(workspace):
         watcher.wait(timeout=10)
 
 
+def test_watch_goes_on_when_a_directory_is_made_under_mind(workspace):
+    """Regression: `mkdir mind/sub` ended the watcher (`[Errno 21] Is a directory`, exit 1), and edits after it
+    were never recorded."""
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert watcher.stderr.readline().startswith(b"watching")
+        (workspace / "mind/sub").mkdir()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not log_rows(workspace):  # made again until seen, as above
+            scratch = workspace.parent / "new.md"
+            scratch.write_bytes(PAGE)
+            os.replace(scratch, workspace / "mind/after.md")
+            time.sleep(0.5)
+        assert watcher.poll() is None, watcher.communicate(timeout=10)
+        assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
+    finally:
+        watcher.terminate()
+        out, err = watcher.communicate(timeout=10)
+    assert b"Is a directory" not in err and b"left mind/sub: " in out, (out, err)
+
+
 def test_adopt_waits_for_a_write_in_progress(memory):
     """A write whose event is in the views but whose file is not yet on disk must not look deleted by
     hand: adopt takes the projector's lock, so it runs before the write starts or after it ends."""
