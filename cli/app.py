@@ -423,7 +423,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         raise typer.Exit(1 if check and not report.same else 0)
     if check:
         if report.caught_up_from is not None:
-            typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a command was cut off): "
+            typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a `replay --to`, or a command cut off): "
                        "caught them up first")
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:

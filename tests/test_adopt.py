@@ -274,3 +274,24 @@ def test_watch_with_a_debounce_out_of_range_is_one_line(workspace):
         result = run_mem("-w", workspace, "watch", "--debounce-ms", value)
         assert (result.returncode, result.stdout) == (2, b"")
         assert result.stderr.decode() == f"error: --debounce-ms must be between 0 and 86400000 (a day), not {value}\n"
+
+
+def test_a_catalog_edit_in_mind_md_is_said_not_adopted_never_adopted_in_silence(workspace):
+    """Regression: an edit of a page's hook in mind.md's catalog printed "adopted mind.md" and recorded nothing;
+    the next `## Always` edit then rendered mind.md again and the catalog edit was gone without a word."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    run_mem("-w", workspace, "always", "add", "first rule", check=True)
+    mind, rows = workspace / "mind.md", log_rows(workspace)
+    mind.write_text(mind.read_text().replace("— staging first", "— my better hook"))
+    result = run_mem("-w", workspace, "adopt")
+    out = result.stdout.decode()
+    assert result.returncode == 1 and "adopted mind.md" not in out, out
+    assert "left mind.md: only lines outside `## Always` changed, which are not adopted" in out
+    assert log_rows(workspace) == rows and "my better hook" in mind.read_text()  # left as the hand made it
+    mind.write_text(mind.read_text().replace("- first rule", "- first rule, reworded"))
+    out = run_mem("-w", workspace, "adopt").stdout.decode()
+    assert "adopted mind.md" in out and "left mind.md: its `## Always` lines were adopted, and mind.md rendered " \
+        "again without the other lines edited" in out, out
+    assert "first rule, reworded" in mind.read_text() and "my better hook" not in mind.read_text()
