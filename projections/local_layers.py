@@ -2,9 +2,9 @@
 
 A workspace declares a local layer in its config, as an event (`layers.<name>` = path and format),
 so `mem entry add decisions "[DECISION] ..."` works alone and the entry file is materialised like a
-page. The declared layers join the hub's contract for rendering and writing only: a push still asks
-the hub which layers it may send, so a local layer never leaves the agent. A hub layer of the same
-name wins.
+page. The declared layers join the hub's contract for rendering and writing only: a push never reads
+them, and a pull does not take a hub layer of the same name, so a local layer never leaves the agent
+and no teammate's events mix into it; on a name clash the local layer wins, for this agent.
 """
 
 import re
@@ -33,11 +33,12 @@ def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
 
 
 def merged(hub: Contract | None, config: dict, agent: str) -> Contract | None:
-    """The hub's contract plus the local layers (the hub's win on a name clash); None when neither exists."""
+    """The hub's contract plus the local layers (the local one wins on a name clash: a hub layer added later
+    under an agent's local name must not draw its private events out); None when neither exists."""
     local = declared(config, agent)
     if not local:
         return hub
-    return Contract(layers={**local, **(hub.layers if hub else {})})
+    return Contract(layers={**(hub.layers if hub else {}), **local})
 
 
 def checked_spec(key: str, value, contract: Contract | None) -> dict:

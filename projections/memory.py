@@ -21,7 +21,7 @@ from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailur
                                storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
-from eventstore.kinds import KINDS
+from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
@@ -685,6 +685,8 @@ class Memory:
     def path_changed(self, event: Event) -> str | None:
         """The file an event changed, when it names one."""
         body = event.body
+        if isinstance(body, (AlwaysAdd, AlwaysRemove)):
+            return MIND_PATH
         slug = getattr(body, "new", None) or getattr(body, "slug", None)
         if event.layer == MIND:
             return page_path(slug) if slug else None
@@ -728,6 +730,10 @@ class Memory:
         """adf_files rows (path, content, mime_type, size, protection, authorized, created_at, updated_at)."""
         return self.views.adf_files(as_of)
 
+    def file_paths(self, as_of: int | None = None) -> list[str]:
+        """The paths of the agent's own files in adf_files (not the wiki's, nor a layer's) as of a seq."""
+        return self.views.file_paths(as_of)
+
     def agent_config(self, as_of: int | None = None) -> dict:
         return self.views.config(as_of)
 
@@ -764,9 +770,13 @@ class Memory:
             filters["limit"] = filters.get("limit", 10) if within else 0
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
+    def local_layers(self) -> set[str]:
+        """The names of the layers this agent declared for itself: never pushed, never taken from a hub."""
+        return set(local_layers.declared(self.views.config(), self.config.agent))
+
     def layers(self) -> list[dict]:
         """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`)."""
-        local = local_layers.declared(self.views.config(), self.config.agent)
+        local = self.local_layers()
         contract = self.views.contract
         return [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
                 for name, spec in sorted((contract.layers if contract else {}).items())]
