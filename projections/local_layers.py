@@ -10,7 +10,8 @@ and no teammate's events mix into it; on a name clash the local layer wins, for 
 import re
 
 from eventstore.errors import InvalidInput
-from eventstore.layers import FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem
+from eventstore.layers import (FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem,
+                               paths_overlap)
 
 from .adf import config_object
 
@@ -70,7 +71,7 @@ def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
     for other, spec in (contract.layers.items() if contract else ()):
         if other == name:
             raise InvalidInput(f"layer {name!r} already exists (at {spec.path})")
-        if spec.path == path or path.startswith(spec.path) or spec.path.startswith(path):
+        if paths_overlap(spec.path, path):
             raise InvalidInput(f"{path} overlaps layer {other!r} ({spec.path})")
     return {"path": path, "format": format}
 

@@ -606,8 +606,9 @@ class Memory:
 
     def checkout(self, target: Path, as_of: int, *, force: bool = False) -> list[str]:
         """Writes every file as of a seq into `target`: never inside a workspace (a watcher there
-        would record the old files as new edits), never into a non-empty directory unless `force`."""
-        target = Path(target).absolute()
+        would record the old files as new edits, and a link may lead there), never into a non-empty directory unless
+        `force`."""
+        target = Path(target).resolve()
         around = Workspace.around(target)
         if around is not None:
             raise InvalidInput(f"{target} is inside the workspace {around.root}; check out into a new directory")

@@ -55,9 +55,9 @@ class HubRefused(MemError):
     """The hub answered with a problem document: a refusal (4xx), or a failure of its own (5xx: its storage
     unavailable, a bug), which is not something the request did wrong."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, message: str | None = None):
         said = "hub failed" if problem.status >= 500 else "hub refused"
-        super().__init__(f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
+        super().__init__(message or f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
                          code=problem.type.rsplit("/", 1)[-1])
         self.problem = problem
         self.status = problem.status
@@ -312,8 +312,10 @@ class HubClient:
             try:
                 raise HubRefused(msgspec.json.decode(data, type=Problem))
             except (msgspec.DecodeError, msgspec.ValidationError):
-                raise HubRefused(Problem(type="about:blank", title=f"HTTP {response.status_code}",
-                                         status=response.status_code)) from None
+                status = response.status_code
+                raise HubRefused(Problem(type="about:blank", title=f"HTTP {status}", status=status),
+                                 f"remote {self.name} at {self.url} answered {path} with HTTP {status} and no problem "
+                                 "document, as no mindlog hub answers: is that the hub's URL?") from None
         try:
             if packed is not None and response.headers.get("content-type", "").partition(";")[0] == MSGPACK:
                 return msgspec.msgpack.decode(data, type=packed)
