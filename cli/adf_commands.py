@@ -267,8 +267,8 @@ def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = 
     if report.already and not report.events:
         return typer.echo(f"{source} was imported here already: all {report.already} of its events are in the log; "
                           "nothing appended")
-    typer.echo(f"imported {source} (schema {report.schema_version}) as {event_count(report.events)}: "
-               + ", ".join(f"{n} {k}" for k, n in report.rows.items()))
+    typer.echo(f"imported {source} (schema {report.schema_version}) as {event_count(report.events)} ("
+               + ", ".join(f"{k} {n}" for k, n in report.rows.items() if n) + ")")
     for path in report.kept_aside:
         typer.echo(f"kept as a file: {path}")
 

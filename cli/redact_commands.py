@@ -12,7 +12,7 @@ ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version rea
 
 
 @app.command()
-def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or event ids."),
+def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or event ids (an entry's by its start, as its file shows it)."),
            reason: str = ReasonOpt,
            match: Optional[str] = typer.Option(None, "--match", help="Every event whose text matches this regex."),
            layer: Optional[str] = typer.Option(None, "--layer", help="With --match: only this layer."),

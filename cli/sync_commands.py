@@ -397,7 +397,7 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
 
 @entry_app.command("add")
 def entry_add(layer: str, text: str, reverses: Optional[str] = typer.Option(None, "--reverses",
-                                                                              help="The id of the entry reversed."),
+                                                                              help="The id of the entry reversed (or its start, as the layer's file shows it)."),
               allow_secret: bool = AllowSecretOpt):
     """Append a typed entry: "[DECISION] text" (dated today) or "[FACT] 2026-11-29: text"."""
     with memory() as mem:

@@ -242,7 +242,20 @@ class SharedState(Protocol):
 
     def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None: ...
 
-    def entry_exists(self, layer: str, id: str) -> bool: ...
+    def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
+        """The ids of the layer's entries that start with `prefix`, at most two (one says it is unique)."""
+        ...
+
+
+def entry_id(ref: str, found: list[str], where: str, purpose: str) -> str:
+    """The one entry id of `found` (the ids starting with `ref`, at most two read): an entries file shows
+    ids cut to 18 characters, and that much names an entry as well as its whole id."""
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise NotFound(f"there is no entry {ref} {where} {purpose}")
+    raise InvalidInput(f"more than one entry {where} has an id starting {ref}: give more of it "
+                       "(`mem entry list LAYER` shows them whole)")
 
 
 class SharedWriter:
@@ -260,8 +273,9 @@ class SharedWriter:
                                f"TYPE one of {', '.join(validate.ENTRY_TYPES)}")
         kind, date, content = match.groups()
         content = validate.one_line(content, "the entry")
-        if reverses is not None and not self.state.entry_exists(layer, reverses):
-            raise NotFound(f"there is no entry {reverses} in layer {layer} to reverse")
+        if reverses is not None:
+            reverses = entry_id(reverses, self.state.entry_ids_starting(layer, reverses), f"in layer {layer}",
+                                "to reverse")
         ts = now_ms()
         date = validate.entry_date(date) if date else dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime(
             "%Y-%m-%d")

@@ -23,7 +23,7 @@ from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import uuid7_layout, uuid_text
 from eventstore.instants import format_instant, parse_instant
-from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, FileWrite, ImportGap, InboxMessage, LogRestore,
+from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, EntryAppend, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
 from eventstore.layers import AGENT, LOOP, MIND
 from eventstore.writer import AdfWriter, SharedWriter, Writer
@@ -207,12 +207,17 @@ def _depth(value, limit: int = MAX_JSON_DEPTH) -> int:
 def _json(text, what: str):
     """A JSON column of the file: valid, and nested at most MAX_JSON_DEPTH deep."""
     if isinstance(text, (bytes, memoryview)):
-        text = bytes(text).decode("utf-8", "replace")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{what} is not valid UTF-8 (byte {exc.start})") from None
     if not isinstance(text, str):
         raise InvalidInput(f"{what} is not JSON text")
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} deep") from None
+    except json.JSONDecodeError as exc:
         raise InvalidInput(f"{what} is not valid JSON: {str(exc).splitlines()[0][:120]}") from None
     if _depth(value) > MAX_JSON_DEPTH:
         raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} deep")
@@ -274,8 +279,8 @@ class _ImportedLayers:
     def __init__(self):
         self.entries: set[tuple[str, str]] = set()
 
-    def entry_exists(self, layer: str, id: str) -> bool:
-        return (layer, id) in self.entries
+    def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
+        return sorted(id for in_layer, id in self.entries if in_layer == layer and id.startswith(prefix))[:2]
 
     def shared_heads(self, layer: str, slug: str) -> list[str]:
         return []
@@ -343,7 +348,13 @@ class _Importer:
             if required:
                 raise InvalidInput(f"it has no {table} table, which every ADF file has")
             return []
-        return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
+        try:
+            return [dict(zip(columns, row)) for row in self.db.execute(f"SELECT * FROM {table}")]
+        except sqlite3.OperationalError as exc:
+            if not str(exc).startswith("Could not decode to UTF-8 column"):
+                raise
+            column = str(exc).split("'")[1]
+            raise InvalidInput(f"{table}: a row's {column} is not valid UTF-8 text") from None
 
     def event(self, body, layer: str = AGENT, ts: int | None = None, order: tuple[int, int] | None = None):
         """An imported event, the same at every import of the file: its time is the row's own (`ts`, the file's
@@ -681,12 +692,18 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
     rows = {"loop": len(reader.live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
             "files": sum(isinstance(e.body, FileWrite) for e in events),
             "pages": sum(isinstance(e.body, PageIngest) for e in events),
-            "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events)}
+            "always": sum(isinstance(e.body, AlwaysAdd) for e in events),
+            "entries": sum(isinstance(e.body, EntryAppend) for e in events),
+            "config": sum(isinstance(e.body, ConfigSet) for e in events),
+            "messages": sum(isinstance(e.body, (InboxMessage, OutboxMessage)) for e in events),
+            "change log": sum(isinstance(e.body, LogRestore) for e in events),
+            "seq gap": sum(isinstance(e.body, ImportGap) for e in events)}
     return ImportReport(path=str(path), schema_version=reader.schema_version, events=len(events),
                         rows=rows, kept_aside=reader.kept_aside)
 
 
-IMPORT_ROWS = ("loop", "audit", "files", "pages", "messages")
+IMPORT_ROWS = ("loop", "audit", "files", "pages", "always", "entries", "config", "messages", "change log", "seq gap")
+"""What an import made, by kind: every event it appends is one of these."""
 
 
 def _rendered_mind_differs(text: str, always: list[str], wiki: list) -> bool:

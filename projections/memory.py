@@ -21,7 +21,7 @@ from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailur
                                storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
-from eventstore.kinds import KINDS
+from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
 from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
@@ -685,6 +685,8 @@ class Memory:
     def path_changed(self, event: Event) -> str | None:
         """The file an event changed, when it names one."""
         body = event.body
+        if isinstance(body, (AlwaysAdd, AlwaysRemove)):
+            return MIND_PATH
         slug = getattr(body, "new", None) or getattr(body, "slug", None)
         if event.layer == MIND:
             return page_path(slug) if slug else None

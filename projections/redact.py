@@ -15,6 +15,7 @@ from eventstore.envelope import CODEC_REDACTED, Event, decode_body, new_event, u
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redaction
+from eventstore.writer import entry_id
 from eventstore.redaction import matches
 
 from . import audit
@@ -47,16 +48,23 @@ def resolve(memory, refs: list[str]) -> list[Event]:
     found = {}
     for ref in refs:
         event = (memory.log.get_by_seq(int(ref)) if ref.isdigit() else
-                 memory.log.get(ref) if is_uuid(ref) else None)
+                 memory.log.get(ref) if is_uuid(ref) else _entry(memory, ref))
         if (event is None or event.kind == "import.gap") and ref.isdigit():
             _refuse_archived(memory, int(ref))
         if event is None:
-            raise NotFound(f"there is no event {ref!r} in the log (give a seq or an event id)")
+            raise NotFound(f"there is no event {ref!r} in the log (give a seq, an event id or the start of an "
+                           "entry's id)")
         if event.kind in UNREDACTABLE:
-            what = "is redacted already" if event.kind == "redacted" else f"is a {event.kind} event"
+            what = "is redacted already" if event.kind == "redacted" else f"is {'an' if event.kind[0] in 'aeiou' else 'a'} {event.kind} event"
             raise InvalidInput(f"event {ref} {what}; it cannot be redacted")
         found[event.seq] = event
     return [found[seq] for seq in sorted(found)]
+
+
+def _entry(memory, ref: str) -> Event | None:
+    """The entry whose id starts with `ref` (an entries file shows 18 characters of it), if any."""
+    found = memory.views.shared.entry_ids_starting(ref)
+    return memory.log.get(entry_id(ref, found, "in the log", "")) if found else None
 
 
 def _refuse_archived(memory, seq: int) -> None:

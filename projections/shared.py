@@ -124,8 +124,12 @@ class SharedViews:
         return dict(self.db.execute("SELECT reverses, MAX(id) FROM entries WHERE layer = ? AND reverses IS NOT NULL "
                                     "AND seq <= ? GROUP BY reverses", (layer, as_of)))
 
-    def has_entry(self, layer: str, id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND id = ?", (layer, id)).fetchone() is not None
+    def entry_ids_starting(self, prefix: str, layer: str | None = None) -> list[str]:
+        """The ids of entries starting with `prefix`, at most two, in one layer or any."""
+        in_layer = " AND layer = ?" if layer is not None else ""
+        return [id for id, in self.db.execute(
+            f"SELECT id FROM entries WHERE id >= ? AND id < ?{in_layer} ORDER BY id LIMIT 2",
+            (prefix, prefix + "\uffff", *([layer] if layer is not None else [])))]
 
     def has_entries(self, layer: str, as_of: int) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",

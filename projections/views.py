@@ -359,8 +359,8 @@ class Views:
         page = decode_body(winner[4])
         return page.frontmatter, page.text
 
-    def entry_exists(self, layer: str, id: str) -> bool:
-        return self.shared.has_entry(layer, id)
+    def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
+        return self.shared.entry_ids_starting(prefix, layer)
 
     def shared_listing(self, as_of: int) -> list[str]:
         """The path of every shared file with a version by a seq, deleted pages included: a cheap list to

@@ -100,6 +100,7 @@ def test_export_import_export_gives_the_same_tables(tmp_path):
     again = Memory.init(tmp_path / "ws2", "artemis")
     report = import_adf(again, first)
     assert report.rows["loop"] == 4 and report.rows["audit"] == 3
+    assert sum(report.rows.values()) == report.events, report
     second = tmp_path / "second.adf"
     export_adf(again, second, again.log.head())
     for table in TABLES:
@@ -262,7 +263,7 @@ def test_import_reads_a_file_without_the_tables_it_does_not_need(tmp_path):
                     loop=[text_row(1, "hello")], files=[("mind/deploy.md", PAGE_ROW)])
     ws, result = import_cli(tmp_path, adf)
     assert result.returncode == 0, result.stderr
-    assert b"1 loop, 0 audit, 0 files, 1 pages, 0 messages" in result.stdout
+    assert b"as 2 events (loop 1, pages 1)" in result.stdout, result.stdout
     assert b"S1: live in the loop" in run_mem("-w", ws, "cite", "[S1]", check=True).stdout
     only_meta = build_adf(tmp_path / "meta-only.adf", tables=("adf_meta",))
     _ws, result = import_cli(tmp_path / "b", only_meta)
@@ -420,12 +421,24 @@ def test_seqs_that_cannot_be_kept_are_refused_in_one_line(tmp_path, loop, audit,
     ([text_row(2 ** 60, "x")], "adf_loop seq 1152921504606846976"),
     ([text_row(3, "x", role="system")], "role must be one of user, assistant, not 'system'"),
     ([(3, "user", "{not json")], "content_json is not valid JSON"),
-    ([(3, "user", "[" * 5000 + "]" * 5000)], "content_json is not valid JSON"),
+    ([(3, "user", "[" * 5000 + "]" * 5000)], "content_json is nested more than 64 deep"),
+    ([(3, "user", b'[{"type": "text", "text": "\xff"}]')], "adf_loop seq 3 content_json is not valid UTF-8 (byte 27)"),
     ([(3, "user", "[42]")], "content must be a non-empty JSON array of blocks"),
 ])
 def test_hostile_loop_rows_are_refused_in_one_line(tmp_path, rows, expected):
     ws, result = import_cli(tmp_path, build_adf(tmp_path / "bad.adf", loop=rows))
     refused_in_one_line(result, expected)
+    assert log_rows(ws) == []
+
+
+def test_a_text_column_that_is_not_utf8_is_refused_in_one_line(tmp_path):
+    """Invalid UTF-8 stored as TEXT: sqlite3's own error quotes the bytes; the import names the column."""
+    adf = build_adf(tmp_path / "bad.adf")
+    with sqlite3.connect(adf) as db:
+        db.execute("INSERT INTO adf_loop (seq, loop, role, content_json, created_at) VALUES (1, 'main', 'user', "
+                   "CAST(? AS TEXT), 5)", (b'[{"type": "text", "text": "\xff\xfe"}]',))
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, "adf_loop: a row's content_json is not valid UTF-8 text")
     assert log_rows(ws) == []
 
 
@@ -563,6 +576,7 @@ def test_local_layers_come_back_as_their_entries_and_pages(tmp_path):
     run_mem("init", "--agent", "artemis", "-w", tmp_path / "ws2", check=True)
     imported = json.loads(run_mem("-w", tmp_path / "ws2", "import", "adf", out, "--json", check=True).stdout)
     assert imported["kept_aside"] == []
+    assert imported["rows"]["entries"] == 3 and sum(imported["rows"].values()) == imported["events"], imported
     assert entries(tmp_path / "ws2") == entries(memory.root) == [
         ("DECISION", "2026-11-01", "Deploys go out on Fridays", False, True),
         ("FACT", "2026-11-02", "The canary takes ten minutes", False, False),

@@ -1,5 +1,8 @@
 """The write side refuses through the CLI what the hub and every consumer refuse (one validator)."""
 
+import json
+import os
+
 import pytest
 
 from conftest import PAGE, log_rows, run_mem
@@ -44,3 +47,36 @@ def test_a_long_slug_in_a_shared_layer_is_refused(shared, tmp_path):
     result = run_mem("page", "write", "a" * 300, "--layer", "drafts", "--file", tmp_path / "p.md", "-w", shared)
     assert result.returncode == 1 and b"longer than 120 characters" in result.stderr
     assert log_rows(shared) == []
+
+
+def entry_ids(workspace) -> list[str]:
+    listed = run_mem("entry", "list", "insights", "--json", "-w", workspace)
+    return [entry["id"] for entry in json.loads(listed.stdout)]
+
+
+def test_the_18_characters_an_entries_file_shows_name_the_entry_to_reverse_and_to_redact(shared):
+    """The file cuts ids to 18 characters; what it shows must be enough to reverse or redact that entry."""
+    assert run_mem("entry", "add", "insights", "[DECISION] ship on friday", "-w", shared).returncode == 0
+    first = entry_ids(shared)[0]
+    reversed_ = run_mem("entry", "add", "insights", "[DECISION] ship on monday", "--reverses", first[:18],
+                        "-w", shared)
+    assert reversed_.returncode == 0, reversed_.stderr
+    file = (shared / "memory/insights.md").read_text()
+    assert f"[reversed by {entry_ids(shared)[1][:18]}]" in file and f"(reverses {first[:18]})" in file
+    redacted = run_mem("redact", first[:18], "--reason", "wrong day", "-w", shared)
+    assert redacted.returncode == 0, redacted.stderr
+    assert "ship on friday" not in (shared / "memory/insights.md").read_text()
+    assert "ship on monday" in (shared / "memory/insights.md").read_text()
+
+
+def test_a_start_of_an_id_that_two_entries_share_is_refused_with_the_way_out(shared):
+    for text in ("[FACT] one", "[FACT] two"):
+        assert run_mem("entry", "add", "insights", text, "-w", shared).returncode == 0
+    common = os.path.commonprefix(entry_ids(shared))
+    before = log_rows(shared)
+    for args in (("entry", "add", "insights", "[FACT] three", "--reverses", common), ("redact", common)):
+        result = run_mem(*args, "--reason", "r", "-w", shared) if args[0] == "redact" else run_mem(*args, "-w", shared)
+        lines = result.stderr.decode().splitlines()
+        assert result.returncode == 1 and len(lines) == 1, lines
+        assert f"has an id starting {common}: give more of it" in lines[0] and "mem entry list" in lines[0]
+    assert log_rows(shared) == before

@@ -279,6 +279,18 @@ def test_a_page_asked_while_the_pages_get_ready_says_how_far_they_got(tmp_path, 
         storage.close()
 
 
+def test_the_warm_up_says_the_views_are_being_finished_once_every_event_is_folded():
+    """It said "40,001 of 40,001 hub events copied, 40,001 of them folded so far" for 15 s while the views'
+    indexes were finished, which read as done and yet not ready."""
+    import cli.web.hub as web_hub
+
+    assert web_hub.warm_up_progress(10, 4, 12) == "10 of 12 hub events copied, 4 of them folded so far."
+    assert web_hub.warm_up_progress(12, 12, 12) == ("All 12 hub events copied and folded; the views' indexes are "
+                                                   "being finished.")
+    assert web_hub.warm_up_progress(15, 20, 12).startswith("All 12 hub events")  # counts past the total clamp
+    assert web_hub.warm_up_progress(0, 0, 0) == "0 of 0 hub events copied, 0 of them folded so far."
+
+
 def test_an_agent_filter_naming_no_agent_of_the_hub_is_refused_with_those_it_can_see(hub):
     refused = hub.get("timeline?agent=nosuch", "writer")
     assert refused.status_code == 404 and refused.headers["content-type"] == "application/problem+json"

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from cli.output import event_count
-from conftest import run_mem
+from conftest import PAGE, run_mem
 from webui import BAD_NUMBERS, UiWorkspace, chromium, screenshot
 
 
@@ -160,7 +160,8 @@ def test_every_link_to_a_file_opens_that_file_whatever_its_name_holds(tmp_path):
     with TestClient(create_app(root)) as client:
         pages = [client.get(f"/timeline?event={seq}").text, client.get("/asof", params={"file": name}).text]
         links = [html.unescape(href) for page in pages for href in re.findall(r'href="([^"]*notes/[^"]*)"', page)]
-        assert len(links) == 3, links  # the event's file; the file's history and this moment's link
+        assert len(links) == 4, links  # the event's file; the file's history, its link in the list of files and
+        # this moment's link
         for link in links:
             answer = client.get("/" + link)
             assert answer.status_code == 200 and f"<h2>{escape(name)}" in answer.text, (link, answer.text[:300])
@@ -383,3 +384,56 @@ def test_a_damaged_views_database_is_named_as_mem_names_it(tmp_path):
     problem = answer.json()
     assert problem["type"].endswith("/damaged") and f"the views database {views} is damaged" in problem["detail"]
     assert "run `mem replay`" in problem["detail"]
+
+
+@pytest.fixture(scope="module")
+def redacted_ui(tmp_path_factory):
+    """A workspace where one of two pages was redacted, an `## Always` line added and a file written in
+    adf_files, under `mem ui`."""
+    from projections.memory import Memory
+    from webui import serve_ui
+
+    root = tmp_path_factory.mktemp("redacted") / "ws"
+    with Memory.init(root, "writer") as mem:
+        kept = mem.write_page("kept", PAGE)
+        gone = mem.write_page("gone", PAGE.replace(b"Staging first.", b"the token is in here"))
+        always = mem.always_add("Deploys need a second pair of eyes")
+        mem.file_write("notes/today.md", b"ship the canary before noon\n")
+    assert run_mem("-w", root, "redact", gone.seq, "--reason", "leaked").returncode == 0
+    server, url = serve_ui(root)
+    yield url, kept.seq, gone.seq, always.seq
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def test_a_redacted_event_is_counted_and_listed_under_the_kind_it_was_written_as(redacted_ui):
+    url, kept, gone, _always = redacted_ui
+    page = httpx.get(f"{url}/timeline", timeout=30).text
+    assert "page.ingest (2)" in page  # the counts keep the kind the header holds
+    ingests = httpx.get(f"{url}/timeline?kind=page.ingest", timeout=30).text.split('id="events"', 1)[1]
+    row = ingests.split(f">{gone}</a>", 1)[1].split("</tr>", 1)[0]
+    assert "page.ingest" in row and "redacted" in row and f">{kept}</a>" in ingests
+    refused = httpx.get(f"{url}/timeline?kind=redacted", timeout=30)
+    assert refused.status_code == 400 and "under the kind it was written as" in refused.text
+
+
+def test_an_always_line_shows_what_it_changed_in_mind_md(redacted_ui):
+    url, _kept, _gone, always = redacted_ui
+    event = httpx.get(f"{url}/timeline?event={always}", timeout=30).text
+    assert 'href="history?path=mind.md"' in event
+    diff = event.split('id="event-diff"', 1)[1].split("</pre>", 1)[0]
+    assert '<span class="add">+- Deploys need a second pair of eyes</span>' in diff, diff
+
+
+def test_the_agents_own_files_are_listed_and_a_search_hit_opens_its_file(redacted_ui):
+    url = redacted_ui[0]
+    asof = httpx.get(f"{url}/asof", timeout=30).text
+    listed = asof.split('id="files"', 1)[1].split("</ul>", 1)[0]
+    assert 'file=notes/today.md">notes/today.md</a>' in listed and "mind/kept.md" not in listed
+    picker = httpx.get(f"{url}/history", timeout=30).text
+    assert "<option>notes/today.md</option>" in picker and "<option>mind.md</option>" in picker
+    hits = httpx.get(f"{url}/search?q=canary", timeout=30).text.split('id="hits"', 1)[1]
+    link = re.search(r'<a href="([^"]+)">', hits).group(1).replace("&amp;", "&")
+    assert link.endswith("&file=notes/today.md"), link
+    opened = httpx.get(f"{url}/{link}", timeout=30).text
+    assert "ship the canary before noon" in opened.split('id="file-text"', 1)[1].split("</pre>", 1)[0]

@@ -13,6 +13,21 @@ from conftest import mem_command
 from teamhub import Team
 
 
+def serve_ui(root: Path) -> tuple[subprocess.Popen, str]:
+    """`mem ui` on a workspace, answering: its process and its URL."""
+    server = subprocess.Popen([*mem_command(), "-w", str(root), "ui"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = server.stdout.readline().decode()
+    assert line.startswith("mindlog ui: http://127.0.0.1:"), line + server.stderr.read(2000).decode()
+    url = line.split()[-1].rsplit("/", 1)[0]
+    for _ in range(200):
+        try:
+            httpx.get(url + "/asof", timeout=2)
+            break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    return server, url
+
+
 class UiWorkspace:
     def __init__(self, root: Path):
         self.team = team = Team(root, agents=("writer", "reviewer"))
@@ -31,17 +46,7 @@ class UiWorkspace:
         self.v1 = self.write("alpha", "Alpha", "first version of alpha", "first")
         self.v2 = self.write("alpha", "Alpha", "second version of alpha", "second")
         self.root = root / "writer"
-        self.server = subprocess.Popen([*mem_command(), "-w", str(self.root), "ui"], stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE)
-        line = self.server.stdout.readline().decode()
-        assert line.startswith("mindlog ui: http://127.0.0.1:"), line + self.server.stderr.read(2000).decode()
-        self.url = line.split()[-1].rsplit("/", 1)[0]
-        for _ in range(200):
-            try:
-                httpx.get(self.url + "/asof", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        self.server, self.url = serve_ui(self.root)
 
     def write(self, slug: str, title: str, text: str, note: str) -> int:
         out = self.team.mem("writer", "page", "write", slug, "--note", note, "--file",

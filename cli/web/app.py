@@ -27,7 +27,7 @@ from projections import history as histories
 from projections import trust
 from projections.conflicts import conflicts_shown
 from projections.search import MARK
-from projections.views import page_path
+from projections.views import page_path, slug_of
 from sync.hub import problem_response
 from sync.storage import HUB_AGENT
 from sync.wire import PROBLEM_BASE, Problem
@@ -193,8 +193,15 @@ class Site:
             if chosen is not None and shown is None and not _layer_file(mem, chosen):  # the layer's own: not yet
                 self.check_ever(mem, now, chosen, f"file {chosen!r}")
             received = self.received(request, mem, now)
+            own = [p for p in self.agent_files(mem, now) if p not in files]
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
-                           files=files, chosen=chosen, shown=shown, received=received)
+                           files=files, own=own, chosen=chosen, shown=shown, received=received)
+
+    def agent_files(self, mem, now: Moment) -> list[str]:
+        """The paths in adf_files by the moment but the wiki's pages (listed as pages); a hub has none."""
+        if self.hub:
+            return []
+        return [row[0] for row in mem.files(now.seq) if slug_of(row[0]) is None]
 
     def shared_files(self, request: Request, mem, now: Moment) -> list[str]:
         """The shared files with a version by the moment in the layers this request sees then."""
@@ -211,7 +218,8 @@ class Site:
         with self.memory() as mem:
             now = moment(mem, request)
             paths = [] if self.hub else [page_path(p.slug) for p in mem.catalog(now.seq)]
-            paths += self.shared_files(request, mem, now)
+            shared = self.shared_files(request, mem, now)
+            paths += shared + [p for p in self.agent_files(mem, now) if p not in shared]
             if path and path not in paths:
                 self.check_file(request, mem, now, path)
             versions = histories.history(mem, path, now.seq) if path else []

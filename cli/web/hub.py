@@ -41,7 +41,7 @@ UNAUTHORIZED = """<!doctype html><html lang="en"><head><meta charset="utf-8">"""
 
 GETTING_READY = """<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">""" + NO_ICON + """
 <title>getting ready · mindlog hub</title></head><body><h1>The hub's pages are getting ready</h1>
-<p id="getting-ready">{copied:,} of {total:,} hub events copied, {folded:,} of them folded so far. This page reloads by itself.</p>
+<p id="getting-ready">{progress} This page reloads by itself.</p>
 </body></html>"""
 
 
@@ -167,6 +167,16 @@ class TokenGate(BaseHTTPMiddleware):
         return await call_next(request)
 
 
+def warm_up_progress(copied: int, folded: int, total: int) -> str:
+    """How far the warm-up got. Once every event is folded the views are still being finished (their indexes and
+    the history written), which takes seconds on a big hub: said so, not a count that reads as done."""
+    copied = min(copied, total)
+    folded = min(folded, copied)
+    if total and folded == total:
+        return f"All {total:,} hub events copied and folded; the views' indexes are being finished."
+    return f"{copied:,} of {total:,} hub events copied, {folded:,} of them folded so far."
+
+
 def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = None, *, warm_up: bool = False):
     """The ASGI app to mount at /ui of a hub; with `warm_up`, the mirror starts catching up at once."""
     site = HubSite(storage, mirror, admin_token)
@@ -174,8 +184,7 @@ def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = Non
         site.warm_up()
 
     async def getting_ready(request: Request, exc: GettingReady):
-        copied = min(site.copied, site.total)
-        return HTMLResponse(GETTING_READY.format(copied=copied, folded=min(site.folded, copied), total=site.total),
+        return HTMLResponse(GETTING_READY.format(progress=warm_up_progress(site.copied, site.folded, site.total)),
                             status_code=503, headers={"Retry-After": "2"})
 
     return site_app(site, middleware=[Middleware(TokenGate, site=site)], handlers={GettingReady: getting_ready})

@@ -11,7 +11,10 @@ import msgspec
 
 from eventstore.errors import InvalidInput
 from eventstore.instants import format_instant
+from eventstore.kinds import Redacted
 from eventstore.recorder import row_to_event
+
+REDACTED = Redacted.__struct_config__.tag
 
 BUCKETS = 48
 LISTED = 100
@@ -35,15 +38,26 @@ class Timeline(msgspec.Struct):
     kinds: list[tuple[str, int]]
     layers: list[tuple[str, int]]
     agents: list[tuple[str, int]]
-    events: list[tuple[int, str, str, str, str]]  # seq, time, agent, layer, kind (newest first)
+    events: list[tuple[int, str, str, str, str, bool]]  # seq, time, agent, layer, kind, redacted (newest first)
     shown: int
     capped: bool  # the list holds the newest LISTED of more
+
+
+def _kind(event) -> tuple[str, bool]:
+    """An event's kind as the counts have it (the one it was written as, which its header keeps), and whether
+    it was redacted since."""
+    if event.kind == REDACTED:
+        return event.body.original, True
+    return event.kind, False
 
 
 def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, kind: str | None = None,
              layer: str | None = None, agent: str | None = None, visible: set[str] | None = None,
              buckets: int = BUCKETS) -> Timeline:
     """The strip and list as of seq `upto`; `visible` limits the layers shown (a hub token's)."""
+    if kind == REDACTED:
+        raise InvalidInput("the timeline counts and lists a redacted event under the kind it was written as "
+                           "(marked redacted): filter by that kind")
     activity = mem.activity()
     first, last = mem.recorded_at(1) or 0, mem.recorded_at(upto) or 0 if upto else 0
     if t0 is not None and t0 > last:  # nothing to show, and past year 9999 no time to say it in
@@ -76,7 +90,7 @@ def timeline(mem, upto: int, t0: int | None = None, t1: int | None = None, *, ki
     allowed = [layer] if layer else (sorted(visible) if visible is not None else None)
     rows = [] if allowed == [] or until <= after else mem.event_rows(
         after, until, kinds=[kind] if kind else None, layers=allowed, agent=agent, newest_first=True, limit=LISTED)
-    events = [(e.seq, format_instant(e.recorded_at), e.agent, e.layer, e.kind) for e in map(row_to_event, rows)]
+    events = [(e.seq, format_instant(e.recorded_at), e.agent, e.layer, *_kind(e)) for e in map(row_to_event, rows)]
     shown = sum(c.n for c in chosen)
     return Timeline(first=first, last=last, t0=t0, t1=t1, start=format_instant(t0), end=format_instant(t1), edges=edges,
                     lanes=[Lane(agent=a, layer=lay, cells=lane) for (a, lay), lane in sorted(lanes.items())],
