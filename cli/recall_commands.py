@@ -75,7 +75,10 @@ def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
         return emit_json(result)
     typer.echo(f"as of seq {result.seq}\n\n{result.mind}")
     pages = [p["slug"] + (f" ({p['flags']})" if p["flags"] else "") for p in result.pages]
-    typer.echo(f"pages: {', '.join(pages) or '(none)'}\n\nloop (last {last}):")
+    typer.echo(f"pages: {', '.join(pages) or '(none)'}")
+    if result.kept_aside:
+        typer.echo(f"kept aside by an import, not loaded (`mem show PATH` reads one): {', '.join(result.kept_aside)}")
+    typer.echo(f"\nloop (last {last}):")
     loops = len({row.loop for row in result.loop}) > 1
     for row in result.loop:
         typer.echo(f"[S{row.seq}] {f'{row.loop} ' if loops else ''}{row.role}: {row.text()}")

@@ -32,7 +32,7 @@ from . import local_layers, render, trust
 from eventstore.blobs import blob_json
 
 from .adf import MESSAGE_COLUMNS, OBJECT_KEYS, config_object
-from .views import LOG_PATH, MIND_PATH
+from .views import KEPT_ASIDE, LOG_PATH, MIND_PATH
 
 SCHEMA_28 = """
 CREATE TABLE adf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL,
@@ -602,7 +602,7 @@ class _Importer:
         return True
 
     def _keep_aside(self, path: str, content: bytes, original: tuple) -> None:
-        target = f"imported/{self.name}/{path}"
+        target = f"{KEPT_ASIDE}{self.name}/{path}"
         self.kept_aside.append(target)
         self._file(target, content, "text/markdown" if path.endswith(".md") else original[1], "none",
                    original[3], original[4])

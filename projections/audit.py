@@ -22,7 +22,7 @@ from eventstore.redaction import stand_in
 from . import trust
 from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch
 from .search import page_trust, text_of as search_text
-from .views import LOG_PATH, MIND_PATH, Views, slug_of
+from .views import KEPT_ASIDE, LOG_PATH, MIND_PATH, Views, slug_of
 
 NEVER = 1 << 62
 
@@ -187,6 +187,7 @@ class Believed(msgspec.Struct):
     pages: list[dict[str, str]]
     loop: list[LoopMessage]
     shared: dict[str, str] = {}
+    kept_aside: list[str] = []  # files an import kept aside (an imported agent's own mind.md): there, not loaded
 
 
 def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = False, day: str = "",
@@ -207,4 +208,4 @@ def believed(views: Views, as_of: int, last: int = 10, *, include_all: bool = Fa
                       "flags": ", ".join(trust.flags(status, stale_after, day))})
     files = {path: views.file_text(path, as_of) for path in views.shared_paths(as_of)} if shared else {}
     return Believed(seq=as_of, mind=views.mind(as_of), pages=pages, loop=loop_rows(views, None, as_of)[-last:] if last > 0 else [],
-                    shared=files)
+                    shared=files, kept_aside=[p for p in views.file_paths(as_of) if p.startswith(KEPT_ASIDE)])

@@ -730,6 +730,10 @@ class Memory:
         """adf_files rows (path, content, mime_type, size, protection, authorized, created_at, updated_at)."""
         return self.views.adf_files(as_of)
 
+    def file_paths(self, as_of: int | None = None) -> list[str]:
+        """The paths of the agent's own files in adf_files (not the wiki's, nor a layer's) as of a seq."""
+        return self.views.file_paths(as_of)
+
     def agent_config(self, as_of: int | None = None) -> dict:
         return self.views.config(as_of)
 

@@ -53,6 +53,9 @@ VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "page
                "config_versions", "adf_meta", "adf_inbox", "adf_outbox", *shared.TABLES, *search.TABLES)
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
+KEPT_ASIDE = "imported/"
+"""Where an ADF import keeps a file it cannot take as what its path says (a free-form mind.md, a page that is no
+page), under the imported agent's name: an agent's file like any other, never loaded as its mind."""
 
 
 LOOP_COLUMNS = "seq, loop, role, content_json, model, tokens, created_at, ord"
@@ -438,12 +441,18 @@ class Views:
 
     def files(self, as_of: int | None = None) -> list[tuple]:
         """The adf_files rows (FILE_COLUMNS) of the files (not the wiki's) that exist as of a seq."""
+        return [row[:8] for row in self._latest_files(FILE_COLUMNS, as_of) if not row[8]]
+
+    def file_paths(self, as_of: int | None = None) -> list[str]:
+        """The paths of `files`, without reading their content."""
+        return [path for path, deleted in self._latest_files("path", as_of) if not deleted]
+
+    def _latest_files(self, columns: str, as_of: int | None):
         bound = "" if as_of is None else " AND seq <= ?"
-        rows = self.db.execute(
-            f"SELECT {FILE_COLUMNS}, deleted FROM file_versions f WHERE seq = "
+        return self.db.execute(
+            f"SELECT {columns}, deleted FROM file_versions f WHERE seq = "
             f"(SELECT MAX(seq) FROM file_versions WHERE path = f.path{bound}) ORDER BY path",
             () if as_of is None else (as_of,))
-        return [row[:8] for row in rows if not row[8]]
 
     def file(self, path: str, as_of: int | None = None):
         """The adf_files row (FILE_COLUMNS) of one file as of a seq, or None."""

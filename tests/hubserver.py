@@ -13,6 +13,17 @@ from sync.server import free_port
 __all__ = ["HubServer", "free_port", "mem_serve"]
 
 
+def wait_until_answering(url: str, seconds: float = 10.0) -> None:
+    """Returns once `url` answers anything, or after `seconds` (the caller's request then says why)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+
+
 @contextmanager
 def mem_serve(hub_db, log=None):
     """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers.
@@ -23,12 +34,7 @@ def mem_serve(hub_db, log=None):
                               stdout=subprocess.DEVNULL, stderr=errors)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_until_answering(url + "/health")
         yield url
     finally:
         server.terminate()

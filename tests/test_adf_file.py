@@ -164,6 +164,10 @@ def test_import_the_fixture_with_its_older_schema(tmp_path, fixture_adf):
     assert config["audit"]["loop"] is False and config["name"] == "artemis"
     cited = run_mem("-w", tmp_path / "ws", "cite", "adf-file://imported/artemis/mind.md", check=True).stdout
     assert cited.startswith(b"# mind\n")
+    believed = run_mem("-w", tmp_path / "ws", "believed", check=True).stdout  # said nothing of it: an empty mind
+    assert b"kept aside by an import, not loaded (`mem show PATH` reads one): imported/artemis/mind.md" in believed
+    believed = json.loads(run_mem("-w", tmp_path / "ws", "believed", "--json", check=True).stdout)
+    assert believed["kept_aside"] == ["imported/artemis/mind.md"]
     assert b"no differences" in run_mem("-w", tmp_path / "ws", "replay", "--check", check=True).stdout
 
 

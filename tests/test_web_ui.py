@@ -437,3 +437,23 @@ def test_the_agents_own_files_are_listed_and_a_search_hit_opens_its_file(redacte
     assert link.endswith("&file=notes/today.md"), link
     opened = httpx.get(f"{url}/{link}", timeout=30).text
     assert "ship the canary before noon" in opened.split('id="file-text"', 1)[1].split("</pre>", 1)[0]
+
+
+def test_the_as_of_page_lists_the_first_shared_files_and_says_how_many_more(tmp_path, monkeypatch):
+    from starlette.testclient import TestClient
+
+    import cli.web.app as web_app
+    from projections.memory import Memory
+
+    monkeypatch.setattr(web_app, "FILES_LISTED", 2)
+    with Memory.init(tmp_path / "ws", "writer") as mem:
+        mem.declare_layer("drafts", "notes/drafts/", "pages")
+        for slug in ("a", "b", "c"):
+            mem.shared_page_write("drafts", slug, PAGE)
+    with TestClient(web_app.create_app(tmp_path / "ws")) as client:
+        page = client.get("/asof").text
+        listed = page.split('id="shared"', 1)[1].split("</ul>", 1)[0]
+        assert "notes/drafts/a.md" in listed and "notes/drafts/b.md" in listed and "notes/drafts/c.md" not in listed
+        assert "the first 2 of 3 shared files: search or the history page finds the others" in page
+        chosen = client.get("/asof", params={"file": "notes/drafts/c.md"}).text  # one not listed still opens
+        assert "Staging first." in chosen.split('id="file-text"', 1)[1]

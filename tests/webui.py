@@ -3,13 +3,13 @@ shared page in conflict (two heads, through a real hub); and `mem ui` serving it
 
 import os
 import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 from conftest import mem_command
+from hubserver import wait_until_answering
 from teamhub import Team
 
 
@@ -19,12 +19,7 @@ def serve_ui(root: Path) -> tuple[subprocess.Popen, str]:
     line = server.stdout.readline().decode()
     assert line.startswith("mindlog ui: http://127.0.0.1:"), line + server.stderr.read(2000).decode()
     url = line.split()[-1].rsplit("/", 1)[0]
-    for _ in range(200):
-        try:
-            httpx.get(url + "/asof", timeout=2)
-            break
-        except httpx.TransportError:
-            time.sleep(0.05)
+    wait_until_answering(url + "/asof")
     return server, url
 
 

@@ -27,7 +27,7 @@ from projections import history as histories
 from projections import trust
 from projections.conflicts import conflicts_shown
 from projections.search import MARK
-from projections.views import page_path, slug_of
+from projections.views import LOG_PATH, MIND_PATH, page_path
 from sync.hub import problem_response
 from sync.storage import HUB_AGENT
 from sync.wire import PROBLEM_BASE, Problem
@@ -63,6 +63,9 @@ class Moment(msgspec.Struct):
 
 MAX_INT = 2**63 - 1
 SEARCH_HITS = 30
+FILES_LISTED = 500
+"""The shared files the as-of page lists (a hub of 40,000 shared pages made a 4 MB page); the file chosen is always
+shown, and search and the history page find the others."""
 
 
 def _int(request: Request, name: str) -> int | None:
@@ -195,13 +198,13 @@ class Site:
             received = self.received(request, mem, now)
             own = [p for p in self.agent_files(mem, now) if p not in files]
         return self.render(request, "asof.html", "asof", moment=now, believed=seen, slug=slug, text=text,
-                           files=files, own=own, chosen=chosen, shown=shown, received=received)
+                           files=files, listed=FILES_LISTED, own=own, chosen=chosen, shown=shown, received=received)
 
     def agent_files(self, mem, now: Moment) -> list[str]:
-        """The paths in adf_files by the moment but the wiki's pages (listed as pages); a hub has none."""
+        """The wiki's two files and the agent's own files in adf_files by the moment; a hub has none."""
         if self.hub:
             return []
-        return [row[0] for row in mem.files(now.seq) if slug_of(row[0]) is None]
+        return [MIND_PATH, LOG_PATH, *mem.file_paths(now.seq)]
 
     def shared_files(self, request: Request, mem, now: Moment) -> list[str]:
         """The shared files with a version by the moment in the layers this request sees then."""
