@@ -423,7 +423,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         raise typer.Exit(1 if check and not report.same else 0)
     if check:
         if report.caught_up_from is not None:
-            typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a command was cut off): "
+            typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a `replay --to`, or a command cut off): "
                        "caught them up first")
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
         for line in report.differences:
@@ -501,7 +501,8 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
                     told.pop(path, None)
                     typer.echo(f"adopted {path}")
                 for path, why in report.refused.items():
-                    said = f"{why}\0{file_hash(mem.root / path)}"
+                    target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
+                    said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
                     if told.get(path) != said:
                         told[path] = said
                         typer.echo(f"left {path}: {why}")

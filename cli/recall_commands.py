@@ -100,6 +100,9 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
     from projections import lint as linting
 
     names = list(check or []) + (["citations", "dead-links"] if citations else [])
+    if record and (at is not None or seq is not None):
+        fail("--record appends today's lint to mind/log.md: a lint as of another moment is not recorded as today's "
+             "(drop --at/--seq, or --record)", 2)
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
         report = linting.lint(mem, names or None, mem.seq_at() if as_of is None else as_of, day, judge,

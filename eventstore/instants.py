@@ -23,8 +23,25 @@ DAY_AND_TIME = re.compile(r"(today|yesterday)(?:\s+(\d{1,2}:\d{2}(?::\d{2})?))?"
 CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?")
 
 
+LAST_MS = 253402300799999
+"""The last millisecond of the year 9999 (UTC): the last instant mindlog writes or reads."""
+
+
 def parse_instant(text: str, now_ms: int | None = None) -> int:
-    """Milliseconds since the epoch. A bare date means its first moment; `now_ms` fixes the clock."""
+    """Milliseconds since the epoch. A bare date means its first moment; `now_ms` fixes the clock. An instant
+    before 1970 or after 9999 is refused in words (Python's datetime raised a traceback past its years)."""
+    try:
+        ms = _parse(text, now_ms)
+    except (OverflowError, ValueError):
+        raise InvalidInput(f"{text!r} is too far from today for a calendar (years 1970 to 9999)") from None
+    if ms < 0:
+        raise InvalidInput(f"{text!r} is before 1970-01-01: no event is that old")
+    if ms > LAST_MS:
+        raise InvalidInput(f"{text!r} is after the year 9999")
+    return ms
+
+
+def _parse(text: str, now_ms: int | None) -> int:
     value = " ".join(text.strip().lower().split())
     now = (dt.datetime.fromtimestamp(now_ms / 1000) if now_ms is not None else dt.datetime.now()).astimezone()
     if value == "now":

@@ -49,6 +49,11 @@ def is_reserved(layer: str) -> bool:
     return layer in RESERVED_LAYERS
 
 
+def paths_overlap(a: str, b: str) -> bool:
+    """Whether two layers' paths would share a file: the same path, or one inside the other's folder."""
+    return a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b))
+
+
 def path_problem(path: str, format: str) -> str | None:
     """Why `path` cannot hold a shared layer of `format`, or None.
 

@@ -16,7 +16,7 @@ from eventstore.layers import MIND
 
 from .materialize import hand_edited, untracked, written_hash
 from . import trust
-from .render import always_lines
+from .render import always_lines, outside_always
 from .views import LOG_PATH, MIND_PATH, slug_of
 
 
@@ -137,12 +137,20 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     return report
 
 
+CATALOG_EDIT = "the rest of mind.md is made from the pages (a page's title and `description`): edit mind/<slug>.md"
+
+
 def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) -> None:
     wanted = always_lines(text)
     if wanted is None:
         report.refused[MIND_PATH] = "mind.md has no `## Always` section to adopt"
         return
     current = memory.always()
+    catalog_edited = outside_always(text) != outside_always(memory.show(MIND_PATH, memory.views.checkpoint()) or "")
+    if wanted == current and catalog_edited:  # nothing to adopt; saying "adopted" would hide that it is not kept
+        report.refused[MIND_PATH] = (f"only lines outside `## Always` changed, which are not adopted: {CATALOG_EDIT}; "
+                                     "`mem show mind.md > mind.md` puts the file back")
+        return
     for number in range(len(current), 0, -1):
         if current[number - 1] not in wanted:
             memory.always_remove(number, force=True)
@@ -153,3 +161,7 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
             have.append(line)
     memory.refresh(force=True)  # mind.md is rendered again from what was adopted
     report.adopted.append(MIND_PATH)
+    if catalog_edited:
+        report.refused[MIND_PATH] = (f"its `## Always` lines were adopted, and mind.md rendered again without the other "
+                                     f"lines edited: {CATALOG_EDIT}")
+

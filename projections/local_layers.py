@@ -2,15 +2,16 @@
 
 A workspace declares a local layer in its config, as an event (`layers.<name>` = path and format),
 so `mem entry add decisions "[DECISION] ..."` works alone and the entry file is materialised like a
-page. The declared layers join the hub's contract for rendering and writing only: a push still asks
-the hub which layers it may send, so a local layer never leaves the agent. A hub layer of the same
-name wins.
+page. The declared layers join the hub's contract for rendering and writing only: a push never reads
+them, and a pull does not take a hub layer of the same name, so a local layer never leaves the agent
+and no teammate's events mix into it; on a name clash the local layer wins, for this agent.
 """
 
 import re
 
 from eventstore.errors import InvalidInput
-from eventstore.layers import FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem
+from eventstore.layers import (FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem,
+                               paths_overlap)
 
 from .adf import config_object
 
@@ -33,11 +34,12 @@ def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
 
 
 def merged(hub: Contract | None, config: dict, agent: str) -> Contract | None:
-    """The hub's contract plus the local layers (the hub's win on a name clash); None when neither exists."""
+    """The hub's contract plus the local layers (the local one wins on a name clash: a hub layer added later
+    under an agent's local name must not draw its private events out); None when neither exists."""
     local = declared(config, agent)
     if not local:
         return hub
-    return Contract(layers={**local, **(hub.layers if hub else {})})
+    return Contract(layers={**(hub.layers if hub else {}), **local})
 
 
 def checked_spec(key: str, value, contract: Contract | None) -> dict:
@@ -69,7 +71,7 @@ def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
     for other, spec in (contract.layers.items() if contract else ()):
         if other == name:
             raise InvalidInput(f"layer {name!r} already exists (at {spec.path})")
-        if spec.path == path or path.startswith(spec.path) or spec.path.startswith(path):
+        if paths_overlap(spec.path, path):
             raise InvalidInput(f"{path} overlaps layer {other!r} ({spec.path})")
     return {"path": path, "format": format}
 

@@ -606,8 +606,9 @@ class Memory:
 
     def checkout(self, target: Path, as_of: int, *, force: bool = False) -> list[str]:
         """Writes every file as of a seq into `target`: never inside a workspace (a watcher there
-        would record the old files as new edits), never into a non-empty directory unless `force`."""
-        target = Path(target).absolute()
+        would record the old files as new edits, and a link may lead there), never into a non-empty directory unless
+        `force`."""
+        target = Path(target).resolve()
         around = Workspace.around(target)
         if around is not None:
             raise InvalidInput(f"{target} is inside the workspace {around.root}; check out into a new directory")
@@ -770,9 +771,13 @@ class Memory:
             filters["limit"] = filters.get("limit", 10) if within else 0
         return search.search(self.views, query, self_agent=self.config.agent, **filters)
 
+    def local_layers(self) -> set[str]:
+        """The names of the layers this agent declared for itself: never pushed, never taken from a hub."""
+        return set(local_layers.declared(self.views.config(), self.config.agent))
+
     def layers(self) -> list[dict]:
         """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`)."""
-        local = local_layers.declared(self.views.config(), self.config.agent)
+        local = self.local_layers()
         contract = self.views.contract
         return [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
                 for name, spec in sorted((contract.layers if contract else {}).items())]

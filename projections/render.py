@@ -89,6 +89,18 @@ def always_lines(text: str) -> list[str] | None:
     return lines if found else None
 
 
+def outside_always(text: str) -> list[str]:
+    """A mind.md's lines but its `## Always` section's (the part the pages make: heading and catalog), each
+    stripped of trailing spaces: a hand edit there is not one `always_lines` sees."""
+    kept, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            inside = line.rstrip() == "## Always"
+        if not inside and line.strip():
+            kept.append(line.rstrip())
+    return kept
+
+
 @functools.lru_cache(maxsize=4096)
 def _day(day_number: int) -> str:
     return (dt.date(1970, 1, 1) + dt.timedelta(days=day_number)).isoformat()

@@ -55,9 +55,9 @@ class HubRefused(MemError):
     """The hub answered with a problem document: a refusal (4xx), or a failure of its own (5xx: its storage
     unavailable, a bug), which is not something the request did wrong."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, message: str | None = None):
         said = "hub failed" if problem.status >= 500 else "hub refused"
-        super().__init__(f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
+        super().__init__(message or f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
                          code=problem.type.rsplit("/", 1)[-1])
         self.problem = problem
         self.status = problem.status
@@ -312,8 +312,10 @@ class HubClient:
             try:
                 raise HubRefused(msgspec.json.decode(data, type=Problem))
             except (msgspec.DecodeError, msgspec.ValidationError):
-                raise HubRefused(Problem(type="about:blank", title=f"HTTP {response.status_code}",
-                                         status=response.status_code)) from None
+                status = response.status_code
+                raise HubRefused(Problem(type="about:blank", title=f"HTTP {status}", status=status),
+                                 f"remote {self.name} at {self.url} answered {path} with HTTP {status} and no problem "
+                                 "document, as no mindlog hub answers: is that the hub's URL?") from None
         try:
             if packed is not None and response.headers.get("content-type", "").partition(";")[0] == MSGPACK:
                 return msgspec.msgpack.decode(data, type=packed)
@@ -428,9 +430,11 @@ def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
     came = CameFromHub(memory, remote.name)
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     counts: dict[str, int] = {}
+    local = memory.local_layers()
     for seq in (seq for seq in seqs if seq not in came):
         event = memory.log.get_by_seq(seq)
-        counts[event.layer] = counts.get(event.layer, 0) + 1
+        if event.layer not in local:  # older versions held local layers' events
+            counts[event.layer] = counts.get(event.layer, 0) + 1
     return [HeldBack(layer=layer, count=n, why=_why_held(contract, memory.config.agent, layer))
             for layer, n in sorted(counts.items())]
 
@@ -442,7 +446,8 @@ def unpushed(memory, remote: Remote) -> int:
     if contract is None:
         return 0
     agent = memory.config.agent
-    layers = produced_layers(contract, agent)
+    local = memory.local_layers()
+    layers = [layer for layer in produced_layers(contract, agent) if layer not in local]
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     if not layers:
         return 0
@@ -511,7 +516,8 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     known = memory.views.contract
     contract = fetch_contract(memory, remote, client).contract
     agent = memory.config.agent
-    shared = sorted(set(contract.layers) | set(known.layers if known else ()))
+    local = memory.local_layers()
+    shared = sorted((set(contract.layers) | set(known.layers if known else ())) - local)
     key, held_key = f"push:{remote.name}", _held_key(remote)
     cursor = int(memory.log.state(key) or 0)
     came = CameFromHub(memory, remote.name)
@@ -528,7 +534,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
         if progress:
             progress(len(events))
 
-    retried = [memory.log.get_by_seq(seq) for seq in held]
+    retried = [e for e in map(memory.log.get_by_seq, held) if e.layer not in local]  # older versions held local layers' events
     if shared:
         check_ingests(memory, [*(e for e in retried if produces(contract, agent, e.layer)),
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
@@ -668,7 +674,7 @@ class _Tally:
         transaction that moves the cursor past all of them; with `fold`, the views and files follow once
         caught up."""
         events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
-                                  packed=page.packed)
+                                  packed=page.packed, local=memory.local_layers())
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pull:{self.name}": page.cursor, f"pulled-at:{self.name}": str(now_ms())}
         if page.events:

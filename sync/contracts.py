@@ -11,8 +11,8 @@ import msgspec
 
 from eventstore.errors import InvalidInput
 from eventstore.layers import (LAYER_KINDS, LAYER_NAME_PATTERN, PRIVATE_LAYERS, Contract, ContractLayer, consumed_layers,
-                               consumes, is_reserved, lenient_contract, path_problem, produced_layers,
-                               produces)
+                               consumes, is_reserved, lenient_contract, path_problem, paths_overlap,
+                               produced_layers, produces)
 
 
 def parse_contract(text: str) -> Contract:
@@ -36,9 +36,12 @@ def parse_contract(text: str) -> Contract:
         contract = msgspec.convert(data, Contract)
     except msgspec.ValidationError as exc:
         raise InvalidInput(f"the contract is not valid: {_layer_problem(data) or exc}") from None
-    paths = [layer.path for layer in contract.layers.values()]
-    if len(set(paths)) != len(paths):
-        raise InvalidInput("two layers share one path")
+    named = sorted(contract.layers.items())
+    for i, (name, spec) in enumerate(named):
+        for other, other_spec in named[i + 1:]:
+            if paths_overlap(spec.path, other_spec.path):
+                raise InvalidInput(f"layers {name} ({spec.path}) and {other} ({other_spec.path}) overlap: a file "
+                                   "would belong to both")
     return contract
 
 

@@ -20,7 +20,7 @@ import msgspec
 
 from eventstore.envelope import new_event
 from eventstore.kinds import ImportGap
-from eventstore.layers import AGENT, CONTRACT_LAYER, Contract
+from eventstore.layers import AGENT, CONTRACT_LAYER, Contract, paths_overlap
 from eventstore.workspace import Workspace
 from projections.materialize import write_atomic
 
@@ -102,9 +102,5 @@ def _with_layers(ever: Contract, newer: Contract) -> Contract:
     """`ever` with the layers of a newer contract, each placed as the newer one says; a layer from before
     whose place another layer now takes (the same path, or one inside the other) is left out."""
     kept = {name: spec for name, spec in ever.layers.items() if name not in newer.layers and not any(
-        _overlap(spec.path, other.path) for other in newer.layers.values())}
+        paths_overlap(spec.path, other.path) for other in newer.layers.values())}
     return Contract(layers={**kept, **newer.layers})
-
-
-def _overlap(a: str, b: str) -> bool:
-    return a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b))

@@ -71,6 +71,28 @@ def test_watch_adopts_edits_as_they_happen(workspace):
         watcher.wait(timeout=10)
 
 
+def test_watch_goes_on_when_a_directory_is_made_under_mind(workspace):
+    """Regression: `mkdir mind/sub` ended the watcher (`[Errno 21] Is a directory`, exit 1), and edits after it
+    were never recorded."""
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert watcher.stderr.readline().startswith(b"watching")
+        (workspace / "mind/sub").mkdir()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not log_rows(workspace):  # made again until seen, as above
+            scratch = workspace.parent / "new.md"
+            scratch.write_bytes(PAGE)
+            os.replace(scratch, workspace / "mind/after.md")
+            time.sleep(0.5)
+        assert watcher.poll() is None, watcher.communicate(timeout=10)
+        assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
+    finally:
+        watcher.terminate()
+        out, err = watcher.communicate(timeout=10)
+    assert b"Is a directory" not in err and b"left mind/sub: " in out, (out, err)
+
+
 def test_adopt_waits_for_a_write_in_progress(memory):
     """A write whose event is in the views but whose file is not yet on disk must not look deleted by
     hand: adopt takes the projector's lock, so it runs before the write starts or after it ends."""
@@ -252,3 +274,24 @@ def test_watch_with_a_debounce_out_of_range_is_one_line(workspace):
         result = run_mem("-w", workspace, "watch", "--debounce-ms", value)
         assert (result.returncode, result.stdout) == (2, b"")
         assert result.stderr.decode() == f"error: --debounce-ms must be between 0 and 86400000 (a day), not {value}\n"
+
+
+def test_a_catalog_edit_in_mind_md_is_said_not_adopted_never_adopted_in_silence(workspace):
+    """Regression: an edit of a page's hook in mind.md's catalog printed "adopted mind.md" and recorded nothing;
+    the next `## Always` edit then rendered mind.md again and the catalog edit was gone without a word."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    run_mem("-w", workspace, "always", "add", "first rule", check=True)
+    mind, rows = workspace / "mind.md", log_rows(workspace)
+    mind.write_text(mind.read_text().replace("— staging first", "— my better hook"))
+    result = run_mem("-w", workspace, "adopt")
+    out = result.stdout.decode()
+    assert result.returncode == 1 and "adopted mind.md" not in out, out
+    assert "left mind.md: only lines outside `## Always` changed, which are not adopted" in out
+    assert log_rows(workspace) == rows and "my better hook" in mind.read_text()  # left as the hand made it
+    mind.write_text(mind.read_text().replace("- first rule", "- first rule, reworded"))
+    out = run_mem("-w", workspace, "adopt").stdout.decode()
+    assert "adopted mind.md" in out and "left mind.md: its `## Always` lines were adopted, and mind.md rendered " \
+        "again without the other lines edited" in out, out
+    assert "first rule, reworded" in mind.read_text() and "my better hook" not in mind.read_text()

@@ -33,6 +33,20 @@ def test_checkout_never_writes_into_a_workspace(workspace, tmp_path):
     assert (tmp_path / "new/mind/deploy.md").read_bytes() == before["mind/deploy.md"]
 
 
+def test_checkout_resolves_dot_dot_and_links_before_it_judges_a_target(workspace, tmp_path):
+    """Regression: `../out` from inside a workspace was refused as inside it ('..' not normalised), and a link
+    leading into the workspace let the files be written into mind/."""
+    run_mem("-w", workspace, "always", "add", "a rule", check=True)
+    outside = run_mem("checkout", "../out", "--seq", "1", cwd=workspace)
+    assert outside.returncode == 0, outside.stderr
+    assert "a rule" in (workspace.parent / "out/mind.md").read_text()
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links/into").symlink_to(workspace / "mind")
+    refused = run_mem("-w", workspace, "checkout", tmp_path / "links/into/sub", "--seq", "1")
+    assert refused.returncode == 1 and b"inside the workspace" in refused.stderr, refused.stderr
+    assert not (workspace / "mind/sub").exists()
+
+
 def test_hub_admin_commands_never_create_a_hub(tmp_path):
     for args in (["hub", "agent", "list"], ["hub", "agent", "add", "x"], ["hub", "believed", "nobody"],
                  ["hub", "contract", "show"], ["hub", "agent", "revoke", "x"]):

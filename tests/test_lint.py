@@ -177,3 +177,15 @@ def test_a_budget_that_is_no_number_is_refused_when_set_and_named_when_read(work
     assert result.returncode == 1 and "Traceback" not in err and err.strip() == (
         "error: the config's lint.mind_max_lines is 'abc', not a whole number above 0: "
         "`mem config set lint.mind_max_lines 200`")
+
+
+def test_a_lint_of_the_past_is_not_recorded_as_todays(workspace):
+    """Regression: `lint --seq N --record` appended today's `Lint pass` listing the findings as of seq N (pages
+    deleted since among them), with nothing saying which moment was linted."""
+    run_mem("-w", workspace, "always", "add", "a rule", check=True)
+    before = log_rows(workspace)
+    for moment in (("--seq", "1"), ("--at", "now")):
+        result = run_mem("-w", workspace, "lint", *moment, "--record")
+        lines = result.stderr.decode().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "a lint as of another moment is not recorded" in lines[0]
+    assert log_rows(workspace) == before

@@ -109,3 +109,35 @@ def test_believed_names_a_local_layer_as_local_and_each_loop_when_there_are_seve
     shown = mem("believed")
     assert "[S1] main user: one\n[S2] side user: two\n" in shown
     assert "\nlocal memory/decisions.md:\n" in shown and "shared" not in shown
+
+
+def test_a_local_layer_never_leaves_even_when_the_hub_gets_a_layer_of_its_name(tmp_path):
+    """Regression: the push went by layer name, so a local layer made every push exit 1 ("held back": it is in no
+    contract), and once the hub's contract gained a layer of that name, the next push shipped every private entry
+    to the team; a pull then mixed the team's entries into the agent's own file."""
+    from teamhub import CONTRACT, Team
+
+    team = Team(tmp_path, agents=("alice", "bob"))
+    try:
+        team.mem("alice", "layer", "add", "notes", "memory/notes.md", check=True)
+        team.mem("alice", "entry", "add", "notes", "[FACT] the CFO is leaving", check=True)
+        pushed = team.mem("alice", "push")
+        assert pushed.returncode == 0 and b"pushed 0 events" in pushed.stdout and not pushed.stderr, pushed
+        status = team.mem("alice", "status", "--json", check=True).stdout
+        assert json.loads(status)["remotes"][0]["unpushed"] == 0 and b"notes" not in status
+        team.apply(CONTRACT + '\n[layers.notes]\npath = "team/notes.md"\nformat = "entries"\nproducers = ["*"]\n'
+                   'consumers = ["*"]\n')
+        assert b"pushed 0 events" in team.mem("alice", "push", check=True).stdout
+        team.mem("bob", "pull", check=True)
+        team.mem("bob", "entry", "add", "notes", "[FACT] a team note", check=True)
+        assert b"pushed 1 event" in team.mem("bob", "push", check=True).stdout
+        pulled = team.mem("alice", "pull", check=True)
+        assert b"layer 'notes' is this agent's local layer: the hub's layer of that name is not taken here" \
+            in pulled.stderr
+        assert "CFO" not in (tmp_path / "bob/team/notes.md").read_text()
+        assert "team note" not in (tmp_path / "alice/memory/notes.md").read_text()
+        assert not (tmp_path / "alice/team").exists()
+        for stored in tmp_path.glob("hub.db*"):
+            assert b"CFO" not in stored.read_bytes(), stored
+    finally:
+        team.stop()

@@ -105,3 +105,18 @@ def test_parse_instant():
     assert parse_instant("2026-11-29") == parse_instant("2026-11-29T00:00:00Z")
     assert parse_instant("2026-11-29T02:00:00+02:00") == parse_instant("2026-11-29T00:00:00")
     assert format_instant(parse_instant("2026-08-13T14:02:00.250Z")) == "2026-08-13T14:02:00.250Z"
+
+
+@pytest.mark.parametrize("moment, says", [
+    ("0001-01-01", "is too far from today for a calendar (years 1970 to 9999)"),
+    ("10000000 days ago", "is before 1970-01-01: no event is that old"),
+    ("1969-12-31", "is before 1970-01-01: no event is that old"),
+    ("9999-12-31T23:59:59-12:00", "is too far from today for a calendar"),
+])
+def test_a_moment_outside_the_calendar_is_refused_in_one_line(history, moment, says):
+    """Regression: Python's datetime raised 'year -25353 is out of range' as a traceback."""
+    workspace, _marks = history
+    for args in (("show", "mind.md", "--at", moment), ("log", "--since", moment), ("search", "deploy", "--at", moment)):
+        result = run_mem("-w", workspace, *args)
+        lines = result.stderr.decode().splitlines()
+        assert result.returncode != 0 and len(lines) == 1 and says in lines[0], (args, lines)

@@ -293,7 +293,7 @@ def test_replay_check_catches_up_views_a_cut_off_command_left_behind_first(works
     checked = run_mem("-w", workspace, "replay", "--check")
     assert checked.returncode == 0, checked.stdout
     assert checked.stdout.decode().splitlines()[:2] == [
-        "the views were at seq 0, behind the log (a command was cut off): caught them up first",
+        "the views were at seq 0, behind the log (a `replay --to`, or a command cut off): caught them up first",
         "rebuilt to seq 1: no differences"]
     with Memory.open(workspace) as mem:
         message = mem.loop_append("user", [{"type": "text", "text": "my pin is 4711"}])

@@ -94,6 +94,23 @@ def test_an_answer_that_is_not_a_hubs_is_one_line(ws, not_a_hub, command):
                            "not a mindlog hub's answer")
 
 
+@pytest.mark.parametrize("command", ["push", "pull", "status"])
+def test_a_plain_web_server_as_the_remote_is_named_in_one_line(ws, tmp_path, command):
+    """Regression: a 404 page with no problem document said "hub refused: HTTP 404", naming no remote or URL."""
+    import functools
+
+    with serving(functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))) as url:
+        set_remote(ws, url)
+        result = run_mem(command, "-w", ws)
+    if command == "status":  # status reports a remote it cannot ask, and goes on
+        out = result.stdout.decode()
+        assert f"behind the hub: unknown (remote origin at {url} answered /v1/" in out, out
+        assert "with HTTP 404 and no problem document, as no mindlog hub answers: is that the hub's URL?)" in out, out
+    else:
+        assert one_error_line(result) == (f"error: remote origin at {url} answered /v1/contract with HTTP 404 and no "
+                                          "problem document, as no mindlog hub answers: is that the hub's URL?")
+
+
 def test_remote_add_to_a_closed_port_is_one_line(ws):
     url = f"http://127.0.0.1:{free_port()}"
     line = one_error_line(add_remote(ws, url))
