@@ -982,8 +982,12 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         path = f"{key}.md"
         citation = f"adf-file://{path}"
     elif kind == "shared-page":
-        path = views.shared_path(layer, key.split("/", 1)[1]) or f"{key}.md"
+        slug = key.split("/", 1)[1]
+        path = views.shared_path(layer, slug) or f"{key}.md"
         citation = f"adf-file://{path}"
+        winner = views.shared.winner(layer, slug, as_of)
+        if winner is not None and winner[0] != ref:  # a losing head of a conflict: its text is not in the file
+            flags.append("conflict: not the version the file shows (`mem conflicts --show`)")
     elif kind == "entry":
         path = views.shared_path(layer) or layer
         citation = ref
