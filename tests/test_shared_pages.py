@@ -70,6 +70,11 @@ def test_a_hand_edit_never_overwrites_a_teammate_silently(team):
     team.mem("reviewer", "sync", check=True)
     for agent in team.agents:
         assert team.mem(agent, "conflicts").returncode == 0
+    rows = log_rows(team.root / "reviewer")
+    again = team.mem("reviewer", "resolve", "drafts/pricing", "--file", merged)  # wrote an identical version
+    assert again.returncode == 1 and again.stderr.decode() == (
+        "error: drafts/pricing has no conflict (one head): write it with `mem page write pricing --layer drafts`\n")
+    assert log_rows(team.root / "reviewer") == rows
 
 
 def test_adopt_and_watch_cover_shared_pages(team):
