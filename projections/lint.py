@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.errors import InvalidInput, MemError
+from eventstore.redaction import REDACTED_TYPE
 
 from . import render, trust
 from .adf import config_object
@@ -148,6 +149,7 @@ def check_sources(scope: Scope) -> list[Finding]:
 
 def check_one_off_types(scope: Scope) -> list[Finding]:
     types = {slug: str(scope.page(slug)[0].get("type")) for slug in scope.active()}
+    types = {slug: kind for slug, kind in types.items() if kind != REDACTED_TYPE}  # the redaction's, not a choice
     counts = Counter(types.values())
     return [Finding("one-off-types", page_path(slug), f"is the only page of type {kind!r}: reuse a type "
                     f"({', '.join(sorted(t for t in counts if t != kind)[:5]) or 'none yet'}) or keep it on purpose")

@@ -219,3 +219,13 @@ def test_the_judge_says_how_many_pairs_it_ruled_on_and_a_long_verdict_is_recorde
     assert all(len(v["verdict"]) == 500 and v["verdict"].startswith("contradiction: bbb") for v in report["verdicts"])
     refused = run_mem(*w, *command, "--judge-pairs", "0")
     assert refused.returncode == 1 and b"--judge-pairs must be 1 or more, not 0" in refused.stderr
+
+
+def test_a_redacted_page_is_no_one_off_type(workspace, tmp_path):
+    """Regression: a page redacted reads as `type: redacted`, which one-off-types reported as the author's choice."""
+    for slug in ("a", "b"):
+        (tmp_path / f"{slug}.md").write_bytes(page(slug.upper(), "some text"))
+        run_mem("-w", workspace, "page", "write", slug, "--file", tmp_path / f"{slug}.md", check=True)
+    run_mem("-w", workspace, "redact", "2", "--reason", "leak", check=True)
+    result = run_mem("-w", workspace, "lint", "--check", "one-off-types")
+    assert result.returncode == 0 and "'redacted'" not in result.stdout.decode(), result.stdout
