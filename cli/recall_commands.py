@@ -94,6 +94,8 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
          judge: Optional[str] = typer.Option(None, "--judge", help="A command that rules on candidate pairs "
                                              "(JSON on stdin; a first line starting `contradiction` is a finding)."),
          judge_timeout: int = typer.Option(120, "--judge-timeout", help="Seconds the judge may take over one pair."),
+         judge_pairs: int = typer.Option(50, "--judge-pairs", help="How many candidate pairs the judge rules on "
+                                         "(those sharing the most terms first)."),
          record: bool = typer.Option(False, "--record", help="Append one lint entry to mind/log.md."),
          at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """The maintenance checklist: every check by default; exit 1 when anything is found."""
@@ -106,7 +108,7 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
     with memory() as mem:
         as_of, day = moment(mem, at, seq)
         report = linting.lint(mem, names or None, mem.seq_at() if as_of is None else as_of, day, judge,
-                              judge_timeout)
+                              judge_timeout, judge_pairs)
         if record:
             linting.record(mem, report)
     if json:

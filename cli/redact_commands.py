@@ -44,6 +44,10 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
 def hub_redact(ids: list[str] = typer.Argument(..., help="Event ids."), reason: str = ReasonOpt, db: str = DbOpt,
                json: bool = JsonOpt):
     """Redact events on the hub as its administrator; consumers remove the bodies on their next pull."""
+    for id in ids:
+        if id.isdigit():
+            fail(f"{id} is a number, not an event id: the hub redacts by id (an agent's `mem log --json` shows "
+                 "it, as the hub's pages do)", 2)
     hub = storage(db)
     try:
         results = hub.admin_redact(ids, reason)

@@ -94,13 +94,15 @@ def stand_in(redacted: Redacted) -> Body:
 
 
 _DEFAULT = object()
+REDACTED_TYPE = "redacted"
+"""The `type` a redacted page's frontmatter reads as: the redaction's, no author's choice."""
 
 
 def _placeholder(kind: str, field, mark: str, slug: str | None, message: dict | None):
     """What a removed field reads as: the mark for text, empty for lists, the default for the rest."""
     name = field.name
     if name == "frontmatter":
-        return {"type": "redacted"}
+        return {"type": REDACTED_TYPE}
     if name == "text":
         return f"# {slug}\n\n{mark}\n"
     if (kind, name) == ("loop.append", "content"):

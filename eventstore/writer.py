@@ -304,6 +304,9 @@ class SharedWriter:
         heads = self.state.shared_heads(layer, slug)
         if not heads:
             raise NotFound(f"there is no page {slug} in layer {layer}")
+        if len(heads) == 1:  # a second resolve, or none needed: it would only write another version
+            raise InvalidInput(f"{layer}/{slug} has no conflict (one head): write it with `mem page write {slug} "
+                               f"--layer {layer}`")
         body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads)
         return new_event(validate.body(body), agent=self.agent, layer=layer)
 

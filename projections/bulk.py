@@ -45,7 +45,7 @@ from eventstore.envelope import CODEC_RAW
 from eventstore.errors import StorageFailure
 from eventstore.sqlite import SQLiteLog
 
-from . import search, shared
+from . import render, search, shared
 from .fold import catch_up, unpacked_body
 from .rows import insert_many
 from .views import PAGE_VERSIONS_INDEX, Views
@@ -171,27 +171,30 @@ def _nearing(writer: "HistoryWriter", left: int, progress) -> Callable[[int], No
 
 
 class LogBlocks:
-    """The log_entries rows a rebuild writes (HistoryWriter.add), one block per batch in msgpack, kept
-    in an unnamed temporary file beside the views (forty megabytes on a million events: not in memory). mind/log.md
-    is `render.log` of them, newest first (`newest_first`): a replay hashes it before the views are written."""
+    """mind/log.md as a rebuild's log_entries rows render it (HistoryWriter.add), one block per batch
+    (`render.log_block`), in UTF-8, kept in an unnamed temporary file beside the views (forty megabytes on a million
+    events: not in memory): a replay hashes the file before the views are written (`encoded`). Rendered as the fold
+    hands them over, the entries are not encoded, decoded and joined again (nine hundred thousand tuples on a million
+    events, which also set the cycle collector off again and again in the thread that hashed them)."""
 
     def __init__(self, folder: Path):
         self.file = tempfile.TemporaryFile(dir=folder, prefix=".mem-log-")
         self.sizes: list[int] = []
 
-    def add(self, entries: bytes) -> None:
-        """A batch's log_entries rows, in seq order, encoded (msgpack)."""
-        self.file.write(entries)
-        self.sizes.append(len(entries))
+    def add(self, entries: list[tuple]) -> None:
+        """A batch's log_entries rows (seq, ts, entry), in seq order."""
+        block = render.log_block([entry for _seq, _ts, entry in reversed(entries)]).encode()
+        self.file.write(block)
+        self.sizes.append(len(block))
 
-    def newest_first(self) -> Iterator[list[tuple[int, int, str]]]:
-        """The rows, newest first, a block a batch."""
+    def encoded(self) -> Iterator[bytes]:
+        """mind/log.md's bytes (`render.log`): its head, then the blocks, newest first."""
         self.file.flush()
-        decode = msgspec.msgpack.Decoder(list[tuple[int, int, str]]).decode
+        yield render.log_head().encode()
         fd, end = self.file.fileno(), sum(self.sizes)
         for size in reversed(self.sizes):
             end -= size
-            yield decode(os.pread(fd, size, end))[::-1]
+            yield os.pread(fd, size, end)
 
     def close(self) -> None:
         self.file.close()
@@ -392,7 +395,7 @@ class HistoryWriter:
         if entries:
             insert_many(self.fold, LOG_ENTRIES, entries)
             if self.log_blocks is not None:
-                self.log_blocks.add(msgspec.msgpack.encode(entries))
+                self.log_blocks.add(entries)
 
     def near_end(self) -> None:
         """At most MERGE_AHEAD batches are still to come (told once): the writer's child merges the full-text

@@ -22,7 +22,8 @@ import msgspec
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.governance import GOVERNANCE
 from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
-                              Lint, LogRestore, PageDelete, PageIngest, PageRelease, PageRename, PageUpdate)
+                              EntryAppend, Lint, LogRestore, PageDelete, PageIngest, PageRelease, PageRename,
+                              PageUpdate)
 from eventstore.layers import MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
@@ -372,6 +373,10 @@ def no_cyclic_gc():
 _WIKI, _ADF, _SHARED = (frozenset(KINDS[kind] for kind in group) for group in (WIKI_KINDS, ADF_KINDS, SHARED_KINDS))
 """Each fold's kinds, as the classes the bodies decode to."""
 _WIKI |= {LeanIngest, LeanUpdate}
+_SEARCHED_IN_BULK = _SHARED - {EntryAppend}
+"""The shared kinds SearchFold.apply takes in a bulk build: an entry's search rows the writer makes from its `entries`
+row (search.STAGED_ENTRIES), so a team's 800,000 entries of a first pull are not handed to it one by one for
+nothing."""
 _layer = itemgetter(3)
 
 
@@ -402,6 +407,7 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             bodies = _bodies(rows, raws)
             if wiki.fold_batch(rows, raws, bodies):  # the folds keep apart: each may take its events on its own
                 apply_adf, apply_shared, apply_search = adf.apply, shared.apply, search.apply
+                searched = _SEARCHED_IN_BULK if search.bulk else _SHARED
                 for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(rows, raws, bodies):
                     cls = decoded.__class__
                     if layer is None and cls in _WIKI:  # the mind layer's (fold_rows): the wiki fold's
@@ -412,7 +418,8 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                     elif cls in _SHARED:
                         id = id_text(version_id) if version_id is not None else log.get_by_seq(seq).id
                         apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
-                        apply_search(seq, layer or MIND, decoded, id, agent)
+                        if cls in searched:
+                            apply_search(seq, layer or MIND, decoded, id, agent)
             ts = rows[-1][2] if rows else 0
             del rows, raws, bodies
             first = next(log.read(after=start, limit=1), None)

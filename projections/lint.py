@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.errors import InvalidInput, MemError
+from eventstore.redaction import REDACTED_TYPE
 
 from . import render, trust
 from .adf import config_object
@@ -148,6 +149,7 @@ def check_sources(scope: Scope) -> list[Finding]:
 
 def check_one_off_types(scope: Scope) -> list[Finding]:
     types = {slug: str(scope.page(slug)[0].get("type")) for slug in scope.active()}
+    types = {slug: kind for slug, kind in types.items() if kind != REDACTED_TYPE}  # the redaction's, not a choice
     counts = Counter(types.values())
     return [Finding("one-off-types", page_path(slug), f"is the only page of type {kind!r}: reuse a type "
                     f"({', '.join(sorted(t for t in counts if t != kind)[:5]) or 'none yet'}) or keep it on purpose")
@@ -251,9 +253,18 @@ def _terms(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _COMMON}
 
 
-def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[tuple[dict, str, str]]:
-    """Active pages and live entries that share at least `min_shared` terms, most shared first: each pair as
-    the judge is sent it, with the two as findings name them (`mind/a.md`, `decisions#ID`)."""
+JUDGED_PAIRS = 50
+"""The pairs sent to a judge, those sharing the most terms (a judge is a slow call, an LLM's say)."""
+COMMON_HOLDERS = 500
+"""A word held by more items than this pairs none of them (the pairs would grow as the square of its holders)."""
+VERDICT_CHARS = 500
+"""A verdict is kept to its first line, at most this long: a judge that explains at length still records."""
+
+
+def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = JUDGED_PAIRS) -> tuple[list[tuple[dict, str, str]], int]:
+    """Active pages and live entries that share at least `min_shared` terms, most shared first: the first `limit`,
+    each as the judge is sent it, with the two as findings name them (`mind/a.md`, `decisions#ID`); and how
+    many pairs there were."""
     items = [(f"adf-file://{page_path(s)}", page_path(s), render.page(*scope.page(s))) for s in scope.active()]
     items += [(e.id, f"{layer}#{e.id}", f"[{e.type}] {e.date}: {e.content}") for layer, e in scope.entries()
               if not e.reversed_by]
@@ -264,13 +275,13 @@ def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = 50) -> list[
             postings[word].append(i)
     shared = Counter()
     for holders in postings.values():
-        if len(holders) <= 50:
+        if len(holders) <= COMMON_HOLDERS:
             for a in range(len(holders)):
                 for b in range(a + 1, len(holders)):
                     shared[(holders[a], holders[b])] += 1
     pairs = sorted(((n, a, b) for (a, b), n in shared.items() if n >= min_shared), key=lambda p: (-p[0], p[1], p[2]))
     return [({"a": items[a][0], "b": items[b][0], "shared_terms": n, "a_text": items[a][2], "b_text": items[b][2]},
-             items[a][1], items[b][1]) for n, a, b in pairs[:limit]]
+             items[a][1], items[b][1]) for n, a, b in pairs[:limit]], len(pairs)
 
 
 def _run_judge(command: str, pair_json: bytes, timeout: float, pair: dict) -> subprocess.CompletedProcess:
@@ -299,22 +310,25 @@ class Verdict(msgspec.Struct):
         return f"judge: {self.a} vs {self.b}: {self.verdict}"
 
 
-def judge_pairs(scope: Scope, command: str, timeout: float = 120) -> tuple[list[Finding], list[Verdict]]:
-    """Sends each candidate pair as one JSON object on stdin to `command` (a shell command, an LLM call
-    say); its first output line is its verdict: `contradiction: why` is a finding, anything else is not.
-    Returns the findings and every verdict."""
+def judge_pairs(scope: Scope, command: str, timeout: float = 120,
+                limit: int = JUDGED_PAIRS) -> tuple[list[Finding], list[Verdict], int]:
+    """Sends the first `limit` candidate pairs, each as one JSON object on stdin, to `command` (a shell command,
+    an LLM call say); its first output line is its verdict: `contradiction: why` is a finding, anything else
+    is not. Returns the findings, every verdict and how many candidate pairs there were."""
     found, verdicts = [], []
-    for pair, a, b in candidate_pairs(scope):
+    pairs, candidates = candidate_pairs(scope, limit=limit)
+    for pair, a, b in pairs:
         result = _run_judge(command, json.dumps(pair).encode(), timeout, pair)
         if result.returncode != 0:
             said = result.stderr.decode(errors="replace").strip()[:200]
             raise InvalidInput(f"the judge command failed (exit {result.returncode}) on {pair['a']} and {pair['b']}"
                                f"{': ' + said if said else ', saying nothing on stderr'}; nothing was recorded")
-        verdict = (result.stdout.decode(errors="replace").strip().splitlines() or ["(no verdict)"])[0]
+        verdict = (result.stdout[:VERDICT_CHARS * 4].decode(errors="replace").strip().splitlines()
+                   or ["(no verdict)"])[0][:VERDICT_CHARS]
         verdicts.append(Verdict(a, b, verdict))
         if verdict.lower().startswith("contradiction"):
             found.append(Finding("judge", a, f"contradicts {b} (judge: {verdict})"))
-    return found, verdicts
+    return found, verdicts, candidates
 
 
 class LintReport(msgspec.Struct):
@@ -324,31 +338,40 @@ class LintReport(msgspec.Struct):
     checks: list[str]
     findings: list[Finding]
     verdicts: list[Verdict] = []
+    candidates: int = 0  # the pairs that shared enough terms to be judged; the first `len(verdicts)` were
     recorded: int | None = None
 
     def summary(self) -> str:
+        judged = ""
+        if "judge" in self.checks:
+            judged = f" The judge ruled on {len(self.verdicts)} of {self.candidates} candidate pairs" + (
+                " (those sharing the most terms; --judge-pairs N sends more)." if self.candidates > len(self.verdicts)
+                else ".")
         if not self.findings:
-            return f"Lint ({', '.join(self.checks)}): no findings."
+            return f"Lint ({', '.join(self.checks)}): no findings.{judged}"
         counts = Counter(f.check for f in self.findings)
-        return f"Lint: {len(self.findings)} finding(s): " + ", ".join(f"{k} {n}" for k, n in counts.items()) + "."
+        return (f"Lint: {len(self.findings)} finding(s): " + ", ".join(f"{k} {n}" for k, n in counts.items()) + "."
+                + judged)
 
 
 def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | None = None,
-         judge_timeout: float = 120) -> LintReport:
+         judge_timeout: float = 120, judge_pairs_sent: int = JUDGED_PAIRS) -> LintReport:
     """Runs the chosen checks (all by default) on the memory as of a seq, and the judge when given (each
     pair within `judge_timeout` seconds)."""
     if judge is not None and not judge.strip():
         raise InvalidInput("--judge needs a command: a shell command line that reads a pair (JSON) on stdin")
     if not judge_timeout > 0:
         raise InvalidInput(f"--judge-timeout must be a number of seconds above 0, not {judge_timeout:g}")
+    if judge_pairs_sent < 1:
+        raise InvalidInput(f"--judge-pairs must be 1 or more, not {judge_pairs_sent}")
     scope = Scope(memory.views, memory.log, as_of, day, memory.root, current=as_of >= memory.views.checkpoint())
     findings = run(scope, names)
-    verdicts = []
+    verdicts, candidates = [], 0
     if judge:
-        judged, verdicts = judge_pairs(scope, judge, judge_timeout)
+        judged, verdicts, candidates = judge_pairs(scope, judge, judge_timeout, judge_pairs_sent)
         findings += judged
     return LintReport(seq=as_of, checks=list(names or CHECKS) + (["judge"] if judge else []), findings=findings,
-                      verdicts=verdicts)
+                      verdicts=verdicts, candidates=candidates)
 
 
 def record(memory, report: LintReport):

@@ -12,7 +12,6 @@ import msgspec
 from eventstore import validate
 from eventstore.errors import UnsafePath
 
-from . import render
 from .views import LOG_PATH, Views
 
 
@@ -154,9 +153,9 @@ def untracked(views: Views, root: Path) -> list[str]:
 class Prechecks:
     """What a replay's dry run (`materialize(dry_run=True, settle=True)`) reads of the files, worked out on a
     thread of its own while the rebuild finishes (its history writer's last batches, the merge): the hashes of the
-    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it: `render.log` of its
-    entries as the fold handed them to the writer (`bulk.build`'s `folded`). Nothing is written, and the dry run
-    still renders and checks every file itself; a file changed on disk meanwhile is hashed again there
+    files on disk (`paths`, into `seen`) and of mind/log.md as the rebuilt views render it, rendered as the fold
+    handed its entries to the writer (`bulk.LogBlocks`, from `bulk.build`'s `folded`). Nothing is written, and the
+    dry run still renders and checks every file itself; a file changed on disk meanwhile is hashed again there
     (`disk_hash`). Beside it, another thread syncs the new views file (`sync`) as far as it is written, so that the
     replay's own fsync before the swap finds little left to write."""
 
@@ -181,7 +180,10 @@ class Prechecks:
                     disk_hash(validate.inside_workspace(self.root, path, folders), self.seen)
                 except (UnsafePath, OSError):
                     continue
-            self.rendered[LOG_PATH] = _hash_chunks(render.log(log_blocks.newest_first()))
+            digest = hashlib.sha256()
+            for chunk in log_blocks.encoded():
+                digest.update(chunk)
+            self.rendered[LOG_PATH] = digest.hexdigest()
         finally:
             log_blocks.close()
 

@@ -117,12 +117,22 @@ def log_entry(ts_ms: int, kind: str, title: str, note: str, title_is_one_line: b
 
 
 def log(blocks_newest_first: Iterable[Sequence[tuple]]) -> Iterator[str]:
-    """mind/log.md, streamed: the title, then every entry, newest first, a blank line apart.
+    """mind/log.md, streamed: the title (`log_head`), then every entry, newest first, a blank line apart.
 
-    Entries come in blocks of log_entries rows, each row's entry its last column (the views read `(entry,)`; a
-    rebuild hashes its `(seq, ts, entry)` rows as handed to its writer: bulk.LogBlocks), and leave as one string
-    per block.
+    Entries come in blocks of log_entries rows, each row's entry its last column (the views read `(entry,)`), and
+    leave as one string per block (`log_block`).
     """
-    yield LOG_TITLE + "\n"
+    yield log_head()
     for block in blocks_newest_first:
-        yield "".join(["\n" + row[-1] for row in block])
+        yield log_block([row[-1] for row in block])
+
+
+def log_head() -> str:
+    """What mind/log.md holds before its entries (`log`)."""
+    return LOG_TITLE + "\n"
+
+
+def log_block(entries_newest_first: list[str]) -> str:
+    """A block of mind/log.md's entries (`log`), each after a blank line. A rebuild renders each batch's block as
+    its fold hands the entries over, to hash the file before the views are written (bulk.LogBlocks)."""
+    return "\n" + "\n".join(entries_newest_first) if entries_newest_first else ""

@@ -586,11 +586,12 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     `page_versions` are in temp.versions already (`stage_versions`); `staged_entries`: the batch's entries are in
     temp.staged_entries (shared.stage_entries), their search rows not among `rows` and `history` (STAGED_ENTRIES)."""
     moved, fresh = _changing(db, page_versions, replaced_pages, history, closed_files, closed_shared)
-    if gone:
-        if bulk:  # one statement: FTS5 writes out what it holds at each statement (a segment each)
-            db.execute("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) SELECT 'delete', id, title, "
-                       "body FROM search_docs WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
-                       (msgspec.json.encode(gone),))
+    if gone and bulk:  # one statement each: FTS5 writes out what it holds at each statement (a segment each)
+        ids = msgspec.json.encode(gone)
+        db.execute("INSERT INTO search_docs_fts (search_docs_fts, rowid, title, body) SELECT 'delete', id, title, "
+                   "body FROM search_docs WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (ids,))
+        db.execute("DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?))", (ids,))
+    elif gone:
         db.executemany("DELETE FROM search_docs WHERE id = ?", [(id,) for id in gone])
     if staged_entries:  # before the other rows: an entry's row comes first of those with its id (by `flush`'s sort)
         for statement in STAGED_ENTRIES:
@@ -619,9 +620,10 @@ def write_batch(db, gone: list[int], rows: list, page_versions: list, replaced_p
     if closed_files:
         db.executemany("UPDATE search_history SET until = ? WHERE kind = 'file' AND key = ? "
                        "AND until IS NULL AND id < ?", [(seq, path, seq) for seq, path in closed_files])
-    if closed_shared:
-        db.executemany("UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL",
-                       closed_shared)
+    if closed_shared and bulk:
+        _close_shared(db, closed_shared)
+    elif closed_shared:
+        db.executemany(CLOSE_SHARED, closed_shared)
     if reset_shared:
         _reset_until(db, reset_shared, {*moved, *fresh}, bulk)
     if gaps:
@@ -647,6 +649,22 @@ def _close_pages(db, replaced_pages: list[tuple[int, int]]) -> None:
     db.execute("DELETE FROM temp.closed_pages")
     insert_many(db, "INSERT OR REPLACE INTO temp.closed_pages VALUES (?, ?)", replaced_pages)
     db.execute(CLOSE_STAGED_PAGES)
+
+
+CLOSE_SHARED = "UPDATE search_history SET until = ? WHERE id = ? AND kind = 'shared-page' AND until IS NULL"
+"""A shared page version closed at a seq (named as a parent), unless closed already: the first seq stays."""
+CLOSE_STAGED_SHARED = ("UPDATE search_history SET until = (SELECT seq FROM temp.closed_shared AS c WHERE c.id = "
+                       "search_history.id) WHERE id IN (SELECT id FROM temp.closed_shared) AND kind = 'shared-page' "
+                       "AND until IS NULL")
+
+
+def _close_shared(db, closed_shared: list[tuple[int, int]]) -> None:
+    """A bulk batch's (seq, id) of the shared page versions it closed (a team's pages: one a version), as
+    CLOSE_SHARED row by row would set them, by one statement (CLOSE_STAGED_SHARED): the first seq of an id staged."""
+    db.execute("CREATE TEMP TABLE IF NOT EXISTS closed_shared (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL)")
+    db.execute("DELETE FROM temp.closed_shared")
+    insert_many(db, "INSERT OR IGNORE INTO temp.closed_shared VALUES (?2, ?1)", closed_shared)
+    db.execute(CLOSE_STAGED_SHARED)
 
 
 def _reset_until(db, rows: list[tuple[int, int | None]], indexed: set[int], bulk: bool) -> None:
@@ -964,8 +982,12 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         path = f"{key}.md"
         citation = f"adf-file://{path}"
     elif kind == "shared-page":
-        path = views.shared_path(layer, key.split("/", 1)[1]) or f"{key}.md"
+        slug = key.split("/", 1)[1]
+        path = views.shared_path(layer, slug) or f"{key}.md"
         citation = f"adf-file://{path}"
+        winner = views.shared.winner(layer, slug, as_of)
+        if winner is not None and winner[0] != ref:  # a losing head of a conflict: its text is not in the file
+            flags.append("conflict: not the version the file shows (`mem conflicts --show`)")
     elif kind == "entry":
         path = views.shared_path(layer) or layer
         citation = ref

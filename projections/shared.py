@@ -367,10 +367,10 @@ class SharedFold:
             self.db.executemany(ENTRIES_INSERT, entries)
         if self.versions:
             db = self.db
-            db.executemany("INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
+            insert_many(db, "INSERT OR IGNORE INTO shared_versions VALUES (?,?,?,?,?,?,?,?)", self.versions)
             named = [(v[0], v[1], parent, v[3]) for v, parents in zip(self.versions, self.parents) for parent in parents]
-            db.executemany("INSERT OR IGNORE INTO shared_parents VALUES (?, ?)",  # in seq order: the first stays
-                           [(parent, seq) for _layer, _slug, parent, seq in named])
+            insert_many(db, "INSERT OR IGNORE INTO shared_parents VALUES (?, ?)",  # in seq order: the first stays
+                        [(parent, seq) for _layer, _slug, parent, seq in named])
             db.executemany("DELETE FROM shared_heads WHERE layer = ? AND slug = ? AND id = ?",
                            [row[:3] for row in named])
             db.executemany("INSERT OR IGNORE INTO shared_heads SELECT ?1, ?2, ?3 WHERE NOT EXISTS "

@@ -13,9 +13,14 @@ fsync, the GIL hand-overs around them), and without the wait a busy hub's groups
 to arrive during the last commit: measured under bench/bench_hub_load.py at 32 agents, about 16 pushes a
 group, 24 with it, for at most 2 ms more per push.
 
-Pull records (the cursor each pull acknowledges) are not awaited by the pull: they ride on the next
-push's commit, or are committed on their own PULL_RECORD_DELAY after the first of them, so a hub whose
-consumers are woken by every commit does not spend an fsync on their acknowledgements. A pull that
+Pull records (the cursor each pull acknowledges) are not awaited by the pull: they are committed
+PULL_RECORD_DELAY after the first of them, riding on the commit of the group in flight or next when
+pushes come (else on their own), so a hub whose consumers are woken by every commit does not spend an
+fsync on their acknowledgements. They ride only once due, not with every group: a group of pushes alone
+is one INSERT on SQLite, where one with records is a transaction of five statements (BEGIN, the
+token-state check, two INSERTs, COMMIT), each a hand-over of the GIL between the commit thread and a
+busy event loop; under bench/bench_hub_load.py at 32 agents the consumers' records came with nearly every
+group. A pull that
 asks for it (`durable`: the last request of a `mem pull` or `mem sync`, which acknowledges all it
 brought) is answered once its record is committed, with the next group, so what the hub reports the
 agent has received (`mem hub believed`) is up to date when the command returns.
@@ -117,7 +122,8 @@ class GroupCommitter:
             elif durable or self._pulls_due is None:
                 due = time.monotonic() + (0 if durable else PULL_RECORD_DELAY)
                 self._pulls_due = due if self._pulls_due is None else min(due, self._pulls_due)
-                self._pending.notify()
+                if durable or not self._pushes:  # else the thread looks at the due time before it next waits
+                    self._pending.notify()
         return future
 
     def _wait(self) -> float | None:
@@ -142,8 +148,11 @@ class GroupCommitter:
         while self._pushes and (not taken or size + len(self._pushes[0][0]) <= MAX_GROUP_EVENTS):
             size += len(self._pushes[0][0])
             taken.append(self._pushes.popleft())
-        pulls, self._pulls, self._pulls_due = list(self._pulls), deque(), None
-        self._first_at = time.monotonic()  # for what is left, if anything
+        now = time.monotonic()
+        pulls = []
+        if self._pulls_due is not None and self._pulls_due <= now:  # the records ride only once due
+            pulls, self._pulls, self._pulls_due = list(self._pulls), deque(), None
+        self._first_at = now  # for what is left, if anything
         return taken, pulls
 
     def _run(self) -> None:

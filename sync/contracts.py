@@ -23,8 +23,9 @@ def parse_contract(text: str) -> Contract:
         raise InvalidInput(f"the contract is not valid TOML: {exc}") from None
     for name in data.get("layers", {}) if isinstance(data.get("layers"), dict) else ():
         if is_reserved(name):
-            raise InvalidInput(f"layer name {name!r} is reserved: {', '.join(sorted(PRIVATE_LAYERS))} are "
-                               "each agent's own and are never shared")
+            raise InvalidInput(f"layer name {name!r} is reserved: " + (
+                f"{', '.join(sorted(PRIVATE_LAYERS))} are each agent's own and are never shared"
+                if name in PRIVATE_LAYERS else "the hub keeps its contract's history there"))
         if not re.match(LAYER_NAME_PATTERN, name):
             raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_'")
         spec = data["layers"][name]

@@ -27,6 +27,7 @@ or only commits not yet told, waits.
 """
 
 import asyncio
+import math
 import time
 
 from eventstore.layers import CONTRACT_LAYER
@@ -36,6 +37,11 @@ WAKE_COST_SECONDS = 0.002
 MAX_WAKE_INTERVAL = 0.1
 PRUNE_FLOOR = 64
 """Waiters held before the first prune of those that stopped waiting (`Fanout._prune`)."""
+END_SLOT = 0.05
+"""Long-polls given a wait (`listen`) end together, at the end of the END_SLOT-second slot their wait ends in:
+one timer per slot rather than one made and cancelled per long-poll (a busy hub's long-polls are mostly
+woken long before their wait is over). So a wait ends at most END_SLOT late; a client's read timeout
+covers a wait with seconds to spare (sync/client.py)."""
 
 
 class Fanout:
@@ -48,6 +54,7 @@ class Fanout:
         self._next_wake = float("-inf")  # monotonic time the next wake-up may come
         self.released = False  # the server is stopping: no long-poll waits any more (`release`)
         self._prune_at = PRUNE_FLOOR  # waiters held when `listen` next drops those that stopped waiting
+        self._ends: dict[int, list[asyncio.Future]] = {}  # END_SLOT slot -> the futures whose wait ends with it
 
     def advance(self, head: int, layers: set[str] | None) -> None:
         """Commits up to `head` are visible; they touched `layers` (None: unknown, wake everyone behind)."""
@@ -109,17 +116,31 @@ class Fanout:
     def waiting(self) -> int:
         return sum(not future.done() for _, _, future in self._waiters)
 
-    def listen(self, after: int, layers: list[str]) -> asyncio.Future | None:
+    def listen(self, after: int, layers: list[str], wait: float | None = None) -> asyncio.Future | None:
         """What `wait` waits on: a future done (True) when a commit after position `after` touches one of
         `layers`; None when one has been told already (or the server is stopping). Its waiter cancels it when
-        it stops waiting."""
+        it stops waiting; with `wait`, so does the fan-out once `wait` seconds are over (at most END_SLOT later)."""
         if self.head > after or self.released:
             return None
         if len(self._waiters) >= self._prune_at:
             self._prune()
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._waiters.append((after, frozenset(layers), future))
+        if wait is not None:
+            slot = math.ceil((loop.time() + wait) / END_SLOT)
+            ending = self._ends.get(slot)
+            if ending is None:
+                ending = self._ends[slot] = []
+                loop.call_at(slot * END_SLOT, self._end, slot)
+            ending.append(future)
         return future
+
+    def _end(self, slot: int) -> None:
+        """The waits that end with this slot are over: their futures are cancelled."""
+        for future in self._ends.pop(slot):
+            if not future.done():
+                future.cancel()
 
     def _prune(self) -> None:
         """Drops the waiters that stopped waiting (their client left, their time ran out) before any commit

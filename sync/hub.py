@@ -830,9 +830,9 @@ class HubApp(Starlette):
             media_type = MSGPACK_TYPE if packed else JSON_TYPE
             deferred = rows is None or (wait > 0 and rows and hub.fanout.deferred(after, layers))
             if deferred or (wait > 0 and not rows):  # a long-poll: for the wake-up due, or for anything new
-                future = hub.fanout.listen(after if deferred else max(after, head), layers)
+                future = hub.fanout.listen(after if deferred else max(after, head), layers, wait)
                 if future is not None:
-                    return self._waiting(future, wait, token, after, limit, packed, rows, head, zstd, respond)
+                    return self._waiting(future, token, after, limit, packed, rows, head, zstd, respond)
                 body = hub.woken_answer(token, after, limit, packed)
             else:
                 body = hub.answer(after, head, rows, limit, packed)
@@ -840,16 +840,14 @@ class HubApp(Starlette):
             return respond(*self._refused(exc, zstd))
         return respond(*self._answered(body, zstd, media_type))
 
-    def _waiting(self, future: asyncio.Future, wait: float, token: str, after: int, limit: int, packed: bool,
+    def _waiting(self, future: asyncio.Future, token: str, after: int, limit: int, packed: bool,
                  rows: list | None, head: int, zstd: bool, respond: Respond) -> Callable[[], None]:
         """The rest of a long-poll answered directly, as `pull` waits on `Fanout.wait`: the answer shared by the
-        long-polls a commit woke, else, its wait over, the page it read (or, waiting for a wake-up that never
-        came, the page as it is now). Returns what stops it."""
+        long-polls a commit woke, else, its wait over (the fan-out cancels `future`: `Fanout.listen`), the page it
+        read (or, waiting for a wake-up that never came, the page as it is now). Returns what stops it."""
         hub = self.hub
-        timer = asyncio.get_running_loop().call_later(wait, future.cancel)
 
         def woken(done: asyncio.Future) -> None:
-            timer.cancel()
             if stopped:
                 return
             if not done.cancelled():  # token and contract again: revoked while it waited, it gets nothing more
@@ -876,7 +874,6 @@ class HubApp(Starlette):
         def stop() -> None:
             nonlocal stopped
             stopped = True
-            timer.cancel()
             future.cancel()
 
         future.add_done_callback(woken)

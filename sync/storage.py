@@ -567,6 +567,31 @@ def plan_group(batches: list[list[Event]], known: dict[str, tuple[str, int]], fi
     return rows, outcomes, layers
 
 
+PLAIN_BODIES_NOT = (PageIngest, PageUpdate, PageDelete, Redaction, Redacted)
+"""Bodies that make a group more than rows to insert: a shared page version (hub_page_versions), a redaction
+(the rows it rewrites), a redacted event (perhaps a page version's stand-in)."""
+
+
+def plain_group(batches: list[list[Event]], first: int):
+    """`plan_group`'s plan, in one pass, of the common group: no id repeated in it, no page version and no
+    redaction (PLAIN_BODIES_NOT); with nothing known, every event is a new row. None for any other group.
+    It runs on the commit thread, holding the GIL the event loop wants, once per push."""
+    rows = [event for events in batches for event in events]
+    if len({event.id for event in rows}) != len(rows):
+        return None
+    layers = set()
+    for event in rows:
+        if isinstance(event.body, PLAIN_BODIES_NOT):
+            return None
+        layers.add(event.layer)
+    outcomes, position = [], first
+    for events in batches:
+        outcomes.append([PushResult(id=event.id, position=position + i, duplicate=False)
+                         for i, event in enumerate(events)])
+        position += len(events)
+    return rows, outcomes, layers
+
+
 def redacted_rows(fresh: list[Event], stored) -> list[tuple[bytes, str]]:
     """(new stored data, id) for each target of the group's redactions that the hub holds in the
     redaction's own layer and has not redacted yet; `stored(id)` is (layer, data) or None, read

@@ -17,7 +17,7 @@ from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
 from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, TOKEN_HASHES, AgentInfo,
-                      Committed, HubStorage, Stale, decode_stored, encode_stored, page_version_rows, page_version_sql,
+                      Committed, HubStorage, Stale, decode_stored, encode_stored, page_version_sql, plain_group,
                       plan_group, STORED_PAGE, record_page_versions, redacted_rows, refold_pages, request_token_hash,
                       stored_page_versions)
 
@@ -302,10 +302,10 @@ class SQLiteHubStorage(HubStorage):
             try:
                 cached = _cached(checked)
                 stale = self._older(checked) if cached else set()
-                rows, outcomes, layers = plan_group(_live(batches, stale), {}, head + 1)
-                if (not rows or len(rows) > INSERT_ROWS or any(event.kind == "redaction" for event in rows)
-                        or page_version_rows(rows)[1]):
+                planned = plain_group(_live(batches, stale), head + 1)
+                if planned is None or not planned[0] or len(planned[0]) > INSERT_ROWS:
                     return None
+                rows, outcomes, layers = planned
                 now = now_ms()
                 values = [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                           for i, e in enumerate(rows)]
@@ -317,7 +317,7 @@ class SQLiteHubStorage(HubStorage):
                         return None
                 else:
                     self.db.execute(_insert_sql("hub_events", len(values), 7), list(chain.from_iterable(values)))
-                if any(event.layer == CONTRACT_LAYER for event in rows):
+                if CONTRACT_LAYER in layers:
                     self._bump()
             except sqlite3.IntegrityError:
                 self._head = None

@@ -40,6 +40,8 @@ def test_a_contract_file_parses_into_its_layers():
 
 @pytest.mark.parametrize("text, says", [
     ("[layers.a\n", "not valid TOML"),
+    ('[layers._contract]\npath = "a.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n',
+     "layer name '_contract' is reserved: the hub keeps its contract's history there"),
     ('[layers.Bad]\npath = "a.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n', "lowercase"),
     ('[layers.a]\npath = "a.md"\nformat = "wiki"\nproducers = ["*"]\nconsumers = ["*"]\n', "not valid"),
     ('[layers.a]\npath = "a.md"\nformat = "entries"\nproducers = []\nconsumers = ["*"]\n', "not valid"),

@@ -124,3 +124,26 @@ def test_long_polls_that_stop_waiting_before_any_commit_do_not_pile_up():
         assert len(fanout._waiters) <= 2 * 64
 
     asyncio.run(scenario())
+
+
+
+def test_long_polls_given_a_wait_end_together_when_their_slot_ends_and_a_woken_one_keeps_its_answer():
+    """`listen(..., wait)`: the fan-out cancels a long-poll's future once its wait is over (never sooner; at most
+    END_SLOT later); the long-polls whose waits end in one slot share one timer, and one a commit woke meanwhile
+    keeps its answer."""
+    async def scenario():
+        fanout = Fanout(cost=0.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ending = [fanout.listen(0, ["insights"], 0.2) for _ in range(3)]
+        woken = fanout.listen(0, ["other"], 0.2)
+        assert len(fanout._ends) == 1  # one slot, one timer
+        fanout.advance(1, {"other"})
+        await settle()
+        assert woken.result() is True and not any(future.done() for future in ending)
+        while not all(future.done() for future in ending):
+            await asyncio.sleep(0.005)
+        assert loop.time() - started >= 0.2 and all(future.cancelled() for future in ending)
+        assert woken.result() is True and not fanout._ends
+
+    asyncio.run(scenario())

@@ -2,6 +2,7 @@
 itself, and every answer comes after its events are stored."""
 
 import asyncio
+import threading
 import time
 
 import httpx
@@ -98,9 +99,10 @@ def test_concurrent_pushes_share_commits_and_a_refused_one_refuses_only_itself(t
     storage.close()
 
 
-def test_pull_cursors_ride_on_the_next_push_or_go_alone_after_a_delay(tmp_path):
-    """With group commit a pull's cursor costs no transaction of its own when a push follows, and is
-    still stored without one (after PULL_RECORD_DELAY); without group commit each is its own."""
+def test_pull_cursors_wait_their_delay_then_go_alone_when_no_push_is_committing(tmp_path):
+    """With group commit a pull's cursor is stored PULL_RECORD_DELAY after it came, not with the next push's
+    commit (which stays one INSERT on SQLite): on a hub without pushes then, in a transaction of its own
+    (two pulls' cursors in one); without group commit each cursor and each push is its own."""
     storage = CountingStorage(str(tmp_path / "hub.db"))
     storage.apply_contract(CONTRACT)
     token = storage.add_agent("alice")
@@ -125,9 +127,59 @@ def test_pull_cursors_ride_on_the_next_push_or_go_alone_after_a_delay(tmp_path):
             await asyncio.sleep(PULL_RECORD_DELAY + 0.5)
             return with_push, storage.transactions
 
-    assert asyncio.run(scenario(group=True)) == (1, 1)  # the push's commit carried both cursors; then one alone
+    assert asyncio.run(scenario(group=True)) == (2, 1)  # the push alone, then both cursors; then one alone
     assert storage.received_by("alice", None) == storage.head()
     assert asyncio.run(scenario(group=False)) == (3, 2)
+    storage.close()
+
+
+class HeldStorage(SQLiteHubStorage):
+    """A real SQLite hub storage that records what each commit carried (pushes, pull records) and holds its
+    first commit until `release` is set."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.commits: list[tuple[int, int]] = []
+        self.release: threading.Event | None = None
+
+    def _commit_group(self, batches, pulls, checked=None):
+        held, self.release = self.release, None
+        if held is not None:
+            held.wait(60)
+        self.commits.append((len(batches), len(pulls)))
+        return super()._commit_group(batches, pulls, checked)
+
+
+def test_pull_cursors_due_while_a_commit_is_in_flight_ride_on_the_next_groups_commit(tmp_path):
+    """A busy hub spends no transaction on cursors: once due they go with the next group of pushes."""
+    storage = HeldStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.commits = []
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=create_app(storage))
+        async with httpx.AsyncClient(transport=transport, base_url="http://hub",
+                                     headers={"authorization": f"Bearer {token}"}) as client:
+            def push(text: str):
+                return asyncio.ensure_future(client.post("/v1/push", headers={"content-type": "application/json"},
+                                                         content=msgspec.json.encode(PushRequest(events=[entry(text)]))))
+
+            storage.release = release = threading.Event()
+            first = push("held in its commit")
+            while storage.release is not None:  # the commit thread took it
+                await asyncio.sleep(0.01)
+            cursor = (await client.get("/v1/pull")).json()["cursor"]
+            await client.get("/v1/pull", params={"cursor": cursor})
+            second = push("queued behind it")
+            await asyncio.sleep(PULL_RECORD_DELAY + 0.2)  # the cursors are due while the first commit is in flight
+            release.set()
+            assert [answer.status_code for answer in await asyncio.gather(first, second)] == [200, 200]
+            await asyncio.sleep(PULL_RECORD_DELAY + 0.5)
+
+    asyncio.run(scenario())
+    assert storage.commits == [(1, 0), (1, 2)]  # both cursors with the second push: no transaction of their own
+    assert storage.received_by("alice", None) == 1  # the contract, all the pulls saw
     storage.close()
 
 

@@ -101,7 +101,8 @@ def test_a_sqlite_hubs_write_queues_on_the_files_flock_that_another_hub_process_
 def test_a_sqlite_group_of_new_entries_is_one_autocommit_insert_and_anything_else_a_transaction(tmp_path):
     """The common group commits as one INSERT in autocommit (SQLiteHubStorage._one_statement: each statement
     makes the commit thread win the GIL back from a busy event loop); a group with a pull record, a page
-    version, or a resent event goes the transaction's way, and every group's results are the same."""
+    version, a resent event or an id repeated in it goes the transaction's way, and every group's results
+    are the same."""
     from eventstore.envelope import new_event
     from eventstore.kinds import PageIngest
     from sync.storage import PullRecord
@@ -124,7 +125,12 @@ def test_a_sqlite_group_of_new_entries_is_one_autocommit_insert_and_anything_els
             statements.clear()
             hub.commit(*group)
             assert statements[0] == "BEGIN" and statements[-1] == "COMMIT"
-        assert hub.head() == 7 and hub.received_by("alice", None) == 5
+        repeated = entry()  # an id twice in one group (`plain_group` plans none such): stored once, acknowledged twice
+        statements.clear()
+        twice = hub.commit([[repeated], [repeated]])
+        assert statements[0] == "BEGIN" and statements[-1] == "COMMIT"
+        assert [(r.position, r.duplicate) for outcome in twice.outcomes for r in outcome] == [(8, False), (8, True)]
+        assert hub.head() == 8 and hub.received_by("alice", None) == 5
     finally:
         hub.close()
 

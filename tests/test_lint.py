@@ -6,6 +6,7 @@ import sys
 from conftest import log_rows, run_mem
 
 from projections import lint
+from projections.memory import Memory
 
 TODAY = "2026-11-30"
 
@@ -109,7 +110,8 @@ def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
     result = run_mem(*w, "lint", "--check", "sources", "--judge", f"{sys.executable} {judge}", "--record")
     assert result.returncode == 1 and result.stdout.decode().splitlines() == [
         "[judge] mind/a.md: contradicts mind/b.md (judge: contradiction: owner vs never)",
-        "judge: mind/a.md vs mind/b.md: contradiction: owner vs never", "Lint: 1 finding(s): judge 1.",
+        "judge: mind/a.md vs mind/b.md: contradiction: owner vs never",
+        "Lint: 1 finding(s): judge 1. The judge ruled on 1 of 1 candidate pairs.",
         "recorded in mind/log.md (seq 4)"]
     log = (workspace / "mind/log.md").read_text()
     assert "lint | Lint pass\n\nLint: 1 finding(s): judge 1." in log and "judge: mind/a.md vs mind/b.md" in log
@@ -189,3 +191,41 @@ def test_a_lint_of_the_past_is_not_recorded_as_todays(workspace):
         lines = result.stderr.decode().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and "a lint as of another moment is not recorded" in lines[0]
     assert log_rows(workspace) == before
+
+
+def test_the_judge_says_how_many_pairs_it_ruled_on_and_a_long_verdict_is_recorded_cut(workspace, tmp_path):
+    """Regressions: a word held by more than 50 items paired none, so among 62 entries about deploys no pair was
+    sent and the lint said "no findings." alone; a verdict of 300,000 characters made `--record` fail at the end
+    ("a finding is longer than 2000 characters") after every pair was judged."""
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "dec", "memory/dec.md", check=True)
+    common = "deploys happen on Fridays after canary staging checks pass with owner approval"
+    with Memory.open(workspace) as mem:
+        mem.entry_add("dec", f"[DECISION] 2026-11-01: Production {common}")
+        mem.entry_add("dec", f"[DECISION] 2026-11-02: Production never {common}")
+        for i in range(60):
+            mem.entry_add("dec", f"[DECISION] 2026-11-01: Production {common} number {i}")
+    judge = tmp_path / "judge.sh"
+    judge.write_text("cat > /dev/null\nprintf 'contradiction: '\nhead -c 300000 /dev/zero | tr '\\0' b\n")
+    command = ("lint", "--check", "sources", "--judge", f"sh {judge}")
+    capped = run_mem(*w, *command)
+    said = capped.stdout.decode().splitlines()[-1]
+    assert said.endswith("The judge ruled on 50 of 1891 candidate pairs (those sharing the most terms; "
+                         "--judge-pairs N sends more)."), said
+    result = run_mem(*w, *command, "--judge-pairs", "3", "--record", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["recorded"] is not None, result.stderr
+    assert report["candidates"] == 1891 and len(report["verdicts"]) == 3
+    assert all(len(v["verdict"]) == 500 and v["verdict"].startswith("contradiction: bbb") for v in report["verdicts"])
+    refused = run_mem(*w, *command, "--judge-pairs", "0")
+    assert refused.returncode == 1 and b"--judge-pairs must be 1 or more, not 0" in refused.stderr
+
+
+def test_a_redacted_page_is_no_one_off_type(workspace, tmp_path):
+    """Regression: a page redacted reads as `type: redacted`, which one-off-types reported as the author's choice."""
+    for slug in ("a", "b"):
+        (tmp_path / f"{slug}.md").write_bytes(page(slug.upper(), "some text"))
+        run_mem("-w", workspace, "page", "write", slug, "--file", tmp_path / f"{slug}.md", check=True)
+    run_mem("-w", workspace, "redact", "2", "--reason", "leak", check=True)
+    result = run_mem("-w", workspace, "lint", "--check", "one-off-types")
+    assert result.returncode == 0 and "'redacted'" not in result.stdout.decode(), result.stdout

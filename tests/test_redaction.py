@@ -297,6 +297,8 @@ def test_the_hub_administrator_redacts(team):
     assert "[redacted: private]" in (team / "writer/memory/notes.md").read_text()
     missing = run_mem("hub", "redact", "01a2270a-c5b3-7eca-9806-1025c3bb9d81", "--reason", "x", "--db", team / "hub.db")
     assert missing.returncode == 1 and b"no event" in missing.stderr
+    position = run_mem("hub", "redact", "1", "--reason", "x", "--db", team / "hub.db")  # said "no event 1" as if none
+    assert position.returncode == 2 and b"1 is a number, not an event id: the hub redacts by id" in position.stderr
 
 
 def test_the_first_of_two_redactions_of_one_event_in_a_batch_wins_as_across_batches(workspace):

@@ -41,19 +41,34 @@ def test_mind_log_worked_out_from_the_folds_entries_is_the_one_the_views_render(
             if restored:
                 memory.log.append([new_event(LogRestore(entries=restored), agent="alice", layer="mind")])
                 memory.refresh()
-            tracked = memory.views.written.hashes()
-            seen = {}
-            checks = Prechecks(memory.root, tracked, seen)
-            views = _build(memory, Path(tmp) / "rebuilt.db", None, None, folded=checks.start)
-            rendered = checks.join()
-            digest = hashlib.sha256()
-            for chunk in views.log_chunks():
-                digest.update(chunk.encode("utf-8"))
-            views.close()
-            assert rendered == {LOG_PATH: digest.hexdigest()}
-            on_disk = {memory.root / path: file_hash(memory.root / path) for path in tracked}
-            assert {target: digest for target, (_stat, digest) in seen.items()} == \
-                {target: digest for target, digest in on_disk.items() if digest is not None}
+            _assert_prechecks_hash_what_the_rebuilt_views_render(memory, Path(tmp) / "rebuilt.db")
+
+
+def test_mind_log_hashed_from_batches_of_several_entries_keeps_them_newest_first(memory):
+    """Each batch's block of mind/log.md (bulk.LogBlocks) holds its entries newest first, as the views render them:
+    seven page writes in batches of three, every batch but the last with several entries."""
+    for n in range(7):
+        memory.write_page("a", PAGE.replace(b"# ", f"# Version {n} of ".encode(), 1), f"note {n}")
+    with patch.object(bulk, "BATCH", 3):
+        _assert_prechecks_hash_what_the_rebuilt_views_render(memory, memory.root / "rebuilt.db")
+
+
+def _assert_prechecks_hash_what_the_rebuilt_views_render(memory, rebuilt: Path) -> None:
+    """A rebuild into `rebuilt` with its files' checks (Prechecks) begun as its fold ends: mind/log.md's hash is the
+    rendered file's, and the files on disk are hashed (into `seen`) as `file_hash` does."""
+    tracked = memory.views.written.hashes()
+    seen = {}
+    checks = Prechecks(memory.root, tracked, seen)
+    views = _build(memory, rebuilt, None, None, folded=checks.start)
+    rendered = checks.join()
+    digest = hashlib.sha256()
+    for chunk in views.log_chunks():
+        digest.update(chunk.encode("utf-8"))
+    views.close()
+    assert rendered == {LOG_PATH: digest.hexdigest()}
+    on_disk = {memory.root / path: file_hash(memory.root / path) for path in tracked}
+    assert {target: digest for target, (_stat, digest) in seen.items()} == \
+        {target: digest for target, digest in on_disk.items() if digest is not None}
 
 
 def test_a_hand_edit_made_after_the_files_were_first_hashed_is_still_refused(memory):

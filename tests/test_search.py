@@ -506,6 +506,31 @@ def test_a_bulk_batch_closes_the_page_versions_of_earlier_batches_as_one_update_
         (1, "page", 13), (2, "page", None), (3, "file", None), (4, "page", 12), (5, "page", None)]
 
 
+def test_a_bulk_batch_closes_shared_page_versions_as_one_update_a_row_would():
+    """search._close_shared (a rebuild's batch: staged, one statement) leaves search_history as CLOSE_SHARED row by
+    row did: `until` set on the shared page rows still open that are named (the first seq of an id named twice, as
+    two concurrent versions naming one parent do), no closed or other row touched."""
+    import sqlite3
+
+    def built():
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.execute(search.SCHEMA.split(";")[1])
+        for id, kind, until in ((1, "shared-page", None), (2, "shared-page", None), (3, "page", None),
+                                (4, "shared-page", 7), (5, "shared-page", None)):
+            db.execute("INSERT INTO search_history (id, kind, layer, key, title, body, until, since) VALUES (?, ?, "
+                       "'docs', 'k', 't', 'b', ?, ?)", (id, kind, until, id))
+        return db
+
+    closed = [(10, 1), (11, 3), (12, 4), (13, 1), (14, 9)] + [(n, 100 + n) for n in range(70)]
+    one_by_one, staged = built(), built()
+    one_by_one.executemany(search.CLOSE_SHARED, closed)
+    search._close_shared(staged, closed)
+    rows = "SELECT id, kind, until FROM search_history ORDER BY id"
+    assert staged.execute(rows).fetchall() == one_by_one.execute(rows).fetchall() == [
+        (1, "shared-page", 10), (2, "shared-page", None), (3, "page", None), (4, "shared-page", 7),
+        (5, "shared-page", None)]
+
+
 def test_a_loop_messages_tool_calls_results_and_thinking_are_searchable(memory):
     """Regression: only a loop message's top-level text blocks were indexed; in an agent's transcript most of what
     it did and saw is in tool_use input, tool_result content and thinking, and none of it was found. Ids and an

@@ -70,6 +70,11 @@ def test_a_hand_edit_never_overwrites_a_teammate_silently(team):
     team.mem("reviewer", "sync", check=True)
     for agent in team.agents:
         assert team.mem(agent, "conflicts").returncode == 0
+    rows = log_rows(team.root / "reviewer")
+    again = team.mem("reviewer", "resolve", "drafts/pricing", "--file", merged)  # wrote an identical version
+    assert again.returncode == 1 and again.stderr.decode() == (
+        "error: drafts/pricing has no conflict (one head): write it with `mem page write pricing --layer drafts`\n")
+    assert log_rows(team.root / "reviewer") == rows
 
 
 def test_adopt_and_watch_cover_shared_pages(team):
@@ -253,3 +258,24 @@ def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path
                 if seq_of[event.id] <= as_of and not isinstance(event.body, PageDelete):
                     hits = search.search(mem.views, f"v{index}", as_of=as_of, day="2026-11-30", include_all=True)
                     assert [h.seq for h in hits] == ([seq_of[event.id]] if current(event, as_of) else []), as_of
+
+
+def test_search_flags_a_conflicts_losing_head_whose_text_the_file_does_not_hold(team):
+    """Regression: both heads of a conflict were hits citing the shared file, unflagged, though the file holds only
+    the winner's text: an agent quoting the loser's hit cited words the file does not contain."""
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file",
+             team.page("v0", "Pricing", "base"), check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    for agent in ("writer", "reviewer"):
+        team.mem(agent, "page", "write", "pricing", "--layer", "drafts", "--file",
+                 team.page(agent, "Pricing", f"pricing by the {agent} zebrafish"), check=True)
+    for agent in ("writer", "reviewer", "writer"):
+        team.mem(agent, "sync", check=True)
+    hits = json.loads(team.mem("writer", "search", "zebrafish", "--layer", "drafts", "--json", check=True).stdout)
+    shown = (team.root / "writer" / PRICING).read_text()
+    assert len(hits) == 2
+    for hit in hits:
+        in_file = hit["snippet"].replace("**", "").split("the ")[-1].split(" ")[0] in shown
+        flagged = "conflict: not the version the file shows (`mem conflicts --show`)" in hit["flags"]
+        assert in_file != flagged, (hit, shown)
