@@ -58,5 +58,18 @@ class Team:
         path.write_text(PAGE.format(title=title, text=text))
         return path
 
+    def conflict(self, slug: str, title: str, base: str, text: str, a: str = "writer", b: str = "reviewer") -> None:
+        """Two heads of drafts/SLUG: `a` writes `base`, both sync, each writes `text` (its `{agent}` filled in), and
+        the three syncs that bring each the other's version."""
+        self.mem(a, "page", "write", slug, "--layer", "drafts", "--file", self.page(f"{slug}-0", title, base),
+                 check=True)
+        self.mem(a, "sync", check=True)
+        self.mem(b, "sync", check=True)
+        for agent in (a, b):
+            self.mem(agent, "page", "write", slug, "--layer", "drafts", "--file",
+                     self.page(f"{slug}-{agent}", title, text.format(agent=agent)), check=True)
+        for agent in (a, b, a):
+            self.mem(agent, "sync", check=True)
+
     def stop(self) -> None:
         self.server.stop()

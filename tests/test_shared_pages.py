@@ -263,15 +263,7 @@ def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path
 def test_search_flags_a_conflicts_losing_head_whose_text_the_file_does_not_hold(team):
     """Regression: both heads of a conflict were hits citing the shared file, unflagged, though the file holds only
     the winner's text: an agent quoting the loser's hit cited words the file does not contain."""
-    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file",
-             team.page("v0", "Pricing", "base"), check=True)
-    team.mem("writer", "sync", check=True)
-    team.mem("reviewer", "sync", check=True)
-    for agent in ("writer", "reviewer"):
-        team.mem(agent, "page", "write", "pricing", "--layer", "drafts", "--file",
-                 team.page(agent, "Pricing", f"pricing by the {agent} zebrafish"), check=True)
-    for agent in ("writer", "reviewer", "writer"):
-        team.mem(agent, "sync", check=True)
+    team.conflict("pricing", "Pricing", "base", "pricing by the {agent} zebrafish")
     hits = json.loads(team.mem("writer", "search", "zebrafish", "--layer", "drafts", "--json", check=True).stdout)
     shown = (team.root / "writer" / PRICING).read_text()
     assert len(hits) == 2

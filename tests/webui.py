@@ -28,15 +28,7 @@ class UiWorkspace:
         self.team = team = Team(root, agents=("writer", "reviewer"))
         for agent in ("writer", "reviewer"):
             team.mem(agent, "pull", check=True)
-        team.mem("writer", "page", "write", "launch", "--layer", "drafts", "--file",
-                 team.page("l0", "Launch", "draft zero"), check=True)
-        team.mem("writer", "sync", check=True)
-        team.mem("reviewer", "sync", check=True)
-        for agent in ("writer", "reviewer"):
-            team.mem(agent, "page", "write", "launch", "--layer", "drafts", "--file",
-                     team.page(agent, "Launch", f"the {agent}'s launch text"), check=True)
-        for agent in ("writer", "reviewer", "writer"):
-            team.mem(agent, "sync", check=True)
+        team.conflict("launch", "Launch", "draft zero", "the {agent}'s launch text")
         team.mem("writer", "loop", "append", "--role", "user", "--text", "remember the launch date", check=True)
         self.v1 = self.write("alpha", "Alpha", "first version of alpha", "first")
         self.v2 = self.write("alpha", "Alpha", "second version of alpha", "second")
