@@ -202,7 +202,11 @@ def contract_apply(file: Path, db: str = DbOpt):
     contract = parse_contract(text)
     if not contract.layers:  # an empty or mistaken file would stop every layer being shared
         fail(f"{file} names no layers (a [layers.NAME] table each); the hub's contract stays as it is")
-    position = storage(db).apply_contract(contract)
+    hub = storage(db)
+    current, at = hub.contract()
+    if current == contract:  # another change event would only blur `contract show --at`'s history
+        return typer.echo(f"contract unchanged: the hub's, since hub position {at}, is this one")
+    position = hub.apply_contract(contract)
     typer.echo(f"contract applied at hub position {position}: {', '.join(sorted(contract.layers))}")
 
 

@@ -177,6 +177,21 @@ def test_contract_errors_name_the_layer(tmp_path):
     assert "$" not in line
 
 
+def test_the_same_contract_applied_again_changes_nothing(tmp_path):
+    """Regression: applying an identical file appended another contract change (`contract show --at` history
+    filled with changes that changed nothing)."""
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    contract = tmp_path / "c.toml"
+    contract.write_text('[layers.notes]\npath = "memory/notes.md"\nformat = "entries"\nproducers = ["*"]\n'
+                        'consumers = ["*"]\n')
+    first = run_mem("hub", "contract", "apply", contract, "--db", hub, check=True).stdout
+    again = run_mem("hub", "contract", "apply", contract, "--db", hub, check=True).stdout
+    assert first == b"contract applied at hub position 1: notes\n"
+    assert again == b"contract unchanged: the hub's, since hub position 1, is this one\n"
+    assert b"# hub position 1\n" in run_mem("hub", "contract", "show", "--db", hub, check=True).stdout
+
+
 def test_serve_refuses_unmade_directories_and_a_token_that_is_no_text(tmp_path):
     """--admin-token-file and --ui-dir are made when missing, but not the directories they go in (as with
     --db): a mistyped path is refused before the port is taken or the hub made."""
