@@ -315,11 +315,16 @@ def remote_add(name: str, url: str,
 @remote_app.command("remove")
 def remote_remove(name: str):
     """Forget a remote and its sync positions."""
-    from sync.client import remove_remote
+    from sync.client import load_remotes, remove_remote, unpushed
 
     with memory(refresh=False) as mem:
+        remote = load_remotes(mem).get(name)
+        waiting = unpushed(mem, remote) if remote is not None else 0
         removed = remove_remote(mem, name)
     typer.echo(f"removed remote {removed.name} ({removed.url})")
+    if waiting:
+        typer.echo(f"warning: {event_count(waiting)} of this agent never reached {removed.name}; the next remote "
+                   "added sends them", err=True)
 
 
 @remote_app.command("list")

@@ -189,3 +189,17 @@ def test_pull_follow_long_polls_until_interrupted(team):
     # --json: a JSON object per batch as it lands (a follower never reaches a final report)
     assert {"pulled": 1, "returned": 0} in [{k: b[k] for k in ("pulled", "returned")}
                                            for b in map(json.loads, out.decode().splitlines())], out
+
+
+def test_removing_a_remote_that_never_got_some_events_says_so(tmp_path):
+    """Regression: `mem remote remove` dropped a remote with unpushed events without a word."""
+    from teamhub import Team
+
+    team = Team(tmp_path, agents=("alice",))
+    try:
+        team.mem("alice", "pull", check=True)
+        team.mem("alice", "entry", "add", "insights", "[FACT] not pushed yet", check=True)
+        removed = team.mem("alice", "remote", "remove", "origin", check=True)
+        assert removed.stderr == b"warning: 1 event of this agent never reached origin; the next remote added sends them\n"
+    finally:
+        team.stop()
