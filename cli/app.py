@@ -335,6 +335,13 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     path = file_path(path)
     with memory() as mem:
         text = mem.show(path, as_of(mem, at, seq))
+        if text is None and at is None and seq is None:
+            from projections.history import history
+
+            versions = history(mem, path)
+            if versions and versions[-1].deleted:  # the way back to it, where "does not exist" was all it said
+                fail(f"{path} was deleted at seq {versions[-1].seq}; `mem show {path} --seq {versions[-1].seq - 1}` "
+                     "shows it as it was")
     if text is None:
         fail(f"{path} did not exist then" if at or seq is not None else f"{path} does not exist")
     sys.stdout.write(text)

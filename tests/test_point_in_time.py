@@ -43,8 +43,10 @@ def test_show_page_as_of_times_and_seqs(history):
     assert show(ws, "mind/deploy.md", "--at", t["t2"]).stdout == V2
     assert show(ws, "mind/deploy.md", "--seq", "1").stdout == PAGE
     assert show(ws, "mind/deploy.md", "--seq", "3").stdout == V2
-    gone = show(ws, "mind/deploy.md")
-    assert gone.returncode == 1 and b"does not exist" in gone.stderr
+    gone = show(ws, "mind/deploy.md")  # it said "does not exist" and no more
+    assert gone.returncode == 1 and gone.stderr == (b"error: mind/deploy.md was deleted at seq 4; `mem show "
+                                                    b"mind/deploy.md --seq 3` shows it as it was\n")
+    assert show(ws, "mind/nothing.md").stderr == b"error: mind/nothing.md does not exist\n"
     before = show(ws, "mind/deploy.md", "--at", "2000-01-01")
     assert before.returncode == 1 and b"before this workspace existed" in before.stderr
 
