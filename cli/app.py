@@ -375,16 +375,23 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
     """Every version of a file (or a page by its slug), following renames, now or as of a moment."""
     from projections.history import history as history_of
 
+    from projections.views import page_path
+
     path = file_path(path)
     with memory() as mem:
         versions = history_of(mem, path, as_of(mem, at, seq) if at is not None or seq is not None else None)
+        renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
     if not versions:
         fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
     if json:
         return emit_json(versions)
     for v in versions:
-        gone = "  (deleted)" if v.deleted else ""
-        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{gone}")
+        rename = renames.get(v.seq)  # a rename reads as one, not as a deletion (a redacted one keeps no names)
+        if rename is not None and hasattr(rename, "new"):
+            said = f"  (renamed to {page_path(rename.new)})" if v.deleted else f"  (renamed from {page_path(rename.old)})"
+        else:
+            said = "  (deleted)" if v.deleted else ""
+        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}")
 
 
 # --- the log ------------------------------------------------------------------------------------

@@ -34,3 +34,18 @@ def test_mind_md_and_a_plain_file_have_histories_too(memory):
     assert seqs(memory, "notes/a.txt") == [(3, "file.write", False), (5, "file.write", False),
                                            (6, "file.delete", True)]
     assert diff(memory, "notes/a.txt", 3, 5).endswith("-one\n+two\n")
+
+
+def test_mem_history_names_a_renames_other_path(memory):
+    """Regression: `mem history deploy` showed the rename to release as `mind/deploy.md  (deleted)`."""
+    from conftest import run_mem
+
+    memory.write_page("deploy", PAGE)
+    memory.rename_page("deploy", "release")
+    old = run_mem("-w", memory.root, "history", "deploy", check=True).stdout.decode().splitlines()
+    new = run_mem("-w", memory.root, "history", "release", check=True).stdout.decode().splitlines()
+    assert old[-1].endswith("page.rename    mind/deploy.md  (renamed to mind/release.md)"), old
+    assert new[-1].endswith("page.rename    mind/release.md  (renamed from mind/deploy.md)"), new
+    memory.delete_page("release")
+    assert run_mem("-w", memory.root, "history", "release", check=True).stdout.decode().endswith(
+        "mind/release.md  (deleted)\n")
