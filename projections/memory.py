@@ -459,7 +459,13 @@ class Memory:
             data = msgspec.json.decode(self.contract_path.read_bytes())
         except FileNotFoundError:
             return None
-        return lenient_contract(data.get("layers") if isinstance(data, dict) else None)
+        except msgspec.DecodeError as exc:
+            data = exc
+        if not (isinstance(data, dict) and isinstance(data.get("layers"), dict)):  # it read as no layer at all
+            why = data if isinstance(data, Exception) else "it holds no `layers` object"
+            raise InvalidInput(f"{self.contract_path} is damaged: {why} (remove it: the next `mem pull` fetches the "
+                               "hub's contract again)")
+        return lenient_contract(data["layers"])
 
     def load_contract(self, hub=None, views: Views | None = None):
         """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""

@@ -418,3 +418,13 @@ def test_init_inside_another_workspaces_pages_is_refused(written):
         refused(run_mem("init", "-w", inner, "--agent", "inner"), f"{inner} is inside ", str(written))
         assert not inner.exists()
     assert run_mem("adopt", "-w", written).returncode == 0
+
+
+@pytest.mark.parametrize("stored", [b'{"layers": 5}', b"garbage{", b"[]"])
+def test_a_damaged_contract_copy_is_named_not_read_as_no_layers(tmp_path, stored):
+    """Regression: `{"layers": 5}` read as a contract with no layers ("layer 'insights' is not in the contract
+    (layers: )"), as if the hub had none."""
+    run_mem("init", "-w", tmp_path / "ws", check=True)
+    (tmp_path / "ws/.mem/contract.json").write_bytes(stored)
+    line = refused(run_mem("entry", "add", "insights", "[FACT] x", "-w", tmp_path / "ws"), "contract.json is damaged")
+    assert "the next `mem pull` fetches the hub's contract again" in line
