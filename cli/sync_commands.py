@@ -527,6 +527,9 @@ def show_status(json: bool, fetch: bool) -> None:
                                                      if label == "not written" else ""))
     for c in report.conflicts:
         typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
+    for layer, path in report.not_received.items():
+        typer.echo(f"{'not received:':<17}{layer} (the hub's contract no longer makes this agent a consumer: {path} "
+                   "shows what it had, and no longer changes)")
     for r in report.remotes:
         behind = ("unknown (" + r.hub_error + ")" if r.hub_error else "not asked") if r.behind is None else \
             f"{r.behind}{'+' if r.more_behind else ''} events"

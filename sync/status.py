@@ -4,6 +4,7 @@ cannot, and how far behind the hub this workspace is."""
 import msgspec
 
 from eventstore.errors import MemError
+from eventstore.layers import consumes
 from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
@@ -26,6 +27,7 @@ class SyncStatus(WorkspaceStatus):
     conflicts: list[Conflict] = []
     skipped: list[str] = []  # files a newer version could not be written to: edited by hand
     remotes: list[RemoteStatus] = []
+    not_received: dict[str, str] = {}  # layer -> its path: in the hub's contract, not consumed, yet on disk (frozen)
 
 
 def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus:
@@ -37,7 +39,16 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
     skipped = [p for p in base.hand_edited if p in dirty]
     remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)
                for remote in load_remotes(memory).values()]
-    return SyncStatus(**msgspec.structs.asdict(base), conflicts=conflicts, skipped=skipped, remotes=remotes)
+    return SyncStatus(**msgspec.structs.asdict(base), conflicts=conflicts, skipped=skipped, remotes=remotes,
+                      not_received=not_received(memory))
+
+
+def not_received(memory) -> dict[str, str]:
+    """The hub's layers (as last pulled) this agent no longer consumes whose files it still shows: a consumer taken
+    off a layer keeps what it had, which no longer moves (each layer with its path)."""
+    hub, agent = memory.hub_contract(), memory.config.agent
+    return {name: spec.path for name, spec in sorted((hub.layers if hub else {}).items())
+            if not consumes(hub, agent, name) and (memory.root / spec.path).exists()}
 
 
 def _remote_status(memory, remote, timeout: float) -> RemoteStatus:

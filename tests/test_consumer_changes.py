@@ -205,3 +205,21 @@ def test_a_hub_behind_what_an_agent_pulled_is_told_not_passed_over(tmp_path):
         assert "behind the hub: unknown (remote origin" in status and "behind the hub: 0" not in status, status
     finally:
         team.stop()
+
+
+def test_an_agent_taken_off_a_layer_is_told_its_copy_no_longer_moves(team):
+    """Regression: bob, no longer a consumer of decisions, kept his old memory/decisions.md and `mem status` said
+    "clean" and 0 behind, as if it were current."""
+    entry(team, "decisions", "[DECISION] 2026-11-01: Deploys need an owner ack")
+    team.mem("alice", "push", check=True)
+    team.apply(decisions("bob"))
+    team.mem("bob", "pull", check=True)
+    assert "owner ack" in (team.root / "bob/memory/decisions.md").read_text()
+    assert b"not received" not in team.mem("bob", "status", check=True).stdout
+    team.apply(decisions())
+    team.mem("bob", "pull", check=True)
+    status = team.mem("bob", "status", check=True).stdout.decode()
+    assert "not received:    decisions (the hub's contract no longer makes this agent a consumer: memory/decisions.md " \
+        "shows what it had, and no longer changes)" in status, status
+    report = json.loads(team.mem("bob", "status", "--json", check=True).stdout)
+    assert report["not_received"] == {"decisions": "memory/decisions.md"}
