@@ -164,4 +164,3 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
     if catalog_edited:
         report.refused[MIND_PATH] = (f"its `## Always` lines were adopted, and mind.md rendered again without the other "
                                      f"lines edited: {CATALOG_EDIT}")
-
