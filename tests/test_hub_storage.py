@@ -177,3 +177,17 @@ def test_a_cached_token_state_holds_only_while_nothing_changed_and_is_checked_ag
         assert hub.head() == head + 1
     finally:
         hub.close()
+
+
+def test_the_one_pass_plan_of_a_plain_group_is_plan_groups_and_refuses_every_other_group():
+    """`plain_group` is a shortcut of `plan_group` for the common group; where it plans, the plans must be equal."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest, Redaction
+    from sync.storage import plain_group, plan_group
+
+    batches = [[entry()], [entry(), entry(layer="notes")], [entry(agent="bob")]]
+    assert plain_group(batches, 7) == plan_group(batches, {}, 7)
+    page = new_event(PageIngest(slug="p", frontmatter={"type": "t"}, text="x"), agent="alice", layer="pages")
+    redaction = new_event(Redaction(target_ids=[batches[0][0].id], reason="r"), agent="alice", layer="insights")
+    for other in ([[page]], [[redaction]], [batches[0], batches[0]]):
+        assert plain_group(other, 1) is None
