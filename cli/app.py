@@ -374,6 +374,7 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
 def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Every version of a file (or a page by its slug), following renames, now or as of a moment."""
     from projections.history import history as history_of
+    from projections.history import moved
 
     from projections.views import page_path
 
@@ -381,6 +382,7 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
     with memory() as mem:
         versions = history_of(mem, path, as_of(mem, at, seq) if at is not None or seq is not None else None)
         renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
+        moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if v.kind == "contract.change"}
     if not versions:
         fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
     if json:
@@ -390,7 +392,7 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
         if rename is not None and hasattr(rename, "new"):
             said = f"  (renamed to {page_path(rename.new)})" if v.deleted else f"  (renamed from {page_path(rename.old)})"
         else:
-            said = "  (deleted)" if v.deleted else ""
+            said = moves.get(v.seq) or ("  (deleted)" if v.deleted else "")
         typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}")
 
 

@@ -110,13 +110,19 @@ def summary(event: Event) -> str:
         return f"was {body.original}: {body.reason}"
     if event.kind == "redaction":
         return f"{len(body.target_ids)} event(s): {body.reason}"
+    if event.kind == "contract.change":
+        return _cut("layers: " + ", ".join(sorted(body.layers)))
     for field in ("slug", "line", "path", "summary", "key", "content", "role"):
         value = getattr(body, field, None)
         if isinstance(value, str):
-            return value if len(value) <= 60 else value[:57] + "..."
+            return _cut(value)
     if hasattr(body, "old"):
         return f"{body.old} -> {body.new}"
     return ""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def event_line(event: Event) -> str:

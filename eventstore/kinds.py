@@ -242,7 +242,12 @@ class EntryAppend(Body, tag="entry.append"):
 
 
 class ContractChange(Body, tag="contract.change"):
+    """A contract change. On a hub (layer `_contract`): its contract from then on. In an agent's own log
+    (layer `agent`): the hub's contract this agent took, recorded when it moved, dropped or added a layer's
+    file, with the one it replaced (`previous`), so its files are placed as of any moment (projections.placements)."""
+
     layers: dict[str, Any]
+    previous: dict[str, Any] | None = None
 
 
 class Redaction(Body, tag="redaction"):

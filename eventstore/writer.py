@@ -9,13 +9,15 @@ import mimetypes
 import re
 from typing import Protocol
 
+import msgspec
+
 from . import governance, validate
 from .envelope import Event, new_event
 from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
-from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, EntryAppend, FileDelete,
-                    FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage, PageDelete,
-                    PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
+from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, ContractChange, EntryAppend,
+                    FileDelete, FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage,
+                    PageDelete, PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
 from .layers import AGENT, LOOP, MIND
 
 
@@ -191,6 +193,11 @@ class AdfWriter:
         message.setdefault("status", "unread" if box == "inbox" else "pending")
         body = InboxMessage(message=message) if box == "inbox" else OutboxMessage(message=message)
         return new_event(body, agent=self.agent, layer=AGENT, ts=ts, id=id)
+
+    def contract_taken(self, contract, previous) -> Event:
+        """This agent took the hub's `contract` in place of `previous` (both eventstore.layers.Contract)."""
+        return self._event(ContractChange(layers=msgspec.to_builtins(contract.layers),
+                                          previous=msgspec.to_builtins(previous.layers)), AGENT)
 
     def config_set(self, key: str, value) -> Event:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", key):

@@ -22,13 +22,13 @@ import msgspec
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.governance import GOVERNANCE
 from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
-                              EntryAppend, Lint, LogRestore, PageDelete, PageIngest, PageRelease, PageRename,
-                              PageUpdate)
-from eventstore.layers import MIND
+                              ContractChange, EntryAppend, Lint, LogRestore, PageDelete, PageIngest, PageRelease,
+                              PageRename, PageUpdate)
+from eventstore.layers import AGENT, MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
 
-from . import render, trust
+from . import placements, render, trust
 from .render import hook_of, log_entry, title_of
 from .adf import AdfFold
 from .search import SearchFold
@@ -420,6 +420,8 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                         apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
                         if cls in searched:
                             apply_search(seq, layer or MIND, decoded, id, agent)
+                    elif cls is ContractChange and layer == AGENT:
+                        placements.record(views.db, seq, decoded)
             ts = rows[-1][2] if rows else 0
             del rows, raws, bodies
             first = next(log.read(after=start, limit=1), None)

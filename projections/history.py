@@ -26,13 +26,10 @@ class Version(msgspec.Struct):
 
 
 def _candidates(memory, path: str, upto: int):
-    """The events that may have changed `path` up to seq `upto`, oldest first: a superset, narrowed by
-    comparing texts after. A page's are its rows in the version table, an entries file's its entries,
-    so neither reads more of the log than the file's own events."""
+    """The events that may have changed `path` (no layer's file: see `_layer_file_history`) up to seq `upto`,
+    oldest first: a superset, narrowed by comparing texts after. A page's are its rows in the version table, so
+    it reads no more of the log than the page's own events."""
     views = memory.views
-    shared = views.shared_target(path) if views.contract else None
-    if shared is not None:
-        return (memory.log.get_by_seq(seq) for seq in views.shared.entry_seqs(shared[0], upto))
     if path in (MIND_PATH, LOG_PATH):
         return memory.log.read(kinds=sorted(WIKI_KINDS), layers=[MIND], upto=upto)
     slug = slug_of(path)
@@ -46,25 +43,54 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
 
     A page renamed into `path` brings the versions it had under its older name (like `git log --follow`)."""
     head = memory.seq_at() if upto is None else upto
+    tenure = memory.views.tenure(path, head)
+    if tenure is not None:
+        return _layer_file_history(memory, path, *tenure, head)
     versions, last = [], None
-    target = memory.views.shared_target(path) if memory.views.contract else None
-    if target is not None and target[1] is not None:
-        return _shared_page_history(memory, path, *target, head)
-    entries = target is not None
     for event in _candidates(memory, path, head):
-        if entries:  # every entry adds its line: a version each, without rendering the file each time
-            versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
-                                    agent=event.agent, kind=event.kind, deleted=False))
-            continue
         text = memory.show(path, event.seq)
         if text != last:
-            versions.append(Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at),
-                                    agent=event.agent, kind=event.kind, deleted=text is None))
+            versions.append(_version(path, event, text is None))
             last = text
     first = memory.log.get_by_seq(versions[0].seq) if versions and slug_of(path) else None
     if first is not None and isinstance(first.body, PageRename) and first.body.new == slug_of(path):
         versions = history(memory, page_path(first.body.old), first.seq - 1) + versions
     return versions
+
+
+def _layer_file_history(memory, path: str, layer: str, slug: str | None, since: int, until: int | None,
+                        head: int) -> list[Version]:
+    """The versions of a layer's file while it was at `path` (Views.tenure): from the contract change that put
+    it there (a version, if it had anything then) to the one that moved or dropped it (`deleted`)."""
+    upto = head if until is None else until - 1
+    if slug is not None:
+        versions = _shared_page_history(memory, path, layer, slug, upto)
+    else:  # every entry adds its line: a version each, without rendering the file each time
+        versions = [_version(path, memory.log.get_by_seq(seq), False)
+                    for seq in memory.views.shared.entry_seqs(layer, upto)]
+    if since:
+        versions = [v for v in versions if v.seq > since]
+        if memory.show(path, since) is not None:
+            versions.insert(0, _version(path, memory.log.get_by_seq(since), False))
+    if until is not None and memory.show(path, until - 1) is not None:
+        versions.append(_version(path, memory.log.get_by_seq(until), True))
+    return versions
+
+
+def moved(memory, path: str, version: Version) -> str:
+    """What a contract change did to the layer file at `path` (a version of kind `contract.change`): moved it
+    there or away, or dropped its layer."""
+    views = memory.views
+    layer, slug = views.shared_target(path, version.seq - 1 if version.deleted else version.seq)
+    other = views.shared_path(layer, slug, version.seq if version.deleted else version.seq - 1)
+    if version.deleted:
+        return f"moved to {other}" if other else f"layer {layer} dropped from the contract"
+    return f"moved from {other}" if other else f"layer {layer} placed here by the contract"
+
+
+def _version(path: str, event, deleted: bool) -> Version:
+    return Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at), agent=event.agent,
+                   kind=event.kind, deleted=deleted)
 
 
 def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) -> list[Version]:
@@ -73,9 +99,7 @@ def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) ->
     for seq, winner in memory.views.shared.winners(layer, slug, upto):
         text = None if winner[3] else render.page(*_page_of(winner[4]))
         if text != last:
-            event = memory.log.get_by_seq(seq)
-            versions.append(Version(path=path, seq=seq, recorded_at=format_instant(event.recorded_at),
-                                    agent=event.agent, kind=event.kind, deleted=text is None))
+            versions.append(_version(path, memory.log.get_by_seq(seq), text is None))
             last = text
     return versions
 

@@ -35,7 +35,7 @@ from .fold import catch_up
 from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
                           written_hash)
 from .shared import SharedPage
-from .views import LOG_PATH, MIND_PATH, Views, page_path, slug_of
+from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
 
 
 def below_zero(name: str, value: int) -> InvalidInput:
@@ -222,7 +222,7 @@ class Memory:
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
                 catch_up(self.log, self.views, upto=head, progress=progress)
-                self.views.set_contract(self.load_contract())  # local layers come and go with config events
+                self.views.set_contract(self.hub_contract())  # local layers come and go with config events
                 if files:
                     self.last_report = materialize(self.views, self.root, force=force)
                 return self.last_report
@@ -467,9 +467,9 @@ class Memory:
                                "hub's contract again)")
         return lenient_contract(data["layers"])
 
-    def load_contract(self, hub=None, views: Views | None = None):
-        """The hub's contract (as last pulled) with the local layers declared in `views` (these views)."""
-        return local_layers.merged(hub if hub is not None else self.hub_contract(), (views or self.views).config(),
+    def load_contract(self, hub=None):
+        """The hub's contract (as last pulled) with the local layers the views' config declares."""
+        return local_layers.merged(hub if hub is not None else self.hub_contract(), self.views.config(),
                                    self.config.agent)
 
     def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
@@ -477,12 +477,16 @@ class Memory:
         return self.config_set(f"layers.{name}", {"path": path, "format": format})
 
     def set_contract(self, contract) -> bool:
-        """Keeps the hub's contract for rendering shared layers; True when it changed."""
+        """Keeps the hub's contract for rendering shared layers; True when it changed. One that moves, drops or
+        adds a layer's file is recorded in the log first (projections.placements: the past keeps its places)."""
         if self.load_contract(contract) == self.views.contract:
             return False
-        write_atomic(self.contract_path, [msgspec.json.encode(contract)])
         with self.lock():
-            self.views.set_contract(self.load_contract(contract))
+            previous = self.hub_contract()
+            if previous is not None and placement(previous) != placement(contract):
+                self.log.append([self.adf_writer.contract_taken(contract, previous)])
+            write_atomic(self.contract_path, [msgspec.json.encode(contract)])
+            self.views.set_contract(contract)
             self.refresh()
         return True
 
@@ -502,6 +506,17 @@ class Memory:
                                           "remote; or a person declares a local layer with `mem layer add NAME PATH`)"))
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
+
+    def logged_layer(self, layer: str) -> None:
+        """Refuses a layer to read the log by that the contract does not name and the log holds nothing of (a
+        typo); a layer dropped from the contract is read as it was."""
+        if layer in PRIVATE_LAYERS or self.views.shared.holds(layer):
+            return
+        contract = self.views.contract
+        if contract is None or layer not in contract.layers:
+            known = [*sorted(PRIVATE_LAYERS), *sorted(set(contract.layers if contract else ())
+                                                      | set(self.views.shared.held_layers()))]
+            raise InvalidInput(f"layer {layer!r} is not in the contract, nor in the log (layers: {', '.join(known)})")
 
     def shared_layer(self, layer: str, format: str, allow_secret: bool = False, *, produce: bool = True):
         spec = self.layer_spec(layer)
@@ -681,8 +696,8 @@ class Memory:
         return self.views.shared_listing(as_of)
 
     def contract_as_of(self, as_of: int):
-        """The contract then: the hub's as last pulled, with the local layers declared by `as_of`."""
-        return local_layers.merged(self.hub_contract(), self.views.config(as_of), self.config.agent)
+        """The contract then: the hub's this agent had taken, with the local layers declared by `as_of`."""
+        return self.views.contract_at(as_of)
 
     def layer_of(self, path: str) -> str:
         """The shared layer a file belongs to ("" for the agent's own files)."""
@@ -697,9 +712,8 @@ class Memory:
         slug = getattr(body, "new", None) or getattr(body, "slug", None)
         if event.layer == MIND:
             return page_path(slug) if slug else None
-        if self.views.contract and event.layer in self.views.contract.layers:
-            return self.views.shared_path(event.layer, slug)
-        return getattr(body, "path", None)
+        shared = self.views.shared_path(event.layer, slug, event.seq)
+        return shared if shared is not None else getattr(body, "path", None)
 
     def file_text(self, path: str, as_of: int | None = None) -> str | None:
         """Any file's text as of a seq: the wiki's, a shared layer's, or one in adf_files."""
@@ -708,7 +722,7 @@ class Memory:
     def events(self, *, kinds=None, layers=None, since_ms: int | None = None, limit: int | None = None) -> list[Event]:
         """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
         for layer in layers or ():
-            self.layer_spec(layer, private=True)
+            self.logged_layer(layer)
         for kind in kinds or ():
             if kind not in KINDS:
                 raise NotFound(f"there is no event kind {kind!r} (kinds: {', '.join(sorted(KINDS))})")
@@ -768,7 +782,7 @@ class Memory:
         from . import search
 
         for layer in filters.get("layers") or ():
-            self.layer_spec(layer, private=True)
+            self.logged_layer(layer)
         if filters.get("limit", 1) < 1:  # 0 said "no matches", as if nothing matched
             raise InvalidInput(f"-n must be 1 or more (how many hits to show), not {filters['limit']}",
                                for_tools=f"n must be 1 or more (how many hits to show), not {filters['limit']}")

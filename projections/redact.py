@@ -88,7 +88,7 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
         raise InvalidInput(f"--match {pattern!r} is not a regular expression: {exc}",
                            for_tools=f"match {pattern!r} is not a regular expression: {exc}") from None
     if layer:
-        memory.layer_spec(layer, private=True)
+        memory.logged_layer(layer)
     hits = []
     for row in memory.log.read_rows(layers=[layer] if layer else None):
         seq, kind, codec, body = row[0], row[6], row[7], row[8]

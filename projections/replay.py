@@ -42,7 +42,7 @@ def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] 
     else:
         views = bulk.build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
                            upto=upto, progress=progress, folded=folded)
-    views.set_contract(memory.load_contract(views=views))
+    views.set_contract(memory.hub_contract())
     return views
 
 

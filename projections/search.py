@@ -983,13 +983,13 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         citation = f"adf-file://{path}"
     elif kind == "shared-page":
         slug = key.split("/", 1)[1]
-        path = views.shared_path(layer, slug) or f"{key}.md"
+        path = _placed(views, layer, slug, as_of, id, flags) or f"{key}.md"
         citation = f"adf-file://{path}"
         winner = views.shared.winner(layer, slug, as_of)
         if winner is not None and winner[0] != ref:  # a losing head of a conflict: its text is not in the file
             flags.append("conflict: not the version the file shows (`mem conflicts --show`)")
     elif kind == "entry":
-        path = views.shared_path(layer) or layer
+        path = _placed(views, layer, None, as_of, id, flags) or layer
         citation = ref
     elif kind == "loop":
         removed = views.loop_removed(id)
@@ -1003,6 +1003,17 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         citation = f"adf-file://{key}"
     return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
                status=status, flags=flags, layer=layer, type=type, score=_score(score))
+
+
+def _placed(views, layer: str, slug: str | None, as_of: int, seq: int, flags: list[str]) -> str | None:
+    """Where a hit's layer file was as of the search's moment; for a layer the contract then no longer placed
+    (dropped), where it was when the hit was written, flagged so."""
+    path = views.shared_path(layer, slug, as_of)
+    if path is None:
+        path = views.shared_path(layer, slug, seq)
+        if path is not None:
+            flags.append(f"layer {layer} was dropped from the contract")
+    return path
 
 
 def page_trust(views, as_of: int | None = None) -> dict[str, tuple[str | None, str | None]]:

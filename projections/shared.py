@@ -131,6 +131,16 @@ class SharedViews:
             f"SELECT id FROM entries WHERE id >= ? AND id < ?{in_layer} ORDER BY id LIMIT 2",
             (prefix, prefix + "\uffff", *([layer] if layer is not None else [])))]
 
+    def holds(self, layer: str) -> bool:
+        """Whether these views hold anything of `layer` (an entry, a page version): two seeks."""
+        return any(self.db.execute(f"SELECT 1 FROM {table} WHERE layer = ? LIMIT 1", (layer,)).fetchone()
+                   for table in ("entries", "shared_versions"))
+
+    def held_layers(self) -> list[str]:
+        """Every layer these views hold anything of."""
+        return sorted({layer for (layer,) in self.db.execute(
+            "SELECT DISTINCT layer FROM entries UNION SELECT DISTINCT layer FROM shared_versions")})
+
     def has_entries(self, layer: str, as_of: int) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",
                                (layer, as_of)).fetchone() is not None

@@ -15,7 +15,7 @@ from eventstore.instants import format_instant
 from eventstore.readonly import connect, read_only
 from eventstore.recorder import id_text
 
-from . import activity, adf, local_layers, render, search, shared
+from . import activity, adf, local_layers, placements, render, search, shared
 
 SCHEMA_VERSION = "8"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
@@ -50,7 +50,7 @@ PAGE_TIMES = ("SELECT j.value, (SELECT ts FROM page_versions WHERE slug = j.valu
 """Views.wiki_files_meta: each page's (slug, first version's ts, last version's ts) as of a seq."""
 
 VIEW_TABLES = ("page_versions", "pages", "always_versions", "log_entries", "page_releases", "loop_rows", "audit_rows", "file_versions",
-               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", *shared.TABLES, *search.TABLES)
+               "config_versions", "adf_meta", "adf_inbox", "adf_outbox", placements.TABLE, *shared.TABLES, *search.TABLES)
 MIND_PATH = "mind.md"
 LOG_PATH = "mind/log.md"
 KEPT_ASIDE = "imported/"
@@ -152,19 +152,23 @@ class Views:
         else:
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
+        self.hub, self.agent = contract, agent
         self.contract = contract
+        self._placed: dict[tuple, object] = {}
         self.shared = shared.SharedViews(self.db)
         self.written = WrittenFiles(self.db)
         self.activity = activity.Activity(self.db)
         self._versions_as_of: tuple = (None, [])
         self.started_over = False
         if read_only(self.db) and self._current():  # unwritable storage: read as they are
-            self.contract = local_layers.merged(contract, self.config(), agent) if agent is not None else contract
+            self.contract = self._merged(contract)
+            self._placed_by_log = placements.present(self.db)
             return
         with self.transaction():
             if search.outdated(self.db) or _without_releases(self.db) or self._older_schema():
                 self._start_over()
-            for statement in (SCHEMA + adf.SCHEMA + shared.SCHEMA + search.SCHEMA + activity.SCHEMA).split(";"):
+            for statement in ";".join((SCHEMA, adf.SCHEMA, shared.SCHEMA, search.SCHEMA, activity.SCHEMA,
+                                       placements.SCHEMA)).split(";"):
                 if statement.strip():
                     self.db.execute(statement)
             adf.init_meta(self.db)
@@ -173,8 +177,15 @@ class Views:
                             "WHERE value != excluded.value", (SCHEMA_VERSION,))
             self.written.track([MIND_PATH, LOG_PATH])
         search.init(self.db)  # sqlite-utils, which commits on its own: outside the transaction
-        if agent is not None:
-            self.contract = local_layers.merged(contract, self.config(), agent)
+        self._placed_by_log = True
+        self.contract = self._merged(contract)
+
+    def _merged(self, hub, config: dict | None = None):
+        """`hub` (the hub's contract) with the local layers declared in `config` (now: the views' own), when
+        these views know their agent."""
+        if self.agent is None:
+            return hub
+        return local_layers.merged(hub, self.config() if config is None else config, self.agent)
 
     def close(self) -> None:
         self.db.close()
@@ -214,12 +225,16 @@ class Views:
             raise
         self.db.execute("COMMIT")
 
-    def set_contract(self, contract) -> bool:
-        """Places the shared layers by a new contract: every file it moves is marked to be written
-        (or removed). True when it changed."""
+    def set_contract(self, hub) -> bool:
+        """Places the layers by a new contract of the hub (with the local layers the config declares now):
+        every file it moves is marked to be written (or removed). True when it changed."""
+        if hub != self.hub:
+            self.hub = hub
+            self._placed.clear()
+        contract = self._merged(hub)
         if contract == self.contract:
             return False
-        moved = _placement(contract) != _placement(self.contract)
+        moved = placement(contract) != placement(self.contract)
         old = self.shared_paths() if self.contract and moved else []
         self.contract = contract
         if moved:  # a change of producers or consumers alone leaves every file (and any hand edit) as it is
@@ -325,17 +340,51 @@ class Views:
 
     # --- shared layers ------------------------------------------------------------------------
 
-    def shared_path(self, layer: str, slug: str | None = None) -> str | None:
-        """Where a shared layer (or one page of it) is written, per the contract; None if unknown."""
-        spec = self.contract.layers.get(layer) if self.contract else None
+    def contract_at(self, as_of: int | None = None):
+        """The contract that placed the layers' files as of a seq (now: None): the one place that answers
+        where a layer's file was then (projections.placements). Kept per the seqs that decide it."""
+        if as_of is None or not self._placed_by_log:
+            return self.contract
+        taken, first, configured = key = self.db.execute(placements.IN_FORCE, (as_of,)).fetchone()
+        placed = self._placed.get(key)
+        if placed is None:
+            if len(self._placed) > 256:
+                self._placed.clear()
+            hub = placements.hub_contract(self.db, taken, first)
+            config = adf.DEFAULT_CONFIG if configured is None else json.loads(self.db.execute(
+                "SELECT config_json FROM config_versions WHERE seq = ?", (configured,)).fetchone()[0])
+            placed = self._placed[key] = self._merged(self.hub if hub is None else hub, config)
+        return placed
+
+    def tenure(self, path: str, upto: int) -> tuple[str, str | None, int, int | None] | None:
+        """(layer, slug, since, until) of the last stretch up to seq `upto` in which one layer's file (or page)
+        was at `path`: from the contract change at `since` (0: from the start) to the one at `until` that moved or
+        dropped it (None: it still is there at `upto`). None when no layer's file was ever there."""
+        changes = placements.changes(self.db, upto) if self._placed_by_log else []
+        owner, until = self.shared_target(path, upto), None
+        for seq in changes:
+            if owner is not None:
+                if self.shared_target(path, seq - 1) != owner:
+                    return (*owner, seq, until)
+            else:
+                owner, until = self.shared_target(path, seq - 1), seq
+        return (*owner, 0, until) if owner is not None else None
+
+    def shared_path(self, layer: str, slug: str | None = None, as_of: int | None = None) -> str | None:
+        """Where a shared layer (or one page of it) is written as of a seq (now: None); None if no contract
+        placed it then."""
+        contract = self.contract_at(as_of)
+        spec = contract.layers.get(layer) if contract else None
         if spec is None:
             return None
         if spec.format == "entries":
             return spec.path
         return f"{spec.path}{slug}.md" if slug else None
 
-    def shared_target(self, path: str) -> tuple[str, str | None] | None:
-        for name, spec in (self.contract.layers.items() if self.contract else ()):
+    def shared_target(self, path: str, as_of: int | None = None) -> tuple[str, str | None] | None:
+        """The (layer, slug) whose file is `path` as of a seq (now: None); slug None for an entries file."""
+        contract = self.contract_at(as_of)
+        for name, spec in (contract.layers.items() if contract else ()):
             if spec.format == "entries" and path == spec.path:
                 return name, None
             if spec.format == "pages" and path.startswith(spec.path) and path.endswith(".md"):
@@ -369,7 +418,8 @@ class Views:
         """The path of every shared file with a version by a seq, deleted pages included: a cheap list to
         pick from (`shared_paths` reads each page's heads to leave the deleted ones out)."""
         paths = []
-        for name, spec in (self.contract.layers.items() if self.contract else ()):
+        contract = self.contract_at(as_of)
+        for name, spec in (contract.layers.items() if contract else ()):
             if spec.format == "entries":
                 if self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1", (name, as_of)).fetchone():
                     paths.append(spec.path)
@@ -378,9 +428,11 @@ class Views:
         return sorted(paths)
 
     def shared_paths(self, as_of: int | None = None) -> list[str]:
+        """The shared files that exist as of a seq (now: None), each where the contract then placed it."""
+        contract = self.contract_at(as_of)
         as_of = self.checkpoint() if as_of is None else as_of
         paths = []
-        for name, spec in (self.contract.layers.items() if self.contract else ()):
+        for name, spec in (contract.layers.items() if contract else ()):
             if spec.format == "entries":
                 if self.shared.has_entries(name, as_of):
                     paths.append(spec.path)
@@ -390,23 +442,26 @@ class Views:
         return sorted(paths)
 
     def file_chunks(self, path: str, as_of: int | None = None) -> Iterator[str] | None:
-        """The chunks of a materialised file's text as of a seq, or None when it does not exist then."""
-        target = self.shared_target(path) if self.contract else None
-        if target is not None:
-            as_of = self.checkpoint() if as_of is None else as_of
-            layer, slug = target
-            text = (self.shared.render_entries(layer, as_of) if slug is None
-                    else self.shared.page_text(layer, slug, as_of))
-            if slug is None and text == f"# {layer}\n\n":
-                return None
-            return iter([text]) if text is not None else None
+        """The chunks of a materialised file's text as of a seq, or None when it does not exist then. The wiki's
+        files first: no layer's path is in the wiki (eventstore.layers.path_problem)."""
         if path == MIND_PATH:
             return iter([self.mind(as_of)])
         if path == LOG_PATH:
             return self.log_chunks(as_of)
         slug = slug_of(path)
-        content = self.page(slug, as_of) if slug else None
-        return iter([content]) if content is not None else None
+        if slug is not None:
+            content = self.page(slug, as_of)
+            return iter([content]) if content is not None else None
+        target = self.shared_target(path, as_of)
+        if target is None:
+            return None
+        as_of = self.checkpoint() if as_of is None else as_of
+        layer, slug = target
+        text = (self.shared.render_entries(layer, as_of) if slug is None
+                else self.shared.page_text(layer, slug, as_of))
+        if slug is None and text == f"# {layer}\n\n":
+            return None
+        return iter([text]) if text is not None else None
 
     def file_text(self, path: str, as_of: int | None = None) -> str | None:
         chunks = self.file_chunks(path, as_of)
@@ -571,6 +626,6 @@ class Views:
                 for table in VIEW_TABLES}
 
 
-def _placement(contract) -> dict[str, tuple[str, str]]:
+def placement(contract) -> dict[str, tuple[str, str]]:
     """Where and how each shared layer is rendered: all of a contract that decides its files."""
     return {name: (spec.path, spec.format) for name, spec in (contract.layers.items() if contract else ())}

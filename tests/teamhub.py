@@ -1,5 +1,6 @@
 """A team of agents on one `mem serve` hub (a real subprocess on 127.0.0.1), driven through `mem`."""
 
+import json
 from pathlib import Path
 
 from conftest import run_mem
@@ -24,6 +25,12 @@ consumers = ["*"]
 """
 
 PAGE = "---\ntype: draft\n---\n# {title}\n\n{text}\n"
+
+
+def layer(name: str, path: str, format: str = "entries", producers=("*",), consumers=("*",)) -> str:
+    """One layer of a contract, in TOML."""
+    return (f"\n[layers.{name}]\npath = {json.dumps(path)}\nformat = {json.dumps(format)}\n"
+            f"producers = {json.dumps(list(producers))}\nconsumers = {json.dumps(list(consumers))}\n")
 
 
 class Team:

@@ -12,11 +12,7 @@ import pytest
 from conftest import log_rows, mem_command, run_mem
 from projections.memory import Memory
 from sync.client import _Tally, get_remote, HubClient
-from teamhub import Team
-
-def layer(name: str, path: str, format: str = "entries", producers=("*",), consumers=("*",)) -> str:
-    return (f"\n[layers.{name}]\npath = {json.dumps(path)}\nformat = {json.dumps(format)}\n"
-            f"producers = {json.dumps(list(producers))}\nconsumers = {json.dumps(list(consumers))}\n")
+from teamhub import Team, layer
 
 
 INSIGHTS = layer("insights", "memory/insights.md")

@@ -1,0 +1,108 @@
+"""Point-in-time reads place each layer's file by the contract in force then: a layer dropped from the hub's
+contract reads as it was while it was shared, a moved one at its old path for the moments before the move
+(found by a newcomer run: both read by today's contract, so the dropped layer's past "never existed").
+
+A real hub (`mem serve` on 127.0.0.1) and real `mem` subprocesses."""
+
+import json
+
+import pytest
+
+from conftest import log_rows
+from teamhub import Team, layer
+
+OPS = layer("ops", "memory/ops.md")
+INSIGHTS = layer("insights", "memory/insights.md")
+
+
+def placed(root: str) -> str:
+    return layer("notes", f"{root}/notes.md") + layer("drafts", f"{root}/drafts/", "pages")
+
+
+@pytest.fixture
+def team(tmp_path):
+    team = Team(tmp_path, agents=("alice",), contract=OPS + INSIGHTS)
+    yield team
+    team.stop()
+
+
+def out(result) -> str:
+    return result.stdout.decode()
+
+
+def test_a_dropped_layer_reads_as_it_was_while_it_was_shared(team, tmp_path):
+    team.mem("alice", "entry", "add", "ops", "[EPISODE] 2026-12-01: pager fired at 03:00", check=True)
+    team.mem("alice", "push", check=True)
+    team.apply(INSIGHTS)  # ops is dropped
+    team.mem("alice", "pull", check=True)
+    alice = tmp_path / "alice"
+
+    assert not (alice / "memory/ops.md").exists()  # the workspace follows the contract now...
+    assert any(row[5] == "ops" for row in log_rows(alice))  # ...and the log keeps the layer's events
+    shown = team.mem("alice", "show", "memory/ops.md", "--seq", "1", check=True)
+    assert out(shown) == "# ops\n\n[EPISODE] 2026-12-01: pager fired at 03:00\n"
+    history = out(team.mem("alice", "history", "memory/ops.md", check=True)).splitlines()
+    assert [line.split()[3] for line in history] == ["entry.append", "contract.change"], history
+    assert history[1].endswith("memory/ops.md  (layer ops dropped from the contract)")
+    after = team.mem("alice", "show", "memory/ops.md", "--seq", history[1].split()[0])
+    assert after.returncode == 1 and b"did not exist then" in after.stderr
+
+    log = out(team.mem("alice", "log", "--layer", "ops", check=True))
+    assert "entry.append   pager fired at 03:00" in log
+    typo = team.mem("alice", "log", "--layer", "opz")
+    assert typo.returncode == 1 and typo.stderr.decode() == (
+        "error: layer 'opz' is not in the contract, nor in the log (layers: agent, loop, mind, insights, ops)\n")
+
+    then = out(team.mem("alice", "search", "pager", "--seq", "1", check=True))
+    assert "— memory/ops.md (entry)\n" in then, then
+    now = out(team.mem("alice", "search", "pager", check=True))
+    assert "— memory/ops.md (entry) · FLAGGED: layer ops was dropped from the contract" in now, now
+
+    team.mem("alice", "checkout", tmp_path / "then", "--seq", "1", check=True)
+    assert (tmp_path / "then/memory/ops.md").read_text().endswith("pager fired at 03:00\n")
+    believed = json.loads(out(team.mem("alice", "believed", "--seq", "1", "--json", check=True)))
+    assert "pager fired" in believed["shared"]["memory/ops.md"]
+
+    team.mem("alice", "replay", check=True)  # the views built again from the log place it the same
+    assert out(team.mem("alice", "show", "memory/ops.md", "--seq", "1", check=True)) == out(shown)
+
+
+def test_a_moved_layer_reads_at_its_old_path_before_the_move(tmp_path):
+    team = Team(tmp_path, agents=("alice",), contract=placed("memory"))
+    try:
+        team.mem("alice", "entry", "add", "notes", "[FACT] 2026-12-01: one", check=True)
+        team.mem("alice", "page", "write", "plan", "--layer", "drafts", "--file", team.page("plan", "Plan", "first"),
+                 check=True)
+        team.mem("alice", "push", check=True)
+        before = len(log_rows(tmp_path / "alice"))  # the moment before the move
+        team.apply(placed("team"))
+        team.mem("alice", "pull", check=True)
+        team.mem("alice", "entry", "add", "notes", "[FACT] 2026-12-01: two", check=True)
+    finally:
+        team.stop()
+    head = len(log_rows(tmp_path / "alice"))
+
+    def checkout(seq: int) -> list[str]:
+        target = tmp_path / f"at-{seq}"
+        team.mem("alice", "checkout", target, "--seq", seq, check=True)
+        return sorted(str(p.relative_to(target)) for p in target.rglob("*.md") if not p.is_relative_to(target / "mind"))
+
+    assert checkout(before) == ["memory/drafts/plan.md", "memory/notes.md", "mind.md"]
+    assert checkout(head) == ["mind.md", "team/drafts/plan.md", "team/notes.md"]
+    assert out(team.mem("alice", "show", "memory/notes.md", "--seq", before, check=True)).endswith("one\n")
+    assert team.mem("alice", "show", "team/notes.md", "--seq", before).returncode == 1
+    old = out(team.mem("alice", "history", "memory/notes.md", check=True)).splitlines()
+    assert old[-1].endswith("contract.change memory/notes.md  (moved to team/notes.md)"), old
+    new = out(team.mem("alice", "history", "team/notes.md", check=True)).splitlines()
+    assert new[0].endswith("contract.change team/notes.md  (moved from memory/notes.md)") and len(new) == 2, new
+    page = out(team.mem("alice", "history", "memory/drafts/plan.md", check=True)).splitlines()
+    assert [line.split()[3] for line in page] == ["page.ingest", "contract.change"], page
+    assert "— memory/drafts/plan.md (shared-page)" in out(team.mem("alice", "search", "first", "--seq", before,
+                                                                     check=True))
+
+
+def test_a_change_of_producers_alone_records_nothing(team, tmp_path):
+    """Only a contract that moves, drops or adds a layer's file is recorded: seqs stay as they were otherwise."""
+    team.apply(layer("ops", "memory/ops.md", producers=["alice"]) + INSIGHTS)
+    team.mem("alice", "pull", check=True)
+    assert log_rows(tmp_path / "alice") == []
