@@ -7,10 +7,12 @@ make a private layer shared; the hub and the client refuse them again, independe
 """
 
 import posixpath
+import re
 from typing import Annotated, Literal, get_args
 
 import msgspec
 
+from .errors import InvalidInput
 from .kinds import ENTRIES, PAGES, kinds_of
 
 MIND = "mind"
@@ -41,8 +43,18 @@ LayerName = Annotated[str, msgspec.Meta(
     pattern=LAYER_NAME_PATTERN,
     description="lowercase letters, digits, '-' or '_', starting with a letter; not one of "
                 + ", ".join(sorted(PRIVATE_LAYERS)))]
-AgentPattern = Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_-]{0,63})$")]
+AGENT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+"""An agent's name: what a contract can name (AgentPattern), so what `mem init` and `mem hub agent add` take."""
+AgentPattern = Annotated[str, msgspec.Meta(pattern=rf"^(\*|{AGENT_NAME})$")]
 AgentList = Annotated[list[AgentPattern], msgspec.Meta(min_length=1)]
+
+
+def check_agent_name(name: str) -> None:
+    """Refuses a name no contract could name (its producers and consumers match AGENT_NAME), so that an agent is never
+    one only `*` reaches."""
+    if not isinstance(name, str) or re.fullmatch(AGENT_NAME, name, re.ASCII) is None:
+        raise InvalidInput(f"agent name {name!r} must be 1 to 64 ASCII letters, digits, '-' or '_', starting with a "
+                           "letter or digit")
 
 
 def is_reserved(layer: str) -> bool:

@@ -530,14 +530,16 @@ def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
 
 
 MERGES_DEFERRED = (("hashsize", 16 << 20), ("automerge", 0), ("crisismerge", 1000))
-"""FTS5's settings in the writer, for search_history_fts: a batch's entries written out as one segment at its commit
-(`hashsize`: the bytes of entries held, 1 MB by default), and no segments merged as they come (`automerge` 0, and
-`crisismerge` far off: FTS5 merges a level that many segments reach); `_merge` merges them all at once ('optimize'),
-as the last batches come (MERGE_AHEAD), else at the end. FTS5 by default merges four segments of a level into one
-of the next as they come: every entry rewritten at each of three or four levels on a million events, against once
-here, into one segment (and the last batches' few), which searches of the past read faster than the nine or ten
-automerge leaves. FTS5 keeps the settings in search_history_fts_config: `_commit_last` takes them out, so the views
-hold FTS5's defaults, as a fold's."""
+"""FTS5's settings in the writer, for both full-text indexes (BUILT_FTS): a batch's entries written out as one segment
+at its commit (`hashsize`: the bytes of entries held, 1 MB by default), and no segments merged as they come
+(`automerge` 0, and `crisismerge` far off: FTS5 merges a level that many segments reach); `_merge` merges them all at
+once ('optimize'), as the last batches come (MERGE_AHEAD), else at the end. FTS5 by default merges four segments of a
+level into one of the next as they come: every entry rewritten at each of three or four levels on a million events,
+against once here, into one segment (and the last batches' few), which searches read faster than the nine or ten
+automerge leaves. search_history_fts takes every version; search_docs_fts every entry of a team's layers (a version
+of a page only once the page's last one is known, `index_open`). FTS5 keeps the settings in each index's `_config`
+table: `_commit_last` takes them out, so the views hold FTS5's defaults, as a fold's."""
+BUILT_FTS = ("search_history_fts", "search_docs_fts")
 MERGE_AHEAD = 10
 """Batches still to come when the writer merges the full-text index's segments (HistoryWriter.near_end): the fold's
 last batches take about as long as the merge, which the writer, as fast as the fold or faster, makes meanwhile."""
@@ -546,23 +548,27 @@ _MERGE_NOW = 0xFFFFFFFF
 
 
 def _defer_merges(db) -> None:
-    for key, value in MERGES_DEFERRED:
-        db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES (?, ?)", (key, value))
+    for table in BUILT_FTS:
+        for key, value in MERGES_DEFERRED:
+            db.execute(f"INSERT INTO {table} ({table}, rank) VALUES (?, ?)", (key, value))
 
 
 def _merge(db) -> None:
-    db.execute("INSERT INTO search_history_fts (search_history_fts) VALUES ('optimize')")
+    for table in BUILT_FTS:
+        db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
 
 
 def _commit_last(db, merged: bool = False) -> None:
-    """The writer's last commit: every search_history_fts segment merged into one (unless `merged` already, as the
-    last batches came), and FTS5's settings back to their defaults (MERGES_DEFERRED)."""
+    """The writer's last commit: every segment of each full-text index merged into one (unless `merged` already, as
+    the last batches came), and FTS5's settings back to their defaults (MERGES_DEFERRED)."""
     if merged:  # the segments of the batches since, at their level only (FTS5's `usermerge`, 4, and more)
-        db.execute("INSERT INTO search_history_fts (search_history_fts, rank) VALUES ('merge', 1000000)")
+        for table in BUILT_FTS:
+            db.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('merge', 1000000)")
     else:
         _merge(db)
-    db.execute(f"DELETE FROM search_history_fts_config WHERE k IN ({', '.join('?' * len(MERGES_DEFERRED))})",
-               [key for key, _value in MERGES_DEFERRED])
+    for table in BUILT_FTS:
+        db.execute(f"DELETE FROM {table}_config WHERE k IN ({', '.join('?' * len(MERGES_DEFERRED))})",
+                   [key for key, _value in MERGES_DEFERRED])
     db.execute("PRAGMA application_id = 0")  # the build's mark (HistoryWriter) gone: the views hold SQLite's default
     db.execute("COMMIT")
 

@@ -22,7 +22,7 @@ from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailur
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
 from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
-from eventstore.layers import MIND, PRIVATE_LAYERS, lenient_contract, produces
+from eventstore.layers import MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
 from eventstore.workspace import Workspace, log_cut_short, views_damaged
@@ -133,6 +133,8 @@ class Memory:
         made = [p for p in (Path(root).absolute(), Path(root).absolute() / "mind") if not p.exists()]
         mem_dir = Workspace(root).mem_dir
         new = not mem_dir.exists()
+        if new and agent is not None:
+            check_agent_name(agent)  # an agent's workspace: a name a contract can name (the hub's mirror is `_hub`)
         try:
             memory = cls(Workspace.init(root, agent, log))
             if new and log is not None:

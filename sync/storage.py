@@ -27,7 +27,7 @@ from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form, stand_in
-from eventstore.layers import CONTRACT_LAYER, format_of
+from eventstore.layers import CONTRACT_LAYER, check_agent_name, format_of
 
 from .contracts import lenient_contract
 from .wire import Contract, PushResult
@@ -322,9 +322,10 @@ class HubStorage(ABC):
 
     def add_agent(self, name: str) -> str:
         """Registers an agent and returns its token, which is stored only as a hash."""
-        if not name or not name.replace("-", "").replace("_", "").isalnum() or len(name) > 64 or name.startswith("_"):
-            raise InvalidInput(f"agent name {name!r} must be 1 to 64 letters, digits, '-' or '_', "
-                               "not starting with '_'")
+        check_agent_name(name)
+        same = next((known.name for known in self.agents() if known.name.lower() == name.lower() and known.name != name), None)
+        if same is not None:  # Main, main and MAIN would be three agents that people (and logs read by eye) confuse
+            raise InvalidInput(f"agent name {name!r} differs only in case from the agent {same!r}: choose another name")
         token = new_token()
         self._insert_agent(name, hash_token(token), now_ms())
         return token

@@ -219,3 +219,24 @@ def test_wordings_a_newcomer_misread_say_what_to_do(workspace, tmp_path):
         assert refused.returncode in (1, 2) and line.count("\n") == 1 and f"error: {expected}" in line, (args, line)
     assert mem("always", "add", "--", "- [x] done", check=True).returncode == 0
     assert len(log_rows(workspace)) == len(before) + 1
+
+
+def test_an_agent_name_no_contract_could_name_is_refused_by_init_and_by_the_hub(tmp_path):
+    """Regression: `mem init --agent ünï` and `mem hub agent add ünï` took a name a contract refuses (its producers and
+    consumers are ASCII names), so the agent could be reached only through `*`; and `MAIN` was a second agent beside
+    `main`. Each is refused in one line; nothing is made or registered."""
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    run_mem("hub", "agent", "add", "main", "--db", hub, check=True)
+    for name in ("ünï", "_under", "a b", "a.b", "x" * 65):
+        made = run_mem("init", "-w", tmp_path / "ws", "--agent", name)
+        assert made.returncode == 1 and made.stderr.decode().count("\n") == 1, made.stderr
+        assert "must be 1 to 64 ASCII letters, digits, '-' or '_'" in made.stderr.decode()
+        assert not (tmp_path / "ws" / ".mem").exists()
+        added = run_mem("hub", "agent", "add", name, "--db", hub)
+        assert added.returncode == 1 and "must be 1 to 64 ASCII letters" in added.stderr.decode(), added.stderr
+    added = run_mem("hub", "agent", "add", "MAIN", "--db", hub)
+    assert added.returncode == 1 and "differs only in case from the agent 'main'" in added.stderr.decode()
+    listed = json.loads(run_mem("hub", "agent", "list", "--db", hub, "--json", check=True).stdout)
+    assert [agent["name"] for agent in listed] == ["main"]
+    run_mem("init", "-w", tmp_path / "ws", "--agent", "Ana-2_b", check=True)

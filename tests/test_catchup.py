@@ -418,7 +418,7 @@ def test_a_history_writer_left_over_from_a_build_cut_off_writes_nothing_into_the
     bulk.HistoryWriter(later.db, made)
     before = later.dump()
     marked = later.db.execute("PRAGMA application_id").fetchone()[0]
-    config = later.db.execute("SELECT * FROM search_history_fts_config ORDER BY k").fetchall()
+    config = [later.db.execute(f"SELECT * FROM {table}_config ORDER BY k").fetchall() for table in bulk.BUILT_FTS]
     later.close()
     inode = os.stat(path).st_ino
     with open(path, "r+b") as file:
@@ -429,7 +429,8 @@ def test_a_history_writer_left_over_from_a_build_cut_off_writes_nothing_into_the
     with pytest.raises(StorageFailure):  # the writer's child refused the file: not its build's
         left_over.join()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT * FROM search_history_fts_config ORDER BY k").fetchall() == config  # no deferral
+        assert [db.execute(f"SELECT * FROM {table}_config ORDER BY k").fetchall()
+                for table in bulk.BUILT_FTS] == config  # no deferral
         assert db.execute("PRAGMA application_id").fetchone()[0] == marked != 0
     after = Views(path)
     assert after.dump() == before

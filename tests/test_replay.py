@@ -164,9 +164,10 @@ def test_a_writer_reading_the_log_takes_compressed_redacted_and_renamed_pages_as
     assert rebuilt.dump() == folded.dump()
     assert rebuilt.db.execute("SELECT count(*) FROM pages WHERE version_id = x''").fetchone() == (0,)
     in_process = bulk.build(memory.log, tmp_path / "one-batch.db")  # its writer in this process
-    config = "SELECT * FROM search_history_fts_config ORDER BY k"  # the writer's FTS5 settings taken out at its end
-    assert rebuilt.db.execute(config).fetchall() == in_process.db.execute(config).fetchall() == \
-        folded.db.execute(config).fetchall()
+    for table in bulk.BUILT_FTS:  # the writer's FTS5 settings taken out at its end
+        config = f"SELECT * FROM {table}_config ORDER BY k"
+        assert rebuilt.db.execute(config).fetchall() == in_process.db.execute(config).fetchall() == \
+            folded.db.execute(config).fetchall()
     assert in_process.dump() == folded.dump()
     for views in (rebuilt, folded, in_process):
         views.close()
