@@ -307,3 +307,49 @@ def test_events_a_layers_new_format_does_not_take_are_held_back_and_sync_still_p
     status = team.mem("alice", "status", check=True).stdout.decode()
     assert "0 to push" in status and f"  held back: 1 in decisions: {held.split(': ', 1)[1]}\n" in status, status
     assert "decisions" not in [row[4] for row in hub_rows(team.db)]
+
+
+def test_a_hub_layer_overlapping_a_local_one_is_not_taken_and_the_agent_is_told(tmp_path):
+    """Regression (M11): a team layer added at the path of bob's local layer was listed beside it, bob's pull wrote
+    the team's entries into his private file (or left them out of it while search cited it), `mem status` said
+    clean, and nothing said why."""
+    from teamhub import CONTRACT
+
+    team = Team(tmp_path, agents=("alice", "bob"))
+    try:
+        team.mem("bob", "layer", "add", "private", "memory/private.md", check=True)
+        team.mem("bob", "layer", "add", "mine", "shelf/mine.md", check=True)
+        team.mem("bob", "entry", "add", "private", "[FACT] 2026-11-30: bob's private note", check=True)
+        mine = (tmp_path / "bob/memory/private.md").read_text()
+        team.apply(CONTRACT + '\n[layers.team]\npath = "memory/private.md"\nformat = "entries"\nproducers = ["*"]\n'
+                   'consumers = ["*"]\n\n[layers.shelf]\npath = "shelf/"\nformat = "pages"\nproducers = ["*"]\n'
+                   'consumers = ["*"]\n')
+        team.mem("alice", "pull", check=True)
+        for n in (1, 2):
+            team.mem("alice", "entry", "add", "team", f"[FACT] 2026-11-30: team note {n}", check=True)
+        team.mem("alice", "page", "write", "mine", "--layer", "shelf", "--file", team.page("p", "Shelf", "team page"),
+                 check=True)
+        team.mem("alice", "push", check=True)
+        team_says = ("the hub's layer 'team' (memory/private.md) is not taken here: it overlaps this agent's local "
+                     "layer 'private' (memory/private.md), which wins")
+        shelf_says = ("the hub's layer 'shelf' (shelf/) is not taken here: it overlaps this agent's local layer 'mine' "
+                      "(shelf/mine.md), which wins")
+        pulled = team.mem("bob", "pull", check=True)
+        assert pulled.stderr.decode().splitlines() == [
+            f"warning: {why} (its events are left out; `mem status` says so)" for why in (team_says, shelf_says)], pulled
+        assert (tmp_path / "bob/memory/private.md").read_text() == mine
+        assert not (tmp_path / "bob/shelf").exists() and b"no matches" in team.mem("bob", "search", "team").stdout
+        listed = team.mem("bob", "layer", "list", check=True).stdout.decode()
+        assert "team                 memory/private.md                    entries  hub, not taken here" in listed
+        status = team.mem("bob", "status", check=True).stdout.decode()
+        assert f"not taken:       {shelf_says}\nnot taken:       {team_says}\n" in status, status
+        assert json.loads(team.mem("bob", "status", "--json", check=True).stdout)["not_taken"] == {
+            "shelf": shelf_says, "team": team_says}
+        rows = log_rows(tmp_path / "bob")
+        refused = team.mem("bob", "entry", "add", "team", "[FACT] 2026-11-30: from bob")
+        assert (refused.returncode, refused.stderr.decode()) == (1, f"error: {team_says}\n"), refused
+        assert log_rows(tmp_path / "bob") == rows
+        pushed = team.mem("bob", "push")
+        assert (pushed.returncode, pushed.stdout, pushed.stderr) == (0, b"pushed 0 events to origin\n", b""), pushed
+    finally:
+        team.stop()
