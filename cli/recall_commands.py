@@ -144,4 +144,5 @@ def layer_list(json: bool = JsonOpt):
     if json:
         return emit_json(rows)
     for row in rows:
-        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}")
+        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}"
+                   + (", not taken here (`mem status` says why)" if row.get("not_taken") else ""))

@@ -530,6 +530,8 @@ def show_status(json: bool, fetch: bool) -> None:
     for layer, path in report.not_received.items():
         typer.echo(f"{'not received:':<17}{layer} (the hub's contract no longer makes this agent a consumer: {path} "
                    "shows what it had, and no longer changes)")
+    for why in report.not_taken.values():
+        typer.echo(f"{'not taken:':<17}{why}")
     for r in report.remotes:
         behind = ("unknown (" + r.hub_error + ")" if r.hub_error else "not asked") if r.behind is None else \
             f"{r.behind}{'+' if r.more_behind else ''} events"

@@ -134,6 +134,9 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         deletes.add(path, lambda layer=layer, slug=slug:
                     memory.shared_page_deleting(layer, slug, "deleted in place", by_hand=True))
     deletes.flush()
+    for path in shared_missing:
+        if path in report.refused:  # kept for adoption (a hold released, a contract changed), else to be put back
+            report.refused[path] += f"; or put the file back: `mem show {path} > {path}`"
     return report
 
 

@@ -168,6 +168,33 @@ def check_holds_through_mem(team):
     assert "Discounts as you like." in (team.root / "writer/content/drafts/pricing.md").read_text()
 
 
+def test_adopt_tells_how_to_have_back_a_held_shared_page_deleted_by_hand(tmp_path):
+    """Regression: `mem adopt` refused the deletion of a held page deleted by hand (rightly), and nothing said how to
+    have the file again: `mem status` said it missing across pulls until a full replay. The refusal says the way back
+    (the deletion stays to be adopted once the page is released), and that way puts the very file back."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        held = team.root / "held.md"
+        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
+        team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", held, check=True)
+        team.mem("writer", "sync", check=True)
+        team.mem("reviewer", "sync", check=True)
+        page = team.root / "reviewer/content/drafts/pricing.md"
+        text, before = page.read_text(), log_rows(team.root / "reviewer")
+        page.unlink()
+        adopted = team.mem("reviewer", "adopt")
+        said = adopted.stdout.decode() + adopted.stderr.decode()
+        way_back = "mem show content/drafts/pricing.md > content/drafts/pricing.md"
+        assert "is held" in said and f"or put the file back: `{way_back}`" in said, said
+        assert log_rows(team.root / "reviewer") == before
+        page.write_bytes(team.mem("reviewer", "show", "content/drafts/pricing.md", check=True).stdout)  # the way back
+        assert page.read_text() == text
+        status = team.mem("reviewer", "status", check=True).stdout.decode()
+        assert "missing" not in status, status
+    finally:
+        team.stop()
+
+
 # --- the hub on push, over HTTP -------------------------------------------------------------------
 
 @pytest.fixture(params=["sqlite", "postgresql"])
