@@ -261,3 +261,22 @@ def test_ctrl_c_under_a_command_is_one_error_line_and_exit_130(workspace):
     assert err.decode() == ("error: interrupted; what was recorded stays recorded, and the views and files catch "
                             "up at the next command\n")
     assert log_rows(workspace) == before
+
+
+def test_a_progress_bars_rate_is_the_items_since_it_began_not_a_bursts_speed():
+    """Regression: a catch-up's views bar read `22897/22897 4,231,452/s`: the fold reports the views in a burst,
+    and rich's speed is measured between its last updates. The rate is the items done since the bar began."""
+    import time
+
+    from rich.progress import Progress
+
+    from cli.output import _rate_column
+
+    with Progress(disable=True) as progress:
+        task = progress.add_task("views", total=20_000)
+        time.sleep(0.25)
+        progress.advance(task, 19_000)
+        progress.advance(task, 1_000)
+        shown = str(_rate_column().render(progress.tasks[0]))
+    rate = int(shown.removesuffix("/s").replace(",", ""))
+    assert 20_000 / 10 <= rate <= 20_000 / 0.25, shown
