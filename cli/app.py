@@ -96,7 +96,7 @@ always_app = typer.Typer(help="The `## Always` section of mind.md.", no_args_is_
 app.add_typer(page_app, name="page")
 app.add_typer(always_app, name="always")
 
-state = {"workspace": None}
+state = {"workspace": None, "refused": set()}
 
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
 ForceOpt = typer.Option(False, "--force", help="Overwrite files that were edited by hand.")
@@ -127,6 +127,7 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
     with Memory.open(state["workspace"], rebuild_damaged=rebuild_damaged) as mem:
         if refresh:
             report = mem.refresh()
+            state["refused"] = set(report.refused)  # said here once: a pull's report names them again
             if report.refused:
                 typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
                            err=True)

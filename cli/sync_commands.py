@@ -361,7 +361,8 @@ def _came_again(counts, own: str) -> list[str]:
 
 
 def _skipped_lines(report) -> None:
-    for path in report.skipped:
+    """The files a pull left as edited by hand, but those the command's opening refresh warned of already."""
+    for path in sorted(set(report.skipped) - state["refused"]):
         typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
                    "`mem status` lists it", err=True)
 
