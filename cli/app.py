@@ -1,6 +1,7 @@
 """The `mem` command. Each command parses its options and calls the library in a line or three."""
 
 import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -638,6 +639,8 @@ def main() -> None:
         typer.echo("error: interrupted; what was recorded stays recorded, and the views and files catch up at "
                    "the next command", err=True)
         sys.exit(130)
+    finally:  # the command has ended and said so: a Ctrl-C now would only kill the interpreter's shutdown by the signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code if isinstance(code, int) else 0)
 
 

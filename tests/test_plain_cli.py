@@ -280,3 +280,20 @@ def test_a_progress_bars_rate_is_the_items_since_it_began_not_a_bursts_speed():
         shown = str(_rate_column().render(progress.tasks[0]))
     rate = int(shown.removesuffix("/s").replace(",", ""))
     assert 20_000 / 10 <= rate <= 20_000 / 0.25, shown
+
+
+def test_a_ctrl_c_once_the_command_has_ended_is_not_a_death_by_the_signal(workspace):
+    """Regression: SIGINT just after `mem push` had printed `pushed 20000 events` killed `mem` by the signal while
+    the interpreter shut down (exit -2, no line said why), though nothing was lost. Once a command has ended, Ctrl-C
+    is ignored: here a SIGINT sent as the interpreter shuts down (an exit hook) leaves the command's exit code."""
+    import signal
+    import subprocess
+    import sys
+
+    late = ("import atexit, os, signal, sys, time\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
+            f"sys.argv = ['mem', '-w', {str(workspace)!r}, 'log']\n"
+            "from cli.app import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", late], capture_output=True, timeout=60)
+    assert done.returncode == 0 and b"KeyboardInterrupt" not in done.stderr, done.stderr
+    assert done.returncode != -signal.SIGINT
