@@ -506,22 +506,28 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
         typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
         told: dict[str, str] = {}  # a refusal is said once, until the file or the reason changes
         began = None  # the log head when the adoption under way began
+
+        def adopt_and_say() -> None:
+            nonlocal began
+            began = mem.log.head()
+            report = adopting(mem)
+            began = None
+            for path in report.adopted:
+                told.pop(path, None)
+                typer.echo(f"adopted {path}")
+            for path, why in report.refused.items():
+                target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
+                said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
+                if told.get(path) != said:
+                    told[path] = said
+                    typer.echo(f"left {path}: {why}")
+
         try:
+            adopt_and_say()  # what was edited before the watch began, as `mem adopt` would
             for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
                                              watch_filter=lambda _c, path: "/.mem/" not in path
                                              and ".mem-tmp-" not in path):
-                began = mem.log.head()
-                report = adopting(mem)
-                began = None
-                for path in report.adopted:
-                    told.pop(path, None)
-                    typer.echo(f"adopted {path}")
-                for path, why in report.refused.items():
-                    target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
-                    said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
-                    if told.get(path) != said:
-                        told[path] = said
-                        typer.echo(f"left {path}: {why}")
+                adopt_and_say()
         except KeyboardInterrupt:
             head = mem.log.head() if began is not None else None
             if head is not None and head > began:  # stopped in the middle: what it adopted is recorded, not yet said

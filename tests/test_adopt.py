@@ -2,6 +2,7 @@
 
 import json
 import os
+import select
 import subprocess
 import time
 
@@ -66,6 +67,22 @@ def test_watch_adopts_edits_as_they_happen(workspace):
         time.sleep(0.5)  # a second adoption, were the same bytes adopted twice, would show now
         rows = log_rows(workspace)
         assert len(rows) == 2 and rows[1][6] == "page.update"
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
+def test_watch_adopts_what_was_edited_before_it_began(workspace):
+    """Regression: `mem watch` adopted only what changed after it began; a page written by hand before it (which
+    `mem adopt` takes) stayed untracked, unsaid, until edited again."""
+    (workspace / "mind/before.md").write_bytes(PAGE)
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert watcher.stderr.readline().startswith(b"watching")
+        assert select.select([watcher.stdout], [], [], 30)[0], "the watcher said nothing of the page"
+        assert watcher.stdout.readline() == b"adopted mind/before.md\n"
+        assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
     finally:
         watcher.terminate()
         watcher.wait(timeout=10)
