@@ -480,13 +480,18 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     if json:
         emit_json(report)
         raise typer.Exit(1 if report.refused else 0)
-    for path in report.adopted:
-        typer.echo(f"adopted {path}")
+    for line in adopted_lines(report):
+        typer.echo(line)
     for path, why in report.refused.items():
         typer.echo(f"left {path}: {why}")
-    if not report.adopted and not report.refused:
+    if not report.adopted and not report.refused and not report.renamed:
         typer.echo("nothing edited by hand")
     raise typer.Exit(1 if report.refused else 0)
+
+
+def adopted_lines(report) -> list[str]:
+    return ([f"adopted {path}" for path in report.adopted]
+            + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()])
 
 
 DAY_MS = 86_400_000
@@ -512,9 +517,10 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
             began = mem.log.head()
             report = adopting(mem)
             began = None
-            for path in report.adopted:
+            for path in (*report.adopted, *report.renamed.values()):
                 told.pop(path, None)
-                typer.echo(f"adopted {path}")
+            for line in adopted_lines(report):
+                typer.echo(line)
             for path, why in report.refused.items():
                 target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
                 said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
