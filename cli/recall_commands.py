@@ -114,8 +114,8 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
     if json:
         emit_json(report)
     else:
-        for line in (*report.findings, *report.verdicts):
-            typer.echo(line.line())
+        for line in report.lines():
+            typer.echo(line)
         typer.echo(report.summary())
         if report.recorded is not None:
             typer.echo(f"recorded in mind/log.md (seq {report.recorded})")
@@ -144,4 +144,5 @@ def layer_list(json: bool = JsonOpt):
     if json:
         return emit_json(rows)
     for row in rows:
-        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}")
+        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}"
+                   + (", not taken here (`mem status` says why)" if row.get("not_taken") else ""))

@@ -379,7 +379,8 @@ def _came_again(counts, own: str) -> list[str]:
 
 
 def _skipped_lines(report) -> None:
-    for path in report.skipped:
+    """The files a pull left as edited by hand, but those the command's opening refresh warned of already."""
+    for path in sorted(set(report.skipped) - state["refused"]):
         typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
                    "`mem status` lists it", err=True)
 
@@ -548,6 +549,8 @@ def show_status(json: bool, fetch: bool) -> None:
     for layer, path in report.not_received.items():
         typer.echo(f"{'not received:':<17}{layer} (the hub's contract no longer makes this agent a consumer: {path} "
                    "shows what it had, and no longer changes)")
+    for why in report.not_taken.values():
+        typer.echo(f"{'not taken:':<17}{why}")
     for r in report.remotes:
         behind = ("unknown (" + r.hub_error + ")" if r.hub_error else "not asked") if r.behind is None else \
             f"{r.behind}{'+' if r.more_behind else ''} events"

@@ -61,6 +61,16 @@ def is_reserved(layer: str) -> bool:
     return layer in RESERVED_LAYERS
 
 
+def takes(spec: "ContractLayer", kind: str) -> bool:
+    """Whether a layer of `spec`'s format takes an event of `kind` (the kind a redacted event was written as)."""
+    return kind in LAYER_KINDS[spec.format]
+
+
+def format_of(kind: str) -> str | None:
+    """The format whose layers an event of `kind` belongs to (None for a redaction, which travels in either)."""
+    return next((format for format in FORMATS if kind in kinds_of(format)), None)
+
+
 def paths_overlap(a: str, b: str) -> bool:
     """Whether two layers' paths would share a file: the same path, or one inside the other's folder."""
     return a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b))

@@ -4,7 +4,8 @@ A workspace declares a local layer in its config, as an event (`layers.<name>` =
 so `mem entry add decisions "[DECISION] ..."` works alone and the entry file is materialised like a
 page. The declared layers join the hub's contract for rendering and writing only: a push never reads
 them, and a pull does not take a hub layer of the same name, so a local layer never leaves the agent
-and no teammate's events mix into it; on a name clash the local layer wins, for this agent.
+and no teammate's events mix into it; when a hub layer has its name or a path overlapping its path, the local
+layer wins, for this agent.
 """
 
 import re
@@ -34,12 +35,30 @@ def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
 
 
 def merged(hub: Contract | None, config: dict, agent: str) -> Contract | None:
-    """The hub's contract plus the local layers (the local one wins on a name clash: a hub layer added later
-    under an agent's local name must not draw its private events out); None when neither exists."""
+    """The hub's contract plus the local layers, but the hub's layers a local one shadows (`shadowed`); None when
+    neither exists."""
     local = declared(config, agent)
     if not local:
         return hub
-    return Contract(layers={**(hub.layers if hub else {}), **local})
+    hub_layers = hub.layers if hub else {}
+    left_out = shadowed(hub_layers, local)
+    return Contract(layers={**{name: spec for name, spec in hub_layers.items() if name not in left_out}, **local})
+
+
+def shadowed(hub_layers: dict[str, ContractLayer], local: dict[str, ContractLayer]) -> dict[str, str]:
+    """The hub's layers this agent does not take, each with why: one named as a local layer, or whose path overlaps
+    a local layer's (added to the hub's contract after it). The local layer wins, for this agent: a hub layer of its
+    name must not draw its private events out, and no teammate's events may land in its file."""
+    found = {}
+    for name, spec in sorted(hub_layers.items()):
+        if name in local:
+            found[name] = f"layer {name!r} is this agent's local layer: the hub's layer of that name is not taken here"
+            continue
+        mine = next((other for other, own in local.items() if paths_overlap(own.path, spec.path)), None)
+        if mine is not None:
+            found[name] = (f"the hub's layer {name!r} ({spec.path}) is not taken here: it overlaps this agent's local "
+                           f"layer {mine!r} ({local[mine].path}), which wins")
+    return found
 
 
 def checked_spec(key: str, value, contract: Contract | None) -> dict:

@@ -479,10 +479,17 @@ class Memory:
         return self.config_set(f"layers.{name}", {"path": path, "format": format})
 
     def set_contract(self, contract) -> bool:
-        """Keeps the hub's contract for rendering shared layers; True when it changed."""
+        """Keeps the hub's contract for rendering shared layers; True when what this workspace renders changed. It
+        is kept even when it does not (a change to a layer a local one shadows: `not_taken` reads it)."""
+        encoded = msgspec.json.encode(contract)
+        try:
+            kept = self.contract_path.read_bytes()
+        except FileNotFoundError:
+            kept = None
+        if kept != encoded:
+            write_atomic(self.contract_path, [encoded])
         if self.load_contract(contract) == self.views.contract:
             return False
-        write_atomic(self.contract_path, [msgspec.json.encode(contract)])
         with self.lock():
             self.views.set_contract(self.load_contract(contract))
             self.refresh()
@@ -502,6 +509,9 @@ class Memory:
                                           "`mem pull` fetches the hub's; `mem layer add NAME PATH` declares a local "
                                           "layer)", "call sync to fetch the hub's, once a person has added a "
                                           "remote; or a person declares a local layer with `mem layer add NAME PATH`)"))
+        not_taken = self.not_taken().get(layer)
+        if not_taken is not None:
+            raise InvalidInput(not_taken)
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
 
@@ -783,12 +793,23 @@ class Memory:
         """The names of the layers this agent declared for itself: never pushed, never taken from a hub."""
         return set(local_layers.declared(self.views.config(), self.config.agent))
 
+    def not_taken(self) -> dict[str, str]:
+        """The hub's layers (as last pulled) a local layer shadows, each with why (`local_layers.shadowed`): this
+        agent neither renders nor takes them."""
+        hub = self.hub_contract()
+        if hub is None:
+            return {}
+        return local_layers.shadowed(hub.layers, local_layers.declared(self.views.config(), self.config.agent))
+
     def layers(self) -> list[dict]:
-        """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`)."""
+        """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`); then the hub's
+        layers a local one shadows (`not_taken`: why), which it does not."""
         local = self.local_layers()
-        contract = self.views.contract
-        return [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
-                for name, spec in sorted((contract.layers if contract else {}).items())]
+        contract, hub, not_taken = self.views.contract, self.hub_contract(), self.not_taken()
+        rendered = [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
+                    for name, spec in sorted((contract.layers if contract else {}).items())]
+        return rendered + [{"layer": name, "path": hub.layers[name].path, "format": hub.layers[name].format,
+                            "local": False, "not_taken": why} for name, why in not_taken.items()]
 
     def entries(self, layer: str, as_of: int | None = None) -> list:
         self.shared_layer(layer, "entries", produce=False)

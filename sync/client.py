@@ -28,7 +28,7 @@ from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms
 from eventstore.kinds import Redaction
-from eventstore.layers import Contract, consumed_layers, produced_layers, produces
+from eventstore.layers import Contract, consumed_layers, produced_layers, produces, takes
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
@@ -466,7 +466,7 @@ def uncovered(memory, name: str, contract: Contract, previous: Contract | None =
         return []
     agent, stored = memory.config.agent, memory.log.state(_covered_key(name))
     covered = set(json.loads(stored) if stored else consumed_layers(previous or Contract(), agent))
-    covered |= memory.local_layers()  # a hub layer named as a local one is never taken (sync.intake)
+    covered |= memory.not_taken().keys()  # a hub layer a local one shadows is never taken (sync.intake)
     return [layer for layer in consumed_layers(contract, agent) if layer not in covered]
 
 
@@ -511,41 +511,58 @@ class CameFromHub:
         return {_came_key(name): json.dumps(runs)}
 
 
-def _why_held(contract, agent: str, layer: str) -> str:
+def pushable(contract: Contract, agent: str, event: Event) -> bool:
+    """Whether the hub's contract takes `event` from this agent: it produces the layer, whose format takes the
+    event's kind (a layer's format changed while the event waited: the hub would refuse it for good)."""
+    return produces(contract, agent, event.layer) and takes(contract.layers[event.layer], event.original_kind)
+
+
+def _why_held(contract, agent: str, layer: str, kind: str) -> str:
     if layer not in contract.layers:
         return f"layer {layer!r} is no longer in the hub's contract"
-    return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
+    if not produces(contract, agent, layer):
+        return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
+    return f"the hub's contract makes {layer!r} a {contract.layers[layer].format} layer now, which takes no {kind}"
 
 
 def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
-    """Own events kept back from the hub because the contract stopped letting this agent produce them."""
+    """Own events kept back from the hub because the contract stopped taking them: those a push held (its
+    producers or its layers changed), and those waiting in a layer whose format no longer takes their kind."""
     contract = contract or memory.views.contract
     came = CameFromHub(memory, remote.name)
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
-    counts: dict[str, int] = {}
     local = memory.local_layers()
-    for seq in (seq for seq in seqs if seq not in came):
-        event = memory.log.get_by_seq(seq)
-        if event.layer not in local:  # older versions held local layers' events
-            counts[event.layer] = counts.get(event.layer, 0) + 1
-    return [HeldBack(layer=layer, count=n, why=_why_held(contract, memory.config.agent, layer))
-            for layer, n in sorted(counts.items())]
+    events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
+    found = [(e.layer, e.original_kind) for e in events if e.layer not in local]  # older versions held local layers'
+    found += [(layer, kind) for layer, kind, taken in _waiting(memory, remote) if not taken]
+    counts: dict[tuple[str, str], int] = {}
+    for layer, kind in found:
+        why = (layer, _why_held(contract, memory.config.agent, layer, kind))
+        counts[why] = counts.get(why, 0) + 1
+    return [HeldBack(layer=layer, count=n, why=why) for (layer, why), n in sorted(counts.items())]
 
 
 def unpushed(memory, remote: Remote) -> int:
     """Own events in the layers this agent produces (by the last contract seen) not yet sent (those a
-    pull brought are at the hub already)."""
+    pull brought are at the hub already), but those the layer's format no longer takes (held back)."""
+    return sum(taken for _layer, _kind, taken in _waiting(memory, remote))
+
+
+def _waiting(memory, remote: Remote) -> list[tuple[str, str, bool]]:
+    """(layer, kind, whether the layer's format takes it) of each own event after the push cursor in the layers this
+    agent produces by the last contract seen, but those a pull brought."""
     contract = memory.views.contract
     if contract is None:
-        return 0
+        return []
     agent = memory.config.agent
     local = memory.local_layers()
     layers = [layer for layer in produced_layers(contract, agent) if layer not in local]
-    cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     if not layers:
-        return 0
+        return []
+    cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     came = CameFromHub(memory, remote.name)
-    return sum(row[0] not in came for row in memory.log.read_rows(after=cursor, layers=layers, agent=agent))
+    return [(row[5], row[6], takes(contract.layers[row[5]], row[6]))
+            for row in memory.log.read_rows(after=cursor, layers=layers, agent=agent) if row[0] not in came]
 
 
 def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
@@ -566,7 +583,9 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
         _forget_pull_cursor(memory, tally.name)
         tally.restart(memory, behind)
     _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
-    covered = json.dumps(consumed_layers(answer.contract, memory.config.agent))
+    not_taken = memory.not_taken()  # its past is fetched once a local layer no longer shadows it
+    covered = json.dumps([layer for layer in consumed_layers(answer.contract, memory.config.agent)
+                          if layer not in not_taken])
     if memory.log.state(_covered_key(tally.name)) != covered:
         memory.log.set_state(_covered_key(tally.name), covered)
     return answer
@@ -680,12 +699,12 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
 
     retried = [e for e in map(memory.log.get_by_seq, held) if e.layer not in local]  # older versions held local layers' events
     if shared:
-        check_ingests(memory, [*(e for e in retried if produces(contract, agent, e.layer)),
+        check_ingests(memory, [*(e for e in retried if pushable(contract, agent, e)),
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
-                                 if produces(contract, agent, e.layer) and e.seq not in came)],
+                                 if pushable(contract, agent, e) and e.seq not in came)],
                       cursor, came)
-    acknowledged = send([_outgoing(e) for e in retried if produces(contract, agent, e.layer)])
-    held = [e.seq for e in retried if not produces(contract, agent, e.layer)]
+    acknowledged = send([_outgoing(e) for e in retried if pushable(contract, agent, e)])
+    held = [e.seq for e in retried if not pushable(contract, agent, e)]
     memory.log.set_state(held_key, json.dumps(held))
     if acknowledged:
         memory.log.set_state(_pushed_key(remote.name), acknowledged)
@@ -705,15 +724,15 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
             if read:
                 batch = [e for e in read if e.seq not in came]
-                outgoing = [e for e in batch if produces(contract, agent, e.layer) and e.id not in sent_ahead]
+                outgoing = [e for e in batch if pushable(contract, agent, e) and e.id not in sent_ahead]
                 if len(read) == BATCH:  # more may follow in another request
                     ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
-                             if produces(contract, agent, e.layer) and e.id not in sent_ahead]
+                             if pushable(contract, agent, e) and e.id not in sent_ahead]
                     sent_ahead.update(e.id for e in ahead)
                     outgoing += ahead
                 outgoing = [_outgoing(e) for e in outgoing]
                 body = Outgoing.push(outgoing) if outgoing else None
-                held += [e.seq for e in batch if not produces(contract, agent, e.layer)]
+                held += [e.seq for e in batch if not pushable(contract, agent, e)]
                 cursor = read[-1].seq
             if in_flight is not None:
                 answered, in_flight = (*in_flight[1:], in_flight[0].result()), None
@@ -782,6 +801,7 @@ class _Tally:
         self.pulled = self.returned = self.already_held = 0
         self.skipped: set[str] = set()
         self.rejected: list[Rejected] = []
+        self.told: set[str] = set()  # why the hub's layers a local one shadows are not taken, said once each
         self.start = self.reached = self.total = 0
         self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
         self.redactions: list[int] = []  # the seqs of the redactions among them
@@ -832,14 +852,18 @@ class _Tally:
         views and files follow once caught up. A page with events this workspace's copy of the contract rejects
         is checked again under the hub's contract if that has changed (a layer added, a consumer added), the
         past of the layers it now consumes fetched first: the cursor never moves past an event rejected only
-        because that copy was out of date."""
+        because that copy was out of date. The events of a hub layer a local layer shadows are left out, said once
+        per layer."""
+        not_taken = memory.not_taken()
         events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
-                                  packed=page.packed, local=memory.local_layers())
+                                  packed=page.packed, not_taken=not_taken)
         if rejected and not backfill and self.client is not None:
             known = memory.views.contract
             if take_contract(memory, self.client, self, fold).contract != known:
+                not_taken = memory.not_taken()
                 events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent,
-                                          memory.log, packed=page.packed, local=memory.local_layers())
+                                          memory.log, packed=page.packed, not_taken=not_taken)
+        shadowed = set(not_taken.values())
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pulled-at:{self.name}": str(now_ms())}
         if not backfill:
@@ -864,6 +888,11 @@ class _Tally:
             seqs = memory.log.append(events, state=rows, unsent=unsent)
         self.rejected += rejected
         for r in rejected if self.say else ():
+            if r.reason in shadowed:
+                if r.reason not in self.told:
+                    self.told.add(r.reason)
+                    self.say(f"warning: {r.reason} (its events are left out; `mem status` says so)")
+                continue
             what = f"event {r.id} (hub position {r.position})" if r.position is not None else "an undecodable event"
             self.say(f"warning: rejected {what}: {r.reason}")
         fresh = [seq for seq in seqs if seq > head]  # one transaction's: consecutive

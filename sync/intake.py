@@ -10,7 +10,7 @@ does not release it, which a hub that did not check may hand out, is appended an
 come first, or later from another path, and only a log that holds the whole chain can tell it is void.
 """
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 import msgspec
 
@@ -123,14 +123,14 @@ def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:
 
 
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
-           packed: bool = False, local: Iterable[str] = ()) -> tuple[list[Event], list[Rejected]]:
+           packed: bool = False, not_taken: Mapping[str, str] = {}) -> tuple[list[Event], list[Rejected]]:
     """Decodes (from JSON, or msgpack when `packed`) and checks a pulled page event by event: what may be
-    appended, and what was rejected. The page's hot loop: `problem`, written out. A hub layer named as one
-    of the agent's `local` layers is not taken: its events would mix into the agent's own."""
+    appended, and what was rejected. The page's hot loop: `problem`, written out. A hub layer one of the agent's
+    local layers shadows (`not_taken`, each with why: Memory.not_taken) is not taken: its events would mix into
+    the agent's own."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
     (decode, named_decode) = _decoders[packed]
-    rules: dict = {name: f"layer {name!r} is this agent's local layer: the hub's layer of that name is not taken here"
-                   for name in local}
+    rules: dict = dict(not_taken)
     for raw, event in zip(raws, _decoded(raws, packed)):
         if event is None:
             try:

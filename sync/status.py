@@ -29,6 +29,7 @@ class SyncStatus(WorkspaceStatus):
     skipped: list[str] = []  # files a newer version could not be written to: edited by hand
     remotes: list[RemoteStatus] = []
     not_received: dict[str, str] = {}  # layer -> its path: in the hub's contract, not consumed, yet on disk (frozen)
+    not_taken: dict[str, str] = {}  # layer -> why: the hub's layers a local layer shadows (Memory.not_taken)
 
 
 def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus:
@@ -41,15 +42,15 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
     remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)
                for remote in load_remotes(memory).values()]
     return SyncStatus(**msgspec.structs.asdict(base), conflicts=conflicts, skipped=skipped, remotes=remotes,
-                      not_received=not_received(memory))
+                      not_received=not_received(memory), not_taken=memory.not_taken())
 
 
 def not_received(memory) -> dict[str, str]:
     """The hub's layers (as last pulled) this agent no longer consumes whose files it still shows: a consumer taken
     off a layer keeps what it had, which no longer moves (each layer with its path)."""
-    hub, agent = memory.hub_contract(), memory.config.agent
+    hub, agent, not_taken = memory.hub_contract(), memory.config.agent, memory.not_taken()
     return {name: spec.path for name, spec in sorted((hub.layers if hub else {}).items())
-            if not consumes(hub, agent, name) and (memory.root / spec.path).exists()}
+            if not consumes(hub, agent, name) and name not in not_taken and (memory.root / spec.path).exists()}
 
 
 def _remote_status(memory, remote, timeout: float) -> RemoteStatus:

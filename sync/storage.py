@@ -27,7 +27,7 @@ from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form, stand_in
-from eventstore.layers import CONTRACT_LAYER, check_agent_name
+from eventstore.layers import CONTRACT_LAYER, check_agent_name, format_of
 
 from .contracts import lenient_contract
 from .wire import Contract, PushResult
@@ -497,7 +497,32 @@ class HubStorage(ABC):
     # --- contracts and progress ---------------------------------------------------------------
 
     def apply_contract(self, contract: Contract) -> int:
+        """Makes `contract` the one in force, refusing to change the format of a layer the hub holds events of."""
+        self.refuse_format_changes(contract)
         return self.push([contract_event(contract)])[0].position
+
+    def refuse_format_changes(self, contract: Contract) -> None:
+        """A layer's events keep the format they were written in: consumers that pulled them before a change of
+        format would keep them, those pulling after it would reject them, and each producer's unpushed events
+        would be refused for good. So a layer holding events on the hub keeps its format, even dropped and named
+        again."""
+        current, _position = self.contract()
+        for name, spec in sorted(contract.layers.items()):
+            held = self.held_format(name, current)
+            if held is not None and held != spec.format:
+                raise InvalidInput(f"layer {name} holds {held} on the hub, which its consumers keep: its format cannot "
+                                   f"change to {spec.format}; add a {spec.format} layer under another name, and drop "
+                                   f"{name} from the contract once it is not needed")
+
+    def held_format(self, layer: str, current: Contract) -> str | None:
+        """The format of `layer`'s events on the hub (None: it holds none): the contract's in force, or for a layer
+        it does not list (dropped), that of the layer's first event."""
+        if not self.latest_position(layer):
+            return None
+        if layer in current.layers:
+            return current.layers[layer].format
+        first = self.pull(0, [layer], 1)
+        return format_of(first[0].original_kind) if first else None
 
     _parsed_contract: tuple[int, Contract] = (0, Contract())
 

@@ -190,3 +190,133 @@ def test_an_agent_taken_off_a_layer_is_told_its_copy_no_longer_moves(team):
         "shows what it had, and no longer changes)" in status, status
     report = json.loads(team.mem("bob", "status", "--json", check=True).stdout)
     assert report["not_received"] == {"decisions": "memory/decisions.md"}
+
+
+def hub_rows(db) -> list[tuple]:
+    import sqlite3
+
+    hub = sqlite3.connect(db)
+    try:
+        return hub.execute("SELECT * FROM hub_events ORDER BY position").fetchall()
+    finally:
+        hub.close()
+
+
+def hub_contract_over_http(team: Team, agent: str) -> dict:
+    import httpx
+
+    token = (team.root / f"{agent}.token").read_text().strip()
+    answer = httpx.get(f"{team.url}/v1/contract", headers={"authorization": f"Bearer {token}"})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["contract"]["layers"]
+
+
+INSIGHTS_AS_PAGES = layer("insights", "memory/insights/", "pages")
+FORMAT_REFUSED = ("error: layer insights holds entries on the hub, which its consumers keep: its format cannot change "
+                  "to pages; add a pages layer under another name, and drop insights from the contract once it is not "
+                  "needed\n")
+
+
+def test_a_layers_format_cannot_change_once_the_hub_holds_its_events(team):
+    """Regression (M8): changing insights from entries to pages was applied; the entry the hub had taken just before
+    was then rejected by every consumer pulling after the change while one that pulled before kept it (their logs
+    differed for good), and every producer's unpushed entry was refused by the hub on every push."""
+    import httpx
+
+    entry(team, "insights", "[FACT] 2026-11-30: Shared before the change")
+    team.mem("alice", "push", check=True)
+    contract_path = team.root / "pages.toml"
+    shown, stored = run_mem("hub", "contract", "show", *team.hub, check=True).stdout, hub_rows(team.db)
+    for contract in (INSIGHTS_AS_PAGES + layer("decisions", "memory/decisions.md", producers=["alice"]),
+                     INSIGHTS_AS_PAGES):
+        contract_path.write_text(contract)
+        refused = run_mem("hub", "contract", "apply", contract_path, *team.hub)
+        assert (refused.returncode, refused.stdout, refused.stderr.decode()) == (1, b"", FORMAT_REFUSED), refused
+        assert run_mem("hub", "contract", "show", *team.hub, check=True).stdout == shown
+        assert hub_rows(team.db) == stored
+    # no request sets the contract over HTTP: only the hub's administrator does, with `mem hub contract apply`
+    token = (team.root / "bob.token").read_text().strip()
+    for method in ("POST", "PUT"):
+        answer = httpx.request(method, f"{team.url}/v1/contract", headers={"authorization": f"Bearer {token}"},
+                               json={"layers": {"insights": {"path": "memory/insights/", "format": "pages",
+                                                             "producers": ["*"], "consumers": ["*"]}}})
+        assert answer.status_code == 405, answer
+    assert hub_contract_over_http(team, "bob")["insights"]["format"] == "entries"
+    assert hub_rows(team.db) == stored
+
+    team.apply(layer("decisions", "memory/decisions.md", producers=["alice"]))  # insights dropped: allowed
+    contract_path.write_text(INSIGHTS_AS_PAGES)  # and named again as pages: its events are still on the hub
+    refused = run_mem("hub", "contract", "apply", contract_path, *team.hub)
+    assert (refused.returncode, refused.stderr.decode()) == (1, FORMAT_REFUSED), refused
+    team.apply(decisions())  # named again as entries: allowed
+    entry(team, "insights", "[FACT] 2026-11-30: Shared after it came back")
+    team.mem("alice", "push", check=True)
+    pulled = team.mem("bob", "pull", check=True)
+    assert pulled.stdout.startswith(b"pulled 2 events") and not pulled.stderr, pulled
+    assert (team.root / "bob/memory/insights.md").read_text() == (team.root / "alice/memory/insights.md").read_text()
+
+
+def test_events_a_layers_new_format_does_not_take_are_held_back_and_sync_still_pulls(team):
+    """Regression (M8): once a layer's format changed (allowed while the hub holds none of its events), a producer's
+    unpushed entry there made every `mem push` and `mem sync` fail with 'hub refused: Wrong kind for layer' (the sync
+    never pulled, so never took the new contract either), and `mem status` said '1 to push ... clean'."""
+    entry(team, "decisions", "[DECISION] 2026-11-30: Written before the change")
+    team.apply(INSIGHTS + layer("decisions", "memory/decisions/", "pages", producers=["alice"]))
+    team.mem("bob", "entry", "add", "insights", "[FACT] 2026-11-30: Shared after the change", check=True)
+    team.mem("bob", "push", check=True)
+    held = ("1 event in layer decisions cannot be pushed: the hub's contract makes 'decisions' a pages layer now, "
+            "which takes no entry.append")
+    for pulled in (b"pulled 1 (origin)", b"pulled 0 (origin)"):
+        synced = team.mem("alice", "sync")
+        assert (synced.returncode, synced.stderr.decode()) == (1, f"error: {held}\n"), synced
+        assert synced.stdout.startswith(b"pushed 0, " + pulled), synced
+    assert "Shared after the change" in (team.root / "alice/memory/insights.md").read_text()
+    status = team.mem("alice", "status", check=True).stdout.decode()
+    assert "0 to push" in status and f"  held back: 1 in decisions: {held.split(': ', 1)[1]}\n" in status, status
+    assert "decisions" not in [row[4] for row in hub_rows(team.db)]
+
+
+def test_a_hub_layer_overlapping_a_local_one_is_not_taken_and_the_agent_is_told(tmp_path):
+    """Regression (M11): a team layer added at the path of bob's local layer was listed beside it, bob's pull wrote
+    the team's entries into his private file (or left them out of it while search cited it), `mem status` said
+    clean, and nothing said why."""
+    from teamhub import CONTRACT
+
+    team = Team(tmp_path, agents=("alice", "bob"))
+    try:
+        team.mem("bob", "layer", "add", "private", "memory/private.md", check=True)
+        team.mem("bob", "layer", "add", "mine", "shelf/mine.md", check=True)
+        team.mem("bob", "entry", "add", "private", "[FACT] 2026-11-30: bob's private note", check=True)
+        mine = (tmp_path / "bob/memory/private.md").read_text()
+        team.apply(CONTRACT + '\n[layers.team]\npath = "memory/private.md"\nformat = "entries"\nproducers = ["*"]\n'
+                   'consumers = ["*"]\n\n[layers.shelf]\npath = "shelf/"\nformat = "pages"\nproducers = ["*"]\n'
+                   'consumers = ["*"]\n')
+        team.mem("alice", "pull", check=True)
+        for n in (1, 2):
+            team.mem("alice", "entry", "add", "team", f"[FACT] 2026-11-30: team note {n}", check=True)
+        team.mem("alice", "page", "write", "mine", "--layer", "shelf", "--file", team.page("p", "Shelf", "team page"),
+                 check=True)
+        team.mem("alice", "push", check=True)
+        team_says = ("the hub's layer 'team' (memory/private.md) is not taken here: it overlaps this agent's local "
+                     "layer 'private' (memory/private.md), which wins")
+        shelf_says = ("the hub's layer 'shelf' (shelf/) is not taken here: it overlaps this agent's local layer 'mine' "
+                      "(shelf/mine.md), which wins")
+        pulled = team.mem("bob", "pull", check=True)
+        assert pulled.stderr.decode().splitlines() == [
+            f"warning: {why} (its events are left out; `mem status` says so)" for why in (team_says, shelf_says)], pulled
+        assert (tmp_path / "bob/memory/private.md").read_text() == mine
+        assert not (tmp_path / "bob/shelf").exists() and b"no matches" in team.mem("bob", "search", "team").stdout
+        listed = team.mem("bob", "layer", "list", check=True).stdout.decode()
+        assert "team                 memory/private.md                    entries  hub, not taken here" in listed
+        status = team.mem("bob", "status", check=True).stdout.decode()
+        assert f"not taken:       {shelf_says}\nnot taken:       {team_says}\n" in status, status
+        assert json.loads(team.mem("bob", "status", "--json", check=True).stdout)["not_taken"] == {
+            "shelf": shelf_says, "team": team_says}
+        rows = log_rows(tmp_path / "bob")
+        refused = team.mem("bob", "entry", "add", "team", "[FACT] 2026-11-30: from bob")
+        assert (refused.returncode, refused.stderr.decode()) == (1, f"error: {team_says}\n"), refused
+        assert log_rows(tmp_path / "bob") == rows
+        pushed = team.mem("bob", "push")
+        assert (pushed.returncode, pushed.stdout, pushed.stderr) == (0, b"pushed 0 events to origin\n", b""), pushed
+    finally:
+        team.stop()
