@@ -1,6 +1,7 @@
 """The `mem` command. Each command parses its options and calls the library in a line or three."""
 
 import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -96,7 +97,7 @@ always_app = typer.Typer(help="The `## Always` section of mind.md.", no_args_is_
 app.add_typer(page_app, name="page")
 app.add_typer(always_app, name="always")
 
-state = {"workspace": None}
+state = {"workspace": None, "refused": set()}
 
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
 ForceOpt = typer.Option(False, "--force", help="Overwrite files that were edited by hand.")
@@ -127,6 +128,7 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
     with Memory.open(state["workspace"], rebuild_damaged=rebuild_damaged) as mem:
         if refresh:
             report = mem.refresh()
+            state["refused"] = set(report.refused)  # said here once: a pull's report names them again
             if report.refused:
                 typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
                            err=True)
@@ -480,13 +482,18 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     if json:
         emit_json(report)
         raise typer.Exit(1 if report.refused else 0)
-    for path in report.adopted:
-        typer.echo(f"adopted {path}")
+    for line in adopted_lines(report):
+        typer.echo(line)
     for path, why in report.refused.items():
         typer.echo(f"left {path}: {why}")
-    if not report.adopted and not report.refused:
+    if not report.adopted and not report.refused and not report.renamed:
         typer.echo("nothing edited by hand")
     raise typer.Exit(1 if report.refused else 0)
+
+
+def adopted_lines(report) -> list[str]:
+    return ([f"adopted {path}" for path in report.adopted]
+            + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()])
 
 
 DAY_MS = 86_400_000
@@ -506,22 +513,29 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Wait this 
         typer.echo(f"watching {mem.root} for direct edits (Ctrl-C to stop)", err=True)
         told: dict[str, str] = {}  # a refusal is said once, until the file or the reason changes
         began = None  # the log head when the adoption under way began
+
+        def adopt_and_say() -> None:
+            nonlocal began
+            began = mem.log.head()
+            report = adopting(mem)
+            began = None
+            for path in (*report.adopted, *report.renamed.values()):
+                told.pop(path, None)
+            for line in adopted_lines(report):
+                typer.echo(line)
+            for path, why in report.refused.items():
+                target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
+                said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
+                if told.get(path) != said:
+                    told[path] = said
+                    typer.echo(f"left {path}: {why}")
+
         try:
+            adopt_and_say()  # what was edited before the watch began, as `mem adopt` would
             for _changes in watchfiles.watch(mem.root, debounce=debounce_ms,
                                              watch_filter=lambda _c, path: "/.mem/" not in path
                                              and ".mem-tmp-" not in path):
-                began = mem.log.head()
-                report = adopting(mem)
-                began = None
-                for path in report.adopted:
-                    told.pop(path, None)
-                    typer.echo(f"adopted {path}")
-                for path, why in report.refused.items():
-                    target = mem.root / path  # a directory made under mind/ is refused too: it has no hash
-                    said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
-                    if told.get(path) != said:
-                        told[path] = said
-                        typer.echo(f"left {path}: {why}")
+                adopt_and_say()
         except KeyboardInterrupt:
             head = mem.log.head() if began is not None else None
             if head is not None and head > began:  # stopped in the middle: what it adopted is recorded, not yet said
@@ -639,6 +653,8 @@ def main() -> None:
         typer.echo("error: interrupted; what was recorded stays recorded, and the views and files catch up at "
                    "the next command", err=True)
         sys.exit(130)
+    finally:  # the command has ended and said so: a Ctrl-C now would only kill the interpreter's shutdown by the signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code if isinstance(code, int) else 0)
 
 

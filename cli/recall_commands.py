@@ -114,8 +114,8 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
     if json:
         emit_json(report)
     else:
-        for line in (*report.findings, *report.verdicts):
-            typer.echo(line.line())
+        for line in report.lines():
+            typer.echo(line)
         typer.echo(report.summary())
         if report.recorded is not None:
             typer.echo(f"recorded in mind/log.md (seq {report.recorded})")

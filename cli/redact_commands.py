@@ -1,12 +1,16 @@
 """`mem redact` and `mem hub redact`: remove event bodies from the log, keeping the chain."""
 
+import sqlite3
+from pathlib import Path
 from typing import Optional
 
 import typer
 
+from eventstore.errors import MemError
+
 from .app import JsonOpt, app, fail, memory
 from .output import LEFT_ON_DISK, emit_json, event_line, kept_by_hand, redacted_line
-from .sync_commands import DbOpt, hub_app, storage
+from .sync_commands import DbOpt, hub_app, mirror_dir, storage
 
 ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
 
@@ -42,18 +46,43 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
 
 @hub_app.command("redact")
 def hub_redact(ids: list[str] = typer.Argument(..., help="Event ids."), reason: str = ReasonOpt, db: str = DbOpt,
+               ui_dir: Optional[Path] = typer.Option(
+                   None, "--ui-dir", help="The mirror of the hub's web pages, as `mem serve --ui-dir` was given it "
+                                         "(default: next to a SQLite hub)."),
                json: bool = JsonOpt):
-    """Redact events on the hub as its administrator; consumers remove the bodies on their next pull."""
+    """Redact events on the hub as its administrator; consumers remove the bodies on their next pull, and the mirror of
+    the hub's web pages at once."""
     for id in ids:
         if id.isdigit():
             fail(f"{id} is a number, not an event id: the hub redacts by id (an agent's `mem log --json` shows "
                  "it, as the hub's pages do)", 2)
+    if ui_dir is not None and not (ui_dir / ".mem").is_dir():
+        fail(f"--ui-dir {ui_dir}: there is no mirror of the hub's pages there")
     hub = storage(db)
     try:
         results = hub.admin_redact(ids, reason)
+        _scrub_mirror(hub, ui_dir or (None if "://" in db else mirror_dir(db)))
     finally:
         hub.close()
     if json:
         return emit_json(results)
     for result in results:
         typer.echo(f"redaction at hub position {result.position}")
+
+
+def _scrub_mirror(hub, root: Path | None) -> None:
+    """Brings the mirror of the hub's pages (when there is one) up to date with the redaction, so that it no longer
+    holds the text either (`HubMirror.scrub`), whether or not `mem serve` runs or a page is ever opened."""
+    from sync.mirror import HubMirror
+
+    if root is None or not (root / ".mem").is_dir():
+        return
+    try:
+        mirror = HubMirror(hub, root)
+        try:
+            mirror.scrub()
+        finally:
+            mirror.close()
+    except (MemError, OSError, sqlite3.Error) as exc:  # the redaction is done: what is left is said, not raised
+        typer.echo(f"warning: the mirror of the hub's pages at {root} could not copy the redaction ({exc}): it still "
+                   "holds the text until `mem serve` shows a page", err=True)

@@ -108,7 +108,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
         # uvicorn raises the SIGTERM it stopped on again once it has stopped: end as an exit, through `finally`
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        app.mount("/ui", _hub_ui(hub, db, ui_dir, admin_token_file))
+        app.mount("/ui", _hub_ui(app.state.hub, db, ui_dir, admin_token_file))
         url = http_url(host, port)
         typer.echo(f"mindlog hub on {url} ({shown(db)}); pages at {url}/ui/")
         serve_app(app, sock)
@@ -130,16 +130,21 @@ def _refuse_unmade_dirs(admin_token_file: Path | None, ui_dir: Path | None) -> N
 
 
 def _hub_ui(hub, db: str, ui_dir: Path | None, admin_token_file: Path | None):
-    """The /ui pages over a mirror of the hub (in `ui_dir`, or `<db>.ui` beside a SQLite hub)."""
+    """The /ui pages over a mirror of the hub (`sync.hub.Hub`; in `ui_dir`, or `mirror_dir`), which a redaction the
+    hub commits reaches at once (`HubMirror.scrub`)."""
     from sync.mirror import HubMirror
 
     from .tokens import token_from_file
     from .web.hub import hub_ui
 
-    if ui_dir is None:
-        ui_dir = Path(f"{db}.ui")
     admin = token_from_file(admin_token_file, "admin token for the pages") if admin_token_file is not None else None
-    return hub_ui(hub, HubMirror(hub, ui_dir), admin, warm_up=True)
+    return hub_ui(hub.storage, HubMirror(hub.storage, ui_dir or mirror_dir(db)), admin, warm_up=True,
+                  redactions=hub.redaction_listeners)
+
+
+def mirror_dir(db: str) -> Path:
+    """Where `mem serve` keeps a SQLite hub's mirror for its pages, unless told (`--ui-dir`)."""
+    return Path(f"{db}.ui")
 
 
 @hub_app.command("init")
@@ -247,6 +252,14 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
     cursor = hub.received_by(agent, at_ms)
     if at_ms is not None:
         typer.echo(f"as of {format_local(at_ms)} (hub position {cursor} for {agent})", err=True)
+    head = hub.head()
+    if cursor > head:
+        unknown = (f"{agent}'s pull cursor recorded by this hub (hub position {cursor}) is past its last position "
+                   f"({head}): the hub lost events (restored from a backup?), so what {agent} received is unknown "
+                   f"until {agent} pulls again")
+        if json:
+            return emit_json({"agent": agent, "cursor": None, "events": [], "not_received": [], "unknown": unknown})
+        return typer.echo(unknown)
     layers = consumed_layers(contract, agent)
     unreceived = {u.layer: u for u in _unreceived(hub, agent, layers, at_ms)}
     events, missed = [], {}
@@ -340,6 +353,11 @@ def remote_list(json: bool = JsonOpt):
         typer.echo(f"{r.name:<12} {r.url}")
 
 
+def _say(line: str) -> None:
+    """What a push or pull says as it goes (warnings): on stderr."""
+    typer.echo(line, err=True)
+
+
 def _held_lines(report) -> bool:
     """Says what stays behind (stderr); True when something does."""
     for held in report.held:
@@ -361,7 +379,8 @@ def _came_again(counts, own: str) -> list[str]:
 
 
 def _skipped_lines(report) -> None:
-    for path in report.skipped:
+    """The files a pull left as edited by hand, but those the command's opening refresh warned of already."""
+    for path in sorted(set(report.skipped) - state["refused"]):
         typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
                    "`mem status` lists it", err=True)
 
@@ -374,7 +393,7 @@ def push(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
     with memory() as mem:
         target = get_remote(mem, remote)
         with progress_bar("push", mem.head()) as advance:
-            report = pushing(mem, target, progress=advance)
+            report = pushing(mem, target, progress=advance, say=_say)
     if json:
         emit_json(report)
     else:
@@ -404,7 +423,7 @@ def pull(remote: Optional[str] = typer.Argument(None),
         with progress_bar("pull", None) as advance:
             try:
                 report = pulling(mem, target, follow=follow, progress=advance,
-                                 say=lambda line: typer.echo(line, err=True),
+                                 say=_say,
                                  on_batch=batch_line if follow else None)
             except KeyboardInterrupt:
                 if not follow:
@@ -424,9 +443,9 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
     with memory() as mem:
         target = get_remote(mem, remote)
         with progress_bar("push", mem.head()) as advance:
-            pushed = pushing(mem, target, progress=advance)
+            pushed = pushing(mem, target, progress=advance, say=_say)
         with progress_bar("pull", None) as advance:
-            pulled = pulling(mem, target, progress=advance, say=lambda line: typer.echo(line, err=True))
+            pulled = pulling(mem, target, progress=advance, say=_say)
     if json:
         emit_json({"push": pushed, "pull": pulled})
     else:

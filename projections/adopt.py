@@ -14,7 +14,7 @@ from eventstore.errors import MemError
 from eventstore import secrets
 from eventstore.layers import MIND
 
-from .materialize import hand_edited, untracked, written_hash
+from .materialize import file_hash, hand_edited, untracked, written_hash
 from . import trust
 from .render import always_lines, outside_always
 from .views import LOG_PATH, MIND_PATH, slug_of
@@ -23,6 +23,7 @@ from .views import LOG_PATH, MIND_PATH, slug_of
 class AdoptReport(msgspec.Struct):
     adopted: list[str] = []
     refused: dict[str, str] = {}
+    renamed: dict[str, str] = {}  # a page moved by hand (its bytes unchanged): old path -> new path, one rename each
 
 
 def adopt(memory, *, allow_secret: bool = False, progress=None, explain=str) -> AdoptReport:
@@ -95,6 +96,17 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]
     progress(0, total=len(edited) + len(missing) + len(shared_missing))
+    for old, new in _moved(views, root, missing, edited).items():
+        edited.discard(new)
+        missing.remove(old)
+        try:
+            event = memory.writer.page_rename(slug_of(old), slug_of(new), "moved in place")
+            memory.append(event, touches=[old, new, MIND_PATH, LOG_PATH], adopt={new: (root / new).read_bytes()})
+        except MemError as exc:
+            report.refused[new] = explain(exc)
+        else:
+            report.renamed[old] = new
+        progress(2)
     if MIND_PATH in edited:  # first: the pages adopted next rewrite mind.md
         progress(1)
         try:
@@ -138,6 +150,21 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         if path in report.refused:  # kept for adoption (a hold released, a contract changed), else to be put back
             report.refused[path] += f"; or put the file back: `mem show {path} > {path}`"
     return report
+
+
+def _moved(views, root, missing: list[str], edited: set[str]) -> dict[str, str]:
+    """The wiki pages moved by hand (`mv mind/a.md mind/b.md`): a missing page whose last written bytes are those
+    of exactly one new page, and the other way round. A page moved and edited at once is a delete and an ingest."""
+    written = views.written.hashes()
+    new_pages = [path for path in edited if slug_of(path) and path not in written]
+    by_hash: dict[str, list[str]] = {}
+    for path in new_pages:
+        by_hash.setdefault(file_hash(root / path), []).append(path)
+    gone: dict[str, list[str]] = {}
+    for path in missing:
+        gone.setdefault(written.get(path), []).append(path)
+    return {olds[0]: by_hash[digest][0] for digest, olds in gone.items()
+            if digest is not None and len(olds) == 1 and len(by_hash.get(digest, ())) == 1}
 
 
 CATALOG_EDIT = "the rest of mind.md is made from the pages (a page's title and `description`): edit mind/<slug>.md"

@@ -309,6 +309,10 @@ class Verdict(msgspec.Struct):
     def line(self) -> str:
         return f"judge: {self.a} vs {self.b}: {self.verdict}"
 
+    def contradiction(self) -> bool:
+        """A ruling of contradiction: a finding (which says it), the other verdicts only listed."""
+        return self.verdict.lower().startswith("contradiction")
+
 
 def judge_pairs(scope: Scope, command: str, timeout: float = 120,
                 limit: int = JUDGED_PAIRS) -> tuple[list[Finding], list[Verdict], int]:
@@ -326,7 +330,7 @@ def judge_pairs(scope: Scope, command: str, timeout: float = 120,
         verdict = (result.stdout[:VERDICT_CHARS * 4].decode(errors="replace").strip().splitlines()
                    or ["(no verdict)"])[0][:VERDICT_CHARS]
         verdicts.append(Verdict(a, b, verdict))
-        if verdict.lower().startswith("contradiction"):
+        if verdicts[-1].contradiction():
             found.append(Finding("judge", a, f"contradicts {b} (judge: {verdict})"))
     return found, verdicts, candidates
 
@@ -340,6 +344,10 @@ class LintReport(msgspec.Struct):
     verdicts: list[Verdict] = []
     candidates: int = 0  # the pairs that shared enough terms to be judged; the first `len(verdicts)` were
     recorded: int | None = None
+
+    def lines(self) -> list[str]:
+        """Each finding, then each verdict that is not one (a contradiction is said once, as its finding)."""
+        return [line.line() for line in (*self.findings, *(v for v in self.verdicts if not v.contradiction()))]
 
     def summary(self) -> str:
         judged = ""
@@ -375,8 +383,7 @@ def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | Non
 
 
 def record(memory, report: LintReport):
-    """One `lint` entry in mind/log.md: the summary, each finding and each verdict."""
-    event = memory.append(memory.writer.lint(report.summary(), [f.line() for f in (*report.findings,
-                                                                                    *report.verdicts)]))
+    """One `lint` entry in mind/log.md: the summary, each finding and each verdict (LintReport.lines)."""
+    event = memory.append(memory.writer.lint(report.summary(), report.lines()))
     report.recorded = event.seq
     return event

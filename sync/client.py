@@ -78,21 +78,47 @@ class BadAnswer(MemError):
 
 
 class HubBehind(MemError):
-    """The hub's head is behind the position this workspace has pulled up to: it lost events it had handed out
-    (a database restored from a backup, say)."""
+    """The hub lost events it had handed out to this workspace (a database restored from a backup, say)."""
 
     code = "hub-behind"
     status = 409
 
 
-def hub_behind(memory, remote: "Remote", head: int) -> str | None:
-    """What to say when the hub's `head` is behind what this workspace has pulled from it (None: it is not)."""
+PULLING_AGAIN = "the next `mem pull` pulls from its start again (what this workspace holds already is kept once)"
+PUSHING_AGAIN = "the next `mem push` sends this agent's events again (those the hub holds are counted as already there)"
+
+
+def hub_behind(memory, remote: "Remote", answer: "ContractResponse") -> str | None:
+    """What to say when the hub no longer holds what this workspace pulled from it (None: it does, as far as it
+    tells): its head is behind the position pulled up to, or the last event pulled is no longer at its position (a
+    hub restored from a backup hands the lost positions out again, to other events)."""
     pulled_to = int(memory.log.state(f"pulled-to:{remote.name}") or 0)
-    if not head or head >= pulled_to:
+    position, _, id = (memory.log.state(_pulled_key(remote.name)) or "").partition(" ")
+    if answer.head and answer.head < pulled_to:
+        why = f"its head is at hub position {answer.head}, this workspace pulled up to {pulled_to}"
+    elif id and answer.holds is not None and answer.holds.get(id) != int(position):
+        why = f"the event this workspace pulled at hub position {position} is no longer there"
+    else:
         return None
-    return (f"remote {remote.name} at {remote.url} holds events up to hub position {head}, but this workspace pulled "
-            f"up to {pulled_to} from it: the hub lost events (restored from a backup?); `mem remote remove "
-            f"{remote.name}` and `mem remote add` it again to push and pull everything anew")
+    return (f"remote {remote.name} at {remote.url} lost events this workspace pulled from it (restored from a "
+            f"backup?): {why}")
+
+
+def hub_lost_pushes(memory, remote: "Remote", answer: "ContractResponse") -> str | None:
+    """What to say when the hub no longer holds the last event this workspace pushed to it (None: it does, or it
+    does not tell): the push cursor then counts as pushed events the hub lost."""
+    last = memory.log.state(_pushed_key(remote.name))
+    if not last or answer.holds is None or last in answer.holds:
+        return None
+    return f"remote {remote.name} at {remote.url} lost events this workspace pushed to it (restored from a backup?)"
+
+
+def holds_asked(memory, name: str) -> list[str]:
+    """The ids a contract request asks the hub about: the last event this workspace pushed to it and the last it
+    pulled from it (`hub_lost_pushes`, `hub_behind`)."""
+    pushed = memory.log.state(_pushed_key(name))
+    pulled = (memory.log.state(_pulled_key(name)) or "").partition(" ")[2]
+    return [id for id in (pushed, pulled) if id]
 
 
 class HeldBack(msgspec.Struct):
@@ -104,10 +130,13 @@ class HeldBack(msgspec.Struct):
 
 
 class PushReport(msgspec.Struct):
+    """`resent`: the hub had lost events this workspace pushed, so this push sent all of this agent's again."""
+
     remote: str
     pushed: int
     duplicates: int
     held: list[HeldBack] = []
+    resent: bool = False
 
 
 class PullReport(msgspec.Struct):
@@ -124,6 +153,7 @@ class PullReport(msgspec.Struct):
     skipped: list[str] = []
     rejected: list[Rejected] = []
     already_held: int = 0
+    restarted: bool = False  # the hub had lost events this workspace pulled: this pull began from its start again
 
 
 class PackedPullPage(PullPage):
@@ -166,8 +196,13 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 
 def _forget_cursors(memory, name: str) -> None:
-    for key in (f"push:{name}", f"pull:{name}", f"held:{name}", f"pulled-to:{name}", f"pulled-at:{name}",
-                _came_key(name), _covered_key(name)):
+    for key in (f"push:{name}", f"held:{name}", _pushed_key(name), _came_key(name)):
+        memory.log.set_state(key, "")
+    _forget_pull_cursor(memory, name)
+
+
+def _forget_pull_cursor(memory, name: str) -> None:
+    for key in (f"pull:{name}", f"pulled-to:{name}", f"pulled-at:{name}", _pulled_key(name), _covered_key(name)):
         memory.log.set_state(key, "")
 
 
@@ -342,8 +377,9 @@ class HubClient:
             raise BadAnswer(f"remote {self.name} at {self.url} answered {path} with something that is not a "
                             f"mindlog hub's answer: {str(exc)[:200]}") from None
 
-    def contract(self) -> ContractResponse:
-        return self._call("GET", "/v1/contract", ContractResponse)
+    def contract(self, holds: list[str] = ()) -> ContractResponse:
+        """`holds`: event ids whose positions the hub tells, those it holds (`ContractResponse.holds`)."""
+        return self._call("GET", "/v1/contract", ContractResponse, params={"holds": ",".join(holds)} if holds else None)
 
     def push(self, events: "list[Event] | Outgoing") -> PushResponse:
         """Pushes a batch: its events, or its request body made beforehand (`Outgoing.push`)."""
@@ -408,6 +444,16 @@ def _came_key(name: str) -> str:
 
 def _covered_key(name: str) -> str:
     return f"consumed:{name}"
+
+
+def _pushed_key(name: str) -> str:
+    """The id of the last event the hub acknowledged to a push of this workspace."""
+    return f"pushed-last:{name}"
+
+
+def _pulled_key(name: str) -> str:
+    """'POSITION ID' of the last event this workspace pulled from the hub."""
+    return f"pulled-last:{name}"
 
 
 def uncovered(memory, name: str, contract: Contract, previous: Contract | None = None) -> list[str]:
@@ -519,15 +565,23 @@ def _waiting(memory, remote: Remote) -> list[tuple[str, str, bool]]:
             for row in memory.log.read_rows(after=cursor, layers=layers, agent=agent) if row[0] not in came]
 
 
-def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True) -> ContractResponse:
+def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
+                  restart: bool = False) -> ContractResponse:
     """`fetch_contract`, then the past of each layer this agent now consumes that its pull cursor skipped
     (`uncovered`), fetched before the cursor moves on (`_backfill`): so a consumer added to a layer ends up with
-    the layer's whole history, as a new workspace would."""
+    the layer's whole history, as a new workspace would.
+
+    A hub that lost events this workspace pulled from it (`hub_behind`) hands their positions out again: with
+    `restart` (a pull that has stored nothing yet) the pull cursor is forgotten, said through the tally, and the
+    pull begins from the hub's start (the log keeps each event once, by id); else HubBehind."""
     previous = memory.views.contract
     answer = fetch_contract(memory, tally.remote, client)
-    behind = hub_behind(memory, tally.remote, answer.head)
+    behind = hub_behind(memory, tally.remote, answer)
+    if behind and not restart:
+        raise HubBehind(f"{behind}; {PULLING_AGAIN}")
     if behind:
-        raise HubBehind(behind)
+        _forget_pull_cursor(memory, tally.name)
+        tally.restart(memory, behind)
     _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
     not_taken = memory.not_taken()  # its past is fetched once a local layer no longer shadows it
     covered = json.dumps([layer for layer in consumed_layers(answer.contract, memory.config.agent)
@@ -557,7 +611,7 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
 def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractResponse:
     """The hub's contract (kept for rendering) and position; refused if the token is no longer the agent
     it was accepted for (a token file swapped behind mindlog's back)."""
-    answer = client.contract()
+    answer = client.contract(holds_asked(memory, remote.name))
     expected = remote.agent or memory.config.agent
     if answer.agent != expected:
         raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
@@ -610,10 +664,18 @@ def releases_ahead(memory, events: list[Event], after: int, came: "CameFromHub")
     return sorted(found.values(), key=lambda e: e.seq)
 
 
-def push(memory, remote: Remote, client: HubClient | None = None, progress=None) -> PushReport:
+def push(memory, remote: Remote, client: HubClient | None = None, progress=None, say=None) -> PushReport:
+    """Sends this agent's events after the push cursor. A hub that lost events this workspace pushed to it
+    (`hub_lost_pushes`) gets all of them again, said through `say`: it keeps each once, by id."""
     client = client or HubClient.for_remote(remote)
     known = memory.views.contract
-    contract = fetch_contract(memory, remote, client).contract
+    answer = fetch_contract(memory, remote, client)
+    contract, lost = answer.contract, hub_lost_pushes(memory, remote, answer)
+    if lost:
+        for key in (f"push:{remote.name}", _held_key(remote), _pushed_key(remote.name)):
+            memory.log.set_state(key, "")
+        if say:
+            say(f"warning: {lost}; sending this agent's events again (those it holds are counted as already there)")
     agent = memory.config.agent
     local = memory.local_layers()
     shared = sorted((set(contract.layers) | set(known.layers if known else ())) - local)
@@ -623,15 +685,17 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
 
-    def send(events: list[Event], body: Outgoing | None = None) -> None:
+    def send(events: list[Event], body: Outgoing | None = None) -> str | None:
+        """The id of the batch's last event, acknowledged (None: nothing to send)."""
         nonlocal pushed, duplicates
         if not events:
-            return
+            return None
         results = client.push(body or events).results
         duplicates += sum(r.duplicate for r in results)
         pushed += sum(not r.duplicate for r in results)
         if progress:
             progress(len(events))
+        return events[-1].id
 
     retried = [e for e in map(memory.log.get_by_seq, held) if e.layer not in local]  # older versions held local layers' events
     if shared:
@@ -639,12 +703,15 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
                                  if pushable(contract, agent, e) and e.seq not in came)],
                       cursor, came)
-    send([_outgoing(e) for e in retried if pushable(contract, agent, e)])
+    acknowledged = send([_outgoing(e) for e in retried if pushable(contract, agent, e)])
     held = [e.seq for e in retried if not pushable(contract, agent, e)]
     memory.log.set_state(held_key, json.dumps(held))
+    if acknowledged:
+        memory.log.set_state(_pushed_key(remote.name), acknowledged)
 
-    def moved(cursor: int, held: list[int]) -> None:
-        rows = {key: str(cursor), held_key: json.dumps(held)}
+    def moved(cursor: int, held: list[int], acknowledged: str | None) -> None:
+        rows = {key: str(cursor), held_key: json.dumps(held), **({_pushed_key(remote.name): acknowledged}
+                                                                 if acknowledged else {})}
         memory.log.append([], state=lambda _seqs: {**rows, **CameFromHub.prune(memory, remote.name, cursor)})
 
     # While the hub checks and commits a batch, this thread reads and encodes the next one, then moves the cursor
@@ -668,8 +735,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
                 held += [e.seq for e in batch if not pushable(contract, agent, e)]
                 cursor = read[-1].seq
             if in_flight is not None:
-                in_flight[0].result()
-                answered, in_flight = in_flight[1:], None
+                answered, in_flight = (*in_flight[1:], in_flight[0].result()), None
             if read:
                 in_flight = (sender.submit(send, outgoing, body), cursor, list(held))
             if answered is not None:
@@ -678,7 +744,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None)
             if not read:
                 break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
-                      held=held_back(memory, remote, contract))
+                      held=held_back(memory, remote, contract), resent=bool(lost))
 
 
 def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False,
@@ -695,7 +761,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     while True:
         try:
             if behind:
-                answer = take_contract(memory, client, tally)
+                answer = take_contract(memory, client, tally, restart=True)
                 tally.expect(memory, answer.head or answer.position)
                 if down and say:  # said at the first answer, before anything it brings is stored
                     say(f"hub {remote.url} answers again; following")
@@ -721,7 +787,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     tally.skipped.update(memory.refresh().refused)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
-                      already_held=tally.already_held)
+                      already_held=tally.already_held, restarted=tally.restarted)
 
 
 class _Tally:
@@ -739,6 +805,14 @@ class _Tally:
         self.start = self.reached = self.total = 0
         self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
         self.redactions: list[int] = []  # the seqs of the redactions among them
+        self.restarted = False
+
+    def restart(self, memory, behind: str) -> None:
+        """The hub lost events this workspace pulled (`hub_behind`): its pull cursor forgotten, the pull begins
+        from the hub's start."""
+        self.restarted = True
+        if self.say:
+            self.say(f"warning: {behind}; pulling from its start again (what this workspace holds already is kept once)")
 
     def expect(self, memory, hub_position: int) -> None:
         """Sizes the progress: from the hub position this log has pulled to, up to the hub's head."""
@@ -796,6 +870,8 @@ class _Tally:
             state[f"pull:{self.name}"] = page.cursor
             if page.events:
                 state[f"pulled-to:{self.name}"] = str(position)
+            if events:
+                state[_pulled_key(self.name)] = f"{events[-1].seq} {events[-1].id}"
         agent = memory.config.agent
 
         def rows(seqs: list[int]) -> dict[str, str]:

@@ -329,15 +329,22 @@ class Hub:
         self.forms = EncodedEvents()
         self._consumed: tuple[object, dict[str, list[str]]] = (None, {})  # (contract, agent -> the layers it consumes)
         self._woken_polls: list[tuple] = []  # long-polls woken, to be answered together (`answer_woken`)
+        self.redaction_listeners: list[Callable[[], None]] = []
+        """Called on the event loop after a commit that carried a redaction (the pages' mirror: cli/web/hub.py)."""
 
     @property
     def committer(self) -> GroupCommitter:
         if self._committer is None:
             loop = asyncio.get_running_loop()
             self._committer = GroupCommitter(self.storage, self.fanout, group=self.group_commit,
-                                             on_redaction=self.forms.forget)
+                                             on_redaction=self._redacted)
             self.storage.watch(lambda head, layers: self.fanout.advance_threadsafe(loop, head, layers))
         return self._committer
+
+    def _redacted(self) -> None:
+        self.forms.forget()
+        for listener in self.redaction_listeners:
+            listener()
 
     async def read(self, fn, *args):
         """`fn(*args)`, where this storage's reads belong: in a worker thread if they may wait."""
@@ -440,12 +447,23 @@ class Hub:
         will wait for a wake-up due (Fanout.deferred): the page it would read now is not the one it answers.
         On the event loop only (the fan-out is its own); elsewhere, `wait` 0."""
         agent, layers, head = self.consumer(token)
+        if after > head:
+            raise cursor_ahead(after, head)
         if wait > 0:
             if self.fanout.deferred(after, layers):
                 return agent, layers, head, None
             if after >= head:  # caught up: the page read now would hold only commits after `head`, which wake it
                 return agent, layers, head, []
         return agent, layers, head, self.storage.pull_rows(after, layers, limit)
+
+
+def cursor_ahead(after: int, head: int) -> HubError:
+    """A cursor past the head was given out by this hub before it lost events (its database restored from a
+    backup): refused, not recorded as received (`mem hub believed`), nor answered with positions handed out
+    again since."""
+    return HubError(409, "cursor-ahead", "Cursor ahead of the hub",
+                    f"the cursor names hub position {after}, past this hub's last position {head}: the hub lost events "
+                    "it had handed out (restored from a backup?); pull from its start again (no cursor)")
 
 
 def _known(state: tuple) -> tuple:
@@ -560,10 +578,23 @@ def query_params(query: bytes) -> dict[str, str]:
     return params
 
 
+MAX_HOLDS = 16
+"""The most event ids one contract request may ask about (`holds`)."""
+
+
 async def contract(request: Request) -> Response:
+    """The contract, its position, the token's agent and the head; with `holds` (comma-separated event ids), the
+    position of each of them the hub holds: what lets an agent check that the hub still holds what it pushed
+    and pulled (a hub restored from a backup hands positions out again; sync.client.lost_events)."""
     hub = hub_of(request)
     agent, current, position, head = await hub.read(hub.state, bearer_token(request))
-    return reply(ContractResponse(contract=current, position=position, agent=agent, head=head))
+    answer = ContractResponse(contract=current, position=position, agent=agent, head=head)
+    if "holds" in request.query_params:
+        ids = [id for id in request.query_params["holds"].split(",") if id]
+        if len(ids) > MAX_HOLDS:
+            raise HubError(400, "invalid-parameter", "Invalid parameter", f"holds names at most {MAX_HOLDS} event ids")
+        answer.holds = await hub.read(hub.storage.positions_of, ids) if ids else {}
+    return reply(answer)
 
 
 async def push(request: Request) -> Response:

@@ -10,10 +10,16 @@ of those layers, each where its latest contract put it.
 
 Caught up when a page asks, under a lock, a page of hub events per transaction: the events of many
 hub commits go in at once, each at its own hub time, and the hub position reached commits with them,
-so a mirror stopped half-way keeps what it copied and resumes after it.
+so a mirror stopped half-way keeps what it copied and resumes after it. The lock is the workspace's
+(`.mem/project.lock`), so two processes (`mem serve` and `mem hub redact`) never copy the same positions.
+
+A redaction on the hub reaches the mirror at once (`scrub`), not when a page next asks: the mirror copies it
+and rebuilds its views, so neither keeps the text, whether or not a page is ever opened.
 """
 
+import fcntl
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -59,7 +65,7 @@ class HubMirror:
     def catch_up(self, progress=None) -> int:
         """Copies what the hub committed since the last call; returns the mirror's head (= the hub's then).
         `progress(n)` hears of each page copied, n hub positions at a time."""
-        with self._lock:
+        with self._lock, self._exclusive():
             last = self.storage.head()
             self._learn_contracts()
             layers = sorted(self._ever.layers) + [CONTRACT_LAYER]
@@ -80,6 +86,25 @@ class HubMirror:
                 self.log.append([self._gap(head, last)], recorded_at=self.log.recorded_at(head) or 0,
                                 state={"hub-position": str(last), COPIES[0]: COPIES[1]})
             return self.log.head()
+
+    @contextmanager
+    def _exclusive(self):
+        """The mirror workspace's projector lock (as `Memory.lock` takes it): one process at a time appends."""
+        with open(self.ws.lock_path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def scrub(self) -> None:
+        """After a redaction on the hub: copies it (the mirror's log removes the bodies and empties its WAL, as a
+        local redaction does) and rebuilds the views without them (a redaction is never folded: `Memory.refresh`)."""
+        from projections.memory import Memory
+
+        self.catch_up()
+        with Memory.open(self.root) as mem:
+            mem.refresh(files=False)
 
     def _learn_contracts(self) -> None:
         """Reads the contract changes committed since the last call into `ever_shared`, and places their

@@ -15,7 +15,7 @@ def openapi_document() -> dict:
     problems = {str(code): {"description": text, "content": {"application/problem+json": {"schema": problem}}}
                 for code, text in ((400, "Bad request"), (401, "Missing, unknown or revoked token"),
                                    (403, "Out of contract, or the event's agent is not the token's"),
-                                   (409, "Digest mismatch or an id known with another digest"),
+                                   (409, "Digest mismatch, an id known with another digest, or a cursor past the head"),
                                    (413, "Request too large"), (415, "Unsupported media type or content encoding"),
                                    (422, "Invalid event"))}
     security = [{"bearer": []}]
@@ -27,7 +27,10 @@ def openapi_document() -> dict:
         "components": {"schemas": components,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "paths": {
-            "/v1/contract": {"get": {"operationId": "contract", "security": security,
+            "/v1/contract": {"get": {"operationId": "contract", "security": security, "parameters": [
+                {"name": "holds", "in": "query", "schema": {"type": "string"},
+                 "description": "Comma-separated event ids (at most 16): the answer's `holds` gives the position of "
+                                "each the hub holds"}],
                                      "responses": {"200": {"description": "The contract in force",
                                                            "content": json_body(contract_resp)}, **problems}}},
             "/v1/push": {"post": {"operationId": "push", "security": security,

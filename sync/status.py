@@ -8,7 +8,8 @@ from eventstore.layers import consumes
 from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
-from .client import HeldBack, HubClient, PULL_BATCH, held_back, hub_behind, load_remotes, uncovered, unpushed
+from .client import (PULLING_AGAIN, PUSHING_AGAIN, HeldBack, HubClient, PULL_BATCH, held_back, holds_asked,
+                     hub_behind, hub_lost_pushes, load_remotes, uncovered, unpushed)
 
 
 class RemoteStatus(msgspec.Struct):
@@ -66,18 +67,27 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
         client = HubClient.for_remote(remote, timeout=timeout)
         cursor = memory.log.state(f"pull:{remote.name}") or ""
         try:
+            answer = client.contract(holds_asked(memory, remote.name))
+            lost = _lost(memory, remote, answer)
+            if lost:
+                status.hub_error = lost
+                return status
             page = client.pull(cursor, PULL_BATCH)
-            answer = client.contract()
             # the past of layers this agent was made a consumer of, which its next pull fetches (client.take_contract)
             newly = uncovered(memory, remote.name, answer.contract, memory.views.contract)
             past = client.pull("", PULL_BATCH, layers=newly, until=cursor) if newly else None
         finally:
             client.close()
-        status.hub_error = hub_behind(memory, remote, answer.head)
-        if status.hub_error:
-            return status
         status.behind = sum(1 for e in page.events + (past.events if past else []) if memory.log.get(e.id) is None)
         status.more_behind = page.more or bool(past and past.more)
     except (httpx.HTTPError, MemError, OSError) as exc:
         status.hub_error = str(exc) or type(exc).__name__
     return status
+
+
+def _lost(memory, remote, answer) -> str | None:
+    """What the hub lost of what this workspace pushed and pulled (restored from a backup), with what the next push
+    and pull do about it; None when it lost nothing, as far as it tells."""
+    said = [f"{lost}; {then}" for lost, then in ((hub_lost_pushes(memory, remote, answer), PUSHING_AGAIN),
+                                                (hub_behind(memory, remote, answer), PULLING_AGAIN)) if lost]
+    return "; ".join(said) or None

@@ -433,6 +433,10 @@ class HubStorage(ABC):
     def layers_of(self, ids: list[str]) -> dict[str, str]:
         """The layer of each of these event ids that the hub holds (ids it does not hold are left out)."""
 
+    @abstractmethod
+    def positions_of(self, ids: list[str]) -> dict[str, int]:
+        """The position of each of these event ids that the hub holds (ids it does not hold are left out)."""
+
     def watch(self, callback: Watcher) -> None:
         """Calls `callback` from a background thread when commits made outside this object (another hub
         process, another connection) move the head. One loop per storage, however many long-polls wait;

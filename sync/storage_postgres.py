@@ -252,8 +252,14 @@ class PostgresHubStorage(HubStorage):
         return self._run(lambda conn: conn.execute("SELECT position FROM hub_counter").fetchone()[0])
 
     def layers_of(self, ids):
+        return self._column_of(ids, "layer")
+
+    def positions_of(self, ids):
+        return self._column_of(ids, "position")
+
+    def _column_of(self, ids, column: str) -> dict:
         return dict(self._run(lambda conn: conn.execute(
-            "SELECT id, layer FROM hub_events WHERE id = ANY(%s)", (list(ids),)).fetchall()))
+            f"SELECT id, {column} FROM hub_events WHERE id = ANY(%s)", (list(ids),)).fetchall()))
 
     def _watch_loop(self, callback, stop):
         """LISTENs on a connection of its own; after a lost connection, reconnects with backoff and

@@ -421,10 +421,16 @@ class SQLiteHubStorage(HubStorage):
         return self._read(HEAD)[0][0]
 
     def layers_of(self, ids):
+        return self._column_of(ids, "layer")
+
+    def positions_of(self, ids):
+        return self._column_of(ids, "position")
+
+    def _column_of(self, ids, column: str) -> dict:
         found = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            found.update(self._read(f"SELECT id, layer FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})",
+            found.update(self._read(f"SELECT id, {column} FROM hub_events WHERE id IN ({','.join('?' * len(chunk))})",
                                     chunk))
         return found
 

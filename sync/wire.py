@@ -57,6 +57,9 @@ class ContractResponse(msgspec.Struct):
     position: int
     agent: str
     head: int = 0
+    holds: dict[str, int] | None = None
+    """Asked for (`holds`: event ids), the position of each of those the hub holds; None when not asked (or from a
+    hub that does not answer it)."""
 
 
 class Problem(msgspec.Struct, omit_defaults=True):

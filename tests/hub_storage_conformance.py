@@ -82,6 +82,12 @@ class HubStorageConformance:
         assert hub.layers_of([a.id, b.id, entry().id]) == {a.id: "insights", b.id: "drafts"}
         assert hub.layers_of([]) == {}
 
+    def test_positions_of_names_the_position_of_held_ids(self, hub):
+        a, b = entry(text="a"), entry(layer="drafts", agent="writer")
+        hub.push([a, b])
+        assert hub.positions_of([b.id, entry().id, a.id]) == {a.id: 1, b.id: 2}
+        assert hub.positions_of([]) == {}
+
     def test_pull_filters_layers_and_limits(self, hub):
         hub.push([entry(text="1"), entry(layer="drafts", agent="writer"), entry(text="3")])
         assert [e.seq for e in hub.pull(0, ["insights"], 10)] == [1, 3]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import select
 import subprocess
 import time
 
@@ -30,6 +31,33 @@ def test_edited_new_and_deleted_pages_and_always_lines_are_adopted(memory):
     assert memory.always() == ["keep me", "added by hand"]
     assert "Prod needs an ack." in memory.show("mind/deploy.md", memory.log.head())
     assert workspace_status(memory).clean
+
+
+def test_a_page_moved_by_hand_is_adopted_as_a_rename_and_its_history_follows(workspace):
+    """Regression: `mv mind/a.md mind/b.md` was adopted as a delete and an ingest, so `mem history b` began at the
+    move. A page moved with its bytes unchanged is a rename; moved and edited at once, or two pages of the same
+    bytes moved (which went where cannot be told), it stays a delete and an ingest."""
+    page = workspace.parent / "p.md"
+    for slug, text in (("a", "A."), ("twin1", "Twins."), ("twin2", "Twins."), ("edited", "E.")):
+        page.write_bytes(PAGE + text.encode() + b"\n")
+        run_mem("-w", workspace, "page", "write", slug, "--file", page, check=True)
+    mind = workspace / "mind"
+    kept = (mind / "a.md").read_bytes()
+    (mind / "a.md").rename(mind / "b.md")
+    (mind / "edited.md").rename(mind / "edited-moved.md")
+    (mind / "edited-moved.md").write_text((mind / "edited-moved.md").read_text() + "More.\n")
+    adopted = run_mem("-w", workspace, "adopt", "--json", check=True)
+    report = json.loads(adopted.stdout)
+    assert report["renamed"] == {"mind/a.md": "mind/b.md"}
+    assert sorted(report["adopted"]) == ["mind/edited-moved.md", "mind/edited.md"]
+    history = run_mem("-w", workspace, "history", "b", "--json", check=True)
+    assert [e["kind"] for e in json.loads(history.stdout)] == ["page.ingest", "page.rename"]
+    assert (mind / "b.md").read_bytes() == kept
+    (mind / "twin1.md").rename(mind / "twin3.md")
+    (mind / "twin2.md").rename(mind / "twin4.md")
+    said = run_mem("-w", workspace, "adopt", check=True).stdout.decode()
+    assert "a rename" not in said and said.count("adopted") == 4, said
+    assert run_mem("-w", workspace, "status", check=True).stdout.decode().strip().endswith("what the log says")
 
 
 def test_what_cannot_be_adopted_is_left_and_reported(workspace):
@@ -66,6 +94,22 @@ def test_watch_adopts_edits_as_they_happen(workspace):
         time.sleep(0.5)  # a second adoption, were the same bytes adopted twice, would show now
         rows = log_rows(workspace)
         assert len(rows) == 2 and rows[1][6] == "page.update"
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
+def test_watch_adopts_what_was_edited_before_it_began(workspace):
+    """Regression: `mem watch` adopted only what changed after it began; a page written by hand before it (which
+    `mem adopt` takes) stayed untracked, unsaid, until edited again."""
+    (workspace / "mind/before.md").write_bytes(PAGE)
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert watcher.stderr.readline().startswith(b"watching")
+        assert select.select([watcher.stdout], [], [], 30)[0], "the watcher said nothing of the page"
+        assert watcher.stdout.readline() == b"adopted mind/before.md\n"
+        assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
     finally:
         watcher.terminate()
         watcher.wait(timeout=10)

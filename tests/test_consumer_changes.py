@@ -170,39 +170,6 @@ def test_a_consumer_made_one_again_catches_up_with_what_it_missed(tmp_path):
         team.stop()
 
 
-def test_a_hub_behind_what_an_agent_pulled_is_told_not_passed_over(tmp_path):
-    """A hub restored from a backup hands positions an agent has pulled past out again: its pull says so and fails,
-    naming the way out, and `mem status` does not report the remote in step."""
-    import shutil
-    import sqlite3
-
-    team = Team(tmp_path, agents=("alice", "bob"), contract=INSIGHTS)
-    try:
-        entry(team, "insights", "[FACT] E1 before the backup")
-        team.mem("alice", "push", check=True)
-        live, backup = sqlite3.connect(team.db), sqlite3.connect(tmp_path / "backup.db")
-        live.backup(backup)
-        live.close()
-        backup.close()
-        entry(team, "insights", "[FACT] E2 after the backup")
-        team.mem("alice", "push", check=True)
-        team.mem("bob", "pull", check=True)
-        team.server.stop()
-        shutil.copy(tmp_path / "backup.db", team.db)
-        for suffix in ("-wal", "-shm"):
-            (tmp_path / f"hub.db{suffix}").unlink(missing_ok=True)
-        team.server.start()
-        pulled = team.mem("bob", "pull")
-        err = pulled.stderr.decode()
-        assert pulled.returncode == 1 and len(err.splitlines()) == 1, err
-        assert "holds events up to hub position 2, but this workspace pulled up to 3" in err
-        assert "`mem remote remove origin`" in err
-        status = team.mem("bob", "status", "--fetch").stdout.decode()
-        assert "behind the hub: unknown (remote origin" in status and "behind the hub: 0" not in status, status
-    finally:
-        team.stop()
-
-
 def test_an_agent_taken_off_a_layer_is_told_its_copy_no_longer_moves(team):
     """Regression: bob, no longer a consumer of decisions, kept his old memory/decisions.md and `mem status` said
     "clean" and 0 behind, as if it were current."""

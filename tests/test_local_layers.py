@@ -141,3 +141,42 @@ def test_a_local_layer_never_leaves_even_when_the_hub_gets_a_layer_of_its_name(t
             assert b"CFO" not in stored.read_bytes(), stored
     finally:
         team.stop()
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_STEPS = st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 3)), st.tuples(st.just("older"), st.integers(0, 9)),
+                            st.tuples(st.just("reverse"), st.integers(0, 30))), min_size=1, max_size=14)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_STEPS)
+def test_an_entries_file_kept_rendered_and_grown_reads_as_one_rendered_whole(tmp_path_factory, steps):
+    """The current entries file is kept rendered and grown by the entries folded since when they add lines at its
+    end (shared.SharedViews.render_entries): after each step (entries added a few at a time, one arriving with an
+    older id as from a teammate, a reversal) the file on disk and the render are what rendering it whole gives."""
+    from eventstore.envelope import new_event
+    from eventstore.ids import uuid7_layout, uuid_text
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+    from projections.shared import SharedViews
+
+    with Memory.init(tmp_path_factory.mktemp("ws"), "agent") as memory:
+        memory.declare_layer("notes", "memory/notes.md")
+        ids = []
+        for number, (step, value) in enumerate(steps):
+            if step == "add":
+                for n in range(value + 1):
+                    ids.append(memory.entry_add("notes", f"[FACT] 2026-11-01: fact {number}.{n}").id)
+            elif step == "older":  # a teammate's, written earlier: its id sorts before the last
+                body = EntryAppend(type="FACT", date="2026-11-02", content=f"older {number}")
+                older = uuid_text(uuid7_layout(1_700_000_000_000 + value, 0, number))  # uuid7 would follow the last
+                event = new_event(body, agent="other", layer="notes", ts=1_700_000_000_000 + value, id=older)
+                ids.append(memory.append(event, touches=["memory/notes.md"]).id)
+            elif ids:
+                memory.entry_add("notes", f"[LESSON] 2026-11-03: undo {number}", reverses=ids[value % len(ids)])
+            whole = SharedViews(memory.views.db)._render_entries("notes", memory.views.checkpoint())
+            assert memory.views.shared.render_entries("notes", memory.views.checkpoint()) == whole
+            file = memory.root / "memory/notes.md"
+            assert (file.read_text() if file.exists() else "# notes\n\n") == whole

@@ -261,3 +261,39 @@ def test_ctrl_c_under_a_command_is_one_error_line_and_exit_130(workspace):
     assert err.decode() == ("error: interrupted; what was recorded stays recorded, and the views and files catch "
                             "up at the next command\n")
     assert log_rows(workspace) == before
+
+
+def test_a_progress_bars_rate_is_the_items_since_it_began_not_a_bursts_speed():
+    """Regression: a catch-up's views bar read `22897/22897 4,231,452/s`: the fold reports the views in a burst,
+    and rich's speed is measured between its last updates. The rate is the items done since the bar began."""
+    import time
+
+    from rich.progress import Progress
+
+    from cli.output import _rate_column
+
+    with Progress(disable=True) as progress:
+        task = progress.add_task("views", total=20_000)
+        time.sleep(0.25)
+        progress.advance(task, 19_000)
+        progress.advance(task, 1_000)
+        shown = str(_rate_column().render(progress.tasks[0]))
+    rate = int(shown.removesuffix("/s").replace(",", ""))
+    assert 20_000 / 10 <= rate <= 20_000 / 0.25, shown
+
+
+def test_a_ctrl_c_once_the_command_has_ended_is_not_a_death_by_the_signal(workspace):
+    """Regression: SIGINT just after `mem push` had printed `pushed 20000 events` killed `mem` by the signal while
+    the interpreter shut down (exit -2, no line said why), though nothing was lost. Once a command has ended, Ctrl-C
+    is ignored: here a SIGINT sent as the interpreter shuts down (an exit hook) leaves the command's exit code."""
+    import signal
+    import subprocess
+    import sys
+
+    late = ("import atexit, os, signal, sys, time\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
+            f"sys.argv = ['mem', '-w', {str(workspace)!r}, 'log']\n"
+            "from cli.app import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", late], capture_output=True, timeout=60)
+    assert done.returncode == 0 and b"KeyboardInterrupt" not in done.stderr, done.stderr
+    assert done.returncode != -signal.SIGINT

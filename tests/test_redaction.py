@@ -2,7 +2,10 @@
 
 import json
 import sqlite3
+import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import pytest
 
@@ -216,22 +219,35 @@ consumers = ["*"]
 PRIVATE = "Jane's phone is 555-0199"
 
 
+class Served(NamedTuple):
+    root: Path
+    url: str
+    stop: Callable[[], None]  # stops `mem serve`
+
+
 @pytest.fixture
-def team(tmp_path):
+def served(tmp_path):
+    """Three agents on a hub that `mem serve` serves (its pages too, over a mirror in hub.db.ui) until `stop`."""
     from hubserver import mem_serve
 
     hub_db = tmp_path / "hub.db"
     (tmp_path / "contract.toml").write_text(CONTRACT)
     run_mem("hub", "init", "--db", hub_db, check=True)
     run_mem("hub", "contract", "apply", tmp_path / "contract.toml", "--db", hub_db, check=True)
-    with mem_serve(hub_db) as url:
+    with ExitStack() as serving:
+        url = serving.enter_context(mem_serve(hub_db))
         for agent in ("main", "writer", "late"):
             token = run_mem("hub", "agent", "add", agent, "--db", hub_db, check=True).stdout.decode().strip()
             (tmp_path / f"{agent}.token").write_text(token + "\n")
             run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
             run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
                     check=True)
-        yield tmp_path
+        yield Served(tmp_path, url, serving.close)
+
+
+@pytest.fixture
+def team(served):
+    return served.root
 
 
 def entry_id(root, agent, layer, text):
@@ -519,3 +535,56 @@ def test_a_token_in_an_imported_audit_blob_is_found_by_match_and_its_seq_names_t
     mem(workspace, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", "--yes", check=True)
     assert files_holding(workspace, SECRET) == []
     assert b"[redacted: leaked token]" in mem(workspace, "audit", "read", "123", check=True).stdout
+
+
+# --- the mirror the hub's pages read -------------------------------------------------------------
+
+def open_a_page(served: Served, path: str = "memory/notes.md") -> str:
+    """main asks the hub's pages for a shared file now: the mirror copies what the hub holds (the page's HTML)."""
+    import httpx
+
+    token = (served.root / "main.token").read_text().strip()
+    answer = httpx.get(f"{served.url}/ui/asof", params={"file": path}, headers={"authorization": f"Bearer {token}"},
+                       timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
+def mirrored(served: Served) -> Path:
+    return served.root / "hub.db.ui"
+
+
+def test_a_redaction_by_the_hub_administrator_leaves_the_pages_mirror_at_once(served):
+    """Regression: `mem hub redact` cleaned the hub's database, but the mirror of its pages (log WAL, views) kept the
+    text until a page was asked for, while `mem serve` ran in another process."""
+    target = shared_private_entry(served.root, "notes")
+    assert "555-0199" in open_a_page(served)
+    assert files_holding(mirrored(served), "555-0199")  # the mirror holds it, as the hub's pages showed it
+    run_mem("hub", "redact", target, "--reason", "private", "--db", served.root / "hub.db", check=True)
+    assert files_holding(mirrored(served), "555-0199") == []  # no page asked for since
+    assert files_holding(served.root, "555-0199") and all(
+        p.startswith(("main/", "writer/")) for p in files_holding(served.root, "555-0199"))
+    page = open_a_page(served)
+    assert "555-0199" not in page and "[redacted: private]" in page
+    assert files_holding(mirrored(served), "555-0199") == []
+
+
+def test_a_redaction_by_the_hub_administrator_leaves_the_pages_mirror_with_no_hub_running(served):
+    target = shared_private_entry(served.root, "notes")
+    open_a_page(served)
+    served.stop()
+    assert files_holding(mirrored(served), "555-0199")
+    run_mem("hub", "redact", target, "--reason", "private", "--db", served.root / "hub.db", check=True)
+    assert files_holding(mirrored(served), "555-0199") == []
+
+
+def test_a_pushed_redaction_leaves_the_pages_mirror_with_no_page_asked_for(served):
+    target = shared_private_entry(served.root, "insights")
+    open_a_page(served, "memory/insights.md")
+    assert files_holding(mirrored(served), "555-0199")
+    mem(served.root / "main", "redact", target, "--reason", "private", check=True)
+    mem(served.root / "main", "push", check=True)
+    deadline = time.monotonic() + 30
+    while files_holding(mirrored(served), "555-0199") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert files_holding(mirrored(served), "555-0199") == []

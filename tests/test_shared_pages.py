@@ -46,6 +46,8 @@ def test_a_hand_edit_never_overwrites_a_teammate_silently(team):
     assert (team.root / "reviewer" / PRICING).read_text() == edited
     status = json.loads(team.mem("reviewer", "status", "--json", check=True).stdout)
     assert status["skipped"] == [PRICING] and status["conflicts"] == []
+    again = team.mem("reviewer", "pull", check=True)  # said once (it was twice: the opening refresh, the pull)
+    assert again.stderr.decode().count(PRICING) == 1, again.stderr
 
     team.mem("reviewer", "page", "write", "pricing", "--layer", "drafts", "--file", team.root / "reviewer" / PRICING,
              check=True)

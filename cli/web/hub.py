@@ -65,6 +65,8 @@ class HubSite(Site):
         self.ready = threading.Event()
         self.ready.set()
         self.copied = self.folded = self.total = 0
+        self._scrub_lock = threading.Lock()
+        self._scrubs_due = 0
 
     def warm_up(self) -> threading.Thread:
         """Copies the hub into the mirror and folds it from the moment the hub starts, on a thread of its
@@ -101,6 +103,29 @@ class HubSite(Site):
             print(f"warning: the hub's pages could not get ready in the background: {exc}", file=sys.stderr)
         finally:
             self.ready.set()
+
+    def scrub_soon(self) -> None:
+        """The hub committed a redaction: the mirror copies it and rebuilds its views without what it removed, on a
+        thread of its own (`HubMirror.scrub`); redactions committed while it runs get one more pass after it."""
+        with self._scrub_lock:
+            self._scrubs_due += 1
+            if self._scrubs_due > 1:
+                return
+        threading.Thread(target=self._scrub, name="mindlog-ui-scrub", daemon=True).start()
+
+    def _scrub(self) -> None:
+        while True:
+            with self._scrub_lock:
+                due = self._scrubs_due
+            self.ready.wait()  # after the warm-up's first catch-up, which copies the redaction too
+            try:
+                self.mirror.scrub()
+            except Exception as exc:  # noqa: BLE001 - the next page catches up as it does without this
+                print(f"warning: the hub's pages could not copy a redaction at once: {exc}", file=sys.stderr)
+            with self._scrub_lock:
+                self._scrubs_due -= due
+                if not self._scrubs_due:
+                    return
 
     def viewer(self, token: str) -> str | None:
         """ADMIN, the agent the token names, or None."""
@@ -177,11 +202,16 @@ def warm_up_progress(copied: int, folded: int, total: int) -> str:
     return f"{copied:,} of {total:,} hub events copied, {folded:,} of them folded so far."
 
 
-def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = None, *, warm_up: bool = False):
-    """The ASGI app to mount at /ui of a hub; with `warm_up`, the mirror starts catching up at once."""
+def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = None, *, warm_up: bool = False,
+           redactions: list | None = None):
+    """The ASGI app to mount at /ui of a hub; with `warm_up`, the mirror starts catching up at once. `redactions`:
+    the hub's listeners to a redaction it commits (`sync.hub.Hub.redaction_listeners`), to which the mirror is
+    added, so it copies the redaction at once (`HubSite.scrub_soon`)."""
     site = HubSite(storage, mirror, admin_token)
     if warm_up:
         site.warm_up()
+    if redactions is not None:
+        redactions.append(site.scrub_soon)
 
     async def getting_ready(request: Request, exc: GettingReady):
         return HTMLResponse(GETTING_READY.format(progress=warm_up_progress(site.copied, site.folded, site.total)),

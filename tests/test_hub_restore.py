@@ -1,0 +1,137 @@
+"""A hub restored from a backup lost events it had acknowledged and handed out, and hands their positions out again,
+to other events. Each agent notices by asking the hub whether it still holds, at its position, the last event it
+pushed and the last it pulled: a push then sends this agent's events again, a pull begins from the hub's start, each
+said in one line, and the team converges by itself (regression: every agent said it was in step, diverged for good)."""
+
+import json
+import shutil
+import sqlite3
+
+import httpx
+import pytest
+
+from conftest import run_mem
+from projections.memory import Memory
+from sync.client import get_remote
+from teamhub import Team
+
+INSIGHTS = """
+[layers.insights]
+path = "memory/insights.md"
+format = "entries"
+producers = ["*"]
+consumers = ["*"]
+"""
+
+
+@pytest.fixture
+def team(tmp_path):
+    team = Team(tmp_path, agents=("alice", "bob", "carol"), contract=INSIGHTS)
+    yield team
+    team.stop()
+
+
+def entry(team: Team, agent: str, text: str) -> None:
+    team.mem(agent, "entry", "add", "insights", f"[FACT] 2026-11-30: {text}", check=True)
+
+
+def backup(team: Team) -> None:
+    live, copy = sqlite3.connect(team.db), sqlite3.connect(team.root / "backup.db")
+    live.backup(copy)
+    live.close()
+    copy.close()
+
+
+def restore(team: Team) -> None:
+    """The hub stopped, its database replaced by the backup, served again on the same port."""
+    team.server.stop()
+    shutil.copy(team.root / "backup.db", team.db)
+    for suffix in ("-wal", "-shm"):
+        (team.root / f"hub.db{suffix}").unlink(missing_ok=True)
+    team.server.start()
+
+
+def insights(team: Team, agent: str) -> str:
+    return (team.root / agent / "memory/insights.md").read_text()
+
+
+def warning(result) -> str:
+    """The one line a command said on stderr (it succeeded)."""
+    err = result.stderr.decode()
+    assert result.returncode == 0 and len(err.splitlines()) == 1 and err.startswith("warning: "), err
+    return err
+
+
+def pulled_then_lost(team: Team) -> None:
+    """alice pushes E1, the hub is backed up, alice pushes E2, bob pulls both (hub positions 2 and 3), and the hub is
+    restored from the backup: it lost E2."""
+    entry(team, "alice", "E1 before the backup")
+    team.mem("alice", "push", check=True)
+    backup(team)
+    entry(team, "alice", "E2 after the backup")
+    team.mem("alice", "push", check=True)
+    team.mem("bob", "pull", check=True)
+    restore(team)
+
+
+def test_a_restored_hub_gets_back_what_it_lost_and_every_agent_converges(team):
+    pulled_then_lost(team)
+    entry(team, "carol", "E3 after the restore")
+    team.mem("carol", "push", check=True)  # the hub hands position 3 out again, to E3
+
+    status = team.mem("bob", "status", "--fetch", check=True).stdout.decode()
+    assert "lost events this workspace pulled from it" in status and "behind the hub: 0" not in status, status
+    err = warning(pulled := team.mem("bob", "pull"))
+    assert "lost events this workspace pulled from it" in err and "pulling from its start again" in err
+    assert "pulled 1 event from origin (1 already here)" in pulled.stdout.decode()
+    assert "E3 after the restore" in insights(team, "bob")
+
+    status = team.mem("alice", "status", "--fetch", check=True).stdout.decode()
+    assert "lost events this workspace pushed to it" in status and "the next `mem push` sends" in status, status
+    err = warning(pushed := team.mem("alice", "push"))
+    assert "lost events this workspace pushed to it" in err and "sending this agent's events again" in err
+    assert pushed.stdout.decode() == "pushed 1 event to origin (1 already there)\n"
+    assert team.mem("alice", "push", check=True).stdout.decode() == "pushed 0 events to origin\n"
+
+    for agent in ("alice", "bob", "carol"):
+        assert team.mem(agent, "pull", check=True).stderr == b""
+    assert insights(team, "alice") == insights(team, "bob") == insights(team, "carol")
+    assert all(f"E{n} " in insights(team, "carol") for n in (1, 2, 3))
+    for agent in ("alice", "bob", "carol"):
+        status = team.mem(agent, "status", "--fetch", check=True).stdout.decode()
+        assert "0 to push; behind the hub: 0 events" in status, status
+
+
+def test_a_pull_that_begins_again_says_so_in_its_json(team):
+    pulled_then_lost(team)
+    report = json.loads(team.mem("bob", "pull", "--json", check=True).stdout)
+    assert report["restarted"] is True and report["already_held"] == 1, report
+
+
+def test_the_hub_refuses_a_cursor_past_its_head_and_never_believes_it(team):
+    """A pull whose cursor names a position past the head (handed out before the restore) is refused, not recorded
+    as received: `mem hub believed` claims nothing the agent may not hold."""
+    pulled_then_lost(team)
+    with Memory.open(team.root / "bob") as memory:
+        cursor = memory.log.state("pull:origin")
+        token = open(get_remote(memory, "origin").token_file).read().strip()
+    answer = httpx.get(f"{team.url}/v1/pull", params={"cursor": cursor},
+                       headers={"authorization": f"Bearer {token}"})
+    assert answer.status_code == 409 and answer.json()["type"].endswith("/cursor-ahead"), answer.text
+    assert "past this hub's last position 2" in answer.json()["detail"]
+    believed = run_mem("hub", "believed", "bob", *team.hub, check=True).stdout.decode()
+    assert believed.startswith("bob had received hub events up to position 0"), believed
+
+
+def test_believed_calls_a_recorded_cursor_past_the_head_unknown(team):
+    """Records an older hub kept of cursors past its head (restored from a backup, then pulled from with them)."""
+    entry(team, "alice", "E1")
+    team.mem("alice", "push", check=True)
+    db = sqlite3.connect(team.db)
+    db.execute("INSERT INTO hub_pulls (agent, cursor, at) VALUES ('bob', 9, 0)")
+    db.commit()
+    db.close()
+    said = run_mem("hub", "believed", "bob", *team.hub, check=True).stdout.decode()
+    assert said.splitlines() == ["bob's pull cursor recorded by this hub (hub position 9) is past its last position "
+                                 "(2): the hub lost events (restored from a backup?), so what bob received is unknown "
+                                 "until bob pulls again"]
