@@ -552,9 +552,7 @@ def show_status(json: bool, fetch: bool) -> None:
     for why in report.not_taken.values():
         typer.echo(f"{'not taken:':<17}{why}")
     for r in report.remotes:
-        behind = ("unknown (" + r.hub_error + ")" if r.hub_error else "not asked") if r.behind is None else \
-            f"{r.behind}{'+' if r.more_behind else ''} events"
-        typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {behind}; "
+        typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {r.behind_text()}; "
                    f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))
         for held in r.held:
             typer.echo(f"  held back: {held.count} in {held.layer}: {held.why}")

@@ -21,7 +21,19 @@ class RemoteStatus(msgspec.Struct):
     last_pull: str | None  # when
     behind: int | None  # events waiting on the hub (None: not asked, or no answer)
     more_behind: bool = False  # at least `behind`
+    hub_head: int | None = None  # the hub's last position, any layer (from a hub that says it)
     hub_error: str | None = None
+
+    def behind_text(self) -> str:
+        """How far behind, in words: a bound from the hub's positions when more than a page of events waits."""
+        if self.behind is None:
+            return f"unknown ({self.hub_error})" if self.hub_error else "not asked"
+        if not self.more_behind:
+            return f"{self.behind} events"
+        if not self.hub_head:
+            return f"{self.behind}+ events"
+        return (f"{self.behind}+ events (the hub's head is {self.hub_head - (self.pulled_to or 0):,} positions past "
+                "this workspace's last pull, in every layer)")
 
 
 class SyncStatus(WorkspaceStatus):
@@ -68,6 +80,7 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
         cursor = memory.log.state(f"pull:{remote.name}") or ""
         try:
             answer = client.contract(holds_asked(memory, remote.name))
+            status.hub_head = answer.head or None
             lost = _lost(memory, remote, answer)
             if lost:
                 status.hub_error = lost

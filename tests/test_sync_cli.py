@@ -203,3 +203,20 @@ def test_removing_a_remote_that_never_got_some_events_says_so(tmp_path):
         assert removed.stderr == b"warning: 1 event of this agent never reached origin; the next remote added sends them\n"
     finally:
         team.stop()
+
+
+def test_status_bounds_how_far_behind_a_fresh_workspace_is_by_the_hubs_head():
+    """Regression: a fresh workspace 22,860 hub positions behind read `behind the hub: 5000+ events` (one page of the
+    pull counted): the hub's head, which its contract answer gives, says how far it may be."""
+    from sync.status import RemoteStatus
+
+    def status(**fields):
+        return RemoteStatus(name="origin", url="http://127.0.0.1:1", unpushed=0, held=[], last_pull=None, **fields)
+
+    assert status(pulled_to=None, behind=5000, more_behind=True, hub_head=22_860).behind_text() == (
+        "5000+ events (the hub's head is 22,860 positions past this workspace's last pull, in every layer)")
+    assert status(pulled_to=860, behind=5000, more_behind=True, hub_head=22_860).behind_text().startswith(
+        "5000+ events (the hub's head is 22,000 positions past")
+    assert status(pulled_to=3, behind=2, hub_head=5).behind_text() == "2 events"
+    assert status(pulled_to=3, behind=None, hub_error="refused").behind_text() == "unknown (refused)"
+    assert status(pulled_to=3, behind=None).behind_text() == "not asked"
