@@ -95,6 +95,7 @@ def check_contradictions(scope: Scope) -> list[Finding]:
             if entry_id in reversed_ids:
                 found.append(Finding("contradictions", f"{layer}#{entry.id}", f"active entry cites entry {entry_id}, "
                                      f"reversed by {reversed_ids[entry_id]}", entry_id))
+    found += _reversed_twice(scope)
     targets = {slug: trust.superseded_by(status) for slug, (status, _s) in scope.fields.items()
                if trust.withheld(status) == "superseded"}
     for slug, target in sorted(targets.items()):
@@ -115,6 +116,18 @@ def check_contradictions(scope: Scope) -> list[Finding]:
     if scope.current and scope.root is not None:
         found += _catalog_drift(scope)
     return found
+
+
+def _reversed_twice(scope: Scope) -> list[Finding]:
+    """An entry reversed by more than one entry (two agents at once, say): both reversals stand, and the file names
+    the newest only, so which one holds is a question for someone to settle."""
+    by_target: dict[tuple[str, str], list] = {}
+    for layer, entry in scope.entries():
+        if entry.reverses:
+            by_target.setdefault((layer, entry.reverses), []).append(entry)
+    return [Finding("contradictions", f"{layer}#{target}", "reversed by " + " and ".join(
+                f"{e.id[:18]} ({e.agent})" for e in reversers) + ": both stand; reverse the one that does not hold")
+            for (layer, target), reversers in sorted(by_target.items()) if len(reversers) > 1]
 
 
 def _catalog_drift(scope: Scope) -> list[Finding]:

@@ -67,6 +67,26 @@ def test_contradictions_with_reversed_entries_and_index_drift(memory):
     assert ("contradictions", "mind.md", "adf-file://mind/hub.md") in findings(memory, "contradictions")
 
 
+def test_an_entry_reversed_by_two_entries_is_a_contradiction(memory):
+    """Regression: two agents reversing one entry at once (as after a sync) left both reversals current, the file
+    naming the newest only, and `lint --check contradictions` said nothing."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+
+    memory.declare_layer("decisions", "memory/decisions.md")
+    first = memory.entry_add("decisions", "[DECISION] 2026-11-01: SQLite").id
+    mine = memory.entry_add("decisions", "[DECISION] 2026-11-02: PostgreSQL", reverses=first)
+    assert findings(memory, "contradictions") == []
+    theirs = new_event(EntryAppend(type="DECISION", date="2026-11-02", content="DuckDB", reverses=first),
+                       agent="reviewer", layer="decisions")
+    memory.append(theirs, touches=["memory/decisions.md"])
+    report = lint.lint(memory, ["contradictions"], memory.views.checkpoint(), TODAY)
+    assert [(f.check, f.path) for f in report.findings] == [("contradictions", f"decisions#{first}")]
+    assert report.findings[0].problem == (f"reversed by {mine.id[:18]} ({memory.config.agent}) and {theirs.id[:18]} "
+                                          "(reviewer): "
+                                          "both stand; reverse the one that does not hold")
+
+
 def test_stale_sources_one_off_types(memory):
     memory.write_page("a", page("A", stale_after="2026-10-01"))
     memory.write_page("b", page("B", sources=()))
