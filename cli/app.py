@@ -389,10 +389,12 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
         fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
     if json:
         return emit_json(versions)
-    for v in versions:
+    for before, v in zip([None, *versions], versions):
         rename = renames.get(v.seq)  # a rename reads as one, not as a deletion (a redacted one keeps no names)
         if rename is not None and hasattr(rename, "new"):
             said = f"  (renamed to {page_path(rename.new)})" if v.deleted else f"  (renamed from {page_path(rename.old)})"
+        elif before is not None and before.path != v.path and v.seq not in moves:  # a shared page's rename
+            said = f"  (renamed from {before.path})"
         else:
             said = moves.get(v.seq) or ("  (deleted)" if v.deleted else "")
         typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}")

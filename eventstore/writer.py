@@ -254,6 +254,11 @@ class SharedState(Protocol):
         ...
 
 
+def renamed_from(old: str) -> str:
+    """The note of a shared page's new name in a rename (SharedWriter.page_rename), by which `mem history` follows it."""
+    return f"renamed from {old}"
+
+
 def entry_id(ref: str, found: list[str], where: str, purpose: str) -> str:
     """The one entry id of `found` (the ids starting with `ref`, at most two read): an entries file shows
     ids cut to 18 characters, and that much names an entry as well as its whole id."""
@@ -342,9 +347,9 @@ class SharedWriter:
         gone = new_event(validate.body(PageDelete(slug=old, note=note, parents=self.state.shared_heads(layer, old))),
                          agent=self.agent, layer=layer)
         heads = self.state.shared_heads(layer, new)  # a deleted page of that name: the new text supersedes it
-        body = (PageUpdate(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}",
+        body = (PageUpdate(slug=new, frontmatter=document[0], text=document[1], note=renamed_from(old),
                            parents=heads) if heads else
-                PageIngest(slug=new, frontmatter=document[0], text=document[1], note=f"renamed from {old}"))
+                PageIngest(slug=new, frontmatter=document[0], text=document[1], note=renamed_from(old)))
         return [gone, new_event(validate.body(body), agent=self.agent, layer=layer)]
 
     def page_release(self, layer: str, slug: str, note: str) -> Event:

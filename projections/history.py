@@ -7,8 +7,9 @@ import msgspec
 from eventstore.envelope import decode_body
 from eventstore.errors import NotFound
 from eventstore.instants import format_instant
-from eventstore.kinds import ADF, WIKI_KINDS, PageRename, kinds_naming
+from eventstore.kinds import ADF, WIKI_KINDS, PageDelete, PageIngest, PageRename, PageUpdate, kinds_naming
 from eventstore.layers import MIND
+from eventstore.writer import renamed_from
 
 from . import render
 from .views import LOG_PATH, MIND_PATH, page_path, slug_of
@@ -45,7 +46,9 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
     head = memory.seq_at() if upto is None else upto
     tenure = memory.views.tenure(path, head)
     if tenure is not None:
-        return _layer_file_history(memory, path, *tenure, head)
+        versions = _layer_file_history(memory, path, *tenure, head)
+        older = _shared_rename_source(memory, tenure[0], tenure[1], versions[0].seq) if versions else None
+        return history(memory, older[0], older[1]) + versions if older else versions
     versions, last = [], None
     for event in _candidates(memory, path, head):
         text = memory.show(path, event.seq)
@@ -56,6 +59,20 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
     if first is not None and isinstance(first.body, PageRename) and first.body.new == slug_of(path):
         versions = history(memory, page_path(first.body.old), first.seq - 1) + versions
     return versions
+
+
+def _shared_rename_source(memory, layer: str, slug: str | None, seq: int) -> tuple[str, int] | None:
+    """(the old path, the seq before the rename) when a shared page's first version is the new name of a rename
+    (SharedWriter.page_rename: the old name deleted just before, by the same agent, the new one noted `renamed_from`
+    it), so that its history follows it as a wiki page's does."""
+    first, before = memory.log.get_by_seq(seq), memory.log.get_by_seq(seq - 1)
+    if slug is None or first is None or before is None or not isinstance(before.body, PageDelete):
+        return None
+    if not (isinstance(first.body, (PageIngest, PageUpdate)) and first.body.slug == slug and before.layer == first.layer
+            == layer and before.agent == first.agent and first.body.note == renamed_from(before.body.slug)):
+        return None
+    old = memory.views.shared_path(layer, before.body.slug, before.seq - 1)
+    return (old, before.seq - 1) if old else None
 
 
 def _layer_file_history(memory, path: str, layer: str, slug: str | None, since: int, until: int | None,

@@ -143,6 +143,11 @@ def test_shared_page_rename_delete_and_list(team):
     assert sorted(p.name for p in (team.root / "reviewer/content/drafts").iterdir()) == ["prices.md"]
     listed = team.mem("reviewer", "page", "list", "--layer", "drafts", check=True).stdout.decode()
     assert listed.split()[:3] == ["prices", "Pricing", "writer"]
+    for agent in team.agents:  # the history follows the rename, as a wiki page's does (it began at the rename)
+        lines = team.mem(agent, "history", "content/drafts/prices.md", check=True).stdout.decode().splitlines()
+        assert [line.split()[3:] for line in lines] == [
+            ["page.ingest", "content/drafts/pricing.md"],
+            ["page.ingest", "content/drafts/prices.md", "(renamed", "from", "content/drafts/pricing.md)"]], lines
     before = log_rows(team.root / "writer")
     for args, expect in ((["page", "rename", "ghost", "x", "--layer", "drafts"], "no page ghost"),
                          (["page", "delete", "ghost", "--layer", "drafts"], "no page ghost"),
