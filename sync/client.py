@@ -525,16 +525,19 @@ def _why_held(contract, agent: str, layer: str, kind: str) -> str:
     return f"the hub's contract makes {layer!r} a {contract.layers[layer].format} layer now, which takes no {kind}"
 
 
-def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
+def held_back(memory, remote: Remote, contract=None,
+              waiting: list[tuple[str, str, bool]] | None = None) -> list[HeldBack]:
     """Own events kept back from the hub because the contract stopped taking them: those a push held (its
-    producers or its layers changed), and those waiting in a layer whose format no longer takes their kind."""
+    producers or its layers changed), and those waiting in a layer whose format no longer takes their kind
+    (`waiting`: `_waiting`'s, read already)."""
     contract = contract or memory.views.contract
     came = CameFromHub(memory, remote.name)
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     local = memory.local_layers()
     events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
     found = [(e.layer, e.original_kind) for e in events if e.layer not in local]  # older versions held local layers'
-    found += [(layer, kind) for layer, kind, taken in _waiting(memory, remote) if not taken]
+    found += [(layer, kind) for layer, kind, taken in (_waiting(memory, remote) if waiting is None else waiting)
+              if not taken]
     counts: dict[tuple[str, str], int] = {}
     for layer, kind in found:
         why = (layer, _why_held(contract, memory.config.agent, layer, kind))
@@ -546,6 +549,12 @@ def unpushed(memory, remote: Remote) -> int:
     """Own events in the layers this agent produces (by the last contract seen) not yet sent (those a
     pull brought are at the hub already), but those the layer's format no longer takes (held back)."""
     return sum(taken for _layer, _kind, taken in _waiting(memory, remote))
+
+
+def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
+    """`unpushed` and `held_back` from one read of the events waiting (`mem status`)."""
+    waiting = _waiting(memory, remote)
+    return sum(taken for _layer, _kind, taken in waiting), held_back(memory, remote, waiting=waiting)
 
 
 def _waiting(memory, remote: Remote) -> list[tuple[str, str, bool]]:

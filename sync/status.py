@@ -8,8 +8,8 @@ from eventstore.layers import consumes
 from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
-from .client import (PULLING_AGAIN, PUSHING_AGAIN, HeldBack, HubClient, PULL_BATCH, held_back, holds_asked,
-                     hub_behind, hub_lost_pushes, load_remotes, uncovered, unpushed)
+from .client import (PULLING_AGAIN, PUSHING_AGAIN, HeldBack, HubClient, PULL_BATCH, holds_asked, hub_behind,
+                     hub_lost_pushes, load_remotes, outgoing, uncovered)
 
 
 class RemoteStatus(msgspec.Struct):
@@ -70,8 +70,9 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
 
     pulled_to = memory.log.state(f"pulled-to:{remote.name}")
     pulled_at = memory.log.state(f"pulled-at:{remote.name}")
-    status = RemoteStatus(name=remote.name, url=remote.url, unpushed=unpushed(memory, remote),
-                          held=held_back(memory, remote), pulled_to=int(pulled_to) if pulled_to else None,
+    waiting, held = outgoing(memory, remote)
+    status = RemoteStatus(name=remote.name, url=remote.url, unpushed=waiting,
+                          held=held, pulled_to=int(pulled_to) if pulled_to else None,
                           last_pull=format_instant(int(pulled_at)) if pulled_at else None, behind=None)
     import httpx  # only when a remote is asked: a workspace without remotes never loads it
 
