@@ -87,9 +87,16 @@ class Tag(msgspec.Struct):
     kind: str
 
 
+class Allowed(msgspec.Struct):
+    """Only what the secret scanner found in a write made with --allow-secret (`Body.allowed_secrets`)."""
+
+    allowed_secrets: list[str] = []
+
+
 _body_encoder = msgspec.msgpack.Encoder(order="deterministic")
 _body_decoder = msgspec.msgpack.Decoder(BodyUnion)
 _tag_decoder = msgspec.msgpack.Decoder(Tag)
+_allowed_decoder = msgspec.msgpack.Decoder(Allowed)
 _canonical_encoder = msgspec.msgpack.Encoder(order="deterministic")
 
 
@@ -144,6 +151,14 @@ def decode_bodies(raws: list[bytes], decoder: msgspec.msgpack.Decoder = _bodies_
         return decoder.decode(b"".join([header, *raws]))
     except (msgspec.DecodeError, RecursionError):
         return [decode_body(raw) for raw in raws]
+
+
+def secrets_allowed(codec: int, stored: bytes) -> bool:
+    """Whether a stored body was written with --allow-secret over a finding, read without decoding the rest of it."""
+    try:
+        return bool(_allowed_decoder.decode(unpack_body(codec, stored)).allowed_secrets)
+    except (msgspec.DecodeError, RecursionError):
+        return False
 
 
 def _tag_of(raw: bytes) -> str | None:

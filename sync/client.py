@@ -23,10 +23,10 @@ from typing import ClassVar, NamedTuple
 
 import msgspec
 
-from eventstore.envelope import Event, decode_body
+from eventstore.envelope import Event, decode_body, secrets_allowed
 from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
-from eventstore.ids import now_ms
+from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redaction
 from eventstore.layers import Contract, consumed_layers, produced_layers, produces, takes
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
@@ -512,54 +512,81 @@ class CameFromHub:
 
 
 def pushable(contract: Contract, agent: str, event: Event) -> bool:
-    """Whether the hub's contract takes `event` from this agent: it produces the layer, whose format takes the
-    event's kind (a layer's format changed while the event waited: the hub would refuse it for good)."""
-    return produces(contract, agent, event.layer) and takes(contract.layers[event.layer], event.original_kind)
+    """Whether the hub's contract takes `event` from this agent (`refusal`)."""
+    return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets)) is None
 
 
-def _why_held(contract, agent: str, layer: str, kind: str) -> str:
+SECRET_ALLOWED = "secret-allowed"
+"""`refusal`'s answer for an event written with --allow-secret in a layer the hub scans (said by `_secret_why`)."""
+
+
+def refusal(contract: Contract, agent: str, layer: str, kind: str, secret: bool) -> str | None:
+    """Why the hub's contract would refuse for good an event of this agent's (None: it takes it): the agent no
+    longer produces the layer, the layer's format changed while the event waited, or the layer is scanned for
+    secrets now and the event was written with --allow-secret over a finding (`secret`; the hub's own scan
+    refuses it: `SECRET_ALLOWED`)."""
     if layer not in contract.layers:
         return f"layer {layer!r} is no longer in the hub's contract"
     if not produces(contract, agent, layer):
         return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
-    return f"the hub's contract makes {layer!r} a {contract.layers[layer].format} layer now, which takes no {kind}"
+    spec = contract.layers[layer]
+    if not takes(spec, kind):
+        return f"the hub's contract makes {layer!r} a {spec.format} layer now, which takes no {kind}"
+    if secret and spec.scan_secrets:
+        return SECRET_ALLOWED
+    return None
 
 
-def held_back(memory, remote: Remote, contract=None,
-              waiting: list[tuple[str, str, bool]] | None = None) -> list[HeldBack]:
+def _secret_why(layer: str, ids: list[str]) -> str:
+    shown = " ".join(ids[:3]) + (f" (and {len(ids) - 3} more: `mem log --layer {layer}`)" if len(ids) > 3 else "")
+    return (f"the hub's contract scans {layer!r} for secrets now, and the hub refuses what this agent wrote there "
+            f"with --allow-secret; `mem redact {shown} --reason \"...\"` sends it without its text, or the "
+            f"contract may set `scan_secrets = false` for {layer!r}")
+
+
+class Waiting(NamedTuple):
+    """One own event after the push cursor: its layer, its id, and why the hub's contract refuses it (`refusal`)."""
+
+    layer: str
+    id: str
+    refused: str | None
+
+
+def held_back(memory, remote: Remote, contract=None, waiting: list[Waiting] | None = None) -> list[HeldBack]:
     """Own events kept back from the hub because the contract stopped taking them: those a push held (its
-    producers or its layers changed), and those waiting in a layer whose format no longer takes their kind
-    (`waiting`: `_waiting`'s, read already)."""
+    producers, its layers or their secret scan changed), and those waiting that the contract refuses (`waiting`:
+    `_waiting`'s, read already)."""
     contract = contract or memory.views.contract
-    came = CameFromHub(memory, remote.name)
+    came, agent = CameFromHub(memory, remote.name), memory.config.agent
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     local = memory.local_layers()
     events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
-    found = [(e.layer, e.original_kind) for e in events if e.layer not in local]  # older versions held local layers'
-    found += [(layer, kind) for layer, kind, taken in (_waiting(memory, remote) if waiting is None else waiting)
-              if not taken]
-    counts: dict[tuple[str, str], int] = {}
-    for layer, kind in found:
-        why = (layer, _why_held(contract, memory.config.agent, layer, kind))
-        counts[why] = counts.get(why, 0) + 1
-    return [HeldBack(layer=layer, count=n, why=why) for (layer, why), n in sorted(counts.items())]
+    found = [Waiting(e.layer, e.id, refusal(contract, agent, e.layer, e.original_kind, bool(e.body.allowed_secrets)))
+             for e in events if e.layer not in local]  # older versions held local layers'
+    found += [w for w in (_waiting(memory, remote) if waiting is None else waiting) if w.refused]
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for event in found:
+        if event.refused:  # a held event the contract takes again goes out with the next push
+            grouped.setdefault((event.layer, event.refused), []).append(event.id)
+    return [HeldBack(layer=layer, count=len(ids), why=_secret_why(layer, ids) if why == SECRET_ALLOWED else why)
+            for (layer, why), ids in sorted(grouped.items())]
 
 
 def unpushed(memory, remote: Remote) -> int:
     """Own events in the layers this agent produces (by the last contract seen) not yet sent (those a
-    pull brought are at the hub already), but those the layer's format no longer takes (held back)."""
-    return sum(taken for _layer, _kind, taken in _waiting(memory, remote))
+    pull brought are at the hub already), but those the contract refuses (held back)."""
+    return sum(w.refused is None for w in _waiting(memory, remote))
 
 
 def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
     """`unpushed` and `held_back` from one read of the events waiting (`mem status`)."""
     waiting = _waiting(memory, remote)
-    return sum(taken for _layer, _kind, taken in waiting), held_back(memory, remote, waiting=waiting)
+    return sum(w.refused is None for w in waiting), held_back(memory, remote, waiting=waiting)
 
 
-def _waiting(memory, remote: Remote) -> list[tuple[str, str, bool]]:
-    """(layer, kind, whether the layer's format takes it) of each own event after the push cursor in the layers this
-    agent produces by the last contract seen, but those a pull brought."""
+def _waiting(memory, remote: Remote) -> list[Waiting]:
+    """Each own event after the push cursor in the layers this agent produces by the last contract seen, but those
+    a pull brought. Only a layer scanned for secrets has its events' bodies looked into (for --allow-secret)."""
     contract = memory.views.contract
     if contract is None:
         return []
@@ -570,8 +597,10 @@ def _waiting(memory, remote: Remote) -> list[tuple[str, str, bool]]:
         return []
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     came = CameFromHub(memory, remote.name)
-    return [(row[5], row[6], takes(contract.layers[row[5]], row[6]))
-            for row in memory.log.read_rows(after=cursor, layers=layers, agent=agent) if row[0] not in came]
+    return [Waiting(layer, uuid_text(id), refusal(contract, agent, layer, kind, contract.layers[layer].scan_secrets
+                                                 and secrets_allowed(codec, body)))
+            for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
+            memory.log.read_rows(after=cursor, layers=layers, agent=agent) if seq not in came]
 
 
 def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,

@@ -272,6 +272,39 @@ def test_events_a_layers_new_format_does_not_take_are_held_back_and_sync_still_p
     assert "decisions" not in [row[4] for row in hub_rows(team.db)]
 
 
+def test_an_entry_let_in_with_allow_secret_is_held_back_once_its_layer_is_scanned(team):
+    """Regression: turning `scan_secrets` on for a layer while a producer had an entry there written with
+    --allow-secret (allowed while the scan was off) made every later `mem push` and `mem sync` of that producer fail
+    'hub refused: Secret detected' (the hub refuses the whole batch, so nothing else of it went either, and the sync
+    never pulled), and `mem status` said '2 to push ... clean'. The hub still refuses the event."""
+    team.apply(layer("insights", "memory/insights.md") + "scan_secrets = false\n")
+    team.mem("alice", "pull", check=True)
+    secret = team.mem("alice", "entry", "add", "insights", "[FACT] 2026-11-30: key AKIAIOSFODNN7EXAMPLQ for the bucket",
+                      "--allow-secret", check=True).stdout.decode().split()[0]
+    team.apply(INSIGHTS)
+    entry(team, "insights", "[FACT] 2026-11-30: A clean fact")
+    team.mem("bob", "entry", "add", "insights", "[FACT] 2026-11-30: bob's fact", check=True)
+    team.mem("bob", "push", check=True)
+    held = (f"1 event in layer insights cannot be pushed: the hub's contract scans 'insights' for secrets now, and the "
+            f"hub refuses what this agent wrote there with --allow-secret; `mem redact {secret} --reason \"...\"` "
+            f"sends it without its text, or the contract may set `scan_secrets = false` for 'insights'")
+    pushed = team.mem("alice", "push")
+    assert (pushed.returncode, pushed.stdout, pushed.stderr.decode()) == (
+        1, b"pushed 1 event to origin\n", f"error: {held}\n"), pushed
+    synced = team.mem("alice", "sync")
+    assert (synced.returncode, synced.stderr.decode()) == (1, f"error: {held}\n"), synced
+    assert synced.stdout.startswith(b"pushed 0, pulled 1 (origin)"), synced  # bob's fact
+    assert "bob's fact" in (team.root / "alice/memory/insights.md").read_text()
+    status = team.mem("alice", "status", check=True).stdout.decode()
+    assert "0 to push" in status and f"  held back: 1 in insights: {held.split(': ', 1)[1]}\n" in status, status
+    assert [row[4] for row in hub_rows(team.db) if row[3] == "alice"] == ["insights"]  # the clean fact alone
+
+    team.mem("alice", "redact", secret, "--reason", "an AWS key", check=True)
+    pushed = team.mem("alice", "push")
+    assert (pushed.returncode, pushed.stdout, pushed.stderr) == (0, b"pushed 2 events to origin\n", b""), pushed
+    assert "held back" not in team.mem("alice", "status", check=True).stdout.decode()
+
+
 def test_a_hub_layer_overlapping_a_local_one_is_not_taken_and_the_agent_is_told(tmp_path):
     """Regression (M11): a team layer added at the path of bob's local layer was listed beside it, bob's pull wrote
     the team's entries into his private file (or left them out of it while search cited it), `mem status` said
