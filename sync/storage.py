@@ -449,11 +449,19 @@ class HubStorage(ABC):
     @abstractmethod
     def _watch_loop(self, callback: Watcher, stop: threading.Event) -> None: ...
 
+    def watch_redactions(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` from a background thread after each commit carrying a redaction that removed a body,
+        made by any process (`mem hub redact`, another hub process), so that the pages' mirror of a hub that only
+        a running `mem serve` knows of (a PostgreSQL hub's, by default in a temporary directory) drops the text at
+        once. Stopped by `close`. A SQLite hub's `mem hub redact` scrubs the mirror beside it itself: nothing
+        here."""
+
     def _stop_watching(self) -> None:
-        stop = getattr(self, "_stop_watch", None)
-        if stop is not None:
-            stop.set()
-            self._watcher.join(timeout=5)
+        for stop, thread in ((getattr(self, "_stop_watch", None), getattr(self, "_watcher", None)),
+                             (getattr(self, "_stop_redactions", None), getattr(self, "_redactions", None))):
+            if stop is not None:
+                stop.set()
+                thread.join(timeout=5)
 
     @abstractmethod
     def latest_of_layer(self, layer: str, at_ms: int | None) -> Event | None: ...

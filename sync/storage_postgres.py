@@ -28,6 +28,8 @@ from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_
                       stored_page_versions)
 
 CHANNEL = "mindlog_hub"
+REDACTIONS = "mindlog_hub_redactions"
+"""NOTIFYed by a commit whose redaction removed a body (its head): `watch_redactions`."""
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hub_counter (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), position BIGINT NOT NULL);
 INSERT INTO hub_counter VALUES (TRUE, 0) ON CONFLICT DO NOTHING;
@@ -219,6 +221,8 @@ class PostgresHubStorage(HubStorage):
                         refold_pages(versions, [id for _data, id in updates])
                     payload = f"{head + len(rows)} {','.join(sorted(layers))}"
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                    if updates:
+                        conn.execute("SELECT pg_notify(%s, %s)", (REDACTIONS, str(head + len(rows))))
                 if pulls:
                     cursor.executemany("INSERT INTO hub_pulls VALUES (%s, %s, %s)",
                                        [(p.agent, p.cursor, p.at) for p in pulls])
@@ -276,6 +280,31 @@ class PostgresHubStorage(HubStorage):
                             head, _, layers = note.payload.partition(" ")
                             callback(int(head), set(layers.split(",")) if layers else set())
             except (psycopg.Error, StorageUnavailable):
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def watch_redactions(self, callback):
+        self._stop_redactions = threading.Event()
+        self._redactions = threading.Thread(target=self._redactions_loop, args=(callback, self._stop_redactions),
+                                            daemon=True, name="hub-redactions")
+        self._redactions.start()
+
+    def _redactions_loop(self, callback, stop):
+        """LISTENs for redactions on a connection of its own; after a lost connection, reconnects with backoff and
+        calls `callback` once (one may have been missed meanwhile)."""
+        backoff, missed = 0.1, False
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {REDACTIONS}")
+                    if missed:
+                        callback()
+                    backoff, missed = 0.1, False
+                    while not stop.is_set():
+                        if any(True for _note in conn.notifies(timeout=0.5)):
+                            callback()
+            except psycopg.Error:
+                missed = True
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 

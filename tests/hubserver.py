@@ -1,5 +1,6 @@
 """A real hub served by uvicorn on 127.0.0.1: in a thread (HubServer), or as a `mem serve` process."""
 
+import os
 import subprocess
 import time
 from contextlib import contextmanager
@@ -25,13 +26,13 @@ def wait_until_answering(url: str, seconds: float = 10.0) -> None:
 
 
 @contextmanager
-def mem_serve(hub_db, log=None):
+def mem_serve(hub_db, log=None, env=None):
     """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers.
-    With `log` (a path), what the hub writes to stderr goes there."""
+    With `log` (a path), what the hub writes to stderr goes there; `env`: variables set for it."""
     port = free_port()
     errors = open(log, "wb") if log else subprocess.DEVNULL
     server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=errors)
+                              stdout=subprocess.DEVNULL, stderr=errors, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_answering(url + "/health")

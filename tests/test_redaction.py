@@ -223,26 +223,40 @@ class Served(NamedTuple):
     root: Path
     url: str
     stop: Callable[[], None]  # stops `mem serve`
+    db: str
+    mirror: Path  # the mirror the hub's pages read
 
 
 @pytest.fixture
 def served(tmp_path):
     """Three agents on a hub that `mem serve` serves (its pages too, over a mirror in hub.db.ui) until `stop`."""
+    yield from serve_team(tmp_path, str(tmp_path / "hub.db"))
+
+
+@pytest.fixture
+def served_on_postgresql(tmp_path, pg_url):
+    """`served`, the hub in PostgreSQL: `mem serve` keeps its pages' mirror in a temporary directory (under
+    tmp_path/tmp, its TMPDIR)."""
+    (tmp_path / "tmp").mkdir()
+    yield from serve_team(tmp_path, pg_url, env={"TMPDIR": str(tmp_path / "tmp")})
+
+
+def serve_team(root: Path, db: str, env=None):
     from hubserver import mem_serve
 
-    hub_db = tmp_path / "hub.db"
-    (tmp_path / "contract.toml").write_text(CONTRACT)
-    run_mem("hub", "init", "--db", hub_db, check=True)
-    run_mem("hub", "contract", "apply", tmp_path / "contract.toml", "--db", hub_db, check=True)
+    (root / "contract.toml").write_text(CONTRACT)
+    run_mem("hub", "init", "--db", db, check=True)
+    run_mem("hub", "contract", "apply", root / "contract.toml", "--db", db, check=True)
     with ExitStack() as serving:
-        url = serving.enter_context(mem_serve(hub_db))
+        url = serving.enter_context(mem_serve(db, env=env))
         for agent in ("main", "writer", "late"):
-            token = run_mem("hub", "agent", "add", agent, "--db", hub_db, check=True).stdout.decode().strip()
-            (tmp_path / f"{agent}.token").write_text(token + "\n")
-            run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
-            run_mem("remote", "add", "origin", url, "--token-file", tmp_path / f"{agent}.token", "-w", tmp_path / agent,
+            token = run_mem("hub", "agent", "add", agent, "--db", db, check=True).stdout.decode().strip()
+            (root / f"{agent}.token").write_text(token + "\n")
+            run_mem("init", "-w", root / agent, "--agent", agent, check=True)
+            run_mem("remote", "add", "origin", url, "--token-file", root / f"{agent}.token", "-w", root / agent,
                     check=True)
-        yield Served(tmp_path, url, serving.close)
+        mirror = next((root / "tmp").glob("mindlog-hub-ui-*")) if env else Path(f"{db}.ui")
+        yield Served(root, url, serving.close, db, mirror)
 
 
 @pytest.fixture
@@ -551,7 +565,7 @@ def open_a_page(served: Served, path: str = "memory/notes.md") -> str:
 
 
 def mirrored(served: Served) -> Path:
-    return served.root / "hub.db.ui"
+    return served.mirror
 
 
 def test_a_redaction_by_the_hub_administrator_leaves_the_pages_mirror_at_once(served):
@@ -567,6 +581,23 @@ def test_a_redaction_by_the_hub_administrator_leaves_the_pages_mirror_at_once(se
     page = open_a_page(served)
     assert "555-0199" not in page and "[redacted: private]" in page
     assert files_holding(mirrored(served), "555-0199") == []
+
+
+def test_a_redaction_by_the_hub_administrator_leaves_a_postgresql_hubs_pages_mirror_at_once(served_on_postgresql):
+    """Regression: a PostgreSQL hub's pages keep their mirror in a temporary directory that only the running `mem
+    serve` knows of: `mem hub redact` (no --ui-dir) cleaned the database, and the mirror kept the text in its log, its
+    WAL and its views until a page was asked for."""
+    served = served_on_postgresql
+    target = shared_private_entry(served.root, "notes")
+    assert "555-0199" in open_a_page(served)
+    assert files_holding(mirrored(served), "555-0199")
+    run_mem("hub", "redact", target, "--reason", "private", "--db", served.db, check=True)
+    deadline = time.monotonic() + 30
+    while files_holding(mirrored(served), "555-0199") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert files_holding(mirrored(served), "555-0199") == []  # no page asked for since
+    page = open_a_page(served)
+    assert "555-0199" not in page and "[redacted: private]" in page
 
 
 def test_a_redaction_by_the_hub_administrator_leaves_the_pages_mirror_with_no_hub_running(served):

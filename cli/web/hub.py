@@ -206,12 +206,14 @@ def hub_ui(storage: HubStorage, mirror: HubMirror, admin_token: str | None = Non
            redactions: list | None = None):
     """The ASGI app to mount at /ui of a hub; with `warm_up`, the mirror starts catching up at once. `redactions`:
     the hub's listeners to a redaction it commits (`sync.hub.Hub.redaction_listeners`), to which the mirror is
-    added, so it copies the redaction at once (`HubSite.scrub_soon`)."""
+    added, so it copies the redaction at once (`HubSite.scrub_soon`); so it does after one committed by another
+    process, where the storage tells (`HubStorage.watch_redactions`: `mem hub redact` on a PostgreSQL hub)."""
     site = HubSite(storage, mirror, admin_token)
     if warm_up:
         site.warm_up()
     if redactions is not None:
         redactions.append(site.scrub_soon)
+        storage.watch_redactions(site.scrub_soon)
 
     async def getting_ready(request: Request, exc: GettingReady):
         return HTMLResponse(GETTING_READY.format(progress=warm_up_progress(site.copied, site.folded, site.total)),
