@@ -24,7 +24,7 @@ from eventstore.governance import GOVERNANCE
 from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
                               ContractChange, EntryAppend, Lint, LogRestore, PageDelete, PageIngest, PageRelease,
                               PageRename, PageUpdate)
-from eventstore.layers import AGENT, MIND
+from eventstore.layers import AGENT, CONTRACT_LAYER, MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
 
@@ -422,6 +422,8 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                             apply_search(seq, layer or MIND, decoded, id, agent)
                     elif cls is ContractChange and layer == AGENT:
                         placements.record(views.db, seq, decoded)
+                    elif cls is ContractChange and layer == CONTRACT_LAYER:  # a hub's mirror
+                        placements.record_hub(views.db, seq, decoded)
             ts = rows[-1][2] if rows else 0
             del rows, raws, bodies
             first = next(log.read(after=start, limit=1), None)

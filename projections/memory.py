@@ -709,17 +709,24 @@ class Memory:
         """A wiki page's file as of a seq."""
         return self.views.page(slug, as_of)
 
-    def shared_listing(self, as_of: int) -> list[str]:
-        """The shared files with a version by `as_of`."""
-        return self.views.shared_listing(as_of)
+    def shared_listing(self, as_of: int, layers: set[str] | None = None) -> list[str]:
+        """The shared files with a version by `as_of` (in `layers` only, when given)."""
+        return self.views.shared_listing(as_of, layers)
 
     def contract_as_of(self, as_of: int):
         """The contract then: the hub's this agent had taken, with the local layers declared by `as_of`."""
         return self.views.contract_at(as_of)
 
-    def layer_of(self, path: str) -> str:
-        """The shared layer a file belongs to ("" for the agent's own files)."""
-        target = self.views.shared_target(path) if self.views.contract else None
+    def layer_of(self, path: str, as_of: int | None = None, since_start: bool = False) -> str:
+        """The shared layer a file belongs to as of a seq (now: None), placed by the contract in force then ("" for
+        the agent's own files); `since_start`: the layer whose file was last at `path` by then (`Views.tenure`: a
+        moved layer's old path is still its file's, for its history)."""
+        if not self.views.contract:
+            return ""
+        if since_start and as_of is not None:
+            held = self.views.tenure(path, as_of)
+            return held[0] if held else ""
+        target = self.views.shared_target(path, as_of)
         return target[0] if target else ""
 
     def path_changed(self, event: Event) -> str | None:

@@ -8,14 +8,19 @@ this agent recorded in its own `agent` layer whenever a contract it took moved, 
 layer's file (Memory.set_contract), the local layers from the config as of then.
 
 Before the first such event the contract it replaced (`previous`) was in force; a workspace that
-recorded none places every moment by the contract it has now. A hub's mirror copies the hub's own
-contract changes (layer `_contract`), which are not folded here: it places every layer ever shared
-where its latest contract put it (sync.mirror).
+recorded none places every moment by the contract it has now.
+
+A hub's mirror (sync.mirror) holds the hub's own contract changes (layer `_contract`), folded here too
+(`record_hub`): as of each one, every layer a contract had named by then, each where the latest of them
+placed it (`with_newer`), which is what the mirror places now; so the hub's pages place a moved layer's
+past at its path then.
 """
 
 import json
 
-from eventstore.layers import Contract, lenient_contract
+import msgspec
+
+from eventstore.layers import Contract, lenient_contract, paths_overlap
 
 TABLE = "contract_versions"
 SCHEMA = f"CREATE TABLE IF NOT EXISTS {TABLE} (seq INTEGER PRIMARY KEY, layers TEXT NOT NULL, previous TEXT NOT NULL);"
@@ -29,6 +34,34 @@ def record(db, seq: int, body) -> None:
     """Folds a `contract.change` of the agent's own layer (see the module's docstring)."""
     db.execute(f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?)",
                (seq, json.dumps(body.layers, sort_keys=True), json.dumps(body.previous or {}, sort_keys=True)))
+
+
+def record_hub(db, seq: int, body) -> None:
+    """Folds a hub's contract change (layer `_contract`, in a hub's mirror) as the layers ever named by then
+    (`with_newer`), when that moves, drops or adds a layer's file."""
+    last = db.execute(f"SELECT layers FROM {TABLE} WHERE seq < ? ORDER BY seq DESC LIMIT 1", (seq,)).fetchone()
+    before = lenient_contract(json.loads(last[0])) if last else Contract()
+    ever = with_newer(before, lenient_contract(body.layers))
+    if placement(ever) != placement(before):
+        db.execute(f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?)",
+                   (seq, _json(ever), _json(before)))
+
+
+def _json(contract: Contract) -> str:
+    return json.dumps(msgspec.to_builtins(contract.layers), sort_keys=True)
+
+
+def with_newer(ever: Contract, newer: Contract) -> Contract:
+    """`ever` with the layers of a newer contract, each placed as the newer one says; a layer from before
+    whose place another layer now takes (the same path, or one inside the other) is left out."""
+    kept = {name: spec for name, spec in ever.layers.items() if name not in newer.layers and not any(
+        paths_overlap(spec.path, other.path) for other in newer.layers.values())}
+    return Contract(layers={**kept, **newer.layers})
+
+
+def placement(contract) -> dict[str, tuple[str, str]]:
+    """Where and how each shared layer is rendered: all of a contract that decides its files."""
+    return {name: (spec.path, spec.format) for name, spec in (contract.layers.items() if contract else ())}
 
 
 def hub_contract(db, taken: int | None, first: int | None) -> Contract | None:

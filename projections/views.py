@@ -16,6 +16,7 @@ from eventstore.readonly import connect, read_only
 from eventstore.recorder import id_text
 
 from . import activity, adf, local_layers, placements, render, search, shared
+from .placements import placement
 
 SCHEMA_VERSION = "8"
 """Views made with another schema version start over (2: shared_parents and shared_heads, and search_history
@@ -414,12 +415,14 @@ class Views:
     def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
         return self.shared.entry_ids_starting(prefix, layer)
 
-    def shared_listing(self, as_of: int) -> list[str]:
-        """The path of every shared file with a version by a seq, deleted pages included: a cheap list to
-        pick from (`shared_paths` reads each page's heads to leave the deleted ones out)."""
+    def shared_listing(self, as_of: int, layers: set[str] | None = None) -> list[str]:
+        """The path of every shared file with a version by a seq (in `layers` only, when given), deleted pages
+        included: a cheap list to pick from (`shared_paths` reads each page's heads to leave the deleted ones out)."""
         paths = []
         contract = self.contract_at(as_of)
         for name, spec in (contract.layers.items() if contract else ()):
+            if layers is not None and name not in layers:
+                continue
             if spec.format == "entries":
                 if self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1", (name, as_of)).fetchone():
                     paths.append(spec.path)
@@ -626,6 +629,3 @@ class Views:
                 for table in VIEW_TABLES}
 
 
-def placement(contract) -> dict[str, tuple[str, str]]:
-    """Where and how each shared layer is rendered: all of a contract that decides its files."""
-    return {name: (spec.path, spec.format) for name, spec in (contract.layers.items() if contract else ())}

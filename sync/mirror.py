@@ -4,9 +4,10 @@ workspace's, and "what agent X had received by T" is the mirror as of X's pull c
 
 Each event keeps its hub position as its seq and the time the hub recorded it. Every layer that any
 contract ever named is copied (a layer dropped since still shows as of a moment when it was shared),
-and the contract changes too (layer `_contract`; the fold leaves them alone); an ImportGap stands for
-positions the mirror does not copy. The mirror's own contract (`.mem/contract.json`) places every one
-of those layers, each where its latest contract put it.
+and the contract changes too (layer `_contract`); an ImportGap stands for positions the mirror does not
+copy. The mirror's own contract (`.mem/contract.json`) places every one of those layers, each where its
+latest contract put it; as of a past moment, where the latest contract by then put it (the fold records
+each change: projections.placements.record_hub, read by `Views.contract_at` as an agent's own are).
 
 Caught up when a page asks, under a lock, a page of hub events per transaction: the events of many
 hub commits go in at once, each at its own hub time, and the hub position reached commits with them,
@@ -26,9 +27,10 @@ import msgspec
 
 from eventstore.envelope import new_event
 from eventstore.kinds import ImportGap
-from eventstore.layers import AGENT, CONTRACT_LAYER, Contract, paths_overlap
+from eventstore.layers import AGENT, CONTRACT_LAYER, Contract
 from eventstore.workspace import Workspace
 from projections.materialize import write_atomic
+from projections.placements import with_newer
 
 from .storage import HUB_AGENT, HubStorage, contract_of
 
@@ -36,6 +38,9 @@ PAGE = 10_000
 COPIES = ("mirror", "every-layer")
 """The state row saying what this mirror copies: one made before it copied every layer ever shared
 holds gaps where a dropped layer was, and is made again."""
+PLACED = ("mirror-views", "placed-as-of")
+"""The state row saying the mirror's views fold the hub's contract changes (projections.placements.record_hub): views
+folded before they did place the past by the latest contract, and are built again from the log."""
 
 
 class HubMirror:
@@ -50,6 +55,8 @@ class HubMirror:
                 if path.name.startswith(("log.db", "views.db")):
                     path.unlink()
             self.log = self.ws.open_log(self.ws.config())
+        if self.log.state(PLACED[0]) != PLACED[1] and self.ws.config().agent == HUB_AGENT:
+            self._forget_views()
         self._lock = threading.Lock()
         self._contract = None
         self._ever = Contract()
@@ -57,6 +64,12 @@ class HubMirror:
 
     def close(self) -> None:
         self.log.close()
+
+    def _forget_views(self) -> None:
+        for path in self.ws.mem_dir.iterdir():
+            if path.name.startswith("views.db"):
+                path.unlink()
+        self.log.set_state(PLACED[0], PLACED[1])
 
     def ever_shared(self) -> Contract:
         """Every layer that a contract named, up to the last catch-up, as its latest contract placed it."""
@@ -111,7 +124,7 @@ class HubMirror:
         layers in the mirror's contract file."""
         while changes := self.storage.pull(self._contracts_seen, [CONTRACT_LAYER], PAGE):
             for change in changes:
-                self._ever = _with_layers(self._ever, contract_of(change))
+                self._ever = with_newer(self._ever, contract_of(change))
             self._contracts_seen = changes[-1].seq
         if self._ever != self._contract:
             write_atomic(self.ws.mem_dir / "contract.json", [msgspec.json.encode(self._ever)])
@@ -122,10 +135,3 @@ class HubMirror:
         """One ImportGap taking seq `upto`, after the unused seqs between `head` and it."""
         return new_event(ImportGap(source="hub", skipped=upto - head - 1), agent=HUB_AGENT, layer=AGENT)
 
-
-def _with_layers(ever: Contract, newer: Contract) -> Contract:
-    """`ever` with the layers of a newer contract, each placed as the newer one says; a layer from before
-    whose place another layer now takes (the same path, or one inside the other) is left out."""
-    kept = {name: spec for name, spec in ever.layers.items() if name not in newer.layers and not any(
-        paths_overlap(spec.path, other.path) for other in newer.layers.values())}
-    return Contract(layers={**kept, **newer.layers})

@@ -106,3 +106,52 @@ def test_a_change_of_producers_alone_records_nothing(team, tmp_path):
     team.apply(layer("ops", "memory/ops.md", producers=["alice"]) + INSIGHTS)
     team.mem("alice", "pull", check=True)
     assert log_rows(tmp_path / "alice") == []
+
+
+def test_the_hubs_pages_place_a_moved_layers_past_at_its_old_path(tmp_path):
+    """Regression: the hub's pages (`mem serve`'s /ui, over its mirror) placed every layer where its latest contract
+    put it, so as of a moment before a move the moved layer's file and pages were listed and read at their new
+    paths (and the old ones were a 404)."""
+    import httpx
+
+    from conftest import run_mem
+    from hubserver import mem_serve
+
+    db = tmp_path / "hub.db"
+    (tmp_path / "c.toml").write_text(placed("memory"))
+    run_mem("hub", "init", "--db", db, check=True)
+    run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", db, check=True)
+    token = run_mem("hub", "agent", "add", "alice", "--db", db, check=True).stdout.decode().strip()
+    (tmp_path / "alice.token").write_text(token + "\n")
+    (tmp_path / "plan.md").write_text("---\ntype: draft\n---\n# Plan\n\nfirst\n")
+    with mem_serve(db) as url:
+        alice = ("-w", tmp_path / "alice")
+        run_mem("init", *alice, "--agent", "alice", check=True)
+        run_mem("remote", "add", "origin", url, "--token-file", tmp_path / "alice.token", *alice, check=True)
+        run_mem(*alice, "entry", "add", "notes", "[FACT] 2026-12-01: one", check=True)
+        run_mem(*alice, "page", "write", "plan", "--layer", "drafts", "--file", tmp_path / "plan.md", check=True)
+        run_mem(*alice, "push", check=True)
+        (tmp_path / "c.toml").write_text(placed("team"))
+        run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", db, check=True)  # hub position 4
+        run_mem(*alice, "sync", check=True)
+        run_mem(*alice, "entry", "add", "notes", "[FACT] 2026-12-01: two", check=True)
+        run_mem(*alice, "push", check=True)
+
+        def page(query: str) -> httpx.Response:
+            return httpx.get(f"{url}/ui/{query}", headers={"authorization": f"Bearer {token}"}, timeout=60)
+
+        def listed(seq: int) -> list[str]:
+            shared = page(f"asof?seq={seq}").text.split('id="shared"', 1)[1].split("</ul>", 1)[0]
+            return sorted(line.split('">', 1)[1].split("<", 1)[0] for line in shared.splitlines() if "<a " in line)
+
+        assert listed(3) == ["memory/drafts/plan.md", "memory/notes.md"]
+        assert listed(5) == ["team/drafts/plan.md", "team/notes.md"]
+        then = page("asof?seq=3&file=memory/notes.md")
+        assert then.status_code == 200 and "one" in then.text, then.text
+        assert page("asof?seq=3&file=memory/drafts/plan.md").status_code == 200
+        assert page("asof?seq=3&file=team/notes.md").status_code == 404
+        now = page("asof?seq=5&file=team/notes.md")
+        assert now.status_code == 200 and "two" in now.text and "one" in now.text
+        assert page("asof?file=team/notes.md").status_code == 200
+        history = page("history?path=memory/notes.md")  # the old path's history, asked now
+        assert history.status_code == 200 and "one" in history.text and "contract.change" in history.text, history.text

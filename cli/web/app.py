@@ -159,7 +159,7 @@ class Site:
     def check_file(self, request: Request, mem, now: Moment, path: str) -> None:
         """A file the request may not see does not exist, as far as it can tell: on a hub, one in a layer
         it does not see, or in no shared layer at all (the hub keeps no other file)."""
-        layer = _layer_of(mem, path)
+        layer = mem.layer_of(path, now.seq, since_start=True)
         if layer:
             self.check_layer(request, mem, now, layer)
         elif self.visible(request, mem, now) is not None:
@@ -193,7 +193,7 @@ class Site:
             if chosen is not None and chosen not in files:
                 self.check_file(request, mem, now, chosen)
             shown = mem.file_text(chosen, now.seq) if chosen else None
-            if chosen is not None and shown is None and not _layer_file(mem, chosen):  # the layer's own: not yet
+            if chosen is not None and shown is None and not _layer_file(mem, chosen, now.seq):  # the layer's own: not yet
                 self.check_ever(mem, now, chosen, f"file {chosen!r}")
             received = self.received(request, mem, now)
             own = [p for p in self.agent_files(mem, now) if p not in files]
@@ -208,9 +208,7 @@ class Site:
 
     def shared_files(self, request: Request, mem, now: Moment) -> list[str]:
         """The shared files with a version by the moment in the layers this request sees then."""
-        visible = self.visible(request, mem, now)
-        return [p for p in mem.shared_listing(now.seq)
-                if visible is None or _layer_of(mem, p) in visible]
+        return mem.shared_listing(now.seq, self.visible(request, mem, now))
 
     def history(self, request: Request):
         path = request.query_params.get("path") or ""
@@ -346,14 +344,10 @@ def _zoom(strip) -> dict[str, dict[str, int]]:
             "earlier": {"t0": earlier, "t1": earlier + (t1 - t0)}, "later": {"t0": later - (t1 - t0), "t1": later}}
 
 
-def _layer_of(mem, path: str) -> str:
-    return mem.layer_of(path)
-
-
-def _layer_file(mem, path: str) -> bool:
-    """Whether `path` is an entries layer's own file (there from the contract on, empty until the layer's first
-    event), not a page in a pages layer's folder (which, like any file, may never have existed)."""
-    target = mem.views.shared_target(path) if mem.views.contract else None
+def _layer_file(mem, path: str, as_of: int) -> bool:
+    """Whether `path` is an entries layer's own file as of a seq (there from the contract on, empty until the layer's
+    first event), not a page in a pages layer's folder (which, like any file, may never have existed)."""
+    target = mem.views.shared_target(path, as_of) if mem.views.contract else None
     return target is not None and target[1] is None
 
 
