@@ -552,36 +552,43 @@ class Waiting(NamedTuple):
     refused: str | None
 
 
-def held_back(memory, remote: Remote, contract=None, waiting: list[Waiting] | None = None) -> list[HeldBack]:
+def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
     """Own events kept back from the hub because the contract stopped taking them: those a push held (its
-    producers, its layers or their secret scan changed), and those waiting that the contract refuses (`waiting`:
-    `_waiting`'s, read already)."""
-    contract = contract or memory.views.contract
-    came, agent = CameFromHub(memory, remote.name), memory.config.agent
-    seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
-    local = memory.local_layers()
-    events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
-    found = [Waiting(e.layer, e.id, refusal(contract, agent, e.layer, e.original_kind, bool(e.body.allowed_secrets)))
-             for e in events if e.layer not in local]  # older versions held local layers'
-    found += [w for w in (_waiting(memory, remote) if waiting is None else waiting) if w.refused]
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for event in found:
-        if event.refused:  # a held event the contract takes again goes out with the next push
-            grouped.setdefault((event.layer, event.refused), []).append(event.id)
-    return [HeldBack(layer=layer, count=len(ids), why=_secret_why(layer, ids) if why == SECRET_ALLOWED else why)
-            for (layer, why), ids in sorted(grouped.items())]
+    producers, its layers or their secret scan changed), and those waiting that the contract refuses."""
+    return _grouped(_held(memory, remote, contract) + _waiting(memory, remote))
 
 
 def unpushed(memory, remote: Remote) -> int:
     """Own events in the layers this agent produces (by the last contract seen) not yet sent (those a
     pull brought are at the hub already), but those the contract refuses (held back)."""
-    return sum(w.refused is None for w in _waiting(memory, remote))
+    return outgoing(memory, remote)[0]
 
 
 def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
-    """`unpushed` and `held_back` from one read of the events waiting (`mem status`)."""
-    waiting = _waiting(memory, remote)
-    return sum(w.refused is None for w in waiting), held_back(memory, remote, waiting=waiting)
+    """`unpushed` and `held_back` from one read of the events waiting (`mem status`): an event a push held that the
+    contract takes again is to push (the next push retries it)."""
+    events = _held(memory, remote) + _waiting(memory, remote)
+    return sum(event.refused is None for event in events), _grouped(events)
+
+
+def _grouped(events: list[Waiting]) -> list[HeldBack]:
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for event in events:
+        if event.refused:
+            grouped.setdefault((event.layer, event.refused), []).append(event.id)
+    return [HeldBack(layer=layer, count=len(ids), why=_secret_why(layer, ids) if why == SECRET_ALLOWED else why)
+            for (layer, why), ids in sorted(grouped.items())]
+
+
+def _held(memory, remote: Remote, contract=None) -> list[Waiting]:
+    """The events a push held back (but those a pull brought since), each with why the contract refuses it now."""
+    contract, agent = contract or memory.views.contract, memory.config.agent
+    came = CameFromHub(memory, remote.name)
+    local = memory.local_layers()
+    seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
+    events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
+    return [Waiting(e.layer, e.id, refusal(contract, agent, e.layer, e.original_kind, bool(e.body.allowed_secrets)))
+            for e in events if e.layer not in local]  # older versions held local layers'
 
 
 def _waiting(memory, remote: Remote) -> list[Waiting]:
