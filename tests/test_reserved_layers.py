@@ -143,3 +143,14 @@ def test_mem_hub_contract_apply_refuses_a_path_into_mind(tmp_path):
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
         "error: layer notes: path './mind/': the path has an empty or '.' segment; write it in normal form"]
+
+
+@pytest.mark.parametrize("layer, why", [("mind", "agent, loop, mind are each agent's own and are never shared"),
+                                        ("_contract", "the hub keeps its contract's history there")])
+def test_the_hubs_refusal_names_the_reserved_layer_and_why_it_is_reserved(layer, why):
+    """Regression: an event in `_contract` was refused for being 'each agent's own' (the private layers' reason)."""
+    event = new_event(AlwaysAdd(line="mine"), agent="alice", layer=layer)
+    with pytest.raises(HubError) as refused:
+        check_batch([event], "alice", Contract(layers={"notes": OPEN}))
+    assert refused.value.code == "reserved-layer"
+    assert f"is in layer {layer!r}, which is reserved: {why};" in str(refused.value)
