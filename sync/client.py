@@ -518,10 +518,11 @@ def pushable(contract: Contract, agent: str, event: Event) -> bool:
 
 
 def _why_held(contract, agent: str, layer: str, kind: str) -> str:
+    """Worded to be true whether the contract changed or this agent never had the right (a local copy edited)."""
     if layer not in contract.layers:
-        return f"layer {layer!r} is no longer in the hub's contract"
+        return f"the hub's contract has no layer {layer!r}"
     if not produces(contract, agent, layer):
-        return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
+        return f"the hub's contract does not list {agent!r} among the producers of {layer!r}"
     return f"the hub's contract makes {layer!r} a {contract.layers[layer].format} layer now, which takes no {kind}"
 
 
