@@ -61,6 +61,13 @@ def is_reserved(layer: str) -> bool:
     return layer in RESERVED_LAYERS
 
 
+def why_reserved(layer: str) -> str:
+    """Why a reserved layer name can never be a shared layer (said by every refusal of one)."""
+    if layer == CONTRACT_LAYER:
+        return "the hub keeps its contract's history there"
+    return f"{', '.join(sorted(PRIVATE_LAYERS))} are each agent's own and are never shared"
+
+
 def takes(spec: "ContractLayer", kind: str) -> bool:
     """Whether a layer of `spec`'s format takes an event of `kind` (the kind a redacted event was written as)."""
     return kind in LAYER_KINDS[spec.format]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore.envelope import decode_body
 from eventstore.errors import InvalidInput, MemError
 from eventstore.redaction import REDACTED_TYPE
 
@@ -41,6 +42,25 @@ class Finding(msgspec.Struct):
         return f"[{self.check}] {self.path}: " + (f"{self.citation} " if self.citation else "") + self.problem
 
 
+class SharedDoc(msgspec.Struct, frozen=True):
+    """A live page of a shared pages layer as of the scope's seq: its winner, which its file shows."""
+
+    folder: str
+    slug: str
+    frontmatter: dict
+    text: str
+
+    @property
+    def path(self) -> str:
+        return self.path_of(self.slug)
+
+    def path_of(self, slug: str) -> str:
+        return f"{self.folder}{slug}.md"
+
+    def withheld(self) -> str | None:
+        return trust.withheld(self.frontmatter.get("status"))
+
+
 class Scope:
     """What every check reads: the views and log as of one seq, the day that seq stands for, the root."""
 
@@ -49,6 +69,7 @@ class Scope:
         self.catalog = views.catalog(as_of)
         self.fields = page_trust(views, as_of)
         self._docs: dict[str, tuple[dict, str]] = {}
+        self._shared: list[SharedDoc] | None = None
 
     def page(self, slug: str) -> tuple[dict, str]:
         """(frontmatter, text) of a live page as of the scope's seq."""
@@ -62,6 +83,22 @@ class Scope:
 
     def active(self) -> list[str]:
         return [slug for slug, _t, _h in self.catalog if not self.withheld(slug)]
+
+    def shared_pages(self) -> list[SharedDoc]:
+        """Every live page of the shared pages layers the contract placed as of the seq, by path."""
+        if self._shared is None:
+            contract = self.views.contract_at(self.as_of)
+            shared, found = self.views.shared, []
+            for name, spec in sorted(contract.layers.items() if contract else ()):
+                if spec.format != "pages":
+                    continue
+                for slug in shared.slugs(name, self.as_of):
+                    winner = shared.winner(name, slug, self.as_of)
+                    if winner is not None and not winner[3]:
+                        page = decode_body(winner[4])
+                        found.append(SharedDoc(spec.path, slug, page.frontmatter, page.text))
+            self._shared = found
+        return self._shared
 
     def entries(self):
         """Every typed entry as of the seq (shared and local layers), with who reversed it."""
@@ -98,15 +135,9 @@ def check_contradictions(scope: Scope) -> list[Finding]:
     found += _reversed_twice(scope)
     targets = {slug: trust.superseded_by(status) for slug, (status, _s) in scope.fields.items()
                if trust.withheld(status) == "superseded"}
-    for slug, target in sorted(targets.items()):
-        if target and targets.get(target) == slug and slug < target:
-            found.append(Finding("contradictions", page_path(slug), f"supersedes and is superseded by mind/{target}.md"))
     live = {slug for slug, _t, _h in scope.catalog}
-    for slug, target in sorted(targets.items()):
-        if target and target not in live and slug in live:
-            found.append(Finding("contradictions", page_path(slug), f"superseded by mind/{target}.md, which does not "
-                                 "exist: withheld from search and believed in favour of no page",
-                                 f"adf-file://mind/{target}.md"))
+    found += _supersession(targets, live, page_path)
+    found += _shared_supersession(scope.shared_pages())
     for line in scope.views.always(scope.as_of):
         for target in dict.fromkeys(_PAGE_LINK.findall(line)):
             why = scope.withheld(target)
@@ -115,6 +146,34 @@ def check_contradictions(scope: Scope) -> list[Finding]:
                                      f"adf-file://mind/{target}.md"))
     if scope.current and scope.root is not None:
         found += _catalog_drift(scope)
+    return found
+
+
+def _supersession(targets: dict[str, str | None], live: set[str], path_of: Callable[[str], str]) -> list[Finding]:
+    """Pages of one namespace (the wiki, a shared layer) superseding each other, or superseded by a page that does
+    not exist; `targets`: each superseded page's successor."""
+    found = []
+    for slug, target in sorted(targets.items()):
+        if target and targets.get(target) == slug and slug < target:
+            found.append(Finding("contradictions", path_of(slug), f"supersedes and is superseded by {path_of(target)}"))
+    for slug, target in sorted(targets.items()):
+        if target and target not in live and slug in live:
+            found.append(Finding("contradictions", path_of(slug), f"superseded by {path_of(target)}, which does not "
+                                 "exist: withheld from search and believed in favour of no page",
+                                 f"adf-file://{path_of(target)}"))
+    return found
+
+
+def _shared_supersession(docs: list[SharedDoc]) -> list[Finding]:
+    """`_supersession` in each shared layer: a shared page's `superseded-by` names a page of its own layer."""
+    by_folder: dict[str, list[SharedDoc]] = defaultdict(list)
+    for doc in docs:
+        by_folder[doc.folder].append(doc)
+    found = []
+    for layer_docs in by_folder.values():
+        targets = {doc.slug: trust.superseded_by(doc.frontmatter.get("status")) for doc in layer_docs
+                   if doc.withheld() == "superseded"}
+        found += _supersession(targets, {doc.slug for doc in layer_docs}, layer_docs[0].path_of)
     return found
 
 
@@ -149,15 +208,18 @@ def _catalog_drift(scope: Scope) -> list[Finding]:
 
 
 def check_stale(scope: Scope) -> list[Finding]:
-    return [Finding("stale", page_path(slug), f"past stale_after ({trust.stale_day(stale)}): re-verify it, "
+    pages = [(page_path(slug), status, stale) for slug, (status, stale) in sorted(scope.fields.items())]
+    pages += [(doc.path, doc.frontmatter.get("status"), doc.frontmatter.get("stale_after"))
+              for doc in scope.shared_pages()]
+    return [Finding("stale", path, f"past stale_after ({trust.stale_day(stale)}): re-verify it, "
                     "then update the date or the content")
-            for slug, (status, stale) in sorted(scope.fields.items())
-            if trust.is_stale(stale, scope.day) and not trust.withheld(status)]
+            for path, status, stale in pages if trust.is_stale(stale, scope.day) and not trust.withheld(status)]
 
 
 def check_sources(scope: Scope) -> list[Finding]:
-    return [Finding("sources", page_path(slug), "has no `sources`: it cannot be re-verified")
-            for slug in scope.active() if not scope.page(slug)[0].get("sources")]
+    unsourced = [page_path(slug) for slug in scope.active() if not scope.page(slug)[0].get("sources")]
+    unsourced += [doc.path for doc in scope.shared_pages() if not doc.withheld() and not doc.frontmatter.get("sources")]
+    return [Finding("sources", path, "has no `sources`: it cannot be re-verified") for path in unsourced]
 
 
 def check_one_off_types(scope: Scope) -> list[Finding]:
@@ -193,6 +255,8 @@ def check_dead_links(scope: Scope) -> list[Finding]:
         found += _dead(scope, page_path(slug), render.page(*scope.page(slug)), "dead-links", ("file",))
     for line in scope.views.always(scope.as_of):
         found += _dead(scope, f"{MIND_PATH} (## Always)", line, "dead-links", ("file",))
+    for doc in scope.shared_pages():  # not its seq citations: they name its author's log
+        found += _dead(scope, doc.path, render.page(doc.frontmatter, doc.text), "dead-links", ("file",))
     return found
 
 
@@ -206,8 +270,8 @@ def check_citations(scope: Scope) -> list[Finding]:
 def check_orphans(scope: Scope) -> list[Finding]:
     if not scope.current or scope.root is None:
         return []
-    return [Finding("orphans", path, "is in mind/ but is no page of the log: `mem adopt` it or delete it")
-            for path in untracked(scope.views, scope.root)]
+    return [Finding("orphans", path, f"is in {path.rsplit('/', 1)[0]}/ but is no page of the log: `mem adopt` it or "
+                    "delete it") for path in untracked(scope.views, scope.root)]
 
 
 def _budget(config: dict, name: str, default: int) -> int:

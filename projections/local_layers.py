@@ -11,8 +11,8 @@ layer wins, for this agent.
 import re
 
 from eventstore.errors import InvalidInput
-from eventstore.layers import (FORMATS, LAYER_NAME_PATTERN, RESERVED_LAYERS, Contract, ContractLayer, path_problem,
-                               paths_overlap)
+from eventstore.layers import (FORMATS, LAYER_NAME_PATTERN, Contract, ContractLayer, is_reserved,
+                               path_problem, paths_overlap, why_reserved)
 
 from .adf import config_object
 
@@ -74,9 +74,11 @@ def checked_spec(key: str, value, contract: Contract | None) -> dict:
 
 
 def check_name(name: str) -> None:
+    if is_reserved(name):
+        raise InvalidInput(f"layer name {name!r} is reserved: {why_reserved(name)}")
     if not _NAME.match(name):
         raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_', starting with a "
-                           f"letter, and not one of {', '.join(sorted(RESERVED_LAYERS))}")
+                           "letter")
 
 
 def check(name: str, path: str, format: str, contract: Contract | None) -> dict:

@@ -35,6 +35,7 @@ from projections.materialize import write_atomic
 from projections.replay import replay
 
 from .intake import Rejected, accept, conflicting
+from .marks import Mark, encoded, load, marks_key, start_again, with_mark
 from .wire import MAX_PULL, MSGPACK, ContractResponse, Problem, PullPage, PullResponse, PushRequest, PushResponse
 
 BATCH = 5000
@@ -84,8 +85,10 @@ class HubBehind(MemError):
     status = 409
 
 
-PULLING_AGAIN = "the next `mem pull` pulls from its start again (what this workspace holds already is kept once)"
-PUSHING_AGAIN = "the next `mem push` sends this agent's events again (those the hub holds are counted as already there)"
+PULLING_AGAIN = ("the next `mem pull` pulls again from the last pull the hub still holds (what this workspace holds "
+                 "already is kept once)")
+PUSHING_AGAIN = ("the next `mem push` sends this agent's events again from the last push the hub still holds "
+                 "(those it holds are counted as already there)")
 
 
 def hub_behind(memory, remote: "Remote", answer: "ContractResponse") -> str | None:
@@ -153,7 +156,7 @@ class PullReport(msgspec.Struct):
     skipped: list[str] = []
     rejected: list[Rejected] = []
     already_held: int = 0
-    restarted: bool = False  # the hub had lost events this workspace pulled: this pull began from its start again
+    restarted: bool = False  # the hub had lost events this workspace pulled: this pull began again before them
 
 
 class PackedPullPage(PullPage):
@@ -196,14 +199,25 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 
 def _forget_cursors(memory, name: str) -> None:
-    for key in (f"push:{name}", f"held:{name}", _pushed_key(name), _came_key(name)):
+    for key in (f"push:{name}", f"held:{name}", _pushed_key(name), _came_key(name), marks_key("push", name)):
         memory.log.set_state(key, "")
     _forget_pull_cursor(memory, name)
 
 
 def _forget_pull_cursor(memory, name: str) -> None:
-    for key in (f"pull:{name}", f"pulled-to:{name}", f"pulled-at:{name}", _pulled_key(name), _covered_key(name)):
+    for key in (f"pull:{name}", f"pulled-to:{name}", f"pulled-at:{name}", _pulled_key(name), _covered_key(name),
+                marks_key("pull", name)):
         memory.log.set_state(key, "")
+
+
+def _pull_again(memory, remote: Remote, client: "HubClient") -> str:
+    """The hub lost events this workspace pulled: the pull starts again after the newest pull whose last event the
+    hub still holds at its position, or from the hub's start. Says from where."""
+    mark = start_again(memory, client, marks_key("pull", remote.name), positioned=True)
+    if mark is None:
+        _forget_pull_cursor(memory, remote.name)
+        return "from its start"
+    return f"after hub position {mark.at}, the last pull it still holds"
 
 
 def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = False,
@@ -521,14 +535,15 @@ SECRET_ALLOWED = "secret-allowed"
 
 
 def refusal(contract: Contract, agent: str, layer: str, kind: str, secret: bool) -> str | None:
-    """Why the hub's contract would refuse for good an event of this agent's (None: it takes it): the agent no
-    longer produces the layer, the layer's format changed while the event waited, or the layer is scanned for
-    secrets now and the event was written with --allow-secret over a finding (`secret`; the hub's own scan
-    refuses it: `SECRET_ALLOWED`)."""
+    """Why the hub's contract would refuse for good an event of this agent's (None: it takes it): the agent does not
+    produce the layer, the layer's format changed while the event waited, or the layer is scanned for secrets now
+    and the event was written with --allow-secret over a finding (`secret`; the hub's own scan refuses it:
+    `SECRET_ALLOWED`). Worded to be true whether the contract changed or this agent never had the right (a local
+    copy edited)."""
     if layer not in contract.layers:
-        return f"layer {layer!r} is no longer in the hub's contract"
+        return f"the hub's contract has no layer {layer!r}"
     if not produces(contract, agent, layer):
-        return f"the hub's contract no longer lists {agent!r} among the producers of {layer!r}"
+        return f"the hub's contract does not list {agent!r} among the producers of {layer!r}"
     spec = contract.layers[layer]
     if not takes(spec, kind):
         return f"the hub's contract makes {layer!r} a {spec.format} layer now, which takes no {kind}"
@@ -625,8 +640,7 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
     if behind and not restart:
         raise HubBehind(f"{behind}; {PULLING_AGAIN}")
     if behind:
-        _forget_pull_cursor(memory, tally.name)
-        tally.restart(memory, behind)
+        tally.restart(behind, _pull_again(memory, tally.remote, client))
     _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
     not_taken = memory.not_taken()  # its past is fetched once a local layer no longer shadows it
     covered = json.dumps([layer for layer in consumed_layers(answer.contract, memory.config.agent)
@@ -717,10 +731,10 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     answer = fetch_contract(memory, remote, client)
     contract, lost = answer.contract, hub_lost_pushes(memory, remote, answer)
     if lost:
-        for key in (f"push:{remote.name}", _held_key(remote), _pushed_key(remote.name)):
-            memory.log.set_state(key, "")
+        since = _push_again(memory, remote, client)
         if say:
-            say(f"warning: {lost}; sending this agent's events again (those it holds are counted as already there)")
+            say(f"warning: {lost}; sending this agent's events again {since} (those it holds are counted as "
+                "already there)")
     agent = memory.config.agent
     local = memory.local_layers()
     shared = sorted((set(contract.layers) | set(known.layers if known else ())) - local)
@@ -750,13 +764,14 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                       cursor, came)
     acknowledged = send([_outgoing(e) for e in retried if pushable(contract, agent, e)])
     held = [e.seq for e in retried if not pushable(contract, agent, e)]
-    memory.log.set_state(held_key, json.dumps(held))
     if acknowledged:
-        memory.log.set_state(_pushed_key(remote.name), acknowledged)
+        memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, acknowledged))
+    else:
+        memory.log.set_state(held_key, json.dumps(held))
 
     def moved(cursor: int, held: list[int], acknowledged: str | None) -> None:
-        rows = {key: str(cursor), held_key: json.dumps(held), **({_pushed_key(remote.name): acknowledged}
-                                                                 if acknowledged else {})}
+        rows = (_pushed_rows(memory, remote, cursor, held, acknowledged) if acknowledged
+                else {key: str(cursor), held_key: json.dumps(held)})
         memory.log.append([], state=lambda _seqs: {**rows, **CameFromHub.prune(memory, remote.name, cursor)})
 
     # While the hub checks and commits a batch, this thread reads and encodes the next one, then moves the cursor
@@ -790,6 +805,26 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                 break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
                       held=held_back(memory, remote, contract), resent=bool(lost))
+
+
+def _pushed_rows(memory, remote: Remote, cursor: int, held: list[int], acknowledged: str) -> dict[str, str]:
+    """The state rows of a push the hub acknowledged up to `cursor`, its last event `acknowledged`, with the mark a
+    restored hub would start again from (sync.marks)."""
+    rows = {f"push:{remote.name}": str(cursor), _held_key(remote): json.dumps(held),
+            _pushed_key(remote.name): acknowledged}
+    key = marks_key("push", remote.name)
+    return {**rows, key: encoded(with_mark(load(memory, key), Mark(at=cursor, id=acknowledged, state=rows)))}
+
+
+def _push_again(memory, remote: Remote, client: HubClient) -> str:
+    """The hub lost events this workspace pushed: the push starts again after the newest push it still holds, or from
+    the first event when it holds none. Says from where."""
+    mark = start_again(memory, client, marks_key("push", remote.name), positioned=False)
+    if mark is None:
+        for key in (f"push:{remote.name}", _held_key(remote), _pushed_key(remote.name), marks_key("push", remote.name)):
+            memory.log.set_state(key, "")
+        return "from the first"
+    return f"after seq {mark.at}, the last push it holds"
 
 
 def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool = False,
@@ -852,12 +887,11 @@ class _Tally:
         self.redactions: list[int] = []  # the seqs of the redactions among them
         self.restarted = False
 
-    def restart(self, memory, behind: str) -> None:
-        """The hub lost events this workspace pulled (`hub_behind`): its pull cursor forgotten, the pull begins
-        from the hub's start."""
+    def restart(self, behind: str, since: str) -> None:
+        """The hub lost events this workspace pulled (`hub_behind`): the pull begins again `since` (`_pull_again`)."""
         self.restarted = True
         if self.say:
-            self.say(f"warning: {behind}; pulling from its start again (what this workspace holds already is kept once)")
+            self.say(f"warning: {behind}; pulling again {since} (what this workspace holds already is kept once)")
 
     def expect(self, memory, hub_position: int) -> None:
         """Sizes the progress: from the hub position this log has pulled to, up to the hub's head."""
@@ -911,17 +945,25 @@ class _Tally:
         shadowed = set(not_taken.values())
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pulled-at:{self.name}": str(now_ms())}
+        marked = None
         if not backfill:
             state[f"pull:{self.name}"] = page.cursor
             if page.events:
                 state[f"pulled-to:{self.name}"] = str(position)
             if events:
                 state[_pulled_key(self.name)] = f"{events[-1].seq} {events[-1].id}"
+                marked = Mark(at=events[-1].seq, id=events[-1].id, state={
+                    key: state[key] for key in (f"pull:{self.name}", f"pulled-to:{self.name}", _pulled_key(self.name))
+                } | {_covered_key(self.name): memory.log.state(_covered_key(self.name)) or ""})
         agent = memory.config.agent
 
         def rows(seqs: list[int]) -> dict[str, str]:
             own = [seq for seq, event in zip(seqs, events) if event.agent == agent]
-            return {**state, **(CameFromHub.mark(memory, self.name, own) if own else {})}
+            marks = {}
+            if marked is not None:
+                key = marks_key("pull", self.name)
+                marks[key] = encoded(with_mark(load(memory, key), marked))
+            return {**state, **marks, **(CameFromHub.mark(memory, self.name, own) if own else {})}
 
         head = memory.log.head()
         unsent = self.unsent_redactions(memory, events)

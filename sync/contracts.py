@@ -10,9 +10,9 @@ import tomllib
 import msgspec
 
 from eventstore.errors import InvalidInput
-from eventstore.layers import (LAYER_KINDS, LAYER_NAME_PATTERN, PRIVATE_LAYERS, Contract, ContractLayer, consumed_layers,
+from eventstore.layers import (LAYER_KINDS, LAYER_NAME_PATTERN, Contract, ContractLayer, consumed_layers,
                                consumes, is_reserved, lenient_contract, path_problem, paths_overlap,
-                               produced_layers, produces)
+                               produced_layers, produces, why_reserved)
 
 
 def parse_contract(text: str) -> Contract:
@@ -23,9 +23,7 @@ def parse_contract(text: str) -> Contract:
         raise InvalidInput(f"the contract is not valid TOML: {exc}") from None
     for name in data.get("layers", {}) if isinstance(data.get("layers"), dict) else ():
         if is_reserved(name):
-            raise InvalidInput(f"layer name {name!r} is reserved: " + (
-                f"{', '.join(sorted(PRIVATE_LAYERS))} are each agent's own and are never shared"
-                if name in PRIVATE_LAYERS else "the hub keeps its contract's history there"))
+            raise InvalidInput(f"layer name {name!r} is reserved: {why_reserved(name)}")
         if not re.match(LAYER_NAME_PATTERN, name):
             raise InvalidInput(f"layer name {name!r} must be lowercase letters, digits, '-' or '_'")
         spec = data["layers"][name]

@@ -32,7 +32,7 @@ from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, EntryAppend, PageDelete, PageIngest
-from eventstore.layers import LAYER_KINDS, PRIVATE_LAYERS, consumed_layers, is_reserved, produces
+from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
 
 from .committer import GroupCommitter
 from .compression import ZstdResponses
@@ -192,8 +192,8 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
         rule = rules.get(event.layer)
         if rule is None and is_reserved(event.layer):
             raise HubError(403, "reserved-layer", "Reserved layer",
-                           f"event {event.id} is in layer {event.layer!r}: {', '.join(sorted(PRIVATE_LAYERS))} are "
-                           "each agent's own and never shared; nothing of the batch was applied")
+                           f"event {event.id} is in layer {event.layer!r}, which is reserved: "
+                           f"{why_reserved(event.layer)}; nothing of the batch was applied")
         if event.agent != agent:
             raise HubError(403, "agent-mismatch", "Agent mismatch",
                            f"event {event.id} names agent {event.agent!r}; the token belongs to {agent!r}")

@@ -9,10 +9,12 @@ import sqlite3
 
 import httpx
 import pytest
+from hypothesis import given, strategies as st
 
 from conftest import run_mem
 from projections.memory import Memory
 from sync.client import get_remote
+from sync.marks import KEPT, Mark, with_mark
 from teamhub import Team
 
 INSIGHTS = """
@@ -82,7 +84,7 @@ def test_a_restored_hub_gets_back_what_it_lost_and_every_agent_converges(team):
     status = team.mem("bob", "status", "--fetch", check=True).stdout.decode()
     assert "lost events this workspace pulled from it" in status and "behind the hub: 0" not in status, status
     err = warning(pulled := team.mem("bob", "pull"))
-    assert "lost events this workspace pulled from it" in err and "pulling from its start again" in err
+    assert "lost events this workspace pulled from it" in err and "pulling again from its start" in err
     assert "pulled 1 event from origin (1 already here)" in pulled.stdout.decode()
     assert "E3 after the restore" in insights(team, "bob")
 
@@ -90,7 +92,7 @@ def test_a_restored_hub_gets_back_what_it_lost_and_every_agent_converges(team):
     assert "lost events this workspace pushed to it" in status and "the next `mem push` sends" in status, status
     err = warning(pushed := team.mem("alice", "push"))
     assert "lost events this workspace pushed to it" in err and "sending this agent's events again" in err
-    assert pushed.stdout.decode() == "pushed 1 event to origin (1 already there)\n"
+    assert pushed.stdout.decode() == "pushed 1 event to origin\n"  # E2 alone: E1's push is where it starts again
     assert team.mem("alice", "push", check=True).stdout.decode() == "pushed 0 events to origin\n"
 
     for agent in ("alice", "bob", "carol"):
@@ -100,6 +102,56 @@ def test_a_restored_hub_gets_back_what_it_lost_and_every_agent_converges(team):
     for agent in ("alice", "bob", "carol"):
         status = team.mem(agent, "status", "--fetch", check=True).stdout.decode()
         assert "0 to push; behind the hub: 0 events" in status, status
+
+
+def test_a_push_after_a_restore_sends_again_only_what_the_hub_lost(team):
+    """Regression: it sent every event this agent had ever pushed (a long-lived agent's whole history)."""
+    for n in range(8):
+        entry(team, "alice", f"before the backup {n}")
+        team.mem("alice", "push", check=True)
+    backup(team)
+    for n in range(2):
+        entry(team, "alice", f"after the backup {n}")
+        team.mem("alice", "push", check=True)
+    restore(team)
+    err = warning(pushed := team.mem("alice", "push"))
+    assert "sending this agent's events again after seq 8, the last push it holds" in err, err
+    assert pushed.stdout.decode() == "pushed 2 events to origin\n"
+    team.mem("bob", "pull", check=True)
+    assert insights(team, "bob") == insights(team, "alice")
+    assert "after the backup 1" in insights(team, "bob")
+
+
+def test_a_push_after_a_restore_older_than_every_mark_sends_everything_again(team):
+    entry(team, "alice", "E1")
+    backup(team)  # before any push: the hub holds none of alice's events
+    team.mem("alice", "push", check=True)
+    restore(team)
+    err = warning(pushed := team.mem("alice", "push"))
+    assert "sending this agent's events again from the first" in err, err
+    assert pushed.stdout.decode() == "pushed 1 event to origin\n"
+
+
+def test_a_pull_after_a_restore_begins_again_at_the_last_pull_the_hub_still_holds(team):
+    """Regression: it began from the hub's start (a consumer of a long-lived hub received everything again)."""
+    entry(team, "alice", "E1 before the backup")
+    team.mem("alice", "push", check=True)
+    team.mem("bob", "pull", check=True)  # hub positions 1 (the contract) and 2
+    backup(team)
+    entry(team, "alice", "E2 after the backup")
+    team.mem("alice", "push", check=True)
+    team.mem("bob", "pull", check=True)  # position 3, lost with the restore
+    restore(team)
+    entry(team, "carol", "E3 after the restore")
+    team.mem("carol", "push", check=True)
+    err = warning(pulled := team.mem("bob", "pull"))
+    assert "pulling again after hub position 2, the last pull it still holds" in err, err
+    assert pulled.stdout.decode() == "pulled 1 event from origin\n"  # E3 alone: nothing before it again
+    team.mem("alice", "push", check=True)
+    for agent in ("alice", "bob", "carol"):
+        team.mem(agent, "pull", check=True)
+    assert insights(team, "alice") == insights(team, "bob") == insights(team, "carol")
+    assert all(f"E{n} " in insights(team, "bob") for n in (1, 2, 3))
 
 
 def test_a_pull_that_begins_again_says_so_in_its_json(team):
@@ -135,3 +187,18 @@ def test_believed_calls_a_recorded_cursor_past_the_head_unknown(team):
     assert said.splitlines() == ["bob's pull cursor recorded by this hub (hub position 9) is past its last position "
                                  "(2): the hub lost events (restored from a backup?), so what bob received is unknown "
                                  "until bob pulls again"]
+
+
+@given(st.lists(st.integers(1, 1000), min_size=40, max_size=300))
+def test_marks_keep_the_oldest_and_newest_and_one_near_any_point_in_between(steps):
+    """Whatever a backup missed, the newest mark before it lies at most a few times as far back from the newest as
+    the backup (what a push or pull sends again), with at most KEPT marks kept."""
+    marks, at = [], 0
+    for n, step in enumerate(steps):
+        at += step
+        marks = with_mark(marks, Mark(at=at, id=str(n), state={}))
+        kept = [mark.at for mark in marks]
+        assert len(kept) <= KEPT and kept == sorted(set(kept)) and kept[0] == steps[0] and kept[-1] == at
+    for backup in range(kept[0], at + 1, max(1, at // 500)):
+        start = max(k for k in kept if k <= backup)
+        assert at - start <= 6 * (at - backup) + 2 * max(steps), (backup, kept)

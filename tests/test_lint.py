@@ -4,6 +4,7 @@ import json
 import sys
 
 from conftest import log_rows, run_mem
+from teamhub import Team
 
 from projections import lint
 from projections.memory import Memory
@@ -248,3 +249,38 @@ def test_a_redacted_page_is_no_one_off_type(workspace, tmp_path):
     run_mem("-w", workspace, "redact", "2", "--reason", "leak", check=True)
     result = run_mem("-w", workspace, "lint", "--check", "one-off-types")
     assert result.returncode == 0 and "'redacted'" not in result.stdout.decode(), result.stdout
+
+
+def test_lint_checks_shared_pages_too(tmp_path):
+    """Regression: lint looked at wiki pages only. A shared page superseded by a page deleted since (withheld from
+    search in favour of nothing), one without `sources`, its dead link and a hand-made file in its folder were all
+    'no findings'. Each is named by its shared path; a teammate's seq citations are not checked (its own log's)."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        for slug, text in (("launch", page("Launch", "Go on Monday.")),
+                           ("old-launch", page("Old launch", "Go on Friday.", status="superseded-by: launch")),
+                           ("plan", page("Plan", "See adf-file://content/drafts/gone.md [S412]", sources=(),
+                                         stale_after="2020-01-01"))):
+            (tmp_path / f"{slug}.md").write_bytes(text)
+            team.mem("writer", "page", "write", slug, "--layer", "drafts", "--file", tmp_path / f"{slug}.md",
+                     check=True)
+        team.mem("writer", "sync", check=True)
+        team.mem("reviewer", "sync", check=True)
+        team.mem("reviewer", "page", "delete", "launch", "--layer", "drafts", check=True)
+        (tmp_path / "reviewer/content/drafts/scratch.md").write_text("# by hand\n")
+        linted = team.mem("reviewer", "lint")
+        assert linted.returncode == 1
+        assert linted.stdout.decode().splitlines() == [
+            "[contradictions] content/drafts/old-launch.md: adf-file://content/drafts/launch.md superseded by "
+            "content/drafts/launch.md, which does not exist: withheld from search and believed in favour of no page",
+            "[stale] content/drafts/plan.md: past stale_after (2020-01-01): re-verify it, then update the date or the "
+            "content",
+            "[sources] content/drafts/plan.md: has no `sources`: it cannot be re-verified",
+            "[dead-links] content/drafts/plan.md: adf-file://content/drafts/gone.md names a file that does not exist",
+            "[orphans] content/drafts/scratch.md: is in content/drafts/ but is no page of the log: `mem adopt` it or "
+            "delete it",
+            "Lint: 5 finding(s): contradictions 1, stale 1, sources 1, dead-links 1, orphans 1."]
+        as_json = json.loads(team.mem("reviewer", "lint", "--check", "sources", "--json").stdout)
+        assert [(f["check"], f["path"]) for f in as_json["findings"]] == [("sources", "content/drafts/plan.md")]
+    finally:
+        team.stop()

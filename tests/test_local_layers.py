@@ -32,7 +32,7 @@ def test_layer_refusals_leave_the_log_untouched(workspace, tmp_path):
     before = log_rows(workspace)
     note = tmp_path / "n.md"
     note.write_text("[DECISION] by hand")
-    for args, message in ((("layer", "add", "mind", "memory/m.md"), b"must be lowercase"),
+    for args, message in ((("layer", "add", "mind", "memory/m.md"), b"'mind' is reserved"),
                           (("layer", "add", "lessons", "memory/lessons.txt"), b"is a .md file"),
                           (("layer", "add", "lessons", "../out.md"), b"error: "),
                           (("layer", "add", "decisions", "memory/other.md"), b"already exists"),

@@ -143,3 +143,25 @@ def test_mem_hub_contract_apply_refuses_a_path_into_mind(tmp_path):
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
         "error: layer notes: path './mind/': the path has an empty or '.' segment; write it in normal form"]
+
+
+@pytest.mark.parametrize("layer, why", [("mind", "agent, loop, mind are each agent's own and are never shared"),
+                                        ("_contract", "the hub keeps its contract's history there")])
+def test_the_hubs_refusal_names_the_reserved_layer_and_why_it_is_reserved(layer, why):
+    """Regression: an event in `_contract` was refused for being 'each agent's own' (the private layers' reason)."""
+    event = new_event(AlwaysAdd(line="mine"), agent="alice", layer=layer)
+    with pytest.raises(HubError) as refused:
+        check_batch([event], "alice", Contract(layers={"notes": OPEN}))
+    assert refused.value.code == "reserved-layer"
+    assert f"is in layer {layer!r}, which is reserved: {why};" in str(refused.value)
+
+
+@pytest.mark.parametrize("layer", sorted(RESERVED_LAYERS))
+def test_mem_layer_add_names_the_reserved_layer_and_why_it_is_reserved(tmp_path, layer):
+    """Regression: a local layer named `mind` or `_contract` was refused as a badly spelled name, listing the
+    reserved names without saying why."""
+    Memory.init(tmp_path / "w", "alice").close()
+    refused = run_mem("-w", tmp_path / "w", "layer", "add", layer, "notes.md")
+    why = ("the hub keeps its contract's history there" if layer == "_contract"
+           else "agent, loop, mind are each agent's own and are never shared")
+    assert (refused.returncode, refused.stderr.decode()) == (1, f"error: layer name {layer!r} is reserved: {why}\n")

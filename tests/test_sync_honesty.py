@@ -124,6 +124,31 @@ def test_push_names_what_the_contract_keeps_back(team):
     assert "v1" in (team.root / "reviewer/content/drafts/pricing.md").read_text()
 
 
+
+def test_a_consumer_whose_contract_copy_was_tampered_is_told_it_is_no_producer(tmp_path):
+    """Regression: a consumer whose `.mem/contract.json` was edited to make it a producer was told the hub's contract
+    'no longer lists' it, as if it once did; and an event in a layer the hub never had was 'no longer in' it."""
+    team = Team(tmp_path, agents=("writer", "reader"))
+    try:
+        team.mem("reader", "sync", check=True)
+        copy = tmp_path / "reader/.mem/contract.json"
+        copy.write_text(copy.read_text().replace('"researcher"', '"reader","researcher"'))
+        team.mem("reader", "page", "write", "launch", "--layer", "drafts", "--file", team.page("l", "Launch", "v1"),
+                 check=True)
+        why = "the hub's contract does not list 'reader' among the producers of 'drafts'"
+        pushed = team.mem("reader", "push")
+        assert (pushed.returncode, pushed.stderr.decode()) == (
+            1, f"error: 1 event in layer drafts cannot be pushed: {why}\n")
+        assert f"  held back: 1 in drafts: {why}\n" in team.mem("reader", "status", check=True).stdout.decode()
+        copy.write_text(copy.read_text().replace('"layers":{', '"layers":{"news":{"path":"news.md","format":'
+                                                 '"entries","producers":["*"],"consumers":["*"]},'))
+        team.mem("reader", "entry", "add", "news", "[FACT] 2026-12-02: never in the hub's contract", check=True)
+        pushed = team.mem("reader", "push")
+        assert "1 event in layer news cannot be pushed: the hub's contract has no layer 'news'\n" in (
+            pushed.stderr.decode()), pushed.stderr
+    finally:
+        team.stop()
+
 def test_pull_follow_prints_a_line_per_batch(team):
     team.mem("reviewer", "pull", check=True)
     follower = subprocess.Popen([*mem_command(), "-w", team.root / "reviewer", "pull", "--follow"],
