@@ -479,12 +479,12 @@ def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
             from sync.server import listen, run_on
 
             from .output import http_url
-            from .tokens import TokenGate, server_token
+            from .tokens import TokenGate, rebinding_guard, server_token
 
             host, port = address
             token, made = server_token(host, token_file)
             sock = listen(host, port)
-            app = server.streamable_http_app(host=host)
+            app = server.streamable_http_app(host=host, transport_security=rebinding_guard(host, port))
             # stdout: with --http, not the protocol's
             print(f"mindlog mcp: {http_url(host, port)}/mcp" + (f"\nbearer token: {token}" if made else ""), flush=True)
             run_on(TokenGate(app, token) if token else app, sock)
