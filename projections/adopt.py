@@ -125,7 +125,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         elif path == LOG_PATH:
             refusal = "mind/log.md is derived from the log; write a page or a lint entry instead"
         elif shared is None and not slug_of(path):
-            refusal = "not a page of the wiki"
+            refusal = memory.moved_hint(path) or "not a page of the wiki"
         if refusal is not None:
             report.refused[path] = refusal
             progress(1)
