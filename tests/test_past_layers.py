@@ -94,7 +94,12 @@ def test_a_moved_layer_reads_at_its_old_path_before_the_move(tmp_path):
     old = out(team.mem("alice", "history", "memory/notes.md", check=True)).splitlines()
     assert old[-1].endswith("contract.change memory/notes.md  (moved to team/notes.md)"), old
     new = out(team.mem("alice", "history", "team/notes.md", check=True)).splitlines()
-    assert new[0].endswith("contract.change team/notes.md  (moved from memory/notes.md)") and len(new) == 2, new
+    assert [line.split()[3] for line in new] == ["entry.append", "contract.change", "entry.append"], new
+    assert new[0].split()[4] == "memory/notes.md", new  # followed to its older path, as a rename is
+    assert new[1].endswith("contract.change team/notes.md  (moved from memory/notes.md)"), new
+    moved_page = out(team.mem("alice", "history", "team/drafts/plan.md", check=True)).splitlines()
+    assert [line.split()[3:5] for line in moved_page] == [["page.ingest", "memory/drafts/plan.md"],
+                                                          ["contract.change", "team/drafts/plan.md"]], moved_page
     page = out(team.mem("alice", "history", "memory/drafts/plan.md", check=True)).splitlines()
     assert [line.split()[3] for line in page] == ["page.ingest", "contract.change"], page
     assert "— memory/drafts/plan.md (shared-page)" in out(team.mem("alice", "search", "first", "--seq", before,
