@@ -251,6 +251,9 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
     if json:
         return emit_json(report)
     typer.echo(f"exported seq {report.seq} to {out}: " + ", ".join(f"{n} {t}" for t, n in report.rows.items()))
+    for path in report.left_out:
+        typer.echo(f"left out the agent's own file {path}: a layer's file is at that path now (`mem show {path}` "
+                   "answers the layer's)")
 
 
 @import_app.command("adf")
@@ -271,6 +274,10 @@ def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = 
                + ", ".join(f"{k} {n}" for k, n in report.rows.items() if n) + ")")
     for path in report.kept_aside:
         typer.echo(f"kept as a file: {path}")
+    if report.shared:
+        typer.echo(f"left out {len(report.shared)} file{'s' if len(report.shared) > 1 else ''} of the hub's shared "
+                   f"layers ({', '.join(report.shared)}): the team's, not this agent's own; `mem remote add` and "
+                   "`mem pull` bring them back")
 
 
 __all__ = ["state"]

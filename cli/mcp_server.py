@@ -16,7 +16,7 @@ import msgspec
 from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
-from pydantic import ValidationError
+from pydantic import StrictInt, ValidationError
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
@@ -212,7 +212,7 @@ def build_server(mem: Memory) -> MCPServer:
     # --- Claude's memory-tool commands ----------------------------------------------------------
 
     @register
-    def view(path: str, view_range: list[int] | None = None) -> str:
+    def view(path: str, view_range: list[StrictInt] | None = None) -> str:
         """View a directory of /memories (up to 2 levels deep) or a file with line numbers; view_range [start, end]
         shows lines start..end (1-based, end -1 for the last line)."""
         return tool.view(path, view_range)
@@ -228,7 +228,7 @@ def build_server(mem: Memory) -> MCPServer:
         return tool.str_replace(path, old_str, new_str)
 
     @register
-    def insert(path: str, insert_line: int, insert_text: str) -> str:
+    def insert(path: str, insert_line: StrictInt, insert_text: str) -> str:
         """Insert insert_text after line insert_line (0 inserts at the top)."""
         return tool.insert(path, insert_line, insert_text)
 
@@ -244,8 +244,9 @@ def build_server(mem: Memory) -> MCPServer:
 
     @register(name="memory")
     def memory_command(command: Literal["view", "create", "str_replace", "insert", "delete", "rename"],
-                       path: str | None = None, view_range: list[int] | None = None, file_text: str | None = None,
-                       old_str: str | None = None, new_str: str | None = None, insert_line: int | None = None,
+                       path: str | None = None, view_range: list[StrictInt] | None = None,
+                       file_text: str | None = None, old_str: str | None = None, new_str: str | None = None,
+                       insert_line: StrictInt | None = None,
                        insert_text: str | None = None, old_path: str | None = None,
                        new_path: str | None = None) -> str:
         """Claude's memory tool as one tool: `command` and that command's parameters."""
@@ -478,12 +479,12 @@ def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
             from sync.server import listen, run_on
 
             from .output import http_url
-            from .tokens import TokenGate, server_token
+            from .tokens import TokenGate, rebinding_guard, server_token
 
             host, port = address
             token, made = server_token(host, token_file)
             sock = listen(host, port)
-            app = server.streamable_http_app(host=host)
+            app = server.streamable_http_app(host=host, transport_security=rebinding_guard(host, port))
             # stdout: with --http, not the protocol's
             print(f"mindlog mcp: {http_url(host, port)}/mcp" + (f"\nbearer token: {token}" if made else ""), flush=True)
             run_on(TokenGate(app, token) if token else app, sock)

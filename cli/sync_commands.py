@@ -381,8 +381,11 @@ def _came_again(counts, own: str) -> list[str]:
 def _skipped_lines(report) -> None:
     """The files a pull left as edited by hand, but those the command's opening refresh warned of already."""
     for path in sorted(set(report.skipped) - state["refused"]):
-        typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
-                   "`mem status` lists it", err=True)
+        if path in report.moved:
+            typer.echo(f"not written: {path} was edited by hand, but {report.moved[path]}", err=True)
+        else:
+            typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
+                       "`mem status` lists it", err=True)
 
 
 @app.command()
@@ -525,6 +528,12 @@ def shared_page_list(layer: str, json: bool) -> None:
         typer.echo(f"{p.slug:<28} {p.title:<30} {p.agent}" + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""))
 
 
+def _not_written_note(report, path: str) -> str:
+    if path in report.moved:
+        return f"  (edited by hand, but {report.moved[path]})"
+    return "  (a newer version waits; `mem adopt` keeps the edit)"
+
+
 def show_status(json: bool, fetch: bool) -> None:
     from eventstore.workspace import log_cut_short
     from sync.status import sync_status
@@ -542,8 +551,7 @@ def show_status(json: bool, fetch: bool) -> None:
                          ("not yet written", report.pending), ("missing", report.missing),
                          ("untracked", report.untracked)):
         for path in paths:
-            typer.echo(f"{label + ':':<17}{path}" + ("  (a newer version waits; `mem adopt` keeps the edit)"
-                                                     if label == "not written" else ""))
+            typer.echo(f"{label + ':':<17}{path}" + (_not_written_note(report, path) if label == "not written" else ""))
     for c in report.conflicts:
         typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
     for layer, path in report.not_received.items():

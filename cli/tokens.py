@@ -10,6 +10,10 @@ with the URL. A
 script (an MCP client) sends `Authorization: Bearer <token>`; a browser opens the printed URL once,
 `?token=<token>`, and the answer sets an HttpOnly, SameSite=Strict cookie for that port and redirects to
 the same page without the token, so the token leaves the address bar and the history.
+
+A server on loopback also refuses a request whose Host is not one of this machine's names with its port
+(421), or whose Origin is another site's (403): a web page whose name its owner rebinds to 127.0.0.1 (DNS
+rebinding) would otherwise read, from the user's browser, what only this machine should (`rebinding_guard`).
 """
 
 import hmac
@@ -39,6 +43,38 @@ def is_loopback(host: str) -> bool:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def rebinding_guard(host: str, port: int):
+    """The Host and Origin headers a server listening on HOST:PORT accepts (the MCP SDK's settings, so that
+    `mem mcp --http` and `mem ui` check them with one function): on loopback only this machine's names with
+    PORT; elsewhere any (the token guards the server there, and its name is the operator's)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not is_loopback(host):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    names = dict.fromkeys([*LOOPBACK_NAMES, f"[{host}]" if ":" in host else host])
+    hosts = [f"{name}:{port}" for name in names] + (list(names) if port == 80 else [])
+    return TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts])
+
+
+class HostGate:
+    """ASGI middleware that refuses what `rebinding_guard(host, port)` refuses, with the MCP SDK's own check
+    (421 for a foreign Host, 403 for a foreign Origin), before anything else answers."""
+
+    def __init__(self, app, host: str, port: int):
+        from mcp.server.transport_security import TransportSecurityMiddleware
+
+        self.app, self.check = app, TransportSecurityMiddleware(rebinding_guard(host, port))
+
+    async def __call__(self, scope, receive, send):
+        refusal = await self.check.validate_request(Request(scope)) if scope["type"] == "http" else None
+        if refusal is not None:
+            return await refusal(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 def token_from_file(path: Path, what: str) -> str:

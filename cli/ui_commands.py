@@ -7,7 +7,7 @@ import typer
 
 from .app import app, memory
 from .output import http_url
-from .tokens import TokenFileOpt, TokenGate, server_token
+from .tokens import HostGate, TokenFileOpt, TokenGate, server_token
 
 
 @app.command()
@@ -27,4 +27,4 @@ def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (defaul
     sock = listen(host, port)
     typer.echo(f"mindlog ui: {http_url(host, port)}/asof" + (f"?token={token}" if made else ""))
     site = create_app(root)
-    run_on(TokenGate(site, token, browser=True) if token else site, sock)
+    run_on(HostGate(TokenGate(site, token, browser=True) if token else site, host, port), sock)

@@ -79,7 +79,9 @@ def format_of(kind: str) -> str | None:
 
 
 def paths_overlap(a: str, b: str) -> bool:
-    """Whether two layers' paths would share a file: the same path, or one inside the other's folder."""
+    """Whether two layers' paths would share a file: the same path, or one inside the other's folder, in any
+    letter case (on macOS and Windows `Content/Drafts/x.md` is a file of `content/drafts/`)."""
+    a, b = a.casefold(), b.casefold()
     return a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b))
 
 

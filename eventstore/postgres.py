@@ -44,6 +44,20 @@ INSERT = f"INSERT INTO events ({COLUMNS}) VALUES ({', '.join(['%s'] * len(COLUMN
 UPSERT_STATE = "INSERT INTO sync_state VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
+def vacuum(conn: psycopg.Connection, tables: Iterable[str]) -> None:
+    """A plain VACUUM of each of TABLES, after the commit of a redaction that rewrote rows of theirs: the UPDATE
+    leaves the old row version, the redacted text, dead in the table's file (and its TOAST table's), readable
+    there and in a base backup until a vacuum frees its space, which autovacuum may never do for a small table.
+    VACUUM runs only outside a transaction block: `conn` is in autocommit for its while."""
+    was = conn.autocommit
+    conn.autocommit = True
+    try:
+        for table in tables:
+            conn.execute(f"VACUUM {table}")
+    finally:
+        conn.autocommit = was
+
+
 def _row(row) -> tuple:
     seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
     return seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain)
@@ -119,6 +133,9 @@ class PostgresLog(Recorder):
             if state:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(UPSERT_STATE, list(state.items()))
+        if updates:
+            with self._writing:
+                vacuum(self.conn, ["events"])
         return seqs
 
     def state(self, key: str) -> str | None:

@@ -112,11 +112,15 @@ def file_path(path: str) -> str:
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")
-    if path == "mind.md" or parts[0] == "mind":
+    root = parts[0].casefold()  # in any letter case: on macOS and Windows `Mind.md` is mind.md, `.MEM/` is .mem/
+    if path.casefold() == "mind.md" or root == "mind":
         raise UnsafePath(f"{path} belongs to the mind wiki: a page is written, deleted or renamed with `mem page "
                          "write|delete|rename`, mind.md's Always lines with `mem always add|remove`")
-    if parts[0] == ".mem":
+    if root == ".mem":
         raise UnsafePath(f"{path} belongs to mindlog itself (.mem/ holds the log and the views)")
+    if ".git" in (part.casefold() for part in parts):
+        raise UnsafePath(f"{path} is inside a .git directory, git's own (its hooks run as programs): an agent's "
+                         "files stay out of it")
     if len(path) > 512:
         raise UnsafePath("file path is longer than 512 characters")
     return path

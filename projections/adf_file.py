@@ -53,17 +53,35 @@ TABLES = ("adf_meta", "adf_config", "adf_loop", "adf_files", "adf_audit", "adf_i
 
 
 class ExportReport(msgspec.Struct):
+    """`left_out`: the agent's own files at a path a layer's file takes now (what `mem show` answers there)."""
+
     path: str
     seq: int
     rows: dict[str, int]
+    left_out: list[str] = []
+
+
+SHARED_LAYERS_KEY = "mindlog_shared_layers"
+"""The adf_meta row of an export naming the hub's layers whose files it holds ({name: {path, format}}): an import
+leaves those files out (they are the team's, pulled again from the hub, where a redaction reaches them), rather
+than make them the importing agent's own."""
+
+
+class SharedLayerPath(msgspec.Struct):
+    path: str
+    format: str
 
 
 class ImportReport(msgspec.Struct):
+    """`shared`: files of a hub's layers left out (the export's, or this workspace's contract's): the team's, not
+    the agent's own; a pull brings them back."""
+
     path: str
     schema_version: str
     events: int
     rows: dict[str, int]
     kept_aside: list[str]
+    shared: list[str] = []
     already: int = 0
     """Events of this file the workspace held already (an import of the same file again appends nothing)."""
 
@@ -103,14 +121,15 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         ("adf_handle", name, "readonly"), ("adf_parent_did", "", "readonly"),
         ("adf_created_at", meta.get("adf_created_at", format_instant(ts_at or 0)), "readonly"),
         ("adf_updated_at", format_instant(ts_at) if ts_at else meta.get("adf_created_at", ""), "readonly"),
-        ("status", "", "none")])
+        ("status", "", "none"), (SHARED_LAYERS_KEY, msgspec.json.encode(_hub_layers(memory, as_of)).decode(), "readonly")])
     config = views.config_row(as_of)
     db.execute("INSERT INTO adf_config VALUES (1, ?, ?)",
                config or (json.dumps(views.config(as_of), indent=2), "1970-01-01T00:00:00.000Z"))
     db.executemany("INSERT INTO adf_loop VALUES (?,?,?,?,?,?,?,?)", sorted(views.loop_rows(None, as_of)))
     _set_loop_counter(db, as_of)
     db.executemany("INSERT INTO adf_audit VALUES (?,?,?,?,?,?,?,?,?)", views.audit_rows(as_of, data=True))
-    db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", views.adf_files(as_of))
+    files, left_out = _one_row_per_path(views.adf_files(as_of))
+    db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", files)
     for box in ("inbox", "outbox"):
         db.executemany(f"INSERT INTO adf_{box} VALUES ({','.join('?' * len(MESSAGE_COLUMNS[box]))})",
                        views.messages(box, as_of))
@@ -121,7 +140,29 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     for suffix in ("-wal", "-shm"):
         Path(f"{tmp}{suffix}").unlink(missing_ok=True)
     tmp.rename(out)
-    return ExportReport(path=str(out), seq=as_of, rows=rows)
+    return ExportReport(path=str(out), seq=as_of, rows=rows, left_out=left_out)
+
+
+def _hub_layers(memory, as_of: int) -> dict[str, SharedLayerPath]:
+    """The hub's layers whose files the workspace held as of the seq (its own local layers aside)."""
+    views = memory.views
+    contract = views.contract_at(as_of)
+    local = local_layers.declared(views.config(as_of), memory.config.agent)
+    return {name: SharedLayerPath(spec.path, spec.format) for name, spec in (contract.layers if contract else {}).items()
+            if name not in local}
+
+
+def _one_row_per_path(rows: list[tuple]) -> tuple[list[tuple], list[str]]:
+    """adf_files rows, the first of each path kept: a layer's file before an own file a contract change moved the
+    layer onto (the layer's is what `mem show` answers there)."""
+    kept, seen, left_out = [], set(), []
+    for row in rows:
+        if row[0] in seen:
+            left_out.append(row[0])
+        else:
+            seen.add(row[0])
+            kept.append(row)
+    return kept, left_out
 
 
 def _as_written(document):
@@ -307,8 +348,12 @@ class _Importer:
     sizes) before it becomes an event, so an import can append nothing a user could not; anything
     that fails them refuses the whole file with one line naming the table and row."""
 
-    def __init__(self, db, agent: str, allow_secret: bool = False):
+    def __init__(self, db, agent: str, allow_secret: bool = False, shared_layers: dict | None = None):
+        """`shared_layers`: the layers of the importing workspace's hub contract (name -> spec), whose files
+        are left out, as are those of the layers the file's export names (SHARED_LAYERS_KEY)."""
         self.db, self.agent, self.name = db, agent, "adf"
+        self.shared_layers = dict(shared_layers or {})
+        self.shared_left: list[str] = []
         self.allow_secret = allow_secret
         self.identity = b""  # the agent the file is of (adf_meta), which every id is derived under
         self.file_ms = 0  # the file's own time (adf_updated_at): that of the rows that carry none
@@ -398,6 +443,12 @@ class _Importer:
         self.file_ms = _time(_str_or_none(meta.get("adf_updated_at")) or _str_or_none(meta.get("adf_created_at")), 0)
         self.created_ms = _time(_str_or_none(meta.get("adf_created_at")), self.file_ms)
         self.name = re.sub(r"[^a-z0-9_-]", "-", str(handle).lower())[:64].strip("-_") or "adf"
+        if meta.get(SHARED_LAYERS_KEY):
+            try:
+                named = msgspec.json.decode(str(meta[SHARED_LAYERS_KEY]), type=dict[str, SharedLayerPath])
+            except msgspec.MsgspecError as exc:
+                raise InvalidInput(f"adf_meta {SHARED_LAYERS_KEY} is not a map of layers to paths: {exc}") from None
+            self.shared_layers.update(named)
 
     @_reads("adf_config")
     def config(self, rows: list[dict]) -> None:
@@ -480,6 +531,8 @@ class _Importer:
                 always = render.always_lines(content.decode("utf-8", "replace")) or []
             elif path == LOG_PATH or self._page(path, content, updated) or self._layer_file(path, content, updated):
                 continue
+            elif local_layers.layer_owning(path, self.shared_layers) is not None:
+                self.shared_left.append(path)
             elif path.startswith("mind/") or self._layer_owns(path):
                 self._keep_aside(path, content, files[path])
             else:
@@ -668,7 +721,8 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
         try:
-            reader = _Importer(db, memory.config.agent, allow_secret)
+            contract = memory.views.hub
+            reader = _Importer(db, memory.config.agent, allow_secret, contract.layers if contract else None)
             events = reader.read()
         finally:
             db.close()
@@ -699,7 +753,7 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
             "change log": sum(isinstance(e.body, LogRestore) for e in events),
             "seq gap": sum(isinstance(e.body, ImportGap) for e in events)}
     return ImportReport(path=str(path), schema_version=reader.schema_version, events=len(events),
-                        rows=rows, kept_aside=reader.kept_aside)
+                        rows=rows, kept_aside=reader.kept_aside, shared=reader.shared_left)
 
 
 IMPORT_ROWS = ("loop", "audit", "files", "pages", "always", "entries", "config", "messages", "change log", "seq gap")

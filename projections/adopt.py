@@ -15,6 +15,7 @@ from eventstore import secrets
 from eventstore.layers import MIND
 
 from .materialize import file_hash, hand_edited, untracked, written_hash
+from .merge import three_way
 from . import trust
 from .render import always_lines, outside_always
 from .views import LOG_PATH, MIND_PATH, slug_of
@@ -124,7 +125,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         elif path == LOG_PATH:
             refusal = "mind/log.md is derived from the log; write a page or a lint entry instead"
         elif shared is None and not slug_of(path):
-            refusal = "not a page of the wiki"
+            refusal = memory.moved_hint(path) or "not a page of the wiki"
         if refusal is not None:
             report.refused[path] = refusal
             progress(1)
@@ -135,8 +136,13 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
                       memory.shared_page_writing(layer, slug, document, "edited in place", allow_secret=allow_secret),
                       document)
         else:
-            batch.add(path, lambda slug=slug_of(path), document=document:
-                      memory.writer.page_write(slug, document, "edited in place"), document)
+            edit, refusal = _onto_current(views, path, document)
+            if refusal is not None:
+                report.refused[path] = refusal
+                progress(1)
+                continue
+            batch.add(path, lambda slug=slug_of(path), edit=edit:
+                      memory.writer.page_write(slug, edit, "edited in place"), document)
     batch.flush()
     deletes = _Batch(memory, report, progress, allow_secret, force=True, explain=explain)
     for path in missing:
@@ -167,6 +173,27 @@ def _moved(views, root, missing: list[str], edited: set[str]) -> dict[str, str]:
             if digest is not None and len(olds) == 1 and len(by_hash.get(digest, ())) == 1}
 
 
+def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]:
+    """A wiki page's hand edit as its next version, or why not. The edit was made on the file mindlog last wrote
+    there; when the page has a newer version since (a write through `mem mcp` or another command, the file not
+    rewritten yet), the edit's changes are applied onto that version, never over it: refused when both changed
+    the same lines."""
+    base = views.written.text(path)
+    current = views.file_text(path) if base is not None else None
+    if current is None or base == current:
+        return document, None
+    try:
+        merged = three_way(base, current, document.decode("utf-8"))
+    except UnicodeDecodeError:
+        return document, None  # refused as a page's write would refuse it
+    if merged is None:
+        return document, (f"edited by hand on an older version of the page, and the version written since (the file "
+                          f"was not rewritten yet) changed the same lines; the edit is left on disk: `mem show {path}` "
+                          f"has the current version to edit, or `mem page write {slug_of(path)} --file {path}` keeps "
+                          "this edit over it")
+    return merged.encode("utf-8"), None
+
+
 CATALOG_EDIT = "the rest of mind.md is made from the pages (a page's title and `description`): edit mind/<slug>.md"
 
 
@@ -176,17 +203,23 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
         report.refused[MIND_PATH] = "mind.md has no `## Always` section to adopt"
         return
     current = memory.always()
-    catalog_edited = outside_always(text) != outside_always(memory.show(MIND_PATH, memory.views.checkpoint()) or "")
-    if wanted == current and catalog_edited:  # nothing to adopt; saying "adopted" would hide that it is not kept
+    # The edit was made on the mind.md mindlog last wrote: lines written since (an MCP insert) are not its removals.
+    base = memory.views.written.text(MIND_PATH) or memory.show(MIND_PATH, memory.views.checkpoint()) or ""
+    base_lines = always_lines(base)
+    base_lines = current if base_lines is None else base_lines
+    removed = [line for line in base_lines if line not in wanted]
+    added = [line for line in wanted if line and line not in base_lines]
+    catalog_edited = outside_always(text) != outside_always(base)
+    if not removed and not added and catalog_edited:  # nothing to adopt; "adopted" would hide that it is not kept
         report.refused[MIND_PATH] = (f"only lines outside `## Always` changed, which are not adopted: {CATALOG_EDIT}; "
                                      "`mem show mind.md > mind.md` puts the file back")
         return
     for number in range(len(current), 0, -1):
-        if current[number - 1] not in wanted:
+        if current[number - 1] in removed:
             memory.always_remove(number, force=True)
     have = memory.always()
-    for line in wanted:
-        if line and line not in have:
+    for line in added:
+        if line not in have:
             memory.always_add(line, force=True, allow_secret=allow_secret)
             have.append(line)
     memory.refresh(force=True)  # mind.md is rendered again from what was adopted

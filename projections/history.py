@@ -42,13 +42,14 @@ def _candidates(memory, path: str, upto: int):
 def history(memory, path: str, upto: int | None = None) -> list[Version]:
     """Every version of `path`, oldest first: the events after which its text differed from before.
 
-    A page renamed into `path` brings the versions it had under its older name (like `git log --follow`)."""
+    A page renamed into `path` brings the versions it had under its older name (like `git log --follow`), and a
+    layer's file the contract moved to `path` those it had at its older path."""
     head = memory.seq_at() if upto is None else upto
     tenure = memory.views.tenure(path, head)
     if tenure is not None:
         versions = _layer_file_history(memory, path, *tenure, head)
         older = _shared_rename_source(memory, tenure[0], tenure[1], versions[0].seq) if versions else None
-        return history(memory, older[0], older[1]) + versions if older else versions
+        return history(memory, older[0], older[1]) + versions if older else _moved_from(memory, path, tenure) + versions
     versions, last = [], None
     for event in _candidates(memory, path, head):
         text = memory.show(path, event.seq)
@@ -59,6 +60,14 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
     if first is not None and isinstance(first.body, PageRename) and first.body.new == slug_of(path):
         versions = history(memory, page_path(first.body.old), first.seq - 1) + versions
     return versions
+
+
+def _moved_from(memory, path: str, tenure: tuple) -> list[Version]:
+    """The versions a layer's file had at its earlier path, when the contract change that began its `tenure` at
+    `path` moved it there (followed as a rename is)."""
+    layer, slug, since, _until = tenure
+    old = memory.views.shared_path(layer, slug, since - 1) if since else None
+    return history(memory, old, since - 1) if old and old != path else []
 
 
 def _shared_rename_source(memory, layer: str, slug: str | None, seq: int) -> tuple[str, int] | None:

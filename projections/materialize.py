@@ -29,17 +29,24 @@ def file_hash(path: Path) -> str | None:
         return None
 
 
+def stat_key(target: Path) -> tuple | None:
+    """The file's inode, size and times: what changes when anything writes it (None: no file)."""
+    try:
+        stat = os.stat(target)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
 def disk_hash(target: Path, seen: dict | None = None) -> str | None:
     """`file_hash`, kept in `seen` (when given) with the file's inode, size and times: asked again while those
     have not changed, the hash is not read again (a replay checks every file before it swaps the views in, and
     once more as it writes them: forty megabytes of mind/log.md on a large log)."""
     if seen is None:
         return file_hash(target)
-    try:
-        stat = os.stat(target)
-    except FileNotFoundError:
+    key = stat_key(target)
+    if key is None:
         return None
-    key = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     known = seen.get(target)
     if known is not None and known[0] == key:
         return known[1]
@@ -72,16 +79,23 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _land(staged: list[tuple], records: list[tuple]) -> None:
+def _land(staged: list[tuple], records: list[tuple], report: "FileReport") -> None:
     """Makes staged temporary files durable, then renames each over its target (to be recorded). The
     fsyncs run concurrently, so the file system commits them together: a catch-up that rewrites
-    thousands of pages pays a few journal commits instead of one per page."""
+    thousands of pages pays a few journal commits instead of one per page. A target written meanwhile (a hand
+    edit since it was checked, during the fsyncs) is left as it is, and reported: renaming over it would lose
+    that edit."""
     if len(staged) > 1:
         with ThreadPoolExecutor(min(32, len(staged)), thread_name_prefix="fsync") as pool:
             list(pool.map(_fsync, [tmp for tmp, *_rest in staged]))
     elif staged:
         _fsync(staged[0][0])
-    for tmp, target, path, new_hash, content in staged:
+    for tmp, target, path, new_hash, content, checked in staged:
+        if stat_key(target) != checked:
+            tmp.unlink()
+            report.written.remove(path)
+            report.refused.append(path)
+            continue
         os.replace(tmp, target)
         records.append((target, path, new_hash, content))
 
@@ -229,6 +243,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
         except UnsafePath:
             report.refused.append(path)
             continue
+        checked = stat_key(target)
         on_disk = disk_hash(target, seen)
         edited = on_disk is not None and on_disk != written
         if dry_run and (on_disk is None or not (settle or (edited and not force))):
@@ -255,13 +270,14 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                     continue
                 report.written.append(path)
                 if not dry_run:
-                    staged.append((_write_temp(target, [content], sync=False)[0], target, path, new_hash, content))
+                    staged.append((_write_temp(target, [content], sync=False)[0], target, path, new_hash, content,
+                                   checked))
                     continue
         settled = settle and on_disk == new_hash and path not in report.refused
         if (dry_run and not settled) or path in report.refused:
             continue
         records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
-    _land(staged, records)
+    _land(staged, records, report)
     if records:
         _record(views, records)
     return report

@@ -295,10 +295,29 @@ class Memory:
                          for path in paths)
         return f"{said}; then call again" if tools else said
 
+    def moved_hint(self, path: str, *, tools: bool = False) -> str | None:
+        """Where to copy a hand edit left in a file whose layer a contract change moved away (`mem adopt` cannot
+        take it where it is: no layer's page is there any more); None when the file's layer did not move."""
+        moved = self.views.moved_away(path) if self.views.contract is not None and path != MIND_PATH else None
+        if moved is None:
+            return None
+        layer, now = moved
+        spec = self.views.contract.layers[layer]
+        adopt = "call the adopt tool" if tools else "`mem adopt`"
+        return f"layer {layer} moved to {spec.path}: copy the edit to {now}, then {adopt}"
+
+    def moved_hints(self, paths) -> dict[str, str]:
+        """moved_hint of each of these files whose layer moved away."""
+        hints = {path: self.moved_hint(path) for path in paths}
+        return {path: hint for path, hint in hints.items() if hint is not None}
+
     def keep_hint(self, path: str, *, tools: bool = False) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is; `tools`: in the words
         of an MCP client, which has the adopt tool but no --force (a person in a shell has)."""
         target = self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) else None
+        moved = self.moved_hint(path, tools=tools) if target is None else None
+        if moved is not None:
+            return moved
         if tools:
             if path == MIND_PATH:
                 return "call the adopt tool to record its `## Always` lines"

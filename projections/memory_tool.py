@@ -43,6 +43,20 @@ def numbered(lines: list[str], start: int) -> str:
     return "\n".join(f"{str(i + start).rjust(LINE_NUMBER_WIDTH)}\t{line}" for i, line in enumerate(lines))
 
 
+def lines_in_range(view_range, count: int) -> tuple[int, int]:
+    """The first and last line (1-based) a `view_range` [start, end] names in a file of `count` lines (end -1: the
+    last line), or a refusal: anything but two integers, a start outside the file, an end before it or past it."""
+    if not isinstance(view_range, list) or len(view_range) != 2 or any(type(n) is not int for n in view_range):
+        raise InvalidInput(f"Invalid `view_range` parameter: {view_range}. It should be a list of two integers "
+                           "[start, end] (1-based, end -1 for the last line).")
+    first, end = view_range
+    last = count if end == -1 else end
+    if not 1 <= first <= count or not first <= last <= count:
+        raise InvalidInput(f"Invalid `view_range` parameter: {view_range}. Its start should be within the range "
+                           f"[1, {count}] and its end -1 or within [start, {count}].")
+    return first, last
+
+
 class Target:
     """What a /memories path names: kind is root, dir, mind, log, page, shared or file."""
 
@@ -60,7 +74,8 @@ class MemoryTool:
         """Maps a /memories path onto the workspace, refusing traversal with the CLI's own messages."""
         if not isinstance(path, str) or (path != ROOT and not path.startswith(ROOT + "/")):
             raise UnsafePath(f"Path must start with /memories, got: {path}")
-        rel = path[len(ROOT):].strip("/")
+        rel = path[len(ROOT) + 1:]  # `/memories//etc/x` keeps its empty segment, for file_path to refuse
+        rel = rel[:-1] if rel.endswith("/") else rel
         if not rel:
             return Target(path, "root", "")
         if rel == MIND_PATH:
@@ -123,17 +138,17 @@ class MemoryTool:
     def view(self, path: str, view_range: list[int] | None = None) -> str:
         target = self.resolve(path)
         if target.kind in ("root", "dir"):
+            if view_range is not None:
+                raise ToolRefusal("The `view_range` parameter is not allowed when `path` points to a directory.")
             return self._view_dir(target)
         text = self._existing_text(target)
         lines = text.split("\n")
         if len(lines) > MAX_LINES:
             raise ToolRefusal(f"File {path} exceeds maximum line limit of 999,999 lines.")
-        start = 1
-        if view_range and len(view_range) == 2:
-            first = max(1, view_range[0]) - 1
-            end = len(lines) if view_range[1] == -1 else view_range[1]
-            lines, start = lines[first:end], first + 1
-        return f"Here's the content of {path} with line numbers:\n" + numbered(lines, start)
+        if view_range is None:
+            return f"Here's the content of {path} with line numbers:\n" + numbered(lines, 1)
+        first, end = lines_in_range(view_range, len(lines))
+        return f"Here's the content of {path} with line numbers:\n" + numbered(lines[first - 1:end], first)
 
     def _view_dir(self, target: Target) -> str:
         prefix = target.rel + "/" if target.rel else ""

@@ -4,6 +4,7 @@ Every read here takes `as_of` (a seq): the current state is simply the state as 
 checkpoint, so a point-in-time read and a current read are the same query.
 """
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -97,6 +98,16 @@ class WrittenFiles:
         paths = list(paths)
         return dict(self.db.execute(f"SELECT path, written_hash FROM file_state WHERE path IN "
                                     f"({','.join('?' * len(paths))})", paths)) if paths else {}
+
+    def text(self, path: str) -> str | None:
+        """What mindlog last wrote at a wiki file's `path` (its adf_files row, as written), when that is what the
+        file state says was written: the version a hand edit of it was made on. None when it is not known."""
+        row = self.db.execute("SELECT w.content, f.written_hash FROM wiki_files w JOIN file_state f ON f.path = w.path "
+                              "WHERE w.path = ?", (path,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        content = row[0] if isinstance(row[0], bytes) else row[0].encode("utf-8")
+        return content.decode("utf-8", errors="replace") if hashlib.sha256(content).hexdigest() == row[1] else None
 
     def dirty(self) -> list[tuple[str, str | None]]:
         """(path, last written hash) of every file the views have changed since it was written."""
@@ -370,6 +381,18 @@ class Views:
             else:
                 owner, until = self.shared_target(path, seq - 1), seq
         return (*owner, 0, until) if owner is not None else None
+
+    def moved_away(self, path: str) -> tuple[str, str] | None:
+        """(layer, where its file is now) when a contract change moved the layer whose file was at `path`; None
+        when no layer's file was ever there, one still is, or the layer was dropped."""
+        if self.shared_target(path) is not None:
+            return None
+        held = self.tenure(path, self.checkpoint())
+        if held is None:
+            return None
+        layer, slug, _since, _until = held
+        now = self.shared_path(layer, slug)
+        return (layer, now) if now is not None else None
 
     def shared_path(self, layer: str, slug: str | None = None, as_of: int | None = None) -> str | None:
         """Where a shared layer (or one page of it) is written as of a seq (now: None); None if no contract

@@ -156,6 +156,7 @@ class PullReport(msgspec.Struct):
     skipped: list[str] = []
     rejected: list[Rejected] = []
     already_held: int = 0
+    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away -> where the edit goes
     restarted: bool = False  # the hub had lost events this workspace pulled: this pull began again before them
 
 
@@ -867,7 +868,8 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     tally.skipped.update(memory.refresh().refused)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
-                      already_held=tally.already_held, restarted=tally.restarted)
+                      already_held=tally.already_held, restarted=tally.restarted,
+                      moved=memory.moved_hints(tally.skipped))
 
 
 class _Tally:

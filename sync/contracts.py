@@ -40,8 +40,14 @@ def parse_contract(text: str) -> Contract:
         for other, other_spec in named[i + 1:]:
             if paths_overlap(spec.path, other_spec.path):
                 raise InvalidInput(f"layers {name} ({spec.path}) and {other} ({other_spec.path}) overlap: a file "
-                                   "would belong to both")
+                                   "would belong to both" + _in_any_case(spec.path, other_spec.path))
     return contract
+
+
+def _in_any_case(a: str, b: str) -> str:
+    """Says why two overlapping paths overlap when only letter case tells them apart."""
+    same_spelling = a.startswith(b) or b.startswith(a)
+    return "" if same_spelling else " on a filesystem that ignores letter case (macOS, Windows)"
 
 
 def _layer_problem(data: dict) -> str | None:

@@ -21,6 +21,7 @@ from eventstore.backends import place
 from eventstore.errors import InvalidInput, NotFound, StorageUnavailable
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
+from eventstore.postgres import vacuum
 
 from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, AgentInfo,
                       Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
@@ -197,9 +198,14 @@ class PostgresHubStorage(HubStorage):
                                 lambda id: cls._stored(conn, id))
 
     def _commit_group(self, batches, pulls, checked=None):  # no token cache (push_state reads): none is stale
-        return self._run(lambda conn: self._commit_on(conn, batches, pulls))
+        committed, redacted = self._run(lambda conn: self._commit_on(conn, batches, pulls))
+        if redacted:
+            self._run(lambda conn: vacuum(conn, ["hub_events"]))
+        return committed
 
-    def _commit_on(self, conn, batches, pulls) -> Committed:
+    def _commit_on(self, conn, batches, pulls) -> tuple[Committed, bool]:
+        """(what the group commit did, whether a redaction in it rewrote stored events)."""
+        updates = None
         with conn.transaction():
             head = conn.execute("SELECT position FROM hub_counter WHERE one FOR UPDATE").fetchone()[0]
             known = {id: (digest, pos) for id, digest, pos in conn.execute(
@@ -226,7 +232,7 @@ class PostgresHubStorage(HubStorage):
                 if pulls:
                     cursor.executemany("INSERT INTO hub_pulls VALUES (%s, %s, %s)",
                                        [(p.agent, p.cursor, p.at) for p in pulls])
-            return Committed(outcomes=outcomes, head=head + len(rows), layers=layers)
+            return Committed(outcomes=outcomes, head=head + len(rows), layers=layers), bool(updates)
 
     @staticmethod
     def _stored(conn, id):

@@ -46,3 +46,16 @@ def pg_ctl() -> str | None:
 def url(proc) -> str:
     password = f":{proc.password}" if proc.password else ""
     return f"postgresql://{proc.user}{password}@{proc.host}:{proc.port}/{proc.dbname}"
+
+
+def table_bytes(url: str, table: str) -> bytes:
+    """What the files of TABLE (its heap and its TOAST table) hold on disk, after a CHECKPOINT has written every
+    changed page there: what anyone with the data directory or a base backup reads."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+        folder = conn.execute("SHOW data_directory").fetchone()[0]
+        files = conn.execute("SELECT pg_relation_filepath(oid), pg_relation_filepath(NULLIF(reltoastrelid, 0)) "
+                             "FROM pg_class WHERE oid = %s::regclass", (table,)).fetchone()
+    return b"".join(Path(folder, file).read_bytes() for file in files if file)

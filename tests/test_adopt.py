@@ -6,7 +6,11 @@ import select
 import subprocess
 import time
 
+from hypothesis import given, strategies as st
+
 from projections.adopt import adopt
+from projections.memory import Memory
+from projections.merge import three_way
 from projections.status import workspace_status
 
 from conftest import PAGE, log_rows, mem_command, run_mem
@@ -339,3 +343,107 @@ def test_a_catalog_edit_in_mind_md_is_said_not_adopted_never_adopted_in_silence(
     assert "adopted mind.md" in out and "left mind.md: its `## Always` lines were adopted, and mind.md rendered " \
         "again without the other lines edited" in out, out
     assert "first rule, reworded" in mind.read_text() and "my better hook" not in mind.read_text()
+
+
+def _stale_file_edited_by_hand(memory, path: str, edit) -> None:
+    """A write whose file is not rewritten yet (as `mem mcp` defers it), then a hand edit of the file as it was."""
+    before = (memory.root / path).read_text()
+    edit(memory)
+    assert (memory.root / path).read_text() == before, "the write must leave the file stale for this test"
+    (memory.root / path).write_text(before + "Ask in #deploys.\n" if path != "mind.md"
+                                    else before.replace("- keep me\n", "- keep me\n- Cite a seq for every claim.\n"))
+
+
+def test_a_hand_edit_of_a_stale_page_is_applied_onto_the_version_written_since(memory):
+    """Regression: the edit was adopted over the newer version (an acknowledged MCP str_replace) and undid it."""
+    memory.write_page("deploy", PAGE)
+    memory.defer_files = True
+    newer = PAGE.replace(b"Staging first.", b"Staging first. Prod needs the owner's ack.")
+    _stale_file_edited_by_hand(memory, "mind/deploy.md", lambda m: m.write_page("deploy", newer))
+    memory.defer_files = False
+    report = adopt(memory)
+    assert report.adopted == ["mind/deploy.md"] and report.refused == {}
+    page = memory.show("mind/deploy.md", memory.log.head())
+    assert page.endswith("Staging first. Prod needs the owner's ack.\nAsk in #deploys.\n"), page
+    assert (memory.root / "mind/deploy.md").read_text() == page
+    assert workspace_status(memory).clean
+
+
+def test_a_hand_edit_of_a_stale_mind_md_does_not_remove_the_line_written_since(memory):
+    """Regression: adopting it recorded an always.remove of the line an MCP insert had just added."""
+    memory.always_add("keep me")
+    memory.defer_files = True
+    _stale_file_edited_by_hand(memory, "mind.md", lambda m: m.always_add("Prod needs the owner's ack."))
+    memory.defer_files = False
+    adopt(memory)
+    assert memory.always() == ["keep me", "Prod needs the owner's ack.", "Cite a seq for every claim."]
+    assert "always.remove" not in [e.kind for e in memory.log.read()]
+
+
+def test_a_hand_edit_of_a_stale_page_changing_the_same_lines_is_refused_and_left_on_disk(workspace):
+    with Memory.open(workspace) as memory:
+        memory.write_page("deploy", PAGE)
+        memory.defer_files = True
+        memory.write_page("deploy", PAGE.replace(b"# ", b"# Newer "))
+        head = memory.log.head()
+    path = workspace / "mind/deploy.md"
+    path.write_text(path.read_text().replace("# ", "# By hand "))
+    result = run_mem("adopt", "-w", workspace)
+    assert result.returncode == 1, result
+    said = (result.stdout + result.stderr).decode()
+    assert "left mind/deploy.md: edited by hand on an older version of the page" in said, said
+    assert "changed the same lines" in said and "`mem show mind/deploy.md` has the current version" in said, said
+    assert "# By hand " in path.read_text()
+    with Memory.open(workspace) as memory:
+        assert memory.log.head() == head and "# Newer " in memory.show("mind/deploy.md", head)
+
+
+def test_a_file_written_by_hand_while_mindlog_replaces_it_is_left_as_it_is(memory, tmp_path):
+    """The check that a file is not a hand edit and its replacement are apart (the fsyncs between): an edit made
+    in between is kept and reported, never renamed over."""
+    from projections.materialize import FileReport, _land, _write_temp, stat_key
+
+    target = tmp_path / "page.md"
+    target.write_text("as written\n")
+    checked = stat_key(target)
+    tmp, digest = _write_temp(target, ["newer\n"], sync=False)
+    with open(target, "a") as f:
+        f.write("edited by hand meanwhile\n")
+    report, records = FileReport(written=["page.md"]), []
+    _land([(tmp, target, "page.md", digest, b"newer\n", checked)], records, report)
+    assert target.read_text() == "as written\nedited by hand meanwhile\n"
+    assert report.refused == ["page.md"] and report.written == [] and records == [] and not tmp.exists()
+
+
+lines = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "d\n", "\n"]), max_size=12)
+distinct = st.lists(st.integers(0, 99).map(lambda n: f"line {n}\n"), unique=True, max_size=12)
+fresh = st.lists(st.integers(100, 199).map(lambda n: f"new {n}\n"), unique=True, max_size=4)
+
+
+@given(distinct, st.data())
+def test_a_three_way_merge_keeps_both_sides_changes_of_different_lines(base, data):
+    """Each side replaces its own slice of the base, the slices apart: the merge holds both, in place (the base's
+    lines distinct and the new ones fresh, so that each side's change is seen where it was made)."""
+    cut = sorted(data.draw(st.lists(st.integers(0, len(base)), min_size=4, max_size=4)))
+    ours_lines, theirs_lines = data.draw(fresh), data.draw(fresh)
+    if cut[0] == cut[3] and ours_lines and theirs_lines or set(ours_lines) & set(theirs_lines):
+        return  # both inserting at one place (which goes first is for a person), or a new line on both sides
+    ours = base[:cut[0]] + ours_lines + base[cut[1]:]
+    theirs = base[:cut[2]] + theirs_lines + base[cut[3]:]
+    expected = base[:cut[0]] + ours_lines + base[cut[1]:cut[2]] + theirs_lines + base[cut[3]:]
+    assert three_way("".join(base), "".join(ours), "".join(theirs)) == "".join(expected)
+    assert three_way("".join(base), "".join(theirs), "".join(ours)) == "".join(expected)
+
+
+@given(lines, lines)
+def test_a_three_way_merge_of_one_side_is_that_side(base, other):
+    base_text, other_text = "".join(base), "".join(other)
+    assert three_way(base_text, other_text, base_text) == other_text
+    assert three_way(base_text, base_text, other_text) == other_text
+    assert three_way(base_text, other_text, other_text) == other_text
+
+
+def test_a_three_way_merge_refuses_two_changes_of_one_line():
+    assert three_way("a\nb\nc\n", "a\nB\nc\n", "a\nb2\nc\n") is None
+    assert three_way("a\nc\n", "a\nx\nc\n", "a\ny\nc\n") is None
+    assert three_way("a\nb\n", "A\nb\n", "a\nb\nc\n") == "A\nb\nc\n"

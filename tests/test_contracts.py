@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from eventstore.errors import InvalidInput
 from eventstore.layers import Contract, ContractLayer, consumed_layers, produced_layers
 from sync.contracts import parse_contract, to_toml
+from conftest import run_mem
 
 TEAM = """
 [layers.insights]
@@ -62,6 +63,22 @@ def test_a_contract_file_parses_into_its_layers():
 def test_contract_refusals_say_why(text, says):
     with pytest.raises(InvalidInput, match=re.escape(says)):
         parse_contract(text)
+
+
+def test_layers_whose_paths_differ_only_in_letter_case_are_refused(tmp_path):
+    """On macOS and Windows `Content/Drafts/insights.md` is a file in `content/drafts/`: the two layers overlap
+    (the contract accepted them; found by a newcomer run)."""
+    contract = tmp_path / "contract.toml"
+    contract.write_text('[layers.drafts]\npath = "content/drafts/"\nformat = "pages"\nproducers = ["*"]\n'
+                        'consumers = ["*"]\n[layers.insights]\npath = "Content/Drafts/insights.md"\n'
+                        'format = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n')
+    hub = ("--db", tmp_path / "hub.db")
+    run_mem("hub", "init", *hub, check=True)
+    refused = run_mem("hub", "contract", "apply", contract, *hub)
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        "error: layers drafts (content/drafts/) and insights (Content/Drafts/insights.md) overlap: a file would "
+        "belong to both on a filesystem that ignores letter case (macOS, Windows)\n"), refused.stderr
+    assert run_mem("hub", "contract", "show", *hub, check=True).stdout.decode() == "# hub position 0\n"
 
 
 _names = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True).filter(lambda n: n not in ("mind", "loop", "agent"))

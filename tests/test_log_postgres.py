@@ -2,10 +2,11 @@
 
 import pytest
 
-from eventstore.envelope import encode_body
-from eventstore.kinds import AlwaysAdd
+from eventstore.envelope import encode_body, new_event
+from eventstore.kinds import AlwaysAdd, Redaction
 from eventstore.postgres import PostgresLog
 
+from pg import table_bytes
 from recorder_conformance import RecorderConformance
 
 
@@ -38,6 +39,16 @@ def execute(recorder):
 
 class TestPostgresLog(RecorderConformance):
     pass
+
+
+def test_a_redaction_leaves_no_copy_of_the_text_in_the_table_files(recorder):
+    """Regression: the UPDATE that redacts leaves the old row version dead in the events table's file, where it
+    stayed until the log VACUUMed after the redaction."""
+    secret = new_event(AlwaysAdd(line="SECRETPHONE 555-0199 is the on-call"), agent="alice", layer="mind")
+    recorder.append([secret])
+    assert b"SECRETPHONE" in table_bytes(recorder.url, "events")
+    recorder.append([new_event(Redaction(target_ids=[secret.id], reason="private"), agent="alice", layer="mind")])
+    assert b"SECRETPHONE" not in table_bytes(recorder.url, "events")
 
 
 def test_a_log_made_with_the_body_hash_column_loses_it_and_still_verifies(pg_url):

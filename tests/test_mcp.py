@@ -583,6 +583,48 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     assert log_rows(workspace) == []
 
 
+def test_file_paths_and_numbers_are_refused_as_strictly_as_the_cli_refuses_them(workspace, tmp_path):
+    """The memory tool stripped every slash after /memories (`/memories//etc/passwd` wrote etc/passwd), took "4"
+    and true for insert_line, and ignored a view_range of three numbers or past the file; reserved paths were
+    refused in lower case only (`.MEM/x`, `Mind.md`, `MIND/x.md`), and `.git/` taken (found by a newcomer run)."""
+    note = tmp_path / "note.txt"
+    note.write_text("x\n")
+    paths = ["/etc/passwd", "notes//a.md", ".MEM/x", "Mind.md", "MIND/x.md", ".git/config", "a/.Git/hooks/x"]
+    expected = [cli_error(workspace, "file", "write", path, "--file", note) for path in paths]
+    before = log_rows(workspace)
+
+    async def session_body(session):
+        answers = [await call(session, "create", path=f"/memories/{path}", file_text="x") for path in paths]
+        answers.append(await call(session, "memory", command="create", path="/memories/.Mem/x", file_text="x"))
+        for line in ("4", True):
+            answers.append(await call(session, "insert", path="/memories/mind.md", insert_line=line, insert_text="- x"))
+        for view_range in ([1, 2, 3], [-1, 10**20], [2, 1], [1, True]):
+            answers.append(await call(session, "view", path="/memories/mind.md", view_range=view_range))
+        answers.append(await call(session, "memory", command="view", path="/memories", view_range=[1, 2]))
+        answers.append(await call(session, "view", path="/memories/mind.md", view_range=[1, -1]))
+        return answers
+
+    answers = run_stdio(workspace, session_body)
+    assert [text for _error, text in answers[:len(paths)]] == expected
+    assert expected[:3] == ["file path '/etc/passwd' must be a relative path like 'notes/today.md'",
+                            "file path 'notes//a.md' contains an empty, '.' or '..' segment",
+                            ".MEM/x belongs to mindlog itself (.mem/ holds the log and the views)"]
+    assert expected[3].startswith("Mind.md belongs to the mind wiki") and expected[4].startswith("MIND/x.md belongs")
+    assert all("is inside a .git directory" in text for text in expected[5:])
+    rest = answers[len(paths):]
+    assert all(error for error, _text in rest[:-1]) and not rest[-1][0], rest
+    assert rest[0][1] == ".Mem/x belongs to mindlog itself (.mem/ holds the log and the views)"
+    assert rest[1][1] == "insert: insert_line: input should be a valid integer (got '4')"
+    assert rest[2][1] == "insert: insert_line: input should be a valid integer (got True)"
+    assert rest[3][1].startswith("Invalid `view_range` parameter: [1, 2, 3]. It should be a list of two integers")
+    assert rest[4][1].startswith(f"Invalid `view_range` parameter: [-1, {10**20}]. Its start should be within")
+    assert rest[5][1].startswith("Invalid `view_range` parameter: [2, 1]. Its start should be within the range [1, ")
+    assert rest[6][1] == "view: view_range.1: input should be a valid integer (got True)"
+    assert rest[7][1] == "The `view_range` parameter is not allowed when `path` points to a directory."
+    assert rest[8][1].startswith("Here's the content of /memories/mind.md with line numbers:\n     1\t# Mind")
+    assert log_rows(workspace) == before
+
+
 def test_arguments_that_do_not_fit_a_tools_schema_are_one_sentence(workspace):
     """An agent's slips in a call's shape (a missing argument, a word for a number, a string for a list) came back
     as pydantic's dump (and an argument the tool does not take was dropped unsaid): four lines naming its internal model and linking to its docs. One sentence now, as the

@@ -94,11 +94,43 @@ def test_a_moved_layer_reads_at_its_old_path_before_the_move(tmp_path):
     old = out(team.mem("alice", "history", "memory/notes.md", check=True)).splitlines()
     assert old[-1].endswith("contract.change memory/notes.md  (moved to team/notes.md)"), old
     new = out(team.mem("alice", "history", "team/notes.md", check=True)).splitlines()
-    assert new[0].endswith("contract.change team/notes.md  (moved from memory/notes.md)") and len(new) == 2, new
+    assert [line.split()[3] for line in new] == ["entry.append", "contract.change", "entry.append"], new
+    assert new[0].split()[4] == "memory/notes.md", new  # followed to its older path, as a rename is
+    assert new[1].endswith("contract.change team/notes.md  (moved from memory/notes.md)"), new
+    moved_page = out(team.mem("alice", "history", "team/drafts/plan.md", check=True)).splitlines()
+    assert [line.split()[3:5] for line in moved_page] == [["page.ingest", "memory/drafts/plan.md"],
+                                                          ["contract.change", "team/drafts/plan.md"]], moved_page
     page = out(team.mem("alice", "history", "memory/drafts/plan.md", check=True)).splitlines()
     assert [line.split()[3] for line in page] == ["page.ingest", "contract.change"], page
     assert "— memory/drafts/plan.md (shared-page)" in out(team.mem("alice", "search", "first", "--seq", before,
                                                                      check=True))
+
+
+def test_a_hand_edit_left_behind_by_a_moved_layer_is_told_where_to_go(tmp_path):
+    """Pull, status and adopt named `mem adopt` for a hand edit in a folder the contract had moved the layer
+    out of, and `mem adopt` then refused the file as "not a page of the wiki" (found by a newcomer run)."""
+    team = Team(tmp_path, agents=("alice",), contract=placed("memory"))
+    try:
+        team.mem("alice", "page", "write", "plan", "--layer", "drafts", "--file", team.page("plan", "Plan", "first"),
+                 check=True)
+        team.mem("alice", "push", check=True)
+        with open(tmp_path / "alice/memory/drafts/plan.md", "a") as edited:
+            edited.write("A HAND EDIT\n")
+        team.apply(placed("team"))
+        pulled = team.mem("alice", "pull", check=True)
+        where = ("layer drafts moved to team/drafts/: copy the edit to team/drafts/plan.md, then `mem adopt`")
+        assert (f"not written: memory/drafts/plan.md was edited by hand, but {where}\n"
+                in pulled.stderr.decode()), pulled.stderr
+        status = out(team.mem("alice", "status", check=True))
+        assert f"not written:     memory/drafts/plan.md  (edited by hand, but {where})" in status, status
+        refused = team.mem("alice", "adopt")
+        assert refused.returncode == 1 and f"memory/drafts/plan.md: {where}" in out(refused) + refused.stderr.decode()
+        (tmp_path / "alice/team/drafts/plan.md").write_bytes((tmp_path / "alice/memory/drafts/plan.md").read_bytes())
+        (tmp_path / "alice/memory/drafts/plan.md").unlink()
+        team.mem("alice", "adopt", check=True)
+    finally:
+        team.stop()
+    assert out(team.mem("alice", "show", "team/drafts/plan.md", check=True)).endswith("A HAND EDIT\n")
 
 
 def test_a_change_of_producers_alone_records_nothing(team, tmp_path):

@@ -165,10 +165,10 @@ from projections import materialize
 from projections.memory import Memory
 from projections.replay import replay
 land = materialize._land
-def killed(staged, records):
+def killed(staged, records, report):
     if staged:
         os._exit(9)  # the temporary files are written, none renamed over its page yet
-    land(staged, records)
+    land(staged, records, report)
 materialize._land = killed
 with Memory.open(sys.argv[1]) as memory:
     replay(memory)

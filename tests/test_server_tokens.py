@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 import anyio
+import httpx
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -175,3 +176,36 @@ def test_a_token_file_without_http_is_refused(workspace, tmp_path):
     assert refused.returncode == 2 and refused.stderr.decode() == (
         "error: --token-file guards --http; over stdio the client that starts `mem mcp` is the only one\n")
     assert not (tmp_path / "t").exists()
+
+
+def test_ui_on_loopback_refuses_a_foreign_host_or_origin_as_mcp_does(workspace):
+    """Regression: `mem ui` on loopback answered any Host header, so a web page whose name its owner rebinds to
+    127.0.0.1 (DNS rebinding) read the whole memory from the user's browser; `mem mcp --http` refused it."""
+    with Memory.open(workspace) as mem:
+        mem.write_page("deploy", PAGE)
+    server, port, _ = started("-w", str(workspace), "ui", "--port", "P")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for name in ("127.0.0.1", "localhost", "[::1]"):
+                assert client.get("/asof", headers={"Host": f"{name}:{port}"}).status_code == 200
+            assert client.get("/asof", headers={"Origin": f"http://localhost:{port}"}).status_code == 200
+            foreign = client.get("/asof", headers={"Host": f"evil.example:{port}"})
+            assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
+            assert client.get("/asof", headers={"Host": f"127.0.0.1:{port + 1}"}).status_code == 421
+            assert client.get("/search?q=deploy", headers={"Origin": "http://evil.example"}).status_code == 403
+    finally:
+        stop(server)
+
+
+def test_mcp_over_http_on_loopback_refuses_a_foreign_host_with_the_same_check(workspace):
+    server, port, _ = started("mcp", "--http", "127.0.0.1:P", "--workspace", str(workspace))
+    try:
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        headers = {"Accept": "application/json, text/event-stream"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            assert client.post("/mcp", json=ping, headers={**headers, "Host": f"evil.example:{port}"}).status_code == 421
+            assert client.post("/mcp", json=ping, headers={**headers, "Origin": "http://evil.example"}).status_code == 403
+            assert client.post("/mcp", json=ping, headers={**headers, "Origin": f"http://localhost:{port}"}
+                               ).status_code != 403
+    finally:
+        stop(server)

@@ -1,0 +1,84 @@
+"""A team agent moved by `mem export adf` / `mem import adf`: the hub's shared layers' files in the export are the
+team's, left out by the import (a pull brings them back, where a redaction on the hub reaches them), and an export
+never fails on two rows of one path (regression: they became the agent's own file.write events, which a redaction
+never reached, held twice after the first pull, and every later export died on a UNIQUE constraint)."""
+
+import json
+import sqlite3
+
+import pytest
+
+from conftest import run_mem
+from projections.memory import Memory
+from sync.client import add_remote
+from teamhub import Team, layer
+
+
+@pytest.fixture
+def team(tmp_path):
+    team = Team(tmp_path, agents=("main", "writer"))
+    yield team
+    team.stop()
+
+
+def file_writes(root) -> list[str]:
+    with Memory.open(root) as memory:
+        return [event.body.path for event in memory.log.read() if event.kind == "file.write"]
+
+
+def test_an_imported_team_agent_pulls_the_shared_files_again_and_a_redaction_reaches_them(team):
+    team.mem("main", "entry", "add", "insights", "[FACT] 2026-11-01: on-call phone SECRETPHONE-555-0199", check=True)
+    team.mem("main", "sync", check=True)
+    team.mem("writer", "sync", check=True)
+    adf = team.root / "writer.adf"
+    team.mem("writer", "export", "adf", adf, check=True)
+    meta = dict(sqlite3.connect(adf).execute("SELECT key, value FROM adf_meta").fetchall())
+    assert json.loads(meta["mindlog_shared_layers"])["insights"] == {"path": "memory/insights.md", "format": "entries"}
+
+    moved = team.root / "writer2"
+    run_mem("init", "-w", moved, "--agent", "writer", check=True)
+    said = run_mem("import", "adf", adf, "-w", moved, check=True).stdout.decode()
+    assert "left out 1 file of the hub's shared layers (memory/insights.md)" in said, said
+    assert file_writes(moved) == []
+    with Memory.open(moved) as memory:
+        add_remote(memory, "origin", team.url, str(team.root / "writer.token"))
+    run_mem("sync", "-w", moved, check=True)
+    listed = run_mem("file", "list", "-w", moved, "--json", check=True).stdout.decode()
+    assert [row["path"] for row in json.loads(listed)].count("memory/insights.md") == 1, listed
+    run_mem("export", "adf", team.root / "again.adf", "-w", moved, check=True)
+
+    target = json.loads(team.mem("main", "log", "--json", "--layer", "insights", check=True).stdout)[0]["id"]
+    run_mem("hub", "redact", target, "--reason", "private phone", *team.hub, check=True)
+    run_mem("sync", "-w", moved, check=True)
+    assert run_mem("search", "SECRETPHONE", "-w", moved, check=True).stdout.decode().startswith("no matches")
+    assert "SECRETPHONE" not in (moved / "memory/insights.md").read_text()
+
+
+def test_an_import_leaves_out_files_at_the_paths_of_this_workspaces_contract(team, tmp_path):
+    """An ADF file that does not name them (made elsewhere): its rows at a layer's path are refused as `mem file
+    write` refuses them, not kept as the agent's own beside the layer."""
+    foreign = tmp_path / "foreign"
+    run_mem("init", "-w", foreign, "--agent", "writer", check=True)
+    run_mem("file", "write", "memory/insights.md", "--file", "-", "-w", foreign, input=b"# insights\n\nnot the team's\n", check=True)
+    adf = tmp_path / "foreign.adf"
+    run_mem("export", "adf", adf, "-w", foreign, check=True)
+    moved = tmp_path / "moved"
+    with Memory.init(moved, "writer") as memory:
+        add_remote(memory, "origin", team.url, str(team.root / "writer.token"))
+    said = run_mem("import", "adf", adf, "-w", moved, check=True).stdout.decode()
+    assert "left out 1 file of the hub's shared layers (memory/insights.md)" in said, said
+    assert file_writes(moved) == []
+
+
+def test_an_export_keeps_one_row_per_path_when_a_layer_moved_onto_an_own_file(team):
+    team.mem("writer", "file", "write", "notes/x.md", "--file", "-", input=b"my own private notes\n", check=True)
+    team.mem("main", "entry", "add", "insights", "[FACT] 2026-11-01: shared fact", check=True)
+    team.mem("main", "sync", check=True)
+    team.apply(layer("insights", "notes/x.md") + layer("drafts", "content/drafts/", "pages",
+                                                       producers=("main", "writer")))
+    team.mem("writer", "sync", check=True)
+    adf = team.root / "writer.adf"
+    said = team.mem("writer", "export", "adf", adf, check=True).stdout.decode()
+    assert "left out the agent's own file notes/x.md: a layer's file is at that path now" in said, said
+    rows = sqlite3.connect(adf).execute("SELECT content FROM adf_files WHERE path = 'notes/x.md'").fetchall()
+    assert len(rows) == 1 and b"shared fact" in bytes(rows[0][0])
