@@ -297,17 +297,21 @@ class Memory:
 
     def moved_hint(self, path: str, *, tools: bool = False) -> str | None:
         """Where to copy a hand edit left in a file whose layer a contract change moved away (`mem adopt` cannot
-        take it where it is: no layer's page is there any more); None when the file's layer did not move."""
+        take it where it is: no layer's page is there any more), or that its layer was dropped (the edit has nowhere
+        to go); None when the file's layer did neither."""
         moved = self.views.moved_away(path) if self.views.contract is not None and path != MIND_PATH else None
         if moved is None:
             return None
         layer, now = moved
+        if now is None:
+            return (f"layer {layer} was dropped from the hub's contract, so the edit has no layer to go to: it stays "
+                    f"on disk only (the layer's last text is in the log: `mem history {path}`)")
         spec = self.views.contract.layers[layer]
         adopt = "call the adopt tool" if tools else "`mem adopt`"
         return f"layer {layer} moved to {spec.path}: copy the edit to {now}, then {adopt}"
 
     def moved_hints(self, paths) -> dict[str, str]:
-        """moved_hint of each of these files whose layer moved away."""
+        """moved_hint of each of these files whose layer moved away or was dropped."""
         hints = {path: self.moved_hint(path) for path in paths}
         return {path: hint for path, hint in hints.items() if hint is not None}
 

@@ -382,17 +382,16 @@ class Views:
                 owner, until = self.shared_target(path, seq - 1), seq
         return (*owner, 0, until) if owner is not None else None
 
-    def moved_away(self, path: str) -> tuple[str, str] | None:
-        """(layer, where its file is now) when a contract change moved the layer whose file was at `path`; None
-        when no layer's file was ever there, one still is, or the layer was dropped."""
+    def moved_away(self, path: str) -> tuple[str, str | None] | None:
+        """(layer, where its file is now: None when the layer was dropped) when a contract change moved or dropped
+        the layer whose file was at `path`; None when no layer's file was ever there, or one still is."""
         if self.shared_target(path) is not None:
             return None
         held = self.tenure(path, self.checkpoint())
         if held is None:
             return None
         layer, slug, _since, _until = held
-        now = self.shared_path(layer, slug)
-        return (layer, now) if now is not None else None
+        return layer, self.shared_path(layer, slug)
 
     def shared_path(self, layer: str, slug: str | None = None, as_of: int | None = None) -> str | None:
         """Where a shared layer (or one page of it) is written as of a seq (now: None); None if no contract

@@ -156,7 +156,7 @@ class PullReport(msgspec.Struct):
     skipped: list[str] = []
     rejected: list[Rejected] = []
     already_held: int = 0
-    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away -> where the edit goes
+    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away or dropped -> what of the edit
     restarted: bool = False  # the hub had lost events this workspace pulled: this pull began again before them
 
 

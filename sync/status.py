@@ -39,7 +39,7 @@ class RemoteStatus(msgspec.Struct):
 class SyncStatus(WorkspaceStatus):
     conflicts: list[Conflict] = []
     skipped: list[str] = []  # files a newer version could not be written to: edited by hand
-    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away -> where the edit goes
+    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away or dropped -> what of the edit
     remotes: list[RemoteStatus] = []
     not_received: dict[str, str] = {}  # layer -> its path: in the hub's contract, not consumed, yet on disk (frozen)
     not_taken: dict[str, str] = {}  # layer -> why: the hub's layers a local layer shadows (Memory.not_taken)

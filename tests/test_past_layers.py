@@ -187,3 +187,21 @@ def test_the_hubs_pages_place_a_moved_layers_past_at_its_old_path(tmp_path):
         assert page("asof?file=team/notes.md").status_code == 200
         history = page("history?path=memory/notes.md")  # the old path's history, asked now
         assert history.status_code == 200 and "one" in history.text and "contract.change" in history.text, history.text
+
+
+def test_a_hand_edit_left_behind_by_a_dropped_layer_is_told_it_has_nowhere_to_go(team, tmp_path):
+    """Pull, status and adopt said "`mem adopt` keeps the edit" and "not a page of the wiki" of a hand edit of a
+    layer the contract had dropped (found by a helper after the moved-layer fix)."""
+    team.mem("alice", "entry", "add", "ops", "[EPISODE] 2026-12-01: pager fired at 03:00", check=True)
+    team.mem("alice", "push", check=True)
+    with open(tmp_path / "alice/memory/ops.md", "a") as edited:
+        edited.write("A HAND EDIT\n")
+    team.apply(INSIGHTS)  # ops is dropped
+    pulled = team.mem("alice", "pull", check=True).stderr.decode()
+    why = ("layer ops was dropped from the hub's contract, so the edit has no layer to go to: it stays on disk only "
+           "(the layer's last text is in the log: `mem history memory/ops.md`)")
+    assert f"not written: memory/ops.md was edited by hand, but {why}\n" in pulled, pulled
+    assert f"memory/ops.md  (edited by hand, but {why})" in out(team.mem("alice", "status", check=True))
+    refused = team.mem("alice", "adopt")
+    assert refused.returncode == 1 and f"memory/ops.md: {why}" in out(refused) + refused.stderr.decode()
+    assert (tmp_path / "alice/memory/ops.md").read_text().endswith("A HAND EDIT\n")
