@@ -1,8 +1,10 @@
 """A workspace on disk: the memory files an agent reads, and `.mem/` with the log and the views."""
 
+import fcntl
 import json
 import os
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -77,6 +79,22 @@ class Workspace:
         self.log_path = self.mem_dir / "log.db"
         self.views_path = self.mem_dir / "views.db"
         self.lock_path = self.mem_dir / "project.lock"
+
+    @contextmanager
+    def locked(self):
+        """The workspace's projector lock held against other processes (`Memory.lock`, the hub's mirror): one at a
+        time appends, folds or writes files. A workspace whose .mem/ cannot be written stops here."""
+        try:
+            self.mem_dir.mkdir(exist_ok=True)
+            handle = open(self.lock_path, "a+")
+        except OSError as exc:
+            raise storage_failure(exc, f"cannot change the workspace {self.root}") from None
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     @property
     def exists(self) -> bool:

@@ -5,7 +5,6 @@ the views and the files up to date and returns the event (its seq set); every re
 CLI prints, so no command reaches into the log or the views itself.
 """
 
-import fcntl
 import os
 import shutil
 import sqlite3
@@ -186,20 +185,13 @@ class Memory:
                 finally:
                     self._lock_depth -= 1
                 return
-            try:
-                self.ws.mem_dir.mkdir(exist_ok=True)
-                handle = open(self.ws.lock_path, "a+")
-            except OSError as exc:  # every change takes the lock first: a read-only workspace stops here
-                raise storage_failure(exc, f"cannot change the workspace {self.root}") from None
-            with handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
+            with self.ws.locked():  # every change takes the lock first: a read-only workspace stops here
                 self._lock_depth = 1
                 try:
                     self._reopen_replaced_views()
                     yield
                 finally:
                     self._lock_depth = 0
-                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace.

@@ -18,9 +18,7 @@ A redaction on the hub reaches the mirror at once (`scrub`), not when a page nex
 and rebuilds its views, so neither keeps the text, whether or not a page is ever opened.
 """
 
-import fcntl
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -78,7 +76,7 @@ class HubMirror:
     def catch_up(self, progress=None) -> int:
         """Copies what the hub committed since the last call; returns the mirror's head (= the hub's then).
         `progress(n)` hears of each page copied, n hub positions at a time."""
-        with self._lock, self._exclusive():
+        with self._lock, self.ws.locked():  # the workspace's lock, as `Memory.lock` takes it
             last = self.storage.head()
             self._learn_contracts()
             layers = sorted(self._ever.layers) + [CONTRACT_LAYER]
@@ -99,16 +97,6 @@ class HubMirror:
                 self.log.append([self._gap(head, last)], recorded_at=self.log.recorded_at(head) or 0,
                                 state={"hub-position": str(last), COPIES[0]: COPIES[1]})
             return self.log.head()
-
-    @contextmanager
-    def _exclusive(self):
-        """The mirror workspace's projector lock (as `Memory.lock` takes it): one process at a time appends."""
-        with open(self.ws.lock_path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def scrub(self) -> None:
         """After a redaction on the hub: copies it (the mirror's log removes the bodies and empties its WAL, as a
