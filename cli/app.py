@@ -612,11 +612,18 @@ def _a_value_taken_for_an_option(exc) -> bool:
             and (name == "-" or name[1:2].isdigit() or " " in name))
 
 
+def _terminated(_signum, _frame) -> None:
+    """SIGTERM (`kill`, `timeout`, a service manager stopping mem) ends a command as Ctrl-C does: its clean-up runs
+    (a `replay --check` removes its rebuilt copy of the memory)."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort
 
+    signal.signal(signal.SIGTERM, _terminated)
     tune_typer()
     if sys.stdout.isatty():
         sys.stdout = TerminalSafe(sys.stdout)
@@ -657,6 +664,7 @@ def main() -> None:
         sys.exit(130)
     finally:  # the command has ended and said so: a Ctrl-C now would only kill the interpreter's shutdown by the signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -30,16 +30,29 @@ def connect(path: str | Path, **options) -> sqlite3.Connection:
     path = Path(path)
     if not unwritable(path):
         return sqlite3.connect(str(path), **options)
+    return sqlite3.connect(_read_only_uri(path), uri=True, factory=ReadOnlyConnection, **options)
+
+
+def attachable(path: str | Path) -> str:
+    """What to ATTACH to read `path` (on a connection opened with uri=True): the file, or on unwritable storage
+    the read-only URI `connect` opens it by."""
+    path = Path(path)
+    return _read_only_uri(path) if unwritable(path) else str(path)
+
+
+def _read_only_uri(path: Path) -> str:
+    """`mode=ro` (which reads through a -shm a writer left there), else `immutable=1`."""
     uri = path.absolute().as_uri()
-    db = sqlite3.connect(f"{uri}?mode=ro", uri=True, factory=ReadOnlyConnection, **options)
+    probe = sqlite3.connect(f"{uri}?mode=ro", uri=True)
     try:
-        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        return db
+        probe.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return f"{uri}?mode=ro"
     except sqlite3.OperationalError as exc:
-        db.close()
         if getattr(exc, "sqlite_errorname", None) != "SQLITE_CANTOPEN":
             raise
-    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, factory=ReadOnlyConnection, **options)
+    finally:
+        probe.close()
+    return f"{uri}?mode=ro&immutable=1"
 
 
 def read_only(db: sqlite3.Connection) -> bool:

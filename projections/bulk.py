@@ -43,6 +43,7 @@ import msgspec
 
 from eventstore.envelope import CODEC_RAW
 from eventstore.errors import StorageFailure
+from eventstore.readonly import attachable
 from eventstore.sqlite import SQLiteLog
 
 from . import render, search, shared
@@ -519,12 +520,12 @@ def write_batch(db, versions: list, search_batch: tuple, shared_entries: list, *
 def _connect(path: str, log: str | None = None) -> sqlite3.Connection:
     """The writer's connection to the new file (see the module's docstring), its one transaction begun; with the
     SQLite log at `log` attached as `log` (only read)."""
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, uri=True)
     db.execute("PRAGMA journal_mode = OFF")
     db.execute("PRAGMA synchronous = OFF")
     db.execute("PRAGMA temp_store = MEMORY")  # the batch's version rows (search.stage_versions)
     if log is not None:
-        db.execute("ATTACH DATABASE ? AS log", (log,))
+        db.execute("ATTACH DATABASE ? AS log", (attachable(log),))  # a check on read-only storage reads it there
     db.execute("BEGIN")
     return db
 

@@ -1,6 +1,8 @@
 """`mem replay`: delete every view and rebuild it from the log, or check that a rebuild agrees."""
 
 import os
+import shutil
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterable
@@ -11,7 +13,7 @@ import msgspec
 from eventstore.errors import HandEdited
 
 from . import bulk
-from .materialize import FileReport, Prechecks, file_hash, materialize, remove_stale_temp_files
+from .materialize import FileReport, Prechecks, file_hash, hand_edited, materialize, remove_stale_temp_files
 from .views import Views
 
 
@@ -59,6 +61,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         memory.seq_at(seq=upto)
     with memory.lock():
         remove_stale_temp_files(memory.views, memory.root)  # a replay killed while it wrote files left them
+        remove_check_leftovers(memory.ws.mem_dir)
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
         rebuilt = Path(f"{target}.rebuild")
@@ -114,39 +117,122 @@ def _replace(rebuilt: Path, target: Path) -> threading.Thread | None:
     return freeing
 
 
+CHECK_PREFIX = "views.db.check-"
+"""The scratch directory of `check`, in .mem/ beside the views: a check killed mid-way leaves a whole rebuilt
+memory there, where the next replay or redaction (`remove_check_leftovers`) removes it."""
+
+FTS_TABLES = {"search_docs_fts": "search_docs_fts_docsize", "search_history_fts": None}
+"""The full-text indexes `check` compares, each with its table of document sizes (search_history_fts keeps none)."""
+
+
+def remove_check_leftovers(mem_dir: Path) -> None:
+    """The scratch directories of checks killed mid-way (the caller holds the projector lock)."""
+    for leftover in mem_dir.glob(f"{CHECK_PREFIX}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _scratch(mem_dir: Path) -> Path:
+    """A new scratch directory for a check: in .mem/, else (storage this process cannot write) a temporary one."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=CHECK_PREFIX, dir=mem_dir))
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"mem-replay-{CHECK_PREFIX}"))
+
+
+class _Moment(msgspec.Struct):
+    """What the check compares of the live views, read in one read transaction: at one seq."""
+    checkpoint: int
+    tables: dict
+    terms: dict
+    paths: set
+    owed: set
+    written: dict
+
+
+def _file_state(views: Views) -> dict:
+    return {path: (written, dirty) for path, written, dirty in
+            views.db.execute("SELECT path, written_hash, dirty FROM file_state")}
+
+
+def _index_terms(db, table: str, sizes: str | None) -> tuple | str:
+    """Each term of a full-text index with the number of its documents and occurrences (fts5vocab), and the count
+    and total size of its documents' sizes, or what is wrong with the index: the row tables behind it may be intact
+    while it is damaged or emptied. Called in a transaction, whose end drops the vocabulary table again."""
+    vocab = f"temp.{table}_terms"
+    try:
+        db.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {table}, row)")
+        return (db.execute(f"SELECT term, doc, cnt FROM {vocab} ORDER BY term").fetchall(),
+                sizes and db.execute(f"SELECT count(*), sum(length(sz)) FROM {sizes}").fetchone())
+    except sqlite3.DatabaseError as exc:
+        return f"damaged ({' '.join(str(exc).split())})"
+
+
+def _moment(views: Views) -> _Moment:
+    """The live views as they are at one seq (one read transaction: writers go on meanwhile)."""
+    views.db.execute("BEGIN")
+    try:
+        return _Moment(checkpoint=views.checkpoint(), tables=views.dump(),
+                       terms={table: _index_terms(views.db, table, sizes) for table, sizes in FTS_TABLES.items()},
+                       paths=set(views.paths()), owed={path for path, _hash in views.written.dirty()},
+                       written=_file_state(views))
+    finally:
+        views.db.execute("ROLLBACK")
+
+
 def check(memory, *, progress=None) -> CheckReport:
-    """Rebuilds into a temporary directory, as far as the views have come, and lists every file or view row
+    """Rebuilds into a scratch directory, as far as the views have come, and lists every file or view row
     that differs. There is no `upto`: the views and the files hold only their latest state, so a rebuild of
     an earlier moment would differ from them in everything that happened since.
 
     Views behind the log (a command cut off before it folded what it appended) are caught up first, as the next
     command would: compared where they stood, they were "no differences" at seq 0 after an import cut off, and
-    "DIFFERENT" after a redaction cut off (the log had removed bodies the views still held until then)."""
+    "DIFFERENT" after a redaction cut off (the log had removed bodies the views still held until then).
+
+    The live views are read at one seq, and the rebuild goes to that seq: other processes may write meanwhile
+    (a file they rewrote since is no difference). Hand edits are told as such."""
     behind = memory.views.checkpoint()
     if memory.head() != behind:
         memory.refresh(files=False)
     else:
         behind = None
-    with tempfile.TemporaryDirectory(prefix="mem-replay-check-") as tmp:
-        views = _build(memory, Path(tmp) / "views.db", memory.views.checkpoint(), progress)
-        out = Path(tmp) / "files"
-        with views.transaction():
-            views.written.track(views.paths())
-        materialize(views, out)
-        differences, waiting = [], []
-        current_paths = set(memory.views.paths())
-        owed = {path for path, _hash in memory.views.written.dirty()}
-        for path in sorted(current_paths | set(views.paths())):
-            if file_hash(memory.root / path) != file_hash(out / path):
-                if path in owed:
-                    waiting.append(path)
-                else:
-                    differences.append(f"file {path} differs from a rebuild")
-        ours, theirs = memory.views.dump(), views.dump()
-        for table in ours:
-            if ours[table] != theirs[table]:
-                differences.append(f"view table {table} differs from a rebuild")
-        checkpoint = views.checkpoint()
-        views.close()
-    return CheckReport(checkpoint=checkpoint, same=not differences, differences=differences, not_yet_written=waiting,
+    live = _moment(memory.views)
+    scratch = _scratch(memory.ws.mem_dir)
+    try:
+        views = _build(memory, scratch / "views.db", live.checkpoint, progress)
+        try:
+            return _compare(memory, live, views, scratch / "files", behind)
+        finally:
+            views.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _compare(memory, live: _Moment, views: Views, out: Path, behind: int | None) -> CheckReport:
+    with views.transaction():
+        views.written.track(views.paths())
+    materialize(views, out)
+    differences, waiting = [], []
+    for path in sorted(live.paths | set(views.paths())):
+        if file_hash(memory.root / path) != file_hash(out / path):
+            if path in live.owed:
+                waiting.append(path)
+            else:
+                differences.append(path)
+    moved_on = _file_state(memory.views)  # read after the files: a file rewritten since `live` changed its row
+    edited = set(hand_edited(memory.views, memory.root, differences))
+    said = [f"file {path} differs from a rebuild" + (" (edited by hand)" if path in edited else "")
+            for path in differences if path in edited or moved_on.get(path) == live.written.get(path)]
+    theirs = views.dump()
+    said += [f"view table {table} differs from a rebuild" for table in live.tables if live.tables[table] != theirs[table]]
+    views.db.execute("BEGIN")
+    try:
+        for table, sizes in FTS_TABLES.items():
+            ours = live.terms[table]
+            if isinstance(ours, str):
+                said.append(f"full-text index {table} is {ours}")
+            elif ours != _index_terms(views.db, table, sizes):
+                said.append(f"full-text index {table} differs from a rebuild")
+    finally:
+        views.db.execute("ROLLBACK")
+    return CheckReport(checkpoint=views.checkpoint(), same=not said, differences=said, not_yet_written=waiting,
                        caught_up_from=behind)

@@ -29,9 +29,11 @@ def workspace_status(memory) -> WorkspaceStatus:
     head, checkpoint = memory.log.head(), memory.views.checkpoint()
     if head and memory.log.recorded_at(head) is None:
         raise log_damaged(shown(memory.config.log or memory.ws.log_path), f"its head, seq {head}, holds no event")
-    edited = hand_edited(memory.views, memory.root)
+    if head > checkpoint and not any(memory.views.written.hashes().values()):
+        edited, loose = [], []  # views lost (or rebuilt from nothing): they know no file, so none is judged yet
+    else:
+        edited, loose = hand_edited(memory.views, memory.root), untracked(memory.views, memory.root)
     pending = [p for p, _hash in memory.views.written.dirty() if p not in edited]
-    loose = untracked(memory.views, memory.root)
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,

@@ -311,7 +311,7 @@ def test_a_workspace_on_read_only_storage_is_read_and_refuses_writes(written, re
     it): the databases are opened read-only there, and only a change is refused, naming the workspace."""
     reads = ["show mind.md", "show mind/deploy.md --seq 1", "log --json", "status", "search staging --json",
              "page list", "verify", "believed", "diff mind/deploy.md --from seq:1", "cite adf-file://mind/deploy.md",
-             "lint --json"]
+             "lint --json", "replay --check"]
     expected = {command: run_mem(*shlex.split(command), "-w", written) for command in reads}
     before, files = log_rows(written), {p: p.read_bytes() for p in written.rglob("*") if p.is_file()}
     for command in reads:

@@ -1,0 +1,156 @@
+"""`mem replay --check` as an operator runs it: stopped by a signal, beside writers, over damaged full-text indexes,
+with views lost or a hand edit pending."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from projections.memory import Memory
+
+from conftest import PAGE, damage_table, mem_command, run_mem
+from test_replay import page_history
+
+TOKEN = "ghp_" + "Xq7Lm2Rt9Vb4Nc8Kd3Pw6Zs1Hy5Jf0Ag2Ue7Ti"
+
+
+@pytest.fixture(scope="module")
+def long_log(tmp_path_factory) -> Path:
+    """A workspace whose check takes a while (20,000 page versions), a token in a page at seq 1."""
+    root = tmp_path_factory.mktemp("long") / "ws"
+    with Memory.init(root, "alice") as memory:
+        memory.write_page("access", PAGE + f"Token {TOKEN}.\n".encode(), allow_secret=True)
+        memory.log.append(page_history(20000, pages=200))
+        memory.refresh()
+    return root
+
+
+@pytest.fixture
+def leaky(long_log, tmp_path) -> tuple[Path, Path]:
+    """A copy of `long_log`, and the temporary directory its `mem` processes are given (TMPDIR)."""
+    root, temp = tmp_path / "ws", tmp_path / "tmp"
+    shutil.copytree(long_log, root)
+    temp.mkdir()
+    return root, temp
+
+
+def _scratch_files(root: Path, temp: Path) -> list[Path]:
+    """The files of a check's rebuilt copy, wherever it was made."""
+    return [p for d in [*root.joinpath(".mem").glob("views.db.check-*"), *temp.iterdir()] for p in d.rglob("*")]
+
+
+def _check_stopped_in_its_files(root: Path, temp: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
+    """Runs `mem replay --check` and sends it `sig` once it writes the files of its rebuilt copy."""
+    check = subprocess.Popen([*mem_command(), "-w", str(root), "replay", "--check"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(temp)})
+    deadline = time.monotonic() + 120
+    while not any(p.name == "files" for p in _scratch_files(root, temp)):
+        assert check.poll() is None, "the check ended before it could be stopped; lengthen the log"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    check.send_signal(sig)
+    out, err = check.communicate(timeout=60)
+    return subprocess.CompletedProcess(check.args, check.returncode, out, err)
+
+
+def _holding(paths, text: str) -> list[Path]:
+    return [p for p in paths if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_a_check_killed_leaves_nothing_a_redaction_does_not_remove(leaky):
+    """Regression: a check rebuilt into a temporary directory (/tmp/mem-replay-check-*), which a kill left holding
+    the whole memory, secrets included, where a later `mem redact` never reached. It rebuilds beside the views, and
+    a redaction (as a replay) removes what a killed check left there."""
+    root, temp = leaky
+    stopped = _check_stopped_in_its_files(root, temp, signal.SIGKILL)
+    assert stopped.returncode == -signal.SIGKILL
+    run_mem("-w", root, "redact", "--match", "ghp_[A-Za-z0-9]+", "--reason", "leaked token", "--yes", check=True)
+    assert _holding([*root.rglob("*"), *temp.rglob("*")], TOKEN) == []
+    assert _scratch_files(root, temp) == []
+
+
+def test_a_check_terminated_cleans_up_as_after_ctrl_c(leaky):
+    """Regression: SIGTERM (`timeout`, `kill`, a service manager) ended a check without its clean-up, leaving its
+    rebuilt copy of the memory behind; it now ends as Ctrl-C does: the copy removed, exit 130, one line said."""
+    root, temp = leaky
+    stopped = _check_stopped_in_its_files(root, temp, signal.SIGTERM)
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.decode().startswith("error: interrupted"), stopped.stderr
+    assert _scratch_files(root, temp) == []
+
+
+def test_a_check_beside_a_writer_compares_one_moment(leaky):
+    """Regression: a check rebuilt to the seq it read first, then compared the live views, which another process
+    had moved on meanwhile: "DIFFERENT" (exit 1) while nothing was wrong. It reads the views at one seq and
+    rebuilds to that seq; a file another process rewrote since is no difference."""
+    root, _temp = leaky
+    mem = " ".join(f"'{part}'" for part in mem_command())
+    writer = subprocess.Popen(["sh", "-c", f"i=0; while true; do {mem} -w '{root}' loop append --role user --text "
+                               f"\"m $i\" >/dev/null; {mem} -w '{root}' always add \"line $i\" >/dev/null; "
+                               "i=$((i+1)); done"], start_new_session=True)
+    try:
+        reports = [json.loads(run_mem("-w", root, "replay", "--check", "--json").stdout) for _ in range(3)]
+    finally:
+        os.killpg(writer.pid, signal.SIGKILL)
+        writer.wait()
+    assert [r["differences"] for r in reports] == [[], [], []], reports
+    assert len({r["checkpoint"] for r in reports}) > 1, "the writer wrote nothing during the checks"
+
+
+@pytest.fixture
+def searchable(workspace, tmp_path) -> Path:
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE + b"A green canary.\n")
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", "canary in the loop", check=True)
+    return workspace
+
+
+@pytest.mark.parametrize("index", ["search_docs_fts", "search_history_fts"])
+def test_a_check_finds_a_full_text_index_emptied(searchable, index):
+    """Regression: the check compared the search tables' rows but not their full-text indexes: emptied (its rows
+    intact), search said "no matches" and the check "no differences"."""
+    import sqlite3
+
+    db = sqlite3.connect(searchable / ".mem/views.db")
+    db.execute(f"INSERT INTO {index}({index}) VALUES ('delete-all')")
+    db.commit()
+    db.close()
+    checked = run_mem("-w", searchable, "replay", "--check")
+    assert checked.returncode == 1
+    assert checked.stdout.decode().splitlines()[1:] == [f"  full-text index {index} differs from a rebuild"]
+
+
+def test_a_check_finds_a_damaged_full_text_index(searchable):
+    """Regression: a damaged page of search_docs_fts's sizes made every search fail ("the views database is
+    damaged"), and the check said "no differences"."""
+    damage_table(searchable / ".mem/views.db", "search_docs_fts_docsize")
+    assert run_mem("-w", searchable, "search", "canary").returncode == 1
+    checked = run_mem("-w", searchable, "replay", "--check")
+    assert checked.returncode == 1
+    assert "  full-text index search_docs_fts is damaged (database disk image is malformed)" in (
+        checked.stdout.decode().splitlines())
+
+
+def test_a_check_says_a_hand_edit_is_one(searchable):
+    (searchable / "mind/deploy.md").write_text("edited by hand\n")
+    checked = run_mem("-w", searchable, "replay", "--check")
+    assert checked.returncode == 1
+    assert checked.stdout.decode().splitlines()[1:] == ["  file mind/deploy.md differs from a rebuild (edited by hand)"]
+
+
+def test_status_with_the_views_lost_tells_no_hand_edit(searchable):
+    """Regression: with views.db gone, `mem status` listed mind.md and mind/log.md as edited by hand (advising
+    `mem adopt`, which found nothing edited) and every page as untracked: views that know no file judge none."""
+    for name in ("views.db", "views.db-wal", "views.db-shm"):
+        (searchable / ".mem" / name).unlink(missing_ok=True)
+    report = json.loads(run_mem("-w", searchable, "status", "--json", check=True).stdout)
+    assert (report["behind"], report["hand_edited"], report["untracked"], report["skipped"]) == (2, [], [], [])
+    assert report["pending"] == ["mind.md", "mind/log.md"]
+    run_mem("-w", searchable, "always", "list", check=True)  # catches the views up
+    assert json.loads(run_mem("-w", searchable, "status", "--json", check=True).stdout)["clean"]
