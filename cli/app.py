@@ -420,6 +420,12 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
         typer.echo(event_line(event))
 
 
+def _terminated(_signum, _frame) -> None:
+    """SIGTERM (`kill`, `timeout`, a service manager) ends a replay as Ctrl-C does: its clean-up runs (a `--check`
+    removes its rebuilt copy of the memory). Servers keep SIGTERM as uvicorn handles it."""
+    raise KeyboardInterrupt
+
+
 @app.command()
 def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of this seq (1 to the log head)."),
            check: bool = typer.Option(False, "--check", help="Rebuild elsewhere, as far as the views have come, "
@@ -428,6 +434,8 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
            force: bool = ForceOpt, json: bool = JsonOpt):
     """Delete every view and rebuild it from the log."""
     from projections import replay as replaying
+
+    signal.signal(signal.SIGTERM, _terminated)
 
     if check and to is not None:
         fail("--check compares the views as they are with a rebuild; it takes no --to", 2)
@@ -612,18 +620,11 @@ def _a_value_taken_for_an_option(exc) -> bool:
             and (name == "-" or name[1:2].isdigit() or " " in name))
 
 
-def _terminated(_signum, _frame) -> None:
-    """SIGTERM (`kill`, `timeout`, a service manager stopping mem) ends a command as Ctrl-C does: its clean-up runs
-    (a `replay --check` removes its rebuilt copy of the memory)."""
-    raise KeyboardInterrupt
-
-
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort
 
-    signal.signal(signal.SIGTERM, _terminated)
     tune_typer()
     if sys.stdout.isatty():
         sys.stdout = TerminalSafe(sys.stdout)
@@ -664,7 +665,6 @@ def main() -> None:
         sys.exit(130)
     finally:  # the command has ended and said so: a Ctrl-C now would only kill the interpreter's shutdown by the signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.exit(code if isinstance(code, int) else 0)
 
 
