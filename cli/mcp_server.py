@@ -325,7 +325,8 @@ def build_server(mem: Memory) -> MCPServer:
 
     @register
     def cite(citation: str, at: str | None = None, seq: int | None = None) -> list[str]:
-        """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH (JSON), now or as of a moment."""
+        """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (JSON), now or as of
+        a moment."""
         said: list[str] = []
         return [json_text(mem.cite(citation, moment(mem, at, seq, said.append))), *said]
 

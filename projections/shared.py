@@ -145,6 +145,15 @@ class SharedViews:
             f"SELECT id FROM entries WHERE id >= ? AND id < ?{in_layer} ORDER BY id LIMIT 2",
             (prefix, prefix + "\uffff", *([layer] if layer is not None else [])))]
 
+    def entries_starting(self, prefix: str, as_of: int) -> list[tuple]:
+        """(layer, Entry, seq) of the entries made by a seq whose ids start with `prefix`, at most two (one says
+        it is unique), in any layer."""
+        rows = self.db.execute("SELECT layer, id, agent, type, date, content, reverses, seq FROM entries "
+                               "WHERE id >= ? AND id < ? AND seq <= ? ORDER BY id LIMIT 2",
+                               (prefix, prefix + "\uffff", as_of)).fetchall()
+        return [(layer, Entry(*row[:6], reversed_by=self.reversers(layer, as_of).get(row[0])), row[6])
+                for layer, *row in rows]
+
     def holds(self, layer: str) -> bool:
         """Whether these views hold anything of `layer` (an entry, a page version): two seeks."""
         return any(self.db.execute(f"SELECT 1 FROM {table} WHERE layer = ? LIMIT 1", (layer,)).fetchone()

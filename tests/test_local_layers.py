@@ -180,3 +180,39 @@ def test_an_entries_file_kept_rendered_and_grown_reads_as_one_rendered_whole(tmp
             assert memory.views.shared.render_entries("notes", memory.views.checkpoint()) == whole
             file = memory.root / "memory/notes.md"
             assert (file.read_text() if file.exists() else "# notes\n\n") == whole
+
+
+def test_an_entry_id_search_cites_is_resolved_by_cite_and_checked_by_lint(workspace, tmp_path):
+    """Regression: `mem search` cites an entry by its id, the layer's file shows its first 18 characters, and
+    `mem cite` (CLI and MCP) refused both as "not a citation"; `mem lint --check citations` never read them."""
+    from test_mcp import call, run_stdio
+
+    run_mem("-w", workspace, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    run_mem("-w", workspace, "entry", "add", "decisions", "[DECISION] 2026-12-02: No deploys on Fridays", check=True)
+    [hit] = json.loads(run_mem("-w", workspace, "search", "fridays", "--json", check=True).stdout)
+    id = hit["citation"]
+    for ref in (id, id[:18]):
+        shown = run_mem("-w", workspace, "cite", ref, check=True).stdout.decode()
+        assert shown == (f"{id} in memory/decisions.md (layer decisions, seq 2, by alice)\n"
+                         "[DECISION] 2026-12-02: No deploys on Fridays\n")
+    cited = json.loads(run_mem("-w", workspace, "cite", id[:18], "--json", check=True).stdout)
+    assert (cited["kind"], cited["resolved"], cited["path"], cited["layer"], cited["entry"]["id"]) == \
+        ("entry", True, "memory/decisions.md", "decisions", id)
+    ghost = "01a2352d-5980-7d6f-9402-79e89bf7ea58"
+    missing = run_mem("-w", workspace, "cite", ghost)
+    assert missing.returncode == 1 and missing.stderr.decode() == (
+        f"error: there is no entry {ghost} in any layer of this workspace (`mem entry list LAYER` lists them)\n")
+    assert json.loads(run_mem("-w", workspace, "cite", id, "--seq", "1", "--json").stdout)["resolved"] is False
+
+    note = tmp_path / "n.md"
+    note.write_text(f"---\ntype: note\ndescription: d\n---\n# N\n\nSee {id} and {ghost[:18]}.\n")
+    run_mem("-w", workspace, "page", "write", "n", "--file", note, check=True)
+    linted = run_mem("-w", workspace, "lint", "--check", "citations").stdout.decode()
+    assert f"[citations] mind/n.md: {ghost[:18]} names no entry of any layer of this workspace" in linted
+    assert id not in linted
+
+    async def session_body(session):
+        return await call(session, "cite", citation=id[:18])
+
+    is_error, text = run_stdio(workspace, session_body)
+    assert not is_error and json.loads(text)["entry"]["id"] == id
