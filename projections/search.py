@@ -833,7 +833,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         _refuse_unknown_status(views.db, status)
     if not rows and (agent or types):
         _refuse_unknown_names(views.db, agent, self_agent, types)
-    hits = sorted((_hit(views, table, row, point, day) for row in rows),
+    hits = sorted((hit for hit in (_hit(views, table, row, point, day) for row in rows) if hit is not None),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
     stems = _stems(query)
@@ -976,7 +976,10 @@ def _score(bm25: float) -> float:
     return float(f"{bm25:.4g}") + 0.0
 
 
-def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
+def _hit(views, table: str, row, as_of: int, day: str) -> Hit | None:
+    """The hit of a row; None for an entry or a shared page of a layer no contract or config placed either as of
+    the search's moment or when it was written (a local layer whose declaration was redacted: `mem entry list`,
+    `show` and `cite` know no such layer, at any moment, so search does not find its material either)."""
     id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, score = row
     reversed_by = None
     if kind == "entry":
@@ -989,13 +992,17 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         citation = f"adf-file://{path}"
     elif kind == "shared-page":
         slug = key.split("/", 1)[1]
-        path = _placed(views, layer, slug, as_of, id, flags) or f"{key}.md"
+        path = _placed(views, layer, slug, as_of, id, flags)
+        if path is None:
+            return None
         citation = f"adf-file://{path}"
         winner = views.shared.winner(layer, slug, as_of)
         if winner is not None and winner[0] != ref:  # a losing head of a conflict: its text is not in the file
             flags.append("conflict: not the version the file shows (`mem conflicts --show`)")
     elif kind == "entry":
-        path = _placed(views, layer, None, as_of, id, flags) or layer
+        path = _placed(views, layer, None, as_of, id, flags)
+        if path is None:
+            return None
         citation = ref
     elif kind == "loop":
         removed = views.loop_removed(id)
@@ -1013,7 +1020,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
 
 def _placed(views, layer: str, slug: str | None, as_of: int, seq: int, flags: list[str]) -> str | None:
     """Where a hit's layer file was as of the search's moment; for a layer the contract then no longer placed
-    (dropped), where it was when the hit was written, flagged so."""
+    (dropped), where it was when the hit was written, flagged so; None when it was placed at neither."""
     path = views.shared_path(layer, slug, as_of)
     if path is None:
         path = views.shared_path(layer, slug, seq)

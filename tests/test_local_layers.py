@@ -216,3 +216,18 @@ def test_an_entry_id_search_cites_is_resolved_by_cite_and_checked_by_lint(worksp
 
     is_error, text = run_stdio(workspace, session_body)
     assert not is_error and json.loads(text)["entry"]["id"] == id
+
+
+def test_a_layer_whose_declaration_is_redacted_is_found_by_no_view(workspace):
+    """Regression: after `mem redact` of a local layer's `config.set layers.d`, `mem entry list d` and `mem show`
+    knew no layer `d`, at any moment, yet `mem search` still found its entries, under a path that is no file."""
+    run_mem("-w", workspace, "layer", "add", "d", "memory/d.md", check=True)
+    run_mem("-w", workspace, "entry", "add", "d", "[DECISION] 2026-12-02: the walrus rule", check=True)
+    [hit] = json.loads(run_mem("-w", workspace, "search", "walrus", "--json", check=True).stdout)
+    assert hit["path"] == "memory/d.md"
+    run_mem("-w", workspace, "redact", "1", "--reason", "wrong layer", check=True)
+    for moment in ((), ("--seq", "2")):
+        assert json.loads(run_mem("-w", workspace, "search", "walrus", "--json", *moment, check=True).stdout) == []
+        assert run_mem("-w", workspace, "entry", "list", "d", *moment).returncode == 1
+        assert run_mem("-w", workspace, "show", "memory/d.md", *moment).returncode == 1
+    assert json.loads(run_mem("-w", workspace, "cite", hit["citation"], "--json").stdout)["resolved"] is False
