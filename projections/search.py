@@ -73,6 +73,8 @@ counts): a quarter of the cost of indexing a version. Such a table cannot be sca
 _FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
 """An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
 KINDS = ("page", "shared-page", "entry", "loop", "file")
+LARGEST_INTEGER = 2**63 - 1
+"""The largest whole number SQLite binds."""
 MARK = ("**", "**")
 
 
@@ -827,7 +829,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
                f"JOIN search_docs d ON d.id = search_docs_fts.rowid WHERE search_docs_fts MATCH ? AND {order}")
         params = [match, *params]
     point = checkpoint if as_of is None else min(as_of, checkpoint)
-    wanted = limit * 3 + 20
+    wanted = min(limit * 3 + 20, LARGEST_INTEGER)  # a limit of 2**63 - 1 is any number of hits, not an overflow
     rows = views.db.execute(sql, [*params, day, wanted]).fetchall()
     if not rows and status:
         _refuse_unknown_status(views.db, status)

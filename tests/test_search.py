@@ -564,3 +564,13 @@ def test_a_loop_messages_tool_calls_results_and_thinking_are_searchable(memory):
     assert cites(memory, "zebrafish") == cites(memory, "quokka") == ["[S1]"]
     assert cites(memory, "giraffe") == ["[S2]"]
     assert cites(memory, "walrus") == cites(memory, "aGlwcG8") == cites(memory, "c2ln") == []
+
+
+def test_the_largest_count_the_cli_takes_is_any_number_of_hits(workspace, tmp_path):
+    """Regression: `mem search canary -n 9223372036854775807` (2**63 - 1, inside the range the refusal quotes)
+    was refused as past what the log holds: the query asked SQLite for three times as many rows."""
+    page = tmp_path / "p.md"
+    page.write_bytes(b"---\ntype: note\ndescription: d\n---\n# P\n\nA green canary.\n")
+    run_mem("-w", workspace, "page", "write", "p", "--file", page, check=True)
+    found = run_mem("-w", workspace, "search", "canary", "-n", str(2**63 - 1), "--json", check=True)
+    assert [hit["path"] for hit in json.loads(found.stdout)] == ["mind/p.md"]
