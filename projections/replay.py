@@ -81,8 +81,8 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             checks.finish()
         if refused and not keep_hand_edits:
             rebuilt.unlink()
-            raise HandEdited(f"{', '.join(refused)} edited by hand; a replay would overwrite it. "
-                             "Keep the edit with `mem page write`, or pass --force")
+            raise HandEdited(f"{memory.hand_edited_message(refused)} (a replay would overwrite "
+                             f"{'it' if len(refused) == 1 else 'them'}; `mem replay --force` does)", refused)
         with open(rebuilt, "rb+") as f:
             os.fsync(f.fileno())
         laps.lap("fsync")
