@@ -770,6 +770,25 @@ class Hit(msgspec.Struct):
     score: float = 0.0
 
 
+_OPERATOR_LIKE = re.compile(r"(?<!\S)(?:OR|AND|NOT|NEAR)(?!\S)|(?<!\S)-\w\S*|\w+\*|\bNEAR\(")
+
+
+def operators_in(query: str) -> list[str]:
+    """What in a query other search tools take as operators (`OR`, `AND`, `NOT`, `NEAR(`, `-word`, `prefix*`) and
+    `search` takes as words that must appear, like any other (`quote`): said beside a "no matches", so that an
+    agent does not conclude it remembers nothing of either alternative."""
+    return list(dict.fromkeys(match.group() for match in _OPERATOR_LIKE.finditer(query)))
+
+
+def operators_hint(query: str) -> str | None:
+    """One line on the operators a query seems to hold (`operators_in`), or None."""
+    found = operators_in(query)
+    if not found:
+        return None
+    return (f"{', '.join(found)} {'is' if len(found) == 1 else 'are'} searched as text, not as an operator: every "
+            "word of a query must appear (\"quoted phrases\" too); search for each alternative on its own")
+
+
 def quote(query: str) -> str:
     """The user's words as an FTS5 query: every word quoted (so `NOT`, `-` or `:` are just text), all required."""
     import sqlite_utils

@@ -158,6 +158,10 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 1 and bad.stderr.decode().startswith(
         "error: nothing here has ever had the type 'procedur' (the types of pages, entries, loop roles and files here: ")
     assert run_mem("search", "nosuchword", "--type", "procedure", cwd=workspace, check=True).stdout == b"no matches\n"
+    for query, told in (("owner OR nobody", "OR is"), ("owner -nobody", "-nobody is"), ("own*", "own* is"),
+                        ("NEAR(owner ack) NOT x", "NEAR(, NOT are")):  # said "no matches" alone: as if nothing held owner
+        out = run_mem("search", query, cwd=workspace, check=True).stdout.decode()
+        assert out.startswith(f"no matches ({told} searched as text, not as an operator: every word"), out
     for n in ("-1", "0"):  # 0 said "no matches", as if nothing matched
         bad = run_mem("search", "owner", "-n", n, cwd=workspace)
         assert bad.returncode == 1 and not bad.stdout
