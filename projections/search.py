@@ -925,11 +925,20 @@ def _past_query(db, query: str, match: str, ranges: list[tuple[int, int]], where
            f"3 * length(d.title) + length(d.body) AS dl{''.join(', ' + count for count in counts)} FROM found "
            f"JOIN search_history d ON d.id = found.r & {_ID_MASK} WHERE {' AND '.join(where) or 'true'}), "
            "ranked AS (SELECT id, (stale_after IS NOT NULL AND stale_after < ?) AS stale, "
-           f"-({' + '.join(terms) or '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
+           f"-({_sum(terms) if terms else '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
            f"ORDER BY stale, score LIMIT ?) "
            f"SELECT {columns}, ranked.score FROM ranked JOIN search_history d ON d.id = ranked.id "
            "ORDER BY ranked.stale, ranked.score")
     return sql, [*stems, match, *bounds, *params]
+
+
+def _sum(terms: list[str]) -> str:
+    """The terms added up as a balanced tree: a pasted paragraph's thousand words added one after another made an
+    expression deeper than SQLite takes (1,000)."""
+    if len(terms) == 1:
+        return terms[0]
+    middle = len(terms) // 2
+    return f"({_sum(terms[:middle])} + {_sum(terms[middle:])})"
 
 
 def _alive_ranges(as_of: int, checkpoint: int) -> list[tuple[int, int]]:

@@ -568,3 +568,13 @@ def test_a_loop_messages_tool_calls_results_and_thinking_are_searchable(memory):
     assert cites(memory, "zebrafish") == cites(memory, "quokka") == ["[S1]"]
     assert cites(memory, "giraffe") == ["[S2]"]
     assert cites(memory, "walrus") == cites(memory, "aGlwcG8") == cites(memory, "c2ln") == []
+
+
+def test_a_query_of_a_thousand_words_searches_the_past_as_it_searches_now(memory):
+    """Regression: a pasted document as the query (1,000 words) searched as of a past seq failed with SQLite's
+    "Expression tree is too large (maximum depth 1000)": the words' scores were added one after another."""
+    memory.write_page("p", page("Canary", "canary walrus"))
+    memory.always_add("later")
+    query = " ".join(["canary"] * 1000)
+    now = [hit.seq for hit in memory.search(query, day="2026-11-30")]
+    assert now == [1] and [hit.seq for hit in memory.search(query, as_of=1, day="2026-11-30")] == now
