@@ -4,7 +4,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import msgspec
@@ -237,7 +237,10 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
     records = []  # (target, path, hash, content) of every file brought up to date: recorded together at the end
     folders = {}
-    for path, written in views.written.dirty():
+    dirty = views.written.dirty()
+    ahead = {} if dry_run else views.entries_ahead(path for path, _written in dirty)
+    for path, written in [*(file for file in dirty if file[0] not in ahead),  # the others rendered meanwhile
+                          *(file for file in dirty if file[0] in ahead)]:
         try:
             target = validate.inside_workspace(root, path, folders)
         except UnsafePath:
@@ -248,7 +251,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
         edited = on_disk is not None and on_disk != written
         if dry_run and (on_disk is None or not (settle or (edited and not force))):
             continue  # nothing on disk: nothing to refuse, nothing already there to settle
-        chunks = views.file_chunks(path)
+        rendered = ahead[path].result() if path in ahead else None
+        chunks = views.entries_file(path, rendered) if rendered is not None else views.file_chunks(path)
         if chunks is None:
             if on_disk is not None:
                 if edited and not force:
@@ -277,6 +281,9 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
         if (dry_run and not settled) or path in report.refused:
             continue
         records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
+    wait(ahead.values())  # a file refused before its text was needed: no thread reads on while these are recorded
+    for paths in (report.written, report.removed, report.refused):
+        paths.sort()  # in the order of `dirty`, as if the files rendered ahead had not waited
     _land(staged, records, report)
     if records:
         _record(views, records)

@@ -18,6 +18,7 @@ and, as of any seq, what it showed then.
 import hashlib
 import heapq
 import re
+import sqlite3
 from collections.abc import Iterator
 import json
 
@@ -115,6 +116,34 @@ class _Rendered(msgspec.Struct, frozen=True):
 
 RENDERED_KEPT_CHARS = 16 << 20
 """The largest entries file a process keeps rendered (SharedViews.render_entries): about 200,000 entries."""
+ENTRIES_LINES = ("SELECT group_concat(line, '') FROM (SELECT '[' || type || '] ' || date || ': ' || content || char(10) "
+                 "AS line FROM entries WHERE layer = ?1 AND seq <= ?2 ORDER BY id)")
+"""The lines of a layer's file where no entry is reversed (`_render_entries`' plain lines), joined by SQLite: the
+subquery's order holds (SQLite does not flatten an ordered subquery into an aggregate)."""
+REVERSED_ANY = "SELECT 1 FROM entries WHERE layer = ?1 AND reverses IS NOT NULL AND seq <= ?2 LIMIT 1"
+
+
+def entries_text_apart(path: str, layer: str, as_of: int) -> "_Rendered | None":
+    """A layer's file as of the checkpoint `as_of`, rendered by SQLite alone through a connection of its own to the
+    views at `path`: no row reaches Python, so a thread running it holds no GIL while a rebuild's other files are
+    rendered (`Views.entries_ahead`: a team's layer of 800,000 entries took a second and a half of the rebuild's
+    last, single-threaded, step). None when the views there are not at `as_of` or an entry is reversed (those
+    lines are `entry_line`'s): the caller renders it as usual."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("BEGIN")
+        checkpoint = db.execute("SELECT value FROM meta WHERE key = 'checkpoint'").fetchone()
+        if checkpoint is None or int(checkpoint[0]) != as_of or db.execute(REVERSED_ANY, (layer, as_of)).fetchone():
+            return None
+        (lines,) = db.execute(ENTRIES_LINES, (layer, as_of)).fetchone()
+        text = f"# {layer}\n\n{lines or ''}"
+        count, last = (db.execute("SELECT count(*), max(id) FROM entries WHERE layer = ?", (layer,)).fetchone()
+                       if len(text) <= RENDERED_KEPT_CHARS else (0, ""))
+        return _Rendered(as_of, count, last or "", text)
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
 
 
 class SharedViews:
@@ -177,6 +206,14 @@ class SharedViews:
             count, last = self.db.execute("SELECT count(*), max(id) FROM entries WHERE layer = ?", (layer,)).fetchone()
             self._keep(layer, _Rendered(as_of, count, last or "", text))
         return text
+
+    def taken(self, layer: str, rendered: _Rendered) -> str:
+        """The text of a layer's file rendered elsewhere (`entries_text_apart`), kept as `render_entries` keeps its own."""
+        self._keep(layer, rendered)
+        return rendered.text
+
+    def kept(self, layer: str) -> bool:
+        return layer in self._rendered
 
     def _grown(self, layer: str, kept: _Rendered, as_of: int) -> str | None:
         """The current file made from `kept`, when the entries folded since each add a line after its last one
