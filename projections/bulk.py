@@ -313,6 +313,8 @@ def serve_build() -> None:
         try:
             build(log, Path(spec["path"]), contract=contract, agent=spec["agent"], upto=spec["upto"], heads=heads(),
                   progress=progress, writer=writer, expected=spec["expected"]).close()
+            LAPS.who = "apart builder"
+            LAPS.dump()
         finally:
             log.close()
     except Exception as exc:
