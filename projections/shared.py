@@ -20,6 +20,7 @@ import heapq
 import re
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 import json
 
 import msgspec
@@ -63,6 +64,9 @@ parent without reading documents."""
 
 VOID = "SELECT id FROM shared_void WHERE layer = ?1 AND slug = ?2 AND seq <= ?3"
 """The void versions of a page as of a seq (parameters: layer, slug, seq)."""
+KEPT_HEADS = ("SELECT h.layer, h.slug, h.id, v.agent, v.deleted FROM shared_heads AS h JOIN shared_versions AS v "
+              "ON v.layer = h.layer AND v.slug = h.slug AND v.id = h.id ORDER BY h.layer, h.slug, h.id")
+"""The heads of every page as of the checkpoint, as `SharedViews.heads` reads them, with their layer and slug."""
 
 
 class Entry(msgspec.Struct):
@@ -152,6 +156,7 @@ class SharedViews:
     def __init__(self, db):
         self.db = db
         self._rendered: dict[str, _Rendered] = {}
+        self._kept_heads: dict[int, dict[tuple[str, str], list[tuple]]] = {}  # checkpoint -> heads_kept's
 
     def checkpoint(self) -> int:
         return int(self.db.execute("SELECT value FROM meta WHERE key = 'checkpoint'").fetchone()[0])
@@ -263,7 +268,8 @@ class SharedViews:
         """The versions as of a seq that no other version of then names as a parent, the winner last:
         held ones (`governance: hold`) after the others, then by id. One statement finds them (the
         parents unpacked by SQLite); a document is read only to tell a held head among several."""
-        rows = self.db.execute(
+        kept = self._kept_heads.get(as_of)
+        rows = kept.get((layer, slug), []) if kept is not None else self.db.execute(
             f"SELECT id, agent, deleted FROM shared_versions WHERE layer = ?1 AND slug = ?2 AND seq <= ?3 "
             f"AND id NOT IN ({VOID}) AND id NOT IN (SELECT p.value FROM shared_versions c, json_each(c.parents) p "
             f"WHERE c.layer = ?1 AND c.slug = ?2 AND c.seq <= ?3 AND c.id NOT IN ({VOID})) ORDER BY id",
@@ -276,6 +282,24 @@ class SharedViews:
                     held.add(id)
         return sorted((Head(id=id, agent=agent, deleted=bool(deleted)) for id, agent, deleted in rows),
                       key=lambda h: (h.id in held, h.id))
+
+    @contextmanager
+    def heads_kept(self):
+        """Within it, `heads` as of the checkpoint reads the heads the fold keeps (`shared_heads`), every page's read
+        at once: the files of a rebuild's two thousand pages found theirs by one statement each (0.75 s), on rows
+        the fold has worked out already. Not inside a transaction, whose fold may have moved them past the
+        checkpoint."""
+        if self.db.in_transaction:
+            yield
+            return
+        as_of, found = self.checkpoint(), {}
+        for layer, slug, *head in self.db.execute(KEPT_HEADS):
+            found.setdefault((layer, slug), []).append(tuple(head))
+        self._kept_heads[as_of] = found
+        try:
+            yield
+        finally:
+            self._kept_heads.pop(as_of, None)
 
     def winners(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
         """(seq, winner row) each time the page's winner changed up to a seq, oldest first: its versions
