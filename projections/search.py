@@ -770,6 +770,25 @@ class Hit(msgspec.Struct):
     score: float = 0.0
 
 
+_OPERATOR_LIKE = re.compile(r"(?<!\S)(?:OR|AND|NOT|NEAR)(?!\S)|(?<!\S)-\w\S*|\w+\*|\bNEAR\(")
+
+
+def operators_in(query: str) -> list[str]:
+    """What in a query other search tools take as operators (`OR`, `AND`, `NOT`, `NEAR(`, `-word`, `prefix*`) and
+    `search` takes as words that must appear, like any other (`quote`): said beside a "no matches", so that an
+    agent does not conclude it remembers nothing of either alternative."""
+    return list(dict.fromkeys(match.group() for match in _OPERATOR_LIKE.finditer(query)))
+
+
+def operators_hint(query: str) -> str | None:
+    """One line on the operators a query seems to hold (`operators_in`), or None."""
+    found = operators_in(query)
+    if not found:
+        return None
+    return (f"{', '.join(found)} {'is' if len(found) == 1 else 'are'} searched as text, not as an operator: every "
+            "word of a query must appear (\"quoted phrases\" too); search for each alternative on its own")
+
+
 def quote(query: str) -> str:
     """The user's words as an FTS5 query: every word quoted (so `NOT`, `-` or `:` are just text), all required."""
     import sqlite_utils
@@ -906,11 +925,20 @@ def _past_query(db, query: str, match: str, ranges: list[tuple[int, int]], where
            f"3 * length(d.title) + length(d.body) AS dl{''.join(', ' + count for count in counts)} FROM found "
            f"JOIN search_history d ON d.id = found.r & {_ID_MASK} WHERE {' AND '.join(where) or 'true'}), "
            "ranked AS (SELECT id, (stale_after IS NOT NULL AND stale_after < ?) AS stale, "
-           f"-({' + '.join(terms) or '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
+           f"-({_sum(terms) if terms else '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
            f"ORDER BY stale, score LIMIT ?) "
            f"SELECT {columns}, ranked.score FROM ranked JOIN search_history d ON d.id = ranked.id "
            "ORDER BY ranked.stale, ranked.score")
     return sql, [*stems, match, *bounds, *params]
+
+
+def _sum(terms: list[str]) -> str:
+    """The terms added up as a balanced tree: a pasted paragraph's thousand words added one after another made an
+    expression deeper than SQLite takes (1,000)."""
+    if len(terms) == 1:
+        return terms[0]
+    middle = len(terms) // 2
+    return f"({_sum(terms[:middle])} + {_sum(terms[middle:])})"
 
 
 def _alive_ranges(as_of: int, checkpoint: int) -> list[tuple[int, int]]:

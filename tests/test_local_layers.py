@@ -180,3 +180,41 @@ def test_an_entries_file_kept_rendered_and_grown_reads_as_one_rendered_whole(tmp
             assert memory.views.shared.render_entries("notes", memory.views.checkpoint()) == whole
             file = memory.root / "memory/notes.md"
             assert (file.read_text() if file.exists() else "# notes\n\n") == whole
+
+
+_CONTENT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=30).filter(str.strip)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(st.tuples(st.sampled_from(("FACT", "LESSON", "DECISION")), _CONTENT, st.integers(0, 10**6)),
+                        min_size=1, max_size=12))
+def test_an_entries_file_rendered_apart_by_sqlite_is_the_file_python_renders(tmp_path_factory, entries):
+    """A rebuild renders a large entries file in a thread, by SQL alone (shared.entries_text_apart), while it writes
+    the other files: the same text as `_render_entries` (ids in any order, any text a line may hold); no text when an
+    entry is reversed (those lines are Python's) or when the views are not at the seq asked for."""
+    from eventstore.envelope import new_event
+    from eventstore.ids import uuid7_layout, uuid_text
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+    from projections.shared import SharedViews, entries_text_apart
+    from projections.views import Views
+
+    with Memory.init(tmp_path_factory.mktemp("ws"), "agent") as memory:
+        memory.declare_layer("notes", "memory/notes.md")
+        for number, (type, content, ms) in enumerate(entries):
+            body = EntryAppend(type=type, date="2026-11-02", content=content)
+            id = uuid_text(uuid7_layout(1_700_000_000_000 + ms, 0, number))
+            memory.append(new_event(body, agent="other", layer="notes", ts=1_700_000_000_000 + ms, id=id),
+                          touches=["memory/notes.md"])
+        views, checkpoint = memory.views, memory.views.checkpoint()
+        whole = SharedViews(views.db)._render_entries("notes", checkpoint)
+        assert entries_text_apart(views.path, "notes", checkpoint).text == whole
+        assert entries_text_apart(views.path, "notes", checkpoint - 1) is None
+        assert views.entries_ahead(["memory/notes.md"]) == {}  # kept rendered by this process: grown, not rendered
+        fresh = Views(views.path, contract=memory.hub_contract(), agent=memory.config.agent)
+        ahead = fresh.entries_ahead(["memory/notes.md", "mind.md"])
+        assert list(ahead) == ["memory/notes.md"] and ahead["memory/notes.md"].result().text == whole
+        fresh.close()
+        assert (memory.root / "memory/notes.md").read_text() == whole
+        memory.entry_add("notes", "[LESSON] 2026-11-03: undo", reverses=memory.views.shared.entries("notes", 1 << 62)[0].id)
+        assert entries_text_apart(views.path, "notes", views.checkpoint()) is None

@@ -158,6 +158,10 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 1 and bad.stderr.decode().startswith(
         "error: nothing here has ever had the type 'procedur' (the types of pages, entries, loop roles and files here: ")
     assert run_mem("search", "nosuchword", "--type", "procedure", cwd=workspace, check=True).stdout == b"no matches\n"
+    for query, told in (("owner OR nobody", "OR is"), ("owner -nobody", "-nobody is"), ("own*", "own* is"),
+                        ("NEAR(owner ack) NOT x", "NEAR(, NOT are")):  # said "no matches" alone: as if nothing held owner
+        out = run_mem("search", query, cwd=workspace, check=True).stdout.decode()
+        assert out.startswith(f"no matches ({told} searched as text, not as an operator: every word"), out
     for n in ("-1", "0"):  # 0 said "no matches", as if nothing matched
         bad = run_mem("search", "owner", "-n", n, cwd=workspace)
         assert bad.returncode == 1 and not bad.stdout
@@ -564,3 +568,13 @@ def test_a_loop_messages_tool_calls_results_and_thinking_are_searchable(memory):
     assert cites(memory, "zebrafish") == cites(memory, "quokka") == ["[S1]"]
     assert cites(memory, "giraffe") == ["[S2]"]
     assert cites(memory, "walrus") == cites(memory, "aGlwcG8") == cites(memory, "c2ln") == []
+
+
+def test_a_query_of_a_thousand_words_searches_the_past_as_it_searches_now(memory):
+    """Regression: a pasted document as the query (1,000 words) searched as of a past seq failed with SQLite's
+    "Expression tree is too large (maximum depth 1000)": the words' scores were added one after another."""
+    memory.write_page("p", page("Canary", "canary walrus"))
+    memory.always_add("later")
+    query = " ".join(["canary"] * 1000)
+    now = [hit.seq for hit in memory.search(query, day="2026-11-30")]
+    assert now == [1] and [hit.seq for hit in memory.search(query, as_of=1, day="2026-11-30")] == now
