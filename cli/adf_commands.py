@@ -226,19 +226,29 @@ def _print_hit(hit) -> None:
 
 @app.command()
 def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
-    """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH."""
+    """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (or its first 18 characters)."""
     with memory() as mem:
         result = mem.cite(citation, as_of(mem, at, seq))
     if json:
         emit_json(result)
     elif result.kind == "seq":
         _print_hit(result.hit)
+    elif result.kind == "entry":
+        _print_entry(result)
     elif result.resolved:
         sys.stdout.write(result.text)
     else:
         fail(f"{result.path}: no such file" if result.path else f"{citation!r} names no file: adf-file://PATH, like "
              "adf-file://mind/deploy.md")
     raise typer.Exit(0 if result.resolved else 1)
+
+
+def _print_entry(result) -> None:
+    if not result.resolved:
+        fail(f"there is no entry {result.citation} in any layer of this workspace (`mem entry list LAYER` lists them)")
+    entry = result.entry
+    typer.echo(f"{entry.id} in {result.path} (layer {result.layer}, seq {result.seq}, by {entry.agent})")
+    typer.echo(result.text)
 
 
 @export_app.command("adf")

@@ -356,8 +356,12 @@ def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = Se
     `mem export adf --at` writes the whole memory, loop and audit too."""
     with memory() as mem:
         point_seq = as_of(mem, at, seq)
-        written = mem.checkout(directory, point_seq, force=force)
-    typer.echo(f"wrote {len(written)} files as of seq {point_seq} to {directory}")
+        done = mem.checkout(directory, point_seq, force=force)
+    typer.echo(f"wrote {len(done.written)} files as of seq {point_seq} to {directory}")
+    if done.left:
+        shown = ", ".join(done.left[:5]) + (f" and {len(done.left) - 5} more" if len(done.left) > 5 else "")
+        typer.echo(f"left {len(done.left)} {'file' if len(done.left) == 1 else 'files'} there that seq {point_seq} "
+                   f"does not hold (a checkout deletes nothing): {shown}")
 
 
 @app.command()

@@ -313,19 +313,22 @@ def build_server(mem: Memory) -> MCPServer:
         """Full-text search (BM25) over pages, shared layers, entries, the loop and files, now or as of a moment
         (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page, entry,
         loop, file. Superseded, deprecated and archived material only with include_all. With `at`, a second text
-        says which instant it searched."""
+        says which instant it searched. Every word must appear ("quoted phrases" too): OR, NOT, -word and prefix* are
+        words like the others, not operators."""
         for kind in kinds or ():
             if kind not in searching.KINDS:
                 raise ToolError(f"kind must be one of {', '.join(searching.KINDS)}, not {kind!r}")
         said: list[str] = []
         as_of, day = trusted_moment(mem, at, seq, said.append)
-        return [json_text(mem.search(query, as_of=as_of, day=day, kinds=kinds or (), layers=layers or (),
-                                     types=types or (), agent=agent, status=status, include_all=include_all,
-                                     limit=n)), *said]
+        hits = mem.search(query, as_of=as_of, day=day, kinds=kinds or (), layers=layers or (), types=types or (),
+                          agent=agent, status=status, include_all=include_all, limit=n)
+        hint = None if hits else searching.operators_hint(query)
+        return [json_text(hits), *said, *([f"no matches: {hint}"] if hint else [])]
 
     @register
     def cite(citation: str, at: str | None = None, seq: int | None = None) -> list[str]:
-        """Resolve [S412], adf-audit://seq/412[?loop=NAME] or adf-file://PATH (JSON), now or as of a moment."""
+        """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (JSON), now or as of
+        a moment."""
         said: list[str] = []
         return [json_text(mem.cite(citation, moment(mem, at, seq, said.append))), *said]
 

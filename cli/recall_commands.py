@@ -41,7 +41,8 @@ def search(query: str,
            all_: bool = typer.Option(False, "--all", help="Include superseded, deprecated and archived material."),
            at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
            n: int = typer.Option(10, "-n", help="How many hits."), json: bool = JsonOpt):
-    """Full-text search (BM25) over pages, shared layers, entries, the loop and files, as of any moment."""
+    """Full-text search (BM25) over pages, shared layers, entries, the loop and files, as of any moment. Every word
+    must appear ("quoted phrases" too); OR, NOT, -word and prefix* are words like the others, not operators."""
     for k in kind or ():
         if k not in searching.KINDS:
             fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
@@ -58,7 +59,8 @@ def search(query: str,
         typer.echo(f"{number:>2}. {title} — {hit.path} ({hit.kind}{status_text}){flags}\n"
                    f"    cite {hit.citation}\n    {hit.snippet}")
     if not hits:
-        typer.echo("no matches")
+        hint = searching.operators_hint(query)
+        typer.echo(f"no matches ({hint})" if hint else "no matches")
 
 
 @app.command()

@@ -18,9 +18,11 @@ from eventstore.blobs import blob_json
 from eventstore.errors import InvalidInput
 from eventstore.kinds import LoopAppend, LoopCompact, Redacted
 from eventstore.redaction import stand_in
+from eventstore.writer import entry_id
 
 from . import trust
 from .adf import COMPACTED, COMPACTED_AUDITED, audit_switch
+from .shared import Entry, entry_line
 from .search import page_trust, text_of as search_text
 from .views import KEPT_ASIDE, LOG_PATH, MIND_PATH, Views, slug_of
 
@@ -132,15 +134,22 @@ def audit_read(views: Views, log, seq: int, loop: str | None = None, as_of: int 
 
 class Citation(msgspec.Struct, omit_defaults=True):
     citation: str
-    kind: str  # seq | file
+    kind: str  # seq | file | entry
     resolved: bool
     hit: AuditHit | None = None
     path: str | None = None
     text: str | None = None
+    layer: str | None = None
+    entry: Entry | None = None
+    seq: int | None = None
 
 
 _SEQ_CITE = re.compile(r"^\[?S(\d+)\]?$")
 _AUDIT_CITE = re.compile(r"^adf-audit://seq/(\d+)(?:\?loop=([a-z0-9_-]+))?$")
+_ENTRY_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}(?:-[0-9a-f]{4}-[0-9a-f]{12})?"
+"""An entry's id as `mem search` cites it, or as its layer's file shows it (18 characters)."""
+_ENTRY_CITE = re.compile(r"^[0-9a-f]{8}-[0-9a-f-]{1,27}$")
+"""An entry's id or a prefix of it long enough to be told from a seq: 8 hex digits and a dash at least."""
 
 
 def file_text(views: Views, path: str, as_of: int | None = None) -> str | None:
@@ -170,11 +179,38 @@ def cite(views: Views, log, citation: str, as_of: int | None = None) -> Citation
         path = text[len("adf-file://"):]
         body = file_text(views, path, as_of)
         return Citation(citation=text, kind="file", resolved=body is not None, path=path, text=body)
-    raise InvalidInput(f"{citation!r} is not a citation: use [S412], adf-audit://seq/412[?loop=NAME] "
-                       "or adf-file://PATH")
+    if _ENTRY_CITE.match(text.lower()):
+        return cite_entry(views, text.lower(), as_of)
+    raise InvalidInput(f"{citation!r} is not a citation: use [S412], adf-audit://seq/412[?loop=NAME], "
+                       "adf-file://PATH or an entry's id")
 
 
-CITATION_IN_TEXT = re.compile(r"\[S(\d+)\]|adf-audit://seq/\d+(?:\?loop=[a-z0-9_-]+)?|adf-file://[^\s)\]>\"']+")
+def cite_entry(views: Views, ref: str, as_of: int | None = None) -> Citation:
+    """The entry whose id is or starts with `ref`, made by `as_of` in a layer the workspace had then (a layer
+    whose declaration was redacted, or dropped from the contract, has no file to show it in: as `mem entry list`
+    says, there is no such layer); its layer's file and its line there."""
+    as_of = views.checkpoint() if as_of is None else as_of
+    contract = views.contract_at(as_of)
+    layers = contract.layers if contract is not None else {}
+    found = [row for row in views.shared.entries_starting(ref, as_of) if row[0] in layers]
+    if not found:
+        return Citation(citation=ref, kind="entry", resolved=False)
+    entry_id(ref, [entry.id for _layer, entry, _seq in found], "in this workspace", "")  # refuses a prefix of two entries' ids
+    [(layer, entry, seq)] = found
+    line = entry_line(entry.type, entry.date, entry.content, entry.reverses, entry.reversed_by)
+    return Citation(citation=ref, kind="entry", resolved=True, path=layers[layer].path, text=line, layer=layer,
+                    entry=entry, seq=seq)
+
+
+CITATION_IN_TEXT = re.compile(r"\[S(\d+)\]|adf-audit://seq/\d+(?:\?loop=[a-z0-9_-]+)?|adf-file://[^\s)\]>\"']+"
+                              rf"|\b{_ENTRY_ID}\b")
+
+
+def citation_kind(citation: str) -> str:
+    """The kind of a citation found in a text (`citations_in`): file, entry or seq."""
+    if citation.startswith("adf-file://"):
+        return "file"
+    return "entry" if _ENTRY_CITE.match(citation) else "seq"
 
 
 def citations_in(text: str) -> list[str]:

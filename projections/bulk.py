@@ -107,13 +107,15 @@ def worth_building(behind: int, folded: int, threshold: int = BULK_FOLD_THRESHOL
 
 def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
           heads: Iterable[int] = (), progress=None, writer: subprocess.Popen | None = None,
-          folded: Callable[[list[bytes]], None] | None = None) -> Views:
+          folded: Callable[[list[bytes]], None] | None = None, expected: int | None = None) -> Views:
     """Every view folded from the log (up to `upto`) into a new views database at `path`: the one way to
     build them from nothing (`mem replay`, `--check`, a first pull). Whatever is at `path` is deleted first.
     While the log still grows, `heads` are the heads to fold up to one after another first (catch_up).
     `writer`: the history writer's process, started ahead (`spawn_writer`). `folded` is called as soon as the
     fold ends, while the writer may still be writing, with mind/log.md's entries as the views will render
-    them (`LogBlocks`, the callee's to close): a replay begins its files' checks there (`materialize.Prechecks`)."""
+    them (`LogBlocks`, the callee's to close): a replay begins its files' checks there (`materialize.Prechecks`).
+    `expected`: with `heads`, the seq the log is expected to reach (a catch-up's estimate), so that the writer merges
+    the full-text indexes while the last batches are folded (HistoryWriter.near_end), as when the end is known."""
     path, fold_path = str(path), f"{path}-fold"
     remove_files(path)
     remove_files(fold_path)
@@ -128,8 +130,9 @@ def build(log, path: Path, *, contract=None, agent: str | None = None, upto: int
         writer.fold = fold.db
         try:
             search.defer_indexes(fold.db)  # the writer writes the search index: none here, nothing to copy
-            if heads == ():  # the end known: the writer is told when it nears (HistoryWriter.near_end)
-                progress = _nearing(writer, (log.head() if upto is None else upto) - fold.checkpoint(), progress)
+            end = (log.head() if upto is None else upto) if heads == () else expected
+            if end is not None:  # the end known (or foreseen): the writer is told when it nears (HistoryWriter.near_end)
+                progress = _nearing(writer, end - fold.checkpoint(), progress)
             catch_up(log, fold, upto=upto, batch=BATCH, progress=progress, writer=writer, heads=heads)
             LAPS.lap("fold")
         finally:
@@ -225,13 +228,15 @@ def discard(child: subprocess.Popen) -> None:
 
 
 def build_apart(root: Path, path: Path, *, contract=None, agent: str | None = None, upto: int | None = None,
-                heads: Iterable[int] = (), progress=None, child: subprocess.Popen | None = None) -> Views:
+                heads: Iterable[int] = (), progress=None, child: subprocess.Popen | None = None,
+                expected: int | None = None) -> Views:
     """`build` in a child process of its own (`child`, else one started now), which reads the workspace's log
     itself: for a log still growing (a catch-up), whose appends, in this process, then have its GIL to
     themselves. `heads` are handed over as they come; the child reports progress, and an error as `serve`
-    does. Should `heads` raise (the catch-up gave up), the child is told to stop and that error is raised."""
+    does. Should `heads` raise (the catch-up gave up), the child is told to stop and that error is raised.
+    `expected`: see `build`."""
     spec = msgspec.json.encode({"root": str(root), "path": str(path), "agent": agent, "upto": upto,
-                                "contract": contract})
+                                "contract": contract, "expected": expected})
     child = child or spawn_builder()
     failed: list[BaseException] = []
 
@@ -308,7 +313,9 @@ def serve_build() -> None:
 
         try:
             build(log, Path(spec["path"]), contract=contract, agent=spec["agent"], upto=spec["upto"], heads=heads(),
-                  progress=progress, writer=writer).close()
+                  progress=progress, writer=writer, expected=spec["expected"]).close()
+            LAPS.who = "apart builder"
+            LAPS.dump()
         finally:
             log.close()
     except Exception as exc:

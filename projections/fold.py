@@ -81,6 +81,7 @@ class WikiFold:
         self._always: list[str] | None = None
         self._titles: dict[str, tuple[str, str]] = {}  # slug -> (its last text's first line, the title it is)
         self.touched_pages: set[str] = set()  # pages changed since the `pages` rows were last written
+        self._marked: set[str] = set()  # the files a rebuild has marked dirty (`_mark_dirty`)
         self._reset_batch()
 
     def _reset_batch(self):
@@ -315,10 +316,19 @@ class WikiFold:
             self.touched_pages = set()
         if self.entries:
             self.dirty.update((LOG_PATH, MIND_PATH))
-        if self.dirty:
-            self.views.written.mark_dirty(sorted(self.dirty))
+        self._mark_dirty()
         db.execute("UPDATE meta SET value = ? WHERE key = 'checkpoint'", (str(checkpoint),))
         self._reset_batch()
+
+    def _mark_dirty(self) -> None:
+        """The files the batch changed marked dirty. In a rebuild (`writer`) no file is written before it ends, so a
+        file once marked stays dirty: marked once, not at each batch that changes it again (a team's pages, each at
+        every batch of a catch-up)."""
+        fresh = self.dirty - self._marked
+        if fresh:
+            self.views.written.mark_dirty(sorted(fresh))
+            if self.writer is not None:
+                self._marked |= fresh
 
 
 _ESCAPED = re.compile(r'[\x00-\x1f"\\]')
@@ -406,10 +416,16 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             raws = [row[5] if row[4] == CODEC_RAW else unpacked_body(row[4], row[5]) for row in rows]
             bodies = _bodies(rows, raws)
             if wiki.fold_batch(rows, raws, bodies):  # the folds keep apart: each may take its events on its own
+                shared.fold_entries(rows, bodies, wiki.dirty)
                 apply_adf, apply_shared, apply_search = adf.apply, shared.apply, search.apply
                 searched = _SEARCHED_IN_BULK if search.bulk else _SHARED
+                entry, search_entries = EntryAppend, EntryAppend in searched
                 for (seq, version_id, ts, layer, _codec, body, agent), raw, decoded in zip(rows, raws, bodies):
                     cls = decoded.__class__
+                    if cls is entry and layer is not None:  # a team's entry, the shared fold's already
+                        if search_entries:
+                            apply_search(seq, layer, decoded, id_text(version_id), agent)
+                        continue
                     if layer is None and cls in _WIKI:  # the mind layer's (fold_rows): the wiki fold's
                         continue
                     if cls in _ADF:

@@ -9,6 +9,7 @@ from eventstore.errors import NotFound
 from eventstore.instants import format_instant
 from eventstore.kinds import ADF, WIKI_KINDS, PageDelete, PageIngest, PageRename, PageUpdate, kinds_naming
 from eventstore.layers import MIND
+from eventstore.redaction import Redacted, stand_in
 from eventstore.writer import renamed_from
 
 from . import render
@@ -36,7 +37,13 @@ def _candidates(memory, path: str, upto: int):
     slug = slug_of(path)
     if slug is not None:
         return (memory.log.get_by_seq(seq) for seq in views.page_version_seqs(slug, upto))
-    return (e for e in memory.log.read(kinds=FILE_KINDS, upto=upto) if e.body.path == path)
+    return (e for e in memory.log.read(kinds=FILE_KINDS, upto=upto) if folded(e).path == path)
+
+
+def folded(event):
+    """An event's body as the folds read it: a redacted one's stand-in, which keeps its path, slug or names
+    (eventstore.redaction.KEPT) and holds `[redacted: reason]` for its content."""
+    return stand_in(event.body) if isinstance(event.body, Redacted) else event.body
 
 
 def history(memory, path: str, upto: int | None = None) -> list[Version]:
@@ -57,8 +64,9 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
             versions.append(_version(path, event, text is None))
             last = text
     first = memory.log.get_by_seq(versions[0].seq) if versions and slug_of(path) else None
-    if first is not None and isinstance(first.body, PageRename) and first.body.new == slug_of(path):
-        versions = history(memory, page_path(first.body.old), first.seq - 1) + versions
+    renamed = folded(first) if first is not None else None
+    if isinstance(renamed, PageRename) and renamed.new == slug_of(path):
+        versions = history(memory, page_path(renamed.old), first.seq - 1) + versions
     return versions
 
 
@@ -75,12 +83,13 @@ def _shared_rename_source(memory, layer: str, slug: str | None, seq: int) -> tup
     (SharedWriter.page_rename: the old name deleted just before, by the same agent, the new one noted `renamed_from`
     it), so that its history follows it as a wiki page's does."""
     first, before = memory.log.get_by_seq(seq), memory.log.get_by_seq(seq - 1)
-    if slug is None or first is None or before is None or not isinstance(before.body, PageDelete):
+    if slug is None or first is None or before is None or not isinstance(deleted := folded(before), PageDelete):
         return None
-    if not (isinstance(first.body, (PageIngest, PageUpdate)) and first.body.slug == slug and before.layer == first.layer
-            == layer and before.agent == first.agent and first.body.note == renamed_from(before.body.slug)):
+    written = folded(first)
+    if not (isinstance(written, (PageIngest, PageUpdate)) and written.slug == slug and before.layer == first.layer
+            == layer and before.agent == first.agent and written.note == renamed_from(deleted.slug)):
         return None
-    old = memory.views.shared_path(layer, before.body.slug, before.seq - 1)
+    old = memory.views.shared_path(layer, deleted.slug, before.seq - 1)
     return (old, before.seq - 1) if old else None
 
 

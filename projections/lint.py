@@ -23,7 +23,7 @@ from eventstore.redaction import REDACTED_TYPE
 
 from . import render, trust
 from .adf import config_object
-from .audit import cite, citations_in
+from .audit import citation_kind, cite, citations_in
 from .materialize import untracked
 from .search import flagged_catalog, page_trust
 from .views import MIND_PATH, Views, page_path
@@ -231,21 +231,24 @@ def check_one_off_types(scope: Scope) -> list[Finding]:
             for slug, kind in sorted(types.items()) if counts[kind] == 1 and len(types) > 1]
 
 
+UNRESOLVED = {"file": "names a file that does not exist",
+              "seq": "resolves to nothing (missing from the live loop, the audit and the log)",
+              "entry": "names no entry of any layer of this workspace"}
+
+
 def _dead(scope: Scope, where: str, text: str, check: str, kinds: tuple[str, ...]) -> list[Finding]:
     found = []
     for citation in dict.fromkeys(citations_in(text)):
-        is_file = citation.startswith("adf-file://")
-        if ("file" if is_file else "seq") not in kinds:
+        kind = citation_kind(citation)
+        if kind not in kinds:
             continue
         try:
             result = cite(scope.views, scope.log, citation, scope.as_of)
-        except MemError as exc:  # an audit blob that cannot be read (a bomb in an old log)
+        except MemError as exc:  # an audit blob that cannot be read (a bomb in an old log); two entries' prefix
             found.append(Finding(check, where, f"cannot be resolved: {exc}", citation))
             continue
         if not result.resolved:
-            problem = ("names a file that does not exist" if is_file else
-                       "resolves to nothing (missing from the live loop, the audit and the log)")
-            found.append(Finding(check, where, problem, citation))
+            found.append(Finding(check, where, UNRESOLVED[kind], citation))
     return found
 
 
@@ -263,7 +266,7 @@ def check_dead_links(scope: Scope) -> list[Finding]:
 def check_citations(scope: Scope) -> list[Finding]:
     found = []
     for slug, _t, _h in scope.catalog:
-        found += _dead(scope, page_path(slug), render.page(*scope.page(slug)), "citations", ("seq",))
+        found += _dead(scope, page_path(slug), render.page(*scope.page(slug)), "citations", ("seq", "entry"))
     return found
 
 

@@ -20,7 +20,9 @@ _NAME = re.compile(LAYER_NAME_PATTERN)
 
 
 def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
-    """The local layers in a config (malformed ones, set by hand with `mem config set`, are skipped)."""
+    """The local layers in a config (malformed ones, set by hand with `mem config set`, are skipped). None is
+    scanned for secrets by a hub (`scan_secrets` false): it is never pushed, so `--allow-secret` puts a secret
+    in one as in a page."""
     found = {}
     for name, spec in sorted(config_object(config, "layers").items()):
         if not (isinstance(spec, dict) and isinstance(spec.get("path"), str) and _NAME.match(name)
@@ -28,7 +30,7 @@ def declared(config: dict, agent: str) -> dict[str, ContractLayer]:
             continue
         try:
             found[name] = ContractLayer(path=spec["path"], format=spec.get("format", "entries"), producers=[agent],
-                                        consumers=[agent])
+                                        consumers=[agent], scan_secrets=False)
         except ValueError:
             continue
     return found

@@ -4,7 +4,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import msgspec
@@ -218,6 +218,10 @@ class Prechecks:
             thread.join()
 
 
+HEADS_KEPT_FROM = 64
+"""Files to bring up to date from which the shared pages' heads are read at once (SharedViews.heads_kept)."""
+
+
 def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,
                 seen: dict | None = None, settle: bool = False, rendered: dict[str, str] | None = None) -> FileReport:
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
@@ -237,46 +241,54 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
     records = []  # (target, path, hash, content) of every file brought up to date: recorded together at the end
     folders = {}
-    for path, written in views.written.dirty():
-        try:
-            target = validate.inside_workspace(root, path, folders)
-        except UnsafePath:
-            report.refused.append(path)
-            continue
-        checked = stat_key(target)
-        on_disk = disk_hash(target, seen)
-        edited = on_disk is not None and on_disk != written
-        if dry_run and (on_disk is None or not (settle or (edited and not force))):
-            continue  # nothing on disk: nothing to refuse, nothing already there to settle
-        chunks = views.file_chunks(path)
-        if chunks is None:
-            if on_disk is not None:
-                if edited and not force:
-                    report.refused.append(path)
-                    continue
-                if not dry_run:
-                    target.unlink()
-                report.removed.append(path)
-            new_hash = None
-        elif path == LOG_PATH:
-            new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path,
-                                           settle, (rendered or {}).get(path))
-        else:
-            content = "".join(chunks).encode("utf-8")
-            new_hash = hashlib.sha256(content).hexdigest()
-            if on_disk != new_hash:
-                if edited and not force:
-                    report.refused.append(path)
-                    continue
-                report.written.append(path)
-                if not dry_run:
-                    staged.append((_write_temp(target, [content], sync=False)[0], target, path, new_hash, content,
-                                   checked))
-                    continue
-        settled = settle and on_disk == new_hash and path not in report.refused
-        if (dry_run and not settled) or path in report.refused:
-            continue
-        records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
+    dirty = views.written.dirty()
+    ahead = {} if dry_run else views.entries_ahead(path for path, _written in dirty)
+    with views.shared.heads_kept() if len(dirty) >= HEADS_KEPT_FROM else contextlib.nullcontext():
+        for path, written in [*(file for file in dirty if file[0] not in ahead),  # the others rendered meanwhile
+                              *(file for file in dirty if file[0] in ahead)]:
+            try:
+                target = validate.inside_workspace(root, path, folders)
+            except UnsafePath:
+                report.refused.append(path)
+                continue
+            checked = stat_key(target)
+            on_disk = disk_hash(target, seen)
+            edited = on_disk is not None and on_disk != written
+            if dry_run and (on_disk is None or not (settle or (edited and not force))):
+                continue  # nothing on disk: nothing to refuse, nothing already there to settle
+            apart = ahead[path].result() if path in ahead else None
+            chunks = views.entries_file(path, apart) if apart is not None else views.file_chunks(path)
+            if chunks is None:
+                if on_disk is not None:
+                    if edited and not force:
+                        report.refused.append(path)
+                        continue
+                    if not dry_run:
+                        target.unlink()
+                    report.removed.append(path)
+                new_hash = None
+            elif path == LOG_PATH:
+                new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path,
+                                               settle, (rendered or {}).get(path))
+            else:
+                content = "".join(chunks).encode("utf-8")
+                new_hash = hashlib.sha256(content).hexdigest()
+                if on_disk != new_hash:
+                    if edited and not force:
+                        report.refused.append(path)
+                        continue
+                    report.written.append(path)
+                    if not dry_run:
+                        staged.append((_write_temp(target, [content], sync=False)[0], target, path, new_hash, content,
+                                       checked))
+                        continue
+            settled = settle and on_disk == new_hash and path not in report.refused
+            if (dry_run and not settled) or path in report.refused:
+                continue
+            records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
+    wait(ahead.values())  # a file refused before its text was needed: no thread reads on while these are recorded
+    for paths in (report.written, report.removed, report.refused):
+        paths.sort()  # in the order of `dirty`, as if the files rendered ahead had not waited
     _land(staged, records, report)
     if records:
         _record(views, records)

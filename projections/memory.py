@@ -16,7 +16,7 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, for_each, is_damaged,
+from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, UnsafePath, for_each, is_damaged,
                                storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
@@ -64,6 +64,24 @@ def _file_identity(path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return found.st_dev, found.st_ino
+
+
+class Checkout(msgspec.Struct):
+    """What `Memory.checkout` wrote (the files of the moment) and what it left: files already in the directory that
+    the moment does not hold."""
+
+    written: list[str]
+    left: list[str]
+
+
+def _files_under(root: Path) -> list[str]:
+    """Every file below `root` (links not followed), as paths relative to it."""
+    found = []
+    for folder, folders, files in os.walk(root):
+        found += [os.path.relpath(os.path.join(folder, name), root) for name in files]
+        found += [os.path.relpath(os.path.join(folder, name), root) for name in folders
+                  if os.path.islink(os.path.join(folder, name))]
+    return found
 
 
 class Moment(msgspec.Struct):
@@ -658,10 +676,12 @@ class Memory:
 
         return file_text(self.views, path, as_of)
 
-    def checkout(self, target: Path, as_of: int, *, force: bool = False) -> list[str]:
+    def checkout(self, target: Path, as_of: int, *, force: bool = False) -> Checkout:
         """Writes every file as of a seq into `target`: never inside a workspace (a watcher there
         would record the old files as new edits, and a link may lead there), never into a non-empty directory unless
-        `force`."""
+        `force`, never through a link below `target` that leads out of it (into another workspace). What was in
+        the directory already and that moment does not hold is left there, and told (`Checkout.left`): a checkout
+        deletes nothing."""
         target = Path(target).resolve()
         around = Workspace.around(target)
         if around is not None:
@@ -670,11 +690,18 @@ class Memory:
             raise InvalidInput(f"{target} is not empty; pick a new directory or pass --force to write into it")
         if target.exists() and not target.is_dir():
             raise InvalidInput(f"{target} is a file, not a directory")
-        written = []
-        for path in self.views.paths(as_of):
-            write_atomic(Path(target) / path, self.views.file_chunks(path, as_of))
-            written.append(path)
-        return written
+        paths, folders = self.views.paths(as_of), {}
+        try:
+            files = [(path, validate.inside_workspace(target, path, folders)) for path in paths]
+        except UnsafePath as exc:
+            raise UnsafePath(f"{target}: {str(exc).replace('the workspace', 'the directory')}; nothing written") from None
+        left = sorted(set(_files_under(target)) - set(paths)) if target.is_dir() else []
+        try:
+            for path, file in files:
+                write_atomic(file, self.views.file_chunks(path, as_of))
+        except (NotADirectoryError, FileExistsError) as exc:
+            raise InvalidInput(f"{exc.filename}: a file stands where a directory must be") from None
+        return Checkout(written=paths, left=left)
 
     # --- reads: what the CLI prints ---------------------------------------------------------------
 

@@ -32,15 +32,16 @@ class CheckReport(msgspec.Struct):
 
 
 def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] | None = None, child=None,
-           folded=None) -> Views:
+           folded=None, expected: int | None = None) -> Views:
     """`bulk.build` for a workspace: the contract (with the local layers the rebuilt config declares) places
     the shared layers' files. While the log still grows (a catch-up appending pages, in another thread),
     `heads` are the heads to fold up to one after another, and the build runs in a process of its own (`child`
     when one was started ahead, `bulk.spawn_builder`), which reads the log itself (`bulk.build_apart`): the
-    appends keep this process's GIL. `folded`: see `bulk.build` (a build in this process only)."""
+    appends keep this process's GIL. `folded`: see `bulk.build` (a build in this process only); `expected`: see
+    `bulk.build` (with `heads`)."""
     if heads is not None:
         views = bulk.build_apart(memory.root, path, contract=memory.hub_contract(), agent=memory.config.agent,
-                                 upto=upto, heads=heads, progress=progress, child=child)
+                                 upto=upto, heads=heads, progress=progress, child=child, expected=expected)
     else:
         views = bulk.build(memory.log, path, contract=memory.hub_contract(), agent=memory.config.agent,
                            upto=upto, progress=progress, folded=folded)
@@ -49,13 +50,13 @@ def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] 
 
 
 def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_edits: bool = False,
-           progress=None, heads: Iterable[int] | None = None, child=None) -> ReplayReport:
+           progress=None, heads: Iterable[int] | None = None, child=None, expected: int | None = None) -> ReplayReport:
     """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it.
 
     A file edited by hand (its bytes neither what was last written nor what the rebuild says)
     stops the replay before anything changes, unless `force`; with `keep_hand_edits` (a refresh
     that must rebuild) such files are left as they are and reported, as a refresh does. `heads` and
-    `child`: a build that follows a log still growing (see `_build`).
+    `child`: a build that follows a log still growing (see `_build`), `expected` the seq it is expected to reach.
     """
     if upto is not None:
         memory.seq_at(seq=upto)
@@ -70,7 +71,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         laps = bulk.LAPS
         laps.begin()
         try:
-            views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start)
+            views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start, expected=expected)
             with views.transaction():
                 views.written.carry(carried)
             rendered = checks.join()
@@ -84,8 +85,8 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             checks.finish()
         if refused and not keep_hand_edits:
             rebuilt.unlink()
-            raise HandEdited(f"{', '.join(refused)} edited by hand; a replay would overwrite it. "
-                             "Keep the edit with `mem page write`, or pass --force")
+            raise HandEdited(f"{memory.hand_edited_message(refused)} (a replay would overwrite "
+                             f"{'it' if len(refused) == 1 else 'them'}; `mem replay --force` does)", refused)
         with open(rebuilt, "rb+") as f:
             os.fsync(f.fileno())
         laps.lap("fsync")

@@ -73,6 +73,8 @@ counts): a quarter of the cost of indexing a version. Such a table cannot be sca
 _FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
 """An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
 KINDS = ("page", "shared-page", "entry", "loop", "file")
+LARGEST_INTEGER = 2**63 - 1
+"""The largest whole number SQLite binds."""
 MARK = ("**", "**")
 
 
@@ -770,6 +772,25 @@ class Hit(msgspec.Struct):
     score: float = 0.0
 
 
+_OPERATOR_LIKE = re.compile(r"(?<!\S)(?:OR|AND|NOT|NEAR)(?!\S)|(?<!\S)-\w\S*|\w+\*|\bNEAR\(")
+
+
+def operators_in(query: str) -> list[str]:
+    """What in a query other search tools take as operators (`OR`, `AND`, `NOT`, `NEAR(`, `-word`, `prefix*`) and
+    `search` takes as words that must appear, like any other (`quote`): said beside a "no matches", so that an
+    agent does not conclude it remembers nothing of either alternative."""
+    return list(dict.fromkeys(match.group() for match in _OPERATOR_LIKE.finditer(query)))
+
+
+def operators_hint(query: str) -> str | None:
+    """One line on the operators a query seems to hold (`operators_in`), or None."""
+    found = operators_in(query)
+    if not found:
+        return None
+    return (f"{', '.join(found)} {'is' if len(found) == 1 else 'are'} searched as text, not as an operator: every "
+            "word of a query must appear (\"quoted phrases\" too); search for each alternative on its own")
+
+
 def quote(query: str) -> str:
     """The user's words as an FTS5 query: every word quoted (so `NOT`, `-` or `:` are just text), all required."""
     import sqlite_utils
@@ -827,13 +848,13 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
                f"JOIN search_docs d ON d.id = search_docs_fts.rowid WHERE search_docs_fts MATCH ? AND {order}")
         params = [match, *params]
     point = checkpoint if as_of is None else min(as_of, checkpoint)
-    wanted = limit * 3 + 20
+    wanted = min(limit * 3 + 20, LARGEST_INTEGER)  # a limit of 2**63 - 1 is any number of hits, not an overflow
     rows = views.db.execute(sql, [*params, day, wanted]).fetchall()
     if not rows and status:
         _refuse_unknown_status(views.db, status)
     if not rows and (agent or types):
         _refuse_unknown_names(views.db, agent, self_agent, types)
-    hits = sorted((_hit(views, table, row, point, day) for row in rows),
+    hits = sorted((hit for hit in (_hit(views, table, row, point, day) for row in rows) if hit is not None),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
     stems = _stems(query)
@@ -906,11 +927,20 @@ def _past_query(db, query: str, match: str, ranges: list[tuple[int, int]], where
            f"3 * length(d.title) + length(d.body) AS dl{''.join(', ' + count for count in counts)} FROM found "
            f"JOIN search_history d ON d.id = found.r & {_ID_MASK} WHERE {' AND '.join(where) or 'true'}), "
            "ranked AS (SELECT id, (stale_after IS NOT NULL AND stale_after < ?) AS stale, "
-           f"-({' + '.join(terms) or '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
+           f"-({_sum(terms) if terms else '0'}) AS score FROM (SELECT *, max(1.0, avg(dl) OVER ()) AS avgdl FROM alive) "
            f"ORDER BY stale, score LIMIT ?) "
            f"SELECT {columns}, ranked.score FROM ranked JOIN search_history d ON d.id = ranked.id "
            "ORDER BY ranked.stale, ranked.score")
     return sql, [*stems, match, *bounds, *params]
+
+
+def _sum(terms: list[str]) -> str:
+    """The terms added up as a balanced tree: a pasted paragraph's thousand words added one after another made an
+    expression deeper than SQLite takes (1,000)."""
+    if len(terms) == 1:
+        return terms[0]
+    middle = len(terms) // 2
+    return f"({_sum(terms[:middle])} + {_sum(terms[middle:])})"
 
 
 def _alive_ranges(as_of: int, checkpoint: int) -> list[tuple[int, int]]:
@@ -976,7 +1006,10 @@ def _score(bm25: float) -> float:
     return float(f"{bm25:.4g}") + 0.0
 
 
-def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
+def _hit(views, table: str, row, as_of: int, day: str) -> Hit | None:
+    """The hit of a row; None for an entry or a shared page of a layer no contract or config placed either as of
+    the search's moment or when it was written (a local layer whose declaration was redacted: `mem entry list`,
+    `show` and `cite` know no such layer, at any moment, so search does not find its material either)."""
     id, kind, layer, key, title, _body, type, status, stale_after, ref, _reverses, _agent, score = row
     reversed_by = None
     if kind == "entry":
@@ -989,13 +1022,17 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
         citation = f"adf-file://{path}"
     elif kind == "shared-page":
         slug = key.split("/", 1)[1]
-        path = _placed(views, layer, slug, as_of, id, flags) or f"{key}.md"
+        path = _placed(views, layer, slug, as_of, id, flags)
+        if path is None:
+            return None
         citation = f"adf-file://{path}"
         winner = views.shared.winner(layer, slug, as_of)
         if winner is not None and winner[0] != ref:  # a losing head of a conflict: its text is not in the file
             flags.append("conflict: not the version the file shows (`mem conflicts --show`)")
     elif kind == "entry":
-        path = _placed(views, layer, None, as_of, id, flags) or layer
+        path = _placed(views, layer, None, as_of, id, flags)
+        if path is None:
+            return None
         citation = ref
     elif kind == "loop":
         removed = views.loop_removed(id)
@@ -1013,7 +1050,7 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit:
 
 def _placed(views, layer: str, slug: str | None, as_of: int, seq: int, flags: list[str]) -> str | None:
     """Where a hit's layer file was as of the search's moment; for a layer the contract then no longer placed
-    (dropped), where it was when the hit was written, flagged so."""
+    (dropped), where it was when the hit was written, flagged so; None when it was placed at neither."""
     path = views.shared_path(layer, slug, as_of)
     if path is None:
         path = views.shared_path(layer, slug, seq)

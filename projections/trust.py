@@ -60,11 +60,26 @@ def stored_status(status) -> str | None:
 
 
 def stale_day(stale_after) -> str | None:
-    """The date part of `stale_after` (YYYY-MM-DD), or None when there is none."""
+    """The date part of `stale_after` (YYYY-MM-DD), or None when there is none or it is unreadable.
+
+    The one reading of the field, for the write check (`check_page` refuses what this cannot read) and every
+    reader alike: YYYY-MM-DD, a real day, optionally followed by a time of that day. Python's
+    `date.fromisoformat` also takes ISO basic (`20200101`) and week (`2020-W01-1`) dates: those are refused on
+    write, and a page already in a log with one (written before the check agreed with this reading) is read
+    as having no readable `stale_after`, never stale: as the views built from it always have, so a replay
+    rebuilds what was there."""
     if stale_after is None:
         return None
     text = str(stale_after).strip()
-    return text[:10] if _DATE.match(text) else None
+    if not _DATE.match(text):
+        return None
+    try:
+        dt.date.fromisoformat(text[:10])
+        if len(text) > 10:
+            dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return text[:10]
 
 
 def is_stale(stale_after, day: str) -> bool:
@@ -109,15 +124,8 @@ def day_of(ts_ms: int) -> str:
 
 def check_page(frontmatter: dict, page_exists) -> None:
     """Refuses a page whose trust fields are malformed; `page_exists(slug)` answers for superseded-by."""
-    if "stale_after" in frontmatter:
-        value = frontmatter["stale_after"]
-        text = str(value).strip() if value is not None else ""
-        try:
-            dt.date.fromisoformat(text[:10])
-            if len(text) > 10:
-                dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidInput(f"frontmatter `stale_after` must be a date like 2026-12-31, not {value!r}") from None
+    if "stale_after" in frontmatter and stale_day(value := frontmatter["stale_after"]) is None:
+        raise InvalidInput(f"frontmatter `stale_after` must be a date like 2026-12-31, not {value!r}")
     status = frontmatter.get("status")
     if withheld(status) == "superseded":
         target = superseded_by(status)

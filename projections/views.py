@@ -8,6 +8,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -146,6 +147,11 @@ class WrittenFiles:
         db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
                    "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
                    (path, written_hash))
+
+
+def _entries_chunks(layer: str, text: str) -> Iterator[str] | None:
+    """An entries layer's file as chunks, or None when it holds no entry (no file)."""
+    return None if text == f"# {layer}\n\n" else iter([text])
 
 
 class Views:
@@ -482,11 +488,35 @@ class Views:
             return None
         as_of = self.checkpoint() if as_of is None else as_of
         layer, slug = target
-        text = (self.shared.render_entries(layer, as_of) if slug is None
-                else self.shared.page_text(layer, slug, as_of))
-        if slug is None and text == f"# {layer}\n\n":
-            return None
+        if slug is None:
+            return _entries_chunks(layer, self.shared.render_entries(layer, as_of))
+        text = self.shared.page_text(layer, slug, as_of)
         return iter([text]) if text is not None else None
+
+    def entries_ahead(self, paths: Iterable[str]) -> dict[str, Future]:
+        """The files among `paths` of the shared entries layers, each being rendered now by a thread of its own
+        (`shared.entries_text_apart`) while the caller does the rest: their chunks are `entries_file`'s of the
+        future's result. None when nothing is to be rendered so (a fold's rows not committed, which a connection
+        of another thread would not see; a layer kept rendered, which `render_entries` grows)."""
+        if self.db.in_transaction:
+            return {}
+        layers = {}
+        for path in paths:
+            target = self.shared_target(path)
+            if target is not None and target[1] is None and not self.shared.kept(target[0]):
+                layers[path] = target[0]
+        if not layers:
+            return {}
+        as_of = self.checkpoint()
+        pool = ThreadPoolExecutor(len(layers), thread_name_prefix="entries")
+        futures = {path: pool.submit(shared.entries_text_apart, self.path, layer, as_of) for path, layer in layers.items()}
+        pool.shutdown(wait=False)  # its threads end with their renders
+        return futures
+
+    def entries_file(self, path: str, rendered) -> Iterator[str] | None:
+        """The chunks of an entries layer's file rendered by `entries_ahead`."""
+        layer = self.shared_target(path)[0]
+        return _entries_chunks(layer, self.shared.taken(layer, rendered))
 
     def file_text(self, path: str, as_of: int | None = None) -> str | None:
         chunks = self.file_chunks(path, as_of)

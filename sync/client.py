@@ -1130,7 +1130,8 @@ class _ViewsBuilder:
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="views")
         try:
             self.built = self.thread.submit(replay, memory, keep_hand_edits=True, heads=self._heads(), child=child,
-                                            progress=(lambda n: progress(n, None, "views")) if progress else None)
+                                            progress=(lambda n: progress(n, None, "views")) if progress else None,
+                                            expected=self.start + tally.total)
         except BaseException:
             self.thread.shutdown()
             self._discard()

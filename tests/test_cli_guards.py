@@ -191,3 +191,48 @@ def test_hand_edit_refusals_name_what_applies(workspace, tmp_path):
     refused = run_mem("-w", workspace, "page", "write", "deploy", "--file", page)
     assert refused.returncode == 1 and b"mind/log.md was edited by hand" in refused.stderr
     assert b"cannot be adopted; pass --force" in refused.stderr and b"mem page write" not in refused.stderr
+
+
+def test_checkout_never_writes_through_a_link_below_its_directory_into_another_workspace(workspace, tmp_path):
+    """Regression: with `out/mind` a link to another workspace's mind/, `mem checkout out --force` wrote this agent's
+    old pages into it (the other agent's `mem adopt` then recorded them as its own edits). Refused, nothing written."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    run_mem("init", "--agent", "bob", cwd=victim, check=True)
+    run_mem("-w", victim, "page", "write", "deploy", "--file", page, check=True)
+    before = {p.relative_to(victim): p.read_bytes() for p in victim.rglob("*") if p.is_file() and ".mem" not in p.parts}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mind").symlink_to(victim / "mind")
+    refused = run_mem("-w", workspace, "checkout", out, "--seq", "1", "--force")
+    assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and b"nothing written" in refused.stderr
+    assert b"Traceback" not in refused.stderr and not (out / "mind.md").exists()
+    assert {p.relative_to(victim): p.read_bytes() for p in victim.rglob("*") if p.is_file() and ".mem" not in p.parts} \
+        == before
+
+
+def test_checkout_over_another_moment_tells_the_files_that_moment_does_not_hold(workspace, tmp_path):
+    """Regression: `mem checkout out --seq 1 --force` over a checkout of seq 2 said it wrote the moment, and left a page
+    made at seq 2 beside a mind.md that does not list it, silently. It still deletes nothing, and says what it left."""
+    for slug in ("a", "b"):
+        page = tmp_path / f"{slug}.md"
+        page.write_bytes(PAGE.replace(b"# ", f"# {slug} ".encode(), 1))
+        run_mem("-w", workspace, "page", "write", slug, "--file", page, check=True)
+    out = tmp_path / "out"
+    run_mem("-w", workspace, "checkout", out, "--seq", "2", check=True)
+    told = run_mem("-w", workspace, "checkout", out, "--seq", "1", "--force", check=True).stdout.decode()
+    assert told.splitlines()[1] == ("left 1 file there that seq 1 does not hold (a checkout deletes nothing): "
+                                    "mind/b.md"), told
+    assert (out / "mind/b.md").exists() and "b" not in (out / "mind.md").read_text().split("## ")[-1].split()
+
+
+def test_checkout_under_a_file_says_so_in_one_line(workspace, tmp_path):
+    """Regression: `mem checkout afile/sub` printed Python's `[Errno 20] Not a directory: ...`."""
+    run_mem("-w", workspace, "always", "add", "a rule", check=True)
+    (tmp_path / "afile").write_text("x")
+    refused = run_mem("-w", workspace, "checkout", tmp_path / "afile/sub", "--seq", "1")
+    assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and b"Errno" not in refused.stderr \
+        and b"afile" in refused.stderr, refused.stderr

@@ -49,3 +49,14 @@ def test_mem_history_names_a_renames_other_path(memory):
     memory.delete_page("release")
     assert run_mem("-w", memory.root, "history", "release", check=True).stdout.decode().endswith(
         "mind/release.md  (deleted)\n")
+
+
+def test_a_redacted_rename_is_still_followed_as_the_folds_follow_it(memory):
+    """Regression: the history read a redacted event's body as written (no `old`/`new`): a page renamed by an
+    event later redacted lost the versions it had under its older name, though the views still rename it."""
+    from projections.redact import redact
+
+    memory.write_page("deploy", PAGE)
+    rename = memory.rename_page("deploy", "release")
+    redact(memory, [rename], "wrong note")
+    assert seqs(memory, "mind/release.md") == [(1, "page.ingest", False), (2, "redacted", False)]

@@ -180,3 +180,92 @@ def test_an_entries_file_kept_rendered_and_grown_reads_as_one_rendered_whole(tmp
             assert memory.views.shared.render_entries("notes", memory.views.checkpoint()) == whole
             file = memory.root / "memory/notes.md"
             assert (file.read_text() if file.exists() else "# notes\n\n") == whole
+
+
+def test_an_entry_id_search_cites_is_resolved_by_cite_and_checked_by_lint(workspace, tmp_path):
+    """Regression: `mem search` cites an entry by its id, the layer's file shows its first 18 characters, and
+    `mem cite` (CLI and MCP) refused both as "not a citation"; `mem lint --check citations` never read them."""
+    from test_mcp import call, run_stdio
+
+    run_mem("-w", workspace, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    run_mem("-w", workspace, "entry", "add", "decisions", "[DECISION] 2026-12-02: No deploys on Fridays", check=True)
+    [hit] = json.loads(run_mem("-w", workspace, "search", "fridays", "--json", check=True).stdout)
+    id = hit["citation"]
+    for ref in (id, id[:18]):
+        shown = run_mem("-w", workspace, "cite", ref, check=True).stdout.decode()
+        assert shown == (f"{id} in memory/decisions.md (layer decisions, seq 2, by alice)\n"
+                         "[DECISION] 2026-12-02: No deploys on Fridays\n")
+    cited = json.loads(run_mem("-w", workspace, "cite", id[:18], "--json", check=True).stdout)
+    assert (cited["kind"], cited["resolved"], cited["path"], cited["layer"], cited["entry"]["id"]) == \
+        ("entry", True, "memory/decisions.md", "decisions", id)
+    ghost = "01a2352d-5980-7d6f-9402-79e89bf7ea58"
+    missing = run_mem("-w", workspace, "cite", ghost)
+    assert missing.returncode == 1 and missing.stderr.decode() == (
+        f"error: there is no entry {ghost} in any layer of this workspace (`mem entry list LAYER` lists them)\n")
+    assert json.loads(run_mem("-w", workspace, "cite", id, "--seq", "1", "--json").stdout)["resolved"] is False
+
+    note = tmp_path / "n.md"
+    note.write_text(f"---\ntype: note\ndescription: d\n---\n# N\n\nSee {id} and {ghost[:18]}.\n")
+    run_mem("-w", workspace, "page", "write", "n", "--file", note, check=True)
+    linted = run_mem("-w", workspace, "lint", "--check", "citations").stdout.decode()
+    assert f"[citations] mind/n.md: {ghost[:18]} names no entry of any layer of this workspace" in linted
+    assert id not in linted
+
+    async def session_body(session):
+        return await call(session, "cite", citation=id[:18])
+
+    is_error, text = run_stdio(workspace, session_body)
+    assert not is_error and json.loads(text)["entry"]["id"] == id
+
+
+def test_a_layer_whose_declaration_is_redacted_is_found_by_no_view(workspace):
+    """Regression: after `mem redact` of a local layer's `config.set layers.d`, `mem entry list d` and `mem show`
+    knew no layer `d`, at any moment, yet `mem search` still found its entries, under a path that is no file."""
+    run_mem("-w", workspace, "layer", "add", "d", "memory/d.md", check=True)
+    run_mem("-w", workspace, "entry", "add", "d", "[DECISION] 2026-12-02: the walrus rule", check=True)
+    [hit] = json.loads(run_mem("-w", workspace, "search", "walrus", "--json", check=True).stdout)
+    assert hit["path"] == "memory/d.md"
+    run_mem("-w", workspace, "redact", "1", "--reason", "wrong layer", check=True)
+    for moment in ((), ("--seq", "2")):
+        assert json.loads(run_mem("-w", workspace, "search", "walrus", "--json", *moment, check=True).stdout) == []
+        assert run_mem("-w", workspace, "entry", "list", "d", *moment).returncode == 1
+        assert run_mem("-w", workspace, "show", "memory/d.md", *moment).returncode == 1
+    assert json.loads(run_mem("-w", workspace, "cite", hit["citation"], "--json").stdout)["resolved"] is False
+
+
+_CONTENT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=30).filter(str.strip)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(st.tuples(st.sampled_from(("FACT", "LESSON", "DECISION")), _CONTENT, st.integers(0, 10**6)),
+                        min_size=1, max_size=12))
+def test_an_entries_file_rendered_apart_by_sqlite_is_the_file_python_renders(tmp_path_factory, entries):
+    """A rebuild renders a large entries file in a thread, by SQL alone (shared.entries_text_apart), while it writes
+    the other files: the same text as `_render_entries` (ids in any order, any text a line may hold); no text when an
+    entry is reversed (those lines are Python's) or when the views are not at the seq asked for."""
+    from eventstore.envelope import new_event
+    from eventstore.ids import uuid7_layout, uuid_text
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+    from projections.shared import SharedViews, entries_text_apart
+    from projections.views import Views
+
+    with Memory.init(tmp_path_factory.mktemp("ws"), "agent") as memory:
+        memory.declare_layer("notes", "memory/notes.md")
+        for number, (type, content, ms) in enumerate(entries):
+            body = EntryAppend(type=type, date="2026-11-02", content=content)
+            id = uuid_text(uuid7_layout(1_700_000_000_000 + ms, 0, number))
+            memory.append(new_event(body, agent="other", layer="notes", ts=1_700_000_000_000 + ms, id=id),
+                          touches=["memory/notes.md"])
+        views, checkpoint = memory.views, memory.views.checkpoint()
+        whole = SharedViews(views.db)._render_entries("notes", checkpoint)
+        assert entries_text_apart(views.path, "notes", checkpoint).text == whole
+        assert entries_text_apart(views.path, "notes", checkpoint - 1) is None
+        assert views.entries_ahead(["memory/notes.md"]) == {}  # kept rendered by this process: grown, not rendered
+        fresh = Views(views.path, contract=memory.hub_contract(), agent=memory.config.agent)
+        ahead = fresh.entries_ahead(["memory/notes.md", "mind.md"])
+        assert list(ahead) == ["memory/notes.md"] and ahead["memory/notes.md"].result().text == whole
+        fresh.close()
+        assert (memory.root / "memory/notes.md").read_text() == whole
+        memory.entry_add("notes", "[LESSON] 2026-11-03: undo", reverses=memory.views.shared.entries("notes", 1 << 62)[0].id)
+        assert entries_text_apart(views.path, "notes", views.checkpoint()) is None

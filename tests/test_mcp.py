@@ -400,11 +400,15 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
                     ("search", {"query": "canary", "kinds": ["nonsense"]}),
                     ("memory", {"command": "create", "path": "/memories/notes.md"})]:
                 answers.setdefault(tool, []).append(await call(session, tool, **arguments))
+            either = await session.call_tool("search", {"query": "canary OR zebra"})
+            answers["either"] = [content.text for content in either.content]
             return answers
 
         answers = run_stdio(workspace, session_body)
     finally:
         hub.stop()
+    assert answers["either"] == ["[]", "no matches: OR is searched as text, not as an operator: every word of a query "
+                                       "must appear (\"quoted phrases\" too); search for each alternative on its own"]
     assert answers["loop_append"] == [(False, "[S1] user appended to loop main")]
     cited = json.loads(answers["cite"][0][1])
     assert cited["resolved"] and cited["hit"]["source"] == "live" and cited["hit"]["seq"] == 1

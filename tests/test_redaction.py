@@ -12,6 +12,7 @@ import pytest
 from eventstore.blobs import blob_json
 
 from conftest import run_mem
+from test_mcp import call, run_stdio
 from test_adf_file import build_adf, text_row
 
 SECRET = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
@@ -619,3 +620,20 @@ def test_a_pushed_redaction_leaves_the_pages_mirror_with_no_page_asked_for(serve
     while files_holding(mirrored(served), "555-0199") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert files_holding(mirrored(served), "555-0199") == []
+
+
+def test_a_files_history_lists_its_redacted_version_as_a_pages_does(workspace, tmp_path):
+    """Regression: `mem history PATH` after a `file.write` of PATH was redacted ended in a traceback
+    (`'Redacted' object has no attribute 'path'`), and the MCP history tool in an error."""
+    for n, text in enumerate((b"first version\n", b"second version\n"), 1):
+        (tmp_path / f"f{n}.txt").write_bytes(text)
+        run_mem("file", "write", "notes/t.txt", "--file", tmp_path / f"f{n}.txt", "--workspace", workspace, check=True)
+    run_mem("redact", "1", "--reason", "wrong", "--workspace", workspace, check=True)
+    listed = run_mem("history", "notes/t.txt", "--json", "--workspace", workspace, check=True)
+    assert [(v["seq"], v["kind"]) for v in json.loads(listed.stdout)] == [(1, "redacted"), (2, "file.write")]
+
+    async def session_body(session):
+        return await call(session, "history", path="notes/t.txt")
+
+    is_error, text = run_stdio(workspace, session_body)
+    assert not is_error and [(v["seq"], v["kind"]) for v in json.loads(text)] == [(1, "redacted"), (2, "file.write")]

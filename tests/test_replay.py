@@ -523,3 +523,23 @@ def test_a_process_that_keeps_its_memory_open_follows_a_replay_made_by_another(m
     assert status["clean"] and not status["hand_edited"], status
     with Memory.open(memory.root) as fresh:
         assert fresh.page_text("after") is not None
+
+
+def test_a_replay_refused_over_hand_edits_says_what_keeps_each(workspace):
+    """Regression: a replay refused over a hand-edited mind.md advised `mem page write`, which refuses
+    (`slug 'mind' is reserved`); `mem adopt` keeps it. Two files were each told "overwrite it"."""
+    run_mem("-w", workspace, "always", "add", "one", check=True)
+    mind = workspace / "mind.md"
+    mind.write_text(mind.read_text().replace("- one\n", "- one\n- two added by hand\n"))
+    log = (workspace / "mind/log.md").read_text()
+    (workspace / "mind/log.md").write_text("mine\n")
+    result = run_mem("-w", workspace, "replay")
+    assert result.returncode == 1
+    assert result.stderr.decode() == (
+        "error: mind.md was edited by hand since mindlog wrote it: `mem adopt` records its `## Always` lines, or pass "
+        "--force to overwrite it; mind/log.md was edited by hand since mindlog wrote it: it is derived from the log "
+        "and cannot be adopted; pass --force to overwrite it (a replay would overwrite them; `mem replay --force` "
+        "does)\n")
+    (workspace / "mind/log.md").write_text(log)
+    run_mem("-w", workspace, "adopt", check=True)
+    assert "two added by hand" in run_mem("-w", workspace, "always", "list", check=True).stdout.decode()

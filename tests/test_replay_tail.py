@@ -205,3 +205,26 @@ def test_the_views_file_a_replay_replaces_is_freed_by_a_thread_that_leaves_nothi
     if Path("/proc/self/fd").is_dir():
         names = [os.readlink(link) for link in Path("/proc/self/fd").iterdir() if link.is_symlink()]
         assert not [name for name in names if name.startswith(str(tmp_path)) and name.endswith("(deleted)")]
+
+
+def test_a_build_following_a_growing_log_merges_its_full_text_indexes_before_its_end_when_told_it(memory, tmp_path,
+                                                                                                    monkeypatch):
+    """A catch-up's build folds the log up to each head the appends reach (`build_apart`); told the seq the log is
+    expected to reach (the pull's count from the hub), its writer merges the full-text indexes while the last batches
+    are folded (HistoryWriter.near_end), as a replay's does, rather than in the last commit, after the fold: a second
+    of a million-event catch-up. Untold, the merge waits for the end."""
+    for n in range(60):
+        memory.write_page(f"p{n}", PAGE.replace(b"# ", f"# Page {n} of ".encode(), 1))
+    head = memory.log.head()
+    laps = tmp_path / "laps"
+    monkeypatch.setenv("MEM_REPLAY_TIMES", str(laps))  # the build's processes append their laps there
+    merged = {}
+    for told in (head, None):
+        laps.write_text("")
+        views = bulk.build_apart(memory.root, tmp_path / f"views-{told}.db", agent="alice",
+                                 heads=[head // 3, 2 * head // 3, head], expected=told)
+        assert views.checkpoint() == head
+        views.close()
+        writer = next(line for line in laps.read_text().splitlines() if line.startswith("writer"))
+        merged[told] = " merge " in writer
+    assert merged == {head: True, None: False}

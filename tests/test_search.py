@@ -158,6 +158,10 @@ def test_mem_search_cli(workspace, tmp_path):
     assert bad.returncode == 1 and bad.stderr.decode().startswith(
         "error: nothing here has ever had the type 'procedur' (the types of pages, entries, loop roles and files here: ")
     assert run_mem("search", "nosuchword", "--type", "procedure", cwd=workspace, check=True).stdout == b"no matches\n"
+    for query, told in (("owner OR nobody", "OR is"), ("owner -nobody", "-nobody is"), ("own*", "own* is"),
+                        ("NEAR(owner ack) NOT x", "NEAR(, NOT are")):  # said "no matches" alone: as if nothing held owner
+        out = run_mem("search", query, cwd=workspace, check=True).stdout.decode()
+        assert out.startswith(f"no matches ({told} searched as text, not as an operator: every word"), out
     for n in ("-1", "0"):  # 0 said "no matches", as if nothing matched
         bad = run_mem("search", "owner", "-n", n, cwd=workspace)
         assert bad.returncode == 1 and not bad.stdout
@@ -564,3 +568,23 @@ def test_a_loop_messages_tool_calls_results_and_thinking_are_searchable(memory):
     assert cites(memory, "zebrafish") == cites(memory, "quokka") == ["[S1]"]
     assert cites(memory, "giraffe") == ["[S2]"]
     assert cites(memory, "walrus") == cites(memory, "aGlwcG8") == cites(memory, "c2ln") == []
+
+
+def test_the_largest_count_the_cli_takes_is_any_number_of_hits(workspace, tmp_path):
+    """Regression: `mem search canary -n 9223372036854775807` (2**63 - 1, inside the range the refusal quotes)
+    was refused as past what the log holds: the query asked SQLite for three times as many rows."""
+    page = tmp_path / "p.md"
+    page.write_bytes(b"---\ntype: note\ndescription: d\n---\n# P\n\nA green canary.\n")
+    run_mem("-w", workspace, "page", "write", "p", "--file", page, check=True)
+    found = run_mem("-w", workspace, "search", "canary", "-n", str(2**63 - 1), "--json", check=True)
+    assert [hit["path"] for hit in json.loads(found.stdout)] == ["mind/p.md"]
+
+
+def test_a_query_of_a_thousand_words_searches_the_past_as_it_searches_now(memory):
+    """Regression: a pasted document as the query (1,000 words) searched as of a past seq failed with SQLite's
+    "Expression tree is too large (maximum depth 1000)": the words' scores were added one after another."""
+    memory.write_page("p", page("Canary", "canary walrus"))
+    memory.always_add("later")
+    query = " ".join(["canary"] * 1000)
+    now = [hit.seq for hit in memory.search(query, day="2026-11-30")]
+    assert now == [1] and [hit.seq for hit in memory.search(query, as_of=1, day="2026-11-30")] == now

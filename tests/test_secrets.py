@@ -224,3 +224,14 @@ def test_an_import_scans_every_row_and_names_the_one_holding_a_secret(tmp_path, 
     event = next(e for e in json.loads(run_mem("-w", workspace, "log", "--json", check=True).stdout)
                  if e["body"].get("allowed_secrets"))
     assert event["body"]["allowed_secrets"][0].startswith("GitHub Token in ")
+
+
+def test_a_local_layer_takes_allow_secret_as_a_page_does(workspace):
+    """Regression: a local layer (never pushed) refused `--allow-secret`, blaming the hub's scan_secrets, which a
+    local layer's spec took from ContractLayer's default; a hub layer that scans keeps refusing (above)."""
+    run_mem("-w", workspace, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    text = f"[DECISION] 2026-12-02: the staging key is {AWS}"
+    refused = run_mem("-w", workspace, "entry", "add", "decisions", text)
+    assert refused.returncode == 1 and b"pass --allow-secret" in refused.stderr
+    run_mem("-w", workspace, "entry", "add", "decisions", text, "--allow-secret", check=True)
+    assert AWS in (workspace / "memory" / "decisions.md").read_text()

@@ -495,6 +495,15 @@ def held_events(made):
     return events
 
 
+def assert_kept_heads_are_the_heads(shared, pages) -> None:
+    """The heads the fold keeps (`shared_heads`, read at once by `heads_kept`: a rebuild's files) are those the
+    statement over the versions finds as of the checkpoint."""
+    head = shared.checkpoint()
+    found_one_by_one = {page: shared.heads(*page, head) for page in pages}
+    with shared.heads_kept():
+        assert {page: shared.heads(*page, head) for page in pages} == found_one_by_one
+
+
 def found(mem, as_of=None) -> set[str]:
     """The ids of the versions of `pricing` that `mem search` finds (as of a seq)."""
     hits = mem.search("pricing", as_of=as_of, day="2026-11-30", include_all=True, limit=100, kinds=["shared-page"])
@@ -531,6 +540,7 @@ def test_a_consumer_shows_the_held_head_whatever_the_order_and_batches(tmp_path_
                 accepted, _rejected = accept(page, DRAFTS, "main", mem.log)
                 mem.log.append(accepted)
                 mem.refresh(files=False)
+                assert_kept_heads_are_the_heads(mem.views.shared, [("drafts", "pricing")])
                 start = cut
             shared, head = mem.views.shared, mem.views.checkpoint()
             changes = dict(shared.winners("drafts", "pricing", head))  # the page's history, in one pass

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import log_rows, mem_command
 from teamhub import Team
+from test_shared_hold import assert_kept_heads_are_the_heads
 
 PRICING = "content/drafts/pricing.md"
 
@@ -237,6 +238,7 @@ def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path
             if appended[start:cut]:
                 mem.log.append(appended[start:cut])
                 mem.refresh(files=False)
+                assert_kept_heads_are_the_heads(mem.views.shared, [("drafts", "a"), ("drafts", "b")])
             start = cut
         seq_of = {e.id: mem.log.get(e.id).seq for e in appended}
 

@@ -175,3 +175,26 @@ def test_a_hand_edit_of_a_held_page_is_not_adopted(memory):
     report = adopt(memory)
     assert "is held" in report.refused["mind/policy.md"] and report.adopted == []
     assert log_rows(memory.root) == before
+
+
+@pytest.mark.parametrize("compact", ["20200101", "2020-W01-1", "2020-001"])
+def test_a_stale_after_the_readers_cannot_read_is_refused_on_write(workspace, tmp_path, compact):
+    """Regression: the write check took what `date.fromisoformat` takes (ISO basic and week dates too), the
+    readers only YYYY-MM-DD: `stale_after: 20200101` was written and its page never judged stale."""
+    bad = tmp_path / "bad.md"
+    bad.write_bytes(f"---\ntype: note\nstale_after: {compact}\n---\n# Compact\n\nThe narwhal protocol.\n".encode())
+    before = log_rows(workspace)
+    result = run_mem("-w", workspace, "page", "write", "compact", "--file", bad)
+    assert (result.returncode, result.stderr.decode()) == (
+        1, f"error: frontmatter `stale_after` must be a date like 2026-12-31, not {int(compact) if compact.isdigit() else compact!r}\n")
+    assert log_rows(workspace) == before
+
+
+def test_a_page_already_logged_with_a_compact_stale_after_reads_as_having_none(memory):
+    """A log written before the check agreed with the readers may hold `stale_after: 20200101`: it is read as
+    unreadable (trust.stale_day), never stale, everywhere alike, and nothing fails on it."""
+    event = memory.writer.page_write("compact", page("Compact", "The narwhal protocol.", stale_after="20200101"))
+    memory.append_all([event], checked=True)
+    [hit] = search.search(memory.views, "narwhal", day=TODAY)
+    assert hit.flags == []
+    assert [p["slug"] for p in audit.believed(memory.views, event.seq, day=TODAY).pages] == ["compact"]
