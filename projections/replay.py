@@ -14,7 +14,7 @@ from eventstore.errors import HandEdited
 
 from . import bulk
 from .materialize import FileReport, Prechecks, file_hash, hand_edited, materialize, remove_stale_temp_files
-from .views import Views
+from .views import Views, rows_digest
 
 
 class ReplayReport(msgspec.Struct):
@@ -156,13 +156,13 @@ def _file_state(views: Views) -> dict:
 
 
 def _index_terms(db, table: str, sizes: str | None) -> tuple | str:
-    """Each term of a full-text index with the number of its documents and occurrences (fts5vocab), and the count
-    and total size of its documents' sizes, or what is wrong with the index: the row tables behind it may be intact
-    while it is damaged or emptied. Called in a transaction, whose end drops the vocabulary table again."""
+    """Each term of a full-text index with the number of its documents and occurrences (fts5vocab), hashed, and the
+    count and total size of its documents' sizes, or what is wrong with the index: the row tables behind it may be
+    intact while it is damaged or emptied. Called in a transaction, whose end drops the vocabulary table again."""
     vocab = f"temp.{table}_terms"
     try:
         db.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {table}, row)")
-        return (db.execute(f"SELECT term, doc, cnt FROM {vocab} ORDER BY term").fetchall(),
+        return (rows_digest(db.execute(f"SELECT term, doc, cnt FROM {vocab} ORDER BY term")),
                 sizes and db.execute(f"SELECT count(*), sum(length(sz)) FROM {sizes}").fetchone())
     except sqlite3.DatabaseError as exc:
         return f"damaged ({' '.join(str(exc).split())})"
@@ -172,7 +172,7 @@ def _moment(views: Views) -> _Moment:
     """The live views as they are at one seq (one read transaction: writers go on meanwhile)."""
     views.db.execute("BEGIN")
     try:
-        return _Moment(checkpoint=views.checkpoint(), tables=views.dump(),
+        return _Moment(checkpoint=views.checkpoint(), tables=views.digests(),
                        terms={table: _index_terms(views.db, table, sizes) for table, sizes in FTS_TABLES.items()},
                        paths=set(views.paths()), owed={path for path, _hash in views.written.dirty()},
                        written=_file_state(views))
@@ -223,7 +223,7 @@ def _compare(memory, live: _Moment, views: Views, out: Path, behind: int | None)
     edited = set(hand_edited(memory.views, memory.root, differences))
     said = [f"file {path} differs from a rebuild" + (" (edited by hand)" if path in edited else "")
             for path in differences if path in edited or moved_on.get(path) == live.written.get(path)]
-    theirs = views.dump()
+    theirs = views.digests()
     said += [f"view table {table} differs from a rebuild" for table in live.tables if live.tables[table] != theirs[table]]
     views.db.execute("BEGIN")
     try:
