@@ -38,13 +38,14 @@ def stat_key(target: Path) -> tuple | None:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
-def disk_hash(target: Path, seen: dict | None = None) -> str | None:
+def disk_hash(target: Path, seen: dict | None = None, key: tuple | None = None) -> str | None:
     """`file_hash`, kept in `seen` (when given) with the file's inode, size and times: asked again while those
     have not changed, the hash is not read again (a replay checks every file before it swaps the views in, and
-    once more as it writes them: forty megabytes of mind/log.md on a large log)."""
+    once more as it writes them: forty megabytes of mind/log.md on a large log). `key`: its `stat_key`, when the
+    caller has it already."""
     if seen is None:
         return file_hash(target)
-    key = stat_key(target)
+    key = key or stat_key(target)
     if key is None:
         return None
     known = seen.get(target)
@@ -252,7 +253,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                 report.refused.append(path)
                 continue
             checked = stat_key(target)
-            on_disk = disk_hash(target, seen)
+            on_disk = disk_hash(target, seen, checked) if checked is not None else None
             edited = on_disk is not None and on_disk != written
             if dry_run and (on_disk is None or not (settle or (edited and not force))):
                 continue  # nothing on disk: nothing to refuse, nothing already there to settle

@@ -498,8 +498,8 @@ class Views:
     def entries_ahead(self, paths: Iterable[str]) -> dict[str, Future]:
         """The files among `paths` of the shared entries layers, each being rendered now by a thread of its own
         (`shared.entries_text_apart`) while the caller does the rest: their chunks are `entries_file`'s of the
-        future's result. None when nothing is to be rendered so (a fold's rows not committed, which a connection
-        of another thread would not see; a layer kept rendered, which `render_entries` grows)."""
+        future's result. Nothing is rendered so inside a transaction (a fold's rows not committed, which a connection
+        of another thread would not see), nor a layer kept rendered (`render_entries` grows it)."""
         if self.db.in_transaction:
             return {}
         layers = {}
@@ -677,15 +677,18 @@ class Views:
         row = self.config_row(as_of)
         return json.loads(row[0]) if row else adf.DEFAULT_CONFIG
 
+    def _rows(self, table: str) -> sqlite3.Cursor:
+        """A view table's rows in the order two builds are compared in."""
+        return self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2")
+
     def dump(self) -> dict[str, list]:
         """Every view table's rows, for comparing two builds."""
-        return {table: self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-                for table in VIEW_TABLES}
+        return {table: self._rows(table).fetchall() for table in VIEW_TABLES}
 
     def digests(self) -> dict[str, str]:
         """Every view table's rows as `dump` reads them, hashed as they stream (`mem replay --check` of a million
         events held both builds' rows at once: 3 GB)."""
-        return {table: rows_digest(self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2")) for table in VIEW_TABLES}
+        return {table: rows_digest(self._rows(table)) for table in VIEW_TABLES}
 
 
 def rows_digest(rows: Iterable[tuple]) -> str:
