@@ -81,7 +81,11 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
               None, "--admin-token-file", help="The web pages' admin token (sees every layer); made when missing."),
           ui_dir: Optional[Path] = typer.Option(
               None, "--ui-dir", help="Where the web pages keep the hub's mirror (default: next to a SQLite hub; a "
-                                    "PostgreSQL hub's in a temporary directory removed when it stops).")):
+                                    "PostgreSQL hub's in a temporary directory removed when it stops)."),
+          read_timeout: Optional[float] = typer.Option(
+              None, "--read-timeout", min=0.1,
+              help="Seconds a request may take to arrive (its head whole, then between parts of its body); a "
+                   "later one is answered 408 and its connection closed. Default: 20.")):
     """Run a hub (SQLite by default; PostgreSQL with --db postgresql://...); creates it when missing.
 
     The hub's shared layers are browsable at /ui (open /ui/?token=TOKEN once: an agent's token shows
@@ -92,7 +96,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
 
     from eventstore.backends import shown
     from sync.hub import create_app
-    from sync.server import listen, serve as serve_app
+    from sync.server import READ_TIMEOUT, listen, serve as serve_app
     from sync.storage import hub_exists
 
     _refuse_unmade_dirs(admin_token_file, ui_dir)
@@ -111,7 +115,7 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
         app.mount("/ui", _hub_ui(app.state.hub, db, ui_dir, admin_token_file))
         url = http_url(host, port)
         typer.echo(f"mindlog hub on {url} ({shown(db)}); pages at {url}/ui/")
-        serve_app(app, sock)
+        serve_app(app, sock, read_timeout or READ_TIMEOUT)
     finally:
         if temporary:
             shutil.rmtree(ui_dir, ignore_errors=True)

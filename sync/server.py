@@ -4,6 +4,7 @@
 import asyncio
 import contextlib
 import gc
+import json
 import socket
 import sys
 import threading
@@ -81,12 +82,23 @@ def run_on(app, sock: socket.socket, stopping: Callable[[], None] | None = None,
         sock.close()
 
 
+READ_TIMEOUT = 20.0
+"""Seconds a request may take to arrive (`http_protocol`): its head whole from its first byte (or from the
+connection's opening, for the first), and no longer than this between two parts of its body. A client that sends a
+request a byte at a time, or opens connections and sends nothing, no longer holds a descriptor for good: at the
+process's limit of open files every other request was refused."""
+READ_SWEEP = 1.0
+"""Seconds between two looks at the connections for one whose request is late (one timer for all of them)."""
+TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem+json\r\nconnection: close\r\n"
+             b"content-length: %d\r\n\r\n%s")
+"""The answer to a request that did not arrive in time (its connection closed after it)."""
+
 DIRECT_BODY_BYTES = 64 * 1024
 """The largest body a request answered from the parser's callbacks may declare (uvicorn's own high-water
 mark, past which it pauses reading until the app takes the body): a larger one goes the ASGI way."""
 
 
-def http_protocol(app=None):
+def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
     """uvicorn's httptools protocol, each response's head and first body chunk sent in one write (uvicorn
     writes them apart). Measured under bench/bench_hub_load.py: the two loopback sends of every answer
     were the hub's largest single cost (a send wakes the client, a second send wakes it again). "auto"
@@ -97,13 +109,29 @@ def http_protocol(app=None):
     as uvicorn collects them, handed to the hub's handler, its answer written in one write, with no ASGI scope,
     cycle or task. Anything unusual goes the ASGI way, as before: HTTP/1.0, `Expect: 100-continue`, a body
     without a Content-Length or over DIRECT_BODY_BYTES (a GET's: any body), an upgrade, a request pipelined
-    behind another."""
+    behind another.
+
+    A request that does not arrive within `read_timeout` (READ_TIMEOUT) is answered 408 and its connection closed:
+    one timer per event loop looks at the open connections every READ_SWEEP seconds (`_sweep`); a request read
+    whole and waiting for its answer (a long-poll) is never cut."""
     try:
         import httptools
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
     except ImportError:
         return "auto"
     direct = getattr(app, "direct", None)
+    sweeping: dict = {}  # event loop -> its sweep's timer, while it has connections
+    late = json.dumps({"type": "about:blank", "title": "Request Timeout", "status": 408,
+                       "detail": f"the request did not arrive within {read_timeout:g} s"}).encode()
+
+    def _sweep(loop, connections) -> None:
+        """Closes, after a 408, every connection whose request is later than `read_timeout` (`_reading_since`)."""
+        now = loop.time()
+        for protocol in list(connections):
+            since = getattr(protocol, "_reading_since", None)
+            if since is not None and now - since > read_timeout:
+                protocol.timed_out()
+        sweeping[loop] = loop.call_later(READ_SWEEP, _sweep, loop, connections) if connections else None
 
     class Collected:
         """Stands in for the transport while the head and the first chunk are written."""
@@ -146,6 +174,20 @@ def http_protocol(app=None):
         _idle_at: float | None = None  # loop time the connection went idle (its last answer sent), None while busy
         _upgrade_body: int | None = None  # bytes still to come of the body of a request whose Upgrade is ignored
         _answering = None  # the cycle before the last request parsed (still being answered when that one was pipelined)
+        _reading_since: float | None = None  # loop time the clock of the request being read started (READ_TIMEOUT)
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._reading_since = self.loop.time()  # its first request's head is due
+            if sweeping.get(self.loop) is None:
+                sweeping[self.loop] = self.loop.call_later(READ_SWEEP, _sweep, self.loop, self.connections)
+
+        def timed_out(self) -> None:
+            """The request being read is late: answered 408, the connection closed."""
+            self._reading_since = None
+            if not self.transport.is_closing():
+                self.transport.write(TIMED_OUT % (len(late), late))
+                self.transport.close()
 
         def data_received(self, data: bytes) -> None:
             """uvicorn's, but a request asking to upgrade to anything this server does not speak (`curl --http2`
@@ -240,11 +282,13 @@ def http_protocol(app=None):
         def on_message_begin(self) -> None:
             """uvicorn's, without the ASGI scope (a dict of dicts and a copy of the app's state, per request):
             made in `on_headers_complete` for a request that goes the ASGI way, none for one answered directly."""
+            self._reading_since = self.loop.time()
             self.url = b""
             self.expect_100_continue = False
             self.headers = []
 
         def on_headers_complete(self) -> None:
+            self._reading_since = self.loop.time()  # now its body's parts, each within READ_TIMEOUT of the last
             self._answering = self.cycle  # a request pipelined behind it parsed: the one still being answered
             if direct is not None and self._direct():
                 return
@@ -282,6 +326,7 @@ def http_protocol(app=None):
             return True
 
         def on_body(self, body: bytes) -> None:
+            self._reading_since = self.loop.time()
             if type(self.cycle) is DirectCycle:
                 self.cycle.body += body
             else:
@@ -290,6 +335,7 @@ def http_protocol(app=None):
         def on_message_complete(self) -> None:
             if self.parser.should_upgrade():  # its body, if any, is still to come (`data_received`)
                 return
+            self._reading_since = None
             if type(self.cycle) is DirectCycle:
                 self.cycle.run()
             else:
@@ -362,13 +408,28 @@ SERVER_ERROR = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-leng
 """The headers of uvicorn's own 500 (`RequestResponseCycle.send_500_response`)."""
 
 
-def serve(app, sock: socket.socket) -> None:
-    """Serves an ASGI app (the hub's, perhaps with more mounted) until interrupted: no access log."""
+def serve(app, sock: socket.socket, read_timeout: float = READ_TIMEOUT) -> None:
+    """Serves an ASGI app (the hub's, perhaps with more mounted) until interrupted: no access log. `read_timeout`:
+    see READ_TIMEOUT."""
     sys.setswitchinterval(SWITCH_INTERVAL)
     gc.freeze()  # everything loaded so far lives as long as the process: no collection scans it again
     gc.set_threshold(*GC_THRESHOLD)
-    run_on(app, sock, app.state.hub.fanout.release, http=http_protocol(app), proxy_headers=False, access_log=False,
-           server_header=False, timeout_graceful_shutdown=2)
+    more_descriptors()
+    run_on(app, sock, app.state.hub.fanout.release, http=http_protocol(app, read_timeout), proxy_headers=False,
+           access_log=False, server_header=False, timeout_graceful_shutdown=2)
+
+
+def more_descriptors() -> None:
+    """The process's limit of open files raised to the most it is allowed (a connection holds one: the soft limit,
+    often 1,024, is what a few hundred agents and their long-polls meet first)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 class BackgroundHub:

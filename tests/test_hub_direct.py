@@ -3,6 +3,8 @@ router and middleware: their refusals, their unexpected errors and their compres
 they do through the whole stack, and every other request still takes the whole way."""
 
 import asyncio
+import contextlib
+import json
 import logging
 import time
 from contextlib import contextmanager
@@ -581,3 +583,68 @@ def test_a_push_whose_client_leaves_mid_body_is_not_logged_as_an_internal_error(
     storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
     assert storage.head() == 1
     storage.close()
+
+
+
+def test_a_request_that_does_not_arrive_in_time_is_answered_408_and_its_connection_closed(tmp_path):
+    """A client that opens connections and sends nothing, or a request's head a byte at a time, or stops in the
+    middle of a body, held a descriptor each for good: at the process's limit of open files (newcomer9: about
+    20,000 such sockets) every other request was refused. `mem serve --read-timeout` (20 s by default) closes
+    them, after a 408 problem document; a body that keeps coming and a long-poll waiting longer are not cut."""
+    import socket
+
+    from conftest import run_mem
+    from hubserver import mem_serve
+    from sync.server import READ_TIMEOUT
+
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.close()
+    push = raw_push(token, msgspec.json.encode(PushRequest(events=[entry("slow but steady")])),
+                    "content-type: application/json")
+    split = push.index(b"\r\n\r\n") + 4
+    step = -(-(len(push) - split) // 6)
+    steady_parts = [push[:split], *(push[at:at + step] for at in range(split, len(push), step))]
+
+    def until_closed(sock) -> bytes:
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+        return got
+
+    def one_answer(sock) -> bytes:
+        got = b""
+        while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < int(
+                got.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]):
+            chunk = sock.recv(65536)
+            assert chunk, got
+            got += chunk
+        return got
+
+    with mem_serve(str(tmp_path / "hub.db"), args=("--read-timeout", "2.5")) as url:
+        port = int(url.rsplit(":", 1)[1])
+        cursor = httpx.get(url + "/v1/pull", headers={"authorization": f"Bearer {token}"}).json()["cursor"]
+        silent, half_head, half_body, steady, waiting = (
+            socket.create_connection(("127.0.0.1", port), timeout=15) for _ in range(5))
+        half_body.sendall(push[:split + 5])
+        waiting.sendall(raw_get(token, f"/v1/pull?cursor={cursor}&wait=5"))
+        for n, part in enumerate(steady_parts):  # parts 0.5 s apart: 3.5 s in all, never 2.5 s without a byte
+            steady.sendall(part)
+            with contextlib.suppress(OSError):  # its head a byte every 0.5 s: never whole (closed: the send fails)
+                half_head.sendall(push[n:n + 1])
+            time.sleep(0.5)
+        for sock in (silent, half_head, half_body):
+            late = until_closed(sock)
+            assert late.startswith(b"HTTP/1.1 408"), late
+            assert json.loads(late.split(b"\r\n\r\n", 1)[1])["status"] == 408
+        assert one_answer(steady).startswith(b"HTTP/1.1 200")
+        assert one_answer(waiting).startswith(b"HTTP/1.1 200")  # waited its 5 s: not cut
+        for sock in (silent, half_head, half_body, steady, waiting):
+            sock.close()
+        assert httpx.get(url + "/health").status_code == 200
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    assert [event.body.content for event in storage.pull(0, ["insights"], 10)] == ["slow but steady"]
+    storage.close()
+    helped = run_mem("serve", "--help", env={"COLUMNS": "300"}).stdout.decode()
+    assert f"Default: {READ_TIMEOUT:g}." in " ".join(helped.split())  # the help says the default the server has
