@@ -490,10 +490,19 @@ def bearer(authorization: str) -> str:
 
 
 def check_push_type(content_type: str) -> None:
-    media_type = content_type.partition(";")[0].strip().lower()
+    """A push is JSON, which is UTF-8 (RFC 8259): a body declared in another charset is refused, not read as UTF-8."""
+    media_type, _, parameters = content_type.partition(";")
+    media_type = media_type.strip().lower()
     if media_type != "application/json":
         raise HubError(415, "unsupported-media-type", "Unsupported media type",
                        f"push takes application/json, not {media_type or 'a body without a type'}")
+    if parameters:
+        for parameter in parameters.split(";"):
+            name, _, value = parameter.partition("=")
+            charset = value.strip().strip('"').lower()
+            if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+                raise HubError(415, "unsupported-media-type", "Unsupported media type",
+                               f"push takes application/json in UTF-8, not in {charset or 'no charset'}")
 
 
 async def body_of(request: Request) -> bytes:
@@ -557,6 +566,9 @@ def pull_parameters(params, max_wait: float) -> tuple[int, int, float]:
         raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
     if limit < 1 or not wait >= 0:
         raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
+    if "until" in params and "layers" not in params:
+        raise HubError(400, "invalid-parameter", "Invalid parameter",
+                       "until bounds a pull of some layers only: give it with layers")
     return after, limit, wait
 
 

@@ -165,10 +165,22 @@ def test_hostile_cursors_and_content_types(hub):
             cursor = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=") or "%"
             response = http.get("/v1/pull", params={"cursor": cursor})
             refused(response, 400, "invalid-cursor")
+    from sync.hub import encode_cursor
+
+    before = head(hub)
     body = msgspec.json.encode({"events": [entry()]})
     for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
         refused(post(hub, body, content_type=content_type), 415, "unsupported-media-type")
+    for content_type in ("application/json; charset=latin1", 'application/json; charset="utf-16"',
+                         "application/json; charset="):  # JSON is UTF-8: a body declared otherwise is not read so
+        assert "UTF-8" in refused(post(hub, body, content_type=content_type), 415, "unsupported-media-type")["detail"]
+    assert head(hub) == before
+    for until in ("abc", "-5", encode_cursor(1)):  # `until` bounds a backfill (with `layers`): alone it meant nothing
+        with httpx.Client(base_url=hub.url, headers={"authorization": f"Bearer {hub.tokens['main']}"}) as http:
+            assert "layers" in refused(http.get("/v1/pull", params={"until": until}), 400, "invalid-parameter")["detail"]
     assert post(hub, body, content_type="application/json; charset=utf-8").status_code == 200
+    assert post(hub, msgspec.json.encode({"events": [entry()]}),
+                content_type="application/json; CHARSET=UTF8").status_code == 200
 
 
 def test_a_cursor_is_kept_decoded_only_when_short():
