@@ -359,9 +359,10 @@ def checkout(directory: Path, at: Optional[str] = AtOpt, seq: Optional[int] = Se
         done = mem.checkout(directory, point_seq, force=force)
     typer.echo(f"wrote {len(done.written)} files as of seq {point_seq} to {directory}")
     if done.left:
-        shown = ", ".join(done.left[:5]) + (f" and {len(done.left) - 5} more" if len(done.left) > 5 else "")
-        typer.echo(f"left {len(done.left)} {'file' if len(done.left) == 1 else 'files'} there that seq {point_seq} "
-                   f"does not hold (a checkout deletes nothing): {shown}")
+        count = f"{len(done.left):,}{' or more' if done.more_left else ''}"
+        more = f" and {len(done.left) - 5:,} more" if len(done.left) > 5 else ""
+        typer.echo(f"left {count} {'file' if len(done.left) == 1 else 'files'} there that seq {point_seq} "
+                   f"does not hold (a checkout deletes nothing): {', '.join(done.left[:5])}{more}")
 
 
 @app.command()

@@ -72,16 +72,36 @@ class Checkout(msgspec.Struct):
 
     written: list[str]
     left: list[str]
+    more_left: bool = False  # the directory held more than LEFT_LOOKED_AT files: `left` is of those looked at
 
 
-def _files_under(root: Path) -> list[str]:
-    """Every file below `root` (links not followed), as paths relative to it."""
+LEFT_LOOKED_AT = 10_000
+"""The most files a checkout looks at of those already in its directory (`Checkout.left`): a directory given by
+mistake (a disk's root holds a million) is not walked whole."""
+
+
+def _files_under(root: Path, most: int = LEFT_LOOKED_AT) -> tuple[list[str], bool]:
+    """The files below `root` (links not followed), as paths relative to it: at most `most` of them, and whether
+    there were more."""
     found = []
     for folder, folders, files in os.walk(root):
         found += [os.path.relpath(os.path.join(folder, name), root) for name in files]
         found += [os.path.relpath(os.path.join(folder, name), root) for name in folders
                   if os.path.islink(os.path.join(folder, name))]
-    return found
+        if len(found) > most:
+            return found[:most], True
+    return found, False
+
+
+def _not_for_a_checkout(target: Path, workspace: Path) -> str | None:
+    """Why `target` (resolved) is no directory a checkout writes into, even with --force, or None."""
+    if target == Path(target.anchor):
+        return "the file system's root"
+    if target == Path.home().resolve():
+        return "your home directory"
+    if workspace.resolve().is_relative_to(target):
+        return f"a directory holding the workspace {workspace}"
+    return None
 
 
 class Moment(msgspec.Struct):
@@ -690,18 +710,22 @@ class Memory:
             raise InvalidInput(f"{target} is not empty; pick a new directory or pass --force to write into it")
         if target.exists() and not target.is_dir():
             raise InvalidInput(f"{target} is a file, not a directory")
+        unfit = _not_for_a_checkout(target, self.root)
+        if unfit is not None:
+            raise InvalidInput(f"{target} is {unfit}; check out into a directory of its own")
         paths, folders = self.views.paths(as_of), {}
         try:
             files = [(path, validate.inside_workspace(target, path, folders)) for path in paths]
         except UnsafePath as exc:
             raise UnsafePath(f"{target}: {str(exc).replace('the workspace', 'the directory')}; nothing written") from None
-        left = sorted(set(_files_under(target)) - set(paths)) if target.is_dir() else []
+        there, more_left = _files_under(target) if target.is_dir() else ([], False)
+        left = sorted(set(there) - set(paths))
         try:
             for path, file in files:
                 write_atomic(file, self.views.file_chunks(path, as_of))
         except (NotADirectoryError, FileExistsError) as exc:
             raise InvalidInput(f"{exc.filename}: a file stands where a directory must be") from None
-        return Checkout(written=paths, left=left)
+        return Checkout(written=paths, left=left, more_left=more_left)
 
     # --- reads: what the CLI prints ---------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 commands never create a hub by accident, and small commands say what is true."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +237,31 @@ def test_checkout_under_a_file_says_so_in_one_line(workspace, tmp_path):
     refused = run_mem("-w", workspace, "checkout", tmp_path / "afile/sub", "--seq", "1")
     assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and b"Errno" not in refused.stderr \
         and b"afile" in refused.stderr, refused.stderr
+
+
+def test_checkout_never_writes_into_a_root_a_home_or_a_directory_holding_the_workspace(workspace, tmp_path):
+    """Regression (newcomer9): `mem checkout / --force` wrote mind.md into the disk's root, then walked all its
+    940,276 files to list what it left. The disk's root, the home directory and a directory that holds the
+    workspace are refused, --force or not; a directory of many files is looked at up to LEFT_LOOKED_AT files."""
+    from projections.memory import LEFT_LOOKED_AT, _not_for_a_checkout
+
+    run_mem("-w", workspace, "always", "add", "a rule", check=True)
+    assert _not_for_a_checkout(Path("/"), workspace) == "the file system's root"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    for target, cwd, env, why in ((home, None, {"HOME": str(home)}, b"your home directory"),
+                                  ("..", workspace, {}, b"a directory holding the workspace")):
+        refused = run_mem("-w", workspace, "checkout", target, "--seq", "1", "--force", cwd=cwd, env=env)
+        assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and why in refused.stderr, \
+            refused.stderr
+    assert [p.name for p in home.iterdir()] == ["notes.txt"] and not (workspace.parent / "mind.md").exists()
+
+    crowded = tmp_path / "crowded"
+    for n in range(LEFT_LOOKED_AT // 100 + 1):
+        folder = crowded / f"d{n:03}"
+        folder.mkdir(parents=True)
+        for m in range(100):
+            (folder / f"f{m:02}").touch()
+    told = run_mem("-w", workspace, "checkout", crowded, "--seq", "1", "--force", check=True).stdout.decode()
+    assert told.splitlines()[1].startswith(f"left {LEFT_LOOKED_AT:,} or more files there"), told
