@@ -288,6 +288,11 @@ def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = 
         typer.echo(f"left out {len(report.shared)} file{'s' if len(report.shared) > 1 else ''} of the hub's shared "
                    f"layers ({', '.join(report.shared)}): the team's, not this agent's own; `mem remote add` and "
                    "`mem pull` bring them back")
+    if report.not_read:
+        tables = ", ".join(f"{table} ({'some rows' if rows < 0 else f'{rows} row' + ('s' if rows != 1 else '')})"
+                           for table, rows in report.not_read.items())
+        typer.echo(f"left out the rows of {tables}: mindlog keeps an agent's memory (loop, audit, files, pages, "
+                   "messages, config), not these; an export does not write them")
 
 
 __all__ = ["state"]

@@ -84,6 +84,9 @@ class ImportReport(msgspec.Struct):
     shared: list[str] = []
     already: int = 0
     """Events of this file the workspace held already (an import of the same file again appends nothing)."""
+    not_read: dict[str, int] = {}
+    """The file's tables no reader takes (`adf_identity`, `adf_tasks`, `adf_timers`, `adf_logs`: not memory), each
+    with its rows, when it has any: said, not dropped without a word."""
 
 
 def _message_schema(box: str) -> str:
@@ -386,6 +389,21 @@ class _Importer:
         """An ImportGap for seqs the file's loop used: of the file's first time, as the log's first event it
         keeps the file's adf_created_at."""
         return self.event(ImportGap(source=self.name, skipped=skipped), ts=self.created_ms)
+
+    def not_read(self) -> dict[str, int]:
+        """The file's tables that hold rows and that no reader takes, each with how many (`ImportReport.not_read`)."""
+        read = {reader.table for reader in self.readers()}
+        found = {}
+        for (table,) in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"):
+            if table in read or table.startswith("sqlite_"):
+                continue
+            try:
+                count = self.db.execute(f'SELECT count(*) FROM "{table.replace(chr(34), chr(34) * 2)}"').fetchone()[0]
+            except sqlite3.DatabaseError:  # a virtual table of a module this SQLite lacks, say: named all the same
+                count = -1
+            if count:
+                found[table] = count
+        return found
 
     def rows(self, table: str, required: bool) -> list[dict]:
         columns = [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]
@@ -724,6 +742,7 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
             contract = memory.views.hub
             reader = _Importer(db, memory.config.agent, allow_secret, contract.layers if contract else None)
             events = reader.read()
+            not_read = reader.not_read()
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
@@ -737,7 +756,8 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
             held = sum(memory.log.get(event.id) is not None for event in events)
             if held == len(events):  # this file, imported here before: nothing to add
                 return ImportReport(path=str(path), schema_version=reader.schema_version, events=0,
-                                    rows=dict.fromkeys(IMPORT_ROWS, 0), kept_aside=[], already=held)
+                                    rows=dict.fromkeys(IMPORT_ROWS, 0), kept_aside=[], already=held,
+                                    not_read=not_read)
             raise InvalidInput("import into a new workspace (`mem init`): imported loop rows keep their seqs, "
                                "so the log must be empty" + (f" (this one holds {held} of the file's {len(events)} "
                                                              "events already)" if held else ""))
@@ -753,7 +773,7 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
             "change log": sum(isinstance(e.body, LogRestore) for e in events),
             "seq gap": sum(isinstance(e.body, ImportGap) for e in events)}
     return ImportReport(path=str(path), schema_version=reader.schema_version, events=len(events),
-                        rows=rows, kept_aside=reader.kept_aside, shared=reader.shared_left)
+                        rows=rows, kept_aside=reader.kept_aside, shared=reader.shared_left, not_read=not_read)
 
 
 IMPORT_ROWS = ("loop", "audit", "files", "pages", "always", "entries", "config", "messages", "change log", "seq gap")

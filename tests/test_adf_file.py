@@ -661,3 +661,25 @@ def test_lint_reports_a_citation_into_an_unreadable_blob_as_a_finding(tmp_path):
     result = run_mem("-w", tmp_path / "ws", "lint", "--check", "citations")
     assert result.returncode == 1 and b"Traceback" not in result.stderr, result.stderr
     assert b"[S3]" in result.stdout and b"cannot be resolved: audit blob 1 is not valid brotli" in result.stdout
+
+
+def test_an_import_names_the_tables_it_leaves_out_with_their_rows(tmp_path, fixture_adf):
+    """Regression (newcomer9): an ADF file's identity, tasks, timers and logs were dropped by `mem import adf` without
+    a word (an export then has no such tables). The import says which of the file's tables hold rows it does not
+    take, with how many; its JSON has them too; a file whose such tables are empty says nothing of them."""
+    db = sqlite3.connect(fixture_adf)
+    db.execute("INSERT INTO adf_identity (purpose, value) VALUES ('signing', x'00')")
+    db.executemany("INSERT INTO adf_tasks (id, tool, created_at) VALUES (?, 'fs_read', 1)", [("t1",), ("t2",)])
+    db.execute("INSERT INTO adf_timers (schedule_json, next_wake_at, created_at) VALUES ('{}', 1, 1)")
+    db.commit()
+    db.close()
+    ws, result = import_cli(tmp_path, fixture_adf)
+    assert result.returncode == 0, result.stderr
+    assert ("left out the rows of adf_identity (1 row), adf_tasks (2 rows), adf_timers (1 row): mindlog keeps an "
+            "agent's memory") in result.stdout.decode(), result.stdout
+    again = run_mem("init", "-w", tmp_path / "json", "--agent", "me", check=True)
+    assert again.returncode == 0
+    told = json.loads(run_mem("-w", tmp_path / "json", "import", "adf", fixture_adf, "--json", check=True).stdout)
+    assert told["not_read"] == {"adf_identity": 1, "adf_tasks": 2, "adf_timers": 1}
+    _ws, plain = import_cli(tmp_path / "plain", FIXTURE)
+    assert b"left out the rows" not in plain.stdout, plain.stdout
