@@ -464,11 +464,11 @@ def test_tools_taking_a_moment_return_the_instant_they_read(workspace, monkeypat
     for name in ("show", "search", "believed", "cite", "diff"):
         said = results[name].content[-1].text
         assert not results[name].is_error and said.startswith("as of ") and said.endswith("(seq 1)"), name
-        assert said[6:31].endswith(("+01:00", "+02:00")), said  # the local time, with its offset
+        assert said[6:35].endswith(("+01:00", "+02:00")), said  # the local time, with its offset
     assert results["log"].content[-1].text.startswith("since ")
     refused = results["too early"]
     assert refused.is_error and len(refused.content) == 1
-    assert "'2000-01-01' (2000-01-01T00:00:00+01:00) is before this workspace existed" in refused.content[0].text
+    assert "'2000-01-01' (2000-01-01T00:00:00.000+01:00) is before this workspace existed" in refused.content[0].text
 
 
 def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind():
