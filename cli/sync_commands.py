@@ -552,6 +552,10 @@ def show_status(json: bool, fetch: bool) -> None:
                          ("untracked", report.untracked)):
         for path in paths:
             typer.echo(f"{label + ':':<17}{path}" + (_not_written_note(report, path) if label == "not written" else ""))
+    if report.leftovers:
+        them = "it" if len(report.leftovers) == 1 else "them"
+        typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "
+                   f"command that writes removes {them})")
     for c in report.conflicts:
         typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
     for layer, path in report.not_received.items():

@@ -33,6 +33,7 @@ from .bulk import worth_building
 from .fold import catch_up
 from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
                           written_hash)
+from .replay import remove_leftovers, replay
 from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
 
@@ -230,6 +231,7 @@ class Memory:
         with self.lock():
             if files:
                 remove_stale_temp_files(self.views, self.root)
+                remove_leftovers(self.ws)
             head, checkpoint = self.log.head(), self.views.checkpoint()
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
@@ -238,8 +240,6 @@ class Memory:
                 if files:
                     self.last_report = materialize(self.views, self.root, force=force)
                 return self.last_report
-        from .replay import replay
-
         self.last_report = replay(self, force=force, keep_hand_edits=True, progress=progress).files
         return self.last_report
 

@@ -6,12 +6,14 @@ from eventstore.backends import shown
 from eventstore.workspace import log_damaged
 
 from .materialize import hand_edited, untracked
+from .replay import leftovers
 
 
 class WorkspaceStatus(msgspec.Struct):
     """`clean`: every file is what the log says (the views caught up, nothing edited by hand, left to write,
     missing or untracked). It is about the workspace's files alone: what waits to be pushed or pulled, and
-    conflicts, are said apart (sync.status)."""
+    conflicts, are said apart (sync.status). `leftovers`: what a replay or check cut off left in .mem/, which the
+    next command that takes the projector lock removes."""
 
     workspace: str
     agent: str
@@ -23,6 +25,7 @@ class WorkspaceStatus(msgspec.Struct):
     missing: list[str]
     untracked: list[str]
     clean: bool
+    leftovers: list[str] = []
 
 
 def workspace_status(memory) -> WorkspaceStatus:
@@ -37,4 +40,5 @@ def workspace_status(memory) -> WorkspaceStatus:
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
-                           untracked=loose, clean=head == checkpoint and not (edited or pending or missing or loose))
+                           untracked=loose, clean=head == checkpoint and not (edited or pending or missing or loose),
+                           leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)])
