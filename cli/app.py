@@ -226,13 +226,13 @@ def page_write(slug: str,
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
                layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Ingest a page when new, update it otherwise."""
-    if layer is not None and layer != MIND:
-        with memory() as mem:
-            event = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
-        return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {event.seq})")
     with memory() as mem:
-        event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
-    typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {event.seq})")
+        if layer is not None and layer != MIND:
+            event = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
+        else:
+            event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
+        path = mem.page_file(layer or MIND, event.body.slug)
+    typer.echo(f"{event.kind.split('.')[1]} {path} (seq {event.seq})")
 
 
 NoteOpt = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>]).")
@@ -276,9 +276,9 @@ def release(mem, slug: str, note: str, layer: str | None) -> str:
     """Releases a held wiki page, or a page of a shared layer; the line that says so (the CLI's and MCP's)."""
     if layer is not None and layer != MIND:
         event = mem.release_shared_page(layer, slug, note)
-        return f"release {layer}/{event.body.slug} (seq {event.seq})"
-    event = mem.release_page(slug, note)
-    return f"release mind/{event.body.slug}.md (seq {event.seq})"
+    else:
+        event = mem.release_page(slug, note)
+    return f"release {mem.page_file(layer or MIND, event.body.slug)} (seq {event.seq})"
 
 
 @page_app.command("list")

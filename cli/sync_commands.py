@@ -510,13 +510,15 @@ def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", h
 def shared_page_delete(layer: str, slug: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
         event = mem.shared_page_delete(layer, slug, note, allow_secret=allow_secret)
-    typer.echo(f"delete {layer}/{event.body.slug} (seq {event.seq})")
+        path = mem.page_file(layer, event.body.slug)
+    typer.echo(f"delete {path} (seq {event.seq})")
 
 
 def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
         event = mem.shared_page_rename(layer, old, new, note, allow_secret=allow_secret)
-    typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {event.seq})")
+        paths = [mem.page_file(layer, slug) for slug in (old, new)]
+    typer.echo(f"rename {paths[0]} -> {paths[1]} (seq {event.seq})")
 
 
 def shared_page_list(layer: str, json: bool) -> None:

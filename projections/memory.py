@@ -589,6 +589,11 @@ class Memory:
     def shared_page_path(self, layer: str, slug: str) -> str:
         return f"{self.views.contract.layers[layer].path}{slug}.md"
 
+    def page_file(self, layer: str, slug: str) -> str:
+        """The file a page is written to: the wiki's in mind/, a pages layer's where the contract (or the config,
+        for a local layer) places it."""
+        return page_path(slug) if layer == MIND else self.shared_page_path(layer, slug)
+
     def materialised_from(self, layer: str, slug: str) -> list[str] | None:
         """When the page's file was changed by hand: the version that file showed before the edit
         ([] when mindlog never wrote it). None when the file is as mindlog wrote it."""
@@ -860,7 +865,7 @@ class Memory:
 
     def local_layers(self) -> set[str]:
         """The names of the layers this agent declared for itself: never pushed, never taken from a hub."""
-        return set(local_layers.declared(self.views.config(), self.config.agent))
+        return self.views.local_layers()
 
     def not_taken(self) -> dict[str, str]:
         """The hub's layers (as last pulled) a local layer shadows, each with why (`local_layers.shadowed`): this

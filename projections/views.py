@@ -207,6 +207,10 @@ class Views:
             return hub
         return local_layers.merged(hub, self.config() if config is None else config, self.agent)
 
+    def local_layers(self) -> set[str]:
+        """The names of the layers these views' agent declared for itself (never pushed, never taken from a hub)."""
+        return set(local_layers.declared(self.config(), self.agent)) if self.agent is not None else set()
+
     def close(self) -> None:
         self.db.close()
 

@@ -426,7 +426,7 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
     assert [(hit["path"], hit["citation"]) for hit in json.loads(now[1])] == [
         ("mind/canary.md", "adf-file://mind/canary.md")]
     assert json.loads(then[1]) == []
-    assert bad_kind == (True, "kind must be one of page, shared-page, entry, loop, file, not 'nonsense'")
+    assert bad_kind == (True, "kind must be one of page, shared-page, local-page, entry, loop, file, not 'nonsense'")
     assert [row[0] for row in log_rows(workspace)] == [1, 2, 3]
 
 
@@ -546,7 +546,7 @@ def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     expected["missing"] = cli_error(workspace, "page", "release", "missing", "--layer", "notes", "--note", "x")
     error, text = answers["held"]
     assert error and text.startswith("page 'pricing' of layer 'notes' is held")
-    assert answers["release"] == (False, "release notes/pricing (seq 4)")
+    assert answers["release"] == (False, "release notes/pricing.md (seq 4)")
     for name in ("again", "missing", "no note"):
         assert answers[name] == (True, expected[name]), name
     assert not answers["edit"][0] and answers["wiki"] == (False, "release mind/freeze.md (seq 6)")
