@@ -19,7 +19,7 @@ from eventstore import secrets, validate
 from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, UnsafePath, for_each, is_damaged,
                                storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
-from eventstore.readonly import read_only
+from eventstore.readonly import full_disk, read_only
 from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
 from eventstore.layers import MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
@@ -204,6 +204,9 @@ class Memory:
                 finally:
                     self._lock_depth -= 1
                 return
+            if full_disk(self.views.db) or full_disk(getattr(self.log, "db", None)):  # the lock file opens there
+                raise StorageFailure(f"cannot change the workspace {self.root}: the disk is full (its databases "
+                                     "could be opened only to read)")
             with self.ws.locked():  # every change takes the lock first: a read-only workspace stops here
                 self._lock_depth = 1
                 try:
@@ -226,7 +229,7 @@ class Memory:
             head, checkpoint = self.log.head(), self.views.checkpoint()
             if head != checkpoint:
                 raise StorageFailure(f"the views {self.ws.views_path} are at seq {checkpoint}, the log at {head}, "
-                                     "and the storage is read-only: they cannot catch up to be read")
+                                     f"and {self.views.db.why}: they cannot catch up to be read")
             return self.last_report
         with self.lock():
             if files:

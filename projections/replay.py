@@ -83,6 +83,9 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             laps.lap("dry run")
             checkpoint = views.checkpoint()
             views.close()
+        except BaseException:
+            remove_leftovers(memory.ws)  # a build that failed (a full disk) keeps no room
+            raise
         finally:
             checks.finish()
         if refused and not keep_hand_edits:
