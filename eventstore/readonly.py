@@ -71,11 +71,19 @@ def _read_only_uri(path: Path) -> str:
         probe.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         return f"{uri}?mode=ro"
     except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorname", None) not in ("SQLITE_CANTOPEN", *FULL_DISK):
+        if getattr(exc, "sqlite_errorname", None) not in ("SQLITE_CANTOPEN", *FULL_DISK) or _wal_written(path):
             raise
     finally:
         probe.close()
     return f"{uri}?mode=ro&immutable=1"
+
+
+def _wal_written(path: Path) -> bool:
+    """Whether `path`'s WAL holds frames, which `immutable=1` would not read (a closed database has none)."""
+    try:
+        return Path(f"{path}-wal").stat().st_size > 0
+    except OSError:
+        return False
 
 
 def read_only(db: sqlite3.Connection) -> bool:
