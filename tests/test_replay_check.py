@@ -44,15 +44,21 @@ def _scratch_files(root: Path, temp: Path) -> list[Path]:
     return [p for d in [*root.joinpath(".mem").glob("views.db.check-*"), *temp.iterdir()] for p in d.rglob("*")]
 
 
-def _check_stopped_in_its_files(root: Path, temp: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
-    """Runs `mem replay --check` and sends it `sig` once it writes the files of its rebuilt copy."""
+def _check_reaching(root: Path, temp: Path, name: str) -> subprocess.Popen:
+    """`mem replay --check`, running, once its rebuilt copy holds a file named `name`."""
     check = subprocess.Popen([*mem_command(), "-w", str(root), "replay", "--check"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(temp)})
     deadline = time.monotonic() + 120
-    while not any(p.name == "files" for p in _scratch_files(root, temp)):
+    while not any(p.name == name for p in _scratch_files(root, temp)):
         assert check.poll() is None, "the check ended before it could be stopped; lengthen the log"
         assert time.monotonic() < deadline
         time.sleep(0.002)
+    return check
+
+
+def _check_stopped_in_its_files(root: Path, temp: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
+    """Runs `mem replay --check` and sends it `sig` once it writes the files of its rebuilt copy."""
+    check = _check_reaching(root, temp, "files")
     check.send_signal(sig)
     out, err = check.communicate(timeout=60)
     return subprocess.CompletedProcess(check.args, check.returncode, out, err)
@@ -130,13 +136,7 @@ def test_a_replay_leaves_the_scratch_of_a_check_still_running(leaky):
     clean-up leaves; the check ends as usual and removes it itself. The check is stopped (SIGSTOP) while it builds,
     so that the replay runs whole in between."""
     root, temp = leaky
-    check = subprocess.Popen([*mem_command(), "-w", str(root), "replay", "--check"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(temp)})
-    deadline = time.monotonic() + 120
-    while not any(p.name == "views.db" for p in _scratch_files(root, temp)):
-        assert check.poll() is None, "the check ended before it could be stopped; lengthen the log"
-        assert time.monotonic() < deadline
-        time.sleep(0.002)
+    check = _check_reaching(root, temp, "views.db")
     check.send_signal(signal.SIGSTOP)
     try:
         assert b"replayed 20001 events" in run_mem("-w", root, "replay", check=True).stdout
