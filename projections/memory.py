@@ -16,8 +16,8 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, UnsafePath, for_each, is_damaged,
-                               storage_exceptions, storage_failure)
+from eventstore.errors import (HandEdited, InvalidInput, NotFound, Stale, StorageFailure, UnsafePath, for_each,
+                               is_damaged, storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
 from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
@@ -250,9 +250,14 @@ class Memory:
         return self.append_all([event], touches=touches, adopt=adopt, force=force, allow_secret=allow_secret)[0]
 
     def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-                   force: bool = False, allow_secret: bool = False, checked: bool = False) -> list[Event]:
+                   force: bool = False, allow_secret: bool = False, checked: bool = False,
+                   from_disk: bool = False) -> list[Event]:
         """Appends events in one transaction, with `append`'s checks; returns them with their seqs.
         `checked`: each event went through `admit` already (a batch of adopted pages, refused one by one).
+        `adopt`: files whose bytes the events record, no longer hand edits when the files still hold them.
+        `from_disk`: those bytes were read from the files (hand edits adopted): they are the base of the files'
+        later edits even when a file changed again meanwhile, so that edit is merged onto what was adopted,
+        never against an older base (which both changed: refused for good).
 
         Once the events are committed the command has succeeded: if the views or files then cannot follow
         (a full disk), `behind` says so and the next command catches up."""
@@ -271,15 +276,23 @@ class Memory:
                                      for_tools=self.hand_edited_message(edited, tools=True))
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
-            try:
-                for path, document in (adopt or {}).items():
-                    target = self.root / path
-                    if target.is_file() and target.read_bytes() == document:
-                        record_adopted(self.views, path, document)
-            except storage_exceptions() as exc:
-                self._fell_behind(exc)
+            if adopt:
+                self._record_adopted(adopt, from_disk)
             self.follow(force=force, files=force or not self.defer_files)
         return events
+
+    def _record_adopted(self, adopt: dict[str, bytes], from_disk: bool) -> None:
+        """`append_all`'s `adopt`, once the views hold the events (an adopted file's row is dated by its page's)."""
+        self.follow(files=False)
+        if self.behind:
+            return
+        try:
+            for path, document in adopt.items():
+                target = self.root / path
+                if from_disk or target.is_file() and target.read_bytes() == document:
+                    record_adopted(self.views, path, document)
+        except storage_exceptions() as exc:
+            self._fell_behind(exc)
 
     def admit(self, event: Event, allow_secret: bool = False) -> Event:
         """The event as it may be appended: refused when it holds a secret (unless allowed) or when the trust
@@ -356,23 +369,50 @@ class Memory:
 
     # --- the wiki -----------------------------------------------------------------------------
 
+    @contextmanager
+    def at_head(self):
+        """The lock, with the views caught up with the log: a page read inside is the version an append made
+        inside supersedes (its parent), not one another process superseded since this one last read the views."""
+        with self.lock():
+            if self.views.checkpoint() < self.log.head():
+                self.refresh(files=False)
+            yield
+
     def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False,
-                   allow_secret: bool = False) -> Event:
-        event = self.writer.page_write(slug, document, note)
-        path = page_path(event.body.slug)
-        return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
-                           allow_secret=allow_secret)
+                   allow_secret: bool = False, if_version: str | None = None) -> Event:
+        """The page's next version. `if_version`: the version the document was made from (its seq or id), refused
+        unless it is still the current one; without it the write follows whatever came before (last writer wins)."""
+        with self.at_head():
+            if if_version is not None:
+                self._refuse_unless_head(slug, if_version)
+            event = self.writer.page_write(slug, document, note)
+            path = page_path(event.body.slug)
+            return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
+                               allow_secret=allow_secret)
+
+    def _refuse_unless_head(self, slug: str, expected: str) -> None:
+        slug = validate.slug(slug)
+        head = self.views.page_head(slug)
+        if head is None:
+            raise Stale(f"mind/{slug}.md has no current version, not {expected} (the version the write was made "
+                        f"from): nothing was written; `mem history {slug}` says what became of it")
+        if expected.strip() not in (str(head[0]), head[1]):
+            raise Stale(f"mind/{slug}.md was written since version {expected} that this write was made from: its "
+                        f"current version is seq {head[0]} (id {head[1]}); nothing was written: `mem show {slug}` "
+                        f"has it to redo the change on, with --if-version {head[0]}")
 
     def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> Event:
-        event = self.writer.page_delete(slug, note)
-        return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
-                           allow_secret=allow_secret)
+        with self.at_head():
+            event = self.writer.page_delete(slug, note)
+            return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
+                               allow_secret=allow_secret)
 
     def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False,
                     allow_secret: bool = False) -> Event:
-        event = self.writer.page_rename(old, new, note)
-        touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
-        return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
+        with self.at_head():
+            event = self.writer.page_rename(old, new, note)
+            touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
+            return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
     def release_page(self, slug: str, note: str, *, allow_secret: bool = False) -> Event:
         event = self.writer.page_release(slug, note)

@@ -279,8 +279,13 @@ class Views:
     # --- the wiki as of a seq -----------------------------------------------------------------
 
     def heads(self, slug: str) -> list[str]:
-        row = self.db.execute("SELECT version_id FROM pages WHERE slug = ?", (slug,)).fetchone()
-        return [id_text(row[0])] if row else []
+        head = self.page_head(slug)
+        return [head[1]] if head else []
+
+    def page_head(self, slug: str) -> tuple[int, str] | None:
+        """The seq and id of the page's current version (None: no such page)."""
+        row = self.db.execute("SELECT seq, version_id FROM pages WHERE slug = ?", (slug,)).fetchone()
+        return (row[0], id_text(row[1])) if row else None
 
     def always(self, as_of: int | None = None) -> list[str]:
         if as_of is None:
