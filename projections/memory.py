@@ -284,9 +284,9 @@ class Memory:
     def _record_adopted(self, adopt: dict[str, bytes], from_disk: bool) -> None:
         """`append_all`'s `adopt`, once the views hold the events (an adopted file's row is dated by its page's)."""
         self.follow(files=False)
-        if self.behind:
-            return
         try:
+            if self.views.checkpoint() < self.log.head():
+                return  # the views could not follow: `behind` says why
             for path, document in adopt.items():
                 target = self.root / path
                 if from_disk or target.is_file() and target.read_bytes() == document:
