@@ -379,8 +379,12 @@ class Views:
     def tenure(self, path: str, upto: int) -> tuple[str, str | None, int, int | None] | None:
         """(layer, slug, since, until) of the last stretch up to seq `upto` in which one layer's file (or page)
         was at `path`: from the contract change at `since` (0: from the start) to the one at `until` that moved or
-        dropped it (None: it still is there at `upto`). None when no layer's file was ever there."""
+        dropped it (None: it still is there at `upto`); or from or to a change of the agent's own file there, which
+        keeps the path while it exists (`blocked`). None when no layer's file was ever there."""
         changes = placements.changes(self.db, upto) if self._placed_by_log else []
+        own = [seq for (seq,) in self.db.execute("SELECT seq FROM file_versions WHERE path = ? AND seq <= ?",
+                                                 (path, upto))]
+        changes = sorted({*changes, *own}, reverse=True) if own else changes
         owner, until = self.shared_target(path, upto), None
         for seq in changes:
             if owner is not None:

@@ -109,5 +109,8 @@ def test_a_layer_moved_onto_an_own_file_leaves_the_file_the_agents_until_it_is_d
     assert "shared fact" in (writer / "notes/x.md").read_text()
     assert b"shared fact" in team.mem("writer", "show", "notes/x.md", check=True).stdout
     assert team.mem("writer", "show", "notes/x.md", "--seq", "1", check=True).stdout == b"my own private notes\n"
+    history = json.loads(team.mem("writer", "history", "notes/x.md", "--json", check=True).stdout)
+    assert [(v["kind"], v["deleted"]) for v in history] == [("file.write", False), ("file.delete", False)], history
+    assert team.mem("writer", "history", "notes/x.md", check=True).stdout.count(b"\n") == 2  # it was a traceback
     assert team.mem("writer", "status", check=True).stdout.decode().endswith("clean: every file is what the log says\n")
     team.mem("writer", "replay", "--check", check=True)
