@@ -20,8 +20,8 @@ from eventstore.errors import (HandEdited, InvalidInput, NotFound, Stale, Storag
                                is_damaged, storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
-from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
-from eventstore.layers import MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
+from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove, ContractChange
+from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
 from eventstore.workspace import Workspace, log_cut_short, views_damaged
@@ -35,6 +35,11 @@ from .materialize import (FileReport, hand_edited, materialize, record_adopted, 
                           written_hash)
 from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
+
+
+CONTRACT_STATE = "hub-contract"
+"""The log's state key holding the hub's contract as last taken (`.mem/contract.json`'s bytes): a workspace made again
+on the log takes it (`Memory._keep_contract_of_log`)."""
 
 
 def below_zero(name: str, value: int) -> InvalidInput:
@@ -156,6 +161,7 @@ class Memory:
             memory = cls(Workspace.init(root, agent, log))
             if new and log is not None:
                 memory._refuse_a_log_of_another_agent()
+                memory._keep_contract_of_log()
         except BaseException:
             if new:
                 shutil.rmtree(mem_dir, ignore_errors=True)
@@ -175,6 +181,19 @@ class Memory:
             raise InvalidInput(f"the log {shown(self.config.log)} holds the memory of agent {first.agent!r} (its "
                                f"first private event, seq {first.seq}); an agent's log cannot change hands: give "
                                f"--agent {first.agent} to take it up again, or another database")
+
+    def _keep_contract_of_log(self) -> None:
+        """A new workspace on a log that holds its agent's memory (a lost workspace rebuilt from its PostgreSQL log)
+        takes the hub's contract it last took, kept in the log beside the sync cursors (`set_contract`), or else the
+        last one its `contract.change` events recorded (a log kept before), as if pulled: its shared layers' files
+        are written at once, and its shared writes work before `mem remote add`."""
+        kept = self.log.state(CONTRACT_STATE)
+        if not kept:
+            last = next(self.log.read(kinds=["contract.change"], layers=[AGENT], limit=1, newest_first=True), None)
+            kept = msgspec.json.encode(lenient_contract(last.body.layers)).decode() \
+                if last is not None and isinstance(last.body, ContractChange) else None
+        if kept and self.hub_contract() is None:
+            write_atomic(self.contract_path, [kept])
 
     def close(self) -> None:
         self.views.close()
@@ -569,6 +588,7 @@ class Memory:
             if recorded:
                 self.log.append([self.adf_writer.contract_taken(contract, previous)])
             write_atomic(self.contract_path, [encoded])
+            self.log.set_state(CONTRACT_STATE, encoded.decode())
             changed = self.load_contract(contract) != self.views.contract
             if changed or recorded:
                 self.views.set_contract(contract)
@@ -909,6 +929,14 @@ class Memory:
         if hub is None:
             return {}
         return local_layers.shadowed(hub.layers, local_layers.declared(self.views.config(), self.config.agent))
+
+    def blocked(self) -> dict[str, str]:
+        """The agent's own files at a path where the contract places a layer's file (`Views.blocked`), each with what
+        that means and how to let the layer's file in."""
+        return {path: (f"layer {layer!r} is placed at {path}, where this agent's own file is: the layer's file is not "
+                       f"written there and `mem show {path}` answers the agent's file, until `mem file delete {path}` "
+                       f"(to keep it, first `mem show {path} | mem file write OTHER-PATH --file -`)")
+                for path, layer in self.views.blocked().items()}
 
     def layers(self) -> list[dict]:
         """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`); then the hub's
