@@ -224,13 +224,21 @@ LayerOpt = typer.Option(None, "--layer", help="A shared pages layer instead of t
 def page_write(slug: str,
                file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
-               layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
+               layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt,
+               if_version: Optional[str] = typer.Option(
+                   None, "--if-version", help="Write only if the page's current version is still this one (its seq, "
+                   "as `mem history` and this command print it, or its id): the version the file was made from. "
+                   "Otherwise refused, nothing written. Without it the last writer wins.")):
     """Ingest a page when new, update it otherwise."""
+    if layer is not None and layer != MIND and if_version is not None:
+        fail("--if-version is for wiki pages: a shared page written from its file names the version the file "
+             "showed as its parent, so a version written meanwhile stays a conflict", 2)
     with memory() as mem:
         if layer is not None and layer != MIND:
             event = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
         else:
-            event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
+            event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret,
+                                   if_version=if_version)
         path = mem.page_file(layer or MIND, event.body.slug)
     typer.echo(f"{event.kind.split('.')[1]} {path} (seq {event.seq})")
 
