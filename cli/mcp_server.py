@@ -311,8 +311,8 @@ def build_server(mem: Memory) -> MCPServer:
                types: list[str] | None = None, kinds: list[str] | None = None, agent: str | None = None,
                status: str | None = None, include_all: bool = False, n: int = 10) -> list[str]:
         """Full-text search (BM25) over pages, shared layers, entries, the loop and files, now or as of a moment
-        (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page, entry,
-        loop, file. Superseded, deprecated and archived material only with include_all. With `at`, a second text
+        (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page,
+        local-page (a page of a layer of this agent's own), entry, loop, file. Superseded, deprecated and archived material only with include_all. With `at`, a second text
         says which instant it searched. Every word must appear ("quoted phrases" too): OR, NOT, -word and prefix* are
         words like the others, not operators."""
         for kind in kinds or ():

@@ -33,7 +33,7 @@ def search(query: str,
                                                      "or a shared layer (repeatable)."),
            type_: Optional[list[str]] = typer.Option(None, "--type", help="Only this page or entry type, "
                                                      "or loop role (repeatable)."),
-           kind: Optional[list[str]] = typer.Option(None, "--kind", help="page, shared-page, entry, loop, file."),
+           kind: Optional[list[str]] = typer.Option(None, "--kind", help=f"{', '.join(searching.KINDS)}."),
            agent: Optional[str] = typer.Option(None, "--agent", help="Only what this agent wrote."),
            status: Optional[str] = typer.Option(None, "--status", help="Only pages whose status starts with this "
                                                 "(free-form, as the ADF guide has it: current, draft, superseded-by: x, "

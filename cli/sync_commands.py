@@ -514,13 +514,15 @@ def conflicts(json: bool = JsonOpt, show: bool = typer.Option(False, "--show", h
 def shared_page_delete(layer: str, slug: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
         event = mem.shared_page_delete(layer, slug, note, allow_secret=allow_secret)
-    typer.echo(f"delete {layer}/{event.body.slug} (seq {event.seq})")
+        path = mem.page_file(layer, event.body.slug)
+    typer.echo(f"delete {path} (seq {event.seq})")
 
 
 def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: bool) -> None:
     with memory() as mem:
         event = mem.shared_page_rename(layer, old, new, note, allow_secret=allow_secret)
-    typer.echo(f"rename {layer}/{old} -> {layer}/{new} (seq {event.seq})")
+        paths = [mem.page_file(layer, slug) for slug in (old, new)]
+    typer.echo(f"rename {paths[0]} -> {paths[1]} (seq {event.seq})")
 
 
 def shared_page_list(layer: str, json: bool) -> None:
@@ -556,6 +558,10 @@ def show_status(json: bool, fetch: bool) -> None:
                          ("untracked", report.untracked)):
         for path in paths:
             typer.echo(f"{label + ':':<17}{path}" + (_not_written_note(report, path) if label == "not written" else ""))
+    if report.leftovers:
+        them = "it" if len(report.leftovers) == 1 else "them"
+        typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "
+                   f"command that writes removes {them})")
     for c in report.conflicts:
         typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
     for layer, path in report.not_received.items():
@@ -563,6 +569,12 @@ def show_status(json: bool, fetch: bool) -> None:
                    "shows what it had, and no longer changes)")
     for why in report.not_taken.values():
         typer.echo(f"{'not taken:':<17}{why}")
+    for why in report.blocked.values():
+        typer.echo(f"{'own file:':<17}{why}")
+    if report.unplaced:
+        typer.echo(f"{'not placed:':<17}the log holds events of layer{'s' * (len(report.unplaced) > 1)} "
+                   f"{', '.join(report.unplaced)}, but no hub contract "
+                   "is known here to place their files: `mem pull` fetches it (`mem remote add` first, if none is set)")
     for r in report.remotes:
         typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {r.behind_text()}; "
                    f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))

@@ -89,5 +89,6 @@ def format_instant(ms: int) -> str:
 
 
 def format_local(ms: int) -> str:
-    """An instant in the local timezone with its offset, as the CLI says which moment it resolved."""
-    return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+    """An instant in the local timezone with its offset, as the CLI says which moment it resolved: to the
+    millisecond, as events are recorded (two seqs a few milliseconds apart read as two instants)."""
+    return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")

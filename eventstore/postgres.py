@@ -17,7 +17,7 @@ from .envelope import Event, check_event
 from .errors import InvalidInput
 from .layers import MIND
 from .recorder import (ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows,
-                       recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
+                       kind_condition, recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
 from .sqlite import COLUMNS
 
 SCHEMA = """
@@ -153,10 +153,13 @@ class PostgresLog(Recorder):
             if value is not None:
                 where.append(f"{column} %s")
                 params.append(value)
-        for column, values in (("kind", kinds), ("layer", layers)):
-            if values:
-                where.append(f"{column} = ANY(%s)")
-                params.append(list(values))
+        if kinds:
+            condition, stored = kind_condition(kinds, "%s")
+            where.append(condition)
+            params.extend(stored)
+        if layers:
+            where.append("layer = ANY(%s)")
+            params.append(list(layers))
         sql = (f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} "
                f"ORDER BY seq {'DESC' if newest_first else 'ASC'}")
         if limit is not None:

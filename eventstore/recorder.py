@@ -50,6 +50,20 @@ def row_to_event(row) -> Event:
                  digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
 
 
+REDACTED = TAGS[Redacted]
+
+
+def kind_condition(kinds: Sequence[str] | None, placeholder: str) -> tuple[str | None, list[str]]:
+    """The WHERE condition (and its parameters) of a filter on kinds as events are listed. A redacted event's row
+    keeps the kind it was written as (its digest covers it) and holds its `Redacted` stand-in (CODEC_REDACTED),
+    which lists it as `redacted`: it is found by that name, and by the kind it was written as."""
+    stored = [kind for kind in kinds or () if kind != REDACTED]
+    either = [f"kind IN ({','.join([placeholder] * len(stored))})"] if stored else []
+    if REDACTED in (kinds or ()):
+        either.append(f"codec = {CODEC_REDACTED}")
+    return (f"({' OR '.join(either)})" if either else None), stored
+
+
 def skipped(body) -> int:
     """Seqs left unused before this event: only an ImportGap skips any (an imported file's gap)."""
     return body.skipped if isinstance(body, ImportGap) else 0

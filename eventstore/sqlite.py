@@ -16,8 +16,8 @@ from .errors import IdConflict, InvalidInput
 from .layers import MIND
 from .readonly import connect
 from .recorder import (_EMPTY, PLAIN_TAGS, ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, _link_input,
-                       id_bytes, id_text, plan_rows, recording_times, redaction_updates, row_to_event, small_sha256,
-                       stored_form, verify_rows)
+                       id_bytes, id_text, kind_condition, plan_rows, recording_times, redaction_updates, row_to_event,
+                       small_sha256, stored_form, verify_rows)
 
 body_of = attrgetter("body")
 
@@ -441,8 +441,9 @@ class SQLiteLog(Recorder):
             where.append("seq <= ?")
             params.append(upto)
         if kinds:
-            where.append(f"kind IN ({','.join('?' * len(kinds))})")
-            params.extend(kinds)
+            condition, stored = kind_condition(kinds, "?")
+            where.append(condition)
+            params.extend(stored)
         if layers:
             where.append(f"layer IN ({','.join('?' * len(layers))})")
             params.extend(layers)

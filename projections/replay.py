@@ -1,16 +1,18 @@
 """`mem replay`: delete every view and rebuild it from the log, or check that a rebuild agrees."""
 
+import fcntl
 import os
 import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
 
-from eventstore.errors import HandEdited
+from eventstore.errors import HandEdited, StorageFailure
 
 from . import bulk
 from .materialize import FileReport, Prechecks, file_hash, hand_edited, materialize, remove_stale_temp_files
@@ -62,10 +64,10 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         memory.seq_at(seq=upto)
     with memory.lock():
         remove_stale_temp_files(memory.views, memory.root)  # a replay killed while it wrote files left them
-        remove_check_leftovers(memory.ws.mem_dir)
+        remove_leftovers(memory.ws)
         carried = memory.views.written.hashes()
         target = memory.ws.views_path
-        rebuilt = Path(f"{target}.rebuild")
+        rebuilt = _rebuilt(memory.ws)
         seen = {}  # the files' hashes on disk, read once for both passes
         checks = Prechecks(memory.root, carried, seen, rebuilt)  # begun as the fold ends
         laps = bulk.LAPS
@@ -81,6 +83,9 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             laps.lap("dry run")
             checkpoint = views.checkpoint()
             views.close()
+        except BaseException:
+            remove_leftovers(memory.ws)  # a build that failed (a full disk) keeps no room
+            raise
         finally:
             checks.finish()
         if refused and not keep_hand_edits:
@@ -120,24 +125,97 @@ def _replace(rebuilt: Path, target: Path) -> threading.Thread | None:
 
 CHECK_PREFIX = "views.db.check-"
 """The scratch directory of `check`, in .mem/ beside the views: a check killed mid-way leaves a whole rebuilt
-memory there, where the next replay or redaction (`remove_check_leftovers`) removes it."""
+memory there, where the next command that takes the projector lock (`remove_leftovers`) removes it."""
+
+
+def _rebuilt(ws) -> Path:
+    """Where a replay builds the new views (and `bulk.build` the fold's scratch file, `-fold` after it)."""
+    return Path(f"{ws.views_path}.rebuild")
 
 FTS_TABLES = {"search_docs_fts": "search_docs_fts_docsize", "search_history_fts": None}
 """The full-text indexes `check` compares, each with its table of document sizes (search_history_fts keeps none)."""
 
 
-def remove_check_leftovers(mem_dir: Path) -> None:
-    """The scratch directories of checks killed mid-way (the caller holds the projector lock)."""
-    for leftover in mem_dir.glob(f"{CHECK_PREFIX}*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+def remove_leftovers(ws) -> None:
+    """What rebuilds killed mid-way left in .mem/ (the caller holds the projector lock): a replay's new views and
+    its fold's scratch file with their journals, which only a replay holding that lock writes, and the scratch
+    directories of checks no running check holds (`_claim`). On a full disk they hold the room a write needs."""
+    for leftover in _rebuild_files(ws):
+        leftover.unlink(missing_ok=True)
+    for scratch in _check_dirs(ws):
+        try:
+            held = _claim(scratch, wait=False)
+        except OSError:  # removed meanwhile, or no directory
+            continue
+        if held is not None:
+            try:
+                shutil.rmtree(scratch, ignore_errors=True)
+            finally:
+                os.close(held)
 
 
-def _scratch(mem_dir: Path) -> Path:
-    """A new scratch directory for a check: in .mem/, else (storage this process cannot write) a temporary one."""
+def leftovers(ws) -> list[Path]:
+    """What `remove_leftovers` would remove now, for a command that takes no lock (`mem status`): a replay's files
+    while no process holds the projector lock (a running replay holds it throughout), a check's directory while no
+    running check holds it."""
+    return [*(_rebuild_files(ws) if _free(ws.lock_path) else []), *filter(_free, _check_dirs(ws))]
+
+
+def _rebuild_files(ws) -> list[Path]:
+    rebuilt = _rebuilt(ws)
+    return sorted(rebuilt.parent.glob(f"{rebuilt.name}*"))
+
+
+def _check_dirs(ws) -> list[Path]:
+    return sorted(ws.mem_dir.glob(f"{CHECK_PREFIX}*"))
+
+
+def _free(path: Path) -> bool:
+    """Whether no process holds `path`'s lock (a path that is gone, or cannot be opened, holds none)."""
     try:
-        return Path(tempfile.mkdtemp(prefix=CHECK_PREFIX, dir=mem_dir))
+        held = _claim(path, wait=False)
     except OSError:
-        return Path(tempfile.mkdtemp(prefix=f"mem-replay-{CHECK_PREFIX}"))
+        return True
+    if held is None:
+        return False
+    os.close(held)
+    return True
+
+
+def _claim(directory: Path, *, wait: bool = True) -> int | None:
+    """A descriptor of `directory` holding its lock (flock, released when the process ends, however it ends), or
+    None when another process holds it and `wait` is False."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def _scratch(memory) -> Iterator[Path]:
+    """A new scratch directory for a check, removed when the check ends. In .mem/ it is made and locked under the
+    projector lock, where nothing removes it between the two, and stays locked while the check runs: a replay or
+    any command in another process (`remove_leftovers`) leaves it. On storage this process cannot write, a
+    temporary directory."""
+    try:
+        with memory.lock():
+            remove_leftovers(memory.ws)
+            scratch = Path(tempfile.mkdtemp(prefix=CHECK_PREFIX, dir=memory.ws.mem_dir))
+            held = _claim(scratch)
+    except (OSError, StorageFailure):
+        scratch, held = Path(tempfile.mkdtemp(prefix=f"mem-replay-{CHECK_PREFIX}")), None
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if held is not None:
+            os.close(held)
 
 
 class _Moment(msgspec.Struct):
@@ -197,15 +275,12 @@ def check(memory, *, progress=None) -> CheckReport:
     else:
         behind = None
     live = _moment(memory.views)
-    scratch = _scratch(memory.ws.mem_dir)
-    try:
+    with _scratch(memory) as scratch:
         views = _build(memory, scratch / "views.db", live.checkpoint, progress)
         try:
             return _compare(memory, live, views, scratch / "files", behind)
         finally:
             views.close()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _compare(memory, live: _Moment, views: Views, out: Path, behind: int | None) -> CheckReport:

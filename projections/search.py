@@ -72,7 +72,12 @@ HISTORY_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_history_fts USING fts5
 counts): a quarter of the cost of indexing a version. Such a table cannot be scanned, only matched."""
 _FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
 """An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
-KINDS = ("page", "shared-page", "entry", "loop", "file")
+KINDS = ("page", "shared-page", "local-page", "entry", "loop", "file")
+"""What search finds, by the names `--kind` takes and hits carry. A page of a pages layer is stored as a `shared-page`
+row whatever its layer; one of a layer this agent declared for itself (a local layer, never pushed) is a
+`local-page`."""
+LAYER_PAGE = "shared-page"
+"""The stored kind of a pages layer's page, shared or local."""
 LARGEST_INTEGER = 2**63 - 1
 """The largest whole number SQLite binds."""
 MARK = ("**", "**")
@@ -821,10 +826,14 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         where.append("d.since <= ? AND (d.until IS NULL OR d.until > ?) AND (d.gaps IS NULL OR NOT EXISTS "
                      "(SELECT 1 FROM json_each(d.gaps) g WHERE json_extract(g.value, '$[0]') <= ? AND json_extract(g.value, '$[1]') > ?))")
         params += [as_of, as_of, as_of, as_of]
-    for column, values in (("d.kind", kinds), ("d.layer", layers)):
-        if values:
-            where.append(f"{column} IN ({','.join('?' * len(values))})")
-            params += list(values)
+    local = sorted(views.local_layers())
+    if kinds:
+        condition, values = _kinds_condition(kinds, local)
+        where.append(condition)
+        params += values
+    if layers:
+        where.append(f"d.layer IN ({','.join('?' * len(layers))})")
+        params += list(layers)
     if types:
         where.append(f"lower(d.type) IN ({','.join('?' * len(types))})")
         params += [t.lower() for t in types]
@@ -854,7 +863,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         _refuse_unknown_status(views.db, status)
     if not rows and (agent or types):
         _refuse_unknown_names(views.db, agent, self_agent, types)
-    hits = sorted((hit for hit in (_hit(views, table, row, point, day) for row in rows) if hit is not None),
+    hits = sorted((hit for hit in (_hit(views, table, row, point, day, local) for row in rows) if hit is not None),
                   key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     bodies = {row[0]: row[5] for row in rows}
     stems = _stems(query)
@@ -1006,7 +1015,20 @@ def _score(bm25: float) -> float:
     return float(f"{bm25:.4g}") + 0.0
 
 
-def _hit(views, table: str, row, as_of: int, day: str) -> Hit | None:
+def _kinds_condition(kinds, local: list[str]) -> tuple[str, list]:
+    """The condition on search rows of `--kind` names (KINDS): a `shared-page` or `local-page` is a pages layer's
+    row, told apart by whether its layer is one of the `local` layers."""
+    plain = [kind for kind in kinds if kind not in ("shared-page", "local-page")]
+    either = [f"d.kind IN ({','.join('?' * len(plain))})"] if plain else []
+    params = list(plain)
+    for kind, among in (("shared-page", "NOT IN"), ("local-page", "IN")):
+        if kind in kinds:
+            either.append(f"(d.kind = '{LAYER_PAGE}' AND d.layer {among} ({','.join('?' * len(local))}))")
+            params += local
+    return f"({' OR '.join(either)})", params
+
+
+def _hit(views, table: str, row, as_of: int, day: str, local: list[str]) -> Hit | None:
     """The hit of a row; None for an entry or a shared page of a layer no contract or config placed either as of
     the search's moment or when it was written (a local layer whose declaration was redacted: `mem entry list`,
     `show` and `cite` know no such layer, at any moment, so search does not find its material either)."""
@@ -1044,6 +1066,8 @@ def _hit(views, table: str, row, as_of: int, day: str) -> Hit | None:
     else:
         path = key
         citation = f"adf-file://{key}"
+    if kind == LAYER_PAGE and layer in local:
+        kind = "local-page"
     return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
                status=status, flags=flags, layer=layer, type=type, score=_score(score))
 

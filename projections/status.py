@@ -6,12 +6,14 @@ from eventstore.backends import shown
 from eventstore.workspace import log_damaged
 
 from .materialize import hand_edited, untracked
+from .replay import leftovers
 
 
 class WorkspaceStatus(msgspec.Struct):
     """`clean`: every file is what the log says (the views caught up, nothing edited by hand, left to write,
     missing or untracked). It is about the workspace's files alone: what waits to be pushed or pulled, and
-    conflicts, are said apart (sync.status)."""
+    conflicts, are said apart (sync.status). `leftovers`: what a replay or check cut off left in .mem/, which the
+    next command that takes the projector lock removes."""
 
     workspace: str
     agent: str
@@ -23,6 +25,11 @@ class WorkspaceStatus(msgspec.Struct):
     missing: list[str]
     untracked: list[str]
     clean: bool
+    blocked: dict[str, str] = {}
+    """The agent's own files where the contract places a layer's file (Memory.blocked): path -> what that means."""
+    unplaced: list[str] = []
+    """Layers the log holds events of while no contract is known to place their files (`unplaced`)."""
+    leftovers: list[str] = []
 
 
 def workspace_status(memory) -> WorkspaceStatus:
@@ -35,6 +42,17 @@ def workspace_status(memory) -> WorkspaceStatus:
         edited, loose = hand_edited(memory.views, memory.root), untracked(memory.views, memory.root)
     pending = [p for p, _hash in memory.views.written.dirty() if p not in edited]
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
+    nowhere = unplaced(memory)
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
-                           untracked=loose, clean=head == checkpoint and not (edited or pending or missing or loose))
+                           untracked=loose, blocked=memory.blocked(), unplaced=nowhere,
+                           clean=head == checkpoint and not (edited or pending or missing or loose or nowhere),
+                           leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)])
+
+
+def unplaced(memory) -> list[str]:
+    """The hub's layers the log holds events of when no hub contract is known here (a workspace made again on a log
+    that recorded none: `Memory.set_contract` records each since), whose files therefore are not written."""
+    if memory.hub_contract() is not None:
+        return []
+    return sorted(set(memory.views.shared.held_layers()) - memory.local_layers())

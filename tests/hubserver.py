@@ -31,7 +31,7 @@ def mem_serve(hub_db, log=None, env=None, args=()):
     With `log` (a path), what the hub writes to stderr goes there; `env`: variables set for it; `args`: more options."""
     port = free_port()
     errors = open(log, "wb") if log else subprocess.DEVNULL
-    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port), *args],
+    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port), *map(str, args)],
                               stdout=subprocess.DEVNULL, stderr=errors, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -132,6 +132,21 @@ class RecorderConformance:
         assert recorder.seq_at(first + 10**9) == 4
         assert recorder.get(recorder.get_by_seq(2).id).seq == 2
 
+    def test_a_redacted_event_is_found_as_listed_and_by_the_kind_it_was_written_as(self, recorder):
+        """Regression: `mem log` lists a redacted event as `redacted` (its body's tag), and `--kind redacted` found
+        none: its row keeps the kind it was written as. Both names find it; a redaction is a kind of its own."""
+        events = [ev(1), ev(2), new_event(PageIngest(slug="s", frontmatter={"type": "t"}, text=""), agent="a",
+                                          layer="mind")]
+        recorder.append(events)
+        recorder.append([new_event(Redaction(target_ids=[events[0].id, events[2].id], reason="r"), agent="alice",
+                                   layer="mind")])
+        assert [e.seq for e in recorder.read(kinds=["redacted"])] == [1, 3]
+        assert [e.kind for e in recorder.read(kinds=["redacted"])] == ["redacted", "redacted"]
+        assert [e.seq for e in recorder.read(kinds=["always.add"])] == [1, 2]
+        assert [e.seq for e in recorder.read(kinds=["page.ingest", "redacted"])] == [1, 3]
+        assert [e.seq for e in recorder.read(kinds=["redaction", "redacted"], limit=2, newest_first=True)] == [4, 3]
+        assert [row[0] for row in recorder.read_rows(kinds=["redacted"], upto=2)] == [1]
+
     def test_recorded_at_never_goes_backwards(self, recorder):
         for i in range(20):
             recorder.append([ev(i)])

@@ -77,7 +77,7 @@ def test_pages_of_a_layer_are_searched_with_their_trust_fields(memory):
     memory.shared_page_write("drafts", "launch", b"---\ntype: draft\nstatus: deprecated\n---\n# Launch\n\nTuesday.\n")
     assert search.search(memory.views, "tuesday", day="2026-11-30") == []
     [hit] = search.search(memory.views, "tuesday", day="2026-11-30", include_all=True, layers=["drafts"])
-    assert hit.kind == "shared-page" and hit.citation == "adf-file://content/drafts/launch.md"
+    assert hit.kind == "local-page" and hit.citation == "adf-file://content/drafts/launch.md"
     assert hit.flags == ["deprecated"]
     [then] = search.search(memory.views, "launch tuesday", as_of=first, day="2026-11-30", agent="alice")
     assert then.seq == first and then.flags == []
@@ -93,6 +93,30 @@ def test_pages_of_a_layer_are_searched_with_their_trust_fields(memory):
         assert "stale_after" in str(exc)
     else:
         raise AssertionError("a malformed stale_after was accepted in a layer page")
+
+
+def test_a_local_pages_layer_is_told_as_local_and_by_its_files(workspace, tmp_path):
+    """Regression: a page written to a local pages layer was said as `ingest notes/n1 (seq 2)`, no file of that name
+    (the wiki says `ingest mind/deploy.md`), and search called the pages of a layer that is never shared
+    `shared-page` (`--kind shared-page` found them). Each verb names the page's file; search calls them
+    `local-page`, the kind `--kind` takes, and keeps `shared-page` for the layers of a hub."""
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "notes", "team/notes/", "--format", "pages", check=True)
+    page = tmp_path / "n.md"
+    page.write_text("---\ntype: note\n---\n# N1\n\nThe walrus note.\n")
+    said = [run_mem(*w, *args, check=True).stdout.decode() for args in (
+        ("page", "write", "n1", "--layer", "notes", "--file", page), ("page", "write", "n1", "--layer", "notes",
+                                                                      "--file", page, "--note", "again"),
+        ("page", "rename", "n1", "n2", "--layer", "notes"), ("page", "delete", "n2", "--layer", "notes"))]
+    assert [line.rsplit(" (seq ", 1)[0] for line in said] == [
+        "ingest team/notes/n1.md", "update team/notes/n1.md", "rename team/notes/n1.md -> team/notes/n2.md",
+        "delete team/notes/n2.md"]
+    run_mem(*w, "page", "write", "n3", "--layer", "notes", "--file", page, check=True)
+    [hit] = json.loads(run_mem(*w, "search", "walrus", "--json", check=True).stdout)
+    assert (hit["kind"], hit["path"]) == ("local-page", "team/notes/n3.md")
+    assert json.loads(run_mem(*w, "search", "walrus", "--kind", "local-page", "--json", check=True).stdout) == [hit]
+    assert run_mem(*w, "search", "walrus", "--kind", "shared-page", check=True).stdout == b"no matches\n"
+    assert b"(local-page)" in run_mem(*w, "search", "walrus", check=True).stdout
 
 
 def test_believed_names_a_local_layer_as_local_and_each_loop_when_there_are_several(workspace):

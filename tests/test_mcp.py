@@ -426,7 +426,7 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
     assert [(hit["path"], hit["citation"]) for hit in json.loads(now[1])] == [
         ("mind/canary.md", "adf-file://mind/canary.md")]
     assert json.loads(then[1]) == []
-    assert bad_kind == (True, "kind must be one of page, shared-page, entry, loop, file, not 'nonsense'")
+    assert bad_kind == (True, "kind must be one of page, shared-page, local-page, entry, loop, file, not 'nonsense'")
     assert [row[0] for row in log_rows(workspace)] == [1, 2, 3]
 
 
@@ -464,11 +464,11 @@ def test_tools_taking_a_moment_return_the_instant_they_read(workspace, monkeypat
     for name in ("show", "search", "believed", "cite", "diff"):
         said = results[name].content[-1].text
         assert not results[name].is_error and said.startswith("as of ") and said.endswith("(seq 1)"), name
-        assert said[6:31].endswith(("+01:00", "+02:00")), said  # the local time, with its offset
+        assert said[6:35].endswith(("+01:00", "+02:00")), said  # the local time, with its offset
     assert results["log"].content[-1].text.startswith("since ")
     refused = results["too early"]
     assert refused.is_error and len(refused.content) == 1
-    assert "'2000-01-01' (2000-01-01T00:00:00+01:00) is before this workspace existed" in refused.content[0].text
+    assert "'2000-01-01' (2000-01-01T00:00:00.000+01:00) is before this workspace existed" in refused.content[0].text
 
 
 def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind():
@@ -546,7 +546,7 @@ def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     expected["missing"] = cli_error(workspace, "page", "release", "missing", "--layer", "notes", "--note", "x")
     error, text = answers["held"]
     assert error and text.startswith("page 'pricing' of layer 'notes' is held")
-    assert answers["release"] == (False, "release notes/pricing (seq 4)")
+    assert answers["release"] == (False, "release notes/pricing.md (seq 4)")
     for name in ("again", "missing", "no note"):
         assert answers[name] == (True, expected[name]), name
     assert not answers["edit"][0] and answers["wiki"] == (False, "release mind/freeze.md (seq 6)")

@@ -64,13 +64,32 @@ def test_at_prints_the_instant_and_refuses_a_moment_before_the_workspace(workspa
     assert now.stdout == PAGE
     said = now.stderr.decode().strip()
     assert said.startswith("as of ") and said.endswith(f"(seq {len(log_rows(workspace))})")
-    assert said[6:31].endswith(("+01:00", "+02:00"))  # the local time it understood, with its offset
+    assert said[6:35].endswith(("+01:00", "+02:00"))  # the local time it understood, with its offset
 
     before = run_mem("-w", workspace, "show", "mind.md", "--at", "2h ago", env=env)
     assert before.returncode == 1 and before.stdout == b""
     assert before.stderr.decode().startswith("error: '2h ago' (")
     assert "before this workspace existed" in before.stderr.decode()
     assert before.stderr.count(b"\n") == 1
+
+
+def test_the_instant_said_keeps_its_milliseconds(workspace):
+    """Regression: the "as of" line and the refusal of a moment before the first event printed the instant to the
+    second, so a moment 1 ms before the first event was refused as before an event at the same instant, and two
+    seqs a few milliseconds apart printed the same "as of"."""
+    run_mem("-w", workspace, "always", "add", "one", check=True)
+    first = log_rows(workspace)[0][3]  # recorded_at, in ms
+    env = {"TZ": "UTC", "MEM_PLAIN": "1"}
+
+    def typed(ms: int) -> str:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+
+    at_first = run_mem("-w", workspace, "always", "list", "--at", typed(first), env=env, check=True)
+    assert at_first.stderr.decode() == f"as of {typed(first)} (seq 1)\n"
+    early = run_mem("-w", workspace, "always", "list", "--at", typed(first - 1), env=env)
+    assert early.returncode == 1 and early.stderr.decode() == (
+        f"error: {typed(first - 1)!r} ({typed(first - 1)}) is before this workspace existed "
+        f"(its first event is at {typed(first)})\n")
 
 
 def test_show_finds_a_page_by_its_slug(workspace, tmp_path):

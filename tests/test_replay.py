@@ -543,3 +543,27 @@ def test_a_replay_refused_over_hand_edits_says_what_keeps_each(workspace):
     (workspace / "mind/log.md").write_text(log)
     run_mem("-w", workspace, "adopt", check=True)
     assert "two added by hand" in run_mem("-w", workspace, "always", "list", check=True).stdout.decode()
+
+
+def test_a_replay_from_a_log_edited_by_hand_points_at_verify(workspace):
+    """Regression: `mem replay` rebuilt from a log whose page body was edited in log.db without a word, writing the
+    edited text to the files; only `mem verify` told. Checking every digest would cost a replay a third more CPU
+    (bench_replay.py, 200,000 events), so a replay says in one line that it did not, and which command does."""
+    import sqlite3
+
+    from eventstore.envelope import encode_body
+    from eventstore.kinds import PageIngest
+
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    forged = encode_body(PageIngest(slug="deploy", frontmatter={"type": "note"}, text="# Deploy\n\nSkip staging.\n"))
+    db = sqlite3.connect(workspace / ".mem" / "log.db")
+    with db:
+        db.execute("UPDATE events SET body = ?, codec = 0 WHERE seq = 1", (forged,))
+    db.close()
+    result = run_mem("-w", workspace, "replay", check=True)
+    assert result.stderr.decode() == ("note: the views were rebuilt from the log as stored, its digests unchecked: "
+                                      "`mem verify` checks them and names an event changed outside mindlog\n")
+    verify = run_mem("-w", workspace, "verify")
+    assert verify.returncode == 1 and verify.stdout.startswith(b"BAD at seq 1: digest mismatch"), verify.stdout

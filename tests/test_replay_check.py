@@ -44,15 +44,21 @@ def _scratch_files(root: Path, temp: Path) -> list[Path]:
     return [p for d in [*root.joinpath(".mem").glob("views.db.check-*"), *temp.iterdir()] for p in d.rglob("*")]
 
 
-def _check_stopped_in_its_files(root: Path, temp: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
-    """Runs `mem replay --check` and sends it `sig` once it writes the files of its rebuilt copy."""
+def _check_reaching(root: Path, temp: Path, name: str) -> subprocess.Popen:
+    """`mem replay --check`, running, once its rebuilt copy holds a file named `name`."""
     check = subprocess.Popen([*mem_command(), "-w", str(root), "replay", "--check"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(temp)})
     deadline = time.monotonic() + 120
-    while not any(p.name == "files" for p in _scratch_files(root, temp)):
+    while not any(p.name == name for p in _scratch_files(root, temp)):
         assert check.poll() is None, "the check ended before it could be stopped; lengthen the log"
         assert time.monotonic() < deadline
         time.sleep(0.002)
+    return check
+
+
+def _check_stopped_in_its_files(root: Path, temp: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
+    """Runs `mem replay --check` and sends it `sig` once it writes the files of its rebuilt copy."""
+    check = _check_reaching(root, temp, "files")
     check.send_signal(sig)
     out, err = check.communicate(timeout=60)
     return subprocess.CompletedProcess(check.args, check.returncode, out, err)
@@ -81,6 +87,64 @@ def test_a_check_terminated_cleans_up_as_after_ctrl_c(leaky):
     stopped = _check_stopped_in_its_files(root, temp, signal.SIGTERM)
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.decode().startswith("error: interrupted"), stopped.stderr
+    assert _scratch_files(root, temp) == []
+
+
+def _replay_killed_in_its_fold(root: Path) -> None:
+    """Runs `mem replay` and kills it (SIGKILL) while it builds the new views."""
+    replay = subprocess.Popen([*mem_command(), "-w", str(root), "replay"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    fold = root / ".mem" / "views.db.rebuild-fold"
+    deadline = time.monotonic() + 120
+    while not fold.exists():
+        assert replay.poll() is None, "the replay ended before it could be killed; lengthen the log"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    replay.kill()
+    replay.wait()
+
+
+def _leftovers(root: Path) -> list[str]:
+    """What rebuilds left in .mem/: a replay's files, a check's directory."""
+    return sorted(str(p.relative_to(root)) for pattern in ("views.db.rebuild*", "views.db.check-*")
+                  for p in root.joinpath(".mem").glob(pattern))
+
+
+@pytest.mark.parametrize("killed, then", [("replay", ["always", "add", "a rule"]), ("check", ["always", "list"])])
+def test_what_a_killed_replay_or_check_left_is_told_by_status_and_removed_by_the_next_command(leaky, killed, then):
+    """Regression: a replay killed mid-way left its new views and its fold's scratch file in .mem/ (a check its
+    rebuilt copy), megabytes that a full disk needs, which only the next `mem replay` or `mem redact` removed and
+    `mem status` did not tell. Status names them; the next command that takes the projector lock (a write, or a
+    read that catches the views up) removes them."""
+    root, temp = leaky
+    if killed == "replay":
+        _replay_killed_in_its_fold(root)
+    else:
+        assert _check_stopped_in_its_files(root, temp, signal.SIGKILL).returncode == -signal.SIGKILL
+    left = _leftovers(root)
+    assert left and (killed == "replay" or _scratch_files(root, temp))
+    assert json.loads(run_mem("-w", root, "status", "--json", check=True).stdout)["leftovers"] == left
+    assert f"left over:       {', '.join(left)} (" in run_mem("-w", root, "status", check=True).stdout.decode()
+    run_mem("-w", root, *then, check=True)
+    assert _leftovers(root) == [] and _scratch_files(root, temp) == []
+    assert json.loads(run_mem("-w", root, "status", "--json", check=True).stdout)["leftovers"] == []
+
+
+def test_a_replay_leaves_the_scratch_of_a_check_still_running(leaky):
+    """Regression: a `mem replay` removed the scratch directory of a check running in another process, which then
+    failed with a raw `[Errno 2] No such file or directory`. A running check holds a lock on its directory, which a
+    clean-up leaves; the check ends as usual and removes it itself. The check is stopped (SIGSTOP) while it builds,
+    so that the replay runs whole in between."""
+    root, temp = leaky
+    check = _check_reaching(root, temp, "views.db")
+    check.send_signal(signal.SIGSTOP)
+    try:
+        assert b"replayed 20001 events" in run_mem("-w", root, "replay", check=True).stdout
+        assert _scratch_files(root, temp) != []
+    finally:
+        check.send_signal(signal.SIGCONT)
+    out, err = check.communicate(timeout=120)
+    assert (check.returncode, out, err) == (0, b"rebuilt to seq 20001: no differences\n", b"")
     assert _scratch_files(root, temp) == []
 
 

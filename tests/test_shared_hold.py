@@ -158,7 +158,7 @@ def check_holds_through_mem(team):
 
     released_ = team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "owner agreed",
                          check=True)
-    assert released_.stdout.decode().startswith("release drafts/pricing (seq ")
+    assert released_.stdout.decode().startswith("release content/drafts/pricing.md (seq ")
     assert "governance" not in (team.root / "reviewer/content/drafts/pricing.md").read_text()
     again = team.mem("reviewer", "page", "release", "pricing", "--layer", "drafts", "--note", "x")
     assert again.returncode != 0 and b"is not held" in again.stderr

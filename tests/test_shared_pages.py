@@ -135,7 +135,7 @@ def test_adopt_and_watch_cover_shared_pages(team):
 def test_shared_page_rename_delete_and_list(team):
     team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
              check=True)
-    assert b"rename drafts/pricing -> drafts/prices" in team.mem("writer", "page", "rename", "pricing", "prices",
+    assert b"rename content/drafts/pricing.md -> content/drafts/prices.md" in team.mem("writer", "page", "rename", "pricing", "prices",
                                                                  "--layer", "drafts", check=True).stdout
     drafts = team.root / "writer/content/drafts"
     assert sorted(p.name for p in drafts.iterdir()) == ["prices.md"] and "v1" in (drafts / "prices.md").read_text()

@@ -65,6 +65,45 @@ def test_a_full_disk_refuses_in_one_line_and_records_nothing(small_disk, tmp_pat
     assert json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)["clean"]
 
 
+def test_a_full_disk_is_still_read_and_a_change_refused_in_one_line(small_disk, tmp_path):
+    """Regression: on a full disk every read failed, `mem log` too: `cannot open the event log ...: the disk is full
+    (SQLITE_IOERR_SHMSIZE)`, SQLite having no room for a closed workspace's -shm files. The databases are opened
+    read-only there, as on read-only storage; a change is refused in one line that names the full disk."""
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, check=True)
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE + b"The zebra crossing.\n")
+    run_mem("-w", ws, "page", "write", "deploy", "--file", page, check=True)
+    fill(small_disk)
+    for args, shows in ((["status"], b"views at   1\n"), (["search", "zebra"], b"mind/deploy.md (page)"),
+                        (["show", "mind/deploy.md"], b"The zebra crossing."), (["log"], b"page.ingest"),
+                        (["verify"], b"ok: 1 event"), (["always", "list"], b"")):
+        read = run_mem("-w", ws, *args)
+        assert (read.returncode, read.stderr) == (0, b"") and shows in read.stdout, (args, read.stderr)
+    for args in (["always", "add", "a rule"], ["replay"]):
+        refused = run_mem("-w", ws, *args)
+        assert (refused.returncode, refused.stderr.decode()) == (1, f"error: cannot change the workspace {ws}: the "
+                                                                    "disk is full (its databases could be opened "
+                                                                    "only to read)\n"), args
+    (small_disk / "filler").unlink()
+    assert run_mem("-w", ws, "always", "add", "a rule", check=True).stdout.startswith(b"always + a rule (seq 2)")
+    assert len(log_rows(ws)) == 2
+
+
+def test_a_replay_that_fills_the_disk_leaves_no_half_built_views(small_disk, tmp_path):
+    """A replay that runs out of room while it builds the new views removes what it built (it held the room a
+    write needs, until the next replay), and the views it would have replaced still serve reads."""
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, check=True)
+    run_mem("-w", ws, "page", "write", "big", "--file", big_page(tmp_path), check=True)
+    views = (ws / ".mem" / "views.db").stat().st_size
+    fill(small_disk, leave=views // 2)
+    result = run_mem("-w", ws, "replay")
+    assert result.returncode == 1 and result.stderr.decode().startswith("error: the disk is full"), result.stderr
+    assert list((ws / ".mem").glob("views.db.rebuild*")) == []
+    assert b"# " in run_mem("-w", ws, "show", "mind/big.md", check=True).stdout
+
+
 def test_an_append_that_committed_is_reported_as_recorded(small_disk, tmp_path, pg_url):
     """The log is elsewhere (PostgreSQL) and takes the event; the workspace's disk cannot take the
     views or the file: the command succeeds, says the views are behind, and the next command catches up."""

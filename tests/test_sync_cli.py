@@ -122,7 +122,7 @@ def test_contract_history_and_refusals(team):
     then = run_mem("hub", "contract", "show", *hub, "--at", format_instant(before), check=True)
     assert 'producers = ["writer", "main"]' in then.stdout.decode()
     position = then.stdout.decode().splitlines()[0].split()[-1]
-    assert then.stderr.decode() == f"as of {format_local(before // 1000 * 1000)} (hub position {position})\n"
+    assert then.stderr.decode() == f"as of {format_local(before)} (hub position {position})\n"
     believed = run_mem("hub", "believed", "writer", *hub, "--at", "now", check=True)
     assert believed.stderr.decode().startswith("as of ") and "(hub position " in believed.stderr.decode()
     assert 'producers = ["writer"]' in run_mem("hub", "contract", "show", *hub, check=True).stdout.decode()
