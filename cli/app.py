@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 from typer.models import TyperInfo
 
-from eventstore.errors import MemError, storage_exceptions, storage_failure
+from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
@@ -139,13 +139,31 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
                 typer.echo(f"warning: {mem.behind}", err=True)
 
 
-def read_input(file: str) -> bytes:
-    if file == "-":
-        return sys.stdin.buffer.read()
+def read_input(file: str, limit: int | None = None, what: str = "the input") -> bytes:
+    """The bytes of `file` (- for stdin), refused past `limit` (by default an event's): at most limit + 1 bytes
+    are read, so a stream that does not end (stdin from a runaway tool, /dev/zero, a FIFO) costs no more than a
+    file at the limit. Every `--file` is read here."""
+    if limit is None:
+        from eventstore.envelope import MAX_BODY_BYTES
+
+        limit = MAX_BODY_BYTES
     try:
-        return Path(file).read_bytes()
+        if file == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(file, "rb") as stream:
+                raw = stream.read(limit + 1)
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror}")
+    if len(raw) > limit:
+        raise TooLarge(f"{what} is more than {limit} bytes; the limit is {limit}")
+    return raw
+
+
+def read_page(file: str) -> bytes:
+    from eventstore.validate import MAX_PAGE_BYTES
+
+    return read_input(file, MAX_PAGE_BYTES, "the page")
 
 
 AtOpt = typer.Option(None, "--at", help=AT_HELP)
@@ -228,10 +246,10 @@ def page_write(slug: str,
     """Ingest a page when new, update it otherwise."""
     if layer is not None and layer != MIND:
         with memory() as mem:
-            event = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
+            event = mem.shared_page_write(layer, slug, read_page(file), note, allow_secret=allow_secret)
         return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {event.seq})")
     with memory() as mem:
-        event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret)
+        event = mem.write_page(slug, read_page(file), note, force=force, allow_secret=allow_secret)
     typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {event.seq})")
 
 

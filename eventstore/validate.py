@@ -12,6 +12,7 @@ from .ids import is_uuid
 from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate
 
 MAX_PAGE_BYTES = 1024 * 1024
+MAX_FILE_BYTES = 8 * MAX_PAGE_BYTES
 MAX_LINE_CHARS = 2000
 ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
 RESERVED_SLUGS = {"log", "index", "mind", "con", "prn", "aux", "nul", "com1", "com2", "com3", "com4",
