@@ -140,13 +140,18 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
 
 
 def read_input(file: str, limit: int | None = None, what: str = "the input") -> bytes:
-    """The bytes of `file` (- for stdin), refused past `limit` (by default an event's): at most limit + 1 bytes
-    are read, so a stream that does not end (stdin from a runaway tool, /dev/zero, a FIFO) costs no more than a
-    file at the limit. Every `--file` is read here."""
+    """The bytes of `file` (- for stdin), refused past `limit` bytes, by default past an event's most. Every
+    `--file` is read here."""
     if limit is None:
-        from eventstore.envelope import MAX_BODY_BYTES
+        from eventstore.envelope import EVENT_LIMIT, MAX_BODY_BYTES
 
-        limit = MAX_BODY_BYTES
+        return _read_at_most(file, MAX_BODY_BYTES, f"{what} is more than {MAX_BODY_BYTES // 2**20} MiB; {EVENT_LIMIT}")
+    return _read_at_most(file, limit, f"{what} is more than {limit} bytes; the limit is {limit}")
+
+
+def _read_at_most(file: str, limit: int, refusal: str) -> bytes:
+    """At most limit + 1 bytes are read, so a stream that does not end (stdin from a runaway tool, /dev/zero, a
+    FIFO) costs no more than a file at the limit."""
     try:
         if file == "-":
             raw = sys.stdin.buffer.read(limit + 1)
@@ -156,7 +161,7 @@ def read_input(file: str, limit: int | None = None, what: str = "the input") -> 
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror}")
     if len(raw) > limit:
-        raise TooLarge(f"{what} is more than {limit} bytes; the limit is {limit}")
+        raise TooLarge(refusal)
     return raw
 
 
