@@ -201,6 +201,15 @@ def file_path(path: str) -> str:
     return f"mind/{path}.md" if "/" not in path and "." not in path else path
 
 
+def named_file(mem, path: str, *seqs: int) -> str:
+    """The file `path` names (as file_path reads it); a bare `x.md` that is no file at the root at any of `seqs`
+    names the page `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
+    path = file_path(path)
+    if "/" in path or not path.endswith(".md") or path == "mind.md" or any(mem.show(path, s) is not None for s in seqs):
+        return path
+    return f"mind/{path}"
+
+
 def point(mem, text: str, say=said_on_stderr) -> int:
     """A moment given as `seq:N` or as --at takes it."""
     if text.startswith("seq:") and text[4:].isdigit():
@@ -357,9 +366,10 @@ def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[i
 @app.command()
 def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     """Print mind.md, mind/log.md or mind/<slug>.md (or a page by its slug) as of any moment."""
-    path = file_path(path)
     with memory() as mem:
-        text = mem.show(path, as_of(mem, at, seq))
+        moment = as_of(mem, at, seq)
+        path = named_file(mem, path, moment)
+        text = mem.show(path, moment)
         if text is None and at is None and seq is None:
             from projections.history import history
 
@@ -393,9 +403,9 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
     """A unified diff of one file between two moments."""
     from projections.history import diff as diff_of
 
-    path = file_path(path)
     with memory() as mem:
         a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
+        path = named_file(mem, path, a, b)
         sys.stdout.write(diff_of(mem, path, a, b))
 
 
@@ -407,9 +417,10 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
 
     from projections.views import page_path
 
-    path = file_path(path)
     with memory() as mem:
-        versions = history_of(mem, path, as_of(mem, at, seq) if at is not None or seq is not None else None)
+        moment = as_of(mem, at, seq) if at is not None or seq is not None else None
+        path = named_file(mem, path, mem.seq_at() if moment is None else moment)
+        versions = history_of(mem, path, moment)
         renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
         moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if v.kind == "contract.change"}
     if not versions:

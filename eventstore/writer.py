@@ -123,6 +123,7 @@ def file_path(path: str) -> str:
                          "files stay out of it")
     if len(path) > 512:
         raise UnsafePath("file path is longer than 512 characters")
+    validate.path_segments(path, "file path")
     return path
 
 
