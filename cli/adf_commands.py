@@ -262,9 +262,6 @@ def export_adf_command(out: Path, at: Optional[str] = AtOpt, seq: Optional[int] 
     if json:
         return emit_json(report)
     typer.echo(f"exported seq {report.seq} to {out}: " + ", ".join(f"{n} {t}" for t, n in report.rows.items()))
-    for path in report.left_out:
-        typer.echo(f"left out the agent's own file {path}: a layer's file is at that path now (`mem show {path}` "
-                   "answers the layer's)")
 
 
 @import_app.command("adf")

@@ -256,14 +256,22 @@ LayerOpt = typer.Option(None, "--layer", help="A shared pages layer instead of t
 def page_write(slug: str,
                file: str = typer.Option(..., "--file", "-f", help="The page: frontmatter + markdown (- for stdin)."),
                note: str = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>])."),
-               layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
+               layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt,
+               if_version: Optional[str] = typer.Option(
+                   None, "--if-version", help="Write only if the page's current version is still this one (its seq, "
+                   "as `mem history` and this command print it, or its id): the version the file was made from. "
+                   "Otherwise refused, nothing written. Without it the last writer wins.")):
     """Ingest a page when new, update it otherwise."""
     if layer is not None and layer != MIND:
+        if if_version is not None:
+            fail("--if-version is for wiki pages: a shared page written from its file names the version the file "
+                 "showed as its parent, so a version written meanwhile stays a conflict", 2)
         with memory() as mem:
             event = mem.shared_page_write(layer, slug, read_page(file), note, allow_secret=allow_secret)
         return typer.echo(f"{event.kind.split('.')[1]} {layer}/{event.body.slug} (seq {event.seq})")
     with memory() as mem:
-        event = mem.write_page(slug, read_page(file), note, force=force, allow_secret=allow_secret)
+        event = mem.write_page(slug, read_page(file), note, force=force, allow_secret=allow_secret,
+                               if_version=if_version)
     typer.echo(f"{event.kind.split('.')[1]} mind/{event.body.slug}.md (seq {event.seq})")
 
 

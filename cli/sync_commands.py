@@ -559,6 +559,12 @@ def show_status(json: bool, fetch: bool) -> None:
                    "shows what it had, and no longer changes)")
     for why in report.not_taken.values():
         typer.echo(f"{'not taken:':<17}{why}")
+    for why in report.blocked.values():
+        typer.echo(f"{'own file:':<17}{why}")
+    if report.unplaced:
+        typer.echo(f"{'not placed:':<17}the log holds events of layer{'s' * (len(report.unplaced) > 1)} "
+                   f"{', '.join(report.unplaced)}, but no hub contract "
+                   "is known here to place their files: `mem pull` fetches it (`mem remote add` first, if none is set)")
     for r in report.remotes:
         typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {r.behind_text()}; "
                    f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))

@@ -80,6 +80,14 @@ class HandEdited(MemError):
         self.paths = list(paths)
 
 
+class Stale(MemError):
+    """A write based on a version of a page that is no longer its current one (optimistic concurrency): nothing
+    was written, so the writer can read the current version and redo its change."""
+
+    code = "stale-version"
+    status = 409
+
+
 class NoWorkspace(MemError):
     code = "no-workspace"
 

@@ -53,18 +53,20 @@ TABLES = ("adf_meta", "adf_config", "adf_loop", "adf_files", "adf_audit", "adf_i
 
 
 class ExportReport(msgspec.Struct):
-    """`left_out`: the agent's own files at a path a layer's file takes now (what `mem show` answers there)."""
-
     path: str
     seq: int
     rows: dict[str, int]
-    left_out: list[str] = []
 
 
 SHARED_LAYERS_KEY = "mindlog_shared_layers"
 """The adf_meta row of an export naming the hub's layers whose files it holds ({name: {path, format}}): an import
 leaves those files out (they are the team's, pulled again from the hub, where a redaction reaches them), rather
 than make them the importing agent's own."""
+
+
+OWN_FILES_KEY = "mindlog_own_files_at_layer_paths"
+"""The adf_meta row of an export naming the agent's own files at a path where a layer named in SHARED_LAYERS_KEY is
+placed (Views.blocked): the import keeps those, as the agent's own, unless its own workspace places a layer there."""
 
 
 class SharedLayerPath(msgspec.Struct):
@@ -122,14 +124,15 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         ("adf_created_at", meta.get("adf_created_at", format_instant(ts_at or 0)), "readonly"),
         ("adf_updated_at", format_instant(ts_at) if ts_at else meta.get("adf_created_at", ""), "readonly"),
         ("status", "", "none"), (SHARED_LAYERS_KEY, msgspec.json.encode(_hub_layers(memory, as_of)).decode(), "readonly")])
+    if blocked := views.blocked(as_of):
+        db.execute("INSERT INTO adf_meta VALUES (?,?,?)", (OWN_FILES_KEY, json.dumps(sorted(blocked)), "readonly"))
     config = views.config_row(as_of)
     db.execute("INSERT INTO adf_config VALUES (1, ?, ?)",
                config or (json.dumps(views.config(as_of), indent=2), "1970-01-01T00:00:00.000Z"))
     db.executemany("INSERT INTO adf_loop VALUES (?,?,?,?,?,?,?,?)", sorted(views.loop_rows(None, as_of)))
     _set_loop_counter(db, as_of)
     db.executemany("INSERT INTO adf_audit VALUES (?,?,?,?,?,?,?,?,?)", views.audit_rows(as_of, data=True))
-    files, left_out = _one_row_per_path(views.adf_files(as_of))
-    db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", files)
+    db.executemany("INSERT INTO adf_files VALUES (?,?,?,?,?,?,?,?)", views.adf_files(as_of))
     for box in ("inbox", "outbox"):
         db.executemany(f"INSERT INTO adf_{box} VALUES ({','.join('?' * len(MESSAGE_COLUMNS[box]))})",
                        views.messages(box, as_of))
@@ -140,7 +143,7 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
     for suffix in ("-wal", "-shm"):
         Path(f"{tmp}{suffix}").unlink(missing_ok=True)
     tmp.rename(out)
-    return ExportReport(path=str(out), seq=as_of, rows=rows, left_out=left_out)
+    return ExportReport(path=str(out), seq=as_of, rows=rows)
 
 
 def _hub_layers(memory, as_of: int) -> dict[str, SharedLayerPath]:
@@ -150,19 +153,6 @@ def _hub_layers(memory, as_of: int) -> dict[str, SharedLayerPath]:
     local = local_layers.declared(views.config(as_of), memory.config.agent)
     return {name: SharedLayerPath(spec.path, spec.format) for name, spec in (contract.layers if contract else {}).items()
             if name not in local}
-
-
-def _one_row_per_path(rows: list[tuple]) -> tuple[list[tuple], list[str]]:
-    """adf_files rows, the first of each path kept: a layer's file before an own file a contract change moved the
-    layer onto (the layer's is what `mem show` answers there)."""
-    kept, seen, left_out = [], set(), []
-    for row in rows:
-        if row[0] in seen:
-            left_out.append(row[0])
-        else:
-            seen.add(row[0])
-            kept.append(row)
-    return kept, left_out
 
 
 def _as_written(document):
@@ -353,6 +343,8 @@ class _Importer:
         are left out, as are those of the layers the file's export names (SHARED_LAYERS_KEY)."""
         self.db, self.agent, self.name = db, agent, "adf"
         self.shared_layers = dict(shared_layers or {})
+        self.contract_layers = dict(shared_layers or {})
+        self.own_at_layer_paths: set[str] = set()  # OWN_FILES_KEY
         self.shared_left: list[str] = []
         self.allow_secret = allow_secret
         self.identity = b""  # the agent the file is of (adf_meta), which every id is derived under
@@ -449,6 +441,18 @@ class _Importer:
             except msgspec.MsgspecError as exc:
                 raise InvalidInput(f"adf_meta {SHARED_LAYERS_KEY} is not a map of layers to paths: {exc}") from None
             self.shared_layers.update(named)
+        if meta.get(OWN_FILES_KEY):
+            own = _json(meta[OWN_FILES_KEY], f"adf_meta {OWN_FILES_KEY}")
+            if not (isinstance(own, list) and all(isinstance(path, str) for path in own)):
+                raise InvalidInput(f"adf_meta {OWN_FILES_KEY} is not a list of paths")
+            self.own_at_layer_paths = set(own)
+
+    def _team_file(self, path: str) -> bool:
+        """A file of a hub's layer (the team's, left out); not an agent's own file the export held where a layer is
+        placed (OWN_FILES_KEY), unless this workspace's contract places one there (`mem file write` refuses it)."""
+        if local_layers.layer_owning(path, self.shared_layers) is None:
+            return False
+        return path not in self.own_at_layer_paths or local_layers.layer_owning(path, self.contract_layers) is not None
 
     @_reads("adf_config")
     def config(self, rows: list[dict]) -> None:
@@ -531,7 +535,7 @@ class _Importer:
                 always = render.always_lines(content.decode("utf-8", "replace")) or []
             elif path == LOG_PATH or self._page(path, content, updated) or self._layer_file(path, content, updated):
                 continue
-            elif local_layers.layer_owning(path, self.shared_layers) is not None:
+            elif self._team_file(path):
                 self.shared_left.append(path)
             elif path.startswith("mind/") or self._layer_owns(path):
                 self._keep_aside(path, content, files[path])

@@ -79,7 +79,7 @@ class _Batch:
         try:
             self.memory.append_all([event for _path, event, _document in items], touches=touches,
                                    adopt={path: doc for path, _event, doc in items if doc is not None},
-                                   force=self.force, checked=True)
+                                   force=self.force, checked=True, from_disk=True)
         except MemError as exc:  # the batch as a whole (mind.md edited by hand): each page as it would alone
             for path, _event, _document in items:
                 self.report.refused[path] = self.explain(exc)
@@ -102,7 +102,8 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         missing.remove(old)
         try:
             event = memory.writer.page_rename(slug_of(old), slug_of(new), "moved in place")
-            memory.append(event, touches=[old, new, MIND_PATH, LOG_PATH], adopt={new: (root / new).read_bytes()})
+            memory.append_all([event], touches=[old, new, MIND_PATH, LOG_PATH], adopt={new: (root / new).read_bytes()},
+                              from_disk=True)
         except MemError as exc:
             report.refused[new] = explain(exc)
         else:

@@ -22,8 +22,8 @@ import msgspec
 from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode_body, encode_body, unpack_body
 from eventstore.governance import GOVERNANCE
 from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
-                              ContractChange, EntryAppend, Lint, LogRestore, PageDelete, PageIngest, PageRelease,
-                              PageRename, PageUpdate)
+                              ContractChange, EntryAppend, FileDelete, FileWrite, Lint, LogRestore, PageDelete,
+                              PageIngest, PageRelease, PageRename, PageUpdate)
 from eventstore.layers import AGENT, CONTRACT_LAYER, MIND
 from eventstore.recorder import id_text
 from eventstore.redaction import stand_in
@@ -387,6 +387,7 @@ _SEARCHED_IN_BULK = _SHARED - {EntryAppend}
 """The shared kinds SearchFold.apply takes in a bulk build: an entry's search rows the writer makes from its `entries`
 row (search.STAGED_ENTRIES), so a team's 800,000 entries of a first pull are not handed to it one by one for
 nothing."""
+_OWN_FILES = frozenset((FileWrite, FileDelete))
 _layer = itemgetter(3)
 
 
@@ -431,6 +432,8 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                     if cls in _ADF:
                         apply_adf(seq, ts, decoded)
                         apply_search(seq, layer or MIND, decoded)
+                        if cls in _OWN_FILES and views.layer_at(decoded.path) is not None:
+                            wiki.dirty.add(decoded.path)  # the layer's file leaves or takes the path (Views.blocked)
                     elif cls in _SHARED:
                         id = id_text(version_id) if version_id is not None else log.get_by_seq(seq).id
                         apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)

@@ -72,8 +72,11 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
 
 def _moved_from(memory, path: str, tenure: tuple) -> list[Version]:
     """The versions a layer's file had at its earlier path, when the contract change that began its `tenure` at
-    `path` moved it there (followed as a rename is)."""
+    `path` moved it there (followed as a rename is); the agent's own file's versions there, when its delete let the
+    layer's file in (Views.blocked)."""
     layer, slug, since, _until = tenure
+    if since and memory.views.own_file_at(path, since - 1):
+        return history(memory, path, since - 1)
     old = memory.views.shared_path(layer, slug, since - 1) if since else None
     return history(memory, old, since - 1) if old and old != path else []
 
@@ -116,7 +119,7 @@ def moved(memory, path: str, version: Version) -> str:
     """What a contract change did to the layer file at `path` (a version of kind `contract.change`): moved it
     there or away, or dropped its layer."""
     views = memory.views
-    layer, slug = views.shared_target(path, version.seq - 1 if version.deleted else version.seq)
+    layer, slug = views.layer_at(path, version.seq - 1 if version.deleted else version.seq)
     other = views.shared_path(layer, slug, version.seq if version.deleted else version.seq - 1)
     if version.deleted:
         return f"moved to {other}" if other else f"layer {layer} dropped from the contract"

@@ -342,10 +342,12 @@ VERDICT_CHARS = 500
 
 
 def candidate_pairs(scope: Scope, min_shared: int = 4, limit: int = JUDGED_PAIRS) -> tuple[list[tuple[dict, str, str]], int]:
-    """Active pages and live entries that share at least `min_shared` terms, most shared first: the first `limit`,
-    each as the judge is sent it, with the two as findings name them (`mind/a.md`, `decisions#ID`); and how
-    many pairs there were."""
+    """Active pages (the wiki's and the shared pages layers') and live entries that share at least `min_shared`
+    terms, most shared first: the first `limit`, each as the judge is sent it, with the two as findings name them
+    (`mind/a.md`, `content/drafts/a.md`, `decisions#ID`); and how many pairs there were."""
     items = [(f"adf-file://{page_path(s)}", page_path(s), render.page(*scope.page(s))) for s in scope.active()]
+    items += [(f"adf-file://{doc.path}", doc.path, render.page(doc.frontmatter, doc.text))
+              for doc in scope.shared_pages() if not doc.withheld()]
     items += [(e.id, f"{layer}#{e.id}", f"[{e.type}] {e.date}: {e.content}") for layer, e in scope.entries()
               if not e.reversed_by]
     terms = [_terms(text) for _name, _path, text in items]

@@ -144,8 +144,12 @@ def written_hash(views: Views, path: str) -> str | None:
 
 def record_adopted(views: Views, path: str, content: bytes) -> None:
     """The file's bytes were just recorded as a version: they are no longer a hand edit, so the next
-    materialisation may replace them (with the winner, if the new version is not it)."""
-    views.written.carry({path: hashlib.sha256(content).hexdigest()})
+    materialisation may replace them (with the winner, if the new version is not it), and they are the base a
+    later hand edit of the file was made on (`WrittenFiles.text`), not the file written before them."""
+    with views.transaction():
+        views.written.record(path, hashlib.sha256(content).hexdigest(),
+                             (content, len(content), *views.wiki_files_meta([path])[path]))
+        views.written.mark_dirty([path])
 
 
 def untracked(views: Views, root: Path) -> list[str]:

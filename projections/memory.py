@@ -16,12 +16,12 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (HandEdited, InvalidInput, NotFound, StorageFailure, UnsafePath, for_each, is_damaged,
-                               storage_exceptions, storage_failure)
+from eventstore.errors import (HandEdited, InvalidInput, NotFound, Stale, StorageFailure, UnsafePath, for_each,
+                               is_damaged, storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import read_only
-from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove
-from eventstore.layers import MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
+from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove, ContractChange
+from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
 from eventstore.workspace import Workspace, log_cut_short, views_damaged
@@ -35,6 +35,11 @@ from .materialize import (FileReport, hand_edited, materialize, record_adopted, 
                           written_hash)
 from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
+
+
+CONTRACT_STATE = "hub-contract"
+"""The log's state key holding the hub's contract as last taken (`.mem/contract.json`'s bytes): a workspace made again
+on the log takes it (`Memory._keep_contract_of_log`)."""
 
 
 def below_zero(name: str, value: int) -> InvalidInput:
@@ -156,6 +161,7 @@ class Memory:
             memory = cls(Workspace.init(root, agent, log))
             if new and log is not None:
                 memory._refuse_a_log_of_another_agent()
+                memory._keep_contract_of_log()
         except BaseException:
             if new:
                 shutil.rmtree(mem_dir, ignore_errors=True)
@@ -175,6 +181,19 @@ class Memory:
             raise InvalidInput(f"the log {shown(self.config.log)} holds the memory of agent {first.agent!r} (its "
                                f"first private event, seq {first.seq}); an agent's log cannot change hands: give "
                                f"--agent {first.agent} to take it up again, or another database")
+
+    def _keep_contract_of_log(self) -> None:
+        """A new workspace on a log that holds its agent's memory (a lost workspace rebuilt from its PostgreSQL log)
+        takes the hub's contract it last took, kept in the log beside the sync cursors (`set_contract`), or else the
+        last one its `contract.change` events recorded (a log kept before), as if pulled: its shared layers' files
+        are written at once, and its shared writes work before `mem remote add`."""
+        kept = self.log.state(CONTRACT_STATE)
+        if not kept:
+            last = next(self.log.read(kinds=["contract.change"], layers=[AGENT], limit=1, newest_first=True), None)
+            kept = msgspec.json.encode(lenient_contract(last.body.layers)).decode() \
+                if last is not None and isinstance(last.body, ContractChange) else None
+        if kept and self.hub_contract() is None:
+            write_atomic(self.contract_path, [kept])
 
     def close(self) -> None:
         self.views.close()
@@ -250,9 +269,14 @@ class Memory:
         return self.append_all([event], touches=touches, adopt=adopt, force=force, allow_secret=allow_secret)[0]
 
     def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
-                   force: bool = False, allow_secret: bool = False, checked: bool = False) -> list[Event]:
+                   force: bool = False, allow_secret: bool = False, checked: bool = False,
+                   from_disk: bool = False) -> list[Event]:
         """Appends events in one transaction, with `append`'s checks; returns them with their seqs.
         `checked`: each event went through `admit` already (a batch of adopted pages, refused one by one).
+        `adopt`: files whose bytes the events record, no longer hand edits when the files still hold them.
+        `from_disk`: those bytes were read from the files (hand edits adopted): they are the base of the files'
+        later edits even when a file changed again meanwhile, so that edit is merged onto what was adopted,
+        never against an older base (which both changed: refused for good).
 
         Once the events are committed the command has succeeded: if the views or files then cannot follow
         (a full disk), `behind` says so and the next command catches up."""
@@ -271,15 +295,23 @@ class Memory:
                                      for_tools=self.hand_edited_message(edited, tools=True))
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
-            try:
-                for path, document in (adopt or {}).items():
-                    target = self.root / path
-                    if target.is_file() and target.read_bytes() == document:
-                        record_adopted(self.views, path, document)
-            except storage_exceptions() as exc:
-                self._fell_behind(exc)
+            if adopt:
+                self._record_adopted(adopt, from_disk)
             self.follow(force=force, files=force or not self.defer_files)
         return events
+
+    def _record_adopted(self, adopt: dict[str, bytes], from_disk: bool) -> None:
+        """`append_all`'s `adopt`, once the views hold the events (an adopted file's row is dated by its page's)."""
+        self.follow(files=False)
+        try:
+            if self.views.checkpoint() < self.log.head():
+                return  # the views could not follow: `behind` says why
+            for path, document in adopt.items():
+                target = self.root / path
+                if from_disk or target.is_file() and target.read_bytes() == document:
+                    record_adopted(self.views, path, document)
+        except storage_exceptions() as exc:
+            self._fell_behind(exc)
 
     def admit(self, event: Event, allow_secret: bool = False) -> Event:
         """The event as it may be appended: refused when it holds a secret (unless allowed) or when the trust
@@ -356,23 +388,50 @@ class Memory:
 
     # --- the wiki -----------------------------------------------------------------------------
 
+    @contextmanager
+    def at_head(self):
+        """The lock, with the views caught up with the log: a page read inside is the version an append made
+        inside supersedes (its parent), not one another process superseded since this one last read the views."""
+        with self.lock():
+            if self.views.checkpoint() < self.log.head():
+                self.refresh(files=False)
+            yield
+
     def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False,
-                   allow_secret: bool = False) -> Event:
-        event = self.writer.page_write(slug, document, note)
-        path = page_path(event.body.slug)
-        return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
-                           allow_secret=allow_secret)
+                   allow_secret: bool = False, if_version: str | None = None) -> Event:
+        """The page's next version. `if_version`: the version the document was made from (its seq or id), refused
+        unless it is still the current one; without it the write follows whatever came before (last writer wins)."""
+        with self.at_head():
+            if if_version is not None:
+                self._refuse_unless_head(slug, if_version)
+            event = self.writer.page_write(slug, document, note)
+            path = page_path(event.body.slug)
+            return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
+                               allow_secret=allow_secret)
+
+    def _refuse_unless_head(self, slug: str, expected: str) -> None:
+        slug = validate.slug(slug)
+        head = self.views.page_head(slug)
+        if head is None:
+            raise Stale(f"mind/{slug}.md has no current version, not {expected} (the version the write was made "
+                        f"from): nothing was written; `mem history {slug}` says what became of it")
+        if expected.strip() not in (str(head[0]), head[1]):
+            raise Stale(f"mind/{slug}.md was written since version {expected} that this write was made from: its "
+                        f"current version is seq {head[0]} (id {head[1]}); nothing was written: `mem show {slug}` "
+                        f"has it to redo the change on, with --if-version {head[0]}")
 
     def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> Event:
-        event = self.writer.page_delete(slug, note)
-        return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
-                           allow_secret=allow_secret)
+        with self.at_head():
+            event = self.writer.page_delete(slug, note)
+            return self.append(event, touches=[page_path(event.body.slug), MIND_PATH, LOG_PATH], force=force,
+                               allow_secret=allow_secret)
 
     def rename_page(self, old: str, new: str, note: str = "", *, force: bool = False,
                     allow_secret: bool = False) -> Event:
-        event = self.writer.page_rename(old, new, note)
-        touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
-        return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
+        with self.at_head():
+            event = self.writer.page_rename(old, new, note)
+            touches = [page_path(event.body.old), page_path(event.body.new), MIND_PATH, LOG_PATH]
+            return self.append(event, touches=touches, force=force, allow_secret=allow_secret)
 
     def release_page(self, slug: str, note: str, *, allow_secret: bool = False) -> Event:
         event = self.writer.page_release(slug, note)
@@ -529,6 +588,7 @@ class Memory:
             if recorded:
                 self.log.append([self.adf_writer.contract_taken(contract, previous)])
             write_atomic(self.contract_path, [encoded])
+            self.log.set_state(CONTRACT_STATE, encoded.decode())
             changed = self.load_contract(contract) != self.views.contract
             if changed or recorded:
                 self.views.set_contract(contract)
@@ -869,6 +929,14 @@ class Memory:
         if hub is None:
             return {}
         return local_layers.shadowed(hub.layers, local_layers.declared(self.views.config(), self.config.agent))
+
+    def blocked(self) -> dict[str, str]:
+        """The agent's own files at a path where the contract places a layer's file (`Views.blocked`), each with what
+        that means and how to let the layer's file in."""
+        return {path: (f"layer {layer!r} is placed at {path}, where this agent's own file is: the layer's file is not "
+                       f"written there and `mem show {path}` answers the agent's file, until `mem file delete {path}` "
+                       f"(to keep it, first `mem show {path} | mem file write OTHER-PATH --file -`)")
+                for path, layer in self.views.blocked().items()}
 
     def layers(self) -> list[dict]:
         """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`); then the hub's

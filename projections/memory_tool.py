@@ -10,6 +10,8 @@ transaction), so it is validated and refused exactly as the CLI refuses it, with
 Results and the tool's own errors use the strings of Anthropic's reference implementation.
 """
 
+import functools
+
 from eventstore import validate
 from eventstore.errors import InvalidInput, MemError, NotFound, UnsafePath
 from eventstore.writer import file_path
@@ -62,6 +64,16 @@ class Target:
 
     def __init__(self, path: str, kind: str, rel: str, slug: str | None = None, layer: str | None = None):
         self.path, self.kind, self.rel, self.slug, self.layer = path, kind, rel, slug, layer
+
+
+def _at_head(method):
+    """A read of a file and the write made from it, under the workspace's lock with the views at the log's head: no
+    other process's write comes in between, to be replaced unseen by a version made from the one before it."""
+    @functools.wraps(method)
+    def at_head(self, *args, **options):
+        with self.mem.at_head():
+            return method(self, *args, **options)
+    return at_head
 
 
 class MemoryTool:
@@ -170,6 +182,7 @@ class MemoryTool:
         return (f"Here're the files and directories up to 2 levels deep in {base}, excluding hidden items:\n"
                 + "\n".join(lines))
 
+    @_at_head
     def create(self, path: str, file_text: str) -> str:
         target = self.resolve(path)
         if target.kind in ("root", "dir") or self._text(target) is not None:
@@ -177,6 +190,7 @@ class MemoryTool:
         self._write(target, None, file_text)
         return f"File created successfully at: {path}"
 
+    @_at_head
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:
         target = self.resolve(path)
         text = self._existing_text(target)
@@ -200,6 +214,7 @@ class MemoryTool:
         return ("The memory file has been edited. Here is the snippet showing the change (with line numbers):\n"
                 + numbered(new_lines[first:last], first + 1))
 
+    @_at_head
     def insert(self, path: str, insert_line: int, insert_text: str) -> str:
         target = self.resolve(path)
         text = self._existing_text(target)

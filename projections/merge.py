@@ -13,7 +13,8 @@ def _changes(base: list[str], other: list[str]) -> list[tuple[int, int, list[str
 
 def three_way(base: str, ours: str, theirs: str) -> str | None:
     """`theirs`' changes from `base` applied onto `ours` (which holds its own changes from `base`); None when a change
-    of each replaces the same lines of `base`, or both insert at the same place (and they are not the same change).
+    of each replaces the same lines of `base`, or both insert at the same place (and they are not the same change, nor
+    one the other's with lines more before or after it).
     Changes side by side are both kept, in the order of the lines they follow."""
     base_lines, ours_lines, theirs_lines = (text.splitlines(keepends=True) for text in (base, ours, theirs))
     changes = sorted([*_changes(base_lines, ours_lines), *_changes(base_lines, theirs_lines)],
@@ -21,12 +22,27 @@ def three_way(base: str, ours: str, theirs: str) -> str | None:
     merged: list[tuple[int, int, list[str]]] = []
     for start, end, lines in changes:
         if merged and (start < merged[-1][1] or start == end == merged[-1][0] == merged[-1][1]):
-            if (start, end, lines) == merged[-1]:
-                continue  # both made the same change
-            return None
+            if (kept := _covering(merged[-1], (start, end, lines))) is None:
+                return None
+            merged[-1] = kept
+            continue
         merged.append((start, end, lines))
     out, at = [], 0
     for start, end, lines in merged:
         out += base_lines[at:start] + lines
         at = end
     return "".join(out + base_lines[at:])
+
+
+def _covering(one: tuple[int, int, list[str]], other: tuple[int, int, list[str]]) -> tuple | None:
+    """Of two changes of the same lines of the base, the one whose new lines hold the other's at their start or end
+    (both made one change, and one side went on: a file edited by hand on a version since adopted from it, whose
+    edit appends to what was adopted); None when they differ otherwise."""
+    if one == other:
+        return one
+    if one[:2] != other[:2]:
+        return None
+    short, long = sorted((one[2], other[2]), key=len)
+    if short and (long[:len(short)] == short or long[len(long) - len(short):] == short):
+        return (*one[:2], long)
+    return None

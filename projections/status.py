@@ -23,6 +23,10 @@ class WorkspaceStatus(msgspec.Struct):
     missing: list[str]
     untracked: list[str]
     clean: bool
+    blocked: dict[str, str] = {}
+    """The agent's own files where the contract places a layer's file (Memory.blocked): path -> what that means."""
+    unplaced: list[str] = []
+    """Layers the log holds events of while no contract is known to place their files (`unplaced`)."""
 
 
 def workspace_status(memory) -> WorkspaceStatus:
@@ -35,6 +39,16 @@ def workspace_status(memory) -> WorkspaceStatus:
         edited, loose = hand_edited(memory.views, memory.root), untracked(memory.views, memory.root)
     pending = [p for p, _hash in memory.views.written.dirty() if p not in edited]
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
+    nowhere = unplaced(memory)
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
-                           untracked=loose, clean=head == checkpoint and not (edited or pending or missing or loose))
+                           untracked=loose, blocked=memory.blocked(), unplaced=nowhere,
+                           clean=head == checkpoint and not (edited or pending or missing or loose or nowhere))
+
+
+def unplaced(memory) -> list[str]:
+    """The hub's layers the log holds events of when no hub contract is known here (a workspace made again on a log
+    that recorded none: `Memory.set_contract` records each since), whose files therefore are not written."""
+    if memory.hub_contract() is not None:
+        return []
+    return sorted(set(memory.views.shared.held_layers()) - memory.local_layers())

@@ -279,8 +279,13 @@ class Views:
     # --- the wiki as of a seq -----------------------------------------------------------------
 
     def heads(self, slug: str) -> list[str]:
-        row = self.db.execute("SELECT version_id FROM pages WHERE slug = ?", (slug,)).fetchone()
-        return [id_text(row[0])] if row else []
+        head = self.page_head(slug)
+        return [head[1]] if head else []
+
+    def page_head(self, slug: str) -> tuple[int, str] | None:
+        """The seq and id of the page's current version (None: no such page)."""
+        row = self.db.execute("SELECT seq, version_id FROM pages WHERE slug = ?", (slug,)).fetchone()
+        return (row[0], id_text(row[1])) if row else None
 
     def always(self, as_of: int | None = None) -> list[str]:
         if as_of is None:
@@ -379,8 +384,12 @@ class Views:
     def tenure(self, path: str, upto: int) -> tuple[str, str | None, int, int | None] | None:
         """(layer, slug, since, until) of the last stretch up to seq `upto` in which one layer's file (or page)
         was at `path`: from the contract change at `since` (0: from the start) to the one at `until` that moved or
-        dropped it (None: it still is there at `upto`). None when no layer's file was ever there."""
+        dropped it (None: it still is there at `upto`); or from or to a change of the agent's own file there, which
+        keeps the path while it exists (`blocked`). None when no layer's file was ever there."""
         changes = placements.changes(self.db, upto) if self._placed_by_log else []
+        own = [seq for (seq,) in self.db.execute("SELECT seq FROM file_versions WHERE path = ? AND seq <= ?",
+                                                 (path, upto))]
+        changes = sorted({*changes, *own}, reverse=True) if own else changes
         owner, until = self.shared_target(path, upto), None
         for seq in changes:
             if owner is not None:
@@ -413,7 +422,13 @@ class Views:
         return f"{spec.path}{slug}.md" if slug else None
 
     def shared_target(self, path: str, as_of: int | None = None) -> tuple[str, str | None] | None:
-        """The (layer, slug) whose file is `path` as of a seq (now: None); slug None for an entries file."""
+        """The (layer, slug) whose file is `path` as of a seq (now: None); slug None for an entries file. None while
+        the agent's own file (adf_files) is there: it keeps its path (`blocked`)."""
+        target = self.layer_at(path, as_of)
+        return None if target is None or self.own_file_at(path, as_of) else target
+
+    def layer_at(self, path: str, as_of: int | None = None) -> tuple[str, str | None] | None:
+        """The (layer, slug) the contract then placed at `path`, whether or not the agent's own file holds it."""
         contract = self.contract_at(as_of)
         for name, spec in (contract.layers.items() if contract else ()):
             if spec.format == "entries" and path == spec.path:
@@ -445,6 +460,25 @@ class Views:
     def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
         return self.shared.entry_ids_starting(prefix, layer)
 
+    def own_file_at(self, path: str, as_of: int | None = None) -> bool:
+        """Whether the agent's own file (`mem file write`) is at `path` as of a seq (None: all folded so far)."""
+        bound = "" if as_of is None else " AND seq <= ?"
+        row = self.db.execute(f"SELECT deleted FROM file_versions WHERE path = ?{bound} ORDER BY seq DESC LIMIT 1",
+                              (path,) if as_of is None else (path, as_of)).fetchone()
+        return row is not None and not row[0]
+
+    def blocked(self, as_of: int | None = None) -> dict[str, str]:
+        """The agent's own files at a path the contract places a layer's file at (a contract change moved the layer
+        there after the file was written: `mem file write` refuses a layer's path), each with that layer. The own
+        file keeps its path, for `mem show`, `cite` and an export alike; the layer's file is not written there until
+        the own file is renamed or deleted."""
+        return {path: target[0] for path in self.file_paths(as_of) if (target := self.layer_at(path, as_of))}
+
+    def _unblocked(self, paths: list[str], as_of: int | None) -> list[str]:
+        """`paths` of layers' files, but those the agent's own files hold (`blocked`)."""
+        own = set(self.file_paths(as_of)) if paths else set()
+        return [path for path in paths if path not in own]
+
     def shared_listing(self, as_of: int, layers: set[str] | None = None) -> list[str]:
         """The path of every shared file with a version by a seq (in `layers` only, when given), deleted pages
         included: a cheap list to pick from (`shared_paths` reads each page's heads to leave the deleted ones out)."""
@@ -458,7 +492,7 @@ class Views:
                     paths.append(spec.path)
             else:
                 paths.extend(f"{spec.path}{slug}.md" for slug in self.shared.slugs(name, as_of))
-        return sorted(paths)
+        return sorted(self._unblocked(paths, as_of))
 
     def shared_paths(self, as_of: int | None = None) -> list[str]:
         """The shared files that exist as of a seq (now: None), each where the contract then placed it."""
@@ -472,7 +506,7 @@ class Views:
             else:
                 paths.extend(f"{spec.path}{slug}.md" for slug in self.shared.slugs(name, as_of)
                              if self.shared.page_text(name, slug, as_of) is not None)
-        return sorted(paths)
+        return sorted(self._unblocked(paths, as_of))
 
     def file_chunks(self, path: str, as_of: int | None = None) -> Iterator[str] | None:
         """The chunks of a materialised file's text as of a seq, or None when it does not exist then. The wiki's

@@ -636,7 +636,7 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
     `restart` (a pull that has stored nothing yet) the pull cursor is forgotten, said through the tally, and the
     pull begins from the hub's start (the log keeps each event once, by id); else HubBehind."""
     previous = memory.views.contract
-    answer = fetch_contract(memory, tally.remote, client)
+    answer = fetch_contract(memory, tally.remote, client, tally.say)
     behind = hub_behind(memory, tally.remote, answer)
     if behind and not restart:
         raise HubBehind(f"{behind}; {PULLING_AGAIN}")
@@ -668,15 +668,20 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
         tally.skipped.update(memory.refresh().refused)
 
 
-def fetch_contract(memory, remote: Remote, client: HubClient) -> ContractResponse:
+def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> ContractResponse:
     """The hub's contract (kept for rendering) and position; refused if the token is no longer the agent
-    it was accepted for (a token file swapped behind mindlog's back)."""
+    it was accepted for (a token file swapped behind mindlog's back). A contract that places a layer's file where
+    this agent's own file is (Memory.blocked) is taken, and said through `say`."""
     answer = client.contract(holds_asked(memory, remote.name))
     expected = remote.agent or memory.config.agent
     if answer.agent != expected:
         raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
                            "`mem remote add` it again with the right token")
+    blocked = memory.blocked() if say else {}
     memory.set_contract(answer.contract)
+    for path, why in (memory.blocked() if say else {}).items():
+        if path not in blocked:
+            say(f"warning: {why}")
     return answer
 
 
@@ -729,7 +734,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     (`hub_lost_pushes`) gets all of them again, said through `say`: it keeps each once, by id."""
     client = client or HubClient.for_remote(remote)
     known = memory.views.contract
-    answer = fetch_contract(memory, remote, client)
+    answer = fetch_contract(memory, remote, client, say)
     contract, lost = answer.contract, hub_lost_pushes(memory, remote, answer)
     if lost:
         since = _push_again(memory, remote, client)

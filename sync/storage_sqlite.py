@@ -16,10 +16,10 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, TOKEN_HASHES, AgentInfo,
-                      Committed, HubStorage, Stale, decode_stored, encode_stored, page_version_sql, plain_group,
-                      plan_group, STORED_PAGE, record_page_versions, redacted_rows, refold_pages, request_token_hash,
-                      stored_page_versions)
+from .storage import (HEADS_SQL, HUB_AGENT, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, TOKEN_HASHES,
+                      AgentInfo, Committed, HubStorage, Stale, decode_stored, encode_stored, page_version_sql,
+                      plain_group, plan_group, STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
+                      request_token_hash, stored_page_versions)
 
 WATCH_INTERVAL = 0.002
 WATCH_IDLE_INTERVAL = 0.05
@@ -466,6 +466,38 @@ class SQLiteHubStorage(HubStorage):
                             "SELECT DISTINCT layer FROM hub_events WHERE position > ? AND position <= ?", (seen, head))}
                         seen = head
                         callback(head, layers)
+                except sqlite3.Error:
+                    if stop.is_set() or self._closed:
+                        return
+        finally:
+            db.close()
+
+    def watch_redactions(self, callback):
+        """`mem hub redact` from another process scrubs the mirror beside the hub, or the one `--ui-dir` names; a
+        running `mem serve` whose pages read another (`mem serve --ui-dir`) learns of it here, as a PostgreSQL hub's
+        processes do through NOTIFY: the administrator's redactions (agent HUB_AGENT) past the last head seen,
+        polled on a connection of its own when `PRAGMA data_version` says something was committed."""
+        self._stop_redactions = threading.Event()
+        self._redactions = threading.Thread(target=self._redactions_loop, args=(callback, self._stop_redactions),
+                                            daemon=True, name="hub-redactions")
+        self._redactions.start()
+
+    def _redactions_loop(self, callback, stop):
+        db = self._connect()
+        try:
+            seen, version = db.execute(HEAD).fetchone()[0], None
+            while not stop.wait(WATCH_IDLE_INTERVAL):
+                try:
+                    now = db.execute("PRAGMA data_version").fetchone()[0]
+                    if now == version:
+                        continue
+                    version = now
+                    head = db.execute(HEAD).fetchone()[0]
+                    rows = db.execute("SELECT data FROM hub_events WHERE position > ? AND position <= ? AND agent = ?",
+                                      (seen, head, HUB_AGENT)).fetchall()
+                    seen = head
+                    if any(decode_stored(bytes(data), 0, 0).kind == "redaction" for (data,) in rows):
+                        callback()
                 except sqlite3.Error:
                     if stop.is_set() or self._closed:
                         return

@@ -26,12 +26,12 @@ def wait_until_answering(url: str, seconds: float = 10.0) -> None:
 
 
 @contextmanager
-def mem_serve(hub_db, log=None, env=None):
+def mem_serve(hub_db, log=None, env=None, args=()):
     """Runs `mem serve --db HUB_DB` on a free port until the block ends; yields the hub's URL once it answers.
-    With `log` (a path), what the hub writes to stderr goes there; `env`: variables set for it."""
+    With `log` (a path), what the hub writes to stderr goes there; `env`: variables set for it; `args`: more options."""
     port = free_port()
     errors = open(log, "wb") if log else subprocess.DEVNULL
-    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port)],
+    server = subprocess.Popen([*mem_command(), "serve", "--db", hub_db, "--port", str(port), *map(str, args)],
                               stdout=subprocess.DEVNULL, stderr=errors, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:

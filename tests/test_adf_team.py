@@ -70,15 +70,47 @@ def test_an_import_leaves_out_files_at_the_paths_of_this_workspaces_contract(tea
     assert file_writes(moved) == []
 
 
-def test_an_export_keeps_one_row_per_path_when_a_layer_moved_onto_an_own_file(team):
+def test_a_layer_moved_onto_an_own_file_leaves_the_file_the_agents_until_it_is_deleted(team):
+    """Regression (newcomer7 M1): the pull took the move without a word, `mem show`/`cite` answered the layer (the
+    agent's own file unreachable), `mem file list` listed the path twice, status said clean, and every export died
+    on a raw UNIQUE constraint. The agent's own file keeps its path; the layer's file is written there once it goes."""
     team.mem("writer", "file", "write", "notes/x.md", "--file", "-", input=b"my own private notes\n", check=True)
     team.mem("main", "entry", "add", "insights", "[FACT] 2026-11-01: shared fact", check=True)
     team.mem("main", "sync", check=True)
     team.apply(layer("insights", "notes/x.md") + layer("drafts", "content/drafts/", "pages",
                                                        producers=("main", "writer")))
-    team.mem("writer", "sync", check=True)
+    synced = team.mem("writer", "sync", check=True)
+    said = synced.stderr.decode()
+    assert said.count("\n") == 1 and said.startswith("warning: layer 'insights' is placed at notes/x.md, where this "
+                                                      "agent's own file is"), said
+    assert team.mem("writer", "sync", check=True).stderr == b""  # said once, at the change
+    writer = team.root / "writer"
+    assert not (writer / "notes/x.md").exists() and not (writer / "memory/insights.md").exists()
+    assert team.mem("writer", "show", "notes/x.md", check=True).stdout == b"my own private notes\n"
+    assert team.mem("writer", "cite", "adf-file://notes/x.md", check=True).stdout == b"my own private notes\n"
+    listed = json.loads(team.mem("writer", "file", "list", "--json", check=True).stdout)
+    assert [row["path"] for row in listed].count("notes/x.md") == 1, listed
+    status = team.mem("writer", "status", check=True).stdout.decode()
+    assert "own file:        layer 'insights' is placed at notes/x.md" in status, status
+    assert "insights" in json.loads(team.mem("writer", "status", "--json", check=True).stdout)["blocked"]["notes/x.md"]
+    refused = team.mem("writer", "file", "write", "notes/x.md", "--file", "-", input=b"again\n")
+    assert refused.returncode == 1 and b"belongs to layer 'insights'" in refused.stderr, refused.stderr
+
     adf = team.root / "writer.adf"
-    said = team.mem("writer", "export", "adf", adf, check=True).stdout.decode()
-    assert "left out the agent's own file notes/x.md: a layer's file is at that path now" in said, said
+    team.mem("writer", "export", "adf", adf, check=True)
     rows = sqlite3.connect(adf).execute("SELECT content FROM adf_files WHERE path = 'notes/x.md'").fetchall()
-    assert len(rows) == 1 and b"shared fact" in bytes(rows[0][0])
+    assert rows == [(b"my own private notes\n",)], rows
+    moved = team.root / "writer2"
+    run_mem("init", "-w", moved, "--agent", "writer", check=True)
+    run_mem("import", "adf", adf, "-w", moved, check=True)
+    assert file_writes(moved) == ["notes/x.md"]
+
+    team.mem("writer", "file", "delete", "notes/x.md", check=True)
+    assert "shared fact" in (writer / "notes/x.md").read_text()
+    assert b"shared fact" in team.mem("writer", "show", "notes/x.md", check=True).stdout
+    assert team.mem("writer", "show", "notes/x.md", "--seq", "1", check=True).stdout == b"my own private notes\n"
+    history = json.loads(team.mem("writer", "history", "notes/x.md", "--json", check=True).stdout)
+    assert [(v["kind"], v["deleted"]) for v in history] == [("file.write", False), ("file.delete", False)], history
+    assert team.mem("writer", "history", "notes/x.md", check=True).stdout.count(b"\n") == 2  # it was a traceback
+    assert team.mem("writer", "status", check=True).stdout.decode().endswith("clean: every file is what the log says\n")
+    team.mem("writer", "replay", "--check", check=True)

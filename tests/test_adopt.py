@@ -369,6 +369,42 @@ def test_a_hand_edit_of_a_stale_page_is_applied_onto_the_version_written_since(m
     assert workspace_status(memory).clean
 
 
+def test_a_hand_edit_made_on_an_adopted_merge_is_merged_onto_it(memory):
+    """Regression: an adopted merge left the base where it was (the file written before it), so the next edit of
+    the file, still showing the hand's version, lost the newer write's line or was refused for good."""
+    memory.write_page("deploy", PAGE)
+    memory.defer_files = True  # as under `mem mcp`: the adopted merge is not written over the hand's file either
+    newer = PAGE.replace(b"Staging first.", b"Staging first. Prod needs the owner's ack.")
+    _stale_file_edited_by_hand(memory, "mind/deploy.md", lambda m: m.write_page("deploy", newer))
+    assert adopt(memory).adopted == ["mind/deploy.md"]
+    path = memory.root / "mind/deploy.md"
+    path.write_text(path.read_text() + "Then tell #ops.\n")
+    report = adopt(memory)
+    assert report.adopted == ["mind/deploy.md"] and report.refused == {}, report
+    page = memory.show("mind/deploy.md", memory.log.head())
+    assert page.endswith("Staging first. Prod needs the owner's ack.\nAsk in #deploys.\nThen tell #ops.\n"), page
+
+
+def test_a_hand_edit_left_on_a_base_an_adopted_version_outran_is_adopted(memory):
+    """A workspace an earlier mindlog left so (a hand edit made while its version was being adopted kept the base
+    before it): the file is the current version with lines appended, which `mem status` says `mem adopt` keeps."""
+    import hashlib
+
+    memory.write_page("deploy", PAGE)
+    path = memory.root / "mind/deploy.md"
+    path.write_bytes(PAGE + b"hand 1\n")
+    adopt(memory)
+    row = (PAGE, len(PAGE), *memory.views.wiki_file_meta("mind/deploy.md"))
+    memory.views.written.record("mind/deploy.md", hashlib.sha256(PAGE).hexdigest(), row)  # the base the race left
+    memory.views.written.mark_dirty(["mind/deploy.md"])
+    path.write_bytes(PAGE + b"hand 1\nhand 2\n")
+    assert "`mem adopt` keeps the edit" in memory.hand_edited_message(["mind/deploy.md"])
+    report = adopt(memory)
+    assert report.adopted == ["mind/deploy.md"] and report.refused == {}, report
+    assert memory.page_text("deploy").endswith("hand 1\nhand 2\n")
+    assert workspace_status(memory).clean
+
+
 def test_a_hand_edit_of_a_stale_mind_md_does_not_remove_the_line_written_since(memory):
     """Regression: adopting it recorded an always.remove of the line an MCP insert had just added."""
     memory.always_add("keep me")
@@ -447,3 +483,10 @@ def test_a_three_way_merge_refuses_two_changes_of_one_line():
     assert three_way("a\nb\nc\n", "a\nB\nc\n", "a\nb2\nc\n") is None
     assert three_way("a\nc\n", "a\nx\nc\n", "a\ny\nc\n") is None
     assert three_way("a\nb\n", "A\nb\n", "a\nb\nc\n") == "A\nb\nc\n"
+
+
+def test_a_three_way_merge_of_a_change_and_that_change_gone_on_is_the_longer():
+    assert three_way("a\n", "a\nx\n", "a\nx\ny\n") == "a\nx\ny\n"
+    assert three_way("a\n", "a\nx\ny\n", "a\nx\n") == "a\nx\ny\n"
+    assert three_way("a\nb\nc\n", "a\nX\nc\n", "a\nw\nX\nc\n") == "a\nw\nX\nc\n"
+    assert three_way("a\nb\nc\n", "a\nc\n", "a\nX\nc\n") is None  # a delete and a rewrite of one line

@@ -284,3 +284,28 @@ def test_lint_checks_shared_pages_too(tmp_path):
         assert [(f["check"], f["path"]) for f in as_json["findings"]] == [("sources", "content/drafts/plan.md")]
     finally:
         team.stop()
+
+
+def test_the_judge_rules_on_shared_pages_too(tmp_path):
+    """Regression: `--judge` sent the wiki's pages and the entries only, so on a team's shared pages (which every
+    other check reads) it ruled on '0 of 0 candidate pairs'. A shared page is named by its path, as findings name
+    it; a withheld one is not sent."""
+    team = Team(tmp_path, agents=("writer",))
+    try:
+        for slug, text in (("a", page("A", "Deploy staging canary rollback owner")),
+                           ("b", page("B", "Deploy staging canary rollback never")),
+                           ("c", page("C", "Deploy staging canary rollback never", status="archived"))):
+            (tmp_path / f"{slug}.md").write_bytes(text)
+            team.mem("writer", "page", "write", slug, "--layer", "drafts", "--file", tmp_path / f"{slug}.md",
+                     check=True)
+        judge = tmp_path / "judge.py"
+        judge.write_text("import json, sys\npair = json.load(sys.stdin)\nassert pair['a_text'].startswith('---')\n"
+                         "print(f\"contradiction: {pair['a']} vs {pair['b']}\" if 'never' in pair['b_text'] "
+                         "else 'consistent')\n")
+        linted = team.mem("writer", "lint", "--check", "sources", "--judge", f"{sys.executable} {judge}")
+        assert linted.returncode == 1 and linted.stdout.decode().splitlines() == [
+            "[judge] content/drafts/a.md: contradicts content/drafts/b.md (judge: contradiction: "
+            "adf-file://content/drafts/a.md vs adf-file://content/drafts/b.md)",
+            "Lint: 1 finding(s): judge 1. The judge ruled on 1 of 1 candidate pairs."], linted.stdout.decode()
+    finally:
+        team.stop()

@@ -10,6 +10,7 @@ from eventstore.postgres import PostgresLog
 from eventstore.sqlite import SQLiteLog
 
 from conftest import PAGE, run_mem
+from teamhub import Team, layer
 
 V2 = PAGE.replace(b"Staging first.", b"Staging first. Prod needs an ack.")
 
@@ -113,3 +114,50 @@ def test_a_log_and_a_hub_never_share_a_database(tmp_path, pg_url):
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {hub_db} WITH (FORCE)")
+
+
+def test_a_workspace_made_again_on_its_postgresql_log_writes_its_shared_layers_files(tmp_path, pg_url):
+    """Regression (newcomer7 L1): the hub's contract was kept only in `.mem/contract.json` (the log recorded one only
+    when a change moved a file), so a workspace made again on its log wrote no shared file, `mem show` answered an
+    entries file that was not on disk, `mem entry add` said no contract was known, and `mem status` said clean."""
+    team = Team(tmp_path, agents=("writer",))
+    try:
+        ws, again = tmp_path / "ws", tmp_path / "again"
+        run_mem("init", "-w", ws, "--agent", "writer", "--log", pg_url, check=True)
+        run_mem("-w", ws, "remote", "add", "origin", team.url, "--token-file", tmp_path / "writer.token", check=True)
+        run_mem("-w", ws, "entry", "add", "insights", "[FACT] 2026-11-01: shared fact", check=True)
+        run_mem("-w", ws, "sync", check=True)
+
+        run_mem("init", "-w", again, "--agent", "writer", "--log", pg_url, check=True)
+        assert (again / "memory/insights.md").read_bytes() == (ws / "memory/insights.md").read_bytes()
+        status = run_mem("-w", again, "status", check=True).stdout.decode()
+        assert status.endswith("clean: every file is what the log says\n"), status
+        run_mem("-w", again, "entry", "add", "insights", "[FACT] 2026-11-02: second", check=True)
+        assert "second" in (again / "memory/insights.md").read_text()
+
+        team.apply(layer("insights", "team/insights.md"))
+        run_mem("-w", again, "remote", "add", "origin", team.url, "--token-file", tmp_path / "writer.token", check=True)
+        assert "second" in (again / "team/insights.md").read_text()
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # a log kept before the state held the contract
+            conn.execute("DELETE FROM sync_state WHERE key = 'hub-contract'")
+        run_mem("init", "-w", tmp_path / "third", "--agent", "writer", "--log", pg_url, check=True)
+        assert "second" in (tmp_path / "third/team/insights.md").read_text()
+    finally:
+        team.stop()
+
+
+def test_status_says_a_layers_file_no_contract_places(tmp_path):
+    team = Team(tmp_path, agents=("writer",))
+    try:
+        ws = tmp_path / "writer"
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: shared fact", check=True)
+        (ws / ".mem/contract.json").unlink()
+        (ws / "memory/insights.md").unlink()
+        status = team.mem("writer", "status", check=True).stdout.decode()
+        assert "not placed:      the log holds events of layer insights, but no hub contract is known here" in status
+        assert "clean" not in status, status
+        team.mem("writer", "pull", check=True)
+        status = team.mem("writer", "status", check=True).stdout.decode()
+        assert status.endswith("clean: every file is what the log says\n"), status
+    finally:
+        team.stop()

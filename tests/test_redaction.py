@@ -242,21 +242,27 @@ def served_on_postgresql(tmp_path, pg_url):
     yield from serve_team(tmp_path, pg_url, env={"TMPDIR": str(tmp_path / "tmp")})
 
 
-def serve_team(root: Path, db: str, env=None):
+@pytest.fixture
+def served_with_ui_dir(tmp_path):
+    """`served`, its pages' mirror where `mem serve --ui-dir` says (not beside the SQLite hub)."""
+    yield from serve_team(tmp_path, str(tmp_path / "hub.db"), ui_dir=tmp_path / "pages")
+
+
+def serve_team(root: Path, db: str, env=None, ui_dir: Path | None = None):
     from hubserver import mem_serve
 
     (root / "contract.toml").write_text(CONTRACT)
     run_mem("hub", "init", "--db", db, check=True)
     run_mem("hub", "contract", "apply", root / "contract.toml", "--db", db, check=True)
     with ExitStack() as serving:
-        url = serving.enter_context(mem_serve(db, env=env))
+        url = serving.enter_context(mem_serve(db, env=env, args=("--ui-dir", ui_dir) if ui_dir else ()))
         for agent in ("main", "writer", "late"):
             token = run_mem("hub", "agent", "add", agent, "--db", db, check=True).stdout.decode().strip()
             (root / f"{agent}.token").write_text(token + "\n")
             run_mem("init", "-w", root / agent, "--agent", agent, check=True)
             run_mem("remote", "add", "origin", url, "--token-file", root / f"{agent}.token", "-w", root / agent,
                     check=True)
-        mirror = next((root / "tmp").glob("mindlog-hub-ui-*")) if env else Path(f"{db}.ui")
+        mirror = ui_dir or (next((root / "tmp").glob("mindlog-hub-ui-*")) if env else Path(f"{db}.ui"))
         yield Served(root, url, serving.close, db, mirror)
 
 
@@ -598,6 +604,26 @@ def test_a_redaction_by_the_hub_administrator_leaves_a_postgresql_hubs_pages_mir
         time.sleep(0.2)
     assert files_holding(mirrored(served), "555-0199") == []  # no page asked for since
     page = open_a_page(served)
+    assert "555-0199" not in page and "[redacted: private]" in page
+
+
+def test_a_redaction_by_the_hub_administrator_leaves_the_mirror_mem_serve_ui_dir_reads(served_with_ui_dir):
+    """Regression: `mem hub redact` on a SQLite hub scrubs the mirror beside it, or the one its --ui-dir names; one
+    that only a running `mem serve --ui-dir` reads kept the text (its log's WAL, its views) until a page was asked
+    for, when the administrator did not name it. The running hub now learns of the redaction, as a PostgreSQL hub's
+    does."""
+    served = served_with_ui_dir
+    first, second = (shared_private_entry(served.root, layer) for layer in ("notes", "insights"))
+    assert "555-0199" in open_a_page(served) and files_holding(mirrored(served), "555-0199")
+    run_mem("hub", "redact", first, "--reason", "private", "--db", served.db, "--ui-dir", mirrored(served), check=True)
+    assert not Path(f"{served.db}.ui").exists()
+    assert "555-0199" not in open_a_page(served) and "555-0199" in open_a_page(served, "memory/insights.md")
+    run_mem("hub", "redact", second, "--reason", "private", "--db", served.db, check=True)
+    deadline = time.monotonic() + 30
+    while files_holding(mirrored(served), "555-0199") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert files_holding(mirrored(served), "555-0199") == []  # no page asked for since
+    page = open_a_page(served, "memory/insights.md")
     assert "555-0199" not in page and "[redacted: private]" in page
 
 

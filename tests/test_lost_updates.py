@@ -1,0 +1,67 @@
+"""Writes made from a version of a page that is no longer its current one: refused when the writer says which
+version it read (`--if-version`), and never recorded against a version another process replaced meanwhile."""
+
+from conftest import PAGE, log_rows, run_mem
+from projections.memory import Memory
+from projections.memory_tool import MemoryTool
+
+NEWER = PAGE + b"Prod needs the owner's ack.\n"
+
+
+def _written_by_a_process_stopped_before_its_views_followed(workspace, document: bytes) -> str:
+    """A page version committed to the log by another process whose views had not followed it yet (it stopped
+    in between; the next command catches up): the views this process reads are one version behind."""
+    with Memory.open(workspace) as other:
+        event = other.writer.page_write("deploy", document)
+        other.log.append([event])
+        return event.id
+
+
+def test_a_write_from_a_version_since_replaced_is_refused_in_one_line_and_records_nothing(workspace):
+    """Regression: two writes made from one read both succeeded; the second silently dropped the first's line."""
+    path = workspace / "page.md"
+    path.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", path, check=True)
+    (workspace / "a.md").write_bytes(PAGE + b"- step from writer A\n")
+    (workspace / "b.md").write_bytes(PAGE + b"- step from writer B\n")
+    first = run_mem("-w", workspace, "page", "write", "deploy", "--file", workspace / "a.md", "--if-version", "1")
+    assert first.returncode == 0 and b"(seq 2)" in first.stdout, first
+    rows = log_rows(workspace)
+    second = run_mem("-w", workspace, "page", "write", "deploy", "--file", workspace / "b.md", "--if-version", "1")
+    said = second.stderr.decode()
+    assert second.returncode == 1 and said.count("\n") == 1 and "Traceback" not in said, said
+    assert "written since version 1" in said and "its current version is seq 2" in said, said
+    assert log_rows(workspace) == rows
+    with Memory.open(workspace) as memory:
+        assert "writer A" in memory.page_text("deploy")
+        head_id = memory.views.heads("deploy")[0]
+    by_id = run_mem("-w", workspace, "page", "write", "deploy", "--file", workspace / "b.md", "--if-version", head_id)
+    assert by_id.returncode == 0 and b"(seq 3)" in by_id.stdout, by_id
+
+
+def test_a_write_without_a_version_is_the_last_writers(workspace):
+    with Memory.open(workspace) as memory:
+        memory.write_page("deploy", PAGE)
+        memory.write_page("deploy", NEWER)
+        memory.write_page("deploy", PAGE + b"- another\n")
+        assert "owner's ack" not in memory.page_text("deploy")
+
+
+def test_a_write_names_as_parent_the_version_current_at_its_append(workspace):
+    """Regression: the parent was read from views another process's commit had not reached yet, naming a version
+    already replaced (a fork nobody is told of)."""
+    with Memory.open(workspace) as memory:
+        memory.write_page("deploy", PAGE)
+        newer = _written_by_a_process_stopped_before_its_views_followed(workspace, NEWER)
+        event = memory.write_page("deploy", NEWER + b"- and a step\n")
+        assert event.body.parents == [newer]
+
+
+def test_a_memory_tool_edit_is_made_on_the_version_current_at_its_write(workspace):
+    """Regression: str_replace read the page from views behind the log and wrote its edit over the newer version."""
+    with Memory.open(workspace) as memory:
+        memory.write_page("deploy", PAGE)
+        _written_by_a_process_stopped_before_its_views_followed(workspace, NEWER)
+        MemoryTool(memory).str_replace("/memories/mind/deploy.md", "Staging first.", "Staging first, always.")
+        text = memory.page_text("deploy")
+        assert "Staging first, always." in text and "owner's ack" in text, text
