@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from eventstore.errors import InvalidInput
+from eventstore.validate import MAX_FILE_BYTES
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
 from .output import AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, progress_bar
@@ -105,7 +106,8 @@ def file_write(path: str, file: str = typer.Option(..., "--file", help="The cont
                allow_secret: bool = AllowSecretOpt):
     """Write a file into adf_files."""
     with memory() as mem:
-        event = mem.file_write(path, read_input(file), mime, protection, allow_secret=allow_secret)
+        content = read_input(file, MAX_FILE_BYTES, "the file")
+        event = mem.file_write(path, content, mime, protection, allow_secret=allow_secret)
     typer.echo(f"wrote {event.body.path} (seq {event.seq})")
 
 

@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 from typer.models import TyperInfo
 
-from eventstore.errors import MemError, storage_exceptions, storage_failure
+from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
@@ -139,13 +139,36 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
                 typer.echo(f"warning: {mem.behind}", err=True)
 
 
-def read_input(file: str) -> bytes:
-    if file == "-":
-        return sys.stdin.buffer.read()
+def read_input(file: str, limit: int | None = None, what: str = "the input") -> bytes:
+    """The bytes of `file` (- for stdin), refused past `limit` bytes, by default past an event's most. Every
+    `--file` is read here."""
+    if limit is None:
+        from eventstore.envelope import EVENT_LIMIT, MAX_BODY_BYTES
+
+        return _read_at_most(file, MAX_BODY_BYTES, f"{what} is more than {MAX_BODY_BYTES // 2**20} MiB; {EVENT_LIMIT}")
+    return _read_at_most(file, limit, f"{what} is more than {limit} bytes; the limit is {limit}")
+
+
+def _read_at_most(file: str, limit: int, refusal: str) -> bytes:
+    """At most limit + 1 bytes are read, so a stream that does not end (stdin from a runaway tool, /dev/zero, a
+    FIFO) costs no more than a file at the limit."""
     try:
-        return Path(file).read_bytes()
+        if file == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(file, "rb") as stream:
+                raw = stream.read(limit + 1)
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror}")
+    if len(raw) > limit:
+        raise TooLarge(refusal)
+    return raw
+
+
+def read_page(file: str) -> bytes:
+    from eventstore.validate import MAX_PAGE_BYTES
+
+    return read_input(file, MAX_PAGE_BYTES, "the page")
 
 
 AtOpt = typer.Option(None, "--at", help=AT_HELP)
@@ -176,6 +199,15 @@ def file_path(path: str) -> str:
     if not path.strip():
         fail("give a file: mind.md, mind/log.md, a page's path or its slug, or another file's path", 2)
     return f"mind/{path}.md" if "/" not in path and "." not in path else path
+
+
+def named_file(mem, path: str, *seqs: int) -> str:
+    """The file `path` names (as file_path reads it); a bare `x.md` that is no file at the root at any of `seqs`
+    names the page `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
+    path = file_path(path)
+    if "/" in path or not path.endswith(".md") or path == "mind.md" or any(mem.show(path, s) is not None for s in seqs):
+        return path
+    return f"mind/{path}"
 
 
 def point(mem, text: str, say=said_on_stderr) -> int:
@@ -235,9 +267,9 @@ def page_write(slug: str,
              "showed as its parent, so a version written meanwhile stays a conflict", 2)
     with memory() as mem:
         if layer is not None and layer != MIND:
-            event = mem.shared_page_write(layer, slug, read_input(file), note, allow_secret=allow_secret)
+            event = mem.shared_page_write(layer, slug, read_page(file), note, allow_secret=allow_secret)
         else:
-            event = mem.write_page(slug, read_input(file), note, force=force, allow_secret=allow_secret,
+            event = mem.write_page(slug, read_page(file), note, force=force, allow_secret=allow_secret,
                                    if_version=if_version)
         path = mem.page_file(layer or MIND, event.body.slug)
     typer.echo(f"{event.kind.split('.')[1]} {path} (seq {event.seq})")
@@ -342,9 +374,10 @@ def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[i
 @app.command()
 def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     """Print mind.md, mind/log.md or mind/<slug>.md (or a page by its slug) as of any moment."""
-    path = file_path(path)
     with memory() as mem:
-        text = mem.show(path, as_of(mem, at, seq))
+        moment = as_of(mem, at, seq)
+        path = named_file(mem, path, moment)
+        text = mem.show(path, moment)
         if text is None and at is None and seq is None:
             from projections.history import history
 
@@ -379,9 +412,9 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
     """A unified diff of one file between two moments."""
     from projections.history import diff as diff_of
 
-    path = file_path(path)
     with memory() as mem:
         a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
+        path = named_file(mem, path, a, b)
         sys.stdout.write(diff_of(mem, path, a, b))
 
 
@@ -393,9 +426,10 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
 
     from projections.views import page_path
 
-    path = file_path(path)
     with memory() as mem:
-        versions = history_of(mem, path, as_of(mem, at, seq) if at is not None or seq is not None else None)
+        moment = as_of(mem, at, seq) if at is not None or seq is not None else None
+        path = named_file(mem, path, mem.seq_at() if moment is None else moment)
+        versions = history_of(mem, path, moment)
         renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
         moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if v.kind == "contract.change"}
     if not versions:

@@ -9,7 +9,7 @@ import typer
 from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
+from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, read_page, state
 from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, http_url, progress_bar, summary
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
@@ -594,5 +594,5 @@ def resolve(target: str, file: str = typer.Option(..., "--file", help="The resol
     if not slug:
         fail("name the page as LAYER/SLUG", 2)
     with memory() as mem:
-        event = mem.resolve(layer, slug, read_input(file), allow_secret=allow_secret)
+        event = mem.resolve(layer, slug, read_page(file), allow_secret=allow_secret)
     typer.echo(f"resolved {layer}/{event.body.slug} (seq {event.seq})")

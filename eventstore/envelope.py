@@ -206,10 +206,12 @@ def new_event(body: Body, *, agent: str, layer: str, ts: int | None = None, id: 
     return event
 
 
+EVENT_LIMIT = f"an event (a message, a page, a file) may be at most {MAX_BODY_BYTES // 2**20} MiB"
+
+
 def check_body_size(raw: bytes) -> None:
     if len(raw) > MAX_BODY_BYTES:
-        raise TooLarge(f"the event is {len(raw) / 2**20:.1f} MiB encoded; an event (a message, a page, a file) may "
-                       f"be at most {MAX_BODY_BYTES // 2**20} MiB")
+        raise TooLarge(f"the event is {len(raw) / 2**20:.1f} MiB encoded; {EVENT_LIMIT}")
 
 
 _TAG = {cls: tag for tag, cls in KINDS.items()}

@@ -118,11 +118,30 @@ def _yaml_refusal(said: str) -> str:
     return f"frontmatter is not valid YAML: {text}"
 
 
+def _refuse_aliases(yaml_text: str) -> None:
+    """Refuses a YAML alias (`*name`) before the frontmatter is built: an alias repeats what its anchor holds
+    without its bytes, so nine levels of `[*a, *a, ...]` make a 400-byte page gigabytes ("billion laughs"),
+    paid for before any size limit can see it. An alias starts with `*`, so a text without one is not read
+    twice; one with it (`description: "*really*"`) has its YAML events scanned, which builds nothing."""
+    if "*" not in yaml_text:
+        return
+    import yaml  # here, as msgspec.yaml imports it: a page whose frontmatter is simple never needs it
+
+    try:
+        for event in yaml.parse(yaml_text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            if isinstance(event, yaml.AliasEvent):
+                raise InvalidInput(f"frontmatter uses the YAML alias *{event.anchor[:40]}; aliases are refused (a few "
+                                   "can expand a small page into gigabytes): write the value out in full")
+    except yaml.YAMLError:
+        return  # not YAML at all: decoding it says where, in the words every other refusal uses
+
+
 def parse(yaml_text: str) -> dict[str, Any]:
     """Parses and checks page frontmatter: `type` required, one-line fields single-line, sources a list."""
     simple = _simple(yaml_text)
     if simple is not None:
         return check(simple)
+    _refuse_aliases(yaml_text)
     try:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:

@@ -12,10 +12,14 @@ from .ids import is_uuid
 from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate
 
 MAX_PAGE_BYTES = 1024 * 1024
+MAX_FILE_BYTES = 8 * MAX_PAGE_BYTES
 MAX_LINE_CHARS = 2000
 ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
-RESERVED_SLUGS = {"log", "index", "mind", "con", "prn", "aux", "nul", "com1", "com2", "com3", "com4",
-                  "lpt1", "lpt2", "lpt3"}
+DEVICE_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
+"""Names Windows keeps for devices, with any extension (`nul.txt` too), in any letter case: no file there has one."""
+RESERVED_SLUGS = {"log", "index", "mind", *DEVICE_NAMES}
+MAX_SEGMENT_BYTES = 255
+"""NAME_MAX on Linux, macOS and Windows alike: a longer file name cannot be written anywhere the files go."""
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]*(\.[a-z0-9_-]+)*$")
 
 
@@ -43,6 +47,22 @@ def slug(value: str) -> str:
         raise UnsafePath(f"slug {original!r} is not safe: use lowercase letters, digits, '-', '_' and "
                          "inner dots, starting with a letter or digit")
     return value
+
+
+def path_segments(path: str, what: str) -> None:
+    """Refuses a path whose segments some filesystem or reader cannot take: a character that is not printable (a
+    newline, U+202E that shows `exe.txt` for `txt.exe`), a trailing space or dot (Windows drops them: two names
+    become one), a device name, a segment over MAX_SEGMENT_BYTES. The rule for slugs and for adf_files paths."""
+    for segment in path.split("/"):
+        if not segment.isprintable():
+            raise UnsafePath(f"{what} {path!r:.120} holds a character that is not printable (a line break, a control "
+                             "or direction mark)")
+        if segment.endswith((" ", ".")):
+            raise UnsafePath(f"{what} {path!r:.120} has a name ending in a space or a dot, which Windows drops")
+        if segment.split(".")[0].casefold() in DEVICE_NAMES:
+            raise UnsafePath(f"{what} {path!r:.120} uses {segment.split('.')[0]!r}, a name Windows keeps for a device")
+        if len(segment.encode()) > MAX_SEGMENT_BYTES:
+            raise UnsafePath(f"{what} {path[:40]!r}... has a name longer than {MAX_SEGMENT_BYTES} bytes")
 
 
 def inside_workspace(root: Path, relative: str, folders: dict | None = None) -> Path:

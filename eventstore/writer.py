@@ -123,6 +123,7 @@ def file_path(path: str) -> str:
                          "files stay out of it")
     if len(path) > 512:
         raise UnsafePath("file path is longer than 512 characters")
+    validate.path_segments(path, "file path")
     return path
 
 
@@ -162,8 +163,8 @@ class AdfWriter:
         path = file_path(path)
         if protection not in PROTECTIONS:
             raise InvalidInput(f"protection must be one of {', '.join(PROTECTIONS)}")
-        if len(content) > validate.MAX_PAGE_BYTES * 8:
-            raise TooLarge(f"the file is {len(content)} bytes; the limit is {validate.MAX_PAGE_BYTES * 8}")
+        if len(content) > validate.MAX_FILE_BYTES:
+            raise TooLarge(f"the file is {len(content)} bytes; the limit is {validate.MAX_FILE_BYTES}")
         current = self.files.file(path)
         if current is not None and current[4] == "read_only":
             raise InvalidInput(f"{path} is read_only")

@@ -209,7 +209,7 @@ def test_wordings_a_newcomer_misread_say_what_to_do(workspace, tmp_path):
         ("file", "delete", "mind/deploy.md"): "mind/deploy.md belongs to the mind wiki: a page is written, deleted or "
                                               "renamed with `mem page write|delete|rename`",
         ("cite", "adf-file://"): "'adf-file://' names no file: adf-file://PATH, like adf-file://mind/deploy.md",
-        ("loop", "append", "--role", "user", "--file", huge): "the event is 9.0 MiB encoded; an event (a message, a "
+        ("loop", "append", "--role", "user", "--file", huge): "the input is more than 8 MiB; an event (a message, a "
                                                              "page, a file) may be at most 8 MiB",
         ("loop", "append", "--role", "user", "--content-json", "[]"): "a loop message needs some content: its list of "
                                                                       "blocks is empty",
