@@ -99,6 +99,19 @@ def check(name: str, path: str, format: str, contract: Contract | None) -> dict:
     return {"path": path, "format": format}
 
 
+def refuse_own_files(name: str, spec: dict, own_paths: list[str]) -> None:
+    """A local layer may not be declared where the agent's own file (`mem file write`) is: that file would keep its
+    path and the layer's file would never be written (as when a hub's contract moves a layer there: `Views.blocked`).
+    A hub's change is not the agent's to refuse; its own declaration is."""
+    layer = {name: ContractLayer(path=spec["path"], format=spec["format"], producers=[], consumers=[])}
+    taken = [path for path in own_paths if layer_owning(path, layer)]
+    if taken:
+        more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+        raise InvalidInput(f"{taken[0]}{more} is this agent's own file: layer {name!r} cannot be placed over it. "
+                           f"Choose another path, or move the file first (`mem show {taken[0]} | mem file write "
+                           f"OTHER-PATH --file -`, then `mem file delete {taken[0]}`)")
+
+
 def layer_owning(path: str, layers: dict[str, ContractLayer]) -> str | None:
     """The layer whose events own `path` (its entries file, or a page in its folder), or None."""
     return next((name for name, spec in layers.items()

@@ -542,7 +542,9 @@ class Memory:
         """Sets a config key; `layers.<name>` declares a local layer, checked as `mem layer add` checks it."""
         event = self.adf_writer.config_set(key, value)
         if key.startswith("layers."):
-            event = self.adf_writer.config_set(key, local_layers.checked_spec(key, value, self.views.contract))
+            spec = local_layers.checked_spec(key, value, self.views.contract)
+            local_layers.refuse_own_files(key.removeprefix("layers."), spec, self.views.file_paths())
+            event = self.adf_writer.config_set(key, spec)
         return self.append(event, allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:

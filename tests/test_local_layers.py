@@ -45,6 +45,28 @@ def test_layer_refusals_leave_the_log_untouched(workspace, tmp_path):
     assert log_rows(workspace) == before
 
 
+def test_a_local_layer_is_refused_over_the_agents_own_file(workspace, tmp_path):
+    """The agent's own file keeps its path against a layer (Views.blocked): declared over it, the local layer's file
+    would never be written. A hub's contract change cannot be refused; the agent's own declaration is."""
+    w = ("-w", workspace)
+    note = tmp_path / "n.md"
+    note.write_text("kept by hand")
+    run_mem(*w, "file", "write", "memory/notes.md", "--file", note, check=True)
+    run_mem(*w, "file", "write", "docs/a.md", "--file", note, check=True)
+    before = log_rows(workspace)
+    for args, path in ((("layer", "add", "notes", "memory/notes.md"), b"memory/notes.md"),
+                       (("layer", "add", "docs", "docs/", "--format", "pages"), b"docs/a.md"),
+                       (("config", "set", "layers.notes", '{"path": "memory/notes.md"}'), b"memory/notes.md")):
+        result = run_mem(*w, *args)
+        assert result.returncode == 1 and result.stderr.startswith(b"error: " + path + b" is this agent's own file")
+        assert len(result.stderr.splitlines()) == 1, args
+    assert log_rows(workspace) == before
+    run_mem(*w, "file", "delete", "memory/notes.md", check=True)
+    run_mem(*w, "layer", "add", "notes", "memory/notes.md", check=True)
+    run_mem(*w, "entry", "add", "notes", "[FACT] 2026-12-02: the layer's file is written", check=True)
+    assert "the layer's file is written" in (workspace / "memory/notes.md").read_text()
+
+
 def test_a_replay_rebuilds_local_entry_files(memory):
     memory.declare_layer("lessons", "memory/lessons.md")
     memory.entry_add("lessons", "[LESSON] 2026-11-01: Canary first")
