@@ -432,11 +432,13 @@ def build_server(mem: Memory) -> MCPServer:
         from sync.client import get_remote, pull, push
 
         target = get_remote(mem, remote)
-        report = {}
+        report, warnings = {}, []
         if direction in ("push", "both"):
-            report["push"] = push(mem, target)
+            report["push"] = push(mem, target, say=warnings.append)
         if direction in ("pull", "both"):
-            report["pull"] = pull(mem, target)
+            report["pull"] = pull(mem, target, say=warnings.append)
+        if warnings:
+            report["warnings"] = warnings
         return json_text(report)
 
     # --- resources --------------------------------------------------------------------------------

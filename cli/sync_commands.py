@@ -327,6 +327,8 @@ def remote_add(name: str, url: str,
     if added.replaced is not None:
         typer.echo(f"replaced remote {name} (was {added.replaced.url})")
     typer.echo(f"remote {added.remote.name} -> {added.remote.url} (agent {added.agent})")
+    for warning in added.warnings:
+        typer.echo(warning, err=True)
 
 
 @remote_app.command("remove")

@@ -189,9 +189,13 @@ def load_remotes(memory) -> dict[str, Remote]:
 
 
 class RemoteAdded(msgspec.Struct):
+    """`warnings`: what the hub's contract did here that the agent must hear of (a layer's file placed where its
+    own file is: Memory.blocked), each one line."""
+
     remote: Remote
     agent: str
     replaced: Remote | None = None
+    warnings: list[str] = []
 
 
 def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
@@ -255,8 +259,9 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
         _forget_cursors(memory, name)
     remotes[name] = remote
     _save_remotes(memory, remotes)
-    memory.set_contract(answer.contract)
-    return RemoteAdded(remote=remote, agent=answer.agent, replaced=replaced)
+    warnings: list[str] = []
+    take_placed(memory, answer.contract, warnings.append)
+    return RemoteAdded(remote=remote, agent=answer.agent, replaced=replaced, warnings=warnings)
 
 
 def remove_remote(memory, name: str) -> Remote:
@@ -677,12 +682,18 @@ def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> Contr
     if answer.agent != expected:
         raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
                            "`mem remote add` it again with the right token")
+    take_placed(memory, answer.contract, say)
+    return answer
+
+
+def take_placed(memory, contract: Contract, say=None) -> None:
+    """Keeps the hub's `contract` (Memory.set_contract); a layer's file it places where this agent's own file is
+    (Memory.blocked), and was not before, is said through `say`."""
     blocked = memory.blocked() if say else {}
-    memory.set_contract(answer.contract)
+    memory.set_contract(contract)
     for path, why in (memory.blocked() if say else {}).items():
         if path not in blocked:
             say(f"warning: {why}")
-    return answer
 
 
 def check_ingests(memory, outgoing: list[Event], cursor: int, came: "CameFromHub | tuple" = ()) -> None:

@@ -114,3 +114,20 @@ def test_a_layer_moved_onto_an_own_file_leaves_the_file_the_agents_until_it_is_d
     assert team.mem("writer", "history", "notes/x.md", check=True).stdout.count(b"\n") == 2  # it was a traceback
     assert team.mem("writer", "status", check=True).stdout.decode().endswith("clean: every file is what the log says\n")
     team.mem("writer", "replay", "--check", check=True)
+
+
+def test_remote_add_says_when_the_hubs_contract_places_a_layer_on_an_own_file(team):
+    """Regression: `mem sync` said it, `mem remote add` (which takes the contract first) said nothing, and the next
+    sync had nothing new to say: the agent never heard why its layer's file was missing."""
+    moved = team.root / "writer2"
+    run_mem("init", "-w", moved, "--agent", "writer", check=True)
+    run_mem("file", "write", "memory/insights.md", "--file", "-", "-w", moved, input=b"mine\n", check=True)
+    added = run_mem("remote", "add", "origin", team.url, "--token-file", team.root / "writer.token", "-w", moved,
+                    check=True)
+    said = added.stderr.decode()
+    assert said.count("\n") == 1 and said.startswith("warning: layer 'insights' is placed at memory/insights.md, "
+                                                      "where this agent's own file is"), said
+    assert added.stdout.decode().startswith("remote origin -> ")
+    again = run_mem("remote", "add", "origin", team.url, "--token-file", team.root / "writer.token", "-w", moved,
+                    "--json", check=True)
+    assert again.stderr == b"" and json.loads(again.stdout)["warnings"] == []  # said once, at the change

@@ -414,6 +414,7 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
     assert cited["resolved"] and cited["hit"]["source"] == "live" and cited["hit"]["seq"] == 1
     first_sync, push = (json.loads(text) for _error, text in answers["sync"])
     assert first_sync["push"]["pushed"] == 0 and push == {"push": {**push["push"], "pushed": 1}}
+    assert "warnings" not in first_sync
     assert answers["entry_add"][0][1].endswith("[DECISION] 2026-11-01: The hub runs on SQLite (seq 2)")
     believed = json.loads(answers["believed"][0][1])
     assert believed["seq"] == 1 and [m["seq"] for m in believed["loop"]] == [1]
@@ -754,3 +755,32 @@ def test_the_loop_audit_and_redact_tools_refuse_as_the_cli_does_and_change_nothi
     assert texts[11] == texts[10]  # a seq as a number, as an agent may well give it
     assert texts[12] == cli_error(workspace, "audit", "list", "--seq", "99")
     assert log_rows(workspace) == before
+
+
+def test_the_sync_tool_says_what_a_person_running_mem_sync_would_hear(workspace, tmp_path):
+    """Regression: the tool dropped the pull's warnings (a layer placed on the agent's own file, a rejected event):
+    an agent syncing over MCP never heard them."""
+    from hubserver import HubServer
+    from sync.client import add_remote
+
+    hub = HubServer(str(tmp_path / "hub.db")).start()
+    try:
+        (tmp_path / "alice.token").write_text(hub.storage.add_agent("alice") + "\n")
+        with Memory.open(workspace) as mem:
+            add_remote(mem, "origin", hub.url, str(tmp_path / "alice.token"))
+        run_mem("-w", workspace, "file", "write", "memory/insights.md", "--file", "-", input=b"mine\n", check=True)
+        hub.storage.apply_contract(Contract(layers={"insights": ContractLayer(
+            path="memory/insights.md", format="entries", producers=["*"], consumers=["*"])}))
+
+        async def session_body(session):
+            return [await call(session, "sync"), await call(session, "sync")]
+
+        (error, first), (_, second) = run_stdio(workspace, session_body)
+    finally:
+        hub.stop()
+    assert not error
+    assert json.loads(first)["warnings"] == [
+        "warning: layer 'insights' is placed at memory/insights.md, where this agent's own file is: the layer's file is "
+        "not written there and `mem show memory/insights.md` answers the agent's file, until `mem file delete "
+        "memory/insights.md` (to keep it, first `mem show memory/insights.md | mem file write OTHER-PATH --file -`)"]
+    assert "warnings" not in json.loads(second)
