@@ -453,9 +453,8 @@ class HubStorage(ABC):
         """Calls `callback` from a background thread after each commit carrying a redaction that removed a body,
         made by any process (`mem hub redact`, another hub process), so that the pages' mirror of a hub that only
         a running `mem serve` knows of (a PostgreSQL hub's, by default in a temporary directory) drops the text at
-        once. Stopped by `close`. (A SQLite hub's tells of the administrator's redactions: `mem hub redact` scrubs
-        the mirror beside it itself, or the one its `--ui-dir` names, but not one that another `mem serve --ui-dir`
-        reads.)"""
+        once, and the mirror of another `mem serve` on the same hub after a redaction pushed to this one. Stopped by
+        `close`."""
 
     def _stop_watching(self) -> None:
         for stop, thread in ((getattr(self, "_stop_watch", None), getattr(self, "_watcher", None)),

@@ -648,6 +648,32 @@ def test_a_pushed_redaction_leaves_the_pages_mirror_with_no_page_asked_for(serve
     assert files_holding(mirrored(served), "555-0199") == []
 
 
+def test_a_pushed_redaction_leaves_the_mirror_of_another_mem_serve_on_the_same_sqlite_hub(served_with_ui_dir):
+    """Regression: two `mem serve` processes on one SQLite file, each its pages over a mirror of its own (--ui-dir):
+    a redaction pushed to one scrubbed that one's mirror only; the other's kept the text (its log, its WAL, its
+    views) until a page was asked for. Each process now learns of any redaction committed, as on PostgreSQL."""
+    from hubserver import mem_serve
+
+    served = served_with_ui_dir
+    target = shared_private_entry(served.root, "insights")
+    other_mirror = served.root / "pages2"
+    with mem_serve(served.db, args=("--ui-dir", other_mirror)) as other_url:
+        for url in (served.url, other_url):
+            assert "555-0199" in open_a_page(Served(served.root, url, served.stop, served.db, served.mirror),
+                                             "memory/insights.md")
+        assert files_holding(mirrored(served), "555-0199") and files_holding(other_mirror, "555-0199")
+        mem(served.root / "main", "redact", target, "--reason", "private", check=True)
+        mem(served.root / "main", "push", check=True)  # to the first `mem serve`
+        deadline = time.monotonic() + 30
+        while (files_holding(mirrored(served), "555-0199") or files_holding(other_mirror, "555-0199")) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert files_holding(mirrored(served), "555-0199") == []
+        assert files_holding(other_mirror, "555-0199") == []  # no page asked for since
+        page = open_a_page(Served(served.root, other_url, served.stop, served.db, served.mirror), "memory/insights.md")
+        assert "555-0199" not in page and "[redacted: private]" in page
+
+
 def test_a_files_history_lists_its_redacted_version_as_a_pages_does(workspace, tmp_path):
     """Regression: `mem history PATH` after a `file.write` of PATH was redacted ended in a traceback
     (`'Redacted' object has no attribute 'path'`), and the MCP history tool in an error."""
