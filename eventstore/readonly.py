@@ -31,10 +31,11 @@ FULL_DISK = ("SQLITE_IOERR_SHMSIZE", "SQLITE_FULL")
 
 
 def unwritable(path: Path) -> bool:
-    """Whether `path` is an existing file in a directory this process may not write into."""
+    """Whether `path` is an existing file this process may not write (read-only, immutable: `chattr +i`), or in a
+    directory it may not write into."""
     try:
         return path.is_file() and (bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
-                                   or not os.access(path.parent, os.W_OK))
+                                   or not os.access(path.parent, os.W_OK) or not os.access(path, os.W_OK))
     except OSError:
         return False
 

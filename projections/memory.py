@@ -246,6 +246,10 @@ class Memory:
             if full_disk(self.views.db) or full_disk(getattr(self.log, "db", None)):  # the lock file opens there
                 raise StorageFailure(f"cannot change the workspace {self.root}: the disk is full (its databases "
                                      "could be opened only to read)")
+            for path, db in ((self.ws.views_path, self.views.db), (self.ws.log_path, getattr(self.log, "db", None))):
+                if read_only(db):  # a file this process may not write in a folder it may (`chattr +i`, chmod)
+                    raise StorageFailure(f"cannot change the workspace {self.root}: {path} can be opened only to read "
+                                         "(the file or its folder is read-only)")
             with self.ws.locked():  # every change takes the lock first: a read-only workspace stops here
                 self._lock_depth = 1
                 try:
@@ -262,13 +266,14 @@ class Memory:
         no longer holds what it removed. So are views far behind (`bulk.worth_building`: a catch-up cut off
         after it appended its pages), which a bulk build makes faster than a fold batch by batch.
 
-        On storage this process cannot write (the views opened read-only) the views are read as they are,
-        when they are as far as the log; views behind it are refused."""
-        if read_only(self.views.db):
+        On storage this process cannot write (the views or the log opened read-only) the views are read as they
+        are, when they are as far as the log; views behind it are refused."""
+        stuck = next((db for db in (self.views.db, getattr(self.log, "db", None)) if read_only(db)), None)
+        if stuck is not None:
             head, checkpoint = self.log.head(), self.views.checkpoint()
             if head != checkpoint:
                 raise StorageFailure(f"the views {self.ws.views_path} are at seq {checkpoint}, the log at {head}, "
-                                     f"and {self.views.db.why}: they cannot catch up to be read")
+                                     f"and {stuck.why}: they cannot catch up to be read")
             return self.last_report
         with self.lock():
             if files:

@@ -280,11 +280,26 @@ def test_a_db_url_of_an_unknown_scheme_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture(params=["mount", "chmod"])
+@pytest.fixture(params=["mount", "chmod", "immutable"])
 def read_only(request, written):
     """Runs `mem` on the workspace `written` as on read-only storage: a read-only bind mount in a user and
-    mount namespace of the `mem` process alone (`unshare -rm`), or the workspace without write permission
-    (not for root, whom permissions do not stop)."""
+    mount namespace of the `mem` process alone (`unshare -rm`), the workspace without write permission
+    (not for root, whom permissions do not stop), or its two databases immutable (`chattr +i`, which stops root too;
+    regression: every read failed on SQLITE_READONLY, the folder being writable)."""
+    if request.param == "immutable":
+        databases = [str(written / ".mem" / name) for name in ("log.db", "views.db")]
+        probe = subprocess.run(["chattr", "-i", *databases], capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip(f"no immutable files here: {probe.stderr.decode().strip()}")
+
+        def immutable(command):  # made so at the first command: the test may append before it
+            subprocess.run(["chattr", "+i", *databases], check=True)
+            return run_mem(*shlex.split(command), "-w", written)
+        try:
+            yield immutable
+        finally:
+            subprocess.run(["chattr", "-i", *databases], check=True)
+        return
     if request.param == "mount":
         remount = f"mount --bind {written} {written} && mount -o remount,bind,ro {written}"
         probe = subprocess.run(["unshare", "-rm", "sh", "-c", remount], capture_output=True)
@@ -321,7 +336,10 @@ def test_a_workspace_on_read_only_storage_is_read_and_refuses_writes(written, re
     for command in ("always add hello", "page delete deploy", "adopt"):
         refused(read_only(command), f"cannot change the workspace {written}: ")
     assert log_rows(written) == before
-    assert {p: p.read_bytes() for p in written.rglob("*") if p.is_file()} == files
+    after = {p: p.read_bytes() for p in written.rglob("*") if p.is_file()}
+    made = [p.name for p in set(after) - set(files)]  # a reader's -shm and -wal, where the folder can take them
+    assert all(name in ("log.db-shm", "log.db-wal", "views.db-shm", "views.db-wal") for name in made), made
+    assert {p: after[p] for p in files} == files
 
 
 def test_views_behind_the_log_on_read_only_storage_are_refused_not_read(written, read_only):
