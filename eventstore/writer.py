@@ -98,6 +98,9 @@ _LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 class FileState(Protocol):
     def file(self, path: str): ...
 
+    def file_nesting(self, path: str) -> str | None:
+        """A file there is whose path is a folder of `path`, or under `path` as a folder, or None."""
+
 
 def loop_name(name: str) -> str:
     if not _LOOP_NAME.match(name or ""):
@@ -113,7 +116,7 @@ def file_path(path: str) -> str:
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")
     root = parts[0].casefold()  # in any letter case: on macOS and Windows `Mind.md` is mind.md, `.MEM/` is .mem/
-    if path.casefold() == "mind.md" or root == "mind":
+    if root in ("mind.md", "mind"):
         raise UnsafePath(f"{path} belongs to the mind wiki: a page is written, deleted or renamed with `mem page "
                          "write|delete|rename`, mind.md's Always lines with `mem always add|remove`")
     if root == ".mem":
@@ -168,6 +171,11 @@ class AdfWriter:
         current = self.files.file(path)
         if current is not None and current[4] == "read_only":
             raise InvalidInput(f"{path} is read_only")
+        nesting = self.files.file_nesting(path) if current is None else None
+        if nesting is not None:  # no filesystem holds both: a checkout or an export could not write them
+            raise UnsafePath(f"{path} cannot be written: {nesting} is a file, and {path} would make it a folder too"
+                             if path.startswith(f"{nesting}/") else
+                             f"{path} cannot be written: it is a folder, holding {nesting}")
         return self._event(FileWrite(path=path, content=content, mime_type=mime_type or _guess_mime(path),
                                      protection=protection), AGENT)
 

@@ -305,6 +305,9 @@ class _NoFiles:
     def file(self, path: str):
         return None
 
+    def file_nesting(self, path: str) -> str | None:
+        return None
+
 
 class _ImportedLayers:
     """The shared write side's view of the local layers an import brings back: the entries made so far

@@ -611,6 +611,19 @@ class Views:
                               "ORDER BY seq DESC LIMIT 1", (path,) if as_of is None else (path, as_of)).fetchone()
         return row[:8] if row and not row[8] else None
 
+    def file_nesting(self, path: str) -> str | None:
+        """The agent's file (now) whose path is a folder of `path` (`notes` for `notes/a.md`) or lies under `path` as
+        a folder (`notes/a.md/b.md`), or None: a path cannot be a file and a folder at once."""
+        parts = path.split("/")
+        for end in range(1, len(parts)):
+            if self.file("/".join(parts[:end])) is not None:
+                return "/".join(parts[:end])
+        for (below,) in self.db.execute("SELECT DISTINCT path FROM file_versions WHERE path > ? AND path < ?",
+                                        (f"{path}/", f"{path}0")):  # "0" follows "/": every path under it
+            if self.file(below) is not None:
+                return below
+        return None
+
     def adf_files(self, as_of: int | None = None) -> list[tuple]:
         """Every adf_files row as of a seq, the wiki's files (mind.md, mind/log.md, pages) first."""
         as_of = self.checkpoint() if as_of is None else as_of

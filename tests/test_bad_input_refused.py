@@ -6,6 +6,7 @@ import json
 import sqlite3
 
 from conftest import PAGE, log_rows, run_mem
+from eventstore.errors import MemError
 
 LAYER_UNKNOWN = "layer 'nosuch' is not in the contract"
 
@@ -243,3 +244,38 @@ def test_an_agent_name_no_contract_could_name_is_refused_by_init_and_by_the_hub(
     listed = json.loads(run_mem("hub", "agent", "list", "--db", hub, "--json", check=True).stdout)
     assert [agent["name"] for agent in listed] == ["main"]
     run_mem("init", "-w", tmp_path / "ws", "--agent", "Ana-2_b", check=True)
+
+
+def test_a_path_is_never_a_file_and_a_folder_at_once(workspace):
+    """Regression: `notes/a.md` and `notes/a.md/b.md` were both written (and `mind.md/x`, under the index): no
+    filesystem holds both, and the memory tool then took `notes/a.md` for a folder (not viewable, editable or
+    deletable). The CLI and the memory tool alike refuse, the log untouched."""
+    from projections.memory import Memory
+    from projections.memory_tool import MemoryTool
+
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    mem("file", "write", "notes/a.md", "--file", "-", input=b"a\n", check=True)
+    rows = log_rows(workspace)
+    for path, why in (("notes/a.md/b.md", "notes/a.md is a file, and notes/a.md/b.md would make it a folder too"),
+                      ("notes", "it is a folder, holding notes/a.md"),
+                      ("mind.md/x", "mind.md/x belongs to the mind wiki")):
+        refused = mem("file", "write", path, "--file", "-", input=b"x\n")
+        err = refused.stderr.decode()
+        assert refused.returncode == 1 and err.startswith("error: ") and why in err, (path, err)
+        assert len(err.strip().splitlines()) == 1
+    with Memory.open(workspace) as memory:
+        tool = MemoryTool(memory)
+        for path, why in (("/memories/notes/a.md/b.md", "notes/a.md is a file"),
+                          ("/memories/notes", "File /memories/notes already exists")):  # the folder it holds
+            try:
+                tool.create(path, "x")
+            except MemError as exc:
+                assert why in str(exc), str(exc)
+            else:
+                raise AssertionError(f"{path} was created")
+    assert log_rows(workspace) == rows
+    assert mem("show", "notes/a.md", check=True).stdout == b"a\n"
+    mem("file", "delete", "notes/a.md", check=True)
+    mem("file", "write", "notes/a.md/b.md", "--file", "-", input=b"b\n", check=True)  # once the file is gone
