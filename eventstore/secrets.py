@@ -118,8 +118,10 @@ def scan_value(value, field: str) -> Iterator[Finding]:
     elif isinstance(value, bytes):
         yield from scan_text(value.decode("utf-8", "replace"), field)
     elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from scan_value(item, f"{field}.{key}")
+        for number, (key, item) in enumerate(value.items(), 1):
+            in_key = list(scan_text(key, f"{field} (its key {number})")) if isinstance(key, str) else []
+            yield from in_key  # a map of credentials keyed by the token: the key is text someone wrote too
+            yield from scan_value(item, f"{field} (its key {number})" if in_key else f"{field}.{key}")
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from scan_value(item, f"{field}[{index}]")

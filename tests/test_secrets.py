@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eventstore.envelope import new_event
-from eventstore.kinds import EntryAppend
+from eventstore.kinds import EntryAppend, PageIngest
 from eventstore.layers import Contract, ContractLayer
 from eventstore.secrets import _PREFILTER, may_hold_secret, scan_body, scan_text
 from sync.storage import open_storage
@@ -102,6 +102,11 @@ def test_every_write_is_scanned_through_the_cli(workspace, tmp_path):
     refused(workspace, "page", "write", "deploy", "--file", page, where="AWS Access Key in `text`, line 5")
     page.write_bytes(b"---\ntype: procedure\ndescription: uses " + GITHUB.encode() + b"\n---\n# D\n")
     refused(workspace, "page", "write", "deploy", "--file", page, where="GitHub Token in `frontmatter.description`")
+    page.write_bytes(b"---\ntype: reference\ncredentials:\n  " + GITHUB.encode() + b": deploy-bot\n---\n# D\n")
+    refused(workspace, "page", "write", "deploy", "--file", page,  # regression: a key was never scanned
+            where="GitHub Token in `frontmatter.credentials (its key 1)`, line 1")
+    refused(workspace, "loop", "append", "--role", "user", "--content-json",
+            json.dumps([{"type": "text", "text": "hi", GITHUB: 1}]), where="GitHub Token in `content[0] (its key 3)`")
     refused(workspace, "always", "add", f"log in with {ENTROPY}", where="High Entropy String in `line`, line 1")
     refused(workspace, "loop", "append", "--role", "user", "--file", "-", input=PRIVATE_KEY.encode(),
             where="Private Key in `content[0].text`, line 1")
@@ -135,6 +140,7 @@ CONTRACT = Contract(layers={
     "insights": ContractLayer(path="memory/insights.md", format="entries", producers=["*"], consumers=["*"]),
     "vault": ContractLayer(path="memory/vault.md", format="entries", producers=["*"], consumers=["*"],
                            scan_secrets=False),
+    "docs": ContractLayer(path="docs/", format="pages", producers=["*"], consumers=["*"]),
 })
 
 
@@ -168,6 +174,11 @@ def test_the_hub_refuses_a_secret_in_a_scanned_layer(hub):
     assert problem["type"] == PROBLEM_BASE + "secret-detected"
     assert "AWS Access Key in `content`, line 1" in problem["detail"] and AWS not in problem["detail"]
     assert open_storage(hub.db).head() == head  # nothing of the batch
+    keyed = new_event(PageIngest(slug="access", frontmatter={"type": "reference", "credentials": {AWS: "bot"}},
+                                 text="# Access\n"), agent="alice", layer="docs")
+    response = push(hub, keyed)
+    assert response.status_code == 422 and "in `frontmatter.credentials (its key 1)`" in response.json()["detail"]
+    assert AWS not in response.text and open_storage(hub.db).head() == head
     # An event that says it was allowed is still refused: the layer's contract decides, not the producer.
     assert push(hub, entry(f"key {AWS}", allowed_secrets=["AWS Access Key in `content`, line 1"])).status_code == 422
     assert push(hub, entry(f"key {AWS}", layer="vault")).status_code == 200
