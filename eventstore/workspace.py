@@ -109,7 +109,7 @@ class Workspace:
             raise InvalidInput(f"{self.mem_dir / CONFIG_FILE} is damaged: {exc}") from None
 
     def write_config(self, config: WorkspaceConfig) -> None:
-        self.mem_dir.mkdir(parents=True, exist_ok=True)
+        self.mem_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the log and views: this user's alone
         tmp = self.mem_dir / (CONFIG_FILE + ".tmp")
         tmp.unlink(missing_ok=True)
         tmp.touch(mode=0o600)  # a log's URL may hold its password

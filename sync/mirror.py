@@ -45,6 +45,8 @@ class HubMirror:
     def __init__(self, storage: HubStorage, root: str | Path):
         self.storage = storage
         self.root = Path(root)
+        if not self.root.exists():  # it holds every layer's files: not for the host's other accounts to read
+            self.root.mkdir(mode=0o700, parents=True)
         self.ws = Workspace.init(self.root, HUB_AGENT)
         self.log = self.ws.open_log(self.ws.config())
         if self.log.head() and self.log.state(COPIES[0]) != COPIES[1] and self.ws.config().agent == HUB_AGENT:

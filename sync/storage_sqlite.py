@@ -111,11 +111,21 @@ PULL_SCAN = 2
 """How many positions per event asked a pull of several layers reads in position order (SQLiteHubStorage.pull)."""
 
 
+def _made_private(path: str) -> None:
+    """Makes a new hub file readable by this user alone (SQLite's -wal and -shm take its mode): it holds every
+    layer, which the hub's API and pages show each agent only as the contract allows."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError:  # there already (its mode is the operator's), or an unwritable place: connecting says why
+        pass
+
+
 class SQLiteHubStorage(HubStorage):
     reads_wait = False  # WAL: a read is local and never waits for the writer, microseconds for the hub's lookups
 
     def __init__(self, path: str, synchronous: str = "FULL"):
         self.path = str(path)
+        _made_private(self.path)
         self.db = self._connect()
         self._refuse_another_database()
         self.db.execute("PRAGMA journal_mode = WAL")
