@@ -101,6 +101,9 @@ class FileState(Protocol):
     def file_nesting(self, path: str) -> str | None:
         """A file there is whose path is a folder of `path`, or under `path` as a folder, or None."""
 
+    def file_twin(self, path: str) -> str | None:
+        """A file there is whose path is `path` but for letter case or Unicode normalization, or None."""
+
 
 def loop_name(name: str) -> str:
     if not _LOOP_NAME.match(name or ""):
@@ -176,6 +179,10 @@ class AdfWriter:
             raise UnsafePath(f"{path} cannot be written: {nesting} is a file, and {path} would make it a folder too"
                              if path.startswith(f"{nesting}/") else
                              f"{path} cannot be written: it is a folder, holding {nesting}")
+        twin = self.files.file_twin(path) if current is None else None
+        if twin is not None:  # one file on macOS and Windows, and two a reader cannot tell apart anywhere
+            raise UnsafePath(f"{path} cannot be written: {twin} is there, the same name but for letter case or "
+                             "Unicode normalization (write to it, or delete it first)")
         return self._event(FileWrite(path=path, content=content, mime_type=mime_type or _guess_mime(path),
                                      protection=protection), AGENT)
 

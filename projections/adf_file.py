@@ -308,6 +308,9 @@ class _NoFiles:
     def file_nesting(self, path: str) -> str | None:
         return None
 
+    def file_twin(self, path: str) -> str | None:
+        return None
+
 
 class _ImportedLayers:
     """The shared write side's view of the local layers an import brings back: the entries made so far

@@ -7,6 +7,7 @@ checkpoint, so a point-in-time read and a current read are the same query.
 import hashlib
 import json
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -623,6 +624,13 @@ class Views:
             if self.file(below) is not None:
                 return below
         return None
+
+    def file_twin(self, path: str) -> str | None:
+        """The agent's file (now) whose path is `path` once both are case-folded and NFC-normalized (`Readme.md` for
+        `readme.md`, `café.md` written in NFD for NFC), itself excepted, or None."""
+        folded = unicodedata.normalize("NFC", path).casefold()
+        return next((other for other in self.file_paths()
+                     if other != path and unicodedata.normalize("NFC", other).casefold() == folded), None)
 
     def adf_files(self, as_of: int | None = None) -> list[tuple]:
         """Every adf_files row as of a seq, the wiki's files (mind.md, mind/log.md, pages) first."""

@@ -279,3 +279,23 @@ def test_a_path_is_never_a_file_and_a_folder_at_once(workspace):
     assert mem("show", "notes/a.md", check=True).stdout == b"a\n"
     mem("file", "delete", "notes/a.md", check=True)
     mem("file", "write", "notes/a.md/b.md", "--file", "-", input=b"b\n", check=True)  # once the file is gone
+
+
+def test_two_files_whose_names_differ_only_in_case_or_normalization_are_refused(workspace):
+    """Regression: `notes/Readme.md` beside `notes/readme.md`, and `café.md` in NFC beside NFD, were two files:
+    one on macOS and Windows (a checkout or export there keeps one), two a reader cannot tell apart anywhere."""
+    def mem(*args, **kw):
+        return run_mem("-w", workspace, *args, **kw)
+
+    nfc, nfd = "notes/caf\u00e9.md", "notes/cafe\u0301.md"
+    mem("file", "write", "notes/readme.md", "--file", "-", input=b"a\n", check=True)
+    mem("file", "write", nfc, "--file", "-", input=b"b\n", check=True)
+    rows = log_rows(workspace)
+    for path, twin in (("notes/Readme.md", "notes/readme.md"), ("NOTES/README.MD", "notes/readme.md"), (nfd, nfc)):
+        refused = mem("file", "write", path, "--file", "-", input=b"x\n")
+        err = refused.stderr.decode()
+        assert refused.returncode == 1 and err == (f"error: {path} cannot be written: {twin} is there, the same name "
+                                                   "but for letter case or Unicode normalization (write to it, or "
+                                                   "delete it first)\n"), err
+    assert log_rows(workspace) == rows
+    mem("file", "write", "notes/readme.md", "--file", "-", input=b"again\n", check=True)  # itself: a new version
