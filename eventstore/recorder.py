@@ -12,7 +12,7 @@ import msgspec
 from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, compress, compute_digest,
                        decode_body, encode_body, unpack_body)
 from .errors import IdConflict
-from .ids import now_ms, uuid_bytes, uuid_text
+from .ids import is_uuid, now_ms, uuid_bytes, uuid_text
 from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
 
@@ -182,6 +182,8 @@ def redaction_updates(events: Sequence[Event], stored, unsent: Iterable[str] = (
         if event.kind != "redaction":
             continue
         for target in event.body.target_ids:
+            if not is_uuid(target):  # refused on every way in (validate.body); one a hub took before it was names none
+                continue
             found = None if target in done else stored(id_bytes(target))
             if found is None:
                 continue

@@ -17,7 +17,7 @@ import msgspec
 from .blobs import blob_json, compress, is_loop_source
 from .envelope import decode_body, encode_body
 from .errors import MemError
-from .kinds import KINDS, Body, Redacted
+from .kinds import KINDS, Body, EntryAppend, Redacted, Redaction
 
 KEPT = {
     "page.ingest": ("slug", "parents", "quiet"),
@@ -38,6 +38,29 @@ KEPT = {
 }
 ENTRY_KEPT = ("seq", "role", "model", "created_at", "ord")
 MESSAGE_KEPT = ("id", "from", "to", "status", "received_at", "created_at", "thread_id")
+
+
+def redaction_events(by_layer: dict[str, list[str]], reason: str, agent: str) -> list:
+    """The redactions of `by_layer`'s targets (layer -> ids): one per layer and per MAX_REDACTION_TARGETS of its
+    targets, each checked as the hub and every consumer check a pushed one (validate.body: ids, a one-line reason)
+    and its reason scanned for secrets (a stand-in copies it into every target's place, never to be redacted)."""
+    from . import secrets, validate
+    from .envelope import new_event
+
+    limit = validate.MAX_REDACTION_TARGETS
+    return [secrets.checked(new_event(validate.body(Redaction(target_ids=ids[at:at + limit], reason=reason)),
+                                      agent=agent, layer=layer))
+            for layer, ids in by_layer.items() for at in range(0, len(ids), limit)]
+
+
+def reversal(body) -> str | None:
+    """The entry an entry reverses: an entry's `reverses`, or a redacted entry's, which its stand-in keeps (a reversal
+    pushed already redacted is checked as a plain one)."""
+    if type(body) is EntryAppend:
+        return body.reverses
+    if type(body) is Redacted and body.original == "entry.append":
+        return body.kept.get("reverses")
+    return None
 
 
 def body_hash(raw: bytes) -> bytes:

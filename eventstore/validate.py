@@ -9,7 +9,7 @@ from pathlib import Path
 from . import frontmatter
 from .errors import InvalidInput, MemError, TooLarge, UnsafePath
 from .ids import is_uuid
-from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate
+from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate, Redacted, Redaction
 
 MAX_PAGE_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 8 * MAX_PAGE_BYTES
@@ -178,6 +178,69 @@ def body(value: Body) -> Body:
             _slug_field(value.new, "body.new")
             _line_field(value.note, "body.note")
             _ids_field(value.parents, "body.parents")
+        case Redaction():
+            if not value.target_ids:
+                raise InvalidInput("a redaction names at least one event", field="body.target_ids")
+            if len(value.target_ids) > MAX_REDACTION_TARGETS:
+                raise TooLarge(f"a redaction names at most {MAX_REDACTION_TARGETS:,} events; send more in several",
+                               field="body.target_ids")
+            _ids_field(value.target_ids, "body.target_ids")
+            if len(set(value.target_ids)) != len(value.target_ids):
+                raise InvalidInput("a redaction names an event twice", field="body.target_ids")
+            _reason_field(value.reason)
+        case Redacted():
+            _reason_field(value.reason)
+            if not is_uuid(value.by):
+                raise InvalidInput(f"by {value.by!r:.80} is not an event id (the redaction's)", field="body.by")
+            _kept_fields(value.original, value.kept)
+    return value
+
+
+MAX_REDACTION_TARGETS = 10_000
+"""The events one redaction may name: each target's stand-in copies its reason, so one push cannot ask a hub, and each
+of its consumers, to write more than this many."""
+
+
+def _reason_field(reason: str) -> None:
+    """A redaction's reason: one line of text, not empty (it reads `[redacted: reason]` in every view, each file)."""
+    _line_field(reason, "body.reason")
+    if not reason.strip():
+        raise InvalidInput("a redaction needs a reason", field="body.reason")
+
+
+def _kept_fields(original: str, kept: dict) -> None:
+    """A redacted stand-in's kept fields (eventstore.redaction.KEPT), checked as the original kind's own: a page's
+    slug and parents, an entry's type, date and reversal. A producer may push an event already redacted (its own,
+    redacted before it was pushed), so no other check reads them."""
+    from .redaction import KEPT
+
+    unknown = sorted(set(kept) - set(KEPT.get(original, ())) - {"message", "entries"})
+    if unknown:
+        raise InvalidInput(f"a redacted {original} keeps no {unknown[0]!r}", field="body.kept")
+    for name in ("slug", "old", "new"):
+        if name in kept:
+            _slug_field(_text(kept[name], f"body.kept.{name}"), f"body.kept.{name}")
+    if "parents" in kept:
+        parents = kept["parents"]
+        if not isinstance(parents, list) or not all(isinstance(id, str) for id in parents):
+            raise InvalidInput("parents must be a list of event ids", field="body.kept.parents")
+        _ids_field(parents, "body.kept.parents")
+    if original == "entry.append":
+        if kept.get("type") not in ENTRY_TYPES:
+            raise InvalidInput(f"entry type {kept.get('type')!r:.40} is not one of {', '.join(ENTRY_TYPES)}",
+                               field="body.kept.type")
+        try:
+            entry_date(kept.get("date"))
+        except InvalidInput as exc:
+            raise InvalidInput(str(exc), field="body.kept.date") from None
+        reverses = kept.get("reverses")
+        if reverses is not None and not is_uuid(reverses):
+            raise InvalidInput(f"reverses {reverses!r:.80} is not an entry id", field="body.kept.reverses")
+
+
+def _text(value, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"{field} must be text", field=field)
     return value
 
 

@@ -10,13 +10,12 @@ import re
 
 import msgspec
 
-from eventstore import recorder, secrets
-from eventstore.envelope import CODEC_REDACTED, Event, decode_body, new_event, unpack_body
+from eventstore import recorder
+from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
-from eventstore.kinds import Redaction
 from eventstore.writer import entry_id
-from eventstore.redaction import matches
+from eventstore.redaction import matches, redaction_events
 
 from . import audit
 
@@ -127,9 +126,7 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     by_layer: dict[str, list[str]] = {}
     for event in events:
         by_layer.setdefault(event.layer, []).append(event.id)
-    redactions = [secrets.checked(new_event(Redaction(target_ids=ids, reason=reason), agent=memory.config.agent,
-                                            layer=layer))
-                  for layer, ids in by_layer.items()]
+    redactions = redaction_events(by_layer, reason, memory.config.agent)
     seqs = memory.log.append(redactions)
     files = memory.refresh()
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,

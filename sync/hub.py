@@ -31,7 +31,8 @@ from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
-from eventstore.kinds import SHARED_PAGE_KINDS, EntryAppend, PageDelete, PageIngest
+from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
+from eventstore.redaction import reversal
 from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
 
 from .committer import GroupCommitter
@@ -223,17 +224,18 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
 
 
 def check_reversals(events, storage: HubStorage) -> None:
-    wanted = {event.body.reverses for event in events
-              if isinstance(event.body, EntryAppend) and event.body.reverses is not None}
+    """An entry's `reverses` (a redacted entry's too: `reversal`) must name an entry of its layer."""
+    wanted = {reversed for event in events if (reversed := reversal(event.body)) is not None}
     if not wanted:
         return
     batch = {event.id: event.layer for event in events}
     known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch}
     for index, event in enumerate(events):
-        if isinstance(event.body, EntryAppend) and event.body.reverses is not None:
-            if known.get(event.body.reverses) != event.layer:
-                raise InvalidInput(f"event {event.id}: there is no entry {event.body.reverses} in layer {event.layer!r} "
-                               "to reverse", field=f"events[{index}].body.reverses")
+        reversed = reversal(event.body)
+        if reversed is not None and known.get(reversed) != event.layer:
+            field = "kept.reverses" if type(event.body) is Redacted else "reverses"
+            raise InvalidInput(f"event {event.id}: there is no entry {reversed} in layer {event.layer!r} to reverse",
+                               field=f"events[{index}].body.{field}")
 
 
 def check_holds(events, storage: HubStorage) -> None:
@@ -246,15 +248,22 @@ def check_holds(events, storage: HubStorage) -> None:
     else:
         return
     batch = {event.id: event.body for event in events}
+    redacted: dict[tuple[str, str], int] = {}  # (layer, id) -> where in the batch a redaction of its layer names it
+    for index, event in enumerate(events):
+        if type(event.body) is Redaction:
+            for target in event.body.target_ids:
+                redacted.setdefault((event.layer, target), index)
 
-    def parent(id: str):
+    def parent(id: str, layer: str, at: int):
+        if redacted.get((layer, id), at) < at:  # redacted by then: a version that cannot be read holds nothing
+            return None
         if id in batch:
             return batch[id]
         found = storage.stored(id)
         return decode_stored(found[1], 0, 0).body if found else None
 
     for index, event in enumerate(events):
-        held = hold_refusal(event.body, parent)
+        held = hold_refusal(event.body, lambda id: parent(id, event.layer, index))
         if held is not None:
             raise Held(f"event {event.id}: {held_message(event.layer, event.body.slug, *held)}; nothing of the "
                        "batch was applied", field=f"events[{index}].body.parents")

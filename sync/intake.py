@@ -18,7 +18,8 @@ from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
-from eventstore.kinds import EntryAppend, Redacted
+from eventstore.kinds import Redacted
+from eventstore.redaction import reversal
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 from eventstore.recorder import TAGS
 
@@ -150,13 +151,13 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
             id, body = event.id, event.body
             if id in taken and taken[id].digest != event.digest:
                 reason = "its id came twice with different contents"
-            elif type(body) is EntryAppend and body.reverses is not None:
-                target = taken[body.reverses].layer if body.reverses in taken else None
+            elif (reversed := reversal(body)) is not None:  # an entry's, or a redacted entry's
+                target = taken[reversed].layer if reversed in taken else None
                 if target is None:
-                    known_event = log.get(body.reverses)
+                    known_event = log.get(reversed)
                     target = known_event.layer if known_event is not None else None
                 if target != event.layer:
-                    reason = f"body.reverses: there is no entry {body.reverses} in layer {event.layer!r}"
+                    reason = f"body.reverses: there is no entry {reversed} in layer {event.layer!r}"
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue

@@ -26,7 +26,7 @@ from eventstore.errors import IdConflict, InvalidInput, NotFound, StorageUnavail
 from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
-from eventstore.redaction import redacted_form, stand_in
+from eventstore.redaction import redacted_form, redaction_events, stand_in
 from eventstore.layers import CONTRACT_LAYER, check_agent_name, format_of
 
 from .contracts import lenient_contract
@@ -499,8 +499,7 @@ class HubStorage(ABC):
                 raise InvalidInput(f"event {id} {'is redacted already' if kind == 'redacted' else 'is a redaction'}; "
                                    "it cannot be redacted")
             by_layer.setdefault(found[0], []).append(id)
-        return self.push([new_event(Redaction(target_ids=targets, reason=reason), agent=HUB_AGENT, layer=layer)
-                          for layer, targets in by_layer.items()])
+        return self.push(redaction_events(by_layer, reason, HUB_AGENT))
 
     # --- contracts and progress ---------------------------------------------------------------
 
