@@ -45,15 +45,32 @@ def test_an_agent_sees_only_the_layers_it_consumes(hub):
         assert "memory/reviews.md" in html(hub.get("history", who))
 
 
-def test_a_token_in_the_address_becomes_a_cookie(hub):
+def test_a_token_in_the_address_becomes_a_cookie_that_holds_no_token(hub):
+    """Regression: the cookie held the token itself, an agent's push and pull credential, and a browser sends a
+    host's cookies to every port of it (another server there got it). It holds a session id the pages accept and
+    the hub's API refuses."""
+    port = httpx.URL(hub.url).port
     with httpx.Client(base_url=hub.url, timeout=30) as client:
         answer = client.get(f"/ui/timeline?token={hub.tokens['writer']}&layer=drafts")
         assert answer.status_code == 303 and answer.headers["location"] == "/ui/timeline?layer=drafts"
-        cookie = answer.headers["set-cookie"].lower()
+        cookie = answer.headers["set-cookie"]
         # one name per port: two hubs on one host shared `mindlog_ui` and logged each other out
-        assert cookie.startswith(f"mindlog_token_{httpx.URL(hub.url).port}=")
-        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+        name, _, value = cookie.split(";", 1)[0].partition("=")
+        assert name == f"mindlog_session_{port}" and len(value) >= 32 and hub.tokens["writer"] not in cookie
+        assert all(part in cookie.lower() for part in ("httponly", "samesite=strict", "path=/ui"))
         assert "writer · drafts" in html(client.get("/ui/timeline?layer=drafts"))
+    cookie_only = {"Cookie": f"{name}={value}"}
+    assert "writer · drafts" in html(httpx.get(f"{hub.url}/ui/timeline?layer=drafts", headers=cookie_only, timeout=30))
+    for headers in ({"Authorization": f"Bearer {value}"}, {"Cookie": f"{name}={value}"},
+                    {"Cookie": f"{name}={value}", "Authorization": f"Bearer {value}"}):
+        assert httpx.get(f"{hub.url}/v1/contract", headers=headers, timeout=30).status_code == 401
+        assert httpx.get(f"{hub.url}/v1/pull?after=0", headers=headers, timeout=30).status_code == 401
+        assert httpx.post(f"{hub.url}/v1/push", headers=headers, content=b'{"events": []}', timeout=30
+                          ).status_code == 401
+    assert httpx.get(f"{hub.url}/v1/contract", headers={"Authorization": f"Bearer {hub.tokens['writer']}"},
+                     timeout=30).status_code == 200  # the token itself still is the API's
+    stale = httpx.get(f"{hub.url}/ui/asof", headers={"Cookie": f"{name}=mlg_not-a-session"}, timeout=30)
+    assert stale.status_code == 401 and "session is not this server" in stale.text
 
 
 def test_the_mirror_keeps_hub_positions_and_times(hub):
@@ -302,3 +319,87 @@ def test_an_agent_filter_naming_no_agent_of_the_hub_is_refused_with_those_it_can
     icon = html(hub.get("asof", "writer")).split('<link rel="icon" href="', 1)[1].split('"', 1)[0]
     assert hub.get(icon, "writer").headers["content-type"] == "image/vnd.microsoft.icon"
     assert '<link rel="icon" href="data:,">' in hub.get("asof").text  # the 401 page asks for no icon
+
+
+SECRET = TEAM_CONTRACT + """
+[layers.secret]
+path = "memory/secret.md"
+format = "entries"
+producers = ["boss"]
+consumers = ["boss", "spy"]
+
+[layers.plans]
+path = "content/plans/"
+format = "pages"
+producers = ["boss"]
+consumers = ["boss", "spy"]
+"""
+
+
+def test_a_dropped_consumer_reads_nothing_written_after_the_moment_shown(tmp_path):
+    """Regression: an agent dropped from a layer's consumers read every later event and version of it as of a
+    moment when it still consumed it: `timeline?seq=N&event=M` and `history?seq=N&...&b=M`, M after N; and
+    `asof?seq=N&file=` told whether a page of the layer was written after N (a 200 against a 404), and
+    `timeline?seq=N&agent=` whether an agent wrote after N."""
+    import time
+
+    from eventstore.envelope import new_event
+    from eventstore.kinds import PageIngest
+    from sync.contracts import parse_contract
+
+    def page(slug: str, text: str):
+        return new_event(PageIngest(slug=slug, frontmatter={"type": "plan"}, text=text), agent="boss", layer="plans")
+
+    with hub_pages(tmp_path, SECRET, agents=("boss", "spy", "late")) as (client, storage, tokens):
+        storage.push([entry("secret", "old secret", "boss"), page("old", "old plan")])
+        then = storage.head()
+        time.sleep(1.1)  # the agents' counts are kept per second: what came after, in a second of its own
+        storage.apply_contract(parse_contract(SECRET.replace('["boss", "spy"]', '["boss"]')))
+        storage.push([entry("secret", "NEW SECRET", "boss"), page("later", "NEW PLAN"),
+                      entry("insights", "hi", "late")])
+        secret, plan = storage.head() - 2, storage.head() - 1
+        spy, boss = ({"Authorization": f"Bearer {tokens[who]}"} for who in ("spy", "boss"))
+        assert "old secret" in html(client.get(f"/timeline?seq={then}&event={then - 1}", headers=spy))
+        assert "old secret" in html(client.get(f"/history?seq={then}&path=memory/secret.md", headers=spy))
+        for query in (f"timeline?seq={then}&event={secret}", f"timeline?seq={then}&event={plan}",
+                      f"history?seq={then}&path=memory/secret.md&a=0&b={secret}",
+                      f"history?seq={then}&path=memory/secret.md&a={secret}&b={then - 1}"):
+            answer = client.get(f"/{query}", headers=spy)
+            assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json", query
+            assert answer.json()["detail"].endswith(f"is after the moment shown (seq {then}): open a later moment "
+                                                    "to see it") and "NEW" not in answer.text, answer.text
+        for query in (f"asof?seq={then}&file=content/plans/later.md",
+                      f"history?seq={then}&path=content/plans/later.md"):
+            answer = client.get(f"/{query}", headers=spy)  # written after the moment: as if it never was
+            assert answer.status_code == 404 and answer.json()["detail"] == (
+                "there is no file 'content/plans/later.md' here"), (query, answer.text)
+        late = client.get(f"/timeline?seq={then}&agent=late", headers=spy)
+        assert late.status_code == 404 and late.json()["detail"] == (
+            "no agent 'late' wrote to this hub (agents that did: boss)"), late.text
+        assert "late · insights" in html(client.get("/timeline?agent=late", headers=spy))
+        assert "NEW PLAN" in html(client.get(f"/timeline?event={plan}", headers=boss))  # a consumer still: now
+        assert "NEW SECRET" in html(client.get(f"/history?path=memory/secret.md&a=0&b={secret}", headers=boss))
+        assert "old plan" in html(client.get(f"/asof?seq={then}&file=content/plans/old.md", headers=spy))
+
+
+def test_an_agent_named_admin_is_an_ordinary_agent(tmp_path):
+    """Regression: the admin token's viewer was the string "admin", so an agent of that name got the admin view
+    (every layer ever shared, every agent's pull cursor, the contract changes)."""
+    with hub_pages(tmp_path, HIDDEN, agents=("admin", "reviewer")) as (client, storage, tokens):
+        storage.push([entry("reviews", "only the reviewer reads this", "reviewer")])
+        reviews = storage.head()
+        storage.record_pull("reviewer", reviews)
+        agent = {"Authorization": f"Bearer {tokens['admin']}"}
+        for query in ("asof?file=memory/reviews.md", f"timeline?event={reviews}", "timeline?event=1",
+                      "timeline?layer=reviews", "history?path=memory/reviews.md"):
+            answer = client.get(f"/{query}", headers=agent)
+            assert answer.status_code == 404 and answer.json()["type"].endswith("/not-found"), (query, answer.text)
+        contract = html(client.get("/contract", headers=agent))
+        assert "memory/reviews.md" not in contract and 'data-layer="insights"' in contract
+        assert "only the reviewer" not in html(client.get("/search?q=reviewer", headers=agent))
+        received = html(client.get("/asof", headers=agent)).split('id="received"', 1)[-1]
+        assert "<td>reviewer</td>" not in received
+        admin = {"Authorization": "Bearer admin-token"}
+        assert "only the reviewer reads this" in html(client.get("/asof?file=memory/reviews.md", headers=admin))
+        assert "memory/reviews.md" in html(client.get("/contract", headers=admin))
+        assert "<td>reviewer</td>" in html(client.get("/asof", headers=admin)).split('id="received"', 1)[1]

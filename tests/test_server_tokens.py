@@ -86,11 +86,78 @@ def test_ui_off_loopback_requires_the_token_it_prints_and_a_browser_gives_it_onc
         status, headers, _ = get(f"{base}/asof?seq=1&token={token}&page=deploy")
         assert status == 303 and headers["location"] == "/asof?seq=1&page=deploy"
         cookie = headers["set-cookie"]
-        assert cookie.startswith(f"mindlog_token_{port}={token};") and "HttpOnly" in cookie and \
+        assert cookie.startswith(f"mindlog_session_{port}=") and "HttpOnly" in cookie and \
             "SameSite=strict" in cookie and "Path=/" in cookie
         status, _, body = get(f"{base}/asof?seq=1&page=deploy", {"Cookie": cookie.split(";")[0]})
         assert status == 200 and b"Staging first." in body
-        unauthorized(*get(f"{base}/asof", {"Cookie": f"mindlog_token_{port}=nope"}), "the token is not this server's")
+        unauthorized(*get(f"{base}/asof", {"Cookie": f"mindlog_session_{port}=nope"}),
+                     "this browser's session is not this server's (it restarted, or the session was forgotten): "
+                     "open the URL printed with `?token=` once, or send `Authorization: Bearer <token>`")
+    finally:
+        stop(server)
+
+
+def test_the_ui_cookie_holds_no_token_and_its_redirect_stays_on_this_server(workspace):
+    """Regression: the cookie held the token itself, and a browser sends a host's cookies to every port of it (any
+    other server there got the token). It holds a session id, which is no token."""
+    server, port, [line] = started("-w", str(workspace), "ui", "--host", "0.0.0.0", "--port", "P")
+    try:
+        token = line.partition("?token=")[2]
+        base = f"http://127.0.0.1:{port}"
+        status, headers, _ = get(f"{base}/timeline?token={token}")
+        session = headers["set-cookie"].split(";", 1)[0].partition("=")[2]
+        assert status == 303 and len(session) >= 32 and token not in headers["set-cookie"]
+        assert get(f"{base}/timeline", {"Cookie": f"mindlog_session_{port}={session}"})[0] == 200
+        unauthorized(*get(f"{base}/timeline", {"Authorization": f"Bearer {session}"}), "the token is not this server's")
+    finally:
+        stop(server)
+
+
+def test_the_redirect_after_a_token_in_the_address_stays_on_this_server(workspace):
+    """Regression: `GET //evil.example/x?token=T` answered `Location: //evil.example/x`, another host (an open
+    redirect, for one who has the token)."""
+    server, port, [line] = started("-w", str(workspace), "ui", "--host", "0.0.0.0", "--port", "P")
+    try:
+        token = line.partition("?token=")[2]
+        base = f"http://127.0.0.1:{port}"
+        for path, where in (("//evil.example/x", "/evil.example/x"), ("/%2F%2Fevil.example/x", "/evil.example/x"),
+                            ("///evil.example/x", "/evil.example/x")):
+            status, headers, _ = get(f"{base}{path}?token={token}&a=1")
+            assert status == 303 and headers["location"] == f"{where}?a=1", (path, headers["location"])
+        with httpx.Client(base_url=base, timeout=30) as client:  # a backslash reads as a slash in a browser
+            location = client.get(f"/\\evil.example/x?token={token}").headers["location"]
+            assert location[0] == "/" and location[1] not in "/\\", location
+    finally:
+        stop(server)
+
+
+def test_a_token_too_short_to_guard_anything_is_refused_in_one_line(workspace, tmp_path):
+    """Regression: `MEM_SERVER_TOKEN=a mem ui --host 0.0.0.0` served everything to `Bearer a` (only an empty
+    token was refused); so did a one-character --token-file."""
+    from cli.tokens import TOKEN_ENV
+    from conftest import run_mem
+
+    short = tmp_path / "short.token"
+    short.write_text("abc\n")
+    for args, env, where, length in (
+            (("ui", "--host", "0.0.0.0", "--port", str(free_port())), {"MEM_SERVER_TOKEN": " a "}, TOKEN_ENV, 1),
+            (("mcp", "--http", "0.0.0.0:1"), {"MEM_SERVER_TOKEN": "x" * 15}, TOKEN_ENV, 15),
+            (("ui", "--port", str(free_port()), "--token-file", short), {}, str(short), 3),
+            (("mcp", "--http", "127.0.0.1:1", "--token-file", short), {}, str(short), 3)):
+        refused = run_mem("-w", workspace, *args, env=env)
+        assert refused.returncode != 0 and refused.stdout == b"", args
+        assert refused.stderr.decode() == (f"error: {where} holds a token of {length} characters: a token needs at "
+                                           "least 16 (delete the file, or unset the variable, to have a new one "
+                                           "made)\n"), refused.stderr
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    refused = run_mem("serve", "--db", hub, "--port", str(free_port()), "--admin-token-file", short)
+    assert refused.returncode != 0 and f"{short} holds a token of 3 characters" in refused.stderr.decode()
+    long_enough = tmp_path / "ok.token"
+    long_enough.write_text("x" * 16)
+    server, port, _ = started("-w", str(workspace), "ui", "--port", "P", "--token-file", str(long_enough))
+    try:
+        assert get(f"http://127.0.0.1:{port}/asof", {"Authorization": f"Bearer {'x' * 16}"})[0] == 200
     finally:
         stop(server)
 

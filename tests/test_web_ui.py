@@ -191,6 +191,7 @@ def test_search_and_contract(ui):
     ("asof?page=nosuch", 404, "not-found"), ("asof?file=memory/nosuch.md", 404, "not-found"),
     ("asof?file=content/drafts/nosuch.md", 404, "not-found"),  # a page of a pages layer is no layer's own file
     ("asof?page=../x", 400, "unsafe-path"),
+    ("history?page=../x", 400, "unsafe-path"),  # a 404 naming 'mind/../x.md' before
     # past what SQLite's integers hold: an OverflowError and a bare 500 before
     ("timeline?event=99999999999999999999", 400, "invalid-input"),
     ("timeline?t0=99999999999999999999999&t1=1", 400, "invalid-input")])
@@ -457,3 +458,38 @@ def test_the_as_of_page_lists_the_first_shared_files_and_says_how_many_more(tmp_
         assert "the first 2 of 3 shared files: search or the history page finds the others" in page
         chosen = client.get("/asof", params={"file": "notes/drafts/c.md"}).text  # one not listed still opens
         assert "Staging first." in chosen.split('id="file-text"', 1)[1]
+
+
+def test_an_event_or_version_after_the_moment_shown_is_refused(ui):
+    """The pages as of a moment list the events and versions up to it; one named after it in the URL (`event`, `a`,
+    `b`) is a 400 saying so, as one past the head is (on a hub it let an agent dropped from a layer read what the
+    layer got after: tests/test_hub_ui.py)."""
+    for query, name in ((f"timeline?seq={ui.v1}&event={ui.v2}", "event"),
+                        (f"history?seq={ui.v1}&page=alpha&a={ui.v1}&b={ui.v2}", "b"),
+                        (f"history?seq={ui.v1}&path=mind/alpha.md&a={ui.v2}&b={ui.v1}", "a")):
+        answer = httpx.get(f"{ui.url}/{query}", timeout=30)
+        assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json", query
+        assert answer.json()["detail"] == (f"{name} {ui.v2} is after the moment shown (seq {ui.v1}): open a later "
+                                           "moment to see it"), answer.text
+    assert "second version of alpha" in get(ui, f"timeline?seq={ui.v2}&event={ui.v2}")
+    assert "+second version of alpha" in get(ui, f"history?seq={ui.v2}&page=alpha&a={ui.v1}&b={ui.v2}")
+    assert "did not exist" in get(ui, f"asof?seq={ui.v1 - 1}&page=alpha")  # a page written later: said so
+
+
+def test_the_history_page_of_a_new_workspace_answers_the_files_it_offers(tmp_path):
+    """Regression: on a workspace with no event yet, the file list offered mind.md, and choosing it answered
+    `404 there is no file 'mind.md' here` (the as-of page shows it, as `mem init` made it)."""
+    from starlette.testclient import TestClient
+
+    from cli.web.app import create_app
+    from projections.memory import Memory
+
+    Memory.init(tmp_path / "ws", "writer").close()
+    with TestClient(create_app(tmp_path / "ws")) as client:
+        offered = client.get("/history").text.split('name="path"', 1)[1].split("</select>", 1)[0]
+        paths = re.findall(r"<option>([^<]+)</option>", offered)
+        assert paths == ["mind.md", "mind/log.md"], offered
+        for path in paths:
+            answer = client.get("/history", params={"path": path})
+            assert answer.status_code == 200 and "no versions" in answer.text, answer.text
+        assert client.get("/history", params={"path": "mind/nosuch.md"}).status_code == 404

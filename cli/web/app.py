@@ -129,6 +129,13 @@ class Site:
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,
                                                           "hub": self.hub, **context})
 
+    def horizon(self, now: Moment) -> int:
+        """The last seq whose existence a page as of the moment may tell (whether a file, page or agent's
+        events ever were): in a workspace, the head (its owner reads all of it anyway, and a page opened as
+        of a moment before it was written says so); on a hub, the moment itself, since a token's layers are
+        those of the moment (an agent dropped since must learn nothing of what came after)."""
+        return now.head
+
     def visible(self, request: Request, mem, now: Moment) -> set[str] | None:
         """The layers this request may see at the moment (None: every layer; a hub narrows it to a token's)."""
         return None
@@ -149,7 +156,8 @@ class Site:
         if agent is None:
             return
         visible = self.visible(request, mem, now)
-        totals = mem.activity().totals(mem.recorded_at(now.head) or 0) if now.head else {}
+        upto = self.horizon(now)
+        totals = mem.activity().totals(mem.recorded_at(upto) or 0) if upto else {}
         agents = sorted({name for layer, name in totals if visible is None or layer in visible})
         if agent not in agents:
             named = [name for name in agents if name != HUB_AGENT]  # the hub's own redactions: no agent
@@ -165,13 +173,23 @@ class Site:
         elif self.visible(request, mem, now) is not None:
             raise NotFound(f"there is no file {path!r} here")
 
-    @staticmethod
-    def check_ever(mem, now: Moment, path: str, called: str) -> None:
+    def check_ever(self, mem, now: Moment, path: str, called: str) -> None:
         """A page or file shown as of a moment when it did not exist is said so; one that never existed up to the
-        head is a 404, as on the history page (a typo would read as a page not written yet). A layer's file is
-        the layer's, empty until its first event."""
-        if not histories.history(mem, path, now.head):
+        horizon (the head; on a hub the moment) is a 404, as on the history page (a typo would read as a page not
+        written yet). A layer's file is the layer's, empty until its first event."""
+        if not histories.history(mem, path, self.horizon(now)):
             raise NotFound(f"there is no {called} here")
+
+    @staticmethod
+    def check_shown(now: Moment, name: str, value: int | None) -> None:
+        """An event or version named in the URL (`event`, `a`, `b`) is one by the moment shown: later ones are
+        read as of a later moment (on a hub, a token's layers are those of the moment, and what came after is
+        not theirs to read). One past the head is said so (a diff with the head would read as one with that seq)."""
+        if value is None or value <= now.seq:
+            return
+        if value > now.head:
+            raise InvalidInput(f"{name} {value} is past the log head ({now.head})")
+        raise InvalidInput(f"{name} {value} is after the moment shown (seq {now.seq}): open a later moment to see it")
 
     def received(self, request: Request, mem, now: Moment) -> list[tuple[str, int]]:
         """(consumer, the seq it had received up to) by the moment, where that is known."""
@@ -214,7 +232,7 @@ class Site:
         path = request.query_params.get("path") or ""
         slug = request.query_params.get("page")
         if slug:
-            path = page_path(slug)
+            path = page_path(validate.slug(slug))  # an unsafe slug is a 400, as on the as-of page
         a, b = _int(request, "a"), _int(request, "b")
         with self.memory() as mem:
             now = moment(mem, request)
@@ -224,11 +242,11 @@ class Site:
             if path and path not in paths:
                 self.check_file(request, mem, now, path)
             versions = histories.history(mem, path, now.seq) if path else []
-            if path and not versions and not histories.history(mem, path, now.head):
-                raise NotFound(f"there is no file {path!r} here")
+            wiki = not self.hub and path in (MIND_PATH, LOG_PATH)  # there from `mem init` on, as the as-of page shows
+            if path and not versions and not wiki:
+                self.check_ever(mem, now, path, f"file {path!r}")
             for name, value in (("a", a), ("b", b)):
-                if value is not None and value > now.head:  # a diff with the head would read as one with that seq
-                    raise InvalidInput(f"{name} {value} is past the log head ({now.head})")
+                self.check_shown(now, name, value)
             if versions and (a is None or b is None):
                 a = versions[-2].seq if len(versions) > 1 else 0
                 b = versions[-1].seq
@@ -249,6 +267,8 @@ class Site:
                 raise NotFound(f"there is no event kind {filters['kind']!r}")
             visible = self.visible(request, mem, now)
             strip = timeline(mem, now.seq, **span, **filters, visible=visible)
+            if chosen is not None and chosen <= now.head:  # one past the head: no event, a 404 below
+                self.check_shown(now, "event", chosen)
             event = mem.event(chosen) if chosen is not None else None
             if chosen is not None and (event is None or (visible is not None and event.layer not in visible)):
                 raise NotFound(f"there is no event at seq {chosen}")

@@ -1,10 +1,11 @@
 """The hub's pages at /ui of `mem serve`: the workspace pages over the hub's mirror (sync.mirror),
 behind a token.
 
-A browser gives its token once as `?token=...` (the answer sets an HttpOnly cookie scoped to /ui and
-redirects to the same page without it, so the token leaves the address bar and the history); a
-script sends `Authorization: Bearer <token>`. An agent's token shows the layers that agent consumed
-under the contract in force at the moment shown (now: the current one); the admin token (`mem serve
+A browser gives its token once as `?token=...` (the answer sets an HttpOnly session cookie scoped to /ui,
+which holds no token: cli/tokens.py `PageSessions`; and redirects to the same page without it, so the token
+leaves the address bar and the history); a script sends `Authorization: Bearer <token>`. An agent's token
+shows the layers that agent consumed under the contract in force at the moment shown (now: the current one),
+and nothing after that moment (`Site.horizon`, `Site.check_shown`); the admin token (`mem serve
 --admin-token-file`) shows every layer ever shared and the contract changes. No token, or an unknown
 one: a 401 page.
 """
@@ -12,23 +13,30 @@ one: a 401 page.
 import hmac
 import sys
 import threading
-from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse
+from starlette.responses import HTMLResponse
 
 from eventstore.errors import MemError
 from eventstore.layers import CONTRACT_LAYER, consumed_layers
 from sync.mirror import HubMirror
 from sync.storage import HubStorage, hash_token
 
-from ..tokens import cookie_name
+from ..tokens import STALE_SESSION, PageSessions, presented, without_token
 from .app import Moment, Site, refused, site_app
 
-ADMIN = "admin"
+
+class Admin:
+    """The viewer of the admin token: no string, so that no agent's name (an agent may be called `admin`) is it."""
+
+    def __repr__(self) -> str:
+        return "ADMIN"
+
+
+ADMIN = Admin()
 
 NO_ICON = '<link rel="icon" href="data:,">'
 """On the pages answered without a token: the icon is behind the token too, and the hub has no /favicon.ico."""
@@ -62,6 +70,7 @@ class HubSite(Site):
         self.storage = storage
         self.mirror = mirror
         self.admin_hash = hash_token(admin_token) if admin_token else None
+        self.sessions = PageSessions()
         self.ready = threading.Event()
         self.ready.set()
         self.copied = self.folded = self.total = 0
@@ -127,17 +136,21 @@ class HubSite(Site):
                 if not self._scrubs_due:
                     return
 
-    def viewer(self, token: str) -> str | None:
+    def viewer(self, token: str) -> str | Admin | None:
         """ADMIN, the agent the token names, or None."""
         if self.admin_hash is not None and hmac.compare_digest(hash_token(token), self.admin_hash):
             return ADMIN
         return self.storage.agent_for_token(token)
 
+    def horizon(self, now: Moment) -> int:
+        """The moment itself: a token's layers are those of the moment, and what they got after is not its to know."""
+        return now.seq
+
     def visible(self, request: Request, mem, now: Moment) -> set[str]:
         """The admin: every layer ever shared. An agent: the layers it consumed under the contract in force
         at the moment (now when the URL names none)."""
         viewer = request.state.viewer
-        if viewer == ADMIN:
+        if viewer is ADMIN:
             return set(self.mirror.ever_shared().layers) | {CONTRACT_LAYER}
         return set(consumed_layers(self.contract_at(mem, now), viewer))
 
@@ -159,7 +172,7 @@ class HubSite(Site):
         """Each agent's pull cursor by the moment (an agent's token: its own only)."""
         at = self.instant(mem, now)
         viewer = request.state.viewer
-        names = [a.name for a in self.storage.agents() if a.revoked_at is None] if viewer == ADMIN else [viewer]
+        names = [a.name for a in self.storage.agents() if a.revoked_at is None] if viewer is ADMIN else [viewer]
         got = [(name, min(self.storage.received_by(name, at), now.seq)) for name in names]
         return [(name, upto) for name, upto in got if upto]
 
@@ -170,12 +183,10 @@ class TokenGate(BaseHTTPMiddleware):
         self.site = site
 
     async def dispatch(self, request: Request, call_next):
-        given = request.query_params.get("token")
-        header = request.headers.get("authorization", "")
-        scheme, _, bearer = header.partition(" ")
-        token = given or (bearer.strip() if scheme.lower() == "bearer" else "") or request.cookies.get(cookie_name(request), "")
+        token, given, stale = presented(request, self.site.sessions)
         if not token:
-            return HTMLResponse(UNAUTHORIZED.format(why="No token was given"), status_code=401)
+            return HTMLResponse(UNAUTHORIZED.format(why=STALE_SESSION[0].upper() + STALE_SESSION[1:] if stale
+                                                    else "No token was given"), status_code=401)
         try:
             viewer = await run_in_threadpool(self.site.viewer, token)
         except MemError as exc:  # raised here, in a middleware, it would pass the app's handlers by: a bare 500
@@ -183,11 +194,7 @@ class TokenGate(BaseHTTPMiddleware):
         if viewer is None:
             return HTMLResponse(UNAUTHORIZED.format(why="The token is unknown or was revoked"), status_code=401)
         if given:
-            rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-            answer = RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), status_code=303)
-            answer.set_cookie(cookie_name(request), token, httponly=True, samesite="strict", path=request.scope.get("root_path", "")
-                              or "/")
-            return answer
+            return without_token(request, token, self.site.sessions, request.scope.get("root_path", "") or "/")
         request.state.viewer = viewer
         return await call_next(request)
 
