@@ -588,6 +588,30 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     assert log_rows(workspace) == []
 
 
+def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and_the_server_goes_on(workspace):
+    """A line nested 100,000 levels deep killed `mem mcp` (reading it for its id, Python's json recursed past its
+    limit), and a request whose id is neither a whole number nor a string (the SDK takes it for a notification) got
+    no answer at all (found by a newcomer run): -32700 with the request's id, -32600 with id null, and the requests
+    after them are answered."""
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    deep = 100_000
+    lines = [json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+             b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"a": ' + b"[" * deep + b"]" * deep + b"}}",
+             *(b'{"jsonrpc": "2.0", "id": %s, "method": "ping"}' % bad
+               for bad in (b"1.5", b"null", b"true", b'{"a": 1}', b"[1]", b"1e400")),
+             b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}',
+             b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}']
+    done = subprocess.run([*mem_command(), "mcp", "--workspace", str(workspace)], input=b"\n".join(lines) + b"\n",
+                          capture_output=True, timeout=60, env=server_env())
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (0, None), (1, -32700), *[(None, -32600)] * 6, (2, None)]
+    assert answers[2]["error"]["message"] == "Invalid Request: the id must be a whole number or a string"
+    assert answers[-1]["result"] == {}
+
+
 def test_file_paths_and_numbers_are_refused_as_strictly_as_the_cli_refuses_them(workspace, tmp_path):
     """The memory tool stripped every slash after /memories (`/memories//etc/passwd` wrote etc/passwd), took "4"
     and true for insert_line, and ignored a view_range of three numbers or past the file; reserved paths were
