@@ -259,6 +259,10 @@ def build_server(mem: Memory) -> MCPServer:
         missing = [name for name in needs if given[name] is None]
         if missing:
             raise ToolError(f"{command} needs {', '.join(missing)}")
+        takes = needs + (["view_range"] if command == "view" else [])
+        unused = [name for name, value in given.items() if value is not None and name not in takes]
+        if unused:  # dropped unsaid, `delete` with a `new_path` would delete what the agent meant to rename
+            raise ToolError(f"{command} takes no {', '.join(unused)} (it takes {', '.join(takes)}); nothing was done")
         if command == "view":
             return tool.view(path, view_range)
         return getattr(tool, command)(*(given[name] for name in needs))

@@ -676,6 +676,57 @@ def test_arguments_that_do_not_fit_a_tools_schema_are_one_sentence(workspace):
     assert log_rows(workspace) == before
 
 
+def in_process(workspace, body):
+    """Runs `body(call)` against build_server on the workspace through the SDK's in-memory client; `call(tool,
+    **arguments)` gives (is_error, first text)."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+
+    async def main():
+        with Memory.open(workspace) as mem:
+            async with Client(build_server(mem)) as client:
+                async def call_(tool, **arguments):
+                    result = await client.session.call_tool(tool, arguments)
+                    return result.is_error, result.content[0].text
+
+                return await body(call_)
+
+    return anyio.run(main)
+
+
+def test_the_memory_tool_refuses_an_argument_its_command_does_not_take(workspace):
+    """`memory` dropped what its command does not use: `delete` given `new_path` (an agent believing it renames)
+    deleted the file, `create` took old_str, insert_line and view_range, `rename` a `path` (found by a newcomer run).
+    Each is refused in one line naming the argument, and nothing is written."""
+    with Memory.open(workspace) as mem:
+        mem.file_write("notes/c.md", b"c\n")
+    before = log_rows(workspace)
+    calls = [{"command": "delete", "path": "/memories/notes/c.md", "new_path": "/memories/notes/keep.md"},
+             {"command": "create", "path": "/memories/notes/d.md", "file_text": "d", "view_range": [1, 2],
+              "old_str": "zzz", "insert_line": 3},
+             {"command": "rename", "path": "/memories/notes/x.md", "old_path": "/memories/notes/c.md",
+              "new_path": "/memories/notes/e.md"},
+             {"command": "view", "path": "/memories/mind.md", "file_text": "x"},
+             {"command": "str_replace", "path": "/memories/notes/c.md", "old_str": "c", "new_str": "d",
+              "insert_text": "y"}]
+
+    async def body(call_):
+        answers = [await call_("memory", **arguments) for arguments in calls]
+        answers.append(await call_("memory", command="view", path="/memories/mind.md", view_range=[1, -1]))
+        return answers
+
+    answers = in_process(workspace, body)
+    assert answers[:-1] == [
+        (True, "delete takes no new_path (it takes path); nothing was done"),
+        (True, "create takes no view_range, old_str, insert_line (it takes path, file_text); nothing was done"),
+        (True, "rename takes no path (it takes old_path, new_path); nothing was done"),
+        (True, "view takes no file_text (it takes path, view_range); nothing was done"),
+        (True, "str_replace takes no insert_text (it takes path, old_str, new_str); nothing was done")]
+    assert not answers[-1][0]
+    assert log_rows(workspace) == before
+
+
 def test_the_log_tool_clips_long_texts_and_says_how_to_read_them_whole(workspace):
     """`log` with no arguments gave the last 50 events whole: a 1 MB page and a 2 MB message made one tool result
     of three million characters, past most agents' context. Long texts are clipped, each saying how to read it."""
