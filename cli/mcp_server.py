@@ -466,11 +466,14 @@ def build_server(mem: Memory) -> MCPServer:
 
 
 def parse_http(address: str) -> tuple[str, int]:
-    """HOST:PORT, :PORT or PORT; the host defaults to loopback."""
+    """HOST:PORT, :PORT or PORT; the host defaults to loopback; an IPv6 host as URLs write it (`[::1]:8000`) or bare
+    (`::1:8000`)."""
+    from sync.server import bare_host
+
     host, _, port = address.rpartition(":")
     if not port.isdigit():
-        raise MemError(f"--http takes HOST:PORT or PORT, not {address!r}")
-    return host or DEFAULT_HOST, int(port)
+        raise MemError(f"--http takes HOST:PORT or PORT, not {address!r:.120}")
+    return bare_host(host) or DEFAULT_HOST, int(port)
 
 
 def serve(mem: Memory, http: str | None = None, token_file=None) -> None:

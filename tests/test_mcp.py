@@ -366,6 +366,7 @@ def test_http_binds_to_loopback_unless_told():
     assert parse_http("8000") == ("127.0.0.1", 8000)
     assert parse_http(":8000") == ("127.0.0.1", 8000)
     assert parse_http("0.0.0.0:9000") == ("0.0.0.0", 9000)
+    assert parse_http("::1:9000") == parse_http("[::1]:9000") == ("::1", 9000)  # the URL's form failed to listen
     with pytest.raises(Exception, match="HOST:PORT"):
         parse_http("localhost")
 
