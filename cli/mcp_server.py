@@ -117,6 +117,7 @@ class FileFlush:
 
     QUIET = 0.05
     MAX_LAG = 1.0
+    # A rewrite that fails (mind/ not writable) is one line on stderr, and the server goes on.
 
     def __init__(self, mem: Memory):
         self.mem = mem
@@ -133,7 +134,13 @@ class FileFlush:
 
     def run(self) -> None:
         self.pending = self.first = None
-        report = self.mem.refresh()
+        try:
+            report = self.mem.refresh()
+        except (MemError, *storage_exceptions()) as exc:  # a bare callback: asyncio would log a whole traceback
+            cause = exc.told("tools") if isinstance(exc, MemError) else self.mem.ws.damage(exc) or storage_failure(exc)
+            print(f"warning: the workspace's files were not rewritten: {cause} (the log holds every change; the files "
+                  "are written again after the next change, and when the server stops)", file=sys.stderr)
+            return
         if report.refused:
             print(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
                   file=sys.stderr)

@@ -508,6 +508,38 @@ def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind
     assert refreshes.at[-1] >= last  # the last after the burst
 
 
+def test_a_failed_rewrite_of_the_files_is_one_line_on_stderr_and_the_server_goes_on(capsys):
+    """The deferred rewrite ran as a bare event-loop callback: when it failed (mind/ not writable), asyncio printed a
+    multi-screen traceback on stderr for each failure (found by a newcomer run)."""
+    import asyncio
+
+    from cli.mcp_server import FileFlush
+
+    class Unwritable:
+        ws = type("Ws", (), {"damage": staticmethod(lambda exc: None)})()
+
+        def refresh(self):
+            raise PermissionError(13, "Permission denied", "/w/mind/.log.md.mem-tmp-1")
+
+    async def twice():
+        loop = asyncio.get_running_loop()
+        unhandled = []
+        loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+        flush = FileFlush(Unwritable())
+        flush.QUIET = 0.01
+        for _ in range(2):
+            flush.schedule()
+            await asyncio.sleep(0.1)
+        return unhandled, flush.pending
+
+    unhandled, pending = asyncio.run(twice())
+    assert unhandled == [] and pending is None
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["warning: the workspace's files were not rewritten: [Errno 13] Permission denied: "
+                     "'/w/mind/.log.md.mem-tmp-1' (the log holds every change; the files are written again after the "
+                     "next change, and when the server stops)"] * 2
+
+
 def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     """In process (the SDK's in-memory client): a held page of a shared layer and of the wiki, refused
     until `page_release`, whose refusals are the CLI's."""
