@@ -9,7 +9,7 @@ from pathlib import Path
 from . import frontmatter
 from .errors import InvalidInput, MemError, TooLarge, UnsafePath
 from .ids import is_uuid
-from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate
+from .kinds import Body, EntryAppend, PageDelete, PageIngest, PageRename, PageUpdate, Redaction
 
 MAX_PAGE_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 8 * MAX_PAGE_BYTES
@@ -178,6 +178,8 @@ def body(value: Body) -> Body:
             _slug_field(value.new, "body.new")
             _line_field(value.note, "body.note")
             _ids_field(value.parents, "body.parents")
+        case Redaction():  # its reason stands in every redacted event's place: one line, as a note (was any size)
+            _line_field(value.reason, "body.reason")
     return value
 
 

@@ -10,7 +10,7 @@ import re
 
 import msgspec
 
-from eventstore import recorder, secrets
+from eventstore import recorder, secrets, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, new_event, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
@@ -115,7 +115,7 @@ def check_allowed(memory, events: list[Event]) -> None:
 
 def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> RedactReport:
     """Appends one redaction per layer of `events` (all in one transaction) and rebuilds the views."""
-    reason = " ".join(reason.split())
+    reason = validate.one_line(reason, "a redaction's reason")
     if not reason:
         raise InvalidInput("a redaction needs a --reason", for_tools="a redaction needs a reason")
     if not events:
@@ -127,8 +127,8 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     by_layer: dict[str, list[str]] = {}
     for event in events:
         by_layer.setdefault(event.layer, []).append(event.id)
-    redactions = [secrets.checked(new_event(Redaction(target_ids=ids, reason=reason), agent=memory.config.agent,
-                                            layer=layer))
+    redactions = [secrets.checked(new_event(validate.body(Redaction(target_ids=ids, reason=reason)),
+                                            agent=memory.config.agent, layer=layer))
                   for layer, ids in by_layer.items()]
     seqs = memory.log.append(redactions)
     files = memory.refresh()
