@@ -9,6 +9,7 @@ at a time on the server's event loop, in the order they arrive.
 
 import asyncio
 import functools
+import re
 import sys
 from typing import Literal
 
@@ -78,6 +79,57 @@ def misfit(tool: str, exc: ValidationError) -> str:
 def shown_value(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+ECHO_CHARS = 120
+"""Characters a tool error shows of what the call gave it (a loop name, a citation, a layer, a path), as path messages
+are cut: an agent's 100,000-character argument came back whole into its context."""
+
+
+def texts(values):
+    for value in values:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from texts(value)
+
+
+OWN_WORDS = {"view_range", "insert_line"}
+"""The memory tool's numbers, which it refuses in Claude's memory tool's words, however large."""
+
+
+def whole_numbers(values):
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from whole_numbers(value)
+
+
+def cut(text: str) -> str:
+    return f"{text[:ECHO_CHARS]}… ({len(text):,} characters)" if len(text) > ECHO_CHARS else text
+
+
+LONG_RUN = re.compile(r"\S{%d,}" % (2 * ECHO_CHARS))
+
+
+def echoes_cut(message: str, arguments) -> str:
+    """A tool error with every long text of the call's `arguments` it repeats cut at ECHO_CHARS, quoted or not, as
+    given or as a workspace path; then any run of 240 characters without a space whose middle comes from one of them
+    (an argument repeated in another form)."""
+    long = sorted({text for text in texts(arguments) if len(text) > ECHO_CHARS}, key=len, reverse=True)
+    for text in long:
+        if repr(text) in message:
+            message = message.replace(repr(text), f"{text[:ECHO_CHARS]!r}… ({len(text):,} characters)")
+        for form in dict.fromkeys([text, text.strip(), workspace_path(text)]):
+            if len(form) > ECHO_CHARS and form in message:
+                message = message.replace(form, cut(form))
+
+    def echoed(run: re.Match) -> str:
+        middle = run.group()[len(run.group()) // 2 - ECHO_CHARS // 2:][:ECHO_CHARS]
+        return cut(run.group()) if any(middle in text for text in long) else run.group()
+
+    return LONG_RUN.sub(echoed, message) if long else message
 
 
 def refusal(message: str) -> CallToolResult:
@@ -159,7 +211,7 @@ class MindlogServer(MCPServer):
             taken = tool.parameters.get("properties", {})
             unknown = sorted(set(arguments) - set(taken))
             if unknown:  # the SDK would drop them unsaid: an agent would believe they did something
-                return refusal(f"{name} takes no {', '.join(unknown)} (it takes {', '.join(taken) or 'nothing'}); "
+                return refusal(f"{name} takes no {', '.join(map(cut, unknown))} (it takes {', '.join(taken) or 'nothing'}); "
                                "nothing was done")
         try:
             return await super().call_tool(name, arguments, context)
@@ -196,6 +248,9 @@ def build_server(mem: Memory) -> MCPServer:
         def wrap(fn):
             @functools.wraps(fn)
             async def call(*args, **kwargs):
+                numbers = whole_numbers(value for name, value in kwargs.items() if name not in OWN_WORDS)
+                if any(not -2**63 <= number < 2**63 for number in numbers):
+                    return refusal(TOO_LARGE)  # as the CLI refuses such an option (loop_clear's start said 2**64)
                 try:
                     current()
                     head = mem.checkpoint()
@@ -204,13 +259,14 @@ def build_server(mem: Memory) -> MCPServer:
                         flush.schedule()
                     return result
                 except MemError as exc:
-                    return refusal(exc.told("tools"))
+                    message = exc.told("tools")
                 except ToolError as exc:
-                    return refusal(str(exc))
+                    message = str(exc)
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
-                    return refusal(str(mem.ws.damage(exc) or storage_failure(exc)))
+                    message = str(mem.ws.damage(exc) or storage_failure(exc))
                 except OverflowError:  # a number past what the log holds (a seq, `[S<seq>]`)
-                    return refusal(TOO_LARGE)
+                    message = TOO_LARGE
+                return refusal(echoes_cut(message, kwargs.values()))
 
             server.add_tool(call, structured_output=False, **options)
             return fn
@@ -466,7 +522,7 @@ def build_server(mem: Memory) -> MCPServer:
         current()
         text = mem.show(page_path(slug), mem.seq_at())
         if text is None:
-            raise ResourceNotFoundError(f"there is no page {slug!r}")
+            raise ResourceNotFoundError(f"there is no page {slug!r:.120}")
         return text
 
     return server

@@ -14,6 +14,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from cli.mcp_server import parse_http
+from cli.output import TOO_LARGE
 from conftest import PAGE, damage_table, log_rows, mem_command, run_mem
 from eventstore.layers import Contract, ContractLayer
 from projections.memory import Memory
@@ -758,6 +759,51 @@ def test_the_memory_tool_refuses_an_argument_its_command_does_not_take(workspace
         (True, "str_replace takes no insert_text (it takes path, old_str, new_str); nothing was done")]
     assert not answers[-1][0]
     assert log_rows(workspace) == before
+
+
+def test_a_tool_error_cuts_what_it_echoes_and_says_a_moment_and_a_number_as_the_others_do(workspace):
+    """A tool error repeated its input whole (a loop name of 10,000 characters, a citation of 100,000, a layer or an
+    agent of 50,000 came back into the agent's context); `diff` took `seq:-1` for "not a time" (and `mem diff --from
+    seq:²` ended in a ValueError) where `show` says "before the first event"; `loop_clear` said whole numbers go up
+    to 2**64 - 1, the other tools 2**63 - 1 (found by a newcomer run)."""
+    with Memory.open(workspace) as mem:
+        mem.loop_append("user", [{"type": "text", "text": "hello"}], "main", None)
+    before = log_rows(workspace)
+
+    async def body(call_):
+        return {"loop": await call_("loop_append", role="user", text="x", loop="a" * 10_000),
+                "cite": await call_("cite", citation="x" * 100_000),
+                "layer": await call_("entry_add", layer="q" * 50_000, text="[FACT] x"),
+                "agent": await call_("search", query="x", agent="y" * 50_000),
+                "kinds": await call_("search", query="x", kinds=["k" * 50_000]),
+                "path": await call_("history", path="/memories/" + "p" * 50_000),
+                "old_str": await call_("str_replace", path="/memories/mind.md", old_str="o" * 10_000, new_str="x"),
+                "name": await call_("show", path="mind.md", **{"z" * 1_000: 1}),
+                "diff": await call_("diff", path="mind.md", old="seq:-1"),
+                "show": await call_("show", path="mind.md", seq=-1),
+                "seq:²": await call_("diff", path="mind.md", old="seq:²"),
+                "clear": await call_("loop_clear", start=-10**23),
+                "cited": await call_("cite", citation=f"[S{10**23}]")}
+
+    answers = in_process(workspace, body)
+    assert all(error for error, _text in answers.values()), answers
+    long_ones = {name: text for name, (_error, text) in answers.items() if len(text) > 500}
+    assert not long_ones, {name: len(text) for name, text in long_ones.items()}
+    assert answers["loop"][1] == (f"loop name {'a' * 120!r}… (10,000 characters) must be lowercase letters, digits, "
+                                  "'-' or '_' (like 'main')")
+    assert answers["cite"][1].startswith(f"{'x' * 120!r}… (100,000 characters) is not a citation: use [S412]")
+    assert answers["layer"][1].startswith(f"there is no layer {'q' * 120!r}… (50,000 characters)")
+    assert answers["path"][1] == f"{'p' * 120}… (50,000 characters) never existed"
+    assert answers["old_str"][1] == (f"No replacement was performed, old_str `{'o' * 120}… (10,000 characters)` did not "
+                                     "appear verbatim in /memories/mind.md.")
+    assert answers["name"][1].startswith(f"show takes no {'z' * 120}… (1,000 characters) (it takes path, at, seq)")
+    assert answers["diff"] == answers["show"] == (True, "seq -1 is before the first event (seqs start at 1)")
+    assert answers["seq:²"] == (True, "'seq:²' is not a seq: seq:N takes a whole number N (seqs start at 1)")
+    assert answers["clear"] == answers["cited"] == (True, TOO_LARGE)
+    assert log_rows(workspace) == before
+    refused = run_mem("diff", "mind.md", "--from", "seq:²", "--workspace", workspace)
+    assert refused.returncode == 1 and refused.stderr.decode() == ("error: 'seq:²' is not a seq: seq:N takes a whole "
+                                                                   "number N (seqs start at 1)\n")
 
 
 def test_the_log_tool_clips_long_texts_and_says_how_to_read_them_whole(workspace):
