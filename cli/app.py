@@ -212,7 +212,11 @@ def named_file(mem, path: str, *seqs: int) -> str:
 
 def point(mem, text: str, say=said_on_stderr) -> int:
     """A moment given as `seq:N` or as --at takes it."""
-    if text.startswith("seq:") and text[4:].isdigit():
+    if text.startswith("seq:"):  # `seq:-1` was "not a time"; `seq:²` (a digit to isdigit) a ValueError
+        from eventstore.errors import InvalidInput
+
+        if not text[4:].lstrip("-").isascii() or not text[4:].lstrip("-").isdigit() or text.count("-") > 1:
+            raise InvalidInput(f"{text!r:.120} is not a seq: seq:N takes a whole number N (seqs start at 1)")
         return mem.seq_at(seq=int(text[4:]))
     return resolve_at(mem, text, say)[0]
 

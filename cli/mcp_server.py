@@ -9,6 +9,7 @@ at a time on the server's event loop, in the order they arrive.
 
 import asyncio
 import functools
+import re
 import sys
 from typing import Literal
 
@@ -80,6 +81,57 @@ def shown_value(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+ECHO_CHARS = 120
+"""Characters a tool error shows of what the call gave it (a loop name, a citation, a layer, a path), as path messages
+are cut: an agent's 100,000-character argument came back whole into its context."""
+
+
+def texts(values):
+    for value in values:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from texts(value)
+
+
+OWN_WORDS = {"view_range", "insert_line"}
+"""The memory tool's numbers, which it refuses in Claude's memory tool's words, however large."""
+
+
+def whole_numbers(values):
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from whole_numbers(value)
+
+
+def cut(text: str) -> str:
+    return f"{text[:ECHO_CHARS]}… ({len(text):,} characters)" if len(text) > ECHO_CHARS else text
+
+
+LONG_RUN = re.compile(r"\S{%d,}" % (2 * ECHO_CHARS))
+
+
+def echoes_cut(message: str, arguments) -> str:
+    """A tool error with every long text of the call's `arguments` it repeats cut at ECHO_CHARS, quoted or not, as
+    given or as a workspace path; then any run of 240 characters without a space whose middle comes from one of them
+    (an argument repeated in another form)."""
+    long = sorted({text for text in texts(arguments) if len(text) > ECHO_CHARS}, key=len, reverse=True)
+    for text in long:
+        if repr(text) in message:
+            message = message.replace(repr(text), f"{text[:ECHO_CHARS]!r}… ({len(text):,} characters)")
+        for form in dict.fromkeys([text, text.strip(), workspace_path(text)]):
+            if len(form) > ECHO_CHARS and form in message:
+                message = message.replace(form, cut(form))
+
+    def echoed(run: re.Match) -> str:
+        middle = run.group()[len(run.group()) // 2 - ECHO_CHARS // 2:][:ECHO_CHARS]
+        return cut(run.group()) if any(middle in text for text in long) else run.group()
+
+    return LONG_RUN.sub(echoed, message) if long else message
+
+
 def refusal(message: str) -> CallToolResult:
     """A tool error whose text is exactly the message (the SDK would prefix its own words to a raised one)."""
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
@@ -117,6 +169,7 @@ class FileFlush:
 
     QUIET = 0.05
     MAX_LAG = 1.0
+    # A rewrite that fails (mind/ not writable) is one line on stderr, and the server goes on.
 
     def __init__(self, mem: Memory):
         self.mem = mem
@@ -133,7 +186,13 @@ class FileFlush:
 
     def run(self) -> None:
         self.pending = self.first = None
-        report = self.mem.refresh()
+        try:
+            report = self.mem.refresh()
+        except (MemError, *storage_exceptions()) as exc:  # a bare callback: asyncio would log a whole traceback
+            cause = exc.told("tools") if isinstance(exc, MemError) else self.mem.ws.damage(exc) or storage_failure(exc)
+            print(f"warning: the workspace's files were not rewritten: {cause} (the log holds every change; the files "
+                  "are written again after the next change, and when the server stops)", file=sys.stderr)
+            return
         if report.refused:
             print(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
                   file=sys.stderr)
@@ -152,7 +211,7 @@ class MindlogServer(MCPServer):
             taken = tool.parameters.get("properties", {})
             unknown = sorted(set(arguments) - set(taken))
             if unknown:  # the SDK would drop them unsaid: an agent would believe they did something
-                return refusal(f"{name} takes no {', '.join(unknown)} (it takes {', '.join(taken) or 'nothing'}); "
+                return refusal(f"{name} takes no {', '.join(map(cut, unknown))} (it takes {', '.join(taken) or 'nothing'}); "
                                "nothing was done")
         try:
             return await super().call_tool(name, arguments, context)
@@ -189,6 +248,9 @@ def build_server(mem: Memory) -> MCPServer:
         def wrap(fn):
             @functools.wraps(fn)
             async def call(*args, **kwargs):
+                numbers = whole_numbers(value for name, value in kwargs.items() if name not in OWN_WORDS)
+                if any(not -2**63 <= number < 2**63 for number in numbers):
+                    return refusal(TOO_LARGE)  # as the CLI refuses such an option (loop_clear's start said 2**64)
                 try:
                     current()
                     head = mem.checkpoint()
@@ -197,13 +259,14 @@ def build_server(mem: Memory) -> MCPServer:
                         flush.schedule()
                     return result
                 except MemError as exc:
-                    return refusal(exc.told("tools"))
+                    message = exc.told("tools")
                 except ToolError as exc:
-                    return refusal(str(exc))
+                    message = str(exc)
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
-                    return refusal(str(mem.ws.damage(exc) or storage_failure(exc)))
+                    message = str(mem.ws.damage(exc) or storage_failure(exc))
                 except OverflowError:  # a number past what the log holds (a seq, `[S<seq>]`)
-                    return refusal(TOO_LARGE)
+                    message = TOO_LARGE
+                return refusal(echoes_cut(message, kwargs.values()))
 
             server.add_tool(call, structured_output=False, **options)
             return fn
@@ -259,6 +322,10 @@ def build_server(mem: Memory) -> MCPServer:
         missing = [name for name in needs if given[name] is None]
         if missing:
             raise ToolError(f"{command} needs {', '.join(missing)}")
+        takes = needs + (["view_range"] if command == "view" else [])
+        unused = [name for name, value in given.items() if value is not None and name not in takes]
+        if unused:  # dropped unsaid, `delete` with a `new_path` would delete what the agent meant to rename
+            raise ToolError(f"{command} takes no {', '.join(unused)} (it takes {', '.join(takes)}); nothing was done")
         if command == "view":
             return tool.view(path, view_range)
         return getattr(tool, command)(*(given[name] for name in needs))
@@ -455,18 +522,21 @@ def build_server(mem: Memory) -> MCPServer:
         current()
         text = mem.show(page_path(slug), mem.seq_at())
         if text is None:
-            raise ResourceNotFoundError(f"there is no page {slug!r}")
+            raise ResourceNotFoundError(f"there is no page {slug!r:.120}")
         return text
 
     return server
 
 
 def parse_http(address: str) -> tuple[str, int]:
-    """HOST:PORT, :PORT or PORT; the host defaults to loopback."""
+    """HOST:PORT, :PORT or PORT; the host defaults to loopback; an IPv6 host as URLs write it (`[::1]:8000`) or bare
+    (`::1:8000`)."""
+    from sync.server import bare_host
+
     host, _, port = address.rpartition(":")
     if not port.isdigit():
-        raise MemError(f"--http takes HOST:PORT or PORT, not {address!r}")
-    return host or DEFAULT_HOST, int(port)
+        raise MemError(f"--http takes HOST:PORT or PORT, not {address!r:.120}")
+    return bare_host(host) or DEFAULT_HOST, int(port)
 
 
 def serve(mem: Memory, http: str | None = None, token_file=None) -> None:

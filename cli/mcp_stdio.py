@@ -3,24 +3,113 @@
 The SDK's stdio reader hands a line it cannot parse to the session as an exception, which the session
 only logs: the client is never answered and waits forever. JSON-RPC 2.0 answers such a line with an
 error response, as the SDK's own HTTP transport does: -32700 (parse error) for a line that is not JSON
-(or holds what the SDK's parser refuses, like a lone surrogate escape), -32600 (invalid request) for
-JSON that is no message; the id is the request's when it can be read from the line, else null.
+(or holds what the SDK's parser refuses, like a lone surrogate escape or arrays nested past its depth),
+-32600 (invalid request) for JSON that is no message; the id is the request's when it can be read from
+the line, else null. A request whose id is neither a whole number nor a string (1.5, null, true, {})
+is parsed by the SDK as a notification, which nothing answers: it gets -32600 with id null too.
+The line is read for its id without recursion, so no nesting depth can stop the server.
 """
 
 import json
+import re
+from collections import deque
+from io import TextIOWrapper
+from json.decoder import scanstring
 
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification
 from pydantic import ValidationError
 
+NO_ID = object()
+"""What `top_level_id` gives for a JSON object without an "id" member (null is an id given, and a bad one)."""
+NOT_AN_OBJECT = object()
+"""What `top_level_id` gives for a line that is not exactly one JSON object."""
 
-def request_id(value):
-    """The id of a JSON-RPC request read as plain JSON, when it has a usable one."""
-    if isinstance(value, dict) and isinstance(value.get("id"), (int, str)) and not isinstance(value["id"], bool):
-        return value["id"]
-    return None
+_TOKEN = re.compile(r'[ \t\n\r]*(?:(")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)|(true|false|null)'
+                    r"|((?:\[[ \t\n\r]*)+|(?:\][ \t\n\r]*)+|[{}:,]))")
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def top_level_id(line: str):
+    """The value of the "id" member of the JSON object `line` (the last one, as a JSON parser keeps it; a container
+    read as an empty one, an integer of more digits than Python converts as NaN), NO_ID when it has none,
+    NOT_AN_OBJECT when `line` is not exactly one JSON object. Read in one pass with an explicit stack, not
+    recursively (a run of brackets at once): a line nested a million levels deep costs a moment, never the stack."""
+    stack: list[str] = []  # "{" or "[" for each open container
+    expect = "value"  # value | first-value (or "]") | key | first-key (or "}") | colon | comma (or a closer)
+    at, found, key = 0, NO_ID, None
+    while True:
+        token = _TOKEN.match(line, at)
+        if token is None:
+            return NOT_AN_OBJECT
+        at = token.end()
+        quote, number, literal, mark = token.groups()
+        if quote:
+            try:
+                text, at = scanstring(line, at)
+            except ValueError:
+                return NOT_AN_OBJECT
+        if expect in ("key", "first-key"):
+            if quote:
+                key, expect = (text if len(stack) == 1 else None), "colon"
+            elif mark == "}" and expect == "first-key":
+                stack.pop()
+                expect = "comma"
+            else:
+                return NOT_AN_OBJECT
+        elif expect == "colon":
+            if mark != ":":
+                return NOT_AN_OBJECT
+            expect = "value"
+        elif expect in ("value", "first-value"):
+            top = key == "id" and len(stack) == 1
+            if mark == "{" or (mark or " ")[0] == "[" and stack:
+                if top:
+                    found = {} if mark == "{" else []  # a container: no usable id, whatever it holds
+                if mark == "{":
+                    stack.append("{")
+                    expect = "first-key"
+                else:
+                    opened = mark.count("[")
+                    stack.extend("[" * opened)
+                    expect = "first-value"
+            elif mark and mark[0] == "]" and expect == "first-value":
+                closed = mark.count("]")
+                if stack[-closed:] != ["["] * closed:
+                    return NOT_AN_OBJECT
+                del stack[-closed:]
+                expect = "comma"
+            elif mark is None and stack:
+                if top:
+                    try:
+                        found = text if quote else json.loads(number or literal)
+                    except ValueError:  # an integer of more digits than Python converts
+                        found = float("nan")
+                expect = "comma"
+            else:  # a closer or comma where a value goes, or anything but an object at the top
+                return NOT_AN_OBJECT
+            key = None if expect != "first-key" else key
+        else:  # comma
+            if mark == "," and stack:
+                expect = "key" if stack[-1] == "{" else "value"
+            elif mark == "}" and stack and stack[-1] == "{":
+                stack.pop()
+            elif mark and mark[0] == "]":
+                closed = mark.count("]")
+                if stack[-closed:] != ["["] * closed:
+                    return NOT_AN_OBJECT
+                del stack[-closed:]
+            else:
+                return NOT_AN_OBJECT
+        if not stack:
+            break
+    return found if _SPACE.match(line, at).end() == len(line) else NOT_AN_OBJECT
+
+
+def usable_id(value) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
 def unparsed_answer(exc: Exception) -> JSONRPCError:
@@ -28,25 +117,49 @@ def unparsed_answer(exc: Exception) -> JSONRPCError:
     errors = exc.errors() if isinstance(exc, ValidationError) else []
     unparsed = [error["input"] for error in errors if error["type"] == "json_invalid"]
     if unparsed:
-        try:
-            ident = request_id(json.loads(unparsed[0]))
-        except (ValueError, TypeError):
-            ident = None
+        line = unparsed[0]
+        ident = top_level_id(line) if isinstance(line, str) else None
         code, message = PARSE_ERROR, "Parse error: the line is not JSON the server can read"
     else:
-        ident = next((request_id(error["input"]) for error in errors if request_id(error["input"]) is not None),
-                     None)
+        ident = next((error["input"]["id"] for error in errors
+                      if isinstance(error["input"], dict) and usable_id(error["input"].get("id"))), None)
         code, message = INVALID_REQUEST, "Invalid Request: the line is not a JSON-RPC 2.0 message"
-    return JSONRPCError(jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message))
+    return JSONRPCError(jsonrpc="2.0", id=ident if usable_id(ident) else None, error=ErrorData(code=code,
+                                                                                                message=message))
+
+
+BAD_ID = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+    code=INVALID_REQUEST, message="Invalid Request: the id must be a whole number or a string"))
+
+
+class Lines:
+    """The stdin the SDK's reader iterates, keeping each line it hands out until `Answering` has taken the message
+    the reader made of it (the reader sends one item, a message or an exception, per line)."""
+
+    def __init__(self, inner):
+        self.inner = inner.__aiter__()
+        self.unclaimed: deque[str] = deque()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.inner.__anext__()
+        self.unclaimed.append(line)
+        return line
+
+    def claim(self) -> str | None:
+        return self.unclaimed.popleft() if self.unclaimed else None
 
 
 class Answering:
-    """The transport's read stream, answering (on the write stream) each line it could not parse
-    instead of passing the exception on; everything else goes through as it came."""
+    """The transport's read stream, answering (on the write stream) each line it could not parse, and each request
+    whose id is unusable, instead of passing them on; everything else goes through as it came."""
 
-    def __init__(self, inner, write):
+    def __init__(self, inner, write, lines: Lines | None = None):
         self.inner = inner
         self.write = write
+        self.lines = lines
 
     @property
     def last_context(self):
@@ -55,9 +168,14 @@ class Answering:
     async def receive(self):
         while True:
             item = await self.inner.receive()
-            if not isinstance(item, Exception):
+            line = self.lines.claim() if self.lines is not None else None
+            if isinstance(item, Exception):
+                await self.write.send(SessionMessage(unparsed_answer(item)))
+            elif isinstance(getattr(item, "message", None), JSONRPCNotification) and line is not None \
+                    and top_level_id(line) not in (NO_ID, NOT_AN_OBJECT):  # a request whose id the SDK could not take
+                await self.write.send(SessionMessage(BAD_ID))
+            else:
                 return item
-            await self.write.send(SessionMessage(unparsed_answer(item)))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -78,8 +196,49 @@ class Answering:
         await self.aclose()
 
 
+class _Unowned(TextIOWrapper):
+    """A text layer whose close leaves the descriptor under it open (as the SDK's own)."""
+
+    def close(self) -> None:
+        try:
+            self.detach()
+        except ValueError:
+            pass
+
+
+def wire_stdin():
+    """The protocol's stdin, as the SDK's transport takes it: read from a duplicate of fd 0, with fd 0 itself pointed
+    at the null device while serving (so nothing else in the process, and no child, reads the wire), and the function
+    that puts it back. Where descriptors cannot be moved, sys.stdin's buffer as it is."""
+    import os
+    import sys
+
+    try:
+        wire = os.dup(sys.stdin.fileno())
+        null = os.open(os.devnull, os.O_RDONLY)
+    except (OSError, ValueError, AttributeError):
+        return anyio.wrap_file(_Unowned(sys.stdin.buffer, encoding="utf-8", errors="replace")), lambda: None
+    os.dup2(null, 0)
+    os.close(null)
+
+    def restore() -> None:
+        try:
+            os.dup2(wire, 0)
+        except OSError:
+            pass
+
+    # closefd=False: a worker thread may still be blocked reading it when serving ends
+    return anyio.wrap_file(_Unowned(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")), restore
+
+
 async def run_stdio(server) -> None:
     """`MCPServer.run_stdio_async`, with the read stream answering what it cannot parse."""
     lowlevel = server._lowlevel_server
-    async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(Answering(read_stream, write_stream), write_stream, lowlevel.create_initialization_options())
+    stdin, restore = wire_stdin()
+    lines = Lines(stdin)
+    try:
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):
+            await lowlevel.run(Answering(read_stream, write_stream, lines), write_stream,
+                               lowlevel.create_initialization_options())
+    finally:
+        restore()

@@ -96,10 +96,11 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
 
     from eventstore.backends import shown
     from sync.hub import create_app
-    from sync.server import READ_TIMEOUT, listen, serve as serve_app
+    from sync.server import READ_TIMEOUT, bare_host, listen, serve as serve_app
     from sync.storage import hub_exists
 
     _refuse_unmade_dirs(admin_token_file, ui_dir)
+    host = bare_host(host)  # `[::1]`, as the URL it prints writes it
     sock = listen(host, port)
     existed = hub_exists(db)
     hub = storage(db, create=True)

@@ -16,9 +16,11 @@ def ui(port: Optional[int] = typer.Option(None, "--port", help="The port (defaul
                                 "requires a token)."),
        token_file: Optional[Path] = TokenFileOpt):
     """Browse memory over time: as of any moment, page history, timeline, conflicts, search."""
-    from sync.server import free_port, listen, run_on
+    from sync.server import bare_host, free_port, listen, run_on
 
     from .web.app import create_app
+
+    host = bare_host(host)  # `[::1]`, as the URL it prints writes it
 
     with memory() as mem:
         root = mem.root

@@ -10,7 +10,7 @@ import re
 
 import msgspec
 
-from eventstore import recorder
+from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
@@ -114,7 +114,7 @@ def check_allowed(memory, events: list[Event]) -> None:
 
 def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> RedactReport:
     """Appends one redaction per layer of `events` (all in one transaction) and rebuilds the views."""
-    reason = " ".join(reason.split())
+    reason = validate.one_line(reason, "a redaction's reason")
     if not reason:
         raise InvalidInput("a redaction needs a --reason", for_tools="a redaction needs a reason")
     if not events:

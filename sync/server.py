@@ -38,11 +38,17 @@ a loaded hub ran a full collection every second or so, each pausing every reques
 requests make little cyclic garbage, so rarer young collections reclaim the same."""
 
 
+def bare_host(host: str) -> str:
+    """An address as a socket takes it: an IPv6 one given in brackets, as URLs write it (`[::1]`), without them."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to HOST:PORT, before anything says the server is up: a bad port or a busy
     address is a refusal naming it, not uvicorn's log line (or a hang) after a false "listening"."""
     if not 1 <= port <= 65535:
         raise InvalidInput(f"port {port} is out of range: give a port from 1 to 65535", field="port")
+    host = bare_host(host)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (OSError, UnicodeError) as exc:

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from eventstore import validate
 from eventstore.backends import is_postgres, shown
 from eventstore.envelope import Event, new_event
 from eventstore.errors import IdConflict, InvalidInput, NotFound, StorageUnavailable
@@ -486,7 +487,7 @@ class HubStorage(ABC):
 
     def admin_redact(self, ids: list[str], reason: str) -> list[PushResult]:
         """The hub administrator's redaction: one `redaction` event per layer, by the hub itself."""
-        reason = " ".join(reason.split())
+        reason = validate.one_line(reason, "a redaction's reason")
         if not reason:
             raise InvalidInput("a redaction needs a --reason")
         by_layer: dict[str, list[str]] = {}

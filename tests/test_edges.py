@@ -411,14 +411,16 @@ def test_serve_on_postgresql_hides_the_password_and_removes_its_mirror(tmp_path,
     assert list(temp.iterdir()) == []
 
 
-def test_an_ipv6_address_is_printed_as_a_url_that_opens(workspace):
-    """`mem ui --host ::1` printed `http://::1:PORT/asof`, which no browser or curl opens."""
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_an_ipv6_address_is_printed_as_a_url_that_opens(workspace, host):
+    """`mem ui --host ::1` printed `http://::1:PORT/asof`, which no browser or curl opens; `--host '[::1]'`, the
+    form that URL writes, failed with "Name or service not known" (found by a newcomer run)."""
     import httpx
 
     from hubserver import free_port
 
     port = free_port()
-    server = subprocess.Popen([*mem_command(), "-w", workspace, "ui", "--host", "::1", "--port", str(port)],
+    server = subprocess.Popen([*mem_command(), "-w", workspace, "ui", "--host", host, "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = server.stdout.readline().decode()

@@ -14,6 +14,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from cli.mcp_server import parse_http
+from cli.output import TOO_LARGE
 from conftest import PAGE, damage_table, log_rows, mem_command, run_mem
 from eventstore.layers import Contract, ContractLayer
 from projections.memory import Memory
@@ -366,6 +367,7 @@ def test_http_binds_to_loopback_unless_told():
     assert parse_http("8000") == ("127.0.0.1", 8000)
     assert parse_http(":8000") == ("127.0.0.1", 8000)
     assert parse_http("0.0.0.0:9000") == ("0.0.0.0", 9000)
+    assert parse_http("::1:9000") == parse_http("[::1]:9000") == ("::1", 9000)  # the URL's form failed to listen
     with pytest.raises(Exception, match="HOST:PORT"):
         parse_http("localhost")
 
@@ -507,6 +509,38 @@ def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind
     assert refreshes.at[-1] >= last  # the last after the burst
 
 
+def test_a_failed_rewrite_of_the_files_is_one_line_on_stderr_and_the_server_goes_on(capsys):
+    """The deferred rewrite ran as a bare event-loop callback: when it failed (mind/ not writable), asyncio printed a
+    multi-screen traceback on stderr for each failure (found by a newcomer run)."""
+    import asyncio
+
+    from cli.mcp_server import FileFlush
+
+    class Unwritable:
+        ws = type("Ws", (), {"damage": staticmethod(lambda exc: None)})()
+
+        def refresh(self):
+            raise PermissionError(13, "Permission denied", "/w/mind/.log.md.mem-tmp-1")
+
+    async def twice():
+        loop = asyncio.get_running_loop()
+        unhandled = []
+        loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+        flush = FileFlush(Unwritable())
+        flush.QUIET = 0.01
+        for _ in range(2):
+            flush.schedule()
+            await asyncio.sleep(0.1)
+        return unhandled, flush.pending
+
+    unhandled, pending = asyncio.run(twice())
+    assert unhandled == [] and pending is None
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["warning: the workspace's files were not rewritten: [Errno 13] Permission denied: "
+                     "'/w/mind/.log.md.mem-tmp-1' (the log holds every change; the files are written again after the "
+                     "next change, and when the server stops)"] * 2
+
+
 def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     """In process (the SDK's in-memory client): a held page of a shared layer and of the wiki, refused
     until `page_release`, whose refusals are the CLI's."""
@@ -588,6 +622,30 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     assert log_rows(workspace) == []
 
 
+def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and_the_server_goes_on(workspace):
+    """A line nested 100,000 levels deep killed `mem mcp` (reading it for its id, Python's json recursed past its
+    limit), and a request whose id is neither a whole number nor a string (the SDK takes it for a notification) got
+    no answer at all (found by a newcomer run): -32700 with the request's id, -32600 with id null, and the requests
+    after them are answered."""
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    deep = 100_000
+    lines = [json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+             b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"a": ' + b"[" * deep + b"]" * deep + b"}}",
+             *(b'{"jsonrpc": "2.0", "id": %s, "method": "ping"}' % bad
+               for bad in (b"1.5", b"null", b"true", b'{"a": 1}', b"[1]", b"1e400")),
+             b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}',
+             b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}']
+    done = subprocess.run([*mem_command(), "mcp", "--workspace", str(workspace)], input=b"\n".join(lines) + b"\n",
+                          capture_output=True, timeout=60, env=server_env())
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (0, None), (1, -32700), *[(None, -32600)] * 6, (2, None)]
+    assert answers[2]["error"]["message"] == "Invalid Request: the id must be a whole number or a string"
+    assert answers[-1]["result"] == {}
+
+
 def test_file_paths_and_numbers_are_refused_as_strictly_as_the_cli_refuses_them(workspace, tmp_path):
     """The memory tool stripped every slash after /memories (`/memories//etc/passwd` wrote etc/passwd), took "4"
     and true for insert_line, and ignored a view_range of three numbers or past the file; reserved paths were
@@ -650,6 +708,102 @@ def test_arguments_that_do_not_fit_a_tools_schema_are_one_sentence(workspace):
     assert answers[2][1].startswith("search: types: ") and "list" in answers[2][1] and "'procedure'" in answers[2][1]
     assert answers[3][1] == "create takes no mode (it takes path, file_text); nothing was done"  # was dropped unsaid
     assert log_rows(workspace) == before
+
+
+def in_process(workspace, body):
+    """Runs `body(call)` against build_server on the workspace through the SDK's in-memory client; `call(tool,
+    **arguments)` gives (is_error, first text)."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+
+    async def main():
+        with Memory.open(workspace) as mem:
+            async with Client(build_server(mem)) as client:
+                async def call_(tool, **arguments):
+                    result = await client.session.call_tool(tool, arguments)
+                    return result.is_error, result.content[0].text
+
+                return await body(call_)
+
+    return anyio.run(main)
+
+
+def test_the_memory_tool_refuses_an_argument_its_command_does_not_take(workspace):
+    """`memory` dropped what its command does not use: `delete` given `new_path` (an agent believing it renames)
+    deleted the file, `create` took old_str, insert_line and view_range, `rename` a `path` (found by a newcomer run).
+    Each is refused in one line naming the argument, and nothing is written."""
+    with Memory.open(workspace) as mem:
+        mem.file_write("notes/c.md", b"c\n")
+    before = log_rows(workspace)
+    calls = [{"command": "delete", "path": "/memories/notes/c.md", "new_path": "/memories/notes/keep.md"},
+             {"command": "create", "path": "/memories/notes/d.md", "file_text": "d", "view_range": [1, 2],
+              "old_str": "zzz", "insert_line": 3},
+             {"command": "rename", "path": "/memories/notes/x.md", "old_path": "/memories/notes/c.md",
+              "new_path": "/memories/notes/e.md"},
+             {"command": "view", "path": "/memories/mind.md", "file_text": "x"},
+             {"command": "str_replace", "path": "/memories/notes/c.md", "old_str": "c", "new_str": "d",
+              "insert_text": "y"}]
+
+    async def body(call_):
+        answers = [await call_("memory", **arguments) for arguments in calls]
+        answers.append(await call_("memory", command="view", path="/memories/mind.md", view_range=[1, -1]))
+        return answers
+
+    answers = in_process(workspace, body)
+    assert answers[:-1] == [
+        (True, "delete takes no new_path (it takes path); nothing was done"),
+        (True, "create takes no view_range, old_str, insert_line (it takes path, file_text); nothing was done"),
+        (True, "rename takes no path (it takes old_path, new_path); nothing was done"),
+        (True, "view takes no file_text (it takes path, view_range); nothing was done"),
+        (True, "str_replace takes no insert_text (it takes path, old_str, new_str); nothing was done")]
+    assert not answers[-1][0]
+    assert log_rows(workspace) == before
+
+
+def test_a_tool_error_cuts_what_it_echoes_and_says_a_moment_and_a_number_as_the_others_do(workspace):
+    """A tool error repeated its input whole (a loop name of 10,000 characters, a citation of 100,000, a layer or an
+    agent of 50,000 came back into the agent's context); `diff` took `seq:-1` for "not a time" (and `mem diff --from
+    seq:²` ended in a ValueError) where `show` says "before the first event"; `loop_clear` said whole numbers go up
+    to 2**64 - 1, the other tools 2**63 - 1 (found by a newcomer run)."""
+    with Memory.open(workspace) as mem:
+        mem.loop_append("user", [{"type": "text", "text": "hello"}], "main", None)
+    before = log_rows(workspace)
+
+    async def body(call_):
+        return {"loop": await call_("loop_append", role="user", text="x", loop="a" * 10_000),
+                "cite": await call_("cite", citation="x" * 100_000),
+                "layer": await call_("entry_add", layer="q" * 50_000, text="[FACT] x"),
+                "agent": await call_("search", query="x", agent="y" * 50_000),
+                "kinds": await call_("search", query="x", kinds=["k" * 50_000]),
+                "path": await call_("history", path="/memories/" + "p" * 50_000),
+                "old_str": await call_("str_replace", path="/memories/mind.md", old_str="o" * 10_000, new_str="x"),
+                "name": await call_("show", path="mind.md", **{"z" * 1_000: 1}),
+                "diff": await call_("diff", path="mind.md", old="seq:-1"),
+                "show": await call_("show", path="mind.md", seq=-1),
+                "seq:²": await call_("diff", path="mind.md", old="seq:²"),
+                "clear": await call_("loop_clear", start=-10**23),
+                "cited": await call_("cite", citation=f"[S{10**23}]")}
+
+    answers = in_process(workspace, body)
+    assert all(error for error, _text in answers.values()), answers
+    long_ones = {name: text for name, (_error, text) in answers.items() if len(text) > 500}
+    assert not long_ones, {name: len(text) for name, text in long_ones.items()}
+    assert answers["loop"][1] == (f"loop name {'a' * 120!r}… (10,000 characters) must be lowercase letters, digits, "
+                                  "'-' or '_' (like 'main')")
+    assert answers["cite"][1].startswith(f"{'x' * 120!r}… (100,000 characters) is not a citation: use [S412]")
+    assert answers["layer"][1].startswith(f"there is no layer {'q' * 120!r}… (50,000 characters)")
+    assert answers["path"][1] == f"{'p' * 120}… (50,000 characters) never existed"
+    assert answers["old_str"][1] == (f"No replacement was performed, old_str `{'o' * 120}… (10,000 characters)` did not "
+                                     "appear verbatim in /memories/mind.md.")
+    assert answers["name"][1].startswith(f"show takes no {'z' * 120}… (1,000 characters) (it takes path, at, seq)")
+    assert answers["diff"] == answers["show"] == (True, "seq -1 is before the first event (seqs start at 1)")
+    assert answers["seq:²"] == (True, "'seq:²' is not a seq: seq:N takes a whole number N (seqs start at 1)")
+    assert answers["clear"] == answers["cited"] == (True, TOO_LARGE)
+    assert log_rows(workspace) == before
+    refused = run_mem("diff", "mind.md", "--from", "seq:²", "--workspace", workspace)
+    assert refused.returncode == 1 and refused.stderr.decode() == ("error: 'seq:²' is not a seq: seq:N takes a whole "
+                                                                   "number N (seqs start at 1)\n")
 
 
 def test_the_log_tool_clips_long_texts_and_says_how_to_read_them_whole(workspace):

@@ -108,6 +108,40 @@ def test_refusals_leave_the_log_as_it_was(leaky):
     assert len(log_rows(leaky)) == len(before) + 1
 
 
+def test_a_redaction_reason_is_one_line_of_at_most_2000_characters_for_the_cli_the_tool_and_the_hub(workspace):
+    """`redact` took a reason of any size (a 5 MiB one was accepted, and stands in every redacted event's place); the
+    hub took one pushed to it as well (found by a newcomer run). Refused as a note is: one line, 2,000 characters."""
+    from conftest import log_rows
+    from eventstore.envelope import new_event
+    from eventstore.errors import MemError
+    from eventstore.kinds import Redaction
+    from eventstore.layers import Contract, ContractLayer
+    from sync.hub import check_batch
+
+    mem(workspace, "loop", "append", "--role", "user", "--text", "secret", check=True)
+    before = log_rows(workspace)
+    long = "x " * 1000 + "y"  # 2,001 characters once collapsed; "x\n" * 1000 collapses to 1,999, which passes
+    expected = "a redaction's reason is longer than 2000 characters"
+    for args in (["1"], ["--match", "secret"], ["--match", "secret", "--yes"]):
+        result = mem(workspace, "redact", *args, "--reason", long)
+        assert result.returncode != 0 and result.stderr.decode() == f"error: {expected}\n", result.stderr
+
+    async def session_body(session):
+        return [await call(session, "redact", reason="r" * 5_000_000, targets=[1]),
+                await call(session, "redact", reason=long, match="secret", confirm=True)]
+
+    assert run_stdio(workspace, session_body) == [(True, expected)] * 2
+    assert log_rows(workspace) == before
+    pushed = new_event(Redaction(target_ids=["01a2270a-c5b3-7eca-9806-1025c3bb9d81"], reason="r" * 2001),
+                       agent="alice", layer="notes")
+    layer = ContractLayer(path="team/notes.md", format="entries", producers=["*"], consumers=["*"])
+    with pytest.raises(MemError) as refused:  # the hub's check of every pushed event
+        check_batch([pushed], "alice", Contract(layers={"notes": layer}))
+    assert "body.reason is longer than 2000 characters" in str(refused.value)
+    assert refused.value.field == "events[0].body.reason"
+    mem(workspace, "redact", "1", "--reason", "x\n" * 1000, check=True)  # one line once collapsed: taken
+
+
 def test_a_reader_delays_the_scrub_and_the_next_write_finishes_it(leaky):
     """A read held open by another process keeps the WAL from being emptied: `mem redact` does not wait on it
     for long (it waited 60 s a try, 50 tries), says the text is still on disk, and a later write erases it."""
