@@ -489,7 +489,10 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
            check: bool = typer.Option(False, "--check", help="Rebuild elsewhere, as far as the views have come, "
                                       "and report differences only (not with --to: the views hold only their "
                                       "latest state, so an earlier rebuild would always differ)."),
-           force: bool = ForceOpt, json: bool = JsonOpt):
+           force: bool = ForceOpt,
+           log_as_is: bool = typer.Option(False, "--log-as-is", help="Rebuild even from a log the views say lost "
+                                          "events at its end, or is not theirs (what it lost leaves the views)."),
+           json: bool = JsonOpt):
     """Delete every view and rebuild it from the log."""
     from projections import replay as replaying
 
@@ -503,7 +506,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
             if check:
                 report = replaying.check(mem, progress=advance)
             else:
-                report = replaying.replay(mem, to, force=force, progress=advance)
+                report = replaying.replay(mem, to, force=force, progress=advance, log_as_is=log_as_is)
     if json:
         emit_json(report)
         if not check:

@@ -28,6 +28,18 @@ def log_cut_short(checkpoint: int, head: int) -> Damaged:
                    "short; run `mem verify`")
 
 
+def views_not_of_log(seq: int, chain: str) -> Damaged:
+    """Views whose anchor (the last event they folded) this log does not hold at its seq."""
+    return Damaged(f"the views were built up to seq {seq} on a log whose chain there is {chain[:16]}..., which this "
+                   "log does not hold: the log was rewritten or replaced, or the views are another workspace's; run "
+                   "`mem verify`")
+
+
+LOG_AS_IS = ("; `mem replay --log-as-is` rebuilds the views from the log as it is (what it no longer holds leaves the "
+             "views and the files, and with it the only evidence that it was there)")
+"""What a replay refused over such views says can be done (`Memory.witnesses`)."""
+
+
 def views_damaged(path, detail) -> Damaged:
     return Damaged(f"the views database {path} is damaged ({detail}): run `mem replay`")
 

@@ -24,7 +24,7 @@ from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove, ContractChange
 from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
-from eventstore.workspace import Workspace, log_cut_short, views_damaged
+from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_not_of_log
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
@@ -258,6 +258,22 @@ class Memory:
                 finally:
                     self._lock_depth = 0
 
+    def witnesses(self, always: bool = False) -> None:
+        """Refuses views the log cannot have given: their checkpoint past the log's head (events lost at its end, or
+        the log replaced), or an anchor (the seq and chain of the last event they folded) this log does not hold there
+        (a log rewritten, another workspace's views), looked up when something is to be folded onto them (the views
+        behind the log), or `always` (a replay). They are the only evidence of it (projections.integrity): nothing
+        folds onto them or rebuilds over them unasked."""
+        checkpoint = self.views.checkpoint()
+        head = self.log.head()
+        if checkpoint > head:
+            raise log_cut_short(checkpoint, head)
+        anchor = self.views.anchor() if checkpoint and (always or checkpoint != head) else None
+        if anchor is not None and anchor[0]:
+            event = self.log.get_by_seq(anchor[0])
+            if event is None or event.chain != anchor[1]:
+                raise views_not_of_log(*anchor)
+
     def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace.
 
@@ -279,6 +295,7 @@ class Memory:
             if files:
                 remove_stale_temp_files(self.views, self.root)
                 remove_leftovers(self.ws)
+            self.witnesses()
             head, checkpoint = self.log.head(), self.views.checkpoint()
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
@@ -313,8 +330,7 @@ class Memory:
         for path in touches:
             validate.inside_workspace(self.root, path)
         with self.lock():
-            if (checkpoint := self.views.checkpoint()) > (head := self.log.head()):
-                raise log_cut_short(checkpoint, head)
+            self.witnesses()  # views the log cannot have given are folded onto by nothing, this append's included
             if not force:
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.errors import HandEdited, StorageFailure
+from eventstore.errors import Damaged, HandEdited, StorageFailure
+from eventstore.workspace import LOG_AS_IS
 
 from . import bulk
 from .materialize import FileReport, Prechecks, file_hash, hand_edited, materialize, remove_stale_temp_files
@@ -52,17 +53,25 @@ def _build(memory, path: Path, upto: int | None, progress, heads: Iterable[int] 
 
 
 def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_edits: bool = False,
-           progress=None, heads: Iterable[int] | None = None, child=None, expected: int | None = None) -> ReplayReport:
+           progress=None, heads: Iterable[int] | None = None, child=None, expected: int | None = None,
+           log_as_is: bool = False) -> ReplayReport:
     """Rebuilds the views into a new file, swaps it in, and rewrites the workspace files from it.
 
     A file edited by hand (its bytes neither what was last written nor what the rebuild says)
     stops the replay before anything changes, unless `force`; with `keep_hand_edits` (a refresh
     that must rebuild) such files are left as they are and reported, as a refresh does. `heads` and
     `child`: a build that follows a log still growing (see `_build`), `expected` the seq it is expected to reach.
+    Views the log cannot have given (`Memory.witnesses`: the log lost events at its end, or it is not their log) are
+    the only evidence of it: the replay refuses to rebuild over them unless `log_as_is`.
     """
     if upto is not None:
         memory.seq_at(seq=upto)
     with memory.lock():
+        if not log_as_is:
+            try:
+                memory.witnesses(always=True)
+            except Damaged as exc:
+                raise Damaged(f"{exc}{LOG_AS_IS}") from None
         remove_stale_temp_files(memory.views, memory.root)  # a replay killed while it wrote files left them
         remove_leftovers(memory.ws)
         carried = memory.views.written.hashes()

@@ -1,0 +1,67 @@
+"""The views' checkpoint and anchor are the only witnesses that a log lost events at its end, was rewritten, or is not
+theirs (projections.integrity). Regressions (newcomer nc10c): `mem replay` rebuilt from a log cut short, removed the
+pages it no longer held and made `mem verify` say ok; any read folded a log onto another workspace's views, showed
+that agent's memory and made verify say ok; a deleted log.db was re-created empty and the pages still served."""
+
+import shutil
+import sqlite3
+
+from conftest import PAGE, log_rows, run_mem
+
+
+def written(root, agent="a"):
+    run_mem("init", "-w", root, "--agent", agent, check=True)
+    run_mem("-w", root, "page", "write", "deploy", "--file", "-", input=PAGE, check=True)
+    run_mem("-w", root, "always", "add", f"{agent} rule", check=True)
+    run_mem("-w", root, "page", "write", "other", "--file", "-", input=PAGE, check=True)
+    return root
+
+
+def refused(result, *starts):
+    err = result.stderr.decode()
+    assert result.returncode == 1 and len(err.splitlines()) == 1 and err.startswith(starts), err
+    return err
+
+
+def test_a_log_cut_short_is_never_rebuilt_over_unasked(tmp_path):
+    root = written(tmp_path / "ws")
+    db = sqlite3.connect(root / ".mem" / "log.db")
+    db.execute("DELETE FROM events WHERE seq >= 2")
+    db.commit()
+    db.close()
+    pages = sorted(p.name for p in (root / "mind").iterdir())
+    cut = "error: the views are at seq 3, past the log head 1: the log is damaged or was cut short; run `mem verify`"
+    for command in (("page", "list"), ("show", "mind/deploy.md"), ("search", "staging"), ("always", "list")):
+        refused(run_mem("-w", root, *command), cut)
+    err = refused(run_mem("-w", root, "replay"), cut)
+    assert "`mem replay --log-as-is` rebuilds the views from the log as it is" in err
+    assert sorted(p.name for p in (root / "mind").iterdir()) == pages  # nothing removed
+    assert run_mem("-w", root, "verify").returncode == 1  # the evidence is still there
+    run_mem("-w", root, "replay", "--log-as-is", check=True)
+    assert run_mem("-w", root, "verify", check=True).stdout.startswith(b"ok: 1 event")
+
+
+def test_a_deleted_log_is_not_taken_for_an_empty_one(tmp_path):
+    root = written(tmp_path / "ws")
+    (root / ".mem" / "log.db").unlink()
+    refused(run_mem("-w", root, "page", "list"), "error: the views are at seq 3, past the log head 0")
+    refused(run_mem("-w", root, "replay"), "error: the views are at seq 3, past the log head 0")
+    assert (root / "mind" / "deploy.md").exists()
+
+
+def test_another_workspaces_views_are_never_folded_onto(tmp_path):
+    root, other = written(tmp_path / "ws"), tmp_path / "zed"
+    run_mem("init", "-w", other, "--agent", "zed", check=True)
+    run_mem("-w", other, "always", "add", "zed rule", check=True)
+    for suffix in ("", "-wal", "-shm"):
+        (root / ".mem" / f"views.db{suffix}").unlink(missing_ok=True)
+    shutil.copy(other / ".mem" / "views.db", root / ".mem" / "views.db")
+    rows = log_rows(root)
+    foreign = "error: the views were built up to seq 1 on a log whose chain there is "
+    for command in (("always", "list"), ("page", "list"), ("replay", "--check"), ("replay",)):
+        refused(run_mem("-w", root, *command), foreign)
+    refused(run_mem("-w", root, "always", "add", "more"), foreign)
+    assert log_rows(root) == rows and run_mem("-w", root, "verify").returncode == 1
+    run_mem("-w", root, "replay", "--log-as-is", check=True)
+    assert run_mem("-w", root, "always", "list", check=True).stdout.decode().split("\n")[0].endswith("a rule")
+    run_mem("-w", root, "verify", check=True)
