@@ -549,7 +549,7 @@ def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
 
             from .mcp_stdio import run_stdio
 
-            anyio.run(run_stdio, server)
+            anyio.run(run_stdio, server, mem.refresh)
         else:
             from sync.server import listen, run_on
 

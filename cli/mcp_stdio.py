@@ -231,9 +231,13 @@ def wire_stdin():
     return anyio.wrap_file(_Unowned(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")), restore
 
 
-async def run_stdio(server) -> None:
-    """`MCPServer.run_stdio_async`, with the read stream answering what it cannot parse."""
+async def run_stdio(server, stopping=None) -> None:
+    """`MCPServer.run_stdio_async`, with the read stream answering what it cannot parse. SIGTERM (MCP's shutdown
+    over stdio: close stdin, then SIGTERM) calls `stopping` on the event loop, between two calls, and ends the
+    process: the loop could not end by itself while its reader waits on a stdin still open."""
     lowlevel = server._lowlevel_server
+    if stopping is not None:
+        _stop_on_sigterm(stopping)
     stdin, restore = wire_stdin()
     lines = Lines(stdin)
     try:
@@ -242,3 +246,23 @@ async def run_stdio(server) -> None:
                                lowlevel.create_initialization_options())
     finally:
         restore()
+
+
+def _stop_on_sigterm(stopping) -> None:
+    import asyncio
+    import os
+    import signal
+    import sys
+
+    def stop() -> None:
+        try:
+            stopping()
+        except Exception as exc:  # a full disk: the log holds every call; the next `mem` command writes the files
+            print(f"warning: the files were not rewritten as the server stopped: {exc}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(128 + signal.SIGTERM)
+
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+    except (NotImplementedError, RuntimeError):  # no signal handlers here (Windows, another thread): as before
+        pass

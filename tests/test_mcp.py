@@ -938,3 +938,31 @@ def test_the_sync_tool_says_what_a_person_running_mem_sync_would_hear(workspace,
         "not written there and `mem show memory/insights.md` answers the agent's file, until `mem file delete "
         "memory/insights.md` (to keep it, first `mem show memory/insights.md | mem file write OTHER-PATH --file -`)"]
     assert "warnings" not in json.loads(second)
+
+
+def test_sigterm_after_a_burst_of_calls_still_writes_the_files(workspace):
+    """Regression: the files a burst of calls left pending were written only when stdin closed; MCP's shutdown
+    (close stdin, then SIGTERM) killed the server before it, and mind.md on disk stayed stale."""
+    import signal
+
+    server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
+
+    def send(message):
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+
+    send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+    server.stdout.readline()
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    always = (workspace / "mind.md").read_text().split("\n").index("## Always") + 1
+    for i in range(30):
+        send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": "insert", "arguments": {
+            "path": "/memories/mind.md", "insert_line": always + i + (1 if i else 0), "insert_text": f"- line {i}"}}})
+        assert b'"isError":false' in server.stdout.readline()
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+    on_disk = (workspace / "mind.md").read_text()
+    assert all(f"line {i}" in on_disk for i in range(30)), on_disk
+    assert b"Traceback" not in server.stderr.read()
