@@ -373,6 +373,9 @@ class Recorder(ABC):
         self.close()
 
 
+_CODECS = frozenset((CODEC_RAW, CODEC_ZSTD, CODEC_REDACTED))
+
+
 def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
     """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
     seq order: gapless seqs (but for what an ImportGap skips) and times that never go backwards, bodies
@@ -385,6 +388,8 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
         if recorded_at < last_recorded:
             return bad(problem="recorded_at goes backwards: the event's recording time was changed")
         last_recorded = recorded_at
+        if codec not in _CODECS:
+            return bad(problem=f"unknown codec {codec}")
         try:
             raw = unpack_body(codec, bytes(body))
             decoded = decode_body(raw)

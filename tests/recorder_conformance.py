@@ -180,6 +180,14 @@ class RecorderConformance:
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 6
 
+    def test_verify_reports_a_codec_mindlog_never_writes(self, recorder, execute):
+        """Regression (nc10c L1): a codec other than raw, zstd or redacted was read as raw, and verify said ok on a
+        row changed outside mindlog (the digest does not cover the codec)."""
+        recorder.append([ev(i) for i in range(5)])
+        execute("UPDATE events SET codec = 9 WHERE seq = 3")
+        report = recorder.verify()
+        assert not report.ok and report.first_bad_seq == 3 and report.problem == "unknown codec 9", report
+
     def test_state_starts_empty_and_keeps_the_last_value(self, recorder):
         assert recorder.state("pull:origin") is None
         recorder.set_state("pull:origin", "p1")
