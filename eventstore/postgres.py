@@ -171,6 +171,12 @@ class PostgresLog(Recorder):
     def _stored(self, id: bytes):
         return self.conn.execute("SELECT kind, codec, body, layer FROM events WHERE id = %s", (id,)).fetchone()
 
+    def chain_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        for seq, digest, recorded_at, chain in self._reader().execute(
+                "SELECT seq, digest, recorded_at, chain FROM events WHERE seq >= (SELECT coalesce(max(seq), 0) FROM "
+                "events WHERE seq <= %s) AND seq <= %s ORDER BY seq", (after, upto)):
+            yield seq, bytes(digest), recorded_at, bytes(chain)
+
     def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
         with self._reader().cursor() as cursor:
             cursor.execute("SELECT seq, id, ts, layer, codec, body, agent FROM events "

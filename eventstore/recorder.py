@@ -323,6 +323,21 @@ class Recorder(ABC):
                                   limit=limit, newest_first=newest_first):
             yield row_to_event(row)
 
+    def chain_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        """(seq, digest, recorded_at, chain) of the last row at or before seq `after` (none when there is none), then
+        of every row after it up to `upto`, in seq order: what `broken_link` checks. Backends read just these columns."""
+        last = None
+        for row in self.read_rows(0, upto):
+            if row[0] <= after:
+                last = row
+                continue
+            if last is not None:
+                yield last[0], last[9], last[3], last[10]
+                last = None
+            yield row[0], row[9], row[3], row[10]
+        if last is not None:
+            yield last[0], last[9], last[3], last[10]
+
     @abstractmethod
     def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
         """What the projections fold, in seq order and undecoded: (seq, id bytes, ts, layer, codec, stored body,
@@ -371,6 +386,27 @@ class Recorder(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def broken_link(rows: Iterable[tuple], after: int) -> int | None:
+    """The first seq after `after` whose chain link does not follow from the row before it (`chain_rows`' rows), as
+    `verify_rows` checks it: one sha256 a row. The row at or before `after` is taken as it stands (a push checked it
+    when it sent it); with none, the chain starts from zero. None: every link holds."""
+    chain = ZERO_CHAIN
+    for seq, digest, recorded_at, stored in rows:
+        try:
+            digest, stored = bytes(digest), bytes(stored)
+        except TypeError:  # a TEXT value where mindlog wrote bytes
+            if seq > after:
+                return seq
+            digest = stored = b""
+        if seq <= after:
+            chain = stored
+            continue
+        chain = chain_link(chain, digest, seq, recorded_at)
+        if chain != stored:
+            return seq
+    return None
 
 
 _CODECS = frozenset((CODEC_RAW, CODEC_ZSTD, CODEC_REDACTED))
