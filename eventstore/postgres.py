@@ -8,6 +8,7 @@ is as safe) loses the column when it is opened: the schema's ALTER runs under th
 PostgreSQL drops a column without rewriting the table.
 """
 
+import functools
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -171,6 +172,12 @@ class PostgresLog(Recorder):
     def _stored(self, id: bytes):
         return self.conn.execute("SELECT kind, codec, body, layer FROM events WHERE id = %s", (id,)).fetchone()
 
+    def chain_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        for seq, digest, recorded_at, chain in self._reader().execute(
+                "SELECT seq, digest, recorded_at, chain FROM events WHERE seq >= (SELECT coalesce(max(seq), 0) FROM "
+                "events WHERE seq <= %s) AND seq <= %s ORDER BY seq", (after, upto)):
+            yield seq, bytes(digest), recorded_at, bytes(chain)
+
     def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
         with self._reader().cursor() as cursor:
             cursor.execute("SELECT seq, id, ts, layer, codec, body, agent FROM events "
@@ -210,7 +217,30 @@ class PostgresLog(Recorder):
         return row[0] or 0
 
     def verify(self, progress=None) -> VerifyReport:
+        """`verify_rows` up to the counter's seq, then the counter against the rows: the last row is the counter's
+        seq with its chain (rows deleted at the end leave a chain that verifies on its own), and no row lies past
+        the counter (one added outside mindlog, which reads list but appends never reach)."""
+        reader = self._reader()
         head = self.head()  # first: rows appended after it are not checked, so not counted as checked
-        rows = (_row(r) for r in self._reader().execute(f"SELECT {COLUMNS} FROM events WHERE seq <= %s ORDER BY seq",
-                                                        (head,)))
-        return verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), head, progress)
+        rows = (_row(r) for r in reader.execute(f"SELECT {COLUMNS} FROM events WHERE seq <= %s ORDER BY seq", (head,)))
+        report = verify_rows(((seq, id_text(id), *rest) for seq, id, *rest in rows), head, progress)
+        if not report.ok:
+            return report
+        bad = functools.partial(VerifyReport, ok=False, checked=report.checked, head=head, redacted=report.redacted)
+        last = reader.execute("SELECT seq, chain FROM events WHERE seq <= %s ORDER BY seq DESC LIMIT 1",
+                              (head,)).fetchone()
+        last_seq = last[0] if last else 0
+        if last_seq != head:
+            return bad(first_bad_seq=last_seq + 1,
+                       problem=f"the log's counter says it ends at seq {head} but its last event is seq {last_seq}: "
+                               f"{head - last_seq} seq(s) at its end are missing")
+        counter, head_chain = reader.execute("SELECT seq, chain FROM log_counter").fetchone()
+        if last is not None and counter == head and bytes(last[1]) != bytes(head_chain):  # (an append since moved it)
+            return bad(first_bad_seq=head, problem="the last event's chain is not the one the log's counter holds: "
+                                                   "events at its end were changed or replaced")
+        counter, past = reader.execute(  # one statement, one snapshot: an append committed meanwhile moved both
+            "SELECT seq, (SELECT min(seq) FROM events WHERE seq > log_counter.seq) FROM log_counter").fetchone()
+        if past is not None:
+            return bad(first_bad_seq=past, problem=f"a row past the log's head (seq {counter}, its counter): it was "
+                                                   "added outside mindlog")
+        return report

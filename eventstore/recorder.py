@@ -8,10 +8,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import msgspec
+import zstandard
 
 from .envelope import (CODEC_RAW, CODEC_REDACTED, CODEC_ZSTD, COMPRESS_THRESHOLD, Event, compress, compute_digest,
                        decode_body, encode_body, unpack_body)
-from .errors import IdConflict
+from .errors import Damaged, IdConflict, InvalidInput, MemError
 from .ids import is_uuid, now_ms, uuid_bytes, uuid_text
 from .kinds import KINDS, ImportGap, Redacted
 from .redaction import redacted_form
@@ -42,12 +43,54 @@ def chain_link(previous: bytes | None, digest: bytes, seq: int, recorded_at: int
 id_bytes, id_text = uuid_bytes, uuid_text
 
 
+ROW_FAULTS = (MemError, TypeError, AttributeError, ValueError, OverflowError, RecursionError, zstandard.ZstdError,
+              msgspec.MsgspecError)
+"""What reading a stored row that was changed outside mindlog raises (a body that is not zstd but marked so, a
+TEXT value where bytes were written, a body that does not decode): `damaged_row` turns it into one line."""
+
+
+def damaged_row(seq, exc: BaseException) -> Damaged:
+    """A stored row that does not read as mindlog wrote it, named by its seq, `mem verify` named for the rest."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return Damaged(f"the event log's row at seq {seq} is damaged ({detail}): it was changed outside mindlog; "
+                   "`mem verify` names the first bad seq")
+
+
+def _type_name(value) -> str:
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+def stored_body(codec: int, body) -> bytes:
+    """A stored body's bytes as written (zstd undone), each way a row changed outside mindlog can fail to be one
+    refused in words (InvalidInput): for `damaged_row`, once the fast path has failed on a row."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise InvalidInput(f"its body is {_type_name(body)}, not the bytes mindlog wrote")
+    if codec == CODEC_ZSTD:
+        try:
+            return unpack_body(codec, bytes(body))
+        except zstandard.ZstdError as exc:
+            raise InvalidInput(f"its body is marked compressed but is not zstd: {exc}") from None
+    if codec not in (CODEC_RAW, CODEC_REDACTED):
+        raise InvalidInput(f"unknown codec {codec}")
+    return bytes(body)
+
+
 def row_to_event(row) -> Event:
     """A stored row (seq, id bytes, ts, recorded_at, agent, layer, kind, codec, body, digest, chain); a
-    redacted row's body is its `Redacted` stand-in."""
+    redacted row's body is its `Redacted` stand-in. A row that does not read is `damaged_row` at its seq."""
     seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
-    return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
-                 digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
+    try:
+        return Event(id=id_text(id), ts=ts, agent=agent, layer=layer, body=decode_body(unpack_body(codec, body)),
+                     digest=digest.hex(), seq=seq, recorded_at=recorded_at, chain=chain.hex())
+    except ROW_FAULTS as exc:
+        try:  # the same row read again step by step: the words of the step that fails
+            decode_body(stored_body(codec, body))
+            for value, what in ((digest, "digest"), (chain, "chain")):
+                if not isinstance(value, (bytes, bytearray, memoryview)):
+                    raise InvalidInput(f"its {what} is {_type_name(value)}, not the bytes mindlog wrote")
+        except ROW_FAULTS as found:
+            exc = found
+        raise damaged_row(seq, exc) from None
 
 
 REDACTED = TAGS[Redacted]
@@ -280,6 +323,21 @@ class Recorder(ABC):
                                   limit=limit, newest_first=newest_first):
             yield row_to_event(row)
 
+    def chain_rows(self, after: int, upto: int) -> Iterator[tuple]:
+        """(seq, digest, recorded_at, chain) of the last row at or before seq `after` (none when there is none), then
+        of every row after it up to `upto`, in seq order: what `broken_link` checks. Backends read just these columns."""
+        last = None
+        for row in self.read_rows(0, upto):
+            if row[0] <= after:
+                last = row
+                continue
+            if last is not None:
+                yield last[0], last[9], last[3], last[10]
+                last = None
+            yield row[0], row[9], row[3], row[10]
+        if last is not None:
+            yield last[0], last[9], last[3], last[10]
+
     @abstractmethod
     def fold_rows(self, after: int, upto: int, *, mind_ids: bool = True) -> Iterator[tuple]:
         """What the projections fold, in seq order and undecoded: (seq, id bytes, ts, layer, codec, stored body,
@@ -330,6 +388,30 @@ class Recorder(ABC):
         self.close()
 
 
+def broken_link(rows: Iterable[tuple], after: int) -> int | None:
+    """The first seq after `after` whose chain link does not follow from the row before it (`chain_rows`' rows), as
+    `verify_rows` checks it: one sha256 a row. The row at or before `after` is taken as it stands (a push checked it
+    when it sent it); with none, the chain starts from zero. None: every link holds."""
+    chain = ZERO_CHAIN
+    for seq, digest, recorded_at, stored in rows:
+        try:
+            digest, stored = bytes(digest), bytes(stored)
+        except TypeError:  # a TEXT value where mindlog wrote bytes
+            if seq > after:
+                return seq
+            digest = stored = b""
+        if seq <= after:
+            chain = stored
+            continue
+        chain = chain_link(chain, digest, seq, recorded_at)
+        if chain != stored:
+            return seq
+    return None
+
+
+_CODECS = frozenset((CODEC_RAW, CODEC_ZSTD, CODEC_REDACTED))
+
+
 def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport:
     """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
     seq order: gapless seqs (but for what an ImportGap skips) and times that never go backwards, bodies
@@ -342,6 +424,8 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
         if recorded_at < last_recorded:
             return bad(problem="recorded_at goes backwards: the event's recording time was changed")
         last_recorded = recorded_at
+        if codec not in _CODECS:
+            return bad(problem=f"unknown codec {codec}")
         try:
             raw = unpack_body(codec, bytes(body))
             decoded = decode_body(raw)

@@ -23,9 +23,10 @@ from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode
 from eventstore.governance import GOVERNANCE
 from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
                               ContractChange, EntryAppend, FileDelete, FileWrite, Lint, LogRestore, PageDelete,
-                              PageIngest, PageRelease, PageRename, PageUpdate)
+                              PageIngest, PageRelease, PageRename, PageUpdate, Redacted)
+from eventstore.errors import Damaged, InvalidInput
 from eventstore.layers import AGENT, CONTRACT_LAYER, MIND
-from eventstore.recorder import id_text
+from eventstore.recorder import ROW_FAULTS, damaged_row, id_text, stored_body
 from eventstore.redaction import stand_in
 
 from . import placements, render, trust
@@ -345,8 +346,22 @@ def lines_json(lines: list[str]) -> str:
 def unpacked_body(codec: int, stored: bytes) -> bytes:
     """The body bytes the fold reads: a redacted event's are its stand-in's (content `[redacted: reason]`)."""
     if codec == CODEC_REDACTED:
-        return encode_body(stand_in(decode_body(stored)))
+        form = decode_body(stored)
+        if not isinstance(form, Redacted):
+            raise InvalidInput(f"its body is marked redacted but is a {form.__struct_config__.tag} body")
+        return encode_body(stand_in(form))
     return unpack_body(codec, stored)
+
+
+def damaged_batch(rows: list[tuple], exc: BaseException) -> Damaged:
+    """The first row of a batch that does not read alone (its body unpacked and decoded as `_catch_up` does), as
+    `damaged_row` names it; `exc` (the batch's own failure) if none fails alone."""
+    for row in rows:
+        try:
+            decode_body(unpacked_body(row[4], stored_body(row[4], row[5])))
+        except ROW_FAULTS as found:
+            return damaged_row(row[0], found)
+    return damaged_row(f"{rows[0][0]}-{rows[-1][0]}", exc) if rows else exc
 
 
 def catch_up(log, views: Views, upto: int | None = None, batch: int = 5000,
@@ -414,8 +429,11 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
             rows = list(islice(log.fold_rows(start, target, mind_ids=not wiki.from_log),
                                batch))  # seqs an ImportGap skipped count for none
             end = rows[-1][0] if len(rows) == batch else target
-            raws = [row[5] if row[4] == CODEC_RAW else unpacked_body(row[4], row[5]) for row in rows]
-            bodies = _bodies(rows, raws)
+            try:
+                raws = [row[5] if row[4] == CODEC_RAW else unpacked_body(row[4], row[5]) for row in rows]
+                bodies = _bodies(rows, raws)
+            except ROW_FAULTS as exc:  # a row changed outside mindlog: named by its seq, not a traceback
+                raise damaged_batch(rows, exc) from None
             if wiki.fold_batch(rows, raws, bodies):  # the folds keep apart: each may take its events on its own
                 shared.fold_entries(rows, bodies, wiki.dirty)
                 apply_adf, apply_shared, apply_search = adf.apply, shared.apply, search.apply

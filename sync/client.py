@@ -23,12 +23,13 @@ from typing import ClassVar, NamedTuple
 
 import msgspec
 
-from eventstore.envelope import Event, decode_body, secrets_allowed
-from eventstore.errors import Held, IdConflict, InvalidInput, MemError, NotFound
+from eventstore.envelope import Event, check_event, decode_body, secrets_allowed
+from eventstore.errors import Damaged, Held, IdConflict, InvalidInput, MemError, NotFound
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redaction
 from eventstore.layers import Contract, consumed_layers, produced_layers, produces, takes
+from eventstore.recorder import broken_link
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
@@ -439,6 +440,27 @@ def _pull_params(cursor: str, limit: int, wait: float, layers: list[str] | None,
     return params
 
 
+def check_chain(memory, after: int, upto: int) -> None:
+    """Refuses a push whose events the log's chain no longer vouches for: every row after the push cursor `after` up to
+    `upto` links to the one before it (`broken_link`, one sha256 a row, no body read). The hub cannot see this chain,
+    so only the producer can catch an event changed after it was appended, its digest made anew."""
+    seq = broken_link(memory.log.chain_rows(after, upto), after)
+    if seq is not None:
+        raise Damaged(f"nothing pushed: the event log's chain breaks at seq {seq} (an event was changed, removed or "
+                      "reordered outside mindlog); `mem verify` names the first bad seq")
+
+
+def checked(events: list[Event]) -> list[Event]:
+    """`events`, each refused (naming its seq) unless its digest matches its content, as the hub checks it."""
+    for event in events:
+        try:
+            check_event(event)
+        except MemError as exc:
+            raise Damaged(f"nothing more pushed: the event at seq {event.seq} does not match its digest ({exc}): it "
+                          "was changed outside mindlog; `mem verify` names the first bad seq") from None
+    return events
+
+
 def _outgoing(event: Event) -> Event:
     return Event(id=event.id, ts=event.ts, agent=event.agent, layer=event.layer, body=event.body,
                  digest=event.digest)
@@ -760,6 +782,10 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     came = CameFromHub(memory, remote.name)
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
+    last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
+                None) if shared else None
+    if last is not None:  # up to the last event to send, not the head: rows pulled since are checked once pushed past
+        check_chain(memory, cursor, last[0])
 
     def send(events: list[Event], body: Outgoing | None = None) -> str | None:
         """The id of the batch's last event, acknowledged (None: nothing to send)."""
@@ -779,7 +805,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
                                  if pushable(contract, agent, e) and e.seq not in came)],
                       cursor, came)
-    acknowledged = send([_outgoing(e) for e in retried if pushable(contract, agent, e)])
+    acknowledged = send([_outgoing(e) for e in checked([e for e in retried if pushable(contract, agent, e)])])
     held = [e.seq for e in retried if not pushable(contract, agent, e)]
     if acknowledged:
         memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, acknowledged))
@@ -807,7 +833,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                              if pushable(contract, agent, e) and e.id not in sent_ahead]
                     sent_ahead.update(e.id for e in ahead)
                     outgoing += ahead
-                outgoing = [_outgoing(e) for e in outgoing]
+                outgoing = [_outgoing(e) for e in checked(outgoing)]
                 body = Outgoing.push(outgoing) if outgoing else None
                 held += [e.seq for e in batch if not pushable(contract, agent, e)]
                 cursor = read[-1].seq

@@ -180,6 +180,25 @@ class RecorderConformance:
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 6
 
+    def test_verify_reports_a_codec_mindlog_never_writes(self, recorder, execute):
+        """Regression (nc10c L1): a codec other than raw, zstd or redacted was read as raw, and verify said ok on a
+        row changed outside mindlog (the digest does not cover the codec)."""
+        recorder.append([ev(i) for i in range(5)])
+        execute("UPDATE events SET codec = 9 WHERE seq = 3")
+        report = recorder.verify()
+        assert not report.ok and report.first_bad_seq == 3 and report.problem == "unknown codec 9", report
+
+    def test_chain_rows_start_at_the_row_before_and_find_a_broken_link(self, recorder, execute):
+        """What a push checks before it sends (nc10c M0): the row at or before `after`, then every row to `upto`."""
+        from eventstore.recorder import broken_link
+
+        recorder.append([ev(i) for i in range(6)])
+        assert [row[0] for row in recorder.chain_rows(2, 5)] == [2, 3, 4, 5]
+        assert [row[0] for row in recorder.chain_rows(0, 3)] == [1, 2, 3]
+        assert broken_link(recorder.chain_rows(0, 6), 0) is None and broken_link(recorder.chain_rows(3, 6), 3) is None
+        execute("UPDATE events SET digest = chain WHERE seq = 4")
+        assert broken_link(recorder.chain_rows(2, 6), 2) == 4 and broken_link(recorder.chain_rows(4, 6), 4) is None
+
     def test_state_starts_empty_and_keeps_the_last_value(self, recorder):
         assert recorder.state("pull:origin") is None
         recorder.set_state("pull:origin", "p1")

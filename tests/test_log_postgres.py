@@ -83,3 +83,39 @@ def test_a_log_made_with_the_body_hash_column_loses_it_and_still_verifies(pg_url
         assert log.append([ev(4)]) == [4] and log.verify().ok
     finally:
         log.close()
+
+
+def test_verify_reports_a_row_past_the_counter(recorder):
+    """Regression (nc10c H2): verify checked rows only up to log_counter.seq: a row inserted above it passed (and
+    `mem log` listed it as the newest event), and still did after the next append."""
+    from recorder_conformance import ev
+
+    recorder.append([ev(i) for i in range(4)])
+    recorder.conn.execute("INSERT INTO events SELECT 100, decode(md5('x') || md5('y'), 'hex')::bytea, ts, recorded_at, "
+                          "agent, layer, kind, codec, body, digest, chain FROM events WHERE seq = 4")
+    for _ in range(2):
+        report = recorder.verify()
+        assert not report.ok and report.first_bad_seq == 100 and "past the log's head" in report.problem, report
+        recorder.append([ev(9)])
+
+
+@pytest.mark.parametrize("cut", ["DELETE FROM events WHERE seq >= 4", "TRUNCATE events"])
+def test_verify_reports_rows_missing_below_the_counter(recorder, cut):
+    """Regression (nc10c H2): rows deleted at the end left a chain that verifies on its own, and verify said ok
+    though the log's own counter still named seq 5 and its chain."""
+    from recorder_conformance import ev
+
+    recorder.append([ev(i) for i in range(5)])
+    recorder.conn.execute(cut)
+    report = recorder.verify()
+    assert not report.ok and report.first_bad_seq == (4 if "DELETE" in cut else 1), report
+    assert "counter says it ends at seq 5" in report.problem, report
+
+
+def test_verify_reports_a_last_row_whose_chain_is_not_the_counter_s(recorder):
+    from recorder_conformance import ev
+
+    recorder.append([ev(i) for i in range(3)])
+    recorder.conn.execute("UPDATE log_counter SET chain = decode(md5('x') || md5('y'), 'hex')")
+    report = recorder.verify()
+    assert not report.ok and report.first_bad_seq == 3 and "counter" in report.problem, report

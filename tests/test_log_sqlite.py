@@ -372,3 +372,28 @@ def test_a_column_rewritten_as_text_that_is_not_utf8_is_a_bad_seq_not_a_decoding
     assert read.returncode == 1 and read.stderr.decode() == (
         "error: a stored row's agent column is not the UTF-8 text mindlog wrote: the file was changed outside mindlog "
         "(`mem verify` names the first bad seq)\n"), read.stderr
+
+
+@pytest.mark.parametrize("tamper, commands", [
+    ("codec = 1", ("log", "replay")),  # a plain body marked compressed: zstd's own error
+    ("codec = 2", ("replay",)),  # a plain body marked redacted: AttributeError ('reason')
+    ("body = 'hello'", ("log", "replay")),  # a TEXT body: TypeError in decode_bodies
+    ("digest = 'abc'", ("log",)),  # a TEXT digest: AttributeError ('str' has no 'hex')
+])
+def test_a_row_changed_outside_mindlog_is_one_line_naming_its_seq_not_a_traceback(workspace, tamper, commands):
+    """Regression (nc10c M1): `mem log` and `mem replay` crashed with a Python traceback on rows `mem verify` reports
+    cleanly. Every reader of rows (row_to_event, the fold's batch) says in one line which seq is damaged and points
+    at `mem verify`."""
+    from conftest import run_mem
+
+    for n in range(3):
+        run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", f"Deploy {n}", check=True)
+    with sqlite3.connect(workspace / ".mem" / "log.db") as db:
+        db.execute(f"UPDATE events SET {tamper} WHERE seq = 2")
+    verified = run_mem("-w", workspace, "verify")
+    assert verified.returncode == 1 and verified.stdout.decode().startswith("BAD at seq 2: "), verified
+    for command in commands:
+        read = run_mem("-w", workspace, command, env={"MEM_PLAIN": "1"})
+        err = read.stderr.decode()
+        assert read.returncode == 1 and err.count("\n") == 1, (command, err)
+        assert err.startswith("error: the event log's row at seq 2 is damaged (") and "`mem verify`" in err, err

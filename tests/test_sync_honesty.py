@@ -272,3 +272,36 @@ def test_a_push_moves_its_cursor_only_past_the_batches_the_hub_committed(team, m
         assert [e.id for e in hub.pull(0, ["insights"], 100)] == [e.id for e in events[:6]]
     finally:
         hub.close()
+
+
+@pytest.mark.parametrize("digest_too", [True, False])
+def test_push_refuses_an_event_the_log_no_longer_vouches_for(team, digest_too):
+    """Regression (nc10c M0): an unsent entry's body changed in the log and its digest made anew (the digest function
+    is public) was pushed, taken by the hub and pulled by the others, though `mem verify` flags the chain there. The
+    push checks the chain of the rows after its cursor (and each sent event's digest) first: one line naming the seq,
+    pointing at `mem verify`, nothing sent."""
+    import hashlib
+    import sqlite3
+
+    from eventstore.envelope import compute_digest
+    from eventstore.recorder import id_text
+
+    team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: first fact", check=True)
+    team.mem("writer", "push", check=True)
+    team.mem("writer", "always", "add", "Cite seqs.", check=True)
+    team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: two fact", check=True)
+    with sqlite3.connect(team.root / "writer" / ".mem" / "log.db") as db:
+        seq, id, ts, agent, layer, kind, body = db.execute(
+            "SELECT seq, id, ts, agent, layer, kind, body FROM events WHERE layer = 'insights' "
+            "ORDER BY seq DESC LIMIT 1").fetchone()
+        body = bytes(body).replace(b"two fact", b"TWO fact")
+        digest = compute_digest(id_text(bytes(id)), ts, agent, layer, kind, hashlib.sha256(body).digest())
+        db.execute("UPDATE events SET body = ? WHERE seq = ?", (body, seq))
+        if digest_too:
+            db.execute("UPDATE events SET digest = ? WHERE seq = ?", (bytes.fromhex(digest), seq))
+    assert team.mem("writer", "verify").returncode == 1
+    pushed = team.mem("writer", "push")
+    err = pushed.stderr.decode()
+    assert pushed.returncode == 1 and err.count("\n") == 1, err
+    assert err.startswith("error: nothing") and f"seq {seq}" in err and "`mem verify`" in err, err
+    assert json.loads(team.mem("reviewer", "pull", "--json", check=True).stdout)["pulled"] == 1
