@@ -544,10 +544,6 @@ def test_a_failed_rewrite_of_the_files_is_one_line_on_stderr_and_the_server_goes
 def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     """In process (the SDK's in-memory client): a held page of a shared layer and of the wiki, refused
     until `page_release`, whose refusals are the CLI's."""
-    from mcp.client.client import Client
-
-    from cli.mcp_server import build_server
-
     held = b"---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n"
     with Memory.open(workspace) as mem:
         mem.declare_layer("notes", "notes/", "pages")
@@ -556,26 +552,20 @@ def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
     expected = {"no note": cli_error(workspace, "page", "release", "freeze", "--note", " ")}
     edit = {"path": "/memories/notes/pricing.md", "old_str": "above 20%", "new_str": "above 30%"}
 
-    async def main():
-        with Memory.open(workspace) as mem:
-            async with Client(build_server(mem)) as client:
-                async def call_(tool, **arguments):
-                    result = await client.session.call_tool(tool, arguments)
-                    return result.is_error, result.content[0].text
+    async def body(call_):
+        before = log_rows(workspace)
+        answers = {"held": await call_("str_replace", **edit),
+                   "no note": await call_("page_release", slug="freeze", note=" "),
+                   "missing": await call_("page_release", slug="missing", note="x", layer="notes")}
+        unchanged = log_rows(workspace) == before
+        answers["release"] = await call_("page_release", slug="pricing", note="owner agreed", layer="notes")
+        answers["again"] = await call_("page_release", slug="pricing", note="x", layer="notes")
+        answers["edit"] = await call_("str_replace", **edit)
+        answers["wiki"] = await call_("page_release", slug="freeze", note="the freeze is over")
+        answers["wiki edit"] = await call_("delete", path="/memories/mind/freeze.md")
+        return answers, unchanged
 
-                before = log_rows(workspace)
-                answers = {"held": await call_("str_replace", **edit),
-                           "no note": await call_("page_release", slug="freeze", note=" "),
-                           "missing": await call_("page_release", slug="missing", note="x", layer="notes")}
-                unchanged = log_rows(workspace) == before
-                answers["release"] = await call_("page_release", slug="pricing", note="owner agreed", layer="notes")
-                answers["again"] = await call_("page_release", slug="pricing", note="x", layer="notes")
-                answers["edit"] = await call_("str_replace", **edit)
-                answers["wiki"] = await call_("page_release", slug="freeze", note="the freeze is over")
-                answers["wiki edit"] = await call_("delete", path="/memories/mind/freeze.md")
-                return answers, unchanged
-
-    answers, unchanged = anyio.run(main)
+    answers, unchanged = in_process(workspace, body)
     assert unchanged
     expected["again"] = cli_error(workspace, "page", "release", "pricing", "--layer", "notes", "--note", "x")
     expected["missing"] = cli_error(workspace, "page", "release", "missing", "--layer", "notes", "--note", "x")
