@@ -258,12 +258,12 @@ class Memory:
                 finally:
                     self._lock_depth = 0
 
-    def witnesses(self, always: bool = False) -> None:
+    def witnesses(self, always: bool = False) -> tuple[int, int]:
         """Refuses views the log cannot have given: their checkpoint past the log's head (events lost at its end, or
         the log replaced), or an anchor (the seq and chain of the last event they folded) this log does not hold there
         (a log rewritten, another workspace's views), looked up when something is to be folded onto them (the views
         behind the log), or `always` (a replay). They are the only evidence of it (projections.integrity): nothing
-        folds onto them or rebuilds over them unasked."""
+        folds onto them or rebuilds over them unasked. Returns (the views' checkpoint, the log's head) as it read them."""
         checkpoint = self.views.checkpoint()
         head = self.log.head()
         if checkpoint > head:
@@ -273,6 +273,7 @@ class Memory:
             event = self.log.get_by_seq(anchor[0])
             if event is None or event.chain != anchor[1]:
                 raise views_not_of_log(*anchor)
+        return checkpoint, head
 
     def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace.
@@ -295,8 +296,7 @@ class Memory:
             if files:
                 remove_stale_temp_files(self.views, self.root)
                 remove_leftovers(self.ws)
-            self.witnesses()
-            head, checkpoint = self.log.head(), self.views.checkpoint()
+            checkpoint, head = self.witnesses()
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
                 catch_up(self.log, self.views, upto=head, progress=progress)
