@@ -8,6 +8,12 @@ import pytest
 
 from projections.memory import Memory
 
+# Every test runs `mem` in a subprocess, thousands in all: with PYTHONDONTWRITEBYTECODE set (as on the CI machine)
+# each one compiled mindlog's modules from source again, a tenth of a second per command. The bytecode goes to
+# __pycache__ (ignored by git), written once.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 PAGE = b"---\ntype: procedure\ndescription: staging first\n---\n# Deploy procedure\n\nStaging first.\n"
 
 
