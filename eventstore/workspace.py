@@ -35,6 +35,13 @@ def views_not_of_log(seq: int, chain: str) -> Damaged:
                    "`mem verify`")
 
 
+def views_edited(checkpoint: int, anchor: int) -> Damaged:
+    """Views whose checkpoint is behind the last event they folded: changed outside mem (folding again from the
+    checkpoint would fold those events twice). The log is not in question: a replay rebuilds them from it."""
+    return Damaged(f"the views say they are at seq {checkpoint} but folded up to seq {anchor}: they were changed "
+                   "outside mem; `mem replay` rebuilds them from the log")
+
+
 LOG_AS_IS = ("; `mem replay --log-as-is` rebuilds the views from the log as it is (what it no longer holds leaves the "
              "views and the files, and with it the only evidence that it was there)")
 """What a replay refused over such views says can be done (`Memory.witnesses`)."""

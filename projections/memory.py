@@ -24,7 +24,7 @@ from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove, ContractChange
 from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
-from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_not_of_log
+from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_edited, views_not_of_log
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
@@ -263,12 +263,15 @@ class Memory:
         the log replaced), or an anchor (the seq and chain of the last event they folded) this log does not hold there
         (a log rewritten, another workspace's views), looked up when something is to be folded onto them (the views
         behind the log), or `always` (a replay). They are the only evidence of it (projections.integrity): nothing
-        folds onto them or rebuilds over them unasked. Returns (the views' checkpoint, the log's head) as it read them."""
+        folds onto them or rebuilds over them unasked. Views whose checkpoint was moved back behind that anchor are
+        refused too (a fold from there would fold events twice), except to a replay, which rebuilds them. Returns (the views' checkpoint, the log's head) as it read them."""
         checkpoint = self.views.checkpoint()
         head = self.log.head()
         if checkpoint > head:
             raise log_cut_short(checkpoint, head)
-        anchor = self.views.anchor() if checkpoint and (always or checkpoint != head) else None
+        anchor = self.views.anchor() if always or checkpoint != head else None
+        if anchor is not None and anchor[0] > checkpoint and not always:
+            raise views_edited(checkpoint, anchor[0])
         if anchor is not None and anchor[0]:
             event = self.log.get_by_seq(anchor[0])
             if event is None or event.chain != anchor[1]:

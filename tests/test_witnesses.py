@@ -65,3 +65,21 @@ def test_another_workspaces_views_are_never_folded_onto(tmp_path):
     run_mem("-w", root, "replay", "--log-as-is", check=True)
     assert run_mem("-w", root, "always", "list", check=True).stdout.decode().split("\n")[0].endswith("a rule")
     run_mem("-w", root, "verify", check=True)
+
+
+def test_views_whose_checkpoint_was_moved_back_are_refused_until_a_replay(tmp_path):
+    """Regression (nc10c M3): a checkpoint edited back made the next read fold the same events again and fail on a
+    raw UNIQUE constraint error."""
+    root = written(tmp_path / "ws")
+    views = sqlite3.connect(root / ".mem" / "views.db")
+    views.execute("UPDATE meta SET value = '1' WHERE key = 'checkpoint'")
+    views.commit()
+    views.close()
+    rows = log_rows(root)
+    edited = "error: the views say they are at seq 1 but folded up to seq 3: they were changed outside mem"
+    for command in (("page", "list"), ("always", "add", "more"), ("show", "mind/deploy.md")):
+        assert "`mem replay` rebuilds them" in refused(run_mem("-w", root, *command), edited)
+    assert log_rows(root) == rows
+    run_mem("-w", root, "replay", check=True)
+    assert b"other" in run_mem("-w", root, "page", "list", check=True).stdout
+    run_mem("-w", root, "verify", check=True)
