@@ -62,7 +62,7 @@ def _parse(text: str, now_ms: int | None) -> int:
             moment = dt.datetime.fromisoformat(value.upper())
     except ValueError:
         raise InvalidInput(f"{text!r} is not a time mindlog understands (e.g. {FORMS})") from None
-    return int(moment.astimezone().timestamp() * 1000)
+    return _ms(moment, text)
 
 
 def past_instant(text: str, now_ms: int | None = None) -> int:
@@ -80,7 +80,17 @@ def _local(day: dt.date, clock: str, text: str) -> int:
         moment = dt.datetime.combine(day, dt.time.fromisoformat(clock.zfill(len(clock) + 1) if clock.index(":") == 1 else clock))
     except ValueError:
         raise InvalidInput(f"{text!r}: {clock!r} is not a time of day") from None
-    return int(moment.astimezone().timestamp() * 1000)
+    return _ms(moment, text)
+
+
+def _ms(moment: dt.datetime, text: str) -> int:
+    """A local time (no offset) that the clocks skipped, as they go forward for daylight saving, is refused: the
+    platform would take it for an hour later or earlier, a moment nobody named."""
+    ms = int(moment.astimezone().timestamp() * 1000)
+    if moment.tzinfo is None and dt.datetime.fromtimestamp(ms // 1000) != moment.replace(microsecond=0):
+        raise InvalidInput(f"{text!r} never happened here: the clocks skipped it (daylight saving); give the offset, "
+                           f"e.g. {moment.replace(microsecond=0).isoformat()}{format_local(ms)[-6:]}")
+    return ms
 
 
 def format_instant(ms: int) -> str:

@@ -122,3 +122,19 @@ def test_a_moment_outside_the_calendar_is_refused_in_one_line(history, moment, s
         result = run_mem("-w", workspace, *args)
         lines = result.stderr.decode().splitlines()
         assert result.returncode != 0 and len(lines) == 1 and says in lines[0], (args, lines)
+
+
+def test_a_local_time_the_clocks_skipped_is_refused_not_moved_an_hour(history):
+    """Regression (nc10c L3): in Europe/Berlin 2026-03-29 02:30 never happened (the clocks went from 02:00 to 03:00);
+    it was read silently as an instant an hour away. An hour that happened twice (October) is its first time."""
+    workspace, _marks = history
+    berlin = {"TZ": "Europe/Berlin"}
+    for moment, instead in (("2026-03-29 02:30", "2026-03-29T02:30:00+01:00"),
+                            ("2026-03-29T02:59:59", "2026-03-29T02:59:59+01:00")):
+        result = run_mem("-w", workspace, "log", "--since", moment, env=berlin)
+        lines = result.stderr.decode().splitlines()
+        assert result.returncode == 1 and lines == [
+            f"error: {moment!r} never happened here: the clocks skipped it (daylight saving); give the offset, e.g. "
+            f"{instead}"], lines
+    for moment in ("2026-03-29 03:00", "2026-03-29 01:59", "2026-10-25 02:30", "2026-03-29T02:30+01:00"):
+        run_mem("-w", workspace, "log", "--since", moment, env=berlin, check=True)
