@@ -16,6 +16,8 @@ from typing import Literal
 import msgspec
 from mcp_types import CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import StrictInt, ValidationError
 
@@ -219,6 +221,13 @@ class MindlogServer(MCPServer):
             if isinstance(exc.__cause__, ValidationError):
                 return refusal(misfit(name, exc.__cause__))
             raise
+
+    async def get_prompt(self, name, arguments=None, context=None):
+        """An unknown prompt is invalid params (-32602, as an unknown resource is), not the SDK's error code 0 with a
+        traceback on stderr."""
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {cut(name)}")
+        return await super().get_prompt(name, arguments, context)
 
     async def list_resources(self):
         resources = await super().list_resources()
@@ -553,13 +562,14 @@ def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
         else:
             from sync.server import listen, run_on
 
+            from .mcp_http import UnusableIdGate
             from .output import http_url
             from .tokens import TokenGate, rebinding_guard, server_token
 
             host, port = address
             token, made = server_token(host, token_file)
             sock = listen(host, port)
-            app = server.streamable_http_app(host=host, transport_security=rebinding_guard(host, port))
+            app = UnusableIdGate(server.streamable_http_app(host=host, transport_security=rebinding_guard(host, port)))
             # stdout: with --http, not the protocol's
             print(f"mindlog mcp: {http_url(host, port)}/mcp" + (f"\nbearer token: {token}" if made else ""), flush=True)
             run_on(TokenGate(app, token) if token else app, sock)

@@ -8,6 +8,7 @@ import time
 from importlib.metadata import version
 
 import anyio
+import httpx
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -350,10 +351,26 @@ def test_streamable_http_on_loopback(workspace):
                     return names, created, edited, refused, shown
 
         names, created, edited, refused, shown = anyio.run(main)
+        # in a session, a request whose id is unusable was answered 202 Accepted (read as a notification)
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        opened = httpx.post(url, headers=headers, timeout=30, content=json.dumps({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        httpx.post(url, headers=headers, content=b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+                   timeout=30).raise_for_status()
+        unusable = [httpx.post(url, headers=headers, timeout=30,
+                               content=b'{"jsonrpc": "2.0", "id": %s, "method": "ping"}' % bad)
+                    for bad in (b"1.5", b"null", b'{"a": 1}', b"true")]
+        pinged = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}')
     finally:
         server.terminate()
         server.wait(10)
     assert MEMORY_TOOL | MINDLOG_TOOLS <= names
+    assert [(answer.status_code, answer.json()["error"]["code"], answer.json()["id"]) for answer in unusable] == [
+        (400, -32600, None)] * 4
+    assert pinged.status_code == 200 and '"id":9,"result":{}' in pinged.text
     assert created == (False, "File created successfully at: /memories/mind/deploy.md")
     assert not edited[0] and refused == (
         True, "No replacement was performed, old_str `nowhere` did not appear verbatim in /memories/mind/deploy.md.")
@@ -634,6 +651,32 @@ def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and
         (0, None), (1, -32700), *[(None, -32600)] * 6, (2, None)]
     assert answers[2]["error"]["message"] == "Invalid Request: the id must be a whole number or a string"
     assert answers[-1]["result"] == {}
+
+
+def test_an_unknown_prompt_is_invalid_params_as_an_unknown_resource_is(workspace):
+    """Regression (newcomer run): prompts/get of a name the server does not have was answered with error code 0 and
+    printed a traceback on the server's stderr."""
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    lines = [json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+             b'{"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "nope"}}',
+             b'{"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "adf-file://mind/nope.md"}}',
+             b'{"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "' + b"x" * 5000 + b'"}}',
+             b'{"jsonrpc": "2.0", "id": 4, "method": "ping"}']
+    server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
+    server.stdin.write(b"\n".join(lines) + b"\n")
+    server.stdin.flush()
+    answers = {}
+    while len(answers) < 5:  # stdin stays open until every request is answered
+        line = server.stdout.readline()
+        assert line, server.stderr.read().decode()[-2000:]
+        answers[json.loads(line)["id"]] = json.loads(line)
+    out, err = server.communicate(timeout=60)
+    assert server.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
+    assert [answers[n].get("error", {}).get("code") for n in range(5)] == [None, -32602, -32602, -32602, None]
+    assert answers[1]["error"]["message"] == "Unknown prompt: nope"
+    assert len(answers[3]["error"]["message"]) < 200
 
 
 def test_file_paths_and_numbers_are_refused_as_strictly_as_the_cli_refuses_them(workspace, tmp_path):
