@@ -14,6 +14,7 @@ from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
+from eventstore.layers import consumes, produces
 from eventstore.writer import entry_id
 from eventstore.redaction import matches, redaction_events
 
@@ -98,14 +99,14 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
 
 
 def check_allowed(memory, events: list[Event]) -> None:
-    """An agent redacts its own events, and any event of a shared layer it produces."""
+    """An agent redacts its own events, any event of a shared layer it produces, and its copy of a layer it no
+    longer takes (dropped as its consumer, or the layer gone): no redaction of it reaches this agent any more."""
     agent = memory.config.agent
     contract = memory.views.contract
     for event in events:
         if event.agent == agent:
             continue
-        spec = contract.layers.get(event.layer) if contract else None
-        if spec is not None and ("*" in spec.producers or agent in spec.producers):
+        if contract is None or produces(contract, agent, event.layer) or not consumes(contract, agent, event.layer):
             continue
         raise InvalidInput(f"event {event.seq} is {event.agent}'s in layer {event.layer!r}, which {agent} does not "
                            "produce: its own agent, a producer of the layer or the hub's administrator "

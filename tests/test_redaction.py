@@ -372,6 +372,27 @@ def test_the_hub_administrator_redacts(team):
     assert position.returncode == 2 and b"1 is a number, not an event id: the hub redacts by id" in position.stderr
 
 
+def test_a_consumer_dropped_from_a_layer_redacts_its_own_copy(team, tmp_path):
+    """Regression (nc10b M3): an agent dropped as a consumer keeps its copy of the layer, which no redaction on the
+    hub reaches any more, and was refused when it redacted that copy itself (not its event, not its layer)."""
+    target = shared_private_entry(team, "notes")
+    head, _ = CONTRACT.rsplit('consumers = ["*"]', 1)  # the notes layer's, the last
+    (tmp_path / "dropped.toml").write_text(head + 'consumers = ["writer", "late"]\n')
+    run_mem("hub", "contract", "apply", tmp_path / "dropped.toml", "--db", team / "hub.db", check=True)
+    mem(team / "main", "pull", check=True)
+    run_mem("hub", "redact", target, "--reason", "private", "--db", team / "hub.db", check=True)
+    mem(team / "main", "pull", check=True)
+    assert files_holding(team / "main", "555-0199")  # the hub's redaction does not reach it
+    rows = mem(team / "main", "log", "--json", check=True).stdout
+    mem(team / "main", "redact", target, "--reason", "left the layer", check=True)
+    assert files_holding(team / "main", "555-0199") == []
+    pushed = mem(team / "main", "push", check=True)  # refused: the redaction was held back as "cannot be pushed"
+    assert pushed.stdout.startswith(b"pushed 0 events") and pushed.stderr == b"", pushed
+    assert b"held back" not in mem(team / "main", "status", check=True).stdout
+    assert len(json.loads(mem(team / "main", "log", "--json", check=True).stdout)) == len(json.loads(rows)) + 1
+    assert mem(team / "main", "verify", check=True).returncode == 0
+
+
 def test_the_first_of_two_redactions_of_one_event_in_a_batch_wins_as_across_batches(workspace):
     """A consumer can pull two producers' redactions of one entry in one batch (each redacted it before
     seeing the other's); the hub applies the first, so the consumer must too, not the last."""
