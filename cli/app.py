@@ -530,7 +530,7 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
 @app.command()
 def verify(json: bool = JsonOpt):
     """Check every event's digest and the chain, and that the log reaches as far as the views and the
-    sync cursors say it must; report the first bad seq."""
+    sync cursors say it must; report each bad seq (the first few dozen)."""
     from sync.client import push_cursors
 
     with memory(refresh=False) as mem:
@@ -543,6 +543,10 @@ def verify(json: bool = JsonOpt):
         typer.echo(f"ok: {event_count(report.checked)}{redacted}, digests and chain intact")
     else:
         typer.echo(f"BAD at seq {report.first_bad_seq}: {report.problem}")
+        for seq, problem in report.later:
+            typer.echo(f"BAD at seq {seq}: {problem}")
+        if report.more:
+            typer.echo(f"and {report.more:,} more (--json lists the first {len(report.later) + 1})")
     raise typer.Exit(0 if report.ok else 1)
 
 

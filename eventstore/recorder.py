@@ -1,6 +1,5 @@
 """The one interface every event-log backend implements (SQLite here; the hub has its own storage)."""
 
-import functools
 import hashlib
 import struct
 import threading
@@ -246,12 +245,20 @@ def redaction_updates(events: Sequence[Event], stored, unsent: Iterable[str] = (
 
 
 class VerifyReport(msgspec.Struct):
+    """`first_bad_seq` and `problem`: the first problem found; `later`: the problems after it (each checked from the
+    row's stored chain and seq, so a change is reported once, not again at every row after it), the first
+    LATER_PROBLEMS of them, and `more` how many of them that leaves out."""
     ok: bool
     checked: int
     head: int
     first_bad_seq: int | None = None
     problem: str | None = None
     redacted: int = 0
+    later: list[tuple[int, str]] = []
+    more: int = 0
+
+
+LATER_PROBLEMS = 20
 
 
 class Recorder(ABC):
@@ -416,44 +423,56 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
     """Checks stored rows (seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain) in
     seq order: gapless seqs (but for what an ImportGap skips) and times that never go backwards, bodies
     that decode to their kind, digests over the header and the body's hash (a redacted body names the
-    hash of the body it replaced), and the chain."""
+    hash of the body it replaced), and the chain. Past a problem the check goes on from the row's own seq and
+    stored chain: each damaged row is named, not every row after the first."""
     expected_seq, chain, checked, redacted, last_recorded = 0, ZERO_CHAIN, 0, 0, 0
+    problems: list[tuple[int, str]] = []
     for seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, stored_chain in rows:
-        bad = functools.partial(VerifyReport, ok=False, checked=checked, head=head, first_bad_seq=seq,
-                                redacted=redacted)
+        problem, body_hash = None, None
         if recorded_at < last_recorded:
-            return bad(problem="recorded_at goes backwards: the event's recording time was changed")
+            problem = "recorded_at goes backwards: the event's recording time was changed"
         last_recorded = recorded_at
-        if codec not in _CODECS:
-            return bad(problem=f"unknown codec {codec}")
-        try:
-            raw = unpack_body(codec, bytes(body))
-            decoded = decode_body(raw)
-        except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
-            return bad(problem=f"body does not decode: {exc}")
-        expected_seq += 1 + skipped(decoded)
-        if seq != expected_seq:
-            return bad(problem=f"gap: expected seq {expected_seq}, found {seq}")
-        if codec == CODEC_REDACTED:
-            if not isinstance(decoded, Redacted) or decoded.original != kind or len(decoded.body_hash) != 64:
-                return bad(problem="a redacted body disagrees with the event's kind or names no body hash")
+        decoded = None
+        if problem is None and codec not in _CODECS:
+            problem = f"unknown codec {codec}"
+        if problem is None:
             try:
-                body_hash = bytes.fromhex(decoded.body_hash)
-            except ValueError:
-                return bad(problem="a redacted body's body hash is not hex")
-            redacted += 1
-        elif decoded.__struct_config__.tag != kind:
-            return bad(problem=f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}")
-        else:
+                raw = unpack_body(codec, bytes(body))
+                decoded = decode_body(raw)
+            except Exception as exc:  # noqa: BLE001 - any failure here is corruption to report
+                problem = f"body does not decode: {exc}"
+        expected_seq += 1 + (skipped(decoded) if decoded is not None else 0)
+        if problem is None and seq != expected_seq:
+            problem = f"gap: expected seq {expected_seq}, found {seq}"
+        expected_seq = seq
+        if problem is None and codec == CODEC_REDACTED:
+            if not isinstance(decoded, Redacted) or decoded.original != kind or len(decoded.body_hash) != 64:
+                problem = "a redacted body disagrees with the event's kind or names no body hash"
+            else:
+                try:
+                    body_hash = bytes.fromhex(decoded.body_hash)
+                    redacted += 1
+                except ValueError:
+                    problem = "a redacted body's body hash is not hex"
+        elif problem is None and decoded.__struct_config__.tag != kind:
+            problem = f"kind column {kind!r} disagrees with the body's {decoded.__struct_config__.tag!r}"
+        elif problem is None:
             body_hash = _sha256(raw).digest()
         digest = bytes(digest)
-        if compute_digest(id, ts, agent, layer, kind, body_hash) != digest.hex():
-            return bad(problem="digest mismatch: the event's header or body was changed after it was appended")
-        chain = chain_link(chain, digest, seq, recorded_at)
-        if chain != bytes(stored_chain):
-            return bad(problem="chain mismatch: an event before this one was changed, removed or reordered, "
-                               "or its seq or recording time changed")
-        checked += 1
+        if problem is None and compute_digest(id, ts, agent, layer, kind, body_hash) != digest.hex():
+            problem = "digest mismatch: the event's header or body was changed after it was appended"
+        if problem is None and chain_link(chain, digest, seq, recorded_at) != bytes(stored_chain):
+            problem = ("chain mismatch: an event before this one was changed, removed or reordered, or its seq or "
+                       "recording time changed")
+        chain = bytes(stored_chain)
+        if problem is not None:
+            problems.append((seq, problem))
+        elif not problems:
+            checked += 1
         if progress:
             progress(checked)
+    if problems:
+        (first_bad_seq, problem), later = problems[0], problems[1:]
+        return VerifyReport(ok=False, checked=checked, head=head, first_bad_seq=first_bad_seq, problem=problem,
+                            redacted=redacted, later=later[:LATER_PROBLEMS], more=max(len(later) - LATER_PROBLEMS, 0))
     return VerifyReport(ok=True, checked=checked, head=head, redacted=redacted)

@@ -180,6 +180,23 @@ class RecorderConformance:
         report = recorder.verify()
         assert not report.ok and report.first_bad_seq == 6
 
+    def test_verify_names_each_damaged_row_once(self, recorder, tamper, execute):
+        """Regression (nc10c L2): verify stopped at the first bad row, so a second damage further on was found only
+        once the first was dealt with. Past a damaged row it checks on from that row's stored chain and seq."""
+        from eventstore.recorder import LATER_PROBLEMS
+
+        recorder.append([ev(i) for i in range(40)])
+        tamper(3)
+        execute("UPDATE events SET codec = 9 WHERE seq = 7")
+        report = recorder.verify()
+        assert not report.ok and report.first_bad_seq == 3 and report.problem.startswith("digest mismatch")
+        assert report.later == [(7, "unknown codec 9")] and report.more == 0 and report.checked == 2
+        for seq in range(10, 40):
+            tamper(seq)
+        report = recorder.verify()
+        assert [seq for seq, _ in report.later] == [7, *range(10, 10 + LATER_PROBLEMS - 1)]
+        assert report.more == 30 - (LATER_PROBLEMS - 1)
+
     def test_verify_reports_a_codec_mindlog_never_writes(self, recorder, execute):
         """Regression (nc10c L1): a codec other than raw, zstd or redacted was read as raw, and verify said ok on a
         row changed outside mindlog (the digest does not cover the codec)."""

@@ -1,6 +1,7 @@
 """The SQLite event log passes the recorder conformance suite, plus SQLite-specific checks."""
 
 import hashlib
+import json
 import sqlite3
 import threading
 
@@ -397,3 +398,17 @@ def test_a_row_changed_outside_mindlog_is_one_line_naming_its_seq_not_a_tracebac
         err = read.stderr.decode()
         assert read.returncode == 1 and err.count("\n") == 1, (command, err)
         assert err.startswith("error: the event log's row at seq 2 is damaged (") and "`mem verify`" in err, err
+
+
+def test_mem_verify_prints_a_line_for_each_damaged_row(workspace):
+    from conftest import run_mem
+
+    for n in range(5):
+        run_mem("-w", workspace, "always", "add", f"Rule {n}", check=True)
+    with sqlite3.connect(workspace / ".mem" / "log.db") as db:
+        db.execute("UPDATE events SET codec = 9 WHERE seq IN (2, 4)")
+    verified = run_mem("-w", workspace, "verify")
+    assert verified.returncode == 1 and verified.stdout.decode().splitlines() == [
+        "BAD at seq 2: unknown codec 9", "BAD at seq 4: unknown codec 9"], verified
+    as_json = json.loads(run_mem("-w", workspace, "verify", "--json").stdout)
+    assert (as_json["first_bad_seq"], as_json["later"], as_json["more"]) == (2, [[4, "unknown codec 9"]], 0)
