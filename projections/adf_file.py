@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import sqlite3
+import unicodedata
 from pathlib import Path
 
 import msgspec
@@ -312,6 +313,34 @@ class _NoFiles:
         return None
 
 
+class _ImportedFiles(_NoFiles):
+    """The write side's view of the files an import has brought so far: none is a folder of another or the same
+    name but for letter case or Unicode normalization (`Views.file_nesting`, `Views.file_twin`), as on any way in."""
+
+    def __init__(self):
+        self.paths: set[str] = set()
+        self.folders: set[str] = set()  # every folder a path brought so far lies in
+        self.folded: dict[str, str] = {}
+
+    def add(self, path: str) -> None:
+        self.paths.add(path)
+        parts = path.split("/")
+        self.folders.update("/".join(parts[:end]) for end in range(1, len(parts)))
+        self.folded.setdefault(unicodedata.normalize("NFC", path).casefold(), path)
+
+    def file_nesting(self, path: str) -> str | None:
+        parts = path.split("/")
+        above = next((folder for folder in ("/".join(parts[:end]) for end in range(1, len(parts)))
+                      if folder in self.paths), None)
+        if above is not None:
+            return above
+        return next((p for p in self.paths if p.startswith(f"{path}/")), None) if path in self.folders else None
+
+    def file_twin(self, path: str) -> str | None:
+        twin = self.folded.get(unicodedata.normalize("NFC", path).casefold())
+        return twin if twin != path else None
+
+
 class _ImportedLayers:
     """The shared write side's view of the local layers an import brings back: the entries made so far
     (a reversal names one of them), and no page yet."""
@@ -360,7 +389,8 @@ class _Importer:
         self.file_ms = 0  # the file's own time (adf_updated_at): that of the rows that carry none
         self.created_ms = 0  # when the file was made (adf_created_at): that of the seqs its loop used before
         self.made: collections.Counter = collections.Counter()
-        self.writer, self.adf_writer = Writer(agent, _NoFiles()), AdfWriter(agent, _NoFiles())
+        self.brought = _ImportedFiles()
+        self.writer, self.adf_writer = Writer(agent, _NoFiles()), AdfWriter(agent, self.brought)
         self.layered = _ImportedLayers()
         self.shared_writer = SharedWriter(agent, self.layered)
         self.schema_version = "?"
@@ -666,6 +696,7 @@ class _Importer:
             body = self.adf_writer.file_write(path, content, mime, protection).body
         except MemError as exc:
             raise type(exc)(f"adf_files {path!r:.80}: {exc}") from None
+        self.brought.add(body.path)
         body = self.scanned(msgspec.structs.replace(body, mime_type=mime, created_at=created, updated_at=updated),
                             f"adf_files {path!r:.80}")
         self.others.append(self.event(body, ts=_time(updated, None)))

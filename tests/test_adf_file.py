@@ -683,3 +683,18 @@ def test_an_import_names_the_tables_it_leaves_out_with_their_rows(tmp_path, fixt
     assert told["not_read"] == {"adf_identity": 1, "adf_tasks": 2, "adf_timers": 1}
     _ws, plain = import_cli(tmp_path / "plain", FIXTURE)
     assert b"left out the rows" not in plain.stdout, plain.stdout
+
+
+@pytest.mark.parametrize("files, says", [
+    ([("notes", b"a file"), ("notes/a.md", b"# A\n")], "adf_files 'notes/a.md': notes/a.md cannot be written: notes is "
+                                                        "a file, and notes/a.md would make it a folder too"),
+    ([("Readme.md", b"one"), ("readme.md", b"two")], "adf_files 'readme.md': readme.md cannot be written: Readme.md is "
+                                                      "there, the same name but for letter case"),
+])
+def test_an_imported_file_that_is_a_folder_of_another_or_its_twin_is_refused(tmp_path, files, says):
+    """Regression: an import took file paths that `mem file write` refuses (a file and a folder at once, names equal but
+    for letter case), and the workspace could then not be written out or checked out."""
+    adf = build_adf(tmp_path / "paths.adf", files=files)
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, says)
+    assert log_rows(ws) == []
