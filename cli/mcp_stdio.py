@@ -27,8 +27,8 @@ NO_ID = object()
 NOT_AN_OBJECT = object()
 """What `top_level_id` gives for a line that is not exactly one JSON object."""
 
-_TOKEN = re.compile(r'[ \t\n\r]*(?:(")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)|(true|false|null)'
-                    r"|((?:\[[ \t\n\r]*)+|(?:\][ \t\n\r]*)+|[{}:,]))")
+_TOKEN = re.compile(r'[ \t\n\r]*(?:(")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+                    r"|(true|false|null|NaN|-?Infinity)|((?:\[[ \t\n\r]*)+|(?:\][ \t\n\r]*)+|[{}:,]))")
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 

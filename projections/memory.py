@@ -16,7 +16,7 @@ import msgspec
 
 from eventstore.envelope import Event
 from eventstore import secrets, validate
-from eventstore.errors import (HandEdited, InvalidInput, NotFound, Stale, StorageFailure, UnsafePath, for_each,
+from eventstore.errors import (Damaged, HandEdited, InvalidInput, NotFound, Stale, StorageFailure, UnsafePath, for_each,
                                is_damaged, storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import full_disk, read_only
@@ -160,6 +160,9 @@ class Memory:
                 raise
             if not rebuild_damaged:
                 raise views_damaged(path, exc) from None
+        except Damaged:  # their checkpoint or anchor changed outside mem (Views.checkpoint)
+            if not rebuild_damaged:
+                raise
         for part in ("", "-wal", "-shm"):
             if Path(f"{path}{part}").exists():
                 os.replace(f"{path}{part}", f"{path}.damaged{part}")
@@ -258,20 +261,26 @@ class Memory:
                 finally:
                     self._lock_depth = 0
 
-    def witnesses(self, always: bool = False) -> tuple[int, int]:
+    def witnesses(self, rebuild: bool = False) -> tuple[int, int]:
         """Refuses views the log cannot have given: their checkpoint past the log's head (events lost at its end, or
         the log replaced), or an anchor (the seq and chain of the last event they folded) this log does not hold there
-        (a log rewritten, another workspace's views), looked up when something is to be folded onto them (the views
-        behind the log), or `always` (a replay). They are the only evidence of it (projections.integrity): nothing
-        folds onto them or rebuilds over them unasked. Views whose checkpoint was moved back behind that anchor are
-        refused too (a fold from there would fold events twice), except to a replay, which rebuilds them. Returns (the views' checkpoint, the log's head) as it read them."""
-        checkpoint = self.views.checkpoint()
+        (a log rewritten, another workspace's views). They are the only evidence of it (projections.integrity):
+        nothing reads them, folds onto them or rebuilds over them unasked. Views edited outside mem (a checkpoint
+        moved back behind the anchor, one that is no seq) are refused too, but to a replay (`rebuild`), which builds
+        them anew from the log. Returns (the views' checkpoint, the log's head) as it read them."""
+        try:  # the views before the log: a writer appending meanwhile cannot make them seem ahead of its head
+            checkpoint, anchor = self.views.checkpoint(), self.views.anchor()
+        except Damaged:
+            if rebuild:
+                return 0, self.log.head()
+            raise
         head = self.log.head()
         if checkpoint > head:
             raise log_cut_short(checkpoint, head)
-        anchor = self.views.anchor() if always or checkpoint != head else None
-        if anchor is not None and anchor[0] > checkpoint and not always:
-            raise views_edited(checkpoint, anchor[0])
+        if anchor is not None and anchor[0] > checkpoint:
+            if not rebuild:
+                raise views_edited(checkpoint, anchor[0])
+            anchor = None  # views edited outside mem witness nothing
         if anchor is not None and anchor[0]:
             event = self.log.get_by_seq(anchor[0])
             if event is None or event.chain != anchor[1]:
@@ -302,7 +311,11 @@ class Memory:
             checkpoint, head = self.witnesses()
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
-                catch_up(self.log, self.views, upto=head, progress=progress)
+                try:
+                    catch_up(self.log, self.views, upto=head, progress=progress)
+                except sqlite3.IntegrityError as exc:  # rows of events past the checkpoint: edited outside mem
+                    raise views_damaged(self.ws.views_path, f"they hold events past their checkpoint, seq "
+                                                            f"{checkpoint}: {exc}") from None
                 self.views.set_contract(self.hub_contract())  # local layers come and go with config events
                 if files:
                     self.last_report = materialize(self.views, self.root, force=force)

@@ -69,7 +69,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
     with memory.lock():
         if not log_as_is:
             try:
-                memory.witnesses(always=True)
+                memory.witnesses(rebuild=True)
             except Damaged as exc:
                 raise Damaged(f"{exc}{LOG_AS_IS}") from None
         remove_stale_temp_files(memory.views, memory.root)  # a replay killed while it wrote files left them

@@ -19,6 +19,7 @@ from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.readonly import connect, read_only
 from eventstore.recorder import id_text
+from eventstore.workspace import views_damaged
 
 from . import activity, adf, local_layers, placements, render, search, shared
 from .placements import placement
@@ -268,15 +269,23 @@ class Views:
         return True
 
     def checkpoint(self) -> int:
-        return int(self.db.execute("SELECT value FROM meta WHERE key='checkpoint'").fetchone()[0])
+        row = self.db.execute("SELECT value FROM meta WHERE key='checkpoint'").fetchone()
+        try:
+            return int(row[0])
+        except (TypeError, ValueError):  # no row, or not a number: changed outside mem
+            raise views_damaged(self.path, f"their checkpoint is {row[0] if row else 'gone'!r:.40}, not a seq") \
+                from None
 
     def anchor(self) -> tuple[int, str] | None:
         """The seq and chain value of the last event folded: a log that lacks them was truncated or rewritten."""
         row = self.db.execute("SELECT value FROM meta WHERE key='anchor'").fetchone()
         if row is None:
             return None
-        seq, chain = row[0].split(" ")
-        return int(seq), chain
+        try:
+            seq, chain = row[0].split(" ")
+            return int(seq), chain
+        except (AttributeError, ValueError):
+            raise views_damaged(self.path, f"their anchor is {row[0]!r:.40}, not a seq and a chain") from None
 
     def set_anchor(self, seq: int, chain: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('anchor', ?)", (f"{seq} {chain}",))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import select
 import socket
 import subprocess
 import time
@@ -362,14 +363,18 @@ def test_streamable_http_on_loopback(workspace):
                    timeout=30).raise_for_status()
         unusable = [httpx.post(url, headers=headers, timeout=30,
                                content=b'{"jsonrpc": "2.0", "id": %s, "method": "ping"}' % bad)
-                    for bad in (b"1.5", b"null", b'{"a": 1}', b"true")]
+                    for bad in (b"1.5", b"null", b'{"a": 1}', b"true", b"NaN", b"Infinity")]
+        # a body past the SDK's limit is the SDK's to refuse, unread (read whole, one froze the server for a minute)
+        too_large = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping", '
+                               b'"params": {"x": "' + b"a" * 5_000_000 + b'"}}')
         pinged = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}')
     finally:
         server.terminate()
         server.wait(10)
     assert MEMORY_TOOL | MINDLOG_TOOLS <= names
     assert [(answer.status_code, answer.json()["error"]["code"], answer.json()["id"]) for answer in unusable] == [
-        (400, -32600, None)] * 4
+        (400, -32600, None)] * 6
+    assert too_large.status_code == 413
     assert pinged.status_code == 200 and '"id":9,"result":{}' in pinged.text
     assert created == (False, "File created successfully at: /memories/mind/deploy.md")
     assert not edited[0] and refused == (
@@ -612,6 +617,23 @@ def test_a_damaged_views_database_is_named_as_the_cli_names_it(workspace):
     assert run_stdio(workspace, session_body) == (True, expected)
 
 
+def raw_session(workspace, lines: list[bytes], answers: int) -> tuple[list[dict], bytes, int]:
+    """Writes `lines` to a `mem mcp` over stdio and reads `answers` answers before closing its stdin (the SDK
+    cancels the requests still running when stdin ends): (the answers in order, its stderr, its exit code)."""
+    server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
+    server.stdin.write(b"\n".join(lines) + b"\n")
+    server.stdin.flush()
+    read, deadline = [], time.monotonic() + 30
+    while len(read) < answers and select.select([server.stdout], [], [], max(deadline - time.monotonic(), 0))[0]:
+        line = server.stdout.readline()  # the server writes whole lines
+        if not line:
+            break
+        read.append(json.loads(line))
+    out, err = server.communicate(timeout=60)
+    return read + [json.loads(line) for line in out.splitlines()], err, server.returncode
+
+
 def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     """JSON-RPC answers a line it cannot parse (-32700) or that is no request (-32600), with the id when it can be
     read, else null; the SDK's stdio reader dropped them and the client waited forever."""
@@ -619,9 +641,7 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
     lines = [b"not json", b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"x": "\\ud800"}}',
              b'{"jsonrpc": "2.0", "id": 8, "method": 5}', b"[1, 2]", json.dumps(initialize).encode()]
-    done = subprocess.run([*mem_command(), "mcp", "--workspace", str(workspace)], input=b"\n".join(lines) + b"\n",
-                          capture_output=True, timeout=60, env=server_env())
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    answers, _err, _code = raw_session(workspace, lines, 5)
     assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
         (None, -32700), (7, -32700), (8, -32600), (None, -32600), (1, None)]
     assert all(a["jsonrpc"] == "2.0" for a in answers)
@@ -632,23 +652,21 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
 def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and_the_server_goes_on(workspace):
     """A line nested 100,000 levels deep killed `mem mcp` (reading it for its id, Python's json recursed past its
     limit), and a request whose id is neither a whole number nor a string (the SDK takes it for a notification) got
-    no answer at all (found by a newcomer run): -32700 with the request's id, -32600 with id null, and the requests
-    after them are answered."""
+    no answer at all (found by a newcomer run; NaN and Infinity too, by the next): -32700 with the request's id,
+    -32600 with id null, and the requests after them are answered."""
     initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
     deep = 100_000
     lines = [json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
              b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"a": ' + b"[" * deep + b"]" * deep + b"}}",
              *(b'{"jsonrpc": "2.0", "id": %s, "method": "ping"}' % bad
-               for bad in (b"1.5", b"null", b"true", b'{"a": 1}', b"[1]", b"1e400")),
+               for bad in (b"1.5", b"null", b"true", b'{"a": 1}', b"[1]", b"1e400", b"NaN", b"-Infinity")),
              b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}',
              b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}']
-    done = subprocess.run([*mem_command(), "mcp", "--workspace", str(workspace)], input=b"\n".join(lines) + b"\n",
-                          capture_output=True, timeout=60, env=server_env())
-    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    answers, err, code = raw_session(workspace, lines, 11)
+    assert code == 0 and b"Traceback" not in err, err.decode()[-2000:]
     assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
-        (0, None), (1, -32700), *[(None, -32600)] * 6, (2, None)]
+        (0, None), (1, -32700), *[(None, -32600)] * 8, (2, None)]
     assert answers[2]["error"]["message"] == "Invalid Request: the id must be a whole number or a string"
     assert answers[-1]["result"] == {}
 
@@ -663,17 +681,9 @@ def test_an_unknown_prompt_is_invalid_params_as_an_unknown_resource_is(workspace
              b'{"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "adf-file://mind/nope.md"}}',
              b'{"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "' + b"x" * 5000 + b'"}}',
              b'{"jsonrpc": "2.0", "id": 4, "method": "ping"}']
-    server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
-    server.stdin.write(b"\n".join(lines) + b"\n")
-    server.stdin.flush()
-    answers = {}
-    while len(answers) < 5:  # stdin stays open until every request is answered
-        line = server.stdout.readline()
-        assert line, server.stderr.read().decode()[-2000:]
-        answers[json.loads(line)["id"]] = json.loads(line)
-    out, err = server.communicate(timeout=60)
-    assert server.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
+    read, err, code = raw_session(workspace, lines, 5)
+    assert code == 0 and b"Traceback" not in err, err.decode()[-2000:]
+    answers = {answer["id"]: answer for answer in read}
     assert [answers[n].get("error", {}).get("code") for n in range(5)] == [None, -32602, -32602, -32602, None]
     assert answers[1]["error"]["message"] == "Unknown prompt: nope"
     assert len(answers[3]["error"]["message"]) < 200

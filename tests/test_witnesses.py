@@ -6,6 +6,8 @@ that agent's memory and made verify say ok; a deleted log.db was re-created empt
 import shutil
 import sqlite3
 
+import pytest
+
 from conftest import PAGE, log_rows, run_mem
 
 
@@ -82,4 +84,53 @@ def test_views_whose_checkpoint_was_moved_back_are_refused_until_a_replay(tmp_pa
     assert log_rows(root) == rows
     run_mem("-w", root, "replay", check=True)
     assert b"other" in run_mem("-w", root, "page", "list", check=True).stdout
+    run_mem("-w", root, "verify", check=True)
+
+
+def test_another_workspaces_views_at_the_same_head_are_refused_before_anything_is_appended(tmp_path):
+    """Regression (newcomer nc11, High): views copied from a workspace whose log ends at the same seq were read as
+    this workspace's (its mind.md shown), and a write appended its event before it was refused."""
+    root, other = written(tmp_path / "ws"), written(tmp_path / "zed", agent="zed")
+    for suffix in ("", "-wal", "-shm"):
+        (root / ".mem" / f"views.db{suffix}").unlink(missing_ok=True)
+    shutil.copy(other / ".mem" / "views.db", root / ".mem" / "views.db")
+    rows = log_rows(root)
+    foreign = "error: the views were built up to seq 3 on a log whose chain there is "
+    for command in (("always", "list"), ("show", "mind.md"), ("loop", "append", "--role", "user", "--text", "hi"),
+                    ("always", "add", "more")):
+        refused(run_mem("-w", root, *command), foreign)
+    assert log_rows(root) == rows
+
+
+def edit_meta(root, *statements):
+    views = sqlite3.connect(root / ".mem" / "views.db")
+    for statement in statements:
+        views.execute(statement)
+    views.commit()
+    views.close()
+
+
+@pytest.mark.parametrize("statements, says", [
+    (["UPDATE meta SET value = '5 ' || substr(value, 3) WHERE key = 'anchor'"],
+     "error: the views say they are at seq 3 but folded up to seq 5: they were changed outside mem"),
+    (["UPDATE meta SET value = 'abc' WHERE key = 'checkpoint'"],
+     "error: the views database {views} is damaged (their checkpoint is 'abc', not a seq): run `mem replay`"),
+    (["UPDATE meta SET value = '3' WHERE key = 'anchor'"],
+     "error: the views database {views} is damaged (their anchor is '3', not a seq and a chain): run `mem replay`"),
+    (["DELETE FROM meta WHERE key = 'anchor'", "UPDATE meta SET value = '1' WHERE key = 'checkpoint'"],
+     "error: the views database {views} is damaged (they hold events past their checkpoint, seq 1: "),
+])
+def test_views_meta_edited_outside_mem_is_one_line_and_a_replay_rebuilds_them(tmp_path, statements, says):
+    """Regression (newcomer nc11): an anchor moved past the head was not seen, a checkpoint that is no number and an
+    anchor without its chain were tracebacks (`mem replay` too), and a checkpoint moved back without its anchor a raw
+    UNIQUE constraint error."""
+    root = written(tmp_path / "ws")
+    edit_meta(root, *statements)
+    rows = log_rows(root)
+    says = says.format(views=root / ".mem" / "views.db")
+    for command in (("page", "list"), ("always", "add", "more")):
+        refused(run_mem("-w", root, *command), says)
+    assert log_rows(root) == rows
+    run_mem("-w", root, "replay", check=True)
+    assert b"a rule" in run_mem("-w", root, "always", "list", check=True).stdout
     run_mem("-w", root, "verify", check=True)
