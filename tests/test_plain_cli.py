@@ -1,6 +1,7 @@
 """What agents meet at the CLI's edges: typed moments, one-line errors, help on every option, --version."""
 
 import datetime as dt
+import json
 import time
 
 import pytest
@@ -173,8 +174,6 @@ def test_plain_help_is_rendered_for_every_command_without_error():
 
 
 def test_config_show_has_json(workspace):
-    import json
-
     as_json = json.loads(run_mem("-w", workspace, "config", "show", "--json", check=True).stdout)
     text = run_mem("-w", workspace, "config", "show", check=True).stdout.decode().splitlines()
     assert text == [f"{key} = {json.dumps(value)}" for key, value in as_json.items()]
@@ -217,6 +216,21 @@ def test_a_page_write_with_plain_frontmatter_needs_no_yaml_parser(workspace, tmp
     written = imported_by("-w", workspace, "page", "write", "deploy", "--file", page)
     assert "yaml" not in written and "cli.sync_commands" not in written
     assert "deploy" in run_mem("-w", workspace, "page", "list", check=True).stdout.decode()
+
+
+def test_options_taking_several_values_are_read_without_pydantic(workspace):
+    """Typer checks an option's value with a pydantic TypeAdapter, and importing pydantic cost `mem log --kind`
+    more than the rest of the command: a list of plain values is converted as a plain value is (cli.typer_tuning)."""
+    run_mem("-w", workspace, "always", "add", "Staging first.", check=True)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", "-", input=PAGE, check=True)
+    listed = ("-w", workspace, "log", "--kind", "page.ingest", "--kind", "always.add", "--layer", "mind", "--json")
+    assert not [name for name in imported_by(*listed) if name.startswith("pydantic")]
+    kinds = [event["body"]["kind"] for event in json.loads(run_mem(*listed, check=True).stdout)]
+    assert sorted(kinds) == ["always.add", "page.ingest"]
+    assert [e["body"]["kind"] for e in json.loads(run_mem("-w", workspace, "log", "--kind", "always.add", "--json",
+                                                  check=True).stdout)] == ["always.add"]
+    refused = run_mem("-w", workspace, "log", "--kind", "nope", "--kind", "always.add")
+    assert refused.returncode == 1 and refused.stderr.decode().startswith("error: there is no event kind 'nope'")
 
 
 def test_root_help_lists_every_command_with_its_help_line():
