@@ -564,12 +564,13 @@ def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
 
             from .mcp_http import UnusableIdGate
             from .output import http_url
-            from .tokens import TokenGate, rebinding_guard, server_token
+            from .tokens import HostGate, TokenGate, rebinding_guard, server_token
 
             host, port = address
             token, made = server_token(host, token_file)
             sock = listen(host, port)
-            app = UnusableIdGate(server.streamable_http_app(host=host, transport_security=rebinding_guard(host, port)))
+            app = server.streamable_http_app(host=host, transport_security=rebinding_guard(host, port))
+            app = HostGate(UnusableIdGate(app), host, port)  # a foreign Host or Origin is refused before anything
             # stdout: with --http, not the protocol's
             print(f"mindlog mcp: {http_url(host, port)}/mcp" + (f"\nbearer token: {token}" if made else ""), flush=True)
             run_on(TokenGate(app, token) if token else app, sock)
