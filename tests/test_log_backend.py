@@ -49,7 +49,8 @@ def test_a_workspace_with_its_log_in_postgresql(tmp_path, pg_url):
     assert b"no differences" in run_mem(*w, "replay", "--check", check=True).stdout
     assert (ws / "mind" / "deploy.md").read_bytes() == V2
     assert json.loads(run_mem(*w, "verify", "--json", check=True).stdout) == {
-        "ok": True, "checked": 3, "head": 3, "first_bad_seq": None, "problem": None, "redacted": 0}
+        "ok": True, "checked": 3, "head": 3, "first_bad_seq": None, "problem": None, "redacted": 0,
+        "later": [], "more": 0}
     assert [e["seq"] for e in json.loads(run_mem(*w, "log", "--json", check=True).stdout)] == [1, 2, 3]
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
