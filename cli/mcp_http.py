@@ -3,27 +3,40 @@
 The SDK reads a request whose id is neither a whole number nor a string (1.5, null, NaN, an object) as a
 notification and answers 202 Accepted: the client waits for an answer that never comes. Over stdio
 `mcp_stdio.Answering` answers it; over HTTP this gate does, as the SDK answers a body it cannot parse (400 and a
-JSON-RPC error with id null)."""
+JSON-RPC error with id null). It answers a batch (a JSON array) as stdio does, -32600, not with the SDK's validator
+dump."""
 
 import json
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 
+from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
+
 from .mcp_stdio import BAD_ID, usable_id
 
 
-def unusable_request(body: bytes) -> bool:
-    """A JSON-RPC request (an object with a method) whose id is there but unusable. A body that does not parse (or
-    nests past Python's recursion limit) is the SDK's to answer."""
+NOT_A_MESSAGE = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+    code=INVALID_REQUEST, message="Invalid Request: the body is not a JSON-RPC 2.0 message"))
+
+
+def refusal(body: bytes) -> JSONRPCError | None:
+    """BAD_ID for a JSON-RPC request (an object with a method) whose id is there but unusable; NOT_A_MESSAGE for a
+    JSON array (a batch, which this protocol version has no more: the SDK answered it with its validator's dump).
+    None: the SDK's to answer, a body that does not parse (or nests past Python's recursion limit) included."""
     try:
         message = json.loads(body)
     except (ValueError, RecursionError):
-        return False
-    return isinstance(message, dict) and "method" in message and "id" in message and not usable_id(message["id"])
+        return None
+    if isinstance(message, list):
+        return NOT_A_MESSAGE
+    if isinstance(message, dict) and "method" in message and "id" in message and not usable_id(message["id"]):
+        return BAD_ID
+    return None
 
 
 class UnusableIdGate:
-    """ASGI middleware: a POST to `path` whose body is a request with an unusable id is answered 400, -32600. A body
+    """ASGI middleware: a POST to `path` whose body is a request with an unusable id, or a batch, is answered 400,
+    -32600. A body
     past the SDK's limit goes on unread, for the SDK to refuse (413)."""
 
     def __init__(self, app, path: str = "/mcp", limit: int = DEFAULT_MAX_REQUEST_BODY_SIZE):
@@ -40,9 +53,10 @@ class UnusableIdGate:
                 break
             size += len(message.get("body", b""))
             more = message.get("more_body", False)
-        if not more and received[-1]["type"] == "http.request" and \
-                unusable_request(b"".join(m.get("body", b"") for m in received)):
-            answer = BAD_ID.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        refused = refusal(b"".join(m.get("body", b"") for m in received)) \
+            if not more and received[-1]["type"] == "http.request" else None
+        if refused is not None:
+            answer = refused.model_dump_json(by_alias=True, exclude_unset=True).encode()
             await send({"type": "http.response.start", "status": 400,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(answer)).encode())]})

@@ -33,7 +33,7 @@ class WorkspaceStatus(msgspec.Struct):
 
 
 def workspace_status(memory) -> WorkspaceStatus:
-    head, checkpoint = memory.log.head(), memory.views.checkpoint()
+    checkpoint, head = memory.witnesses()  # views another log gave, or edited outside mem: said, not counted "behind"
     if head and memory.log.recorded_at(head) is None:
         raise log_damaged(shown(memory.config.log or memory.ws.log_path), f"its head, seq {head}, holds no event")
     if head > checkpoint and not any(memory.views.written.hashes().values()):

@@ -368,6 +368,7 @@ def test_streamable_http_on_loopback(workspace):
         too_large = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping", '
                                b'"params": {"x": "' + b"a" * 5_000_000 + b'"}}')
         pinged = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}')
+        batch = httpx.post(url, headers=headers, timeout=30, content=b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]')
         foreign = httpx.post(url, headers={**headers, "Host": f"evil.example:{port}"}, timeout=30,
                              content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}')  # refused first for its Host
     finally:
@@ -377,6 +378,8 @@ def test_streamable_http_on_loopback(workspace):
     assert [(answer.status_code, answer.json()["error"]["code"], answer.json()["id"]) for answer in unusable] == [
         (400, -32600, None)] * 6
     assert too_large.status_code == 413 and foreign.status_code == 421
+    assert batch.status_code == 400 and batch.json()["error"] == {  # was -32602 and pydantic's validation dump
+        "code": -32600, "message": "Invalid Request: the body is not a JSON-RPC 2.0 message"}
     assert pinged.status_code == 200 and '"id":9,"result":{}' in pinged.text
     assert created == (False, "File created successfully at: /memories/mind/deploy.md")
     assert not edited[0] and refused == (

@@ -134,3 +134,13 @@ def test_views_meta_edited_outside_mem_is_one_line_and_a_replay_rebuilds_them(tm
     run_mem("-w", root, "replay", check=True)
     assert b"a rule" in run_mem("-w", root, "always", "list", check=True).stdout
     run_mem("-w", root, "verify", check=True)
+
+
+def test_status_names_edited_views_instead_of_counting_them_behind(tmp_path):
+    """Regression (newcomer nc11 L5): views whose checkpoint was moved back read as `views at 1 (2 behind the log)`,
+    exit 0, as though the next command would catch up; every other command refuses them."""
+    root = written(tmp_path / "ws")
+    edit_meta(root, "UPDATE meta SET value = '1' WHERE key = 'checkpoint'")
+    refused(run_mem("-w", root, "status"), "error: the views say they are at seq 1 but folded up to seq 3")
+    run_mem("-w", root, "replay", check=True)
+    assert run_mem("-w", root, "status", check=True).returncode == 0
