@@ -36,8 +36,7 @@ def refusal(body: bytes) -> JSONRPCError | None:
 
 class UnusableIdGate:
     """ASGI middleware: a POST to `path` whose body is a request with an unusable id, or a batch, is answered 400,
-    -32600. A body
-    past the SDK's limit goes on unread, for the SDK to refuse (413)."""
+    -32600. A body past the SDK's limit goes on unread, for the SDK to refuse (413)."""
 
     def __init__(self, app, path: str = "/mcp", limit: int = DEFAULT_MAX_REQUEST_BODY_SIZE):
         self.app, self.path, self.limit = app, path, limit

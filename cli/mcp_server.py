@@ -14,10 +14,9 @@ import sys
 from typing import Literal
 
 import msgspec
-from mcp_types import CallToolResult, Resource, TextContent
+from mcp_types import INVALID_PARAMS, CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import StrictInt, ValidationError
 

@@ -157,6 +157,12 @@ def consumes(contract: Contract, agent: str, layer: str) -> bool:
     return spec is not None and not is_reserved(layer) and ("*" in spec.consumers or agent in spec.consumers)
 
 
+def left(contract: Contract | None, agent: str, layer: str) -> bool:
+    """A layer this agent neither produces nor consumes (any more): nothing of it comes from the hub or goes there,
+    so what its log holds of it is its own copy (an agent may redact it; that redaction is never pushed)."""
+    return contract is None or not (produces(contract, agent, layer) or consumes(contract, agent, layer))
+
+
 def produced_layers(contract: Contract, agent: str) -> list[str]:
     return sorted(name for name in contract.layers if produces(contract, agent, name))
 

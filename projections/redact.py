@@ -14,7 +14,7 @@ from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
-from eventstore.layers import consumes, produces
+from eventstore.layers import left, produces
 from eventstore.writer import entry_id
 from eventstore.redaction import matches, redaction_events
 
@@ -106,7 +106,7 @@ def check_allowed(memory, events: list[Event]) -> None:
     for event in events:
         if event.agent == agent:
             continue
-        if contract is None or produces(contract, agent, event.layer) or not consumes(contract, agent, event.layer):
+        if left(contract, agent, event.layer) or produces(contract, agent, event.layer):
             continue
         raise InvalidInput(f"event {event.seq} is {event.agent}'s in layer {event.layer!r}, which {agent} does not "
                            "produce: its own agent, a producer of the layer or the hub's administrator "

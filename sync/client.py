@@ -28,7 +28,7 @@ from eventstore.errors import Damaged, Held, IdConflict, InvalidInput, MemError,
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redaction
-from eventstore.layers import Contract, consumed_layers, consumes, produced_layers, produces, takes
+from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, takes
 from eventstore.recorder import broken_link
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
@@ -558,13 +558,6 @@ def pushable(contract: Contract, agent: str, event: Event) -> bool:
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets)) is None
 
 
-def left_behind(contract: Contract, agent: str, event: Event) -> bool:
-    """A redaction of this agent's copy of a layer it no longer takes (`projections.redact.check_allowed`): its own
-    forgetting, for no hub; neither pushed nor held back."""
-    return event.kind == "redaction" and not produces(contract, agent, event.layer) and \
-        not consumes(contract, agent, event.layer)
-
-
 SECRET_ALLOWED = "secret-allowed"
 """`refusal`'s answer for an event written with --allow-secret in a layer the hub scans (said by `_secret_why`)."""
 
@@ -833,7 +826,8 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
         while shared:
             read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
             if read:
-                batch = [e for e in read if e.seq not in came and not left_behind(contract, agent, e)]
+                batch = [e for e in read if e.seq not in came  # a redaction of a layer left: its own copy's
+                         and not (e.kind == "redaction" and left(contract, agent, e.layer))]
                 outgoing = [e for e in batch if pushable(contract, agent, e) and e.id not in sent_ahead]
                 if len(read) == BATCH:  # more may follow in another request
                     ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
