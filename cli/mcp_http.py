@@ -36,7 +36,8 @@ def refusal(body: bytes) -> JSONRPCError | None:
 
 class UnusableIdGate:
     """ASGI middleware: a POST to `path` whose body is a request with an unusable id, or a batch, is answered 400,
-    -32600. A body past the SDK's limit goes on unread, for the SDK to refuse (413)."""
+    -32600. A body past the SDK's limit goes on unread, for the SDK to refuse (413). A request whose client left
+    before its body ended goes no further: the SDK printed a traceback for it (ClientDisconnect)."""
 
     def __init__(self, app, path: str = "/mcp", limit: int = DEFAULT_MAX_REQUEST_BODY_SIZE):
         self.app, self.path, self.limit = app, path, limit
@@ -48,12 +49,13 @@ class UnusableIdGate:
         while more and size <= self.limit:
             message = await receive()
             received.append(message)
-            if message["type"] != "http.request":  # the client went away
+            if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
             more = message.get("more_body", False)
-        refused = refusal(b"".join(m.get("body", b"") for m in received)) \
-            if not more and received[-1]["type"] == "http.request" else None
+        if received[-1]["type"] != "http.request":  # the client left before its body ended: no one to answer
+            return
+        refused = refusal(b"".join(m.get("body", b"") for m in received)) if not more else None
         if refused is not None:
             answer = refused.model_dump_json(by_alias=True, exclude_unset=True).encode()
             await send({"type": "http.response.start", "status": 400,

@@ -371,9 +371,17 @@ def test_streamable_http_on_loopback(workspace):
         batch = httpx.post(url, headers=headers, timeout=30, content=b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]')
         foreign = httpx.post(url, headers={**headers, "Host": f"evil.example:{port}"}, timeout=30,
                              content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}')  # refused first for its Host
+        with socket.create_connection(("127.0.0.1", port)) as gone:  # a client that leaves before its body ends
+            gone.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\nAccept: "
+                         b"application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{\"jsonrpc\"" % port)
+        time.sleep(0.5)
+        pinged_after = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 10, "method": "ping"}')
     finally:
         server.terminate()
         server.wait(10)
+    said = server.stderr.read().decode()
+    assert "ClientDisconnect" not in said and "Error handling" not in said, said  # was a rich traceback
+    assert pinged_after.status_code == 200
     assert MEMORY_TOOL | MINDLOG_TOOLS <= names
     assert [(answer.status_code, answer.json()["error"]["code"], answer.json()["id"]) for answer in unusable] == [
         (400, -32600, None)] * 6
