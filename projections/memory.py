@@ -246,13 +246,14 @@ class Memory:
                 finally:
                     self._lock_depth -= 1
                 return
+            def refused(why: str) -> StorageFailure:
+                return StorageFailure(f"cannot change the workspace {self.root}: {why}")
+
             if full_disk(self.views.db) or full_disk(getattr(self.log, "db", None)):  # the lock file opens there
-                raise StorageFailure(f"cannot change the workspace {self.root}: the disk is full (its databases "
-                                     "could be opened only to read)")
+                raise refused("the disk is full (its databases could be opened only to read)")
             for path, db in ((self.ws.views_path, self.views.db), (self.ws.log_path, getattr(self.log, "db", None))):
                 if read_only(db):  # a file this process may not write in a folder it may (`chattr +i`, chmod)
-                    raise StorageFailure(f"cannot change the workspace {self.root}: {path} can be opened only to read "
-                                         "(the file or its folder is read-only)")
+                    raise refused(f"{path} can be opened only to read (the file or its folder is read-only)")
             with self.ws.locked():  # every change takes the lock first: a read-only workspace stops here
                 self._lock_depth = 1
                 try:
