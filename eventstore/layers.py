@@ -79,10 +79,12 @@ def format_of(kind: str) -> str | None:
 
 
 def paths_overlap(a: str, b: str) -> bool:
-    """Whether two layers' paths would share a file: the same path, or one inside the other's folder, in any
-    letter case (on macOS and Windows `Content/Drafts/x.md` is a file of `content/drafts/`)."""
-    a, b = a.casefold(), b.casefold()
-    return a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b))
+    """Whether two layers' paths cannot both be: the same path, one inside the other's folder, or one under the
+    other's file (`memory/d.md/sub.md` beside `memory/d.md`: no filesystem holds both, and every command after the
+    second's first entry failed on the disk), in any letter case (on macOS and Windows `Content/Drafts/x.md` is a
+    file of `content/drafts/`)."""
+    a, b = a.casefold().rstrip("/"), b.casefold().rstrip("/")
+    return a == b or b.startswith(a + "/") or a.startswith(b + "/")
 
 
 def path_problem(path: str, format: str) -> str | None:

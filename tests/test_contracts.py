@@ -59,6 +59,10 @@ def test_a_contract_file_parses_into_its_layers():
      "layers a (d/) and b (d/x.md) overlap: a file would belong to both"),
     ('[layers.a]\npath = "d/"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n'
      '[layers.b]\npath = "d/e/"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n', "overlap"),
+    ('[layers.a]\npath = "d.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n'  # a file under a file
+     '[layers.b]\npath = "d.md/x.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n', "overlap"),
+    ('[layers.a]\npath = "d.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n'  # a file and a folder
+     '[layers.b]\npath = "d.md/"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n', "overlap"),
 ])
 def test_contract_refusals_say_why(text, says):
     with pytest.raises(InvalidInput, match=re.escape(says)):

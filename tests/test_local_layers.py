@@ -37,6 +37,10 @@ def test_layer_refusals_leave_the_log_untouched(workspace, tmp_path):
                           (("layer", "add", "lessons", "../out.md"), b"error: "),
                           (("layer", "add", "decisions", "memory/other.md"), b"already exists"),
                           (("layer", "add", "again", "memory/decisions.md"), b"overlaps layer 'decisions'"),
+                          (("layer", "add", "under", "memory/decisions.md/sub.md"), b"overlaps layer 'decisions'"),
+                          (("layer", "add", "over", "memory/decisions.md/", "--format", "pages"),
+                           b"overlaps layer 'decisions'"),
+                          (("layer", "add", "above", "memory/", "--format", "pages"), b"overlaps layer 'decisions'"),
                           (("entry", "add", "lessons", "[LESSON] x"), b"not in the contract"),
                           (("entry", "add", "decisions", "[WHIM] x"), b"not one of"),
                           (("file", "write", "memory/decisions.md", "--file", note), b"belongs to layer 'decisions'")):
