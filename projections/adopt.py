@@ -46,9 +46,9 @@ class _Batch:
     """Events waiting to be appended together, each with the file it adopts; a page refused on its own
     (its contract, a secret, a hold) is reported and never joins the batch."""
 
-    def __init__(self, memory, report: AdoptReport, progress, allow_secret: bool, force: bool, explain):
+    def __init__(self, memory, report: AdoptReport, progress, allow_secret: bool, explain):
         self.memory, self.report, self.progress, self.explain = memory, report, progress, explain
-        self.allow_secret, self.force = allow_secret, force
+        self.allow_secret = allow_secret
         self.items: list[tuple[str, object, bytes | None]] = []
 
     def add(self, path: str, make, document: bytes | None = None) -> None:
@@ -79,7 +79,8 @@ class _Batch:
         try:
             self.memory.append_all([event for _path, event, _document in items], touches=touches,
                                    adopt={path: doc for path, _event, doc in items if doc is not None},
-                                   force=self.force, checked=True, from_disk=True)
+                                   gone=[path for path, _event, doc in items if doc is None], checked=True,
+                                   from_disk=True)
         except MemError as exc:  # the batch as a whole (mind.md edited by hand): each page as it would alone
             for path, _event, _document in items:
                 self.report.refused[path] = self.explain(exc)
@@ -116,7 +117,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
                           allow_secret)
         except MemError as exc:
             report.refused[MIND_PATH] = explain(exc)
-    batch = _Batch(memory, report, progress, allow_secret, force=False, explain=explain)
+    batch = _Batch(memory, report, progress, allow_secret, explain=explain)
     for path in sorted(edited - {MIND_PATH}):
         shared = views.shared_target(path) if views.contract else None
         refusal = None
@@ -145,7 +146,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
             batch.add(path, lambda slug=slug_of(path), edit=edit:
                       memory.writer.page_write(slug, edit, "edited in place"), document)
     batch.flush()
-    deletes = _Batch(memory, report, progress, allow_secret, force=True, explain=explain)
+    deletes = _Batch(memory, report, progress, allow_secret, explain=explain)  # no document: a file deleted
     for path in missing:
         deletes.add(path, lambda slug=slug_of(path): memory.writer.page_delete(slug, "deleted in place"))
     for path in shared_missing:

@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import threading
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -332,13 +333,14 @@ class Memory:
 
     def append_all(self, events: list[Event], *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
                    force: bool = False, allow_secret: bool = False, checked: bool = False,
-                   from_disk: bool = False) -> list[Event]:
+                   from_disk: bool = False, gone: Iterable[str] = ()) -> list[Event]:
         """Appends events in one transaction, with `append`'s checks; returns them with their seqs.
         `checked`: each event went through `admit` already (a batch of adopted pages, refused one by one).
         `adopt`: files whose bytes the events record, no longer hand edits when the files still hold them.
         `from_disk`: those bytes were read from the files (hand edits adopted): they are the base of the files'
         later edits even when a file changed again meanwhile, so that edit is merged onto what was adopted,
-        never against an older base (which both changed: refused for good).
+        never against an older base (which both changed: refused for good). `gone`: files deleted by hand whose
+        deletion the events record, no longer hand edits while they stay deleted (the other files touched still are).
 
         Once the events are committed the command has succeeded: if the views or files then cannot follow
         (a full disk), `behind` says so and the next command catches up."""
@@ -349,8 +351,10 @@ class Memory:
         with self.lock():
             self.witnesses()  # views the log cannot have given are folded onto by nothing, this append's included
             if not force:
+                gone = set(gone)
                 edited = [p for p in hand_edited(self.views, self.root, set(touches))
-                          if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])]
+                          if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])
+                          and not (p in gone and not (self.root / p).exists())]
                 if edited:
                     raise HandEdited(self.hand_edited_message(edited), edited,
                                      for_tools=self.hand_edited_message(edited, tools=True))

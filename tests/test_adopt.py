@@ -79,6 +79,30 @@ def test_what_cannot_be_adopted_is_left_and_reported(workspace):
     assert (workspace / "mind/deploy.md").read_text() == "no frontmatter any more\n"
 
 
+def test_a_page_deleted_by_hand_is_not_adopted_over_a_hand_edit_of_mind_md_or_the_log(workspace):
+    """Regression: the deletion was recorded and mind.md and mind/log.md rewritten over their hand edits (a delete was
+    adopted with force), and `mem status` then said clean. It is left as a new or changed page is, the edits kept."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    for slug in ("deploy", "old"):
+        run_mem("-w", workspace, "page", "write", slug, "--file", page, check=True)
+    assert "mind/old.md" in (workspace / "mind.md").read_text()
+    for edited in ("mind.md", "mind/log.md"):
+        target = workspace / edited
+        target.write_text(target.read_text() + "MY HAND EDIT\n")
+        kept = target.read_text()
+        (workspace / "mind/old.md").unlink(missing_ok=True)
+        before = log_rows(workspace)
+        result = run_mem("-w", workspace, "adopt")
+        assert result.returncode == 1 and f"left mind/old.md: {edited} was edited by hand" in result.stdout.decode()
+        assert log_rows(workspace) == before and target.read_text() == kept
+        assert not (workspace / "mind/old.md").exists()
+        target.write_bytes(run_mem("-w", workspace, "show", edited, check=True).stdout)  # the edit given up
+    result = run_mem("-w", workspace, "adopt", check=True)
+    assert "mind/old.md" in result.stdout.decode() and len(log_rows(workspace)) == len(before) + 1
+    assert "mind/old.md" not in (workspace / "mind.md").read_text()
+
+
 def test_watch_adopts_edits_as_they_happen(workspace):
     page = workspace.parent / "p.md"
     page.write_bytes(PAGE)
