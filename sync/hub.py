@@ -31,7 +31,7 @@ from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
-from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
+from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import reversal
 from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
 
@@ -220,6 +220,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                                "nothing of the batch was applied")
     if storage is not None:
         check_reversals(events, storage)
+        check_parents(events, storage)
         check_holds(events, storage)
 
 
@@ -236,6 +237,28 @@ def check_reversals(events, storage: HubStorage) -> None:
             field = "kept.reverses" if type(event.body) is Redacted else "reverses"
             raise InvalidInput(f"event {event.id}: there is no entry {reversed} in layer {event.layer!r} to reverse",
                                field=f"events[{index}].body.{field}")
+
+
+def check_parents(events, storage: HubStorage) -> None:
+    """A shared page version's parents must be versions of its own page (its layer and slug) where the hub can read
+    them (in the batch or stored, not redacted): one naming another page's version made the views a consumer folded
+    differ from its rebuild (`mem replay --check`). A parent the hub does not hold is left as before."""
+    pages = {event.id: (event.layer, event.body.slug) for event in events if event.kind in SHARED_PAGE_KINDS}
+    for index, event in enumerate(events):
+        if not isinstance(event.body, (PageUpdate, PageDelete)):
+            continue
+        page = (event.layer, event.body.slug)
+        for parent in event.body.parents:
+            named = pages.get(parent)
+            if named is None and parent not in pages:
+                found = storage.stored(parent)
+                body = decode_stored(found[1], 0, 0).body if found else None
+                named = pages[parent] = (found[0], body.slug) if isinstance(body, (PageIngest, PageUpdate,
+                                                                                   PageDelete)) else None
+            if named is not None and named != page:
+                raise InvalidInput(f"event {event.id}: parent {parent} is a version of page {named[1]!r} of layer "
+                                   f"{named[0]!r}, not of {page[1]!r} of {page[0]!r}; nothing of the batch was applied",
+                                   field=f"events[{index}].body.parents")
 
 
 def check_holds(events, storage: HubStorage) -> None:

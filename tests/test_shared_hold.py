@@ -31,8 +31,8 @@ def held_version(agent="writer", layer="drafts", slug="pricing"):
 
 def update(parent, text="# Pricing\n\nDiscounts as you like.\n", frontmatter=None, note="", agent="alice",
            layer="drafts"):
-    return new_event(PageUpdate(slug="pricing", frontmatter=frontmatter or {"type": "policy"}, text=text, note=note,
-                                parents=[parent.id]), agent=agent, layer=layer)
+    return new_event(PageUpdate(slug=parent.body.slug, frontmatter=frontmatter or {"type": "policy"}, text=text,
+                                note=note, parents=[parent.id]), agent=agent, layer=layer)
 
 
 def release(parent, note="the owner agreed", agent="alice"):
@@ -357,6 +357,33 @@ def log_rows_of_hub(team):
         return db.execute("SELECT position, id FROM hub_events ORDER BY position").fetchall()
     finally:
         db.close()
+
+
+def test_the_hub_refuses_a_version_naming_another_pages_version_as_parent(hub):
+    """Regression: taken, it made every consumer's folded views differ from their rebuild (`mem replay --check`:
+    DIFFERENT, shared_heads). Refused 422 naming the parent, whether stored or in the same batch; nothing applied."""
+    plan = new_event(PageIngest(slug="plan", frontmatter={"type": "draft"}, text="# Plan\n"), agent="alice",
+                     layer="drafts")
+    launch = new_event(PageIngest(slug="launch", frontmatter={"type": "draft"}, text="# Launch\n"), agent="alice",
+                       layer="drafts")
+    assert push(hub, "alice", plan, launch).status_code == 200
+    other = new_event(PageUpdate(slug="launch", frontmatter={"type": "draft"}, text="# Launch\n\nx\n",
+                                 parents=[plan.id]), agent="alice", layer="drafts")
+    mixed = new_event(PageDelete(slug="launch", parents=[launch.id, plan.id]), agent="alice", layer="drafts")
+    fresh = new_event(PageIngest(slug="memo", frontmatter={"type": "draft"}, text="# Memo\n"), agent="alice",
+                      layer="drafts")
+    in_batch = new_event(PageUpdate(slug="launch", frontmatter={"type": "draft"}, text="# Launch\n\ny\n",
+                                    parents=[fresh.id]), agent="alice", layer="drafts")
+    for batch, parent, page in (([other], plan, "plan"), ([mixed], plan, "plan"), ([fresh, in_batch], fresh, "memo")):
+        response = push(hub, "alice", *batch)
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["field"] == f"events[{len(batch) - 1}].body.parents"
+        assert f"parent {parent.id} is a version of page {page!r}" in problem["detail"]
+        assert hub_events(hub) == [plan.id, launch.id]
+    fine = new_event(PageUpdate(slug="launch", frontmatter={"type": "draft"}, text="# Launch\n\nz\n",
+                                parents=[launch.id]), agent="alice", layer="drafts")
+    assert push(hub, "alice", fine).status_code == 200
 
 
 def test_a_version_a_stored_one_names_as_parent_is_no_new_head(hub):
