@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import Event
+from eventstore.ids import is_uuid
 from eventstore import secrets, validate
 from eventstore.errors import (Damaged, HandEdited, InvalidInput, NotFound, Stale, StorageFailure, UnsafePath, for_each,
                                is_damaged, storage_exceptions, storage_failure)
@@ -481,9 +482,28 @@ class Memory:
             raise Stale(f"mind/{slug}.md has no current version, not {expected} (the version the write was made "
                         f"from): nothing was written; `mem history {slug}` says what became of it")
         if expected.strip() not in (str(head[0]), head[1]):
+            self._refuse_unless_version(slug, expected.strip())
             raise Stale(f"mind/{slug}.md was written since version {expected} that this write was made from: its "
                         f"current version is seq {head[0]} (id {head[1]}); nothing was written: `mem show {slug}` "
                         f"has it to redo the change on, with --if-version {head[0]}")
+
+    def _refuse_unless_version(self, slug: str, expected: str) -> None:
+        """Refuses an `--if-version` that names no version of the page: no seq or event id, a seq past the log's
+        head, an event that is no version of it (each was said to be a version written over since)."""
+        if expected.isascii() and expected.isdigit():
+            if int(expected) > self.log.head():
+                raise InvalidInput(f"--if-version {expected}: seq {expected} is past the log's head "
+                                   f"({self.log.head()})")
+            event = self.log.get_by_seq(int(expected))
+        elif is_uuid(expected):
+            event = self.log.get(expected)
+        else:
+            raise InvalidInput(f"--if-version takes a version's seq or event id (as `mem history {slug}` prints "
+                               f"them), not {expected!r:.80}")
+        body = event.body if event is not None and event.layer == MIND else None
+        if slug not in (getattr(body, "slug", None), getattr(body, "new", None), getattr(body, "old", None)):
+            raise InvalidInput(f"--if-version {expected}: that is no version of mind/{slug}.md (`mem history {slug}` "
+                               "lists them)")
 
     def delete_page(self, slug: str, note: str = "", *, force: bool = False, allow_secret: bool = False) -> Event:
         with self.at_head():

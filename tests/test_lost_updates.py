@@ -39,6 +39,26 @@ def test_a_write_from_a_version_since_replaced_is_refused_in_one_line_and_record
     assert by_id.returncode == 0 and b"(seq 3)" in by_id.stdout, by_id
 
 
+def test_an_if_version_that_names_no_version_of_the_page_says_so(workspace):
+    """Regression: a seq past the head, a word, a negative number, an unknown id or another page's version were each
+    said to be a version "written since", which sent the agent to redo a change from a version that never was."""
+    path = workspace / "page.md"
+    path.write_bytes(PAGE)
+    for slug in ("deploy", "other", "deploy"):
+        run_mem("-w", workspace, "page", "write", slug, "--file", path, check=True)
+    rows = log_rows(workspace)
+    for given, says in (("999999", "seq 999999 is past the log's head (3)"),
+                        ("abc", "--if-version takes a version's seq or event id"), ("-1", "not '-1'"),
+                        ("01a237d3-ed37-7874-a4b0-4702f254ffff", "that is no version of mind/deploy.md"),
+                        ("2", "that is no version of mind/deploy.md")):
+        result = run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--if-version", given)
+        said = result.stderr.decode()
+        assert result.returncode == 1 and said.count("\n") == 1 and says in said and "since" not in said, (given, said)
+    stale = run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--if-version", "1")
+    assert "written since version 1" in stale.stderr.decode()
+    assert log_rows(workspace) == rows
+
+
 def test_a_write_without_a_version_is_the_last_writers(workspace):
     with Memory.open(workspace) as memory:
         memory.write_page("deploy", PAGE)
