@@ -204,7 +204,7 @@ def file_path(path: str) -> str:
 def named_file(mem, path: str, *seqs: int) -> str:
     """The file `path` names (as file_path reads it); a bare `x.md` that is no file at the root at any of `seqs`
     names the page `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
-    path = file_path(path)
+    path = file_path(mem.relative(path))
     if "/" in path or not path.endswith(".md") or path == "mind.md" or any(mem.show(path, s) is not None for s in seqs):
         return path
     return f"mind/{path}"

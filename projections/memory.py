@@ -6,6 +6,7 @@ CLI prints, so no command reaches into the log or the views itself.
 """
 
 import os
+import posixpath
 import shutil
 import sqlite3
 import threading
@@ -821,6 +822,20 @@ class Memory:
         if at_ms is not None:
             return min(self.log.seq_at(at_ms), self.views.checkpoint())
         return self.views.checkpoint()
+
+    def relative(self, path: str) -> str:
+        """A path as typed at a prompt, as the workspace names its files: `./mind.md`, `mind/../mind.md` and an absolute
+        path into the workspace are mind.md (shell completion writes them so); one that leads out of it is refused."""
+        if os.path.isabs(path):
+            normal = Path(os.path.normpath(path))
+            for root in (self.root, self.root.resolve()):
+                if normal.is_relative_to(root):
+                    return normal.relative_to(root).as_posix()
+            raise UnsafePath(f"{path} is not in the workspace {self.root}: give a path inside it, like mind/deploy.md")
+        normal = posixpath.normpath(path) if path.strip() else path
+        if normal == ".." or normal.startswith("../"):
+            raise UnsafePath(f"{path} leads out of the workspace {self.root}: give a path inside it, like mind/deploy.md")
+        return normal
 
     def show(self, path: str, as_of: int) -> str | None:
         """Any file as of a seq: the wiki, a layer's file, or one of adf_files (which stay off the disk)."""

@@ -138,3 +138,18 @@ def test_a_local_time_the_clocks_skipped_is_refused_not_moved_an_hour(history):
             f"{instead}"], lines
     for moment in ("2026-03-29 03:00", "2026-03-29 01:59", "2026-10-25 02:30", "2026-03-29T02:30+01:00"):
         run_mem("-w", workspace, "log", "--since", moment, env=berlin, check=True)
+
+
+def test_a_file_is_named_as_a_shell_completes_it(history):
+    """Regression: `./mind.md`, an absolute path into the workspace and `mind/../mind.md` "did not exist"."""
+    workspace, _marks = history
+    expected = show(workspace, "mind/deploy.md", "--seq", "1").stdout
+    for given in ("./mind/deploy.md", str(workspace / "mind" / "deploy.md"), "mind/../mind/deploy.md", "deploy"):
+        result = show(workspace, given, "--seq", "1")
+        assert result.returncode == 0 and result.stdout == expected, (given, result.stderr)
+    assert show(workspace, "./mind.md").stdout == show(workspace, "mind.md").stdout
+    versions = run_mem("-w", workspace, "history", "./mind/deploy.md", "--json", check=True).stdout
+    assert versions == run_mem("-w", workspace, "history", "deploy", "--json", check=True).stdout
+    for outside, says in (("../x.md", b"leads out of the workspace"), ("/etc/hostname", b"is not in the workspace")):
+        result = show(workspace, outside)
+        assert result.returncode == 1 and says in result.stderr and result.stderr.count(b"\n") == 1, result.stderr
