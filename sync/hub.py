@@ -11,6 +11,7 @@ trusts no producer with what is inside an event.
 import asyncio
 import base64
 import binascii
+import functools
 import logging
 import threading
 from collections import OrderedDict
@@ -220,8 +221,9 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                                "nothing of the batch was applied")
     if storage is not None:
         check_reversals(events, storage)
-        check_parents(events, storage)
-        check_holds(events, storage)
+        stored = stored_bodies(storage)
+        check_parents(events, stored)
+        check_holds(events, storage, stored)
 
 
 def check_reversals(events, storage: HubStorage) -> None:
@@ -239,7 +241,18 @@ def check_reversals(events, storage: HubStorage) -> None:
                                field=f"events[{index}].body.{field}")
 
 
-def check_parents(events, storage: HubStorage) -> None:
+def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | None]:
+    """(layer, body) of an event the hub holds, or None: each looked up once for a batch's checks of parents
+    (check_parents, check_holds)."""
+    @functools.cache
+    def stored(id: str) -> tuple[str, object] | None:
+        found = storage.stored(id)
+        return (found[0], decode_stored(found[1], 0, 0).body) if found else None
+
+    return stored
+
+
+def check_parents(events, stored: Callable[[str], tuple[str, object] | None]) -> None:
     """A shared page version's parents must be versions of its own page (its layer and slug) where the hub can read
     them (in the batch or stored, not redacted): one naming another page's version made the views a consumer folded
     differ from its rebuild (`mem replay --check`). A parent the hub does not hold is left as before."""
@@ -251,17 +264,16 @@ def check_parents(events, storage: HubStorage) -> None:
         for parent in event.body.parents:
             named = pages.get(parent)
             if named is None and parent not in pages:
-                found = storage.stored(parent)
-                body = decode_stored(found[1], 0, 0).body if found else None
-                named = pages[parent] = (found[0], body.slug) if isinstance(body, (PageIngest, PageUpdate,
-                                                                                   PageDelete)) else None
+                found = stored(parent)
+                named = pages[parent] = (found[0], found[1].slug) if found and isinstance(
+                    found[1], (PageIngest, PageUpdate, PageDelete)) else None
             if named is not None and named != page:
                 raise InvalidInput(f"event {event.id}: parent {parent} is a version of page {named[1]!r} of layer "
                                    f"{named[0]!r}, not of {page[1]!r} of {page[0]!r}; nothing of the batch was applied",
                                    field=f"events[{index}].body.parents")
 
 
-def check_holds(events, storage: HubStorage) -> None:
+def check_holds(events, storage: HubStorage, stored: Callable[[str], tuple[str, object] | None]) -> None:
     """Refuses an update or delete of a held shared page that does not release it, and an ingest that
     would stand beside a held head (eventstore.governance). A parent is read from the batch, else from
     the hub: one lookup by id, for page events only; a page's heads, only for a batch with an ingest."""
@@ -282,8 +294,8 @@ def check_holds(events, storage: HubStorage) -> None:
             return None
         if id in batch:
             return batch[id]
-        found = storage.stored(id)
-        return decode_stored(found[1], 0, 0).body if found else None
+        found = stored(id)
+        return found[1] if found else None
 
     for index, event in enumerate(events):
         held = hold_refusal(event.body, lambda id: parent(id, event.layer, index))
