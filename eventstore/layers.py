@@ -14,6 +14,7 @@ import msgspec
 
 from .errors import InvalidInput
 from .kinds import ENTRIES, PAGES, kinds_of
+from .validate import segment_problem
 
 MIND = "mind"
 """The wiki: mind.md, mind/<slug>.md, mind/log.md."""
@@ -91,7 +92,8 @@ def path_problem(path: str, format: str) -> str | None:
     """Why `path` cannot hold a shared layer of `format`, or None.
 
     A path must be written in its normal form (no '.', '..' or empty segments), relative, printable,
-    outside the wiki and mindlog's own directory, and in no hidden directory (`.git/hooks/`)."""
+    outside the wiki and mindlog's own directory, and in no hidden directory (`.git/hooks/`); each of its
+    names must be one every filesystem takes, as a page's slug must (`validate.segment_problem`)."""
     if not path:
         return "the path is empty"
     if any(ord(c) < 32 or ord(c) == 127 or c in "\\\u2028\u2029\x85" for c in path):
@@ -112,6 +114,9 @@ def path_problem(path: str, format: str) -> str | None:
         return "the path enters a hidden file or directory"
     if len(path) > 512:
         return "the path is longer than 512 characters"
+    for segment in segments:
+        if problem := segment_problem(segment):
+            return f"the path {problem}"
     if format == PAGES and not directory:
         return "a pages layer's path is a directory ending in '/'"
     if format == ENTRIES and not path.endswith(".md"):

@@ -49,20 +49,27 @@ def slug(value: str) -> str:
     return value
 
 
+def segment_problem(segment: str) -> str | None:
+    """Why some filesystem or reader cannot take `segment` as a file or folder name, or None: a character that is
+    not printable (a newline, U+202E that shows `exe.txt` for `txt.exe`), a trailing space or dot (Windows drops
+    them: two names become one), a device name, more than MAX_SEGMENT_BYTES. The rule for slugs, adf_files paths
+    and the paths of shared layers."""
+    if not segment.isprintable():
+        return "holds a character that is not printable (a line break, a control or direction mark)"
+    if segment.endswith((" ", ".")):
+        return "has a name ending in a space or a dot, which Windows drops"
+    if segment.split(".")[0].casefold() in DEVICE_NAMES:
+        return f"uses {segment.split('.')[0]!r}, a name Windows keeps for a device"
+    if len(segment.encode()) > MAX_SEGMENT_BYTES:
+        return f"has a name longer than {MAX_SEGMENT_BYTES} bytes"
+    return None
+
+
 def path_segments(path: str, what: str) -> None:
-    """Refuses a path whose segments some filesystem or reader cannot take: a character that is not printable (a
-    newline, U+202E that shows `exe.txt` for `txt.exe`), a trailing space or dot (Windows drops them: two names
-    become one), a device name, a segment over MAX_SEGMENT_BYTES. The rule for slugs and for adf_files paths."""
+    """Refuses a path one of whose names `segment_problem` refuses."""
     for segment in path.split("/"):
-        if not segment.isprintable():
-            raise UnsafePath(f"{what} {path!r:.120} holds a character that is not printable (a line break, a control "
-                             "or direction mark)")
-        if segment.endswith((" ", ".")):
-            raise UnsafePath(f"{what} {path!r:.120} has a name ending in a space or a dot, which Windows drops")
-        if segment.split(".")[0].casefold() in DEVICE_NAMES:
-            raise UnsafePath(f"{what} {path!r:.120} uses {segment.split('.')[0]!r}, a name Windows keeps for a device")
-        if len(segment.encode()) > MAX_SEGMENT_BYTES:
-            raise UnsafePath(f"{what} {path[:40]!r}... has a name longer than {MAX_SEGMENT_BYTES} bytes")
+        if problem := segment_problem(segment):
+            raise UnsafePath(f"{what} {path!r:.120} {problem}")
 
 
 def inside_workspace(root: Path, relative: str, folders: dict | None = None) -> Path:

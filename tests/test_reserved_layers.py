@@ -115,7 +115,9 @@ BAD_PATHS = [("./mind/", "pages"), ("./mind.md", "entries"), ("./.mem/", "pages"
              (".git/hooks/", "pages"), ("notes\n/", "pages"), ("no\x00tes/", "pages"), ("/etc/", "pages"),
              ("../x.md", "entries"), ("a/../mind/", "pages"), ("MIND/", "pages"), ("Mind.md", "entries"),
              ("a//b/", "pages"), ("notes\u2028x.md", "entries"), ("C:/x/", "pages"), ("a\\b/", "pages"),
-             ("docs/.hidden.md", "entries"), ("mind/team/", "pages")]
+             ("docs/.hidden.md", "entries"), ("mind/team/", "pages"), ("team/a\u202etxt.md", "entries"),
+             ("con/", "pages"), ("team/nul.md", "entries"), ("notes /", "pages"), ("team./x.md", "entries"),
+             ("x" * 300 + "/", "pages")]
 
 
 @pytest.mark.parametrize("path, format", BAD_PATHS)
@@ -143,6 +145,22 @@ def test_mem_hub_contract_apply_refuses_a_path_into_mind(tmp_path):
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
         "error: layer notes: path './mind/': the path has an empty or '.' segment; write it in normal form"]
+
+
+def test_mem_hub_contract_apply_refuses_a_path_a_filesystem_cannot_hold(tmp_path):
+    """Regression: a shared layer's path could hold U+202E or a Windows device name, which every page's slug refuses
+    (a consumer on Windows could not write it; a reader sees `exe.txt` for `txt.exe`)."""
+    hub = ("--db", tmp_path / "hub.db")
+    run_mem("hub", "init", *hub, check=True)
+    for path, says in (("team/a\u202etxt.md", "holds a character that is not printable (a line break, a control or "
+                                               "direction mark)"),
+                       ("team/aux.md", "uses 'aux', a name Windows keeps for a device")):
+        (tmp_path / "c.toml").write_text(f'[layers.notes]\npath = "{path}"\nformat = "entries"\n'
+                                         'producers = ["*"]\nconsumers = ["*"]\n')
+        result = run_mem("hub", "contract", "apply", tmp_path / "c.toml", *hub)
+        assert result.returncode == 1 and result.stderr.decode().splitlines() == [
+            f"error: layer notes: path {path!r}: the path {says}"], result.stderr
+    assert run_mem("hub", "contract", "show", *hub, check=True).stdout.decode() == "# hub position 0\n"
 
 
 @pytest.mark.parametrize("layer, why", [("mind", "agent, loop, mind are each agent's own and are never shared"),
