@@ -221,6 +221,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                                "nothing of the batch was applied")
     if storage is not None:
         check_reversals(events, storage)
+        check_redaction_targets(events, storage)
         stored = stored_bodies(storage)
         check_parents(events, stored)
         check_holds(events, storage, stored)
@@ -239,6 +240,26 @@ def check_reversals(events, storage: HubStorage) -> None:
             field = "kept.reverses" if type(event.body) is Redacted else "reverses"
             raise InvalidInput(f"event {event.id}: there is no entry {reversed} in layer {event.layer!r} to reverse",
                                field=f"events[{index}].body.{field}")
+
+
+def check_redaction_targets(events, storage: HubStorage) -> None:
+    """A redaction removes only events of its own layer: each target must be one, on the hub or in the batch
+    (one naming an unknown id, or another layer's event, would be taken and do nothing)."""
+    wanted = {target for event in events if type(event.body) is Redaction for target in event.body.target_ids}
+    if not wanted:
+        return
+    batch = {event.id: event.layer for event in events}
+    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch}
+    for index, event in enumerate(events):
+        if type(event.body) is not Redaction:
+            continue
+        for at, target in enumerate(event.body.target_ids):
+            if known.get(target) != event.layer:
+                why = (f"redaction target {target} is an event of layer {known[target]!r}; a redaction in layer "
+                       f"{event.layer!r} removes only that layer's events" if target in known else
+                       f"there is no event {target} in layer {event.layer!r} to redact")
+                raise InvalidInput(f"event {event.id}: {why}; nothing of the batch was applied",
+                                   field=f"events[{index}].body.target_ids[{at}]")
 
 
 def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | None]:

@@ -50,8 +50,15 @@ def test_the_hub_refuses_a_hostile_redaction_or_stand_in_and_applies_nothing(tea
     team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: Staging first", check=True)
     team.mem("writer", "push", check=True)
     entry = json.loads(team.mem("writer", "log", "--json", check=True).stdout)[-1]["id"]
+    team.mem("writer", "page", "write", "rates", "--layer", "drafts", "--file", team.page("r", "Rates", "x"), check=True)
+    team.mem("writer", "push", check=True)
+    page = json.loads(team.mem("writer", "log", "--json", check=True).stdout)[-1]["id"]
     head = open_storage(str(team.db)).head()
     refusals = [
+        (redaction([entry, UUID]), "events[0].body.target_ids[1]",  # taken, as a redaction that removed nothing
+         f"there is no event {UUID} in layer 'insights' to redact"),
+        (redaction([page]), "events[0].body.target_ids[0]",
+         f"redaction target {page} is an event of layer 'drafts'; a redaction in layer 'insights' removes only"),
         (redaction(["nope"]), "events[0].body.target_ids", "'nope' in body.target_ids is not an event id"),
         (redaction([]), "events[0].body.target_ids", "a redaction names at least one event"),
         (redaction([entry, entry]), "events[0].body.target_ids", "a redaction names an event twice"),
