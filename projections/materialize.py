@@ -21,12 +21,25 @@ class FileReport(msgspec.Struct):
     refused: list[str] = []
 
 
+def in_the_way(path: Path, error: OSError) -> UnsafePath:
+    """The one-line refusal for a view's path that something else holds: a directory where the file goes, or a
+    file where one of its folders goes (open() says only `[Errno 21] Is a directory`)."""
+    if isinstance(error, IsADirectoryError):
+        return UnsafePath(f"{path} is a directory where mindlog writes a file; move it away (`mem replay` then "
+                          "writes the file)")
+    blocking = next((parent for parent in path.parents if parent.is_file()), path.parent)
+    return UnsafePath(f"{blocking} is a file where mindlog needs a folder (for {path.name}); move it away (`mem replay` "
+                      "then writes the files)")
+
+
 def file_hash(path: Path) -> str | None:
     try:
         with open(path, "rb") as f:
             return hashlib.file_digest(f, "sha256").hexdigest()
     except FileNotFoundError:
         return None
+    except (IsADirectoryError, NotADirectoryError) as error:
+        raise in_the_way(path, error) from None
 
 
 def stat_key(target: Path) -> tuple | None:
@@ -35,6 +48,8 @@ def stat_key(target: Path) -> tuple | None:
         stat = os.stat(target)
     except FileNotFoundError:
         return None
+    except NotADirectoryError as error:
+        raise in_the_way(target, error) from None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 

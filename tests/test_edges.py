@@ -448,3 +448,31 @@ def test_a_damaged_contract_copy_is_named_not_read_as_no_layers(tmp_path, stored
     (tmp_path / "ws/.mem/contract.json").write_bytes(stored)
     line = refused(run_mem("entry", "add", "insights", "[FACT] x", "-w", tmp_path / "ws"), "contract.json is damaged")
     assert "the next `mem pull` fetches the hub's contract again" in line
+
+
+def test_a_directory_or_file_in_a_views_way_is_named_and_replay_writes_it_once_moved(written):
+    """Regression: a directory at mind/deploy.md, or a file at the folder of a layer's entries file, was a bare
+    `[Errno 21] Is a directory` (or `[Errno 20]`) from status, replay, adopt and every write."""
+    run_mem("layer", "add", "decisions", "memory/decisions.md", "-w", written, check=True)
+    run_mem("entry", "add", "decisions", "[FACT] 2026-11-01: first", "-w", written, check=True)
+    before = log_rows(written)
+    page = written / "mind" / "deploy.md"
+    page.unlink()
+    page.mkdir()
+    new_page = ("page", "write", "deploy", "-f", "-")
+    for command in (["status"], ["replay"], ["replay", "--check"], ["adopt"], new_page):
+        line = refused(run_mem(*command, "-w", written, input=PAGE), str(page))
+        assert line.endswith("is a directory where mindlog writes a file; move it away (`mem replay` then writes "
+                             "the file)"), line
+    page.rmdir()
+    (written / "memory").rename(written / "moved")
+    (written / "memory").write_text("not a folder")
+    for command in (["status"], ["replay"], ["entry", "add", "decisions", "[FACT] 2026-11-01: x"]):
+        line = refused(run_mem(*command, "-w", written))
+        assert line == (f"error: {written / 'memory'} is a file where mindlog needs a folder (for decisions.md); "
+                        "move it away (`mem replay` then writes the files)"), line
+    assert log_rows(written) == before
+    (written / "memory").unlink()
+    (written / "moved").rename(written / "memory")
+    run_mem("replay", "-w", written, check=True)
+    assert page.is_file() and (written / "memory" / "decisions.md").is_file()
