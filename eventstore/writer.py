@@ -257,7 +257,7 @@ def _guess_mime(path: str) -> str:
     return mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
-_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d+-\d+(?:-\d+)?):\s*)?(.+)$", re.S)
+_ENTRY = re.compile(r"^\[([A-Z_]+)\]\s*(?:(\d+-\d+(?:-\d+)?)\s*:\s*)?(.*)$", re.S)
 
 
 class SharedState(Protocol):
@@ -304,6 +304,9 @@ class SharedWriter:
             raise InvalidInput("an entry reads `[TYPE] content` or `[TYPE] YYYY-MM-DD: content`, "
                                f"TYPE one of {', '.join(validate.ENTRY_TYPES)}")
         kind, date, content = match.groups()
+        if not content:
+            raise InvalidInput(f"the entry has no content after its {'date' if date else 'type'}: write "
+                               f"`[{kind}] {date or 'YYYY-MM-DD'}: content`")
         content = validate.one_line(content, "the entry")
         if reverses is not None:
             reverses = entry_id(reverses, self.state.entry_ids_starting(layer, reverses), f"in layer {layer}",

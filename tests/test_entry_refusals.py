@@ -26,6 +26,10 @@ def shared(workspace):
     ("[FACT] 2026-02-30: no such day", "date '2026-02-30' is not a calendar date"),
     ("[FACT] 2026-11: a month", "date '2026-11' is not written YYYY-MM-DD"),
     ("[EVIL] 2026-11-29: x", "entry type 'EVIL' is not one of"),
+    # regressions: a date with nothing after it was taken as the content `2026-11-01:`, dated today
+    ("[FACT] 2026-11-01:", "the entry has no content after its date: write `[FACT] 2026-11-01: content`"),
+    ("[LESSON] 2026-11-01:   ", "the entry has no content after its date"),
+    ("[FACT]", "the entry has no content after its type: write `[FACT] YYYY-MM-DD: content`"),
 ])
 def test_bad_entries_are_refused(shared, text, says):
     before = log_rows(shared)
@@ -33,6 +37,12 @@ def test_bad_entries_are_refused(shared, text, says):
     lines = result.stderr.decode().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and says in lines[0], lines
     assert log_rows(shared) == before
+
+
+def test_a_date_spaced_from_its_colon_is_still_the_entrys_date(shared):
+    run_mem("entry", "add", "insights", "[FACT] 2026-11-01 : staging first", "-w", shared, check=True)
+    body = json.loads(run_mem("log", "--json", "-w", shared, check=True).stdout)[-1]["body"]
+    assert (body["date"], body["content"]) == ("2026-11-01", "staging first")
 
 
 def test_a_reversal_must_name_an_entry_of_the_layer(shared):
