@@ -7,6 +7,7 @@ its line or end the frontmatter block, whatever a reader counts as a line break.
 
 import datetime as dt
 import json
+import math
 import re
 from typing import Any
 
@@ -58,6 +59,9 @@ def _normalise(value: Any, where: str, depth: int = 1) -> Any:
         return out
     if isinstance(value, list):
         return [_normalise(v, where, depth + 1) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"frontmatter value at {where[:80]} is {value!r} (YAML's .inf or .nan), which JSON cannot "
+                           "hold; quote it to keep it as text")
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     raise InvalidInput(f"frontmatter value at {where} has an unsupported type {type(value).__name__}")

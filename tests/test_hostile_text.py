@@ -184,3 +184,20 @@ def test_escape_sequences_stored_in_text_never_reach_the_terminal(workspace, tmp
     assert b"\x1b[1m" in run_on_a_terminal("--help")  # mindlog's own styling still reaches it
     piped = run_mem("show", "esc", "--workspace", workspace, check=True).stdout.decode()
     assert ESCAPES in piped
+
+
+@pytest.mark.parametrize("value, shown", [(".inf", "inf"), ("-.Inf", "-inf"), (".nan", "nan"), ("[1, .NaN]", "nan")])
+def test_a_frontmatter_number_json_cannot_hold_is_refused(workspace, tmp_path, value, shown):
+    """Regression: YAML's .inf and .nan were kept, recorded in the log's JSON as null, written to the page file as
+    Infinity and exported to ADF as JSON no parser reads."""
+    page = tmp_path / "page.md"
+    page.write_text(f"---\ntype: x\nscore: {value}\n---\n# P\n")
+    before = log_rows(workspace)
+    refused_in_one_line(run_mem("-w", workspace, "page", "write", "p", "--file", page),
+                        f"frontmatter value at frontmatter.score is {shown} (YAML's .inf or .nan), which JSON cannot "
+                        "hold; quote it to keep it as text")
+    assert log_rows(workspace) == before
+    page.write_text(f"---\ntype: x\nscore: '{value}'\n---\n# P\n")
+    run_mem("-w", workspace, "page", "write", "p", "--file", page, check=True)
+    assert f"score: {value!r}" in (workspace / "mind" / "p.md").read_text() or \
+        f'score: "{value}"' in (workspace / "mind" / "p.md").read_text()
