@@ -194,22 +194,6 @@ def resolve_at(mem, at: str, say=said_on_stderr) -> tuple[int, int]:
     return moment.seq, moment.at_ms
 
 
-def file_path(path: str) -> str:
-    """A path in the workspace, or a page's bare slug (`deploy-procedure` is mind/deploy-procedure.md)."""
-    if not path.strip():
-        fail("give a file: mind.md, mind/log.md, a page's path or its slug, or another file's path", 2)
-    return f"mind/{path}.md" if "/" not in path and "." not in path else path
-
-
-def named_file(mem, path: str, *seqs: int) -> str:
-    """The file `path` names (as file_path reads it); a bare `x.md` that is no file at the root at any of `seqs`
-    names the page `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
-    path = file_path(mem.relative(path))
-    if "/" in path or not path.endswith(".md") or path == "mind.md" or any(mem.show(path, s) is not None for s in seqs):
-        return path
-    return f"mind/{path}"
-
-
 def point(mem, text: str, say=said_on_stderr) -> int:
     """A moment given as `seq:N` or as --at takes it."""
     if text.startswith("seq:"):  # `seq:-1` was "not a time"; `seq:²` (a digit to isdigit) a ValueError
@@ -380,7 +364,7 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     """Print mind.md, mind/log.md or mind/<slug>.md (or a page by its slug) as of any moment."""
     with memory() as mem:
         moment = as_of(mem, at, seq)
-        path = named_file(mem, path, moment)
+        path = mem.named_file(path, moment)
         text = mem.show(path, moment)
         if text is None and at is None and seq is None:
             from projections.history import history
@@ -418,7 +402,7 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
 
     with memory() as mem:
         a, b = point(mem, from_), (point(mem, to) if to else mem.seq_at())
-        path = named_file(mem, path, a, b)
+        path = mem.named_file(path, a, b)
         sys.stdout.write(diff_of(mem, path, a, b))
 
 
@@ -432,7 +416,7 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
 
     with memory() as mem:
         moment = as_of(mem, at, seq) if at is not None or seq is not None else None
-        path = named_file(mem, path, mem.seq_at() if moment is None else moment)
+        path = mem.named_file(path, mem.seq_at() if moment is None else moment)
         versions = history_of(mem, path, moment)
         renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
         moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if v.kind == "contract.change"}

@@ -344,9 +344,9 @@ def build_server(mem: Memory) -> MCPServer:
     def show(path: str, at: str | None = None, seq: int | None = None) -> list[str]:
         """A file's text as it was at a moment (`at`: ISO 8601, `14:00`, `yesterday 14:00`, `2h ago`; local time
         unless an offset is given) or a log `seq`. With `at`, a second text says which instant it read."""
-        rel = mem.relative(workspace_path(path))
         said: list[str] = []
         as_of = moment(mem, at, seq, said.append)
+        rel = mem.named_file(workspace_path(path), as_of)
         text = mem.show(rel, as_of)
         if text is None:
             text = mem.file_text(rel, as_of)
@@ -357,7 +357,7 @@ def build_server(mem: Memory) -> MCPServer:
     @register
     def history(path: str) -> str:
         """Every version of a file: the seq and time of each event that changed it (JSON)."""
-        versions = history_of(mem, rel := mem.relative(workspace_path(path)))
+        versions = history_of(mem, rel := mem.named_file(workspace_path(path), mem.seq_at()))
         if not versions:
             raise ToolError(f"{rel} never existed")
         return json_text(versions)
@@ -366,9 +366,9 @@ def build_server(mem: Memory) -> MCPServer:
     def diff(path: str, old: str, new: str | None = None) -> list[str]:
         """A unified diff of a file between two moments, each `seq:N` or a time as `show` takes it (new: now);
         then which instant each time was understood as."""
-        rel = mem.relative(workspace_path(path))
         said: list[str] = []
         a, b = point(mem, old, said.append), (point(mem, new, said.append) if new else mem.seq_at())
+        rel = mem.named_file(workspace_path(path), a, b)
         return [diff_of(mem, rel, a, b) or "(no differences)", *said]
 
     @register

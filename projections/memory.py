@@ -837,6 +837,20 @@ class Memory:
             raise UnsafePath(f"{path} leads out of the workspace {self.root}: give a path inside it, like mind/deploy.md")
         return normal
 
+    def named_file(self, path: str, *seqs: int) -> str:
+        """The file a name given by a user or a tool names: a path as `relative` reads it; a page's bare slug
+        (`deploy` is mind/deploy.md); a bare `x.md` that is no file at the root at any of `seqs`, the page
+        `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
+        if not path.strip():
+            raise InvalidInput("give a file: mind.md, mind/log.md, a page's path or its slug, or another file's path")
+        path = self.relative(path)
+        if "/" not in path and "." not in path:
+            return f"mind/{path}.md"
+        if "/" in path or not path.endswith(".md") or path == "mind.md" or any(self.show(path, s) is not None
+                                                                                 for s in seqs):
+            return path
+        return f"mind/{path}"
+
     def show(self, path: str, as_of: int) -> str | None:
         """Any file as of a seq: the wiki, a layer's file, or one of adf_files (which stay off the disk)."""
         from .audit import file_text

@@ -509,6 +509,33 @@ def test_tools_taking_a_moment_return_the_instant_they_read(workspace, monkeypat
     assert "'2000-01-01' (2000-01-01T00:00:00.000+01:00) is before this workspace existed" in refused.content[0].text
 
 
+def test_show_history_and_diff_name_a_page_by_its_slug_as_the_cli_does(workspace):
+    """Regression: `mem show deploy` and `mem show deploy.md` showed mind/deploy.md, the MCP tools said
+    'deploy does not exist' (one rule now, Memory.named_file)."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+
+    async def main():
+        with Memory.open(workspace) as mem:
+            mem.write_page("deploy", PAGE)
+            mem.write_page("deploy", PAGE + b"\nOne more step.\n")
+            async with Client(build_server(mem)) as client:
+                return {(tool, name): await client.session.call_tool(tool, {"path": name, **extra})
+                        for name in ("deploy", "deploy.md", "/memories/deploy")
+                        for tool, extra in (("show", {}), ("history", {}), ("diff", {"old": "seq:1"}))}
+
+    results = anyio.run(main)
+    for (tool, name), result in results.items():
+        assert not result.is_error, (tool, name, result.content[0].text)
+        assert {"show": "One more step.", "history": '"seq":2', "diff": "+One more step."}[tool] \
+            in result.content[0].text, (tool, name)
+        cli = run_mem(tool, name.replace("/memories/", ""), *(["--from", "seq:1"] if tool == "diff" else []),
+                      "--workspace", workspace, check=True).stdout.decode()
+        if tool != "history":
+            assert cli == result.content[0].text, (tool, name)
+
+
 def test_files_follow_a_burst_of_calls_when_it_pauses_and_at_most_max_lag_behind():
     import asyncio
 
@@ -849,7 +876,7 @@ def test_a_tool_error_cuts_what_it_echoes_and_says_a_moment_and_a_number_as_the_
                                   "'-' or '_' (like 'main')")
     assert answers["cite"][1].startswith(f"{'x' * 120!r}… (100,000 characters) is not a citation: use [S412]")
     assert answers["layer"][1].startswith(f"there is no layer {'q' * 120!r}… (50,000 characters)")
-    assert answers["path"][1] == f"{'p' * 120}… (50,000 characters) never existed"
+    assert answers["path"][1] == f"mind/{'p' * 120}… (50,000 characters).md never existed"  # as `mem history p…` says
     assert answers["old_str"][1] == (f"No replacement was performed, old_str `{'o' * 120}… (10,000 characters)` did not "
                                      "appear verbatim in /memories/mind.md.")
     assert answers["name"][1].startswith(f"show takes no {'z' * 120}… (1,000 characters) (it takes path, at, seq)")
