@@ -420,13 +420,16 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
         versions = history_of(mem, path, moment)
         renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
         moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if v.kind == "contract.change"}
-    if not versions:
+        as_made = not versions and mem.show(path, mem.seq_at() if moment is None else moment) is not None
+    if as_made and not json:
+        typer.echo(f"{path} is as the workspace began: no event has changed it{' by then' if moment else ''}")
+    elif not versions and not as_made:
         fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
     if json:
         return emit_json(versions)
     for before, v in zip([None, *versions], versions):
         rename = renames.get(v.seq)  # a rename reads as one, not as a deletion (a redacted one keeps no names)
-        if rename is not None and hasattr(rename, "new"):
+        if rename is not None and hasattr(rename, "new") and v.path in (page_path(rename.old), page_path(rename.new)):
             said = f"  (renamed to {page_path(rename.new)})" if v.deleted else f"  (renamed from {page_path(rename.old)})"
         elif before is not None and before.path != v.path and v.seq not in moves:  # a shared page's rename
             said = f"  (renamed from {before.path})"

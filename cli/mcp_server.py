@@ -358,7 +358,7 @@ def build_server(mem: Memory) -> MCPServer:
     def history(path: str) -> str:
         """Every version of a file: the seq and time of each event that changed it (JSON)."""
         versions = history_of(mem, rel := mem.named_file(workspace_path(path), mem.seq_at()))
-        if not versions:
+        if not versions and mem.show(rel, mem.seq_at()) is None:  # [] for one as the workspace began (mind.md)
             raise ToolError(f"{rel} never existed")
         return json_text(versions)
 

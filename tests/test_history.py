@@ -51,6 +51,32 @@ def test_mem_history_names_a_renames_other_path(memory):
         "mind/release.md  (deleted)\n")
 
 
+def test_a_rename_reads_as_one_only_in_the_history_of_the_pages_two_paths(memory):
+    """Regression: `mem history mind.md` and `mem history mind/log.md` said `(renamed from mind/deploy.md)` at the
+    rename, which changed them but renamed neither."""
+    from conftest import run_mem
+
+    memory.write_page("deploy", PAGE)
+    memory.rename_page("deploy", "release")
+    for path in ("mind.md", "mind/log.md"):
+        lines = run_mem("-w", memory.root, "history", path, check=True).stdout.decode().splitlines()
+        assert lines[-1].endswith(f"page.rename    {path}"), lines
+
+
+def test_a_file_as_the_workspace_began_has_an_empty_history_not_none(tmp_path):
+    """Regression: in a new workspace `mem show mind.md` showed the index and `mem history mind.md` said it never
+    existed; the MCP history tool too."""
+    from conftest import run_mem
+
+    run_mem("init", "-w", tmp_path / "ws", check=True)
+    for path in ("mind.md", "mind/log.md"):
+        said = run_mem("-w", tmp_path / "ws", "history", path, check=True).stdout.decode()
+        assert said == f"{path} is as the workspace began: no event has changed it\n"
+        assert run_mem("-w", tmp_path / "ws", "history", path, "--json", check=True).stdout == b"[]\n"
+    refused = run_mem("-w", tmp_path / "ws", "history", "mind/nosuch.md", "--json")
+    assert refused.returncode == 1 and refused.stderr == b"error: mind/nosuch.md never existed\n"
+
+
 def test_a_redacted_rename_is_still_followed_as_the_folds_follow_it(memory):
     """Regression: the history read a redacted event's body as written (no `old`/`new`): a page renamed by an
     event later redacted lost the versions it had under its older name, though the views still rename it."""

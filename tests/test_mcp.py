@@ -518,6 +518,9 @@ def test_show_history_and_diff_name_a_page_by_its_slug_as_the_cli_does(workspace
 
     async def main():
         with Memory.open(workspace) as mem:
+            async with Client(build_server(mem)) as client:  # a new workspace: mind.md as it began, no versions
+                began = await client.session.call_tool("history", {"path": "mind.md"})
+                assert not began.is_error and began.content[0].text == "[]", began
             mem.write_page("deploy", PAGE)
             mem.write_page("deploy", PAGE + b"\nOne more step.\n")
             async with Client(build_server(mem)) as client:
