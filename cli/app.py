@@ -366,6 +366,7 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
         moment = as_of(mem, at, seq)
         path = mem.named_file(path, moment)
         text = mem.show(path, moment)
+        binary = mem.binary_file(path, moment) if text is not None and text.startswith("<") else None
         if text is None and at is None and seq is None:
             from projections.history import history
 
@@ -375,7 +376,13 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
                      "shows it as it was")
     if text is None:
         fail(f"{path} did not exist then" if at or seq is not None else f"{path} does not exist")
-    sys.stdout.write(text)
+    if binary is not None and not sys.stdout.isatty():
+        sys.stdout.flush()
+        sys.stdout.buffer.write(binary)
+        return
+    sys.stdout.write(text if binary is None else text + "\n")
+    if binary is not None:
+        said_on_stderr(f"{path} is not text: `mem show {path} > FILE` writes its {len(binary):,} bytes")
 
 
 @app.command()

@@ -971,6 +971,18 @@ class Memory:
         """Any file's text as of a seq: the wiki's, a shared layer's, or one in adf_files."""
         return audit.file_text(self.views, path, as_of)
 
+    def binary_file(self, path: str, as_of: int | None = None) -> bytes | None:
+        """The bytes of one of adf_files as of a seq when they are no UTF-8 text (which `file_text` shows as a
+        placeholder, `<100 bytes of image/png>`), else None."""
+        row = None if self.views.file_text(path, as_of) is not None else self.views.file(path, as_of)
+        if row is None:
+            return None
+        try:
+            bytes(row[1]).decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(row[1])
+        return None
+
     def events(self, *, kinds=None, layers=None, since_ms: int | None = None, limit: int | None = None) -> list[Event]:
         """Events oldest first, filtered; with `limit`, the newest `limit` of them."""
         for layer in layers or ():

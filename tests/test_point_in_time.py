@@ -153,3 +153,15 @@ def test_a_file_is_named_as_a_shell_completes_it(history):
     for outside, says in (("../x.md", b"leads out of the workspace"), ("/etc/hostname", b"is not in the workspace")):
         result = show(workspace, outside)
         assert result.returncode == 1 and says in result.stderr and result.stderr.count(b"\n") == 1, result.stderr
+
+
+def test_show_writes_a_binary_files_bytes_to_a_pipe_as_they_were(workspace, tmp_path):
+    """Regression: `mem show notes/logo.png > logo.png` wrote the placeholder `<9 bytes of image/png>`, exit 0."""
+    first, second = b"\x89PNG\r\n\x1a\n\x00", b"\x89PNG\r\n\x1a\n\xff\xfe"
+    for number, data in enumerate((first, second)):
+        (tmp_path / f"{number}.png").write_bytes(data)
+        run_mem("-w", workspace, "file", "write", "notes/logo.png", "--file", tmp_path / f"{number}.png", check=True)
+    assert show(workspace, "notes/logo.png").stdout == second
+    assert show(workspace, "notes/logo.png", "--seq", "1").stdout == first
+    with Memory.open(workspace) as memory:  # a tool that answers in text still gets the placeholder
+        assert memory.file_text("notes/logo.png") == "<10 bytes of image/png>"
