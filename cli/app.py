@@ -511,14 +511,20 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
             typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a `replay --to`, or a command cut off): "
                        "caught them up first")
         typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
-        for line in report.differences:
+        lines = [*report.differences,
+                 *(f"file {path} not yet written (the next command writes it)" for path in report.not_yet_written)]
+        for line in lines[:CHECK_LINES]:
             typer.echo(f"  {line}")
-        for path in report.not_yet_written:
-            typer.echo(f"  file {path} not yet written (the next command writes it)")
+        if len(lines) > CHECK_LINES:
+            typer.echo(f"  ... and {len(lines) - CHECK_LINES:,} more (`mem replay --check --json` lists them all)")
         raise typer.Exit(0 if report.same else 1)
     typer.echo(f"replayed {event_count(report.events)}; views at seq {report.checkpoint}; "
                f"{len(report.files.written)} files written, {len(report.files.removed)} removed")
     typer.echo(f"note: {UNVERIFIED}", err=True)
+
+
+CHECK_LINES = 20
+"""The most differences `mem replay --check` prints (a workspace whose files were all deleted has thousands)."""
 
 
 @app.command()

@@ -292,6 +292,14 @@ def check(memory, *, progress=None) -> CheckReport:
             views.close()
 
 
+def _file_difference(on_disk: Path, rebuilt: Path, path: str, edited: bool) -> str:
+    if not on_disk.exists():
+        return f"file {path} is missing (`mem replay` writes it)"
+    if not rebuilt.exists():
+        return f"file {path} is not in a rebuild" + (" (edited by hand)" if edited else "")
+    return f"file {path} differs from a rebuild" + (" (edited by hand)" if edited else "")
+
+
 def _compare(memory, live: _Moment, views: Views, out: Path, behind: int | None) -> CheckReport:
     with views.transaction():
         views.written.track(views.paths())
@@ -305,8 +313,8 @@ def _compare(memory, live: _Moment, views: Views, out: Path, behind: int | None)
                 differences.append(path)
     moved_on = _file_state(memory.views)  # read after the files: a file rewritten since `live` changed its row
     edited = set(hand_edited(memory.views, memory.root, differences))
-    said = [f"file {path} differs from a rebuild" + (" (edited by hand)" if path in edited else "")
-            for path in differences if path in edited or moved_on.get(path) == live.written.get(path)]
+    said = [_file_difference(memory.root / path, out / path, path, path in edited) for path in differences
+            if path in edited or moved_on.get(path) == live.written.get(path)]
     theirs = views.digests()
     said += [f"view table {table} differs from a rebuild" for table in live.tables if live.tables[table] != theirs[table]]
     views.db.execute("BEGIN")

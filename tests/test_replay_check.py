@@ -208,6 +208,24 @@ def test_a_check_says_a_hand_edit_is_one(searchable):
     assert checked.stdout.decode().splitlines()[1:] == ["  file mind/deploy.md differs from a rebuild (edited by hand)"]
 
 
+def test_a_check_says_a_missing_file_is_missing_and_lists_at_most_twenty(workspace):
+    """Regression: with the wiki's files deleted, each was 'differs from a rebuild', and all 1,100 of a large wiki were
+    printed; --json still lists them all."""
+    with Memory.open(workspace) as memory:
+        for number in range(30):
+            memory.write_page(f"p{number:02}", PAGE)
+    for path in (workspace / "mind").iterdir():
+        path.unlink()
+    checked = run_mem("-w", workspace, "replay", "--check")
+    lines = checked.stdout.decode().splitlines()
+    assert checked.returncode == 1 and len(lines) == 22, lines
+    assert lines[1:3] == ["  file mind/log.md is missing (`mem replay` writes it)",
+                          "  file mind/p00.md is missing (`mem replay` writes it)"]
+    assert lines[-1] == "  ... and 11 more (`mem replay --check --json` lists them all)"
+    every = json.loads(run_mem("-w", workspace, "replay", "--check", "--json").stdout)["differences"]
+    assert len(every) == 31 and every[-1] == "file mind/p29.md is missing (`mem replay` writes it)"
+
+
 def test_status_with_the_views_lost_tells_no_hand_edit(searchable):
     """Regression: with views.db gone, `mem status` listed mind.md and mind/log.md as edited by hand (advising
     `mem adopt`, which found nothing edited) and every page as untracked: views that know no file judge none."""

@@ -152,7 +152,7 @@ def test_a_replay_killed_anywhere_after_its_fold_leaves_the_old_views_or_the_new
         with Memory.open(workspace) as memory:  # the views in place open, whole, and agree with the log
             assert memory.views.checkpoint() == checkpoint and memory.views.dump() == before
             report = check(memory)  # but for the file taken away, unless the new views owe it
-            assert set(report.differences) <= {"file mind/page-7.md differs from a rebuild"}
+            assert set(report.differences) <= {"file mind/page-7.md is missing (`mem replay` writes it)"}
         assert b"replayed 6000 events" in run_mem("-w", workspace, "replay", check=True).stdout
         assert not rebuild.exists() and not Path(f"{rebuild}-fold").exists()
         assert snapshot(workspace) == files
