@@ -886,6 +886,11 @@ class Memory:
                 write_atomic(file, self.views.file_chunks(path, as_of))
         except (NotADirectoryError, FileExistsError) as exc:
             raise InvalidInput(f"{exc.filename}: a file stands where a directory must be") from None
+        except IsADirectoryError as exc:
+            raise InvalidInput(f"{exc.filename2 or exc.filename}: a directory stands where the checkout writes a file"
+                               ) from None
+        except OSError as exc:
+            raise StorageFailure(f"{target}: the checkout cannot be written there ({exc.strerror or exc})") from None
         return Checkout(written=paths, left=left, more_left=more_left)
 
     # --- reads: what the CLI prints ---------------------------------------------------------------

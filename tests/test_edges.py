@@ -476,3 +476,14 @@ def test_a_directory_or_file_in_a_views_way_is_named_and_replay_writes_it_once_m
     (written / "moved").rename(written / "memory")
     run_mem("replay", "-w", written, check=True)
     assert page.is_file() and (written / "memory" / "decisions.md").is_file()
+
+
+def test_a_checkout_that_cannot_be_written_is_one_line_naming_why(written, tmp_path):
+    """Regression: a directory at a page's path, or a target the system refuses, was a bare `[Errno 21]` or
+    `[Errno 2]` line."""
+    (tmp_path / "out" / "mind" / "deploy.md").mkdir(parents=True)
+    line = refused(run_mem("checkout", tmp_path / "out", "--force", "-w", written))
+    assert line.endswith("/out/mind/deploy.md: a directory stands where the checkout writes a file"), line
+    line = refused(run_mem("checkout", "/proc/mindlog-checkout", "-w", written))
+    assert line == ("error: /proc/mindlog-checkout: the checkout cannot be written there (No such file or "
+                    "directory)"), line
