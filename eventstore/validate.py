@@ -40,7 +40,11 @@ def slug(value: str) -> str:
     if "\x00" in value:
         raise UnsafePath(f"slug {original!r} contains a NUL byte")
     if value.lower() in RESERVED_SLUGS or value.split(".")[0].lower() in RESERVED_SLUGS:
-        raise UnsafePath(f"slug {value!r} is reserved (mind/{value}.md is not a page)")
+        name = value.split(".")[0].lower()
+        why = (f"{name!r} is a name Windows keeps for a device" if name in DEVICE_NAMES else
+               "mind/log.md is the wiki's change log and mind.md its index, so no page, in the wiki or a pages layer, "
+               "takes the names log, index or mind")
+        raise UnsafePath(f"slug {value!r} is reserved: {why}")
     if len(value) > 120:
         raise UnsafePath(f"slug {value[:20]!r}... is longer than 120 characters")
     if not _SLUG.match(value):

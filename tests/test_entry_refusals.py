@@ -64,6 +64,17 @@ def entry_ids(workspace) -> list[str]:
     return [entry["id"] for entry in json.loads(listed.stdout)]
 
 
+def test_a_reserved_slug_in_a_pages_layer_says_why_for_every_layer(shared, tmp_path):
+    """Regression: `page write log --layer drafts` said `(mind/log.md is not a page)`, of a page in content/drafts/."""
+    (tmp_path / "p.md").write_bytes(PAGE)
+    for slug, why in (("log", "mind/log.md is the wiki's change log and mind.md its index, so no page, in the wiki or "
+                               "a pages layer, takes the names log, index or mind"),
+                      ("nul.x", "'nul' is a name Windows keeps for a device")):
+        result = run_mem("page", "write", slug, "--layer", "drafts", "--file", tmp_path / "p.md", "-w", shared)
+        assert result.returncode == 1 and result.stderr.decode() == f"error: slug {slug!r} is reserved: {why}\n"
+    assert log_rows(shared) == []
+
+
 def test_the_18_characters_an_entries_file_shows_name_the_entry_to_reverse_and_to_redact(shared):
     """The file cuts ids to 18 characters; what it shows must be enough to reverse or redact that entry."""
     assert run_mem("entry", "add", "insights", "[DECISION] ship on friday", "-w", shared).returncode == 0
