@@ -388,8 +388,8 @@ def _came_again(counts, own: str) -> list[str]:
 def _skipped_lines(report) -> None:
     """The files a pull left as edited by hand, but those the command's opening refresh warned of already."""
     for path in sorted(set(report.skipped) - state["refused"]):
-        if path in report.moved:
-            typer.echo(f"not written: {path} was edited by hand, but {report.moved[path]}", err=True)
+        if path in report.not_adoptable:
+            typer.echo(f"not written: {path} was edited by hand, but {report.not_adoptable[path]}", err=True)
         else:
             typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
                        "`mem status` lists it", err=True)
@@ -538,8 +538,8 @@ def shared_page_list(layer: str, json: bool) -> None:
 
 
 def _not_written_note(report, path: str) -> str:
-    if path in report.moved:
-        return f"  (edited by hand, but {report.moved[path]})"
+    if path in report.not_adoptable:
+        return f"  (edited by hand, but {report.not_adoptable[path]})"
     return "  (a newer version waits; `mem adopt` keeps the edit)"
 
 

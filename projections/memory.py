@@ -419,10 +419,26 @@ class Memory:
         adopt = "call the adopt tool" if tools else "`mem adopt`"
         return f"layer {layer} moved to {spec.path}: copy the edit to {now}, then {adopt}"
 
-    def moved_hints(self, paths) -> dict[str, str]:
-        """moved_hint of each of these files whose layer moved away or was dropped."""
-        hints = {path: self.moved_hint(path) for path in paths}
-        return {path: hint for path, hint in hints.items() if hint is not None}
+    def not_adoptable(self, paths) -> dict[str, str]:
+        """Of these hand-edited files that a pull or refresh left unwritten, those `mem adopt` cannot take, each with
+        what becomes of the edit: a file whose layer moved away or was dropped (moved_hint), and a file derived from
+        the log alone (mind/log.md, an entries layer's file), which only its deletion lets be written again."""
+        hints = {}
+        for path in paths:
+            hint = self.moved_hint(path)
+            if hint is None and self._derived(path):
+                hint = ("it is derived from the log and cannot be adopted: delete it to have it written again"
+                        + (" (`mem entry add` adds an entry)" if path != LOG_PATH else ""))
+            if hint is not None:
+                hints[path] = hint
+        return hints
+
+    def _derived(self, path: str) -> bool:
+        """mind/log.md, or the file of an entries layer."""
+        if path == LOG_PATH:
+            return True
+        target = self.views.shared_target(path) if self.views.contract and path != MIND_PATH else None
+        return target is not None and target[1] is None
 
     def keep_hint(self, path: str, *, tools: bool = False) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is; `tools`: in the words

@@ -157,7 +157,7 @@ class PullReport(msgspec.Struct):
     skipped: list[str] = []
     rejected: list[Rejected] = []
     already_held: int = 0
-    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away or dropped -> what of the edit
+    not_adoptable: dict[str, str] = {}  # skipped files `mem adopt` cannot take -> what of the edit (Memory.not_adoptable)
     restarted: bool = False  # the hub had lost events this workspace pulled: this pull began again before them
 
 
@@ -912,7 +912,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
                       already_held=tally.already_held, restarted=tally.restarted,
-                      moved=memory.moved_hints(tally.skipped))
+                      not_adoptable=memory.not_adoptable(tally.skipped))
 
 
 class _Tally:

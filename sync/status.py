@@ -39,7 +39,7 @@ class RemoteStatus(msgspec.Struct):
 class SyncStatus(WorkspaceStatus):
     conflicts: list[Conflict] = []
     skipped: list[str] = []  # files a newer version could not be written to: edited by hand
-    moved: dict[str, str] = {}  # skipped files whose layer a contract change moved away or dropped -> what of the edit
+    not_adoptable: dict[str, str] = {}  # skipped files `mem adopt` cannot take -> what of the edit (Memory.not_adoptable)
     remotes: list[RemoteStatus] = []
     not_received: dict[str, str] = {}  # layer -> its path: in the hub's contract, not consumed, yet on disk (frozen)
     not_taken: dict[str, str] = {}  # layer -> why: the hub's layers a local layer shadows (Memory.not_taken)
@@ -55,7 +55,7 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
     remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)
                for remote in load_remotes(memory).values()]
     return SyncStatus(**msgspec.structs.asdict(base), conflicts=conflicts, skipped=skipped,
-                      moved=memory.moved_hints(skipped), remotes=remotes,
+                      not_adoptable=memory.not_adoptable(skipped), remotes=remotes,
                       not_received=not_received(memory), not_taken=memory.not_taken())
 
 

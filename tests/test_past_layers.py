@@ -205,3 +205,29 @@ def test_a_hand_edit_left_behind_by_a_dropped_layer_is_told_it_has_nowhere_to_go
     refused = team.mem("alice", "adopt")
     assert refused.returncode == 1 and f"memory/ops.md: {why}" in out(refused) + refused.stderr.decode()
     assert (tmp_path / "alice/memory/ops.md").read_text().endswith("A HAND EDIT\n")
+
+
+def test_a_hand_edited_entries_file_is_not_sent_to_mem_adopt(tmp_path):
+    """Regression: pull and status said `mem adopt` keeps the edit of an entries layer's file, and `mem adopt` then
+    refused it (an entries file is derived from its entries)."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: Staging first", check=True)
+        team.mem("writer", "push", check=True)
+        team.mem("reviewer", "pull", check=True)
+        with open(tmp_path / "reviewer/memory/insights.md", "a") as edited:
+            edited.write("[FACT] 2026-11-02: A HAND EDIT\n")
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-03: Then prod", check=True)
+        team.mem("writer", "push", check=True)
+        pulled = team.mem("reviewer", "pull", check=True).stderr.decode()
+        why = ("it is derived from the log and cannot be adopted: delete it to have it written again (`mem entry add` "
+               "adds an entry)")
+        assert f"not written: memory/insights.md was edited by hand, but {why}\n" in pulled, pulled
+        assert "mem adopt" not in pulled, pulled
+        status = out(team.mem("reviewer", "status", check=True))
+        assert f"not written:     memory/insights.md  (edited by hand, but {why})" in status, status
+        (tmp_path / "reviewer/memory/insights.md").unlink()
+        team.mem("reviewer", "pull", check=True)
+        assert "Then prod" in (tmp_path / "reviewer/memory/insights.md").read_text()
+    finally:
+        team.stop()
