@@ -30,6 +30,9 @@ def shared(workspace):
     ("[FACT] 2026-11-01:", "the entry has no content after its date: write `[FACT] 2026-11-01: content`"),
     ("[LESSON] 2026-11-01:   ", "the entry has no content after its date"),
     ("[FACT]", "the entry has no content after its type: write `[FACT] YYYY-MM-DD: content`"),
+    # regressions: the lines were joined into one, silently
+    ("[FACT] 2026-11-01: line one\nline two", "the entry holds a line break, and an entry is one line: join its lines"),
+    ("[FACT] line one\u2028line two", "the entry holds a line break"),
 ])
 def test_bad_entries_are_refused(shared, text, says):
     before = log_rows(shared)
