@@ -23,7 +23,7 @@ from eventstore.errors import (Damaged, HandEdited, InvalidInput, NotFound, Stal
                                is_damaged, storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import full_disk, read_only
-from eventstore.kinds import KINDS, AlwaysAdd, AlwaysRemove, ContractChange
+from eventstore.kinds import CONFIG_KEY_PREFIXES, KINDS, AlwaysAdd, AlwaysRemove, ContractChange, Redacted
 from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
@@ -1079,6 +1079,21 @@ class Memory:
     def local_layers(self) -> set[str]:
         """The names of the layers this agent declared for itself: never pushed, never taken from a hub."""
         return self.views.local_layers()
+
+    def once_local(self) -> dict[str, list[tuple[int, int]]]:
+        """The layers this agent declared for itself and then un-declared by redacting the declaration, each with the
+        seq spans (declaration, redaction) in which it was the agent's own: what it wrote to the layer then stays its
+        own for good, never pushed, though a hub layer of that name is now taken (a push that went by the
+        declarations in force shipped those entries)."""
+        spans: dict[str, list[tuple[int, int]]] = {}
+        prefix = CONFIG_KEY_PREFIXES[0]
+        for event in self.log.read(kinds=["config.set"], layers=[AGENT], agent=self.config.agent):
+            key = event.body.kept.get("key") if type(event.body) is Redacted else None
+            if isinstance(key, str) and key.startswith(prefix):
+                redaction = self.log.get(event.body.by)
+                ended = redaction.seq if redaction is not None and redaction.seq is not None else self.log.head() + 1
+                spans.setdefault(key.removeprefix(prefix), []).append((event.seq, ended))
+        return spans
 
     def not_taken(self) -> dict[str, str]:
         """The hub's layers (as last pulled) a local layer shadows, each with why (`local_layers.shadowed`): this

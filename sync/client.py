@@ -646,11 +646,18 @@ def _waiting(memory, remote: Remote) -> list[Waiting]:
     if not layers:
         return []
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
-    came = CameFromHub(memory, remote.name)
+    came, once_local = CameFromHub(memory, remote.name), memory.once_local()
     return [Waiting(layer, uuid_text(id), refusal(contract, agent, layer, kind, contract.layers[layer].scan_secrets
                                                  and secrets_allowed(codec, body)))
             for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
-            memory.log.read_rows(after=cursor, layers=layers, agent=agent) if seq not in came]
+            memory.log.read_rows(after=cursor, layers=layers, agent=agent)
+            if seq not in came and not written_local(once_local, layer, seq)]
+
+
+def written_local(once_local: dict[str, list[tuple[int, int]]], layer: str, seq: int) -> bool:
+    """Whether the event at `seq` in `layer` was written while the layer was this agent's own (Memory.once_local)."""
+    spans = once_local.get(layer)
+    return spans is not None and any(start < seq < end for start, end in spans)
 
 
 def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
@@ -779,7 +786,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     shared = sorted((set(contract.layers) | set(known.layers if known else ())) - local)
     key, held_key = f"push:{remote.name}", _held_key(remote)
     cursor = int(memory.log.state(key) or 0)
-    came = CameFromHub(memory, remote.name)
+    came, once_local = CameFromHub(memory, remote.name), memory.once_local()
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
@@ -799,11 +806,13 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             progress(len(events))
         return events[-1].id
 
-    retried = [e for e in map(memory.log.get_by_seq, held) if e.layer not in local]  # older versions held local layers' events
+    retried = [e for e in map(memory.log.get_by_seq, held)  # older versions held local layers' events
+               if e.layer not in local and not written_local(once_local, e.layer, e.seq)]
     if shared:
         check_ingests(memory, [*(e for e in retried if pushable(contract, agent, e)),
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
-                                 if pushable(contract, agent, e) and e.seq not in came)],
+                                 if pushable(contract, agent, e) and e.seq not in came
+                                 and not written_local(once_local, e.layer, e.seq))],
                       cursor, came)
     acknowledged = send([_outgoing(e) for e in checked([e for e in retried if pushable(contract, agent, e)])])
     held = [e.seq for e in retried if not pushable(contract, agent, e)]
@@ -827,7 +836,8 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
             if read:
                 batch = [e for e in read if e.seq not in came  # a redaction of a layer left: its own copy's
-                         and not (e.kind == "redaction" and left(contract, agent, e.layer))]
+                         and not (e.kind == "redaction" and left(contract, agent, e.layer))
+                         and not written_local(once_local, e.layer, e.seq)]
                 outgoing = [e for e in batch if pushable(contract, agent, e) and e.id not in sent_ahead]
                 if len(read) == BATCH:  # more may follow in another request
                     ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)

@@ -193,6 +193,34 @@ def test_a_local_layer_never_leaves_even_when_the_hub_gets_a_layer_of_its_name(t
         team.stop()
 
 
+def test_entries_written_to_a_local_layer_stay_local_after_its_declaration_is_redacted(tmp_path):
+    """Regression (nc13b): `mem redact` of the layer's `config.set layers.journal` un-declared it; once the hub's
+    contract had a layer of that name, status said "1 to push" and the push sent the private entry to every
+    consumer. What is written to the hub's layer after the redaction is pushed as any producer's."""
+    from teamhub import CONTRACT, Team
+
+    team = Team(tmp_path, agents=("carol", "bob"))
+    try:
+        team.mem("carol", "layer", "add", "journal", "memory/journal.md", check=True)
+        team.mem("carol", "entry", "add", "journal", "[FACT] 2026-11-06: CAROL PRIVATE entry", check=True)
+        team.apply(CONTRACT + '\n[layers.journal]\npath = "team/journal.md"\nformat = "entries"\n'
+                   'producers = ["carol"]\nconsumers = ["bob", "carol"]\n')
+        team.mem("carol", "pull", check=True)
+        team.mem("carol", "redact", "1", "--reason", "undeclare the local layer", "--yes", check=True)
+        status = json.loads(team.mem("carol", "status", "--json", check=True).stdout)
+        assert status["remotes"][0]["unpushed"] == 0, status["remotes"]
+        assert b"pushed 0 events" in team.mem("carol", "push", check=True).stdout
+        team.mem("carol", "entry", "add", "journal", "[FACT] 2026-11-07: for the team", check=True)
+        assert b"pushed 1 event" in team.mem("carol", "push", check=True).stdout
+        team.mem("bob", "pull", check=True)
+        text = (tmp_path / "bob/team/journal.md").read_text()
+        assert "for the team" in text and "PRIVATE" not in text, text
+        for stored in tmp_path.glob("hub.db*"):
+            assert b"PRIVATE" not in stored.read_bytes(), stored
+    finally:
+        team.stop()
+
+
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
