@@ -94,10 +94,20 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     root = memory.root
     views = memory.views
     edited = set(hand_edited(views, root)) | set(untracked(views, root))
+    for path in sorted(path for path in edited if (root / path).is_dir()):  # `mkdir mind/x.md`: nothing to read
+        edited.discard(path)
+        report.refused[path] = "a directory, not a page"
     missing = [p for p in views.paths() if slug_of(p) and not (root / p).exists()]
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]
     progress(0, total=len(edited) + len(missing) + len(shared_missing))
+    if MIND_PATH in edited:  # first: the renames and pages adopted next rewrite mind.md
+        progress(1)
+        try:
+            _adopt_always(memory, (root / MIND_PATH).read_text(encoding="utf-8", errors="replace"), report,
+                          allow_secret)
+        except MemError as exc:
+            report.refused[MIND_PATH] = explain(exc)
     for old, new in _moved(views, root, missing, edited).items():
         edited.discard(new)
         missing.remove(old)
@@ -110,13 +120,6 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         else:
             report.renamed[old] = new
         progress(2)
-    if MIND_PATH in edited:  # first: the pages adopted next rewrite mind.md
-        progress(1)
-        try:
-            _adopt_always(memory, (root / MIND_PATH).read_text(encoding="utf-8", errors="replace"), report,
-                          allow_secret)
-        except MemError as exc:
-            report.refused[MIND_PATH] = explain(exc)
     batch = _Batch(memory, report, progress, allow_secret, explain=explain)
     for path in sorted(edited - {MIND_PATH}):
         shared = views.shared_target(path) if views.contract else None

@@ -21,15 +21,31 @@ class FileReport(msgspec.Struct):
     refused: list[str] = []
 
 
-def in_the_way(path: Path, error: OSError) -> UnsafePath:
-    """The one-line refusal for a view's path that something else holds: a directory where the file goes, or a
-    file where one of its folders goes (open() says only `[Errno 21] Is a directory`)."""
+class InTheWay(UnsafePath):
+    """Something else holds a view's path: a directory where the file goes, or a file where one of its folders
+    goes (open() says only `[Errno 21] Is a directory`)."""
+
+
+def in_the_way(path: Path, error: OSError) -> InTheWay:
     if isinstance(error, IsADirectoryError):
-        return UnsafePath(f"{path} is a directory where mindlog writes a file; move it away (`mem replay` then "
-                          "writes the file)")
+        return InTheWay(f"{path} is a directory where mindlog writes a file; move it away (`mem replay` then "
+                        "writes the file)")
     blocking = next((parent for parent in path.parents if parent.is_file()), path.parent)
-    return UnsafePath(f"{blocking} is a file where mindlog needs a folder (for {path.name}); move it away (`mem replay` "
-                      "then writes the files)")
+    return InTheWay(f"{blocking} is a file where mindlog needs a folder (for {path.name}); move it away (`mem replay` "
+                    "then writes the files)")
+
+
+def refuse_in_the_way(root: Path, path: str) -> None:
+    """Refuses, before anything is recorded, a write whose file could not be written: `in_the_way`'s two cases,
+    for a file mindlog has not written yet too (one it wrote is caught by its hash as the write checks it)."""
+    target = root / path
+    if target.is_dir() and not target.is_symlink():
+        raise in_the_way(target, IsADirectoryError())
+    for parent in target.parents:
+        if parent == root:
+            break
+        if parent.is_file():
+            raise in_the_way(target, NotADirectoryError())
 
 
 def file_hash(path: Path) -> str | None:

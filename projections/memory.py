@@ -34,8 +34,8 @@ from . import audit, local_layers, trust
 from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
-from .materialize import (FileReport, hand_edited, materialize, record_adopted, remove_stale_temp_files, write_atomic,
-                          written_hash)
+from .materialize import (FileReport, InTheWay, hand_edited, materialize, record_adopted, refuse_in_the_way,
+                          remove_stale_temp_files, write_atomic, written_hash)
 from .replay import remove_leftovers, replay
 from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
@@ -350,6 +350,7 @@ class Memory:
             events = [self.admit(event, allow_secret) for event in events]
         for path in touches:
             validate.inside_workspace(self.root, path)
+            refuse_in_the_way(self.root, path)
         with self.lock():
             self.witnesses()  # views the log cannot have given are folded onto by nothing, this append's included
             if not force:
@@ -387,15 +388,26 @@ class Memory:
         trust.admit(self, event)
         return event
 
-    def follow(self, *, force: bool = False, files: bool = True) -> None:
-        """Refreshes after a committed append; a storage failure leaves the event standing and sets `behind`."""
+    def follow(self, *, force: bool = False, files: bool = True) -> FileReport:
+        """Refreshes after a committed append; a storage failure, or a file something else stands in the way of,
+        leaves the events standing and sets `behind`."""
         try:
-            self.refresh(force=force, files=files)
-        except storage_exceptions() as exc:
+            return self.refresh(force=force, files=files)
+        except (*storage_exceptions(), InTheWay) as exc:
             self._fell_behind(exc)
+            return FileReport()
+
+    def refresh_or_behind(self) -> FileReport:
+        """`refresh` after events were recorded elsewhere (a pull): a file something else stands in the way of is
+        told in `behind`, the events staying recorded, not as the command's failure."""
+        try:
+            return self.refresh()
+        except InTheWay as exc:
+            self._fell_behind(exc)
+            return FileReport()
 
     def _fell_behind(self, exc: BaseException) -> None:
-        why = self.ws.damage(exc) or storage_failure(exc)
+        why = exc if isinstance(exc, InTheWay) else self.ws.damage(exc) or storage_failure(exc)
         self.behind = f"recorded, but the views and files are behind the log ({why}); they catch up at the next command"
 
     def hand_edited_message(self, paths: list[str], *, tools: bool = False) -> str:

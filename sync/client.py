@@ -699,7 +699,7 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
             break
         at = page.cursor
     if fold:
-        tally.skipped.update(memory.refresh().refused)
+        tally.skipped.update(memory.refresh_or_behind().refused)
 
 
 def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> ContractResponse:
@@ -918,7 +918,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 break
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
-    tally.skipped.update(memory.refresh().refused)
+    tally.skipped.update(memory.refresh_or_behind().refused)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
                       already_held=tally.already_held, restarted=tally.restarted,
@@ -1048,7 +1048,7 @@ class _Tally:
         self.already_held += len(held) - returned
         self.advance(position)
         if events and not page.more and fold:
-            self.skipped.update(memory.refresh().refused)  # once caught up: a burst renders its files once
+            self.skipped.update(memory.refresh_or_behind().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
             self.on_batch(PulledBatch(pulled=len(fresh), returned=returned, position=position,
                                       already_held=len(held) - returned))

@@ -79,6 +79,31 @@ def test_what_cannot_be_adopted_is_left_and_reported(workspace):
     assert (workspace / "mind/deploy.md").read_text() == "no frontmatter any more\n"
 
 
+def test_a_directory_in_mind_is_left_and_the_pages_beside_it_adopted(workspace):
+    """Regression (nc13b): one `mkdir mind/dir.md` failed the whole of `mem adopt`, saying mindlog writes a file
+    there (it writes none: the directory is no page)."""
+    (workspace / "mind/new.md").write_bytes(PAGE)
+    (workspace / "mind/dir.md").mkdir()
+    result = run_mem("-w", workspace, "adopt")
+    assert result.returncode == 1 and result.stdout.decode().splitlines() == [
+        "adopted mind/new.md", "left mind/dir.md: a directory, not a page"], result
+    assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
+
+
+def test_a_page_moved_by_hand_and_an_always_line_edited_are_adopted_in_one_run(workspace):
+    """Regression (nc13a): the rename came first and was left, mind.md being edited by hand ("`mem adopt` records its
+    `## Always` lines"), though the same run adopted mind.md just after; a second run did the rename."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "p", "--file", page, check=True)
+    run_mem("-w", workspace, "always", "add", "line one", check=True)
+    (workspace / "mind/p.md").rename(workspace / "mind/q.md")
+    (workspace / "mind.md").write_text((workspace / "mind.md").read_text().replace("line one", "line ONE"))
+    said = run_mem("-w", workspace, "adopt", check=True).stdout.decode().splitlines()
+    assert said == ["adopted mind.md", "adopted mind/p.md -> mind/q.md (a rename)"], said
+    assert run_mem("-w", workspace, "status", check=True).stdout.decode().strip().endswith("what the log says")
+
+
 def test_a_page_deleted_by_hand_is_not_adopted_over_a_hand_edit_of_mind_md_or_the_log(workspace):
     """Regression: the deletion was recorded and mind.md and mind/log.md rewritten over their hand edits (a delete was
     adopted with force), and `mem status` then said clean. It is left as a new or changed page is, the edits kept."""

@@ -487,3 +487,21 @@ def test_a_checkout_that_cannot_be_written_is_one_line_naming_why(written, tmp_p
     line = refused(run_mem("checkout", "/proc/mindlog-checkout", "-w", written))
     assert line == ("error: /proc/mindlog-checkout: the checkout cannot be written there (No such file or "
                     "directory)"), line
+
+
+def test_a_write_whose_new_file_something_stands_in_the_way_of_is_refused_before_it_is_recorded(written):
+    """Regression (nc13b): with a directory at mind/y.md, `mem page write y` said `error:` and exit 1, yet had
+    recorded the page (so did a rename onto it, and the first entry of a layer whose folder is a file): a user
+    who tried again recorded it twice."""
+    (written / "mind" / "y.md").mkdir()
+    before = log_rows(written)
+    line = refused(run_mem("page", "write", "y", "-f", "-", "-w", written, input=PAGE))
+    assert line.endswith("/mind/y.md is a directory where mindlog writes a file; move it away (`mem replay` then "
+                         "writes the file)"), line
+    refused(run_mem("page", "rename", "deploy", "y", "-w", written), "mind/y.md is a directory")
+    run_mem("layer", "add", "notes", "notes/e.md", "-w", written, check=True)
+    (written / "notes").write_text("a file where the layer's folder goes")
+    before = log_rows(written)
+    refused(run_mem("entry", "add", "notes", "[FACT] 2026-11-01: x", "-w", written),
+            f"{written / 'notes'} is a file where mindlog needs a folder (for e.md)")
+    assert log_rows(written) == before

@@ -231,3 +231,24 @@ def test_a_hand_edited_entries_file_is_not_sent_to_mem_adopt(tmp_path):
         assert "Then prod" in (tmp_path / "reviewer/memory/insights.md").read_text()
     finally:
         team.stop()
+
+
+def test_a_pull_whose_file_a_directory_stands_in_the_way_of_records_the_events_and_says_so(tmp_path):
+    """Regression (nc13b): the pull recorded the events, then failed with `error:` and exit 1 (the README: an
+    append whose files cannot follow is recorded, and the command says the files are behind)."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        (tmp_path / "reviewer/memory/insights.md").mkdir(parents=True)
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: Staging first", check=True)
+        team.mem("writer", "push", check=True)
+        pulled = team.mem("reviewer", "pull")
+        assert pulled.returncode == 0 and pulled.stdout == b"pulled 1 event from origin\n", pulled
+        assert pulled.stderr.decode() == (
+            f"warning: recorded, but the views and files are behind the log ({tmp_path}/reviewer/memory/insights.md "
+            "is a directory where mindlog writes a file; move it away (`mem replay` then writes the file)); they "
+            "catch up at the next command\n")
+        (tmp_path / "reviewer/memory/insights.md").rmdir()
+        team.mem("reviewer", "pull", check=True)
+        assert "Staging first" in (tmp_path / "reviewer/memory/insights.md").read_text()
+    finally:
+        team.stop()
