@@ -281,7 +281,11 @@ def renamed_from(old: str) -> str:
 
 def entry_id(ref: str, found: list[str], where: str, purpose: str) -> str:
     """The one entry id of `found` (the ids starting with `ref`, at most two read): an entries file shows
-    ids cut to 18 characters, and that much names an entry as well as its whole id."""
+    ids cut to 18 characters, and that much names an entry as well as its whole id. An empty `ref` names none
+    (every id starts with it: it named a layer's only entry)."""
+    if not ref.strip():
+        raise InvalidInput(f"give the id of the entry {purpose or 'meant'} (or its start, as the layer's file shows it), "
+                           "not an empty text")
     if len(found) == 1:
         return found[0]
     if not found:

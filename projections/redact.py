@@ -47,6 +47,8 @@ def resolve(memory, refs: list[str]) -> list[Event]:
     """The events named by seqs or ids, in seq order; refuses any that is unknown or cannot be redacted."""
     found = {}
     for ref in refs:
+        if not ref.strip():  # the start of every entry's id: it named a layer's only entry
+            raise InvalidInput("an empty text names no event: give a seq, an event id or the start of an entry's id")
         event = (memory.log.get_by_seq(int(ref)) if ref.isdigit() else
                  memory.log.get(ref) if is_uuid(ref) else _entry(memory, ref))
         if (event is None or event.kind == "import.gap") and ref.isdigit():

@@ -55,6 +55,19 @@ def test_a_reversal_must_name_an_entry_of_the_layer(shared):
     assert log_rows(shared) == []
 
 
+def test_an_empty_reference_names_no_entry_to_reverse_or_redact(shared):
+    """Regression (nc13b): `--reverses ""` (every id starts with "") reversed the layer's only entry, and was pushed;
+    `mem redact ""` redacted it."""
+    run_mem("entry", "add", "insights", "[FACT] 2026-11-01: only one", "-w", shared, check=True)
+    before = log_rows(shared)
+    for command, says in ((("entry", "add", "insights", "[FACT] x", "--reverses", ""),
+                           "give the id of the entry to reverse (or its start, as the layer's file shows it)"),
+                          (("redact", "", "--reason", "r", "--yes"), "an empty text names no event")):
+        result = run_mem(*command, "-w", shared)
+        assert result.returncode == 1 and says in result.stderr.decode(), result.stderr
+    assert log_rows(shared) == before
+
+
 def test_a_long_slug_in_a_shared_layer_is_refused(shared, tmp_path):
     (tmp_path / "p.md").write_bytes(PAGE)
     result = run_mem("page", "write", "a" * 300, "--layer", "drafts", "--file", tmp_path / "p.md", "-w", shared)
