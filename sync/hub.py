@@ -33,6 +33,7 @@ from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
+from eventstore.recorder import TAGS, UNREDACTABLE
 from eventstore.redaction import reversal
 from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
 
@@ -221,8 +222,8 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                                "nothing of the batch was applied")
     if storage is not None:
         check_reversals(events, storage)
-        check_redaction_targets(events, storage)
         stored = stored_bodies(storage)
+        check_redaction_targets(events, stored)
         check_parents(events, stored)
         check_holds(events, storage, stored)
 
@@ -242,24 +243,26 @@ def check_reversals(events, storage: HubStorage) -> None:
                                field=f"events[{index}].body.{field}")
 
 
-def check_redaction_targets(events, storage: HubStorage) -> None:
-    """A redaction removes only events of its own layer: each target must be one, on the hub or in the batch
-    (one naming an unknown id, or another layer's event, would be taken and do nothing)."""
-    wanted = {target for event in events if type(event.body) is Redaction for target in event.body.target_ids}
-    if not wanted:
-        return
-    batch = {event.id: event.layer for event in events}
-    known = {**storage.layers_of(sorted(wanted - batch.keys())), **batch}
+def check_redaction_targets(events, stored: Callable[[str], tuple[str, object] | None]) -> None:
+    """A redaction removes only events of its own layer: each target must be one, on the hub or in the batch, and
+    one that can be redacted (not a redaction, itself included). One naming an unknown id, another layer's event or
+    a redaction would be taken and do nothing."""
+    batch = {event.id: (event.layer, event.body) for event in events}
     for index, event in enumerate(events):
         if type(event.body) is not Redaction:
             continue
         for at, target in enumerate(event.body.target_ids):
-            if known.get(target) != event.layer:
-                why = (f"redaction target {target} is an event of layer {known[target]!r}; a redaction in layer "
-                       f"{event.layer!r} removes only that layer's events" if target in known else
+            found = batch.get(target) or stored(target)
+            if found is None or found[0] != event.layer:
+                why = (f"redaction target {target} is an event of layer {found[0]!r}; a redaction in layer "
+                       f"{event.layer!r} removes only that layer's events" if found is not None else
                        f"there is no event {target} in layer {event.layer!r} to redact")
-                raise InvalidInput(f"event {event.id}: {why}; nothing of the batch was applied",
-                                   field=f"events[{index}].body.target_ids[{at}]")
+            elif TAGS.get(type(found[1])) in UNREDACTABLE:
+                why = f"redaction target {target} is a {TAGS[type(found[1])]} event, which cannot be redacted"
+            else:
+                continue
+            raise InvalidInput(f"event {event.id}: {why}; nothing of the batch was applied",
+                               field=f"events[{index}].body.target_ids[{at}]")
 
 
 def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | None]:

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import run_mem
 from eventstore.envelope import compute_digest, new_event
+from eventstore.redaction import body_hash, encode_body
 from eventstore.kinds import EntryAppend, PageUpdate, Redacted, Redaction
 from sync.storage import open_storage
 from teamhub import Team
@@ -54,11 +55,19 @@ def test_the_hub_refuses_a_hostile_redaction_or_stand_in_and_applies_nothing(tea
     team.mem("writer", "push", check=True)
     page = json.loads(team.mem("writer", "log", "--json", check=True).stdout)[-1]["id"]
     head = open_storage(str(team.db)).head()
+    itself = redaction([UUID])
+    itself.body.target_ids = [itself.id]
+    itself.digest = compute_digest(itself.id, itself.ts, itself.agent, itself.layer, "redaction",
+                                   body_hash(encode_body(itself.body)))
     refusals = [
         (redaction([entry, UUID]), "events[0].body.target_ids[1]",  # taken, as a redaction that removed nothing
          f"there is no event {UUID} in layer 'insights' to redact"),
         (redaction([page]), "events[0].body.target_ids[0]",
          f"redaction target {page} is an event of layer 'drafts'; a redaction in layer 'insights' removes only"),
+        (itself, "events[0].body.target_ids[0]",  # regressions (nc13b): taken, removing nothing
+         f"redaction target {itself.id} is a redaction event, which cannot be redacted"),
+        ([first := redaction([entry]), redaction([first.id])], "events[1].body.target_ids[0]",
+         f"redaction target {first.id} is a redaction event, which cannot be redacted"),
         (redaction(["nope"]), "events[0].body.target_ids", "'nope' in body.target_ids is not an event id"),
         (redaction([]), "events[0].body.target_ids", "a redaction names at least one event"),
         (redaction([entry, entry]), "events[0].body.target_ids", "a redaction names an event twice"),
@@ -80,7 +89,7 @@ def test_the_hub_refuses_a_hostile_redaction_or_stand_in_and_applies_nothing(tea
          "events[0].body.kept.reverses", f"there is no entry {UUID} in layer 'insights'"),
     ]
     for event, field, why in refusals:
-        answer = push(team, "writer", event)
+        answer = push(team, "writer", *(event if isinstance(event, list) else [event]))
         problem = answer.json()
         assert answer.status_code in (413, 422) and problem.get("field") == field and why in problem["detail"], \
             (field, answer.status_code, problem)
