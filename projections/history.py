@@ -59,7 +59,7 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
         return history(memory, older[0], older[1]) + versions if older else _moved_from(memory, path, tenure) + versions
     versions, last = [], None
     for event in _candidates(memory, path, head):
-        text = memory.show(path, event.seq)
+        text = _content(memory, path, event.seq)
         if text != last:
             versions.append(_version(path, event, text is None))
             last = text
@@ -147,11 +147,22 @@ def _page_of(doc: bytes) -> tuple[dict, str]:
     return page.frontmatter, page.text
 
 
+def _content(memory, path: str, seq: int) -> str | bytes | None:
+    """The file's text as of `seq`, or its bytes when it is not text (shown as `<9 bytes of image/png>`, two versions
+    of one size would read alike)."""
+    text = memory.show(path, seq)
+    binary = memory.binary_file(path, seq) if text is not None and text.startswith("<") else None
+    return text if binary is None else binary
+
+
 def diff(memory, path: str, a: int, b: int) -> str:
     """A unified diff of `path` between seqs a and b (missing at one of them, it reads as empty; missing at
     both, it is refused: most likely a mistyped path, which would otherwise diff as nothing changed)."""
-    old, new = memory.show(path, a), memory.show(path, b)
+    old, new = _content(memory, path, a), _content(memory, path, b)
     if old is None and new is None:
         raise NotFound(f"{path} exists at neither moment (seq {a}, seq {b})")
+    if isinstance(old, bytes) or isinstance(new, bytes):
+        sides = [side.encode() if isinstance(side, str) else side or b"" for side in (old, new)]
+        return "" if sides[0] == sides[1] else f"Binary files {path}@{a} and {path}@{b} differ\n"
     old, new = old or "", new or ""
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}@{a}", f"{path}@{b}"))

@@ -1,6 +1,7 @@
 """`mem show --at/--seq`, `checkout` and `diff`: any file as of any moment, by index lookup."""
 
 import datetime as dt
+import json
 import time
 
 import pytest
@@ -157,7 +158,7 @@ def test_a_file_is_named_as_a_shell_completes_it(history):
 
 def test_show_writes_a_binary_files_bytes_to_a_pipe_as_they_were(workspace, tmp_path):
     """Regression: `mem show notes/logo.png > logo.png` wrote the placeholder `<9 bytes of image/png>`, exit 0."""
-    first, second = b"\x89PNG\r\n\x1a\n\x00", b"\x89PNG\r\n\x1a\n\xff\xfe"
+    first, second = b"\x89PNG\r\n\x1a\n\x00\xfe", b"\x89PNG\r\n\x1a\n\xff\xfe"
     for number, data in enumerate((first, second)):
         (tmp_path / f"{number}.png").write_bytes(data)
         run_mem("-w", workspace, "file", "write", "notes/logo.png", "--file", tmp_path / f"{number}.png", check=True)
@@ -165,3 +166,8 @@ def test_show_writes_a_binary_files_bytes_to_a_pipe_as_they_were(workspace, tmp_
     assert show(workspace, "notes/logo.png", "--seq", "1").stdout == first
     with Memory.open(workspace) as memory:  # a tool that answers in text still gets the placeholder
         assert memory.file_text("notes/logo.png") == "<10 bytes of image/png>"
+    # regressions (nc13b): two versions of one size read as one placeholder: no difference, one version
+    diffed = run_mem("-w", workspace, "diff", "notes/logo.png", "--from", "seq:1", "--to", "seq:2", check=True)
+    assert diffed.stdout == b"Binary files notes/logo.png@1 and notes/logo.png@2 differ\n"
+    versions = json.loads(run_mem("-w", workspace, "history", "notes/logo.png", "--json", check=True).stdout)
+    assert [v["seq"] for v in versions] == [1, 2]
