@@ -128,6 +128,20 @@ def test_allow_secret_writes_it_and_the_event_records_that(workspace):
     assert AWS in (workspace / "mind.md").read_text()
 
 
+def test_an_always_line_allowed_with_a_secret_can_be_removed(workspace):
+    """Regression (nc13a): the removal carries the line's text, so the scan refused it, and `always remove` has no
+    --allow-secret; deleting the line from mind.md and `mem adopt --allow-secret` was refused too."""
+    for remove in (("always", "remove", "1"), ("adopt",)):
+        run_mem("--workspace", workspace, "always", "add", f"the key is {AWS}", "--allow-secret", check=True)
+        if remove == ("adopt",):
+            (workspace / "mind.md").write_text((workspace / "mind.md").read_text().replace(f"- the key is {AWS}\n", ""))
+        result = run_mem("--workspace", workspace, *remove)
+        assert result.returncode == 0, result.stderr
+        assert AWS not in (workspace / "mind.md").read_text()
+        assert json.loads(run_mem("--workspace", workspace, "log", "--json", check=True).stdout)[-1]["body"]["kind"] == \
+            "always.remove"
+
+
 def test_ordinary_writes_record_nothing(workspace, tmp_path):
     run_mem("--workspace", workspace, "always", "add", ORDINARY["uuid"], check=True)
     event = json.loads(run_mem("--workspace", workspace, "log", "--json", check=True).stdout)[-1]
