@@ -14,7 +14,7 @@ import msgspec
 
 from .errors import InvalidInput
 from .kinds import ENTRIES, PAGES, kinds_of
-from .validate import segment_problem
+from .validate import WINDOWS_REFUSES, folded, segment_problem
 
 MIND = "mind"
 """The wiki: mind.md, mind/<slug>.md, mind/log.md."""
@@ -83,8 +83,8 @@ def paths_overlap(a: str, b: str) -> bool:
     """Whether two layers' paths cannot both be: the same path, one inside the other's folder, or one under the
     other's file (`memory/d.md/sub.md` beside `memory/d.md`: no filesystem holds both, and every command after the
     second's first entry failed on the disk), in any letter case (on macOS and Windows `Content/Drafts/x.md` is a
-    file of `content/drafts/`)."""
-    a, b = a.casefold().rstrip("/"), b.casefold().rstrip("/")
+    file of `content/drafts/`) and in any Unicode normalization (`café` in NFC and in NFD: one name on macOS)."""
+    a, b = folded(a).rstrip("/"), folded(b).rstrip("/")
     return a == b or b.startswith(a + "/") or a.startswith(b + "/")
 
 
@@ -117,6 +117,8 @@ def path_problem(path: str, format: str) -> str | None:
     for segment in segments:
         if problem := segment_problem(segment):
             return f"the path {problem}"
+    if any(mark in path for mark in WINDOWS_REFUSES):
+        return f"the path holds one of {WINDOWS_REFUSES}, which Windows refuses in a name"
     if format == PAGES and not directory:
         return "a pages layer's path is a directory ending in '/'"
     if format == ENTRIES and not path.endswith(".md"):

@@ -4,6 +4,7 @@ the bodies of page and entry events wherever they were made (`body`)."""
 import datetime as dt
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 from . import frontmatter
@@ -15,8 +16,12 @@ MAX_PAGE_BYTES = 1024 * 1024
 MAX_FILE_BYTES = 8 * MAX_PAGE_BYTES
 MAX_LINE_CHARS = 2000
 ENTRY_TYPES = ("DECISION", "PREFERENCE", "FACT", "ENTITY", "EPISODE", "LESSON", "AGENT_IDENTITY")
-DEVICE_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
+DEVICE_NAMES = {"con", "prn", "aux", "nul", "conin$", "conout$", *(f"{port}{i}" for port in ("com", "lpt")
+                                                                   for i in (*range(1, 10), "¹", "²", "³"))}
 """Names Windows keeps for devices, with any extension (`nul.txt` too), in any letter case: no file there has one."""
+WINDOWS_REFUSES = '<>:"|?*'
+"""The printable characters no Windows file name holds (`a:b.md` there names a stream of the file `a`): refused in the
+paths of layers, whose files every consumer writes (an agent's own files stay in adf_files, off the disk)."""
 RESERVED_SLUGS = {"log", "index", "mind", *DEVICE_NAMES}
 MAX_SEGMENT_BYTES = 255
 """NAME_MAX on Linux, macOS and Windows alike: a longer file name cannot be written anywhere the files go."""
@@ -51,6 +56,12 @@ def slug(value: str) -> str:
         raise UnsafePath(f"slug {original!r} is not safe: use lowercase letters, digits, '-', '_' and "
                          "inner dots, starting with a letter or digit")
     return value
+
+
+def folded(path: str) -> str:
+    """A path as macOS and Windows compare names: `Readme.md` is `readme.md`, and `café.md` written in NFD is the
+    one written in NFC."""
+    return unicodedata.normalize("NFC", path).casefold()
 
 
 def segment_problem(segment: str) -> str | None:

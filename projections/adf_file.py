@@ -14,12 +14,11 @@ import hashlib
 import json
 import re
 import sqlite3
-import unicodedata
 from pathlib import Path
 
 import msgspec
 
-from eventstore import secrets
+from eventstore import secrets, validate
 from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import uuid7_layout, uuid_text
@@ -326,7 +325,7 @@ class _ImportedFiles(_NoFiles):
         self.paths.add(path)
         parts = path.split("/")
         self.folders.update("/".join(parts[:end]) for end in range(1, len(parts)))
-        self.folded.setdefault(unicodedata.normalize("NFC", path).casefold(), path)
+        self.folded.setdefault(validate.folded(path), path)
 
     def file_nesting(self, path: str) -> str | None:
         parts = path.split("/")
@@ -337,7 +336,7 @@ class _ImportedFiles(_NoFiles):
         return next((p for p in self.paths if p.startswith(f"{path}/")), None) if path in self.folders else None
 
     def file_twin(self, path: str) -> str | None:
-        twin = self.folded.get(unicodedata.normalize("NFC", path).casefold())
+        twin = self.folded.get(validate.folded(path))
         return twin if twin != path else None
 
 

@@ -7,7 +7,6 @@ checkpoint, so a point-in-time read and a current read are the same query.
 import hashlib
 import json
 import sqlite3
-import unicodedata
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from eventstore import validate
 from eventstore.envelope import decode_body
 from eventstore.instants import format_instant
 from eventstore.readonly import connect, read_only
@@ -637,9 +637,8 @@ class Views:
     def file_twin(self, path: str) -> str | None:
         """The agent's file (now) whose path is `path` once both are case-folded and NFC-normalized (`Readme.md` for
         `readme.md`, `café.md` written in NFD for NFC), itself excepted, or None."""
-        folded = unicodedata.normalize("NFC", path).casefold()
-        return next((other for other in self.file_paths()
-                     if other != path and unicodedata.normalize("NFC", other).casefold() == folded), None)
+        name = validate.folded(path)
+        return next((other for other in self.file_paths() if other != path and validate.folded(other) == name), None)
 
     def adf_files(self, as_of: int | None = None) -> list[tuple]:
         """Every adf_files row as of a seq, the wiki's files (mind.md, mind/log.md, pages) first."""

@@ -61,6 +61,9 @@ def test_a_contract_file_parses_into_its_layers():
      '[layers.b]\npath = "d/e/"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n', "overlap"),
     ('[layers.a]\npath = "d.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n'  # a file under a file
      '[layers.b]\npath = "d.md/x.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n', "overlap"),
+    ('[layers.a]\npath = "memory/caf\\u00e9.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n'
+     '[layers.b]\npath = "memory/cafe\\u0301.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n',
+     "overlap"),  # regression (nc13b): one name in NFC and in NFD, one file on macOS
     ('[layers.a]\npath = "d.md"\nformat = "entries"\nproducers = ["*"]\nconsumers = ["*"]\n'  # a file and a folder
      '[layers.b]\npath = "d.md/"\nformat = "pages"\nproducers = ["*"]\nconsumers = ["*"]\n', "overlap"),
 ])

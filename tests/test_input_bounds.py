@@ -96,7 +96,8 @@ def test_a_fifo_that_never_ends_is_refused_at_the_limit(workspace, tmp_path):
 
 ODD_PATHS = {"a\nb.txt": "not printable", "a\u202etxt.exe": "not printable", "docs/x.txt ": "ending in a space",
              "CON": "a name Windows keeps for a device", "docs/nul.txt": "a name Windows keeps for a device",
-             "y" * 300: "longer than 255 bytes"}
+             "y" * 300: "longer than 255 bytes",
+             "notes/conin$.md": "a name Windows keeps for a device"}
 
 
 def test_file_write_refuses_paths_no_filesystem_or_reader_takes(workspace, tmp_path):

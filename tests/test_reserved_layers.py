@@ -117,7 +117,8 @@ BAD_PATHS = [("./mind/", "pages"), ("./mind.md", "entries"), ("./.mem/", "pages"
              ("a//b/", "pages"), ("notes\u2028x.md", "entries"), ("C:/x/", "pages"), ("a\\b/", "pages"),
              ("docs/.hidden.md", "entries"), ("mind/team/", "pages"), ("team/a\u202etxt.md", "entries"),
              ("con/", "pages"), ("team/nul.md", "entries"), ("notes /", "pages"), ("team./x.md", "entries"),
-             ("x" * 300 + "/", "pages")]
+             ("x" * 300 + "/", "pages"), ("memory/a:b.md", "entries"), ("team/a?b/", "pages"),
+             ("memory/com\u00b9.md", "entries")]
 
 
 @pytest.mark.parametrize("path, format", BAD_PATHS)
