@@ -909,6 +909,13 @@ class Memory:
             raise UnsafePath(f"{target}: {str(exc).replace('the workspace', 'the directory')}; nothing written") from None
         there, more_left = _files_under(target) if target.is_dir() else ([], False)
         left = sorted(set(there) - set(paths))
+        for path, file in files:  # before anything is written: a checkout cut short halfway is no moment
+            try:
+                refuse_in_the_way(target, path)
+            except InTheWay:
+                stands = "a directory stands where the checkout writes a file" if file.is_dir() else \
+                    "a file stands where the checkout needs a folder"
+                raise InvalidInput(f"{file}: {stands}; nothing written") from None
         try:
             for path, file in files:
                 write_atomic(file, self.views.file_chunks(path, as_of))

@@ -483,7 +483,9 @@ def test_a_checkout_that_cannot_be_written_is_one_line_naming_why(written, tmp_p
     `[Errno 2]` line."""
     (tmp_path / "out" / "mind" / "deploy.md").mkdir(parents=True)
     line = refused(run_mem("checkout", tmp_path / "out", "--force", "-w", written))
-    assert line.endswith("/out/mind/deploy.md: a directory stands where the checkout writes a file"), line
+    assert line.endswith("/out/mind/deploy.md: a directory stands where the checkout writes a file; nothing written")
+    # regression (nc13b): mind.md, mind/log.md and a temporary file had been written before the refusal
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == ["deploy.md", "mind"]
     line = refused(run_mem("checkout", "/proc/mindlog-checkout", "-w", written))
     assert line == ("error: /proc/mindlog-checkout: the checkout cannot be written there (No such file or "
                     "directory)"), line
