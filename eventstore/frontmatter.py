@@ -122,20 +122,37 @@ def _yaml_refusal(said: str) -> str:
     return f"frontmatter is not valid YAML: {text}"
 
 
-def _refuse_aliases(yaml_text: str) -> None:
+def _refuse_aliases_and_twins(yaml_text: str) -> None:
     """Refuses a YAML alias (`*name`) before the frontmatter is built: an alias repeats what its anchor holds
     without its bytes, so nine levels of `[*a, *a, ...]` make a 400-byte page gigabytes ("billion laughs"),
-    paid for before any size limit can see it. An alias starts with `*`, so a text without one is not read
-    twice; one with it (`description: "*really*"`) has its YAML events scanned, which builds nothing."""
-    if "*" not in yaml_text:
-        return
+    paid for before any size limit can see it. And a key given twice in one mapping (`type: note` then
+    `type: other`), which YAML forbids and its loader takes silently, the last one winning. Read from the YAML
+    events, which builds nothing."""
     import yaml  # here, as msgspec.yaml imports it: a page whose frontmatter is simple never needs it
 
+    open_: list[list | None] = []  # per open collection: [its keys so far, a key comes next] for a mapping, or None
     try:
         for event in yaml.parse(yaml_text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if isinstance(event, yaml.AliasEvent):
                 raise InvalidInput(f"frontmatter uses the YAML alias *{event.anchor[:40]}; aliases are refused (a few "
                                    "can expand a small page into gigabytes): write the value out in full")
+            if isinstance(event, yaml.CollectionEndEvent):
+                open_.pop()
+                continue
+            if not isinstance(event, yaml.NodeEvent):
+                continue
+            mapping = open_[-1] if open_ else None
+            if mapping is not None:
+                if mapping[1] and isinstance(event, yaml.ScalarEvent):
+                    if event.value in mapping[0]:
+                        raise InvalidInput(f"frontmatter gives the key {event.value[:80]!r} twice in one mapping; YAML "
+                                           "keeps only the last: write it once")
+                    mapping[0].add(event.value)
+                mapping[1] = not mapping[1]
+            if isinstance(event, yaml.MappingStartEvent):
+                open_.append([set(), True])
+            elif isinstance(event, yaml.SequenceStartEvent):
+                open_.append(None)
     except yaml.YAMLError:
         return  # not YAML at all: decoding it says where, in the words every other refusal uses
 
@@ -145,7 +162,7 @@ def parse(yaml_text: str) -> dict[str, Any]:
     simple = _simple(yaml_text)
     if simple is not None:
         return check(simple)
-    _refuse_aliases(yaml_text)
+    _refuse_aliases_and_twins(yaml_text)
     try:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:

@@ -201,3 +201,20 @@ def test_a_frontmatter_number_json_cannot_hold_is_refused(workspace, tmp_path, v
     run_mem("-w", workspace, "page", "write", "p", "--file", page, check=True)
     assert f"score: {value!r}" in (workspace / "mind" / "p.md").read_text() or \
         f'score: "{value}"' in (workspace / "mind" / "p.md").read_text()
+
+
+@pytest.mark.parametrize("yaml, key", [("type: note\ntype: other\n", "type"), ('"type": note\n"ty\\x70e": other\n', "type"),
+                                       ("type: x\nx: 1\nx: 2\n", "x"), ("type: x\na: {b: 1, b: 2}\n", "b"),
+                                       ("type: x\nlist:\n  - k: 1\n    k: 2\n", "k")])
+def test_a_key_given_twice_in_one_mapping_is_refused(workspace, tmp_path, yaml, key):
+    """Regression (nc13b): YAML's loader kept the last value of a key given twice, `type` included, silently."""
+    page = tmp_path / "page.md"
+    page.write_text(f"---\n{yaml}---\n# P\n")
+    before = log_rows(workspace)
+    refused_in_one_line(run_mem("-w", workspace, "page", "write", "p", "--file", page),
+                        f"frontmatter gives the key {key!r} twice in one mapping; YAML keeps only the last")
+    assert log_rows(workspace) == before
+
+
+def test_the_same_key_in_two_mappings_is_no_twin():
+    assert frontmatter.parse("type: x\na: [{k: 1}, {k: 2}]\nb: {k: 3}\nk: 4\n")["k"] == 4
