@@ -218,6 +218,24 @@ def contract_apply(file: Path, db: str = DbOpt):
         return typer.echo(f"contract unchanged: the hub's, since hub position {at}, is this one")
     position = hub.apply_contract(contract)
     typer.echo(f"contract applied at hub position {position}: {', '.join(sorted(contract.layers))}")
+    for warning in contract_warnings(hub, current, contract):
+        typer.echo(f"warning: {warning}", err=True)
+
+
+def contract_warnings(hub, before, after) -> list[str]:
+    """What a contract change did that a typo does as well: a layer holding events dropped (its consumers' files of
+    it go at their next pull), an agent named that the hub does not know (in another letter case, say)."""
+    said = [f"layer {name} was dropped: the hub keeps its events, but no agent receives it any more and its consumers' "
+            "file of it goes at their next pull (a contract naming it again brings it back)"
+            for name in sorted(set(before.layers) - set(after.layers)) if hub.latest_position(name)]
+    known = {agent.name for agent in hub.agents() if not agent.revoked_at}
+    named = sorted({agent for spec in after.layers.values() for agent in (*spec.producers, *spec.consumers)} - {"*"})
+    for agent in named:
+        if agent not in known:
+            like = next((name for name in sorted(known) if name.casefold() == agent.casefold()), None)
+            said.append(f"{agent!r} is no agent of this hub" + (f" ({like!r} is: names are compared as written)" if like
+                                                               else f" yet (`mem hub agent add {agent}`)"))
+    return said
 
 
 @contract_app.command("show")

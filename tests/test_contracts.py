@@ -100,3 +100,29 @@ def test_a_contract_written_as_toml_parses_back_the_same(layers):
                             scan_secrets=scan)
         for name, (pages, producers, consumers, scan) in layers.items()})
     assert parse_contract(to_toml(contract)) == contract
+
+
+def test_a_contract_that_drops_a_layer_holding_events_or_names_an_unknown_agent_says_so(tmp_path):
+    """Regression (nc13a): `[layers.insight]` for `[layers.insights]` was applied without a word, and at their next
+    pull every consumer's file of the layer was gone; an agent named `Alice` for `alice` was cut off silently."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+    from sync.storage import open_storage
+
+    hub = ("--db", tmp_path / "hub.db")
+    run_mem("hub", "init", *hub, check=True)
+    run_mem("hub", "agent", "add", "alice", *hub, check=True)
+    layer = '[layers.{}]\npath = "memory/{}.md"\nformat = "entries"\nproducers = [{}]\nconsumers = ["*"]\n'
+    (tmp_path / "c.toml").write_text(layer.format("insights", "insights", '"alice"'))
+    assert run_mem("hub", "contract", "apply", tmp_path / "c.toml", *hub, check=True).stderr == b""
+    storage = open_storage(str(tmp_path / "hub.db"))
+    storage.push([new_event(EntryAppend(type="FACT", date="2026-11-01", content="x"), agent="alice", layer="insights")])
+    storage.close()
+    (tmp_path / "c.toml").write_text(layer.format("insight", "insights", '"Alice", "bob"'))
+    applied = run_mem("hub", "contract", "apply", tmp_path / "c.toml", *hub, check=True)
+    assert applied.stdout.decode().startswith("contract applied at hub position 3: insight")
+    assert applied.stderr.decode().splitlines() == [
+        "warning: layer insights was dropped: the hub keeps its events, but no agent receives it any more and its "
+        "consumers' file of it goes at their next pull (a contract naming it again brings it back)",
+        "warning: 'Alice' is no agent of this hub ('alice' is: names are compared as written)",
+        "warning: 'bob' is no agent of this hub yet (`mem hub agent add bob`)"]
