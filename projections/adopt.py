@@ -17,7 +17,7 @@ from eventstore.layers import MIND
 from .materialize import file_hash, hand_edited, untracked, written_hash
 from .merge import three_way
 from . import trust
-from .render import always_lines, outside_always
+from .render import CATALOG_EDIT, always_lines, outside_always
 from .views import LOG_PATH, MIND_PATH, slug_of
 
 
@@ -197,9 +197,6 @@ def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]
                           f"has the current version to edit, or `mem page write {slug_of(path)} --file {path}` keeps "
                           "this edit over it")
     return merged.encode("utf-8"), None
-
-
-CATALOG_EDIT = "the rest of mind.md is made from the pages (a page's title and `description`): edit mind/<slug>.md"
 
 
 def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) -> None:

@@ -31,6 +31,7 @@ from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
+from .render import CATALOG_EDIT, always_lines
 from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
@@ -431,6 +432,15 @@ class Memory:
         adopt = "call the adopt tool" if tools else "`mem adopt`"
         return f"layer {layer} moved to {spec.path}: copy the edit to {now}, then {adopt}"
 
+    def _always_edited(self) -> bool:
+        """Whether mind.md on disk has other `## Always` lines than mindlog last wrote there (a hand edit of mind.md
+        elsewhere is of the catalog, which `mem adopt` does not take)."""
+        try:
+            text = (self.root / MIND_PATH).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return True
+        return always_lines(text) != always_lines(self.views.written.text(MIND_PATH) or "")
+
     def not_adoptable(self, paths) -> dict[str, str]:
         """Of these hand-edited files that a pull or refresh left unwritten, those `mem adopt` cannot take, each with
         what becomes of the edit: a file whose layer moved away or was dropped (moved_hint), and a file derived from
@@ -460,6 +470,9 @@ class Memory:
         if moved is not None:
             return moved
         if tools:
+            if path == MIND_PATH and not self._always_edited():
+                return (f"only lines outside `## Always` changed, which the adopt tool does not take ({CATALOG_EDIT}); "
+                        "a person must put the file back in a shell (`mem show mind.md > mind.md`)")
             if path == MIND_PATH:
                 return "call the adopt tool to record its `## Always` lines"
             if path == LOG_PATH:
@@ -468,6 +481,9 @@ class Memory:
             if slug_of(path) or (target is not None and target[1] is not None):
                 return "call the adopt tool to keep the edit as a new version"
             return "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)"
+        if path == MIND_PATH and not self._always_edited():
+            return (f"only lines outside `## Always` changed, which `mem adopt` does not take ({CATALOG_EDIT}): "
+                    "`mem show mind.md > mind.md` puts the file back, or pass --force to overwrite it")
         if path == MIND_PATH:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
@@ -562,7 +578,6 @@ class Memory:
         """The `## Always` lines now, or as mind.md had them at a seq."""
         if as_of is None:
             return self.views.always()
-        from .render import always_lines
 
         return always_lines(self.show(MIND_PATH, as_of) or "") or []
 

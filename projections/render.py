@@ -89,6 +89,10 @@ def always_lines(text: str) -> list[str] | None:
     return lines if found else None
 
 
+CATALOG_EDIT = "the rest of mind.md is made from the pages (a page's title and `description`): edit mind/<slug>.md"
+"""Why an edit of mind.md outside its `## Always` section is not kept (`mem adopt`, a write's refusal)."""
+
+
 def outside_always(text: str) -> list[str]:
     """A mind.md's lines but its `## Always` section's (the part the pages make: heading and catalog), each
     stripped of trailing spaces: a hand edit there is not one `always_lines` sees."""

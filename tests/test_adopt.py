@@ -539,3 +539,22 @@ def test_a_three_way_merge_of_a_change_and_that_change_gone_on_is_the_longer():
     assert three_way("a\n", "a\nx\ny\n", "a\nx\n") == "a\nx\ny\n"
     assert three_way("a\nb\nc\n", "a\nX\nc\n", "a\nw\nX\nc\n") == "a\nw\nX\nc\n"
     assert three_way("a\nb\nc\n", "a\nc\n", "a\nX\nc\n") is None  # a delete and a rewrite of one line
+
+
+def test_a_write_refused_over_an_edit_of_mind_md_outside_always_says_what_puts_it_right(workspace):
+    """Regression (nc13a): the refusal sent the user to `mem adopt`, which then left mind.md: only the `## Always`
+    lines are adopted."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "always", "add", "a", check=True)
+    with open(workspace / "mind.md", "a") as mind:
+        mind.write("- hand line\n")
+    before = log_rows(workspace)
+    result = run_mem("-w", workspace, "page", "write", "p2", "--file", page)
+    assert result.returncode == 1 and result.stderr.decode() == (
+        "error: mind.md was edited by hand since mindlog wrote it: only lines outside `## Always` changed, which "
+        "`mem adopt` does not take (the rest of mind.md is made from the pages (a page's title and `description`): "
+        "edit mind/<slug>.md): `mem show mind.md > mind.md` puts the file back, or pass --force to overwrite it\n")
+    assert log_rows(workspace) == before
+    (workspace / "mind.md").write_bytes(run_mem("-w", workspace, "show", "mind.md", check=True).stdout)
+    run_mem("-w", workspace, "page", "write", "p2", "--file", page, check=True)
