@@ -435,6 +435,9 @@ def verify_rows(rows: Iterable[tuple], head: int, progress=None) -> VerifyReport
         decoded = None
         if problem is None and codec not in _CODECS:
             problem = f"unknown codec {codec}"
+        if problem is None and isinstance(body, str):
+            problem = (f"the body column holds {body} where mindlog wrote bytes: the file was changed outside mindlog "
+                       "(every reader of the row fails on it)")
         if problem is None:
             try:
                 raw = unpack_body(codec, bytes(body))

@@ -44,9 +44,11 @@ SCHEMA = (TABLE, "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, v
 
 COLUMNS = "seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain"
 VERIFY_COLUMNS = ("seq, CAST(id AS BLOB), ts, recorded_at, CAST(agent AS BLOB), CAST(layer AS BLOB), "
-                  "CAST(kind AS BLOB), codec, CAST(body AS BLOB), CAST(digest AS BLOB), CAST(chain AS BLOB)")
+                  "CAST(kind AS BLOB), codec, CASE typeof(body) WHEN 'blob' THEN body ELSE typeof(body) END, "
+                  "CAST(digest AS BLOB), CAST(chain AS BLOB)")
 """COLUMNS as stored bytes, whatever their type now: a row changed outside mindlog (a body rewritten as TEXT that is
-not UTF-8) is a digest mismatch at its seq, not sqlite3's failure to decode it, which names no seq."""
+not UTF-8) is a problem at its seq, not sqlite3's failure to decode it, which names no seq. A body that is no longer
+bytes reads as the name of its type (`text`), which `verify_rows` reports: every other reader fails on it."""
 
 
 def _text(value: bytes) -> str:

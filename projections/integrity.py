@@ -3,6 +3,7 @@ lives outside it and says how far it must reach: the views' checkpoint and ancho
 value of the last event they folded) and the sync cursors. Deleting the last events of a log leaves
 a chain that verifies on its own; only these witnesses can tell that something is missing."""
 
+from eventstore.errors import MemError, storage_exceptions
 from eventstore.recorder import VerifyReport
 
 
@@ -14,19 +15,25 @@ def verify(memory, progress=None, cursors: dict[str, int] | None = None) -> Veri
     witnesses = {"the views' checkpoint": memory.views.checkpoint(), **(cursors or {})}
     anchor = memory.views.anchor()
     report = log.verify(progress=progress)
-    if not report.ok:
-        return report
-    head = report.head
+    head, missing = report.head, []
     for what, seq in witnesses.items():
         if seq > head:
-            return _truncated(report, f"{what} is seq {seq} but the log ends at seq {head}: "
-                                      f"{seq - head} event(s) at its end are missing")
-    if anchor is not None:
+            missing.append(f"{what} is seq {seq} but the log ends at seq {head}: {seq - head} event(s) at its end are "
+                           "missing")
+    if anchor is not None and not missing:
         seq, chain = anchor
-        event = log.get_by_seq(seq) if seq else None
-        if seq and (event is None or event.chain != chain):
-            return _truncated(report, f"the views were built up to seq {seq} with chain {chain[:16]}..., which "
-                                      "this log does not hold: it was truncated or rewritten")
+        try:
+            event, readable = (log.get_by_seq(seq) if seq else None), True
+        except (MemError, *storage_exceptions()):  # the row is damaged: the log's own check named it
+            event, readable = None, False
+        if seq and readable and (event is None or event.chain != chain):
+            missing.append(f"the views were built up to seq {seq} with chain {chain[:16]}..., which this log does not "
+                           "hold: it was truncated or rewritten")
+    if not missing:
+        return report
+    if report.ok:  # a log whose last events were deleted verifies on its own: only the witnesses tell
+        return _truncated(report, missing[0])
+    report.later.append((head + 1, missing[0]))  # and after a problem inside it, a tail deleted too
     return report
 
 

@@ -412,3 +412,24 @@ def test_mem_verify_prints_a_line_for_each_damaged_row(workspace):
         "BAD at seq 2: unknown codec 9", "BAD at seq 4: unknown codec 9"], verified
     as_json = json.loads(run_mem("-w", workspace, "verify", "--json").stdout)
     assert (as_json["first_bad_seq"], as_json["later"], as_json["more"]) == (2, [[4, "unknown codec 9"]], 0)
+
+
+def test_verify_names_a_body_stored_as_text_and_a_tail_deleted_after_a_damaged_row(workspace):
+    """Regressions (nc13a): a body rewritten as TEXT holding its very bytes verified (its digest holds) while every
+    reader failed on it, and verify itself failed on the views' anchor row with the readers' error; a log whose tail
+    was deleted after an earlier row was changed was reported for the change alone."""
+    from conftest import run_mem
+
+    for n in range(5):
+        run_mem("-w", workspace, "always", "add", f"Rule {n}", check=True)
+    with sqlite3.connect(workspace / ".mem" / "log.db") as db:
+        db.execute("DELETE FROM events WHERE seq = 5")
+        db.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'Rule 1', 'Rule X') AS BLOB) WHERE seq = 2")
+    assert run_mem("-w", workspace, "verify").stdout.decode().splitlines() == [
+        "BAD at seq 2: digest mismatch: the event's header or body was changed after it was appended",
+        "BAD at seq 5: the views' checkpoint is seq 5 but the log ends at seq 4: 1 event(s) at its end are missing"]
+    with sqlite3.connect(workspace / ".mem" / "log.db") as db:
+        db.execute("UPDATE events SET body = CAST(body AS TEXT) WHERE seq = 4")
+    lines = run_mem("-w", workspace, "verify").stdout.decode().splitlines()
+    assert "BAD at seq 4: the body column holds text where mindlog wrote bytes: the file was changed outside mindlog " \
+           "(every reader of the row fails on it)" in lines, lines
