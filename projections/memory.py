@@ -699,6 +699,7 @@ class Memory:
 
     def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
         """A local layer (no hub needed): its declaration is a config event."""
+        local_layers.check_name(name)  # before the key is made of it: `Bad Name` is no layer name, not a config key
         return self.config_set(f"layers.{name}", {"path": path, "format": format})
 
     def set_contract(self, contract) -> bool:
@@ -744,6 +745,8 @@ class Memory:
         if not_taken is not None:
             raise InvalidInput(not_taken)
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
+        if self.hub_contract() is None:  # local layers alone: there is no contract to speak of
+            raise InvalidInput(f"there is no layer {layer!r} declared here (`mem layer list`) (layers: {', '.join(known)})")
         raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
 
     def logged_layer(self, layer: str) -> None:

@@ -26,7 +26,7 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("log", "--layer", "nosuch"): LAYER_UNKNOWN,
         ("search", "staging", "--layer", "nosuch"): LAYER_UNKNOWN,
         ("redact", "--match", "staging", "--layer", "nosuch", "--reason", "r"): LAYER_UNKNOWN,
-        ("entry", "list", "nosuch"): LAYER_UNKNOWN,
+        ("entry", "list", "nosuch"): "there is no layer 'nosuch' declared here (`mem layer list`) (layers: notes)",
         ("page", "list", "--layer", "drafts", "--seq", "1"): "--at and --seq list the wiki's pages as they were",
         ("loop", "show", "--loop", "nosuch"): "there is no loop 'nosuch'",
         ("loop", "clear", "--loop", "nosuch"): "there is no loop 'nosuch'",

@@ -41,7 +41,9 @@ def test_layer_refusals_leave_the_log_untouched(workspace, tmp_path):
                           (("layer", "add", "over", "memory/decisions.md/", "--format", "pages"),
                            b"overlaps layer 'decisions'"),
                           (("layer", "add", "above", "memory/", "--format", "pages"), b"overlaps layer 'decisions'"),
-                          (("entry", "add", "lessons", "[LESSON] x"), b"not in the contract"),
+                          (("entry", "add", "lessons", "[LESSON] x"), b"no layer 'lessons' declared here"),
+                          (("layer", "add", "Bad Name", "memory/y.md"),  # regression (nc13a): "config key ..."
+                           b"error: layer name 'Bad Name' must be lowercase letters, digits, '-' or '_'"),
                           (("entry", "add", "decisions", "[WHIM] x"), b"not one of"),
                           (("file", "write", "memory/decisions.md", "--file", note), b"belongs to layer 'decisions'")):
         result = run_mem(*w, *args)
