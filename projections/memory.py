@@ -889,9 +889,13 @@ class Memory:
         `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
         if not path.strip():
             raise InvalidInput("give a file: mind.md, mind/log.md, a page's path or its slug, or another file's path")
+        if path.endswith("/"):
+            raise InvalidInput(f"{path} is a folder: give a file in it (`mem file list` and `mem page list` name them)")
         path = self.relative(path)
-        if "/" not in path and "." not in path:
-            return f"mind/{path}.md"
+        if path == "mind":
+            return MIND_PATH
+        if "/" not in path and "." not in path or path.startswith("mind/") and "." not in path[5:] and "/" not in path[5:]:
+            return f"mind/{path.removeprefix('mind/')}.md"
         if "/" in path or not path.endswith(".md") or path == "mind.md" or any(self.show(path, s) is not None
                                                                                  for s in seqs):
             return path

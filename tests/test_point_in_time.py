@@ -145,10 +145,13 @@ def test_a_file_is_named_as_a_shell_completes_it(history):
     """Regression: `./mind.md`, an absolute path into the workspace and `mind/../mind.md` "did not exist"."""
     workspace, _marks = history
     expected = show(workspace, "mind/deploy.md", "--seq", "1").stdout
-    for given in ("./mind/deploy.md", str(workspace / "mind" / "deploy.md"), "mind/../mind/deploy.md", "deploy"):
+    for given in ("./mind/deploy.md", str(workspace / "mind" / "deploy.md"), "mind/../mind/deploy.md", "deploy",
+                  "mind/deploy"):  # regression (nc13b): `mind/deploy` did not exist, `deploy` did
         result = show(workspace, given, "--seq", "1")
         assert result.returncode == 0 and result.stdout == expected, (given, result.stderr)
-    assert show(workspace, "./mind.md").stdout == show(workspace, "mind.md").stdout
+    assert show(workspace, "./mind.md").stdout == show(workspace, "mind.md").stdout == show(workspace, "mind").stdout
+    folder = show(workspace, "mind/")
+    assert folder.returncode == 1 and folder.stderr.startswith(b"error: mind/ is a folder: give a file in it")
     versions = run_mem("-w", workspace, "history", "./mind/deploy.md", "--json", check=True).stdout
     assert versions == run_mem("-w", workspace, "history", "deploy", "--json", check=True).stdout
     for outside, says in (("../x.md", b"leads out of the workspace"), ("/etc/hostname", b"is not in the workspace")):
