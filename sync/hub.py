@@ -733,7 +733,10 @@ async def _backfill(request: Request, hub: Hub, token: str, after: int, limit: i
     (`backfill_agent`), never as the agent's own cursor: `mem hub believed` reads both."""
     params = request.query_params
     wanted = set(params["layers"].split(","))
-    until = decode_cursor(params.get("until")) if params.get("until") else None
+    try:
+        until = decode_cursor(params.get("until")) if params.get("until") else None
+    except HubError:
+        raise HubError(400, "invalid-cursor", "Invalid cursor", "until is not a cursor this hub gave out") from None
     agent, consumed, head = await hub.read(hub.consumer, token)
     layers = [layer for layer in consumed if layer in wanted]
     head = head if until is None else min(until, head)

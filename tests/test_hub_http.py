@@ -149,6 +149,9 @@ def test_bad_pull_parameters(hub):
         refused(http.get("/v1/pull", params={"cursor": "!!!"}), 400, "invalid-cursor")
         refused(http.get("/v1/pull", params={"limit": "many"}), 400, "invalid-parameter")
         refused(http.get("/v1/pull", params={"limit": "0"}), 400, "invalid-parameter")
+        # regression (nc13b): a bad `until` was "the cursor is not one this hub gave out", of the cursor given right
+        wrong = refused(http.get("/v1/pull", params={"layers": "insights", "until": "abc"}), 400, "invalid-cursor")
+        assert wrong["detail"] == "until is not a cursor this hub gave out"
         refused(http.get("/nowhere"), 404, "http-404")
         refused(http.delete("/v1/push"), 405, "http-405")
 
