@@ -64,6 +64,12 @@ def folded(path: str) -> str:
     return unicodedata.normalize("NFC", path).casefold()
 
 
+INVISIBLE = " \t\u00a0\u00ad\u180e\u200b\u200c\u200d\u2060\ufeff"
+"""Characters that show nothing: content made of them alone is empty."""
+_DIRECTION_CONTROL = re.compile("[\u202a-\u202e\u2066-\u2069]")
+"""Embeddings, overrides and isolates (not the marks U+200E/U+200F): `rtl \u202egnp.exe` shows `rtl exe.png`."""
+
+
 def segment_problem(segment: str) -> str | None:
     """Why some filesystem or reader cannot take `segment` as a file or folder name, or None: a character that is
     not printable (a newline, U+202E that shows `exe.txt` for `txt.exe`), a trailing space or dot (Windows drops
@@ -178,8 +184,12 @@ def body(value: Body) -> Body:
             except InvalidInput as exc:
                 raise InvalidInput(str(exc), field="body.date") from None
             _line_field(value.content, "body.content")
-            if not value.content.strip():
-                raise InvalidInput("an entry's content cannot be empty", field="body.content")
+            if not value.content.strip() or not value.content.strip(INVISIBLE):
+                raise InvalidInput("an entry's content cannot be empty (or only invisible characters)",
+                                   field="body.content")
+            if (control := _DIRECTION_CONTROL.search(value.content)) is not None:
+                raise InvalidInput(f"an entry's content holds the direction control U+{ord(control[0]):04X}, which "
+                                   "makes a line of the entries file read other than it is written", field="body.content")
             if value.reverses is not None and not is_uuid(value.reverses):
                 raise InvalidInput(f"reverses {value.reverses!r} is not an entry id", field="body.reverses")
         case PageIngest() | PageUpdate():

@@ -33,6 +33,9 @@ def shared(workspace):
     # regressions: the lines were joined into one, silently
     ("[FACT] 2026-11-01: line one\nline two", "the entry holds a line break, and an entry is one line: join its lines"),
     ("[FACT] line one\u2028line two", "the entry holds a line break"),
+    # regressions (nc13b): taken, and written into the layer's file
+    ("[FACT] 2026-11-01: \u200b", "an entry's content cannot be empty (or only invisible characters)"),
+    ("[FACT] 2026-11-01: rtl \u202egnp.exe", "an entry's content holds the direction control U+202E"),
 ])
 def test_bad_entries_are_refused(shared, text, says):
     before = log_rows(shared)

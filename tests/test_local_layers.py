@@ -313,7 +313,7 @@ def test_a_layer_whose_declaration_is_redacted_is_found_by_no_view(workspace):
     assert json.loads(run_mem("-w", workspace, "cite", hit["citation"], "--json").stdout)["resolved"] is False
 
 
-_CONTENT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=30).filter(str.strip)
+_CONTENT = st.text(st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Zl", "Zp")), min_size=1, max_size=30).filter(str.strip)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
