@@ -530,7 +530,7 @@ CHECK_LINES = 20
 @app.command()
 def verify(json: bool = JsonOpt):
     """Check every event's digest and the chain, and that the log reaches as far as the views and the
-    sync cursors say it must; report each bad seq (the first few dozen)."""
+    sync cursors say it must; report each bad seq (the first 21; --json says how many more)."""
     from sync.client import push_cursors
 
     with memory(refresh=False) as mem:

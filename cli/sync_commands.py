@@ -343,8 +343,10 @@ def remote_add(name: str, url: str,
         added = add_remote(mem, name, url, token_file, force=force)
     if json:
         return emit_json(added)
-    if added.replaced is not None:
-        typer.echo(f"replaced remote {name} (was {added.replaced.url})")
+    if added.replaced is not None and added.replaced.url != added.remote.url:
+        typer.echo(f"replaced remote {name} (was {added.replaced.url}; its cursors start over)")
+    elif added.replaced is not None:
+        typer.echo(f"replaced remote {name}'s token (the same hub: its cursors are kept)")
     typer.echo(f"remote {added.remote.name} -> {added.remote.url} (agent {added.agent})")
     for warning in added.warnings:
         typer.echo(warning, err=True)

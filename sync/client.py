@@ -381,6 +381,8 @@ class HubClient:
             data = response.content  # httpx undoes a zstd Content-Encoding itself
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             reason = str(exc).splitlines()[0].rstrip(".") if str(exc) else type(exc).__name__
+            if isinstance(exc, httpx.ConnectError) and "refused" in reason.lower():
+                reason += " (no hub listens there: is `mem serve` running, and is the URL right?)"
             raise HubUnreachable(f"cannot reach remote {self.name} at {self.url}: {reason}") from None
         if response.status_code >= 400:
             try:

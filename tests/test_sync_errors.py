@@ -47,6 +47,7 @@ def test_a_closed_port_is_one_line_naming_the_remote(ws, command):
     before = log_rows(ws)
     line = one_error_line(run_mem(command, "-w", ws))
     assert line.startswith(f"error: cannot reach remote origin at {url}: ") and "refused" in line.lower()
+    assert line.endswith("(no hub listens there: is `mem serve` running, and is the URL right?)"), line  # (nc13a)
     assert log_rows(ws) == before
 
 

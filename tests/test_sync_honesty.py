@@ -36,7 +36,7 @@ def test_remote_add_checks_the_agent_fetches_the_contract_and_lists(team, tmp_pa
 
     again = run_mem("-w", tmp_path / "fresh", "remote", "add", "origin", team.url + "/", "--token-file",
                     tmp_path / "writer.token", check=True)
-    assert b"replaced remote origin" in again.stdout
+    assert again.stdout.startswith(b"replaced remote origin's token (the same hub: its cursors are kept)\n"), again
     forced = run_mem("-w", tmp_path / "fresh", "remote", "add", "other", team.url, "--token-file",
                      tmp_path / "reviewer.token", "--force", check=True)
     assert b"(agent reviewer)" in forced.stdout
