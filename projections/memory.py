@@ -31,12 +31,12 @@ from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import audit, local_layers, trust
-from .render import CATALOG_EDIT, always_lines
 from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
 from .materialize import (FileReport, InTheWay, hand_edited, materialize, record_adopted, refuse_in_the_way,
                           remove_stale_temp_files, write_atomic, written_hash)
+from .render import CATALOG_EDIT, always_lines
 from .replay import remove_leftovers, replay
 from .shared import SharedPage
 from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
@@ -578,7 +578,6 @@ class Memory:
         """The `## Always` lines now, or as mind.md had them at a seq."""
         if as_of is None:
             return self.views.always()
-
         return always_lines(self.show(MIND_PATH, as_of) or "") or []
 
     # --- the loop, files, messages, config ---------------------------------------------------
