@@ -719,12 +719,20 @@ def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> Contr
 
 def take_placed(memory, contract: Contract, say=None) -> None:
     """Keeps the hub's `contract` (Memory.set_contract); a layer's file it places where this agent's own file is
-    (Memory.blocked), and was not before, is said through `say`."""
+    (Memory.blocked), and was not before, is said through `say`, and so is a layer this agent took that the
+    contract no longer names (its file goes: a typo in a contract did that without a word)."""
     blocked = memory.blocked() if say else {}
+    before = memory.hub_contract() if say else None
     memory.set_contract(contract)
     for path, why in (memory.blocked() if say else {}).items():
         if path not in blocked:
             say(f"warning: {why}")
+    agent, local = memory.config.agent, memory.local_layers() if before is not None else set()
+    for name in sorted(set(consumed_layers(before, agent)) - set(contract.layers) - local if before else ()):
+        path = before.layers[name].path
+        file = f"{path}PAGE.md" if path.endswith("/") else path
+        say(f"warning: layer {name} left the hub's contract, and its file {path} with it (its past stays in the log: "
+            f"`mem history {file}`)")
 
 
 def check_ingests(memory, outgoing: list[Event], cursor: int, came: "CameFromHub | tuple" = ()) -> None:

@@ -252,3 +252,22 @@ def test_a_pull_whose_file_a_directory_stands_in_the_way_of_records_the_events_a
         assert "Staging first" in (tmp_path / "reviewer/memory/insights.md").read_text()
     finally:
         team.stop()
+
+
+def test_a_pull_says_when_a_layer_it_took_left_the_contract(tmp_path):
+    """Regression (nc13a): a contract applied with `[layers.insight]` for `[layers.insights]` took every consumer's
+    file of the layer away at their next sync, which said nothing (`pulled 0 events`)."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: Staging first", check=True)
+        team.mem("writer", "push", check=True)
+        team.mem("reviewer", "pull", check=True)
+        team.apply(layer("insight", "memory/insights.md") + layer("drafts", "content/drafts/", "pages"))
+        pulled = team.mem("reviewer", "pull", check=True)
+        assert pulled.stderr.decode() == (
+            "warning: layer insights left the hub's contract, and its file memory/insights.md with it (its past stays "
+            "in the log: `mem history memory/insights.md`)\n"), pulled.stderr
+        again = team.mem("reviewer", "pull", check=True)
+        assert again.stderr == b"", again.stderr
+    finally:
+        team.stop()
