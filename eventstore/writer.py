@@ -181,6 +181,8 @@ class AdfWriter:
                              f"{path} cannot be written: it is a folder, holding {nesting}")
         twin = self.files.file_twin(path) if current is None else None
         if twin is not None:  # one file on macOS and Windows, and two a reader cannot tell apart anywhere
+            if twin.casefold() != path.casefold():  # apart from by normalization, they print alike: say how
+                path, twin = ascii(path), ascii(twin)
             raise UnsafePath(f"{path} cannot be written: {twin} is there, the same name but for letter case or "
                              "Unicode normalization (write to it, or delete it first)")
         return self._event(FileWrite(path=path, content=content, mime_type=mime_type or _guess_mime(path),
