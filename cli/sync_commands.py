@@ -17,7 +17,8 @@ hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts
 agent_app = typer.Typer(help="Agents allowed on the hub.", no_args_is_help=True)
 contract_app = typer.Typer(help="The producer/consumer contract.", no_args_is_help=True)
 remote_app = typer.Typer(help="Hubs this workspace syncs with.", no_args_is_help=True)
-entry_app = typer.Typer(help="Typed entries in `entries` layers: the hub's shared ones and this agent's local ones (`mem layer add`).", no_args_is_help=True)
+entry_app = typer.Typer(help="Typed entries in `entries` layers: the hub's shared ones and this agent's local ones "
+                        "(`mem layer add`).", no_args_is_help=True)
 app.add_typer(hub_app, name="hub")
 hub_app.add_typer(agent_app, name="agent")
 hub_app.add_typer(contract_app, name="contract")
