@@ -320,13 +320,13 @@ def _slug_field(value: str, field: str) -> None:
     _SLUGS.add(value)
 
 
-_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 """Unicode's control characters (category Cc) and its line and paragraph separators (Zl, Zp)."""
 
 
 def _line_field(value: str, field: str) -> None:
     """One line: no line breaks of any kind (U+2028 too), no control characters, not too long."""
-    if _BREAKS.search(value):
+    if BREAKS.search(value):
         raise InvalidInput(f"{field} must be one line of text (no line breaks or control characters)", field=field)
     if len(value) > MAX_LINE_CHARS:
         raise TooLarge(f"{field} is longer than {MAX_LINE_CHARS} characters", field=field)

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import msgspec
 
-from . import frontmatter, governance, validate
+from . import governance, validate
 from .envelope import Event, new_event
 from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath
 from .ids import now_ms, uuid7
@@ -313,10 +313,11 @@ class SharedWriter:
         if not content:
             raise InvalidInput(f"the entry has no content after its {'date' if date else 'type'}: write "
                                f"`[{kind}] {date or 'YYYY-MM-DD'}: content`")
-        if any(mark in content for mark in frontmatter.LINE_BREAKS):
-            raise InvalidInput("the entry holds a line break, and an entry is one line: join its lines, or add one "
-                               "entry for each")
-        content = validate.one_line(content, "the entry")
+        if validate.BREAKS.search(content):
+            raise InvalidInput("the entry holds a line break or a control character (a tab, say), and an entry is one "
+                               "line of text: join its lines, or add one entry for each")
+        if len(content) > validate.MAX_LINE_CHARS:  # kept as written: a tab or two spaces in it too
+            raise TooLarge(f"the entry is longer than {validate.MAX_LINE_CHARS} characters")
         if reverses is not None:
             reverses = entry_id(reverses, self.state.entry_ids_starting(layer, reverses), f"in layer {layer}",
                                 "to reverse")

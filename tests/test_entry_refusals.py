@@ -31,8 +31,10 @@ def shared(workspace):
     ("[LESSON] 2026-11-01:   ", "the entry has no content after its date"),
     ("[FACT]", "the entry has no content after its type: write `[FACT] YYYY-MM-DD: content`"),
     # regressions: the lines were joined into one, silently
-    ("[FACT] 2026-11-01: line one\nline two", "the entry holds a line break, and an entry is one line: join its lines"),
+    ("[FACT] 2026-11-01: line one\nline two", "the entry holds a line break or a control character (a tab, say), "
+                                              "and an entry is one line of text: join its lines"),
     ("[FACT] line one\u2028line two", "the entry holds a line break"),
+    ("[FACT] a\tb", "the entry holds a line break or a control character (a tab, say)"),  # it became a space
     # regressions (nc13b): taken, and written into the layer's file
     ("[FACT] 2026-11-01: \u200b", "an entry's content cannot be empty (or only invisible characters)"),
     ("[FACT] 2026-11-01: rtl \u202egnp.exe", "an entry's content holds the direction control U+202E"),
@@ -45,10 +47,10 @@ def test_bad_entries_are_refused(shared, text, says):
     assert log_rows(shared) == before
 
 
-def test_a_date_spaced_from_its_colon_is_still_the_entrys_date(shared):
-    run_mem("entry", "add", "insights", "[FACT] 2026-11-01 : staging first", "-w", shared, check=True)
+def test_a_date_spaced_from_its_colon_is_still_the_entrys_date_and_the_content_kept_as_written(shared):
+    run_mem("entry", "add", "insights", "[FACT] 2026-11-01 : staging  first", "-w", shared, check=True)
     body = json.loads(run_mem("log", "--json", "-w", shared, check=True).stdout)[-1]["body"]
-    assert (body["date"], body["content"]) == ("2026-11-01", "staging first")
+    assert (body["date"], body["content"]) == ("2026-11-01", "staging  first")
 
 
 def test_a_reversal_must_name_an_entry_of_the_layer(shared):
