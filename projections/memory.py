@@ -885,7 +885,9 @@ class Memory:
     def named_file(self, path: str, *seqs: int) -> str:
         """The file a name given by a user or a tool names: a path as `relative` reads it; a page's bare slug
         (`deploy` is mind/deploy.md); a bare `x.md` that is no file at the root at any of `seqs`, the page
-        `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by."""
+        `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by; a file of adf_files
+        by the name it has but for letter case or Unicode normalization (one name on macOS), when no file has the
+        name as typed."""
         if not path.strip():
             raise InvalidInput("give a file: mind.md, mind/log.md, a page's path or its slug, or another file's path")
         if path.endswith("/"):
@@ -895,8 +897,10 @@ class Memory:
             return MIND_PATH
         if "/" not in path and "." not in path or path.startswith("mind/") and "." not in path[5:] and "/" not in path[5:]:
             return f"mind/{path.removeprefix('mind/')}.md"
-        if "/" in path or not path.endswith(".md") or path == "mind.md" or any(self.show(path, s) is not None
-                                                                                 for s in seqs):
+        found = any(self.show(path, s) is not None for s in seqs)
+        if "/" in path and seqs and not found:  # `notes/café.md` typed in NFC for the file written in NFD
+            return self.views.file_twin(path) or path
+        if "/" in path or not path.endswith(".md") or path == "mind.md" or found:
             return path
         return f"mind/{path}"
 

@@ -301,3 +301,5 @@ def test_two_files_whose_names_differ_only_in_case_or_normalization_are_refused(
                                                    "delete it first)\n"), err
     assert log_rows(workspace) == rows
     mem("file", "write", "notes/readme.md", "--file", "-", input=b"again\n", check=True)  # itself: a new version
+    # regression (nc13b): the file written in NFC "did not exist" when named in NFD, as macOS names it
+    assert mem("show", nfd, check=True).stdout == b"b\n" and mem("show", "notes/README.md", check=True).stdout == b"again\n"
