@@ -157,12 +157,19 @@ def _content(memory, path: str, seq: int) -> str | bytes | None:
 
 def diff(memory, path: str, a: int, b: int) -> str:
     """A unified diff of `path` between seqs a and b (missing at one of them, it reads as empty; missing at
-    both, it is refused: most likely a mistyped path, which would otherwise diff as nothing changed)."""
+    both, it is refused: most likely a mistyped path, which would otherwise diff as nothing changed). A page renamed
+    into `path` between them is compared with itself under the name it had at a, as `history` follows it."""
+    old_path = path
     old, new = _content(memory, path, a), _content(memory, path, b)
+    if old is None and new is not None and a < b:  # renamed into `path` since a: from the name it had then
+        earlier = [version for version in history(memory, path, b) if version.seq <= a]
+        if earlier and earlier[-1].path != path and not earlier[-1].deleted:
+            old_path = earlier[-1].path
+            old = _content(memory, old_path, a)
     if old is None and new is None:
         raise NotFound(f"{path} exists at neither moment (seq {a}, seq {b})")
     if isinstance(old, bytes) or isinstance(new, bytes):
         sides = [side.encode() if isinstance(side, str) else side or b"" for side in (old, new)]
-        return "" if sides[0] == sides[1] else f"Binary files {path}@{a} and {path}@{b} differ\n"
+        return "" if sides[0] == sides[1] else f"Binary files {old_path}@{a} and {path}@{b} differ\n"
     old, new = old or "", new or ""
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}@{a}", f"{path}@{b}"))
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{old_path}@{a}", f"{path}@{b}"))

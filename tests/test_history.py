@@ -21,6 +21,10 @@ def test_a_page_history_follows_it_through_a_rename(memory):
     assert seqs(memory, "mind/deploy.md") == [(1, "page.ingest", False), (3, "page.update", False),
                                               (4, "page.rename", True)]
     assert "-Staging first.\n+Staging first, then prod.\n" in diff(memory, "mind/deploy.md", 1, 3)
+    # regression (nc13a): across the rename the whole page read as added
+    across = diff(memory, "mind/release.md", 3, 5)
+    assert across.startswith("--- mind/deploy.md@3\n+++ mind/release.md@5\n"), across
+    assert "-Staging first, then prod.\n+Prod on Tuesdays.\n" in across and "+---" not in across
 
 
 def test_mind_md_and_a_plain_file_have_histories_too(memory):
