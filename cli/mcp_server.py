@@ -18,7 +18,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, Resource, TextContent
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
-from pydantic import StrictInt, ValidationError
+from pydantic import StrictBool, StrictInt, StrictStr, ValidationError
 
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
@@ -341,7 +341,7 @@ def build_server(mem: Memory) -> MCPServer:
     # --- mindlog's own tools ----------------------------------------------------------------------
 
     @register
-    def show(path: str, at: str | None = None, seq: int | None = None) -> list[str]:
+    def show(path: str, at: str | None = None, seq: StrictInt | None = None) -> list[str]:
         """A file's text as it was at a moment (`at`: ISO 8601, `14:00`, `yesterday 14:00`, `2h ago`; local time
         unless an offset is given) or a log `seq`. With `at`, a second text says which instant it read."""
         said: list[str] = []
@@ -372,7 +372,8 @@ def build_server(mem: Memory) -> MCPServer:
         return [diff_of(mem, rel, a, b) or "(no differences)", *said]
 
     @register
-    def believed(at: str | None = None, seq: int | None = None, last: int = 10, include_all: bool = False
+    def believed(at: str | None = None, seq: StrictInt | None = None, last: StrictInt = 10,
+                 include_all: StrictBool = False
                  ) -> list[str]:
         """What the agent had in front of it at a moment: mind.md, its pages (superseded, deprecated and archived
         ones only with include_all), the loop's last messages (JSON); with `at`, then the instant it read."""
@@ -382,9 +383,9 @@ def build_server(mem: Memory) -> MCPServer:
                                        day=day)), *said]
 
     @register
-    def search(query: str, at: str | None = None, seq: int | None = None, layers: list[str] | None = None,
+    def search(query: str, at: str | None = None, seq: StrictInt | None = None, layers: list[str] | None = None,
                types: list[str] | None = None, kinds: list[str] | None = None, agent: str | None = None,
-               status: str | None = None, include_all: bool = False, n: int = 10) -> list[str]:
+               status: str | None = None, include_all: StrictBool = False, n: StrictInt = 10) -> list[str]:
         """Full-text search (BM25) over pages, shared layers, entries, the loop and files, now or as of a moment
         (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page, shared-page,
         local-page (a page of a layer of this agent's own), entry, loop, file. Superseded, deprecated and archived material only with include_all. With `at`, a second text
@@ -401,7 +402,7 @@ def build_server(mem: Memory) -> MCPServer:
         return [json_text(hits), *said, *([f"no matches: {hint}"] if hint else [])]
 
     @register
-    def cite(citation: str, at: str | None = None, seq: int | None = None) -> list[str]:
+    def cite(citation: str, at: str | None = None, seq: StrictInt | None = None) -> list[str]:
         """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (JSON), now or as of
         a moment."""
         said: list[str] = []
@@ -409,7 +410,7 @@ def build_server(mem: Memory) -> MCPServer:
 
     @register
     def log(kind: list[str] | None = None, layer: list[str] | None = None, since: str | None = None,
-            n: int = 50, seq: int | None = None) -> list[str]:
+            n: StrictInt = 50, seq: StrictInt | None = None) -> list[str]:
         """The newest n events (oldest first), optionally only these kinds or layers, or since a time (JSON; then
         the instant `since` was understood as). A text longer than 2,000 characters is clipped, saying so; `seq`
         alone gives that one event whole."""
@@ -453,7 +454,8 @@ def build_server(mem: Memory) -> MCPServer:
         return f"[S{seq}] {role} appended to loop {loop}"
 
     @register
-    def loop_show(loop: str = "main", at: str | None = None, seq: int | None = None, last: int = 50) -> list[str]:
+    def loop_show(loop: str = "main", at: str | None = None, seq: StrictInt | None = None,
+                  last: StrictInt = 50) -> list[str]:
         """The live loop (what compactions and clears left of the transcript), its last `last` messages in display
         order (JSON), now or as of a moment; a text longer than 2,000 characters is clipped, saying so. With `at`,
         a second text says which instant it read."""
@@ -465,27 +467,27 @@ def build_server(mem: Memory) -> MCPServer:
         return [json_text([{**row, "content": clipped(row["content"], row["seq"])} for row in shown]), *said]
 
     @register
-    def loop_compact(summary: str, preserve: int = 0, loop: str = "main") -> str:
+    def loop_compact(summary: str, preserve: StrictInt = 0, loop: str = "main") -> str:
         """Replace all but the last `preserve` messages of a loop by `summary` (cite what it keeps as [S<seq>]); the
         messages removed go to the audit when audit.loop is on, and the log keeps every one."""
         return compacted_line(mem.loop_compact(summary.strip(), preserve, loop), loop)
 
     @register
-    def loop_clear(start: int | None = None, end: int | None = None, loop: str = "main") -> str:
+    def loop_clear(start: StrictInt | None = None, end: StrictInt | None = None, loop: str = "main") -> str:
         """Remove rows[start:end] of a loop (a Python slice over the display order: -1 is the last message; neither
         given: all); archived in the audit when audit.loop is on, and the log keeps every one."""
         return cleared_line(mem.loop_clear(start, end, loop), loop, start, end)
 
     @register
-    def audit(source: str | None = None, at: str | None = None, seq: int | None = None) -> list[str]:
+    def audit(source: str | None = None, at: str | None = None, seq: StrictInt | None = None) -> list[str]:
         """The audit's rows (JSON): what compactions, clears and deletes archived (source loop, loop:NAME, file,
         inbox_message...), now or as of a moment. Read an archived message with cite adf-audit://seq/N."""
         said: list[str] = []
         return [json_text(mem.audit_rows(source, moment(mem, at, seq, said.append))), *said]
 
     @register
-    def redact(reason: str, targets: list[int | str] | None = None, match: str | None = None, layer: str | None = None,
-               confirm: bool = False) -> str:
+    def redact(reason: str, targets: list[StrictInt | StrictStr] | None = None, match: str | None = None,
+               layer: str | None = None, confirm: StrictBool = False) -> str:
         """Forget: remove events' bodies from the log (their place in the chain stays, reading `[redacted: reason]`)
         and rebuild every view and file without them. `targets`: seqs or event ids, redacted at once; or `match`, a
         regular expression over the events' texts (with `layer`, that layer only), which lists what it would redact
@@ -494,10 +496,11 @@ def build_server(mem: Memory) -> MCPServer:
             raise ToolError("give targets (seqs or event ids) or match (a regular expression), not both or neither")
         if layer is not None and not match:
             raise ToolError("layer goes with match")
-        events = redacting.search(mem, match, layer) if match else redacting.resolve(mem, list(map(str, targets)))
+        found = redacting.search(mem, match, layer) if match else None
+        events = found.events if found else redacting.resolve(mem, list(map(str, targets)))
         report = redacting.redact(mem, events, reason, apply=not match or confirm)
         listed = [event_line(event) for event in events] if match and not confirm else []
-        warned = [LEFT_ON_DISK] if report.left_on_disk else []
+        warned = [*(found.kept_notes() if found else ()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
         warned += [kept_by_hand(report)] if report.hand_edited else []
         return "\n".join([*listed, redacted_line(report, "call redact again with confirm=true to do it"), *warned])
 

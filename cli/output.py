@@ -93,7 +93,7 @@ def kept_by_hand(report) -> str:
 def redacted_line(report, confirm: str) -> str:
     """What a redaction did or would do (a `redact.RedactReport`); `confirm` says how to do what it only listed."""
     if not report.targets:
-        return "nothing matches"
+        return "nothing matches that a redaction removes"
     if report.done:
         return f"redacted {event_count(len(report.targets))} (redaction seq {', '.join(map(str, report.redactions))})"
     return f"would redact {event_count(len(report.targets))}; {confirm}"

@@ -143,10 +143,15 @@ def _placeholder(kind: str, field, mark: str, slug: str | None, message: dict | 
     return _DEFAULT if not field.required else mark
 
 
-def matches(raw_body: bytes, pattern: re.Pattern) -> bool:
-    """Whether any string in a body (its text, frontmatter values, content blocks, an audit blob's entries)
-    matches."""
-    return any(pattern.search(text) for text in _strings(_readable(msgspec.msgpack.decode(raw_body))))
+def matches(raw_body: bytes, pattern: re.Pattern) -> tuple[bool, list[str]]:
+    """Whether any string a redaction removes from a body (its text, frontmatter values, content blocks, an audit
+    blob's entries) matches; and the fields it keeps (KEPT: a page's name, a file's path) that match, which a
+    redaction of the event would leave in the log. The kind's own name is no text anyone wrote."""
+    body = _readable(msgspec.msgpack.decode(raw_body))
+    kept = KEPT.get(body.get("kind"), ())
+    removed = any(pattern.search(text) for key, value in body.items() if key != "kind" and key not in kept
+                  for text in _strings(value))
+    return removed, [key for key in kept if any(pattern.search(text) for text in _strings(body.get(key)))]
 
 
 def _readable(body: dict) -> dict:

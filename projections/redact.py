@@ -82,7 +82,19 @@ def _refuse_archived(memory, seq: int) -> None:
             f"redacting target {holder} removes the whole blob; a match finds the events whose text matches"))
 
 
-def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
+class Matched(msgspec.Struct):
+    """What `--match` found: the events whose removable text matches, and the events that keep a match in what a
+    redaction leaves (eventstore.redaction.KEPT: a page's name, a file's path), each with those fields."""
+    events: list[Event]
+    kept: dict[int, list[str]]
+
+    def kept_notes(self) -> list[str]:
+        return [f"seq {seq} keeps a match in its {', '.join(fields)}, which a redaction leaves in the log (a page's "
+                "name, a file's path): rename or delete the page or file so that the views no longer show it"
+                for seq, fields in sorted(self.kept.items())]
+
+
+def search(memory, pattern: str, layer: str | None = None) -> Matched:
     """Every event whose text matches a regular expression (optionally in one layer)."""
     try:
         compiled = re.compile(pattern)
@@ -91,13 +103,24 @@ def search(memory, pattern: str, layer: str | None = None) -> list[Event]:
                            for_tools=f"match {pattern!r} is not a regular expression: {exc}") from None
     if layer:
         memory.logged_layer(layer)
-    hits = []
+    hits, kept = [], {}
     for row in memory.log.read_rows(layers=[layer] if layer else None):
         seq, kind, codec, body = row[0], row[6], row[7], row[8]
-        if kind in UNREDACTABLE or codec == CODEC_REDACTED or not matches(unpack_body(codec, bytes(body)), compiled):
+        if kind in UNREDACTABLE:
             continue
-        hits.append(memory.log.get_by_seq(seq))
-    return hits
+        raw = unpack_body(codec, bytes(body))
+        removable, fields = matches(raw, compiled) if codec != CODEC_REDACTED else (False, _kept_matches(raw, compiled))
+        if fields:
+            kept[seq] = fields
+        if removable:
+            hits.append(memory.log.get_by_seq(seq))
+    return Matched(events=hits, kept=kept)
+
+
+def _kept_matches(raw: bytes, compiled) -> list[str]:
+    """The kept fields of a redacted body (its `kept`) that match: the text a redaction left."""
+    kept = decode_body(raw).kept
+    return [key for key, value in kept.items() if isinstance(value, str) and compiled.search(value)]
 
 
 def check_allowed(memory, events: list[Event]) -> None:

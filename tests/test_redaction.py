@@ -744,3 +744,45 @@ def test_a_files_history_lists_its_redacted_version_as_a_pages_does(workspace, t
 
     is_error, text = run_stdio(workspace, session_body)
     assert not is_error and [(v["seq"], v["kind"]) for v in json.loads(text)] == [(1, "redacted"), (2, "file.write")]
+
+
+def test_a_match_in_a_pages_name_or_a_files_path_is_said_to_stay_not_claimed_redacted(workspace, tmp_path):
+    """Regression (nc13c): `--match acme-merger` said "redacted 2 events" of a rename and a file write whose match was
+    in the page's new name and the file's path, which a redaction keeps: the text stayed in the log, mind.md and the
+    file list, and the next `--match` said "nothing matches". The MCP tool did the same."""
+    (tmp_path / "q.md").write_text("---\ntype: note\n---\n# P\n\nbody\n")
+    (tmp_path / "x.txt").write_text("acme-merger draft\n")
+    mem = lambda *args, **kw: run_mem("-w", workspace, *args, **kw)  # noqa: E731
+    mem("page", "write", "p", "--file", tmp_path / "q.md", check=True)
+    mem("page", "rename", "p", "acme-merger-secret", check=True)
+    mem("file", "write", "notes/acme-merger-secret.txt", "--file", tmp_path / "x.txt", check=True)
+    said = mem("redact", "--match", "acme-merger", "--reason", "gone", "--yes", check=True)
+    assert said.stdout.decode().splitlines()[-1] == "redacted 1 event (redaction seq 4)", said.stdout  # the file's text
+    assert said.stderr.decode().splitlines() == [
+        f"warning: seq {seq} keeps a match in its {field}, which a redaction leaves in the log (a page's name, a file's "
+        "path): rename or delete the page or file so that the views no longer show it"
+        for seq, field in ((2, "new"), (3, "path"))]
+    again = mem("redact", "--match", "acme-merger", "--reason", "gone", check=True)
+    assert again.stdout == b"nothing matches that a redaction removes\n" and again.stderr.count(b"keeps a match") == 2
+
+    async def body(session):
+        return await call(session, "redact", reason="gone", match="acme-merger", confirm=True)
+
+    error, text = run_stdio(workspace, body)
+    assert not error and text.splitlines()[0] == "nothing matches that a redaction removes" and \
+        text.count("keeps a match") == 2, text
+
+
+def test_the_redact_tool_takes_no_true_for_a_seq_nor_yes_for_confirm(workspace):
+    """Regression (nc13c): `targets: [true]` was read as seq 1 and forgot it for good; `confirm: "yes"` as true."""
+    run_mem("-w", workspace, "always", "add", "keep me", check=True)
+
+    async def body(session):
+        return [await call(session, "redact", reason="oops", targets=[True]),
+                await call(session, "redact", reason="oops", match="keep", confirm="yes"),
+                await call(session, "show", path="mind.md", seq="1")]
+
+    for error, text in run_stdio(workspace, body):
+        assert error and "valid" in text.lower(), text
+    assert [row["body"]["kind"] for row in json.loads(run_mem("-w", workspace, "log", "--json").stdout)] == [
+        "always.add"]
