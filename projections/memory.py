@@ -355,13 +355,15 @@ class Memory:
         with self.lock():
             self.witnesses()  # views the log cannot have given are folded onto by nothing, this append's included
             if not force:
-                gone = set(gone)
-                edited = [p for p in hand_edited(self.views, self.root, set(touches))
+                gone, known = set(gone), self.views.written.hashes(set(touches))
+                strangers = [p for p in touches if p not in known and (self.root / p).is_file()]  # made by hand: the
+                # views would leave them, and a later adopt would take them over what is recorded now
+                edited = [p for p in sorted({*hand_edited(self.views, self.root, set(touches)), *strangers})
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])
                           and not (p in gone and not (self.root / p).exists())]
                 if edited:
-                    raise HandEdited(self.hand_edited_message(edited), edited,
-                                     for_tools=self.hand_edited_message(edited, tools=True))
+                    raise HandEdited(self.hand_edited_message(edited, strangers), edited,
+                                     for_tools=self.hand_edited_message(edited, strangers, tools=True))
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
             if adopt:
@@ -411,10 +413,12 @@ class Memory:
         why = exc if isinstance(exc, InTheWay) else self.ws.damage(exc) or storage_failure(exc)
         self.behind = f"recorded, but the views and files are behind the log ({why}); they catch up at the next command"
 
-    def hand_edited_message(self, paths: list[str], *, tools: bool = False) -> str:
-        """Why a write touching these hand-edited files is refused, and what can be done about each."""
-        said = "; ".join(f"{path} was edited by hand since mindlog wrote it: {self.keep_hint(path, tools=tools)}"
-                         for path in paths)
+    def hand_edited_message(self, paths: list[str], strangers=(), *, tools: bool = False) -> str:
+        """Why a write touching these hand-edited files is refused, and what can be done about each; `strangers`: those
+        made by hand where mindlog never wrote."""
+        how = {path: "is on disk, made by hand" if path in strangers else "was edited by hand since mindlog wrote it"
+               for path in paths}
+        said = "; ".join(f"{path} {how[path]}: {self.keep_hint(path, tools=tools)}" for path in paths)
         return f"{said}; then call again" if tools else said
 
     def moved_hint(self, path: str, *, tools: bool = False) -> str | None:

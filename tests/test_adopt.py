@@ -558,3 +558,17 @@ def test_a_write_refused_over_an_edit_of_mind_md_outside_always_says_what_puts_i
     assert log_rows(workspace) == before
     (workspace / "mind.md").write_bytes(run_mem("-w", workspace, "show", "mind.md", check=True).stdout)
     run_mem("-w", workspace, "page", "write", "p2", "--file", page, check=True)
+
+
+def test_a_page_written_over_a_file_made_by_hand_is_refused_not_left_behind(workspace, tmp_path):
+    """Regression (nc13c): `mem page write np` over a hand-made mind/np.md said "ingest", left the hand's text on disk
+    (status: "not written"), and a later `mem adopt` took the hand's text over the agent's page."""
+    (workspace / "mind/np.md").write_text("---\ntype: note\n---\n# Hand\n")
+    (tmp_path / "np.md").write_text("---\ntype: note\n---\n# Agent\n")
+    result = run_mem("-w", workspace, "page", "write", "np", "--file", tmp_path / "np.md")
+    assert result.returncode == 1 and result.stderr.decode() == (
+        "error: mind/np.md is on disk, made by hand: `mem adopt` keeps the edit (or `mem page write np --file "
+        "mind/np.md`), or pass --force to overwrite it\n"), result.stderr
+    assert log_rows(workspace) == []
+    run_mem("-w", workspace, "page", "write", "np", "--file", tmp_path / "np.md", "--force", check=True)
+    assert "# Agent" in (workspace / "mind/np.md").read_text()
