@@ -19,8 +19,8 @@ import msgspec
 from eventstore.envelope import Event
 from eventstore.ids import is_uuid
 from eventstore import secrets, validate
-from eventstore.errors import (Damaged, HandEdited, InvalidInput, NotFound, Stale, StorageFailure, UnsafePath, for_each,
-                               is_damaged, storage_exceptions, storage_failure)
+from eventstore.errors import (Damaged, HandEdited, InvalidInput, MemError, NotFound, Stale, StorageFailure, UnsafePath,
+                               for_each, is_damaged, storage_exceptions, storage_failure)
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import full_disk, read_only
 from eventstore.kinds import CONFIG_KEY_PREFIXES, KINDS, AlwaysAdd, AlwaysRemove, ContractChange, Redacted
@@ -45,6 +45,12 @@ from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
 CONTRACT_STATE = "hub-contract"
 """The log's state key holding the hub's contract as last taken (`.mem/contract.json`'s bytes): a workspace made again
 on the log takes it (`Memory._keep_contract_of_log`)."""
+
+
+def _without_advice(refusal: MemError) -> str:
+    """A refusal's own words without the advice it gives whoever made the write (`pass --allow-secret`), told in
+    another's words where the write is someone else's (a hand edit)."""
+    return str(refusal).split(" (pass --allow-secret", 1)[0].removesuffix("; nothing was written")
 
 
 def below_zero(name: str, value: int) -> InvalidInput:
@@ -466,6 +472,17 @@ class Memory:
         target = self.views.shared_target(path) if self.views.contract and path != MIND_PATH else None
         return target is not None and target[1] is None
 
+    def _adopt_refusal(self, path: str) -> MemError | None:
+        """Why `mem adopt` would refuse the wiki page `path` as it is on disk (no frontmatter, a secret, a hold), or
+        None: told instead of "adopt it", which would only be refused in turn (an agent called adopt in a loop)."""
+        try:
+            self.admit(self.writer.page_write(slug_of(path), (self.root / path).read_bytes()))
+        except MemError as exc:
+            return exc
+        except OSError:
+            return None
+        return None
+
     def keep_hint(self, path: str, *, tools: bool = False) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is; `tools`: in the words
         of an MCP client, which has the adopt tool but no --force (a person in a shell has)."""
@@ -482,6 +499,9 @@ class Memory:
             if path == LOG_PATH:
                 return ("it is derived from the log and cannot be adopted; a person must delete the file in a shell "
                         "(it is written again at the next change)")
+            if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
+                return (f"the adopt tool cannot take it ({_without_advice(refusal)}); a person must fix or delete the "
+                        "file in a shell (deleted, it is written again from the log)")
             if slug_of(path) or (target is not None and target[1] is not None):
                 return "call the adopt tool to keep the edit as a new version"
             return "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)"
@@ -492,6 +512,10 @@ class Memory:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
             return "it is derived from the log and cannot be adopted; pass --force to overwrite it"
+        if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
+            allowed = " (`mem adopt --allow-secret` takes it as it is)" if isinstance(refusal, secrets.SecretFound) else ""
+            return (f"`mem adopt` cannot take it ({_without_advice(refusal)}){allowed}: fix the file, or pass --force "
+                    "to overwrite it")
         if slug_of(path):
             return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
                     "or pass --force to overwrite it")

@@ -572,3 +572,35 @@ def test_a_page_written_over_a_file_made_by_hand_is_refused_not_left_behind(work
     assert log_rows(workspace) == []
     run_mem("-w", workspace, "page", "write", "np", "--file", tmp_path / "np.md", "--force", check=True)
     assert "# Agent" in (workspace / "mind/np.md").read_text()
+
+
+def test_a_hand_edit_adopt_cannot_take_is_not_sent_to_adopt(workspace, tmp_path):
+    """Regression (nc13c): every write over a hand-edited page with no frontmatter (or a secret) said to adopt it, which
+    refused it; an agent called the adopt tool in a loop. The write now says why adopt cannot take it, and what can."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+    import anyio
+
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "other", "--file", page, check=True)
+    (workspace / "mind/other.md").write_text("no frontmatter\n")
+    refused = run_mem("-w", workspace, "page", "delete", "other")
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        "error: mind/other.md was edited by hand since mindlog wrote it: `mem adopt` cannot take it (the page has no "
+        "frontmatter: start it with '---', a line `type: ...`, and '---'): fix the file, or pass --force to overwrite "
+        "it\n"), refused.stderr
+
+    async def main():
+        with Memory.open(workspace) as memory:
+            async with Client(build_server(memory)) as client:
+                return await client.session.call_tool("str_replace", {"path": "/memories/mind/other.md",
+                                                                      "old_str": "Staging first.", "new_str": "Prod."})
+
+    answer = anyio.run(main)
+    assert answer.is_error and "the adopt tool cannot take it (the page has no frontmatter" in answer.content[0].text
+    assert "a person must fix or delete the file in a shell" in answer.content[0].text
+    (workspace / "mind/other.md").write_text(PAGE.decode() + "key AKIA4HXQ7ZT2LMNB3K5P\n")
+    said = run_mem("-w", workspace, "page", "delete", "other").stderr.decode()
+    assert "(`mem adopt --allow-secret` takes it as it is): fix the file, or pass --force" in said, said
