@@ -576,6 +576,8 @@ class _Importer:
         files = {}
         for row in rows:
             path = _str(row.get("path"), "adf_files path", optional=False)
+            if path in files:  # its PRIMARY KEY dropped: which row is the file's cannot be told
+                raise InvalidInput(f"adf_files path {path!r:.80} appears twice")
             content = row.get("content")
             content = bytes(content) if isinstance(content, (bytes, memoryview)) else str(content or "").encode()
             files[path] = (content, _str(row.get("mime_type"), f"adf_files {path!r:.60} mime_type"),

@@ -698,3 +698,18 @@ def test_an_imported_file_that_is_a_folder_of_another_or_its_twin_is_refused(tmp
     ws, result = import_cli(tmp_path, adf)
     refused_in_one_line(result, says)
     assert log_rows(ws) == []
+
+
+def test_a_path_listed_twice_in_adf_files_is_refused_in_one_line(tmp_path):
+    """Regression (nc13c): an adf_files table without its PRIMARY KEY listing a path twice was imported with the last
+    row, the other dropped without a word (a loop seq listed twice is refused)."""
+    adf = tmp_path / "dup.adf"
+    build_adf(adf, tables=("adf_meta", "adf_config", "adf_loop", "adf_audit"))
+    with sqlite3.connect(adf) as db:
+        db.execute("CREATE TABLE adf_files (path TEXT, content BLOB NOT NULL, mime_type TEXT, size INTEGER NOT NULL, "
+                   "protection TEXT, created_at TEXT, updated_at TEXT, metadata_json TEXT)")
+        db.executemany("INSERT INTO adf_files (path, content, size, created_at, updated_at) VALUES (?, ?, 1, ?, ?)",
+                       [("notes/a.txt", b"x", ISO, ISO), ("notes/a.txt", b"y", ISO, ISO)])
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, "adf_files path 'notes/a.txt' appears twice")
+    assert log_rows(ws) == []
