@@ -13,7 +13,7 @@ import msgspec
 
 from . import governance, validate
 from .envelope import Event, new_event
-from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath
+from .errors import InvalidInput, NotFound, TooLarge, UnsafePath, for_each
 from .ids import now_ms, uuid7
 from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, ContractChange, EntryAppend,
                     FileDelete, FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage,
@@ -70,7 +70,8 @@ class Writer:
             raise NotFound(f"there is no page {slug!r} to release")
         note = validate.one_line(note, "the note")
         if not note:
-            raise InvalidInput("a release needs --note: why the held page may change now")
+            raise InvalidInput(**for_each("a release needs a note: why the held page may change now (", "--note)",
+                                          "the note argument)"))
         return self._event(PageRelease(slug=slug, note=note))
 
     def always_add(self, line: str) -> Event:
@@ -120,8 +121,11 @@ def file_path(path: str) -> str:
         raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")
     root = parts[0].casefold()  # in any letter case: on macOS and Windows `Mind.md` is mind.md, `.MEM/` is .mem/
     if root in ("mind.md", "mind"):
-        raise UnsafePath(f"{path} belongs to the mind wiki: a page is written, deleted or renamed with `mem page "
-                         "write|delete|rename`, mind.md's Always lines with `mem always add|remove`")
+        raise UnsafePath(**for_each(f"{path} belongs to the mind wiki: ",
+                                    "a page is written, deleted or renamed with `mem page write|delete|rename`, "
+                                    "mind.md's Always lines with `mem always add|remove`",
+                                    "a page is /memories/mind/<slug>.md, created, edited, deleted or renamed as a "
+                                    "page, and only the `## Always` lines of /memories/mind.md are edited"))
     if root == ".mem":
         raise UnsafePath(f"{path} belongs to mindlog itself (.mem/ holds the log and the views)")
     if ".git" in (part.casefold() for part in parts):
@@ -194,7 +198,7 @@ class AdfWriter:
         if current is None:
             raise NotFound(f"there is no file {path}")
         if current[4] != "none":
-            raise InvalidInput(f"{path} is protected ({current[4]}) and cannot be deleted")
+            raise InvalidInput(f"{path} is protected ({current[4]}) and cannot be deleted or renamed")
         return self._event(FileDelete(path=path), AGENT)
 
     def message(self, box: str, message: dict) -> Event:
@@ -397,7 +401,8 @@ class SharedWriter:
                                "there is nothing to release")
         note = validate.one_line(note, "the note")
         if not note:
-            raise InvalidInput("a release needs --note: why the held page may change now")
+            raise InvalidInput(**for_each("a release needs a note: why the held page may change now (", "--note)",
+                                          "the note argument)"))
         body = PageUpdate(slug=slug, frontmatter=governance.released(document[0]), text=document[1], note=note,
                           parents=[self.state.shared_winner(layer, slug)])
         return new_event(validate.body(body), agent=self.agent, layer=layer)

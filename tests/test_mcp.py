@@ -614,7 +614,8 @@ def test_page_release_lifts_a_hold_as_mem_page_release_does(workspace):
         mem.declare_layer("notes", "notes/", "pages")
         mem.shared_page_write("notes", "pricing", held)
         mem.write_page("freeze", PAGE.replace(b"type: procedure", b"type: procedure\ngovernance: hold"))
-    expected = {"no note": cli_error(workspace, "page", "release", "freeze", "--note", " ")}
+    expected = {"no note": cli_error(workspace, "page", "release", "freeze", "--note", " ").replace(
+        "(--note)", "(the note argument)")}
     edit = {"path": "/memories/notes/pricing.md", "old_str": "above 20%", "new_str": "above 30%"}
 
     async def body(call_):
@@ -756,7 +757,10 @@ def test_file_paths_and_numbers_are_refused_as_strictly_as_the_cli_refuses_them(
         return answers
 
     answers = run_stdio(workspace, session_body)
-    assert [text for _error, text in answers[:len(paths)]] == expected
+    tools_way = ("a page is written, deleted or renamed with `mem page write|delete|rename`, mind.md's Always lines with "
+                 "`mem always add|remove`", "a page is /memories/mind/<slug>.md, created, edited, deleted or renamed as "
+                 "a page, and only the `## Always` lines of /memories/mind.md are edited")  # the CLI's way, the tool's
+    assert [text for _error, text in answers[:len(paths)]] == [text.replace(*tools_way) for text in expected]
     assert expected[:3] == ["file path '/etc/passwd' must be a relative path like 'notes/today.md'",
                             "file path 'notes//a.md' contains an empty, '.' or '..' segment",
                             ".MEM/x belongs to mindlog itself (.mem/ holds the log and the views)"]
@@ -1054,3 +1058,27 @@ def test_sigterm_after_a_burst_of_calls_still_writes_the_files(workspace):
     on_disk = (workspace / "mind.md").read_text()
     assert all(f"line {i}" in on_disk for i in range(30)), on_disk
     assert b"Traceback" not in server.stderr.read()
+
+
+def test_refusals_name_the_tools_way_forward_not_the_clis(workspace):
+    """Regression (nc13c): a tool was told to pass --note or to use `mem page write|delete|rename`, which it cannot."""
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+
+    async def main():
+        with Memory.open(workspace) as mem:
+            mem.write_page("held", PAGE.replace(b"type: procedure", b"type: procedure\ngovernance: hold"))
+            async with Client(build_server(mem)) as client:
+                return [await client.session.call_tool(tool, arguments) for tool, arguments in (
+                    ("page_release", {"slug": "held", "note": ""}),
+                    ("memory", {"command": "create", "path": "/memories/mind.md/x", "file_text": "x"}))]
+
+    release, create = anyio.run(main)
+    assert release.is_error and release.content[0].text == (
+        "a release needs a note: why the held page may change now (the note argument)"), release.content[0].text
+    assert create.is_error and create.content[0].text == (
+        "mind.md/x belongs to the mind wiki: a page is /memories/mind/<slug>.md, created, edited, deleted or renamed as "
+        "a page, and only the `## Always` lines of /memories/mind.md are edited"), create.content[0].text
+    said = run_mem("page", "release", "held", "--note", " ", "--workspace", workspace)
+    assert said.stderr == b"error: a release needs a note: why the held page may change now (--note)\n"
