@@ -194,7 +194,8 @@ def test_search_and_contract(ui):
     ("history?page=../x", 400, "unsafe-path"),  # a 404 naming 'mind/../x.md' before
     # past what SQLite's integers hold: an OverflowError and a bare 500 before
     ("timeline?event=99999999999999999999", 400, "invalid-input"),
-    ("timeline?t0=99999999999999999999999&t1=1", 400, "invalid-input")])
+    ("timeline?t0=99999999999999999999999&t1=1", 400, "invalid-input"),
+    ("timeline?t0=1796258970000&t1=1796258960000", 400, "invalid-input")])  # (nc13c) an empty strip, 200
 def test_bad_moments_are_problems(ui, query, status, code):
     answer = httpx.get(f"{ui.url}/{query}", timeout=30)
     assert answer.status_code == status

@@ -258,6 +258,8 @@ class Site:
     def timeline(self, request: Request):
         filters = {k: request.query_params.get(k) or None for k in ("kind", "layer", "agent")}
         span = {k: _int(request, k) for k in ("t0", "t1")}
+        if span["t0"] is not None and span["t1"] is not None and span["t1"] < span["t0"]:
+            raise InvalidInput(f"t1 ({span['t1']}) is before t0 ({span['t0']}): the range ends before it begins")
         chosen = _int(request, "event")
         with self.memory() as mem:
             now = moment(mem, request)
