@@ -20,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import StrictBool, StrictInt, StrictStr, ValidationError
 
+from eventstore import secrets
 from eventstore.errors import MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from projections import search as searching
@@ -136,6 +137,15 @@ def echoes_cut(message: str, arguments) -> str:
 def refusal(message: str) -> CallToolResult:
     """A tool error whose text is exactly the message (the SDK would prefix its own words to a raised one)."""
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def adopt_refusal(exc) -> str:
+    """Why the adopt tool left a file, in a tool's words; a secret in it is no write of the agent's to leave out and
+    call again (the file was written by hand): a person takes it out, or adopts it as it is."""
+    if isinstance(exc, secrets.SecretFound):
+        return (f"{exc.refused} (the file was written by hand: a person must take the secret out of it, or keep it with "
+                "`mem adopt --allow-secret` in a shell)")
+    return exc.told("tools")
 
 
 def workspace_path(path: str) -> str:
@@ -437,7 +447,7 @@ def build_server(mem: Memory) -> MCPServer:
         disk by hand (as `mem adopt` does); a file that cannot be adopted (it breaks the page contract, holds a
         secret) is left on disk; a page moved by hand, its bytes unchanged, is a rename. JSON: {"adopted": [paths],
         "refused": {path: why}, "renamed": {old path: new path}}."""
-        return json_text(adopting(mem, explain=lambda exc: exc.told("tools")))
+        return json_text(adopting(mem, explain=adopt_refusal))
 
     @register
     def page_release(slug: str, note: str, layer: str | None = None) -> str:

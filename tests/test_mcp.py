@@ -148,8 +148,9 @@ def test_a_hand_edit_is_kept_through_the_adopt_tool_as_the_refusal_says(workspac
     assert report["adopted"] == ["mind.md", "mind/deploy.md"] and sorted(report["refused"]) == ["mind/bare.md",
                                                                                                  "mind/keys.md"]
     assert "no frontmatter" in report["refused"]["mind/bare.md"]
-    assert report["refused"]["mind/keys.md"].endswith("(leave the secret out and call again: the MCP tools never "
-                                                      "store one)")
+    assert report["refused"]["mind/keys.md"].endswith(  # (nc13c) it said to leave the secret out and call again
+        "(the file was written by hand: a person must take the secret out of it, or keep it with `mem adopt "
+        "--allow-secret` in a shell)")
     assert not again[0] and again[1].startswith("The memory file has been edited.")
     with Memory.open(workspace) as mem:
         assert "edited by hand, then kept" in mem.page_text("deploy") and mem.always() == ["kept by hand"]
