@@ -48,9 +48,11 @@ on the log takes it (`Memory._keep_contract_of_log`)."""
 
 
 def _without_advice(refusal: MemError) -> str:
-    """A refusal's own words without the advice it gives whoever made the write (`pass --allow-secret`), told in
-    another's words where the write is someone else's (a hand edit)."""
-    return str(refusal).split(" (pass --allow-secret", 1)[0].removesuffix("; nothing was written")
+    """A refusal's own words without the advice a secret's gives whoever made the write (`pass --allow-secret`),
+    told in another's words where the write is someone else's (a hand edit)."""
+    if isinstance(refusal, secrets.SecretFound):
+        return refusal.refused.removesuffix("; nothing was written")
+    return str(refusal)
 
 
 def below_zero(name: str, value: int) -> InvalidInput:
@@ -925,10 +927,10 @@ class Memory:
             return MIND_PATH
         if "/" not in path and "." not in path or path.startswith("mind/") and "." not in path[5:] and "/" not in path[5:]:
             return f"mind/{path.removeprefix('mind/')}.md"
-        found = any(self.show(path, s) is not None for s in seqs)
-        if "/" in path and seqs and not found:  # `notes/café.md` typed in NFC for the file written in NFD
-            return self.views.file_twin(path) or path
-        if "/" in path or not path.endswith(".md") or path == "mind.md" or found:
+        if "/" in path:  # `notes/café.md` typed in NFC for the file written in NFD: rendered only when a twin exists
+            twin = self.views.file_twin(path) if seqs and not slug_of(path) and path != LOG_PATH else None
+            return twin if twin and not any(self.show(path, s) is not None for s in seqs) else path
+        if not path.endswith(".md") or path == MIND_PATH or any(self.show(path, s) is not None for s in seqs):
             return path
         return f"mind/{path}"
 
