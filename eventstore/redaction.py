@@ -17,7 +17,7 @@ import msgspec
 from .blobs import blob_json, compress, is_loop_source
 from .envelope import decode_body, encode_body
 from .errors import MemError
-from .kinds import KINDS, Body, EntryAppend, Redacted, Redaction
+from .kinds import KINDS, Body, EntryAppend, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 
 KEPT = {
     "page.ingest": ("slug", "parents", "quiet"),
@@ -60,6 +60,20 @@ def reversal(body) -> str | None:
         return body.reverses
     if type(body) is Redacted and body.original == "entry.append":
         return body.kept.get("reverses")
+    return None
+
+
+_VERSIONS = (PageIngest, PageUpdate, PageDelete)
+_VERSION_TAGS = ("page.ingest", "page.update", "page.delete")
+
+
+def page_version(body) -> tuple[str, list[str]] | None:
+    """(slug, parents) of a page version (an ingest, update or delete), or of a redacted one, which its stand-in keeps;
+    None for any other body."""
+    if body.__class__ in _VERSIONS:
+        return body.slug, body.parents
+    if body.__class__ is Redacted and body.original in _VERSION_TAGS:
+        return body.kept.get("slug"), body.kept.get("parents") or []
     return None
 
 
@@ -179,4 +193,4 @@ def _strings(value):
             yield from _strings(item)
 
 
-__all__ = ["KEPT", "Redacted", "body_hash", "encode_body", "matches", "redacted_form", "stand_in"]
+__all__ = ["KEPT", "Redacted", "body_hash", "encode_body", "matches", "page_version", "redacted_form", "stand_in"]

@@ -951,6 +951,7 @@ class _Tally:
         self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
         self.redactions: list[int] = []  # the seqs of the redactions among them
         self.restarted = False
+        self.pages: dict = {}  # id -> (layer, slug) of the page versions pulled: sync.intake.page_of
 
     def restart(self, behind: str, since: str) -> None:
         """The hub lost events this workspace pulled (`hub_behind`): the pull begins again `since` (`_pull_again`)."""
@@ -1000,13 +1001,13 @@ class _Tally:
         per layer."""
         not_taken = memory.not_taken()
         events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
-                                  packed=page.packed, not_taken=not_taken)
+                                  packed=page.packed, not_taken=not_taken, pages=self.pages)
         if rejected and not backfill and self.client is not None:
             known = memory.views.contract
             if take_contract(memory, self.client, self, fold).contract != known:
                 not_taken = memory.not_taken()
                 events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent,
-                                          memory.log, packed=page.packed, not_taken=not_taken)
+                                          memory.log, packed=page.packed, not_taken=not_taken, pages=self.pages)
         shadowed = set(not_taken.values())
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pulled-at:{self.name}": str(now_ms())}
@@ -1036,6 +1037,8 @@ class _Tally:
             seqs = memory.log.append(events, state=rows, unsent=unsent)  # intake recomputed every digest already
         except IdConflict:
             events, clashing = conflicting(events, memory.log)
+            for clash in clashing:
+                self.pages.pop(clash.id, None)  # the log holds another event with that id
             rejected += clashing
             seqs = memory.log.append(events, state=rows, unsent=unsent)
         self.rejected += rejected

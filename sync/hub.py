@@ -32,9 +32,9 @@ from eventstore import secrets, validate
 from eventstore.envelope import Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
-from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
+from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
-from eventstore.redaction import reversal
+from eventstore.redaction import page_version, reversal
 from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
 
 from .committer import GroupCommitter
@@ -277,24 +277,30 @@ def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | N
 
 
 def check_parents(events, stored: Callable[[str], tuple[str, object] | None]) -> None:
-    """A shared page version's parents must be versions of its own page (its layer and slug) where the hub can read
-    them (in the batch or stored, not redacted): one naming another page's version made the views a consumer folded
-    differ from its rebuild (`mem replay --check`). A parent the hub does not hold is left as before."""
-    pages = {event.id: (event.layer, event.body.slug) for event in events if event.kind in SHARED_PAGE_KINDS}
+    """A shared page version's parents (a redacted one's too: its stand-in keeps them) must be versions of its own
+    page (its layer and slug) where the hub holds them (in the batch or stored): one naming another page's version
+    made the views a consumer folded differ from its rebuild (`mem replay --check`). A parent the hub does not hold
+    is left as before."""
+    pages = {}  # id -> (layer, slug) of a version, None for an id the hub holds as no version
+    for event in events:
+        if (version := page_version(event.body)) is not None:
+            pages[event.id] = (event.layer, version[0])
     for index, event in enumerate(events):
-        if not isinstance(event.body, (PageUpdate, PageDelete)):
+        version = page_version(event.body)
+        if not version or not version[1]:
             continue
-        page = (event.layer, event.body.slug)
-        for parent in event.body.parents:
-            named = pages.get(parent)
-            if named is None and parent not in pages:
+        page = (event.layer, version[0])
+        for parent in version[1]:
+            if parent not in pages:
                 found = stored(parent)
-                named = pages[parent] = (found[0], found[1].slug) if found and isinstance(
-                    found[1], (PageIngest, PageUpdate, PageDelete)) else None
+                named_version = page_version(found[1]) if found else None
+                pages[parent] = (found[0], named_version[0]) if named_version is not None else None
+            named = pages[parent]
             if named is not None and named != page:
+                field = "kept.parents" if type(event.body) is Redacted else "parents"
                 raise InvalidInput(f"event {event.id}: parent {parent} is a version of page {named[1]!r} of layer "
                                    f"{named[0]!r}, not of {page[1]!r} of {page[0]!r}; nothing of the batch was applied",
-                                   field=f"events[{index}].body.parents")
+                                   field=f"events[{index}].body.{field}")
 
 
 def check_holds(events, storage: HubStorage, stored: Callable[[str], tuple[str, object] | None]) -> None:

@@ -19,7 +19,7 @@ from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redacted
-from eventstore.redaction import reversal
+from eventstore.redaction import page_version, reversal
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 from eventstore.recorder import TAGS
 
@@ -123,13 +123,41 @@ def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:
         return [None] * len(raws)
 
 
+def page_of(id: str, log, pages: dict) -> tuple[str, str] | None:
+    """(layer, slug) of the page version `id` (redacted or not), from `pages` (what this pull took, kept as it goes)
+    or the log; None when the log holds no version with that id."""
+    if id in pages:
+        return pages[id]
+    known = log.get(id)
+    version = page_version(known.body) if known is not None else None
+    page = pages[id] = (known.layer, version[0]) if version is not None else None
+    return page
+
+
+def foreign_parent(event: Event, version: tuple[str, list[str]], log, pages: dict) -> str | None:
+    """Why a shared page version's parents (`version`: its slug and parents) are not all versions of its own page,
+    as the hub's check_parents refuses them, or None. One naming another page's version made the consumer's folded
+    heads differ from its rebuild's."""
+    page = (event.layer, version[0])
+    for parent in version[1]:
+        named = page_of(parent, log, pages)
+        if named is not None and named != page:
+            field = "kept.parents" if event.body.__class__ is Redacted else "parents"
+            return (f"body.{field}: parent {parent} is a version of page {named[1]!r} of layer {named[0]!r}, not of "
+                    f"{page[1]!r}")
+    return None
+
+
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
-           packed: bool = False, not_taken: Mapping[str, str] = {}) -> tuple[list[Event], list[Rejected]]:
+           packed: bool = False, not_taken: Mapping[str, str] = {},
+           pages: dict | None = None) -> tuple[list[Event], list[Rejected]]:
     """Decodes (from JSON, or msgpack when `packed`) and checks a pulled page event by event: what may be
     appended, and what was rejected. The page's hot loop: `problem`, written out. A hub layer one of the agent's
     local layers shadows (`not_taken`, each with why: Memory.not_taken) is not taken: its events would mix into
-    the agent's own."""
+    the agent's own. `pages` (id -> (layer, slug) of the page versions taken, see page_of) is kept from one page
+    of a pull to the next, so that a catch-up reads a parent from the log only when an earlier pull took it."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
+    pages = {} if pages is None else pages
     (decode, named_decode) = _decoders[packed]
     rules: dict = dict(not_taken)
     for raw, event in zip(raws, _decoded(raws, packed)):
@@ -158,6 +186,10 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
                     target = known_event.layer if known_event is not None else None
                 if target != event.layer:
                     reason = f"body.reverses: there is no entry {reversed} in layer {event.layer!r}"
+            elif (version := page_version(body)) is not None:
+                reason = foreign_parent(event, version, log, pages) if version[1] else None
+                if reason is None:
+                    pages[id] = (event.layer, version[0])
         if reason is not None:
             rejected.append(Rejected(id=printable(event.id), position=event.seq, reason=reason))
             continue

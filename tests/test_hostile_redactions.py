@@ -79,6 +79,8 @@ def test_the_hub_refuses_a_hostile_redaction_or_stand_in_and_applies_nothing(tea
          "contains a path separator or '..'"),
         (stand_in("page.update", {"slug": "log", "parents": []}, layer="drafts"), "events[0].body.kept.slug",
          "is reserved"),
+        (stand_in("page.update", {"slug": "costs", "parents": [page]}, layer="drafts"),  # regression
+         "events[0].body.kept.parents", f"parent {page} is a version of page 'rates' of layer 'drafts', not of 'costs'"),
         (stand_in("entry.append", {"type": "FACT", "date": "2026-11-01", "reverses": "x"}),
          "events[0].body.kept.reverses", "is not an entry id"),
         (stand_in("entry.append", {"type": "FACT", "date": "2026-11-01"}, by="nope"), "events[0].body.by",

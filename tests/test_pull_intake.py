@@ -8,14 +8,14 @@ import msgspec
 import pytest
 
 from conftest import run_mem
-from eventstore.envelope import new_event
-from eventstore.kinds import EntryAppend, PageIngest
+from eventstore.envelope import compute_digest, new_event
+from eventstore.kinds import EntryAppend, PageIngest, Redacted
 from eventstore.layers import Contract
 from projections.memory import Memory
 from sync.intake import accept
 from sync.storage import open_storage
 
-from hub_storage_conformance import CONTRACT
+from hub_storage_conformance import CONTRACT, version
 from hubserver import HubServer
 
 
@@ -99,3 +99,50 @@ def test_an_event_that_does_not_decode_is_skipped_alone(workspace, packed):
     assert [e.id for e in events] == [good.id]
     assert [(s.position, s.reason.split(":")[0]) for s in rejected] == [
         (8, "does not decode"), (7, "unknown event kind 'evil.kind'"), (None, "does not decode")]
+
+
+def test_a_version_naming_another_pages_version_as_parent_is_rejected(tmp_path):
+    """Regression: the hub refuses such a version (test_shared_hold), but a consumer appended it from a hub that
+    did not check, and its folded views then differed from their rebuild (`mem replay --check`: shared_heads). Its
+    parent is read from the same page of the pull or from the log; a parent nobody holds is left as
+    the hub leaves it."""
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("main")
+    plan, launch = version("plan"), version("launch")
+    storage.push([plan, launch])
+    stored_parent = version("launch", parents=[plan.id])
+    memo = version("memo")
+    batch_parent = version("launch", parents=[launch.id, memo.id])
+    redacted = new_event(Redacted(original="page.update", body_hash="ab" * 32, reason="cleanup", by=str(uuid.uuid4()),
+                                  kept={"slug": "memo", "parents": [plan.id]}), agent="writer", layer="drafts")
+    redacted.digest = compute_digest(redacted.id, redacted.ts, "writer", "drafts", "page.update", b"\xab" * 32)
+    unknown_parent = version("memo", parents=[str(uuid.uuid4())])
+    storage.close()
+    root = tmp_path / "main"
+    Memory.init(root, "main").close()
+    (tmp_path / "main.token").write_text(token)
+    with HubServer(db) as server:
+        run_mem("remote", "add", "origin", server.url, "--token-file", tmp_path / "main.token", "-w", root,
+                check=True)
+        assert run_mem("pull", "-w", root, check=True).stdout.decode().strip() == "pulled 2 events from origin"
+        storage = open_storage(db)
+        storage.push([stored_parent, memo, batch_parent, redacted])
+        storage.close()
+        result = run_mem("pull", "-w", root)
+        assert result.returncode == 0, result.stderr
+        warnings = result.stderr.decode().splitlines()
+        assert len(warnings) == 3, warnings
+        assert stored_parent.id in warnings[0] and f"parent {plan.id} is a version of page 'plan'" in warnings[0]
+        assert batch_parent.id in warnings[1] and f"parent {memo.id} is a version of page 'memo'" in warnings[1]
+        assert redacted.id in warnings[2] and f"body.kept.parents: parent {plan.id} is a version of page 'plan'" in \
+            warnings[2]
+        storage = open_storage(db)
+        storage.push([unknown_parent])
+        storage.close()
+        assert run_mem("pull", "-w", root, check=True).stdout.decode().strip() == "pulled 1 event from origin"
+        with Memory.open(root) as mem:
+            assert {event.id for event in mem.log.read()} >= {plan.id, launch.id, memo.id, unknown_parent.id}
+            assert {mem.log.get(id) for id in (stored_parent.id, batch_parent.id, redacted.id)} == {None}
+        assert run_mem("replay", "--check", "-w", root).returncode == 0
