@@ -20,6 +20,9 @@ from conftest import PAGE, mem_command
 from projections.memory import Memory
 from sync.server import free_port
 
+HOW = ("open a page once with `?token=<token>` (as the URL printed at start, unless the token came from a file), "
+       "or send `Authorization: Bearer <token>`")
+
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
@@ -76,11 +79,9 @@ def test_ui_off_loopback_requires_the_token_it_prints_and_a_browser_gives_it_onc
         url, _, token = line.removeprefix("mindlog ui: ").partition("?token=")
         assert url == f"http://0.0.0.0:{port}/asof" and len(token) >= 32
         base = f"http://127.0.0.1:{port}"
-        unauthorized(*get(f"{base}/asof"), "a token is needed here: open the URL printed with `?token=` once, or "
-                                            "send `Authorization: Bearer <token>`")
+        unauthorized(*get(f"{base}/asof"), "a token is needed here: " + HOW)
         unauthorized(*get(f"{base}/asof", {"Authorization": "Bearer nope"}), "the token is not this server's")
-        unauthorized(*get(f"{base}/static/ui.css"), "a token is needed here: open the URL printed with `?token=` "
-                                                     "once, or send `Authorization: Bearer <token>`")
+        unauthorized(*get(f"{base}/static/ui.css"), "a token is needed here: " + HOW)
         status, _, body = get(f"{base}/asof?seq=1&page=deploy", {"Authorization": f"Bearer {token}"})
         assert status == 200 and b"Staging first." in body
         status, headers, _ = get(f"{base}/asof?seq=1&token={token}&page=deploy")
@@ -91,8 +92,7 @@ def test_ui_off_loopback_requires_the_token_it_prints_and_a_browser_gives_it_onc
         status, _, body = get(f"{base}/asof?seq=1&page=deploy", {"Cookie": cookie.split(";")[0]})
         assert status == 200 and b"Staging first." in body
         unauthorized(*get(f"{base}/asof", {"Cookie": f"mindlog_session_{port}=nope"}),
-                     "this browser's session is not this server's (it restarted, or the session was forgotten): "
-                     "open the URL printed with `?token=` once, or send `Authorization: Bearer <token>`")
+                     "this browser's session is not this server's (it restarted, or the session was forgotten): " + HOW)
     finally:
         stop(server)
 
