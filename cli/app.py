@@ -218,12 +218,17 @@ def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's
 
     root = state["workspace"] or Path.cwd()
     existed = Workspace(root).exists
+    outer = None if existed else Workspace.around(Path(root).absolute().parent)
     with Memory.init(root, agent, log) as mem:
         where = f"; log in {shown(mem.config.log)}" if mem.config.log else ""
         if existed:
             typer.echo(f"{mem.root} is already a workspace (agent {mem.config.agent}{where}): nothing changed")
         else:
             typer.echo(f"initialised {mem.root} for agent {mem.config.agent}{where}")
+        if outer is not None:
+            typer.echo(f"note: {mem.root} is inside the workspace {outer.root} (agent {outer.config().agent}): "
+                       "commands run in it or below it use the new one, and the outer one keeps none of its files",
+                       err=True)
 
 
 @app.command()

@@ -507,3 +507,15 @@ def test_a_write_whose_new_file_something_stands_in_the_way_of_is_refused_before
     refused(run_mem("entry", "add", "notes", "[FACT] 2026-11-01: x", "-w", written),
             f"{written / 'notes'} is a file where mindlog needs a folder (for e.md)")
     assert log_rows(written) == before
+
+
+def test_init_inside_another_workspace_says_so(written):
+    """Regression: a workspace made in a folder of another (not its pages) was made without a word, and every command
+    run below it then used the new one."""
+    inner = written / "notes" / "inner"
+    made = run_mem("init", "-w", inner, "--agent", "inner")
+    assert made.returncode == 0 and made.stdout.decode() == f"initialised {inner} for agent inner\n"
+    assert made.stderr.decode() == (f"note: {inner} is inside the workspace {written} (agent alice): commands run in "
+                                    "it or below it use the new one, and the outer one keeps none of its files\n")
+    again = run_mem("init", "-w", inner)
+    assert again.returncode == 0 and again.stderr == b""
