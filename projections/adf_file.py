@@ -22,7 +22,7 @@ from eventstore import secrets, validate
 from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import uuid7_layout, uuid_text
-from eventstore.instants import format_instant, parse_instant
+from eventstore.instants import LAST_MS, format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, EntryAppend, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
 from eventstore.layers import AGENT, LOOP, MIND
@@ -285,6 +285,29 @@ def _str(value, what: str, optional: bool = True) -> str | None:
     return value
 
 
+ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?")
+
+
+def _iso(value, what: str) -> str | None:
+    """An ADF text time (adf_files, adf_config): ISO 8601 that parses to an instant mindlog can hold, kept as
+    written; it goes back out in the next export, so junk is refused here, not carried."""
+    text = _str(value, what)
+    if text is not None:
+        try:
+            if not ISO_TIME.fullmatch(text):
+                raise InvalidInput("not ISO 8601")
+            parse_instant(text)
+        except InvalidInput:
+            raise InvalidInput(f"{what} must be an ISO 8601 time (like 2026-05-15T18:13:01.581Z), not {text!r:.40}") \
+                from None
+    return text
+
+
+def _ms(value, what: str) -> int:
+    """An ADF integer time (adf_loop, adf_audit): milliseconds since 1970, up to the year 9999."""
+    return _int(value, f"{what} (milliseconds since 1970)", low=0, high=LAST_MS)
+
+
 def _reads(table: str, required: bool = False):
     """Marks an importer method as the one reader of `table`; a missing optional table reads as empty."""
     def mark(method):
@@ -514,7 +537,7 @@ class _Importer:
             if not isinstance(value, dict):
                 raise InvalidInput("adf_config.config_json must be a JSON object")
             _check_objects(value)
-            updated = _str(row.get("updated_at"), "adf_config.updated_at")
+            updated = _iso(row.get("updated_at"), "adf_config.updated_at")
             body = self.scanned(ConfigSet(key="", value=value, updated_at=updated), "adf_config")
             self.others.append(self.event(body, ts=_time(updated, None)))
             self.layers = local_layers.declared(value, self.agent)
@@ -543,7 +566,7 @@ class _Importer:
                 if "start_seq" not in record:
                     start, end = (min(seqs), max(seqs)) if seqs else (None, None)
                 self.named = max(self.named, *seqs, start or 0, end or 0)
-            created = _int(record.get("created_at"), f"{where} created_at")
+            created = _ms(record.get("created_at"), f"{where} created_at")
             body = AuditImport(
                 source=source, start_seq=start, end_seq=end, ref=_str(record.get("ref"), f"{where} ref"),
                 entry_count=_int(record.get("entry_count"), f"{where} entry_count", low=0),
@@ -579,11 +602,13 @@ class _Importer:
             if path in files:  # its PRIMARY KEY dropped: which row is the file's cannot be told
                 raise InvalidInput(f"adf_files path {path!r:.80} appears twice")
             content = row.get("content")
-            content = bytes(content) if isinstance(content, (bytes, memoryview)) else str(content or "").encode()
+            if content is None:  # NOT NULL in ADF: a file with no content at all is not an empty one
+                raise InvalidInput(f"adf_files {path!r:.80} has no content (NULL)")
+            content = bytes(content) if isinstance(content, (bytes, memoryview)) else str(content).encode()
             files[path] = (content, _str(row.get("mime_type"), f"adf_files {path!r:.60} mime_type"),
                            row.get("protection") or "none",
-                           _str(row.get("created_at"), f"adf_files {path!r:.60} created_at"),
-                           _str(row.get("updated_at"), f"adf_files {path!r:.60} updated_at"))
+                           _iso(row.get("created_at"), f"adf_files {path!r:.60} created_at"),
+                           _iso(row.get("updated_at"), f"adf_files {path!r:.60} updated_at"))
         always: list[str] = []
         for path, (content, mime, protection, created, updated) in sorted(files.items()):
             if path == MIND_PATH:
@@ -723,7 +748,8 @@ class _Importer:
     def _messages(self, box: str, kind, rows: list[dict]) -> None:
         for row in rows:
             message = {str(k): v for k, v in row.items() if v is not None}
-            when = next((message[k] for k in MESSAGE_TIMES[box] if isinstance(message.get(k), int)), None)
+            when = next((message[k] for k in MESSAGE_TIMES[box] if isinstance(message.get(k), int)
+                         and not isinstance(message[k], bool) and 0 <= message[k] <= LAST_MS), None)
             body = self.scanned(kind(message=message, imported=True), f"adf_{box} id {message.get('id')!r:.40}")
             self.others.append(self.event(body, ts=when))
 
@@ -754,7 +780,7 @@ class _Importer:
                     _str(row.get("model"), f"{where} model"), tokens).body
             except MemError as exc:
                 raise type(exc)(f"{where}: {exc}") from None
-            body = msgspec.structs.replace(body, created_at=_int(row.get("created_at"), f"{where} created_at"),
+            body = msgspec.structs.replace(body, created_at=_ms(row.get("created_at"), f"{where} created_at"),
                                            ord=_int(row.get("ord"), f"{where} ord", optional=True))
             body = self.scanned(body, where)
             self.live.append((seq, body))

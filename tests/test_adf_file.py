@@ -713,3 +713,35 @@ def test_a_path_listed_twice_in_adf_files_is_refused_in_one_line(tmp_path):
     ws, result = import_cli(tmp_path, adf)
     refused_in_one_line(result, "adf_files path 'notes/a.txt' appears twice")
     assert log_rows(ws) == []
+
+
+@pytest.mark.parametrize("change, says", [
+    ("UPDATE adf_files SET content = NULL", "adf_files 'notes/a.txt' has no content (NULL)"),
+    ("UPDATE adf_files SET created_at = 'garbage'", "adf_files 'notes/a.txt' created_at must be an ISO 8601 time"),
+    ("UPDATE adf_files SET updated_at = '99999-99-99'", "adf_files 'notes/a.txt' updated_at must be an ISO 8601 time"),
+    ("UPDATE adf_config SET updated_at = 'yesterday'", "adf_config.updated_at must be an ISO 8601 time"),
+    ("UPDATE adf_loop SET created_at = 9223372036854775807", "created_at (milliseconds since 1970) must be an integer "
+                                                            "between 0 and 253402300799999"),
+    ("UPDATE adf_loop SET created_at = -5", "created_at (milliseconds since 1970) must be an integer between 0"),
+    ("UPDATE adf_audit SET created_at = 253402300800000", "created_at (milliseconds since 1970) must be an integer "
+                                                          "between 0 and 253402300799999"),
+], ids=["null-content", "junk-created", "junk-updated", "config-time", "loop-huge", "loop-negative", "audit-huge"])
+def test_a_file_with_no_content_or_a_time_that_is_no_time_is_refused(tmp_path, change, says):
+    """Regression (nc13c): a file with NULL content was imported as an empty file, and junk times ('garbage', a loop
+    time of 2**63) were taken as given (carried into the next export, or an event at 1970)."""
+    adf = build_adf(tmp_path / "junk.adf", loop=[text_row(1, "hello")], files=[("notes/a.txt", b"x")],
+                    audit=[("file", None, None, brotli.compress(json.dumps(
+                        {"path": "old.txt", "content_base64": "eA==", "mime_type": "text/plain", "size": 1}).encode()))],
+                    config="{}")
+    with sqlite3.connect(adf) as db:
+        for table in ("adf_files", "adf_loop", "adf_audit"):  # as a hostile file is made: without its NOT NULLs
+            columns = ", ".join(row[1] for row in db.execute(f"PRAGMA table_info({table})"))
+            db.execute(f"CREATE TABLE loose AS SELECT * FROM {table}")
+            db.execute(f"DROP TABLE {table}")
+            db.execute(f"CREATE TABLE {table} ({columns})")
+            db.execute(f"INSERT INTO {table} SELECT * FROM loose")
+            db.execute("DROP TABLE loose")
+        db.execute(change)
+    ws, result = import_cli(tmp_path, adf)
+    refused_in_one_line(result, says)
+    assert log_rows(ws) == []
