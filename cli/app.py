@@ -254,7 +254,9 @@ def page_write(slug: str,
                    None, "--if-version", help="Write only if the page's current version is still this one (its seq, "
                    "as `mem history` and this command print it, or its id): the version the file was made from. "
                    "Otherwise refused, nothing written. Without it the last writer wins.")):
-    """Ingest a page when new, update it otherwise."""
+    """Ingest a page when new, update it otherwise (a page that holds this already: nothing recorded)."""
+    from projections.memory import Unchanged
+
     if layer is not None and layer != MIND and if_version is not None:
         fail("--if-version is for wiki pages: a shared page written from its file names the version the file "
              "showed as its parent, so a version written meanwhile stays a conflict", 2)
@@ -264,6 +266,9 @@ def page_write(slug: str,
         else:
             event = mem.write_page(slug, read_page(file), note, force=force, allow_secret=allow_secret,
                                    if_version=if_version)
+            if isinstance(event, Unchanged):
+                return typer.echo(f"unchanged {event.path}: it is version {event.version.seq} already; nothing "
+                                  "recorded (--force records it again)")
         path = mem.page_file(layer or MIND, event.body.slug)
     typer.echo(f"{event.kind.split('.')[1]} {path} (seq {event.seq})")
 

@@ -506,11 +506,10 @@ def build_server(mem: Memory) -> MCPServer:
             raise ToolError("give targets (seqs or event ids) or match (a regular expression), not both or neither")
         if layer is not None and not match:
             raise ToolError("layer goes with match")
-        found = redacting.search(mem, match, layer) if match else None
-        events = found.events if found else redacting.resolve(mem, list(map(str, targets)))
-        report = redacting.redact(mem, events, reason, apply=not match or confirm)
-        listed = [event_line(event) for event in events] if match and not confirm else []
-        warned = [*(found.kept_notes() if found else ()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
+        found = redacting.search(mem, match, layer) if match else redacting.resolve(mem, list(map(str, targets)))
+        report = redacting.redact(mem, found.events, reason, apply=not match or confirm)
+        listed = [event_line(event) for event in found.events] if match and not confirm else []
+        warned = [*(found.kept_notes() if match else found.notes()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
         warned += [kept_by_hand(report)] if report.hand_edited else []
         return "\n".join([*listed, redacted_line(report, "call redact again with confirm=true to do it"), *warned])
 

@@ -30,12 +30,11 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
     if bool(targets) == bool(match):
         fail("give seqs or ids, or --match REGEX", 2)
     with memory() as mem:
-        found = redacting.search(mem, match, layer) if match else None
-        events = found.events if found else redacting.resolve(mem, targets)
-        report = redacting.redact(mem, events, reason, apply=not match or yes)
-        listed = [event_line(e) for e in events]
-    for note in found.kept_notes() if found else ():
-        typer.echo(f"warning: {note}", err=True)
+        found = redacting.search(mem, match, layer) if match else redacting.resolve(mem, targets)
+        report = redacting.redact(mem, found.events, reason, apply=not match or yes)
+        listed = [event_line(e) for e in found.events]
+    for note in found.kept_notes() if match else found.notes():
+        typer.echo(f"{'warning' if match else 'note'}: {note}", err=True)
     if report.left_on_disk:
         typer.echo(f"warning: {LEFT_ON_DISK}", err=True)
     if kept_by_hand(report):

@@ -16,7 +16,7 @@ import msgspec
 
 from .blobs import blob_json, compress, is_loop_source
 from .envelope import decode_body, encode_body
-from .errors import MemError
+from .errors import InvalidInput, MemError
 from .kinds import KINDS, Body, EntryAppend, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 
 KEPT = {
@@ -48,9 +48,13 @@ def redaction_events(by_layer: dict[str, list[str]], reason: str, agent: str) ->
     from .envelope import new_event
 
     limit = validate.MAX_REDACTION_TARGETS
-    return [secrets.checked(new_event(validate.body(Redaction(target_ids=ids[at:at + limit], reason=reason)),
-                                      agent=agent, layer=layer))
-            for layer, ids in by_layer.items() for at in range(0, len(ids), limit)]
+    try:
+        return [secrets.checked(new_event(validate.body(Redaction(target_ids=ids[at:at + limit], reason=reason)),
+                                          agent=agent, layer=layer))
+                for layer, ids in by_layer.items() for at in range(0, len(ids), limit)]
+    except secrets.SecretFound as found:  # no --allow-secret here: a reason is never redacted
+        raise InvalidInput(f"{found.refused}: a redaction's reason is copied into every target's place and can never be "
+                       "redacted, so it may hold no secret; say why without it") from None
 
 
 def reversal(body) -> str | None:

@@ -131,6 +131,8 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
             refusal = "mind/log.md is derived from the log; write a page or a lint entry instead"
         elif shared is None and not slug_of(path):
             refusal = memory.moved_hint(path) or "not a page of the wiki"
+        else:
+            refusal = memory.redacted_under_hint(path, tools=explain is not str)
         if refusal is not None:
             report.refused[path] = refusal
             progress(1)

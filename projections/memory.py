@@ -34,7 +34,7 @@ from . import audit, local_layers, trust
 from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
-from .materialize import (FileReport, InTheWay, hand_edited, materialize, record_adopted, refuse_in_the_way,
+from .materialize import (FileReport, InTheWay, file_hash, hand_edited, materialize, record_adopted, refuse_in_the_way,
                           remove_stale_temp_files, write_atomic, written_hash)
 from .render import CATALOG_EDIT, always_lines
 from .replay import remove_leftovers, replay
@@ -65,6 +65,17 @@ class CatalogPage(msgspec.Struct):
     slug: str
     title: str
     hook: str
+
+
+REDACTED_UNDER = "redacted-under:"
+"""The log state key (then a path) of a hand edit made on text a redaction removed: Memory.redacted_under."""
+
+
+class Unchanged(msgspec.Struct):
+    """A write that would record what its file holds already: nothing is recorded. `version`: the current version."""
+
+    version: Event
+    path: str
 
 
 class Compaction(msgspec.Struct):
@@ -453,13 +464,38 @@ class Memory:
             return True
         return always_lines(text) != always_lines(self.views.written.text(MIND_PATH) or "")
 
+    def redacted_under(self, path: str) -> str | None:
+        """The reason of a redaction that changed `path` while a hand edit kept the file from being rewritten (see
+        redact.mark_redacted_under), as long as mindlog has not written the file since: the edit was made on text
+        that is redacted now and may hold it, so adopting it would record that text again. None otherwise."""
+        mark = self.log.state(REDACTED_UNDER + path)
+        if not mark:
+            return None
+        written, _, reason = mark.partition(" ")
+        return reason if self.views.written.hashes([path]).get(path) == written else None
+
+    def redacted_under_hint(self, path: str, *, tools: bool = False) -> str | None:
+        """What to do with a hand edit made on redacted text (redacted_under), or None."""
+        reason = self.redacted_under(path)
+        if reason is None:
+            return None
+        said = f"the edit was made on text redacted since ({reason}) and may hold it"
+        if tools:
+            return (f"{said}, so the adopt tool does not take it; a person must take that text out of the file, or "
+                    "delete the file (it is written again from the log)")
+        shared = self.views.shared_target(path) if self.views.contract and not slug_of(path) else None
+        write = (f"mem page write {shared[1]} --layer {shared[0]} --file {path}" if shared and shared[1] else
+                 f"mem page write {slug_of(path)} --file {path}")
+        return (f"{said}, so `mem adopt` does not take it: take that text out and `{write}`, or `mem show {path} > "
+                f"{path}` drops the edit")
+
     def not_adoptable(self, paths) -> dict[str, str]:
         """Of these hand-edited files that a pull or refresh left unwritten, those `mem adopt` cannot take, each with
         what becomes of the edit: a file whose layer moved away or was dropped (moved_hint), and a file derived from
         the log alone (mind/log.md, an entries layer's file), which only its deletion lets be written again."""
         hints = {}
         for path in paths:
-            hint = self.moved_hint(path)
+            hint = self.moved_hint(path) or self.redacted_under_hint(path)
             if hint is None and self._derived(path):
                 hint = ("it is derived from the log and cannot be adopted: delete it to have it written again"
                         + (" (`mem entry add` adds an entry)" if path != LOG_PATH else ""))
@@ -492,6 +528,8 @@ class Memory:
         moved = self.moved_hint(path, tools=tools) if target is None else None
         if moved is not None:
             return moved
+        if (redacted := self.redacted_under_hint(path, tools=tools)) is not None:
+            return redacted
         if tools:
             if path == MIND_PATH and not self._always_edited():
                 return (f"only lines outside `## Always` changed, which the adopt tool does not take ({CATALOG_EDIT}); "
@@ -539,16 +577,35 @@ class Memory:
             yield
 
     def write_page(self, slug: str, document: bytes, note: str = "", *, force: bool = False,
-                   allow_secret: bool = False, if_version: str | None = None) -> Event:
-        """The page's next version. `if_version`: the version the document was made from (its seq or id), refused
-        unless it is still the current one; without it the write follows whatever came before (last writer wins)."""
+                   allow_secret: bool = False, if_version: str | None = None) -> "Event | Unchanged":
+        """The page's next version, or `Unchanged` when the document is the current version (nothing recorded;
+        `force` records it all the same). `if_version`: the version the document was made from (its seq or id),
+        refused unless it is still the current one; without it the write follows whatever came before (last
+        writer wins)."""
         with self.at_head():
             if if_version is not None:
                 self._refuse_unless_head(slug, if_version)
             event = self.writer.page_write(slug, document, note)
             path = page_path(event.body.slug)
+            if not force and (unchanged := self._unchanged(event, path)) is not None:
+                return unchanged
             return self.append(event, touches=[path, MIND_PATH, LOG_PATH], adopt={path: document}, force=force,
                                allow_secret=allow_secret)
+
+    def _unchanged(self, event: Event, path: str) -> Unchanged | None:
+        """The page's current version when `event` would record it again (same frontmatter and text, one parent)
+        and its file holds what mindlog wrote: a second version saying nothing new, and a line in mind/log.md."""
+        body = event.body
+        if event.kind != "page.update" or len(body.parents) != 1:
+            return None
+        head = self.log.get(body.parents[0])
+        if head is None or head.kind not in ("page.ingest", "page.update") or head.body.slug != body.slug or \
+                head.body.text != body.text or head.body.frontmatter != body.frontmatter:
+            return None
+        written = self.views.written.hashes({path}).get(path)
+        if written is None or file_hash(self.root / path) != written:
+            return None
+        return Unchanged(version=head, path=path)
 
     def _refuse_unless_head(self, slug: str, expected: str) -> None:
         slug = validate.slug(slug)

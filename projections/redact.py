@@ -6,6 +6,7 @@ from the log instead of folding it, so the views, the files and any later export
 what was removed, and an incremental refresh and `mem replay` agree byte for byte.
 """
 
+import hashlib
 import re
 
 import msgspec
@@ -43,8 +44,35 @@ def _target(event: Event) -> Target:
     return Target(seq=event.seq, id=event.id, kind=event.kind, layer=event.layer, agent=event.agent)
 
 
-def resolve(memory, refs: list[str]) -> list[Event]:
-    """The events named by seqs or ids, in seq order; refuses any that is unknown or cannot be redacted."""
+class Resolved(msgspec.Struct):
+    """What a redaction by seqs or ids takes: the events named, and with them (`also`) those holding the same text."""
+
+    events: list[Event]
+    also: list[Event] = []
+
+    def notes(self) -> list[str]:
+        return [f"seq {event.seq} ({event.kind}) holds the same `## Always` line: it is redacted with it"
+                for event in self.also]
+
+
+ALWAYS_KINDS = ("always.add", "always.remove")
+
+
+def same_line(memory, events: list[Event]) -> list[Event]:
+    """The `## Always` events (adds and removals) holding the line of an Always event among `events`, not among them:
+    a line's add and its removal hold the same text. One redacted alone left the other holding it, and a removal (which
+    names its line by its text) no longer removed a redacted add's `[redacted: …]` line: the line came back."""
+    lines = {event.body.line for event in events if event.kind in ALWAYS_KINDS}
+    if not lines:
+        return []
+    named = {event.seq for event in events}
+    return [event for event in memory.log.read(kinds=list(ALWAYS_KINDS))
+            if event.seq not in named and getattr(event.body, "line", None) in lines]
+
+
+def resolve(memory, refs: list[str]) -> Resolved:
+    """The events named by seqs or ids, in seq order, and the Always events holding the same line (same_line); refuses
+    any that is unknown or cannot be redacted."""
     found = {}
     for ref in refs:
         if not ref.strip():  # the start of every entry's id: it named a layer's only entry
@@ -60,7 +88,9 @@ def resolve(memory, refs: list[str]) -> list[Event]:
             what = "is redacted already" if event.kind == "redacted" else f"is {'an' if event.kind[0] in 'aeiou' else 'a'} {event.kind} event"
             raise InvalidInput(f"event {ref} {what}; it cannot be redacted")
         found[event.seq] = event
-    return [found[seq] for seq in sorted(found)]
+    events = [found[seq] for seq in sorted(found)]
+    also = same_line(memory, events)
+    return Resolved(events=sorted([*events, *also], key=lambda event: event.seq), also=also)
 
 
 def _entry(memory, ref: str) -> Event | None:
@@ -155,8 +185,22 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     redactions = redaction_events(by_layer, reason, memory.config.agent)
     seqs = memory.log.append(redactions)
     files = memory.refresh()
+    mark_redacted_under(memory, files.refused, reason, seqs[-1])
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
                         hand_edited=list(files.refused))
+
+
+def mark_redacted_under(memory, paths, reason: str, seq: int) -> None:
+    """Marks each hand-edited file the redaction changed (the text mindlog last wrote there is not what it renders
+    now) with what was written there and the reason: the edit was made on text that may be redacted now, and
+    `mem adopt` would record it again (Memory.redacted_under refuses it until mindlog writes the file again)."""
+    from .memory import REDACTED_UNDER
+
+    written = memory.views.written.hashes(paths)
+    for path in paths:
+        now = memory.show(path, seq)
+        if written.get(path) and (now is None or hashlib.sha256(now.encode("utf-8")).hexdigest() != written[path]):
+            memory.log.set_state(REDACTED_UNDER + path, f"{written[path]} {reason}")
 
 
 def config_redactions(memory, as_of: int) -> list[tuple[int, str, str]]:

@@ -147,9 +147,13 @@ def test_redaction_reasons_are_bounded_and_scanned_everywhere(team):
                           "GitHub Token in `reason`"),
                          (("hub", "redact", entry, "--reason", "x" * 2001, *team.hub), "longer than 2000 characters"),
                          (("-w", team.root / "writer", "redact", entry, "--reason", "x" * 2001, "--yes"),
-                          "longer than 2000 characters")):
+                          "longer than 2000 characters"),
+                         (("-w", team.root / "writer", "redact", entry, "--reason", f"token {GITHUB}"),  # regression
+                          "GitHub Token in `reason`, line 1; nothing was written: a redaction's reason is copied into "
+                          "every target's place and can never be redacted, so it may hold no secret")):
         refused = run_mem(*command)
         err = refused.stderr.decode()
         assert refused.returncode == 1 and err.startswith("error: ") and why in err and GITHUB not in err, err
+        assert "--allow-secret" not in err, err  # (nc14b) `mem redact` has no such option
         assert len(err.splitlines()) == 1
     assert open_storage(str(team.db)).head() == head

@@ -44,8 +44,8 @@ def test_an_if_version_that_names_no_version_of_the_page_says_so(workspace):
     said to be a version "written since", which sent the agent to redo a change from a version that never was."""
     path = workspace / "page.md"
     path.write_bytes(PAGE)
-    for slug in ("deploy", "other", "deploy"):
-        run_mem("-w", workspace, "page", "write", slug, "--file", path, check=True)
+    for slug, again in (("deploy", ()), ("other", ()), ("deploy", ("--force",))):  # the same page again: --force
+        run_mem("-w", workspace, "page", "write", slug, "--file", path, *again, check=True)
     rows = log_rows(workspace)
     for given, says in (("999999", "seq 999999 is past the log's head (3)"),
                         ("abc", "--if-version takes a version's seq or event id"), ("-1", "not '-1'"),
@@ -85,3 +85,27 @@ def test_a_memory_tool_edit_is_made_on_the_version_current_at_its_write(workspac
         MemoryTool(memory).str_replace("/memories/mind/deploy.md", "Staging first.", "Staging first, always.")
         text = memory.page_text("deploy")
         assert "Staging first, always." in text and "owner's ack" in text, text
+
+
+def test_a_write_of_what_the_page_holds_already_records_nothing(workspace):
+    """Regression (nc13c): writing a page's current version again (a re-save, a `str_replace` of a text by itself)
+    recorded an update that changed nothing, and a line in mind/log.md. Nothing is recorded now, unless --force; a
+    file edited by hand is still refused, and one deleted by hand is written again."""
+    path = workspace / "page.md"
+    path.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", path, check=True)
+    rows = log_rows(workspace)
+    again = run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--note", "same", check=True)
+    assert again.stdout.decode() == ("unchanged mind/deploy.md: it is version 1 already; nothing recorded (--force "
+                                     "records it again)\n")
+    with Memory.open(workspace) as memory:
+        MemoryTool(memory).str_replace("/memories/mind/deploy.md", "Staging first.", "Staging first.")
+    assert log_rows(workspace) == rows
+    (workspace / "mind/deploy.md").write_bytes(PAGE + b"by hand\n")
+    assert b"edited by hand" in run_mem("-w", workspace, "page", "write", "deploy", "--file", path).stderr
+    (workspace / "mind/deploy.md").unlink()
+    assert b"update mind/deploy.md (seq 2)" in run_mem("-w", workspace, "page", "write", "deploy", "--file", path,
+                                                       check=True).stdout
+    assert (workspace / "mind/deploy.md").read_bytes() == PAGE
+    forced = run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--force", check=True)
+    assert forced.stdout.decode() == "update mind/deploy.md (seq 3)\n"

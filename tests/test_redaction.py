@@ -183,6 +183,64 @@ def test_a_hand_edited_file_that_may_still_hold_the_redacted_text_is_named_with_
     assert report["hand_edited"] == []
 
 
+def test_a_hand_edit_made_on_redacted_text_is_not_adopted(workspace, tmp_path):
+    """Regression (nc14b): after a redaction, `mem status` said `mem adopt` keeps a hand edit made before it, and the
+    adopt recorded the whole edited file, the redacted text in it, as a new version (text no secret scanner flags).
+    Status, adopt and the MCP adopt tool refuse it now, until mindlog has written the file again."""
+    page = tmp_path / "p.md"
+    page.write_text("---\ntype: note\n---\n# P\n\nmy home address is 12 lemur street\n")
+    mem(workspace, "page", "write", "p", "--file", page, check=True)
+    mem(workspace, "page", "write", "q", "--file", page, check=True)
+    for slug in ("p", "q"):
+        with open(workspace / f"mind/{slug}.md", "a") as edited:
+            edited.write("hand line\n")
+    mem(workspace, "redact", "1", "--reason", "pii", "--yes", check=True)
+    said = (f"the edit was made on text redacted since (pii) and may hold it, so `mem adopt` does not take it: take "
+            f"that text out and `mem page write p --file mind/p.md`, or `mem show mind/p.md > mind/p.md` drops the edit")
+    status = mem(workspace, "status").stdout.decode()
+    assert f"mind/p.md  (edited by hand, but {said})" in status, status
+    events = len(json.loads(mem(workspace, "log", "--json", check=True).stdout))
+    adopted = mem(workspace, "adopt")
+    assert adopted.returncode == 1 and adopted.stdout.decode() == f"adopted mind/q.md\nleft mind/p.md: {said}\n"
+    async def adopt_tool(session):
+        return await call(session, "adopt")
+
+    is_error, text = run_stdio(workspace, adopt_tool)
+    told = json.loads(text)
+    assert told["refused"] == {"mind/p.md": "the edit was made on text redacted since (pii) and may hold it, so the "
+                                            "adopt tool does not take it; a person must take that text out of the "
+                                            "file, or delete the file (it is written again from the log)"}
+    assert len(json.loads(mem(workspace, "log", "--json", check=True).stdout)) == events + 1  # q's edit alone
+    assert mem(workspace, "search", "lemur", "--json", check=True).stdout.count(b"mind/p.md") == 0
+    (workspace / "mind/p.md").write_bytes(mem(workspace, "show", "mind/p.md", check=True).stdout)
+    assert mem(workspace, "adopt", check=True).stdout.decode() == "nothing edited by hand\n"
+    with open(workspace / "mind/p.md", "a") as edited:
+        edited.write("a new hand line\n")
+    assert mem(workspace, "adopt", check=True).stdout.decode() == "adopted mind/p.md\n"
+
+
+@pytest.mark.parametrize("named", ["1", "3"], ids=["the-add", "the-removal"])
+def test_an_always_line_is_redacted_with_every_event_holding_it(workspace, named):
+    """Regression (nc14b): redacting the add of a line removed later left the removal holding the text, and the removal
+    (which names its line by its text) no longer removed the add's `[redacted: leak]` line: it came back into
+    `## Always`, now and as of every seq after the removal. Both go, whichever is named, and the CLI says so."""
+    mem(workspace, "always", "add", "Keep badger line", check=True)
+    mem(workspace, "always", "add", "Other line", check=True)
+    mem(workspace, "always", "remove", "1", check=True)
+    other = "3" if named == "1" else "1"
+    kind = "always.remove" if named == "1" else "always.add"
+    redacted = mem(workspace, "redact", named, "--reason", "leak", check=True)
+    assert redacted.stderr.decode() == f"note: seq {other} ({kind}) holds the same `## Always` line: it is redacted " \
+                                       "with it\n"
+    assert redacted.stdout.decode().endswith("redacted 2 events (redaction seq 4)\n")
+    for seq in ((), ("--seq", "3"), ("--seq", "4")):
+        assert mem(workspace, "always", "list", *seq, check=True).stdout.decode() == "  1  Other line\n", seq
+    assert mem(workspace, "always", "list", "--seq", "2", check=True).stdout.decode() == \
+        "  1  [redacted: leak]\n  2  Other line\n"
+    assert files_holding(workspace, "badger") == []
+    assert "no differences" in mem(workspace, "replay", "--check", check=True).stdout.decode()
+
+
 # --- truncation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("drop", [1, 2, "all"])
