@@ -85,11 +85,18 @@ def _local(day: dt.date, clock: str, text: str) -> int:
 
 def _ms(moment: dt.datetime, text: str) -> int:
     """A local time (no offset) that the clocks skipped, as they go forward for daylight saving, is refused: the
-    platform would take it for an hour later or earlier, a moment nobody named."""
+    platform would take it for an hour later or earlier, a moment nobody named. So is one that happened twice, as
+    they go back: the first of the two was taken silently, an hour from the one meant as often as not."""
     ms = int(moment.astimezone().timestamp() * 1000)
-    if moment.tzinfo is None and dt.datetime.fromtimestamp(ms // 1000) != moment.replace(microsecond=0):
-        raise InvalidInput(f"{text!r} never happened here: the clocks skipped it (daylight saving); give the offset, "
-                           f"e.g. {moment.replace(microsecond=0).isoformat()}{format_local(ms)[-6:]}")
+    if moment.tzinfo is None:
+        named = moment.replace(microsecond=0).isoformat()
+        if dt.datetime.fromtimestamp(ms // 1000) != moment.replace(microsecond=0):
+            raise InvalidInput(f"{text!r} never happened here: the clocks skipped it (daylight saving); give the "
+                               f"offset, e.g. {named}{format_local(ms)[-6:]}")
+        later = int(moment.replace(fold=1).astimezone().timestamp() * 1000)
+        if later != ms:
+            raise InvalidInput(f"{text!r} happened twice here: the clocks went back (daylight saving); give the "
+                               f"offset: {named}{format_local(ms)[-6:]} (the first) or {named}{format_local(later)[-6:]}")
     return ms
 
 

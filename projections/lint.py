@@ -158,8 +158,8 @@ def _supersession(targets: dict[str, str | None], live: set[str], path_of: Calla
             found.append(Finding("contradictions", path_of(slug), f"supersedes and is superseded by {path_of(target)}"))
     for slug, target in sorted(targets.items()):
         if target and target not in live and slug in live:
-            found.append(Finding("contradictions", path_of(slug), f"superseded by {path_of(target)}, which does not "
-                                 "exist: withheld from search and believed in favour of no page",
+            found.append(Finding("contradictions", path_of(slug), "(its successor: superseded-by) does not exist: the "
+                                 "page is withheld from search and believed in favour of no page",
                                  f"adf-file://{path_of(target)}"))
     return found
 

@@ -1161,6 +1161,8 @@ class Memory:
         """The live loop (main, or one that ever had a message; a mistyped name is refused)."""
         if loop not in (None, "main") and loop not in (names := self.views.loop_names()):
             raise NotFound(f"there is no loop {loop!r} (loops: {', '.join(sorted({'main', *names}))})")
+        if as_of is not None and loop not in (None, "main") and (began := self.views.loop_began(loop)) > as_of:
+            raise NotFound(f"loop {loop!r} did not exist then: its first message is seq {began}, after seq {as_of}")
         return audit.loop_rows(self.views, loop, as_of)
 
     def files(self, as_of: int | None = None) -> list[tuple]:

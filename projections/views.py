@@ -599,6 +599,10 @@ class Views:
         """Every loop that ever had a row."""
         return [name for (name,) in self.db.execute("SELECT DISTINCT loop FROM loop_rows ORDER BY loop")]
 
+    def loop_began(self, loop: str) -> int | None:
+        """The seq of a loop's first row (None: it never had one), as loop_rows reads a moment: by the rows' seqs."""
+        return self.db.execute("SELECT MIN(seq) FROM loop_rows WHERE loop = ?", (loop,)).fetchone()[0]
+
     def files(self, as_of: int | None = None) -> list[tuple]:
         """The adf_files rows (FILE_COLUMNS) of the files (not the wiki's) that exist as of a seq."""
         return [row[:8] for row in self._latest_files(FILE_COLUMNS, as_of) if not row[8]]

@@ -19,6 +19,7 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
     mem("always", "add", "staging first", check=True)
     mem("loop", "append", "--role", "user", "--text", "hello", check=True)
     mem("layer", "add", "notes", "notes.md", check=True)
+    mem("loop", "append", "--role", "user", "--text", "aside", "--loop", "side", check=True)
     rows = log_rows(workspace)
     head = len(rows)
     future = (dt.datetime.now() + dt.timedelta(hours=2)).isoformat(timespec="minutes")
@@ -29,6 +30,8 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("entry", "list", "nosuch"): "there is no layer 'nosuch' declared here (`mem layer list`) (layers: notes)",
         ("page", "list", "--layer", "drafts", "--seq", "1"): "--at and --seq list the wiki's pages as they were",
         ("loop", "show", "--loop", "nosuch"): "there is no loop 'nosuch'",
+        ("loop", "show", "--loop", "side", "--seq", "4"):  # regression (nc14b): an empty loop, exit 0
+            "loop 'side' did not exist then: its first message is seq 5, after seq 4",
         ("loop", "clear", "--loop", "nosuch"): "there is no loop 'nosuch'",
         ("loop", "clear", "5", "9"): "rows[5:9] selects none, so there is nothing to clear",
         ("log", "--kind", "nosuch"): "there is no event kind 'nosuch'",

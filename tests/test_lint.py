@@ -271,8 +271,8 @@ def test_lint_checks_shared_pages_too(tmp_path):
         linted = team.mem("reviewer", "lint")
         assert linted.returncode == 1
         assert linted.stdout.decode().splitlines() == [
-            "[contradictions] content/drafts/old-launch.md: adf-file://content/drafts/launch.md superseded by "
-            "content/drafts/launch.md, which does not exist: withheld from search and believed in favour of no page",
+            "[contradictions] content/drafts/old-launch.md: adf-file://content/drafts/launch.md (its successor: "
+            "superseded-by) does not exist: the page is withheld from search and believed in favour of no page",
             "[stale] content/drafts/plan.md: past stale_after (2020-01-01): re-verify it, then update the date or the "
             "content",
             "[sources] content/drafts/plan.md: has no `sources`: it cannot be re-verified",

@@ -127,7 +127,8 @@ def test_a_moment_outside_the_calendar_is_refused_in_one_line(history, moment, s
 
 def test_a_local_time_the_clocks_skipped_is_refused_not_moved_an_hour(history):
     """Regression (nc10c L3): in Europe/Berlin 2026-03-29 02:30 never happened (the clocks went from 02:00 to 03:00);
-    it was read silently as an instant an hour away. An hour that happened twice (October) is its first time."""
+    it was read silently as an instant an hour away. Regression (nc14b): one that happened twice (2026-10-25 02:30,
+    the clocks going back from 03:00 to 02:00) was taken for the first, as silently; it is refused, naming both."""
     workspace, _marks = history
     berlin = {"TZ": "Europe/Berlin"}
     for moment, instead in (("2026-03-29 02:30", "2026-03-29T02:30:00+01:00"),
@@ -137,7 +138,12 @@ def test_a_local_time_the_clocks_skipped_is_refused_not_moved_an_hour(history):
         assert result.returncode == 1 and lines == [
             f"error: {moment!r} never happened here: the clocks skipped it (daylight saving); give the offset, e.g. "
             f"{instead}"], lines
-    for moment in ("2026-03-29 03:00", "2026-03-29 01:59", "2026-10-25 02:30", "2026-03-29T02:30+01:00"):
+    twice = run_mem("-w", workspace, "log", "--since", "2026-10-25 02:30", env=berlin)
+    assert twice.returncode == 1 and twice.stderr.decode() == (
+        "error: '2026-10-25 02:30' happened twice here: the clocks went back (daylight saving); give the offset: "
+        "2026-10-25T02:30:00+02:00 (the first) or 2026-10-25T02:30:00+01:00\n")
+    for moment in ("2026-03-29 03:00", "2026-03-29 01:59", "2026-10-25 01:59", "2026-10-25 03:00",
+                   "2026-10-25T02:30+01:00", "2026-10-25T02:30+02:00", "2026-03-29T02:30+01:00"):
         run_mem("-w", workspace, "log", "--since", moment, env=berlin, check=True)
 
 
