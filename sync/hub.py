@@ -224,6 +224,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
         check_reversals(events, storage)
         stored = stored_bodies(storage)
         check_redaction_targets(events, stored)
+        check_redacted_by(events, stored)
         check_parents(events, stored)
         check_holds(events, storage, stored)
 
@@ -263,6 +264,22 @@ def check_redaction_targets(events, stored: Callable[[str], tuple[str, object] |
                 continue
             raise InvalidInput(f"event {event.id}: {why}; nothing of the batch was applied",
                                field=f"events[{index}].body.target_ids[{at}]")
+
+
+def check_redacted_by(events, stored: Callable[[str], tuple[str, object] | None]) -> None:
+    """An event pushed already redacted names in `by` the redaction that removed its body: where the hub holds that
+    event (in the batch or stored), it must be a redaction of the same layer naming this event. One the hub does not
+    hold yet is taken (the redaction may come in a later batch of the same push)."""
+    batch = {event.id: (event.layer, event.body) for event in events}
+    for index, event in enumerate(events):
+        if type(event.body) is not Redacted:
+            continue
+        found = batch.get(event.body.by) or stored(event.body.by)
+        if found is not None and (found[0] != event.layer or type(found[1]) is not Redaction
+                                  or event.id not in found[1].target_ids):
+            raise InvalidInput(f"event {event.id}: body.by names {event.body.by}, which is no redaction of layer "
+                               f"{event.layer!r} naming this event; nothing of the batch was applied",
+                               field=f"events[{index}].body.by")
 
 
 def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | None]:

@@ -18,7 +18,7 @@ from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
-from eventstore.kinds import Redacted
+from eventstore.kinds import Redacted, Redaction
 from eventstore.redaction import page_version, reversal
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 from eventstore.recorder import TAGS
@@ -148,6 +148,19 @@ def foreign_parent(event: Event, version: tuple[str, list[str]], log, pages: dic
     return None
 
 
+def foreign_redaction(event: Event, log, taken: dict) -> str | None:
+    """Why a pulled redacted event's `by` does not name the redaction that removed its body (a redaction of its layer
+    naming it), where this log or the page holds that event, as the hub's check_redacted_by; None otherwise."""
+    by = event.body.by
+    named = taken.get(by) or log.get(by)
+    if named is None:
+        return None
+    redaction = named.body
+    if named.layer != event.layer or type(redaction) is not Redaction or event.id not in redaction.target_ids:
+        return f"body.by: {by} is no redaction of layer {event.layer!r} naming this event"
+    return None
+
+
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
            packed: bool = False, not_taken: Mapping[str, str] = {},
            pages: dict | None = None) -> tuple[list[Event], list[Rejected]]:
@@ -186,7 +199,9 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
                     target = known_event.layer if known_event is not None else None
                 if target != event.layer:
                     reason = f"body.reverses: there is no entry {reversed} in layer {event.layer!r}"
-            elif (version := page_version(body)) is not None:
+            if reason is None and body.__class__ is Redacted:
+                reason = foreign_redaction(event, log, taken)
+            if reason is None and (version := page_version(body)) is not None:
                 reason = foreign_parent(event, version, log, pages) if version[1] else None
                 if reason is None:
                     pages[id] = (event.layer, version[0])

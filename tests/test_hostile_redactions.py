@@ -89,6 +89,10 @@ def test_the_hub_refuses_a_hostile_redaction_or_stand_in_and_applies_nothing(tea
          "keeps no 'content'"),
         (stand_in("entry.append", {"type": "FACT", "date": "2026-11-01", "reverses": UUID}),
          "events[0].body.kept.reverses", f"there is no entry {UUID} in layer 'insights'"),
+        (stand_in("entry.append", {"type": "FACT", "date": "2026-11-01"}, by=entry),  # regressions: taken
+         "events[0].body.by", f"body.by names {entry}, which is no redaction of layer 'insights' naming this event"),
+        ([other := redaction([entry]), stand_in("entry.append", {"type": "FACT", "date": "2026-11-01"}, by=other.id)],
+         "events[1].body.by", f"body.by names {other.id}, which is no redaction of layer 'insights' naming this event"),
     ]
     for event, field, why in refusals:
         answer = push(team, "writer", *(event if isinstance(event, list) else [event]))
@@ -119,6 +123,25 @@ def test_a_consumer_rejects_a_hostile_redaction_a_hub_took_and_keeps_pulling(tea
     assert "after the bad ones" in text and "forged" not in text and "DECISION" not in text
     again = team.mem("reviewer", "pull", check=True)
     assert again.stderr == b"" and b"pulled 0 events" in again.stdout
+
+
+def test_a_consumer_rejects_a_stand_in_whose_by_names_no_redaction_of_it(team):
+    """Regression: a stand-in pushed already redacted whose `by` named any event (an entry, another layer's
+    redaction) was taken, and told readers a redaction removed it that never did. A hub that did not check hands it
+    out: each consumer rejects it; one whose redaction is still to come (a later page of the pull) is taken."""
+    team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-01: Staging first", check=True)
+    team.mem("writer", "push", check=True)
+    entry = json.loads(team.mem("writer", "log", "--json", check=True).stdout)[-1]["id"]
+    forged = stand_in("entry.append", {"type": "FACT", "date": "2026-11-01"}, by=entry)
+    early = stand_in("entry.append", {"type": "FACT", "date": "2026-11-02"})
+    admin = open_storage(str(team.db))
+    admin.push([forged, early])
+    admin.close()
+    pulled = team.mem("reviewer", "pull")
+    said = pulled.stderr.decode()
+    assert pulled.returncode == 0 and said == (f"warning: rejected event {forged.id} (hub position 3): body.by: {entry} "
+                                               "is no redaction of layer 'insights' naming this event\n"), said
+    assert b"pulled 2 events" in pulled.stdout
 
 
 def test_a_held_version_redacted_then_updated_is_one_push(team):
