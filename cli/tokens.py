@@ -205,7 +205,8 @@ class TokenGate:
         request = Request(scope)
         token, given, stale = presented(request, self.sessions)
         if not token:
-            how = "open a page once with `?token=<token>` (as the URL printed at start, unless the token came from a file), or send" if self.sessions else "send"
+            how = ("open a page once with `?token=<token>` (as the URL printed at start, unless the token came from a "
+                   "file), or send") if self.sessions else "send"
             why = f"{STALE_SESSION}: {how}" if stale else f"a token is needed here: {how}"
             answer = _problem(f"{why} `Authorization: Bearer <token>`")
         elif not hmac.compare_digest(token.encode(), self.token):

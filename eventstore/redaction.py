@@ -53,8 +53,8 @@ def redaction_events(by_layer: dict[str, list[str]], reason: str, agent: str) ->
                                           agent=agent, layer=layer))
                 for layer, ids in by_layer.items() for at in range(0, len(ids), limit)]
     except secrets.SecretFound as found:  # no --allow-secret here: a reason is never redacted
-        raise InvalidInput(f"{found.refused}: a redaction's reason is copied into every target's place and can never be "
-                       "redacted, so it may hold no secret; say why without it") from None
+        raise InvalidInput(f"{found.refused}: a redaction's reason is copied into every target's place and can "
+                           "never be redacted, so it may hold no secret; say why without it") from None
 
 
 def reversal(body) -> str | None:

@@ -603,8 +603,8 @@ class Memory:
                 head.body.text != body.text or head.body.frontmatter != body.frontmatter:
             return None
         written = self.views.written.hashes({path}).get(path)
-        if written is None or file_hash(self.root / path) != written:
-            return None
+        if written is None or file_hash(self.root / path) != written or path in dict(self.views.written.dirty()):
+            return None  # the file is not the current version as mindlog wrote it: the write puts it there
         return Unchanged(version=head, path=path)
 
     def _refuse_unless_head(self, slug: str, expected: str) -> None:

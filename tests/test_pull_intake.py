@@ -3,6 +3,7 @@ rejected and reported by id, and the rest of the layer keeps flowing. The bad ev
 hub's storage directly (as a hub that does not check, or an older one, would hand them out)."""
 
 import uuid
+from contextlib import contextmanager
 
 import msgspec
 import pytest
@@ -43,13 +44,20 @@ def planted(tmp_path):
     storage.push([fact("two")])
     storage.close()
     ids = {name: event.id for name, event in bad.items()}
+    with consumer_of(db, tmp_path, token) as (server, root):
+        yield server, root, ids
+
+
+@contextmanager
+def consumer_of(db: str, tmp_path, token: str):
+    """(the hub serving `db`, the workspace of its consumer `main`, its remote set to that hub)."""
     root = tmp_path / "main"
     Memory.init(root, "main").close()
     (tmp_path / "main.token").write_text(token)
     with HubServer(db) as server:
         run_mem("remote", "add", "origin", server.url, "--token-file", tmp_path / "main.token", "-w", root,
                 check=True)
-        yield server, root, ids
+        yield server, root
 
 
 def test_bad_events_are_skipped_and_named_and_the_rest_flows(planted):
@@ -120,12 +128,7 @@ def test_a_version_naming_another_pages_version_as_parent_is_rejected(tmp_path):
     redacted.digest = compute_digest(redacted.id, redacted.ts, "writer", "drafts", "page.update", b"\xab" * 32)
     unknown_parent = version("memo", parents=[str(uuid.uuid4())])
     storage.close()
-    root = tmp_path / "main"
-    Memory.init(root, "main").close()
-    (tmp_path / "main.token").write_text(token)
-    with HubServer(db) as server:
-        run_mem("remote", "add", "origin", server.url, "--token-file", tmp_path / "main.token", "-w", root,
-                check=True)
+    with consumer_of(db, tmp_path, token) as (_server, root):
         assert run_mem("pull", "-w", root, check=True).stdout.decode().strip() == "pulled 2 events from origin"
         storage = open_storage(db)
         storage.push([stored_parent, memo, batch_parent, redacted])
