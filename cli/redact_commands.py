@@ -9,7 +9,7 @@ import typer
 from eventstore.errors import MemError
 
 from .app import JsonOpt, app, fail, memory
-from .output import LEFT_ON_DISK, emit_json, event_line, kept_by_hand, redacted_line
+from .output import LEFT_ON_DISK, emit_json, event_line, kept_by_hand, progress_bar, redacted_line
 from .sync_commands import DbOpt, hub_app, mirror_dir, storage
 
 ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
@@ -30,7 +30,11 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
     if bool(targets) == bool(match):
         fail("give seqs or ids, or --match REGEX", 2)
     with memory() as mem:
-        found = redacting.search(mem, match, layer) if match else redacting.resolve(mem, targets)
+        if match:
+            with progress_bar("match", mem.log.head()) as advance:
+                found = redacting.search(mem, match, layer, progress=advance)
+        else:
+            found = redacting.resolve(mem, targets)
         report = redacting.redact(mem, found.events, reason, apply=not match or yes)
         listed = [event_line(e) for e in found.events]
     for note in found.kept_notes() if match else found.notes():

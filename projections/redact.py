@@ -124,8 +124,9 @@ class Matched(msgspec.Struct):
                 for seq, fields in sorted(self.kept.items())]
 
 
-def search(memory, pattern: str, layer: str | None = None) -> Matched:
-    """Every event whose text matches a regular expression (optionally in one layer)."""
+def search(memory, pattern: str, layer: str | None = None, progress=None) -> Matched:
+    """Every event whose text matches a regular expression (optionally in one layer). `progress(n)` hears of each
+    thousand events read: a pattern that backtracks can take long on a long log (Ctrl-C stops it, nothing written)."""
     try:
         compiled = re.compile(pattern)
     except re.error as exc:
@@ -134,7 +135,9 @@ def search(memory, pattern: str, layer: str | None = None) -> Matched:
     if layer:
         memory.logged_layer(layer)
     hits, kept = [], {}
-    for row in memory.log.read_rows(layers=[layer] if layer else None):
+    for read, row in enumerate(memory.log.read_rows(layers=[layer] if layer else None), 1):
+        if progress is not None and read % 1000 == 0:
+            progress(1000)
         seq, kind, codec, body = row[0], row[6], row[7], row[8]
         if kind in UNREDACTABLE:
             continue
