@@ -586,6 +586,11 @@ def show_status(json: bool, fetch: bool) -> None:
         them = "it" if len(report.leftovers) == 1 else "them"
         typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "
                    f"command that writes removes {them})")
+    if report.temporary:
+        shown = ", ".join(report.temporary[:3]) + (f" and {len(report.temporary) - 3} more" if len(report.temporary) > 3
+                                                   else "")
+        typer.echo(f"{'left over:':<17}{shown} (temporary files of a command stopped mid-write; the next command that "
+                   "writes files removes them)")
     for c in report.conflicts:
         typer.echo(f"{'conflict:':<17}{c.layer}/{c.slug} ({len(c.heads)} heads; `mem conflicts --show`)")
     for layer, path in report.not_received.items():

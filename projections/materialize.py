@@ -111,12 +111,15 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _land(staged: list[tuple], records: list[tuple], report: "FileReport") -> None:
+def _land(views: Views, staged: list[tuple], records: list[tuple], report: "FileReport") -> None:
     """Makes staged temporary files durable, then renames each over its target (to be recorded). The
     fsyncs run concurrently, so the file system commits them together: a catch-up that rewrites
     thousands of pages pays a few journal commits instead of one per page. A target written meanwhile (a hand
     edit since it was checked, during the fsyncs) is left as it is, and reported: renaming over it would lose
-    that edit."""
+    that edit. Before any rename the new hashes are committed as landing (WrittenFiles.land): a process stopped
+    between a rename and its record left a file that is mindlog's, whatever the views say by then."""
+    if staged:
+        views.written.land([(path, new_hash) for _tmp, _target, path, new_hash, *_rest in staged])
     if len(staged) > 1:
         with ThreadPoolExecutor(min(32, len(staged)), thread_name_prefix="fsync") as pool:
             list(pool.map(_fsync, [tmp for tmp, *_rest in staged]))
@@ -132,12 +135,17 @@ def _land(staged: list[tuple], records: list[tuple], report: "FileReport") -> No
         records.append((target, path, new_hash, content))
 
 
+def stale_temp_files(views: Views, root: Path) -> list[Path]:
+    """Temporary files beside the files mindlog writes: left by a process stopped mid-write when no process holds
+    the projector lock."""
+    folders = {"mind", ""} | {os.path.dirname(path) for path in views.written.hashes()}  # strings: one per file
+    return sorted(leftover for folder in map(root.joinpath, folders) for leftover in folder.glob(".*.mem-tmp-*"))
+
+
 def remove_stale_temp_files(views: Views, root: Path) -> None:
     """Temporary files left by a process killed mid-write (the caller holds the projector lock)."""
-    folders = {"mind", ""} | {os.path.dirname(path) for path in views.written.hashes()}  # strings: one per file
-    for folder in map(root.joinpath, folders):
-        for leftover in folder.glob(".*.mem-tmp-*"):
-            leftover.unlink(missing_ok=True)
+    for leftover in stale_temp_files(views, root):
+        leftover.unlink(missing_ok=True)
 
 
 def write_atomic(target: Path, chunks) -> str:
@@ -150,9 +158,10 @@ def write_atomic(target: Path, chunks) -> str:
 def hand_edited(views: Views, root: Path, paths=None) -> list[str]:
     """Files whose bytes on disk are not what mindlog last wrote there."""
     found = []
+    landings = views.written.landings()
     for path, written in views.written.hashes(paths).items():
         on_disk = file_hash(root / path)
-        if on_disk is None or on_disk == written:
+        if on_disk is None or on_disk == written or on_disk == landings.get(path):
             continue
         chunks = views.file_chunks(path)
         if chunks is not None and _hash_chunks(chunks) == on_disk:
@@ -278,6 +287,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     records = []  # (target, path, hash, content) of every file brought up to date: recorded together at the end
     folders = {}
     dirty = views.written.dirty()
+    landings = views.written.landings()  # files renamed into place by a process stopped before it recorded them
     ahead = {} if dry_run else views.entries_ahead(path for path, _written in dirty)
     with views.shared.heads_kept() if len(dirty) >= HEADS_KEPT_FROM else contextlib.nullcontext():
         for path, written in [*(file for file in dirty if file[0] not in ahead),  # the others rendered meanwhile
@@ -289,7 +299,7 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                 continue
             checked = stat_key(target)
             on_disk = disk_hash(target, seen, checked) if checked is not None else None
-            edited = on_disk is not None and on_disk != written
+            edited = on_disk is not None and on_disk != written and on_disk != landings.get(path)
             if dry_run and (on_disk is None or not (settle or (edited and not force))):
                 continue  # nothing on disk: nothing to refuse, nothing already there to settle
             apart = ahead[path].result() if path in ahead else None
@@ -304,8 +314,8 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                     report.removed.append(path)
                 new_hash = None
             elif path == LOG_PATH:
-                new_hash = _materialize_stream(target, chunks, on_disk, edited and not force, dry_run, report, path,
-                                               settle, (rendered or {}).get(path))
+                new_hash = _materialize_stream(views, target, chunks, on_disk, edited and not force, dry_run, report,
+                                               path, settle, (rendered or {}).get(path))
             else:
                 content = "".join(chunks).encode("utf-8")
                 new_hash = hashlib.sha256(content).hexdigest()
@@ -325,13 +335,13 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     wait(ahead.values())  # a file refused before its text was needed: no thread reads on while these are recorded
     for paths in (report.written, report.removed, report.refused):
         paths.sort()  # in the order of `dirty`, as if the files rendered ahead had not waited
-    _land(staged, records, report)
+    _land(views, staged, records, report)
     if records:
         _record(views, records)
     return report
 
 
-def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path,
+def _materialize_stream(views: Views, target: Path, chunks, on_disk, refuse: bool, dry_run: bool, report, path,
                         settle: bool = False, known: str | None = None) -> str:
     """A file too large to hold in memory (mind/log.md): rendered once into a temporary file (a dry run only
     hashes it, and only when it must know: `refuse`, `settle`; `known`: its hash, worked out already)."""
@@ -351,6 +361,7 @@ def _materialize_stream(target: Path, chunks, on_disk, refuse: bool, dry_run: bo
         report.refused.append(path)
     else:
         _fsync(tmp)
+        views.written.land([(path, new_hash)])
         os.replace(tmp, target)
         report.written.append(path)
     return new_hash

@@ -74,7 +74,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
                 raise Damaged(f"{exc}{LOG_AS_IS}") from None
         remove_stale_temp_files(memory.views, memory.root)  # a replay killed while it wrote files left them
         remove_leftovers(memory.ws)
-        carried = memory.views.written.hashes()
+        carried, landings = memory.views.written.hashes(), memory.views.written.landings()
         target = memory.ws.views_path
         rebuilt = _rebuilt(memory.ws)
         seen = {}  # the files' hashes on disk, read once for both passes
@@ -85,6 +85,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start, expected=expected)
             with views.transaction():
                 views.written.carry(carried)
+                views.written.carry_landings(landings)
             rendered = checks.join()
             laps.lap("prechecks")
             refused = materialize(views, memory.root, force=force, dry_run=True, seen=seen, settle=True,
@@ -161,6 +162,11 @@ def remove_leftovers(ws) -> None:
                 shutil.rmtree(scratch, ignore_errors=True)
             finally:
                 os.close(held)
+
+
+def lock_free(ws) -> bool:
+    """Whether no process holds the projector lock (none is writing files or views now)."""
+    return _free(ws.lock_path)
 
 
 def leftovers(ws) -> list[Path]:

@@ -5,8 +5,8 @@ import msgspec
 from eventstore.backends import shown
 from eventstore.workspace import log_damaged
 
-from .materialize import hand_edited, untracked
-from .replay import leftovers
+from .materialize import hand_edited, stale_temp_files, untracked
+from .replay import leftovers, lock_free
 
 
 class WorkspaceStatus(msgspec.Struct):
@@ -30,6 +30,9 @@ class WorkspaceStatus(msgspec.Struct):
     unplaced: list[str] = []
     """Layers the log holds events of while no contract is known to place their files (`unplaced`)."""
     leftovers: list[str] = []
+    temporary: list[str] = []
+    """Temporary files a command stopped mid-write left beside the files (`.NAME.mem-tmp-PID`), which the next
+    command that writes files removes."""
 
 
 def workspace_status(memory) -> WorkspaceStatus:
@@ -47,7 +50,9 @@ def workspace_status(memory) -> WorkspaceStatus:
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
                            untracked=loose, blocked=memory.blocked(), unplaced=nowhere,
                            clean=head == checkpoint and not (edited or pending or missing or loose or nowhere),
-                           leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)])
+                           leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)],
+                           temporary=[str(path.relative_to(memory.root)) for path in stale_temp_files(
+                               memory.views, memory.root)] if lock_free(memory.ws) else [])
 
 
 def unplaced(memory) -> list[str]:

@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS page_releases (slug TEXT NOT NULL, seq INTEGER NOT NU
     WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS file_state (
     path TEXT PRIMARY KEY, written_hash TEXT, dirty INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS file_landing (path TEXT PRIMARY KEY, landing_hash TEXT NOT NULL) WITHOUT ROWID;
 """.replace("{page_versions_index}", PAGE_VERSIONS_INDEX)
 
 PAGE_TIMES = ("SELECT j.value, (SELECT ts FROM page_versions WHERE slug = j.value AND seq <= ?1 ORDER BY seq LIMIT 1), "
@@ -104,6 +105,31 @@ class WrittenFiles:
         return dict(self.db.execute(f"SELECT path, written_hash FROM file_state WHERE path IN "
                                     f"({','.join('?' * len(paths))})", paths)) if paths else {}
 
+    def landings(self) -> dict[str, str]:
+        """The hash of each file mindlog was renaming into place, not recorded yet (`land`): one whose bytes are that
+        was written by mindlog, by a process stopped between its rename and its record, not edited by hand. A
+        replay to an earlier seq stopped there left files of that seq, which the views had moved past at the next
+        command: they were taken for hand edits, and adopting them took the pages back."""
+        try:
+            return dict(self.db.execute("SELECT path, landing_hash FROM file_landing"))
+        except sqlite3.OperationalError:  # views made before the table, opened read-only: nothing landing
+            return {}
+
+    def land(self, items: Iterable[tuple[str, str]]) -> None:
+        """Says, in a transaction committed before the renames, which files are about to be renamed into place with
+        which hashes (materialize._land); `record` takes each one's row away."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.executemany("INSERT OR REPLACE INTO file_landing VALUES (?, ?)", list(items))
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def carry_landings(self, landings: dict[str, str]) -> None:
+        """Takes over another views database's `landings` (a rebuild), in the caller's transaction."""
+        self.db.executemany("INSERT OR REPLACE INTO file_landing VALUES (?, ?)", list(landings.items()))
+
     def text(self, path: str) -> str | None:
         """What mindlog last wrote at a wiki file's `path` (its adf_files row, as written), when that is what the
         file state says was written: the version a hand edit of it was made on. None when it is not known."""
@@ -148,6 +174,7 @@ class WrittenFiles:
             with db.blobopen("wiki_files", "content", rowid) as blob, open(source, "rb") as f:
                 while data := f.read(1 << 20):
                     blob.write(data)
+        db.execute("DELETE FROM file_landing WHERE path = ?", (path,))
         db.execute("INSERT INTO file_state (path, written_hash, dirty) VALUES (?, ?, 0) "
                    "ON CONFLICT(path) DO UPDATE SET written_hash = excluded.written_hash, dirty = 0",
                    (path, written_hash))

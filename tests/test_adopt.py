@@ -495,7 +495,7 @@ def test_a_file_written_by_hand_while_mindlog_replaces_it_is_left_as_it_is(memor
     with open(target, "a") as f:
         f.write("edited by hand meanwhile\n")
     report, records = FileReport(written=["page.md"]), []
-    _land([(tmp, target, "page.md", digest, b"newer\n", checked)], records, report)
+    _land(memory.views, [(tmp, target, "page.md", digest, b"newer\n", checked)], records, report)
     assert target.read_text() == "as written\nedited by hand meanwhile\n"
     assert report.refused == ["page.md"] and report.written == [] and records == [] and not tmp.exists()
 

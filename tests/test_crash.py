@@ -5,6 +5,8 @@ import os
 import random
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 
 from conftest import log_rows, mem_command, run_mem
@@ -127,3 +129,46 @@ def test_sigkill_during_pulls_loses_and_duplicates_nothing(tmp_path):
         assert len(pulled) == len(set(pulled)) == len(ids) and set(pulled) == set(ids)
         lines = (workspace / "memory/insights.md").read_text().count("\n[FACT]")
         assert lines == len(ids)
+
+
+STOPPED_AFTER_RENAMES = """
+import os, sys
+from projections import materialize
+from projections.memory import Memory
+from projections.replay import replay
+
+landed = materialize._land
+
+def land_then_die(*args):  # (views,) staged, records, report
+    landed(*args)
+    if args[-3]:  # the renames done, their record not: as a kill -9, SIGINT or SIGTERM may land
+        os._exit(9)
+
+materialize._land = land_then_die
+with Memory.open(sys.argv[1]) as memory:
+    replay(memory, int(sys.argv[2]))
+"""
+
+
+def test_a_replay_to_an_earlier_seq_stopped_after_its_renames_leaves_no_hand_edits(workspace):
+    """Regression (nc14c): `mem replay --to N` stopped between renaming its files into place and recording them left
+    the pages as of N on disk; the next command caught the views up past N and took those files for hand edits
+    (`mem replay` refused for good, and `mem adopt`, as status advised, took every page back to seq N)."""
+    page = "---\ntype: note\n---\n# Page {n}\n\n{text}\n"
+    for text in ("first", "second"):
+        for n in range(20):
+            run_mem("-w", workspace, "page", "write", f"p{n}", "--file", "-", input=page.format(n=n, text=text).encode(),
+                    check=True)
+    died = subprocess.run([sys.executable, "-c", STOPPED_AFTER_RENAMES, str(workspace), "20"], capture_output=True,
+                          cwd=tempfile.gettempdir())
+    assert died.returncode == 9, died.stderr
+    assert (workspace / "mind/p0.md").read_text() == page.format(n=0, text="first")  # renamed, as of seq 20
+    status = json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)
+    assert status["hand_edited"] == [], status
+    assert run_mem("-w", workspace, "adopt", check=True).stdout.decode() == "nothing edited by hand\n"
+    status = json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)
+    assert status["behind"] == 0 and status["clean"], status
+    for n in range(20):
+        assert (workspace / f"mind/p{n}.md").read_text() == page.format(n=n, text="second")
+    assert "no differences" in run_mem("-w", workspace, "replay", "--check", check=True).stdout.decode()
+    assert run_mem("-w", workspace, "replay", check=True).returncode == 0

@@ -2,6 +2,7 @@
 history writer still writes), and a replay killed anywhere after its fold."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -165,10 +166,10 @@ from projections import materialize
 from projections.memory import Memory
 from projections.replay import replay
 land = materialize._land
-def killed(staged, records, report):
+def killed(views, staged, records, report):
     if staged:
         os._exit(9)  # the temporary files are written, none renamed over its page yet
-    land(staged, records, report)
+    land(views, staged, records, report)
 materialize._land = killed
 with Memory.open(sys.argv[1]) as memory:
     replay(memory)
@@ -186,8 +187,13 @@ def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_afte
         (workspace / page).unlink()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     assert subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING_FILES, str(workspace)], env=env).returncode == 9
-    assert sorted(p.name for p in (workspace / "mind").glob(".*.mem-tmp-*")) != []
+    left = sorted(f"mind/{p.name}" for p in (workspace / "mind").glob(".*.mem-tmp-*"))
+    assert left != []
+    told = json.loads(run_mem("-w", workspace, "status", "--json").stdout)  # regression (nc14c): said nothing of them
+    assert told["temporary"] == left, told
+    assert f"left over:       {left[0]}" in run_mem("-w", workspace, "status").stdout.decode()
     assert b"replayed 40 events" in run_mem("-w", workspace, "replay", check=True).stdout
+    assert json.loads(run_mem("-w", workspace, "status", "--json").stdout)["temporary"] == []
     assert snapshot(workspace) == files
 
 
