@@ -586,6 +586,9 @@ def show_status(json: bool, fetch: bool) -> None:
         them = "it" if len(report.leftovers) == 1 else "them"
         typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "
                    f"command that writes removes {them})")
+    if report.redaction_cut_off:
+        typer.echo("warning: a redaction was cut off before it rewrote the files: those not yet written may still hold "
+                   "what it removed; the next command that writes files (`mem adopt`, `mem show`) rewrites them")
     if report.temporary:
         shown = ", ".join(report.temporary[:3]) + (f" and {len(report.temporary) - 3} more" if len(report.temporary) > 3
                                                    else "")

@@ -67,6 +67,9 @@ class CatalogPage(msgspec.Struct):
     hook: str
 
 
+REDACTION_FILES = "redaction-files"
+"""The log state key set in the transaction of a redaction, cleared once the files are rewritten without what it
+removed (Memory.redaction_cut_off)."""
 REDACTED_UNDER = "redacted-under:"
 """The log state key (then a path) of a hand edit made on text a redaction removed: Memory.redacted_under."""
 
@@ -343,9 +346,22 @@ class Memory:
                 self.views.set_contract(self.hub_contract())  # local layers come and go with config events
                 if files:
                     self.last_report = materialize(self.views, self.root, force=force)
+                    self._rewritten()
                 return self.last_report
         self.last_report = replay(self, force=force, keep_hand_edits=True, progress=progress).files
+        self._rewritten()
         return self.last_report
+
+    def _rewritten(self) -> None:
+        """The files are what the views say (but those edited by hand): a redaction's rewrite of them, if one was cut
+        off (REDACTION_FILES), is done."""
+        if self.log.state(REDACTION_FILES):
+            self.log.set_state(REDACTION_FILES, "")
+
+    def redaction_cut_off(self) -> bool:
+        """Whether a redaction committed and its rewrite of the files has not been done yet (the process stopped): the
+        files not written yet may still hold what it removed, until the next command that writes files."""
+        return bool(self.log.state(REDACTION_FILES))
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,
                force: bool = False, allow_secret: bool = False) -> Event:

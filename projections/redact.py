@@ -186,7 +186,9 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     for event in events:
         by_layer.setdefault(event.layer, []).append(event.id)
     redactions = redaction_events(by_layer, reason, memory.config.agent)
-    seqs = memory.log.append(redactions)
+    from .memory import REDACTION_FILES
+
+    seqs = memory.log.append(redactions, state={REDACTION_FILES: "rewriting"})  # until the files are rewritten
     files = memory.refresh()
     mark_redacted_under(memory, files.refused, reason, seqs[-1])
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,

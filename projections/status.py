@@ -30,6 +30,9 @@ class WorkspaceStatus(msgspec.Struct):
     unplaced: list[str] = []
     """Layers the log holds events of while no contract is known to place their files (`unplaced`)."""
     leftovers: list[str] = []
+    redaction_cut_off: bool = False
+    """A redaction committed and the rewrite of the files it changed was cut off: the files not written since may still
+    hold what it removed, until the next command that writes files (Memory.redaction_cut_off)."""
     temporary: list[str] = []
     """Temporary files a command stopped mid-write left beside the files (`.NAME.mem-tmp-PID`), which the next
     command that writes files removes."""
@@ -51,6 +54,7 @@ def workspace_status(memory) -> WorkspaceStatus:
                            untracked=loose, blocked=memory.blocked(), unplaced=nowhere,
                            clean=head == checkpoint and not (edited or pending or missing or loose or nowhere),
                            leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)],
+                           redaction_cut_off=memory.redaction_cut_off(),
                            temporary=[str(path.relative_to(memory.root)) for path in stale_temp_files(
                                memory.views, memory.root)] if lock_free(memory.ws) else [])
 

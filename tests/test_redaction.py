@@ -2,6 +2,9 @@
 
 import json
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -844,3 +847,35 @@ def test_the_redact_tool_takes_no_true_for_a_seq_nor_yes_for_confirm(workspace):
         assert error and "valid" in text.lower(), text
     assert [row["body"]["kind"] for row in json.loads(run_mem("-w", workspace, "log", "--json").stdout)] == [
         "always.add"]
+
+
+STOPPED_BEFORE_THE_FILES = """
+import os, sys
+from projections import redact
+from projections.memory import Memory
+
+with Memory.open(sys.argv[1]) as memory:
+    events = redact.search(memory, "lemur").events
+    memory.refresh = lambda *args, **kwargs: os._exit(9)  # committed, the files not rewritten: as a kill may land
+    redact.redact(memory, events, "pii")
+"""
+
+
+def test_a_redaction_stopped_before_it_rewrote_the_files_is_told_until_they_are(workspace, tmp_path):
+    """Regression (nc14c): a redaction killed after it committed left the redacted text in the files it had not
+    rewritten yet, and `mem status` called them only "not yet written". It says they may hold what was removed, until
+    a command that writes files has rewritten them."""
+    page = tmp_path / "p.md"
+    page.write_text("---\ntype: note\n---\n# P\n\nmy home address is 12 lemur street\n")
+    mem(workspace, "page", "write", "p", "--file", page, check=True)
+    died = subprocess.run([sys.executable, "-c", STOPPED_BEFORE_THE_FILES, str(workspace)], capture_output=True,
+                          cwd=tempfile.gettempdir())
+    assert died.returncode == 9, died.stderr
+    assert files_holding(workspace / "mind", "lemur") == ["p.md"]
+    told = json.loads(mem(workspace, "status", "--json").stdout)
+    assert told["redaction_cut_off"] and told["behind"] == 1, told
+    assert "warning: a redaction was cut off before it rewrote the files" in mem(workspace, "status").stdout.decode()
+    mem(workspace, "adopt", check=True)
+    assert files_holding(workspace / "mind", "lemur") == []
+    told = json.loads(mem(workspace, "status", "--json").stdout)
+    assert not told["redaction_cut_off"] and told["clean"], told
