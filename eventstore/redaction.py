@@ -67,6 +67,12 @@ def reversal(body) -> str | None:
     return None
 
 
+def redacts(layer: str, body, event) -> bool:
+    """Whether an event of `layer` with `body` is a redaction of `event`'s layer naming it: what a stand-in's `by` must
+    be, where it is held (the hub's check_redacted_by, a consumer's intake)."""
+    return layer == event.layer and type(body) is Redaction and event.id in body.target_ids
+
+
 _VERSIONS = (PageIngest, PageUpdate, PageDelete)
 _VERSION_TAGS = ("page.ingest", "page.update", "page.delete")
 
@@ -197,4 +203,4 @@ def _strings(value):
             yield from _strings(item)
 
 
-__all__ = ["KEPT", "Redacted", "body_hash", "encode_body", "matches", "page_version", "redacted_form", "stand_in"]
+__all__ = ["KEPT", "Redacted", "body_hash", "encode_body", "matches", "page_version", "redacted_form", "redacts", "stand_in"]

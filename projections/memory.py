@@ -345,22 +345,24 @@ class Memory:
                                                             f"{checkpoint}: {exc}") from None
                 self.views.set_contract(self.hub_contract())  # local layers come and go with config events
                 if files:
-                    self.last_report = materialize(self.views, self.root, force=force)
-                    self._rewritten()
+                    self.last_report = self._rewritten(materialize(self.views, self.root, force=force))
                 return self.last_report
-        self.last_report = replay(self, force=force, keep_hand_edits=True, progress=progress).files
-        self._rewritten()
+        self.last_report = self._rewritten(replay(self, force=force, keep_hand_edits=True, progress=progress).files)
         return self.last_report
 
-    def _rewritten(self) -> None:
-        """The files are what the views say (but those edited by hand): a redaction's rewrite of them, if one was cut
-        off (REDACTION_FILES), is done."""
-        if self.log.state(REDACTION_FILES):
+    def _rewritten(self, report: FileReport) -> FileReport:
+        """`report`: the files are what the views say (but those edited by hand). When it wrote or removed any, a
+        redaction's rewrite of them that was cut off (REDACTION_FILES) is done; a refresh that wrote nothing reads no
+        log state."""
+        if (report.written or report.removed) and self.log.state(REDACTION_FILES):
             self.log.set_state(REDACTION_FILES, "")
+        return report
 
     def redaction_cut_off(self) -> bool:
         """Whether a redaction committed and its rewrite of the files has not been done yet (the process stopped): the
-        files not written yet may still hold what it removed, until the next command that writes files."""
+        files not written yet may still hold what it removed, until the next command that writes files. A flag left
+        set once nothing is left to write (stopped after the files, before clearing it) is cleared by the next refresh
+        that writes a file; `mem status` tells it only while files are left to write."""
         return bool(self.log.state(REDACTION_FILES))
 
     def append(self, event: Event, *, touches: list[str] = (), adopt: dict[str, bytes] | None = None,

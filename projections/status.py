@@ -54,7 +54,7 @@ def workspace_status(memory) -> WorkspaceStatus:
                            untracked=loose, blocked=memory.blocked(), unplaced=nowhere,
                            clean=head == checkpoint and not (edited or pending or missing or loose or nowhere),
                            leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)],
-                           redaction_cut_off=memory.redaction_cut_off(),
+                           redaction_cut_off=bool(pending or head > checkpoint) and memory.redaction_cut_off(),
                            temporary=[str(path.relative_to(memory.root)) for path in stale_temp_files(
                                memory.views, memory.root)] if lock_free(memory.ws) else [])
 

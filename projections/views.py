@@ -120,14 +120,14 @@ class WrittenFiles:
         which hashes (materialize._land); `record` takes each one's row away."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            self.db.executemany("INSERT OR REPLACE INTO file_landing VALUES (?, ?)", list(items))
+            self.carry_landings(dict(items))
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
 
     def carry_landings(self, landings: dict[str, str]) -> None:
-        """Takes over another views database's `landings` (a rebuild), in the caller's transaction."""
+        """Takes over `landings` (another views database's, in a rebuild), in the caller's transaction."""
         self.db.executemany("INSERT OR REPLACE INTO file_landing VALUES (?, ?)", list(landings.items()))
 
     def text(self, path: str) -> str | None:

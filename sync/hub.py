@@ -34,7 +34,7 @@ from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, stor
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
-from eventstore.redaction import page_version, reversal
+from eventstore.redaction import page_version, redacts, reversal
 from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
 
 from .committer import GroupCommitter
@@ -275,8 +275,7 @@ def check_redacted_by(events, stored: Callable[[str], tuple[str, object] | None]
         if type(event.body) is not Redacted:
             continue
         found = batch.get(event.body.by) or stored(event.body.by)
-        if found is not None and (found[0] != event.layer or type(found[1]) is not Redaction
-                                  or event.id not in found[1].target_ids):
+        if found is not None and not redacts(*found, event):
             raise InvalidInput(f"event {event.id}: body.by names {event.body.by}, which is no redaction of layer "
                                f"{event.layer!r} naming this event; nothing of the batch was applied",
                                field=f"events[{index}].body.by")

@@ -18,8 +18,8 @@ from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
-from eventstore.kinds import Redacted, Redaction
-from eventstore.redaction import page_version, reversal
+from eventstore.kinds import Redacted
+from eventstore.redaction import page_version, redacts, reversal
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
 from eventstore.recorder import TAGS
 
@@ -153,12 +153,9 @@ def foreign_redaction(event: Event, log, taken: dict) -> str | None:
     naming it), where this log or the page holds that event, as the hub's check_redacted_by; None otherwise."""
     by = event.body.by
     named = taken.get(by) or log.get(by)
-    if named is None:
+    if named is None or redacts(named.layer, named.body, event):
         return None
-    redaction = named.body
-    if named.layer != event.layer or type(redaction) is not Redaction or event.id not in redaction.target_ids:
-        return f"body.by: {by} is no redaction of layer {event.layer!r} naming this event"
-    return None
+    return f"body.by: {by} is no redaction of layer {event.layer!r} naming this event"
 
 
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
