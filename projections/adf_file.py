@@ -99,7 +99,6 @@ def _message_schema(box: str) -> str:
 
 
 def export_adf(memory, out: Path, as_of: int) -> ExportReport:
-    views, log = memory.views, memory.log
     out = Path(out)
     if out.exists():
         raise InvalidInput(f"{out} exists already; export writes a new file")
@@ -112,6 +111,24 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         db.execute("PRAGMA journal_mode = WAL")
     except sqlite3.Error as exc:
         raise storage_failure(exc, f"cannot write {out}") from None
+    try:
+        _write_tables(db, memory, as_of)
+        rows = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except BaseException:  # an error or Ctrl-C: no half-written file is left beside the one asked for
+        db.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+        raise
+    db.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+    tmp.rename(out)
+    return ExportReport(path=str(out), seq=as_of, rows=rows)
+
+
+def _write_tables(db: sqlite3.Connection, memory, as_of: int) -> None:
+    views, log = memory.views, memory.log
     db.execute("PRAGMA foreign_keys = ON")
     db.execute("BEGIN")
     for statement in (SCHEMA_28 + _message_schema("inbox") + _message_schema("outbox")).split(";"):
@@ -140,13 +157,6 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         db.executemany(f"INSERT INTO adf_{box} VALUES ({','.join('?' * len(MESSAGE_COLUMNS[box]))})",
                        views.messages(box, as_of))
     db.execute("COMMIT")
-    rows = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{tmp}{suffix}").unlink(missing_ok=True)
-    tmp.rename(out)
-    return ExportReport(path=str(out), seq=as_of, rows=rows)
 
 
 def _hub_layers(memory, as_of: int) -> dict[str, SharedLayerPath]:

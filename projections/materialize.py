@@ -92,7 +92,7 @@ def _write_temp(target: Path, chunks, sync: bool = True) -> tuple[Path, str]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.mem-tmp-{os.getpid()}"
     digest = hashlib.sha256()
-    with open(tmp, "wb") as f:
+    with _removed_if_stopped(lambda: [tmp]), open(tmp, "wb") as f:
         for chunk in chunks:
             data = chunk.encode("utf-8") if isinstance(chunk, str) else chunk
             digest.update(data)
@@ -101,6 +101,19 @@ def _write_temp(target: Path, chunks, sync: bool = True) -> tuple[Path, str]:
         if sync:
             os.fsync(f.fileno())
     return tmp, digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _removed_if_stopped(temporary):
+    """The temporary files `temporary()` names are removed when what writes them stops on an error or Ctrl-C (a
+    kill leaves them to `remove_stale_temp_files`); one renamed into place already is gone from its name."""
+    try:
+        yield
+    except BaseException:
+        for tmp in temporary():
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        raise
 
 
 def _fsync(path: Path) -> None:
@@ -289,53 +302,54 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
     dirty = views.written.dirty()
     landings = views.written.landings()  # files renamed into place by a process stopped before it recorded them
     ahead = {} if dry_run else views.entries_ahead(path for path, _written in dirty)
-    with views.shared.heads_kept() if len(dirty) >= HEADS_KEPT_FROM else contextlib.nullcontext():
-        for path, written in [*(file for file in dirty if file[0] not in ahead),  # the others rendered meanwhile
-                              *(file for file in dirty if file[0] in ahead)]:
-            try:
-                target = validate.inside_workspace(root, path, folders)
-            except UnsafePath:
-                report.refused.append(path)
-                continue
-            checked = stat_key(target)
-            on_disk = disk_hash(target, seen, checked) if checked is not None else None
-            edited = on_disk is not None and on_disk != written and on_disk != landings.get(path)
-            if dry_run and (on_disk is None or not (settle or (edited and not force))):
-                continue  # nothing on disk: nothing to refuse, nothing already there to settle
-            apart = ahead[path].result() if path in ahead else None
-            chunks = views.entries_file(path, apart) if apart is not None else views.file_chunks(path)
-            if chunks is None:
-                if on_disk is not None:
-                    if edited and not force:
-                        report.refused.append(path)
-                        continue
-                    if not dry_run:
-                        target.unlink()
-                    report.removed.append(path)
-                new_hash = None
-            elif path == LOG_PATH:
-                new_hash = _materialize_stream(views, target, chunks, on_disk, edited and not force, dry_run, report,
-                                               path, settle, (rendered or {}).get(path))
-            else:
-                content = "".join(chunks).encode("utf-8")
-                new_hash = hashlib.sha256(content).hexdigest()
-                if on_disk != new_hash:
-                    if edited and not force:
-                        report.refused.append(path)
-                        continue
-                    report.written.append(path)
-                    if not dry_run:
-                        staged.append((_write_temp(target, [content], sync=False)[0], target, path, new_hash, content,
-                                       checked))
-                        continue
-            settled = settle and on_disk == new_hash and path not in report.refused
-            if (dry_run and not settled) or path in report.refused:
-                continue
-            records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
-    wait(ahead.values())  # a file refused before its text was needed: no thread reads on while these are recorded
-    for paths in (report.written, report.removed, report.refused):
-        paths.sort()  # in the order of `dirty`, as if the files rendered ahead had not waited
-    _land(views, staged, records, report)
+    with _removed_if_stopped(lambda: [tmp for tmp, *_rest in staged]):
+        with views.shared.heads_kept() if len(dirty) >= HEADS_KEPT_FROM else contextlib.nullcontext():
+            for path, written in [*(file for file in dirty if file[0] not in ahead),  # the others rendered meanwhile
+                                  *(file for file in dirty if file[0] in ahead)]:
+                try:
+                    target = validate.inside_workspace(root, path, folders)
+                except UnsafePath:
+                    report.refused.append(path)
+                    continue
+                checked = stat_key(target)
+                on_disk = disk_hash(target, seen, checked) if checked is not None else None
+                edited = on_disk is not None and on_disk != written and on_disk != landings.get(path)
+                if dry_run and (on_disk is None or not (settle or (edited and not force))):
+                    continue  # nothing on disk: nothing to refuse, nothing already there to settle
+                apart = ahead[path].result() if path in ahead else None
+                chunks = views.entries_file(path, apart) if apart is not None else views.file_chunks(path)
+                if chunks is None:
+                    if on_disk is not None:
+                        if edited and not force:
+                            report.refused.append(path)
+                            continue
+                        if not dry_run:
+                            target.unlink()
+                        report.removed.append(path)
+                    new_hash = None
+                elif path == LOG_PATH:
+                    new_hash = _materialize_stream(views, target, chunks, on_disk, edited and not force, dry_run,
+                                                   report, path, settle, (rendered or {}).get(path))
+                else:
+                    content = "".join(chunks).encode("utf-8")
+                    new_hash = hashlib.sha256(content).hexdigest()
+                    if on_disk != new_hash:
+                        if edited and not force:
+                            report.refused.append(path)
+                            continue
+                        report.written.append(path)
+                        if not dry_run:
+                            tmp = _write_temp(target, [content], sync=False)[0]
+                            staged.append((tmp, target, path, new_hash, content, checked))
+                            continue
+                settled = settle and on_disk == new_hash and path not in report.refused
+                if (dry_run and not settled) or path in report.refused:
+                    continue
+                records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
+        wait(ahead.values())  # a file refused before its text was needed: no thread reads on while these are recorded
+        for paths in (report.written, report.removed, report.refused):
+            paths.sort()  # in the order of `dirty`, as if the files rendered ahead had not waited
+        _land(views, staged, records, report)
     if records:
         _record(views, records)
     return report
@@ -360,9 +374,10 @@ def _materialize_stream(views: Views, target: Path, chunks, on_disk, refuse: boo
         tmp.unlink()
         report.refused.append(path)
     else:
-        _fsync(tmp)
-        views.written.land([(path, new_hash)])
-        os.replace(tmp, target)
+        with _removed_if_stopped(lambda: [tmp]):
+            _fsync(tmp)
+            views.written.land([(path, new_hash)])
+            os.replace(tmp, target)
         report.written.append(path)
     return new_hash
 

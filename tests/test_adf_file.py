@@ -9,7 +9,7 @@ import brotli
 import pytest
 
 from eventstore.errors import InvalidInput, MemError
-from projections import audit
+from projections import adf_file, audit
 from eventstore.instants import parse_instant
 from projections.adf_file import TABLES, export_adf, import_adf
 from projections.memory import Memory
@@ -83,6 +83,23 @@ def test_export_writes_adf_schema_28(tmp_path):
     assert meta["adf_version"] == "0.2" and meta["adf_name"] == "artemis"
     with pytest.raises(InvalidInput, match="exists"):
         export_adf(memory, out, memory.log.head())
+
+
+def test_an_export_stopped_half_way_leaves_no_file_behind(tmp_path, monkeypatch):
+    """Ctrl-C (or an error) while the tables are written: the temporary file and its journal are removed
+    (regression: `out.adf.tmp` and its -wal stayed beside the file asked for)."""
+    memory = rich_memory(tmp_path / "ws")
+    out = tmp_path / "out.adf"
+
+    def interrupted(db, as_of):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(adf_file, "_set_loop_counter", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            export_adf(memory, out, memory.log.head())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+    assert export_adf(memory, out, memory.log.head()).rows["adf_loop"] == 4
 
 
 def test_export_as_of_a_moment(tmp_path):

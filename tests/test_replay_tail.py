@@ -197,6 +197,43 @@ def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_afte
     assert snapshot(workspace) == files
 
 
+INTERRUPTED_WHILE_WRITING_FILES = """
+import os, signal, sys
+from projections import materialize
+from projections.memory import Memory
+from projections.replay import replay
+land = materialize._land
+def interrupted(views, staged, records, report):
+    if staged:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the temporary files are written, none renamed yet
+    land(views, staged, records, report)
+materialize._land = interrupted
+with Memory.open(sys.argv[1]) as memory:
+    try:
+        replay(memory)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+def test_a_replay_interrupted_while_it_writes_the_files_removes_its_temporary_files(workspace):
+    """Ctrl-C between writing the pages' temporary files and renaming them: the interrupted write removes them
+    (regression: they stayed beside the pages until the next command that writes files)."""
+    with Memory.open(workspace) as memory:
+        memory.log.append(page_history(40, pages=4))
+        memory.refresh()
+        files = snapshot(workspace)
+    for page in ("mind/page-1.md", "mind/page-2.md"):
+        (workspace / page).unlink()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    assert subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_WRITING_FILES, str(workspace)],
+                          env=env).returncode == 130
+    assert sorted((workspace / "mind").glob(".*.mem-tmp-*")) == []
+    assert json.loads(run_mem("-w", workspace, "status", "--json").stdout)["temporary"] == []
+    assert b"replayed 40 events" in run_mem("-w", workspace, "replay", check=True).stdout
+    assert snapshot(workspace) == files
+
+
 def test_the_views_file_a_replay_replaces_is_freed_by_a_thread_that_leaves_nothing_open(tmp_path):
     """A replay's rename over the old views leaves their blocks to be freed by a thread closing the last
     descriptor of the old file (`_replace`): the new file in place, the old one's descriptor closed once it
