@@ -30,7 +30,7 @@ from eventstore.backends import shown
 from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_edited, views_not_of_log
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
-from . import audit, local_layers, trust
+from . import audit, local_layers, redact, trust
 from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
@@ -351,12 +351,21 @@ class Memory:
         return self.last_report
 
     def _rewritten(self, report: FileReport) -> FileReport:
-        """`report`: the files are what the views say (but those edited by hand). When it wrote or removed any, a
-        redaction's rewrite of them that was cut off (REDACTION_FILES) is done; a refresh that wrote nothing reads no
-        log state."""
-        if (report.written or report.removed) and self.log.state(REDACTION_FILES):
-            self.log.set_state(REDACTION_FILES, "")
+        """`report`: the files are what the views say (but those edited by hand). When it wrote, removed or left any,
+        the rewrite owed since a redaction (REDACTION_FILES, made here or pulled, maybe cut off) is done, and the files
+        left as edited by hand are marked if the redaction may have changed them (redact.mark_redacted_under); a
+        refresh that touched no file reads no log state."""
+        if report.written or report.removed or report.refused:
+            self.redactions_rewritten(report.refused)
         return report
+
+    def redactions_rewritten(self, left: list[str]) -> None:
+        """The files are rewritten since the redactions REDACTION_FILES names, but those in `left` (edited by hand)."""
+        since = self.log.state(REDACTION_FILES)
+        if since:
+            if left:
+                redact.mark_redacted_under(self, left, int(since) if since.isdigit() else 0)
+            self.log.set_state(REDACTION_FILES, "")
 
     def redaction_cut_off(self) -> bool:
         """Whether a redaction committed and its rewrite of the files has not been done yet (the process stopped): the

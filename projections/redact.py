@@ -188,23 +188,40 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     redactions = redaction_events(by_layer, reason, memory.config.agent)
     from .memory import REDACTION_FILES
 
-    seqs = memory.log.append(redactions, state={REDACTION_FILES: "rewriting"})  # until the files are rewritten
-    files = memory.refresh()
-    mark_redacted_under(memory, files.refused, reason, seqs[-1])
+    seqs = memory.log.append(redactions, state=lambda seqs: {REDACTION_FILES: pending_since(memory, seqs)})
+    files = memory.refresh()  # marks the files edited by hand it leaves (Memory._rewritten)
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
                         hand_edited=list(files.refused))
 
 
-def mark_redacted_under(memory, paths, reason: str, seq: int) -> None:
-    """Marks each hand-edited file the redaction changed (the text mindlog last wrote there is not what it renders
-    now) with what was written there and the reason: the edit was made on text that may be redacted now, and
-    `mem adopt` would record it again (Memory.redacted_under refuses it until mindlog writes the file again)."""
+def pending_since(memory, seqs: list[int]) -> str:
+    """REDACTION_FILES's value in the transaction appending redactions at `seqs`: the seq before the first redaction
+    whose files are not rewritten yet (one cut off before keeps its own, earlier)."""
+    from .memory import REDACTION_FILES
+
+    held = memory.log.state(REDACTION_FILES) or ""
+    return held if held.isdigit() else str(seqs[0] - 1)
+
+
+def mark_redacted_under(memory, paths, since: int) -> None:
+    """Marks each hand-edited file that a redaction appended after seq `since` (made here or pulled) may have changed,
+    with what was last written there and the redaction's reason: the edit was made on text that may be redacted now,
+    and `mem adopt` would record it again (Memory.redacted_under refuses it until mindlog writes the file again). A
+    file is marked when what the views render there now is not what mindlog last wrote and a redaction took events
+    of its layer (of a layer no hub shares, for the agent's own files)."""
     from .memory import REDACTED_UNDER
 
+    reasons = {event.layer: event.body.reason for event in memory.log.read(since, kinds=["redaction"])}
+    shared = set(memory.views.contract.layers) if memory.views.contract else set()
     written = memory.views.written.hashes(paths)
+    head = memory.log.head()
     for path in paths:
-        now = memory.show(path, seq)
-        if written.get(path) and (now is None or hashlib.sha256(now.encode("utf-8")).hexdigest() != written[path]):
+        layer = memory.layer_of(path)
+        reason = reasons.get(layer) if layer else next((r for on, r in reasons.items() if on not in shared), None)
+        if reason is None or not written.get(path):
+            continue
+        now = memory.show(path, head)
+        if now is None or hashlib.sha256(now.encode("utf-8")).hexdigest() != written[path]:
             memory.log.set_state(REDACTED_UNDER + path, f"{written[path]} {reason}")
 
 

@@ -33,6 +33,8 @@ from eventstore.recorder import broken_link
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
+from projections.memory import REDACTION_FILES
+from projections.redact import pending_since
 from projections.replay import replay
 
 from .intake import Rejected, accept, conflicting
@@ -1029,7 +1031,9 @@ class _Tally:
             if marked is not None:
                 key = marks_key("pull", self.name)
                 marks[key] = encoded(with_mark(load(memory, key), marked))
-            return {**state, **marks, **(CameFromHub.mark(memory, self.name, own) if own else {})}
+            redacting = {REDACTION_FILES: pending_since(memory, seqs)} if any(
+                type(event.body) is Redaction for event in events) else {}  # until the files are rewritten
+            return {**state, **marks, **redacting, **(CameFromHub.mark(memory, self.name, own) if own else {})}
 
         head = memory.log.head()
         unsent = self.unsent_redactions(memory, events)
@@ -1251,6 +1255,7 @@ class _ViewsBuilder:
                 report = replay(self.memory, keep_hand_edits=True)
             if report.files is not None:
                 self.tally.skipped.update(report.files.refused)
+                self.memory.redactions_rewritten(report.files.refused)
         finally:
             self.thread.shutdown()
             self._discard()

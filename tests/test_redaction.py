@@ -879,3 +879,32 @@ def test_a_redaction_stopped_before_it_rewrote_the_files_is_told_until_they_are(
     assert files_holding(workspace / "mind", "lemur") == []
     told = json.loads(mem(workspace, "status", "--json").stdout)
     assert not told["redaction_cut_off"] and told["clean"], told
+
+
+PULL_STOPPED_BEFORE_THE_FILES = """
+import os, sys
+from projections.memory import Memory
+from sync.client import get_remote, pull
+
+with Memory.open(sys.argv[1]) as memory:
+    memory.refresh_or_behind = lambda *args, **kwargs: os._exit(9)  # the pulled redaction committed, no file written
+    pull(memory, get_remote(memory, None))
+"""
+
+
+def test_a_pulled_redaction_stopped_before_it_rewrote_the_files_is_told_until_they_are(team):
+    """Regression: a pull killed after it stored a redaction left the redacted text in the files, and `mem status`
+    called them only "not yet written" (a redaction made here said more)."""
+    shared_private_entry(team, "insights")
+    mem(team / "main", "redact", entry_id(team, "main", "insights", "555-0199"), "--reason", "private", check=True)
+    mem(team / "main", "push", check=True)
+    died = subprocess.run([sys.executable, "-c", PULL_STOPPED_BEFORE_THE_FILES, str(team / "writer")],
+                          capture_output=True, cwd=tempfile.gettempdir())
+    assert died.returncode == 9, died.stderr
+    assert "555-0199" in (team / "writer/memory/insights.md").read_text()
+    told = json.loads(mem(team / "writer", "status", "--json").stdout)
+    assert told["redaction_cut_off"] and told["behind"] >= 1, told
+    mem(team / "writer", "show", "memory/insights.md", check=True)  # a command that writes files
+    assert files_holding(team / "writer", "555-0199") == []
+    told = json.loads(mem(team / "writer", "status", "--json").stdout)
+    assert not told["redaction_cut_off"], told

@@ -280,3 +280,30 @@ def test_search_flags_a_conflicts_losing_head_whose_text_the_file_does_not_hold(
         in_file = hit["snippet"].replace("**", "").split("the ")[-1].split(" ")[0] in shown
         flagged = "conflict: not the version the file shows (`mem conflicts --show`)" in hit["flags"]
         assert in_file != flagged, (hit, shown)
+
+
+def test_a_hand_edit_made_on_text_a_pulled_redaction_removed_is_not_adopted(team):
+    """Regression: a redaction pulled from the hub left a hand edit of the shared page it changed adoptable, and
+    `mem adopt` recorded the edited file, the redacted text in it, as a new version (as a local redaction did
+    before nc14b). The pull now marks the file as a local redaction does."""
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts",
+             "--file", team.page("v1", "Pricing", "my home address is 12 lemur street"), check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    with open(team.root / "reviewer" / PRICING, "a") as edited:
+        edited.write("the reviewer's line\n")
+    version = next(e["id"] for e in json.loads(team.mem("writer", "log", "--kind", "page.ingest", "--json",
+                                                        check=True).stdout))
+    team.mem("writer", "redact", version, "--reason", "pii", "--yes", check=True)
+    team.mem("writer", "sync", check=True)
+
+    pulled = team.mem("reviewer", "pull", check=True)
+    said = "the edit was made on text redacted since (pii) and may hold it, so `mem adopt` does not take it"
+    assert f"not written: {PRICING} was edited by hand, but {said}" in pulled.stderr.decode(), pulled.stderr
+    status = json.loads(team.mem("reviewer", "status", "--json", check=True).stdout)
+    assert status["skipped"] == [PRICING]
+    events = len(log_rows(team.root / "reviewer"))
+    adopted = team.mem("reviewer", "adopt")
+    assert adopted.returncode == 1 and f"left {PRICING}: {said}" in adopted.stdout.decode(), adopted
+    assert len(log_rows(team.root / "reviewer")) == events
+    assert b"lemur" not in team.mem("reviewer", "search", "lemur", "--json", check=True).stdout
