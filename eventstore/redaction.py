@@ -10,7 +10,6 @@ reads `[redacted: reason]`, so an incremental fold and a replay give the same vi
 """
 
 import hashlib
-import re
 
 import msgspec
 
@@ -167,7 +166,7 @@ def _placeholder(kind: str, field, mark: str, slug: str | None, message: dict | 
     return _DEFAULT if not field.required else mark
 
 
-def matches(raw_body: bytes, pattern: re.Pattern) -> tuple[bool, list[str]]:
+def matches(raw_body: bytes, pattern) -> tuple[bool, list[str]]:
     """Whether any string a redaction removes from a body (its text, frontmatter values, content blocks, an audit
     blob's entries) matches; and the fields it keeps (KEPT: a page's name, a file's path) that match, which a
     redaction of the event would leave in the log. The kind's own name is no text anyone wrote."""

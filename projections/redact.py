@@ -7,9 +7,9 @@ what was removed, and an incremental refresh and `mem replay` agree byte for byt
 """
 
 import hashlib
-import re
 
 import msgspec
+import regex
 
 from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
@@ -128,8 +128,8 @@ def search(memory, pattern: str, layer: str | None = None, progress=None) -> Mat
     """Every event whose text matches a regular expression (optionally in one layer). `progress(n)` hears of each
     thousand events read: a pattern that backtracks can take long on a long log (Ctrl-C stops it, nothing written)."""
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
+        compiled = BoundedPattern(pattern)
+    except regex.error as exc:
         raise InvalidInput(f"--match {pattern!r} is not a regular expression: {exc}",
                            for_tools=f"match {pattern!r} is not a regular expression: {exc}") from None
     if layer:
@@ -142,12 +142,34 @@ def search(memory, pattern: str, layer: str | None = None, progress=None) -> Mat
         if kind in UNREDACTABLE:
             continue
         raw = unpack_body(codec, bytes(body))
-        removable, fields = matches(raw, compiled) if codec != CODEC_REDACTED else (False, _kept_matches(raw, compiled))
+        try:
+            removable, fields = (matches(raw, compiled) if codec != CODEC_REDACTED else
+                                 (False, _kept_matches(raw, compiled)))
+        except TimeoutError:
+            why = (f"{pattern!r} ran over {MATCH_SECONDS:g} s on the text of seq {seq}: it backtracks (a repeat inside "
+                   "a repeat, like (a|aa)+ or (x+)+); write it so that each part can match only one way")
+            raise InvalidInput(f"--match {why}", for_tools=f"match {why}", field="match") from None
         if fields:
             kept[seq] = fields
         if removable:
             hits.append(memory.log.get_by_seq(seq))
     return Matched(events=hits, kept=kept)
+
+
+MATCH_SECONDS = 2.0
+"""The longest one text may take to search: a pattern that backtracks (`(a|aa)+$`) can take hours on a page."""
+
+
+class BoundedPattern:
+    """A regular expression (the `regex` module's, which reads what `re` reads) whose every search of one text gives
+    up after MATCH_SECONDS, raising TimeoutError: `re` cannot be stopped but by Ctrl-C, and an MCP client cannot
+    press it."""
+
+    def __init__(self, pattern: str):
+        self.compiled = regex.compile(pattern)
+
+    def search(self, text: str):
+        return self.compiled.search(text, timeout=MATCH_SECONDS)
 
 
 def _kept_matches(raw: bytes, compiled) -> list[str]:

@@ -111,6 +111,29 @@ def test_refusals_leave_the_log_as_it_was(leaky):
     assert len(log_rows(leaky)) == len(before) + 1
 
 
+def test_a_match_that_backtracks_is_given_up_on_one_text_and_refused_by_the_cli_and_the_tool(workspace):
+    """Regression: `(a|aa)+$` on forty a's took hours (re cannot be stopped; an MCP client has no Ctrl-C). Each
+    text is searched for at most MATCH_SECONDS, then the redaction is refused naming the seq, nothing written."""
+    from conftest import log_rows
+
+    mem(workspace, "loop", "append", "--role", "user", "--text", "a" * 40 + "b", check=True)
+    before = log_rows(workspace)
+    said = ("'(a|aa)+$' ran over 2 s on the text of seq 1: it backtracks (a repeat inside a repeat, like (a|aa)+ or "
+            "(x+)+); write it so that each part can match only one way")
+    started = time.monotonic()
+    refused = mem(workspace, "redact", "--match", "(a|aa)+$", "--reason", "r", "--yes")
+    assert refused.returncode == 1 and refused.stderr.decode() == f"error: --match {said}\n", refused.stderr
+
+    async def session_body(session):
+        return [await call(session, "redact", reason="r", match="(a|aa)+$", confirm=True)]
+
+    assert run_stdio(workspace, session_body) == [(True, f"match {said}")]
+    assert time.monotonic() - started < 30
+    assert log_rows(workspace) == before
+    listed = mem(workspace, "redact", "--match", "a{40}b", "--reason", "r", "--json", check=True)
+    assert [t["seq"] for t in json.loads(listed.stdout)["targets"]] == [1]
+
+
 def test_a_redaction_reason_is_one_line_of_at_most_2000_characters_for_the_cli_the_tool_and_the_hub(workspace):
     """`redact` took a reason of any size (a 5 MiB one was accepted, and stands in every redacted event's place); the
     hub took one pushed to it as well (found by a newcomer run). Refused as a note is: one line, 2,000 characters."""
