@@ -380,16 +380,35 @@ def heads_after(heads: dict[str, bool], versions, named: set[str] = frozenset())
     return heads
 
 
-def _header_fields(headers: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bool]:
-    """A direct request's headers as the ASGI way reads them (the first of a repeated name), and whether any
-    Accept-Encoding names zstd."""
-    fields, zstd = {}, False
+ONCE_ONLY = (b"authorization", b"content-type", b"content-encoding")
+"""Headers a request gives at most once: of two, a proxy in front may have read the other than the hub's first."""
+
+
+def _header_fields(headers: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bool, bytes | None]:
+    """A direct request's headers as the ASGI way reads them (the first of a repeated name), whether any
+    Accept-Encoding names zstd, and the first of ONCE_ONLY given twice (None: none)."""
+    fields, zstd, twice = {}, False, None
     for name, value in headers:
         if name not in fields:
             fields[name] = value
+        elif twice is None and name in ONCE_ONLY:
+            twice = name
         if name == b"accept-encoding" and b"zstd" in value:
             zstd = True
-    return fields, zstd
+    return fields, zstd, twice
+
+
+def check_once(twice: bytes | str | None) -> None:
+    """Refuses a request that gives a ONCE_ONLY header twice (`_header_fields`, `repeated`)."""
+    if twice is not None:
+        name = twice.decode("latin-1") if isinstance(twice, bytes) else twice
+        raise HubError(400, "repeated-header", "Repeated header",
+                       f"the request gives {name.title()} more than once; send it once")
+
+
+def repeated(request: Request) -> str | None:
+    """The first of ONCE_ONLY a request through the router gives twice, or None."""
+    return next((name.decode() for name in ONCE_ONLY if len(request.headers.getlist(name.decode())) > 1), None)
 
 
 def _in_event(exc: MemError, index: int, event) -> MemError:
@@ -700,6 +719,7 @@ async def contract(request: Request) -> Response:
 
 
 async def push(request: Request) -> Response:
+    check_once(repeated(request))
     hub = hub_of(request)
     token = bearer_token(request)
     if hub.storage.reads_wait:
@@ -717,6 +737,7 @@ async def push(request: Request) -> Response:
 
 
 async def pull(request: Request) -> Response:
+    check_once(repeated(request))
     hub = hub_of(request)
     token = bearer_token(request)
     try:
@@ -950,9 +971,10 @@ class HubApp(Starlette):
         """`pull` from the request's query parameters and headers, for `direct`: its answer goes to `respond`,
         at once, or (a long-poll) once a commit it waits for is told or its wait is over; then it returns what
         stops the wait (`sync/server.py`: the client left, or the server shuts down)."""
-        fields, zstd = _header_fields(headers)
+        fields, zstd, twice = _header_fields(headers)
         hub = self.hub
         try:
+            check_once(twice)
             token = bearer(fields.get(b"authorization", b"").decode("latin-1"))
             try:
                 after, limit, wait = pull_parameters(params, hub.max_wait)
@@ -1018,8 +1040,9 @@ class HubApp(Starlette):
     def push_directly(self, headers: list[tuple[bytes, bytes]], raw: bytes, respond: Respond) -> None:
         """`push` from the request's headers (lower-case names, as uvicorn gives them) and its whole body:
         its answer goes to `respond`, at once for a refusal, once durable for the events."""
-        fields, zstd = _header_fields(headers)
+        fields, zstd, twice = _header_fields(headers)
         try:
+            check_once(twice)
             hub = self.hub
             agent, current, checked = hub.push_state(bearer(fields.get(b"authorization", b"").decode("latin-1")))
             content_type, encoding = fields.get(b"content-type", b""), fields.get(b"content-encoding")

@@ -212,6 +212,8 @@ def test_a_push_answered_from_the_parsers_callbacks_is_answered_byte_for_byte_as
             (lambda t: raw_push("nobody", b"{}", json_type), 1, True),
             (lambda t: raw_push(t, b"{}", json_type).replace(b"authorization: Bearer", b"x-not-it:"), 1, True),
             (lambda t: raw_push(t, b"{}", "content-type: text/plain"), 1, True),
+            (lambda t: raw_push(t, body["first"], json_type, "content-type: text/plain"), 1, True),  # given twice
+            (lambda t: raw_push(t, body["first"], json_type, f"authorization: Bearer {t}"), 1, True),
             (lambda t: raw_push(t, b"{not json", json_type), 1, True),
             (lambda t: raw_push(t, b'{"events": [{"id": 1}]}', json_type), 1, True),
             (lambda t: raw_push(t, b'{"events": []}', json_type), 1, True),

@@ -133,6 +133,25 @@ def test_size_limit_and_encodings(hub):
         assert len(response.json()["events"]) == 20
 
 
+def test_a_header_given_twice_is_refused_and_nothing_is_applied(hub):
+    """Regression: of two Content-Type (or Authorization, Content-Encoding) headers the hub read the first, where a
+    proxy in front of it may read the last: a request that gives one twice is refused, through either path."""
+    before = head(hub)
+    body = msgspec.json.encode({"events": [entry()]})
+    token = f"Bearer {hub.tokens['alice']}"
+    json_type, alice = ("content-type", "application/json"), ("authorization", token)
+    for headers in ([alice, json_type, ("content-type", "text/plain")],
+                    [alice, json_type, ("authorization", f"Bearer {hub.tokens['writer']}")],
+                    [alice, json_type, ("content-encoding", "identity"), ("content-encoding", "zstd")]):
+        with httpx.Client(base_url=hub.url, timeout=30) as http:
+            problem = refused(http.post("/v1/push", content=body, headers=headers), 400, "repeated-header")
+        assert problem["detail"].startswith("the request gives ") and "more than once" in problem["detail"]
+    with httpx.Client(base_url=hub.url, headers=[("authorization", token), ("authorization", token)]) as http:
+        refused(http.get("/v1/pull"), 400, "repeated-header")
+    assert head(hub) == before
+    assert push(hub, [entry()]).status_code == 200
+
+
 def test_pull_returns_only_consumed_layers(hub):
     draft = new_event(PageIngest(slug="post", frontmatter={"type": "draft"}, text="# Post\n"), agent="writer",
                       layer="drafts")
