@@ -12,7 +12,6 @@ from eventstore.layers import MIND
 from eventstore.redaction import Redacted, stand_in
 from eventstore.writer import renamed_from
 
-from . import render
 from .views import LOG_PATH, MIND_PATH, page_path, slug_of
 
 FILE_KINDS = sorted(kinds_naming(ADF, "path"))
@@ -132,14 +131,11 @@ def _version(path: str, event, deleted: bool) -> Version:
 
 
 def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) -> list[Version]:
-    """A shared page's versions from the changes of its winner (one pass over its version rows)."""
-    versions, last = [], None
-    for seq, winner in memory.views.shared.winners(layer, slug, upto):
-        text = None if winner[3] else render.page(*_page_of(winner[4]))
-        if text != last:
-            versions.append(_version(path, memory.log.get_by_seq(seq), text is None))
-            last = text
-    return versions
+    """A shared page's versions (one pass over its version rows): every one of them, those the file did not show
+    (a conflict's other side) too, so that each agent lists the same versions whatever order they reached it in;
+    `deleted` when the file was gone after it."""
+    return [_version(path, memory.log.get_by_seq(seq), bool(winner[3]))
+            for seq, winner in memory.views.shared.winners(layer, slug, upto)]
 
 
 def _page_of(doc: bytes) -> tuple[dict, str]:

@@ -313,8 +313,9 @@ class SharedViews:
             self._kept_heads.pop(as_of, None)
 
     def winners(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
-        """(seq, winner row) each time the page's winner changed up to a seq, oldest first: its versions
-        read once, in seq order, the heads kept as they go (what `heads` finds as of each seq)."""
+        """(seq, winner row) at each of the page's versions up to a seq, oldest first (a version that did not win,
+        one side of a conflict, too): its versions read once, in seq order, the heads kept as they go (what `heads`
+        finds as of each seq)."""
         heads: dict[str, tuple] = {}
         named: dict[str, int] = {}  # how many versions (not void) name each id
         rows: dict[str, tuple] = {}
@@ -323,7 +324,6 @@ class SharedViews:
         for id, seq in self.db.execute("SELECT id, seq FROM shared_void WHERE layer = ? AND slug = ? AND seq <= ?",
                                        (layer, slug, upto)):
             voiding.setdefault(seq, []).append(id)
-        last = None
         for seq, *row in self.db.execute("SELECT seq, id, agent, parents, deleted, doc FROM shared_versions "
                                           "WHERE layer = ? AND slug = ? AND seq <= ? ORDER BY seq", (layer, slug, upto)):
             row = rows[row[0]] = tuple(row)
@@ -343,9 +343,7 @@ class SharedViews:
             winner = max(heads.values(), key=lambda r: (several and r[4] is not None
                                                         and is_held(getattr(decode_body(r[4]), "frontmatter", None)),
                                                         r[0]))
-            if winner[0] != last:
-                last = winner[0]
-                yield seq, winner
+            yield seq, winner
 
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
         """(id, agent, parents, deleted, doc) of the head shown in the file (the newest id), or None."""

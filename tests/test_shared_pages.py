@@ -307,3 +307,26 @@ def test_a_hand_edit_made_on_text_a_pulled_redaction_removed_is_not_adopted(team
     assert adopted.returncode == 1 and f"left {PRICING}: {said}" in adopted.stdout.decode(), adopted
     assert len(log_rows(team.root / "reviewer")) == events
     assert b"lemur" not in team.mem("reviewer", "search", "lemur", "--json", check=True).stdout
+
+
+def test_every_agent_lists_the_same_versions_of_a_shared_page_whatever_order_they_came_in(team):
+    """Regression (nc15b): `mem history` of a shared page listed the versions after which the winner changed, so the
+    agent whose own side of a conflict stayed the winner left the other side out: the agents' lists differed."""
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
+             check=True)
+    for agent in ("writer", "reviewer"):
+        team.mem(agent, "sync", check=True)
+    for agent in ("writer", "reviewer"):
+        team.mem(agent, "page", "write", "pricing", "--layer", "drafts",
+                 "--file", team.page(f"v2-{agent}", "Pricing", f"v2 by the {agent}"), check=True)
+    for agent in ("writer", "reviewer", "writer"):
+        team.mem(agent, "sync", check=True)
+    listed = {}
+    for agent in ("writer", "reviewer"):
+        versions = json.loads(team.mem(agent, "history", PRICING, "--json", check=True).stdout)
+        listed[agent] = sorted((v["agent"], v["kind"], v["deleted"]) for v in versions)
+    assert listed["writer"] == listed["reviewer"] == [("reviewer", "page.update", False),
+                                                      ("writer", "page.ingest", False),
+                                                      ("writer", "page.update", False)], listed
+    heads = heads_everywhere(team)
+    assert heads["writer"] == heads["reviewer"] and len(heads["writer"][0]["heads"]) == 2
