@@ -295,12 +295,13 @@ def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | N
 def check_parents(events, stored: Callable[[str], tuple[str, object] | None]) -> None:
     """A shared page version's parents (a redacted one's too: its stand-in keeps them) must be versions of its own
     page (its layer and slug) where the hub holds them (in the batch or stored): one naming another page's version
-    made the views a consumer folded differ from its rebuild (`mem replay --check`). A parent the hub does not hold
-    is left as before."""
-    pages = {}  # id -> (layer, slug) of a version, None for an id the hub holds as no version
+    made the views a consumer folded differ from its rebuild (`mem replay --check`), one naming an event that is no
+    page version (an entry) left a version with a parent that is none. A parent the hub does not hold is left as
+    before."""
+    pages = {}  # id -> (layer, slug) of a version, (layer, None) of an event that is none, None for one not held
     for event in events:
-        if (version := page_version(event.body)) is not None:
-            pages[event.id] = (event.layer, version[0])
+        version = page_version(event.body)
+        pages[event.id] = (event.layer, version[0] if version is not None else None)
     for index, event in enumerate(events):
         version = page_version(event.body)
         if not version or not version[1]:
@@ -310,12 +311,13 @@ def check_parents(events, stored: Callable[[str], tuple[str, object] | None]) ->
             if parent not in pages:
                 found = stored(parent)
                 named_version = page_version(found[1]) if found else None
-                pages[parent] = (found[0], named_version[0]) if named_version is not None else None
+                pages[parent] = (found[0], named_version[0] if named_version is not None else None) if found else None
             named = pages[parent]
             if named is not None and named != page:
                 field = "kept.parents" if type(event.body) is Redacted else "parents"
-                raise InvalidInput(f"event {event.id}: parent {parent} is a version of page {named[1]!r} of layer "
-                                   f"{named[0]!r}, not of {page[1]!r} of {page[0]!r}; nothing of the batch was applied",
+                what = (f"is no page version but an event of layer {named[0]!r}" if named[1] is None else
+                        f"is a version of page {named[1]!r} of layer {named[0]!r}, not of {page[1]!r} of {page[0]!r}")
+                raise InvalidInput(f"event {event.id}: parent {parent} {what}; nothing of the batch was applied",
                                    field=f"events[{index}].body.{field}")
 
 

@@ -123,26 +123,34 @@ def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:
         return [None] * len(raws)
 
 
-def page_of(id: str, log, pages: dict) -> tuple[str, str] | None:
+def page_of(id: str, log, pages: dict, taken: dict) -> tuple[str, str | None] | None:
     """(layer, slug) of the page version `id` (redacted or not), from `pages` (what this pull took, kept as it goes)
-    or the log; None when the log holds no version with that id."""
+    or the log; (layer, None) for an event that is no page version (in `taken`, this page's, or the log); None when
+    neither holds `id`."""
     if id in pages:
         return pages[id]
+    if id in taken:  # taken and not among the versions: no version
+        return taken[id].layer, None
     known = log.get(id)
-    version = page_version(known.body) if known is not None else None
-    page = pages[id] = (known.layer, version[0]) if version is not None else None
+    if known is None:
+        return None
+    version = page_version(known.body)
+    page = pages[id] = (known.layer, version[0] if version is not None else None)
     return page
 
 
-def foreign_parent(event: Event, version: tuple[str, list[str]], log, pages: dict) -> str | None:
+def foreign_parent(event: Event, version: tuple[str, list[str]], log, pages: dict, taken: dict) -> str | None:
     """Why a shared page version's parents (`version`: its slug and parents) are not all versions of its own page,
     as the hub's check_parents refuses them, or None. One naming another page's version made the consumer's folded
-    heads differ from its rebuild's."""
+    heads differ from its rebuild's; one naming an event that is no page version, a version with a parent that is
+    none."""
     page = (event.layer, version[0])
     for parent in version[1]:
-        named = page_of(parent, log, pages)
+        named = page_of(parent, log, pages, taken)
         if named is not None and named != page:
             field = "kept.parents" if event.body.__class__ is Redacted else "parents"
+            if named[1] is None:
+                return f"body.{field}: parent {parent} is no page version but an event of layer {named[0]!r}"
             return (f"body.{field}: parent {parent} is a version of page {named[1]!r} of layer {named[0]!r}, not of "
                     f"{page[1]!r}")
     return None
@@ -199,7 +207,7 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
             if reason is None and body.__class__ is Redacted:
                 reason = foreign_redaction(event, log, taken)
             if reason is None and (version := page_version(body)) is not None:
-                reason = foreign_parent(event, version, log, pages) if version[1] else None
+                reason = foreign_parent(event, version, log, pages, taken) if version[1] else None
                 if reason is None:
                     pages[id] = (event.layer, version[0])
         if reason is not None:

@@ -141,11 +141,27 @@ def test_a_version_naming_another_pages_version_as_parent_is_rejected(tmp_path):
         assert batch_parent.id in warnings[1] and f"parent {memo.id} is a version of page 'memo'" in warnings[1]
         assert redacted.id in warnings[2] and f"body.kept.parents: parent {plan.id} is a version of page 'plan'" in \
             warnings[2]
+        stored_fact, pulled_fact = fact("stored before"), fact("pulled with it")  # regression (nc15c): taken
+        storage = open_storage(db)
+        storage.push([stored_fact])
+        storage.close()
+        run_mem("pull", "-w", root, check=True)
+        on_stored = version("memo", parents=[stored_fact.id])
+        on_pulled = version("launch", parents=[pulled_fact.id])
+        storage = open_storage(db)
+        storage.push([pulled_fact, on_stored, on_pulled])  # past the hub's checks, as a hub that does not check
+        storage.close()
+        warnings = run_mem("pull", "-w", root, check=True).stderr.decode().splitlines()
+        assert len(warnings) == 2, warnings
+        for warning, (event, parent) in zip(warnings, ((on_stored, stored_fact), (on_pulled, pulled_fact))):
+            assert event.id in warning and f"parent {parent.id} is no page version but an event of layer " \
+                "'insights'" in warning, warning
         storage = open_storage(db)
         storage.push([unknown_parent])
         storage.close()
         assert run_mem("pull", "-w", root, check=True).stdout.decode().strip() == "pulled 1 event from origin"
         with Memory.open(root) as mem:
             assert {event.id for event in mem.log.read()} >= {plan.id, launch.id, memo.id, unknown_parent.id}
-            assert {mem.log.get(id) for id in (stored_parent.id, batch_parent.id, redacted.id)} == {None}
+            assert {mem.log.get(id) for id in (stored_parent.id, batch_parent.id, redacted.id, on_stored.id,
+                                               on_pulled.id)} == {None}
         assert run_mem("replay", "--check", "-w", root).returncode == 0

@@ -12,7 +12,7 @@ from conftest import log_rows
 from eventstore.envelope import new_event
 from eventstore.errors import Held
 from eventstore.governance import hold_refusal, ingest_refusal, is_held, released
-from eventstore.kinds import PageDelete, PageIngest, PageUpdate
+from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 from eventstore.layers import Contract, ContractLayer
 from sync.intake import accept
 from sync.storage import open_storage
@@ -202,7 +202,9 @@ def hub(request, tmp_path):
     db = str(tmp_path / "hub.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
     storage = open_storage(db)
     storage.apply_contract(Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages",
-                                                                    producers=["*"], consumers=["*"])}))
+                                                                    producers=["*"], consumers=["*"]),
+                                            "notes": ContractLayer(path="memory/notes.md", format="entries",
+                                                                   producers=["*"], consumers=["*"])}))
     tokens = {name: storage.add_agent(name) for name in ("alice", "writer")}
     storage.close()
     with HubServer(db) as server:
@@ -380,6 +382,20 @@ def test_the_hub_refuses_a_version_naming_another_pages_version_as_parent(hub):
         problem = response.json()
         assert problem["field"] == f"events[{len(batch) - 1}].body.parents"
         assert f"parent {parent.id} is a version of page {page!r}" in problem["detail"]
+        assert hub_events(hub) == [plan.id, launch.id]
+    note = new_event(EntryAppend(type="FACT", date="2026-12-03", content="a note"), agent="alice", layer="notes")
+    assert push(hub, "alice", note).status_code == 200
+    batch_note = new_event(EntryAppend(type="FACT", date="2026-12-03", content="another"), agent="alice",
+                           layer="notes")
+    on_a_note = new_event(PageUpdate(slug="launch", frontmatter={"type": "draft"}, text="# Launch\n\nn\n",
+                                     parents=[note.id]), agent="alice", layer="drafts")
+    on_a_batch_note = new_event(PageDelete(slug="launch", parents=[batch_note.id]), agent="alice", layer="drafts")
+    for batch, parent in (([on_a_note], note), ([batch_note, on_a_batch_note], batch_note)):  # regression (nc15c)
+        response = push(hub, "alice", *batch)
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["field"] == f"events[{len(batch) - 1}].body.parents"
+        assert f"parent {parent.id} is no page version but an event of layer 'notes'" in problem["detail"]
         assert hub_events(hub) == [plan.id, launch.id]
     fine = new_event(PageUpdate(slug="launch", frontmatter={"type": "draft"}, text="# Launch\n\nz\n",
                                 parents=[launch.id]), agent="alice", layer="drafts")
