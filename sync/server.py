@@ -78,7 +78,10 @@ class StoppingServer(uvicorn.Server):
 
 
 def run_on(app, sock: socket.socket, stopping: Callable[[], None] | None = None, **options) -> None:
-    """Serves an ASGI app on a socket from `listen` until interrupted (`stopping`: see StoppingServer)."""
+    """Serves an ASGI app on a socket from `listen` until interrupted (`stopping`: see StoppingServer); with the
+    hub's limits on what a client may hold (`http_protocol`: late requests, heads too large, answers not read)
+    unless `http` says otherwise."""
+    options.setdefault("http", http_protocol(one_write=False))
     server = StoppingServer(uvicorn.Config(app, log_level="warning", **options), stopping)
     try:
         server.run(sockets=[sock])
@@ -99,12 +102,39 @@ TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem
              b"content-length: %d\r\n\r\n%s")
 """The answer to a request that did not arrive in time (its connection closed after it)."""
 
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a request's line and headers may take (uvicorn's httptools protocol sets no limit: a 64 MiB header
+was read whole into memory): more is answered 431 and the connection closed."""
+TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json\r\n"
+             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+
 DIRECT_BODY_BYTES = 64 * 1024
 """The largest body a request answered from the parser's callbacks may declare (uvicorn's own high-water
 mark, past which it pauses reading until the app takes the body): a larger one goes the ASGI way."""
 
 
-def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
+def unsent(transport) -> int:
+    """Bytes of the answers written to a connection that its client has not taken yet: those in the transport's
+    buffer and (on Linux) those in the socket's send queue, which drains as the client reads, where the transport's
+    buffer moves only once a third of a large send queue is free."""
+    size = transport.get_write_buffer_size()
+    try:
+        import fcntl
+        import termios
+
+        queued = fcntl.ioctl(transport.get_extra_info("socket").fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        size += int.from_bytes(queued, sys.byteorder)
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
+    return size
+
+
+def problem(status: int, title: str, detail: str) -> bytes:
+    """A problem document (RFC 9457) for an answer the server makes before any app sees the request."""
+    return json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail}).encode()
+
+
+def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool = True):
     """uvicorn's httptools protocol, each response's head and first body chunk sent in one write (uvicorn
     writes them apart). Measured under bench/bench_hub_load.py: the two loopback sends of every answer
     were the hub's largest single cost (a send wakes the client, a second send wakes it again). "auto"
@@ -119,7 +149,15 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
 
     A request that does not arrive within `read_timeout` (READ_TIMEOUT) is answered 408 and its connection closed:
     one timer per event loop looks at the open connections every READ_SWEEP seconds (`_sweep`); a request read
-    whole and waiting for its answer (a long-poll) is never cut."""
+    whole and waiting for its answer (a long-poll) is never cut. Neither is a connection whose client reads its
+    answers, however slowly; one whose client has read nothing of them for as long (what it left unread holds the
+    write buffer past its high-water mark, not shrinking) is dropped with its buffer, which a client opening many
+    connections and reading none held in the hub's memory. A
+    request line and headers over MAX_HEAD_BYTES are answered 431, a request the parser cannot read 400, each with
+    a problem document, and the connection closed.
+
+    `one_write` False (a server whose answers may stream, like an MCP server's event streams): each answer's head is
+    written as uvicorn writes it, not held for its first body chunk."""
     try:
         import httptools
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
@@ -127,16 +165,26 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
         return "auto"
     direct = getattr(app, "direct", None)
     sweeping: dict = {}  # event loop -> its sweep's timer, while it has connections
-    late = json.dumps({"type": "about:blank", "title": "Request Timeout", "status": 408,
-                       "detail": f"the request did not arrive within {read_timeout:g} s"}).encode()
+    late = problem(408, "Request Timeout", f"the request did not arrive within {read_timeout:g} s")
+    too_large = problem(431, "Request Header Fields Too Large",
+                        f"the request's line and headers take more than {MAX_HEAD_BYTES} bytes")
 
     def _sweep(loop, connections) -> None:
-        """Closes, after a 408, every connection whose request is later than `read_timeout` (`_reading_since`)."""
+        """Closes, after a 408, every connection whose request is later than `read_timeout` (`_reading_since`), and
+        drops every connection whose answers have gone unread as long (`_stalled_since`)."""
         now = loop.time()
         for protocol in list(connections):
             since = getattr(protocol, "_reading_since", None)
             if since is not None and now - since > read_timeout:
                 protocol.timed_out()
+            stalled = getattr(protocol, "_stalled_since", None)
+            if stalled is not None:
+                left = unsent(protocol.transport)
+                if left < protocol._stalled_size:  # the client reads, however slowly: its clock starts again
+                    protocol._stalled_since, protocol._stalled_size = now, left
+                elif now - stalled > read_timeout:
+                    protocol._stalled_since = None
+                    protocol.transport.abort()  # what it holds unwritten is dropped with it
         sweeping[loop] = loop.call_later(READ_SWEEP, _sweep, loop, connections) if connections else None
 
     class Collected:
@@ -181,6 +229,10 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
         _upgrade_body: int | None = None  # bytes still to come of the body of a request whose Upgrade is ignored
         _answering = None  # the cycle before the last request parsed (still being answered when that one was pipelined)
         _reading_since: float | None = None  # loop time the clock of the request being read started (READ_TIMEOUT)
+        _stalled_since: float | None = None  # loop time the unwritten answer last shrank while above the high-water
+        _stalled_size = 0  # the size of the unwritten answer then
+        _head_bytes: int | None = None  # bytes of the request's line and headers parsed, None once the head is whole
+        _unparsed_head = 0  # bytes of the reads that ended inside the head (the parser holds what it has not parsed)
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -190,10 +242,7 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
 
         def timed_out(self) -> None:
             """The request being read is late: answered 408, the connection closed."""
-            self._reading_since = None
-            if not self.transport.is_closing():
-                self.transport.write(TIMED_OUT % (len(late), late))
-                self.transport.close()
+            self._close_with(TIMED_OUT % (len(late), late))
 
         def data_received(self, data: bytes) -> None:
             """uvicorn's, but a request asking to upgrade to anything this server does not speak (`curl --http2`
@@ -207,16 +256,43 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
                     continue
                 try:
                     self.parser.feed_data(data)
+                    if self._head_bytes is not None:  # this data ended inside a head: its bytes are the head's
+                        self._unparsed_head += len(data)
+                        if self._unparsed_head > MAX_HEAD_BYTES:
+                            self._close_with(TOO_LARGE % (len(too_large), too_large))
                     return
                 except httptools.HttpParserError:
+                    if self._head_bytes is not None and self._head_bytes > MAX_HEAD_BYTES:  # on_headers_complete
+                        self._close_with(TOO_LARGE % (len(too_large), too_large))
+                        return
                     self.logger.warning("Invalid HTTP request received.")
-                    self.send_400_response("Invalid HTTP request received.")
+                    self.send_400_response("the request is not HTTP/1.1 this server can read")
                     return
                 except httptools.HttpParserUpgrade as upgrade:
                     if self._should_upgrade():
                         self.handle_websocket_upgrade()
                         return
                     data = self._ignore_upgrade(data[upgrade.args[0]:])
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's, with a problem document as every other refusal has."""
+            body = problem(400, "Bad Request", msg)
+            self._close_with(STATUS_LINE[400] + b"content-type: application/problem+json\r\nconnection: close\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
+
+        def _close_with(self, answer: bytes) -> None:
+            self._reading_since = self._head_bytes = None
+            if not self.transport.is_closing():
+                self.transport.write(answer)
+                self.transport.close()
+
+        def pause_writing(self) -> None:
+            self._stalled_since, self._stalled_size = self.loop.time(), unsent(self.transport)
+            super().pause_writing()
+
+        def resume_writing(self) -> None:
+            self._stalled_since = None
+            super().resume_writing()
 
         def _ignore_upgrade(self, rest: bytes) -> bytes:
             """After the head of a request whose Upgrade is ignored: its body is `rest`'s first bytes (as many
@@ -289,12 +365,24 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
             """uvicorn's, without the ASGI scope (a dict of dicts and a copy of the app's state, per request):
             made in `on_headers_complete` for a request that goes the ASGI way, none for one answered directly."""
             self._reading_since = self.loop.time()
+            self._head_bytes = self._unparsed_head = 0
             self.url = b""
             self.expect_100_continue = False
             self.headers = []
 
+        def on_url(self, url: bytes) -> None:
+            self._head_bytes += len(url)
+            self.url += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._head_bytes += len(name) + len(value)
+            super().on_header(name, value)
+
         def on_headers_complete(self) -> None:
+            if self._head_bytes > MAX_HEAD_BYTES:
+                raise ValueError("head too large")  # stops the parser: answered 431 in `data_received`
             self._reading_since = self.loop.time()  # now its body's parts, each within READ_TIMEOUT of the last
+            self._head_bytes = None
             self._answering = self.cycle  # a request pipelined behind it parsed: the one still being answered
             if direct is not None and self._direct():
                 return
@@ -303,7 +391,7 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT):
             self.headers = self.scope["headers"] = headers
             self.url, self.expect_100_continue = url, expect_100_continue
             super().on_headers_complete()
-            if type(self.cycle) is RequestResponseCycle:  # its task has not started yet
+            if one_write and type(self.cycle) is RequestResponseCycle:  # its task has not started yet
                 self.cycle.__class__ = OneWriteCycle
 
         def _direct(self) -> bool:

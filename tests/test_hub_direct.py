@@ -528,8 +528,8 @@ def test_a_request_offering_an_upgrade_is_answered_over_http_1_1_with_its_body(t
         with logged.from_("uvicorn.error", "asyncio"):
             (refused, reason), = exchange(server.port, raw_push(token, first, json_type, *H2C, chunked=True))
             time.sleep(0.3)  # the request's task, started before its body was refused, ends
-        assert refused.startswith(b"HTTP/1.1 400") and reason == b"A request asking to upgrade must send its body " \
-                                                                   b"with one Content-Length."
+        assert refused.startswith(b"HTTP/1.1 400") and json.loads(reason)["detail"] == (
+            "A request asking to upgrade must send its body with one Content-Length.")
         assert logged.lines == []  # it logged two tracebacks: the task that waited for the body failed to answer
     storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
     assert storage.head() == 4
@@ -650,3 +650,76 @@ def test_a_request_that_does_not_arrive_in_time_is_answered_408_and_its_connecti
     storage.close()
     helped = run_mem("serve", "--help", env={"COLUMNS": "300"}).stdout.decode()
     assert f"Default: {READ_TIMEOUT:g}." in " ".join(helped.split())  # the help says the default the server has
+
+
+def test_heads_too_large_requests_unreadable_and_answers_never_read_are_cut_with_problem_documents(tmp_path):
+    """Regression (nc15c): a 64 MiB header was read whole into memory and answered 200; a request the parser could
+    not read got a text/plain 400; a client that sent pulls and read none of the answers held each answer in the
+    hub's memory for as long as it kept its connection open. Now a head over MAX_HEAD_BYTES is answered 431, an
+    unreadable request 400, both problem documents, and a connection whose answer goes unread for the read timeout
+    is dropped; a client that reads slowly is not."""
+    import socket
+
+    from hubserver import mem_serve
+    from sync.server import MAX_HEAD_BYTES
+
+    storage = SQLiteHubStorage(str(tmp_path / "hub.db"))
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("alice")
+    storage.push([entry(f"fact {i} " + "x" * 300) for i in range(12_000)])
+    storage.close()
+
+    def answered(request: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+            with contextlib.suppress(OSError):  # the server may close before it has read all of a huge head
+                sock.sendall(request)
+            got = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(65536):
+                    got += chunk
+            return got
+
+    def unread(size: int) -> socket.socket:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        sock.settimeout(15)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(raw_get(token, "/v1/pull?limit=12000"))
+        return sock
+
+    with mem_serve(str(tmp_path / "hub.db"), args=("--read-timeout", "2.5")) as url:
+        port = int(url.rsplit(":", 1)[1])
+        big = f"GET /health HTTP/1.1\r\nhost: hub\r\nx-filler: {'y' * (MAX_HEAD_BYTES + 10)}\r\n\r\n".encode()
+        for request, status in ((big, 431), (b"NOT HTTP AT ALL\r\n\r\n", 400),
+                                (b"GET /health HTTP/1.1\r\nhost: hub\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+                                 400)):
+            got = answered(request)
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 %d" % status) and b"application/problem+json" in head, got[:300]
+            assert json.loads(body)["status"] == status
+        fine = f"GET /health HTTP/1.1\r\nhost: hub\r\nx-filler: {'y' * 8000}\r\nconnection: close\r\n\r\n".encode()
+        assert answered(fine).startswith(b"HTTP/1.1 200")
+
+        never, slow = unread(4096), unread(4096)
+        whole = len(httpx.get(url + "/v1/pull?limit=12000", headers={"authorization": f"Bearer {token}"},
+                              timeout=30).content)
+        assert whole > 3_000_000
+        slowly = b""
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # 6 s, past the 2.5 s timeout, reading a little every 0.2 s
+            slowly += slow.recv(32768)
+            time.sleep(0.2)
+        got = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := never.recv(65536):
+                got += chunk
+        assert len(got) < whole, "the answer nobody read was kept until it was read"
+        head_end = slowly.index(b"\r\n\r\n") + 4
+        assert b"content-length: %d" % whole in slowly[:head_end].lower()
+        while len(slowly) < head_end + whole:  # the slow reader gets all of it
+            chunk = slow.recv(65536)
+            assert chunk, len(slowly)
+            slowly += chunk
+        never.close()
+        slow.close()
+        assert httpx.get(url + "/health").status_code == 200
