@@ -233,11 +233,11 @@ def wire_stdin():
 
 async def run_stdio(server, stopping=None) -> None:
     """`MCPServer.run_stdio_async`, with the read stream answering what it cannot parse. SIGTERM (MCP's shutdown
-    over stdio: close stdin, then SIGTERM) calls `stopping` on the event loop, between two calls, and ends the
-    process: the loop could not end by itself while its reader waits on a stdin still open."""
+    over stdio: close stdin, then SIGTERM) and Ctrl-C call `stopping` on the event loop, between two calls, and end
+    the process (143 and 0): the loop could not end by itself while its reader waits on a stdin still open."""
     lowlevel = server._lowlevel_server
     if stopping is not None:
-        _stop_on_sigterm(stopping)
+        _stop_on_signals(stopping)
     stdin, restore = wire_stdin()
     lines = Lines(stdin)
     try:
@@ -248,21 +248,23 @@ async def run_stdio(server, stopping=None) -> None:
         restore()
 
 
-def _stop_on_sigterm(stopping) -> None:
+def _stop_on_signals(stopping) -> None:
     import asyncio
     import os
     import signal
     import sys
 
-    def stop() -> None:
+    def stop(code: int) -> None:
         try:
             stopping()
         except Exception as exc:  # a full disk: the log holds every call; the next `mem` command writes the files
             print(f"warning: the files were not rewritten as the server stopped: {exc}", file=sys.stderr, flush=True)
         finally:
-            os._exit(128 + signal.SIGTERM)
+            os._exit(code)
 
     try:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop, 128 + signal.SIGTERM)
+        loop.add_signal_handler(signal.SIGINT, stop, 0)  # as every other server `mem` runs stops on Ctrl-C
     except (NotImplementedError, RuntimeError):  # no signal handlers here (Windows, another thread): as before
         pass
