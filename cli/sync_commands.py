@@ -599,6 +599,9 @@ def show_status(json: bool, fetch: bool) -> None:
     for layer, path in report.not_received.items():
         typer.echo(f"{'not received:':<17}{layer} (the hub's contract no longer makes this agent a consumer: {path} "
                    "shows what it had, and no longer changes)")
+    for layer, path in report.produced_only.items():
+        typer.echo(f"{'produced only:':<17}{layer} (this agent produces it, the hub's contract does not make it a "
+                   f"consumer: {path} changes with its own writes only)")
     for why in report.not_taken.values():
         typer.echo(f"{'not taken:':<17}{why}")
     for why in report.blocked.values():

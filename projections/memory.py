@@ -860,7 +860,9 @@ class Memory:
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         if self.hub_contract() is None:  # local layers alone: there is no contract to speak of
             raise InvalidInput(f"there is no layer {layer!r} declared here (`mem layer list`) (layers: {', '.join(known)})")
-        raise InvalidInput(f"layer {layer!r} is not in the contract (layers: {', '.join(known)})")
+        raise InvalidInput(**for_each(f"layer {layer!r} is not in the contract as last pulled (layers: "
+                                      f"{', '.join(known)})", "; `mem pull` fetches the hub's, if it has changed since",
+                                      "; sync fetches the hub's, if it has changed since"))
 
     def logged_layer(self, layer: str) -> None:
         """Refuses a layer to read the log by that the contract does not name and the log holds nothing of (a

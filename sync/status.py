@@ -4,7 +4,7 @@ cannot, and how far behind the hub this workspace is."""
 import msgspec
 
 from eventstore.errors import MemError
-from eventstore.layers import consumes
+from eventstore.layers import consumes, produces
 from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
@@ -42,6 +42,7 @@ class SyncStatus(WorkspaceStatus):
     not_adoptable: dict[str, str] = {}  # skipped files `mem adopt` cannot take -> what of the edit (Memory.not_adoptable)
     remotes: list[RemoteStatus] = []
     not_received: dict[str, str] = {}  # layer -> its path: in the hub's contract, not consumed, yet on disk (frozen)
+    produced_only: dict[str, str] = {}  # layer -> its path: produced, not consumed: the file shows this agent's own
     not_taken: dict[str, str] = {}  # layer -> why: the hub's layers a local layer shadows (Memory.not_taken)
 
 
@@ -56,15 +57,19 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
                for remote in load_remotes(memory).values()]
     return SyncStatus(**msgspec.structs.asdict(base), conflicts=conflicts, skipped=skipped,
                       not_adoptable=memory.not_adoptable(skipped), remotes=remotes,
-                      not_received=not_received(memory), not_taken=memory.not_taken())
+                      not_taken=memory.not_taken(), **unreceived(memory))
 
 
-def not_received(memory) -> dict[str, str]:
-    """The hub's layers (as last pulled) this agent no longer consumes whose files it still shows: a consumer taken
-    off a layer keeps what it had, which no longer moves (each layer with its path)."""
+def unreceived(memory) -> dict[str, dict[str, str]]:
+    """The hub's layers (as last pulled) this agent does not consume whose files it shows, each with its path:
+    `not_received`, a consumer taken off a layer keeps what it had, which no longer moves; `produced_only`, a layer it
+    produces shows its own events (and what it received before, if it consumed it once)."""
     hub, agent, not_taken = memory.hub_contract(), memory.config.agent, memory.not_taken()
-    return {name: spec.path for name, spec in sorted((hub.layers if hub else {}).items())
-            if not consumes(hub, agent, name) and name not in not_taken and (memory.root / spec.path).exists()}
+    found = {"not_received": {}, "produced_only": {}}
+    for name, spec in sorted((hub.layers if hub else {}).items()):
+        if not consumes(hub, agent, name) and name not in not_taken and (memory.root / spec.path).exists():
+            found["produced_only" if produces(hub, agent, name) else "not_received"][name] = spec.path
+    return found
 
 
 def _remote_status(memory, remote, timeout: float) -> RemoteStatus:

@@ -349,3 +349,23 @@ def test_a_hub_layer_overlapping_a_local_one_is_not_taken_and_the_agent_is_told(
         assert (pushed.returncode, pushed.stdout, pushed.stderr) == (0, b"pushed 0 events to origin\n", b""), pushed
     finally:
         team.stop()
+
+
+def test_a_layer_produced_not_consumed_and_one_added_since_the_last_pull_are_told_as_they_are(team):
+    """Regression (nc15b): `mem status` said of a layer the agent produces and never consumed that the contract "no
+    longer" made it a consumer and that its file "no longer changes" (its own writes change it). Regression (nc15a):
+    a write to a layer the hub's contract added since the last pull was refused as not in the contract, with no word
+    that this was the workspace's copy of it."""
+    team.apply(decisions() + layer("reports", "memory/reports.md", producers=["alice"], consumers=["bob"]))
+    refused = team.mem("alice", "entry", "add", "reports", "[FACT] 2026-12-03: a report")
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        "error: layer 'reports' is not in the contract as last pulled (layers: decisions, insights); `mem pull` "
+        "fetches the hub's, if it has changed since\n"), refused.stderr
+    team.mem("alice", "pull", check=True)
+    entry(team, "reports", "[FACT] 2026-12-03: a report")
+    status = team.mem("alice", "status", check=True).stdout.decode()
+    assert "produced only:   reports (this agent produces it, the hub's contract does not make it a consumer: " \
+        "memory/reports.md changes with its own writes only)" in status, status
+    assert "not received" not in status
+    report = json.loads(team.mem("alice", "status", "--json", check=True).stdout)
+    assert report["produced_only"] == {"reports": "memory/reports.md"} and report["not_received"] == {}
