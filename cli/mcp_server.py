@@ -414,9 +414,12 @@ def build_server(mem: Memory) -> MCPServer:
     @register
     def cite(citation: str, at: str | None = None, seq: StrictInt | None = None) -> list[str]:
         """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (JSON), now or as of
-        a moment."""
+        a moment; one that resolves to nothing is an error, its JSON saying what was looked at."""
         said: list[str] = []
-        return [json_text(mem.cite(citation, moment(mem, at, seq, said.append))), *said]
+        result = mem.cite(citation, moment(mem, at, seq, said.append))
+        if not result.resolved:  # an error, as `mem cite` exits 1: the JSON still says what was looked at
+            raise ToolError(json_text(result))
+        return [json_text(result), *said]
 
     @register
     def log(kind: list[str] | None = None, layer: list[str] | None = None, since: str | None = None,

@@ -243,6 +243,23 @@ def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace)
     assert run_stdio(workspace, session_body) == (True, too_large)
 
 
+def test_a_citation_that_resolves_to_nothing_is_a_tool_error_as_mem_cite_exits_1(workspace):
+    """Regression (nc15a): the cite tool answered a missing seq, file or entry as a success (isError false) where
+    `mem cite` exits 1: an agent that reads only isError took it as found."""
+    with Memory.open(workspace) as mem:
+        mem.loop_append("user", [{"type": "text", "text": "hello"}], "main", None)
+
+    async def session_body(session):
+        return [await call(session, "cite", citation=citation)
+                for citation in ("[S1]", "[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7")]
+
+    found, *missing = run_stdio(workspace, session_body)
+    assert found[0] is False and json.loads(found[1])["resolved"] is True
+    for (error, text), citation in zip(missing, ("[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7")):
+        assert error is True and json.loads(text)["resolved"] is False, (citation, text)
+        assert run_mem("cite", citation, "--workspace", workspace).returncode == 1
+
+
 def test_an_empty_loop_message_is_refused_on_both_sides(workspace):
     """Regression: `mem loop append --role user --text ''` (and the loop_append tool with text "") appended an
     empty message, a seq that cites nothing."""
