@@ -8,10 +8,11 @@ from typing import Optional
 import typer
 
 from eventstore.errors import InvalidInput
+from eventstore.instants import format_instant
 from eventstore.validate import MAX_FILE_BYTES
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, progress_bar
+from .output import AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, progress_bar, summary_text
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -152,6 +153,21 @@ def message_receive(file: str = MessageOpt, allow_secret: bool = AllowSecretOpt)
 def message_send(file: str = MessageOpt, allow_secret: bool = AllowSecretOpt):
     """Record an outbound message in adf_outbox."""
     _message("outbox", file, allow_secret)
+
+
+@message_app.command("list")
+def message_list(box: str = typer.Argument("inbox", help="inbox or outbox."), at: Optional[str] = AtOpt,
+                 seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
+    """The messages received (inbox) or sent (outbox), oldest first, as now or as of a moment."""
+    with memory() as mem:
+        messages = mem.messages(box, as_of(mem, at, seq))
+    if json:
+        return emit_json(messages)
+    for m in messages:
+        when = m.get("received_at") or m.get("sent_at") or m.get("created_at")
+        between = f"{m['from'] or '?'} -> {m['to']}" if m["to"] else m["from"] or "?"
+        typer.echo(f"{format_instant(when) if isinstance(when, int) else when or '?'}  {between}  "
+                   f"{summary_text(m['content'] or '')}")
 
 
 @config_app.command("set")

@@ -121,6 +121,11 @@ def summary(event: Event) -> str:
     return ""
 
 
+def summary_text(text: str) -> str:
+    """Text on one line of a listing: its line breaks folded, at most 60 characters."""
+    return _cut(" ".join(text.split()))
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -30,7 +30,7 @@ from eventstore.backends import shown
 from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_edited, views_not_of_log
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
-from . import audit, local_layers, redact, trust
+from . import adf, audit, local_layers, redact, trust
 from .activity import Activity
 from .bulk import worth_building
 from .fold import catch_up
@@ -1193,6 +1193,13 @@ class Memory:
         if as_of is not None and loop not in (None, "main") and (began := self.views.loop_began(loop)) > as_of:
             raise NotFound(f"loop {loop!r} did not exist then: its first message is seq {began}, after seq {as_of}")
         return audit.loop_rows(self.views, loop, as_of)
+
+    def messages(self, box: str, as_of: int | None = None) -> list[dict]:
+        """The inbox's or the outbox's messages as of a seq, in the order they came (adf_inbox's or adf_outbox's
+        columns)."""
+        if box not in adf.MESSAGE_COLUMNS:
+            raise InvalidInput(f"there is no box {box!r}: inbox or outbox")
+        return [dict(zip(adf.MESSAGE_COLUMNS[box], row)) for row in self.views.messages(box, as_of)]
 
     def files(self, as_of: int | None = None) -> list[tuple]:
         """adf_files rows (path, content, mime_type, size, protection, authorized, created_at, updated_at)."""

@@ -282,3 +282,21 @@ def test_a_seq_cited_before_it_was_written_says_not_yet_not_missing_from_everywh
     assert json.loads(run_mem("-w", workspace, "audit", "read", "3", "--json").stdout)["read_at"] == 2
     assert run_mem("-w", workspace, "cite", "[S2]", "--seq", "2", check=True).stdout.decode().startswith(
         "S2: live in the loop")
+
+
+def test_messages_received_and_sent_are_listed_now_and_as_of_a_moment(workspace):
+    """A message recorded with `mem message receive` could be read back only through an ADF export (nc15a)."""
+    received = run_mem("-w", workspace, "message", "receive", "--file", "-",
+                       input=b'{"from": "bob", "content": "the deploy window\\nmoved", "thread_id": "t1"}', check=True)
+    assert received.stdout == b"received message (seq 1)\n"
+    run_mem("-w", workspace, "message", "send", "--file", "-", input=b'{"to": "bob", "content": "thanks"}', check=True)
+    inbox = json.loads(run_mem("-w", workspace, "message", "list", "--json", check=True).stdout)
+    assert [(m["from"], m["content"], m["thread_id"]) for m in inbox] == [("bob", "the deploy window\nmoved", "t1")]
+    outbox = json.loads(run_mem("-w", workspace, "message", "list", "outbox", "--json", check=True).stdout)
+    assert [(m["to"], m["content"]) for m in outbox] == [("bob", "thanks")]
+    text = run_mem("-w", workspace, "message", "list", check=True).stdout.decode()
+    assert text.endswith("  bob  the deploy window moved\n") and text.count("\n") == 1, text
+    assert run_mem("-w", workspace, "message", "list", "outbox", "--seq", "1", "--json", check=True).stdout.strip() \
+        == b"[]"
+    refused = run_mem("-w", workspace, "message", "list", "spam")
+    assert refused.returncode == 1 and refused.stderr == b"error: there is no box 'spam': inbox or outbox\n"
