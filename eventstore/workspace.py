@@ -3,6 +3,7 @@
 import fcntl
 import json
 import os
+import shlex
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -196,11 +197,13 @@ class Workspace:
     @classmethod
     def find(cls, start: str | Path | None = None) -> "Workspace":
         """The workspace at `start` (or MEM_WORKSPACE, or the cwd) or the nearest one above it."""
-        start = Path(start or os.environ.get("MEM_WORKSPACE") or os.getcwd()).absolute()
+        given = start or os.environ.get("MEM_WORKSPACE")
+        start = Path(given or os.getcwd()).absolute()
         found = cls.around(start)
         if found is not None:
             return found
-        raise NoWorkspace(f"no mindlog workspace at or above {start}; run `mem init` or pass --workspace")
+        raise NoWorkspace(f"no mindlog workspace at or above {start}; " + (
+            f"`mem init --workspace {shlex.quote(str(start))}` makes one there" if given else "run `mem init` or pass --workspace"))
 
     def damage(self, exc: BaseException) -> Damaged | None:
         """Which of this workspace's databases a SQLite error that says "damaged" (is_damaged) came from,

@@ -330,3 +330,14 @@ def test_a_ctrl_c_once_the_command_has_ended_is_not_a_death_by_the_signal(worksp
     done = subprocess.run([sys.executable, "-c", late], capture_output=True, timeout=60)
     assert done.returncode == 0 and b"KeyboardInterrupt" not in done.stderr, done.stderr
     assert done.returncode != -signal.SIGINT
+
+
+def test_a_directory_that_is_no_workspace_is_refused_with_the_way_to_make_one(tmp_path):
+    """Regression (nc15a): `--workspace DIR` naming no workspace said to "pass --workspace", which it had."""
+    given = tmp_path / "not a workspace"
+    refused = run_mem("log", "--workspace", given)
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        f"error: no mindlog workspace at or above {given}; `mem init --workspace '{given}'` makes one there\n")
+    bare = run_mem("log", cwd=tmp_path)
+    assert bare.returncode == 1 and bare.stderr.decode() == (
+        f"error: no mindlog workspace at or above {tmp_path}; run `mem init` or pass --workspace\n")
