@@ -57,8 +57,10 @@ def _no_hub(db: str) -> str:
     if "://" not in db and not Path(db).is_file():
         return f"no hub database at {_where(db)}; create one with `mem hub init --db {db}` or pass --db (or MEM_HUB_DB)"
     there = "database" if "://" in db else "file"
+    masked = shown(db)
     return (f"no hub was set up in {_where(db)} (the {there} is there, without a hub); set one up with "
-            f"`mem hub init --db {shown(db)}` or pass another --db (or MEM_HUB_DB)")
+            f"`mem hub init --db {masked}`{' (the password put back)' if masked != db else ''} or pass another --db "
+            "(or MEM_HUB_DB)")
 
 
 def _where(db: str) -> str:

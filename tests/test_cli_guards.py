@@ -137,6 +137,13 @@ def test_a_postgresql_hub_is_created_only_by_hub_init(pg_url):
     assert (refused.returncode, refused.stderr.decode()) == (1, (
         f"error: no hub was set up in {where} (the database is there, without a hub); set one up with "
         f"`mem hub init --db {shown(pg_url)}` or pass another --db (or MEM_HUB_DB)\n"))
+    scheme, _, rest = pg_url.partition("://")
+    user, _, host = rest.partition("@")
+    with_password = f"{scheme}://{user.split(':')[0]}:s3cret-pw@{host}"  # trusted: the password goes unchecked
+    refused = run_mem("hub", "agent", "list", "--db", with_password)
+    assert refused.stderr.decode().endswith(  # regression (nc15a): the masked command failed as pasted, unsaid
+        f"`mem hub init --db {shown(with_password)}` (the password put back) or pass another --db (or MEM_HUB_DB)\n")
+    assert "s3cret-pw" not in refused.stderr.decode()
     run_mem("hub", "init", "--db", pg_url, check=True)
     run_mem("hub", "agent", "add", "ana", "--db", pg_url, check=True)
     assert b"ana" in run_mem("hub", "agent", "list", "--db", pg_url, check=True).stdout
