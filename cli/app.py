@@ -132,11 +132,14 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
             if report.refused:
                 typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
                            err=True)
+        head = mem.log.head()
         try:
             yield mem
         finally:
             if mem.behind:
                 typer.echo(f"warning: {mem.behind}", err=True)
+            if clock := mem.clock_behind(head):
+                typer.echo(f"warning: {clock}", err=True)
 
 
 def read_input(file: str, limit: int | None = None, what: str = "the input") -> bytes:

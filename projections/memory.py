@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import Event
-from eventstore.ids import is_uuid
+from eventstore.ids import is_uuid, now_ms
 from eventstore import secrets, validate
 from eventstore.errors import (Damaged, HandEdited, InvalidInput, MemError, NotFound, Stale, StorageFailure, UnsafePath,
                                for_each, is_damaged, storage_exceptions, storage_failure)
@@ -67,6 +67,8 @@ class CatalogPage(msgspec.Struct):
     hook: str
 
 
+CLOCK_SLACK_MS = 60_000
+"""How far the log's last recorded time may be ahead of the clock before a command says so (Memory.clock_behind)."""
 REDACTION_FILES = "redaction-files"
 """The log state key set in the transaction of a redaction, cleared once the files are rewritten without what it
 removed (Memory.redaction_cut_off)."""
@@ -366,6 +368,21 @@ class Memory:
             if left:
                 redact.mark_redacted_under(self, left, int(since) if since.isdigit() else 0)
             self.log.set_state(REDACTION_FILES, "")
+
+    def clock_behind(self, since: int) -> str | None:
+        """Said when something was recorded after seq `since` with a recorded time ahead of this machine's clock by
+        more than CLOCK_SLACK_MS: the log's times never go back, so while the clock is behind its last one (set wrong
+        once, ahead), everything is stamped with that one, and reads by time see it so."""
+        head = self.log.head()
+        last = self.log.recorded_at(head) if head > since else None
+        ahead = (last - now_ms()) if last is not None else 0
+        if ahead <= CLOCK_SLACK_MS:
+            return None
+        hours = ahead / 3_600_000
+        by = f"{hours:.1f} hours" if hours < 48 else f"{hours / 24:,.0f} days"
+        return (f"this machine's clock is {by} behind the log's last recorded time "
+                f"({format_local(last)}): what is recorded is stamped with that time (a log's times never go back) until "
+                "the clock passes it; was the clock ahead when it was recorded?")
 
     def redaction_cut_off(self) -> bool:
         """Whether a redaction committed and its rewrite of the files has not been done yet (the process stopped): the

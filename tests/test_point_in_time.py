@@ -180,3 +180,26 @@ def test_show_writes_a_binary_files_bytes_to_a_pipe_as_they_were(workspace, tmp_
     assert diffed.stdout == b"Binary files notes/logo.png@1 and notes/logo.png@2 differ\n"
     versions = json.loads(run_mem("-w", workspace, "history", "notes/logo.png", "--json", check=True).stdout)
     assert [v["seq"] for v in versions] == [1, 2]
+
+
+def test_a_command_recording_behind_a_log_stamped_ahead_of_the_clock_says_so(tmp_path):
+    """Regression (nc15b): one command run while the clock was a year ahead stamped every later event of the workspace
+    a year ahead (a log's recorded times never go back), and nothing said so; `--at` now was then refused as before
+    the workspace existed. Each command that records while the log is ahead of the clock now warns."""
+    import time
+
+    from eventstore.envelope import new_event
+    from eventstore.kinds import AlwaysAdd
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "b") as memory:
+        ahead = int(time.time() * 1000) + 365 * 86_400_000
+        memory.log.append([new_event(AlwaysAdd(line="written a year ahead"), agent="b", layer="mind")],
+                          recorded_at=ahead)
+    added = run_mem("-w", root, "always", "add", "later", check=True)
+    warning = added.stderr.decode()
+    assert warning.startswith("warning: this machine's clock is 365 days behind the log's last recorded time (") \
+        and "was the clock ahead when it was recorded?" in warning, warning
+    assert run_mem("-w", root, "always", "list", check=True).stderr == b""  # nothing recorded: nothing said
+    with Memory.open(root) as memory:
+        assert memory.log.recorded_at(2) == ahead
