@@ -42,3 +42,34 @@ def mem_serve(hub_db, log=None, env=None, args=()):
         server.wait(timeout=10)
         if log:
             errors.close()
+
+
+def raw_answer(port: int, request: bytes) -> bytes:
+    """Sends raw bytes on a connection of their own and reads until the server closes it."""
+    import contextlib
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        with contextlib.suppress(OSError):  # the server may close before it has read all of a huge head
+            sock.sendall(request)
+        got = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                got += chunk
+        return got
+
+
+def assert_heads_too_large_and_unreadable_requests_are_refused(port: int) -> None:
+    """A request line and headers over MAX_HEAD_BYTES are answered 431, a request no parser reads 400 (two
+    Content-Lengths too), each a problem document, the connection closed; a large head within the limit is read."""
+    import json
+
+    from sync.server import MAX_HEAD_BYTES
+
+    big = f"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nx-filler: {'y' * (MAX_HEAD_BYTES + 10)}\r\n\r\n".encode()
+    for request, status in ((big, 431), (b"NOT HTTP AT ALL\r\n\r\n", 400),
+                            (b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+                             400)):
+        head, _, body = raw_answer(port, request).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d" % status) and b"application/problem+json" in head, head
+        assert json.loads(body)["status"] == status

@@ -176,9 +176,9 @@ with Memory.open(sys.argv[1]) as memory:
 """
 
 
-def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_after_the_next(workspace):
-    """A replay killed between writing a page's temporary file and renaming it over the page leaves that file
-    beside the page; the next replay (which takes the same lock as any writer of files) removes it."""
+def replay_stopped_while_writing(workspace, script: str) -> tuple[dict, int]:
+    """Four pages written, two of them deleted, then `script` replays in a process of its own: the files before the
+    deletes, and the process's exit code."""
     with Memory.open(workspace) as memory:
         memory.log.append(page_history(40, pages=4))
         memory.refresh()
@@ -186,7 +186,14 @@ def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_afte
     for page in ("mind/page-1.md", "mind/page-2.md"):
         (workspace / page).unlink()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    assert subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING_FILES, str(workspace)], env=env).returncode == 9
+    return files, subprocess.run([sys.executable, "-c", script, str(workspace)], env=env).returncode
+
+
+def test_a_replay_killed_while_it_writes_the_files_leaves_no_temporary_file_after_the_next(workspace):
+    """A replay killed between writing a page's temporary file and renaming it over the page leaves that file
+    beside the page; the next replay (which takes the same lock as any writer of files) removes it."""
+    files, replayed = replay_stopped_while_writing(workspace, KILLED_WHILE_WRITING_FILES)
+    assert replayed == 9
     left = sorted(f"mind/{p.name}" for p in (workspace / "mind").glob(".*.mem-tmp-*"))
     assert left != []
     told = json.loads(run_mem("-w", workspace, "status", "--json").stdout)  # regression (nc14c): said nothing of them
@@ -219,15 +226,8 @@ with Memory.open(sys.argv[1]) as memory:
 def test_a_replay_interrupted_while_it_writes_the_files_removes_its_temporary_files(workspace):
     """Ctrl-C between writing the pages' temporary files and renaming them: the interrupted write removes them
     (regression: they stayed beside the pages until the next command that writes files)."""
-    with Memory.open(workspace) as memory:
-        memory.log.append(page_history(40, pages=4))
-        memory.refresh()
-        files = snapshot(workspace)
-    for page in ("mind/page-1.md", "mind/page-2.md"):
-        (workspace / page).unlink()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    assert subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_WRITING_FILES, str(workspace)],
-                          env=env).returncode == 130
+    files, replayed = replay_stopped_while_writing(workspace, INTERRUPTED_WHILE_WRITING_FILES)
+    assert replayed == 130
     assert sorted((workspace / "mind").glob(".*.mem-tmp-*")) == []
     assert json.loads(run_mem("-w", workspace, "status", "--json").stdout)["temporary"] == []
     assert b"replayed 40 events" in run_mem("-w", workspace, "replay", check=True).stdout

@@ -500,25 +500,14 @@ def test_mem_ui_and_the_mcp_http_server_limit_what_a_client_may_hold_as_the_hub_
     """Regression (nc15c): `mem ui` and `mem mcp --http` were served by uvicorn's own protocol: no limit on a request's
     head (a 64 MiB header read whole, answered 200), connections that send nothing kept for good, and unreadable
     requests answered in text/plain. They now run on the hub's protocol (sync.server.http_protocol)."""
-    import contextlib
-    import json
     import socket
     import subprocess
     import time
 
     from conftest import mem_command
-    from sync.server import MAX_HEAD_BYTES, free_port
+    from hubserver import assert_heads_too_large_and_unreadable_requests_are_refused
+    from sync.server import free_port
     from webui import serve_ui
-
-    def answered(port: int, request: bytes) -> bytes:
-        with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
-            with contextlib.suppress(OSError):  # closed before the server read all of a huge head
-                sock.sendall(request)
-            got = b""
-            with contextlib.suppress(ConnectionResetError):
-                while chunk := sock.recv(65536):
-                    got += chunk
-            return got
 
     ui, url = serve_ui(workspace)
     port = free_port()
@@ -530,11 +519,7 @@ def test_mem_ui_and_the_mcp_http_server_limit_what_a_client_may_hold_as_the_hub_
             assert mcp.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         for server_port in (int(url.rsplit(":", 1)[1]), port):
-            big = f"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nx-filler: {'y' * (MAX_HEAD_BYTES + 10)}\r\n\r\n".encode()
-            for request, status in ((big, 431), (b"NOT HTTP AT ALL\r\n\r\n", 400)):
-                head, _, body = answered(server_port, request).partition(b"\r\n\r\n")
-                assert head.startswith(b"HTTP/1.1 %d" % status) and b"application/problem+json" in head, head
-                assert json.loads(body)["status"] == status
+            assert_heads_too_large_and_unreadable_requests_are_refused(server_port)
     finally:
         for server in (ui, mcp):
             server.terminate()
