@@ -152,9 +152,8 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool 
     whole and waiting for its answer (a long-poll) is never cut. Neither is a connection whose client reads its
     answers, however slowly; one whose client has read nothing of them for as long (what it left unread holds the
     write buffer past its high-water mark, not shrinking) is dropped with its buffer, which a client opening many
-    connections and reading none held in the hub's memory. A
-    request line and headers over MAX_HEAD_BYTES are answered 431, a request the parser cannot read 400, each with
-    a problem document, and the connection closed.
+    connections and reading none held in the hub's memory. A request line and headers over MAX_HEAD_BYTES are
+    answered 431, a request the parser cannot read 400, each with a problem document, and the connection closed.
 
     `one_write` False (a server whose answers may stream, like an MCP server's event streams): each answer's head is
     written as uvicorn writes it, not held for its first body chunk."""
