@@ -15,11 +15,12 @@ from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
 from eventstore.ids import is_uuid
-from eventstore.layers import left, produces
+from eventstore.layers import MIND, left, produces
 from eventstore.writer import entry_id
-from eventstore.redaction import matches, redaction_events
+from eventstore.redaction import matches, page_version, redaction_events
 
 from . import audit
+from .views import slug_of
 
 UNREDACTABLE = recorder.UNREDACTABLE | {"redacted"}
 
@@ -229,17 +230,27 @@ def mark_redacted_under(memory, paths, since: int) -> None:
     """Marks each hand-edited file that a redaction appended after seq `since` (made here or pulled) may have changed,
     with what was last written there and the redaction's reason: the edit was made on text that may be redacted now,
     and `mem adopt` would record it again (Memory.redacted_under refuses it until mindlog writes the file again). A
-    file is marked when what the views render there now is not what mindlog last wrote and a redaction took events
-    of its layer (of a layer no hub shares, for the agent's own files)."""
+    file is marked when what the views render there now is not what mindlog last wrote and a redaction took a version
+    of its page (for a page) or events of its layer (for another file; a layer no hub shares, for the agent's own)."""
     from .memory import REDACTED_UNDER
 
-    reasons = {event.layer: event.body.reason for event in memory.log.read(since, kinds=["redaction"])}
+    reasons, pages = {}, {}  # layer -> reason; (layer, slug) of a version taken -> reason
+    for redaction in memory.log.read(since, kinds=["redaction"]):
+        reasons[redaction.layer] = redaction.body.reason
+        for target in filter(None, map(memory.log.get, redaction.body.target_ids)):
+            if (version := page_version(target.body)) is not None:
+                pages[(target.layer, version[0])] = redaction.body.reason
     shared = set(memory.views.contract.layers) if memory.views.contract else set()
     written = memory.views.written.hashes(paths)
     head = memory.log.head()
     for path in paths:
-        layer = memory.layer_of(path)
-        reason = reasons.get(layer) if layer else next((r for on, r in reasons.items() if on not in shared), None)
+        target = memory.views.shared_target(path) if shared else None
+        if slug_of(path) is not None or (target is not None and target[1] is not None):
+            reason = pages.get((MIND, slug_of(path)) if target is None else target)
+        elif layer := memory.layer_of(path):
+            reason = reasons.get(layer)
+        else:
+            reason = next((r for on, r in reasons.items() if on not in shared), None)
         if reason is None or not written.get(path):
             continue
         now = memory.show(path, head)

@@ -330,3 +330,24 @@ def test_every_agent_lists_the_same_versions_of_a_shared_page_whatever_order_the
                                                       ("writer", "page.update", False)], listed
     heads = heads_everywhere(team)
     assert heads["writer"] == heads["reviewer"] and len(heads["writer"][0]["heads"]) == 2
+
+
+def test_a_pulled_redaction_of_another_page_leaves_a_hand_edit_adoptable(team):
+    """The mark a pulled redaction sets is for the files whose page it took a version of: a hand edit of another page
+    of the layer, which the same pull updated, is left as any hand edit is (`mem adopt` keeps it)."""
+    for slug, text in (("pricing", "v1"), ("memo", "my home address is 12 lemur street")):
+        team.mem("writer", "page", "write", slug, "--layer", "drafts", "--file", team.page(slug, slug.title(), text),
+                 check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    with open(team.root / "reviewer" / PRICING, "a") as edited:
+        edited.write("the reviewer's line\n")
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v2", "Pricing", "v2"),
+             check=True)
+    memo = next(e["id"] for e in json.loads(team.mem("writer", "log", "--kind", "page.ingest", "--json",
+                                                     check=True).stdout) if e["body"]["slug"] == "memo")
+    team.mem("writer", "redact", memo, "--reason", "pii", "--yes", check=True)
+    team.mem("writer", "sync", check=True)
+    pulled = team.mem("reviewer", "pull", check=True).stderr.decode()
+    assert f"not written: {PRICING} was edited by hand; `mem adopt` keeps the edit" in pulled, pulled
+    assert "lemur" not in (team.root / "reviewer/content/drafts/memo.md").read_text()
