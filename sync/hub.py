@@ -589,6 +589,8 @@ def hub_of(request: Request) -> Hub:
 
 
 def bearer_token(request: Request) -> str:
+    """The request's token, refused with the request when it gives a ONCE_ONLY header twice."""
+    check_once(repeated(request))
     return bearer(request.headers.get("authorization", ""))
 
 
@@ -721,7 +723,6 @@ async def contract(request: Request) -> Response:
 
 
 async def push(request: Request) -> Response:
-    check_once(repeated(request))
     hub = hub_of(request)
     token = bearer_token(request)
     if hub.storage.reads_wait:
@@ -739,7 +740,6 @@ async def push(request: Request) -> Response:
 
 
 async def pull(request: Request) -> Response:
-    check_once(repeated(request))
     hub = hub_of(request)
     token = bearer_token(request)
     try:

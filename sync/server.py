@@ -105,6 +105,9 @@ TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem
 MAX_HEAD_BYTES = 64 * 1024
 """The most a request's line and headers may take (uvicorn's httptools protocol sets no limit: a 64 MiB header
 was read whole into memory): more is answered 431 and the connection closed."""
+REQUEST_LINE_BYTES, HEADER_LINE_BYTES = 15, 4
+"""What a request line takes besides its target (`GET `, ` HTTP/1.1`, CRLF) and a header line besides its name and
+value (`: `, CRLF), at the least: a head of 30,000 empty headers counts what it sends."""
 TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json\r\n"
              b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
@@ -370,11 +373,11 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool 
             self.headers = []
 
         def on_url(self, url: bytes) -> None:
-            self._head_bytes += len(url)
+            self._head_bytes += len(url) + REQUEST_LINE_BYTES
             self.url += url
 
         def on_header(self, name: bytes, value: bytes) -> None:
-            self._head_bytes += len(name) + len(value)
+            self._head_bytes += len(name) + len(value) + HEADER_LINE_BYTES
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
