@@ -529,9 +529,11 @@ class Memory:
                     "delete the file (it is written again from the log)")
         shared = self.views.shared_target(path) if self.views.contract and not slug_of(path) else None
         write = (f"mem page write {shared[1]} --layer {shared[0]} --file {path}" if shared and shared[1] else
-                 f"mem page write {slug_of(path)} --file {path}")
-        return (f"{said}, so `mem adopt` does not take it: take that text out and `{write}`, or `mem show {path} > "
-                f"{path}` drops the edit")
+                 f"mem page write {slug_of(path)} --file {path}" if slug_of(path) else None)
+        drop = f"`mem show {path} > {path}` drops the edit"
+        if write is None:  # no page: mind.md, mind/log.md, an entries layer's file, a file of the agent's own
+            return f"{said}, so `mem adopt` does not take it: {drop}"
+        return f"{said}, so `mem adopt` does not take it: take that text out and `{write}`, or {drop}"
 
     def not_adoptable(self, paths) -> dict[str, str]:
         """Of these hand-edited files that a pull or refresh left unwritten, those `mem adopt` cannot take, each with

@@ -147,8 +147,9 @@ def search(memory, pattern: str, layer: str | None = None, progress=None) -> Mat
             removable, fields = (matches(raw, compiled) if codec != CODEC_REDACTED else
                                  (False, _kept_matches(raw, compiled)))
         except TimeoutError:
-            why = (f"{pattern!r} ran over {MATCH_SECONDS:g} s on the text of seq {seq}: it backtracks (a repeat inside "
-                   "a repeat, like (a|aa)+ or (x+)+); write it so that each part can match only one way")
+            why = (f"{pattern!r} ran over {MATCH_SECONDS:g} s (and a second a million characters) on the text of seq "
+                   f"{seq}: it may backtrack (a repeat inside a repeat, like (a|aa)+ or (x+)+); write it so that each "
+                   "part can match only one way")
             raise InvalidInput(f"--match {why}", for_tools=f"match {why}", field="match") from None
         if fields:
             kept[seq] = fields
@@ -158,7 +159,9 @@ def search(memory, pattern: str, layer: str | None = None, progress=None) -> Mat
 
 
 MATCH_SECONDS = 2.0
-"""The longest one text may take to search: a pattern that backtracks (`(a|aa)+$`) can take hours on a page."""
+"""The longest one text may take to search, and a second more per MATCH_CHARS_PER_SECOND characters: a pattern that
+backtracks (`(a|aa)+$`) can take hours on a page, and a linear one takes about a second on an 8 MB file."""
+MATCH_CHARS_PER_SECOND = 1_000_000
 
 
 class BoundedPattern:
@@ -170,7 +173,11 @@ class BoundedPattern:
         self.compiled = regex.compile(pattern)
 
     def search(self, text: str):
-        return self.compiled.search(text, timeout=MATCH_SECONDS)
+        return self.compiled.search(text, timeout=match_seconds(text))
+
+
+def match_seconds(text: str) -> float:
+    return MATCH_SECONDS + len(text) / MATCH_CHARS_PER_SECOND
 
 
 def _kept_matches(raw: bytes, compiled) -> list[str]:

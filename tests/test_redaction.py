@@ -118,8 +118,8 @@ def test_a_match_that_backtracks_is_given_up_on_one_text_and_refused_by_the_cli_
 
     mem(workspace, "loop", "append", "--role", "user", "--text", "a" * 40 + "b", check=True)
     before = log_rows(workspace)
-    said = ("'(a|aa)+$' ran over 2 s on the text of seq 1: it backtracks (a repeat inside a repeat, like (a|aa)+ or "
-            "(x+)+); write it so that each part can match only one way")
+    said = ("'(a|aa)+$' ran over 2 s (and a second a million characters) on the text of seq 1: it may backtrack (a "
+            "repeat inside a repeat, like (a|aa)+ or (x+)+); write it so that each part can match only one way")
     started = time.monotonic()
     refused = mem(workspace, "redact", "--match", "(a|aa)+$", "--reason", "r", "--yes")
     assert refused.returncode == 1 and refused.stderr.decode() == f"error: --match {said}\n", refused.stderr
@@ -132,6 +132,12 @@ def test_a_match_that_backtracks_is_given_up_on_one_text_and_refused_by_the_cli_
     assert log_rows(workspace) == before
     listed = mem(workspace, "redact", "--match", "a{40}b", "--reason", "r", "--json", check=True)
     assert [t["seq"] for t in json.loads(listed.stdout)["targets"]] == [1]
+    large = workspace / "large.txt"  # regression (nc16a): a linear pattern on an 8 MB file ran past the 2 s, refused
+    large.write_text(" ".join(["alpha", "beta", "deploy", "token"][i % 4] for i in range(1_300_000)))
+    mem(workspace, "file", "write", "large.txt", "--file", large, check=True)
+    listed = mem(workspace, "redact", "--match", "[a-z]+ [a-z]+ [a-z]+ [a-z]+ secret", "--reason", "r", "--json",
+                 check=True)
+    assert json.loads(listed.stdout)["targets"] == []
 
 
 def test_a_redaction_reason_is_one_line_of_at_most_2000_characters_for_the_cli_the_tool_and_the_hub(workspace):
@@ -931,3 +937,18 @@ def test_a_pulled_redaction_stopped_before_it_rewrote_the_files_is_told_until_th
     assert files_holding(team / "writer", "555-0199") == []
     told = json.loads(mem(team / "writer", "status", "--json").stdout)
     assert not told["redaction_cut_off"], told
+
+
+def test_a_hand_edit_of_an_entries_file_a_pulled_redaction_changed_is_told_how_to_drop_it(team):
+    """Regression (nc16a): the advice for a hand-edited entries file under a pulled redaction was `mem page write None
+    --file memory/insights.md` (an entries file is no page)."""
+    shared_private_entry(team, "insights")
+    with open(team / "main/memory/insights.md", "a") as edited:
+        edited.write("[FACT] 2026-12-03: added by hand\n")
+    mem(team / "writer", "redact", entry_id(team, "writer", "insights", "555-0199"), "--reason", "private", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    said = ("edited by hand, but the edit was made on text redacted since (private) and may hold it, so `mem adopt` "
+            "does not take it: `mem show memory/insights.md > memory/insights.md` drops the edit")
+    status = mem(team / "main", "status").stdout.decode()
+    assert f"memory/insights.md  ({said})" in status and "None" not in status, status
