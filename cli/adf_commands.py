@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from eventstore.errors import InvalidInput
-from eventstore.instants import format_instant
+from eventstore.instants import LAST_MS, format_instant
 from eventstore.validate import MAX_FILE_BYTES
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
@@ -165,9 +165,16 @@ def message_list(box: str = typer.Argument("inbox", help="inbox or outbox."), at
         return emit_json(messages)
     for m in messages:
         when = m.get("received_at") or m.get("sent_at") or m.get("created_at")
-        between = f"{m['from'] or '?'} -> {m['to']}" if m["to"] else m["from"] or "?"
-        typer.echo(f"{format_instant(when) if isinstance(when, int) else when or '?'}  {between}  "
-                   f"{summary_text(m['content'] or '')}")
+        between = f"{_shown(m['from'])} -> {_shown(m['to'])}" if m["to"] else _shown(m["from"])
+        at = format_instant(when) if type(when) is int and 0 <= when <= LAST_MS else _shown(when)
+        typer.echo(f"{at}  {between}  {summary_text(_shown(m['content']))}")
+
+
+def _shown(value) -> str:
+    """A message's column as a listing shows it: an imported ADF file may hold bytes, or a number, where text goes."""
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return "?" if value is None else str(value)
 
 
 @config_app.command("set")

@@ -15,6 +15,7 @@ from . import governance, validate
 from .envelope import Event, new_event
 from .errors import InvalidInput, NotFound, TooLarge, UnsafePath, for_each
 from .ids import now_ms, uuid7
+from .instants import LAST_MS
 from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, ContractChange, EntryAppend,
                     FileDelete, FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage,
                     PageDelete, PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
@@ -93,6 +94,8 @@ class Writer:
 
 ROLES = ("user", "assistant")
 PROTECTIONS = ("none", "read_only", "no_delete")
+MESSAGE_TIMES = ("sent_at", "received_at", "created_at", "delivered_at")
+"""The times an ADF message may carry (adf_inbox's, adf_outbox's), in milliseconds since 1970."""
 _LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
@@ -202,6 +205,8 @@ class AdfWriter:
         return self._event(FileDelete(path=path), AGENT)
 
     def message(self, box: str, message: dict) -> Event:
+        """An inbox or outbox message: a JSON object with `from` and `content` (and `to`, sent), its times (MESSAGE_TIMES)
+        in milliseconds since 1970 where it gives them."""
         if not isinstance(message, dict):
             raise InvalidInput("a message must be a JSON object")
         if box == "outbox" and "from" not in message:  # this agent's own message: it is from this agent
@@ -211,6 +216,11 @@ class AdfWriter:
         if missing:
             raise InvalidInput(f"the message needs {', '.join(repr(k) for k in missing)}: "
                                + ("a non-empty string" if len(missing) == 1 else "each a non-empty string"))
+        for key in MESSAGE_TIMES:
+            value = message.get(key)
+            if value is not None and (type(value) is not int or not 0 <= value <= LAST_MS):
+                raise InvalidInput(f"the message's {key} must be milliseconds since 1970 (a whole number, up to the "
+                                   f"year 9999), not {value!r}", field=key)
         ts = now_ms()
         id = uuid7(ts)
         message = dict(message)

@@ -300,3 +300,28 @@ def test_messages_received_and_sent_are_listed_now_and_as_of_a_moment(workspace)
         == b"[]"
     refused = run_mem("-w", workspace, "message", "list", "spam")
     assert refused.returncode == 1 and refused.stderr == b"error: there is no box 'spam': inbox or outbox\n"
+    before = log_rows(workspace)
+    for when in ("1e30", "-5", "true", '"yesterday"', "2.5"):  # regression (nc16a): recorded, listed as 1969 or as-is
+        refused = run_mem("-w", workspace, "message", "receive", "--file", "-",
+                          input=b'{"from": "x", "content": "y", "received_at": %s}' % when.encode())
+        assert refused.returncode == 1 and refused.stderr.decode().startswith(
+            "error: the message's received_at must be milliseconds since 1970"), (when, refused.stderr)
+    assert log_rows(workspace) == before
+
+
+def test_a_message_an_adf_file_holds_as_bytes_is_listed_without_a_traceback(workspace, tmp_path):
+    """Regression (nc16a): an ADF file is SQLite, so a message's content may be a BLOB; `mem message list` ended in a
+    TypeError traceback on it."""
+    import sqlite3
+
+    run_mem("-w", workspace, "message", "receive", "--file", "-", input=b'{"from": "x", "content": "y"}', check=True)
+    exported = tmp_path / "m.adf"
+    run_mem("-w", workspace, "export", "adf", exported, check=True)
+    with sqlite3.connect(exported) as db:
+        db.execute("UPDATE adf_inbox SET content = X'DEADBEEF00'")
+    db.close()
+    copy = tmp_path / "copy"
+    run_mem("init", "--workspace", copy, check=True)
+    run_mem("-w", copy, "import", "adf", exported, check=True)
+    listed = run_mem("-w", copy, "message", "list", check=True)
+    assert listed.stdout.decode().endswith("  x  <5 bytes>\n") and listed.stderr == b"", listed
