@@ -455,6 +455,8 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
             said = f"  (renamed from {before.path})"
         else:
             said = moves.get(v.seq) or ("  (deleted)" if v.deleted else "")
+        if not v.shown:
+            said += "  (not shown: the other side of a conflict; `mem conflicts --show` shows it)"
         typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}")
 
 

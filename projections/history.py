@@ -17,13 +17,14 @@ from .views import LOG_PATH, MIND_PATH, page_path, slug_of
 FILE_KINDS = sorted(kinds_naming(ADF, "path"))
 
 
-class Version(msgspec.Struct):
+class Version(msgspec.Struct, omit_defaults=True):
     path: str
     seq: int
     recorded_at: str
     agent: str
     kind: str
     deleted: bool
+    shown: bool = True  # False: a shared page's version the file did not show (a conflict's other side kept it)
 
 
 def _candidates(memory, path: str, upto: int):
@@ -132,10 +133,14 @@ def _version(path: str, event, deleted: bool) -> Version:
 
 def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) -> list[Version]:
     """A shared page's versions (one pass over its version rows): every one of them, those the file did not show
-    (a conflict's other side) too, so that each agent lists the same versions whatever order they reached it in;
-    `deleted` when the file was gone after it."""
-    return [_version(path, memory.log.get_by_seq(seq), bool(winner[3]))
-            for seq, winner in memory.views.shared.winners(layer, slug, upto)]
+    (a conflict's other side: `shown` False, `mem show` at its seq reads the winner's text) too, so that each agent
+    lists the same versions whatever order they reached it in; `deleted` when the file was gone after it."""
+    versions, shown = [], None
+    for seq, winner in memory.views.shared.winners(layer, slug, upto):
+        version = _version(path, memory.log.get_by_seq(seq), bool(winner[3]))
+        version.shown, shown = winner[0] != shown, winner[0]
+        versions.append(version)
+    return versions
 
 
 def _page_of(doc: bytes) -> tuple[dict, str]:

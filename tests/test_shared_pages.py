@@ -328,6 +328,12 @@ def test_every_agent_lists_the_same_versions_of_a_shared_page_whatever_order_the
     assert listed["writer"] == listed["reviewer"] == [("reviewer", "page.update", False),
                                                       ("writer", "page.ingest", False),
                                                       ("writer", "page.update", False)], listed
+    # regression (nc16a): the side the reviewer's file never showed read as a version `mem show --seq` would show
+    hidden = [v for v in json.loads(team.mem("reviewer", "history", PRICING, "--json", check=True).stdout)
+              if v.get("shown") is False]
+    assert [(v["agent"], v["kind"]) for v in hidden] == [("writer", "page.update")], hidden
+    text = team.mem("reviewer", "history", PRICING, check=True).stdout.decode()
+    assert text.count("(not shown: the other side of a conflict; `mem conflicts --show` shows it)") == 1, text
     heads = heads_everywhere(team)
     assert heads["writer"] == heads["reviewer"] and len(heads["writer"][0]["heads"]) == 2
 
