@@ -456,7 +456,7 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
         else:
             said = moves.get(v.seq) or ("  (deleted)" if v.deleted else "")
         if not v.shown:
-            said += "  (not shown: the other side of a conflict; `mem conflicts --show` shows it)"
+            said += "  (not shown: the other side of a conflict)"
         typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}")
 
 

@@ -94,8 +94,19 @@ class Writer:
 
 ROLES = ("user", "assistant")
 PROTECTIONS = ("none", "read_only", "no_delete")
-MESSAGE_TIMES = ("sent_at", "received_at", "created_at", "delivered_at")
-"""The times an ADF message may carry (adf_inbox's, adf_outbox's), in milliseconds since 1970."""
+MESSAGE_TIMES = {"inbox": ("received_at", "sent_at"), "outbox": ("created_at", "delivered_at")}
+"""The times an ADF message carries (adf_inbox's, adf_outbox's), in milliseconds since 1970: its own time is the first
+found."""
+
+
+def check_message_times(box: str, message: dict, where: str = "the message") -> None:
+    """Refuses a message time that is no whole number of milliseconds from 1970 to 9999 (`mem message`, an import)."""
+    for key in MESSAGE_TIMES[box]:
+        value = message.get(key)
+        if value is not None and (type(value) is not int or not 0 <= value <= LAST_MS):
+            shown = msgspec.json.encode(value).decode() if isinstance(value, (bool, int, float, str)) else repr(value)
+            raise InvalidInput(f"{where}'s {key} must be milliseconds since 1970 (a whole number, up to the year 9999), "
+                               f"not {shown[:60]}", field=key)
 _LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
@@ -216,11 +227,7 @@ class AdfWriter:
         if missing:
             raise InvalidInput(f"the message needs {', '.join(repr(k) for k in missing)}: "
                                + ("a non-empty string" if len(missing) == 1 else "each a non-empty string"))
-        for key in MESSAGE_TIMES:
-            value = message.get(key)
-            if value is not None and (type(value) is not int or not 0 <= value <= LAST_MS):
-                raise InvalidInput(f"the message's {key} must be milliseconds since 1970 (a whole number, up to the "
-                                   f"year 9999), not {value!r}", field=key)
+        check_message_times(box, message)
         ts = now_ms()
         id = uuid7(ts)
         message = dict(message)

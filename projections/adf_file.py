@@ -26,7 +26,7 @@ from eventstore.instants import LAST_MS, format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, EntryAppend, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
 from eventstore.layers import AGENT, LOOP, MIND
-from eventstore.writer import AdfWriter, SharedWriter, Writer
+from eventstore.writer import MESSAGE_TIMES, AdfWriter, SharedWriter, Writer, check_message_times
 
 from . import local_layers, render, trust
 from eventstore.blobs import blob_json
@@ -214,8 +214,6 @@ def _str_or_none(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-MESSAGE_TIMES = {"inbox": ("received_at", "sent_at"), "outbox": ("created_at", "delivered_at")}
-"""The columns a message's own time is read from, first found first."""
 
 
 def _entry_orders(count: int, kept: dict[int, str], file_ms: int) -> list[tuple[int, int]]:
@@ -758,8 +756,8 @@ class _Importer:
     def _messages(self, box: str, kind, rows: list[dict]) -> None:
         for row in rows:
             message = {str(k): v for k, v in row.items() if v is not None}
-            when = next((message[k] for k in MESSAGE_TIMES[box] if isinstance(message.get(k), int)
-                         and not isinstance(message[k], bool) and 0 <= message[k] <= LAST_MS), None)
+            check_message_times(box, message, f"adf_{box} id {message.get('id')!r:.40}")
+            when = next((message[k] for k in MESSAGE_TIMES[box] if k in message), None)
             body = self.scanned(kind(message=message, imported=True), f"adf_{box} id {message.get('id')!r:.40}")
             self.others.append(self.event(body, ts=when))
 

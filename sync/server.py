@@ -234,7 +234,8 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool 
         _stalled_since: float | None = None  # loop time the unwritten answer last shrank while above the high-water
         _stalled_size = 0  # the size of the unwritten answer then
         _head_bytes: int | None = None  # bytes of the request's line and headers parsed, None once the head is whole
-        _unparsed_head = 0  # bytes of the reads that ended inside the head (the parser holds what it has not parsed)
+        _unparsed_head = 0  # bytes of the reads wholly inside the head (the parser holds what it has not parsed)
+        _began = False  # whether a request began within the read being parsed (pipelined ones before it: not its head)
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -257,8 +258,9 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool 
                     data = self._take_upgrade_body(data)
                     continue
                 try:
+                    self._began = False
                     self.parser.feed_data(data)
-                    if self._head_bytes is not None:  # this data ended inside a head: its bytes are the head's
+                    if self._head_bytes is not None and not self._began:  # this data was all inside one head
                         self._unparsed_head += len(data)
                         if self._unparsed_head > MAX_HEAD_BYTES:
                             self._close_with(TOO_LARGE % (len(too_large), too_large))
@@ -368,6 +370,7 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool 
             made in `on_headers_complete` for a request that goes the ASGI way, none for one answered directly."""
             self._reading_since = self.loop.time()
             self._head_bytes = self._unparsed_head = 0
+            self._began = True
             self.url = b""
             self.expect_100_continue = False
             self.headers = []

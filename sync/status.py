@@ -61,14 +61,19 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
 
 
 def unreceived(memory) -> dict[str, dict[str, str]]:
-    """The hub's layers (as last pulled) this agent does not consume whose files it shows, each with its path:
+    """The hub's layers (as last pulled) this agent does not consume, each with its path:
     `not_received`, a consumer taken off a layer keeps what it had, which no longer moves; `produced_only`, a layer it
-    produces shows its own events (and what it received before, if it consumed it once)."""
+    produces (its file there or not yet) shows its own events (and what it received before, if it consumed it
+    once)."""
     hub, agent, not_taken = memory.hub_contract(), memory.config.agent, memory.not_taken()
     found = {"not_received": {}, "produced_only": {}}
     for name, spec in sorted((hub.layers if hub else {}).items()):
-        if not consumes(hub, agent, name) and name not in not_taken and (memory.root / spec.path).exists():
-            found["produced_only" if produces(hub, agent, name) else "not_received"][name] = spec.path
+        if consumes(hub, agent, name) or name in not_taken:
+            continue
+        if produces(hub, agent, name):  # told before its first write too
+            found["produced_only"][name] = spec.path
+        elif (memory.root / spec.path).exists():
+            found["not_received"][name] = spec.path
     return found
 
 

@@ -362,6 +362,9 @@ def test_a_layer_produced_not_consumed_and_one_added_since_the_last_pull_are_tol
         "error: layer 'reports' is not in the contract as last pulled (layers: decisions, insights); `mem pull` "
         "fetches the hub's, if it has changed since\n"), refused.stderr
     team.mem("alice", "pull", check=True)
+    said = ("produced only:   reports (this agent produces it, the hub's contract does not make it a consumer: "
+            "memory/reports.md changes with its own writes only)")
+    assert said in team.mem("alice", "status", check=True).stdout.decode()  # regression (nc16b): not before a write
     entry(team, "reports", "[FACT] 2026-12-03: a report")
     status = team.mem("alice", "status", check=True).stdout.decode()
     assert "produced only:   reports (this agent produces it, the hub's contract does not make it a consumer: " \

@@ -679,6 +679,9 @@ def test_heads_too_large_requests_unreadable_and_answers_never_read_are_cut_with
     with mem_serve(str(tmp_path / "hub.db"), args=("--read-timeout", "2.5")) as url:
         port = int(url.rsplit(":", 1)[1])
         assert_heads_too_large_and_unreadable_requests_are_refused(port)
+        pipelined = b"GET /health HTTP/1.1\r\nhost: hub\r\nx-filler: %s\r\n\r\n" % (b"y" * 150) * 2_000  # (nc16b: 431)
+        answers = raw_answer(port, pipelined + b"GET /health HTTP/1.1\r\nhost: hub\r\nconnection: close\r\n\r\n")
+        assert answers.count(b"HTTP/1.1 200 ") == 2_001 and b" 431 " not in answers, answers[-300:]
         fine = f"GET /health HTTP/1.1\r\nhost: hub\r\nx-filler: {'y' * 8000}\r\nconnection: close\r\n\r\n".encode()
         assert raw_answer(port, fine).startswith(b"HTTP/1.1 200")
 

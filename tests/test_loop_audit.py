@@ -304,8 +304,9 @@ def test_messages_received_and_sent_are_listed_now_and_as_of_a_moment(workspace)
     for when in ("1e30", "-5", "true", '"yesterday"', "2.5"):  # regression (nc16a): recorded, listed as 1969 or as-is
         refused = run_mem("-w", workspace, "message", "receive", "--file", "-",
                           input=b'{"from": "x", "content": "y", "received_at": %s}' % when.encode())
-        assert refused.returncode == 1 and refused.stderr.decode().startswith(
-            "error: the message's received_at must be milliseconds since 1970"), (when, refused.stderr)
+        assert refused.returncode == 1 and refused.stderr.decode() == (
+            "error: the message's received_at must be milliseconds since 1970 (a whole number, up to the year 9999), "
+            f"not {when}\n"), (when, refused.stderr)
     assert log_rows(workspace) == before
 
 
@@ -325,3 +326,12 @@ def test_a_message_an_adf_file_holds_as_bytes_is_listed_without_a_traceback(work
     run_mem("-w", copy, "import", "adf", exported, check=True)
     listed = run_mem("-w", copy, "message", "list", check=True)
     assert listed.stdout.decode().endswith("  x  <5 bytes>\n") and listed.stderr == b"", listed
+    for when in ("'yesterday'", "1e30", "-5"):  # regression (nc16b): refused by `mem message receive`, imported
+        with sqlite3.connect(exported) as db:
+            db.execute(f"UPDATE adf_inbox SET received_at = {when}")
+        db.close()
+        other = tmp_path / f"other{when}"
+        run_mem("init", "--workspace", other, check=True)
+        refused = run_mem("-w", other, "import", "adf", exported)
+        assert refused.returncode == 1 and "'s received_at must be milliseconds since 1970" in refused.stderr.decode(), \
+            refused.stderr
