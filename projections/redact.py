@@ -9,7 +9,6 @@ what was removed, and an incremental refresh and `mem replay` agree byte for byt
 import hashlib
 
 import msgspec
-import regex
 
 from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
@@ -128,6 +127,8 @@ class Matched(msgspec.Struct):
 def search(memory, pattern: str, layer: str | None = None, progress=None) -> Matched:
     """Every event whose text matches a regular expression (optionally in one layer). `progress(n)` hears of each
     thousand events read: a pattern that backtracks can take long on a long log (Ctrl-C stops it, nothing written)."""
+    import regex  # here: it takes 15 ms to import, which every command paid
+
     try:
         compiled = BoundedPattern(pattern)
     except regex.error as exc:
@@ -170,6 +171,8 @@ class BoundedPattern:
     press it."""
 
     def __init__(self, pattern: str):
+        import regex
+
         self.compiled = regex.compile(pattern)
 
     def search(self, text: str):
