@@ -380,8 +380,12 @@ def http_protocol(app=None, read_timeout: float = READ_TIMEOUT, one_write: bool 
             self.url += url
 
         def on_header(self, name: bytes, value: bytes) -> None:
+            """uvicorn's (a header's name lower-cased, its value without trailing blanks), counting the head."""
             self._head_bytes += len(name) + len(value) + HEADER_LINE_BYTES
-            super().on_header(name, value)
+            name, value = name.lower(), value.rstrip(b" \t")
+            if name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            self.headers.append((name, value))
 
         def on_headers_complete(self) -> None:
             if self._head_bytes > MAX_HEAD_BYTES:
