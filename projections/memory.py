@@ -1019,7 +1019,7 @@ class Memory:
 
     def named_file(self, path: str, *seqs: int) -> str:
         """The file a name given by a user or a tool names: a path as `relative` reads it; a page's bare slug
-        (`deploy` is mind/deploy.md); a bare `x.md` that is no file at the root at any of `seqs`, the page
+        (`deploy` is mind/deploy.md), a shared page's LAYER/SLUG (`drafts/launch`, as `mem conflicts` names it); a bare `x.md` that is no file at the root at any of `seqs`, the page
         `mem page write x.md` writes, mind/x.md: a page is shown by the names it is written by; a file of adf_files
         by the name it has but for letter case or Unicode normalization (one name on macOS), when no file has the
         name as typed."""
@@ -1032,6 +1032,10 @@ class Memory:
             return MIND_PATH
         if "/" not in path and "." not in path or path.startswith("mind/") and "." not in path[5:] and "/" not in path[5:]:
             return f"mind/{path.removeprefix('mind/')}.md"
+        layer, _, slug = path.partition("/")
+        spec = self.views.contract.layers.get(layer) if self.views.contract and "." not in path else None
+        if spec is not None and spec.format == "pages" and slug and "/" not in slug:  # `drafts/launch`, as conflicts say
+            return self.views.shared_path(layer, slug, seqs[0] if seqs else None) or path
         if "/" in path:  # `notes/café.md` typed in NFC for the file written in NFD: rendered only when a twin exists
             twin = self.views.file_twin(path) if seqs and not slug_of(path) and path != LOG_PATH else None
             return twin if twin and not any(self.show(path, s) is not None for s in seqs) else path

@@ -334,6 +334,10 @@ def test_every_agent_lists_the_same_versions_of_a_shared_page_whatever_order_the
     assert [(v["agent"], v["kind"]) for v in hidden] == [("writer", "page.update")], hidden
     text = team.mem("reviewer", "history", PRICING, check=True).stdout.decode()
     assert text.count("(not shown: the other side of a conflict)") == 1, text
+    named = team.mem("reviewer", "history", "drafts/pricing", check=True)  # regression (nc16b): "never existed"
+    assert named.stdout.decode() == text
+    assert team.mem("reviewer", "show", "drafts/pricing", check=True).stdout == (team.root / "reviewer" /
+                                                                                  PRICING).read_bytes()
     heads = heads_everywhere(team)
     assert heads["writer"] == heads["reviewer"] and len(heads["writer"][0]["heads"]) == 2
 
