@@ -94,6 +94,7 @@ class Writer:
 
 ROLES = ("user", "assistant")
 PROTECTIONS = ("none", "read_only", "no_delete")
+_LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MESSAGE_TIMES = {"inbox": ("received_at", "sent_at"), "outbox": ("created_at", "delivered_at")}
 """The times an ADF message carries (adf_inbox's, adf_outbox's), in milliseconds since 1970: its own time is the first
 found."""
@@ -107,7 +108,6 @@ def check_message_times(box: str, message: dict, where: str = "the message") -> 
             shown = msgspec.json.encode(value).decode() if isinstance(value, (bool, int, float, str)) else repr(value)
             raise InvalidInput(f"{where}'s {key} must be milliseconds since 1970 (a whole number, up to the year 9999), "
                                f"not {shown[:60]}", field=key)
-_LOOP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
 class FileState(Protocol):

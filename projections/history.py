@@ -4,7 +4,6 @@ import difflib
 
 import msgspec
 
-from eventstore.envelope import decode_body
 from eventstore.errors import NotFound
 from eventstore.instants import format_instant
 from eventstore.kinds import ADF, WIKI_KINDS, PageDelete, PageIngest, PageRename, PageUpdate, kinds_naming
@@ -136,16 +135,11 @@ def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) ->
     (a conflict's other side: `shown` False, `mem show` at its seq reads the winner's text) too, so that each agent
     lists the same versions whatever order they reached it in; `deleted` when the file was gone after it."""
     versions, shown = [], None
-    for seq, winner in memory.views.shared.winners(layer, slug, upto):
+    for seq, winner in memory.views.shared.winner_at_each_version(layer, slug, upto):
         version = _version(path, memory.log.get_by_seq(seq), bool(winner[3]))
         version.shown, shown = winner[0] != shown, winner[0]
         versions.append(version)
     return versions
-
-
-def _page_of(doc: bytes) -> tuple[dict, str]:
-    page = decode_body(doc)
-    return page.frontmatter, page.text
 
 
 def _content(memory, path: str, seq: int) -> str | bytes | None:

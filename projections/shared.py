@@ -312,7 +312,7 @@ class SharedViews:
         finally:
             self._kept_heads.pop(as_of, None)
 
-    def winners(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
+    def winner_at_each_version(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
         """(seq, winner row) at each of the page's versions up to a seq, oldest first (a version that did not win,
         one side of a conflict, too): its versions read once, in seq order, the heads kept as they go (what `heads`
         finds as of each seq)."""

@@ -1024,6 +1024,7 @@ class _Tally:
                     key: state[key] for key in (f"pull:{self.name}", f"pulled-to:{self.name}", _pulled_key(self.name))
                 } | {_covered_key(self.name): memory.log.state(_covered_key(self.name)) or ""})
         agent = memory.config.agent
+        redacting = any(type(event.body) is Redaction for event in events)
 
         def rows(seqs: list[int]) -> dict[str, str]:
             own = [seq for seq, event in zip(seqs, events) if event.agent == agent]
@@ -1031,9 +1032,9 @@ class _Tally:
             if marked is not None:
                 key = marks_key("pull", self.name)
                 marks[key] = encoded(with_mark(load(memory, key), marked))
-            redacting = {REDACTION_FILES: pending_since(memory, seqs)} if any(
-                type(event.body) is Redaction for event in events) else {}  # until the files are rewritten
-            return {**state, **marks, **redacting, **(CameFromHub.mark(memory, self.name, own) if own else {})}
+            if redacting:  # until the files are rewritten without what it removed
+                marks[REDACTION_FILES] = pending_since(memory, seqs)
+            return {**state, **marks, **(CameFromHub.mark(memory, self.name, own) if own else {})}
 
         head = memory.log.head()
         unsent = self.unsent_redactions(memory, events)
@@ -1057,7 +1058,8 @@ class _Tally:
         fresh = [seq for seq in seqs if seq > head]  # one transaction's: consecutive
         if fresh:
             self.appended.append((fresh[0], fresh[-1]))
-            self.redactions += [seq for seq, event in zip(seqs, events) if type(event.body) is Redaction]
+            if redacting:
+                self.redactions += [seq for seq, event in zip(seqs, events) if type(event.body) is Redaction]
         held = [event for seq, event in zip(seqs, events) if seq <= head]
         returned = sum(1 for event in held if event.agent == agent)
         self.pulled += len(fresh)

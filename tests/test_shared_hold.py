@@ -582,7 +582,7 @@ def test_a_consumer_shows_the_held_head_whatever_the_order_and_batches(tmp_path_
                 assert_kept_heads_are_the_heads(mem.views.shared, [("drafts", "pricing")])
                 start = cut
             shared, head = mem.views.shared, mem.views.checkpoint()
-            changes = dict(shared.winners("drafts", "pricing", head))  # the page's history, in one pass
+            changes = dict(shared.winner_at_each_version("drafts", "pricing", head))  # the page's history, in one pass
             winner = None
             for as_of in range(1, head + 1):
                 winner = changes.get(as_of, (winner,))[0]

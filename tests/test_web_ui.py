@@ -500,27 +500,14 @@ def test_mem_ui_and_the_mcp_http_server_limit_what_a_client_may_hold_as_the_hub_
     """Regression (nc15c): `mem ui` and `mem mcp --http` were served by uvicorn's own protocol: no limit on a request's
     head (a 64 MiB header read whole, answered 200), connections that send nothing kept for good, and unreadable
     requests answered in text/plain. They now run on the hub's protocol (sync.server.http_protocol)."""
-    import socket
-    import subprocess
-    import time
-
-    from conftest import mem_command
     from hubserver import assert_heads_too_large_and_unreadable_requests_are_refused
-    from sync.server import free_port
-    from webui import serve_ui
+    from test_server_tokens import started, stop
 
-    ui, url = serve_ui(workspace)
-    port = free_port()
-    mcp = subprocess.Popen([*mem_command(), "mcp", "--http", str(port), "--workspace", str(workspace)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    servers = [started("-w", str(workspace), "ui", "--port", "P"),
+               started("mcp", "--http", "127.0.0.1:P", "--workspace", str(workspace))]
     try:
-        deadline = time.monotonic() + 30
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert mcp.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        for server_port in (int(url.rsplit(":", 1)[1]), port):
-            assert_heads_too_large_and_unreadable_requests_are_refused(server_port)
+        for _server, port, _lines in servers:
+            assert_heads_too_large_and_unreadable_requests_are_refused(port)
     finally:
-        for server in (ui, mcp):
-            server.terminate()
-            server.wait(timeout=10)
+        for server, _port, _lines in servers:
+            stop(server)
