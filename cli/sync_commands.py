@@ -603,7 +603,7 @@ def show_status(json: bool, fetch: bool) -> None:
                    "shows what it had, and no longer changes)")
     for layer, path in report.produced_only.items():
         typer.echo(f"{'produced only:':<17}{layer} (this agent produces it, the hub's contract does not make it a "
-                   f"consumer: {path} changes with its own writes only)")
+                   f"consumer: {path} changes with its own writes and the layer's redactions only)")
     for why in report.not_taken.values():
         typer.echo(f"{'not taken:':<17}{why}")
     for why in report.blocked.values():

@@ -178,3 +178,9 @@ def produced_layers(contract: Contract, agent: str) -> list[str]:
 
 def consumed_layers(contract: Contract, agent: str) -> list[str]:
     return sorted(name for name in contract.layers if consumes(contract, agent, name))
+
+
+def produced_only(contract: Contract, agent: str) -> list[str]:
+    """The layers `agent` produces without consuming them: of those, a pull brings it the redactions alone."""
+    return sorted(name for name in contract.layers if produces(contract, agent, name)
+                  and not consumes(contract, agent, name))

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 import functools
+import heapq
 import logging
 import threading
 from collections import OrderedDict
@@ -35,7 +36,7 @@ from eventstore.governance import INGEST_VERB, held_message, hold_refusal, inges
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
 from eventstore.redaction import page_version, redacts, reversal
-from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produces, why_reserved
+from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produced_only, produces, why_reserved
 
 from .committer import GroupCommitter
 from .compression import ZstdResponses
@@ -438,7 +439,8 @@ class Hub:
         self._committer: GroupCommitter | None = None
         self._woken: tuple[int, dict] = (-1, {})  # (the head they were read at, answers to woken long-polls)
         self.forms = EncodedEvents()
-        self._consumed: tuple[object, dict[str, list[str]]] = (None, {})  # (contract, agent -> the layers it consumes)
+        self._consumed: tuple[object, dict[str, tuple[list[str], list[str]]]] = (None, {})
+        """(contract, agent -> (the layers it consumes, those it produces only))"""
         self._woken_polls: list[tuple] = []  # long-polls woken, to be answered together (`answer_woken`)
         self.redaction_listeners: list[Callable[[], None]] = []
         """Called on the event loop after a commit that carried a redaction (the pages' mirror: cli/web/hub.py)."""
@@ -523,16 +525,29 @@ class Hub:
     def _shared_answer(self, state: tuple, after: int, limit: int, packed: bool) -> bytes:
         """The answer of `woken_answer` for a poll whose token's state (`state`) was just read."""
         agent, contract, _position, head = state
-        layers = tuple(self.consumed(contract, agent))
+        layers, only_produced = self._reading(contract, agent)
         known, answers = self._woken
         if known != self.fanout.head:
             known, answers = self._woken = (self.fanout.head, {})
-        key = (after, layers, limit, packed)
+        key = (after, tuple(layers), tuple(only_produced), limit, packed)
         answer = answers.get(key)
         if answer is None:
-            rows = self.storage.pull_rows(after, list(layers), limit + 1)
+            rows = self.page_rows(after, layers, only_produced, limit + 1, head)
             answer = answers[key] = self.answer(after, head, rows, limit, packed)
         return answer
+
+    def page_rows(self, after: int, layers: list[str], only_produced: list[str], limit: int, head: int) -> list:
+        """The rows of a pull page (storage.pull_rows) with, among them, the redactions of the layers the agent
+        produces without consuming them (`only_produced`): those it pulls nothing else of. They are read up to
+        where the page ends, or up to the head read before it (`head`) when the page is not full, so that the
+        cursor the answer gives never passes an event of `layers` committed between the two reads."""
+        rows = self.storage.pull_rows(after, layers, limit)
+        if only_produced:
+            upto = rows[-1][0] if len(rows) >= limit else max(head, rows[-1][0] if rows else 0)
+            redactions = self.storage.redaction_rows(after, upto, only_produced) if upto > after else []
+            if redactions:
+                rows = list(heapq.merge(rows, redactions))
+        return rows
 
     def consumer(self, token: str) -> tuple[str, list[str], int]:
         """The token's agent, the layers it consumes now, and the head, read before any page that follows:
@@ -542,22 +557,27 @@ class Hub:
         return agent, self.consumed(contract, agent), head
 
     def consumed(self, contract, agent: str) -> list[str]:
-        """`consumed_layers`, kept per agent for the contract in force (the storage keeps one Contract object per
-        contract position, so a new contract is a new object): every pull asks."""
-        known, layers = self._consumed
+        """`consumed_layers`: every pull asks."""
+        return self._reading(contract, agent)[0]
+
+    def _reading(self, contract, agent: str) -> tuple[list[str], list[str]]:
+        """(`consumed_layers`, `produced_only`), kept per agent for the contract in force (the storage keeps one
+        Contract object per contract position, so a new contract is a new object)."""
+        known, readings = self._consumed
         if known is not contract:
-            layers = {}
-            self._consumed = (contract, layers)
-        found = layers.get(agent)
+            readings = {}
+            self._consumed = (contract, readings)
+        found = readings.get(agent)
         if found is None:
-            found = layers[agent] = consumed_layers(contract, agent)
+            found = readings[agent] = (consumed_layers(contract, agent), produced_only(contract, agent))
         return found
 
     def consumer_page(self, token: str, after: int, limit: int, wait: float = 0) -> tuple[str, list[str], int, list | None]:
         """`consumer`, then the rows after `after` (storage.pull_rows); None instead for a long-poll (`wait`) that
         will wait for a wake-up due (Fanout.deferred): the page it would read now is not the one it answers.
         On the event loop only (the fan-out is its own); elsewhere, `wait` 0."""
-        agent, layers, head = self.consumer(token)
+        agent, contract, _position, head = self.state(token)
+        layers, only_produced = self._reading(contract, agent)
         if after > head:
             raise cursor_ahead(after, head)
         if wait > 0:
@@ -565,7 +585,7 @@ class Hub:
                 return agent, layers, head, None
             if after >= head:  # caught up: the page read now would hold only commits after `head`, which wake it
                 return agent, layers, head, []
-        return agent, layers, head, self.storage.pull_rows(after, layers, limit)
+        return agent, layers, head, self.page_rows(after, layers, only_produced, limit, head)
 
 
 def cursor_ahead(after: int, head: int) -> HubError:

@@ -20,7 +20,7 @@ from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redacted
 from eventstore.redaction import page_version, redacts, reversal
-from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved
+from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved, produces
 from eventstore.recorder import TAGS
 
 
@@ -84,11 +84,11 @@ def _refusal(event: Event, rule: tuple[str, frozenset] | str) -> str | None:
     """Why `event`, whose envelope passed, must not be appended under its layer's `rule`, or None."""
     if rule.__class__ is str:
         return rule
-    format, kinds = rule
+    refused, kinds = rule
     body = event.body
     kind = body.original if type(body) is Redacted else TAGS[type(body)]  # Event.original_kind, written out
     if kind not in kinds:
-        return f"a {format} layer does not take {kind}"
+        return refused.format(kind)
     validate.body(body)
     return None
 
@@ -97,14 +97,21 @@ def _reason(exc: MemError) -> str:
     return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
 
 
+ONLY_REDACTIONS = frozenset({"redaction"})
+
+
 def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozenset] | str:
-    """What this consumer takes in `layer`: (its format, the kinds that format takes), or why nothing."""
+    """What this agent takes in `layer`: (why it refuses a kind, `{}` the kind; the kinds it takes), or why nothing.
+    Of a layer it produces without consuming it, the redactions alone (the hub's `page_rows`)."""
     if is_reserved(layer):
         return f"layer {layer!r} is private to each agent"
     if not consumes(contract, agent, layer):
+        if produces(contract, agent, layer):
+            return (f"layer {layer!r} is one this agent produces but does not consume: it takes only redactions "
+                    "of it, not {}"), ONLY_REDACTIONS
         return f"layer {layer!r} is not one this agent consumes"
     format = contract.layers[layer].format
-    return format, LAYER_KINDS[format]
+    return f"a {format} layer does not take {{}}", LAYER_KINDS[format]
 
 
 def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:

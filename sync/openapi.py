@@ -37,7 +37,10 @@ def openapi_document() -> dict:
                                   "requestBody": {"required": True, "content": json_body(push_req)},
                                   "responses": {"200": {"description": "Each event's position; duplicates marked",
                                                         "content": json_body(push_resp)}, **problems}}},
-            "/v1/pull": {"get": {"operationId": "pull", "security": security, "parameters": [
+            "/v1/pull": {"get": {"operationId": "pull", "security": security,
+                                 "description": "The events of the layers the agent consumes after the cursor, with "
+                                                "the redactions of the layers it produces without consuming them",
+                                 "parameters": [
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PULL}},
                 {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30}},

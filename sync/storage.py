@@ -70,7 +70,20 @@ REDACTED_PAGES_SQL = "SELECT DISTINCT layer, slug FROM hub_page_versions WHERE p
 PAGE_IDS_SQL = "SELECT id FROM hub_page_versions WHERE layer = {p} AND slug = {p}"
 PAGE_EVENTS_SQL = "SELECT data FROM hub_events WHERE id IN ({ids}) ORDER BY position"
 DROP_PAGE_SQL = "DELETE FROM hub_page_versions WHERE layer = {p} AND slug = {p}"
+REDACTION_SQL = "INSERT INTO hub_redactions VALUES ({p}, {p})"
+REDACTION_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redactions r JOIN hub_events e ON e.position = "
+                      "r.position WHERE r.position > {p} AND r.position <= {p} AND r.layer IN ({ids}) ORDER BY r.position")
 """Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""
+
+
+REDACTIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS hub_redactions (position {position} PRIMARY KEY, layer TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS hub_redactions_layer ON hub_redactions(layer, position);
+"""
+"""The position and layer of every redaction the hub holds (`{position}` the backend's type of a position): a pull
+hands an agent the redactions of the layers it produces without consuming them (`redaction_rows`), so the author of
+an event someone else redacted loses its own copy's text too. Filled from the stored events once, by a hub made
+before it (`stored_redactions`)."""
 
 
 class PageVersionSQL(NamedTuple):
@@ -90,6 +103,7 @@ class PageVersionSQL(NamedTuple):
     page_ids: str
     page_events: str
     drop_page: str
+    redaction: str
 
 
 def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows: Callable,
@@ -103,7 +117,7 @@ def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows
 
     return PageVersionSQL(many, rows, to_ids, body, *(sql.format(p=mark, ids=ids) for sql in (
         SUPERSEDE_SQL, VERSION_SQL, HOLDING_SQL, VERSIONS_SQL, VOID_SQL, UNNAMED_SQL, REDACTED_PAGES_SQL, PAGE_IDS_SQL,
-        PAGE_EVENTS_SQL, DROP_PAGE_SQL)))
+        PAGE_EVENTS_SQL, DROP_PAGE_SQL, REDACTION_SQL)))
 
 
 def _readable(body):
@@ -180,6 +194,40 @@ def refold_pages(sql: PageVersionSQL, redacted: list[str]) -> None:
         events = [_loaded.decode(bytes(data)) for (data,) in sql.rows(sql.page_events, (sql.ids(ids),))]
         sql.many(sql.drop_page, [(layer, slug)])
         record_page_versions(sql, events)
+
+
+def record_redactions(sql: PageVersionSQL, events, first: int) -> None:
+    """Keeps hub_redactions for `events` (new ones, the first at position `first`), in the caller's transaction."""
+    sql.many(sql.redaction, [(first + i, event.layer) for i, event in enumerate(events)
+                             if event.body.__class__ is Redaction])
+
+
+def stored_redactions(sql: PageVersionSQL, page: str) -> None:
+    """Fills hub_redactions from the stored events: how a hub made before it fills it, once (each event's kind
+    alone decoded). `page` reads (position, data) after a position (its one parameter)."""
+    after = 0
+    while rows := sql.rows(page, (after,)):
+        sql.many(sql.redaction, [(position, layer) for position, data in rows
+                                 if (layer := _redaction_layer(bytes(data))) is not None])
+        after = rows[-1][0]
+
+
+class _KindOnly(msgspec.Struct):
+    kind: str
+
+
+class _StoredKind(msgspec.Struct):
+    layer: str
+    body: _KindOnly
+
+
+_stored_kind = msgspec.msgpack.Decoder(_StoredKind)
+
+
+def _redaction_layer(data: bytes) -> str | None:
+    """The layer of a stored event that is a redaction, else None."""
+    stored = _stored_kind.decode(data)
+    return stored.layer if stored.body.kind == "redaction" else None
 
 
 def stored_page_versions(sql: PageVersionSQL, page: str) -> None:
@@ -426,6 +474,10 @@ class HubStorage(ABC):
     @abstractmethod
     def pull_rows(self, after: int, layers: list[str], limit: int) -> list[tuple[int, int, bytes]]:
         """`pull`'s events as stored: (position, recorded_at, encode_stored's bytes) each."""
+
+    @abstractmethod
+    def redaction_rows(self, after: int, upto: int, layers: list[str]) -> list[tuple[int, int, bytes]]:
+        """The redactions of `layers` at positions after `after` up to `upto`, as `pull_rows` gives events."""
 
     @abstractmethod
     def head(self) -> int: ...

@@ -23,10 +23,10 @@ from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 from eventstore.postgres import vacuum
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, AgentInfo,
-                      Committed, HubStorage, decode_stored, encode_stored, page_version_sql, plan_group,
-                      STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
-                      stored_page_versions)
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL,
+                      REDACTIONS_TABLE, AgentInfo, Committed, HubStorage, decode_stored, encode_stored,
+                      page_version_sql, plan_group, STORED_PAGE, record_page_versions, record_redactions,
+                      redacted_rows, refold_pages, stored_page_versions, stored_redactions)
 
 CHANNEL = "mindlog_hub"
 REDACTIONS = "mindlog_hub_redactions"
@@ -42,9 +42,10 @@ CREATE TABLE IF NOT EXISTS hub_agents (
     name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, revoked_at BIGINT);
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor BIGINT NOT NULL, at BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
-""" + PAGE_VERSIONS_TABLE
+""" + PAGE_VERSIONS_TABLE + REDACTIONS_TABLE.format(position="BIGINT")
 HEADS = HEADS_SQL.format(p="%s")
 IDS = "SELECT unnest(%s::text[])"
+REDACTION_ROWS = REDACTION_ROWS_SQL.format(p="%s", ids=IDS)
 NAMED = NAMED_SQL.format(ids=IDS)
 CONNECTION_WAIT = 5.0
 """Seconds a request waits for a pooled connection (psycopg_pool's default, 30, kept clients waiting that long
@@ -67,12 +68,15 @@ class PostgresHubStorage(HubStorage):
                 columns = [name for (name,) in conn.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_name = 'hub_page_versions' "
                     "AND table_schema = current_schema()")]
+                redactions = conn.execute("SELECT to_regclass('hub_redactions')").fetchone()[0]
                 with conn.transaction():
                     if columns and PAGE_VERSIONS_COLUMN not in columns:
                         conn.execute("DROP TABLE hub_page_versions")  # made before its newest column: filled again
                     conn.execute(SCHEMA)
                     if PAGE_VERSIONS_COLUMN not in columns:
                         stored_page_versions(self._versions(conn), STORED_PAGE.format(p="%s"))
+                    if redactions is None:
+                        stored_redactions(self._versions(conn), STORED_PAGE.format(p="%s"))
             finally:
                 conn.execute("SELECT pg_advisory_unlock(727272)")
         # The pool would log each failed connection and each broken one it drops: an outage is said once, here.
@@ -221,6 +225,7 @@ class PostgresHubStorage(HubStorage):
                     conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(rows),))
                     versions = self._versions(conn)
                     record_page_versions(versions, rows)
+                    record_redactions(versions, rows, head + 1)
                     updates = redacted_rows(rows, lambda id: self._stored(conn, id))
                     if updates:
                         cursor.executemany("UPDATE hub_events SET data = %s WHERE id = %s", updates)
@@ -256,6 +261,12 @@ class PostgresHubStorage(HubStorage):
         rows = self._run(lambda conn: conn.execute(
             "SELECT position, recorded_at, data FROM hub_events WHERE position > %s AND layer = ANY(%s) "
             "ORDER BY position LIMIT %s", (after, layers, limit)).fetchall())
+        return [(pos, at, bytes(data)) for pos, at, data in rows]
+
+    def redaction_rows(self, after, upto, layers):
+        if not layers:
+            return []
+        rows = self._run(lambda conn: conn.execute(REDACTION_ROWS, (after, upto, layers)).fetchall())
         return [(pos, at, bytes(data)) for pos, at, data in rows]
 
     def head(self):

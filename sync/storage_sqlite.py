@@ -18,10 +18,11 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, TOKEN_HASHES,
-                      AgentInfo, Committed, HubStorage, Stale, decode_stored, encode_stored, page_version_sql,
-                      plain_group, plan_group, STORED_PAGE, record_page_versions, redacted_rows, refold_pages,
-                      request_token_hash, stored_page_versions)
+from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL,
+                      REDACTIONS_TABLE, TOKEN_HASHES, AgentInfo, Committed, HubStorage, Stale, decode_stored,
+                      encode_stored, page_version_sql, plain_group, plan_group, STORED_PAGE, record_page_versions,
+                      record_redactions, redacted_rows, refold_pages, request_token_hash, stored_page_versions,
+                      stored_redactions)
 
 WATCH_INTERVAL = 0.002
 REDACTION_TAG = msgspec.msgpack.encode({"kind": "redaction"})[1:]
@@ -96,7 +97,7 @@ CREATE TABLE IF NOT EXISTS hub_agents (
     name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, revoked_at INTEGER);
 CREATE TABLE IF NOT EXISTS hub_pulls (agent TEXT NOT NULL, cursor INTEGER NOT NULL, at INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
-""" + PAGE_VERSIONS_TABLE
+""" + PAGE_VERSIONS_TABLE + REDACTIONS_TABLE.format(position="INTEGER")
 HEADS = HEADS_SQL.format(p="?")
 HEAD = "SELECT IFNULL(MAX(position), 0) FROM hub_events"
 REQUEST_ROWS = ("SELECT name, token_hash, revoked_at, (SELECT IFNULL(MAX(position), 0) FROM hub_events WHERE layer = ?), "
@@ -105,6 +106,7 @@ REQUEST_ROWS = ("SELECT name, token_hash, revoked_at, (SELECT IFNULL(MAX(positio
 REQUEST_ROW = REQUEST_ROWS.format(hashes="?")
 IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
+REDACTION_ROWS = REDACTION_ROWS_SQL.format(p="?", ids=IDS)
 
 
 PULL_SCAN = 2
@@ -160,6 +162,7 @@ class SQLiteHubStorage(HubStorage):
 
     def _create(self) -> None:
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]
+        redactions = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hub_redactions'").fetchone()
         if columns and PAGE_VERSIONS_COLUMN not in columns:
             self.db.execute("DROP TABLE hub_page_versions")  # made before its newest column: filled again
         for statement in SCHEMA.split(";"):
@@ -167,6 +170,8 @@ class SQLiteHubStorage(HubStorage):
                 self.db.execute(statement)
         if PAGE_VERSIONS_COLUMN not in columns:
             stored_page_versions(self._versions, STORED_PAGE.format(p="?"))
+        if redactions is None:
+            stored_redactions(self._versions, STORED_PAGE.format(p="?"))
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
@@ -209,12 +214,16 @@ class SQLiteHubStorage(HubStorage):
                 _unlock(self._writers)
 
     def _read(self, sql, params=()):
+        return self._reader().execute(sql, params).fetchall()
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's connection for reads."""
         reader = getattr(self._readers, "db", None)
         if reader is None:
             reader = self._readers.db = self._connect()
             with self._readers_lock:
                 self._all_readers.append(reader)
-        return reader.execute(sql, params).fetchall()
+        return reader
 
     def _insert_agent(self, name, token_hash, at):
         def insert():
@@ -369,6 +378,7 @@ class SQLiteHubStorage(HubStorage):
             self._insert("hub_events", [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(rows)])
             record_page_versions(self._versions, rows)
+            record_redactions(self._versions, rows, head + 1)
             updates = redacted_rows(rows, self._stored)
             if updates:
                 self.db.executemany("UPDATE hub_events SET data = ? WHERE id = ?", updates)
@@ -422,15 +432,26 @@ class SQLiteHubStorage(HubStorage):
         if not layers:
             return []
         marks = ",".join("?" * len(layers))
-        rows, after_scan = [], after
-        if len(layers) > 1:
-            after_scan = after + PULL_SCAN * limit
-            rows = self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND position <= ? "
-                              f"AND +layer IN ({marks}) ORDER BY position LIMIT ?", (after, after_scan, *layers, limit))
-        if len(rows) < limit:
-            rows += self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND layer IN "
-                               f"({marks}) ORDER BY position LIMIT ?", (after_scan, *layers, limit - len(rows)))
+        if len(layers) == 1:
+            return self._read(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND layer IN "
+                              f"({marks}) ORDER BY position LIMIT ?", (after, *layers, limit))
+        after_scan = after + PULL_SCAN * limit
+        reader = self._reader()
+        reader.execute("BEGIN")  # both reads in one snapshot: what commits between them must not fall in the scanned range
+        try:
+            rows = reader.execute(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND "
+                                  f"position <= ? AND +layer IN ({marks}) ORDER BY position LIMIT ?",
+                                  (after, after_scan, *layers, limit)).fetchall()
+            if len(rows) < limit:
+                rows += reader.execute(f"SELECT position, recorded_at, data FROM hub_events WHERE position > ? AND "
+                                       f"layer IN ({marks}) ORDER BY position LIMIT ?",
+                                       (after_scan, *layers, limit - len(rows))).fetchall()
+        finally:
+            reader.execute("COMMIT")
         return rows
+
+    def redaction_rows(self, after, upto, layers):
+        return self._read(REDACTION_ROWS, (after, upto, json.dumps(layers))) if layers else []
 
     def head(self):
         return self._read(HEAD)[0][0]

@@ -233,6 +233,22 @@ class HubStorageConformance:
         with pytest.raises(InvalidInput):
             hub.admin_redact([one.id], " ")
 
+    def test_the_redactions_of_a_layer_are_read_apart_in_a_range_of_positions(self, hub):
+        """What a pull adds for a layer the agent produces without consuming it (Hub.page_rows): its redactions
+        alone, the administrator's and an agent's, each at its position, in the range asked."""
+        one, two, three = entry(text="one"), entry(text="two", layer="drafts"), entry(text="three")
+        hub.push([one, two, three])
+        hub.admin_redact([two.id], "asked")  # position 4
+        by_alice = new_event(Redaction(target_ids=[one.id], reason="mine"), agent="alice", layer="insights")
+        hub.commit([[entry(text="four")], [by_alice]])  # positions 5 and 6, in one group
+        rows = hub.redaction_rows(0, hub.head(), ["drafts", "insights"])
+        assert [position for position, _at, _data in rows] == [4, 6]
+        assert [decode_stored(data, position, at).id for position, at, data in rows] == [
+            event.id for event in hub.pull(3, ["drafts", "insights"], 10) if isinstance(event.body, Redaction)]
+        assert [row[0] for row in hub.redaction_rows(0, hub.head(), ["insights"])] == [6]
+        assert hub.redaction_rows(4, 5, ["drafts", "insights"]) == [] and hub.redaction_rows(0, 6, []) == []
+        assert [row[0] for row in hub.redaction_rows(3, 4, ["drafts"])] == [4]
+
     def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
         first = version()
         child = version(parents=[first.id])

@@ -363,12 +363,12 @@ def test_a_layer_produced_not_consumed_and_one_added_since_the_last_pull_are_tol
         "fetches the hub's, if it has changed since\n"), refused.stderr
     team.mem("alice", "pull", check=True)
     said = ("produced only:   reports (this agent produces it, the hub's contract does not make it a consumer: "
-            "memory/reports.md changes with its own writes only)")
+            "memory/reports.md changes with its own writes and the layer's redactions only)")
     assert said in team.mem("alice", "status", check=True).stdout.decode()  # regression (nc16b): not before a write
     entry(team, "reports", "[FACT] 2026-12-03: a report")
     status = team.mem("alice", "status", check=True).stdout.decode()
     assert "produced only:   reports (this agent produces it, the hub's contract does not make it a consumer: " \
-        "memory/reports.md changes with its own writes only)" in status, status
+        "memory/reports.md changes with its own writes and the layer's redactions only)" in status, status
     assert "not received" not in status
     report = json.loads(team.mem("alice", "status", "--json", check=True).stdout)
     assert report["produced_only"] == {"reports": "memory/reports.md"} and report["not_received"] == {}

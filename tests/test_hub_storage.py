@@ -88,6 +88,31 @@ def test_a_hub_made_before_page_versions_were_kept_fills_them_once(tmp_path, pg_
         hub.close()
 
 
+def test_a_hub_made_before_redactions_were_kept_apart_fills_them_once(tmp_path, pg_url):
+    """hub_redactions (the redactions a producer that does not consume a layer pulls) is filled from the stored
+    events when a hub opens without it, on either backend: a text that only reads like a redaction's tag is not one."""
+    import psycopg
+    import sqlite3
+
+    for opened, drop in ((lambda: SQLiteHubStorage(str(tmp_path / "hub.db")),
+                          lambda: sqlite3.connect(tmp_path / "hub.db", isolation_level=None)),
+                         (lambda: PostgresHubStorage(pg_url), lambda: psycopg.connect(pg_url, autocommit=True))):
+        hub = opened()
+        hub.apply_contract(CONTRACT)
+        gone, lookalike = entry(text="gone"), entry(text='{"kind": "redaction"}')
+        hub.push([gone, lookalike])
+        hub.push([new_event(Redaction(target_ids=[gone.id], reason="private"), agent="alice", layer="insights")])
+        expected = hub.redaction_rows(0, hub.head(), ["insights"])
+        assert len(expected) == 1
+        hub.close()
+        conn = drop()
+        conn.execute("DROP TABLE hub_redactions")
+        conn.close()
+        hub = opened()
+        assert hub.redaction_rows(0, hub.head(), ["insights"]) == expected
+        hub.close()
+
+
 def test_a_sqlite_hubs_write_queues_on_the_files_flock_that_another_hub_process_holds(tmp_path):
     """Hub processes on one SQLite file take turns writing through an flock of the file, which wakes the
     next the moment it is let go (SQLite's busy handler sleeps 1, 2, 5, 10 ms... between tries): a push

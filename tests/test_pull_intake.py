@@ -165,3 +165,22 @@ def test_a_version_naming_another_pages_version_as_parent_is_rejected(tmp_path):
             assert {mem.log.get(id) for id in (stored_parent.id, batch_parent.id, redacted.id, on_stored.id,
                                                on_pulled.id)} == {None}
         assert run_mem("replay", "--check", "-w", root).returncode == 0
+
+
+def test_of_a_layer_it_produces_without_consuming_an_agent_takes_only_redactions(workspace):
+    """A pull brings a producer that does not consume a layer the layer's redactions (Hub.page_rows): a hub that
+    hands it anything else of the layer is refused."""
+    from eventstore.kinds import Redaction
+
+    drafts = Contract(layers=dict(CONTRACT.layers))  # main consumes drafts, writer produces it only
+    made = version("plan")
+    removal = new_event(Redaction(target_ids=[made.id], reason="private"), agent="main", layer="drafts")
+    stray = fact("an insight")
+    raws = [msgspec.Raw(msgspec.json.encode(event)) for event in (made, removal)]
+    with Memory.open(workspace) as mem:
+        events, rejected = accept(raws, drafts, "writer", mem.log)
+        assert [e.id for e in events] == [removal.id]
+        assert [s.reason for s in rejected] == ["layer 'drafts' is one this agent produces but does not consume: it "
+                                                "takes only redactions of it, not page.ingest"]
+        events, rejected = accept([msgspec.Raw(msgspec.json.encode(stray))], drafts, "writer", mem.log)
+        assert [e.id for e in events] == [stray.id] and rejected == []  # insights: consumed by every agent

@@ -462,6 +462,47 @@ def test_the_hub_administrator_redacts(team):
     assert position.returncode == 2 and b"1 is a number, not an event id: the hub redacts by id" in position.stderr
 
 
+REPORTS = """
+[layers.reports]
+path = "memory/reports.md"
+format = "entries"
+producers = ["writer", "main"]
+consumers = ["main"]
+"""
+
+
+def test_a_producer_that_does_not_consume_a_layer_pulls_its_redactions(team, tmp_path):
+    """Regression (found at 4b17926): the author of an event that the hub's administrator or another producer
+    redacted kept its own copy's text when it did not consume the layer: its pulls brought nothing of the layer,
+    redactions included. They now bring its redactions, and nothing else of it."""
+    (tmp_path / "reports.toml").write_text(CONTRACT + REPORTS)
+    run_mem("hub", "contract", "apply", tmp_path / "reports.toml", "--db", team / "hub.db", check=True)
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "reports", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "entry", "add", "reports", "[FACT] Bob's code is 4242-77", check=True)
+    mem(team / "writer", "entry", "add", "reports", "[FACT] Staging first", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "redact", entry_id(team, "main", "reports", "4242-77"), "--reason", "mine to drop", check=True)
+    mem(team / "main", "push", check=True)
+    run_mem("hub", "redact", entry_id(team, "main", "reports", "555-0199"), "--reason", "private", "--db",
+            team / "hub.db", check=True)
+    assert files_holding(team / "writer", "555-0199") and files_holding(team / "writer", "4242-77")
+
+    pulled = mem(team / "writer", "pull", check=True)
+    assert b"pulled 2 events" in pulled.stdout, pulled
+    assert files_holding(team / "writer", "555-0199") == [] and files_holding(team / "writer", "4242-77") == []
+    reports = (team / "writer/memory/reports.md").read_text()
+    assert "[redacted: private]" in reports and "[redacted: mine to drop]" in reports and "Staging first" in reports
+    mem(team / "writer", "entry", "add", "reports", "[FACT] Staging second", check=True)
+    assert mem(team / "writer", "push", check=True).stdout.startswith(b"pushed 1 event")  # not the redactions back
+    assert mem(team / "writer", "verify", check=True).returncode == 0
+    assert mem(team / "writer", "replay", "--check").returncode == 0
+    mem(team / "main", "pull", check=True)
+    assert files_holding(team / "main", "555-0199") == [] and files_holding(team / "main", "4242-77") == []
+
+
 def test_a_consumer_dropped_from_a_layer_redacts_its_own_copy(team, tmp_path):
     """Regression (nc10b M3): an agent dropped as a consumer keeps its copy of the layer, which no redaction on the
     hub reaches any more, and was refused when it redacted that copy itself (not its event, not its layer)."""
