@@ -228,3 +228,29 @@ def test_the_one_pass_plan_of_a_plain_group_is_plan_groups_and_refuses_every_oth
     redaction = new_event(Redaction(target_ids=[batches[0][0].id], reason="r"), agent="alice", layer="insights")
     for other in ([[page]], [[redaction]], [batches[0], batches[0]]):
         assert plain_group(other, 1) is None
+
+
+def test_a_sqlite_pull_of_several_layers_leaves_no_gap_when_a_push_commits_between_its_reads(tmp_path):
+    """Regression: a pull of several layers reads a range of positions in order, then the layer index past it.
+    Each read had its own snapshot, so events committed between them in the range read first were never
+    answered, while those past it were, and the cursor moved past all of them. Both now read one snapshot."""
+    hub, other = SQLiteHubStorage(str(tmp_path / "hub.db")), None
+    try:
+        hub.apply_contract(CONTRACT)
+        hub.push([entry()])
+        other = SQLiteHubStorage(hub.path)
+        pushed = []
+
+        def between(statement: str) -> None:
+            if "layer IN" in statement and "+layer" not in statement and not pushed:
+                pushed.append(other.push([entry(text=f"late {i}") for i in range(300)]))
+
+        hub._reader().set_trace_callback(between)
+        rows = hub.pull_rows(1, ["insights", "drafts"], 100)
+        assert pushed  # the push did commit between the two reads
+        positions = [row[0] for row in rows]
+        assert positions == list(range(2, 2 + len(positions))), positions[:5]
+    finally:
+        hub.close()
+        if other is not None:
+            other.close()
