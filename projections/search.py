@@ -777,7 +777,7 @@ class Hit(msgspec.Struct):
     score: float = 0.0
 
 
-_OPERATOR_LIKE = re.compile(r"(?<!\S)(?:OR|AND|NOT|NEAR)(?!\S)|(?<!\S)-\w\S*|\w+\*|\bNEAR\(")
+_OPERATOR_LIKE = re.compile(r"(?<!\S)(?:OR|AND|NOT|NEAR)(?!\S)|(?<!\S)-\w\S*|(?<!\w)\w+\*|\bNEAR\(")
 
 
 def operators_in(query: str) -> list[str]:
@@ -797,10 +797,11 @@ def operators_hint(query: str) -> str | None:
 
 
 def quote(query: str) -> str:
-    """The user's words as an FTS5 query: every word quoted (so `NOT`, `-` or `:` are just text), all required."""
+    """The user's words as an FTS5 query: every word quoted (so `NOT`, `-` or `:` are just text), all required.
+    A NUL parts words, as the index's tokenizer parts them: inside a quoted word, FTS5 read it as the string's end."""
     import sqlite_utils
 
-    return sqlite_utils.Database(memory=True).quote_fts(query)
+    return sqlite_utils.Database(memory=True).quote_fts(query.replace("\0", " "))
 
 
 def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), layers=(), types=(),

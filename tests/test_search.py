@@ -84,6 +84,23 @@ def test_query_syntax_is_just_text(memory):
         cites(memory, " ")
 
 
+def test_a_nul_in_a_query_parts_words_as_the_index_does(memory):
+    """Regression (nc17b): a NUL in a query (an MCP tool's argument) ended FTS5's quoted string: sqlite3's
+    `unterminated string` instead of an answer."""
+    memory.write_page("deploy", page("Deploy", "Prod ready on Friday."))
+    assert cites(memory, "prod\0friday") == ["adf-file://mind/deploy.md"]
+
+
+def test_the_operators_hint_reads_a_long_word_in_linear_time():
+    """Regression (nc17b): the `prefix*` pattern of the "no matches" hint tried each start inside a word, so a
+    query of one 100,000-letter word held an MCP server (every client's calls) for 28 s; a million letters, hours."""
+    import time
+
+    started = time.perf_counter()
+    assert search.operators_in("x" * 1_000_000) == [] and search.operators_in("own* a*b") == ["own*", "a*"]
+    assert time.perf_counter() - started < 10
+
+
 def test_a_query_of_no_word_is_refused_not_answered_no_matches(memory):
     """The tokenizer keeps letters and digits only: `🚀` or `--` searched nothing and said "no matches", as if the
     memory held none. A query with a word among them searches that word."""
