@@ -208,6 +208,8 @@ class MemoryTool:
                               f"{', '.join(map(str, lines))}. Please ensure it is unique")
         changed = text[:text.find(old_str)].count("\n")
         new_text = text.replace(old_str, new_str)
+        if new_text == text:  # said "edited" though nothing was recorded (nc17b)
+            return f"No change was made: old_str and new_str are the same, so {path} is as it was and nothing was recorded."
         self._write(target, text, new_text)
         new_lines = (self._text(target) or new_text).split("\n")
         first, last = max(0, changed - 2), min(len(new_lines), changed + 3)

@@ -47,6 +47,16 @@ def test_a_page_session_is_one_event_per_call(tool, memory, workspace):
     assert not (workspace / "mind/deploy-procedure.md").exists()
 
 
+def test_a_replacement_that_changes_nothing_says_so(tool, memory, workspace):
+    """Regression (nc17b): it answered "The memory file has been edited" though nothing was recorded."""
+    tool.create("/memories/notes/today.md", "one\ntwo\n")
+    before = log_rows(workspace)
+    assert tool.str_replace("/memories/notes/today.md", "two", "two") == (
+        "No change was made: old_str and new_str are the same, so /memories/notes/today.md is as it was and nothing "
+        "was recorded.")
+    assert log_rows(workspace) == before
+
+
 def test_files_outside_the_wiki(tool, memory, workspace):
     tool.create("/memories/notes/today.md", "one\ntwo\n")
     assert memory.log.get_by_seq(1).kind == "file.write"
