@@ -21,7 +21,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import StrictBool, StrictInt, StrictStr, ValidationError
 
 from eventstore import secrets
-from eventstore.errors import MemError, storage_exceptions, storage_failure
+from eventstore.errors import InvalidInput, MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from projections import search as searching
 from projections.history import diff as diff_of, history as history_of
@@ -42,7 +42,8 @@ INSTRUCTIONS = (
     "files. Every change is an event in an append-only log: history, diff, show (as of a time or seq), "
     "search (with `at`), believed, cite and log read it back. The loop (transcript): loop_append, loop_show, "
     "loop_compact, loop_clear; what they removed: audit, and cite adf-audit://seq/N. redact forgets events for good. "
-    "Files edited on disk by hand are recorded by adopt.")
+    "Files edited on disk by hand are recorded by adopt. A shared page two agents changed at once is in conflict "
+    "(sync says so): conflicts shows each version, resolve writes one version over them all.")
 
 
 def json_text(value) -> str:
@@ -529,7 +530,30 @@ def build_server(mem: Memory) -> MCPServer:
             report["pull"] = pull(mem, target, say=warnings.append)
         if warnings:
             report["warnings"] = warnings
+        found = mem.conflicts()
+        if found:  # an agent that edited one of these pages was not told that another version is shown (nc17b)
+            report["conflicts"] = [f"{c.layer}/{c.slug}: {len(c.heads)} versions at once, the file shows the "
+                                   f"winner {c.winner} (call conflicts to read them, resolve to write one over them)"
+                                   for c in found]
         return json_text(report)
+
+    @register
+    def conflicts() -> str:
+        """The shared pages in conflict (changed by two agents at once): each head's text, author and time, and
+        which one every replica shows (`winner`); resolve writes one version over them all. JSON."""
+        from projections.conflicts import conflicts_shown
+
+        return json_text(conflicts_shown(mem))
+
+    @register
+    def resolve(page: str, content: str) -> str:
+        """Resolve a shared page's conflict: `page` as LAYER/SLUG (as conflicts names it), `content` the whole page
+        (frontmatter and markdown) written as one version whose parents are all its heads."""
+        layer, _, slug = page.partition("/")
+        if not slug:
+            raise InvalidInput(f"name the page as LAYER/SLUG (as conflicts names it), not {page!r}", field="page")
+        event = mem.resolve(layer, slug, content.encode())
+        return f"resolved {layer}/{event.body.slug} (seq {event.seq})"
 
     # --- resources --------------------------------------------------------------------------------
 

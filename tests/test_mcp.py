@@ -24,7 +24,8 @@ from sync.server import free_port
 
 MEMORY_TOOL = {"view", "create", "str_replace", "insert", "delete", "rename"}
 MINDLOG_TOOLS = {"memory", "show", "history", "diff", "believed", "cite", "log", "entry_add", "loop_append", "sync",
-                 "page_release", "adopt", "loop_show", "loop_compact", "loop_clear", "audit", "redact"}
+                 "page_release", "adopt", "loop_show", "loop_compact", "loop_clear", "audit", "redact", "conflicts",
+                 "resolve"}
 EDITED = PAGE.replace(b"Staging first.", b"Staging first, always.")
 
 
@@ -1048,6 +1049,55 @@ def test_the_sync_tool_says_what_a_person_running_mem_sync_would_hear(workspace,
         "not written there and `mem show memory/insights.md` answers the agent's file, until `mem file delete "
         "memory/insights.md` (to keep it, first `mem show memory/insights.md | mem file write OTHER-PATH --file -`)"]
     assert "warnings" not in json.loads(second)
+
+
+def test_an_agent_on_mcp_hears_of_a_conflict_reads_its_versions_and_resolves_it(workspace, tmp_path):
+    """Regression (nc17b): the sync tool's answer said nothing of a conflict its pull opened (the file then showing
+    the other agent's version, not the one this agent had written), and no tool listed or resolved conflicts."""
+    from hubserver import HubServer
+    from sync.client import add_remote
+
+    hub = HubServer(str(tmp_path / "hub.db")).start()
+    bob = tmp_path / "bob"
+    try:
+        hub.storage.apply_contract(Contract(layers={"drafts": ContractLayer(
+            path="content/drafts/", format="pages", producers=["*"], consumers=["*"])}))
+        for agent, root in (("alice", workspace), ("bob", bob)):
+            (tmp_path / f"{agent}.token").write_text(hub.storage.add_agent(agent) + "\n")
+            if root is bob:
+                Memory.init(bob, "bob").close()
+            with Memory.open(root) as mem:
+                add_remote(mem, "origin", hub.url, str(tmp_path / f"{agent}.token"))
+        launch = "---\ntype: plan\n---\n# Launch\n\nWe launch on {}.\n"
+        for day, root in (("Tuesday", workspace), ("Wednesday", workspace), ("Thursday", bob)):
+            run_mem("-w", root, "sync", check=True)
+            run_mem("-w", root, "page", "write", "launch", "--layer", "drafts", "--file", "-",
+                    input=launch.format(day).encode(), check=True)
+            if day != "Wednesday":
+                run_mem("-w", root, "sync", check=True)
+
+        async def session_body(session):
+            answers = [await call(session, "sync"), await call(session, "conflicts")]
+            answers.append(await call(session, "resolve", page="drafts/launch", content=launch.format("Friday")))
+            answers.append(await call(session, "resolve", page="launch", content=launch.format("Friday")))
+            return answers + [await call(session, "sync"), await call(session, "conflicts")]
+
+        (_, synced), (_, listed), (_, resolved), (refused, said), (_, again), (_, after) = run_stdio(workspace,
+                                                                                                  session_body)
+        run_mem("-w", bob, "sync", check=True)
+    finally:
+        hub.stop()
+    [told] = json.loads(synced)["conflicts"]
+    assert told.startswith("drafts/launch: 2 versions at once, the file shows the winner ")
+    [conflict] = json.loads(listed)
+    assert (conflict["layer"], conflict["slug"]) == ("drafts", "launch")
+    assert sorted((head["agent"], head["text"].split("on ")[1]) for head in conflict["heads"]) == [
+        ("alice", "Wednesday.\n"), ("bob", "Thursday.\n")]
+    assert resolved.startswith("resolved drafts/launch (seq ")
+    assert refused and said == "name the page as LAYER/SLUG (as conflicts names it), not 'launch'"
+    assert "conflicts" not in json.loads(again) and json.loads(after) == []
+    assert run_mem("-w", bob, "conflicts").returncode == 0
+    assert "We launch on Friday." in (bob / "content/drafts/launch.md").read_text()
 
 
 @pytest.mark.parametrize("stop, code", [("SIGTERM", 143), ("SIGINT", 0)])
