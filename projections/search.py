@@ -876,7 +876,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
 def _refuse_unknown_names(db, agent: str | None, self_agent: str | None, types) -> None:
     """An agent that never wrote anything searchable here, or types (free-form, as statuses are) that nothing ever
     had, find nothing at any moment: most likely a typo, said as such rather than as "no matches"."""
-    if agent:
+    if agent is not None:
         agents = {self_agent} | {name for (name,) in db.execute(
             "SELECT DISTINCT agent FROM search_history WHERE agent IS NOT NULL")}
         if agent not in agents:
