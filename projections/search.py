@@ -812,6 +812,8 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
     Withheld material (superseded, deprecated, archived) is left out unless `include_all` or a
     `status` filter asks for it; flagged material (stale, reversed) ranks below the rest.
     """
+    if agent is not None and not agent.strip():  # read as no filter: every agent's hits (nc17b)
+        raise InvalidInput("an agent filter needs an agent's name", field="agent")
     if status is not None and not status.strip():
         raise InvalidInput("a status filter needs a word (statuses are free-form: current, draft, deprecated, ...)")
     match = quote(query)
@@ -876,7 +878,7 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
 def _refuse_unknown_names(db, agent: str | None, self_agent: str | None, types) -> None:
     """An agent that never wrote anything searchable here, or types (free-form, as statuses are) that nothing ever
     had, find nothing at any moment: most likely a typo, said as such rather than as "no matches"."""
-    if agent is not None:
+    if agent:
         agents = {self_agent} | {name for (name,) in db.execute(
             "SELECT DISTINCT agent FROM search_history WHERE agent IS NOT NULL")}
         if agent not in agents:
