@@ -838,7 +838,7 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
                                "so the log must be empty" + (f" (this one holds {held} of the file's {len(events)} "
                                                              "events already)" if held else ""))
         memory.log.append(events)
-    memory.refresh(progress=progress)
+    memory.follow(progress=progress)
     rows = {"loop": len(reader.live), "audit": sum(isinstance(e.body, AuditImport) for e in events),
             "files": sum(isinstance(e.body, FileWrite) for e in events),
             "pages": sum(isinstance(e.body, PageIngest) for e in events),

@@ -11,7 +11,7 @@ reported, never overwritten.
 import msgspec
 
 from eventstore.errors import MemError
-from eventstore import secrets
+from eventstore import secrets, validate
 from eventstore.layers import MIND
 
 from .materialize import file_hash, hand_edited, untracked, written_hash
@@ -53,6 +53,7 @@ class _Batch:
 
     def add(self, path: str, make, document: bytes | None = None) -> None:
         try:
+            validate.inside_workspace(self.memory.root, path)  # a link left alone, not with the batch (nc17a)
             event = secrets.checked(make(), self.allow_secret)
             try:
                 trust.admit(self.memory, event)

@@ -274,14 +274,7 @@ class Memory:
                 finally:
                     self._lock_depth -= 1
                 return
-            def refused(why: str) -> StorageFailure:
-                return StorageFailure(f"cannot change the workspace {self.root}: {why}")
-
-            if full_disk(self.views.db) or full_disk(getattr(self.log, "db", None)):  # the lock file opens there
-                raise refused("the disk is full (its databases could be opened only to read)")
-            for path, db in ((self.ws.views_path, self.views.db), (self.ws.log_path, getattr(self.log, "db", None))):
-                if read_only(db):  # a file this process may not write in a folder it may (`chattr +i`, chmod)
-                    raise refused(f"{path} can be opened only to read (the file or its folder is read-only)")
+            self.refuse_unwritable()
             with self.ws.locked():  # every change takes the lock first: a read-only workspace stops here
                 self._lock_depth = 1
                 try:
@@ -289,6 +282,18 @@ class Memory:
                     yield
                 finally:
                     self._lock_depth = 0
+
+    def refuse_unwritable(self) -> None:
+        """Refuses a change before anything is appended when the databases can be opened only to read (a full disk,
+        a read-only file): said as such, not as SQLite's error of the append that would have failed halfway."""
+        def refused(why: str) -> StorageFailure:
+            return StorageFailure(f"cannot change the workspace {self.root}: {why}")
+
+        if full_disk(self.views.db) or full_disk(getattr(self.log, "db", None)):  # the lock file opens there
+            raise refused("the disk is full (its databases could be opened only to read)")
+        for path, db in ((self.ws.views_path, self.views.db), (self.ws.log_path, getattr(self.log, "db", None))):
+            if read_only(db):  # a file this process may not write in a folder it may (`chattr +i`, chmod)
+                raise refused(f"{path} can be opened only to read (the file or its folder is read-only)")
 
     def witnesses(self, rebuild: bool = False) -> tuple[int, int]:
         """Refuses views the log cannot have given: their checkpoint past the log's head (events lost at its end, or
@@ -454,23 +459,15 @@ class Memory:
         trust.admit(self, event)
         return event
 
-    def follow(self, *, force: bool = False, files: bool = True) -> FileReport:
+    def follow(self, *, force: bool = False, files: bool = True, progress=None) -> FileReport:
         """Refreshes after a committed append; a storage failure, or a file something else stands in the way of,
         leaves the events standing and sets `behind`."""
         try:
-            return self.refresh(force=force, files=files)
+            return self.refresh(force=force, files=files, progress=progress)
         except (*storage_exceptions(), InTheWay) as exc:
             self._fell_behind(exc)
             return FileReport()
 
-    def refresh_or_behind(self) -> FileReport:
-        """`refresh` after events were recorded elsewhere (a pull): a file something else stands in the way of is
-        told in `behind`, the events staying recorded, not as the command's failure."""
-        try:
-            return self.refresh()
-        except InTheWay as exc:
-            self._fell_behind(exc)
-            return FileReport()
 
     def _fell_behind(self, exc: BaseException) -> None:
         why = exc if isinstance(exc, InTheWay) else self.ws.damage(exc) or storage_failure(exc)

@@ -221,8 +221,9 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     redactions = redaction_events(by_layer, reason, memory.config.agent)
     from .memory import REDACTION_FILES
 
-    seqs = memory.log.append(redactions, state=lambda seqs: {REDACTION_FILES: pending_since(memory, seqs)})
-    files = memory.refresh()  # marks the files edited by hand it leaves (Memory._rewritten)
+    with memory.lock():  # refused up front when the views cannot follow (a read-only file, a full disk)
+        seqs = memory.log.append(redactions, state=lambda seqs: {REDACTION_FILES: pending_since(memory, seqs)})
+        files = memory.follow()  # marks the files edited by hand it leaves (Memory._rewritten)
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
                         hand_edited=list(files.refused))
 

@@ -703,7 +703,7 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
             break
         at = page.cursor
     if fold:
-        tally.skipped.update(memory.refresh_or_behind().refused)
+        tally.skipped.update(memory.follow().refused)
 
 
 def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> ContractResponse:
@@ -900,6 +900,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     once through `say` and retries with backoff, then says when it is back. `on_batch` hears of every
     batch applied. `progress(advance, total)` counts hub positions: `total` is how far the hub's head
     was ahead of this log when the pull began (it grows if the hub moves on meanwhile)."""
+    memory.refuse_unwritable()
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
     tally = _Tally(remote, progress, on_batch, say, client)
@@ -930,7 +931,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 break
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
-    tally.skipped.update(memory.refresh_or_behind().refused)
+    tally.skipped.update(memory.follow().refused)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
                       already_held=tally.already_held, restarted=tally.restarted,
@@ -1067,7 +1068,7 @@ class _Tally:
         self.already_held += len(held) - returned
         self.advance(position)
         if events and not page.more and fold:
-            self.skipped.update(memory.refresh_or_behind().refused)  # once caught up: a burst renders its files once
+            self.skipped.update(memory.follow().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
             self.on_batch(PulledBatch(pulled=len(fresh), returned=returned, position=position,
                                       already_held=len(held) - returned))
@@ -1106,7 +1107,7 @@ def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:
                 return
             asked = requests.submit(client.pull_page, page.cursor, PULL_BATCH, 0, None, not page.more)
             if page.more:
-                memory.refresh(files=False)
+                memory.follow(files=False)
             page = asked.result()
 
 

@@ -90,6 +90,21 @@ def test_a_directory_in_mind_is_left_and_the_pages_beside_it_adopted(workspace):
     assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
 
 
+def test_a_linked_page_is_left_alone_and_the_pages_beside_it_adopted(workspace, tmp_path):
+    """Regression (nc17a): one symbolic link among the pages left every page of its batch unadopted, each said to be
+    that link."""
+    outside = tmp_path / "outside.md"
+    outside.write_bytes(PAGE.replace(b"Staging first.", b"Outside the workspace."))
+    (workspace / "mind/good.md").write_bytes(PAGE)
+    (workspace / "mind/evil.md").symlink_to(outside)
+    result = run_mem("-w", workspace, "adopt")
+    assert result.returncode == 1 and result.stdout.decode().splitlines() == [
+        "adopted mind/good.md", "left mind/evil.md: mind/evil.md is a symbolic link; mindlog never writes through "
+        "links"], result
+    assert [row[6] for row in log_rows(workspace)] == ["page.ingest"]
+    assert b"Outside the workspace" not in run_mem("-w", workspace, "log", "--json", check=True).stdout
+
+
 def test_a_page_moved_by_hand_and_an_always_line_edited_are_adopted_in_one_run(workspace):
     """Regression (nc13a): the rename came first and was left, mind.md being edited by hand ("`mem adopt` records its
     `## Always` lines"), though the same run adopted mind.md just after; a second run did the rename."""

@@ -181,3 +181,80 @@ def test_a_sqlite_hub_on_a_full_disk_answers_503_naming_it_and_logs_one_line(sma
                           timeout=60).status_code == 200
     logged = hub_log.read_text()
     assert "Traceback" not in logged and logged.count("the hub's storage failed: the disk is full") == 1, logged
+
+
+@pytest.fixture
+def pg_workspace_on_a_small_disk(small_disk, tmp_path, pg_url):
+    """A workspace whose log is in PostgreSQL and whose views and files are on the small disk, holding a big page."""
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, "--log", pg_url, check=True)
+    run_mem("-w", ws, "page", "write", "big", "--file", big_page(tmp_path, 200_000), check=True)
+    return ws
+
+
+def test_a_redaction_that_committed_is_reported_as_recorded(pg_workspace_on_a_small_disk, small_disk):
+    """Regression (nc17a): a redaction whose views could not follow (a full disk) said `error: the disk is full` and
+    exited 1 though it was committed; it now says it was done and that the views are behind, as a page write does."""
+    ws = pg_workspace_on_a_small_disk
+    fill(small_disk, leave=131_072)
+    result = run_mem("-w", ws, "redact", "1", "--reason", "too big")
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, err
+    assert "\nredacted 1 event (redaction seq 2)" in out and "warning: recorded, but the views and files are behind the log " \
+        "(the disk is full" in err, (out, err)
+    (small_disk / "filler").unlink()
+    run_mem("-w", ws, "page", "list", check=True)
+    status = json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)
+    assert status["head"] == 2 and status["behind"] == 0 and status["clean"], status
+    assert "[redacted: too big]" in (ws / "mind" / "big.md").read_text()
+
+
+def test_an_import_that_committed_is_reported_as_recorded(small_disk, tmp_path, pg_url):
+    """Regression (nc17a): `mem import adf` said `error: the disk is full` after its events were committed."""
+    source = tmp_path / "source"
+    run_mem("init", "-w", source, check=True)
+    run_mem("-w", source, "page", "write", "big", "--file", big_page(tmp_path), check=True)
+    run_mem("-w", source, "export", "adf", tmp_path / "big.adf", check=True)
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, "--log", pg_url, check=True)
+    fill(small_disk, leave=131_072)
+    result = run_mem("-w", ws, "import", "adf", tmp_path / "big.adf")
+    err = result.stderr.decode()
+    assert result.returncode == 0 and "warning: recorded, but the views and files are behind the log (the disk is " \
+        "full" in err, (result.stdout, err)
+    (small_disk / "filler").unlink()
+    run_mem("-w", ws, "page", "list", check=True)  # the next command catches up
+    status = json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)
+    assert status["behind"] == 0 and status["clean"], status
+    assert (ws / "mind" / "big.md").read_bytes() == (source / "mind" / "big.md").read_bytes()
+
+
+def test_a_redaction_or_a_pull_is_refused_up_front_when_the_views_are_read_only(workspace, tmp_path):
+    """Regression (nc17a): `mem redact` appended its redaction, then failed on views it could not write ("the views
+    are at seq 1, the log at 2 ... cannot catch up"), a state it had made; every other change is refused first."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    from hubserver import HubServer
+    from sync.storage import open_storage
+
+    hub = open_storage(str(tmp_path / "hub.db"))
+    (tmp_path / "token").write_text(hub.add_agent("alice") + "\n")
+    hub.close()
+    with HubServer(str(tmp_path / "hub.db")) as server:
+        run_mem("-w", workspace, "remote", "add", "origin", server.url, "--token-file", tmp_path / "token", check=True)
+    before = log_rows(workspace)  # the hub is gone: the refusal comes first
+    views = workspace / ".mem" / "views.db"
+    subprocess.run(["chattr", "+i", str(views)], check=False)
+    try:
+        if os.access(views, os.W_OK) and subprocess.run(["lsattr", str(views)], capture_output=True).stdout[:20] \
+                .count(b"i") == 0:
+            pytest.skip("needs chattr +i (root on a filesystem that has it)")
+        results = [run_mem("-w", workspace, *args) for args in (["redact", "1", "--reason", "x"], ["pull"])]
+    finally:
+        subprocess.run(["chattr", "-i", str(views)], check=False)
+    for result in results:  # a pull said `the storage is read-only (SQLITE_READONLY)`
+        assert (result.returncode, result.stderr.decode()) == (1, f"error: cannot change the workspace {workspace}: "
+                                                                  f"{views} can be opened only to read (the file or "
+                                                                  "its folder is read-only)\n"), result.args
+    assert log_rows(workspace) == before
