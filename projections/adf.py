@@ -13,7 +13,7 @@ import base64
 import copy
 import json
 
-from eventstore.blobs import compress, dumps, is_loop_source
+from eventstore.blobs import compress, dumps
 from eventstore.instants import format_instant
 from eventstore.kinds import (ADF_KINDS, AuditImport, ConfigSet, FileDelete, FileWrite, InboxMessage, LoopAppend,
                               LoopClear, LoopCompact, OutboxMessage)

@@ -30,7 +30,7 @@ from eventstore.recorder import ROW_FAULTS, damaged_row, id_text, stored_body
 from eventstore.redaction import stand_in
 
 from . import placements, render, trust
-from .render import hook_of, log_entry, title_of
+from .render import hook_of, title_of
 from .adf import AdfFold
 from .search import SearchFold
 from .shared import SharedFold
