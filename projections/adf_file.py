@@ -106,10 +106,18 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         raise InvalidInput(f"cannot write {out}: there is no directory {out.parent}")
     tmp = out.with_name(out.name + ".tmp")
     tmp.unlink(missing_ok=True)
+    def remove(suffixes=("", "-wal", "-shm")) -> None:
+        for suffix in suffixes:
+            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+
+    db = None
     try:
         db = sqlite3.connect(tmp, isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
     except sqlite3.Error as exc:
+        if db is not None:
+            db.close()
+        remove()  # the empty file it made (a full disk: nc17a)
         raise storage_failure(exc, f"cannot write {out}") from None
     try:
         _write_tables(db, memory, as_of)
@@ -117,12 +125,10 @@ def export_adf(memory, out: Path, as_of: int) -> ExportReport:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except BaseException:  # an error or Ctrl-C: no half-written file is left beside the one asked for
         db.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+        remove()
         raise
     db.close()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+    remove(("-wal", "-shm"))
     tmp.rename(out)
     return ExportReport(path=str(out), seq=as_of, rows=rows)
 

@@ -258,3 +258,15 @@ def test_a_redaction_or_a_pull_is_refused_up_front_when_the_views_are_read_only(
                                                                   f"{views} can be opened only to read (the file or "
                                                                   "its folder is read-only)\n"), result.args
     assert log_rows(workspace) == before
+
+
+def test_an_export_to_a_full_disk_leaves_no_file(small_disk, workspace, tmp_path):
+    """Regression (nc17a): with no room for its journal, `mem export adf` said so and left an empty FILE.tmp."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    fill(small_disk)
+    result = run_mem("-w", workspace, "export", "adf", small_disk / "e.adf")
+    assert result.returncode == 1 and result.stderr.decode().startswith(
+        f"error: cannot write {small_disk / 'e.adf'}: the disk is full"), result.stderr
+    assert sorted(path.name for path in small_disk.iterdir()) == ["filler"]
