@@ -12,7 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from eventstore.errors import Damaged, HandEdited, StorageFailure
+from eventstore import validate
+from eventstore.errors import Damaged, HandEdited, StorageFailure, UnsafePath
 from eventstore.workspace import LOG_AS_IS
 
 from . import bulk
@@ -98,6 +99,11 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             raise
         finally:
             checks.finish()
+        if unsafe := _unsafe(memory.root, refused):  # no --force writes there: not said to be edited by hand (nc17a)
+            rebuilt.unlink()
+            more = f"; and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
+            raise UnsafePath(f"{'; '.join(unsafe[:3])}{more}: a replay writes no file there, --force neither (the "
+                             "views are as they were)")
         if refused and not keep_hand_edits:
             rebuilt.unlink()
             raise HandEdited(f"{memory.hand_edited_message(refused)} (a replay would overwrite "
@@ -335,3 +341,14 @@ def _compare(memory, live: _Moment, views: Views, out: Path, behind: int | None)
         views.db.execute("ROLLBACK")
     return CheckReport(checkpoint=views.checkpoint(), same=not said, differences=said, not_yet_written=waiting,
                        caught_up_from=behind)
+
+
+def _unsafe(root: Path, paths: list[str]) -> list[str]:
+    """Why each of `paths` that mindlog never writes is so (a link, a linked directory leading out of the workspace)."""
+    found, folders = [], {}
+    for path in paths:
+        try:
+            validate.inside_workspace(root, path, folders)
+        except UnsafePath as exc:
+            found.append(str(exc))
+    return found

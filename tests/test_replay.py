@@ -525,6 +525,19 @@ def test_a_process_that_keeps_its_memory_open_follows_a_replay_made_by_another(m
         assert fresh.page_text("after") is not None
 
 
+def test_a_replay_over_a_linked_mind_folder_says_so_and_not_to_force_it(workspace, tmp_path):
+    """Regression (nc17a): with mind/ a link to a folder outside the workspace, a replay said every file was edited by
+    hand and to pass --force, and `mem replay --force` said the same again."""
+    run_mem("-w", workspace, "always", "add", "one", check=True)
+    (workspace / "mind").rename(tmp_path / "elsewhere")
+    (workspace / "mind").symlink_to(tmp_path / "elsewhere")
+    said = ("error: mind/log.md resolves outside the workspace (a linked directory leads out of it): a replay writes "
+            "no file there, --force neither (the views are as they were)\n")
+    for args in (["replay"], ["replay", "--force"]):
+        result = run_mem("-w", workspace, *args)
+        assert (result.returncode, result.stderr.decode()) == (1, said), args
+
+
 def test_a_replay_refused_over_hand_edits_says_what_keeps_each(workspace):
     """Regression: a replay refused over a hand-edited mind.md advised `mem page write`, which refuses
     (`slug 'mind' is reserved`); `mem adopt` keeps it. Two files were each told "overwrite it"."""
