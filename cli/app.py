@@ -127,7 +127,7 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
 
     with Memory.open(state["workspace"], rebuild_damaged=rebuild_damaged) as mem:
         if refresh:
-            report = mem.refresh()
+            report = caught_up(mem)
             state["refused"] = set(report.refused)  # said here once: a pull's report names them again
             if report.refused:
                 typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
@@ -140,6 +140,21 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
                 typer.echo(f"warning: {mem.behind}", err=True)
             if clock := mem.clock_behind(head):
                 typer.echo(f"warning: {clock}", err=True)
+
+
+def caught_up(mem):
+    """`mem.refresh()`, but files that cannot be written (a folder not writable, a read-only mount of mind/) leave the
+    views caught up and the command going, said in a warning: a read needs the views, not the files (nc17a)."""
+    from eventstore.errors import storage_failure
+    from projections.materialize import FileReport
+
+    try:
+        return mem.refresh()
+    except OSError as exc:
+        mem.refresh(files=False)
+        typer.echo(f"warning: the files could not be brought up to date ({storage_failure(exc)}); the views are, and "
+                   "the files are written at the next command that can", err=True)
+        return FileReport()
 
 
 def read_input(file: str, limit: int | None = None, what: str = "the input") -> bytes:

@@ -159,6 +159,10 @@ def storage_failure(exc: BaseException, where: str = "") -> StorageFailure:
         cause = "the disk is full"
     elif number == errno.EROFS or "readonly" in text or "read-only" in text:
         cause = "the storage is read-only"
+    elif number in (errno.EACCES, errno.EPERM):
+        cause = "permission denied"
+    elif number == errno.EBUSY:  # a rename onto a mount point (a file bind-mounted alone): no database is locked
+        cause = "the file is in use or a mount point"
     elif "locked" in text or "busy" in text:
         cause = "the database is locked by another process"
     elif text.startswith("could not decode to utf-8 column"):  # its detail quotes the column's bytes: not shown

@@ -270,3 +270,38 @@ def test_an_export_to_a_full_disk_leaves_no_file(small_disk, workspace, tmp_path
     assert result.returncode == 1 and result.stderr.decode().startswith(
         f"error: cannot write {small_disk / 'e.adf'}: the disk is full"), result.stderr
     assert sorted(path.name for path in small_disk.iterdir()) == ["filler"]
+
+
+def test_reads_go_on_from_the_views_when_the_files_cannot_be_written(workspace, tmp_path):
+    """Regression (nc17a): with mind/ on a read-only mount, a write was recorded and said the files were behind, and
+    then every command failed on writing them, reads (lint, export, search) too."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    mind = workspace / "mind"
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", "-o", "ro", str(mind), str(mind)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount mind/ read-only")
+    try:
+        page.write_bytes(PAGE.replace(b"Staging first.", b"Staging first, zebra."))
+        wrote = run_mem("-w", workspace, "page", "write", "deploy", "--file", page)
+        assert wrote.returncode == 0 and wrote.stderr.decode().startswith(
+            "warning: recorded, but the views and files are behind the log (the storage is read-only"), wrote.stderr
+        for args in (["search", "zebra"], ["export", "adf", tmp_path / "out.adf"]):
+            read = run_mem("-w", workspace, *args)
+            assert read.returncode == 0, (args, read.stderr)
+            assert read.stderr.decode().startswith("warning: the files could not be brought up to date (the storage "
+                                                   "is read-only"), read.stderr
+        assert b"mind/deploy.md" in run_mem("-w", workspace, "search", "zebra").stdout
+    finally:
+        subprocess.run(["umount", "-l", str(mind)], check=False)
+    run_mem("-w", workspace, "page", "list", check=True)
+    assert b"zebra" in (mind / "deploy.md").read_bytes()
+
+
+def test_a_busy_or_forbidden_file_is_not_said_to_be_a_locked_database():
+    import errno
+
+    busy = OSError(errno.EBUSY, "Device or resource busy")
+    assert str(storage_failure(busy)).startswith("the file is in use or a mount point (")
+    assert str(storage_failure(OSError(errno.EACCES, "Permission denied"))).startswith("permission denied (")
