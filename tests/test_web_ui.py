@@ -511,3 +511,28 @@ def test_mem_ui_and_the_mcp_http_server_limit_what_a_client_may_hold_as_the_hub_
     finally:
         for server, _port, _lines in servers:
             stop(server)
+
+
+def test_views_truncated_under_mem_ui_are_let_go_so_the_next_page_and_every_command_work(tmp_path):
+    """Regression (nc17a): with views.db truncated under `mem ui`, every page answered 503 for good and every command
+    (`mem replay`, meant to repair it, too) said the database was locked: the server kept the damaged connection, and
+    its locks, open."""
+    from projections.memory import Memory
+    from webui import serve_ui
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "writer") as mem:
+        for slug in ("one", "two", "three"):
+            mem.write_page(slug, PAGE)
+    server, url = serve_ui(root)
+    try:
+        assert httpx.get(f"{url}/asof", timeout=30).status_code == 200
+        (root / ".mem" / "views.db").write_bytes(b"")
+        answers = [httpx.get(f"{url}/asof", timeout=30).status_code for _ in range(3)]
+        assert answers[-1] != 503 or answers[-2] != 503, answers  # a 503 once, not for good
+        replayed = run_mem("-w", root, "replay")
+        assert replayed.returncode == 0 and b"locked" not in replayed.stderr, replayed.stderr
+        assert httpx.get(f"{url}/asof", timeout=30).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(10)

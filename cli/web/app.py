@@ -17,7 +17,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from eventstore import validate
-from eventstore.errors import InvalidInput, MemError, NotFound, StorageFailure, storage_exceptions, storage_failure
+from eventstore.errors import (InvalidInput, MemError, NotFound, StorageFailure, is_damaged, storage_exceptions,
+                               storage_failure)
 from eventstore.instants import format_instant
 from eventstore.kinds import KINDS
 from eventstore.layers import RESERVED_LAYERS, consumes
@@ -105,6 +106,9 @@ class Site:
 
     hub = False
     called = "this workspace"
+    rebuild_damaged = False
+    """Whether damaged views are moved aside and built again when a page opens them: a hub's mirror's, all made from
+    the hub; not a workspace's, which `mem replay` rebuilds when asked (damage may be evidence: Memory.witnesses)."""
 
     def __init__(self, root: Path, title: str = ""):
         self.root = Path(root)
@@ -119,11 +123,18 @@ class Site:
 
         mem = getattr(self.local, "memory", None)
         if mem is None:
-            mem = self.local.memory = Memory.open(self.root)
+            mem = Memory.open(self.root, rebuild_damaged=self.rebuild_damaged)
             mem.called = self.called
-        if mem.head() > mem.checkpoint():
-            mem.refresh(files=False)
-        yield mem
+            self.local.memory = mem
+        try:
+            if mem.head() > mem.checkpoint():
+                mem.refresh(files=False)
+            yield mem
+        except storage_exceptions() as exc:
+            if is_damaged(exc):  # views damaged under the server (a file truncated): not kept open, nor its locks
+                self.local.memory = None  # (every command waited on them), and opened again by the next page
+                mem.close()
+            raise
 
     def render(self, request: Request, name: str, current: str, **context):
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,

@@ -64,6 +64,7 @@ class GettingReady(Exception):
 class HubSite(Site):
     hub = True
     called = "this hub"
+    rebuild_damaged = True
 
     def __init__(self, storage: HubStorage, mirror: HubMirror, admin_token: str | None = None):
         super().__init__(mirror.root, title="hub")
