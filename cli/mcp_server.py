@@ -366,12 +366,17 @@ def build_server(mem: Memory) -> MCPServer:
         return [text, *said]
 
     @register
-    def history(path: str) -> str:
-        """Every version of a file: the seq and time of each event that changed it (JSON)."""
-        versions = history_of(mem, rel := mem.named_file(workspace_path(path), mem.seq_at()))
-        if not versions and mem.show(rel, mem.seq_at()) is None:  # [] for one as the workspace began (mind.md)
-            raise ToolError(f"{rel} never existed")
-        return json_text(versions)
+    def history(path: str, at: str | None = None, seq: StrictInt | None = None) -> list[str]:
+        """Every version of a file: the seq and time of each event that changed it (JSON), now or as of a moment
+        (`at` ISO 8601, or `seq`), as `mem history --at/--seq`."""
+        said: list[str] = []
+        asked = at is not None or seq is not None
+        as_of = moment(mem, at, seq, said.append) if asked else None
+        point = mem.seq_at() if as_of is None else as_of
+        versions = history_of(mem, rel := mem.named_file(workspace_path(path), point), as_of)
+        if not versions and mem.show(rel, point) is None:  # [] for one as the workspace began (mind.md)
+            raise ToolError(f"{rel} had not existed by then" if asked else f"{rel} never existed")
+        return [json_text(versions), *said]
 
     @register
     def diff(path: str, old: str, new: str | None = None) -> list[str]:

@@ -83,6 +83,10 @@ def test_tools_and_a_session_over_stdio(workspace):
         page = await session.read_resource("adf-file://mind/deploy-procedure.md")
         uris = {str(r.uri) for r in (await session.list_resources()).resources}
         history = json.loads((await call(session, "history", path="/memories/mind/deploy-procedure.md"))[1])
+        then = json.loads((await call(session, "history", path="/memories/mind/deploy.md", seq=2))[1])
+        assert [v["seq"] for v in then] == [1, 2]  # as `mem history --seq 2`: the tool took no moment (nc17b)
+        assert await call(session, "history", path="/memories/notes/today.md", seq=2) == (
+            True, "notes/today.md had not existed by then")
         return mind.contents[0].text, page.contents[0].text, uris, history
 
     mind, page, uris, history = run_stdio(workspace, session_body)
