@@ -624,8 +624,8 @@ def test_a_failed_rewrite_of_the_files_is_one_line_on_stderr_and_the_server_goes
     unhandled, pending = asyncio.run(twice())
     assert unhandled == [] and pending is None
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["warning: the workspace's files were not rewritten: [Errno 13] Permission denied: "
-                     "'/w/mind/.log.md.mem-tmp-1' (the log holds every change; the files are written again after the "
+    assert lines == ["warning: the workspace's files were not rewritten: permission denied ([Errno 13] Permission "
+                     "denied: '/w/mind/.log.md.mem-tmp-1') (the log holds every change; the files are written again after the "
                      "next change, and when the server stops)"] * 2
 
 
