@@ -466,6 +466,7 @@ def pull(remote: Optional[str] = typer.Argument(None),
         return emit_json(report)
     typer.echo(_pull_line(report))
     _skipped_lines(report)
+    _conflict_lines(report)
 
 
 @app.command("sync")
@@ -486,7 +487,14 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
                    + (f"; {', '.join(again)}" if again else ""))
         _skipped_lines(pulled)
+        _conflict_lines(pulled)
     raise typer.Exit(1 if _held_lines(pushed) else 0)
+
+
+def _conflict_lines(report) -> None:
+    for page in report.conflicts:
+        typer.echo(f"warning: {page} is now in conflict: its file shows the version every replica shows, the others "
+                   f"are kept (`mem conflicts --show`; `mem resolve {page} --file F`)", err=True)
 
 
 @entry_app.command("add")

@@ -161,6 +161,7 @@ class PullReport(msgspec.Struct):
     already_held: int = 0
     not_adoptable: dict[str, str] = {}  # skipped files `mem adopt` cannot take -> what of the edit (Memory.not_adoptable)
     restarted: bool = False  # the hub had lost events this workspace pulled: this pull began again before them
+    conflicts: list[str] = []  # the shared pages (LAYER/SLUG) this pull left in a conflict they were not in before
 
 
 class PackedPullPage(PullPage):
@@ -901,6 +902,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     batch applied. `progress(advance, total)` counts hub positions: `total` is how far the hub's head
     was ahead of this log when the pull began (it grows if the hub moves on meanwhile)."""
     memory.refuse_unwritable()
+    open_before = _open_conflicts(memory)
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
     tally = _Tally(remote, progress, on_batch, say, client)
@@ -935,7 +937,12 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
                       already_held=tally.already_held, restarted=tally.restarted,
-                      not_adoptable=memory.not_adoptable(tally.skipped))
+                      not_adoptable=memory.not_adoptable(tally.skipped),
+                      conflicts=sorted(_open_conflicts(memory) - open_before))
+
+
+def _open_conflicts(memory) -> set[str]:
+    return {f"{conflict.layer}/{conflict.slug}" for conflict in memory.conflicts()}
 
 
 class _Tally:

@@ -90,8 +90,11 @@ def test_a_shared_page_conflict_and_its_resolution(team):
     for agent, text in (("main", "main's edit"), ("writer", "writer's edit")):
         page.write_text(f"---\ntype: draft\n---\n# Launch post\n\n{text}\n")
         mem(tmp, agent, "page", "write", "launch", "--layer", "drafts", "--file", page, check=True)
-    for agent in ("main", "writer", "main"):
-        mem(tmp, agent, "sync", check=True)
+    told = [mem(tmp, agent, "sync", check=True).stderr.decode() for agent in ("main", "writer", "main")]
+    said = ("warning: drafts/launch is now in conflict: its file shows the version every replica shows, the others "
+            "are kept (`mem conflicts --show`; `mem resolve drafts/launch --file F`)\n")
+    assert told == ["", said, said]  # each agent once, at the sync that brought the other's edit (a sync said nothing)
+    assert mem(tmp, "main", "sync", check=True).stderr == b""
     answers = [mem(tmp, a, "conflicts", "--json") for a in ("main", "writer")]
     assert [a.returncode for a in answers] == [1, 1]  # conflicts are loud
     views = [json.loads(a.stdout) for a in answers]
