@@ -692,7 +692,7 @@ def raw_session(workspace, lines: list[bytes], answers: int) -> tuple[list[dict]
     server.stdin.write(b"\n".join(lines) + b"\n")
     server.stdin.flush()
     read, deadline = [], time.monotonic() + 30
-    while len(read) < answers and select.select([server.stdout], [], [], max(deadline - time.monotonic(), 0))[0]:
+    while sum("id" in a for a in read) < answers and select.select([server.stdout], [], [], max(deadline - time.monotonic(), 0))[0]:
         line = server.stdout.readline()  # the server writes whole lines
         if not line:
             break

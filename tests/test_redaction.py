@@ -957,7 +957,7 @@ from projections.memory import Memory
 from sync.client import get_remote, pull
 
 with Memory.open(sys.argv[1]) as memory:
-    memory.refresh_or_behind = lambda *args, **kwargs: os._exit(9)  # the pulled redaction committed, no file written
+    memory.follow = lambda *args, **kwargs: os._exit(9)  # the pulled redaction committed, no file written
     pull(memory, get_remote(memory, None))
 """
 
