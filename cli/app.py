@@ -152,8 +152,8 @@ def caught_up(mem):
         return mem.refresh()
     except OSError as exc:
         mem.refresh(files=False)
-        typer.echo(f"warning: the files could not be brought up to date ({storage_failure(exc)}); the views are, and "
-                   "the files are written at the next command that can", err=True)
+        mem.behind = (f"the files could not be brought up to date ({storage_failure(exc)}); the views are, and the "
+                      "files are written at the next command that can")  # said once at the end: a write may say more
         return FileReport()
 
 

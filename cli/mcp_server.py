@@ -32,7 +32,8 @@ from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
 from .app import point, release, resolve_at
-from .output import LEFT_ON_DISK, TOO_LARGE, cleared_line, compacted_line, event_line, kept_by_hand, redacted_line
+from .output import (LEFT_ON_DISK, TOO_LARGE, VIEWS_HOLD, cleared_line, compacted_line, event_line, held_lines,
+                     kept_by_hand, redacted_line)
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -520,6 +521,7 @@ def build_server(mem: Memory) -> MCPServer:
         listed = [event_line(event) for event in found.events] if match and not confirm else []
         warned = [*(found.kept_notes() if match else found.notes()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
         warned += [kept_by_hand(report)] if report.hand_edited else []
+        warned += [VIEWS_HOLD] if report.views_behind else []
         return "\n".join([*listed, redacted_line(report, "call redact again with confirm=true to do it"), *warned])
 
     @register
@@ -533,6 +535,10 @@ def build_server(mem: Memory) -> MCPServer:
             report["push"] = push(mem, target, say=warnings.append)
         if direction in ("pull", "both"):
             report["pull"] = pull(mem, target, say=warnings.append)
+        warnings += [f"error: {line}" for line in held_lines(report.get("push"))]  # `mem sync` exits 1 on them
+        if mem.behind:
+            warnings.append(f"warning: {mem.behind}")
+            mem.behind = None
         if warnings:
             report["warnings"] = warnings
         found = mem.conflicts()

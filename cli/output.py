@@ -77,8 +77,17 @@ def cleared_line(done, loop: str, start: int | None, end: int | None) -> str:
             f"(seq {done.event.seq}){archived}")
 
 
-LEFT_ON_DISK = ("another process is reading the log, so the redacted text is still in .mem/log.db and its WAL; the "
-                "next write to this workspace erases it once that reader is done")
+LEFT_ON_DISK = ("the log's WAL could not be emptied (another process is reading the log, or the disk has no room "
+                "left), so the redacted text may still be in .mem/log.db and its WAL; the next write to this workspace "
+                "erases it once that reader is done or there is room")
+VIEWS_HOLD = ("the views and files could not follow the redaction, so they still hold what it removed until the next "
+              "command catches them up")
+
+
+def held_lines(report) -> list[str]:
+    """What a push (a `sync.client.PushReport`, or None) leaves behind, a line per layer and cause."""
+    return [f"{event_count(held.count)} in layer {held.layer} cannot be pushed: {held.why}"
+            for held in (report.held if report is not None else ())]
 
 
 def kept_by_hand(report) -> str:

@@ -9,7 +9,7 @@ import typer
 from eventstore.errors import MemError
 
 from .app import JsonOpt, app, fail, memory
-from .output import LEFT_ON_DISK, emit_json, event_line, kept_by_hand, progress_bar, redacted_line
+from .output import LEFT_ON_DISK, VIEWS_HOLD, emit_json, event_line, kept_by_hand, progress_bar, redacted_line
 from .sync_commands import DbOpt, hub_app, mirror_dir, storage
 
 ReasonOpt = typer.Option(..., "--reason", help="Why: what a redacted version reads instead (\\[redacted: REASON]).")
@@ -41,6 +41,8 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
         typer.echo(f"{'warning' if match else 'note'}: {note}", err=True)
     if report.left_on_disk:
         typer.echo(f"warning: {LEFT_ON_DISK}", err=True)
+    if report.views_behind:
+        typer.echo(f"warning: {VIEWS_HOLD}", err=True)
     if kept_by_hand(report):
         typer.echo(f"warning: {kept_by_hand(report)}", err=True)
     if json:

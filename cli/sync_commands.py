@@ -10,7 +10,7 @@ from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, read_page, state
-from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, http_url, progress_bar, summary
+from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, held_lines, http_url, progress_bar, summary
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -390,9 +390,8 @@ def _say(line: str) -> None:
 
 def _held_lines(report) -> bool:
     """Says what stays behind (stderr); True when something does."""
-    for held in report.held:
-        typer.echo(f"error: {event_count(held.count)} in layer {held.layer} "
-                   f"cannot be pushed: {held.why}", err=True)
+    for line in held_lines(report):
+        typer.echo(f"error: {line}", err=True)
     return bool(report.held)
 
 

@@ -364,7 +364,9 @@ class SharedWriter:
             body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note=note, parents=parents)
         return new_event(validate.body(body), agent=self.agent, layer=layer)
 
-    def resolve(self, layer: str, slug: str, document: bytes) -> Event:
+    def resolve(self, layer: str, slug: str, document: bytes, path: str | None = None) -> Event:
+        """An update of every head of a shared page; `path` its file, which an MCP client is told to edit when the
+        page has one head."""
         slug = validate.slug(slug)
         frontmatter, text = validate.page_document(document)
         heads = self.state.shared_heads(layer, slug)
@@ -372,7 +374,8 @@ class SharedWriter:
             raise NotFound(f"there is no page {slug} in layer {layer}")
         if len(heads) == 1:  # a second resolve, or none needed: it would only write another version
             raise InvalidInput(f"{layer}/{slug} has no conflict (one head): write it with `mem page write {slug} "
-                               f"--layer {layer}`")
+                               f"--layer {layer}`", for_tools=f"{layer}/{slug} has no conflict (one head): change it "
+                               f"with str_replace or create on /memories/{path or slug}")
         body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads)
         return new_event(validate.body(body), agent=self.agent, layer=layer)
 

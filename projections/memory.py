@@ -471,7 +471,13 @@ class Memory:
 
     def _fell_behind(self, exc: BaseException) -> None:
         why = exc if isinstance(exc, InTheWay) else self.ws.damage(exc) or storage_failure(exc)
-        self.behind = f"recorded, but the views and files are behind the log ({why}); they catch up at the next command"
+        try:
+            views_followed = self.views.checkpoint() >= self.log.head()
+        except storage_exceptions():
+            views_followed = False
+        self.behind = (f"recorded, but the files are behind the log ({why}); they are written at the next command "
+                       "that can" if views_followed else
+                       f"recorded, but the views and files are behind the log ({why}); they catch up at the next command")
 
     def hand_edited_message(self, paths: list[str], strangers=(), *, tools: bool = False) -> str:
         """Why a write touching these hand-edited files is refused, and what can be done about each; `strangers`: those
@@ -982,7 +988,7 @@ class Memory:
 
     def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "pages", allow_secret)
-        event = self.shared_writer.resolve(layer, slug, document)
+        event = self.shared_writer.resolve(layer, slug, document, f"{spec.path}{slug}.md")
         path = f"{spec.path}{event.body.slug}.md"
         return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 

@@ -38,6 +38,7 @@ class RedactReport(msgspec.Struct):
     done: bool
     left_on_disk: bool = False  # a reader held the log: the old text stays on disk until a later append erases it
     hand_edited: list[str] = []  # files edited by hand, so not rewritten: they may still hold what was redacted
+    views_behind: bool = False  # the views could not follow (a full disk): they and the files still hold the text
 
 
 def _target(event: Event) -> Target:
@@ -225,7 +226,7 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
         seqs = memory.log.append(redactions, state=lambda seqs: {REDACTION_FILES: pending_since(memory, seqs)})
         files = memory.follow()  # marks the files edited by hand it leaves (Memory._rewritten)
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
-                        hand_edited=list(files.refused))
+                        hand_edited=list(files.refused), views_behind=memory.behind is not None)
 
 
 def pending_since(memory, seqs: list[int]) -> str:

@@ -17,6 +17,7 @@ import threading
 import queue
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, NamedTuple
@@ -24,7 +25,8 @@ from typing import ClassVar, NamedTuple
 import msgspec
 
 from eventstore.envelope import Event, check_event, decode_body, secrets_allowed
-from eventstore.errors import Damaged, Held, IdConflict, InvalidInput, MemError, NotFound
+from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError, NotFound, StorageFailure,
+                               storage_exceptions, storage_failure)
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redaction
@@ -915,7 +917,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 if down and say:  # said at the first answer, before anything it brings is stored
                     say(f"hub {remote.url} answers again; following")
                 down, delay = False, 0.5
-                _pull_until_caught_up(memory, client, tally)
+                _recorded_so_far(tally, lambda: _pull_until_caught_up(memory, client, tally))
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
@@ -939,6 +941,18 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                       already_held=tally.already_held, restarted=tally.restarted,
                       not_adoptable=memory.not_adoptable(tally.skipped),
                       conflicts=sorted(_open_conflicts(memory) - open_before))
+
+
+def _recorded_so_far(tally: "_Tally", pulling: Callable[[], None]) -> None:
+    """`pulling()`; a storage failure after some pages were recorded (a full disk) says how many events they hold."""
+    try:
+        pulling()
+    except storage_exceptions() as exc:
+        if not tally.pulled:
+            raise
+        count = f"{tally.pulled} event{'' if tally.pulled == 1 else 's'}"
+        raise StorageFailure(f"{storage_failure(exc)}: the pull stopped after {count}, which are recorded (the next "
+                             "pull goes on from there)") from None
 
 
 def _open_conflicts(memory) -> set[str]:
@@ -1048,6 +1062,10 @@ class _Tally:
         unsent = self.unsent_redactions(memory, events)
         try:
             seqs = memory.log.append(events, state=rows, unsent=unsent)  # intake recomputed every digest already
+        except storage_exceptions():
+            if events:
+                raise
+            return  # a page that brought nothing new: its cursor and time alone are not worth failing a pull (nc18b)
         except IdConflict:
             events, clashing = conflicting(events, memory.log)
             for clash in clashing:

@@ -1084,10 +1084,11 @@ def test_an_agent_on_mcp_hears_of_a_conflict_reads_its_versions_and_resolves_it(
             answers = [await call(session, "sync"), await call(session, "conflicts")]
             answers.append(await call(session, "resolve", page="drafts/launch", content=launch.format("Friday")))
             answers.append(await call(session, "resolve", page="launch", content=launch.format("Friday")))
+            answers.append(await call(session, "resolve", page="drafts/launch", content=launch.format("Friday")))
             return answers + [await call(session, "sync"), await call(session, "conflicts")]
 
-        (_, synced), (_, listed), (_, resolved), (refused, said), (_, again), (_, after) = run_stdio(workspace,
-                                                                                                  session_body)
+        (_, synced), (_, listed), (_, resolved), (refused, said), none, (_, again), (_, after) = run_stdio(
+            workspace, session_body)
         run_mem("-w", bob, "sync", check=True)
     finally:
         hub.stop()
@@ -1099,6 +1100,8 @@ def test_an_agent_on_mcp_hears_of_a_conflict_reads_its_versions_and_resolves_it(
         ("alice", "Wednesday.\n"), ("bob", "Thursday.\n")]
     assert resolved.startswith("resolved drafts/launch (seq ")
     assert refused and said == "name the page as LAYER/SLUG (as conflicts names it), not 'launch'"
+    assert none == (True, "drafts/launch has no conflict (one head): change it with str_replace or create on "
+                          "/memories/content/drafts/launch.md")  # not `mem page write` (nc18b)
     assert "conflicts" not in json.loads(again) and json.loads(after) == []
     assert run_mem("-w", bob, "conflicts").returncode == 0
     assert "We launch on Friday." in (bob / "content/drafts/launch.md").read_text()

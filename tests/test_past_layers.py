@@ -244,9 +244,9 @@ def test_a_pull_whose_file_a_directory_stands_in_the_way_of_records_the_events_a
         pulled = team.mem("reviewer", "pull")
         assert pulled.returncode == 0 and pulled.stdout == b"pulled 1 event from origin\n", pulled
         assert pulled.stderr.decode() == (
-            f"warning: recorded, but the views and files are behind the log ({tmp_path}/reviewer/memory/insights.md "
+            f"warning: recorded, but the files are behind the log ({tmp_path}/reviewer/memory/insights.md "
             "is a directory where mindlog writes a file; move it away (`mem replay` then writes the file)); they "
-            "catch up at the next command\n")
+            "are written at the next command that can\n")
         (tmp_path / "reviewer/memory/insights.md").rmdir()
         team.mem("reviewer", "pull", check=True)
         assert "Staging first" in (tmp_path / "reviewer/memory/insights.md").read_text()

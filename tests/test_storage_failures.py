@@ -202,6 +202,8 @@ def test_a_redaction_that_committed_is_reported_as_recorded(pg_workspace_on_a_sm
     assert result.returncode == 0, err
     assert "\nredacted 1 event (redaction seq 2)" in out and "warning: recorded, but the views and files are behind the log " \
         "(the disk is full" in err, (out, err)
+    assert "warning: the views and files could not follow the redaction, so they still hold what it removed until " \
+        "the next command catches them up\n" in err  # redacted, yet the text was there: said (nc18b)
     (small_disk / "filler").unlink()
     run_mem("-w", ws, "page", "list", check=True)
     status = json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)
@@ -286,7 +288,7 @@ def test_reads_go_on_from_the_views_when_the_files_cannot_be_written(workspace, 
         page.write_bytes(PAGE.replace(b"Staging first.", b"Staging first, zebra."))
         wrote = run_mem("-w", workspace, "page", "write", "deploy", "--file", page)
         assert wrote.returncode == 0 and wrote.stderr.decode().startswith(
-            "warning: recorded, but the views and files are behind the log (the storage is read-only"), wrote.stderr
+            "warning: recorded, but the files are behind the log (the storage is read-only"), wrote.stderr
         for args in (["search", "zebra"], ["export", "adf", tmp_path / "out.adf"]):
             read = run_mem("-w", workspace, *args)
             assert read.returncode == 0, (args, read.stderr)
@@ -305,3 +307,39 @@ def test_a_busy_or_forbidden_file_is_not_said_to_be_a_locked_database():
     busy = OSError(errno.EBUSY, "Device or resource busy")
     assert str(storage_failure(busy)).startswith("the file is in use or a mount point (")
     assert str(storage_failure(OSError(errno.EACCES, "Permission denied"))).startswith("permission denied (")
+
+
+def test_a_pull_that_committed_is_reported_as_recorded(small_disk, tmp_path, pg_url):
+    """Regression (nc17a, nc18b): a pull whose events committed but whose views could not follow (a full disk) said
+    `error: the disk is full` and exited 1, its count never told; it now says what it pulled and that the views are
+    behind."""
+    from hubserver import HubServer
+    from sync.storage import open_storage
+    from hub_storage_conformance import CONTRACT
+
+    hub = open_storage(str(tmp_path / "hub.db"))
+    hub.apply_contract(CONTRACT)
+    (tmp_path / "token").write_text(hub.add_agent("main") + "\n")
+    hub.push([new_entry(f"fact {i} " + "x" * 1900) for i in range(200)])
+    hub.close()
+    ws = small_disk / "ws"
+    run_mem("init", "-w", ws, "--agent", "main", "--log", pg_url, check=True)
+    with HubServer(str(tmp_path / "hub.db")) as server:
+        run_mem("-w", ws, "remote", "add", "origin", server.url, "--token-file", tmp_path / "token", check=True)
+        fill(small_disk, leave=131_072)
+        result = run_mem("-w", ws, "pull")
+        (small_disk / "filler").unlink()
+        assert (result.returncode, result.stdout) == (0, b"pulled 200 events from origin\n"), result.stderr
+        assert result.stderr.decode().startswith("warning: recorded, but the views and files are behind the log (the "
+                                                 "disk is full"), result.stderr
+        run_mem("-w", ws, "pull", check=True)
+    status = json.loads(run_mem("-w", ws, "status", "--json", check=True).stdout)
+    assert status["behind"] == 0 and status["clean"], status
+    assert "fact 199" in (ws / "memory" / "insights.md").read_text()
+
+
+def new_entry(text: str):
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+
+    return new_event(EntryAppend(type="FACT", date="2026-11-29", content=text), agent="alice", layer="insights")
