@@ -13,7 +13,7 @@ import msgspec
 
 from . import governance, validate
 from .envelope import Event, new_event
-from .errors import InvalidInput, NotFound, TooLarge, UnsafePath, for_each
+from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath, for_each
 from .ids import now_ms, uuid7
 from .instants import LAST_MS
 from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, ContractChange, EntryAppend,
@@ -376,6 +376,10 @@ class SharedWriter:
             raise InvalidInput(f"{layer}/{slug} has no conflict (one head): write it with `mem page write {slug} "
                                f"--layer {layer}`", for_tools=f"{layer}/{slug} has no conflict (one head): change it "
                                f"with str_replace or create on /memories/{path or slug}")
+        shown = self.state.shared_document(layer, slug)  # a held head is the winner (eventstore.governance)
+        if shown is not None and governance.is_held(shown[0]):  # a resolve that released it would say no why (nc18a)
+            raise Held(f"{layer}/{slug} has a held head (`governance: hold`), which a resolve does not release.",
+                       slug, layer)
         body = PageUpdate(slug=slug, frontmatter=frontmatter, text=text, note="resolve", parents=heads)
         return new_event(validate.body(body), agent=self.agent, layer=layer)
 

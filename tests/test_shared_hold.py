@@ -124,6 +124,8 @@ def test_a_held_head_wins_a_conflict_so_a_concurrent_edit_cannot_unfreeze_it(mem
         memory.shared_page_write("notes", "pricing", b"---\ntype: policy\n---\n# Pricing\n\nv4\n")
     with pytest.raises(Held):
         memory.resolve("notes", "pricing", b"---\ntype: policy\n---\n# Pricing\n\nmerged\n")
+    with pytest.raises(Held, match="a resolve does not release"):  # its release, with no note of why (nc18a)
+        memory.resolve("notes", "pricing", b"---\ntype: policy\n---\n# Pricing\n\nv2\n")
     assert log_rows(memory.root) == before
 
 
