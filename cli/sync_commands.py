@@ -270,7 +270,9 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
     """The shared events AGENT had received by a moment (from its pull progress)."""
     import msgspec
 
+    from eventstore.layers import produced_only
     from sync.contracts import consumed_layers
+    from sync.storage import decode_stored
 
     hub = storage(db)
     _known_agent(hub, agent)
@@ -296,6 +298,9 @@ def hub_believed(agent: str, db: str = DbOpt, at: Optional[str] = typer.Option(N
             missed[e.layer] = missed.get(e.layer, 0) + 1
         else:
             events.append(e)
+    if only_produced := produced_only(contract, agent):  # its pulls bring their redactions (sync.hub.Hub.page_rows)
+        events = sorted(events + [decode_stored(data, position, recorded) for position, recorded, data
+                                  in hub.redaction_rows(0, cursor, only_produced)], key=lambda e: e.seq)
     if json:
         return emit_json({"agent": agent, "cursor": cursor, "events": events,
                           "not_received": [{**msgspec.structs.asdict(unreceived[layer]), "events": n}

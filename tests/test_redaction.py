@@ -492,6 +492,9 @@ def test_a_producer_that_does_not_consume_a_layer_pulls_its_redactions(team, tmp
 
     pulled = mem(team / "writer", "pull", check=True)
     assert b"pulled 2 events" in pulled.stdout, pulled
+    believed = json.loads(run_mem("hub", "believed", "writer", "--db", team / "hub.db", "--json", check=True).stdout)
+    assert [e["body"]["reason"] for e in believed["events"] if e["layer"] == "reports"] == [
+        "mine to drop", "private"]  # what the hub sent it, as `mem hub believed` counts it (nc18b)
     assert files_holding(team / "writer", "555-0199") == [] and files_holding(team / "writer", "4242-77") == []
     reports = (team / "writer/memory/reports.md").read_text()
     assert "[redacted: private]" in reports and "[redacted: mine to drop]" in reports and "Staging first" in reports
