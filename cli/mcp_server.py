@@ -544,7 +544,9 @@ def build_server(mem: Memory) -> MCPServer:
         found = mem.conflicts()
         if found:  # an agent that edited one of these pages was not told that another version is shown (nc17b)
             report["conflicts"] = [f"{c.layer}/{c.slug}: {len(c.heads)} versions at once, the file shows the "
-                                   f"winner {c.winner} (call conflicts to read them, resolve to write one over them)"
+                                   f"winner {c.winner} (call conflicts to read them"
+                                   + (", resolve to write one over them)" if mem.produces(c.layer) else
+                                      "; this agent does not produce the layer, so a producer resolves it)")
                                    for c in found]
         return json_text(report)
 

@@ -466,11 +466,12 @@ def pull(remote: Optional[str] = typer.Argument(None),
                 if not follow:
                     raise
                 raise typer.Exit(0) from None
+        resolvable = {page for page in report.conflicts if mem.produces(page.split("/")[0])}
     if json:
         return emit_json(report)
     typer.echo(_pull_line(report))
     _skipped_lines(report)
-    _conflict_lines(report)
+    _conflict_lines(report, resolvable)
 
 
 @app.command("sync")
@@ -484,6 +485,7 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
             pushed = pushing(mem, target, progress=advance, say=_say)
         with progress_bar("pull", None) as advance:
             pulled = pulling(mem, target, progress=advance, say=_say)
+        resolvable = {page for page in pulled.conflicts if mem.produces(page.split("/")[0])}
     if json:
         emit_json({"push": pushed, "pull": pulled})
     else:
@@ -491,14 +493,16 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
                    + (f"; {', '.join(again)}" if again else ""))
         _skipped_lines(pulled)
-        _conflict_lines(pulled)
+        _conflict_lines(pulled, resolvable)
     raise typer.Exit(1 if _held_lines(pushed) else 0)
 
 
-def _conflict_lines(report) -> None:
+def _conflict_lines(report, resolvable: set[str]) -> None:
+    """Warns of each page a pull left in a new conflict; `resolvable`: those of layers this agent produces."""
     for page in report.conflicts:
+        resolve = f"`mem resolve {page} --file F`" if page in resolvable else "a producer of the layer resolves it"
         typer.echo(f"warning: {page} is now in conflict: its file shows the version every replica shows, the others "
-                   f"are kept (`mem conflicts --show`; `mem resolve {page} --file F`)", err=True)
+                   f"are kept (`mem conflicts --show`; {resolve})", err=True)
 
 
 @entry_app.command("add")

@@ -1320,6 +1320,11 @@ class Memory:
         self.shared_layer(layer, "entries", produce=False)
         return self.views.shared.entries(layer, self.views.checkpoint() if as_of is None else as_of)
 
+    def produces(self, layer: str) -> bool:
+        """Whether this agent produces `layer` under the hub's contract as last pulled."""
+        contract = self.views.contract
+        return contract is not None and produces(contract, self.config.agent, layer)
+
     def conflicts(self) -> list:
         return self.views.shared.conflicts(self.views.checkpoint())
 

@@ -79,7 +79,7 @@ def test_entries_travel_and_reversals_are_marked(team):
 
 
 def test_a_shared_page_conflict_and_its_resolution(team):
-    tmp, _hub = team
+    tmp, hub = team
     for agent in ("main", "writer"):
         mem(tmp, agent, "pull", check=True)
     page = tmp / "p.md"
@@ -95,6 +95,16 @@ def test_a_shared_page_conflict_and_its_resolution(team):
             "are kept (`mem conflicts --show`; `mem resolve drafts/launch --file F`)\n")
     assert told == ["", said, said]  # each agent once, at the sync that brought the other's edit (a sync said nothing)
     assert mem(tmp, "main", "sync", check=True).stderr == b""
+    (tmp / "reader.toml").write_text(CONTRACT.replace('consumers = ["main", "writer"]',
+                                                      'consumers = ["main", "writer", "reader"]'))
+    run_mem("hub", "contract", "apply", tmp / "reader.toml", *hub, check=True)
+    (tmp / "reader.token").write_text(run_mem("hub", "agent", "add", "reader", *hub, check=True).stdout.decode())
+    url = json.loads(mem(tmp, "main", "remote", "list", "--json", check=True).stdout)[0]["url"]
+    run_mem("init", "-w", tmp / "reader", "--agent", "reader", check=True)
+    mem(tmp, "reader", "remote", "add", "origin", url, "--token-file", tmp / "reader.token", check=True)
+    assert mem(tmp, "reader", "pull", check=True).stderr.decode() == (  # it cannot resolve it: not told to
+        "warning: drafts/launch is now in conflict: its file shows the version every replica shows, the others are "
+        "kept (`mem conflicts --show`; a producer of the layer resolves it)\n")
     answers = [mem(tmp, a, "conflicts", "--json") for a in ("main", "writer")]
     assert [a.returncode for a in answers] == [1, 1]  # conflicts are loud
     views = [json.loads(a.stdout) for a in answers]
