@@ -12,8 +12,6 @@ import threading
 import time
 from itertools import chain
 
-import msgspec
-
 from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
@@ -25,9 +23,6 @@ from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_
                       stored_redactions)
 
 WATCH_INTERVAL = 0.002
-REDACTION_TAG = msgspec.msgpack.encode({"kind": "redaction"})[1:]
-"""The bytes of a redaction's tag in a stored event (`encode_stored`: the body's map holds `kind` first, as every
-tagged body's does); a text holding them too is decoded and told apart (`_redactions_loop`)."""
 WATCH_IDLE_INTERVAL = 0.05
 WATCH_IDLE_AFTER = 1.0
 """The watcher's polls of `PRAGMA data_version`: every WATCH_INTERVAL seconds while other connections'
@@ -513,9 +508,9 @@ class SQLiteHubStorage(HubStorage):
         running `mem serve` whose pages read another (`mem serve --ui-dir`) learns of it here, as a PostgreSQL hub's
         processes do through NOTIFY: every redaction past the last head seen, the administrator's and those pushed
         to any `mem serve` on this file (two processes, a mirror each), polled on a connection of its own when
-        `PRAGMA data_version` says something was committed. The rows are picked in SQL by the bytes of the tag a
-        redaction's body carries (REDACTION_TAG), so the thread decodes none of a busy hub's other events; a
-        callback for a redaction this process committed itself finds its mirror scrubbed already (a no-op)."""
+        `PRAGMA data_version` says something was committed. The redactions are read from hub_redactions, so the
+        thread decodes none of a busy hub's events; a callback for a redaction this process committed itself finds
+        its mirror scrubbed already (a no-op)."""
         self._stop_redactions = threading.Event()
         self._redactions = threading.Thread(target=self._redactions_loop, args=(callback, self._stop_redactions),
                                             daemon=True, name="hub-redactions")
@@ -532,10 +527,10 @@ class SQLiteHubStorage(HubStorage):
                         continue
                     version = now
                     head = db.execute(HEAD).fetchone()[0]
-                    rows = db.execute("SELECT data FROM hub_events WHERE position > ? AND position <= ? "
-                                      "AND instr(data, ?) > 0", (seen, head, REDACTION_TAG)).fetchall()
+                    redacted = db.execute("SELECT 1 FROM hub_redactions WHERE position > ? AND position <= ? LIMIT 1",
+                                          (seen, head)).fetchone()
                     seen = head
-                    if any(decode_stored(bytes(data), 0, 0).kind == "redaction" for (data,) in rows):
+                    if redacted:
                         callback()
                 except sqlite3.Error:
                     if stop.is_set() or self._closed:
