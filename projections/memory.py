@@ -468,7 +468,6 @@ class Memory:
             self._fell_behind(exc)
             return FileReport()
 
-
     def _fell_behind(self, exc: BaseException) -> None:
         why = exc if isinstance(exc, InTheWay) else self.ws.damage(exc) or storage_failure(exc)
         try:

@@ -554,11 +554,7 @@ class Hub:
         positions are commit-ordered, so every event at or below it is already visible, and a cursor moved up
         to it can never skip one."""
         agent, contract, _position, head = self.state(token)
-        return agent, self.consumed(contract, agent), head
-
-    def consumed(self, contract, agent: str) -> list[str]:
-        """`consumed_layers`: every pull asks."""
-        return self._reading(contract, agent)[0]
+        return agent, self._reading(contract, agent)[0], head
 
     def _reading(self, contract, agent: str) -> tuple[list[str], list[str]]:
         """(`consumed_layers`, `produced_only`), kept per agent for the contract in force (the storage keeps one
