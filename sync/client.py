@@ -217,7 +217,7 @@ def _forget_cursors(memory, name: str) -> None:
 
 def _forget_pull_cursor(memory, name: str) -> None:
     for key in (f"pull:{name}", f"pulled-to:{name}", f"pulled-at:{name}", _pulled_key(name), _covered_key(name),
-                marks_key("pull", name)):
+                marks_key("pull", name), _redactions_key(name)):
         memory.log.set_state(key, "")
 
 
@@ -225,6 +225,7 @@ def _pull_again(memory, remote: Remote, client: "HubClient") -> str:
     """The hub lost events this workspace pulled: the pull starts again after the newest pull whose last event the
     hub still holds at its position, or from the hub's start. Says from where."""
     mark = start_again(memory, client, marks_key("pull", remote.name), positioned=True)
+    memory.log.set_state(_redactions_key(remote.name), "")  # its positions too were handed out again
     if mark is None:
         _forget_pull_cursor(memory, remote.name)
         return "from its start"
@@ -431,11 +432,27 @@ class HubClient:
             params["held"] = held
         if durable:
             params["ack"] = "durable"
-        page = self._call("GET", "/v1/pull", PullPage, params=params, wait=wait, packed=PackedPullPage)
+        return self._moved(self._call("GET", "/v1/pull", PullPage, params=params, wait=wait, packed=PackedPullPage),
+                           cursor)
+
+    def _moved(self, page: PullPage, cursor: str) -> PullPage:
+        """`page`, answered after `cursor`, unless it brought events without moving the cursor past them."""
         if page.events and page.cursor == cursor:  # asked again, the same page would come back, forever
             raise BadAnswer(f"remote {self.name} at {self.url} sent {len(page.events)} events without moving the "
                             "cursor past them: pull stopped (asking again would bring the same page back)")
         return page
+
+
+    def redactions_page(self, cursor: str = "", limit: int = BATCH) -> PullPage | None:
+        """GET /v1/redactions: the redactions naming events this agent wrote, in layers it does not consume, after
+        `cursor` (a cursor of their own), each event still encoded; None from a hub that predates it (404)."""
+        try:
+            return self._moved(self._call("GET", "/v1/redactions", PullPage, params={"cursor": cursor, "limit": limit},
+                                          packed=PackedPullPage), cursor)
+        except HubRefused as exc:
+            if exc.status == 404:
+                return None
+            raise
 
 
 def _pull_params(cursor: str, limit: int, wait: float, layers: list[str] | None, until: str) -> dict:
@@ -498,6 +515,11 @@ def _covered_key(name: str) -> str:
 def _pushed_key(name: str) -> str:
     """The id of the last event the hub acknowledged to a push of this workspace."""
     return f"pushed-last:{name}"
+
+
+def _redactions_key(name: str) -> str:
+    """The cursor of GET /v1/redactions (`_authored_redactions`)."""
+    return f"redactions:{name}"
 
 
 def _pulled_key(name: str) -> str:
@@ -684,6 +706,7 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
     if behind:
         tally.restart(behind, _pull_again(memory, tally.remote, client))
     _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
+    _authored_redactions(memory, client, tally, fold)
     not_taken = memory.not_taken()  # its past is fetched once a local layer no longer shadows it
     covered = json.dumps([layer for layer in consumed_layers(answer.contract, memory.config.agent)
                           if layer not in not_taken])
@@ -706,6 +729,28 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
             break
         at = page.cursor
     if fold:
+        tally.skipped.update(memory.follow().refused)
+
+
+def _authored_redactions(memory, client: HubClient, tally: "_Tally", fold: bool) -> None:
+    """Takes the redactions the hub holds of this agent's events in layers it does not consume, after their cursor
+    (GET /v1/redactions): its pulls bring it those of the layers it produces now, not those of a layer it no longer
+    produces, nor those its pull cursor passed before the hub handed them over. Checked as a pull's events are (each
+    must name an event of this agent's: sync.intake.not_its_own), then appended with the cursor moved past them. A hub
+    that predates it is not asked again in this pull."""
+    if tally.no_redactions_endpoint:
+        return
+    key, stored = _redactions_key(tally.name), False
+    while True:
+        at = memory.log.state(key) or ""
+        page = client.redactions_page(at, PULL_BATCH)
+        if page is None:
+            tally.no_redactions_endpoint = True
+            return
+        stored = tally.store(memory, page, fold=False, authored=True) or stored
+        if not page.more or page.cursor == at:  # a hub whose cursor stands still has nothing more to give
+            break
+    if fold and stored:
         tally.skipped.update(memory.follow().refused)
 
 
@@ -975,6 +1020,7 @@ class _Tally:
         self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
         self.redactions: list[int] = []  # the seqs of the redactions among them
         self.restarted = False
+        self.no_redactions_endpoint = False  # a hub that predates GET /v1/redactions: not asked again
         self.pages: dict = {}  # id -> (layer, slug) of the page versions pulled: sync.intake.page_of
 
     def restart(self, behind: str, since: str) -> None:
@@ -1015,18 +1061,19 @@ class _Tally:
         return [event.id for event in memory.log.read(after=cursor, kinds=["redaction"], agent=memory.config.agent)
                 if event.seq not in came and event.id not in batch]
 
-    def store(self, memory, page: PullPage, fold: bool = True, backfill: bool = False) -> None:
+    def store(self, memory, page: PullPage, fold: bool = True, backfill: bool = False, authored: bool = False) -> bool:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
         transaction that moves the cursor past all of them (a `backfill`'s page leaves it); with `fold`, the
         views and files follow once caught up. A page with events this workspace's copy of the contract rejects
         is checked again under the hub's contract if that has changed (a layer added, a consumer added), the
         past of the layers it now consumes fetched first: the cursor never moves past an event rejected only
         because that copy was out of date. The events of a hub layer a local layer shadows are left out, said once
-        per layer."""
+        per layer. `authored`: a page of GET /v1/redactions (`_authored_redactions`), its cursor their own. Whether
+        the page brought events the log did not hold."""
         not_taken = memory.not_taken()
         events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
-                                  packed=page.packed, not_taken=not_taken, pages=self.pages)
-        if rejected and not backfill and self.client is not None:
+                                  packed=page.packed, not_taken=not_taken, pages=self.pages, authored=authored)
+        if rejected and not backfill and not authored and self.client is not None:
             known = memory.views.contract
             if take_contract(memory, self.client, self, fold).contract != known:
                 not_taken = memory.not_taken()
@@ -1036,7 +1083,9 @@ class _Tally:
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pulled-at:{self.name}": str(now_ms())}
         marked = None
-        if not backfill:
+        if authored:
+            state[_redactions_key(self.name)] = page.cursor
+        elif not backfill:
             state[f"pull:{self.name}"] = page.cursor
             if page.events:
                 state[f"pulled-to:{self.name}"] = str(position)
@@ -1065,7 +1114,7 @@ class _Tally:
         except storage_exceptions():
             if events:
                 raise
-            return  # a page that brought nothing new: its cursor and time alone are not worth failing a pull (nc18b)
+            return False  # a page that brought nothing new: its cursor and time alone are not worth failing a pull (nc18b)
         except IdConflict:
             events, clashing = conflicting(events, memory.log)
             for clash in clashing:
@@ -1091,12 +1140,14 @@ class _Tally:
         self.pulled += len(fresh)
         self.returned += returned
         self.already_held += len(held) - returned
-        self.advance(position)
+        if not authored:
+            self.advance(position)
         if events and not page.more and fold:
             self.skipped.update(memory.follow().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
             self.on_batch(PulledBatch(pulled=len(fresh), returned=returned, position=position,
                                       already_held=len(held) - returned))
+        return bool(fresh)
 
 
 def _pull_until_caught_up(memory, client: HubClient, tally: _Tally) -> None:

@@ -811,6 +811,27 @@ async def _backfill(request: Request, hub: Hub, token: str, after: int, limit: i
     return Response(hub.answer(after, head, rows, limit, packed), media_type=MSGPACK if packed else "application/json")
 
 
+async def redactions(request: Request) -> Response:
+    """GET /v1/redactions: the redactions naming events the token's agent wrote (hub_redaction_authors), in the layers
+    it does not consume (its pulls bring those), after `cursor`. Its pulls bring it the redactions of the layers it
+    produces now; these reach an author the contract no longer lists as a producer, or whose pull cursor passed a
+    redaction before the hub handed such redactions over. The cursor is the client's own; it never waits, and nothing
+    is recorded as received."""
+    hub = hub_of(request)
+    token = bearer_token(request)
+    try:
+        after, limit, _wait = pull_parameters(request.query_params, 0)
+    except HubError:
+        await hub.read(hub.agent_for, token)  # an unknown token hears that first
+        raise
+    agent, consumed, head = await hub.read(hub.consumer, token)
+    if after > head:
+        raise cursor_ahead(after, head)
+    rows = await run_in_threadpool(hub.storage.authored_redaction_rows, agent, after, head, limit + 1, consumed)
+    packed = MSGPACK in request.headers.get("accept", "")
+    return Response(hub.answer(after, head, rows, limit, packed), media_type=MSGPACK if packed else "application/json")
+
+
 async def _unless_left(waiting: Coroutine, request: Request):
     """What `waiting` returns, or ClientDisconnect once the client has closed its connection first: a long-poll
     the ASGI way whose client left waited on for nothing, a task and a waiter held up to its whole wait (one
@@ -919,7 +940,8 @@ async def health(request: Request) -> Response:
 
 
 ROUTES = [Route("/v1/contract", contract, methods=["GET"]), Route("/v1/push", push, methods=["POST"]),
-          Route("/v1/pull", pull, methods=["GET"]), Route("/openapi.json", openapi, methods=["GET"]),
+          Route("/v1/pull", pull, methods=["GET"]), Route("/v1/redactions", redactions, methods=["GET"]),
+          Route("/openapi.json", openapi, methods=["GET"]),
           Route("/health", health, methods=["GET"])]
 
 EXCEPTION_HANDLERS = {MemError: on_refusal, HTTPException: on_http_error, ClientDisconnect: on_client_left,

@@ -18,7 +18,7 @@ from eventstore import validate
 from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
-from eventstore.kinds import Redacted
+from eventstore.kinds import Redacted, Redaction
 from eventstore.redaction import page_version, redacts, reversal
 from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved, produces
 from eventstore.recorder import TAGS
@@ -114,6 +114,25 @@ def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozens
     return f"a {format} layer does not take {{}}", LAYER_KINDS[format]
 
 
+def authored_rule(layer: str) -> tuple[str, frozenset] | str:
+    """What this agent takes in `layer` from GET /v1/redactions: redactions alone (see `not_its_own`)."""
+    if is_reserved(layer):
+        return f"layer {layer!r} is private to each agent"
+    return "the redactions of this agent's events are all the hub sends it apart from its pulls, not {}", ONLY_REDACTIONS
+
+
+def not_its_own(event: Event, agent: str, log) -> str | None:
+    """Why a redaction the hub sent apart from the pulls (GET /v1/redactions) is not taken, or None: it must name an
+    event of its own layer that this agent wrote, which this log holds (the hub answers those alone)."""
+    if type(event.body) is not Redaction:
+        return "a redacted redaction is no redaction"
+    for target in event.body.target_ids:
+        known = log.get(target)
+        if known is not None and known.agent == agent and known.layer == event.layer:
+            return None
+    return f"it names no event of layer {event.layer!r} that this agent wrote and holds"
+
+
 def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:
     """Every event of a page decoded in one call (an array of them, as one document); when one does not
     decode, none is (None each), and `accept` decodes them one by one, to reject that one alone."""
@@ -175,12 +194,14 @@ def foreign_redaction(event: Event, log, taken: dict) -> str | None:
 
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
            packed: bool = False, not_taken: Mapping[str, str] = {},
-           pages: dict | None = None) -> tuple[list[Event], list[Rejected]]:
+           pages: dict | None = None, authored: bool = False) -> tuple[list[Event], list[Rejected]]:
     """Decodes (from JSON, or msgpack when `packed`) and checks a pulled page event by event: what may be
     appended, and what was rejected. The page's hot loop: `problem`, written out. A hub layer one of the agent's
     local layers shadows (`not_taken`, each with why: Memory.not_taken) is not taken: its events would mix into
     the agent's own. `pages` (id -> (layer, slug) of the page versions taken, see page_of) is kept from one page
-    of a pull to the next, so that a catch-up reads a parent from the log only when an earlier pull took it."""
+    of a pull to the next, so that a catch-up reads a parent from the log only when an earlier pull took it.
+    `authored`: a page of GET /v1/redactions, whatever the contract says: redactions alone, each naming an event of
+    its layer that this agent wrote and this log holds (`not_its_own`)."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
     pages = {} if pages is None else pages
     (decode, named_decode) = _decoders[packed]
@@ -196,8 +217,11 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
             check_event(event)
             rule = rules.get(event.layer)
             if rule is None:
-                rule = rules[event.layer] = layer_rule(contract, agent, event.layer)
+                rule = rules[event.layer] = (authored_rule(event.layer) if authored else
+                                             layer_rule(contract, agent, event.layer))
             reason = _refusal(event, rule)
+            if authored and reason is None:
+                reason = not_its_own(event, agent, log)
         except MemError as exc:
             reason = _reason(exc)
         if reason is None:

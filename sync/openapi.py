@@ -57,6 +57,18 @@ def openapi_document() -> dict:
                                                      "fields, to a request that accepts it)",
                                       "content": {**json_body(pull_resp), MSGPACK: {"schema": pull_resp}}},
                               **problems}}},
+            "/v1/redactions": {"get": {"operationId": "redactions", "security": security,
+                                       "description": "The redactions naming events the agent wrote, in the layers it "
+                                                      "does not consume (its pulls bring those), after the cursor, "
+                                                      "whoever made them and whatever the contract says now: how an "
+                                                      "author no longer a producer of a layer loses its own copy's "
+                                                      "text too. A cursor of its own (not the pull's); never waits",
+                                       "parameters": [
+                {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PULL}}],
+                "responses": {"200": {"description": "Redactions after the cursor, in hub order, as a pull's page",
+                                      "content": {**json_body(pull_resp), MSGPACK: {"schema": pull_resp}}},
+                              **problems}}},
             "/health": {"get": {"operationId": "health", "responses": {"200": {"description": "The hub is up"}}}},
         },
     }

@@ -71,6 +71,12 @@ PAGE_IDS_SQL = "SELECT id FROM hub_page_versions WHERE layer = {p} AND slug = {p
 PAGE_EVENTS_SQL = "SELECT data FROM hub_events WHERE id IN ({ids}) ORDER BY position"
 DROP_PAGE_SQL = "DELETE FROM hub_page_versions WHERE layer = {p} AND slug = {p}"
 REDACTION_SQL = "INSERT INTO hub_redactions VALUES ({p}, {p})"
+REDACTION_AUTHORS_SQL = ("INSERT INTO hub_redaction_authors SELECT DISTINCT agent, {p} FROM hub_events "
+                         "WHERE id IN ({ids})")
+"""Who wrote the events a redaction (at position `{p}`) names: read once its targets are stored."""
+AUTHORED_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redaction_authors a JOIN hub_events e "
+                     "ON e.position = a.position WHERE a.agent = {p} AND a.position > {p} AND a.position <= {p} "
+                     "AND e.layer NOT IN ({ids}) ORDER BY a.position LIMIT {p}")
 REDACTION_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redactions r JOIN hub_events e ON e.position = "
                       "r.position WHERE r.position > {p} AND r.position <= {p} AND r.layer IN ({ids}) ORDER BY r.position")
 """Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""
@@ -79,11 +85,16 @@ REDACTION_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redacti
 REDACTIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS hub_redactions (position {position} PRIMARY KEY, layer TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS hub_redactions_layer ON hub_redactions(layer, position);
+CREATE TABLE IF NOT EXISTS hub_redaction_authors (agent TEXT NOT NULL, position {position} NOT NULL,
+    PRIMARY KEY (agent, position));
 """
 """The position and layer of every redaction the hub holds (`{position}` the backend's type of a position): a pull
 hands an agent the redactions of the layers it produces without consuming them (`redaction_rows`), so the author of
-an event someone else redacted loses its own copy's text too. Filled from the stored events once, by a hub made
-before it (`stored_redactions`)."""
+an event someone else redacted loses its own copy's text too. And who wrote each redaction's targets
+(hub_redaction_authors): an author that no longer produces the layer, or whose pull cursor passed the redaction
+before the hub could hand it over, asks for them on their own (`authored_redaction_rows`, GET /v1/redactions).
+Both filled from the stored events once, by a hub made before them (`stored_redactions`)."""
+AUTHORS_TABLE = "hub_redaction_authors"
 
 
 class PageVersionSQL(NamedTuple):
@@ -104,6 +115,7 @@ class PageVersionSQL(NamedTuple):
     page_events: str
     drop_page: str
     redaction: str
+    redaction_authors: str
 
 
 def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows: Callable,
@@ -117,7 +129,7 @@ def page_version_sql(mark: str, ids: str, to_ids: Callable, many: Callable, rows
 
     return PageVersionSQL(many, rows, to_ids, body, *(sql.format(p=mark, ids=ids) for sql in (
         SUPERSEDE_SQL, VERSION_SQL, HOLDING_SQL, VERSIONS_SQL, VOID_SQL, UNNAMED_SQL, REDACTED_PAGES_SQL, PAGE_IDS_SQL,
-        PAGE_EVENTS_SQL, DROP_PAGE_SQL, REDACTION_SQL)))
+        PAGE_EVENTS_SQL, DROP_PAGE_SQL, REDACTION_SQL, REDACTION_AUTHORS_SQL)))
 
 
 def _readable(body):
@@ -197,23 +209,32 @@ def refold_pages(sql: PageVersionSQL, redacted: list[str]) -> None:
 
 
 def record_redactions(sql: PageVersionSQL, events, first: int) -> None:
-    """Keeps hub_redactions for `events` (new ones, the first at position `first`), in the caller's transaction."""
-    sql.many(sql.redaction, [(first + i, event.layer) for i, event in enumerate(events)
-                             if event.body.__class__ is Redaction])
+    """Keeps hub_redactions and hub_redaction_authors for `events` (new ones, the first at position `first`, stored
+    already), in the caller's transaction."""
+    _record(sql, [(first + i, event.layer, event.body.target_ids) for i, event in enumerate(events)
+                  if event.body.__class__ is Redaction])
+
+
+def _record(sql: PageVersionSQL, redactions: list[tuple[int, str, list[str]]]) -> None:
+    sql.many(sql.redaction, [(position, layer) for position, layer, _targets in redactions])
+    sql.many(sql.redaction_authors, [(position, sql.ids(targets)) for position, _layer, targets in redactions])
 
 
 def stored_redactions(sql: PageVersionSQL, page: str) -> None:
-    """Fills hub_redactions from the stored events: how a hub made before it fills it, once (each event's kind
-    alone decoded). `page` reads (position, data) after a position (its one parameter)."""
+    """Fills hub_redactions and hub_redaction_authors (emptied first) from the stored events: how a hub made before
+    them fills them, once (each event's kind, and a redaction's targets, alone decoded). `page` reads (position,
+    data) after a position (its one parameter)."""
+    sql.many("DELETE FROM hub_redactions", [()])
     after = 0
     while rows := sql.rows(page, (after,)):
-        sql.many(sql.redaction, [(position, layer) for position, data in rows
-                                 if (layer := _redaction_layer(bytes(data))) is not None])
+        _record(sql, [(position, stored.layer, stored.body.target_ids) for position, data in rows
+                      if (stored := _stored_kind.decode(bytes(data))).body.kind == "redaction"])
         after = rows[-1][0]
 
 
 class _KindOnly(msgspec.Struct):
     kind: str
+    target_ids: list[str] = []
 
 
 class _StoredKind(msgspec.Struct):
@@ -222,12 +243,6 @@ class _StoredKind(msgspec.Struct):
 
 
 _stored_kind = msgspec.msgpack.Decoder(_StoredKind)
-
-
-def _redaction_layer(data: bytes) -> str | None:
-    """The layer of a stored event that is a redaction, else None."""
-    stored = _stored_kind.decode(data)
-    return stored.layer if stored.body.kind == "redaction" else None
 
 
 def stored_page_versions(sql: PageVersionSQL, page: str) -> None:
@@ -478,6 +493,12 @@ class HubStorage(ABC):
     @abstractmethod
     def redaction_rows(self, after: int, upto: int, layers: list[str]) -> list[tuple[int, int, bytes]]:
         """The redactions of `layers` at positions after `after` up to `upto`, as `pull_rows` gives events."""
+
+    @abstractmethod
+    def authored_redaction_rows(self, agent: str, after: int, upto: int, limit: int,
+                                besides: list[str]) -> list[tuple[int, int, bytes]]:
+        """The redactions naming an event `agent` wrote, in layers other than `besides` (those it consumes, which
+        its pulls bring), at positions after `after` up to `upto`, at most `limit`, as `pull_rows` gives events."""
 
     @abstractmethod
     def head(self) -> int: ...

@@ -23,10 +23,10 @@ from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 from eventstore.postgres import vacuum
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL,
-                      REDACTIONS_TABLE, AgentInfo, Committed, HubStorage, decode_stored, encode_stored,
-                      page_version_sql, plan_group, STORED_PAGE, record_page_versions, record_redactions,
-                      redacted_rows, refold_pages, stored_page_versions, stored_redactions)
+from .storage import (AUTHORED_ROWS_SQL, AUTHORS_TABLE, HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN,
+                      PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL, REDACTIONS_TABLE, AgentInfo, Committed, HubStorage,
+                      decode_stored, encode_stored, page_version_sql, plan_group, STORED_PAGE, record_page_versions,
+                      record_redactions, redacted_rows, refold_pages, stored_page_versions, stored_redactions)
 
 CHANNEL = "mindlog_hub"
 REDACTIONS = "mindlog_hub_redactions"
@@ -46,6 +46,7 @@ CREATE INDEX IF NOT EXISTS hub_pulls_agent ON hub_pulls(agent, at);
 HEADS = HEADS_SQL.format(p="%s")
 IDS = "SELECT unnest(%s::text[])"
 REDACTION_ROWS = REDACTION_ROWS_SQL.format(p="%s", ids=IDS)
+AUTHORED_ROWS = AUTHORED_ROWS_SQL.format(p="%s", ids=IDS)
 NAMED = NAMED_SQL.format(ids=IDS)
 CONNECTION_WAIT = 5.0
 """Seconds a request waits for a pooled connection (psycopg_pool's default, 30, kept clients waiting that long
@@ -68,14 +69,14 @@ class PostgresHubStorage(HubStorage):
                 columns = [name for (name,) in conn.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_name = 'hub_page_versions' "
                     "AND table_schema = current_schema()")]
-                redactions = conn.execute("SELECT to_regclass('hub_redactions')").fetchone()[0]
+                authors = conn.execute("SELECT to_regclass(%s)", (AUTHORS_TABLE,)).fetchone()[0]
                 with conn.transaction():
                     if columns and PAGE_VERSIONS_COLUMN not in columns:
                         conn.execute("DROP TABLE hub_page_versions")  # made before its newest column: filled again
                     conn.execute(SCHEMA)
                     if PAGE_VERSIONS_COLUMN not in columns:
                         stored_page_versions(self._versions(conn), STORED_PAGE.format(p="%s"))
-                    if redactions is None:
+                    if authors is None:
                         stored_redactions(self._versions(conn), STORED_PAGE.format(p="%s"))
             finally:
                 conn.execute("SELECT pg_advisory_unlock(727272)")
@@ -267,6 +268,10 @@ class PostgresHubStorage(HubStorage):
         if not layers:
             return []
         rows = self._run(lambda conn: conn.execute(REDACTION_ROWS, (after, upto, layers)).fetchall())
+        return [(pos, at, bytes(data)) for pos, at, data in rows]
+
+    def authored_redaction_rows(self, agent, after, upto, limit, besides):
+        rows = self._run(lambda conn: conn.execute(AUTHORED_ROWS, (agent, after, upto, besides, limit)).fetchall())
         return [(pos, at, bytes(data)) for pos, at, data in rows]
 
     def head(self):

@@ -16,11 +16,11 @@ from eventstore.errors import InvalidInput, NotFound
 from eventstore.ids import now_ms
 from eventstore.layers import CONTRACT_LAYER
 
-from .storage import (HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN, PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL,
-                      REDACTIONS_TABLE, TOKEN_HASHES, AgentInfo, Committed, HubStorage, Stale, decode_stored,
-                      encode_stored, page_version_sql, plain_group, plan_group, STORED_PAGE, record_page_versions,
-                      record_redactions, redacted_rows, refold_pages, request_token_hash, stored_page_versions,
-                      stored_redactions)
+from .storage import (AUTHORED_ROWS_SQL, AUTHORS_TABLE, HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN,
+                      PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL, REDACTIONS_TABLE, TOKEN_HASHES, AgentInfo, Committed,
+                      HubStorage, Stale, decode_stored, encode_stored, page_version_sql, plain_group, plan_group,
+                      STORED_PAGE, record_page_versions, record_redactions, redacted_rows, refold_pages,
+                      request_token_hash, stored_page_versions, stored_redactions)
 
 WATCH_INTERVAL = 0.002
 WATCH_IDLE_INTERVAL = 0.05
@@ -102,6 +102,7 @@ REQUEST_ROW = REQUEST_ROWS.format(hashes="?")
 IDS = "SELECT value FROM json_each(?)"
 NAMED = NAMED_SQL.format(ids=IDS)
 REDACTION_ROWS = REDACTION_ROWS_SQL.format(p="?", ids=IDS)
+AUTHORED_ROWS = AUTHORED_ROWS_SQL.format(p="?", ids=IDS)
 
 
 PULL_SCAN = 2
@@ -157,7 +158,7 @@ class SQLiteHubStorage(HubStorage):
 
     def _create(self) -> None:
         columns = [row[1] for row in self.db.execute("PRAGMA table_info(hub_page_versions)")]
-        redactions = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hub_redactions'").fetchone()
+        authors = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (AUTHORS_TABLE,)).fetchone()
         if columns and PAGE_VERSIONS_COLUMN not in columns:
             self.db.execute("DROP TABLE hub_page_versions")  # made before its newest column: filled again
         for statement in SCHEMA.split(";"):
@@ -165,7 +166,7 @@ class SQLiteHubStorage(HubStorage):
                 self.db.execute(statement)
         if PAGE_VERSIONS_COLUMN not in columns:
             stored_page_versions(self._versions, STORED_PAGE.format(p="?"))
-        if redactions is None:
+        if authors is None:
             stored_redactions(self._versions, STORED_PAGE.format(p="?"))
 
     def _connect(self) -> sqlite3.Connection:
@@ -447,6 +448,9 @@ class SQLiteHubStorage(HubStorage):
 
     def redaction_rows(self, after, upto, layers):
         return self._read(REDACTION_ROWS, (after, upto, json.dumps(layers))) if layers else []
+
+    def authored_redaction_rows(self, agent, after, upto, limit, besides):
+        return self._read(AUTHORED_ROWS, (agent, after, upto, json.dumps(besides), limit))
 
     def head(self):
         return self._read(HEAD)[0][0]

@@ -249,6 +249,29 @@ class HubStorageConformance:
         assert hub.redaction_rows(4, 5, ["drafts", "insights"]) == [] and hub.redaction_rows(0, 6, []) == []
         assert [row[0] for row in hub.redaction_rows(3, 4, ["drafts"])] == [4]
 
+    def test_the_redactions_of_an_agents_events_are_read_by_author(self, hub):
+        """What GET /v1/redactions answers: the redactions naming an event the agent wrote, whoever made them and
+        whatever the contract says now, in a range of positions, leaving out the layers it names (consumed)."""
+        alices, bobs, alices_draft = entry(text="one"), entry("bob", "two"), entry(text="three", layer="drafts")
+        hub.push([alices, bobs, alices_draft])
+        hub.admin_redact([alices_draft.id], "asked")  # position 4
+        both = new_event(Redaction(target_ids=[alices.id, bobs.id], reason="both"), agent="carol", layer="insights")
+        hub.commit([[entry(text="four")], [both]])  # positions 5 and 6, in one group
+        hub.push([new_event(Redaction(target_ids=[bobs.id], reason="again"), agent="bob", layer="insights")])
+
+        def read(agent, after=0, upto=None, limit=10, besides=()):
+            rows = hub.authored_redaction_rows(agent, after, hub.head() if upto is None else upto, limit,
+                                               list(besides))
+            return [(position, decode_stored(data, position, at).body.reason) for position, at, data in rows]
+
+        assert read("alice") == [(4, "asked"), (6, "both")]
+        assert read("bob") == [(6, "both"), (7, "again")]
+        assert read("carol") == [] and read("_hub") == []
+        assert read("alice", besides=["insights"]) == [(4, "asked")]
+        assert read("alice", besides=["drafts", "insights"]) == []
+        assert read("alice", after=4) == [(6, "both")] and read("alice", upto=5) == [(4, "asked")]
+        assert read("bob", limit=1) == [(6, "both")]
+
     def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
         first = version()
         child = version(parents=[first.id])

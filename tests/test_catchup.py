@@ -61,8 +61,15 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def children() -> set[int]:
-    """This process's child processes (the hub of the fixtures runs in a thread)."""
-    return {int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()}
+    """This process's child processes (the hub of the fixtures runs in a thread; a thread that ends while they are
+    read has none)."""
+    found = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            found.update(int(pid) for pid in (task / "children").read_text().split())
+        except FileNotFoundError:
+            continue
+    return found
 
 
 @pytest.fixture

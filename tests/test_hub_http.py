@@ -196,3 +196,49 @@ def test_openapi_and_contract(hub):
     with client(hub, "writer") as http:
         answer = http.get("/v1/contract").json()
     assert answer["agent"] == "writer" and set(answer["contract"]["layers"]) == {"insights", "drafts"}
+
+
+def test_redactions_of_an_agents_events_are_answered_apart_and_bad_requests_refused(hub):
+    """GET /v1/redactions: the redactions naming the token's agent's events in layers it does not consume, in pages
+    with a cursor of their own; a bad cursor, a limit under 1, a cursor past the head or an unknown token is refused
+    as a pull's are."""
+    drafts = [new_event(PageIngest(slug=f"p{i}", frontmatter={"type": "x"}, text="t"), agent="writer", layer="drafts")
+              for i in range(3)]
+    assert push(hub, drafts, agent="writer").status_code == 200
+    storage = open_storage(hub.db)
+    try:
+        storage.admin_redact([drafts[0].id], "asked")  # position 4
+        storage.admin_redact([drafts[2].id, drafts[1].id], "both")  # position 5
+    finally:
+        storage.close()
+    with client(hub, "writer") as http:
+        first = http.get("/v1/redactions", params={"limit": 1}).json()
+        assert [e["body"]["reason"] for e in first["events"]] == ["asked"] and first["more"] is True
+        rest = http.get("/v1/redactions", params={"cursor": first["cursor"]}).json()
+        assert [e["body"]["reason"] for e in rest["events"]] == ["both"] and rest["more"] is False
+        assert http.get("/v1/redactions", params={"cursor": rest["cursor"]}).json()["events"] == []
+        packed = http.get("/v1/redactions", headers={"accept": "application/msgpack"})
+        assert packed.headers["content-type"].startswith("application/msgpack")
+        assert len(msgspec.msgpack.decode(packed.content)["events"]) == 2
+        refused(http.get("/v1/redactions", params={"cursor": "!!!"}), 400, "invalid-cursor")
+        refused(http.get("/v1/redactions", params={"limit": "0"}), 400, "invalid-parameter")
+        refused(http.get("/v1/redactions", params={"limit": "x"}), 400, "invalid-parameter")
+        ahead = http.get("/v1/pull", params={"cursor": rest["cursor"]}).json()["cursor"]
+    with client(hub, "main") as http:  # consumes drafts: its pulls bring them
+        assert http.get("/v1/redactions").json()["events"] == []
+    with client(hub, "alice") as http:
+        assert http.get("/v1/redactions").json()["events"] == []
+    storage = open_storage(hub.db)
+    try:
+        far = storage.head() + 5
+    finally:
+        storage.close()
+    from sync.hub import encode_cursor
+
+    with client(hub, "writer") as http:
+        refused(http.get("/v1/redactions", params={"cursor": encode_cursor(far)}), 409, "cursor-ahead")
+        assert http.get("/v1/redactions", params={"cursor": ahead}).status_code == 200
+    with client(hub, "gone") as http:
+        refused(http.get("/v1/redactions"), 401, "invalid-token")
+    with client(hub, None) as http:
+        refused(http.get("/v1/redactions", params={"cursor": "!!!"}), 401, "missing-token")

@@ -88,9 +88,11 @@ def test_a_hub_made_before_page_versions_were_kept_fills_them_once(tmp_path, pg_
         hub.close()
 
 
-def test_a_hub_made_before_redactions_were_kept_apart_fills_them_once(tmp_path, pg_url):
-    """hub_redactions (the redactions a producer that does not consume a layer pulls) is filled from the stored
-    events when a hub opens without it, on either backend: a text that only reads like a redaction's tag is not one."""
+@pytest.mark.parametrize("made", ["before both tables", "before the authors' table"])
+def test_a_hub_made_before_redactions_were_kept_apart_fills_them_once(tmp_path, pg_url, made):
+    """hub_redactions (the redactions a producer that does not consume a layer pulls) and hub_redaction_authors (who
+    wrote what each one names: GET /v1/redactions) are filled from the stored events when a hub opens without the
+    second, on either backend: a text that only reads like a redaction's tag is not one."""
     import psycopg
     import sqlite3
 
@@ -99,18 +101,30 @@ def test_a_hub_made_before_redactions_were_kept_apart_fills_them_once(tmp_path, 
                          (lambda: PostgresHubStorage(pg_url), lambda: psycopg.connect(pg_url, autocommit=True))):
         hub = opened()
         hub.apply_contract(CONTRACT)
-        gone, lookalike = entry(text="gone"), entry(text='{"kind": "redaction"}')
-        hub.push([gone, lookalike])
-        hub.push([new_event(Redaction(target_ids=[gone.id], reason="private"), agent="alice", layer="insights")])
+        gone, lookalike, bobs = entry(text="gone"), entry(text='{"kind": "redaction"}'), entry("bob", "bob's")
+        hub.push([gone, lookalike, bobs])
+        hub.push([new_event(Redaction(target_ids=[gone.id, bobs.id], reason="private"), agent="carol",
+                            layer="insights")])
         expected = hub.redaction_rows(0, hub.head(), ["insights"])
         assert len(expected) == 1
+        for agent in ("alice", "bob"):
+            assert hub.authored_redaction_rows(agent, 0, hub.head(), 10, []) == expected
         hub.close()
         conn = drop()
-        conn.execute("DROP TABLE hub_redactions")
+        conn.execute("DROP TABLE hub_redaction_authors")
+        if made == "before both tables":
+            conn.execute("DROP TABLE hub_redactions")
         conn.close()
         hub = opened()
         assert hub.redaction_rows(0, hub.head(), ["insights"]) == expected
+        for agent in ("alice", "bob"):
+            assert hub.authored_redaction_rows(agent, 0, hub.head(), 10, []) == expected
+        assert hub.authored_redaction_rows("carol", 0, hub.head(), 10, []) == []
         hub.close()
+        if made == "before both tables":
+            conn = drop()
+            conn.execute("DROP TABLE hub_redaction_authors")
+            conn.close()
 
 
 def test_a_sqlite_hubs_write_queues_on_the_files_flock_that_another_hub_process_holds(tmp_path):

@@ -184,3 +184,36 @@ def test_of_a_layer_it_produces_without_consuming_an_agent_takes_only_redactions
                                                 "takes only redactions of it, not page.ingest"]
         events, rejected = accept([msgspec.Raw(msgspec.json.encode(stray))], drafts, "writer", mem.log)
         assert [e.id for e in events] == [stray.id] and rejected == []  # insights: consumed by every agent
+
+
+def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wrote(workspace):
+    """GET /v1/redactions hands an agent the redactions of its own events in layers it does not consume: a hub that
+    hands it anything else (another kind, a redaction naming only others' events, or none this log holds) is
+    refused, whatever the contract says."""
+    from eventstore.kinds import Redaction
+
+    with Memory.open(workspace) as mem:
+        mine = new_event(EntryAppend(type="FACT", date="2026-11-29", content="mine"), agent="writer",
+                         layer="reports")
+        alices = new_event(EntryAppend(type="FACT", date="2026-11-29", content="hers"), agent="alice",
+                           layer="reports")
+        mem.log.append([mine, alices])
+
+        def redaction(*targets, layer="reports"):
+            return new_event(Redaction(target_ids=[t.id for t in targets], reason="private"), agent="_hub",
+                             layer=layer)
+
+        kept = [redaction(mine), redaction(alices, mine)]
+        refused = [redaction(alices), redaction(fact("elsewhere")), redaction(mine, layer="drafts"),
+                   new_event(EntryAppend(type="FACT", date="2026-11-29", content="x"), agent="alice", layer="reports"),
+                   new_event(Redaction(target_ids=[mine.id], reason="x"), agent="writer", layer="mind")]
+        raws = [msgspec.Raw(msgspec.json.encode(event)) for event in kept + refused]
+        events, rejected = accept(raws, Contract(), "writer", mem.log, authored=True)
+        assert [e.id for e in events] == [e.id for e in kept]
+        assert [r.reason for r in rejected] == [
+            "it names no event of layer 'reports' that this agent wrote and holds"] * 2 + [
+            "it names no event of layer 'drafts' that this agent wrote and holds",
+            "the redactions of this agent's events are all the hub sends it apart from its pulls, not entry.append",
+            "layer 'mind' is private to each agent"]
+        events, rejected = accept(raws[:1], Contract(), "writer", mem.log)  # a pull's page: not its layer
+        assert events == [] and rejected[0].reason == "layer 'reports' is not one this agent consumes"

@@ -227,7 +227,7 @@ def test_a_hand_edit_made_on_redacted_text_is_not_adopted(workspace, tmp_path):
         with open(workspace / f"mind/{slug}.md", "a") as edited:
             edited.write("hand line\n")
     mem(workspace, "redact", "1", "--reason", "pii", "--yes", check=True)
-    said = (f"the edit was made on text redacted since (pii) and may hold it, so `mem adopt` does not take it: take "
+    said = ("the edit was made on text redacted since (pii) and may hold it, so `mem adopt` does not take it: take "
             f"that text out and `mem page write p --file mind/p.md`, or `mem show mind/p.md > mind/p.md` drops the edit")
     status = mem(workspace, "status").stdout.decode()
     assert f"mind/p.md  (edited by hand, but {said})" in status, status
@@ -504,6 +504,38 @@ def test_a_producer_that_does_not_consume_a_layer_pulls_its_redactions(team, tmp
     assert mem(team / "writer", "replay", "--check").returncode == 0
     mem(team / "main", "pull", check=True)
     assert files_holding(team / "main", "555-0199") == [] and files_holding(team / "main", "4242-77") == []
+
+
+@pytest.mark.parametrize("dropped", ["as a producer", "with its layer"])
+def test_an_author_the_contract_dropped_still_loses_the_text_of_its_redacted_events(team, tmp_path, dropped):
+    """Regression (nc18a): a redaction reached the author of the events it named only while the contract listed it
+    as a producer of the layer: one dropped since (or whose layer was) kept its own copy's text. Pulls now also ask
+    the hub for the redactions of the agent's own events (GET /v1/redactions), whatever the contract says."""
+    (tmp_path / "reports.toml").write_text(CONTRACT + REPORTS)
+    run_mem("hub", "contract", "apply", tmp_path / "reports.toml", "--db", team / "hub.db", check=True)
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "reports", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "entry", "add", "reports", "[FACT] Staging first", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    target = entry_id(team, "main", "reports", "555-0199")
+    later = CONTRACT + REPORTS.replace('producers = ["writer", "main"]', 'producers = ["main"]') \
+        if dropped == "as a producer" else CONTRACT
+    (tmp_path / "later.toml").write_text(later)
+    run_mem("hub", "contract", "apply", tmp_path / "later.toml", "--db", team / "hub.db", check=True)
+    mem(team / "writer", "pull", check=True)
+    run_mem("hub", "redact", target, "--reason", "private", "--db", team / "hub.db", check=True)
+    assert files_holding(team / "writer", "555-0199")
+
+    pulled = mem(team / "writer", "pull", check=True)
+    assert b"pulled 1 event" in pulled.stdout, pulled
+    assert files_holding(team / "writer", "555-0199") == []
+    assert files_holding(team / "writer" / ".mem", "Staging first")  # the redaction's alone
+    assert mem(team / "writer", "pull", check=True).stdout.startswith(b"pulled 0 events")  # its cursor moved on
+    assert mem(team / "writer", "push", check=True).stdout.startswith(b"pushed 0 events")  # not sent back
+    assert mem(team / "writer", "verify", check=True).returncode == 0
+    assert mem(team / "writer", "replay", "--check").returncode == 0
 
 
 def test_a_consumer_dropped_from_a_layer_redacts_its_own_copy(team, tmp_path):

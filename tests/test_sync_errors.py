@@ -157,7 +157,7 @@ class RepeatingHub(FakeHub):
             answer = {"contract": {"layers": {"insights": {"path": "memory/insights.md", "format": "entries",
                                                            "producers": ["*"], "consumers": ["*"]}}},
                       "position": 2, "agent": "alice", "head": 2}
-        elif self.moving and "cursor=past" in path:
+        elif self.moving and "cursor=past" in path or path.startswith("/v1/redactions"):
             answer = {"events": [], "cursor": "past", "more": False, "head": 2}
         else:
             answer = {"events": ["not an event", 12], "cursor": "past" if self.moving else "", "more": False,
@@ -186,3 +186,25 @@ def test_events_that_do_not_decode_are_told_as_such_not_as_an_id_and_a_position(
     warnings = [line for line in done.stderr.decode().splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 2 and all(w.startswith("warning: rejected an undecodable event: ") for w in warnings)
     assert "None" not in done.stderr.decode()
+
+
+class OlderHub(MovingHub):
+    """A hub that predates GET /v1/redactions: it answers it 404, as any unknown path."""
+
+    def do_GET(self):
+        if not self.path.startswith("/v1/redactions"):
+            return super().do_GET()
+        body = json.dumps({"type": "https://mindlog.dev/problems/http-404", "title": "Not Found", "status": 404})
+        self.send_response(404)
+        self.send_header("content-type", "application/problem+json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+def test_a_hub_that_predates_the_redactions_of_an_agents_events_is_pulled_from_all_the_same(ws):
+    with serving(OlderHub) as url:
+        set_remote(ws, url)
+        done = run_mem("pull", "-w", ws)
+    assert done.returncode == 0 and done.stdout.startswith(b"pulled 0 events"), done
+    assert [line for line in done.stderr.decode().splitlines() if not line.startswith("warning: rejected")] == []
