@@ -160,9 +160,14 @@ class Memory:
         self.log = workspace.open_log(self.config)
         try:
             self.views = self._open_views(rebuild_damaged)
+            self._set_up()
         except BaseException:
+            if hasattr(self, "views"):
+                self.views.close()
             self.log.close()
             raise
+
+    def _set_up(self) -> None:
         self._views_file = _file_identity(self.ws.views_path)
         self.writer = Writer(self.config.agent, self.views)
         self.adf_writer = AdfWriter(self.config.agent, self.views)

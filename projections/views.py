@@ -192,6 +192,13 @@ class Views:
         rebuild into a new file that is renamed into place after."""
         self.path = str(path)
         self.db = connect(self.path, isolation_level=None, timeout=60, check_same_thread=False)
+        try:
+            self._open(contract, agent, fast)
+        except BaseException:  # a damaged file: its connection (and any lock it took) is not left to the collector
+            self.db.close()
+            raise
+
+    def _open(self, contract, agent: str | None, fast: bool) -> None:
         self.db.execute("PRAGMA busy_timeout = 60000")
         if fast:
             self.db.execute(f"PRAGMA page_size = {BULK_PAGE_SIZE}")  # a new file's; an existing one keeps its own

@@ -101,6 +101,21 @@ def judged_day(mem, now: Moment) -> str:
     return trust.day_of(event.ts if event else 0)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def in_wal_mode(path: Path) -> bool:
+    """Whether the file at `path` holds an SQLite database in WAL mode (its header's read and write versions 2): views
+    truncated or replaced by other means are not, and opening them in WAL mode needs a lock no other connection of
+    the server may hold (`Site._let_go`)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return header[:16] == SQLITE_HEADER and header[18:20] == b"\x02\x02"
+
+
 class Site:
     """The pages over one workspace; a hub's (cli/web/hub.py) narrows the layers shown to a token's."""
 
@@ -114,27 +129,73 @@ class Site:
         self.root = Path(root)
         self.title = title or str(self.root)
         self.local = threading.local()
+        self._kept = threading.Lock()
+        self._memories: dict[int, object] = {}  # each thread's Memory (by id), kept open from page to page
+        self._busy: set[int] = set()  # those a page is reading now
+        self._stale: set[int] = set()  # those to close once their page is answered
+        self._views_path: Path | None = None
 
     @contextmanager
     def memory(self):
         """This thread's Memory of the workspace (SQLite connections stay in their thread), caught up
-        with the log first, so a page shows what was appended since the last one."""
+        with the log first, so a page shows what was appended since the last one. Views found damaged under the
+        server (a file truncated) are let go in every thread (`_let_go`)."""
         from projections.memory import Memory
 
         mem = getattr(self.local, "memory", None)
+        if mem is not None and id(mem) in self._stale:
+            self._close(mem)
+        if mem is not None and id(mem) not in self._memories:  # closed (`_let_go`)
+            mem = None
         if mem is None:
-            mem = Memory.open(self.root, rebuild_damaged=self.rebuild_damaged)
+            if self._views_path is not None and not in_wal_mode(self._views_path):
+                self._let_go()  # views changed under the server: its threads' connections would hold this open up
+            try:
+                mem = Memory.open(self.root, rebuild_damaged=self.rebuild_damaged)
+            except storage_exceptions() as exc:
+                if is_damaged(exc):
+                    self._let_go()
+                raise
             mem.called = self.called
             self.local.memory = mem
+            self._views_path = mem.ws.views_path
+            with self._kept:
+                self._memories[id(mem)] = mem
+        with self._kept:
+            self._busy.add(id(mem))
         try:
             if mem.head() > mem.checkpoint():
                 mem.refresh(files=False)
             yield mem
         except storage_exceptions() as exc:
-            if is_damaged(exc):  # views damaged under the server (a file truncated): not kept open, nor its locks
-                self.local.memory = None  # (every command waited on them), and opened again by the next page
-                mem.close()
+            if is_damaged(exc):
+                self._let_go()
             raise
+        finally:
+            with self._kept:
+                self._busy.discard(id(mem))
+            if id(mem) in self._stale:
+                self._close(mem)
+
+    def _let_go(self) -> None:
+        """Closes every thread's Memory (one a page reads now once it is answered), each to be opened again by its
+        thread's next page. A connection to views in WAL mode holds a lock on the file as long as it is open, so an
+        idle thread's connection to views damaged since held up every command (`mem replay`, meant to repair them,
+        too) and this server's own opening of them again (nc17a)."""
+        with self._kept:
+            idle = [mem for key, mem in self._memories.items() if key not in self._busy]
+            self._stale.update(key for key in self._memories if key in self._busy)
+        for mem in idle:
+            self._close(mem)
+
+    def _close(self, mem) -> None:
+        with self._kept:
+            if self._memories.pop(id(mem), None) is None:
+                return
+            self._stale.discard(id(mem))
+        if getattr(self.local, "memory", None) is mem:
+            self.local.memory = None
+        mem.close()
 
     def render(self, request: Request, name: str, current: str, **context):
         return templates.TemplateResponse(request, name, {"nav": NAV, "current": current, "title": self.title,
