@@ -231,12 +231,12 @@ def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's
                                            "postgresql:// URL (default: .mem/log.db, SQLite).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
     from eventstore.backends import shown
-    from eventstore.workspace import Workspace
+    from eventstore.workspace import Workspace, absolute
     from projections.memory import Memory
 
     root = state["workspace"] or Path.cwd()
     existed = Workspace(root).exists
-    outer = None if existed else Workspace.around(Path(root).absolute().parent)
+    outer = None if existed else Workspace.around(absolute(root).parent)
     with Memory.init(root, agent, log) as mem:
         where = f"; log in {shown(mem.config.log)}" if mem.config.log else ""
         if existed:

@@ -92,9 +92,16 @@ class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     log: str | None = None
 
 
+def absolute(path: str | Path) -> Path:
+    """`path` made absolute with its `..` parts taken out (as the shell reads them): `Path.absolute` keeps them,
+    and the parents of `ws/../elsewhere` include `ws` (a command given `-w ../elsewhere` from inside a workspace
+    wrote there, nc19b)."""
+    return Path(os.path.abspath(path))
+
+
 class Workspace:
     def __init__(self, root: str | Path):
-        self.root = Path(root).absolute()
+        self.root = absolute(root)
         self.mem_dir = self.root / MEM_DIR
         self.log_path = self.mem_dir / "log.db"
         self.views_path = self.mem_dir / "views.db"
@@ -188,7 +195,7 @@ class Workspace:
     @classmethod
     def around(cls, path: str | Path) -> "Workspace | None":
         """The workspace that `path` is in (or is), if any."""
-        path = Path(path).absolute()
+        path = absolute(path)
         for candidate in (path, *path.parents):
             if (candidate / MEM_DIR / CONFIG_FILE).exists():
                 return cls(candidate)
@@ -198,7 +205,7 @@ class Workspace:
     def find(cls, start: str | Path | None = None) -> "Workspace":
         """The workspace at `start` (or MEM_WORKSPACE, or the cwd) or the nearest one above it."""
         given = start or os.environ.get("MEM_WORKSPACE")
-        start = Path(given or os.getcwd()).absolute()
+        start = absolute(given or os.getcwd())
         found = cls.around(start)
         if found is not None:
             return found

@@ -27,7 +27,7 @@ from eventstore.kinds import CONFIG_KEY_PREFIXES, KINDS, AlwaysAdd, AlwaysRemove
 from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
-from eventstore.workspace import Workspace, log_cut_short, views_damaged, views_edited, views_not_of_log
+from eventstore.workspace import Workspace, absolute, log_cut_short, views_damaged, views_edited, views_not_of_log
 from eventstore.writer import AdfWriter, SharedWriter, Writer, file_path
 
 from . import adf, audit, local_layers, redact, trust
@@ -209,7 +209,7 @@ class Memory:
     def init(cls, root: str | Path, agent: str | None = None, log: str | None = None) -> "Memory":
         """A new workspace (its log in `log`, a postgresql:// URL, or by default in `.mem/log.db`). When
         making it fails (PostgreSQL unreachable), what it had made is removed: no half-made workspace."""
-        made = [p for p in (Path(root).absolute(), Path(root).absolute() / "mind") if not p.exists()]
+        made = [p for p in (absolute(root), absolute(root) / "mind") if not p.exists()]
         mem_dir = Workspace(root).mem_dir
         new = not mem_dir.exists()
         if new and agent is not None:

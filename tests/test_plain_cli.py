@@ -342,3 +342,27 @@ def test_a_directory_that_is_no_workspace_is_refused_with_the_way_to_make_one(tm
     bare = run_mem("log", cwd=tmp_path)
     assert bare.returncode == 1 and bare.stderr.decode() == (
         f"error: no mindlog workspace at or above {tmp_path}; run `mem init` or pass --workspace\n")
+
+
+def test_a_workspace_path_through_dotdot_names_the_directory_it_reads_as(workspace, tmp_path):
+    """Regression (nc19b): the parents of `ws/../elsewhere` included `ws`, so `-w ../elsewhere` from inside a workspace
+    (or MEM_WORKSPACE so, or an absolute path through `..`) wrote into that workspace and exited 0."""
+    import os
+    import subprocess
+
+    from conftest import mem_command
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    before = run_mem("-w", workspace, "log", "--json", check=True).stdout
+    env = {key: value for key, value in os.environ.items() if key != "MEM_WORKSPACE"}
+    for args, extra in ((("-w", "../elsewhere"), {}), (("-w", f"{workspace}/../elsewhere"), {}),
+                        ((), {"MEM_WORKSPACE": "../elsewhere"})):
+        refused = subprocess.run([*mem_command(), *args, "always", "add", "x"], cwd=workspace, capture_output=True,
+                                 env={**env, **extra}, timeout=120)
+        assert refused.returncode == 1 and refused.stderr.decode().startswith(
+            f"error: no mindlog workspace at or above {elsewhere};"), (args, extra, refused.stderr)
+    assert run_mem("-w", workspace, "log", "--json", check=True).stdout == before
+    made = run_mem("init", "-w", "../made", cwd=workspace)
+    assert made.returncode == 0 and b"inside" not in made.stderr, made.stderr
+    assert (tmp_path / "made" / ".mem").is_dir() and not (workspace / "made").exists()
