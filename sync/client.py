@@ -737,18 +737,25 @@ def _authored_redactions(memory, client: HubClient, tally: "_Tally", fold: bool)
     (GET /v1/redactions): its pulls bring it those of the layers it produces now, not those of a layer it no longer
     produces, nor those its pull cursor passed before the hub handed them over. Checked as a pull's events are (each
     must name an event of this agent's: sync.intake.not_its_own), then appended with the cursor moved past them. A hub
-    that predates it is not asked again in this pull."""
+    that predates it is not asked again in this pull; one that says the cursor is ahead of it (restored from a backup)
+    is asked again from its start."""
     if tally.no_redactions_endpoint:
         return
     key, stored = _redactions_key(tally.name), False
     while True:
         at = memory.log.state(key) or ""
-        page = client.redactions_page(at, PULL_BATCH)
+        try:
+            page = client.redactions_page(at, PULL_BATCH)
+        except HubRefused as exc:
+            if exc.status != 409 or not at:
+                raise
+            memory.log.set_state(key, "")  # a hub restored from a backup: its positions are handed out again
+            continue
         if page is None:
             tally.no_redactions_endpoint = True
             return
         stored = tally.store(memory, page, fold=False, authored=True) or stored
-        if not page.more or page.cursor == at:  # a hub whose cursor stands still has nothing more to give
+        if not page.more or not page.events or page.cursor == at:  # a full page alone has more after it
             break
     if fold and stored:
         tally.skipped.update(memory.follow().refused)

@@ -121,16 +121,24 @@ def authored_rule(layer: str) -> tuple[str, frozenset] | str:
     return "the redactions of this agent's events are all the hub sends it apart from its pulls, not {}", ONLY_REDACTIONS
 
 
+NOTHING_HERE = "it names no event of this agent's whose body this log holds"
+"""`not_its_own`'s verdict on a redaction that has nothing to remove from this log: left out, said to nobody."""
+
+
 def not_its_own(event: Event, agent: str, log) -> str | None:
     """Why a redaction the hub sent apart from the pulls (GET /v1/redactions) is not taken, or None: it must name an
-    event of its own layer that this agent wrote, which this log holds (the hub answers those alone)."""
+    event of its own layer that this agent wrote (the hub answers those alone), whose body this log still holds; one
+    that names none (another workspace of the agent's wrote them, a redaction removed them already, or the hub sent
+    what it should not) is NOTHING_HERE: left out without a word, and a hub cannot grow the log with redactions that
+    remove nothing."""
     if type(event.body) is not Redaction:
         return "a redacted redaction is no redaction"
     for target in event.body.target_ids:
         known = log.get(target)
-        if known is not None and known.agent == agent and known.layer == event.layer:
+        if (known is not None and known.agent == agent and known.layer == event.layer
+                and type(known.body) is not Redacted):
             return None
-    return f"it names no event of layer {event.layer!r} that this agent wrote and holds"
+    return NOTHING_HERE
 
 
 def _decoded(raws: list[msgspec.Raw], packed: bool) -> list[Event | None]:
@@ -222,6 +230,8 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
             reason = _refusal(event, rule)
             if authored and reason is None:
                 reason = not_its_own(event, agent, log)
+                if reason is NOTHING_HERE:
+                    continue
         except MemError as exc:
             reason = _reason(exc)
         if reason is None:

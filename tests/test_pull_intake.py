@@ -188,31 +188,30 @@ def test_of_a_layer_it_produces_without_consuming_an_agent_takes_only_redactions
 
 def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wrote(workspace):
     """GET /v1/redactions hands an agent the redactions of its own events in layers it does not consume: a hub that
-    hands it anything else (another kind, a redaction naming only others' events, or none this log holds) is
-    refused, whatever the contract says."""
+    hands it another kind, or a redaction in a private layer, is refused, whatever the contract says. A redaction that
+    removes nothing here (naming only others' events, events this log does not hold, or bodies removed already: another
+    workspace of the agent's, or a hub that would grow the log) is left out without a word (nc19a)."""
     from eventstore.kinds import Redaction
 
     with Memory.open(workspace) as mem:
-        mine = new_event(EntryAppend(type="FACT", date="2026-11-29", content="mine"), agent="writer",
-                         layer="reports")
+        mine, gone = (new_event(EntryAppend(type="FACT", date="2026-11-29", content=text), agent="writer",
+                                layer="reports") for text in ("mine", "gone"))
         alices = new_event(EntryAppend(type="FACT", date="2026-11-29", content="hers"), agent="alice",
                            layer="reports")
-        mem.log.append([mine, alices])
 
         def redaction(*targets, layer="reports"):
             return new_event(Redaction(target_ids=[t.id for t in targets], reason="private"), agent="_hub",
                              layer=layer)
 
+        mem.log.append([mine, gone, alices, redaction(gone)])
         kept = [redaction(mine), redaction(alices, mine)]
-        refused = [redaction(alices), redaction(fact("elsewhere")), redaction(mine, layer="drafts"),
-                   new_event(EntryAppend(type="FACT", date="2026-11-29", content="x"), agent="alice", layer="reports"),
+        left_out = [redaction(alices), redaction(fact("elsewhere")), redaction(mine, layer="drafts"), redaction(gone)]
+        refused = [new_event(EntryAppend(type="FACT", date="2026-11-29", content="x"), agent="alice", layer="reports"),
                    new_event(Redaction(target_ids=[mine.id], reason="x"), agent="writer", layer="mind")]
-        raws = [msgspec.Raw(msgspec.json.encode(event)) for event in kept + refused]
+        raws = [msgspec.Raw(msgspec.json.encode(event)) for event in kept + left_out + refused]
         events, rejected = accept(raws, Contract(), "writer", mem.log, authored=True)
         assert [e.id for e in events] == [e.id for e in kept]
         assert [r.reason for r in rejected] == [
-            "it names no event of layer 'reports' that this agent wrote and holds"] * 2 + [
-            "it names no event of layer 'drafts' that this agent wrote and holds",
             "the redactions of this agent's events are all the hub sends it apart from its pulls, not entry.append",
             "layer 'mind' is private to each agent"]
         events, rejected = accept(raws[:1], Contract(), "writer", mem.log)  # a pull's page: not its layer

@@ -538,6 +538,28 @@ def test_an_author_the_contract_dropped_still_loses_the_text_of_its_redacted_eve
     assert mem(team / "writer", "replay", "--check").returncode == 0
 
 
+def test_a_redactions_cursor_ahead_of_a_restored_hub_starts_again(team, tmp_path):
+    """Regression (nc19a): the cursor of GET /v1/redactions moves to the hub's head at each answer, so an agent that
+    pulls nothing else (it produces a layer without consuming it) kept one past the head of a hub restored from a
+    backup, and every pull failed with `409 cursor-ahead`. The client asks again from the hub's start."""
+    from projections.memory import Memory
+    from sync.hub import encode_cursor
+
+    (tmp_path / "reports.toml").write_text(CONTRACT + REPORTS)
+    run_mem("hub", "contract", "apply", tmp_path / "reports.toml", "--db", team / "hub.db", check=True)
+    mem(team / "writer", "pull", check=True)
+    mem(team / "writer", "entry", "add", "reports", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    run_mem("hub", "redact", entry_id(team, "main", "reports", "555-0199"), "--reason", "private", "--db",
+            team / "hub.db", check=True)
+    with Memory.open(team / "writer") as writer:
+        writer.log.set_state("redactions:origin", encode_cursor(10**6))  # as a hub that lost positions leaves it
+    pulled = mem(team / "writer", "pull")
+    assert pulled.returncode == 0 and b"cursor-ahead" not in pulled.stderr, pulled
+    assert files_holding(team / "writer", "555-0199") == []
+
+
 def test_a_consumer_dropped_from_a_layer_redacts_its_own_copy(team, tmp_path):
     """Regression (nc10b M3): an agent dropped as a consumer keeps its copy of the layer, which no redaction on the
     hub reaches any more, and was refused when it redacted that copy itself (not its event, not its layer)."""

@@ -208,3 +208,24 @@ def test_a_hub_that_predates_the_redactions_of_an_agents_events_is_pulled_from_a
         done = run_mem("pull", "-w", ws)
     assert done.returncode == 0 and done.stdout.startswith(b"pulled 0 events"), done
     assert [line for line in done.stderr.decode().splitlines() if not line.startswith("warning: rejected")] == []
+
+
+class RestlessHub(MovingHub):
+    """A hub whose GET /v1/redactions always says there is more, with no events and a new cursor each time."""
+
+    asked = 0
+
+    def answer(self, path):
+        if not path.startswith("/v1/redactions"):
+            return super().answer(path)
+        RestlessHub.asked += 1
+        return "application/json", json.dumps({"events": [], "cursor": f"c{RestlessHub.asked}", "more": True,
+                                               "head": 2}).encode()
+
+
+def test_a_hub_that_says_there_are_more_redactions_and_sends_none_is_not_asked_forever(ws):
+    """Regression (nc19a): such a hub kept `mem pull` asking, thousands of requests a second, for good."""
+    with serving(RestlessHub) as url:
+        set_remote(ws, url)
+        done = run_mem("pull", "-w", ws)
+    assert done.returncode == 0 and RestlessHub.asked <= 3, (RestlessHub.asked, done)  # once each time it takes the contract
