@@ -6,7 +6,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import msgspec
 
 from eventstore import validate
 from eventstore.errors import Damaged, HandEdited, StorageFailure, UnsafePath
+from eventstore.sqlite import SQLiteLog
 from eventstore.workspace import LOG_AS_IS
 
 from . import bulk
@@ -93,6 +94,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
                                   rendered=rendered).refused
             laps.lap("dry run")
             checkpoint = views.checkpoint()
+            counted = _counting(memory.log, checkpoint)
             views.close()
         except BaseException:
             remove_leftovers(memory.ws)  # a build that failed (a full disk) keeps no room
@@ -120,7 +122,32 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         files = materialize(memory.views, memory.root, force=force, seen=seen)
         laps.lap("materialize")
         laps.dump()
-    return ReplayReport(checkpoint=checkpoint, events=memory.log.count(checkpoint), files=files)
+    return ReplayReport(checkpoint=checkpoint, events=counted(), files=files)
+
+
+def _counting(log, upto: int) -> Callable[[], int]:
+    """`log.count(upto)` begun in a thread now (SQLite counts without the GIL, while the views are swapped in and the
+    files written: a million rows take half a second), its answer waited for by the function returned. A log of
+    another backend is counted when asked (its connection is not this thread's to share)."""
+    if not isinstance(log, SQLiteLog):
+        return lambda: log.count(upto)
+    found: list = []
+
+    def count() -> None:
+        try:
+            found.append(log.count(upto))
+        except BaseException as exc:  # noqa: BLE001 - raised where it is waited for
+            found.append(exc)
+
+    thread = threading.Thread(target=count, name="count", daemon=True)
+    thread.start()
+
+    def counted() -> int:
+        thread.join()
+        if isinstance(found[0], BaseException):
+            raise found[0]
+        return found[0]
+    return counted
 
 
 def _replace(rebuilt: Path, target: Path) -> threading.Thread | None:
