@@ -395,10 +395,10 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
         path = mem.named_file(path, moment)
         text = mem.show(path, moment)
         binary = mem.binary_file(path, moment) if text is not None and text.startswith("<") else None
-        if text is None and at is None and seq is None:
+        if text is None:
             from projections.history import history
 
-            versions = history(mem, path)
+            versions = [version for version in history(mem, path) if version.seq <= moment]
             if versions and versions[-1].deleted:  # the way back to it, where "does not exist" was all it said
                 fail(f"{path} was deleted at seq {versions[-1].seq}; `mem show {path} --seq {versions[-1].seq - 1}` "
                      "shows it as it was")

@@ -48,6 +48,9 @@ def test_show_page_as_of_times_and_seqs(history):
     assert gone.returncode == 1 and gone.stderr == (b"error: mind/deploy.md was deleted at seq 4; `mem show "
                                                     b"mind/deploy.md --seq 3` shows it as it was\n")
     assert show(ws, "mind/nothing.md").stderr == b"error: mind/nothing.md does not exist\n"
+    for moment in (("--seq", "4"), ("--at", "now")):  # as of a moment after it: said "did not exist then" (nc19b)
+        assert show(ws, "mind/deploy.md", *moment).stderr.endswith(gone.stderr), moment  # --at says its seq first
+    assert show(ws, "mind/nothing.md", "--seq", "4").stderr == b"error: mind/nothing.md did not exist then\n"
     before = show(ws, "mind/deploy.md", "--at", "2000-01-01")
     assert before.returncode == 1 and b"before this workspace existed" in before.stderr
 
