@@ -1046,8 +1046,9 @@ class Memory:
         if "/" in path:  # `notes/café.md` typed in NFC for the file written in NFD: rendered only when a twin exists
             twin = self.views.file_twin(path) if seqs and not slug_of(path) and path != LOG_PATH else None
             return twin if twin and not any(self.show(path, s) is not None for s in seqs) else path
-        if not path.endswith(".md") or path == MIND_PATH or any(self.show(path, s) is not None for s in seqs):
-            return path
+        if not path.endswith(".md") or path == MIND_PATH or any(self.show(path, s) is not None
+                                                                 for s in (*seqs, self.checkpoint())):
+            return path  # a root file then, or now (not yet then: said of the name asked for, nc19b)
         return f"mind/{path}"
 
     def show(self, path: str, as_of: int) -> str | None:

@@ -206,3 +206,16 @@ def test_a_command_recording_behind_a_log_stamped_ahead_of_the_clock_says_so(tmp
     assert run_mem("-w", root, "always", "list", check=True).stderr == b""  # nothing recorded: nothing said
     with Memory.open(root) as memory:
         assert memory.log.recorded_at(2) == ahead
+
+
+def test_a_root_file_asked_for_before_it_was_written_is_named_as_asked(workspace, tmp_path):
+    """Regression (nc19b): `mem show document.md --seq N` before the root file document.md was written said
+    "mind/document.md did not exist then": a bare `x.md` no root file held at the moment read as a page's name."""
+    source = tmp_path / "document.md"
+    source.write_text("# Document\n")
+    run_mem("-w", workspace, "always", "add", "first", check=True)
+    run_mem("-w", workspace, "file", "write", "document.md", "--file", source, check=True)
+    early = show(workspace, "document.md", "--seq", "1")
+    assert early.returncode == 1 and early.stderr == b"error: document.md did not exist then\n", early.stderr
+    assert show(workspace, "document.md").stdout == b"# Document\n"
+    assert show(workspace, "nosuch.md").stderr == b"error: mind/nosuch.md does not exist\n"  # a page's name
