@@ -80,7 +80,7 @@ def believed(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
     typer.echo(f"pages: {', '.join(pages) or '(none)'}")
     if result.kept_aside:
         typer.echo(f"kept aside by an import, not loaded (`mem show PATH` reads one): {', '.join(result.kept_aside)}")
-    typer.echo(f"\nloop (last {last}):")
+    typer.echo(f"\nloop (last {last}):" + ("" if result.loop else " (none)"))
     loops = len({row.loop for row in result.loop}) > 1
     for row in result.loop:
         typer.echo(f"[S{row.seq}] {f'{row.loop} ' if loops else ''}{row.role}: {row.text()}")

@@ -349,3 +349,15 @@ def test_an_entries_file_rendered_apart_by_sqlite_is_the_file_python_renders(tmp
         assert (memory.root / "memory/notes.md").read_text() == whole
         memory.entry_add("notes", "[LESSON] 2026-11-03: undo", reverses=memory.views.shared.entries("notes", 1 << 62)[0].id)
         assert entries_text_apart(views.path, "notes", views.checkpoint()) is None
+
+
+def test_status_after_a_local_layers_declaration_was_redacted_names_the_way_back(workspace):
+    """Regression (nc19b): with the declaration of a local layer redacted, `mem status` said only that a hub's contract
+    would place the layer's file (`mem pull`, `mem remote add`), in a workspace that never had a hub."""
+    run_mem("-w", workspace, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    run_mem("-w", workspace, "entry", "add", "decisions", "[DECISION] Deploy on Tuesdays", check=True)
+    events = json.loads(run_mem("-w", workspace, "log", "--json", check=True).stdout)
+    declared = next(e["seq"] for e in events if e["body"]["kind"] == "config.set")
+    run_mem("-w", workspace, "redact", str(declared), "--reason", "undeclare", check=True)
+    status = run_mem("-w", workspace, "status").stdout.decode()
+    assert "not placed:" in status and "`mem layer add NAME PATH` declares one of them a local layer again" in status

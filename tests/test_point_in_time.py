@@ -219,3 +219,12 @@ def test_a_root_file_asked_for_before_it_was_written_is_named_as_asked(workspace
     assert early.returncode == 1 and early.stderr == b"error: document.md did not exist then\n", early.stderr
     assert show(workspace, "document.md").stdout == b"# Document\n"
     assert show(workspace, "nosuch.md").stderr == b"error: mind/nosuch.md does not exist\n"  # a page's name
+
+
+def test_believed_says_when_the_loop_was_empty_as_it_does_of_pages(workspace):
+    """Regression (nc19b): `mem believed` printed `loop (last 10):` and nothing under it, where pages say (none)."""
+    out = run_mem("-w", workspace, "believed", check=True).stdout.decode()
+    assert "pages: (none)" in out and "loop (last 10): (none)" in out, out
+    run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", "hello", check=True)
+    out = run_mem("-w", workspace, "believed", check=True).stdout.decode()
+    assert "loop (last 10):\n[S1] user: hello" in out, out
