@@ -32,7 +32,11 @@ GROUP_EXTRAS = {"hub": ("redact_commands",)}
 
 
 class Interrupted(Exception):
-    """Ctrl-C under a command (one that waits until interrupted, like `mem watch`, ends quietly itself)."""
+    """Ctrl-C under a command (one that waits until interrupted, like `mem watch`, ends quietly itself); its argument,
+    when it has one, what is said of it instead of INTERRUPTED."""
+
+
+INTERRUPTED = "what was recorded stays recorded, and the views and files catch up at the next command"
 
 
 class LazyGroup(TyperGroup):
@@ -528,7 +532,10 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         total = to if to is not None else mem.head()
         with progress_bar("replay", total) as advance:
             if check:
-                report = replaying.check(mem, progress=advance)
+                try:
+                    report = replaying.check(mem, progress=advance)
+                except KeyboardInterrupt:
+                    raise Interrupted("a check changes nothing (its rebuilt copy is removed)") from None
             else:
                 report = replaying.replay(mem, to, force=force, progress=advance, log_as_is=log_as_is)
     if json:
@@ -757,9 +764,9 @@ def main() -> None:
     except Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
-    except (Interrupted, KeyboardInterrupt):
-        typer.echo("error: interrupted; what was recorded stays recorded, and the views and files catch up at "
-                   "the next command", err=True)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        typer.echo(f"error: interrupted; {exc.args[0] if isinstance(exc, Interrupted) and exc.args else INTERRUPTED}",
+                   err=True)
         sys.exit(130)
     finally:  # the command has ended and said so: a Ctrl-C now would only kill the interpreter's shutdown by the signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)
