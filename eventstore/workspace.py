@@ -93,10 +93,12 @@ class WorkspaceConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 def absolute(path: str | Path) -> Path:
-    """`path` made absolute with its `..` parts taken out (as the shell reads them): `Path.absolute` keeps them,
-    and the parents of `ws/../elsewhere` include `ws` (a command given `-w ../elsewhere` from inside a workspace
-    wrote there, nc19b)."""
-    return Path(os.path.abspath(path))
+    """`path` made absolute; one with `..` parts resolved as the file system reads it (`link/..` is the parent of
+    where the link leads). `Path.absolute` keeps them, and the parents of `ws/../elsewhere` include `ws` (a command
+    given `-w ../elsewhere` from inside a workspace wrote there, nc19b); taking them out as text read `link/..` as the
+    folder holding the link (nc20b). A path without them is kept as given (a workspace reached through a link is
+    named so)."""
+    return Path(os.path.realpath(path)) if ".." in Path(path).parts else Path(path).absolute()
 
 
 class Workspace:

@@ -800,13 +800,18 @@ class Memory:
         self.shared_writer.state = views
         self._views_file = _file_identity(self.ws.views_path)
 
+    def views_replaced(self) -> bool:
+        """Whether another views file has been renamed into place (a replay in another process) since these views
+        were opened."""
+        found = _file_identity(self.ws.views_path)
+        return found is not None and found != self._views_file
+
     def _reopen_replaced_views(self) -> None:
         """A replay in another process renamed a new views file into place: this process's connection still
         reads, and would write, the old one, deleted (a `mem pull --follow` went on folding into it, and
         `mem status` found the real views behind and the files "edited by hand"). Called under the lock,
         before anything is read or written: the views are opened again from the file now in place."""
-        found = _file_identity(self.ws.views_path)
-        if found is None or found == self._views_file:
+        if not self.views_replaced():
             return
         self.views.close()
         self.swap_views(self._open_views(rebuild_damaged=False))

@@ -366,3 +366,14 @@ def test_a_workspace_path_through_dotdot_names_the_directory_it_reads_as(workspa
     made = run_mem("init", "-w", "../made", cwd=workspace)
     assert made.returncode == 0 and b"inside" not in made.stderr, made.stderr
     assert (tmp_path / "made" / ".mem").is_dir() and not (workspace / "made").exists()
+
+
+def test_a_workspace_path_through_a_link_and_dotdot_is_where_the_file_system_says(tmp_path):
+    """Regression (nc20b): `..` taken out as text read `link/..` as the folder holding the link, not the parent of
+    where the link leads, as the file system (and `cat link/../.mem/config.json`) reads it."""
+    for name in ("ws", "ws2"):
+        run_mem("init", "-w", tmp_path / name, "--agent", name, check=True)
+    (tmp_path / "ws2" / "l").symlink_to(tmp_path / "ws" / "mind")
+    run_mem("-w", tmp_path / "ws2" / "l" / "..", "always", "add", "through the link", check=True)
+    assert "through the link" in (tmp_path / "ws" / "mind.md").read_text()
+    assert "through the link" not in (tmp_path / "ws2" / "mind.md").read_text()

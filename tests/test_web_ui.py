@@ -1,6 +1,9 @@
 """`mem ui` over plain HTTP: every page answers from a real workspace, as of any moment; bad input is refused."""
 
+import os
 import re
+import sqlite3
+from pathlib import Path
 
 import httpx
 import pytest
@@ -581,3 +584,67 @@ def test_views_found_damaged_in_one_thread_are_let_go_by_every_thread(tmp_path):
         check.execute("ROLLBACK")
     finally:
         check.close()
+
+
+def test_mem_ui_shows_the_views_a_replay_put_in_place(tmp_path):
+    """Regression (nc20b): `mem ui` reopened the views only when the log had moved on: after a `mem replay` (another
+    views file renamed into place) it went on reading the old one, deleted, and kept it open."""
+    from projections.memory import Memory
+    from webui import serve_ui
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "writer") as mem:
+        mem.write_page("one", PAGE)
+    server, url = serve_ui(root)
+    try:
+        assert httpx.get(f"{url}/asof", timeout=30).status_code == 200
+        views = root / ".mem" / "views.db"
+        with sqlite3.connect(views) as db:  # what only the old file says, as a hand on it would
+            db.execute("UPDATE pages SET hook = 'only the old views say so'")
+        assert "only the old views say so" in httpx.get(f"{url}/asof", timeout=30).text
+        run_mem("-w", root, "replay", check=True)
+        assert "only the old views say so" not in httpx.get(f"{url}/asof", timeout=30).text
+        held = [p for p in Path(f"/proc/{server.pid}/fd").iterdir() if "views.db (deleted)" in os.readlink(p)]
+        assert held == []
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_letting_go_of_every_threads_memory_never_closes_one_a_page_reads(tmp_path):
+    """Regression (nc20b): `_let_go` chose the idle Memories under its lock and closed them after it, while a page
+    could take one up in between: a connection closed under a read, a 503 ("Cannot operate on a closed database"),
+    or SQLite crashing the server. Pages in eight threads read while another thread lets go again and again."""
+    import threading
+
+    from cli.web.app import Site
+    from projections.memory import Memory
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "writer") as mem:
+        mem.write_page("one", PAGE)
+    site, errors, done = Site(root), [], threading.Event()
+
+    def pages():
+        try:
+            for _ in range(20):
+                with site.memory() as mem:
+                    mem.head()
+                    mem.show("mind/one.md", mem.checkpoint())
+        except Exception as exc:  # noqa: BLE001 - what a page would answer 503 or 500 with
+            errors.append(repr(exc))
+
+    def letting_go():
+        while not done.is_set():
+            site._let_go()
+
+    readers = [threading.Thread(target=pages) for _ in range(8)]
+    closer = threading.Thread(target=letting_go)
+    closer.start()
+    for thread in readers:
+        thread.start()
+    for thread in readers:
+        thread.join(120)
+    done.set()
+    closer.join(30)
+    assert errors == []

@@ -143,10 +143,13 @@ class Site:
         from projections.memory import Memory
 
         mem = getattr(self.local, "memory", None)
-        if mem is not None and id(mem) in self._stale:
-            self._close(mem)
-        if mem is not None and id(mem) not in self._memories:  # closed (`_let_go`)
-            mem = None
+        with self._kept:  # taken as busy at once: `_let_go` closes only a Memory no page reads
+            if mem is not None and id(mem) in self._memories and mem.views_replaced():
+                self._let_go_of_all()  # a replay renamed new views into place: no thread reads the old file (nc20b)
+            if mem is not None and id(mem) not in self._memories:  # closed (`_let_go`, or just above)
+                mem = None
+            if mem is not None:
+                self._busy.add(id(mem))
         if mem is None:
             if self._views_path is not None and not in_wal_mode(self._views_path):
                 self._let_go()  # views changed under the server: its threads' connections would hold this open up
@@ -161,8 +164,7 @@ class Site:
             self._views_path = mem.ws.views_path
             with self._kept:
                 self._memories[id(mem)] = mem
-        with self._kept:
-            self._busy.add(id(mem))
+                self._busy.add(id(mem))
         try:
             if mem.head() > mem.checkpoint():
                 mem.refresh(files=False)
@@ -174,27 +176,30 @@ class Site:
         finally:
             with self._kept:
                 self._busy.discard(id(mem))
-            if id(mem) in self._stale:
-                self._close(mem)
+                if id(mem) in self._stale:
+                    self._close(mem)
 
     def _let_go(self) -> None:
-        """Closes every thread's Memory (one a page reads now once it is answered), each to be opened again by its
-        thread's next page. A connection to views in WAL mode holds a lock on the file as long as it is open, so an
-        idle thread's connection to views damaged since held up every command (`mem replay`, meant to repair them,
-        too) and this server's own opening of them again (nc17a)."""
+        """Closes every thread's Memory (one a page reads now once it is answered, by its own thread), each to be
+        opened again by its thread's next page. A connection to views in WAL mode holds a lock on the file as long
+        as it is open, so an idle thread's connection to views damaged since held up every command (`mem replay`,
+        meant to repair them, too) and this server's own opening of them again (nc17a). Closed under the lock that a
+        page takes its Memory as busy under: never while another thread reads through it (nc20b)."""
         with self._kept:
-            idle = [mem for key, mem in self._memories.items() if key not in self._busy]
-            self._stale.update(key for key in self._memories if key in self._busy)
-        for mem in idle:
-            self._close(mem)
+            self._let_go_of_all()
+
+    def _let_go_of_all(self) -> None:
+        """`_let_go`, the caller holding `_kept`."""
+        for key, mem in list(self._memories.items()):
+            if key in self._busy:
+                self._stale.add(key)
+            else:
+                self._close(mem)
 
     def _close(self, mem) -> None:
-        with self._kept:
-            if self._memories.pop(id(mem), None) is None:
-                return
-            self._stale.discard(id(mem))
-        if getattr(self.local, "memory", None) is mem:
-            self.local.memory = None
+        """Closes `mem` (the caller holds `_kept`); its thread opens another at its next page."""
+        del self._memories[id(mem)]
+        self._stale.discard(id(mem))
         mem.close()
 
     def render(self, request: Request, name: str, current: str, **context):
