@@ -706,7 +706,6 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
     if behind:
         tally.restart(behind, _pull_again(memory, tally.remote, client))
     _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
-    _authored_redactions(memory, client, tally, fold)
     not_taken = memory.not_taken()  # its past is fetched once a local layer no longer shadows it
     covered = json.dumps([layer for layer in consumed_layers(answer.contract, memory.config.agent)
                           if layer not in not_taken])
@@ -735,7 +734,8 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
 def _authored_redactions(memory, client: HubClient, tally: "_Tally", fold: bool) -> None:
     """Takes the redactions the hub holds of this agent's events in layers it does not consume, after their cursor
     (GET /v1/redactions): its pulls bring it those of the layers it produces now, not those of a layer it no longer
-    produces, nor those its pull cursor passed before the hub handed them over. Checked as a pull's events are (each
+    produces, nor those its pull cursor passed before the hub handed them over. Asked once a pull has caught up: a
+    redaction its pages brought already has nothing left to remove (not counted twice, nc20a). Checked as a pull's events are (each
     must name an event of this agent's: sync.intake.not_its_own), then appended with the cursor moved past them. A hub
     that predates it is not asked again in this pull; one that says the cursor is ahead of it (restored from a backup)
     is asked again from its start."""
@@ -970,12 +970,14 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                     say(f"hub {remote.url} answers again; following")
                 down, delay = False, 0.5
                 _recorded_so_far(tally, lambda: _pull_until_caught_up(memory, client, tally))
+                _authored_redactions(memory, client, tally, fold=True)
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
             tally.store(memory, page)
             if not page.events:  # its wait is over, or a contract change woke it (sync/fanout.py)
                 take_contract(memory, client, tally)
+                _authored_redactions(memory, client, tally, fold=True)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
             if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
