@@ -121,22 +121,21 @@ def authored_rule(layer: str) -> tuple[str, frozenset] | str:
     return "the redactions of this agent's events are all the hub sends it apart from its pulls, not {}", ONLY_REDACTIONS
 
 
-NOTHING_HERE = "it names no event of this agent's whose body this log holds"
+NOTHING_HERE = "it names no event whose body this log holds"
 """`not_its_own`'s verdict on a redaction that has nothing to remove from this log: left out, said to nobody."""
 
 
-def not_its_own(event: Event, agent: str, log) -> str | None:
+def not_its_own(event: Event, log) -> str | None:
     """Why a redaction the hub sent apart from the pulls (GET /v1/redactions) is not taken, or None: it must name an
-    event of its own layer that this agent wrote (the hub answers those alone), whose body this log still holds; one
-    that names none (another workspace of the agent's wrote them, a redaction removed them already, or the hub sent
-    what it should not) is NOTHING_HERE: left out without a word, and a hub cannot grow the log with redactions that
-    remove nothing."""
+    event of its own layer whose body this log still holds (one this agent wrote, or pulled while it consumed the
+    layer: the hub answers those alone); one that names none (another workspace of the agent's wrote them, a
+    redaction removed them already, or the hub sent what it should not) is NOTHING_HERE: left out without a word, and
+    a hub cannot grow the log with redactions that remove nothing."""
     if type(event.body) is not Redaction:
         return "a redacted redaction is no redaction"
     for target in event.body.target_ids:
         known = log.get(target)
-        if (known is not None and known.agent == agent and known.layer == event.layer
-                and type(known.body) is not Redacted):
+        if known is not None and known.layer == event.layer and type(known.body) is not Redacted:
             return None
     return NOTHING_HERE
 
@@ -209,7 +208,7 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
     the agent's own. `pages` (id -> (layer, slug) of the page versions taken, see page_of) is kept from one page
     of a pull to the next, so that a catch-up reads a parent from the log only when an earlier pull took it.
     `authored`: a page of GET /v1/redactions, whatever the contract says: redactions alone, each naming an event of
-    its layer that this agent wrote and this log holds (`not_its_own`)."""
+    its layer whose body this log holds (`not_its_own`)."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
     pages = {} if pages is None else pages
     (decode, named_decode) = _decoders[packed]
@@ -229,7 +228,7 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
                                              layer_rule(contract, agent, event.layer))
             reason = _refusal(event, rule)
             if authored and reason is None:
-                reason = not_its_own(event, agent, log)
+                reason = not_its_own(event, log)
                 if reason is NOTHING_HERE:
                     continue
         except MemError as exc:

@@ -58,11 +58,12 @@ def openapi_document() -> dict:
                                       "content": {**json_body(pull_resp), MSGPACK: {"schema": pull_resp}}},
                               **problems}}},
             "/v1/redactions": {"get": {"operationId": "redactions", "security": security,
-                                       "description": "The redactions naming events the agent wrote, in the layers it "
-                                                      "does not consume (its pulls bring those), after the cursor, "
-                                                      "whoever made them and whatever the contract says now: how an "
-                                                      "author no longer a producer of a layer loses its own copy's "
-                                                      "text too. A cursor of its own (not the pull's); never waits",
+                                       "description": "The redactions naming events the agent wrote, and those of "
+                                                      "the layers it consumed under an earlier contract, in the layers "
+                                                      "it does not consume now (its pulls bring those), after the "
+                                                      "cursor, whoever made them: how an author no longer a producer, "
+                                                      "or a consumer dropped, loses its own copy's text too. A cursor "
+                                                      "of its own (not the pull's); never waits",
                                        "parameters": [
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PULL}}],

@@ -28,7 +28,7 @@ from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form, redaction_events, stand_in
-from eventstore.layers import CONTRACT_LAYER, check_agent_name, format_of
+from eventstore.layers import CONTRACT_LAYER, check_agent_name, consumed_layers, format_of
 
 from .contracts import lenient_contract
 from .wire import Contract, PushResult
@@ -74,9 +74,10 @@ REDACTION_SQL = "INSERT INTO hub_redactions VALUES ({p}, {p})"
 REDACTION_AUTHORS_SQL = ("INSERT INTO hub_redaction_authors SELECT DISTINCT agent, {p} FROM hub_events "
                          "WHERE id IN ({ids})")
 """Who wrote the events a redaction (at position `{p}`) names: read once its targets are stored."""
-AUTHORED_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redaction_authors a JOIN hub_events e "
-                     "ON e.position = a.position WHERE a.agent = {p} AND a.position > {p} AND a.position <= {p} "
-                     "AND e.layer NOT IN ({ids}) ORDER BY a.position LIMIT {p}")
+AUTHORED_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_events e WHERE e.position IN ("
+                     "SELECT position FROM hub_redaction_authors WHERE agent = {p} AND position > {p} AND position <= {p} "
+                     "UNION SELECT position FROM hub_redactions WHERE layer IN ({ids}) AND position > {p} "
+                     "AND position <= {p}) AND e.layer NOT IN ({ids}) ORDER BY e.position LIMIT {p}")
 REDACTION_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redactions r JOIN hub_events e ON e.position = "
                       "r.position WHERE r.position > {p} AND r.position <= {p} AND r.layer IN ({ids}) ORDER BY r.position")
 """Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""
@@ -495,10 +496,23 @@ class HubStorage(ABC):
         """The redactions of `layers` at positions after `after` up to `upto`, as `pull_rows` gives events."""
 
     @abstractmethod
-    def authored_redaction_rows(self, agent: str, after: int, upto: int, limit: int,
-                                besides: list[str]) -> list[tuple[int, int, bytes]]:
-        """The redactions naming an event `agent` wrote, in layers other than `besides` (those it consumes, which
-        its pulls bring), at positions after `after` up to `upto`, at most `limit`, as `pull_rows` gives events."""
+    def authored_redaction_rows(self, agent: str, after: int, upto: int, limit: int, besides: list[str],
+                                layers: list[str] = ()) -> list[tuple[int, int, bytes]]:
+        """The redactions naming an event `agent` wrote, and those of `layers` (it consumed them once: it may hold
+        their events), in layers other than `besides` (those it consumes, which its pulls bring), at positions after
+        `after` up to `upto`, at most `limit`, as `pull_rows` gives events."""
+
+    _contracts: tuple[int, list[Contract]] = (-1, [])
+
+    def consumed_ever(self, agent: str) -> list[str]:
+        """The layers `agent` consumed under any contract the hub has had (GET /v1/redactions): a consumer dropped
+        since holds their events, which later redactions name. The contracts are read again when a new one came."""
+        position = self.latest_position(CONTRACT_LAYER)
+        known, contracts = self._contracts
+        if known != position:
+            contracts = [contract_of(event) for event in self.pull(0, [CONTRACT_LAYER], position or 1)]
+            self._contracts = (position, contracts)
+        return sorted({layer for contract in contracts for layer in consumed_layers(contract, agent)})
 
     @abstractmethod
     def head(self) -> int: ...

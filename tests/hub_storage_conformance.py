@@ -271,6 +271,18 @@ class HubStorageConformance:
         assert read("alice", besides=["drafts", "insights"]) == []
         assert read("alice", after=4) == [(6, "both")] and read("alice", upto=5) == [(4, "asked")]
         assert read("bob", limit=1) == [(6, "both")]
+        rows = hub.authored_redaction_rows("carol", 0, hub.head(), 10, [], ["insights"])  # a layer it consumed once
+        assert [(position, decode_stored(data, position, at).body.reason) for position, at, data in rows] == [
+            (6, "both"), (7, "again")]
+        rows = hub.authored_redaction_rows("bob", 0, hub.head(), 10, [], ["drafts", "insights"])  # each one once
+        assert [position for position, _at, _data in rows] == [4, 6, 7]
+
+    def test_the_layers_an_agent_ever_consumed_are_those_of_every_contract(self, hub):
+        hub.apply_contract(CONTRACT)
+        assert hub.consumed_ever("main") == ["drafts", "insights"] and hub.consumed_ever("writer") == ["insights"]
+        hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))  # drafts dropped
+        assert hub.consumed_ever("main") == ["drafts", "insights"]
+        assert hub.consumed_ever("nobody") == ["insights"]  # consumers = ["*"]
 
     def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
         first = version()

@@ -189,7 +189,7 @@ def test_of_a_layer_it_produces_without_consuming_an_agent_takes_only_redactions
 def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wrote(workspace):
     """GET /v1/redactions hands an agent the redactions of its own events in layers it does not consume: a hub that
     hands it another kind, or a redaction in a private layer, is refused, whatever the contract says. A redaction that
-    removes nothing here (naming only others' events, events this log does not hold, or bodies removed already: another
+    removes nothing here (naming only events this log does not hold in its layer, or bodies removed already: another
     workspace of the agent's, or a hub that would grow the log) is left out without a word (nc19a)."""
     from eventstore.kinds import Redaction
 
@@ -204,8 +204,8 @@ def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wr
                              layer=layer)
 
         mem.log.append([mine, gone, alices, redaction(gone)])
-        kept = [redaction(mine), redaction(alices, mine)]
-        left_out = [redaction(alices), redaction(fact("elsewhere")), redaction(mine, layer="drafts"), redaction(gone)]
+        kept = [redaction(mine), redaction(fact("never pulled"), alices)]  # alice's: pulled while it consumed them
+        left_out = [redaction(fact("elsewhere")), redaction(mine, layer="drafts"), redaction(gone)]
         refused = [new_event(EntryAppend(type="FACT", date="2026-11-29", content="x"), agent="alice", layer="reports"),
                    new_event(Redaction(target_ids=[mine.id], reason="x"), agent="writer", layer="mind")]
         raws = [msgspec.Raw(msgspec.json.encode(event)) for event in kept + left_out + refused]

@@ -538,6 +538,33 @@ def test_an_author_the_contract_dropped_still_loses_the_text_of_its_redacted_eve
     assert mem(team / "writer", "replay", "--check").returncode == 0
 
 
+def test_a_consumer_dropped_before_it_pulled_a_redaction_still_loses_the_text(team, tmp_path):
+    """Regression (nc20a): a redaction of an event a consumer held reached it only through its pulls of the layer: one
+    the contract dropped as a consumer (or whose layer it dropped) before it pulled the redaction kept the text for good,
+    in its log, its file and its search. GET /v1/redactions also hands an agent the redactions of the layers it
+    consumed under an earlier contract."""
+    (tmp_path / "reports.toml").write_text(CONTRACT + REPORTS)
+    run_mem("hub", "contract", "apply", tmp_path / "reports.toml", "--db", team / "hub.db", check=True)
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "writer", "entry", "add", "reports", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "push", check=True)
+    mem(team / "main", "pull", check=True)
+    target = entry_id(team, "main", "reports", "555-0199")
+    later = REPORTS.replace('consumers = ["main"]', 'consumers = ["writer"]').replace('"writer", "main"', '"writer"')
+    (tmp_path / "later.toml").write_text(CONTRACT + later)  # main neither consumes nor produces it now
+    run_mem("hub", "contract", "apply", tmp_path / "later.toml", "--db", team / "hub.db", check=True)
+    run_mem("hub", "redact", target, "--reason", "private", "--db", team / "hub.db", check=True)
+    assert files_holding(team / "main", "555-0199")
+
+    pulled = mem(team / "main", "pull", check=True)
+    assert b"pulled 1 event" in pulled.stdout, pulled
+    assert files_holding(team / "main", "555-0199") == []
+    assert mem(team / "main", "search", "555-0199").stdout.startswith(b"no matches")
+    assert mem(team / "main", "verify", check=True).returncode == 0
+    assert mem(team / "main", "replay", "--check").returncode == 0
+
+
 def test_a_redactions_cursor_ahead_of_a_restored_hub_starts_again(team, tmp_path):
     """Regression (nc19a): the cursor of GET /v1/redactions moves to the hub's head at each answer, so an agent that
     pulls nothing else (it produces a layer without consuming it) kept one past the head of a hub restored from a
@@ -561,16 +588,14 @@ def test_a_redactions_cursor_ahead_of_a_restored_hub_starts_again(team, tmp_path
 
 
 def test_a_consumer_dropped_from_a_layer_redacts_its_own_copy(team, tmp_path):
-    """Regression (nc10b M3): an agent dropped as a consumer keeps its copy of the layer, which no redaction on the
-    hub reaches any more, and was refused when it redacted that copy itself (not its event, not its layer)."""
+    """Regression (nc10b M3): an agent dropped as a consumer keeps its copy of the layer, and was refused when it
+    redacted that copy itself (not its event, not its layer)."""
     target = shared_private_entry(team, "notes")
     head, _ = CONTRACT.rsplit('consumers = ["*"]', 1)  # the notes layer's, the last
     (tmp_path / "dropped.toml").write_text(head + 'consumers = ["writer", "late"]\n')
     run_mem("hub", "contract", "apply", tmp_path / "dropped.toml", "--db", team / "hub.db", check=True)
     mem(team / "main", "pull", check=True)
-    run_mem("hub", "redact", target, "--reason", "private", "--db", team / "hub.db", check=True)
-    mem(team / "main", "pull", check=True)
-    assert files_holding(team / "main", "555-0199")  # the hub's redaction does not reach it
+    assert files_holding(team / "main", "555-0199")  # no redaction yet (the hub's reaches it now: nc20a)
     rows = mem(team / "main", "log", "--json", check=True).stdout
     mem(team / "main", "redact", target, "--reason", "left the layer", check=True)
     assert files_holding(team / "main", "555-0199") == []
