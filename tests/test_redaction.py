@@ -228,7 +228,7 @@ def test_a_hand_edit_made_on_redacted_text_is_not_adopted(workspace, tmp_path):
             edited.write("hand line\n")
     mem(workspace, "redact", "1", "--reason", "pii", "--yes", check=True)
     said = ("the edit was made on text redacted since (pii) and may hold it, so `mem adopt` does not take it: take "
-            f"that text out and `mem page write p --file mind/p.md`, or `mem show mind/p.md > mind/p.md` drops the edit")
+            "that text out and `mem page write p --file mind/p.md`, or `mem show mind/p.md > mind/p.md` drops the edit")
     status = mem(workspace, "status").stdout.decode()
     assert f"mind/p.md  (edited by hand, but {said})" in status, status
     events = len(json.loads(mem(workspace, "log", "--json", check=True).stdout))
