@@ -14,7 +14,7 @@ import pytest
 from conftest import run_mem
 from eventstore.envelope import compute_digest, new_event
 from eventstore.redaction import body_hash, encode_body
-from eventstore.kinds import EntryAppend, PageUpdate, Redacted, Redaction
+from eventstore.kinds import Redacted, Redaction
 from sync.storage import open_storage
 from teamhub import Team
 
