@@ -627,8 +627,8 @@ def show_status(json: bool, fetch: bool) -> None:
     if report.unplaced:
         typer.echo(f"{'not placed:':<17}the log holds events of layer{'s' * (len(report.unplaced) > 1)} "
                    f"{', '.join(report.unplaced)}, but no hub contract "
-                   "is known here to place their files: `mem pull` fetches it (`mem remote add` first, if none is set), "
-                   "or `mem layer add NAME PATH` declares one of them a local layer again")
+                   "is known here to place their files: `mem pull` fetches it (`mem remote add` first, if none is "
+                   "set), or `mem layer add NAME PATH` declares one of them a local layer again")
     for r in report.remotes:
         typer.echo(f"remote {r.name} ({r.url}): {r.unpushed} to push; behind the hub: {r.behind_text()}; "
                    f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))

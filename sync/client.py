@@ -442,13 +442,13 @@ class HubClient:
                             "cursor past them: pull stopped (asking again would bring the same page back)")
         return page
 
-
     def redactions_page(self, cursor: str = "", limit: int = BATCH) -> PullPage | None:
-        """GET /v1/redactions: the redactions naming events this agent wrote, in layers it does not consume, after
-        `cursor` (a cursor of their own), each event still encoded; None from a hub that predates it (404)."""
+        """GET /v1/redactions after `cursor` (a cursor of their own), each event still encoded; None from a hub that
+        predates it (404)."""
         try:
-            return self._moved(self._call("GET", "/v1/redactions", PullPage, params={"cursor": cursor, "limit": limit},
-                                          packed=PackedPullPage), cursor)
+            answer = self._call("GET", "/v1/redactions", PullPage, params={"cursor": cursor, "limit": limit},
+                                packed=PackedPullPage)
+            return self._moved(answer, cursor)
         except HubRefused as exc:
             if exc.status == 404:
                 return None
@@ -732,13 +732,14 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
 
 
 def _authored_redactions(memory, client: HubClient, tally: "_Tally", fold: bool) -> None:
-    """Takes the redactions the hub holds of this agent's events in layers it does not consume, after their cursor
-    (GET /v1/redactions): its pulls bring it those of the layers it produces now, not those of a layer it no longer
-    produces, nor those its pull cursor passed before the hub handed them over. Asked once a pull has caught up: a
-    redaction its pages brought already has nothing left to remove (not counted twice, nc20a). Checked as a pull's events are (each
-    must name an event of this agent's: sync.intake.not_its_own), then appended with the cursor moved past them. A hub
-    that predates it is not asked again in this pull; one that says the cursor is ahead of it (restored from a backup)
-    is asked again from its start."""
+    """Takes the redactions the hub holds of this agent's events, and of the layers it consumed under an earlier
+    contract, in layers it does not consume now, after their cursor (GET /v1/redactions): its pulls bring it those of
+    the layers it consumes or produces now, not those of a layer it no longer produces or consumes, nor those its pull
+    cursor passed before the hub handed them over. Asked once a pull has caught up: a redaction its pages brought
+    already has nothing left to remove (not counted twice, nc20a). Checked as a pull's events are (each must remove a
+    body this log holds: sync.intake.not_its_own), then appended with the cursor moved past them. A hub that predates
+    it is not asked again in this pull; one that says the cursor is ahead of it (restored from a backup) is asked
+    again from its start."""
     if tally.no_redactions_endpoint:
         return
     key, stored = _redactions_key(tally.name), False
@@ -1123,7 +1124,7 @@ class _Tally:
         except storage_exceptions():
             if events:
                 raise
-            return False  # a page that brought nothing new: its cursor and time alone are not worth failing a pull (nc18b)
+            return False  # a page that brought nothing new: its cursor and time alone are not worth failing (nc18b)
         except IdConflict:
             events, clashing = conflicting(events, memory.log)
             for clash in clashing:

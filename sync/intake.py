@@ -118,7 +118,7 @@ def authored_rule(layer: str) -> tuple[str, frozenset] | str:
     """What this agent takes in `layer` from GET /v1/redactions: redactions alone (see `not_its_own`)."""
     if is_reserved(layer):
         return f"layer {layer!r} is private to each agent"
-    return "the redactions of this agent's events are all the hub sends it apart from its pulls, not {}", ONLY_REDACTIONS
+    return "redactions are all the hub sends an agent apart from its pulls, not {}", ONLY_REDACTIONS
 
 
 NOTHING_HERE = "it names no event whose body this log holds"

@@ -75,9 +75,9 @@ REDACTION_AUTHORS_SQL = ("INSERT INTO hub_redaction_authors SELECT DISTINCT agen
                          "WHERE id IN ({ids})")
 """Who wrote the events a redaction (at position `{p}`) names: read once its targets are stored."""
 AUTHORED_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_events e WHERE e.position IN ("
-                     "SELECT position FROM hub_redaction_authors WHERE agent = {p} AND position > {p} AND position <= {p} "
-                     "UNION SELECT position FROM hub_redactions WHERE layer IN ({ids}) AND position > {p} "
-                     "AND position <= {p}) AND e.layer NOT IN ({ids}) ORDER BY e.position LIMIT {p}")
+                     "SELECT position FROM hub_redaction_authors WHERE agent = {p} AND position > {p} "
+                     "AND position <= {p} UNION SELECT position FROM hub_redactions WHERE layer IN ({ids}) "
+                     "AND position > {p} AND position <= {p}) AND e.layer NOT IN ({ids}) ORDER BY e.position LIMIT {p}")
 REDACTION_ROWS_SQL = ("SELECT e.position, e.recorded_at, e.data FROM hub_redactions r JOIN hub_events e ON e.position = "
                       "r.position WHERE r.position > {p} AND r.position <= {p} AND r.layer IN ({ids}) ORDER BY r.position")
 """Written once, `{p}` the backend's parameter mark, `{ids}` its way to read one parameter as a list of ids."""

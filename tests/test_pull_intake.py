@@ -212,7 +212,7 @@ def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wr
         events, rejected = accept(raws, Contract(), "writer", mem.log, authored=True)
         assert [e.id for e in events] == [e.id for e in kept]
         assert [r.reason for r in rejected] == [
-            "the redactions of this agent's events are all the hub sends it apart from its pulls, not entry.append",
+            "redactions are all the hub sends an agent apart from its pulls, not entry.append",
             "layer 'mind' is private to each agent"]
         events, rejected = accept(raws[:1], Contract(), "writer", mem.log)  # a pull's page: not its layer
         assert events == [] and rejected[0].reason == "layer 'reports' is not one this agent consumes"

@@ -540,8 +540,8 @@ def test_an_author_the_contract_dropped_still_loses_the_text_of_its_redacted_eve
 
 def test_a_consumer_dropped_before_it_pulled_a_redaction_still_loses_the_text(team, tmp_path):
     """Regression (nc20a): a redaction of an event a consumer held reached it only through its pulls of the layer: one
-    the contract dropped as a consumer (or whose layer it dropped) before it pulled the redaction kept the text for good,
-    in its log, its file and its search. GET /v1/redactions also hands an agent the redactions of the layers it
+    the contract dropped as a consumer (or whose layer it dropped) before it pulled the redaction kept the text for
+    good, in its log, its file and its search. GET /v1/redactions also hands an agent the redactions of the layers it
     consumed under an earlier contract."""
     (tmp_path / "reports.toml").write_text(CONTRACT + REPORTS)
     run_mem("hub", "contract", "apply", tmp_path / "reports.toml", "--db", team / "hub.db", check=True)

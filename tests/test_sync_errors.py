@@ -228,4 +228,4 @@ def test_a_hub_that_says_there_are_more_redactions_and_sends_none_is_not_asked_f
     with serving(RestlessHub) as url:
         set_remote(ws, url)
         done = run_mem("pull", "-w", ws)
-    assert done.returncode == 0 and RestlessHub.asked <= 3, (RestlessHub.asked, done)  # once each time it takes the contract
+    assert done.returncode == 0 and RestlessHub.asked <= 3, (RestlessHub.asked, done)  # once per contract taken
