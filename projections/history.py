@@ -166,5 +166,7 @@ def diff(memory, path: str, a: int, b: int) -> str:
     if isinstance(old, bytes) or isinstance(new, bytes):
         sides = [side.encode() if isinstance(side, str) else side or b"" for side in (old, new)]
         return "" if sides[0] == sides[1] else f"Binary files {old_path}@{a} and {path}@{b} differ\n"
+    if old_path != path and old == new:  # renamed and nothing else: said, as git says it, not an empty diff (nc19b)
+        return f"rename from {old_path}@{a}\nrename to {path}@{b}\n"
     old, new = old or "", new or ""
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{old_path}@{a}", f"{path}@{b}"))

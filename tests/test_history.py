@@ -25,6 +25,8 @@ def test_a_page_history_follows_it_through_a_rename(memory):
     across = diff(memory, "mind/release.md", 3, 5)
     assert across.startswith("--- mind/deploy.md@3\n+++ mind/release.md@5\n"), across
     assert "-Staging first, then prod.\n+Prod on Tuesdays.\n" in across and "+---" not in across
+    # regression (nc19b): a rename and nothing else printed nothing at all
+    assert diff(memory, "mind/release.md", 3, 4) == "rename from mind/deploy.md@3\nrename to mind/release.md@4\n"
 
 
 def test_mind_md_and_a_plain_file_have_histories_too(memory):
