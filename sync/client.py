@@ -518,7 +518,7 @@ def _pushed_key(name: str) -> str:
 
 
 def _redactions_key(name: str) -> str:
-    """The cursor of GET /v1/redactions (`_authored_redactions`)."""
+    """The cursor of GET /v1/redactions (`_redactions_apart`)."""
     return f"redactions:{name}"
 
 
@@ -731,13 +731,13 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
         tally.skipped.update(memory.follow().refused)
 
 
-def _authored_redactions(memory, client: HubClient, tally: "_Tally", fold: bool) -> None:
+def _redactions_apart(memory, client: HubClient, tally: "_Tally", fold: bool) -> None:
     """Takes the redactions the hub holds of this agent's events, and of the layers it consumed under an earlier
     contract, in layers it does not consume now, after their cursor (GET /v1/redactions): its pulls bring it those of
     the layers it consumes or produces now, not those of a layer it no longer produces or consumes, nor those its pull
     cursor passed before the hub handed them over. Asked once a pull has caught up: a redaction its pages brought
     already has nothing left to remove (not counted twice, nc20a). Checked as a pull's events are (each must remove a
-    body this log holds: sync.intake.not_its_own), then appended with the cursor moved past them. A hub that predates
+    body this log holds: sync.intake.apart_refusal), then appended with the cursor moved past them. A hub that predates
     it is not asked again in this pull; one that says the cursor is ahead of it (restored from a backup) is asked
     again from its start."""
     if tally.no_redactions_endpoint:
@@ -755,7 +755,7 @@ def _authored_redactions(memory, client: HubClient, tally: "_Tally", fold: bool)
         if page is None:
             tally.no_redactions_endpoint = True
             return
-        stored = tally.store(memory, page, fold=False, authored=True) or stored
+        stored = tally.store(memory, page, fold=False, apart=True) or stored
         if not page.more or not page.events or page.cursor == at:  # a full page alone has more after it
             break
     if fold and stored:
@@ -971,14 +971,14 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                     say(f"hub {remote.url} answers again; following")
                 down, delay = False, 0.5
                 _recorded_so_far(tally, lambda: _pull_until_caught_up(memory, client, tally))
-                _authored_redactions(memory, client, tally, fold=True)
+                _redactions_apart(memory, client, tally, fold=True)
             if not follow or (stop is not None and stop()):
                 break
             page = client.pull_page(memory.log.state(key) or "", PULL_BATCH, wait)
             tally.store(memory, page)
             if not page.events:  # its wait is over, or a contract change woke it (sync/fanout.py)
                 take_contract(memory, client, tally)
-                _authored_redactions(memory, client, tally, fold=True)
+                _redactions_apart(memory, client, tally, fold=True)
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
             if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
@@ -1071,19 +1071,19 @@ class _Tally:
         return [event.id for event in memory.log.read(after=cursor, kinds=["redaction"], agent=memory.config.agent)
                 if event.seq not in came and event.id not in batch]
 
-    def store(self, memory, page: PullPage, fold: bool = True, backfill: bool = False, authored: bool = False) -> bool:
+    def store(self, memory, page: PullPage, fold: bool = True, backfill: bool = False, apart: bool = False) -> bool:
         """Checks a page event by event (sync.intake), rejects what fails, and appends the rest in the
         transaction that moves the cursor past all of them (a `backfill`'s page leaves it); with `fold`, the
         views and files follow once caught up. A page with events this workspace's copy of the contract rejects
         is checked again under the hub's contract if that has changed (a layer added, a consumer added), the
         past of the layers it now consumes fetched first: the cursor never moves past an event rejected only
         because that copy was out of date. The events of a hub layer a local layer shadows are left out, said once
-        per layer. `authored`: a page of GET /v1/redactions (`_authored_redactions`), its cursor their own. Whether
+        per layer. `apart`: a page of GET /v1/redactions (`_redactions_apart`), its cursor their own. Whether
         the page brought events the log did not hold."""
         not_taken = memory.not_taken()
         events, rejected = accept(page.events, memory.views.contract or Contract(), memory.config.agent, memory.log,
-                                  packed=page.packed, not_taken=not_taken, pages=self.pages, authored=authored)
-        if rejected and not backfill and not authored and self.client is not None:
+                                  packed=page.packed, not_taken=not_taken, pages=self.pages, apart=apart)
+        if rejected and not backfill and not apart and self.client is not None:
             known = memory.views.contract
             if take_contract(memory, self.client, self, fold).contract != known:
                 not_taken = memory.not_taken()
@@ -1093,7 +1093,7 @@ class _Tally:
         position = max([e.seq for e in events] + [r.position for r in rejected if r.position], default=0)
         state = {f"pulled-at:{self.name}": str(now_ms())}
         marked = None
-        if authored:
+        if apart:
             state[_redactions_key(self.name)] = page.cursor
         elif not backfill:
             state[f"pull:{self.name}"] = page.cursor
@@ -1150,7 +1150,7 @@ class _Tally:
         self.pulled += len(fresh)
         self.returned += returned
         self.already_held += len(held) - returned
-        if not authored:
+        if not apart:
             self.advance(position)
         if events and not page.more and fold:
             self.skipped.update(memory.follow().refused)  # once caught up: a burst renders its files once

@@ -829,7 +829,7 @@ async def redactions(request: Request) -> Response:
     if after > head:
         raise cursor_ahead(after, head)
     formerly = [layer for layer in await hub.read(hub.storage.consumed_ever, agent) if layer not in consumed]
-    rows = await run_in_threadpool(hub.storage.authored_redaction_rows, agent, after, head, limit + 1, consumed,
+    rows = await run_in_threadpool(hub.storage.redactions_apart_rows, agent, after, head, limit + 1, consumed,
                                    formerly)
     packed = MSGPACK in request.headers.get("accept", "")
     return Response(hub.answer(after, head, rows, limit, packed), media_type=MSGPACK if packed else "application/json")

@@ -114,18 +114,18 @@ def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozens
     return f"a {format} layer does not take {{}}", LAYER_KINDS[format]
 
 
-def authored_rule(layer: str) -> tuple[str, frozenset] | str:
-    """What this agent takes in `layer` from GET /v1/redactions: redactions alone (see `not_its_own`)."""
+def apart_rule(layer: str) -> tuple[str, frozenset] | str:
+    """What this agent takes in `layer` from GET /v1/redactions: redactions alone (see `apart_refusal`)."""
     if is_reserved(layer):
         return f"layer {layer!r} is private to each agent"
     return "redactions are all the hub sends an agent apart from its pulls, not {}", ONLY_REDACTIONS
 
 
 NOTHING_HERE = "it names no event whose body this log holds"
-"""`not_its_own`'s verdict on a redaction that has nothing to remove from this log: left out, said to nobody."""
+"""`apart_refusal`'s verdict on a redaction that has nothing to remove from this log: left out, said to nobody."""
 
 
-def not_its_own(event: Event, log) -> str | None:
+def apart_refusal(event: Event, log) -> str | None:
     """Why a redaction the hub sent apart from the pulls (GET /v1/redactions) is not taken, or None: it must name an
     event of its own layer whose body this log still holds (one this agent wrote, or pulled while it consumed the
     layer: the hub answers those alone); one that names none (another workspace of the agent's wrote them, a
@@ -201,14 +201,14 @@ def foreign_redaction(event: Event, log, taken: dict) -> str | None:
 
 def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
            packed: bool = False, not_taken: Mapping[str, str] = {},
-           pages: dict | None = None, authored: bool = False) -> tuple[list[Event], list[Rejected]]:
+           pages: dict | None = None, apart: bool = False) -> tuple[list[Event], list[Rejected]]:
     """Decodes (from JSON, or msgpack when `packed`) and checks a pulled page event by event: what may be
     appended, and what was rejected. The page's hot loop: `problem`, written out. A hub layer one of the agent's
     local layers shadows (`not_taken`, each with why: Memory.not_taken) is not taken: its events would mix into
     the agent's own. `pages` (id -> (layer, slug) of the page versions taken, see page_of) is kept from one page
     of a pull to the next, so that a catch-up reads a parent from the log only when an earlier pull took it.
-    `authored`: a page of GET /v1/redactions, whatever the contract says: redactions alone, each naming an event of
-    its layer whose body this log holds (`not_its_own`)."""
+    `apart`: a page of GET /v1/redactions, whatever the contract says: redactions alone, each naming an event of
+    its layer whose body this log holds (`apart_refusal`)."""
     events, rejected, taken = [], [], {}  # taken: id -> the event of this page taken with that id
     pages = {} if pages is None else pages
     (decode, named_decode) = _decoders[packed]
@@ -224,11 +224,11 @@ def accept(raws: list[msgspec.Raw], contract: Contract, agent: str, log,
             check_event(event)
             rule = rules.get(event.layer)
             if rule is None:
-                rule = rules[event.layer] = (authored_rule(event.layer) if authored else
+                rule = rules[event.layer] = (apart_rule(event.layer) if apart else
                                              layer_rule(contract, agent, event.layer))
             reason = _refusal(event, rule)
-            if authored and reason is None:
-                reason = not_its_own(event, log)
+            if apart and reason is None:
+                reason = apart_refusal(event, log)
                 if reason is NOTHING_HERE:
                     continue
         except MemError as exc:

@@ -93,7 +93,7 @@ CREATE TABLE IF NOT EXISTS hub_redaction_authors (agent TEXT NOT NULL, position 
 hands an agent the redactions of the layers it produces without consuming them (`redaction_rows`), so the author of
 an event someone else redacted loses its own copy's text too. And who wrote each redaction's targets
 (hub_redaction_authors): an author that no longer produces the layer, or whose pull cursor passed the redaction
-before the hub could hand it over, asks for them on their own (`authored_redaction_rows`, GET /v1/redactions).
+before the hub could hand it over, asks for them on their own (`redactions_apart_rows`, GET /v1/redactions).
 Both filled from the stored events once, by a hub made before them (`stored_redactions`)."""
 AUTHORS_TABLE = "hub_redaction_authors"
 
@@ -496,7 +496,7 @@ class HubStorage(ABC):
         """The redactions of `layers` at positions after `after` up to `upto`, as `pull_rows` gives events."""
 
     @abstractmethod
-    def authored_redaction_rows(self, agent: str, after: int, upto: int, limit: int, besides: list[str],
+    def redactions_apart_rows(self, agent: str, after: int, upto: int, limit: int, besides: list[str],
                                 layers: list[str] = ()) -> list[tuple[int, int, bytes]]:
         """The redactions naming an event `agent` wrote, and those of `layers` (it consumed them once: it may hold
         their events), in layers other than `besides` (those it consumes, which its pulls bring), at positions after

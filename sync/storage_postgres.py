@@ -270,7 +270,7 @@ class PostgresHubStorage(HubStorage):
         rows = self._run(lambda conn: conn.execute(REDACTION_ROWS, (after, upto, layers)).fetchall())
         return [(pos, at, bytes(data)) for pos, at, data in rows]
 
-    def authored_redaction_rows(self, agent, after, upto, limit, besides, layers=()):
+    def redactions_apart_rows(self, agent, after, upto, limit, besides, layers=()):
         rows = self._run(lambda conn: conn.execute(AUTHORED_ROWS, (agent, after, upto, list(layers), after, upto,
                                                                    list(besides), limit)).fetchall())
         return [(pos, at, bytes(data)) for pos, at, data in rows]

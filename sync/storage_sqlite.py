@@ -449,7 +449,7 @@ class SQLiteHubStorage(HubStorage):
     def redaction_rows(self, after, upto, layers):
         return self._read(REDACTION_ROWS, (after, upto, json.dumps(layers))) if layers else []
 
-    def authored_redaction_rows(self, agent, after, upto, limit, besides, layers=()):
+    def redactions_apart_rows(self, agent, after, upto, limit, besides, layers=()):
         return self._read(AUTHORED_ROWS, (agent, after, upto, json.dumps(list(layers)), after, upto,
                                           json.dumps(besides), limit))
 

@@ -260,7 +260,7 @@ class HubStorageConformance:
         hub.push([new_event(Redaction(target_ids=[bobs.id], reason="again"), agent="bob", layer="insights")])
 
         def read(agent, after=0, upto=None, limit=10, besides=()):
-            rows = hub.authored_redaction_rows(agent, after, hub.head() if upto is None else upto, limit,
+            rows = hub.redactions_apart_rows(agent, after, hub.head() if upto is None else upto, limit,
                                                list(besides))
             return [(position, decode_stored(data, position, at).body.reason) for position, at, data in rows]
 
@@ -271,10 +271,10 @@ class HubStorageConformance:
         assert read("alice", besides=["drafts", "insights"]) == []
         assert read("alice", after=4) == [(6, "both")] and read("alice", upto=5) == [(4, "asked")]
         assert read("bob", limit=1) == [(6, "both")]
-        rows = hub.authored_redaction_rows("carol", 0, hub.head(), 10, [], ["insights"])  # a layer it consumed once
+        rows = hub.redactions_apart_rows("carol", 0, hub.head(), 10, [], ["insights"])  # a layer it consumed once
         assert [(position, decode_stored(data, position, at).body.reason) for position, at, data in rows] == [
             (6, "both"), (7, "again")]
-        rows = hub.authored_redaction_rows("bob", 0, hub.head(), 10, [], ["drafts", "insights"])  # each one once
+        rows = hub.redactions_apart_rows("bob", 0, hub.head(), 10, [], ["drafts", "insights"])  # each one once
         assert [position for position, _at, _data in rows] == [4, 6, 7]
 
     def test_the_layers_an_agent_ever_consumed_are_those_of_every_contract(self, hub):

@@ -108,7 +108,7 @@ def test_a_hub_made_before_redactions_were_kept_apart_fills_them_once(tmp_path, 
         expected = hub.redaction_rows(0, hub.head(), ["insights"])
         assert len(expected) == 1
         for agent in ("alice", "bob"):
-            assert hub.authored_redaction_rows(agent, 0, hub.head(), 10, []) == expected
+            assert hub.redactions_apart_rows(agent, 0, hub.head(), 10, []) == expected
         hub.close()
         conn = drop()
         conn.execute("DROP TABLE hub_redaction_authors")
@@ -118,8 +118,8 @@ def test_a_hub_made_before_redactions_were_kept_apart_fills_them_once(tmp_path, 
         hub = opened()
         assert hub.redaction_rows(0, hub.head(), ["insights"]) == expected
         for agent in ("alice", "bob"):
-            assert hub.authored_redaction_rows(agent, 0, hub.head(), 10, []) == expected
-        assert hub.authored_redaction_rows("carol", 0, hub.head(), 10, []) == []
+            assert hub.redactions_apart_rows(agent, 0, hub.head(), 10, []) == expected
+        assert hub.redactions_apart_rows("carol", 0, hub.head(), 10, []) == []
         hub.close()
         if made == "before both tables":
             conn = drop()

@@ -209,7 +209,7 @@ def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wr
         refused = [new_event(EntryAppend(type="FACT", date="2026-11-29", content="x"), agent="alice", layer="reports"),
                    new_event(Redaction(target_ids=[mine.id], reason="x"), agent="writer", layer="mind")]
         raws = [msgspec.Raw(msgspec.json.encode(event)) for event in kept + left_out + refused]
-        events, rejected = accept(raws, Contract(), "writer", mem.log, authored=True)
+        events, rejected = accept(raws, Contract(), "writer", mem.log, apart=True)
         assert [e.id for e in events] == [e.id for e in kept]
         assert [r.reason for r in rejected] == [
             "redactions are all the hub sends an agent apart from its pulls, not entry.append",
