@@ -691,14 +691,22 @@ def raw_session(workspace, lines: list[bytes], answers: int) -> tuple[list[dict]
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
     server.stdin.write(b"\n".join(lines) + b"\n")
     server.stdin.flush()
-    read, deadline = [], time.monotonic() + 30
-    while sum("id" in a for a in read) < answers and select.select([server.stdout], [], [], max(deadline - time.monotonic(), 0))[0]:
-        line = server.stdout.readline()  # the server writes whole lines
-        if not line:
+    read, pending, deadline = [], b"", time.monotonic() + 30
+    # Read from the descriptor, not with readline: lines the file object buffered would be invisible to select (and
+    # to communicate), and answers that came in one chunk were lost when the machine was loaded.
+    while sum("id" in a for a in read) < answers:
+        if b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            read.append(json.loads(line))
+        elif select.select([server.stdout], [], [], max(deadline - time.monotonic(), 0))[0]:
+            chunk = os.read(server.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            pending += chunk
+        else:
             break
-        read.append(json.loads(line))
     out, err = server.communicate(timeout=60)
-    return read + [json.loads(line) for line in out.splitlines()], err, server.returncode
+    return read + [json.loads(line) for line in (pending + out).splitlines()], err, server.returncode
 
 
 def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
