@@ -235,10 +235,10 @@ def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's
                                            "postgresql:// URL (default: .mem/log.db, SQLite).")):
     """Create a workspace: mind.md, mind/, and .mem/ (the log and the views)."""
     from eventstore.backends import shown
-    from eventstore.workspace import Workspace, absolute
+    from eventstore.workspace import Workspace, absolute, current_directory
     from projections.memory import Memory
 
-    root = state["workspace"] or Path.cwd()
+    root = state["workspace"] or current_directory()
     existed = Workspace(root).exists
     outer = None if existed else Workspace.around(absolute(root).parent)
     with Memory.init(root, agent, log) as mem:

@@ -17,6 +17,7 @@ import typer
 from eventstore.errors import InvalidInput
 from eventstore.ids import now_ms
 from eventstore.instants import format_instant
+from eventstore.workspace import current_directory
 from projections.memory import Memory
 
 DEPLOY_V1 = b"""---
@@ -107,6 +108,7 @@ def mem_cli(root: Path | None, *args: str, codes: tuple[int, ...] = (0,)) -> str
 
 
 def run_demo(keep: Path | None = None) -> None:
+    current_directory()  # a deleted cwd is refused before anything is made (the team's part comes back to it)
     if keep and Path(keep).exists() and not Path(keep).is_dir():
         raise InvalidInput(f"{keep} is a file; `mem demo --keep` needs a new or empty directory")
     if keep and Path(keep).exists() and any(Path(keep).iterdir()):
@@ -236,7 +238,7 @@ def _run_team(root: Path, told: set[str]) -> None:
                        ("writer.md", "We launch on Tuesday. Tell support first."),
                        ("resolved.md", "We launch on Tuesday at 10:00. Tell support first.")):
         (root / name).write_bytes(_draft(text))
-    cwd = Path.cwd()
+    cwd = current_directory()
     os.chdir(root)  # the commands below name the hub, the workspaces and the files as a user in it would
     hub = None
     try:

@@ -33,7 +33,10 @@ def storage(db: str, create: bool = False):
     from sync.storage import hub_exists, open_storage, pg_log_tables, sqlite_tables
 
     from eventstore.errors import storage_exceptions, storage_failure
+    from eventstore.workspace import absolute
 
+    if "://" not in db:
+        db = str(absolute(db))  # a deleted cwd is named here, not met as ENOENT deep in SQLite
     exists = hub_exists(db)
     others = None if exists else pg_log_tables(db) if "://" in db else sqlite_tables(db)
     if others:  # a workspace's log, say: never made a hub
@@ -42,7 +45,7 @@ def storage(db: str, create: bool = False):
     if not create and not exists:
         fail(_no_hub(db))
     if "://" not in db:
-        state["hub"] = Path(db).absolute()  # a SQLite hub found damaged later is named (app.damaged_file)
+        state["hub"] = Path(db)  # a SQLite hub found damaged later is named (app.damaged_file)
     try:
         return open_storage(db)
     except storage_exceptions() as exc:
@@ -65,8 +68,9 @@ def _no_hub(db: str) -> str:
 
 def _where(db: str) -> str:
     from eventstore.backends import place
+    from eventstore.workspace import absolute
 
-    return place(db) if "://" in db else str(Path(db).absolute())
+    return place(db) if "://" in db else str(absolute(db))
 
 
 def _known_agent(hub, name: str) -> None:

@@ -98,7 +98,19 @@ def absolute(path: str | Path) -> Path:
     given `-w ../elsewhere` from inside a workspace wrote there, nc19b); taking them out as text read `link/..` as the
     folder holding the link (nc20b). A path without them is kept as given (a workspace reached through a link is
     named so)."""
-    return Path(os.path.realpath(path)) if ".." in Path(path).parts else Path(path).absolute()
+    path = Path(path)
+    if not path.is_absolute():
+        path = current_directory() / path
+    return Path(os.path.realpath(path)) if ".." in path.parts else path
+
+
+def current_directory() -> Path:
+    """The cwd, or a refusal when it was deleted under the shell (Python's own error is a traceback)."""
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        raise InvalidInput("the current directory no longer exists: cd to one that does, or give absolute paths "
+                           "(--workspace, --db)") from None
 
 
 class Workspace:
@@ -207,7 +219,7 @@ class Workspace:
     def find(cls, start: str | Path | None = None) -> "Workspace":
         """The workspace at `start` (or MEM_WORKSPACE, or the cwd) or the nearest one above it."""
         given = start or os.environ.get("MEM_WORKSPACE")
-        start = absolute(given or os.getcwd())
+        start = absolute(given or current_directory())
         found = cls.around(start)
         if found is not None:
             return found

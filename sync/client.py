@@ -32,6 +32,7 @@ from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redaction
 from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, takes
 from eventstore.recorder import broken_link
+from eventstore.workspace import absolute
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
 from projections.materialize import write_atomic
@@ -246,7 +247,7 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
         raise InvalidInput(f"{url!r} is not an http(s) URL with a host")
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", name):
         raise InvalidInput(f"remote name {name!r} must be letters, digits, '-', '_' or '.'")
-    token_path = Path(token_file).absolute()
+    token_path = absolute(token_file)
     if not token_path.is_file():
         raise InvalidInput(f"token file {token_file} " + ("is a directory" if token_path.is_dir() else "does not exist"))
     remote = Remote(name=name, url=url.rstrip("/"), token_file=str(token_path))

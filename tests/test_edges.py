@@ -519,3 +519,17 @@ def test_init_inside_another_workspace_says_so(written):
                                     "it or below it use the new one, and the outer one keeps none of its files\n")
     again = run_mem("init", "-w", inner)
     assert again.returncode == 0 and again.stderr == b""
+
+
+@pytest.mark.parametrize("args", [("status",), ("init",), ("-w", "ws", "status"), ("hub", "init", "--db", "hub.db"),
+                                  ("demo",)])
+def test_a_deleted_current_directory_is_one_line(tmp_path, args):
+    """A shell whose cwd was deleted under it ran `mem` into a FileNotFoundError traceback (nc20b); a hub's --db or a
+    workspace named relatively from there means nothing, so it is refused, and nothing is made."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec {shlex.join([*mem_command(), *args])}"
+    env = {k: v for k, v in os.environ.items() if k != "MEM_WORKSPACE"}
+    result = subprocess.run(["sh", "-c", script], capture_output=True, env=env, timeout=120)
+    assert "the current directory no longer exists" in refused(result)
+    assert list(tmp_path.iterdir()) == []
