@@ -29,7 +29,7 @@ class RemoteStatus(msgspec.Struct):
         if self.behind is None:
             return f"unknown ({self.hub_error})" if self.hub_error else "not asked"
         if not self.more_behind:
-            return f"{self.behind} events"
+            return f"{self.behind} event" if self.behind == 1 else f"{self.behind} events"
         if not self.hub_head:
             return f"{self.behind}+ events"
         return (f"{self.behind}+ events (the hub's head is {self.hub_head - (self.pulled_to or 0):,} positions past "

@@ -117,7 +117,7 @@ def test_an_agent_made_a_consumer_receives_the_layers_past(team):
     team.apply(decisions("bob"))
 
     status = team.mem("bob", "status", "--fetch", check=True).stdout.decode()
-    assert "behind the hub: 1 events" in status, status
+    assert "behind the hub: 1 event;" in status, status  # it said "1 events"
     believed = run_mem("hub", "believed", "bob", *team.hub, check=True).stdout.decode()
     assert "not received: 1 event of decisions" in believed and "owner ack" not in believed, believed
 
