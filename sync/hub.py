@@ -813,8 +813,8 @@ async def _backfill(request: Request, hub: Hub, token: str, after: int, limit: i
 
 async def redactions(request: Request) -> Response:
     """GET /v1/redactions: the redactions naming events the token's agent wrote (hub_redaction_authors), and those of
-    the layers it consumed under an earlier contract, in the layers it does not consume now (its pulls bring those),
-    after `cursor`. Its pulls bring it the redactions of the layers it consumes or produces now; these reach an author
+    the layers it consumed under an earlier contract (of events stored before it stopped), in the layers it does not
+    consume now (its pulls bring those), after `cursor`. Its pulls bring it the redactions of the layers it consumes or produces now; these reach an author
     the contract no longer lists as a producer, a consumer it dropped before it pulled a redaction of what it holds,
     and an author whose pull cursor passed a redaction before the hub handed such redactions over. The cursor is the
     client's own; it never waits, and nothing is recorded as received."""
@@ -828,9 +828,9 @@ async def redactions(request: Request) -> Response:
     agent, consumed, head = await hub.read(hub.consumer, token)
     if after > head:
         raise cursor_ahead(after, head)
-    formerly = [layer for layer in await hub.read(hub.storage.consumed_ever, agent) if layer not in consumed]
-    rows = await run_in_threadpool(hub.storage.redactions_apart_rows, agent, after, head, limit + 1, consumed,
-                                   formerly)
+    formerly = {layer: until for layer, until in (await hub.read(hub.storage.consumed_ever, agent)).items()
+                if layer not in consumed}
+    rows = await run_in_threadpool(hub.storage.redactions_apart, agent, after, head, limit + 1, consumed, formerly)
     packed = MSGPACK in request.headers.get("accept", "")
     return Response(hub.answer(after, head, rows, limit, packed), media_type=MSGPACK if packed else "application/json")
 

@@ -59,7 +59,8 @@ def openapi_document() -> dict:
                               **problems}}},
             "/v1/redactions": {"get": {"operationId": "redactions", "security": security,
                                        "description": "The redactions naming events the agent wrote, and those of "
-                                                      "the layers it consumed under an earlier contract, in the layers "
+                                                      "the layers it consumed under an earlier contract (of events "
+                                                      "stored before it was dropped), in the layers "
                                                       "it does not consume now (its pulls bring those), after the "
                                                       "cursor, whoever made them: how an author no longer a producer, "
                                                       "or a consumer dropped, loses its own copy's text too. A cursor "

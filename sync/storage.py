@@ -502,17 +502,49 @@ class HubStorage(ABC):
         their events), in layers other than `besides` (those it consumes, which its pulls bring), at positions after
         `after` up to `upto`, at most `limit`, as `pull_rows` gives events."""
 
-    _contracts: tuple[int, list[Contract]] = (-1, [])
+    def redactions_apart(self, agent: str, after: int, upto: int, limit: int, besides: list[str],
+                         formerly: dict[str, int | None]) -> list[tuple[int, int, bytes]]:
+        """`redactions_apart_rows` (at most `limit`, as `pull_rows`: one more when more follow), but a redaction of a
+        layer `formerly` names (it consumed it once) only when it names an event that could have reached `agent`:
+        one stored before the position of the contract that stopped it consuming the layer (its value; None: it was
+        never stopped), or one it wrote. Without that, a consumer dropped long ago was handed, reason and all, the
+        redactions of events it never saw."""
+        kept = []
+        while True:
+            wanted = limit - len(kept)
+            rows = self.redactions_apart_rows(agent, after, upto, wanted, besides, list(formerly))
+            kept += [row for row in rows if self._could_have_reached(agent, row[2], formerly)]
+            if len(rows) < wanted or len(kept) >= limit:
+                return kept[:limit]
+            after = rows[-1][0]
 
-    def consumed_ever(self, agent: str) -> list[str]:
-        """The layers `agent` consumed under any contract the hub has had (GET /v1/redactions): a consumer dropped
-        since holds their events, which later redactions name. The contracts are read again when a new one came."""
+    def _could_have_reached(self, agent: str, data: bytes, formerly: dict[str, int | None]) -> bool:
+        redaction = decode_stored(data, 0, 0)
+        if redaction.layer not in formerly or formerly[redaction.layer] is None:
+            return True
+        targets = redaction.body.target_ids
+        return (any(position < formerly[redaction.layer] for position in self.positions_of(targets).values())
+                or agent in self.authors_of(targets).values())
+
+    _contracts: tuple[int, list[tuple[int, Contract]]] = (-1, [])
+
+    def consumed_ever(self, agent: str) -> dict[str, int | None]:
+        """The layers `agent` consumed under any contract the hub has had (GET /v1/redactions), each with the position
+        of the contract that stopped it consuming the layer (None: the latest contract has it consume the layer): a
+        consumer dropped since holds events stored before that, which later redactions name. The contracts are read
+        again when a new one came."""
         position = self.latest_position(CONTRACT_LAYER)
         known, contracts = self._contracts
         if known != position:
-            contracts = [contract_of(event) for event in self.pull(0, [CONTRACT_LAYER], position or 1)]
+            contracts = [(event.seq, contract_of(event))
+                         for event in self.pull(0, [CONTRACT_LAYER], position or 1)]
             self._contracts = (position, contracts)
-        return sorted({layer for contract in contracts for layer in consumed_layers(contract, agent)})
+        until: dict[str, int | None] = {}
+        for at, contract in contracts:
+            now = set(consumed_layers(contract, agent))
+            until.update({layer: at for layer, then in until.items() if then is None and layer not in now})
+            until.update({layer: None for layer in now})
+        return dict(sorted(until.items()))
 
     @abstractmethod
     def head(self) -> int: ...
@@ -524,6 +556,10 @@ class HubStorage(ABC):
     @abstractmethod
     def positions_of(self, ids: list[str]) -> dict[str, int]:
         """The position of each of these event ids that the hub holds (ids it does not hold are left out)."""
+
+    def authors_of(self, ids: list[str]) -> dict[str, str]:
+        """The agent of each of these event ids that the hub holds (ids it does not hold are left out)."""
+        return self._column_of(ids, "agent")
 
     def watch(self, callback: Watcher) -> None:
         """Calls `callback` from a background thread when commits made outside this object (another hub

@@ -277,12 +277,47 @@ class HubStorageConformance:
         rows = hub.redactions_apart_rows("bob", 0, hub.head(), 10, [], ["drafts", "insights"])  # each one once
         assert [position for position, _at, _data in rows] == [4, 6, 7]
 
+    def test_a_former_layers_redactions_are_only_those_of_events_that_could_have_reached_the_agent(self, hub):
+        """A consumer dropped from a layer holds at most its events stored before the contract that dropped it: the
+        redactions of later ones were handed over too, reason and all (found at the last stop's end). One of an
+        event the agent wrote itself still reaches it; a page is as full as `limit` allows, past those left out."""
+        hub.apply_contract(CONTRACT)
+        seen = version("seen")
+        hub.push([seen])
+        hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))  # main stops consuming drafts
+        dropped = hub.head()
+        unseen = [version(f"unseen{i}") for i in range(3)]
+        by_main = new_event(PageIngest(slug="own", frontmatter={"type": "x"}, text="t"), agent="main", layer="drafts")
+        hub.push([*unseen, by_main])
+        for target, reason in [(unseen[0], "u0"), (seen, "seen"), (unseen[1], "u1"), (by_main, "own"),
+                               (unseen[2], "u2")]:
+            hub.admin_redact([target.id], reason)
+        formerly = hub.consumed_ever("main")
+        assert formerly == {"drafts": dropped, "insights": None}
+
+        def read(limit=10, after=0):
+            rows = hub.redactions_apart("main", after, hub.head(), limit, ["insights"],
+                                        {"drafts": formerly["drafts"]})
+            return [decode_stored(data, position, at).body.reason for position, at, data in rows]
+
+        assert read() == ["seen", "own"]
+        assert read(limit=1) == ["seen"] and read(limit=2) == ["seen", "own"]
+        unfiltered = [row[0] for row in hub.redactions_apart_rows("main", 0, hub.head(), 10, ["insights"], ["drafts"])]
+        assert len(unfiltered) == 5
+        assert read(after=unfiltered[1]) == ["own"] and read(after=unfiltered[3]) == []
+
     def test_the_layers_an_agent_ever_consumed_are_those_of_every_contract(self, hub):
         hub.apply_contract(CONTRACT)
-        assert hub.consumed_ever("main") == ["drafts", "insights"] and hub.consumed_ever("writer") == ["insights"]
+        assert hub.consumed_ever("main") == {"drafts": None, "insights": None}
+        assert hub.consumed_ever("writer") == {"insights": None}
+        hub.push([entry(text="one")])
         hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))  # drafts dropped
-        assert hub.consumed_ever("main") == ["drafts", "insights"]
-        assert hub.consumed_ever("nobody") == ["insights"]  # consumers = ["*"]
+        dropped = hub.head()
+        assert hub.consumed_ever("main") == {"drafts": dropped, "insights": None}
+        assert hub.consumed_ever("nobody") == {"insights": None}  # consumers = ["*"]
+        hub.apply_contract(CONTRACT)  # consumed again, then dropped again: the later drop is what counts
+        hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))
+        assert hub.consumed_ever("main") == {"drafts": hub.head(), "insights": None}
 
     def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
         first = version()

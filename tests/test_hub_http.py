@@ -12,7 +12,7 @@ import zstandard
 from eventstore.envelope import new_event
 from eventstore.kinds import AlwaysAdd, EntryAppend, PageIngest
 from sync.storage import open_storage
-from sync.wire import PROBLEM_BASE
+from sync.wire import PROBLEM_BASE, Contract
 
 from hub_storage_conformance import CONTRACT
 from hubserver import HubServer
@@ -242,3 +242,23 @@ def test_redactions_of_an_agents_events_are_answered_apart_and_bad_requests_refu
         refused(http.get("/v1/redactions"), 401, "invalid-token")
     with client(hub, None) as http:
         refused(http.get("/v1/redactions", params={"cursor": "!!!"}), 401, "missing-token")
+
+
+def test_a_dropped_consumer_is_not_handed_the_redactions_of_events_it_never_saw(hub):
+    """A consumer the contract dropped from a layer asks GET /v1/redactions for the redactions of what it may hold of
+    it: those of events stored before the contract that dropped it. A redaction of a later event was handed over
+    too, its reason with it, about an event the agent never saw (found, not fixed, at the last stop's end)."""
+    before = new_event(PageIngest(slug="before", frontmatter={"type": "x"}, text="t"), agent="writer", layer="drafts")
+    assert push(hub, [before], agent="writer").status_code == 200
+    storage = open_storage(hub.db)
+    try:
+        storage.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))  # main stops consuming
+        after = new_event(PageIngest(slug="after", frontmatter={"type": "x"}, text="t"), agent="writer", layer="drafts")
+        storage.push([after])
+        storage.admin_redact([after.id], "about the launch nobody was told of")
+        storage.admin_redact([before.id], "asked")
+    finally:
+        storage.close()
+    with client(hub, "main") as http:
+        answer = http.get("/v1/redactions").json()
+    assert [e["body"]["reason"] for e in answer["events"]] == ["asked"] and answer["more"] is False
