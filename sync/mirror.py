@@ -36,6 +36,8 @@ PAGE = 10_000
 COPIES = ("mirror", "every-layer")
 """The state row saying what this mirror copies: one made before it copied every layer ever shared
 holds gaps where a dropped layer was, and is made again."""
+LAST_COPIED = "mirror-last"
+"""The state row holding the hub position and id of the last event copied: a hub restored from a backup lost it."""
 PLACED = ("mirror-views", "placed-as-of")
 """The state row saying the mirror's views fold the hub's contract changes (projections.placements.record_hub): views
 folded before they did place the past by the latest contract, and are built again from the log."""
@@ -49,7 +51,8 @@ class HubMirror:
             self.root.mkdir(mode=0o700, parents=True)
         self.ws = Workspace.init(self.root, HUB_AGENT)
         self.log = self.ws.open_log(self.ws.config())
-        if self.log.head() and self.log.state(COPIES[0]) != COPIES[1] and self.ws.config().agent == HUB_AGENT:
+        if self.ws.config().agent == HUB_AGENT and self.log.head() and (
+                self.log.state(COPIES[0]) != COPIES[1] or self._lost_by_the_hub()):
             self.log.close()
             for path in self.ws.mem_dir.iterdir():
                 if path.name.startswith(("log.db", "views.db")):
@@ -64,6 +67,15 @@ class HubMirror:
 
     def close(self) -> None:
         self.log.close()
+
+    def _lost_by_the_hub(self) -> bool:
+        """Whether the hub no longer holds what the mirror copied: its database was restored from a backup (its head
+        is behind the mirror's, or the last event copied is not at its position there). The pages showed the lost
+        events, and the events the hub stored again at their positions were never copied (nc20a)."""
+        if self.storage.head() < self.log.head():
+            return True
+        position, _, id = (self.log.state(LAST_COPIED) or "").partition(" ")
+        return bool(id) and self.storage.positions_of([id]).get(id) != int(position)
 
     def _forget_views(self) -> None:
         for path in self.ws.mem_dir.iterdir():
@@ -92,7 +104,8 @@ class HubMirror:
                     batch.append(event)
                     times.append(event.recorded_at)
                     head = event.seq
-                self.log.append(batch, recorded_at=times, state={"hub-position": str(head), COPIES[0]: COPIES[1]})
+                self.log.append(batch, recorded_at=times, state={"hub-position": str(head), COPIES[0]: COPIES[1],
+                                                                 LAST_COPIED: f"{events[-1].seq} {events[-1].id}"})
                 if progress:
                     progress(head - start)
             if last > head:

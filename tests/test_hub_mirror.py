@@ -79,3 +79,51 @@ def test_a_mirror_killed_half_way_keeps_whole_pages_and_resumes(tmp_path):
     finally:
         mirror.close()
         hub.close()
+
+
+def mirrored(root) -> list[str]:
+    log = Workspace(root).open_log(Workspace(root).config())
+    try:
+        return [e.body.content for e in log.read() if isinstance(e.body, EntryAppend)]
+    finally:
+        log.close()
+
+
+def test_a_mirror_of_a_hub_restored_from_a_backup_is_copied_again(tmp_path):
+    """A hub database restored from a backup lost the events after it, and stores new ones at their positions: the
+    mirror (its pages) went on showing the lost events and never copied the new ones (nc20a). It copies the hub again
+    when the hub's head is behind its own, or the last event it copied is not at its position there."""
+    db, backup = tmp_path / "hub.db", tmp_path / "backup.db"
+    make_hub(db, commits=3, per_commit=1).close()
+    source, copy = sqlite3.connect(db), sqlite3.connect(backup)
+    source.backup(copy)
+    source.close()
+    copy.close()
+    hub = open_storage(str(db))
+    for c in range(2):
+        hub.push([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"lost {c}"), agent="ada",
+                            layer="notes")])
+    for later in ("same head", "past the head"):
+        mirror = HubMirror(hub, tmp_path / later)
+        mirror.catch_up()
+        mirror.close()
+        assert mirrored(tmp_path / later)[-2:] == ["lost 0", "lost 1"]
+    hub.close()
+    for path in tmp_path.glob("hub.db*"):
+        path.unlink()
+    os.replace(backup, db)
+    hub = open_storage(str(db))
+    try:
+        hub.push([new_event(EntryAppend(type="FACT", date="2026-11-30", content="again 0"), agent="ada", layer="notes")])
+        behind = HubMirror(hub, tmp_path / "same head")  # the hub's head is behind the mirror's
+        behind.catch_up()
+        behind.close()
+        hub.push([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"again {c}"), agent="ada",
+                            layer="notes") for c in (1, 2)])
+        for later in ("same head", "past the head"):  # the second: the hub's head is past the mirror's
+            mirror = HubMirror(hub, tmp_path / later)
+            assert mirror.catch_up() == hub.head()
+            mirror.close()
+            assert mirrored(tmp_path / later) == ["fact 0.0", "fact 1.0", "fact 2.0", "again 0", "again 1", "again 2"]
+    finally:
+        hub.close()
