@@ -362,10 +362,12 @@ def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt, at: Optiona
 
 
 @always_app.command("add")
-def always_add(line: str, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
+def always_add(line: str, at: Optional[int] = typer.Option(None, "--at", help="Put it at line N (as `mem always list` "
+                                                            "numbers them); default: at the end."),
+               force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt):
     """Add a line to `## Always`."""
     with memory() as mem:
-        event = mem.always_add(line, force=force, allow_secret=allow_secret)
+        event = mem.always_add(line, position=at, force=force, allow_secret=allow_secret)
     typer.echo(f"always + {event.body.line} (seq {event.seq})")
 
 

@@ -81,9 +81,12 @@ class PageRelease(Body, tag="page.release"):
 
 
 class AlwaysAdd(Body, tag="always.add"):
+    """Adds `line` to `## Always`: at `position` (1 its first line; past the last, at the end), or at the end."""
+
     groups = frozenset({WIKI})
 
     line: str
+    position: int | None = None
 
 
 class AlwaysRemove(Body, tag="always.remove"):

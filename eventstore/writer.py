@@ -75,11 +75,15 @@ class Writer:
                                           "the note argument)"))
         return self._event(PageRelease(slug=slug, note=note))
 
-    def always_add(self, line: str) -> Event:
+    def always_add(self, line: str, position: int | None = None) -> Event:
         line = validate.one_line(line, "the Always line")
         if not line:
             raise InvalidInput("an Always line cannot be empty")
-        return self._event(AlwaysAdd(line=line))
+        count = len(self.state.always())
+        if position is not None and not 1 <= position <= count + 1:
+            raise InvalidInput(f"there is no place {position} in `## Always`: give 1 to {count + 1} "
+                               f"(`mem always list` shows {count} lines)", field="position")
+        return self._event(AlwaysAdd(line=line, position=None if position == count + 1 else position))
 
     def always_remove(self, number: int) -> Event:
         lines = self.state.always()

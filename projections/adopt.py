@@ -223,10 +223,11 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
         if current[number - 1] in removed:
             memory.always_remove(number, force=True)
     have = memory.always()
-    for line in added:
-        if line not in have:
-            memory.always_add(line, force=True, allow_secret=allow_secret)
-            have.append(line)
+    for index, line in enumerate(wanted):  # each where the edit put it: after the line before it that is kept
+        if line in added and line not in have:
+            before = next((have.index(kept) + 1 for kept in reversed(wanted[:index]) if kept in have), 0)
+            memory.always_add(line, position=before + 1, force=True, allow_secret=allow_secret)
+            have.insert(before, line)
     memory.refresh(force=True)  # mind.md is rendered again from what was adopted
     report.adopted.append(MIND_PATH)
     if catalog_edited:

@@ -262,7 +262,8 @@ class WikiFold:
             if self._page(body.slug) is not None:
                 self._log(seq, ts, "release", self._page(body.slug)[2], body.note)
         elif isinstance(body, AlwaysAdd):
-            self._always_lines().append(body.line)
+            lines = self._always_lines()
+            lines.insert(len(lines) if body.position is None else max(body.position - 1, 0), body.line)
             self.always_rows.append((seq, ts, lines_json(self._always)))
             self.dirty.add(MIND_PATH)
         elif isinstance(body, AlwaysRemove):

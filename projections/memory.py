@@ -708,8 +708,10 @@ class Memory:
         trust.check_release(self, event.body.slug)
         return self.append(event, touches=[LOG_PATH], allow_secret=allow_secret)
 
-    def always_add(self, line: str, *, force: bool = False, allow_secret: bool = False) -> Event:
-        return self.append(self.writer.always_add(line), touches=[MIND_PATH], force=force, allow_secret=allow_secret)
+    def always_add(self, line: str, *, position: int | None = None, force: bool = False,
+                   allow_secret: bool = False) -> Event:
+        return self.append(self.writer.always_add(line, position), touches=[MIND_PATH], force=force,
+                           allow_secret=allow_secret)
 
     def always_remove(self, number: int, *, force: bool = False) -> Event:
         return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)

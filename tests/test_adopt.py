@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 from projections.adopt import adopt
 from projections.memory import Memory
 from projections.merge import three_way
+from projections.replay import replay
 from projections.status import workspace_status
 
 from conftest import PAGE, log_rows, mem_command, run_mem
@@ -476,7 +477,8 @@ def test_a_hand_edit_of_a_stale_mind_md_does_not_remove_the_line_written_since(m
     _stale_file_edited_by_hand(memory, "mind.md", lambda m: m.always_add("Prod needs the owner's ack."))
     memory.defer_files = False
     adopt(memory)
-    assert memory.always() == ["keep me", "Prod needs the owner's ack.", "Cite a seq for every claim."]
+    # the hand-added line goes where the edit put it, after "keep me"; the line written since stays
+    assert memory.always() == ["keep me", "Cite a seq for every claim.", "Prod needs the owner's ack."]
     assert "always.remove" not in [e.kind for e in memory.log.read()]
 
 
@@ -619,3 +621,38 @@ def test_a_hand_edit_adopt_cannot_take_is_not_sent_to_adopt(workspace, tmp_path)
     (workspace / "mind/other.md").write_text(PAGE.decode() + "key AKIA4HXQ7ZT2LMNB3K5P\n")
     said = run_mem("-w", workspace, "page", "delete", "other").stderr.decode()
     assert "(`mem adopt --allow-secret` takes it as it is): fix the file, or pass --force" in said, said
+
+
+def test_an_always_line_edited_in_place_keeps_its_place(memory):
+    """Regression (nc19b): a line changed in the middle of `## Always`, or added between two, moved to the end when
+    adopted (always.add only appended); the lines are where the edit put them, now and as of then, after a replay."""
+    for line in ("first", "second", "third"):
+        memory.always_add(line)
+    root = memory.root
+    text = (root / "mind.md").read_text()
+    (root / "mind.md").write_text(text.replace("- second\n", "- second, sharpened\n").replace(
+        "- first\n", "- zeroth\n- first\n"))
+    report = adopt(memory)
+    assert report.adopted == ["mind.md"] and report.refused == {}
+    wanted = ["zeroth", "first", "second, sharpened", "third"]
+    assert memory.always() == wanted
+    assert "\n".join(f"- {line}" for line in wanted) in (root / "mind.md").read_text()
+    assert memory.always(memory.log.head()) == wanted
+    replay(memory)
+    assert memory.always() == wanted and workspace_status(memory).clean
+
+
+def test_always_add_at_a_place(workspace):
+    """`mem always add --at N` puts the line at N (as `mem always list` numbers them); a place past the end plus one
+    is refused, and the log is untouched."""
+    for line in ("a", "c"):
+        run_mem("-w", workspace, "always", "add", line, check=True)
+    run_mem("-w", workspace, "always", "add", "b", "--at", "2", check=True)
+    run_mem("-w", workspace, "always", "add", "d", "--at", "4", check=True)
+    assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == ["a", "b", "c", "d"]
+    before = log_rows(workspace)
+    for bad in ("0", "6", "-1"):
+        result = run_mem("-w", workspace, "always", "add", "e", "--at", bad)
+        assert result.returncode != 0 and "there is no place" in result.stderr.decode(), result.stderr
+        assert "Traceback" not in result.stderr.decode()
+    assert log_rows(workspace) == before
