@@ -47,6 +47,11 @@ def uuid_text(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def uuid7_ms(text: str) -> int:
+    """The milliseconds a UUIDv7 in text form was made at (its first 48 bits)."""
+    return int(text[:8] + text[9:13], 16)
+
+
 def uuid_bytes(text: str) -> bytes:
     return bytes.fromhex(text.replace("-", ""))
 

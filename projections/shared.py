@@ -28,7 +28,7 @@ import msgspec
 
 from eventstore.envelope import decode_body
 from eventstore.governance import hold_refusal, is_held
-from eventstore.ids import uuid_text
+from eventstore.ids import uuid7_ms, uuid_text
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 
 from . import render
@@ -199,6 +199,15 @@ class SharedViews:
         """Every layer these views hold anything of."""
         return sorted({layer for (layer,) in self.db.execute(
             "SELECT DISTINCT layer FROM entries UNION SELECT DISTINCT layer FROM shared_versions")})
+
+    def written_span(self, layer: str, slug: str | None, as_of: int) -> tuple[int, int] | None:
+        """When the first and the last entry of an entries layer (slug None), or version of one of its pages, as of a
+        seq were written, in ms: their ids are UUIDv7s made from the times their events carry (the log is not at hand
+        here, nor needed)."""
+        table, page = ("entries", "") if slug is None else ("shared_versions", " AND slug = ?3")
+        first, last = self.db.execute(f"SELECT MIN(id), MAX(id) FROM {table} WHERE layer = ?1 AND seq <= ?2{page}",
+                                      (layer, as_of, slug) if slug else (layer, as_of)).fetchone()
+        return (uuid7_ms(first), uuid7_ms(last)) if first else None
 
     def has_entries(self, layer: str, as_of: int) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",

@@ -758,6 +758,11 @@ class Views:
         for path in paths:
             if path in metas:
                 continue
+            target = self.shared_target(path, as_of) if path not in (MIND_PATH, LOG_PATH) else None
+            span = self.shared.written_span(*target, as_of) if target else None
+            if span:  # a layer's file (a hub's, or a local one): its own entries' or versions' times; a page deletable
+                metas[path] = ("none" if target[1] else "no_delete", 0, format_instant(span[0]), format_instant(span[1]))
+                continue
             stamps = [self.wiki_changed_at(as_of)] if path == MIND_PATH else [self._last_ts("log_entries", as_of)]
             if path == MIND_PATH:  # quiet (imported) ingests change the catalog without a log entry
                 if as_of >= self.checkpoint():

@@ -1,8 +1,11 @@
 """Typed entries with no hub: local layers declared as config events, their files materialised."""
 
 import json
+import sqlite3
 
-from conftest import log_rows, run_mem
+from conftest import PAGE, log_rows, run_mem
+
+from eventstore.instants import format_instant
 
 from projections import replay as replaying
 
@@ -361,3 +364,32 @@ def test_status_after_a_local_layers_declaration_was_redacted_names_the_way_back
     run_mem("-w", workspace, "redact", str(declared), "--reason", "undeclare", check=True)
     status = run_mem("-w", workspace, "status").stdout.decode()
     assert "not placed:" in status and "`mem layer add NAME PATH` declares one of them a local layer again" in status
+
+
+def test_a_layers_files_carry_their_own_times_now_and_as_of_a_seq(workspace):
+    """Regression (nc19b): a local layer's file got mind/log.md's times in `mem file list` (and `--seq`) and in an ADF
+    export, which change with every page write; its entries' and its page's versions' own times, and a layer page is
+    deletable (protection none), as a page of the mind is."""
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    run_mem(*w, "layer", "add", "notes", "notes/", "--format", "pages", check=True)
+    run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-29: one", check=True)
+    run_mem(*w, "page", "write", "x", "--layer", "notes", "-f", "-", input=PAGE, check=True)
+    run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-30: two", check=True)
+    run_mem(*w, "page", "write", "later", "-f", "-", input=PAGE, check=True)
+    events = json.loads(run_mem(*w, "log", "--json", check=True).stdout)
+    times = {e["seq"]: format_instant(e["ts"]) for e in events}
+
+    def files(*args):
+        listed = json.loads(run_mem(*w, "file", "list", "--json", *args, check=True).stdout)
+        return {f["path"]: (f["protection"], f["updated_at"]) for f in listed}
+
+    now = files()
+    assert now["memory/decisions.md"] == ("no_delete", times[5]) and now["notes/x.md"] == ("none", times[4])
+    assert now["mind/log.md"][1] == times[6]
+    assert files("--seq", "3")["memory/decisions.md"] == ("no_delete", times[3])
+    exported = workspace / "out.adf"
+    run_mem(*w, "export", "adf", exported, check=True)
+    with sqlite3.connect(exported) as db:
+        rows = dict(db.execute("SELECT path, created_at || ' ' || updated_at FROM adf_files"))
+    assert rows["memory/decisions.md"] == f"{times[3]} {times[5]}" and rows["notes/x.md"] == f"{times[4]} {times[4]}"
