@@ -45,6 +45,21 @@ class TerminalSafe:
         return getattr(self._stream, name)
 
 
+ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?"
+                             r"|[ -/]*[0-~])?|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x1b\x9c]*[\x07\x9c]?")
+"""Any escape sequence, as ECMA-48 frames them: CSI (colors, cursor moves), OSC (a window title, the clipboard), the
+string ones (DCS, SOS, PM, APC), and ESC with one final byte (a reset: ESC c); and their 8-bit forms."""
+
+
+def strip_escapes_in_pipes() -> None:
+    """Has echo (typer's click) leave out every escape sequence where it leaves out color codes: output into a pipe or
+    a file, which the listings print stored text to. Its own pattern takes CSI ones alone, so a stored OSC (a new
+    window title, `ESC ]0;pwned BEL`) reached `mem loop show | less -R` whole (nc21a)."""
+    from typer._click import _compat
+
+    _compat._ansi_re = ESCAPE_SEQUENCE
+
+
 def emit_json(value) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
 

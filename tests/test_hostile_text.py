@@ -2,6 +2,8 @@
 line, and no value written as one line (catalog hook, title, Always line, log heading) carries a
 Unicode line separator into mind.md or mind/log.md."""
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -184,6 +186,20 @@ def test_escape_sequences_stored_in_text_never_reach_the_terminal(workspace, tmp
     assert b"\x1b[1m" in run_on_a_terminal("--help")  # mindlog's own styling still reaches it
     piped = run_mem("show", "esc", "--workspace", workspace, check=True).stdout.decode()
     assert ESCAPES in piped
+
+
+def test_listings_into_a_pipe_leave_out_every_escape_sequence_not_only_colors(workspace):
+    """Regression (nc21a): into a pipe the listings left out CSI sequences (colors, a cleared screen) alone; an OSC
+    one (a window title, the clipboard) went through whole, to `mem loop show | less -R` or a tmux log. `mem show`
+    and --json still give the text as stored."""
+    run_mem("loop", "append", "--role", "user", "--text", ESCAPES, "--workspace", workspace, check=True)
+    run_mem("always", "add", ESCAPES.replace("\r", ""), "--workspace", workspace, check=True)
+    for command in (("loop", "show"), ("search", "clip"), ("log",), ("always", "list"), ("believed",)):
+        shown = run_mem(*command, "--workspace", workspace, check=True).stdout
+        assert b"title" in shown, (command, shown)
+        assert not any(byte in shown for byte in (b"\x1b", b"\x07", "\x9b".encode())), (command, shown)
+    stored = json.loads(run_mem("loop", "show", "--json", "--workspace", workspace, check=True).stdout)
+    assert stored[0]["content"][0]["text"] == ESCAPES
 
 
 @pytest.mark.parametrize("value, shown", [(".inf", "inf"), ("-.Inf", "-inf"), (".nan", "nan"), ("[1, .NaN]", "nan")])
