@@ -138,6 +138,14 @@ def page_document(raw: bytes) -> tuple[dict, str]:
     return frontmatter.parse(yaml_text), body
 
 
+def port(value: int) -> int:
+    """A TCP port, 1 to 65535: one past it is not refused by every URL parser (httpx keeps it, and the socket layer
+    wraps it round to another port)."""
+    if not 1 <= value <= 65535:
+        raise InvalidInput(f"port {value} is out of range: give a port from 1 to 65535", field="port")
+    return value
+
+
 def one_line(value: str, what: str = "text") -> str:
     """Collapses newlines and runs of whitespace: for anything that becomes a heading or a list line."""
     collapsed = " ".join(value.split())

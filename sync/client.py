@@ -24,6 +24,7 @@ from typing import ClassVar, NamedTuple
 
 import msgspec
 
+from eventstore import validate
 from eventstore.envelope import Event, check_event, decode_body, secrets_allowed
 from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError, NotFound, StorageFailure,
                                storage_exceptions, storage_failure)
@@ -245,6 +246,8 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
         raise InvalidInput(f"{url!r} is not a URL: {exc}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InvalidInput(f"{url!r} is not an http(s) URL with a host")
+    if parsed.port is not None:
+        validate.port(parsed.port)
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", name):
         raise InvalidInput(f"remote name {name!r} must be letters, digits, '-', '_' or '.'")
     token_path = absolute(token_file)

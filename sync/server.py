@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from eventstore import validate
 from eventstore.errors import InvalidInput
 
 from .hub import create_app
@@ -46,8 +47,7 @@ def bare_host(host: str) -> str:
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to HOST:PORT, before anything says the server is up: a bad port or a busy
     address is a refusal naming it, not uvicorn's log line (or a hang) after a false "listening"."""
-    if not 1 <= port <= 65535:
-        raise InvalidInput(f"port {port} is out of range: give a port from 1 to 65535", field="port")
+    validate.port(port)
     host = bare_host(host)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]

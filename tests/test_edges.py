@@ -227,6 +227,16 @@ def test_remote_add_refuses_a_token_file_that_is_no_text(written, tmp_path):
     assert not (written / ".mem" / "remotes.json").exists()
 
 
+@pytest.mark.parametrize("port", ["0", "65536", "74301"])
+def test_remote_add_refuses_a_port_out_of_range(written, tmp_path, port):
+    """Regression (nc21a): a URL's port past 65535 was kept, and the socket layer wrapped it round to another port
+    (74301 reached a hub on 8765); it is refused as `mem serve --port` refuses it, before anything is asked."""
+    (tmp_path / "t.token").write_text("mlg_x\n")
+    refused(run_mem("remote", "add", "origin", f"http://127.0.0.1:{port}", "--token-file", tmp_path / "t.token",
+                    "-w", written), f"port {port} is out of range: give a port from 1 to 65535")
+    assert not (written / ".mem" / "remotes.json").exists()
+
+
 def test_a_log_damaged_inside_its_pages_is_one_line(written):
     """SQLite's quick check reports deep damage on several lines; the refusal stays one. `mem status` (no
     quick check: it is meant to be cheap) refuses too: the head it reads from a damaged page holds no event."""
