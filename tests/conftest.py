@@ -19,7 +19,7 @@ PAGE = b"---\ntype: procedure\ndescription: staging first\n---\n# Deploy procedu
 
 def mem_command() -> list[str]:
     exe = shutil.which("mem")
-    return [exe] if exe else [sys.executable, "-c", "from cli.app import main; main()"]
+    return [exe] if exe else [sys.executable, "-c", "from cli import main; main()"]
 
 
 def run_mem(*args, cwd=None, input=None, check=False, env=None):

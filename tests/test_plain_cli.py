@@ -3,6 +3,7 @@
 import datetime as dt
 import json
 import time
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -377,3 +378,27 @@ def test_a_workspace_path_through_a_link_and_dotdot_is_where_the_file_system_say
     run_mem("-w", tmp_path / "ws2" / "l" / "..", "always", "add", "through the link", check=True)
     assert "through the link" in (tmp_path / "ws" / "mind.md").read_text()
     assert "through the link" not in (tmp_path / "ws2" / "mind.md").read_text()
+
+
+def test_a_ctrl_c_while_the_commands_are_imported_is_one_line(workspace):
+    """Regression (nc21a): a Ctrl-C in the few hundred ms `mem` spends importing its commands was a KeyboardInterrupt
+    traceback. Here the SIGINT comes as typer is imported, through the entry point `mem` is installed with."""
+    import signal
+    import subprocess
+    import sys
+
+    early = ("import os, signal, sys\n"
+             "class Interrupts:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name == 'typer':\n"
+             "            os.kill(os.getpid(), signal.SIGINT)\n"
+             "sys.meta_path.insert(0, Interrupts())\n"
+             f"sys.argv = ['mem', '-w', {str(workspace)!r}, 'status']\n"
+             "from cli import main\nmain()\n")
+    before = log_rows(workspace)
+    done = subprocess.run([sys.executable, "-c", early], capture_output=True, timeout=60)
+    assert done.returncode == 130 and done.stderr == (
+        b"error: interrupted before the command began; nothing was recorded\n"), done.stderr
+    assert done.returncode != -signal.SIGINT and log_rows(workspace) == before
+    project = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    assert [line for line in project.splitlines() if line.startswith("mem = ")] == ['mem = "cli:main"']
