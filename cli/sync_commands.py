@@ -470,12 +470,12 @@ def pull(remote: Optional[str] = typer.Argument(None),
                 if not follow:
                     raise
                 raise typer.Exit(0) from None
-        resolvable = {page for page in report.conflicts if mem.produces(page.split("/")[0])}
+        settled = _settled_by(mem, report.conflicts)
     if json:
         return emit_json(report)
     typer.echo(_pull_line(report))
     _skipped_lines(report)
-    _conflict_lines(report, resolvable)
+    _conflict_lines(report, settled)
 
 
 @app.command("sync")
@@ -489,7 +489,7 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
             pushed = pushing(mem, target, progress=advance, say=_say)
         with progress_bar("pull", None) as advance:
             pulled = pulling(mem, target, progress=advance, say=_say)
-        resolvable = {page for page in pulled.conflicts if mem.produces(page.split("/")[0])}
+        settled = _settled_by(mem, pulled.conflicts)
     if json:
         emit_json({"push": pushed, "pull": pulled})
     else:
@@ -497,16 +497,35 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
                    + (f"; {', '.join(again)}" if again else ""))
         _skipped_lines(pulled)
-        _conflict_lines(pulled, resolvable)
+        _conflict_lines(pulled, settled)
     raise typer.Exit(1 if _held_lines(pushed) else 0)
 
 
-def _conflict_lines(report, resolvable: set[str]) -> None:
-    """Warns of each page a pull left in a new conflict; `resolvable`: those of layers this agent produces."""
+def _settled_by(mem, pages: list[str]) -> dict[str, str]:
+    """How each page a pull left in a new conflict is settled, in words: a resolve by a producer of its layer, after
+    a release when its head is held (`governance: hold`), which a resolve refuses to release (nc21a)."""
+    from eventstore.governance import is_held
+
+    settled = {}
+    for page in pages:
+        layer, slug = page.split("/", 1)
+        shown = mem.views.shared_document(layer, slug)
+        held = shown is not None and is_held(shown[0])
+        if not mem.produces(layer):
+            settled[page] = f"a producer of the layer {'releases and ' if held else ''}resolves it"
+        elif held:
+            settled[page] = (f"its head is held: `mem page release {slug} --layer {layer} --note \"why\"`, then "
+                             f"`mem resolve {page} --file F`")
+        else:
+            settled[page] = f"`mem resolve {page} --file F`"
+    return settled
+
+
+def _conflict_lines(report, settled: dict[str, str]) -> None:
+    """Warns of each page a pull left in a new conflict, with how it is settled (`_settled_by`)."""
     for page in report.conflicts:
-        resolve = f"`mem resolve {page} --file F`" if page in resolvable else "a producer of the layer resolves it"
         typer.echo(f"warning: {page} is now in conflict: its file shows the version every replica shows, the others "
-                   f"are kept (`mem conflicts --show`; {resolve})", err=True)
+                   f"are kept (`mem conflicts --show`; {settled[page]})", err=True)
 
 
 @entry_app.command("add")

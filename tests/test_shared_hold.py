@@ -321,8 +321,11 @@ def test_mem_push_refuses_an_ingest_written_before_the_hold_was_seen(tmp_path):
         assert err.startswith("error: hub refused: Held") and "page 'pricing' of layer 'drafts' is held" in err
         assert log_rows_of_hub(team) == hub_before and log_rows(team.root / "reviewer") == before
 
-        team.mem("reviewer", "pull", check=True)
+        pulled = team.mem("reviewer", "pull", check=True).stderr.decode()
         assert "No discounts" in (team.root / "reviewer/content/drafts/pricing.md").read_text()  # the held head wins
+        # the conflict's warning names the release a resolve needs first; it named the resolve alone (nc21a)
+        assert pulled.endswith('(`mem conflicts --show`; its head is held: `mem page release pricing --layer drafts '
+                               '--note "why"`, then `mem resolve drafts/pricing --file F`)\n'), pulled
         before = log_rows(team.root / "reviewer")
         for command in (("push",), ("sync",)):
             refused = team.mem("reviewer", *command)  # refused here, before it leaves
