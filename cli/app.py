@@ -1,6 +1,7 @@
 """The `mem` command. Each command parses its options and calls the library in a line or three."""
 
 import contextlib
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -402,12 +403,14 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
         text = mem.show(path, moment)
         binary = mem.binary_file(path, moment) if text is not None and text.startswith("<") else None
         if text is None:
-            from projections.history import history
+            from projections.history import by_contract, history, moved
 
             versions = [version for version in history(mem, path) if version.seq <= moment]
             if versions and versions[-1].deleted:  # the way back to it, where "does not exist" was all it said
-                fail(f"{path} was deleted at seq {versions[-1].seq}; `mem show {path} --seq {versions[-1].seq - 1}` "
-                     "shows it as it was")
+                last = versions[-1]
+                gone = (f"{path}: {moved(mem, path, last)}" if by_contract(last)  # not deleted (nc21a)
+                        else f"{path} was deleted")
+                fail(f"{gone} at seq {last.seq}; `mem show {shlex.quote(path)} --seq {last.seq - 1}` shows it as it was")
     if text is None:
         fail(f"{path} did not exist then" if at or seq is not None else f"{path} does not exist")
     if binary is not None and not sys.stdout.isatty():
@@ -416,7 +419,7 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
         return
     sys.stdout.write(text if binary is None else text + "\n")
     if binary is not None:
-        said_on_stderr(f"{path} is not text: `mem show {path} > FILE` writes its {len(binary):,} bytes")
+        said_on_stderr(f"{path} is not text: `mem show {shlex.quote(path)} > FILE` writes its {len(binary):,} bytes")
 
 
 @app.command()
@@ -451,7 +454,7 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
 def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Every version of a file (or a page by its slug), following renames, now or as of a moment."""
     from projections.history import history as history_of
-    from projections.history import moved
+    from projections.history import by_contract, moved
 
     from projections.views import page_path
 
@@ -460,7 +463,7 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
         path = mem.named_file(path, mem.seq_at() if moment is None else moment)
         versions = history_of(mem, path, moment)
         renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
-        moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if v.kind == "contract.change"}
+        moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if by_contract(v)}
         as_made = not versions and mem.show(path, mem.seq_at() if moment is None else moment) is not None
     if as_made and not json:
         typer.echo(f"{path} is as the workspace began: no event has changed it{' by then' if moment else ''}")

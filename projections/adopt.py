@@ -8,6 +8,8 @@ adopted â€” an edit that breaks the page contract, a hand edit of mind/log.md â€
 reported, never overwritten.
 """
 
+import shlex
+
 import msgspec
 
 from eventstore.errors import MemError
@@ -162,7 +164,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     deletes.flush()
     for path in shared_missing:
         if path in report.refused:  # kept for adoption (a hold released, a contract changed), else to be put back
-            report.refused[path] += f"; or put the file back: `mem show {path} > {path}`"
+            report.refused[path] += f"; or put the file back: `mem show {shlex.quote(path)} > {shlex.quote(path)}`"
     return report
 
 
@@ -196,8 +198,8 @@ def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]
         return document, None  # refused as a page's write would refuse it
     if merged is None:
         return document, (f"edited by hand on an older version of the page, and the version written since (the file "
-                          f"was not rewritten yet) changed the same lines; the edit is left on disk: `mem show {path}` "
-                          f"has the current version to edit, or `mem page write {slug_of(path)} --file {path}` keeps "
+                          f"was not rewritten yet) changed the same lines; the edit is left on disk: `mem show {shlex.quote(path)}` "
+                          f"has the current version to edit, or `mem page write {slug_of(path)} --file {shlex.quote(path)}` keeps "
                           "this edit over it")
     return merged.encode("utf-8"), None
 

@@ -6,7 +6,7 @@ import msgspec
 
 from eventstore.errors import NotFound
 from eventstore.instants import format_instant
-from eventstore.kinds import ADF, WIKI_KINDS, PageDelete, PageIngest, PageRename, PageUpdate, kinds_naming
+from eventstore.kinds import ADF, WIKI_KINDS, ContractChange, PageDelete, PageIngest, PageRename, PageUpdate, kinds_naming
 from eventstore.layers import MIND
 from eventstore.redaction import Redacted, stand_in
 from eventstore.writer import renamed_from
@@ -112,6 +112,11 @@ def _layer_file_history(memory, path: str, layer: str, slug: str | None, since: 
     if until is not None and memory.show(path, until - 1) is not None:
         versions.append(_version(path, memory.log.get_by_seq(until), True))
     return versions
+
+
+def by_contract(version: Version) -> bool:
+    """Whether the version is a contract change's: a layer's file moved there or away, or its layer dropped."""
+    return version.kind == ContractChange.__struct_config__.tag
 
 
 def moved(memory, path: str, version: Version) -> str:

@@ -6,6 +6,7 @@ CLI prints, so no command reaches into the log or the views itself.
 """
 
 import os
+import shlex
 import posixpath
 import shutil
 import sqlite3
@@ -501,7 +502,7 @@ class Memory:
         layer, now = moved
         if now is None:
             return (f"layer {layer} was dropped from the hub's contract, so the edit has no layer to go to: it stays "
-                    f"on disk only (the layer's last text is in the log: `mem history {path}`)")
+                    f"on disk only (the layer's last text is in the log: `mem history {shlex.quote(path)}`)")
         spec = self.views.contract.layers[layer]
         adopt = "call the adopt tool" if tools else "`mem adopt`"
         return f"layer {layer} moved to {spec.path}: copy the edit to {now}, then {adopt}"
@@ -535,9 +536,10 @@ class Memory:
             return (f"{said}, so the adopt tool does not take it; a person must take that text out of the file, or "
                     "delete the file (it is written again from the log)")
         shared = self.views.shared_target(path) if self.views.contract and not slug_of(path) else None
-        write = (f"mem page write {shared[1]} --layer {shared[0]} --file {path}" if shared and shared[1] else
-                 f"mem page write {slug_of(path)} --file {path}" if slug_of(path) else None)
-        drop = f"`mem show {path} > {path}` drops the edit"
+        quoted = shlex.quote(path)
+        write = (f"mem page write {shared[1]} --layer {shared[0]} --file {quoted}" if shared and shared[1] else
+                 f"mem page write {slug_of(path)} --file {quoted}" if slug_of(path) else None)
+        drop = f"`mem show {quoted} > {quoted}` drops the edit"
         if write is None:  # no page: mind.md, mind/log.md, an entries layer's file, a file of the agent's own
             return f"{said}, so `mem adopt` does not take it: {drop}"
         return f"{said}, so `mem adopt` does not take it: take that text out and `{write}`, or {drop}"
@@ -1314,8 +1316,9 @@ class Memory:
         """The agent's own files at a path where the contract places a layer's file (`Views.blocked`), each with what
         that means and how to let the layer's file in."""
         return {path: (f"layer {layer!r} is placed at {path}, where this agent's own file is: the layer's file is not "
-                       f"written there and `mem show {path}` answers the agent's file, until `mem file delete {path}` "
-                       f"(to keep it, first `mem show {path} | mem file write OTHER-PATH --file -`)")
+                       f"written there and `mem show {shlex.quote(path)}` answers the agent's file, until `mem file "
+                       f"delete {shlex.quote(path)}` (to keep it, first `mem show {shlex.quote(path)} | mem file write "
+                       "OTHER-PATH --file -`)")
                 for path, layer in self.views.blocked().items()}
 
     def layers(self) -> list[dict]:

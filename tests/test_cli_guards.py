@@ -2,11 +2,13 @@
 commands never create a hub by accident, and small commands say what is true."""
 
 import json
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import PAGE, log_rows, run_mem
+from conftest import PAGE, log_rows, mem_command, run_mem
 
 
 def test_checkout_never_writes_into_a_workspace(workspace, tmp_path):
@@ -185,6 +187,14 @@ def test_show_diff_and_cite_say_what_is_true(workspace, tmp_path):
         assert (cited.returncode, cited.stdout.splitlines()[0]) == (
             (1, b"S4: not in the loop cited: it is a message of loop side") if "main" in citation
             else (0, b"S4: live in the loop (loop side)")), cited
+    odd = "notes/café #1 & más.md"  # the command it gives works pasted into a shell (nc21a: `&` and `#` broke it)
+    run_mem("-w", workspace, "file", "write", odd, "--file", note, check=True)                # seq 5
+    run_mem("-w", workspace, "file", "delete", odd, check=True)                               # seq 6
+    gone = run_mem("-w", workspace, "show", odd).stderr.decode()
+    assert gone == f"error: {odd} was deleted at seq 6; `mem show '{odd}' --seq 5` shows it as it was\n"
+    pasted = subprocess.run(["sh", "-c", f"{shlex.join(mem_command())} -w {shlex.quote(str(workspace))} "
+                             f"{gone.split('`')[1][4:]}"], capture_output=True, timeout=60)
+    assert pasted.returncode == 0 and pasted.stdout == b"today's note\n", pasted.stderr
 
 
 def test_hand_edit_refusals_name_what_applies(workspace, tmp_path):

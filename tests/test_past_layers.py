@@ -46,7 +46,8 @@ def test_a_dropped_layer_reads_as_it_was_while_it_was_shared(team, tmp_path):
     assert history[1].endswith("memory/ops.md  (layer ops dropped from the contract)")
     after = team.mem("alice", "show", "memory/ops.md", "--seq", history[1].split()[0])
     assert after.returncode == 1 and after.stderr == (  # the way back to it, as without a moment (nc19b)
-        b"error: memory/ops.md was deleted at seq 2; `mem show memory/ops.md --seq 1` shows it as it was\n")
+        b"error: memory/ops.md: layer ops dropped from the contract at seq 2; `mem show memory/ops.md --seq 1` shows "
+        b"it as it was\n")
 
     log = out(team.mem("alice", "log", "--layer", "ops", check=True))
     assert "entry.append   pager fired at 03:00" in log
@@ -94,6 +95,10 @@ def test_a_moved_layer_reads_at_its_old_path_before_the_move(tmp_path):
     assert team.mem("alice", "show", "team/notes.md", "--seq", before).returncode == 1
     old = out(team.mem("alice", "history", "memory/notes.md", check=True)).splitlines()
     assert old[-1].endswith("contract.change memory/notes.md  (moved to team/notes.md)"), old
+    moved = team.mem("alice", "show", "memory/notes.md")  # it said "was deleted" (nc21a)
+    assert moved.returncode == 1 and moved.stderr.decode() == (
+        f"error: memory/notes.md: moved to team/notes.md at seq {before + 1}; `mem show memory/notes.md --seq "
+        f"{before}` shows it as it was\n"), moved.stderr
     new = out(team.mem("alice", "history", "team/notes.md", check=True)).splitlines()
     assert [line.split()[3] for line in new] == ["entry.append", "contract.change", "entry.append"], new
     assert new[0].split()[4] == "memory/notes.md", new  # followed to its older path, as a rename is
