@@ -37,6 +37,8 @@ def storage(db: str, create: bool = False):
 
     if "://" not in db:
         db = str(absolute(db))  # a deleted cwd is named here, not met as ENOENT deep in SQLite
+        if not Path(db).parent.is_dir():  # SQLite says "unable to open database file" (nc21a)
+            fail(f"cannot open the hub database {db}: the directory {Path(db).parent} does not exist")
     exists = hub_exists(db)
     others = None if exists else pg_log_tables(db) if "://" in db else sqlite_tables(db)
     if others:  # a workspace's log, say: never made a hub
@@ -375,8 +377,9 @@ def remote_remove(name: str):
         removed = remove_remote(mem, name)
     typer.echo(f"removed remote {removed.name} ({removed.url})")
     if waiting:
-        typer.echo(f"warning: {event_count(waiting)} of this agent never reached {removed.name}; the next remote "
-                   "added sends them", err=True)
+        typer.echo(f"warning: {removed.name} never acknowledged {event_count(waiting)} of this agent, as far as this "
+                   "workspace knows (its push cursor); the next remote added sends them, and a hub that holds them "
+                   "says so", err=True)
 
 
 @remote_app.command("list")

@@ -223,6 +223,8 @@ class Workspace:
         found = cls.around(start)
         if found is not None:
             return found
+        if given and start.is_file():  # `mem init` there would refuse it (nc21a)
+            raise NoWorkspace(f"{start} is a file; a workspace is a directory (`mem init --workspace DIR`)")
         raise NoWorkspace(f"no mindlog workspace at or above {start}; " + (
             f"`mem init --workspace {shlex.quote(str(start))}` makes one there" if given else "run `mem init` or pass --workspace"))
 

@@ -105,6 +105,9 @@ def test_unopenable_paths_are_named(tmp_path, written):
     refused(result, hub)
     assert b"created" not in result.stdout + result.stderr
     refused(run_mem("export", "adf", "/nonexistent-mindlog-dir/x.adf", "-w", written), "/nonexistent-mindlog-dir/x.adf")
+    for command in ("hub", "init"), ("hub", "agent", "list"):  # SQLite's "unable to open database file" (nc21a)
+        assert refused(run_mem(*command, "--db", hub)) == (
+            f"error: cannot open the hub database {hub}: the directory /nonexistent-mindlog-dir does not exist")
 
 
 def test_damaged_views_are_named_and_replay_rebuilds_them(written):

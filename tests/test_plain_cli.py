@@ -343,6 +343,11 @@ def test_a_directory_that_is_no_workspace_is_refused_with_the_way_to_make_one(tm
     bare = run_mem("log", cwd=tmp_path)
     assert bare.returncode == 1 and bare.stderr.decode() == (
         f"error: no mindlog workspace at or above {tmp_path}; run `mem init` or pass --workspace\n")
+    a_file = tmp_path / "f"
+    a_file.write_text("")  # the init it named was refused: "is a file; a workspace is a directory" (nc21a)
+    refused = run_mem("status", "--workspace", a_file)
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        f"error: {a_file} is a file; a workspace is a directory (`mem init --workspace DIR`)\n")
 
 
 def test_a_workspace_path_through_dotdot_names_the_directory_it_reads_as(workspace, tmp_path):

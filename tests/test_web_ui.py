@@ -183,7 +183,8 @@ def test_search_and_contract(ui):
     ("asof?seq=abc", 400, "invalid-input"), ("asof?seq=99999", 400, "invalid-input"),
     ("asof?at=not-a-time", 400, "invalid-input"), ("asof?seq=1&at=2026-01-01", 400, "invalid-input"),
     ("asof?at=2999-01-01", 400, "invalid-input"), ("asof?at=1999-01-01", 400, "invalid-input"),
-    ("asof?seq=0", 400, "invalid-input"),
+    ("asof?seq=0", 400, "invalid-input"), ("asof?seq=-1", 400, "invalid-input"),
+    ("asof?seq=-99999999999999999999", 400, "invalid-input"),
     ("timeline?event=99999", 404, "not-found"),
     # a mistyped filter was an empty strip, 200 (the hub's pages and the CLI refuse it)
     ("timeline?layer=nosuch", 404, "not-found"), ("timeline?kind=nosuch", 404, "not-found"),
@@ -204,6 +205,8 @@ def test_bad_moments_are_problems(ui, query, status, code):
     assert answer.status_code == status
     assert answer.headers["content-type"] == "application/problem+json"
     assert answer.json()["type"].endswith("/" + code)
+    if query == "asof?seq=-1":  # "seq must be a whole number, not '-1'" before (nc21a): what the CLI's --seq -1 says
+        assert answer.json()["detail"] == "seq -1 is before the first event (seqs start at 1)"
     if "at=" in query and "seq=" not in query and "not-a-time" not in query:
         assert ("in the future" if "2999" in query else "before this workspace existed") in answer.json()["detail"]
 

@@ -69,21 +69,25 @@ FILES_LISTED = 500
 shown, and search and the history page find the others."""
 
 
-def _int(request: Request, name: str) -> int | None:
+def _int(request: Request, name: str, signed: bool = False) -> int | None:
+    """A whole number from the query; `signed`: one below zero too, which the caller refuses in its own words (a seq
+    is before the first event, as the CLI's `--seq -1` says: "-1 is no whole number" was not true, nc21a)."""
     value = request.query_params.get(name)
     if value in (None, ""):
         return None
-    if not (value.isascii() and value.isdigit()):  # str.isdigit alone takes '²' (int() refuses it) and '１'
+    digits = value[1:] if signed and value.startswith("-") else value
+    if not (digits.isascii() and digits.isdigit()):  # str.isdigit alone takes '²' (int() refuses it) and '１'
         raise InvalidInput(f"{name} must be a whole number, not {value!r}")
-    if int(value) > MAX_INT:  # no seq or time goes past what the databases hold
-        raise InvalidInput(f"{name} must be at most {MAX_INT}, not {value}")
+    if not -MAX_INT - 1 <= int(value) <= MAX_INT:  # no seq or time goes past what the databases hold
+        raise InvalidInput(f"{name} must be at most {MAX_INT}, not {value}" if int(value) > 0 else
+                           f"{name} must be at least {-MAX_INT - 1}, not {value}")
     return int(value)
 
 
 def moment(mem, request: Request) -> Moment:
     """The moment the URL names: `?seq=N` or `?at=TIME` (now when neither), refused as the CLI's `--seq`
     and `--at` are (before the first event, past the head, in the future)."""
-    seq, at = _int(request, "seq"), request.query_params.get("at") or None
+    seq, at = _int(request, "seq", signed=True), request.query_params.get("at") or None
     if seq is not None and at is not None:
         raise InvalidInput("give seq or at, not both")
     as_of = mem.moment(at).seq if at is not None else mem.seq_at(None, seq)
