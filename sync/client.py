@@ -545,21 +545,31 @@ def uncovered(memory, name: str, contract: Contract, previous: Contract | None =
     return [layer for layer in consumed_layers(contract, agent) if layer not in covered]
 
 
+CAME_FROM_ANY = "from-any-hub"
+"""The state row holding the runs of seqs of this agent's own events that any pull brought, kept for good."""
+
+
 class CameFromHub:
     """The seqs (runs of them, after the push cursor) of this agent's own events that a pull from the
     remote brought: the hub has them, so they are never pushed to it nor held back from it. They are
     this agent's when a second workspace syncs as the same agent (its log gets the first one's events
     by pulling them); the log itself does not say where an event came from, so the pull that appends
     them records their seqs in the same transaction (`mark`), and each push forgets the runs its
-    cursor has passed (`prune`)."""
+    cursor has passed (`prune`).
+
+    What a pull from any remote brought is in it too (CAME_FROM_ANY, never forgotten): a push sends only what this
+    workspace wrote, to every remote. A hub could hand over events in the agent's own name (it forged them, or
+    another workspace of the agent wrote them), and `mem push` to another remote sent them on under the agent's
+    token (nc19a)."""
 
     def __init__(self, memory, name: str):
         self.runs: list[list[int]] = json.loads(memory.log.state(_came_key(name)) or "[]")
-        self.starts = [lo for lo, _hi in self.runs]
+        self.from_any = self.merged(self.runs + json.loads(memory.log.state(CAME_FROM_ANY) or "[]"), ())
+        self.starts = [lo for lo, _hi in self.from_any]
 
     def __contains__(self, seq: int) -> bool:
         at = bisect.bisect_right(self.starts, seq) - 1
-        return at >= 0 and seq <= self.runs[at][1]
+        return at >= 0 and seq <= self.from_any[at][1]
 
     @staticmethod
     def merged(runs, seqs) -> list[list[int]]:
@@ -573,12 +583,13 @@ class CameFromHub:
 
     @classmethod
     def mark(cls, memory, name: str, seqs: list[int]) -> dict[str, str]:
-        """The state row recording `seqs` too (read under the log's write lock, in the append's transaction)."""
+        """The state rows recording `seqs` too (read under the log's write lock, in the append's transaction)."""
+        from_any = {CAME_FROM_ANY: json.dumps(cls.merged(json.loads(memory.log.state(CAME_FROM_ANY) or "[]"), seqs))}
         floor = int(memory.log.state(f"push:{name}") or 0)
         seqs = [seq for seq in seqs if seq > floor]
         if not seqs:
-            return {}
-        return {_came_key(name): json.dumps(cls.merged(cls(memory, name).runs, seqs))}
+            return from_any
+        return {**from_any, _came_key(name): json.dumps(cls.merged(cls(memory, name).runs, seqs))}
 
     @classmethod
     def prune(cls, memory, name: str, cursor: int) -> dict[str, str]:

@@ -305,3 +305,36 @@ def test_push_refuses_an_event_the_log_no_longer_vouches_for(team, digest_too):
     assert pushed.returncode == 1 and err.count("\n") == 1, err
     assert err.startswith("error: nothing") and f"seq {seq}" in err and "`mem verify`" in err, err
     assert json.loads(team.mem("reviewer", "pull", "--json", check=True).stdout)["pulled"] == 1
+
+
+def test_what_a_pull_brought_in_this_agents_name_is_pushed_to_no_other_remote(team, tmp_path):
+    """Regression (nc19a): a hub handed over an event in this agent's name (it forged it, or another workspace of the
+    agent wrote it), and `mem push` to another remote sent it on under this agent's token. A push sends only what
+    this workspace wrote, to every remote; what a pull brought counts as nothing to push."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+    from sync.storage import open_storage
+
+    (tmp_path / "other").mkdir()
+    other = Team(tmp_path / "other", agents=("writer",))
+    try:
+        forged = new_event(EntryAppend(type="FACT", date="2026-11-29", content="the first hub wrote this"),
+                           agent="writer", layer="insights")
+        hub = open_storage(str(team.db))
+        hub.push([forged])
+        hub.close()
+        team.mem("writer", "pull", check=True)
+        team.mem("writer", "remote", "add", "second", other.url, "--token-file", other.root / "writer.token",
+                 check=True)
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-30: written here", check=True)
+        status = json.loads(team.mem("writer", "status", "--json", check=True).stdout)
+        assert {r["name"]: r["unpushed"] for r in status["remotes"]} == {"origin": 1, "second": 1}
+        pushed = team.mem("writer", "push", "second", check=True)
+        assert pushed.stdout.startswith(b"pushed 1 event to second"), pushed.stdout
+        hub = open_storage(str(other.db))
+        try:
+            assert [e.body.content for e in hub.pull(0, ["insights"], 100)] == ["written here"]
+        finally:
+            hub.close()
+    finally:
+        other.stop()
