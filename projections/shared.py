@@ -26,9 +26,9 @@ import json
 
 import msgspec
 
-from eventstore.envelope import decode_body
+from eventstore.envelope import MAX_TS, decode_body
 from eventstore.governance import hold_refusal, is_held
-from eventstore.ids import uuid7_ms, uuid_text
+from eventstore.ids import uuid7_layout, uuid7_ms, uuid_text
 from eventstore.kinds import EntryAppend, PageDelete, PageIngest, PageUpdate
 
 from . import render
@@ -56,6 +56,8 @@ ENTRIES_INSERT = "INSERT OR IGNORE INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, 
 """An `entries` row, its `reverses` 0 when it reverses nothing (bound as 0, made NULL by SQL: see search.DOCS_INSERT)."""
 ENTRY_COLUMNS = ("layer", "id", "seq", "agent", "type", "date", "content", "reverses")
 """An `entries` row as the fold hands it over (ENTRIES_INSERT's parameters) and as `stage_entries` stages it."""
+LATEST_ID = uuid_text(uuid7_layout(MAX_TS, 0xFFF, (1 << 62) - 1))
+"""The greatest id whose time an event may carry (ids sort as their times do)."""
 TABLES = ("entries", "shared_versions", "shared_parents", "shared_heads", "shared_void", "shared_held")
 """The view tables this module folds. `shared_parents` holds each version some version not void names as a
 parent, with the seq of the first that did; `shared_heads` the versions no version names (the heads as of the
@@ -203,10 +205,12 @@ class SharedViews:
     def written_span(self, layer: str, slug: str | None, as_of: int) -> tuple[int, int] | None:
         """When the first and the last entry of an entries layer (slug None), or version of one of its pages, as of a
         seq were written, in ms: their ids are UUIDv7s made from the times their events carry (the log is not at hand
-        here, nor needed)."""
-        table, page = ("entries", "") if slug is None else ("shared_versions", " AND slug = ?3")
-        first, last = self.db.execute(f"SELECT MIN(id), MAX(id) FROM {table} WHERE layer = ?1 AND seq <= ?2{page}",
-                                      (layer, as_of, slug) if slug else (layer, as_of)).fetchone()
+        here). An id is any UUID a writer chose, though: one whose first 48 bits read past the last time an event may
+        carry (year 9999, MAX_TS) is left out; it made every command that rendered the files fail (nc21b)."""
+        table, page = ("entries", "") if slug is None else ("shared_versions", " AND slug = ?4")
+        first, last = self.db.execute(f"SELECT MIN(id), MAX(id) FROM {table} WHERE layer = ?1 AND seq <= ?2 "
+                                      f"AND id <= ?3{page}", (layer, as_of, LATEST_ID, *([slug] if slug else []))
+                                      ).fetchone()
         return (uuid7_ms(first), uuid7_ms(last)) if first else None
 
     def has_entries(self, layer: str, as_of: int) -> bool:

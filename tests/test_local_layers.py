@@ -393,3 +393,25 @@ def test_a_layers_files_carry_their_own_times_now_and_as_of_a_seq(workspace):
     with sqlite3.connect(exported) as db:
         rows = dict(db.execute("SELECT path, created_at || ' ' || updated_at FROM adf_files"))
     assert rows["memory/decisions.md"] == f"{times[3]} {times[5]}" and rows["notes/x.md"] == f"{times[4]} {times[4]}"
+
+
+def test_an_entry_whose_id_reads_past_year_9999_breaks_no_file_listing(workspace):
+    """Regression (nc21b): a layer file's times are read from its entries' ids (UUIDv7s), and an id is any UUID a
+    writer chose: one reading past year 9999 made every command that listed or exported the files fail with a
+    traceback ("year 10889 is out of range"). Such an id is left out of the times; the entry is still there."""
+    from eventstore.envelope import new_event
+    from eventstore.kinds import EntryAppend
+    from projections.memory import Memory
+
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-29: one", check=True)
+    with Memory.open(workspace) as memory:
+        memory.log.append([new_event(EntryAppend(type="DECISION", date="2026-11-30", content="far"), agent="alice",
+                                     layer="decisions", id="ffffffff-ffff-7fff-bfff-ffffffffffff")])
+    listed = json.loads(run_mem(*w, "file", "list", "--json", check=True).stdout)
+    times = {f["path"]: f["updated_at"] for f in listed}
+    first = json.loads(run_mem(*w, "log", "--json", check=True).stdout)[1]
+    assert times["memory/decisions.md"] == format_instant(first["ts"])
+    assert "far" in run_mem(*w, "show", "memory/decisions.md", check=True).stdout.decode()
+    run_mem(*w, "export", "adf", workspace / "out.adf", check=True)
