@@ -526,23 +526,29 @@ class HubStorage(ABC):
         return (any(position < formerly[redaction.layer] for position in self.positions_of(targets).values())
                 or agent in self.authors_of(targets).values())
 
-    _contracts: tuple[int, list[tuple[int, Contract]]] = (-1, [])
+    _contracts: tuple[int, list[tuple[int, int, Contract]]] = (-1, [])
 
     def consumed_ever(self, agent: str) -> dict[str, int | None]:
         """The layers `agent` consumed under any contract the hub has had (GET /v1/redactions), each with the position
         of the contract that stopped it consuming the layer (None: the latest contract has it consume the layer): a
-        consumer dropped since holds events stored before that, which later redactions name. The contracts are read
-        again when a new one came."""
+        consumer dropped since holds events stored before that, which later redactions name. A contract in force only
+        before the agent was added counts for nothing: its `consumers = ["*"]` named no agent of that name yet (nc21b:
+        one added after the layer was dropped was handed its redactions). The contracts are read again when a new one
+        came."""
         position = self.latest_position(CONTRACT_LAYER)
         known, contracts = self._contracts
         if known != position:
-            contracts = [(event.seq, contract_of(event))
+            contracts = [(event.seq, event.recorded_at, contract_of(event))
                          for event in self.pull(0, [CONTRACT_LAYER], position or 1)]
             self._contracts = (position, contracts)
+        added = min((info.created_at for info in self.agents() if info.name == agent), default=None)
         until: dict[str, int | None] = {}
-        for at, contract in contracts:
+        for i, (at, _recorded_at, contract) in enumerate(contracts):
             now = set(consumed_layers(contract, agent))
             until.update({layer: at for layer, then in until.items() if then is None and layer not in now})
+            replaced_at = contracts[i + 1][1] if i + 1 < len(contracts) else None
+            if added is None or (replaced_at is not None and added >= replaced_at):
+                continue
             until.update({layer: None for layer in now})
         return dict(sorted(until.items()))
 

@@ -281,6 +281,7 @@ class HubStorageConformance:
         """A consumer dropped from a layer holds at most its events stored before the contract that dropped it: the
         redactions of later ones were handed over too, reason and all (found at the last stop's end). One of an
         event the agent wrote itself still reaches it; a page is as full as `limit` allows, past those left out."""
+        hub.add_agent("main")
         hub.apply_contract(CONTRACT)
         seen = version("seen")
         hub.push([seen])
@@ -307,6 +308,8 @@ class HubStorageConformance:
         assert read(after=unfiltered[1]) == ["own"] and read(after=unfiltered[3]) == []
 
     def test_the_layers_an_agent_ever_consumed_are_those_of_every_contract(self, hub):
+        for agent in ("main", "writer", "nobody"):
+            hub.add_agent(agent)
         hub.apply_contract(CONTRACT)
         assert hub.consumed_ever("main") == {"drafts": None, "insights": None}
         assert hub.consumed_ever("writer") == {"insights": None}
@@ -318,6 +321,12 @@ class HubStorageConformance:
         hub.apply_contract(CONTRACT)  # consumed again, then dropped again: the later drop is what counts
         hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))
         assert hub.consumed_ever("main") == {"drafts": hub.head(), "insights": None}
+        assert hub.consumed_ever("stranger") == {}  # no agent of the hub
+        hub.apply_contract(Contract(layers={"drafts": CONTRACT.layers["drafts"]}))  # insights (consumers "*") dropped
+        dropped = hub.head()
+        time.sleep(0.01)
+        hub.add_agent("late")  # "*" named no agent of its name while insights was shared (nc21b: its redactions came)
+        assert hub.consumed_ever("late") == {} and hub.consumed_ever("nobody") == {"insights": dropped}
 
     def test_page_heads_follow_the_parents_whatever_the_arrival_order(self, hub):
         first = version()
