@@ -45,10 +45,13 @@ class TerminalSafe:
         return getattr(self._stream, name)
 
 
-ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?"
-                             r"|[ -/]*[0-~])?|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x1b\x9c]*[\x07\x9c]?")
-"""Any escape sequence, as ECMA-48 frames them: CSI (colors, cursor moves), OSC (a window title, the clipboard), the
-string ones (DCS, SOS, PM, APC), and ESC with one final byte (a reset: ESC c); and their 8-bit forms."""
+ESCAPE_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: colors, cursor moves, a cleared screen
+    r"|(?:\x1b[\]PX^_]|[\x9d\x90\x98\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, SOS, PM, APC
+    r"|\x1b[ -/]*[0-~]|[\x1b\x80-\x9f]")  # ESC and one final byte (ESC c resets); a lone ESC or C1 control
+"""Any escape sequence, as ECMA-48 frames them, in its 7-bit and 8-bit forms: CSI; the string ones (OSC: a window
+title, the clipboard; DCS, SOS, PM, APC), up to their terminator or the end of the line (one left open ate the lines
+after it, nc21b); ESC with one final byte; and any other C1 control."""
 
 
 def strip_escapes_in_pipes() -> None:

@@ -200,6 +200,11 @@ def test_listings_into_a_pipe_leave_out_every_escape_sequence_not_only_colors(wo
         assert not any(byte in shown for byte in (b"\x1b", b"\x07", "\x9b".encode())), (command, shown)
     stored = json.loads(run_mem("loop", "show", "--json", "--workspace", workspace, check=True).stdout)
     assert stored[0]["content"][0]["text"] == ESCAPES
+    # one left open ate the lines after it; the 8-bit string sequences went through whole (nc21b)
+    run_mem("loop", "append", "--role", "user", "--text", "open \x1b]0;title\nSECOND LINE kept\n\x90dcs\x9c \x9fapc\x9c "
+            "🎉 中文 é [x]", "--workspace", workspace, check=True)
+    shown = run_mem("loop", "show", "--workspace", workspace, check=True).stdout.decode()
+    assert "[S3] user: open \nSECOND LINE kept\n  🎉 中文 é [x]" in shown, shown
 
 
 @pytest.mark.parametrize("value, shown", [(".inf", "inf"), ("-.Inf", "-inf"), (".nan", "nan"), ("[1, .NaN]", "nan")])
