@@ -15,7 +15,7 @@ from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_fa
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, strip_escapes_in_pipes, event_count, event_line, fail, plain, progress_bar
+from .output import AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, strip_escapes_in_pipes, with_cwd_note, event_count, event_line, fail, plain, progress_bar
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -748,10 +748,10 @@ def main() -> None:
     try:
         code = root_command()(args=hoist_workspace(sys.argv[1:]), standalone_mode=False)
     except MemError as exc:
-        typer.echo(f"error: {exc.told('cli')}", err=True)
+        typer.echo(f"error: {with_cwd_note(exc.told('cli'))}", err=True)
         sys.exit(1)
     except storage_exceptions() as exc:  # the disk, SQLite or PostgreSQL failed under the command
-        typer.echo(f"error: {damaged_file(exc) or storage_failure(exc)}", err=True)
+        typer.echo(f"error: {with_cwd_note(damaged_file(exc) or storage_failure(exc))}", err=True)
         sys.exit(1)
     except OverflowError:  # a number in a text argument (`[S<seq>]`, a seq to redact) past what the log holds
         typer.echo(f"error: {TOO_LARGE}", err=True)

@@ -127,8 +127,17 @@ def redacted_line(report, confirm: str) -> str:
 
 
 def fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {with_cwd_note(message)}", err=True)
     raise typer.Exit(code)
+
+
+def with_cwd_note(message) -> str:
+    """An error's message, saying too when the cwd was deleted under the shell: a relative path given (`mem checkout
+    out`, `mem import adf in.adf`) named nothing, and "No such file or directory" alone did not say why (nc21b)."""
+    from eventstore.workspace import CWD_GONE, cwd_gone
+
+    message = str(message)
+    return f"{message} ({CWD_GONE})" if CWD_GONE not in message and cwd_gone() else message
 
 
 def summary(event: Event) -> str:

@@ -104,13 +104,23 @@ def absolute(path: str | Path) -> Path:
     return Path(os.path.realpath(path)) if ".." in path.parts else path
 
 
+CWD_GONE = "the current directory no longer exists: cd to one that does, or give absolute paths (--workspace, --db)"
+
+
 def current_directory() -> Path:
     """The cwd, or a refusal when it was deleted under the shell (Python's own error is a traceback)."""
     try:
         return Path(os.getcwd())
     except FileNotFoundError:
-        raise InvalidInput("the current directory no longer exists: cd to one that does, or give absolute paths "
-                           "(--workspace, --db)") from None
+        raise InvalidInput(CWD_GONE) from None
+
+
+def cwd_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 class Workspace:

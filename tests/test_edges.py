@@ -546,3 +546,16 @@ def test_a_deleted_current_directory_is_one_line(tmp_path, args):
     result = subprocess.run(["sh", "-c", script], capture_output=True, env=env, timeout=120)
     assert "the current directory no longer exists" in refused(result)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [("checkout", "out"), ("export", "adf", "out.adf"), ("import", "adf", "in.adf")])
+def test_a_relative_path_from_a_deleted_current_directory_says_why_it_names_nothing(written, tmp_path, args):
+    """With an absolute --workspace, a relative path given from a deleted cwd failed as "[Errno 2] No such file or
+    directory", SQLITE_CANTOPEN or "in.adf does not exist", with nothing saying why (nc21b)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = (f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec "
+              f"{shlex.join([*mem_command(), '-w', str(written), *args])}")
+    result = subprocess.run(["sh", "-c", script], capture_output=True, timeout=120)
+    assert refused(result).endswith("(the current directory no longer exists: cd to one that does, or give absolute "
+                                    "paths (--workspace, --db))")
