@@ -74,8 +74,15 @@ class HubMirror:
         events, and the events the hub stored again at their positions were never copied (nc20a)."""
         if self.storage.head() < self.log.head():
             return True
-        position, _, id = (self.log.state(LAST_COPIED) or "").partition(" ")
+        position, _, id = (self.log.state(LAST_COPIED) or self._last_copied()).partition(" ")
         return bool(id) and self.storage.positions_of([id]).get(id) != int(position)
+
+    def _last_copied(self) -> str:
+        """'POSITION ID' of the last hub event in a mirror made before LAST_COPIED was kept (nc21b): its newest event
+        that is not a gap of its own."""
+        gap = ImportGap.__struct_config__.tag
+        last = next((event for event in self.log.read(newest_first=True) if event.kind != gap), None)
+        return f"{last.seq} {last.id}" if last else ""
 
     def _forget_views(self) -> None:
         for path in self.ws.mem_dir.iterdir():

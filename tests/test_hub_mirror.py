@@ -103,11 +103,13 @@ def test_a_mirror_of_a_hub_restored_from_a_backup_is_copied_again(tmp_path):
     for c in range(2):
         hub.push([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"lost {c}"), agent="ada",
                             layer="notes")])
-    for later in ("same head", "past the head"):
+    for later in ("same head", "past the head", "made before"):
         mirror = HubMirror(hub, tmp_path / later)
         mirror.catch_up()
         mirror.close()
         assert mirrored(tmp_path / later)[-2:] == ["lost 0", "lost 1"]
+    with sqlite3.connect(tmp_path / "made before" / ".mem" / "log.db") as old:  # kept no last copied (nc21b)
+        assert old.execute("DELETE FROM sync_state WHERE key = 'mirror-last'").rowcount == 1
     hub.close()
     for path in tmp_path.glob("hub.db*"):
         path.unlink()
@@ -120,7 +122,7 @@ def test_a_mirror_of_a_hub_restored_from_a_backup_is_copied_again(tmp_path):
         behind.close()
         hub.push([new_event(EntryAppend(type="FACT", date="2026-11-30", content=f"again {c}"), agent="ada",
                             layer="notes") for c in (1, 2)])
-        for later in ("same head", "past the head"):  # the second: the hub's head is past the mirror's
+        for later in ("same head", "past the head", "made before"):  # the hub's head is past the last two's
             mirror = HubMirror(hub, tmp_path / later)
             assert mirror.catch_up() == hub.head()
             mirror.close()
