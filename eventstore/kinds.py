@@ -90,11 +90,14 @@ class AlwaysAdd(Body, tag="always.add"):
 
 
 class AlwaysRemove(Body, tag="always.remove"):
-    """Removes the first `## Always` line equal to `line` (the text, not a position)."""
+    """Removes the `## Always` line at `position` (1 the first) when it is `line`, else the first line equal to `line`
+    (the text: what was removed whatever moved since). A position is given only where the text alone would take
+    another copy of a line given twice (`mem always remove 3` of a, b, a took the first)."""
 
     groups = frozenset({WIKI})
 
     line: str
+    position: int | None = None
 
 
 class LogRestore(Body, tag="log.restore"):

@@ -89,7 +89,8 @@ class Writer:
         lines = self.state.always()
         if not 1 <= number <= len(lines):
             raise NotFound(f"there is no Always line {number}; `mem always list` shows {len(lines)} lines")
-        return self._event(AlwaysRemove(line=lines[number - 1]))
+        line = lines[number - 1]
+        return self._event(AlwaysRemove(line=line, position=None if lines.index(line) == number - 1 else number))
 
     def lint(self, summary: str, findings: list[str]) -> Event:
         return self._event(Lint(summary=validate.one_line(summary, "the lint summary"),

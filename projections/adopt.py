@@ -9,6 +9,7 @@ reported, never overwritten.
 """
 
 import shlex
+from collections import Counter
 
 import msgspec
 
@@ -204,6 +205,9 @@ def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]
     return merged.encode("utf-8"), None
 
 
+MOVED_ALWAYS = "`mem always remove N`, then `mem always add --at M`, moves a line"
+
+
 def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) -> None:
     wanted = always_lines(text)
     if wanted is None:
@@ -214,24 +218,32 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
     base = memory.views.written.text(MIND_PATH) or memory.show(MIND_PATH, memory.views.checkpoint()) or ""
     base_lines = always_lines(base)
     base_lines = current if base_lines is None else base_lines
-    removed = [line for line in base_lines if line not in wanted]
-    added = [line for line in wanted if line and line not in base_lines]
+    wanted = [line for line in wanted if line]
+    surplus = Counter(base_lines) - Counter(wanted)  # copies removed: one of a line given twice too (nc21b)
+    missing = Counter(wanted) - Counter(base_lines)
     catalog_edited = outside_always(text) != outside_always(base)
-    if not removed and not added and catalog_edited:  # nothing to adopt; "adopted" would hide that it is not kept
-        report.refused[MIND_PATH] = (f"only lines outside `## Always` changed, which are not adopted: {CATALOG_EDIT}; "
-                                     "`mem show mind.md > mind.md` puts the file back")
+    if not surplus and not missing and (catalog_edited or wanted != base_lines):  # "adopted" would hide that it is not
+        report.refused[MIND_PATH] = (  # kept
+            f"only lines outside `## Always` changed, which are not adopted: {CATALOG_EDIT}" if catalog_edited else
+            f"its `## Always` lines were only moved, which is not adopted: {MOVED_ALWAYS}") + \
+            "; `mem show mind.md > mind.md` puts the file back"
         return
     for number in range(len(current), 0, -1):
-        if current[number - 1] in removed:
+        if surplus[current[number - 1]] > 0:
+            surplus[current[number - 1]] -= 1
             memory.always_remove(number, force=True)
     have = memory.always()
     for index, line in enumerate(wanted):  # each where the edit put it: after the line before it that is kept
-        if line in added and line not in have:
+        if missing[line] > 0:
+            missing[line] -= 1
             before = next((have.index(kept) + 1 for kept in reversed(wanted[:index]) if kept in have), 0)
             memory.always_add(line, position=before + 1, force=True, allow_secret=allow_secret)
             have.insert(before, line)
     memory.refresh(force=True)  # mind.md is rendered again from what was adopted
     report.adopted.append(MIND_PATH)
-    if catalog_edited:
-        report.refused[MIND_PATH] = (f"its `## Always` lines were adopted, and mind.md rendered again without the other "
-                                     f"lines edited: {CATALOG_EDIT}")
+    left = [f"the other lines edited: {CATALOG_EDIT}"] if catalog_edited else []
+    if base_lines == current and memory.always() != wanted:  # nothing written since: the edit also moved lines
+        left.append(f"the lines moved: {MOVED_ALWAYS}")
+    if left:
+        report.refused[MIND_PATH] = ("its `## Always` lines were adopted, and mind.md rendered again without "
+                                     + "; and ".join(left))

@@ -268,8 +268,11 @@ class WikiFold:
             self.dirty.add(MIND_PATH)
         elif isinstance(body, AlwaysRemove):
             lines = self._always_lines()
-            if body.line in lines:
-                lines.remove(body.line)
+            at = body.position - 1 if body.position is not None else -1
+            at = at if 0 <= at < len(lines) and lines[at] == body.line else (
+                lines.index(body.line) if body.line in lines else None)
+            if at is not None:
+                del lines[at]
                 self.always_rows.append((seq, ts, lines_json(lines)))
                 self.dirty.add(MIND_PATH)
         elif isinstance(body, LogRestore):

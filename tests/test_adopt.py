@@ -656,3 +656,45 @@ def test_always_add_at_a_place(workspace):
         assert result.returncode != 0 and "there is no place" in result.stderr.decode(), result.stderr
         assert "Traceback" not in result.stderr.decode()
     assert log_rows(workspace) == before
+
+
+def test_always_lines_moved_or_a_repeated_line_removed_are_said_as_they_are(memory):
+    """Regression (nc21b): lines only moved, or one copy of a line given twice removed, were reported "adopted mind.md"
+    with nothing recorded, and `mem status` went on saying mind.md was edited by hand. A copy removed is removed; a
+    move is refused, saying how to make it, and the file left as edited."""
+    for line in ("a", "b", "a"):
+        memory.always_add(line)
+    root = memory.root
+    text = (root / "mind.md").read_text()
+    (root / "mind.md").write_text(text.replace("- a\n- b\n- a\n", "- a\n- b\n"))
+    report = adopt(memory)
+    assert report.adopted == ["mind.md"] and report.refused == {} and memory.always() == ["a", "b"]
+    assert memory.log.read(after=memory.log.head() - 1).__next__().kind == "always.remove"
+
+    head, moved = memory.log.head(), (root / "mind.md").read_text().replace("- a\n- b\n", "- b\n- a\n")
+    (root / "mind.md").write_text(moved)
+    report = adopt(memory)
+    assert report.adopted == [] and memory.log.head() == head and memory.always() == ["a", "b"]
+    assert report.refused == {"mind.md": "its `## Always` lines were only moved, which is not adopted: `mem always "
+                                         "remove N`, then `mem always add --at M`, moves a line; `mem show mind.md > "
+                                         "mind.md` puts the file back"}
+    assert (root / "mind.md").read_text() == moved
+
+    (root / "mind.md").write_text(moved.replace("- a\n", "- a\n- c\n"))  # moved, and a line added
+    report = adopt(memory)
+    assert report.adopted == ["mind.md"] and memory.always() == ["a", "c", "b"]
+    assert report.refused["mind.md"].endswith("rendered again without the lines moved: `mem always remove N`, then "
+                                              "`mem always add --at M`, moves a line")
+
+
+def test_always_remove_of_a_line_given_twice_removes_the_one_named(workspace):
+    """Regression: always.remove named the line by its text alone and the fold took the first copy, so `mem always
+    remove 3` of a, b, a removed line 1."""
+    for line in ("a", "b", "a"):
+        run_mem("-w", workspace, "always", "add", line, check=True)
+    run_mem("-w", workspace, "always", "remove", "3", check=True)
+    assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == ["a", "b"]
+    run_mem("-w", workspace, "replay", check=True)
+    assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == ["a", "b"]
+    assert json.loads(run_mem("-w", workspace, "always", "list", "--seq", "3", "--json", check=True).stdout) == [
+        "a", "b", "a"]
