@@ -208,10 +208,10 @@ class SharedViews:
         here). An id is any UUID a writer chose, though: one whose first 48 bits read past the last time an event may
         carry (year 9999, MAX_TS) is left out; it made every command that rendered the files fail (nc21b)."""
         table, page = ("entries", "") if slug is None else ("shared_versions", " AND slug = ?4")
-        first, last = self.db.execute(f"SELECT MIN(id), MAX(id) FROM {table} WHERE layer = ?1 AND seq <= ?2 "
-                                      f"AND id <= ?3{page}", (layer, as_of, LATEST_ID, *([slug] if slug else []))
-                                      ).fetchone()
-        return (uuid7_ms(first), uuid7_ms(last)) if first else None
+        ends = [self.db.execute(f"SELECT id FROM {table} WHERE layer = ?1 AND seq <= ?2 AND id <= ?3{page} ORDER BY id "
+                                f"{order} LIMIT 1", (layer, as_of, LATEST_ID, *([slug] if slug else []))).fetchone()
+                for order in ("", "DESC")]  # each end read along the primary key: MIN and MAX together read every row
+        return (uuid7_ms(ends[0][0]), uuid7_ms(ends[1][0])) if ends[0] else None
 
     def has_entries(self, layer: str, as_of: int) -> bool:
         return self.db.execute("SELECT 1 FROM entries WHERE layer = ? AND seq <= ? LIMIT 1",

@@ -814,10 +814,10 @@ async def _backfill(request: Request, hub: Hub, token: str, after: int, limit: i
 async def redactions(request: Request) -> Response:
     """GET /v1/redactions: the redactions naming events the token's agent wrote (hub_redaction_authors), and those of
     the layers it consumed under an earlier contract (of events stored before it stopped), in the layers it does not
-    consume now (its pulls bring those), after `cursor`. Its pulls bring it the redactions of the layers it consumes or produces now; these reach an author
-    the contract no longer lists as a producer, a consumer it dropped before it pulled a redaction of what it holds,
-    and an author whose pull cursor passed a redaction before the hub handed such redactions over. The cursor is the
-    client's own; it never waits, and nothing is recorded as received."""
+    consume now (its pulls bring those), after `cursor`. Its pulls bring it the redactions of the layers it consumes or
+    produces now; these reach an author the contract no longer lists as a producer, a consumer it dropped before it
+    pulled a redaction of what it holds, and an author whose pull cursor passed a redaction before the hub handed such
+    redactions over. The cursor is the client's own; it never waits, and nothing is recorded as received."""
     hub = hub_of(request)
     token = bearer_token(request)
     try:
