@@ -198,9 +198,10 @@ def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]
     except UnicodeDecodeError:
         return document, None  # refused as a page's write would refuse it
     if merged is None:
+        quoted = shlex.quote(path)
         return document, (f"edited by hand on an older version of the page, and the version written since (the file "
-                          f"was not rewritten yet) changed the same lines; the edit is left on disk: `mem show {shlex.quote(path)}` "
-                          f"has the current version to edit, or `mem page write {slug_of(path)} --file {shlex.quote(path)}` keeps "
+                          f"was not rewritten yet) changed the same lines; the edit is left on disk: `mem show {quoted}` "
+                          f"has the current version to edit, or `mem page write {slug_of(path)} --file {quoted}` keeps "
                           "this edit over it")
     return merged.encode("utf-8"), None
 

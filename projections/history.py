@@ -6,7 +6,8 @@ import msgspec
 
 from eventstore.errors import NotFound
 from eventstore.instants import format_instant
-from eventstore.kinds import ADF, WIKI_KINDS, ContractChange, PageDelete, PageIngest, PageRename, PageUpdate, kinds_naming
+from eventstore.kinds import (ADF, WIKI_KINDS, ContractChange, PageDelete, PageIngest, PageRename, PageUpdate,
+                              kinds_naming)
 from eventstore.layers import MIND
 from eventstore.redaction import Redacted, stand_in
 from eventstore.writer import renamed_from
