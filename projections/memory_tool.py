@@ -291,7 +291,7 @@ class MemoryTool:
             self.mem.file_write(target.rel, new.encode("utf-8"))
 
     def _edit_always(self, target: Target, old: str, new: str) -> None:
-        """mind.md: its `## Always` lines become one always.add (at the end) or one always.remove."""
+        """mind.md: its `## Always` lines become one always.add (where the edit put it) or one always.remove."""
         cut = new.find(PAGES_HEADING)
         if not new.startswith(ALWAYS_HEAD) or cut < 0 or new[cut:] != old[old.find(PAGES_HEADING):]:
             raise InvalidInput(f"only the `## Always` lines of {target.path} can be edited: its `## Pages` catalog "
@@ -303,14 +303,15 @@ class MemoryTool:
         current = self.mem.always()
         if wanted == current:
             return
-        if wanted[:-1] == current:
-            self.mem.always_add(wanted[-1])
-            return
+        for i in range(len(wanted) - 1, -1, -1):  # an insert anywhere, as `mem always add --at` (nc21b)
+            if wanted[:i] + wanted[i + 1:] == current:
+                self.mem.always_add(wanted[i], position=i + 1)
+                return
         for i in range(len(current)):
             if current[:i] + current[i + 1:] == wanted:
                 self.mem.always_remove(i + 1)
                 return
-        raise InvalidInput(f"an edit of {target.path} adds one `## Always` line at the end of the section or "
+        raise InvalidInput(f"an edit of {target.path} adds one `## Always` line (anywhere in the section) or "
                            "removes one line (one event per call); to change a line, remove it, then add the new one")
 
     def _add_entry(self, target: Target, old: str, new: str) -> None:

@@ -88,6 +88,10 @@ def test_always_lines_are_edited_through_mind_md(tool, memory, workspace):
                                               "staging first", "anything")
     assert "one event per call" in refused(tool, workspace, "str_replace", "/memories/mind.md",
                                             "No deploys on Friday.", "No deploys on Fridays.")
+    # a line inserted above another is recorded there, as `mem always add --at` does; it was refused (nc21b)
+    tool.str_replace("/memories/mind.md", "- No deploys on Friday.\n", "- Staging first.\n- No deploys on Friday.\n")
+    assert memory.always() == ["Staging first.", "No deploys on Friday."]
+    assert "- Staging first.\n- No deploys on Friday.\n" in (workspace / "mind.md").read_text()
 
 
 def test_memory_tool_refusals_leave_the_log_untouched(tool, memory, workspace):
