@@ -364,6 +364,10 @@ def contract_of(event: Event | None) -> Contract:
     return Contract() if event is None else lenient_contract(event.body.layers)
 
 
+APART_CHUNK = 256
+"""The rows `HubStorage.redactions_apart` reads at a time, however few it hands over."""
+
+
 class HubStorage(ABC):
     """What the hub keeps: agents and their hashed tokens, the event log, pull progress."""
 
@@ -510,12 +514,16 @@ class HubStorage(ABC):
         never stopped), or one it wrote. Without that, a consumer dropped long ago was handed, reason and all, the
         redactions of events it never saw."""
         kept = []
-        while True:
-            wanted = limit - len(kept)
-            rows = self.redactions_apart_rows(agent, after, upto, wanted, besides, list(formerly))
-            kept += [row for row in rows if self._could_have_reached(agent, row[2], formerly)]
-            if len(rows) < wanted or len(kept) >= limit:
-                return kept[:limit]
+        while True:  # a few hundred rows a read: a small `limit` read them one at a time (nc21b: 1.2 s for 3,000)
+            chunk = max(limit - len(kept), APART_CHUNK)
+            rows = self.redactions_apart_rows(agent, after, upto, chunk, besides, list(formerly))
+            for row in rows:
+                if self._could_have_reached(agent, row[2], formerly):
+                    kept.append(row)
+                    if len(kept) == limit:
+                        return kept
+            if len(rows) < chunk:
+                return kept
             after = rows[-1][0]
 
     def _could_have_reached(self, agent: str, data: bytes, formerly: dict[str, int | None]) -> bool:

@@ -303,6 +303,10 @@ class HubStorageConformance:
 
         assert read() == ["seen", "own"]
         assert read(limit=1) == ["seen"] and read(limit=2) == ["seen", "own"]
+        reads, rows_of = [], hub.redactions_apart_rows
+        hub.redactions_apart_rows = lambda *args: reads.append(args) or rows_of(*args)
+        assert read(limit=1) == ["seen"] and len(reads) == 1  # one read of many rows, not one a row (nc21b)
+        del hub.redactions_apart_rows
         unfiltered = [row[0] for row in hub.redactions_apart_rows("main", 0, hub.head(), 10, ["insights"], ["drafts"])]
         assert len(unfiltered) == 5
         assert read(after=unfiltered[1]) == ["own"] and read(after=unfiltered[3]) == []
