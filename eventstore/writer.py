@@ -79,11 +79,13 @@ class Writer:
         line = validate.one_line(line, "the Always line")
         if not line:
             raise InvalidInput("an Always line cannot be empty")
-        count = len(self.state.always())
-        if position is not None and not 1 <= position <= count + 1:
-            raise InvalidInput(f"there is no place {position} in `## Always`: give 1 to {count + 1} "
-                               f"(`mem always list` shows {count} lines)", field="position")
-        return self._event(AlwaysAdd(line=line, position=None if position == count + 1 else position))
+        if position is not None:  # the end is no place of its own: recorded as without one
+            count = len(self.state.always())
+            if not 1 <= position <= count + 1:
+                raise InvalidInput(f"there is no place {position} in `## Always`: give 1 to {count + 1} "
+                                   f"(`mem always list` shows {count} lines)", field="position")
+            position = None if position == count + 1 else position
+        return self._event(AlwaysAdd(line=line, position=position))
 
     def always_remove(self, number: int) -> Event:
         lines = self.state.always()

@@ -21,7 +21,7 @@ import msgspec
 from eventstore import secrets, validate
 from eventstore.envelope import encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
-from eventstore.ids import uuid7_layout, uuid_text
+from eventstore.ids import uuid7_layout, uuid7_ms, uuid_text
 from eventstore.instants import LAST_MS, format_instant, parse_instant
 from eventstore.kinds import (AlwaysAdd, AuditImport, ConfigSet, EntryAppend, FileWrite, ImportGap, InboxMessage, LogRestore,
                               LoopAppend, OutboxMessage, PageIngest)
@@ -228,7 +228,7 @@ def _entry_orders(count: int, kept: dict[int, str], file_ms: int) -> list[tuple[
     (or, above the first, of the first), so that with their rank after them the ids sort as the lines.
     Kept prefixes that do not rise with the lines (a file edited by hand) are not kept: every line
     takes the file's time."""
-    known = {index: (int(prefix[:8] + prefix[9:13], 16), int(prefix[15:18], 16)) for index, prefix in kept.items()
+    known = {index: (uuid7_ms(prefix), int(prefix[15:18], 16)) for index, prefix in kept.items()
              if re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}", prefix)}
     rising = [known[index] for index in sorted(known)]
     if len(known) != len(kept) or rising != sorted(set(rising)):

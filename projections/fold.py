@@ -268,9 +268,9 @@ class WikiFold:
             self.dirty.add(MIND_PATH)
         elif isinstance(body, AlwaysRemove):
             lines = self._always_lines()
-            at = body.position - 1 if body.position is not None else -1
-            at = at if 0 <= at < len(lines) and lines[at] == body.line else (
-                lines.index(body.line) if body.line in lines else None)
+            at = body.position - 1 if body.position is not None else None
+            if at is None or not 0 <= at < len(lines) or lines[at] != body.line:  # no place, or another line there now
+                at = lines.index(body.line) if body.line in lines else None
             if at is not None:
                 del lines[at]
                 self.always_rows.append((seq, ts, lines_json(lines)))

@@ -534,17 +534,22 @@ def test_init_inside_another_workspace_says_so(written):
     assert again.returncode == 0 and again.stderr == b""
 
 
+def from_a_deleted_directory(tmp_path, *args) -> subprocess.CompletedProcess:
+    """`mem ARGS` run from a directory (made in `tmp_path`) deleted under its shell, MEM_WORKSPACE unset."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    command = shlex.join([*mem_command(), *map(str, args)])
+    env = {k: v for k, v in os.environ.items() if k != "MEM_WORKSPACE"}
+    script = f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec {command}"
+    return subprocess.run(["sh", "-c", script], capture_output=True, env=env, timeout=120)
+
+
 @pytest.mark.parametrize("args", [("status",), ("init",), ("-w", "ws", "status"), ("hub", "init", "--db", "hub.db"),
                                   ("demo",)])
 def test_a_deleted_current_directory_is_one_line(tmp_path, args):
     """A shell whose cwd was deleted under it ran `mem` into a FileNotFoundError traceback (nc20b); a hub's --db or a
     workspace named relatively from there means nothing, so it is refused, and nothing is made."""
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    script = f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec {shlex.join([*mem_command(), *args])}"
-    env = {k: v for k, v in os.environ.items() if k != "MEM_WORKSPACE"}
-    result = subprocess.run(["sh", "-c", script], capture_output=True, env=env, timeout=120)
-    assert "the current directory no longer exists" in refused(result)
+    assert "the current directory no longer exists" in refused(from_a_deleted_directory(tmp_path, *args))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -552,10 +557,6 @@ def test_a_deleted_current_directory_is_one_line(tmp_path, args):
 def test_a_relative_path_from_a_deleted_current_directory_says_why_it_names_nothing(written, tmp_path, args):
     """With an absolute --workspace, a relative path given from a deleted cwd failed as "[Errno 2] No such file or
     directory", SQLITE_CANTOPEN or "in.adf does not exist", with nothing saying why (nc21b)."""
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    script = (f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec "
-              f"{shlex.join([*mem_command(), '-w', str(written), *args])}")
-    result = subprocess.run(["sh", "-c", script], capture_output=True, timeout=120)
-    assert refused(result).endswith("(the current directory no longer exists: cd to one that does, or give absolute "
-                                    "paths (--workspace, --db))")
+    said = refused(from_a_deleted_directory(tmp_path, "-w", written, *args))
+    assert said.endswith("(the current directory no longer exists: cd to one that does, or give absolute paths "
+                         "(--workspace, --db))")
