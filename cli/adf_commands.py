@@ -12,7 +12,8 @@ from eventstore.instants import LAST_MS, format_instant
 from eventstore.validate import MAX_FILE_BYTES
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, progress_bar, summary_text
+from .output import (AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, listing, progress_bar,
+                     summary_text)
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -68,10 +69,7 @@ def loop_show(loop: str = LoopOpt, at: Optional[str] = AtOpt, seq: Optional[int]
     """The live loop in display order, with [S<seq>] markers."""
     with memory() as mem:
         rows = mem.loop(loop, as_of(mem, at, seq))
-    if json:
-        return emit_json(rows)
-    for row in rows:
-        typer.echo(f"[S{row.seq}] {row.role}: {row.text()}")
+    listing(rows, json, lambda row: f"[S{row.seq}] {row.role}: {row.text()}", f"no rows in loop {loop}")
 
 
 @loop_app.command("compact")
@@ -125,12 +123,10 @@ def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool
     """Every file, the wiki's included, as adf_files shows them."""
     with memory() as mem:
         rows = mem.files(as_of(mem, at, seq))
-    listing = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
-               for r in sorted(rows)]
-    if json:
-        return emit_json(listing)
-    for row in listing:
-        typer.echo(f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {row['updated_at']}")
+    files = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
+             for r in sorted(rows)]
+    listing(files, json, lambda row: f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {row['updated_at']}",
+            "no files")
 
 
 def _message(box: str, file: str, allow_secret: bool):
@@ -161,13 +157,14 @@ def message_list(box: str = typer.Argument("inbox", help="inbox or outbox."), at
     """The messages received (inbox) or sent (outbox), oldest first, as now or as of a moment."""
     with memory() as mem:
         messages = mem.messages(box, as_of(mem, at, seq))
-    if json:
-        return emit_json(messages)
-    for m in messages:
-        when = m.get("received_at") or m.get("sent_at") or m.get("created_at")
-        between = f"{_shown(m['from'])} -> {_shown(m['to'])}" if m["to"] else _shown(m["from"])
-        at = format_instant(when) if type(when) is int and 0 <= when <= LAST_MS else _shown(when)
-        typer.echo(f"{at}  {between}  {summary_text(_shown(m['content']))}")
+    listing(messages, json, _message_line, f"no messages in the {box}")
+
+
+def _message_line(m: dict) -> str:
+    when = m.get("received_at") or m.get("sent_at") or m.get("created_at")
+    between = f"{_shown(m['from'])} -> {_shown(m['to'])}" if m["to"] else _shown(m["from"])
+    at = format_instant(when) if type(when) is int and 0 <= when <= LAST_MS else _shown(when)
+    return f"{at}  {between}  {summary_text(_shown(m['content']))}"
 
 
 def _shown(value) -> str:
@@ -211,12 +208,13 @@ def audit_list(source: Optional[str] = typer.Option(None, "--source", help="loop
     """The rows of adf_audit."""
     with memory() as mem:
         rows = mem.audit_rows(source, as_of(mem, at, seq))
-    if json:
-        return emit_json(rows)
-    for r in rows:
-        span = f"seq {r.start_seq}..{r.end_seq}" if r.start_seq is not None else (r.ref or "")
-        entries = "entry" if r.entry_count == 1 else "entries"
-        typer.echo(f"{r.id:>4}  {r.source:<16} {span:<24} {r.entry_count:>6} {entries:<7}  {r.size_bytes:>8} bytes")
+    listing(rows, json, _audit_line, "no audit rows" + (f" from {source}" if source else ""))
+
+
+def _audit_line(r) -> str:
+    span = f"seq {r.start_seq}..{r.end_seq}" if r.start_seq is not None else (r.ref or "")
+    entries = "entry" if r.entry_count == 1 else "entries"
+    return f"{r.id:>4}  {r.source:<16} {span:<24} {r.entry_count:>6} {entries:<7}  {r.size_bytes:>8} bytes"
 
 
 @audit_app.command("read")

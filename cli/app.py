@@ -15,8 +15,8 @@ from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_fa
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import (AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail, plain,
-                     progress_bar, strip_escapes_in_pipes, with_cwd_note)
+from .output import (AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail, listing,
+                     plain, progress_bar, strip_escapes_in_pipes, with_cwd_note)
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -357,10 +357,8 @@ def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt, at: Optiona
         return shared_page_list(layer, json)
     with memory() as mem:
         pages = mem.catalog(as_of(mem, at, seq) if at is not None or seq is not None else None)
-    if json:
-        return emit_json(pages)
-    for page in pages:
-        typer.echo(f"{page.slug:<28} {page.title}" + (f" — {page.hook}" if page.hook else ""))
+    listing(pages, json, lambda page: f"{page.slug:<28} {page.title}" + (f" — {page.hook}" if page.hook else ""),
+            "no pages")
 
 
 @always_app.command("add")
@@ -388,6 +386,8 @@ def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[i
         lines = mem.always(as_of(mem, at, seq) if at is not None or seq is not None else None)
     if json:
         return emit_json(lines)
+    if not lines:
+        typer.echo("no Always lines")
     for number, line in enumerate(lines, 1):
         typer.echo(f"{number:>3}  {line}")
 
@@ -499,10 +499,7 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
         if since_ms is not None:
             typer.echo(f"since {format_local(since_ms)}", err=True)
         events = mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)
-    if json:
-        return emit_json(events)
-    for event in events:
-        typer.echo(event_line(event))
+    listing(events, json, event_line, "no events match" if kind or layer or since else "no events")
 
 
 UNVERIFIED = ("the views were rebuilt from the log as stored, its digests unchecked: `mem verify` checks them and "

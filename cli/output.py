@@ -4,6 +4,7 @@ import contextlib
 import os
 import re
 import sys
+from collections.abc import Callable
 
 import msgspec
 import typer
@@ -65,6 +66,17 @@ def strip_escapes_in_pipes() -> None:
 
 def emit_json(value) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
+
+
+def listing(rows, json: bool, line: Callable, nothing: str) -> None:
+    """A listing command's output: the rows as JSON, else a line each, or `nothing` (say "no pages") when there
+    are none: an empty listing printed nothing at all, as if the command had not run."""
+    if json:
+        return emit_json(rows)
+    if not rows:
+        typer.echo(nothing)
+    for row in rows:
+        typer.echo(line(row))
 
 
 def plain() -> bool:

@@ -9,7 +9,7 @@ from projections import search as searching
 from projections import trust
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, resolve_at, said_on_stderr
-from .output import emit_json
+from .output import emit_json, listing
 
 
 def moment(mem, at: Optional[str], seq: Optional[int], say=said_on_stderr) -> tuple[int | None, str]:
@@ -143,8 +143,6 @@ def layer_list(json: bool = JsonOpt):
     """Every layer this workspace renders: the hub's (as last pulled) and its own."""
     with memory() as mem:
         rows = mem.layers()
-    if json:
-        return emit_json(rows)
-    for row in rows:
-        typer.echo(f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {'local' if row['local'] else 'hub'}"
-                   + (", not taken here (`mem status` says why)" if row.get("not_taken") else ""))
+    listing(rows, json, lambda row: f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} "
+            + ("local" if row["local"] else "hub") + (", not taken here (`mem status` says why)" if row.get("not_taken") else ""),
+            "no layers: a hub's come with `mem pull`, `mem layer add` makes a local one")

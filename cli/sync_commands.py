@@ -10,7 +10,8 @@ from eventstore.instants import format_instant, format_local, past_instant
 from eventstore.kinds import EntryAppend
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, read_page, state
-from .output import AT_HELP, AllowSecretOpt, emit_json, event_count, held_lines, http_url, progress_bar, summary
+from .output import (AT_HELP, AllowSecretOpt, emit_json, event_count, held_lines, http_url, listing, progress_bar,
+                     summary)
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -202,11 +203,9 @@ def agent_revoke(name: str, db: str = DbOpt):
 def agent_list(db: str = DbOpt, json: bool = JsonOpt):
     """The agents, with when they were added and revoked."""
     agents = storage(db).agents()
-    if json:
-        return emit_json(agents)
-    for a in agents:
-        typer.echo(f"{a.name:<16} added {format_instant(a.created_at)}"
-                   + (f"  revoked {format_instant(a.revoked_at)}" if a.revoked_at else ""))
+    listing(agents, json, lambda a: f"{a.name:<16} added {format_instant(a.created_at)}"
+            + (f"  revoked {format_instant(a.revoked_at)}" if a.revoked_at else ""),
+            "no agents: `mem hub agent add NAME` adds one")
 
 
 @contract_app.command("apply")
@@ -389,10 +388,7 @@ def remote_list(json: bool = JsonOpt):
 
     with memory(refresh=False) as mem:
         remotes = list(load_remotes(mem).values())
-    if json:
-        return emit_json(remotes)
-    for r in remotes:
-        typer.echo(f"{r.name:<12} {r.url}")
+    listing(remotes, json, lambda r: f"{r.name:<12} {r.url}", "no remotes: `mem remote add NAME URL` adds one")
 
 
 def _say(line: str) -> None:
@@ -546,11 +542,8 @@ def entry_list(layer: str, json: bool = JsonOpt, at: Optional[str] = AtOpt, seq:
     """The entries of a layer, with their ids, in the rendered order, now or as of a moment."""
     with memory() as mem:
         entries = mem.entries(layer, as_of(mem, at, seq) if at is not None or seq is not None else None)
-    if json:
-        return emit_json(entries)
-    for e in entries:
-        typer.echo(f"{e.id}  {e.agent:<10} [{e.type}] {e.date}: {e.content}"
-                   + (f"  (reversed by {e.reversed_by})" if e.reversed_by else ""))
+    listing(entries, json, lambda e: f"{e.id}  {e.agent:<10} [{e.type}] {e.date}: {e.content}"
+            + (f"  (reversed by {e.reversed_by})" if e.reversed_by else ""), f"no entries in layer {layer}")
 
 
 @app.command()
@@ -596,10 +589,8 @@ def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: 
 def shared_page_list(layer: str, json: bool) -> None:
     with memory() as mem:
         pages = mem.shared_pages(layer)
-    if json:
-        return emit_json(pages)
-    for p in pages:
-        typer.echo(f"{p.slug:<28} {p.title:<30} {p.agent}" + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""))
+    listing(pages, json, lambda p: f"{p.slug:<28} {p.title:<30} {p.agent}"
+            + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""), f"no pages in layer {layer}")
 
 
 def _not_written_note(report, path: str) -> str:

@@ -11,7 +11,6 @@ trusts no producer with what is inside an event.
 import asyncio
 import base64
 import binascii
-import functools
 import heapq
 import logging
 import threading
@@ -284,11 +283,15 @@ def check_redacted_by(events, stored: Callable[[str], tuple[str, object] | None]
 
 def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | None]:
     """(layer, body) of an event the hub holds, or None: each looked up once for a batch's checks of parents
-    (check_parents, check_holds)."""
-    @functools.cache
+    (check_parents, check_holds). A dict, not functools.cache: every push makes one, and most look nothing up
+    (a cache's wrapper cost a one-event push about 5% of the hub's CPU under bench/bench_hub_load.py)."""
+    seen: dict[str, tuple[str, object] | None] = {}
+
     def stored(id: str) -> tuple[str, object] | None:
-        found = storage.stored(id)
-        return (found[0], decode_stored(found[1], 0, 0).body) if found else None
+        if id not in seen:
+            found = storage.stored(id)
+            seen[id] = (found[0], decode_stored(found[1], 0, 0).body) if found else None
+        return seen[id]
 
     return stored
 
