@@ -651,3 +651,36 @@ def test_letting_go_of_every_threads_memory_never_closes_one_a_page_reads(tmp_pa
     done.set()
     closer.join(30)
     assert errors == []
+
+
+def test_mem_ui_keeps_its_hold_on_the_views_while_commands_write_them(tmp_path):
+    """Regression: a page opening views in a new thread read their header with open() and closed it, which dropped
+    every POSIX lock the server held on the file; the next `mem` command to close the views then took itself for
+    their last user and deleted their WAL and shared memory under the server's readers. About one page in five
+    answered 503 (SQLITE_IOERR_SHORT_READ) while commands wrote, until the server was restarted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from projections.memory import Memory
+    from webui import serve_ui
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "writer") as mem:
+        mem.write_page("one", PAGE)
+    server, url = serve_ui(root)
+
+    def pages(count: int) -> list[int]:
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(lambda _: httpx.get(f"{url}/asof", timeout=30).status_code, range(count)))
+
+    try:
+        assert set(pages(16)) == {200}  # pages in several threads, each opening the views
+        for line in ("be brief", "cite sources"):
+            run_mem("-w", root, "always", "add", line, check=True)
+        fds = Path(f"/proc/{server.pid}/fd")
+        deleted = [os.readlink(p) for p in fds.iterdir() if "views.db" in os.readlink(p) and "(deleted)" in os.readlink(p)]
+        assert deleted == []
+        assert set(pages(40)) == {200}
+        assert "cite sources" in httpx.get(f"{url}/asof", timeout=30).text
+    finally:
+        server.terminate()
+        server.wait(10)
