@@ -30,8 +30,10 @@ rows out of order one segment each). The table is contentless: its rowids are no
 The trust rules (what is withheld, flagged, ranked lower) come from `trust`.
 """
 
+import json
 import math
 import re
+import sqlite3
 
 import msgspec
 
@@ -72,10 +74,11 @@ HISTORY_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_history_fts USING fts5
 counts): a quarter of the cost of indexing a version. Such a table cannot be scanned, only matched."""
 _FTS_WRITE = "INSERT INTO search_history_fts (search_history_fts, rowid, title, body) VALUES (?, ?, ?, ?)"
 """An entry written (first value NULL) or taken out ('delete', with the very text it was written with)."""
-KINDS = ("page", "shared-page", "local-page", "entry", "loop", "file")
+KINDS = ("page", "shared-page", "local-page", "entry", "loop", "file", "always")
 """What search finds, by the names `--kind` takes and hits carry. A page of a pages layer is stored as a `shared-page`
 row whatever its layer; one of a layer this agent declared for itself (a local layer, never pushed) is a
-`local-page`."""
+`local-page`. An `always` hit is a line of mind.md's `## Always` section (`always_hits`: not in the indexes)."""
+ALWAYS = "always"
 LAYER_PAGE = "shared-page"
 """The stored kind of a pages layer's page, shared or local."""
 LARGEST_INTEGER = 2**63 - 1
@@ -866,13 +869,50 @@ def search(views, query: str, *, as_of: int | None = None, day: str, kinds=(), l
         _refuse_unknown_status(views.db, status)
     if not rows and (agent or types):
         _refuse_unknown_names(views.db, agent, self_agent, types)
-    hits = sorted((hit for hit in (_hit(views, table, row, point, day, local) for row in rows) if hit is not None),
-                  key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
-    bodies = {row[0]: row[5] for row in rows}
     stems = _stems(query)
+    found = [hit for hit in (_hit(views, table, row, point, day, local) for row in rows) if hit is not None]
+    bodies = {row[0]: row[5] for row in rows}
+    if (not kinds or ALWAYS in kinds) and (not layers or MIND in layers) and not types and not status and (
+            not agent or agent == self_agent):
+        found += always_hits(views, match, stems, point)
+    hits = sorted(found, key=lambda h: (trust.demoted(h.flags), h.score))[:limit]
     for hit in hits:
-        hit.snippet = snippet(bodies[hit.seq], stems)
+        if hit.kind != ALWAYS:
+            hit.snippet = snippet(bodies[hit.seq], stems)
     return hits
+
+
+def always_hits(views, match: str, stems: list[str], as_of: int) -> list[Hit]:
+    """The `## Always` lines of mind.md as of a seq that hold the query (`match`, as `quote` makes it), ranked by BM25
+    among themselves, each cited by the seq of the event that added it. They are few and always in front of the
+    agent, so they are matched when searched, in a scratch full-text table with the indexes' tokenizer: a line in
+    the indexes would be a version of mind.md at every page write."""
+    lines = always_added(views, as_of)
+    if not lines:
+        return []
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.execute("CREATE VIRTUAL TABLE lines USING fts5(body, tokenize='porter')")
+        scratch.executemany("INSERT INTO lines (rowid, body) VALUES (?, ?)", enumerate(line for line, _ in lines))
+        ranked = scratch.execute("SELECT rowid, bm25(lines) FROM lines WHERE lines MATCH ? ORDER BY bm25(lines)",
+                                 (match,)).fetchall()
+    finally:
+        scratch.close()
+    return [Hit(kind=ALWAYS, path="mind.md", citation=f"[S{lines[index][1]}]", title="Always",
+                snippet=snippet(lines[index][0], stems), seq=lines[index][1], layer=MIND, score=_score(score))
+            for index, score in ranked]
+
+
+def always_added(views, as_of: int) -> list[tuple[str, int]]:
+    """The `## Always` lines as of a seq, each with the seq of the version that added it: a line kept from one
+    version to the next (matched by its text, in order) keeps its seq."""
+    lines: list[tuple[str, int]] = []
+    for seq, text in views.db.execute("SELECT seq, lines FROM always_versions WHERE seq <= ? ORDER BY seq", (as_of,)):
+        earlier: dict[str, list[int]] = {}
+        for line, added in lines:
+            earlier.setdefault(line, []).append(added)
+        lines = [(line, earlier[line].pop(0) if earlier.get(line) else seq) for line in json.loads(text)]
+    return lines
 
 
 def _refuse_unknown_names(db, agent: str | None, self_agent: str | None, types) -> None:

@@ -225,6 +225,29 @@ def test_a_status_no_page_ever_had_is_refused_through_the_cli(workspace, tmp_pat
     assert b"A status no page ever had is refused" in b" ".join(run_mem("search", "--help", cwd=workspace).stdout.split())
 
 
+def test_always_lines_are_found_while_they_are_in_mind_md_and_cite_the_event_that_added_them(memory, workspace):
+    """Regression: search never looked at mind.md's `## Always` lines: `mem search tuesday` said "no matches" while
+    the rule "Deploy only on Tuesdays" stood in the agent's own index."""
+    added = memory.always_add("Deploy only on Tuesdays after the freeze").seq
+    memory.always_add("Cite sources for every claim")
+    memory.write_page("deploy", page("Deploy procedure", "Deploy to staging first.", status="current"))
+    removed = memory.always_remove(1).seq
+    [hit] = search.search(memory.views, "tuesday", day=DAY, as_of=removed - 1)
+    assert (hit.kind, hit.path, hit.citation, hit.layer) == ("always", "mind.md", f"[S{added}]", "mind")
+    assert hit.snippet == "Deploy only on **Tuesdays** after the freeze"
+    assert cites(memory, "tuesday", as_of=added - 1) == [] and cites(memory, "tuesday") == []
+    assert cites(memory, "deploy", as_of=removed - 1) == ["adf-file://mind/deploy.md", f"[S{added}]"]
+    assert cites(memory, "deploy", as_of=removed - 1, kinds=["always"]) == [f"[S{added}]"]
+    for narrowed in ({"kinds": ["page"]}, {"types": ["procedure"]}, {"layers": ["loop"]}, {"status": "current"}):
+        assert f"[S{added}]" not in cites(memory, "deploy", as_of=removed - 1, **narrowed), narrowed
+    mine = {"agent": memory.config.agent, "self_agent": memory.config.agent}  # this agent's lines
+    assert f"[S{added}]" in cites(memory, "deploy", as_of=removed - 1, layers=["mind"], **mine)
+    memory.always_add("Cite sources for every claim")  # a second copy: each cites its own event
+    assert sorted(cites(memory, "sources")) == [f"[S{added + 1}]", f"[S{removed + 1}]"]
+    out = run_mem("-w", workspace, "search", "cite", "--kind", "always", check=True).stdout.decode()
+    assert out.startswith(f" 1. Always — mind.md (always)\n    cite [S{added + 1}]\n"), out
+
+
 def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
     from projections.adf_file import export_adf, import_adf
     from projections.memory import Memory
