@@ -13,6 +13,7 @@ import base64
 import binascii
 import heapq
 import logging
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
@@ -693,11 +694,18 @@ def pull_parameters(params, max_wait: float) -> tuple[int, int, float]:
     after = decode_cursor(params.get("cursor"))
     try:
         limit = pull_limit(params)
-        wait = min(float(params.get("wait", "0")), max_wait)
     except ValueError:
-        raise HubError(400, "invalid-parameter", "Invalid parameter", "limit and wait are numbers") from None
-    if limit < 1 or not wait >= 0:
-        raise HubError(400, "invalid-parameter", "Invalid parameter", "limit >= 1 and wait >= 0")
+        raise HubError(400, "invalid-parameter", "Invalid parameter", "limit is a whole number") from None
+    try:
+        wait = float(params.get("wait", "0"))
+    except ValueError:
+        wait = math.nan
+    if limit < 1:
+        raise HubError(400, "invalid-parameter", "Invalid parameter", "limit is at least 1")
+    if not 0 <= wait < math.inf:  # nan and inf too: `wait=nan` was told "limit >= 1 and wait >= 0" (nc22b)
+        raise HubError(400, "invalid-parameter", "Invalid parameter",
+                       "wait is a number of seconds, at least 0 (the hub cuts a long one short)")
+    wait = min(wait, max_wait)
     if "until" in params and "layers" not in params:
         raise HubError(400, "invalid-parameter", "Invalid parameter",
                        "until bounds a pull of some layers only: give it with layers")
@@ -737,7 +745,7 @@ async def contract(request: Request) -> Response:
         ids = [id for id in request.query_params["holds"].split(",") if id]
         if len(ids) > MAX_HOLDS:
             raise HubError(400, "invalid-parameter", "Invalid parameter", f"holds names at most {MAX_HOLDS} event ids")
-        answer.holds = await hub.read(hub.storage.positions_of, ids) if ids else {}
+        answer.holds = await hub.read(hub.storage.positions_seen_by, agent, ids) if ids else {}
     return reply(answer)
 
 

@@ -30,7 +30,8 @@ def openapi_document() -> dict:
             "/v1/contract": {"get": {"operationId": "contract", "security": security, "parameters": [
                 {"name": "holds", "in": "query", "schema": {"type": "string"},
                  "description": "Comma-separated event ids (at most 16): the answer's `holds` gives the position of "
-                                "each the hub holds"}],
+                                "each the hub holds of those the agent may have had (its own, the contract's, and "
+                                "those of layers it consumed when they were stored); any other is left out"}],
                                      "responses": {"200": {"description": "The contract in force",
                                                            "content": json_body(contract_resp)}, **problems}}},
             "/v1/push": {"post": {"operationId": "push", "security": security,
@@ -43,7 +44,8 @@ def openapi_document() -> dict:
                                  "parameters": [
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PULL}},
-                {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 30}},
+                {"name": "wait", "in": "query", "schema": {"type": "number", "minimum": 0},
+                 "description": "Seconds to wait for events when there are none yet (a longer wait is cut to 30)"},
                 {"name": "held", "in": "query", "schema": {"type": "string"},
                  "description": "The cursor the agent has stored, when it asks ahead of storing (default: cursor)"},
                 {"name": "ack", "in": "query", "schema": {"type": "string", "enum": ["durable"]},

@@ -575,6 +575,24 @@ class HubStorage(ABC):
         """The agent of each of these event ids that the hub holds (ids it does not hold are left out)."""
         return self._column_of(ids, "agent")
 
+    def positions_seen_by(self, agent: str, ids: list[str]) -> dict[str, int]:
+        """`positions_of`, narrowed to the events `agent` may have had: its own, the contract's, and those of a layer
+        it consumed when they were stored (`consumed_ever`). Another event is left out as one the hub does not hold:
+        GET /v1/contract?holds= told any agent that an event of a layer it may not read was there, and where."""
+        positions = self.positions_of(ids)
+        if not positions:
+            return {}
+        layers, authors, consumed = self.layers_of(list(positions)), self.authors_of(list(positions)), None
+        seen = {}
+        for id, position in positions.items():
+            layer = layers.get(id)
+            if authors.get(id) != agent and layer != CONTRACT_LAYER:
+                consumed = self.consumed_ever(agent) if consumed is None else consumed
+                if layer not in consumed or (consumed[layer] is not None and position > consumed[layer]):
+                    continue
+            seen[id] = position
+        return seen
+
     def watch(self, callback: Watcher) -> None:
         """Calls `callback` from a background thread when commits made outside this object (another hub
         process, another connection) move the head. One loop per storage, however many long-polls wait;

@@ -88,6 +88,27 @@ class HubStorageConformance:
         assert hub.positions_of([b.id, entry().id, a.id]) == {a.id: 1, b.id: 2}
         assert hub.positions_of([]) == {}
 
+    def test_positions_seen_by_an_agent_are_those_of_events_it_may_have_had(self, hub):
+        """GET /v1/contract?holds= told any agent the position of any event the hub held, one of a layer it may not
+        read included (nc22b): now only its own events, the contract's, and those of layers it consumed then."""
+        for agent in ("main", "writer", "eve"):
+            hub.add_agent(agent)
+        hub.apply_contract(CONTRACT)  # drafts: writer produces, main consumes; eve neither
+        contract_id = next(iter(hub.pull(0, ["_contract"], 1))).id
+        draft, shared, eves = version("d"), entry(text="all"), entry(agent="eve", text="eve's")
+        hub.push([draft, shared, eves])
+        ids = [contract_id, draft.id, shared.id, eves.id, entry().id]
+        positions = hub.positions_of(ids)
+        assert hub.positions_seen_by("main", ids) == {id: positions[id] for id in (contract_id, draft.id, shared.id, eves.id)}
+        assert hub.positions_seen_by("writer", ids) == positions  # its own draft, the shared entries
+        assert hub.positions_seen_by("eve", ids) == {id: positions[id] for id in (contract_id, shared.id, eves.id)}
+        hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))  # main stops consuming drafts
+        later = version("later")
+        hub.push([later])
+        assert draft.id in hub.positions_seen_by("main", [draft.id, later.id])  # pulled before the drop: still seen
+        assert hub.positions_seen_by("main", [later.id]) == {}
+        assert hub.positions_seen_by("main", []) == {}
+
     def test_pull_filters_layers_and_limits(self, hub):
         hub.push([entry(text="1"), entry(layer="drafts", agent="writer"), entry(text="3")])
         assert [e.seq for e in hub.pull(0, ["insights"], 10)] == [1, 3]

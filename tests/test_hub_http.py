@@ -169,6 +169,9 @@ def test_bad_pull_parameters(hub):
         refused(http.get("/v1/pull", params={"cursor": "!!!"}), 400, "invalid-cursor")
         refused(http.get("/v1/pull", params={"limit": "many"}), 400, "invalid-parameter")
         refused(http.get("/v1/pull", params={"limit": "0"}), 400, "invalid-parameter")
+        for wait in ("nan", "inf", "-1", "soon"):  # regression (nc22b): inf was taken, nan told "limit >= 1 and wait >= 0"
+            told = refused(http.get("/v1/pull", params={"wait": wait}), 400, "invalid-parameter")["detail"]
+            assert told == "wait is a number of seconds, at least 0 (the hub cuts a long one short)", wait
         # regression (nc13b): a bad `until` was "the cursor is not one this hub gave out", of the cursor given right
         wrong = refused(http.get("/v1/pull", params={"layers": "insights", "until": "abc"}), 400, "invalid-cursor")
         assert wrong["detail"] == "until is not a cursor this hub gave out"

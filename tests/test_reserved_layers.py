@@ -7,7 +7,7 @@ import pytest
 from conftest import PAGE, log_rows, run_mem
 from eventstore.envelope import new_event
 from eventstore.errors import InvalidInput
-from eventstore.kinds import AlwaysAdd, ContractChange, PageIngest
+from eventstore.kinds import AlwaysAdd, ContractChange, EntryAppend, PageIngest
 from eventstore.layers import (PRIVATE_LAYERS, RESERVED_LAYERS, Contract, ContractLayer, consumed_layers,
                                lenient_contract, produced_layers)
 from projections.memory import Memory
@@ -109,6 +109,22 @@ def test_a_hub_that_had_mind_in_its_contract_never_ships_a_private_page(hub_with
     assert not (bob / "mind" / "secret.md").exists() and not (bob / "team").exists()
     assert log_rows(bob) == []
     storage.close()
+
+
+def test_the_contract_request_tells_no_agent_of_an_event_it_may_not_read(hub_with_mind):
+    """Regression (nc22b): GET /v1/contract?holds=ID answered the hub position of any event it held, so an agent
+    learnt that an event of a layer it may not read was there, and where. Such an id is now left out, as one the
+    hub does not hold; the agent's own events are still answered (what lets it see a hub restored from a backup)."""
+    server, _tmp = hub_with_mind
+    storage = open_storage(server.db)
+    [planted] = storage.pull(0, ["mind"], 10)
+    storage.close()
+    with HubClient(server.url, server.tokens["alice"]) as alice:
+        mine = new_event(EntryAppend(type="FACT", date="2026-12-03", content="mine"), agent="alice", layer="insights")
+        [pushed] = alice.push([mine]).results
+        assert alice.contract([planted.id, mine.id]).holds == {mine.id: pushed.position}
+    with HubClient(server.url, server.tokens["bob"]) as bob:
+        assert bob.contract([planted.id]).holds == {planted.id: planted.seq}  # its author's
 
 
 BAD_PATHS = [("./mind/", "pages"), ("./mind.md", "entries"), ("./.mem/", "pages"), ("a/./mind.md", "entries"),
