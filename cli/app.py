@@ -387,7 +387,7 @@ def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[i
     if json:
         return emit_json(lines)
     if not lines:
-        typer.echo("no Always lines")
+        typer.echo("no Always lines", err=True)
     for number, line in enumerate(lines, 1):
         typer.echo(f"{number:>3}  {line}")
 

@@ -69,12 +69,13 @@ def emit_json(value) -> None:
 
 
 def listing(rows, json: bool, line: Callable, nothing: str) -> None:
-    """A listing command's output: the rows as JSON, else a line each, or `nothing` (say "no pages") when there
-    are none: an empty listing printed nothing at all, as if the command had not run."""
+    """A listing command's output: the rows as JSON, else a line each, or `nothing` (say "no pages") on stderr when
+    there are none: an empty listing printed nothing at all, as if the command had not run, and a script reading the
+    lines takes none for a row (`mem page list | wc -l` says 0)."""
     if json:
         return emit_json(rows)
     if not rows:
-        typer.echo(nothing)
+        typer.echo(nothing, err=True)
     for row in rows:
         typer.echo(line(row))
 

@@ -145,4 +145,4 @@ def layer_list(json: bool = JsonOpt):
         rows = mem.layers()
     listing(rows, json, lambda row: f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} "
             + ("local" if row["local"] else "hub") + (", not taken here (`mem status` says why)" if row.get("not_taken") else ""),
-            "no layers: a hub's come with `mem pull`, `mem layer add` makes a local one")
+            "no layers: a hub's layers come with `mem pull`, and `mem layer add` makes a local one")

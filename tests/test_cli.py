@@ -86,7 +86,8 @@ def test_listings_have_json(workspace, tmp_path):
 
 def test_an_empty_listing_says_so_and_its_json_is_an_empty_list(workspace, tmp_path):
     """Regression: a listing with nothing to list printed nothing at all, as if the command had not run (or had
-    run somewhere else): `mem page list` in a new workspace, `mem log --kind` matching nothing."""
+    run somewhere else): `mem page list` in a new workspace, `mem log --kind` matching nothing. Said on stderr: a
+    script reading the lines takes none for a row (nc22a)."""
     w = ("-w", workspace)
     hub = tmp_path / "hub.db"
     run_mem("hub", "init", "--db", hub, check=True)
@@ -94,14 +95,15 @@ def test_an_empty_listing_says_so_and_its_json_is_an_empty_list(workspace, tmp_p
                        (("loop", "show"), "no rows in loop main"), (("message", "list"), "no messages in the inbox"),
                        (("audit", "list"), "no audit rows"), (("log",), "no events"),
                        (("log", "--kind", "page.ingest"), "no events match"),
-                       (("layer", "list"), "no layers: a hub's come with `mem pull`"),
+                       (("layer", "list"), "no layers: a hub's layers come with `mem pull`"),
                        (("remote", "list"), "no remotes: `mem remote add NAME URL` adds one")):
-        out = run_mem(*w, *args, check=True).stdout.decode()
-        assert out.startswith(said) and out.count("\n") == 1, (args, out)
+        listed = run_mem(*w, *args, check=True)
+        said_there = listed.stderr.decode()
+        assert listed.stdout == b"" and said_there.startswith(said) and said_there.count("\n") == 1, (args, said_there)
         assert json.loads(run_mem(*w, *args, "--json", check=True).stdout) == [], args
     run_mem(*w, "layer", "add", "notes", "memory/notes.md", check=True)
-    assert run_mem(*w, "entry", "list", "notes", check=True).stdout == b"no entries in layer notes\n"
-    assert run_mem("hub", "agent", "list", "--db", hub, check=True).stdout.startswith(b"no agents: `mem hub agent add")
+    assert run_mem(*w, "entry", "list", "notes", check=True).stderr == b"no entries in layer notes\n"
+    assert run_mem("hub", "agent", "list", "--db", hub, check=True).stderr.startswith(b"no agents: `mem hub agent add")
     assert run_mem(*w, "always", "add", "be brief", check=True)
     assert run_mem(*w, "always", "list", check=True).stdout == b"  1  be brief\n"  # something to list: no such line
 
