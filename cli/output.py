@@ -68,16 +68,19 @@ def emit_json(value) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
 
 
-def listing(rows, json: bool, line: Callable, nothing: str) -> None:
+def listing(rows, json: bool, line: Callable, nothing: str, note: str | None = None) -> None:
     """A listing command's output: the rows as JSON, else a line each, or `nothing` (say "no pages") on stderr when
     there are none: an empty listing printed nothing at all, as if the command had not run, and a script reading the
-    lines takes none for a row (`mem page list | wc -l` says 0)."""
+    lines takes none for a row (`mem page list | wc -l` says 0). A `note` on what the rows leave out goes to stderr
+    too, after them or with `nothing`."""
     if json:
         return emit_json(rows)
     if not rows:
-        typer.echo(nothing, err=True)
+        typer.echo(f"{nothing}: {note}" if note else nothing, err=True)
     for row in rows:
         typer.echo(line(row))
+    if rows and note:
+        typer.echo(f"note: {note}", err=True)
 
 
 def plain() -> bool:

@@ -143,6 +143,16 @@ def layer_list(json: bool = JsonOpt):
     """Every layer this workspace renders: the hub's (as last pulled) and its own."""
     with memory() as mem:
         rows = mem.layers()
-    listing(rows, json, lambda row: f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} "
-            + ("local" if row["local"] else "hub") + (", not taken here (`mem status` says why)" if row.get("not_taken") else ""),
+    listing(rows, json, lambda row: f"{row['layer']:<20} {row['path']:<36} {row['format']:<8} {_role(row)}",
             "no layers: a hub's layers come with `mem pull`, and `mem layer add` makes a local one")
+
+
+def _role(row: dict) -> str:
+    """Whose a listed layer is and what this agent does with it: a hub's layer it neither produces nor consumes is
+    listed like the others, and its listings hold nothing of the hub's (nc22a)."""
+    if row["local"]:
+        return "local"
+    if row.get("not_taken"):
+        return "hub, not taken here (`mem status` says why)"
+    does = [verb for verb, done in (("consumes", row["consumes"]), ("produces", row["produces"])) if done]
+    return f"hub, this agent {' and '.join(does)}" if does else "hub, not this agent's (it neither produces nor consumes it)"

@@ -542,8 +542,9 @@ def entry_list(layer: str, json: bool = JsonOpt, at: Optional[str] = AtOpt, seq:
     """The entries of a layer, with their ids, in the rendered order, now or as of a moment."""
     with memory() as mem:
         entries = mem.entries(layer, as_of(mem, at, seq) if at is not None or seq is not None else None)
+        why = mem.not_consumed(layer)
     listing(entries, json, lambda e: f"{e.id}  {e.agent:<10} [{e.type}] {e.date}: {e.content}"
-            + (f"  (reversed by {e.reversed_by})" if e.reversed_by else ""), f"no entries in layer {layer}")
+            + (f"  (reversed by {e.reversed_by})" if e.reversed_by else ""), f"no entries in layer {layer}", why)
 
 
 @app.command()
@@ -588,9 +589,9 @@ def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: 
 
 def shared_page_list(layer: str, json: bool) -> None:
     with memory() as mem:
-        pages = mem.shared_pages(layer)
+        pages, why = mem.shared_pages(layer), mem.not_consumed(layer)
     listing(pages, json, lambda p: f"{p.slug:<28} {p.title:<30} {p.agent}"
-            + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""), f"no pages in layer {layer}")
+            + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""), f"no pages in layer {layer}", why)
 
 
 def _not_written_note(report, path: str) -> str:

@@ -25,7 +25,8 @@ from eventstore.errors import (Damaged, HandEdited, InvalidInput, MemError, NotF
 from eventstore.instants import format_local, past_instant
 from eventstore.readonly import full_disk, read_only
 from eventstore.kinds import CONFIG_KEY_PREFIXES, KINDS, AlwaysAdd, AlwaysRemove, ContractChange, Redacted
-from eventstore.layers import AGENT, MIND, PRIVATE_LAYERS, check_agent_name, lenient_contract, produces
+from eventstore.layers import (AGENT, MIND, PRIVATE_LAYERS, check_agent_name, consumes, lenient_contract,
+                               produces)
 from eventstore.recorder import VerifyReport
 from eventstore.backends import shown
 from eventstore.workspace import Workspace, absolute, log_cut_short, views_damaged, views_edited, views_not_of_log
@@ -1324,12 +1325,14 @@ class Memory:
     def layers(self) -> list[dict]:
         """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`); then the hub's
         layers a local one shadows (`not_taken`: why), which it does not."""
-        local = self.local_layers()
+        local, agent = self.local_layers(), self.config.agent
         contract, hub, not_taken = self.views.contract, self.hub_contract(), self.not_taken()
-        rendered = [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local}
+        rendered = [{"layer": name, "path": spec.path, "format": spec.format, "local": name in local,
+                     "produces": produces(contract, agent, name), "consumes": consumes(contract, agent, name)}
                     for name, spec in sorted((contract.layers if contract else {}).items())]
         return rendered + [{"layer": name, "path": hub.layers[name].path, "format": hub.layers[name].format,
-                            "local": False, "not_taken": why} for name, why in not_taken.items()]
+                            "local": False, "produces": False, "consumes": False, "not_taken": why}
+                           for name, why in not_taken.items()]
 
     def entries(self, layer: str, as_of: int | None = None) -> list:
         self.shared_layer(layer, "entries", produce=False)
@@ -1339,6 +1342,15 @@ class Memory:
         """Whether this agent produces `layer` under the hub's contract as last pulled."""
         contract = self.views.contract
         return contract is not None and produces(contract, self.config.agent, layer)
+
+    def not_consumed(self, layer: str) -> str | None:
+        """Why this workspace holds only the agent's own events of `layer` (it does not consume it under the contract
+        as last pulled), or None: a listing of it is then no picture of what the hub holds."""
+        contract = self.views.contract
+        if contract is None or layer not in contract.layers or consumes(contract, self.config.agent, layer):
+            return None
+        return (f"agent {self.config.agent!r} does not consume layer {layer!r} under the contract, so a pull brings none "
+                "of it; only what this agent wrote is here")
 
     def conflicts(self) -> list:
         return self.views.shared.conflicts(self.views.checkpoint())

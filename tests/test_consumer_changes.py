@@ -372,3 +372,25 @@ def test_a_layer_produced_not_consumed_and_one_added_since_the_last_pull_are_tol
     assert "not received" not in status
     report = json.loads(team.mem("alice", "status", "--json", check=True).stdout)
     assert report["produced_only"] == {"reports": "memory/reports.md"} and report["not_received"] == {}
+
+
+def test_a_layer_the_agent_does_not_consume_is_listed_as_such_and_its_listings_say_why_they_are_empty(team):
+    """Regression (nc22a): `mem layer list` showed a hub's layer the agent neither produces nor consumes like any other,
+    and `mem entry list` of it said "no entries" while the hub held some: this agent's pulls bring none of it."""
+    entry(team, "decisions", "[DECISION] 2026-12-03: deploys need two acks")
+    team.mem("alice", "push", check=True)
+    team.mem("bob", "pull", check=True)
+    listed = team.mem("bob", "layer", "list", check=True).stdout.decode().splitlines()
+    assert [line.split(None, 3)[3] for line in listed] == [
+        "hub, not this agent's (it neither produces nor consumes it)", "hub, this agent consumes and produces"]
+    rows = json.loads(team.mem("bob", "layer", "list", "--json", check=True).stdout)
+    assert [(r["layer"], r["consumes"], r["produces"]) for r in rows] == [("decisions", False, False),
+                                                                         ("insights", True, True)]
+    empty = team.mem("bob", "entry", "list", "decisions", check=True)
+    assert empty.stdout == b"" and empty.stderr.decode() == (
+        "no entries in layer decisions: agent 'bob' does not consume layer 'decisions' under the contract, so a pull "
+        "brings none of it; only what this agent wrote is here\n")
+    own = team.mem("alice", "entry", "list", "decisions", check=True)
+    assert b"deploys need two acks" in own.stdout and own.stderr == b""
+    assert team.mem("alice", "layer", "list", check=True).stdout.decode().splitlines()[0].endswith(
+        "hub, this agent consumes and produces")

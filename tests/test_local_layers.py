@@ -25,7 +25,8 @@ def test_entries_without_a_hub_through_the_cli(workspace):
     assert [h["kind"] for h in hits] == ["entry", "entry"] and hits[1]["citation"] == first
     assert hits[0]["path"] == "memory/decisions.md" and hits[1]["flags"][0].startswith("reversed by")
     layers = json.loads(run_mem(*w, "layer", "list", "--json", check=True).stdout)
-    assert layers == [{"layer": "decisions", "path": "memory/decisions.md", "format": "entries", "local": True}]
+    assert layers == [{"layer": "decisions", "path": "memory/decisions.md", "format": "entries", "local": True,
+                       "produces": True, "consumes": True}]
     assert "no differences" in run_mem(*w, "replay", "--check", check=True).stdout.decode()
 
 
