@@ -125,8 +125,16 @@ def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool
         rows = mem.files(as_of(mem, at, seq))
     files = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
              for r in sorted(rows)]
-    listing(files, json, lambda row: f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {row['updated_at']}",
+    listing(files, json, lambda row: f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {_when(row['updated_at'])}",
             "no files")
+
+
+def _when(updated_at: str) -> str:
+    """A file's time as listed: mind.md and mind/log.md as `mem init` made them, before any event, have none (ADF's
+    row says the epoch, which read as 1970: nc22a)."""
+    from projections.adf import EPOCH_ISO
+
+    return "before any event" if updated_at == EPOCH_ISO else updated_at
 
 
 def _message(box: str, file: str, allow_secret: bool):

@@ -499,7 +499,8 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
         if since_ms is not None:
             typer.echo(f"since {format_local(since_ms)}", err=True)
         events = mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)
-    listing(events, json, event_line, "no events match" if kind or layer or since else "no events")
+    listing(events, json, event_line, "no events: -n 0 asks for none" if n == 0 else "no events match" if kind or layer
+            or since else "no events")
 
 
 UNVERIFIED = ("the views were rebuilt from the log as stored, its digests unchecked: `mem verify` checks them and "
@@ -679,7 +680,8 @@ def mcp(http: Optional[str] = typer.Option(None, "--http", help="Serve streamabl
 
 @app.command()
 def demo(keep: Optional[Path] = typer.Option(None, "--keep", help="Run in this directory and keep it.")):
-    """Run one agent through its memory's life, in a temporary workspace, and show each step."""
+    """Run one agent through its memory's life, then a team of three through a hub, in a temporary directory, and
+    show each step."""
     from .demo import run_demo
 
     run_demo(keep)

@@ -119,6 +119,7 @@ def run_demo(keep: Path | None = None) -> None:
     try:
         _run(root / "artemis", told)
         _run_team(root / "team", told)
+        typer.echo("\nthat was the demo: the README goes on from here (a hub of your own, the MCP server, `mem ui`)")
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)

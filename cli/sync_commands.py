@@ -40,6 +40,8 @@ def storage(db: str, create: bool = False):
         db = str(absolute(db))  # a deleted cwd is named here, not met as ENOENT deep in SQLite
         if not Path(db).parent.is_dir():  # SQLite says "unable to open database file" (nc21a)
             fail(f"cannot open the hub database {db}: the directory {Path(db).parent} does not exist")
+        if Path(db).is_dir():  # `mem hub init` was advised, and said SQLITE_CANTOPEN (nc22a)
+            fail(f"{db} is a directory: a hub database is a file, such as {Path(db) / 'hub.db'}")
     exists = hub_exists(db)
     others = None if exists else pg_log_tables(db) if "://" in db else sqlite_tables(db)
     if others:  # a workspace's log, say: never made a hub
@@ -124,12 +126,20 @@ def serve(db: str = DbOpt, host: str = typer.Option("127.0.0.1", "--host", help=
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         app.mount("/ui", _hub_ui(app.state.hub, db, ui_dir, admin_token_file))
+        app.add_route("/", _to_the_pages, methods=["GET"])
         url = http_url(host, port)
         typer.echo(f"mindlog hub on {url} ({shown(db)}); pages at {url}/ui/")
         serve_app(app, sock, read_timeout or READ_TIMEOUT)
     finally:
         if temporary:
             shutil.rmtree(ui_dir, ignore_errors=True)
+
+
+async def _to_the_pages(request):
+    """The hub's root, which a newcomer opens from the URL `mem serve` prints, leads to its pages (it was a 404)."""
+    from starlette.responses import RedirectResponse
+
+    return RedirectResponse("/ui/")
 
 
 def _refuse_unmade_dirs(admin_token_file: Path | None, ui_dir: Path | None) -> None:
@@ -256,6 +266,8 @@ def contract_show(db: str = DbOpt, at: Optional[str] = typer.Option(None, "--at"
         typer.echo(f"as of {format_local(at_ms)} (hub position {position})", err=True)
     if json:
         return emit_json({"position": position, "contract": contract})
+    if not position:  # it printed "# hub position 0" alone (nc22a)
+        typer.echo("no contract yet: `mem hub contract apply FILE` applies one", err=True)
     sys.stdout.write(f"# hub position {position}\n" + to_toml(contract))
 
 

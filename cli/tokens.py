@@ -87,11 +87,11 @@ MIN_TOKEN = 16
 """The fewest characters a server's token may have (a new one has 47): one of a few characters is guessed."""
 
 
-def long_enough(token: str, where: str) -> str:
-    """TOKEN, or a one-line refusal naming WHERE it came from when it is too short to guard anything."""
+def long_enough(token: str, where: str, remedy: str) -> str:
+    """TOKEN, or a one-line refusal naming WHERE it came from when it is too short to guard anything, and the
+    `remedy`."""
     if len(token) < MIN_TOKEN:
-        fail(f"{where} holds a token of {len(token)} characters: a token needs at least {MIN_TOKEN}"
-             " (delete the file, or unset the variable, to have a new one made)")
+        fail(f"{where} holds a token of {len(token)} characters: a token needs at least {MIN_TOKEN} ({remedy})")
     return token
 
 
@@ -109,7 +109,7 @@ def token_from_file(path: Path, what: str) -> str:
         token = path.read_bytes().decode().strip()
     except UnicodeDecodeError:
         fail(f"{path} is not a token: it is not UTF-8 text")
-    return long_enough(token, str(path)) if token else fail(f"{path} is empty")
+    return long_enough(token, str(path), "delete the file to have a new one made") if token else fail(f"{path} is empty")
 
 
 def server_token(host: str, token_file: Path | None) -> tuple[str | None, bool]:
@@ -120,7 +120,8 @@ def server_token(host: str, token_file: Path | None) -> tuple[str | None, bool]:
         return token_from_file(token_file, "bearer token"), False
     if TOKEN_ENV in os.environ:
         token = os.environ[TOKEN_ENV].strip() or fail(f"{TOKEN_ENV} is set but empty: set it to the token, or unset it")
-        return long_enough(token, TOKEN_ENV), False
+        return long_enough(token, TOKEN_ENV, "set it to a longer one, such as `python -c 'import secrets; "
+                           "print(secrets.token_urlsafe(32))'`"), False
     if is_loopback(host):
         return None, False
     return new_token(), True

@@ -21,6 +21,11 @@ UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
 AGO = re.compile(r"(\d+)\s*([a-z]+)\s+ago")
 DAY_AND_TIME = re.compile(r"(today|yesterday)(?:\s+(\d{1,2}:\d{2}(?::\d{2})?))?")
 CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?")
+YEAR = re.compile(r"\s*(\d{4})-")
+
+
+class BeyondCalendar(InvalidInput):
+    """An instant the platform's calendar could not convert: near the ends of the years 1970 to 9999 in local time."""
 
 
 LAST_MS = 253402300799999
@@ -33,7 +38,7 @@ def parse_instant(text: str, now_ms: int | None = None) -> int:
     try:
         ms = _parse(text, now_ms)
     except (OverflowError, ValueError):
-        raise InvalidInput(f"{text!r} is too far from today for a calendar (years 1970 to 9999)") from None
+        raise BeyondCalendar(f"{text!r} is too far from today for a calendar (years 1970 to 9999)") from None
     if ms < 0:
         raise InvalidInput(f"{text!r} is before 1970-01-01: no event is that old")
     if ms > LAST_MS:
@@ -69,7 +74,13 @@ def past_instant(text: str, now_ms: int | None = None) -> int:
     """A moment to look back at (`--at`): parsed as `parse_instant` does, refused when it is still to come
     (a future time would show today's memory as if it were then's)."""
     now = int(dt.datetime.now().timestamp() * 1000) if now_ms is None else now_ms
-    at_ms = parse_instant(text, now)
+    try:
+        at_ms = parse_instant(text, now)
+    except BeyondCalendar:
+        year = YEAR.match(text)
+        if year and int(year[1]) > dt.datetime.fromtimestamp(now / 1000).year:  # `9999-12-31` was "too far from today
+            raise InvalidInput(f"{text!r} is in the future") from None       # for a calendar (1970 to 9999)" (nc22b)
+        raise
     if at_ms > now:
         raise InvalidInput(f"{text!r} ({format_local(at_ms)}) is in the future")
     return at_ms

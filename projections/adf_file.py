@@ -99,6 +99,8 @@ def _message_schema(box: str) -> str:
 
 
 def export_adf(memory, out: Path, as_of: int) -> ExportReport:
+    if str(out) == "-":  # `--file -` reads stdin elsewhere: this wrote a file named `-` (nc22a)
+        raise InvalidInput("an ADF file is an SQLite database, which cannot be written to stdout: give a file name")
     out = Path(out)
     if out.exists():
         raise InvalidInput(f"{out} exists already; export writes a new file")

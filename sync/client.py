@@ -374,6 +374,18 @@ class HubClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _refused(self, problem: Problem, path: str) -> str | None:
+        """What to say of a refusal whose next step is not in the hub's words (None: its words), as found by a
+        newcomer (nc22a): a URL given with a path, a token revoked."""
+        code = problem.type.rsplit("/", 1)[-1]
+        if code == "http-404":
+            return (f"remote {self.name} at {self.url} has no {path}: a hub's URL is the one `mem serve` prints, with "
+                    "no path (`mem remote add NAME URL` again to mend it)")
+        if code == "invalid-token":
+            return (f"hub refused: {problem.title} — {problem.detail}: ask the hub's administrator for a new token "
+                    f"(`mem hub agent add`), then `mem remote add {self.name} {self.url} --token-file FILE` again")
+        return None
+
     def _call(self, method: str, path: str, type_, body: "bytes | Outgoing | None" = None, params=None,
               wait: float = 0, packed=None):
         """`packed`: the type an answer in msgpack (wire.MSGPACK) is read as, asked for with `Accept`; without
@@ -396,12 +408,13 @@ class HubClient:
             raise HubUnreachable(f"cannot reach remote {self.name} at {self.url}: {reason}") from None
         if response.status_code >= 400:
             try:
-                raise HubRefused(msgspec.json.decode(data, type=Problem))
+                problem = msgspec.json.decode(data, type=Problem)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 status = response.status_code
                 raise HubRefused(Problem(type="about:blank", title=f"HTTP {status}", status=status),
                                  f"remote {self.name} at {self.url} answered {path} with HTTP {status} and no problem "
                                  "document, as no mindlog hub answers: is that the hub's URL?") from None
+            raise HubRefused(problem, self._refused(problem, path))
         try:
             if packed is not None and response.headers.get("content-type", "").partition(";")[0] == MSGPACK:
                 return msgspec.msgpack.decode(data, type=packed)

@@ -10,7 +10,7 @@ import tomllib
 import msgspec
 
 from eventstore.errors import InvalidInput
-from eventstore.layers import (LAYER_KINDS, LAYER_NAME_PATTERN, Contract, ContractLayer, consumed_layers,
+from eventstore.layers import (FORMATS, LAYER_KINDS, LAYER_NAME_PATTERN, Contract, ContractLayer, consumed_layers,
                                consumes, is_reserved, lenient_contract, path_problem, paths_overlap,
                                produced_layers, produces, why_reserved)
 
@@ -58,6 +58,8 @@ def _layer_problem(data: dict) -> str | None:
             msgspec.convert(spec, ContractLayer)
         except msgspec.ValidationError as exc:
             why, _, at = str(exc).partition(" - at `$")
+            if at == ".format`" and why.startswith("Invalid enum value"):  # which values are: `entry` for `entries`
+                why += f" (a layer's format is {' or '.join(map(repr, FORMATS))})"
             return f"layers.{name}{at.rstrip('`')}: {why}"
     return None
 

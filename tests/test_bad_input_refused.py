@@ -306,3 +306,49 @@ def test_two_files_whose_names_differ_only_in_case_or_normalization_are_refused(
     mem("file", "write", "notes/readme.md", "--file", "-", input=b"again\n", check=True)  # itself: a new version
     # regression (nc13b): the file written in NFC "did not exist" when named in NFD, as macOS names it
     assert mem("show", nfd, check=True).stdout == b"b\n" and mem("show", "notes/README.md", check=True).stdout == b"again\n"
+
+
+def test_what_a_newcomer_met_without_a_next_step_says_one(workspace, tmp_path):
+    """Each of these left a newcomer without the next step, or said something untrue (nc22a, nc22b): `mem export adf -`
+    wrote a file named `-`; a new hub's `contract show` printed `# hub position 0` alone; a directory as --db was sent
+    to `mem hub init`, which failed; a layer format of `entry` did not name `entries`; `mem log -n 0` said "no events"
+    of a log that holds some; `--at 9999-12-31` was "too far from today for a calendar (years 1970 to 9999)"; a new
+    workspace's files were dated 1970; a remote's URL with a path, and a revoked token, were a bare refusal; the hub's
+    own URL was a 404."""
+    import httpx
+
+    from hubserver import mem_serve
+
+    w = ("-w", workspace)
+    assert run_mem(*w, "file", "list", check=True).stdout.decode().splitlines()[0].endswith("no_delete before any event")
+    run_mem(*w, "always", "add", "be brief", check=True)
+    before = log_rows(workspace)
+    refused = run_mem(*w, "export", "adf", "-", cwd=tmp_path)
+    assert refused.stderr.decode() == ("error: an ADF file is an SQLite database, which cannot be written to stdout: "
+                                       "give a file name\n") and not (tmp_path / "-").exists()
+    assert run_mem(*w, "log", "-n", "0", check=True).stderr == b"no events: -n 0 asks for none\n"
+    assert run_mem(*w, "show", "mind.md", "--at", "9999-12-31").stderr == b"error: '9999-12-31' is in the future\n"
+    assert log_rows(workspace) == before
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    shown = run_mem("hub", "contract", "show", "--db", hub, check=True)
+    assert shown.stderr == b"no contract yet: `mem hub contract apply FILE` applies one\n"
+    assert run_mem("hub", "agent", "list", "--db", tmp_path).stderr.decode() == (
+        f"error: {tmp_path} is a directory: a hub database is a file, such as {tmp_path / 'hub.db'}\n")
+    (tmp_path / "c.toml").write_text('[layers.x]\npath = "memory/x.md"\nformat = "entry"\nproducers = ["*"]\n'
+                                     'consumers = ["*"]\n')
+    assert run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", hub).stderr.decode() == (
+        "error: the contract is not valid: layers.x.format: Invalid enum value 'entry' (a layer's format is 'pages' or "
+        "'entries')\n")
+    token = tmp_path / "alice.token"
+    token.write_text(run_mem("hub", "agent", "add", "alice", "--db", hub, check=True).stdout.decode().split()[-1])
+    with mem_serve(hub) as url:
+        assert httpx.get(url + "/").headers["location"] == "/ui/"
+        with_path = run_mem(*w, "remote", "add", "origin", url + "/v1", "--token-file", token).stderr.decode()
+        assert with_path == (f"error: remote origin at {url}/v1 has no /v1/contract: a hub's URL is the one `mem serve` "
+                             "prints, with no path (`mem remote add NAME URL` again to mend it)\n"), with_path
+        run_mem(*w, "remote", "add", "origin", url, "--token-file", token, check=True)
+        run_mem("hub", "agent", "revoke", "alice", "--db", hub, check=True)
+        revoked = run_mem(*w, "push").stderr.decode()
+        assert revoked.endswith("the token is unknown or was revoked: ask the hub's administrator for a new token "
+                                f"(`mem hub agent add`), then `mem remote add origin {url} --token-file FILE` again\n")
