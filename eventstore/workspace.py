@@ -52,13 +52,22 @@ def views_damaged(path, detail) -> Damaged:
     return Damaged(f"the views database {path} is damaged ({detail}): run `mem replay`")
 
 
-def sqlite_damage(path: Path) -> str | None:
-    """What SQLite's quick check finds wrong with the database file at `path` (None: nothing, or no file)."""
+def open_read_only(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to the SQLite file at `path`, or None when there is no such file or SQLite cannot open
+    it. A process that has the file open through SQLite asks through SQLite: closing a descriptor of it opened any
+    other way drops every POSIX lock the process holds on it (cli/web/app.py, `in_wal_mode`)."""
     if not path.is_file():
         return None
     try:
-        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
     except sqlite3.Error:
+        return None
+
+
+def sqlite_damage(path: Path) -> str | None:
+    """What SQLite's quick check finds wrong with the database file at `path` (None: nothing, or no file)."""
+    db = open_read_only(path)
+    if db is None:
         return None
     try:
         found = [row[0] for row in db.execute("PRAGMA quick_check")]

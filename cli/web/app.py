@@ -24,7 +24,7 @@ from eventstore.instants import format_instant
 from eventstore.kinds import KINDS
 from eventstore.layers import RESERVED_LAYERS, consumes
 from eventstore.ids import now_ms
-from eventstore.workspace import Workspace
+from eventstore.workspace import Workspace, open_read_only
 from projections import history as histories
 from projections import trust
 from projections.conflicts import conflicts_shown
@@ -115,11 +115,8 @@ def in_wal_mode(path: Path) -> bool:
     Without the server's locks, the next `mem` command to close the views took itself for their last user and deleted
     their WAL and shared memory under the server's readers: about one page in five answered 503 (SQLITE_IOERR_SHORT_READ)
     while commands wrote."""
-    if not path.is_file():
-        return False
-    try:
-        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
+    db = open_read_only(path)
+    if db is None:
         return False
     try:
         return db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
