@@ -1349,8 +1349,9 @@ class Memory:
         contract = self.views.contract
         if contract is None or layer not in contract.layers or consumes(contract, self.config.agent, layer):
             return None
-        return (f"agent {self.config.agent!r} does not consume layer {layer!r} under the contract, so a pull brings none "
-                "of it; only what this agent wrote is here")
+        return (f"agent {self.config.agent!r} does not consume layer {layer!r} under the contract as last pulled: its "
+                "pulls bring none of the layer's new events, so what is here is what this agent wrote and what it "
+                "pulled before, not what the hub holds")
 
     def conflicts(self) -> list:
         return self.views.shared.conflicts(self.views.checkpoint())

@@ -380,7 +380,7 @@ class HubClient:
         code = problem.type.rsplit("/", 1)[-1]
         if code == "http-404":
             return (f"remote {self.name} at {self.url} has no {path}: a hub's URL is the one `mem serve` prints, with "
-                    "no path (`mem remote add NAME URL` again to mend it)")
+                    "no path")
         if code == "invalid-token":
             return (f"hub refused: {problem.title} — {problem.detail}: ask the hub's administrator for a new token "
                     f"(`mem hub agent add`), then `mem remote add {self.name} {self.url} --token-file FILE` again")

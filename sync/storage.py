@@ -28,7 +28,7 @@ from eventstore.ids import now_ms
 from eventstore.governance import hold_refusal, is_held
 from eventstore.kinds import SHARED_PAGE_KINDS, ContractChange, PageDelete, PageIngest, PageUpdate, Redacted, Redaction
 from eventstore.redaction import redacted_form, redaction_events, stand_in
-from eventstore.layers import CONTRACT_LAYER, check_agent_name, consumed_layers, format_of
+from eventstore.layers import CONTRACT_LAYER, check_agent_name, consumed_layers, format_of, produced_layers
 
 from .contracts import lenient_contract
 from .wire import Contract, PushResult
@@ -543,6 +543,22 @@ class HubStorage(ABC):
         before the agent was added counts for nothing: its `consumers = ["*"]` named no agent of that name yet (nc21b:
         one added after the layer was dropped was handed its redactions). The contracts are read again when a new one
         came."""
+        until: dict[str, int | None] = {}
+        for at, contract, counts in self._contracts_for(agent):
+            now = set(consumed_layers(contract, agent))
+            until.update({layer: at for layer, then in until.items() if then is None and layer not in now})
+            if counts:
+                until.update({layer: None for layer in now})
+        return dict(sorted(until.items()))
+
+    def produced_ever(self, agent: str) -> set[str]:
+        """The layers `agent` produced under any contract the hub has had since it was added (`consumed_ever`)."""
+        return {layer for _at, contract, counts in self._contracts_for(agent) if counts
+                for layer in produced_layers(contract, agent)}
+
+    def _contracts_for(self, agent: str) -> list[tuple[int, object, bool]]:
+        """Every contract the hub has had, oldest first: (its position, the contract, whether it was in force after
+        `agent` was added). The contracts are read again when a new one came."""
         position = self.latest_position(CONTRACT_LAYER)
         known, contracts = self._contracts
         if known != position:
@@ -550,15 +566,8 @@ class HubStorage(ABC):
                          for event in self.pull(0, [CONTRACT_LAYER], position or 1)]
             self._contracts = (position, contracts)
         added = min((info.created_at for info in self.agents() if info.name == agent), default=None)
-        until: dict[str, int | None] = {}
-        for i, (at, _recorded_at, contract) in enumerate(contracts):
-            now = set(consumed_layers(contract, agent))
-            until.update({layer: at for layer, then in until.items() if then is None and layer not in now})
-            replaced_at = contracts[i + 1][1] if i + 1 < len(contracts) else None
-            if added is None or (replaced_at is not None and added >= replaced_at):
-                continue
-            until.update({layer: None for layer in now})
-        return dict(sorted(until.items()))
+        return [(at, contract, added is not None and (i + 1 == len(contracts) or added < contracts[i + 1][1]))
+                for i, (at, _recorded_at, contract) in enumerate(contracts)]
 
     @abstractmethod
     def head(self) -> int: ...
@@ -576,9 +585,10 @@ class HubStorage(ABC):
         return self._column_of(ids, "agent")
 
     def positions_seen_by(self, agent: str, ids: list[str]) -> dict[str, int]:
-        """`positions_of`, narrowed to the events `agent` may have had: its own, the contract's, and those of a layer
-        it consumed when they were stored (`consumed_ever`). Another event is left out as one the hub does not hold:
-        GET /v1/contract?holds= told any agent that an event of a layer it may not read was there, and where."""
+        """`positions_of`, narrowed to the events `agent` may have had: its own, the contract's, those of a layer it
+        consumed when they were stored (`consumed_ever`), and the redactions a pull or GET /v1/redactions hands it
+        (`_handed`). Another event is left out as one the hub does not hold: GET /v1/contract?holds= told any agent
+        that an event of a layer it may not read was there, and where (nc22b)."""
         positions = self.positions_of(ids)
         if not positions:
             return {}
@@ -589,9 +599,22 @@ class HubStorage(ABC):
             if authors.get(id) != agent and layer != CONTRACT_LAYER:
                 consumed = self.consumed_ever(agent) if consumed is None else consumed
                 if layer not in consumed or (consumed[layer] is not None and position > consumed[layer]):
-                    continue
+                    if not self._handed(agent, id, layer, consumed):
+                        continue
             seen[id] = position
         return seen
+
+    def _handed(self, agent: str, id: str, layer: str, consumed: dict[str, int | None]) -> bool:
+        """Whether the event is a redaction the hub may have handed `agent` apart from its consumed layers' events:
+        one of a layer it produces or produced (a pull brings those), of a layer it consumed once, or naming an event
+        it wrote (GET /v1/redactions). Left out, the last event a pull brought looked lost from the hub at every pull
+        (nc23a)."""
+        found = self.stored(id)
+        body = decode_stored(found[1], 0, 0).body if found else None
+        if type(body) is not Redaction:
+            return False
+        return (layer in consumed or layer in self.produced_ever(agent)
+                or agent in self.authors_of(list(body.target_ids)).values())
 
     def watch(self, callback: Watcher) -> None:
         """Calls `callback` from a background thread when commits made outside this object (another hub

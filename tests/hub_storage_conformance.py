@@ -108,6 +108,14 @@ class HubStorageConformance:
         assert draft.id in hub.positions_seen_by("main", [draft.id, later.id])  # pulled before the drop: still seen
         assert hub.positions_seen_by("main", [later.id]) == {}
         assert hub.positions_seen_by("main", []) == {}
+        # the redactions a pull hands over apart from a consumed layer's events count as seen (nc23a: left out, the
+        # last event a pull brought looked lost from the hub at every pull): writer produces drafts without
+        # consuming them, main consumed drafts before the drop, and eve neither
+        [redaction] = hub.admin_redact([draft.id], "gone")
+        redaction_id = next(e.id for e in hub.pull(redaction.position - 1, ["drafts"], 1))
+        assert redaction_id in hub.positions_seen_by("writer", [redaction_id])
+        assert redaction_id in hub.positions_seen_by("main", [redaction_id])
+        assert hub.positions_seen_by("eve", [redaction_id]) == {}
 
     def test_pull_filters_layers_and_limits(self, hub):
         hub.push([entry(text="1"), entry(layer="drafts", agent="writer"), entry(text="3")])

@@ -388,9 +388,29 @@ def test_a_layer_the_agent_does_not_consume_is_listed_as_such_and_its_listings_s
                                                                          ("insights", True, True)]
     empty = team.mem("bob", "entry", "list", "decisions", check=True)
     assert empty.stdout == b"" and empty.stderr.decode() == (
-        "no entries in layer decisions: agent 'bob' does not consume layer 'decisions' under the contract, so a pull "
-        "brings none of it; only what this agent wrote is here\n")
+        "no entries in layer decisions: agent 'bob' does not consume layer 'decisions' under the contract as last "
+        "pulled: its pulls bring none of the layer's new events, so what is here is what this agent wrote and what it "
+        "pulled before, not what the hub holds\n")
     own = team.mem("alice", "entry", "list", "decisions", check=True)
     assert b"deploys need two acks" in own.stdout and own.stderr == b""
     assert team.mem("alice", "layer", "list", check=True).stdout.decode().splitlines()[0].endswith(
         "hub, this agent consumes and produces")
+
+
+def test_a_redaction_of_a_layer_only_produced_is_no_event_the_hub_lost(tmp_path):
+    """Regression (nc23a): GET /v1/contract?holds= left out the hub's redaction of a layer the agent produces without
+    consuming it, which its pull had brought as its last event: every later pull and `mem status --fetch` said the hub
+    had lost events this workspace pulled (restored from a backup?) and pulled again."""
+    team = Team(tmp_path, agents=("alice", "bob"), contract=INSIGHTS + layer(
+        "inbox", "memory/inbox.md", producers=["alice", "bob"], consumers=["alice"]))
+    try:
+        team.mem("bob", "pull", check=True)
+        written = team.mem("alice", "entry", "add", "inbox", "[FACT] 2026-12-03: for alice's eyes", check=True)
+        team.mem("alice", "push", check=True)
+        run_mem("hub", "redact", written.stdout.decode().split()[0], "--reason", "test", *team.hub, check=True)
+        assert team.mem("bob", "pull", check=True).stdout == b"pulled 1 event from origin\n"  # the redaction
+        for args in (("pull",), ("status", "--fetch")):
+            told = team.mem("bob", *args, check=True)
+            assert b"lost events" not in told.stdout + told.stderr, told
+    finally:
+        team.stop()

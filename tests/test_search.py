@@ -225,27 +225,55 @@ def test_a_status_no_page_ever_had_is_refused_through_the_cli(workspace, tmp_pat
     assert b"A status no page ever had is refused" in b" ".join(run_mem("search", "--help", cwd=workspace).stdout.split())
 
 
-def test_always_lines_are_found_while_they_are_in_mind_md_and_cite_the_event_that_added_them(memory, workspace):
+def test_always_lines_are_found_while_they_are_in_mind_md_and_tell_the_event_that_added_them(memory, workspace):
     """Regression: search never looked at mind.md's `## Always` lines: `mem search tuesday` said "no matches" while
-    the rule "Deploy only on Tuesdays" stood in the agent's own index."""
+    the rule "Deploy only on Tuesdays" stood in the agent's own index. A hit is cited as mind.md (`mem cite` resolves
+    it: `[S1]` did not, nc23a), its seq the event that added the line."""
     added = memory.always_add("Deploy only on Tuesdays after the freeze").seq
     memory.always_add("Cite sources for every claim")
     memory.write_page("deploy", page("Deploy procedure", "Deploy to staging first.", status="current"))
     removed = memory.always_remove(1).seq
     [hit] = search.search(memory.views, "tuesday", day=DAY, as_of=removed - 1)
-    assert (hit.kind, hit.path, hit.citation, hit.layer) == ("always", "mind.md", f"[S{added}]", "mind")
+    assert (hit.kind, hit.path, hit.citation, hit.seq, hit.layer) == ("always", "mind.md", "adf-file://mind.md", added,
+                                                                      "mind")
     assert hit.snippet == "Deploy only on **Tuesdays** after the freeze"
-    assert cites(memory, "tuesday", as_of=added - 1) == [] and cites(memory, "tuesday") == []
-    assert cites(memory, "deploy", as_of=removed - 1) == ["adf-file://mind/deploy.md", f"[S{added}]"]
-    assert cites(memory, "deploy", as_of=removed - 1, kinds=["always"]) == [f"[S{added}]"]
+
+    def found(query, **options):
+        return [(h.kind, h.seq) for h in search.search(memory.views, query, day=DAY, **options)]
+
+    assert found("tuesday", as_of=added - 1) == [] and found("tuesday") == []
+    assert found("deploy", as_of=removed - 1) == [("page", removed - 1), ("always", added)]
+    assert found("deploy", as_of=removed - 1, kinds=["always"]) == [("always", added)]
     for narrowed in ({"kinds": ["page"]}, {"types": ["procedure"]}, {"layers": ["loop"]}, {"status": "current"}):
-        assert f"[S{added}]" not in cites(memory, "deploy", as_of=removed - 1, **narrowed), narrowed
+        assert ("always", added) not in found("deploy", as_of=removed - 1, **narrowed), narrowed
     mine = {"agent": memory.config.agent, "self_agent": memory.config.agent}  # this agent's lines
-    assert f"[S{added}]" in cites(memory, "deploy", as_of=removed - 1, layers=["mind"], **mine)
-    memory.always_add("Cite sources for every claim")  # a second copy: each cites its own event
-    assert sorted(cites(memory, "sources")) == [f"[S{added + 1}]", f"[S{removed + 1}]"]
+    assert ("always", added) in found("deploy", as_of=removed - 1, layers=["mind"], **mine)
+    memory.always_add("Deploy only on Tuesdays after the freeze")  # back again: the event that added it this time
+    assert found("tuesday") == [("always", memory.views.checkpoint())]
+    assert found("tuesday", as_of=removed - 1) == [("always", added)]
     out = run_mem("-w", workspace, "search", "cite", "--kind", "always", check=True).stdout.decode()
-    assert out.startswith(f" 1. Always — mind.md (always)\n    cite [S{added + 1}]\n"), out
+    assert out.startswith(" 1. Always — mind.md (always)\n    cite adf-file://mind.md\n"), out
+    assert "- Cite sources for every claim" in run_mem("-w", workspace, "cite", "adf-file://mind.md",
+                                                       check=True).stdout.decode()
+
+
+def test_a_search_that_finds_always_lines_reads_no_more_than_their_history_since_each_was_added(memory):
+    """Regression (nc23a): every search replayed the whole history of `## Always`, each version against the last: with
+    3,000 edits any search took 4 s. Now the lines as of the moment are matched, and each hit's history is read back
+    only to its addition."""
+    for i in range(300):
+        memory.always_add(f"rule number {i} about topic{i % 7}")
+    statements = []
+    memory.views.db.set_trace_callback(statements.append)
+    try:
+        assert search.search(memory.views, "nothingmatcheshere", day=DAY) == []
+        hits = search.search(memory.views, "topic3", day=DAY, kinds=["always"], limit=2)
+        assert len(hits) == 2 and all(h.seq == int(h.snippet.split()[2]) + 1 for h in hits), hits  # rule i: seq i + 1
+    finally:
+        memory.views.db.set_trace_callback(None)
+    history = [s for s in statements if "always_versions" in s]
+    assert len([s for s in history if "instr" in s]) == 2 and not any("ORDER BY seq\n" in s or s.rstrip().endswith(
+        "ORDER BY seq") for s in history), history
 
 
 def test_messages_archived_in_an_imported_adf_file_are_found(memory, tmp_path):
