@@ -469,6 +469,7 @@ def pull(remote: Optional[str] = typer.Argument(None),
         again = _came_again(batch, "{} own came back")
         typer.echo(f"pulled {event_count(batch.pulled)} up to hub position {batch.position}"
                    + (f" ({', '.join(again)})" if again else ""))
+        _conflict_lines(batch, _settled_by(mem, batch.conflicts))
 
     with memory() as mem:
         target = get_remote(mem, remote)

@@ -181,6 +181,7 @@ class PulledBatch(msgspec.Struct):
     returned: int
     position: int
     already_held: int = 0
+    conflicts: list[str] = []  # the shared pages (LAYER/SLUG) it left in a conflict they were not in before
 
 
 def remotes_path(memory) -> Path:
@@ -989,6 +990,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
     client = client or HubClient.for_remote(remote)
     key = f"pull:{remote.name}"
     tally = _Tally(remote, progress, on_batch, say, client)
+    tally.open_conflicts = set(open_before)
     delay, down, behind = 0.5, False, True
     while True:
         try:
@@ -1058,6 +1060,7 @@ class _Tally:
         self.appended: list[tuple[int, int]] = []  # the seqs each page's append added (first, last)
         self.redactions: list[int] = []  # the seqs of the redactions among them
         self.restarted = False
+        self.open_conflicts: set[str] = set()  # as of the last batch told to `on_batch` (a follower's)
         self.no_redactions_endpoint = False  # a hub that predates GET /v1/redactions: not asked again
         self.pages: dict = {}  # id -> (layer, slug) of the page versions pulled: sync.intake.page_of
 
@@ -1183,8 +1186,12 @@ class _Tally:
         if events and not page.more and fold:
             self.skipped.update(memory.follow().refused)  # once caught up: a burst renders its files once
         if events and self.on_batch:
+            conflicts = []
+            if not page.more and fold:  # folded: a follower says a conflict as `mem pull` does (it said none: nc23b)
+                now = _open_conflicts(memory)
+                conflicts, self.open_conflicts = sorted(now - self.open_conflicts), now
             self.on_batch(PulledBatch(pulled=len(fresh), returned=returned, position=position,
-                                      already_held=len(held) - returned))
+                                      already_held=len(held) - returned, conflicts=conflicts))
         return bool(fresh)
 
 

@@ -414,3 +414,31 @@ def test_a_redaction_of_a_layer_only_produced_is_no_event_the_hub_lost(tmp_path)
             assert b"lost events" not in told.stdout + told.stderr, told
     finally:
         team.stop()
+
+
+def test_a_follower_says_when_a_pull_leaves_a_page_in_conflict_as_a_pull_does(tmp_path):
+    """Regression (nc23b): `mem pull --follow` printed its "pulled N events" lines and never the warning `mem pull`
+    and `mem sync` give when a pull leaves a shared page in conflict: the long-running watcher of a team was the one
+    place a conflict went unsaid."""
+    team = Team(tmp_path, agents=("alice", "bob", "carol"), contract=INSIGHTS + layer(
+        "drafts", "content/drafts/", "pages", producers=["alice", "bob"]))
+    try:
+        follower = Follower(team, "carol")
+        try:
+            team.mem("alice", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p0", "Plan", "v0"),
+                     check=True)
+            team.mem("alice", "push", check=True)
+            team.mem("bob", "pull", check=True)
+            for agent in ("alice", "bob"):
+                team.mem(agent, "page", "write", "plan", "--layer", "drafts", "--file",
+                         team.page(f"p-{agent}", "Plan", f"{agent}'s plan"), check=True)
+                team.mem(agent, "push", check=True)
+            entry(team, "insights", "[FACT] after the conflict")  # the follower has folded the conflict once it has this
+            team.mem("alice", "push", check=True)
+            assert eventually(has(team.root / "carol/memory/insights.md", "after the conflict"))
+        finally:
+            _out, err = follower.stop()
+        assert err.count("warning: drafts/plan is now in conflict: its file shows the version every replica shows, "
+                         "the others are kept (`mem conflicts --show`; a producer of the layer resolves it)") == 1, err
+    finally:
+        team.stop()
