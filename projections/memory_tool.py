@@ -185,6 +185,8 @@ class MemoryTool:
     @_at_head
     def create(self, path: str, file_text: str) -> str:
         target = self.resolve(path)
+        if target.kind == "shared":  # the contract's refusal first: "already exists" sent the agent on to str_replace
+            self.mem.shared_layer(target.layer, "entries" if target.slug is None else "pages")  # to be refused (nc23b)
         if target.kind in ("root", "dir") or self._text(target) is not None:
             raise ToolRefusal(f"File {path} already exists")
         self._write(target, None, file_text)

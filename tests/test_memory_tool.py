@@ -158,6 +158,12 @@ def test_shared_layers_go_through_the_shared_writers(tool, memory, workspace):
         tool, workspace, "rename", "/memories/content/drafts/go-live.md", "/memories/notes/go-live.md")
     tool.delete("/memories/content/drafts/go-live.md")
     assert memory.log.get_by_seq(memory.log.head()).kind == "page.delete"
+    tool.create("/memories/content/drafts/kept.md", PAGE.decode())
+    memory.set_contract(Contract(layers={"drafts": ContractLayer(path="content/drafts/", format="pages",
+                                                                 producers=["bob"], consumers=["*"])}))
+    # regression (nc23b): "File ... already exists" sent an agent that may not write the layer on to str_replace
+    assert refused(tool, workspace, "create", "/memories/content/drafts/kept.md", PAGE.decode()) == \
+        "agent 'alice' does not produce layer 'drafts' under the contract"
 
 
 def test_format_size_matches_the_reference():
