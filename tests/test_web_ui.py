@@ -684,3 +684,28 @@ def test_mem_ui_keeps_its_hold_on_the_views_while_commands_write_them(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_file_of_a_layer_the_agent_neither_produces_nor_consumes_is_a_404_as_in_the_cli(tmp_path):
+    """Regression (nc23b): `mem ui` answered 200 "this file did not exist at seq N" for the file of a layer this agent
+    neither produces nor consumes, where `mem show` and the hub's pages say there is none; its own layers' files are
+    there from the contract on, empty until their first event."""
+    from eventstore.layers import Contract, ContractLayer
+    from projections.memory import Memory
+    from webui import serve_ui
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "alice") as mem:
+        mem.write_page("one", PAGE)
+        mem.set_contract(Contract(layers={
+            "insights": ContractLayer(path="memory/insights.md", format="entries", producers=["*"], consumers=["*"]),
+            "secret": ContractLayer(path="memory/secret.md", format="entries", producers=["bob"], consumers=["bob"])}))
+    server, url = serve_ui(root)
+    try:
+        assert httpx.get(f"{url}/asof?file=memory/insights.md", timeout=30).status_code == 200
+        for path in ("memory/secret.md", "memory/nope.md"):
+            answer = httpx.get(f"{url}/asof?file={path}", timeout=30)
+            assert answer.status_code == 404 and answer.json()["title"] == f"there is no file {path!r} here", path
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -22,7 +22,7 @@ from eventstore.errors import (InvalidInput, MemError, NotFound, StorageFailure,
                                storage_failure)
 from eventstore.instants import format_instant
 from eventstore.kinds import KINDS
-from eventstore.layers import RESERVED_LAYERS, consumes
+from eventstore.layers import RESERVED_LAYERS, consumes, produces
 from eventstore.ids import now_ms
 from eventstore.workspace import Workspace, open_read_only
 from projections import history as histories
@@ -298,7 +298,8 @@ class Site:
             if chosen is not None and chosen not in files:
                 self.check_file(request, mem, now, chosen)
             shown = mem.file_text(chosen, now.seq) if chosen else None
-            if chosen is not None and shown is None and not _layer_file(mem, chosen, now.seq):  # the layer's own: not yet
+            if chosen is not None and shown is None and not _layer_file(mem, chosen, now.seq,  # the layer's: not yet
+                                                                        None if self.hub else mem.config.agent):
                 self.check_ever(mem, now, chosen, f"file {chosen!r}")
             received = self.received(request, mem, now)
             own = [p for p in self.agent_files(mem, now) if p not in files]
@@ -453,11 +454,17 @@ def _zoom(strip) -> dict[str, dict[str, int]]:
             "earlier": {"t0": earlier, "t1": earlier + (t1 - t0)}, "later": {"t0": later - (t1 - t0), "t1": later}}
 
 
-def _layer_file(mem, path: str, as_of: int) -> bool:
+def _layer_file(mem, path: str, as_of: int, agent: str | None = None) -> bool:
     """Whether `path` is an entries layer's own file as of a seq (there from the contract on, empty until the layer's
-    first event), not a page in a pages layer's folder (which, like any file, may never have existed)."""
+    first event), not a page in a pages layer's folder (which, like any file, may never have existed). With `agent`
+    (a workspace's), of a layer it then produced or consumed: another's file is no more there than a typo's (it read
+    "did not exist at seq N", where the CLI and the hub's pages say there is none: nc23b)."""
     target = mem.views.shared_target(path, as_of) if mem.views.contract else None
-    return target is not None and target[1] is None
+    if target is None or target[1] is not None:
+        return False
+    contract = mem.views.contract_at(as_of)
+    return agent is None or contract is not None and (consumes(contract, agent, target[0])
+                                                       or produces(contract, agent, target[0]))
 
 
 def _note(mem, seq: int) -> str:
