@@ -482,7 +482,8 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
             said = moves.get(v.seq) or ("  (deleted)" if v.deleted else "")
         if not v.shown:
             said += "  (not shown: the other side of a conflict)"
-        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}")
+        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}"
+                   + (f" — {v.note}" if v.note else ""))  # the web history's notes, here too (nc23b)
 
 
 # --- the log ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ class Version(msgspec.Struct, omit_defaults=True):
     kind: str
     deleted: bool
     shown: bool = True  # False: a shared page's version the file did not show (a conflict's other side kept it)
+    note: str = ""  # why the version was written, as its event says (`mem page write --note`, a resolve's)
 
 
 def _candidates(memory, path: str, upto: int):
@@ -133,7 +134,7 @@ def moved(memory, path: str, version: Version) -> str:
 
 def _version(path: str, event, deleted: bool) -> Version:
     return Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at), agent=event.agent,
-                   kind=event.kind, deleted=deleted)
+                   kind=event.kind, deleted=deleted, note=getattr(event.body, "note", "") or "")
 
 
 def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) -> list[Version]:

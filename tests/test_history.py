@@ -92,3 +92,22 @@ def test_a_redacted_rename_is_still_followed_as_the_folds_follow_it(memory):
     rename = memory.rename_page("deploy", "release")
     redact(memory, [rename], "wrong note")
     assert seqs(memory, "mind/release.md") == [(1, "page.ingest", False), (2, "redacted", False)]
+
+
+def test_mem_history_shows_each_versions_note_as_the_web_history_does(workspace, tmp_path):
+    """Regression (nc23b): the note a version was written with (`mem page write --note`, a resolve's) showed in the
+    web history only: `mem history` and its --json had none, so why a page changed was in `mem log --json` alone."""
+    import json
+
+    from conftest import run_mem
+
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, check=True)
+    page.write_bytes(PAGE + b"Then the canary.\n")
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", page, "--note", "canary after the outage", check=True)
+    lines = run_mem("-w", workspace, "history", "deploy", check=True).stdout.decode().splitlines()
+    assert not lines[0].endswith("—") and " — " not in lines[0]
+    assert lines[1].endswith("page.update    mind/deploy.md — canary after the outage"), lines
+    versions = json.loads(run_mem("-w", workspace, "history", "deploy", "--json", check=True).stdout)
+    assert ["note" in v for v in versions] == [False, True] and versions[1]["note"] == "canary after the outage"
