@@ -284,8 +284,8 @@ def check_redacted_by(events, stored: Callable[[str], tuple[str, object] | None]
 
 def stored_bodies(storage: HubStorage) -> Callable[[str], tuple[str, object] | None]:
     """(layer, body) of an event the hub holds, or None: each looked up once for a batch's checks of parents
-    (check_parents, check_holds). A dict, not functools.cache: every push makes one, and most look nothing up
-    (a cache's wrapper cost a one-event push about 5% of the hub's CPU under bench/bench_hub_load.py)."""
+    (check_parents, check_holds). A dict, not functools.cache: every push makes one, and most look nothing up (making
+    a cache's wrapper took 2 µs, where making this takes 0.2: about 1% of a one-event push's CPU on the hub)."""
     seen: dict[str, tuple[str, object] | None] = {}
 
     def stored(id: str) -> tuple[str, object] | None:

@@ -541,8 +541,7 @@ class HubStorage(ABC):
         of the contract that stopped it consuming the layer (None: the latest contract has it consume the layer): a
         consumer dropped since holds events stored before that, which later redactions name. A contract in force only
         before the agent was added counts for nothing: its `consumers = ["*"]` named no agent of that name yet (nc21b:
-        one added after the layer was dropped was handed its redactions). The contracts are read again when a new one
-        came."""
+        one added after the layer was dropped was handed its redactions)."""
         until: dict[str, int | None] = {}
         for at, contract, counts in self._contracts_for(agent):
             now = set(consumed_layers(contract, agent))
