@@ -125,8 +125,8 @@ def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool
         rows = mem.files(as_of(mem, at, seq))
     files = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
              for r in sorted(rows)]
-    listing(files, json, lambda row: f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} {_when(row['updated_at'])}",
-            "no files")
+    listing(files, json, lambda row: f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} "
+            f"{_when(row['updated_at'])}", "no files")
 
 
 def _when(updated_at: str) -> str:

@@ -15,8 +15,8 @@ from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_fa
 from eventstore.instants import format_local, past_instant
 from eventstore.layers import MIND
 
-from .output import (AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail, listing,
-                     plain, progress_bar, strip_escapes_in_pipes, with_cwd_note)
+from .output import (AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail,
+                     listing, plain, progress_bar, strip_escapes_in_pipes, with_cwd_note)
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is

@@ -403,9 +403,10 @@ def build_server(mem: Memory) -> MCPServer:
     def search(query: str, at: str | None = None, seq: StrictInt | None = None, layers: list[str] | None = None,
                types: list[str] | None = None, kinds: list[str] | None = None, agent: str | None = None,
                status: str | None = None, include_all: StrictBool = False, n: StrictInt = 10) -> list[str]:
-        """Full-text search (BM25) over pages, shared layers, entries, the loop, files and mind.md's Always lines, now or
-        as of a moment (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page,
-        shared-page, local-page (a page of a layer of this agent's own), entry, loop, file, always. Superseded, deprecated and archived material only with include_all. With `at`, a second text
+        """Full-text search (BM25) over pages, shared layers, entries, the loop, files and mind.md's Always lines,
+        now or as of a moment (`at` ISO 8601, or `seq`); each hit (JSON) carries the citation to quote. kinds: page,
+        shared-page, local-page (a page of a layer of this agent's own), entry, loop, file, always. Superseded,
+        deprecated and archived material only with include_all. With `at`, a second text
         says which instant it searched. Every word must appear ("quoted phrases" too): OR, NOT, -word and prefix* are
         words like the others, not operators."""
         for kind in kinds or ():

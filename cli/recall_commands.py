@@ -42,7 +42,8 @@ def search(query: str,
            at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt,
            n: int = typer.Option(10, "-n", help="How many hits."), json: bool = JsonOpt):
     """Full-text search (BM25) over pages, shared layers, entries, the loop, files and Always lines, as of any moment.
-    Every word must appear ("quoted phrases" too); OR, NOT, -word and prefix* are words like the others, not operators."""
+    Every word must appear ("quoted phrases" too); OR, NOT, -word and prefix* are words like the others, not
+    operators."""
     for k in kind or ():
         if k not in searching.KINDS:
             fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
@@ -155,4 +156,6 @@ def _role(row: dict) -> str:
     if row.get("not_taken"):
         return "hub, not taken here (`mem status` says why)"
     does = [verb for verb, done in (("consumes", row["consumes"]), ("produces", row["produces"])) if done]
-    return f"hub, this agent {' and '.join(does)}" if does else "hub, not this agent's (it neither produces nor consumes it)"
+    if does:
+        return f"hub, this agent {' and '.join(does)}"
+    return "hub, not this agent's (it neither produces nor consumes it)"

@@ -109,7 +109,9 @@ def token_from_file(path: Path, what: str) -> str:
         token = path.read_bytes().decode().strip()
     except UnicodeDecodeError:
         fail(f"{path} is not a token: it is not UTF-8 text")
-    return long_enough(token, str(path), "delete the file to have a new one made") if token else fail(f"{path} is empty")
+    if not token:
+        fail(f"{path} is empty")
+    return long_enough(token, str(path), "delete the file to have a new one made")
 
 
 def server_token(host: str, token_file: Path | None) -> tuple[str | None, bool]:

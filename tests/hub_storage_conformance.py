@@ -99,7 +99,8 @@ class HubStorageConformance:
         hub.push([draft, shared, eves])
         ids = [contract_id, draft.id, shared.id, eves.id, entry().id]
         positions = hub.positions_of(ids)
-        assert hub.positions_seen_by("main", ids) == {id: positions[id] for id in (contract_id, draft.id, shared.id, eves.id)}
+        assert hub.positions_seen_by("main", ids) == {id: positions[id]
+                                                      for id in (contract_id, draft.id, shared.id, eves.id)}
         assert hub.positions_seen_by("writer", ids) == positions  # its own draft, the shared entries
         assert hub.positions_seen_by("eve", ids) == {id: positions[id] for id in (contract_id, shared.id, eves.id)}
         hub.apply_contract(Contract(layers={"insights": CONTRACT.layers["insights"]}))  # main stops consuming drafts

@@ -320,7 +320,8 @@ def test_what_a_newcomer_met_without_a_next_step_says_one(workspace, tmp_path):
     from hubserver import mem_serve
 
     w = ("-w", workspace)
-    assert run_mem(*w, "file", "list", check=True).stdout.decode().splitlines()[0].endswith("no_delete before any event")
+    listed = run_mem(*w, "file", "list", check=True).stdout.decode().splitlines()
+    assert listed[0].endswith("no_delete before any event")
     run_mem(*w, "always", "add", "be brief", check=True)
     before = log_rows(workspace)
     refused = run_mem(*w, "export", "adf", "-", cwd=tmp_path)
@@ -345,8 +346,8 @@ def test_what_a_newcomer_met_without_a_next_step_says_one(workspace, tmp_path):
     with mem_serve(hub) as url:
         assert httpx.get(url + "/").headers["location"] == "/ui/"
         with_path = run_mem(*w, "remote", "add", "origin", url + "/v1", "--token-file", token).stderr.decode()
-        assert with_path == (f"error: remote origin at {url}/v1 has no /v1/contract: a hub's URL is the one `mem serve` "
-                             "prints, with no path\n"), with_path
+        assert with_path == (f"error: remote origin at {url}/v1 has no /v1/contract: a hub's URL is the one "
+                             "`mem serve` prints, with no path\n"), with_path
         run_mem(*w, "remote", "add", "origin", url, "--token-file", token, check=True)
         run_mem("hub", "agent", "revoke", "alice", "--db", hub, check=True)
         revoked = run_mem(*w, "push").stderr.decode()

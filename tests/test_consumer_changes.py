@@ -433,7 +433,7 @@ def test_a_follower_says_when_a_pull_leaves_a_page_in_conflict_as_a_pull_does(tm
                 team.mem(agent, "page", "write", "plan", "--layer", "drafts", "--file",
                          team.page(f"p-{agent}", "Plan", f"{agent}'s plan"), check=True)
                 team.mem(agent, "push", check=True)
-            entry(team, "insights", "[FACT] after the conflict")  # the follower has folded the conflict once it has this
+            entry(team, "insights", "[FACT] after the conflict")  # the follower folded the conflict before this
             team.mem("alice", "push", check=True)
             assert eventually(has(team.root / "carol/memory/insights.md", "after the conflict"))
         finally:

@@ -169,7 +169,7 @@ def test_bad_pull_parameters(hub):
         refused(http.get("/v1/pull", params={"cursor": "!!!"}), 400, "invalid-cursor")
         refused(http.get("/v1/pull", params={"limit": "many"}), 400, "invalid-parameter")
         refused(http.get("/v1/pull", params={"limit": "0"}), 400, "invalid-parameter")
-        for wait in ("nan", "inf", "-1", "soon"):  # regression (nc22b): inf was taken, nan told "limit >= 1 and wait >= 0"
+        for wait in ("nan", "inf", "-1", "soon"):  # regression (nc22b): inf was taken; nan was told "limit >= 1 ..."
             told = refused(http.get("/v1/pull", params={"wait": wait}), 400, "invalid-parameter")["detail"]
             assert told == "wait is a number of seconds, at least 0 (the hub cuts a long one short)", wait
         # regression (nc13b): a bad `until` was "the cursor is not one this hub gave out", of the cursor given right

@@ -487,7 +487,8 @@ def test_mindlog_tools_over_stdio(workspace, tmp_path):
     assert [(hit["path"], hit["citation"]) for hit in json.loads(now[1])] == [
         ("mind/canary.md", "adf-file://mind/canary.md")]
     assert json.loads(then[1]) == []
-    assert bad_kind == (True, "kind must be one of page, shared-page, local-page, entry, loop, file, always, not 'nonsense'")
+    assert bad_kind == (True, "kind must be one of page, shared-page, local-page, entry, loop, file, always, not "
+                              "'nonsense'")
     assert [row[0] for row in log_rows(workspace)] == [1, 2, 3]
 
 

@@ -148,8 +148,8 @@ def test_shared_page_rename_delete_and_list(team):
         lines = team.mem(agent, "history", "content/drafts/prices.md", check=True).stdout.decode().splitlines()
         assert [line.split()[3:] for line in lines] == [
             ["page.ingest", "content/drafts/pricing.md"],
-            ["page.ingest", "content/drafts/prices.md", "(renamed", "from", "content/drafts/pricing.md)", "—", "renamed",
-             "from", "pricing"]], lines  # the version's own note follows the line
+            ["page.ingest", "content/drafts/prices.md", "(renamed", "from", "content/drafts/pricing.md)", "—",
+             "renamed", "from", "pricing"]], lines  # the version's own note follows the line
     before = log_rows(team.root / "writer")
     for args, expect in ((["page", "rename", "ghost", "x", "--layer", "drafts"], "no page ghost"),
                          (["page", "delete", "ghost", "--layer", "drafts"], "no page ghost"),

@@ -677,7 +677,7 @@ def test_mem_ui_keeps_its_hold_on_the_views_while_commands_write_them(tmp_path):
         for line in ("be brief", "cite sources"):
             run_mem("-w", root, "always", "add", line, check=True)
         fds = Path(f"/proc/{server.pid}/fd")
-        deleted = [os.readlink(p) for p in fds.iterdir() if "views.db" in os.readlink(p) and "(deleted)" in os.readlink(p)]
+        deleted = [link for link in map(os.readlink, fds.iterdir()) if "views.db" in link and "(deleted)" in link]
         assert deleted == []
         assert set(pages(40)) == {200}
         assert "cite sources" in httpx.get(f"{url}/asof", timeout=30).text

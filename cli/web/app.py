@@ -113,8 +113,8 @@ def in_wal_mode(path: Path) -> bool:
     Asked through SQLite, never read with open(): closing any descriptor of a database file drops every POSIX lock the
     process holds on it, its SQLite connections' included (SQLite keeps its own descriptors open while a lock is held).
     Without the server's locks, the next `mem` command to close the views took itself for their last user and deleted
-    their WAL and shared memory under the server's readers: about one page in five answered 503 (SQLITE_IOERR_SHORT_READ)
-    while commands wrote."""
+    their WAL and shared memory under the server's readers: about one page in five answered 503
+    (SQLITE_IOERR_SHORT_READ) while commands wrote."""
     db = open_read_only(path)
     if db is None:
         return False
