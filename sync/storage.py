@@ -605,15 +605,18 @@ class HubStorage(ABC):
 
     def _handed(self, agent: str, id: str, layer: str, consumed: dict[str, int | None]) -> bool:
         """Whether the event is a redaction the hub may have handed `agent` apart from its consumed layers' events:
-        one of a layer it produces or produced (a pull brings those), of a layer it consumed once, or naming an event
-        it wrote (GET /v1/redactions). Left out, the last event a pull brought looked lost from the hub at every pull
-        (nc23a)."""
+        one of a layer it produces or produced (a pull brings those), or one GET /v1/redactions hands it (of a layer
+        it consumed once, as `redactions_apart` filters them, or naming an event it wrote). Left out, the last event a
+        pull brought looked lost from the hub at every pull (nc23a)."""
         found = self.stored(id)
         body = decode_stored(found[1], 0, 0).body if found else None
         if type(body) is not Redaction:
             return False
-        return (layer in consumed or layer in self.produced_ever(agent)
-                or agent in self.authors_of(list(body.target_ids)).values())
+        if layer in self.produced_ever(agent):
+            return True
+        if layer in consumed:
+            return self._could_have_reached(agent, found[1], consumed)
+        return agent in self.authors_of(list(body.target_ids)).values()
 
     def watch(self, callback: Watcher) -> None:
         """Calls `callback` from a background thread when commits made outside this object (another hub

@@ -117,6 +117,10 @@ class HubStorageConformance:
         assert redaction_id in hub.positions_seen_by("writer", [redaction_id])
         assert redaction_id in hub.positions_seen_by("main", [redaction_id])
         assert hub.positions_seen_by("eve", [redaction_id]) == {}
+        [unseen] = hub.admin_redact([later.id], "gone too")  # of a version stored after main's drop: never handed it
+        unseen_id = next(e.id for e in hub.pull(unseen.position - 1, ["drafts"], 1))
+        assert hub.positions_seen_by("main", [unseen_id]) == {} and unseen_id in hub.positions_seen_by("writer",
+                                                                                                    [unseen_id])
 
     def test_pull_filters_layers_and_limits(self, hub):
         hub.push([entry(text="1"), entry(layer="drafts", agent="writer"), entry(text="3")])
