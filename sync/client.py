@@ -63,10 +63,11 @@ class HubRefused(MemError):
     """The hub answered with a problem document: a refusal (4xx), or a failure of its own (5xx: its storage
     unavailable, a bug), which is not something the request did wrong."""
 
-    def __init__(self, problem: Problem, message: str | None = None):
+    def __init__(self, problem: Problem, message: str | None = None, then: str | None = None):
+        """`message` in place of the hub's words; `then`, the next step, after them."""
         said = "hub failed" if problem.status >= 500 else "hub refused"
-        super().__init__(message or f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else ""),
-                         code=problem.type.rsplit("/", 1)[-1])
+        message = message or f"{said}: {problem.title}" + (f" — {problem.detail}" if problem.detail else "")
+        super().__init__(f"{message}: {then}" if then else message, code=problem.type.rsplit("/", 1)[-1])
         self.problem = problem
         self.status = problem.status
 
@@ -375,17 +376,17 @@ class HubClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _refused(self, problem: Problem, path: str) -> str | None:
-        """What to say of a refusal whose next step is not in the hub's words (None: its words), as found by a
-        newcomer (nc22a): a URL given with a path, a token revoked."""
+    def _refusal(self, problem: Problem, path: str) -> HubRefused:
+        """The hub's refusal, with the next step where its words give none, as a newcomer found (nc22a): a URL given
+        with a path, a token revoked."""
         code = problem.type.rsplit("/", 1)[-1]
         if code == "http-404":
-            return (f"remote {self.name} at {self.url} has no {path}: a hub's URL is the one `mem serve` prints, with "
-                    "no path")
+            return HubRefused(problem, f"remote {self.name} at {self.url} has no {path}: a hub's URL is the one "
+                                       "`mem serve` prints, with no path")
         if code == "invalid-token":
-            return (f"hub refused: {problem.title} — {problem.detail}: ask the hub's administrator for a new token "
-                    f"(`mem hub agent add`), then `mem remote add {self.name} {self.url} --token-file FILE` again")
-        return None
+            return HubRefused(problem, then="ask the hub's administrator for a new token (`mem hub agent add`), then "
+                                            f"`mem remote add {self.name} {self.url} --token-file FILE` again")
+        return HubRefused(problem)
 
     def _call(self, method: str, path: str, type_, body: "bytes | Outgoing | None" = None, params=None,
               wait: float = 0, packed=None):
@@ -415,7 +416,7 @@ class HubClient:
                 raise HubRefused(Problem(type="about:blank", title=f"HTTP {status}", status=status),
                                  f"remote {self.name} at {self.url} answered {path} with HTTP {status} and no problem "
                                  "document, as no mindlog hub answers: is that the hub's URL?") from None
-            raise HubRefused(problem, self._refused(problem, path))
+            raise self._refusal(problem, path)
         try:
             if packed is not None and response.headers.get("content-type", "").partition(";")[0] == MSGPACK:
                 return msgspec.msgpack.decode(data, type=packed)
