@@ -101,7 +101,7 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
                                          "(those sharing the most terms first)."),
          record: bool = typer.Option(False, "--record", help="Append one lint entry to mind/log.md."),
          at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
-    """The maintenance checklist: every check by default; exit 1 when anything is found."""
+    """The maintenance checklist: every check by default; exit 1 when anything this agent can change is found."""
     from projections import lint as linting
 
     names = list(check or []) + (["citations", "dead-links"] if citations else [])
@@ -122,7 +122,7 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
         typer.echo(report.summary())
         if report.recorded is not None:
             typer.echo(f"recorded in mind/log.md (seq {report.recorded})")
-    raise typer.Exit(1 if report.findings else 0)
+    raise typer.Exit(1 if report.to_mend() else 0)
 
 
 layer_app = typer.Typer(help="Local layers: typed-entry files (or page folders) of this agent alone, no hub needed.",

@@ -19,6 +19,7 @@ import msgspec
 
 from eventstore.envelope import decode_body
 from eventstore.errors import InvalidInput, MemError
+from eventstore.layers import produces
 from eventstore.redaction import REDACTED_TYPE
 
 from . import render, trust
@@ -33,13 +34,18 @@ DEFAULT_MAX_BYTES = 16384
 
 
 class Finding(msgspec.Struct):
+    """One problem found; `read_only` names the shared layer it lies in when this agent does not produce that layer,
+    so only the layer's producers can mend it (such findings alone do not make `mem lint` exit 1)."""
+
     check: str
     path: str
     problem: str
     citation: str = ""
+    read_only: str = ""
 
     def line(self) -> str:
-        return f"[{self.check}] {self.path}: " + (f"{self.citation} " if self.citation else "") + self.problem
+        mender = f" (only a producer of layer {self.read_only} can change it)" if self.read_only else ""
+        return f"[{self.check}] {self.path}: " + (f"{self.citation} " if self.citation else "") + self.problem + mender
 
 
 class SharedDoc(msgspec.Struct, frozen=True):
@@ -64,8 +70,10 @@ class SharedDoc(msgspec.Struct, frozen=True):
 class Scope:
     """What every check reads: the views and log as of one seq, the day that seq stands for, the root."""
 
-    def __init__(self, views: Views, log, as_of: int, day: str, root: Path | None = None, current: bool = True):
+    def __init__(self, views: Views, log, as_of: int, day: str, root: Path | None = None, current: bool = True,
+                 agent: str | None = None):
         self.views, self.log, self.as_of, self.day, self.root, self.current = views, log, as_of, day, root, current
+        self.agent = agent
         self.catalog = views.catalog(as_of)
         self.fields = page_trust(views, as_of)
         self._docs: dict[str, tuple[dict, str]] = {}
@@ -99,6 +107,18 @@ class Scope:
                         found.append(SharedDoc(spec.path, slug, page.frontmatter, page.text))
             self._shared = found
         return self._shared
+
+    def read_only_layer(self, path: str) -> str:
+        """The shared layer a finding's path lies in (a page under its folder, an entry `layer#id`) when the contract
+        of the seq does not let this agent produce it; "" for the agent's own pages, entries and layers."""
+        contract = self.views.contract_at(self.as_of)
+        if contract is None or self.agent is None:
+            return ""
+        for name, spec in contract.layers.items():
+            inside = path.startswith(f"{name}#") if spec.format == "entries" else path.startswith(spec.path)
+            if inside and not produces(contract, self.agent, name):
+                return name
+        return ""
 
     def entries(self):
         """Every typed entry as of the seq (shared and local layers), with who reversed it."""
@@ -440,8 +460,13 @@ class LintReport(msgspec.Struct):
         if not self.findings:
             return f"Lint ({', '.join(self.checks)}): no findings.{judged}"
         counts = Counter(f.check for f in self.findings)
+        read_only = len(self.findings) - len(self.to_mend())
         return (f"Lint: {len(self.findings)} finding(s): " + ", ".join(f"{k} {n}" for k, n in counts.items()) + "."
-                + judged)
+                + (f" {read_only} in layers only their producers can change." if read_only else "") + judged)
+
+    def to_mend(self) -> list[Finding]:
+        """The findings this agent can act on: `mem lint` exits 1 when there is one."""
+        return [f for f in self.findings if not f.read_only]
 
 
 def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | None = None,
@@ -454,12 +479,16 @@ def lint(memory, names: list[str] | None, as_of: int, day: str, judge: str | Non
         raise InvalidInput(f"--judge-timeout must be a number of seconds above 0, not {judge_timeout:g}")
     if judge_pairs_sent < 1:
         raise InvalidInput(f"--judge-pairs must be 1 or more, not {judge_pairs_sent}")
-    scope = Scope(memory.views, memory.log, as_of, day, memory.root, current=as_of >= memory.views.checkpoint())
+    scope = Scope(memory.views, memory.log, as_of, day, memory.root, current=as_of >= memory.views.checkpoint(),
+                  agent=memory.config.agent)
     findings = run(scope, names)
     verdicts, candidates = [], 0
     if judge:
         judged, verdicts, candidates = judge_pairs(scope, judge, judge_timeout, judge_pairs_sent)
         findings += judged
+    for finding in findings:
+        if finding.check != "orphans":  # a stray file is on this agent's own disk, for it to remove
+            finding.read_only = scope.read_only_layer(finding.path)
     return LintReport(seq=as_of, checks=list(names or CHECKS) + (["judge"] if judge else []), findings=findings,
                       verdicts=verdicts, candidates=candidates)
 

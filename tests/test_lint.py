@@ -4,7 +4,7 @@ import json
 import sys
 
 from conftest import log_rows, run_mem
-from teamhub import Team
+from teamhub import Team, layer
 
 from projections import lint
 from projections.memory import Memory
@@ -307,5 +307,33 @@ def test_the_judge_rules_on_shared_pages_too(tmp_path):
             "[judge] content/drafts/a.md: contradicts content/drafts/b.md (judge: contradiction: "
             "adf-file://content/drafts/a.md vs adf-file://content/drafts/b.md)",
             "Lint: 1 finding(s): judge 1. The judge ruled on 1 of 1 candidate pairs."], linted.stdout.decode()
+    finally:
+        team.stop()
+
+
+def test_a_consumer_is_told_who_can_mend_a_shared_page_and_lint_exits_0_for_those_alone(tmp_path):
+    """Regression: an agent that only consumes a pages layer got `[sources] ...: has no sources` and exit 1 for a
+    teammate's page the contract forbids it to change. Such a finding now names the layer whose producers can mend
+    it (`read_only` in JSON) and alone does not fail the lint; the producer's lint of the same page still fails."""
+    team = Team(tmp_path, agents=("writer", "reader"), contract=layer("drafts", "content/drafts/", "pages",
+                                                                      producers=("writer",)))
+    try:
+        (tmp_path / "plan.md").write_bytes(page("Plan", "Ship it.", sources=()))
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", tmp_path / "plan.md", check=True)
+        team.mem("writer", "sync", check=True)
+        team.mem("reader", "sync", check=True)
+        linted = team.mem("reader", "lint", "--check", "sources")
+        assert linted.returncode == 0, linted.stdout.decode()
+        assert linted.stdout.decode().splitlines() == [
+            "[sources] content/drafts/plan.md: has no `sources`: it cannot be re-verified (only a producer of layer "
+            "drafts can change it)",
+            "Lint: 1 finding(s): sources 1. 1 in layers only their producers can change."]
+        as_json = json.loads(team.mem("reader", "lint", "--check", "sources", "--json").stdout)
+        assert [(f["path"], f["read_only"]) for f in as_json["findings"]] == [("content/drafts/plan.md", "drafts")]
+        (tmp_path / "mine.md").write_bytes(page("Mine", "Local.", sources=()))
+        team.mem("reader", "page", "write", "mine", "--file", tmp_path / "mine.md", check=True)
+        assert team.mem("reader", "lint", "--check", "sources").returncode == 1
+        written = team.mem("writer", "lint", "--check", "sources")
+        assert written.returncode == 1 and "only a producer" not in written.stdout.decode()
     finally:
         team.stop()
