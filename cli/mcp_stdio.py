@@ -8,6 +8,8 @@ error response, as the SDK's own HTTP transport does: -32700 (parse error) for a
 the line, else null. A request whose id is neither a whole number nor a string (1.5, null, true, {})
 is parsed by the SDK as a notification, which nothing answers: it gets -32600 with id null too.
 The line is read for its id without recursion, so no nesting depth can stop the server.
+A line past the size the SDK's HTTP transport takes (4 MiB) is refused too, -32600 with id null, and read
+no further than that into memory: the rest of it is skipped up to its newline.
 """
 
 import json
@@ -18,6 +20,7 @@ from json.decoder import scanstring
 
 import anyio
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification
 from pydantic import ValidationError
@@ -132,19 +135,34 @@ BAD_ID = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
     code=INVALID_REQUEST, message="Invalid Request: the id must be a whole number or a string"))
 
 
+MAX_LINE_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
+TOO_LONG = "\x00 a line past MAX_LINE_BYTES, skipped\n"
+"""What `Lines` hands the SDK's reader (which cannot parse it) in place of a line over the limit."""
+TOO_LONG_ANSWER = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+    code=INVALID_REQUEST, message=f"Invalid Request: the line is more than {MAX_LINE_BYTES} bytes"))
+
+
 class Lines:
     """The stdin the SDK's reader iterates, keeping each line it hands out until `Answering` has taken the message
-    the reader made of it (the reader sends one item, a message or an exception, per line)."""
+    the reader made of it (the reader sends one item, a message or an exception, per line). A line over
+    MAX_LINE_BYTES is read in pieces of that size and handed out as TOO_LONG."""
 
-    def __init__(self, inner):
-        self.inner = inner.__aiter__()
+    def __init__(self, inner: anyio.AsyncFile):
+        self.readline = inner.wrapped.readline
         self.unclaimed: deque[str] = deque()
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> str:
-        line = await self.inner.__anext__()
+        line = await anyio.to_thread.run_sync(self.readline, MAX_LINE_BYTES + 1)
+        if not line:
+            raise StopAsyncIteration
+        body = line.removesuffix("\n")
+        if len(body) > MAX_LINE_BYTES // 4 and len(body.encode("utf-8")) > MAX_LINE_BYTES:
+            while line and not line.endswith("\n"):
+                line = await anyio.to_thread.run_sync(self.readline, MAX_LINE_BYTES)
+            line = TOO_LONG
         self.unclaimed.append(line)
         return line
 
@@ -169,7 +187,9 @@ class Answering:
         while True:
             item = await self.inner.receive()
             line = self.lines.claim() if self.lines is not None else None
-            if isinstance(item, Exception):
+            if line is TOO_LONG:
+                await self.write.send(SessionMessage(TOO_LONG_ANSWER))
+            elif isinstance(item, Exception):
                 await self.write.send(SessionMessage(unparsed_answer(item)))
             elif isinstance(getattr(item, "message", None), JSONRPCNotification) and line is not None \
                     and top_level_id(line) not in (NO_ID, NOT_AN_OBJECT):  # a request whose id the SDK could not take
