@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from eventstore.envelope import new_event
 from eventstore.kinds import EntryAppend, PageIngest
 from eventstore.layers import Contract, ContractLayer
-from eventstore.secrets import _PREFILTER, may_hold_secret, scan_body, scan_text
+from eventstore.secrets import _PREFILTER, may_hold_secret, scan_body, scan_text, scan_value
 from sync.storage import open_storage
 from sync.wire import PROBLEM_BASE
 
@@ -33,6 +33,8 @@ SECRETS = {
     "slack token": ("xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx", "Slack Token"),
     "credentials in a url": ("postgres://admin:s3cr3tpass@db.internal:5432/app", "Basic Auth Credentials"),
     "quoted password": ('password = "hunter2x"', "Secret Keyword"),
+    "bare password": ("the staging db password: Tr0ub4dor&3", "Secret Keyword"),
+    "bare api key": ("API_KEY=sk9Lw2QpXz7m", "Secret Keyword"),
     "json web token": ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
                        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "JSON Web Token"),
 }
@@ -46,6 +48,8 @@ ORDINARY = {
             "and https://example.com/a/b?x=1",
     "paths": "edit src/projections/memory/views2/fold.py and /usr/lib/python3.11/site-packages/x",
     "prose about passwords": "the password policy: rotate monthly; the API key lives in the vault, never here",
+    "password words before no password": "password: min-12 chars; api_key: ${API_KEY}; token: v2; the password: see "
+                                         "the vault; pwd: /home/me/x1; password: <redacted>; key: 42",
     "kebab slugs": "deploy-procedure-for-the-new-staging-cluster-2026 and cross-domain-insights",
     "dates and numbers": "2026-11-29T11:22:23.876Z, 1795951347123 ms, 3.14159265358979",
 }
@@ -64,8 +68,8 @@ def test_ordinary_text_passes(name):
     assert list(scan_text(ORDINARY[name], "text")) == []
 
 
-PIECES = ["PRIVATE KEY", "private key", "://", "u:p@", "password", "Token", "=", ":", "'", '"', " ", "\n",
-          "a", "Z", "9", "+", "/", "_", "-", "é"]
+PIECES = ["PRIVATE KEY", "private key", "://", "u:p@", "password", "Token", "API_KEY", "pWd", "=", ":", "'", '"', " ",
+          "\n", "a", "Z", "9", "+", "/", "_", "-", "é", "\u212a", "\u017f"]
 
 
 @given(st.lists(st.sampled_from(PIECES) | st.text(max_size=20), max_size=40).map("".join))
@@ -260,3 +264,11 @@ def test_a_local_layer_takes_allow_secret_as_a_page_does(workspace):
     assert refused.returncode == 1 and b"pass --allow-secret" in refused.stderr
     run_mem("-w", workspace, "entry", "add", "decisions", text, "--allow-secret", check=True)
     assert AWS in (workspace / "memory" / "decisions.md").read_text()
+
+
+def test_a_bare_password_in_frontmatter_is_found_as_in_text():
+    """A page's frontmatter is a mapping: `password: hunter22` there reaches the scan as the value alone, which no
+    rule takes for a secret. It is judged with its key, as the same line in the text is."""
+    found = list(scan_value({"type": "note", "db_password": "Tr0ub4dor&3", "api_key": "${API_KEY}",
+                             "description": "password: min-12"}, "frontmatter"))
+    assert [(f.kind, f.field) for f in found] == [("Secret Keyword", "frontmatter.db_password")]
