@@ -123,18 +123,22 @@ def file_list(at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool
     """Every file, the wiki's included, as adf_files shows them."""
     with memory() as mem:
         rows = mem.files(as_of(mem, at, seq))
-    files = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": r[7]}
+    files = [{"path": r[0], "mime_type": r[2], "size": r[3], "protection": r[4], "updated_at": _updated_at(r[7])}
              for r in sorted(rows)]
     listing(files, json, lambda row: f"{row['path']:<36} {row['size']:>8}  {row['protection']:<9} "
             f"{_when(row['updated_at'])}", "no files")
 
 
-def _when(updated_at: str) -> str:
+def _updated_at(stored: str) -> str | None:
     """A file's time as listed: mind.md and mind/log.md as `mem init` made them, before any event, have none (ADF's
-    row says the epoch, which read as 1970: nc22a)."""
+    row says the epoch, which read as 1970: nc22a; `--json` said so still)."""
     from projections.adf import EPOCH_ISO
 
-    return "before any event" if updated_at == EPOCH_ISO else updated_at
+    return None if stored == EPOCH_ISO else stored
+
+
+def _when(updated_at: str | None) -> str:
+    return "before any event" if updated_at is None else updated_at
 
 
 def _message(box: str, file: str, allow_secret: bool):
