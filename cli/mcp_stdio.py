@@ -8,8 +8,8 @@ error response, as the SDK's own HTTP transport does: -32700 (parse error) for a
 the line, else null. A request whose id is neither a whole number nor a string (1.5, null, true, {})
 is parsed by the SDK as a notification, which nothing answers: it gets -32600 with id null too.
 The line is read for its id without recursion, so no nesting depth can stop the server.
-A line past the size the SDK's HTTP transport takes (4 MiB) is refused too, -32600 with id null, and read
-no further than that into memory: the rest of it is skipped up to its newline.
+A line past 16 MiB (as a request to the hub may be) is refused too, -32600 with the id its first 64 KiB name, and
+read no further than that into memory: the rest of it is skipped up to its newline.
 """
 
 import json
@@ -20,7 +20,6 @@ from json.decoder import scanstring
 
 import anyio
 from mcp.server.stdio import stdio_server
-from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification
 from pydantic import ValidationError
@@ -35,25 +34,28 @@ _TOKEN = re.compile(r'[ \t\n\r]*(?:(")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def top_level_id(line: str):
+def top_level_id(line: str, cut: bool = False):
     """The value of the "id" member of the JSON object `line` (the last one, as a JSON parser keeps it; a container
     read as an empty one, an integer of more digits than Python converts as NaN), NO_ID when it has none,
     NOT_AN_OBJECT when `line` is not exactly one JSON object. Read in one pass with an explicit stack, not
-    recursively (a run of brackets at once): a line nested a million levels deep costs a moment, never the stack."""
+    recursively (a run of brackets at once): a line nested a million levels deep costs a moment, never the stack.
+    `cut`: `line` is the head of a longer one; the id is the one named before the cut (a value the cut may have
+    shortened, the last thing read, is not taken)."""
     stack: list[str] = []  # "{" or "[" for each open container
     expect = "value"  # value | first-value (or "]") | key | first-key (or "}") | colon | comma (or a closer)
-    at, found, key = 0, NO_ID, None
+    at, found, key, whole = 0, NO_ID, None, NO_ID
     while True:
         token = _TOKEN.match(line, at)
         if token is None:
-            return NOT_AN_OBJECT
+            return whole if cut else NOT_AN_OBJECT
+        whole = found
         at = token.end()
         quote, number, literal, mark = token.groups()
         if quote:
             try:
                 text, at = scanstring(line, at)
             except ValueError:
-                return NOT_AN_OBJECT
+                return whole if cut else NOT_AN_OBJECT
         if expect in ("key", "first-key"):
             if quote:
                 key, expect = (text if len(stack) == 1 else None), "colon"
@@ -135,17 +137,26 @@ BAD_ID = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
     code=INVALID_REQUEST, message="Invalid Request: the id must be a whole number or a string"))
 
 
-MAX_LINE_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
-TOO_LONG = "\x00 a line past MAX_LINE_BYTES, skipped\n"
-"""What `Lines` hands the SDK's reader (which cannot parse it) in place of a line over the limit."""
-TOO_LONG_ANSWER = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
-    code=INVALID_REQUEST, message=f"Invalid Request: the line is more than {MAX_LINE_BYTES} bytes"))
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""As a request to the hub may be (`sync.hub.MAX_REQUEST_BYTES`): an event's 8 MiB body, escaped in JSON."""
+ID_HEAD_CHARS = 65536
+
+
+class TooLong(str):
+    """What `Lines` hands the SDK's reader (which cannot parse it) in place of a line over MAX_LINE_BYTES, with the
+    id its head named, so that the client's request is answered as its own."""
+
+    ident = None
+
+    def answer(self) -> JSONRPCError:
+        return JSONRPCError(jsonrpc="2.0", id=self.ident if usable_id(self.ident) else None, error=ErrorData(
+            code=INVALID_REQUEST, message=f"Invalid Request: the line is more than {MAX_LINE_BYTES} bytes"))
 
 
 class Lines:
     """The stdin the SDK's reader iterates, keeping each line it hands out until `Answering` has taken the message
     the reader made of it (the reader sends one item, a message or an exception, per line). A line over
-    MAX_LINE_BYTES is read in pieces of that size and handed out as TOO_LONG."""
+    MAX_LINE_BYTES is read in pieces of that size and handed out as a TooLong."""
 
     def __init__(self, inner: anyio.AsyncFile):
         self.readline = inner.wrapped.readline
@@ -160,9 +171,11 @@ class Lines:
             raise StopAsyncIteration
         body = line.removesuffix("\n")
         if len(body) > MAX_LINE_BYTES // 4 and len(body.encode("utf-8")) > MAX_LINE_BYTES:
+            refused = TooLong("\x00 a line past MAX_LINE_BYTES, skipped\n")
+            refused.ident = top_level_id(body[:ID_HEAD_CHARS], cut=True)
             while line and not line.endswith("\n"):
                 line = await anyio.to_thread.run_sync(self.readline, MAX_LINE_BYTES)
-            line = TOO_LONG
+            line = refused
         self.unclaimed.append(line)
         return line
 
@@ -187,8 +200,8 @@ class Answering:
         while True:
             item = await self.inner.receive()
             line = self.lines.claim() if self.lines is not None else None
-            if line is TOO_LONG:
-                await self.write.send(SessionMessage(TOO_LONG_ANSWER))
+            if isinstance(line, TooLong):
+                await self.write.send(SessionMessage(line.answer()))
             elif isinstance(item, Exception):
                 await self.write.send(SessionMessage(unparsed_answer(item)))
             elif isinstance(getattr(item, "message", None), JSONRPCNotification) and line is not None \

@@ -749,23 +749,25 @@ def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and
     assert [a["result"] for a in answers if a.get("id") == 2] == [{}]
 
 
-def test_a_line_past_the_http_body_limit_is_refused_unread_and_the_server_goes_on(workspace):
-    """Regression (found, not fixed, last stop): a stdio request line had no bound. A 20 MiB ping was read whole and
-    answered. A line past the 4 MiB the SDK's HTTP transport takes (in bytes: 2.5 million two-byte characters too)
-    is now answered -32600, its rest skipped in pieces of that size; a line just under it is served."""
+def test_a_line_past_16_mib_is_refused_unread_with_its_id_and_the_server_goes_on(workspace):
+    """Regression (found, not fixed, last stop): a stdio request line had no bound; a 20 MiB ping was read whole and
+    answered. A line past 16 MiB, as a request to the hub may be (in bytes: 9 million two-byte characters too), is
+    answered -32600 with the id its head names (null when it names none), its rest skipped in pieces of that size;
+    a line just under it is served."""
     initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
     ping = '{"jsonrpc": "2.0", "id": %d, "method": "ping", "params": {"pad": "%s"}}'
     lines = [json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
-             (ping % (5, "x" * (20 * 2**20))).encode(), (ping % (6, "\u00e9" * 2_500_000)).encode(),
-             (ping % (7, "x" * (4 * 2**20 - 100))).encode(), b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}']
+             (ping % (5, "x" * (20 * 2**20))).encode(), (ping % (6, "\u00e9" * 9_000_000)).encode(),
+             b'{"jsonrpc": "2.0", "method": "ping", "params": {"pad": "' + b"x" * (17 * 2**20) + b'"}, "id": 9}',
+             (ping % (7, "x" * (16 * 2**20 - 100))).encode(), b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}']
     answers, err, code = raw_session(workspace, lines, 5)
     assert code == 0 and b"Traceback" not in err, err.decode()[-2000:]
     said = [(a.get("id"), a.get("error", {}).get("code")) for a in answers]
     assert said[0] == (0, None) and sorted(said[1:], key=str) == sorted(
-        [(None, -32600), (None, -32600), (7, None), (2, None)], key=str), said
+        [(5, -32600), (6, -32600), (None, -32600), (7, None), (2, None)], key=str), said
     assert {a["error"]["message"] for a in answers if "error" in a} == {
-        "Invalid Request: the line is more than 4194304 bytes"}
+        "Invalid Request: the line is more than 16777216 bytes"}
     assert log_rows(workspace) == []
 
 
