@@ -243,12 +243,16 @@ def init(agent: Optional[str] = typer.Option(None, "--agent", help="This agent's
     root = state["workspace"] or current_directory()
     existed = Workspace(root).exists
     outer = None if existed else Workspace.around(absolute(root).parent)
+    wiki = not existed and any((Path(root) / name).exists() for name in ("mind.md", "mind"))
     with Memory.init(root, agent, log) as mem:
         where = f"; log in {shown(mem.config.log)}" if mem.config.log else ""
         if existed:
             typer.echo(f"{mem.root} is already a workspace (agent {mem.config.agent}{where}): nothing changed")
         else:
             typer.echo(f"initialised {mem.root} for agent {mem.config.agent}{where}")
+        if wiki:  # the files are left as they are, for adopt to record (nc24b)
+            typer.echo("it holds a wiki already (mind.md, mind/): `mem adopt` records its pages, `## Always` lines "
+                       "and change log as the log's first events")
         if outer is not None:
             typer.echo(f"note: {mem.root} is inside the workspace {outer.root} (agent {outer.config().agent}): "
                        "commands run in it or below it use the new one, and the outer one keeps none of its files",
@@ -613,7 +617,9 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
 
 def adopted_lines(report) -> list[str]:
     return ([f"adopted {path}" for path in report.adopted]
-            + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()])
+            + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()]
+            + [f"kept {path} as it was, from before mindlog, as {kept} (`mem show {kept}`): all but its `## Always` "
+               "lines is made from the pages now" for path, kept in report.kept.items()])
 
 
 DAY_MS = 86_400_000

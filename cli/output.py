@@ -164,6 +164,20 @@ def summary(event: Event) -> str:
         return f"{len(body.target_ids)} event(s): {body.reason}"
     if event.kind == "contract.change":
         return _cut("layers: " + ", ".join(sorted(body.layers)))
+    if event.kind == "import.gap":  # (nc24b: an empty line where a log imported from an ADF file begins)
+        first = (event.seq or 0) - body.skipped
+        return _cut(f"stands for seqs {first} to {event.seq - 1} of {body.source}" if body.skipped
+                    else f"from {body.source}")
+    if event.kind == "log.restore":
+        return f"{len(body.entries)} entr{'y' if len(body.entries) == 1 else 'ies'} of a mind/log.md from before"
+    if event.kind == "audit.import":
+        return _cut(f"{body.source}: {body.entry_count} entries")
+    if event.kind == "config.set" and not body.key:
+        return "the whole config"
+    if event.kind == "loop.clear":
+        return _cut(f"loop {body.loop}")
+    if event.kind in ("inbox.message", "outbox.message") and isinstance(body.message.get("content"), str):
+        return summary_text(body.message["content"])
     for field in ("slug", "line", "path", "summary", "key", "content", "role"):
         value = getattr(body, field, None)
         if isinstance(value, str):

@@ -17,7 +17,7 @@ from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath, for_each
 from .ids import now_ms, uuid7
 from .instants import LAST_MS
 from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, ContractChange, EntryAppend,
-                    FileDelete, FileWrite, InboxMessage, Lint, LoopAppend, LoopClear, LoopCompact, OutboxMessage,
+                    FileDelete, FileWrite, InboxMessage, Lint, LogRestore, LoopAppend, LoopClear, LoopCompact, OutboxMessage,
                     PageDelete, PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
 from .layers import AGENT, LOOP, MIND
 
@@ -93,6 +93,10 @@ class Writer:
             raise NotFound(f"there is no Always line {number}; `mem always list` shows {len(lines)} lines")
         line = lines[number - 1]
         return self._event(AlwaysRemove(line=line, position=None if lines.index(line) == number - 1 else number))
+
+    def log_restore(self, entries: list[str]) -> Event:
+        """The entries of a mind/log.md from before mindlog (an import's, an adopted wiki's), kept as they were."""
+        return self._event(LogRestore(entries=entries))
 
     def lint(self, summary: str, findings: list[str]) -> Event:
         return self._event(Lint(summary=validate.one_line(summary, "the lint summary"),

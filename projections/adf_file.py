@@ -199,18 +199,6 @@ MAX_SEQ = 2 ** 53 - 1  # beyond this a seq no longer survives a JSON reader (a d
 MAX_JSON_DEPTH = 64
 
 
-def _log_entries(text: str) -> list[str] | None:
-    if not text.startswith(render.LOG_TITLE + "\n"):
-        return None
-    body = text[len(render.LOG_TITLE) + 1:]
-    if not body:
-        return []
-    if not body.startswith("\n## ["):
-        return None
-    return [chunk + "\n" if not chunk.endswith("\n") else chunk
-            for chunk in re.split(r"\n(?=## \[)", body[1:]) if chunk]
-
-
 def _time(iso: str | None, fallback: int | None) -> int | None:
     try:
         return parse_instant(iso) if isinstance(iso, str) and iso else fallback
@@ -472,6 +460,11 @@ class _Importer:
         return found
 
     def rows(self, table: str, required: bool) -> list[dict]:
+        made = self.db.execute("SELECT type, sql FROM sqlite_master WHERE name = ? COLLATE NOCASE", (table,)).fetchone()
+        if made is not None and (made[0] != "table" or (made[1] or "").lstrip()[:14].upper() == "CREATE VIRTUAL"):
+            # a view's rows are a query's, which may never end (a recursive one made 2.4 GB of events: nc24a)
+            raise InvalidInput(f"its {table} is a {'view' if made[0] == 'view' else 'virtual table'}, not a table: "
+                               "an ADF file holds its rows in tables")
         columns = [row[1] for row in self.db.execute(f"PRAGMA table_info({table})")]
         if not columns:
             if required:
@@ -644,7 +637,7 @@ class _Importer:
                 self.wiki.append(self._in_mind(body, mind_ms))
         mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
-        entries = _log_entries(log_text) if LOG_PATH in files else []
+        entries = render.log_entries(log_text) if LOG_PATH in files else []
         if entries:
             body = self.scanned(LogRestore(entries=entries), f"adf_files {LOG_PATH!r}")
             self.wiki.append(self.event(body, MIND, _time(files[LOG_PATH][4], None)))
@@ -819,7 +812,11 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
     imported loop seqs stay the seqs their citations name. A refusal appends nothing; so does a row that
     holds a secret, unless `allow_secret`."""
     if Path(path).is_dir():
-        raise InvalidInput(f"{path} is a directory, not an ADF file")
+        raise InvalidInput(f"{path} is a directory, not an ADF file" + (
+            "; a wiki folder is brought under mindlog in place: `mem init` in it, then `mem adopt`"
+            if (Path(path) / "mind.md").is_file() or (Path(path) / "mind").is_dir() else ""))
+    if Path(path).exists() and not Path(path).is_file():  # a pipe: SQLite's read of it never ended (nc24a)
+        raise InvalidInput(f"{path} is not a regular file (a pipe, a device), not an ADF file")
     try:
         db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
         try:

@@ -20,14 +20,15 @@ from eventstore.layers import MIND
 from .materialize import file_hash, hand_edited, untracked, written_hash
 from .merge import three_way
 from . import trust
-from .render import CATALOG_EDIT, always_lines, outside_always
-from .views import LOG_PATH, MIND_PATH, slug_of
+from .render import CATALOG_EDIT, always_lines, log_entries, outside_always
+from .views import KEPT_ASIDE, LOG_PATH, MIND_PATH, slug_of
 
 
 class AdoptReport(msgspec.Struct):
     adopted: list[str] = []
     refused: dict[str, str] = {}
     renamed: dict[str, str] = {}  # a page moved by hand (its bytes unchanged): old path -> new path, one rename each
+    kept: dict[str, str] = {}  # a file from before mindlog that it renders otherwise -> the file that keeps its text
 
 
 def adopt(memory, *, allow_secret: bool = False, progress=None, explain=str) -> AdoptReport:
@@ -105,6 +106,10 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]
     progress(0, total=len(edited) + len(missing) + len(shared_missing))
+    if LOG_PATH in edited and written_hash(views, LOG_PATH) is None:  # first: the pages adopted next add entries
+        edited.discard(LOG_PATH)
+        _restore_log(memory, report, allow_secret, explain)
+        progress(1)
     if MIND_PATH in edited:  # first: the renames and pages adopted next rewrite mind.md
         progress(1)
         try:
@@ -206,11 +211,54 @@ def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]
     return merged.encode("utf-8"), None
 
 
+def _restore_log(memory, report: AdoptReport, allow_secret: bool, explain) -> None:
+    """A mind/log.md mindlog never wrote, the wiki's own from before `mem init`: its entries are kept as one
+    log.restore event (as `mem import adf` keeps an imported one), below every entry written since, and the file
+    is mindlog's from then on. A text that is no change log is left where it is (it is kept nowhere else):
+    overwritten, the wiki's history was lost (nc24b)."""
+    text = (memory.root / LOG_PATH).read_bytes()
+    entries = log_entries(text.decode("utf-8", "replace"))
+    if entries is None:
+        report.refused[LOG_PATH] = ("it is no change log mindlog can read (`# Log`, a blank line, then `## [DATE] "
+                                    "kind | title` entries), and it was not written by mindlog: move it aside "
+                                    "(mindlog writes its own), then `mem adopt` again")
+        return
+    try:
+        memory.append_all([memory.writer.log_restore(entries)] if entries else [], touches=[LOG_PATH],
+                          adopt={LOG_PATH: text}, force=True, allow_secret=allow_secret, from_disk=True)
+    except MemError as exc:
+        report.refused[LOG_PATH] = explain(exc)
+    else:
+        report.adopted.append(LOG_PATH)
+
+
 MOVED_ALWAYS = "`mem always remove N`, then `mem always add --at M`, moves a line"
+
+
+def _kept_aside(memory, text: str, report: AdoptReport, allow_secret: bool) -> bool:
+    """The wiki's own mind.md, from before `mem init`, kept whole as a file (as `mem import adf` keeps an imported
+    one that mindlog would render otherwise): mindlog makes all of it but `## Always` from the pages, so whatever
+    else it held, overwritten, was lost (nc24b)."""
+    target = KEPT_ASIDE + MIND_PATH
+    try:
+        memory.file_write(target, text.encode("utf-8"), "text/markdown", allow_secret=allow_secret)
+    except MemError as exc:
+        report.refused[MIND_PATH] = f"it could not be kept as {target} ({exc}), so it is left as it is"
+        return False
+    report.kept[MIND_PATH] = target
+    return True
 
 
 def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) -> None:
     wanted = always_lines(text)
+    first = written_hash(memory.views, MIND_PATH) is None  # not mindlog's: the wiki's own
+    if first and outside_always(text) != outside_always(memory.show(MIND_PATH, memory.views.checkpoint()) or ""):
+        if not _kept_aside(memory, text, report, allow_secret):
+            return
+        if wanted is None:
+            memory.refresh(force=frozenset({MIND_PATH}))
+            report.adopted.append(MIND_PATH)
+            return
     if wanted is None:
         report.refused[MIND_PATH] = "mind.md has no `## Always` section to adopt"
         return
@@ -222,7 +270,7 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
     wanted = [line for line in wanted if line]
     surplus = Counter(base_lines) - Counter(wanted)  # copies removed: one of a line given twice too (nc21b)
     missing = Counter(wanted) - Counter(base_lines)
-    catalog_edited = outside_always(text) != outside_always(base)
+    catalog_edited = outside_always(text) != outside_always(base) and MIND_PATH not in report.kept
     if not surplus and not missing and (catalog_edited or wanted != base_lines):  # "adopted" would hide that it is not
         report.refused[MIND_PATH] = (  # kept
             f"only lines outside `## Always` changed, which are not adopted: {CATALOG_EDIT}" if catalog_edited else
@@ -240,7 +288,7 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
             before = next((have.index(kept) + 1 for kept in reversed(wanted[:index]) if kept in have), 0)
             memory.always_add(line, position=before + 1, force=True, allow_secret=allow_secret)
             have.insert(before, line)
-    memory.refresh(force=True)  # mind.md is rendered again from what was adopted
+    memory.refresh(force=frozenset({MIND_PATH}))  # mind.md is rendered again from what was adopted
     report.adopted.append(MIND_PATH)
     left = [f"the other lines edited: {CATALOG_EDIT}"] if catalog_edited else []
     if base_lines == current and memory.always() != wanted:  # nothing written since: the edit also moved lines

@@ -280,12 +280,13 @@ HEADS_KEPT_FROM = 64
 """Files to bring up to date from which the shared pages' heads are read at once (SharedViews.heads_kept)."""
 
 
-def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool = False,
+def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = False, dry_run: bool = False,
                 seen: dict | None = None, settle: bool = False, rendered: dict[str, str] | None = None) -> FileReport:
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
-    edited by hand: it is left alone (and reported) unless `force`. `dry_run` only lists what would
+    edited by hand: it is left alone (and reported) unless `force` (True, or a set that holds its path: what a
+    write was told to overwrite, never another file edited by hand that happens to be due too). `dry_run` only lists what would
     be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
     `seen`: the hashes of the files on disk, kept from one call to the next (`disk_hash`). `settle` (with
     `dry_run`): every file on disk is rendered, and those whose bytes are already the views' are recorded as
@@ -313,14 +314,15 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                     continue
                 checked = stat_key(target)
                 on_disk = disk_hash(target, seen, checked) if checked is not None else None
-                edited = on_disk is not None and on_disk != written and on_disk != landings.get(path)
-                if dry_run and (on_disk is None or not (settle or (edited and not force))):
+                edited = on_disk is not None and on_disk != written and on_disk != landings.get(path) and not (
+                    force is True or force and path in force)
+                if dry_run and (on_disk is None or not (settle or edited)):
                     continue  # nothing on disk: nothing to refuse, nothing already there to settle
                 apart = ahead[path].result() if path in ahead else None
                 chunks = views.entries_file(path, apart) if apart is not None else views.file_chunks(path)
                 if chunks is None:
                     if on_disk is not None:
-                        if edited and not force:
+                        if edited:
                             report.refused.append(path)
                             continue
                         if not dry_run:
@@ -328,13 +330,13 @@ def materialize(views: Views, root: Path, *, force: bool = False, dry_run: bool 
                         report.removed.append(path)
                     new_hash = None
                 elif path == LOG_PATH:
-                    new_hash = _materialize_stream(views, target, chunks, on_disk, edited and not force, dry_run,
+                    new_hash = _materialize_stream(views, target, chunks, on_disk, edited, dry_run,
                                                    report, path, settle, (rendered or {}).get(path))
                 else:
                     content = "".join(chunks).encode("utf-8")
                     new_hash = hashlib.sha256(content).hexdigest()
                     if on_disk != new_hash:
-                        if edited and not force:
+                        if edited:
                             report.refused.append(path)
                             continue
                         report.written.append(path)

@@ -328,7 +328,7 @@ class Memory:
                 raise views_not_of_log(*anchor)
         return checkpoint, head
 
-    def refresh(self, *, force: bool = False, progress=None, files: bool = True) -> FileReport:
+    def refresh(self, *, force: bool | frozenset[str] = False, progress=None, files: bool = True) -> FileReport:
         """Catches the views up with the log and writes what changed to the workspace.
 
         With `files` False only the views move; the files stay marked dirty until a later refresh.
@@ -419,6 +419,7 @@ class Memory:
         later edits even when a file changed again meanwhile, so that edit is merged onto what was adopted,
         never against an older base (which both changed: refused for good). `gone`: files deleted by hand whose
         deletion the events record, no longer hand edits while they stay deleted (the other files touched still are).
+        `force`: the files touched are written over hand edits; any other file edited by hand is left as it is.
 
         Once the events are committed the command has succeeded: if the views or files then cannot follow
         (a full disk), `behind` says so and the next command catches up."""
@@ -443,7 +444,7 @@ class Memory:
                 event.seq = seq
             if adopt:
                 self._record_adopted(adopt, from_disk)
-            self.follow(force=force, files=force or not self.defer_files)
+            self.follow(force=frozenset(touches) if force else False, files=force or not self.defer_files)
         return events
 
     def _record_adopted(self, adopt: dict[str, bytes], from_disk: bool) -> None:
@@ -466,7 +467,7 @@ class Memory:
         trust.admit(self, event)
         return event
 
-    def follow(self, *, force: bool = False, files: bool = True, progress=None) -> FileReport:
+    def follow(self, *, force: bool | frozenset[str] = False, files: bool = True, progress=None) -> FileReport:
         """Refreshes after a committed append; a storage failure, or a file something else stands in the way of,
         leaves the events standing and sets `behind`."""
         try:

@@ -131,6 +131,20 @@ def log(blocks_newest_first: Iterable[Sequence[tuple]]) -> Iterator[str]:
         yield log_block([row[-1] for row in block])
 
 
+def log_entries(text: str) -> list[str] | None:
+    """The entries of a mind/log.md as written there (newest first, each from its `## [` line), or None when the
+    text is no such file (`# Log`, a blank line, then entries)."""
+    if not text.startswith(LOG_TITLE + "\n"):
+        return None
+    body = text[len(LOG_TITLE) + 1:]
+    if not body:
+        return []
+    if not body.startswith("\n## ["):
+        return None
+    return [chunk + "\n" if not chunk.endswith("\n") else chunk
+            for chunk in re.split(r"\n(?=## \[)", body[1:]) if chunk]
+
+
 def log_head() -> str:
     """What mind/log.md holds before its entries (`log`)."""
     return LOG_TITLE + "\n"

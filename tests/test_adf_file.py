@@ -1,6 +1,7 @@
 """`mem export adf` and `mem import adf`: real ADF files, the fixture's older schema, round trips."""
 
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -227,6 +228,32 @@ def test_import_refuses_a_used_workspace_and_non_adf_files(tmp_path, fixture_adf
         import_adf(fresh, partial)
     with pytest.raises(InvalidInput, match=f"^{tmp_path} is a directory, not an ADF file$"):
         import_adf(fresh, tmp_path)
+    assert fresh.log.head() == 0
+
+
+def test_a_view_a_pipe_or_a_wiki_folder_given_as_an_adf_file_is_one_line_and_nothing_is_read(tmp_path):
+    """Regression (nc24a): an adf_loop made as a view of a recursive query never ended (2.4 GB and a million events
+    for a 12 KB file when bounded, the OOM killer when not), and a named pipe hung the import for good. Each is
+    refused before a row is read; a wiki folder is told the way in (nc24b)."""
+    fresh = Memory.init(tmp_path / "ws", "a")
+    hostile = tmp_path / "view.adf"
+    build_adf(hostile, tables=("adf_meta", "adf_config", "adf_files", "adf_audit"))
+    db = sqlite3.connect(hostile)
+    db.execute("CREATE VIEW ADF_LOOP AS WITH RECURSIVE n(seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM n) "
+               "SELECT seq, 'main' AS loop, 'user' AS role, '[]' AS content_json, 5 AS created_at FROM n")
+    db.commit()
+    db.close()
+    with pytest.raises(InvalidInput, match="its adf_loop is a view, not a table: an ADF file holds its rows in tables"):
+        import_adf(fresh, hostile)
+    pipe = tmp_path / "pipe.adf"
+    os.mkfifo(pipe)
+    with pytest.raises(InvalidInput, match=r"pipe.adf is not a regular file \(a pipe, a device\), not an ADF file$"):
+        import_adf(fresh, pipe)
+    wiki = tmp_path / "wiki"
+    (wiki / "mind").mkdir(parents=True)
+    result = run_mem("-w", tmp_path / "ws", "import", "adf", wiki)
+    assert result.stderr.decode() == (f"error: {wiki} is a directory, not an ADF file; a wiki folder is brought under "
+                                      "mindlog in place: `mem init` in it, then `mem adopt`\n")
     assert fresh.log.head() == 0
 
 

@@ -698,3 +698,43 @@ def test_always_remove_of_a_line_given_twice_removes_the_one_named(workspace):
     assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == ["a", "b"]
     assert json.loads(run_mem("-w", workspace, "always", "list", "--seq", "3", "--json", check=True).stdout) == [
         "a", "b", "a"]
+
+
+MIND_BEFORE = "# Mind\n\n## Always\n\n- be brief\n\n## Notes\n\nOn-call: lee (until Friday).\n"
+WIKI_LOG = "# Log\n\n## [2026-11-02] update | Deploy\nRotated on-call to lee\n\n## [2026-11-01] ingest | Deploy\nFirst\n"
+
+
+def test_a_wiki_folder_brought_under_mindlog_keeps_its_change_log(tmp_path):
+    """Regression (nc24b, data loss): `mem init` in an existing wiki folder, then `mem adopt`, rewrote its own
+    mind/log.md while saying it left it: adopting mind.md's Always lines forced every file due, the log's too, and
+    the wiki's history was in no event. Its entries are now kept as a log.restore event, below those written since,
+    and the file is mindlog's from then on; a log that is no change log is left, and says what to do. The wiki's
+    mind.md, which mindlog renders from the pages but for `## Always` (its notes were lost), is kept as a file."""
+    wiki = tmp_path / "wiki"
+    (wiki / "mind").mkdir(parents=True)
+    (wiki / "mind.md").write_text(MIND_BEFORE)
+    (wiki / "mind/deploy.md").write_bytes(PAGE)
+    (wiki / "mind/log.md").write_text(WIKI_LOG)
+    said = run_mem("init", "-w", wiki, "--agent", "hermes", check=True).stdout.decode()
+    assert "it holds a wiki already (mind.md, mind/): `mem adopt` records its pages" in said
+    adopted = run_mem("-w", wiki, "adopt", check=True).stdout.decode()
+    assert "adopted mind/log.md" in adopted and "adopted mind/deploy.md" in adopted
+    assert ("kept mind.md as it was, from before mindlog, as imported/mind.md (`mem show imported/mind.md`): all but "
+            "its `## Always` lines is made from the pages now") in adopted
+    assert [row[6] for row in log_rows(wiki)] == ["log.restore", "file.write", "always.add", "page.ingest"]
+    assert run_mem("-w", wiki, "show", "imported/mind.md", check=True).stdout == MIND_BEFORE.encode()
+    text = (wiki / "mind/log.md").read_text()
+    assert text.endswith(WIKI_LOG.removeprefix("# Log\n")) and text.index("ingest | ") < text.index("Rotated")
+    assert run_mem("-w", wiki, "show", "mind/log.md", "--seq", "1", check=True).stdout.decode() == WIKI_LOG
+    assert "clean" in run_mem("-w", wiki, "status", check=True).stdout.decode()
+    listed = run_mem("-w", wiki, "log", check=True).stdout.decode().splitlines()
+    assert listed[0].endswith("log.restore    2 entries of a mind/log.md from before")
+
+    other = tmp_path / "other"
+    (other / "mind").mkdir(parents=True)
+    (other / "mind/deploy.md").write_bytes(PAGE)
+    (other / "mind/log.md").write_text("my notes, not a change log\n")
+    run_mem("init", "-w", other, check=True)
+    result = run_mem("-w", other, "adopt")
+    assert result.returncode == 1 and "left mind/log.md: it is no change log mindlog can read" in result.stdout.decode()
+    assert (other / "mind/log.md").read_text() == "my notes, not a change log\n"
