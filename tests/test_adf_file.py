@@ -789,3 +789,15 @@ def test_a_file_with_no_content_or_a_time_that_is_no_time_is_refused(tmp_path, c
     ws, result = import_cli(tmp_path, adf)
     refused_in_one_line(result, says)
     assert log_rows(ws) == []
+
+
+def test_the_log_says_what_an_import_gap_and_a_restored_change_log_stand_for(tmp_path, fixture_adf):
+    """Regression (nc24b): `mem log` showed an empty summary where an imported log begins (import.gap), and for the
+    whole config the file brought (a restored change log's: test_adopt)."""
+    ws = tmp_path / "ws"
+    run_mem("init", "-w", ws, check=True)
+    run_mem("-w", ws, "import", "adf", fixture_adf, check=True)
+    lines = run_mem("-w", ws, "log", check=True).stdout.decode().splitlines()
+    summaries = {line.split()[4]: line.split(None, 5)[5] if len(line.split()) > 5 else "" for line in lines}
+    assert summaries["import.gap"] == "stands for seqs 1 to 31 of artemis"
+    assert summaries["config.set"] == "the whole config"
