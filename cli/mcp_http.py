@@ -9,10 +9,12 @@ dump."""
 import json
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from mcp.types import jsonrpc_message_adapter
+from pydantic import ValidationError
 
 from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 
-from .mcp_stdio import BAD_ID, usable_id
+from .mcp_stdio import BAD_ID, unparsed_answer, usable_id
 
 
 NOT_A_MESSAGE = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
@@ -21,7 +23,8 @@ NOT_A_MESSAGE = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
 
 def refusal(body: bytes) -> JSONRPCError | None:
     """BAD_ID for a JSON-RPC request (an object with a method) whose id is there but unusable; NOT_A_MESSAGE for a
-    JSON array (a batch, which this protocol version has no more: the SDK answered it with its validator's dump).
+    JSON array (a batch, which this protocol version has no more: the SDK answered it with its validator's dump);
+    for any other object that is no JSON-RPC message (`params` a list), what stdio answers: -32600 with its id.
     None: the SDK's to answer, a body that does not parse (or nests past Python's recursion limit) included."""
     try:
         message = json.loads(body)
@@ -31,6 +34,10 @@ def refusal(body: bytes) -> JSONRPCError | None:
         return NOT_A_MESSAGE
     if isinstance(message, dict) and "method" in message and "id" in message and not usable_id(message["id"]):
         return BAD_ID
+    try:
+        jsonrpc_message_adapter.validate_python(message, by_name=False)
+    except ValidationError as exc:  # the SDK answered with its validator's dump, and id null (nc24a)
+        return unparsed_answer(exc, "body")
     return None
 
 

@@ -117,18 +117,18 @@ def usable_id(value) -> bool:
     return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
-def unparsed_answer(exc: Exception) -> JSONRPCError:
-    """The error response to a line the SDK could not take for a JSON-RPC message."""
+def unparsed_answer(exc: Exception, what: str = "line") -> JSONRPCError:
+    """The error response to a line (or an HTTP body) the SDK could not take for a JSON-RPC message."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
     unparsed = [error["input"] for error in errors if error["type"] == "json_invalid"]
     if unparsed:
         line = unparsed[0]
         ident = top_level_id(line) if isinstance(line, str) else None
-        code, message = PARSE_ERROR, "Parse error: the line is not JSON the server can read"
+        code, message = PARSE_ERROR, f"Parse error: the {what} is not JSON the server can read"
     else:
         ident = next((error["input"]["id"] for error in errors
                       if isinstance(error["input"], dict) and usable_id(error["input"].get("id"))), None)
-        code, message = INVALID_REQUEST, "Invalid Request: the line is not a JSON-RPC 2.0 message"
+        code, message = INVALID_REQUEST, f"Invalid Request: the {what} is not a JSON-RPC 2.0 message"
     return JSONRPCError(jsonrpc="2.0", id=ident if usable_id(ident) else None, error=ErrorData(code=code,
                                                                                                 message=message))
 

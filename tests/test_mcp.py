@@ -392,6 +392,8 @@ def test_streamable_http_on_loopback(workspace):
                                b'"params": {"x": "' + b"a" * 5_000_000 + b'"}}')
         pinged = httpx.post(url, headers=headers, timeout=30, content=b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}')
         batch = httpx.post(url, headers=headers, timeout=30, content=b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]')
+        listed = httpx.post(url, headers=headers, timeout=30,  # params a list: the validator's dump too (nc24a)
+                            content=b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": ["a"]}')
         foreign = httpx.post(url, headers={**headers, "Host": f"evil.example:{port}"}, timeout=30,
                              content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}')  # refused first for its Host
         with socket.create_connection(("127.0.0.1", port)) as gone:  # a client that leaves before its body ends
@@ -411,6 +413,8 @@ def test_streamable_http_on_loopback(workspace):
     assert too_large.status_code == 413 and foreign.status_code == 421
     assert batch.status_code == 400 and batch.json()["error"] == {  # was -32602 and pydantic's validation dump
         "code": -32600, "message": "Invalid Request: the body is not a JSON-RPC 2.0 message"}
+    assert listed.status_code == 400 and listed.json() == {"jsonrpc": "2.0", "id": 6, "error": {
+        "code": -32600, "message": "Invalid Request: the body is not a JSON-RPC 2.0 message"}}
     assert pinged.status_code == 200 and '"id":9,"result":{}' in pinged.text
     assert created == (False, "File created successfully at: /memories/mind/deploy.md")
     assert not edited[0] and refused == (
