@@ -10,7 +10,7 @@ layer wins, for this agent.
 
 import re
 
-from eventstore.errors import InvalidInput
+from eventstore.errors import InvalidInput, UnsafePath
 from eventstore.layers import (FORMATS, LAYER_NAME_PATTERN, Contract, ContractLayer, is_reserved,
                                path_problem, paths_overlap, why_reserved)
 
@@ -125,3 +125,8 @@ def refuse_layer_path(path: str, contract: Contract | None) -> None:
         how = f"mem entry add {name} \"[TYPE] ...\"" if contract.layers[name].format == "entries" else \
             f"mem page write SLUG --layer {name}"
         raise InvalidInput(f"{path} belongs to layer {name!r}; write it with `{how}`")
+    twin = next((name for name, spec in (contract.layers if contract else {}).items()
+                 if paths_overlap(path, spec.path)), None)
+    if twin is not None:  # `memory/Insights.md` beside the layer's memory/insights.md: one file on macOS (nc24a)
+        raise UnsafePath(f"{path} cannot be written: layer {twin!r} has {contract.layers[twin].path} there, the same "
+                         "name but for letter case or Unicode normalization, or one inside the other")

@@ -416,3 +416,20 @@ def test_an_entry_whose_id_reads_past_year_9999_breaks_no_file_listing(workspace
     assert times["memory/decisions.md"] == format_instant(first["ts"])
     assert "far" in run_mem(*w, "show", "memory/decisions.md", check=True).stdout.decode()
     run_mem(*w, "export", "adf", workspace / "out.adf", check=True)
+
+
+def test_a_file_named_as_a_layers_file_but_for_letter_case_is_refused(workspace):
+    """Regression (nc24a): `mem file write memory/DEC.md` beside the layer's memory/dec.md (one file on macOS and
+    Windows), `Notes/a.md` in the folder of a pages layer at notes/, and a file under the layer's file were taken:
+    the letter-case rule of the agent's own files left the layers' out. Each is refused, the log untouched."""
+    run_mem("-w", workspace, "layer", "add", "dec", "memory/dec.md", check=True)
+    run_mem("-w", workspace, "layer", "add", "notes", "notes/", "--format", "pages", check=True)
+    before = log_rows(workspace)
+    for path, layer, held in (("memory/DEC.md", "dec", "memory/dec.md"), ("Notes/a.md", "notes", "notes/"),
+                              ("memory/dec.md/x.md", "dec", "memory/dec.md")):
+        refused = run_mem("-w", workspace, "file", "write", path, "--file", "-", input=b"x\n")
+        assert refused.returncode == 1 and refused.stderr.decode() == (
+            f"error: {path} cannot be written: layer {layer!r} has {held} there, the same name but for letter case "
+            "or Unicode normalization, or one inside the other\n")
+    assert log_rows(workspace) == before
+    run_mem("-w", workspace, "file", "write", "memory/other.md", "--file", "-", input=b"x\n", check=True)
