@@ -399,6 +399,31 @@ def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[i
 # --- point in time ------------------------------------------------------------------------------
 
 
+def why_absent(mem, path: str, moment: int, asked: bool) -> str:
+    """Why `path` shows nothing as of `moment` (`asked`: a moment was given), with the way to what it was: the
+    page deleted, renamed, moved by the contract, or under its older name then (nc24b: a rename read as a delete)."""
+    from projections.history import by_contract, history, moved
+    from projections.views import page_path
+
+    versions = [version for version in history(mem, path) if version.seq <= moment]
+    last = versions[-1] if versions else None
+    quoted = shlex.quote(path)
+    if last is not None and last.deleted:  # the way back to it, where "does not exist" was all it said
+        rename = mem.event(last.seq).body if last.kind == "page.rename" else None
+        if by_contract(last):  # not deleted (nc21a)
+            gone = f"{path}: {moved(mem, path, last)} at seq {last.seq}"
+        elif rename is not None and hasattr(rename, "new"):
+            new = page_path(rename.new)
+            gone = f"{path} was renamed to {new} at seq {last.seq} (`mem show {shlex.quote(new)}`)"
+        else:
+            gone = f"{path} was deleted at seq {last.seq}"
+        return f"{gone}; `mem show {quoted} --seq {last.seq - 1}` shows it as it was"
+    if last is not None and last.path != path:  # the page had its older name then
+        return (f"{path} did not exist then: the page was {last.path} (`mem show {shlex.quote(last.path)} "
+                f"--seq {moment}`)")
+    return f"{path} did not exist then" if asked else f"{path} does not exist"
+
+
 @app.command()
 def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     """Print mind.md, mind/log.md or mind/<slug>.md (or a page by its slug) as of any moment."""
@@ -407,17 +432,9 @@ def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
         path = mem.named_file(path, moment)
         text = mem.show(path, moment)
         binary = mem.binary_file(path, moment) if text is not None and text.startswith("<") else None
-        if text is None:
-            from projections.history import by_contract, history, moved
-
-            versions = [version for version in history(mem, path) if version.seq <= moment]
-            if versions and versions[-1].deleted:  # the way back to it, where "does not exist" was all it said
-                last = versions[-1]
-                gone = (f"{path}: {moved(mem, path, last)}" if by_contract(last)  # not deleted (nc21a)
-                        else f"{path} was deleted")
-                fail(f"{gone} at seq {last.seq}; `mem show {shlex.quote(path)} --seq {last.seq - 1}` shows it as it was")
+        absent = why_absent(mem, path, moment, at is not None or seq is not None) if text is None else None
     if text is None:
-        fail(f"{path} did not exist then" if at or seq is not None else f"{path} does not exist")
+        fail(absent)
     if binary is not None and not sys.stdout.isatty():
         sys.stdout.flush()
         sys.stdout.buffer.write(binary)

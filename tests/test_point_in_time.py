@@ -55,6 +55,22 @@ def test_show_page_as_of_times_and_seqs(history):
     assert before.returncode == 1 and b"before this workspace existed" in before.stderr
 
 
+def test_a_renamed_page_reads_as_renamed_and_its_new_name_names_the_old_one_then(workspace, tmp_path):
+    """Regression (nc24b): `mem show oncall` after `mem page rename oncall oncall-roster` said "was deleted", and
+    `mem show oncall-roster --seq` of a moment before the rename "did not exist then", naming neither name."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "oncall", "--file", page, check=True)
+    run_mem("-w", workspace, "page", "rename", "oncall", "oncall-roster", check=True)
+    assert show(workspace, "oncall").stderr == (
+        b"error: mind/oncall.md was renamed to mind/oncall-roster.md at seq 2 (`mem show mind/oncall-roster.md`); "
+        b"`mem show mind/oncall.md --seq 1` shows it as it was\n")
+    assert show(workspace, "oncall-roster", "--seq", "1").stderr == (
+        b"error: mind/oncall-roster.md did not exist then: the page was mind/oncall.md (`mem show mind/oncall.md "
+        b"--seq 1`)\n")
+    assert show(workspace, "mind/oncall.md", "--seq", "1").stdout == PAGE
+
+
 def test_at_accepts_offsets(history):
     ws, t = history
     utc = dt.datetime.fromisoformat(t["t1"].replace("Z", "+00:00"))
