@@ -613,6 +613,10 @@ def _not_written_note(report, path: str) -> str:
     return "  (a newer version waits; `mem adopt` keeps the edit)"
 
 
+STATUS_LINES = 20
+"""The paths `mem status` prints of each kind (edited by hand, missing...); --json holds them all."""
+
+
 def show_status(json: bool, fetch: bool) -> None:
     from eventstore.workspace import log_cut_short
     from sync.status import sync_status
@@ -629,8 +633,13 @@ def show_status(json: bool, fetch: bool) -> None:
     for label, paths in (("edited by hand", edited), ("not written", report.skipped),
                          ("not yet written", report.pending), ("missing", report.missing),
                          ("untracked", report.untracked)):
-        for path in paths:
+        for path in paths[:STATUS_LINES]:
             typer.echo(f"{label + ':':<17}{path}" + (_not_written_note(report, path) if label == "not written" else ""))
+        if len(paths) > STATUS_LINES:  # ten thousand pages deleted by hand printed ten thousand lines (nc24b)
+            typer.echo(f"{label + ':':<17}... and {len(paths) - STATUS_LINES:,} more (`mem status --json` lists them all)")
+        if label == "missing" and paths:
+            typer.echo(f"{'':<17}(deleted by hand: `mem adopt` records the deletion{'s' * (len(paths) > 1)}, "
+                       f"`mem replay` writes {'them' if len(paths) > 1 else 'it'} again)")
     if report.leftovers:
         them = "it" if len(report.leftovers) == 1 else "them"
         typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "

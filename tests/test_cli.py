@@ -197,3 +197,22 @@ def test_a_sent_message_is_from_this_agent_unless_it_says(workspace):
     assert refused.stderr.decode() == "error: the message needs 'to': a non-empty string\n"
     with Memory.open(workspace) as mem:
         assert mem.event(1).body.message["from"] == mem.config.agent and mem.head() == 1
+
+
+def test_status_lists_twenty_paths_of_a_kind_and_says_how_many_more_and_what_to_do(workspace, tmp_path):
+    """Regression (nc24b): with ten thousand pages deleted by hand `mem status` printed ten thousand `missing:` lines,
+    and none said what would become of them. It prints twenty of each kind, then how many more (--json has all),
+    and what `mem adopt` and `mem replay` do with pages deleted by hand."""
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    for number in range(23):
+        run_mem("-w", workspace, "page", "write", f"p{number:02}", "--file", page, check=True)
+    for deleted in (workspace / "mind").glob("p*.md"):
+        deleted.unlink()
+    lines = run_mem("-w", workspace, "status", check=True).stdout.decode().splitlines()
+    missing = [line for line in lines if line.startswith("missing:")]
+    assert len(missing) == 21 and missing[0] == "missing:         mind/p00.md"
+    assert missing[-1] == "missing:         ... and 3 more (`mem status --json` lists them all)"
+    assert lines[lines.index(missing[-1]) + 1] == (
+        "                 (deleted by hand: `mem adopt` records the deletions, `mem replay` writes them again)")
+    assert len(json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)["missing"]) == 23
