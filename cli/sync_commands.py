@@ -184,9 +184,25 @@ def hub_init(db: str = DbOpt):
 
 
 @agent_app.command("add")
-def agent_add(name: str, db: str = DbOpt, json: bool = JsonOpt):
+def agent_add(name: str, db: str = DbOpt, json: bool = JsonOpt,
+              token_file: Optional[str] = typer.Option(None, "--token-file", help="Write the token to this new file, "
+                                                       "readable by you alone (mode 600), instead of printing it.")):
     """Register an agent; prints its token once (the hub keeps only a hash)."""
-    token = storage(db).add_agent(name)
+    from sync.client import new_token_file
+
+    target = new_token_file(token_file) if token_file is not None else None
+    try:
+        token = storage(db).add_agent(name)
+    except BaseException:  # a name taken already: no empty token file left behind
+        if target is not None:
+            target.close()
+            Path(target.name).unlink()
+        raise
+    if target is not None:
+        with target:
+            target.write(token + "\n")
+        return emit_json({"agent": name, "token_file": token_file}) if json else typer.echo(
+            f"agent {name}: token written to {token_file} (mode 600)")
     if json:
         return emit_json({"agent": name, "token": token})
     typer.echo(token)

@@ -16,6 +16,7 @@ import sys
 import threading
 import queue
 import re
+import shlex
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -236,6 +237,17 @@ def _pull_again(memory, remote: Remote, client: "HubClient") -> str:
     return f"after hub position {mark.at}, the last pull it still holds"
 
 
+def new_token_file(path: str):
+    """A new file for a token, readable by its owner alone (mode 600), opened for writing; an existing file is
+    refused (a token written over another is lost), before the agent is registered."""
+    try:
+        return open(absolute(path), "x", encoding="utf-8", opener=lambda name, flags: os.open(name, flags, 0o600))
+    except FileExistsError:
+        raise InvalidInput(f"{path} exists already: give a new file for the token") from None
+    except OSError as exc:
+        raise InvalidInput(f"the token file {path} cannot be made: {exc.strerror}") from None
+
+
 def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = False,
                client: "HubClient | None" = None) -> RemoteAdded:
     """Adds (or replaces) a remote after asking the hub who the token belongs to: a token of another
@@ -273,6 +285,10 @@ def add_remote(memory, name: str, url: str, token_file: str, *, force: bool = Fa
     remotes[name] = remote
     _save_remotes(memory, remotes)
     warnings: list[str] = []
+    mode = token_path.stat().st_mode & 0o777
+    if mode & 0o077:  # `mem hub agent add main > main.token` under a usual umask: 0644 (nc24b)
+        warnings.append(f"warning: the token file {token_file} can be read by other users (mode {mode:o}): "
+                        f"`chmod 600 {shlex.quote(token_file)}`")
     take_placed(memory, answer.contract, warnings.append)
     return RemoteAdded(remote=remote, agent=answer.agent, replaced=replaced, warnings=warnings)
 

@@ -16,7 +16,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from conftest import PAGE, mem_command
+from conftest import PAGE, mem_command, run_mem
 from projections.memory import Memory
 from sync.server import free_port
 
@@ -277,3 +277,32 @@ def test_mcp_over_http_on_loopback_refuses_a_foreign_host_with_the_same_check(wo
                                ).status_code != 403
     finally:
         stop(server)
+
+
+def test_an_agents_token_file_is_made_for_its_owner_alone_and_a_readable_one_is_warned_of(tmp_path):
+    """Regression (nc24b): the README's `mem hub agent add main > main.token` left the token readable by every user
+    (0644 under a usual umask), and nothing said so. `--token-file` makes a new file of mode 600 (refusing one that
+    is there, and leaving none when the agent is refused), and `mem remote add` warns of a token others can read."""
+    from hubserver import mem_serve
+
+    hub = tmp_path / "hub.db"
+    run_mem("hub", "init", "--db", hub, check=True)
+    made = run_mem("hub", "agent", "add", "alice", "--db", hub, "--token-file", tmp_path / "alice.token", check=True)
+    assert made.stdout.decode() == f"agent alice: token written to {tmp_path / 'alice.token'} (mode 600)\n"
+    assert os.stat(tmp_path / "alice.token").st_mode & 0o777 == 0o600
+    again = run_mem("hub", "agent", "add", "bob", "--db", hub, "--token-file", tmp_path / "alice.token")
+    assert again.stderr.decode() == f"error: {tmp_path / 'alice.token'} exists already: give a new file for the token\n"
+    taken = run_mem("hub", "agent", "add", "alice", "--db", hub, "--token-file", tmp_path / "other.token")
+    assert taken.returncode == 1 and not (tmp_path / "other.token").exists()
+    readable = tmp_path / "bob.token"
+    readable.write_text(run_mem("hub", "agent", "add", "bob", "--db", hub, check=True).stdout.decode())
+    readable.chmod(0o644)
+    for agent in ("alice", "bob"):
+        run_mem("init", "-w", tmp_path / agent, "--agent", agent, check=True)
+    with mem_serve(hub) as url:
+        quiet = run_mem("-w", tmp_path / "alice", "remote", "add", "origin", url, "--token-file",
+                        tmp_path / "alice.token", check=True)
+        warned = run_mem("-w", tmp_path / "bob", "remote", "add", "origin", url, "--token-file", readable, check=True)
+    assert quiet.stderr == b""
+    assert warned.stderr.decode() == (f"warning: the token file {readable} can be read by other users (mode 644): "
+                                      f"`chmod 600 {readable}`\n")
