@@ -312,8 +312,10 @@ def import_adf_command(source: Path, json: bool = JsonOpt, allow_secret: bool = 
     if report.already and not report.events:
         return typer.echo(f"{source} was imported here already: all {report.already} of its events are in the log; "
                           "nothing appended")
-    typer.echo(f"imported {source} (schema {report.schema_version}) as {event_count(report.events)} ("
-               + ", ".join(f"{k} {n}" for k, n in report.rows.items() if n) + ")")
+    rows = ", ".join(f"{k} {n}" for k, n in report.rows.items() if n)
+    typer.echo(f"imported {source} (schema {report.schema_version}) as {event_count(report.events)} ({rows})" if rows
+               else f"imported {source} (schema {report.schema_version}): it holds nothing mindlog keeps; nothing "
+                    "appended")  # it said "as 0 events ()" (nc24a)
     for path in report.kept_aside:
         typer.echo(f"kept as a file: {path}")
     if report.shared:

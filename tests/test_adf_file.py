@@ -801,3 +801,13 @@ def test_the_log_says_what_an_import_gap_and_a_restored_change_log_stand_for(tmp
     summaries = {line.split()[4]: line.split(None, 5)[5] if len(line.split()) > 5 else "" for line in lines}
     assert summaries["import.gap"] == "stands for seqs 1 to 31 of artemis"
     assert summaries["config.set"] == "the whole config"
+
+
+def test_an_adf_file_with_nothing_to_keep_says_so(tmp_path):
+    """Regression (nc24a): a file of adf_meta alone was "imported ... as 0 events ()"."""
+    empty = tmp_path / "empty.adf"
+    build_adf(empty, tables=("adf_meta",))
+    run_mem("init", "-w", tmp_path / "ws", check=True)
+    said = run_mem("-w", tmp_path / "ws", "import", "adf", empty, check=True).stdout.decode()
+    assert said == f"imported {empty} (schema 28): it holds nothing mindlog keeps; nothing appended\n"
+    assert log_rows(tmp_path / "ws") == []
