@@ -45,6 +45,7 @@ class Team:
         admin.apply_contract(parse_contract(contract))
         for agent in agents:
             (root / f"{agent}.token").write_text(admin.add_agent(agent) + "\n")
+            (root / f"{agent}.token").chmod(0o600)  # as `mem hub agent add --token-file` makes it
         admin.close()
         self.server = HubServer(str(self.db)).start()
         self.url = self.server.url
