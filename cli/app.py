@@ -573,7 +573,10 @@ def replay(to: Optional[int] = typer.Option(None, "--to", help="Rebuild as of th
         if report.caught_up_from is not None:
             typer.echo(f"the views were at seq {report.caught_up_from}, behind the log (a `replay --to`, or a command cut off): "
                        "caught them up first")
-        typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT"))
+        pending = len(report.not_yet_written)  # not a difference: said as such, not under "no differences" (nc24b)
+        typer.echo(f"rebuilt to seq {report.checkpoint}: " + ("no differences" if report.same else "DIFFERENT")
+                   + (f" (and {pending:,} file{'s' * (pending > 1)} not yet written, which the next command writes)"
+                      if pending else ""))
         lines = [*report.differences,
                  *(f"file {path} not yet written (the next command writes it)" for path in report.not_yet_written)]
         for line in lines[:CHECK_LINES]:
