@@ -127,6 +127,18 @@ def test_a_shared_event_links_to_its_layer_file(ui):
     assert 'href="history?path=content/drafts/launch.md"' in get(ui, f"timeline?event={seq}")
 
 
+def test_a_files_history_takes_file_as_as_of_does_and_its_versions_open_that_file(ui):
+    """Regression (nc24b): history took `?path=` where the as-of page takes `?file=` (given `file`, it ignored it and
+    showed the empty chooser), and each version of a file that is no wiki page linked to `asof?seq=N` alone, which
+    opened the moment but not the file; mind/log.md's versions linked to a page named `log`, a 400."""
+    for path in ("content/drafts/launch.md", "mind/log.md"):
+        by_file = get(ui, f"history?file={path}")
+        assert by_file == get(ui, f"history?path={path}")
+        links = re.findall(r'href="(asof\?seq=\d+[^"]*)"', by_file)
+        assert links and all(link.endswith(f"&amp;file={path}") for link in links), links
+        assert get(ui, links[0].replace("&amp;", "&")).count(path) >= 1
+
+
 def test_conflicts_show_each_head(ui):
     page = get(ui, "conflicts")
     assert "drafts / launch" in page

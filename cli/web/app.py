@@ -317,7 +317,7 @@ class Site:
         return mem.shared_listing(now.seq, self.visible(request, mem, now))
 
     def history(self, request: Request):
-        path = request.query_params.get("path") or ""
+        path = request.query_params.get("path") or request.query_params.get("file") or ""  # `file`, as on as-of
         slug = request.query_params.get("page")
         if slug:
             path = page_path(validate.slug(slug))  # an unsafe slug is a 400, as on the as-of page
