@@ -38,6 +38,17 @@ class WorkspaceStatus(msgspec.Struct):
     command that writes files removes."""
 
 
+def _owed(memory, path: str) -> bool:
+    """Whether a file the views mark due has anything due: one on disk is written or removed, one that is neither on
+    disk nor in the views (a page renamed away while a killed replay had it due: nc24b) has nothing left to do."""
+    if (memory.root / path).exists():
+        return True
+    target = memory.views.shared_target(path) if memory.views.contract else None
+    if target is not None and target[1] is None:  # an entries layer's file: there as long as its layer is
+        return True
+    return memory.views.file_chunks(path) is not None
+
+
 def workspace_status(memory) -> WorkspaceStatus:
     checkpoint, head = memory.witnesses()  # views another log gave, or edited outside mem: said, not counted "behind"
     if head and memory.log.recorded_at(head) is None:
@@ -46,7 +57,7 @@ def workspace_status(memory) -> WorkspaceStatus:
         edited, loose = [], []  # views lost (or rebuilt from nothing): they know no file, so none is judged yet
     else:
         edited, loose = hand_edited(memory.views, memory.root), untracked(memory.views, memory.root)
-    pending = [p for p, _hash in memory.views.written.dirty() if p not in edited]
+    pending = [p for p, _hash in memory.views.written.dirty() if p not in edited and _owed(memory, p)]
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
     nowhere = unplaced(memory)
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,

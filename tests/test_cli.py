@@ -216,3 +216,20 @@ def test_status_lists_twenty_paths_of_a_kind_and_says_how_many_more_and_what_to_
     assert lines[lines.index(missing[-1]) + 1] == (
         "                 (deleted by hand: `mem adopt` records the deletions, `mem replay` writes them again)")
     assert len(json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)["missing"]) == 23
+
+
+def test_status_owes_nothing_for_a_page_renamed_away_that_a_killed_replay_left_due(workspace, tmp_path):
+    """Regression (nc24b): after a `mem replay` killed while it wrote files, `mem status` listed `not yet written:
+    mind/oncall.md`, a page renamed away long before: its path was still marked due, though neither the disk nor the
+    views hold it. Such a path owes nothing; a page due and absent from disk is still owed."""
+    from projections.memory import Memory
+
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "oncall", "--file", page, check=True)
+    run_mem("-w", workspace, "page", "rename", "oncall", "oncall-roster", check=True)
+    (workspace / "mind/oncall-roster.md").unlink()
+    with Memory.open(workspace) as mem:
+        mem.views.written.mark_dirty(["mind/oncall.md", "mind/oncall-roster.md"])
+    status = json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)
+    assert status["pending"] == ["mind/oncall-roster.md"] and status["missing"] == []
