@@ -195,14 +195,18 @@ def written_hash(views: Views, path: str) -> str | None:
     return views.written.hashes().get(path)
 
 
-def record_adopted(views: Views, path: str, content: bytes) -> None:
-    """The file's bytes were just recorded as a version: they are no longer a hand edit, so the next
+def record_adopted(views: Views, files: dict[str, bytes]) -> None:
+    """The files' bytes were just recorded as versions: they are no longer hand edits, so the next
     materialisation may replace them (with the winner, if the new version is not it), and they are the base a
-    later hand edit of the file was made on (`WrittenFiles.text`), not the file written before them."""
+    later hand edit of a file was made on (`WrittenFiles.text`), not the file written before them. One transaction
+    for them all (one each was a tenth of adopting 10,000 pages)."""
+    if not files:
+        return
+    meta = views.wiki_files_meta(list(files))
     with views.transaction():
-        views.written.record(path, hashlib.sha256(content).hexdigest(),
-                             (content, len(content), *views.wiki_files_meta([path])[path]))
-        views.written.mark_dirty([path])
+        for path, content in files.items():
+            views.written.record(path, hashlib.sha256(content).hexdigest(), (content, len(content), *meta[path]))
+        views.written.mark_dirty(list(files))
 
 
 def untracked(views: Views, root: Path) -> list[str]:

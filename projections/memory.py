@@ -180,6 +180,7 @@ class Memory:
         self.behind: str | None = None
         self._thread_lock = threading.RLock()
         self._lock_depth = 0
+        self._swept = False  # the leftovers of killed processes removed since this process took the lock
         # A long-running caller (the MCP server) answers once the event is in the log and the views, and
         # writes the files after: appends then leave them dirty for its own `refresh()`.
         self.defer_files = False
@@ -283,7 +284,7 @@ class Memory:
                 return
             self.refuse_unwritable()
             with self.ws.locked():  # every change takes the lock first: a read-only workspace stops here
-                self._lock_depth = 1
+                self._lock_depth, self._swept = 1, False
                 try:
                     self._reopen_replaced_views()
                     yield
@@ -346,9 +347,10 @@ class Memory:
                                      f"and {stuck.why}: they cannot catch up to be read")
             return self.last_report
         with self.lock():
-            if files:
+            if files and not self._swept:  # what a killed process left: none is left while this process holds the lock
                 remove_stale_temp_files(self.views, self.root)
                 remove_leftovers(self.ws)
+                self._swept = True
             checkpoint, head = self.witnesses()
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
@@ -453,10 +455,8 @@ class Memory:
         try:
             if self.views.checkpoint() < self.log.head():
                 return  # the views could not follow: `behind` says why
-            for path, document in adopt.items():
-                target = self.root / path
-                if from_disk or target.is_file() and target.read_bytes() == document:
-                    record_adopted(self.views, path, document)
+            record_adopted(self.views, {path: document for path, document in adopt.items() if from_disk or (
+                (self.root / path).is_file() and (self.root / path).read_bytes() == document)})
         except storage_exceptions() as exc:
             self._fell_behind(exc)
 
