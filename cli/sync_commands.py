@@ -652,7 +652,8 @@ def show_status(json: bool, fetch: bool) -> None:
         for path in paths[:STATUS_LINES]:
             typer.echo(f"{label + ':':<17}{path}" + (_not_written_note(report, path) if label == "not written" else ""))
         if len(paths) > STATUS_LINES:  # ten thousand pages deleted by hand printed ten thousand lines (nc24b)
-            typer.echo(f"{label + ':':<17}... and {len(paths) - STATUS_LINES:,} more (`mem status --json` lists them all)")
+            typer.echo(f"{label + ':':<17}... and {len(paths) - STATUS_LINES:,} more "
+                       "(`mem status --json` lists them all)")
         if label == "missing" and paths:
             typer.echo(f"{'':<17}(deleted by hand: `mem adopt` records the deletion{'s' * (len(paths) > 1)}, "
                        f"`mem replay` writes {'them' if len(paths) > 1 else 'it'} again)")

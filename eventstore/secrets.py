@@ -46,8 +46,8 @@ class Finding(msgspec.Struct, frozen=True):
 
 _OFF = {"Base64 High Entropy String", "Hex High Entropy String", "Public IP (ipv4)"}
 _KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]*['\"]?\s*[:=]+\s*['\"]")
-_BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:word|wd|phrase)?|pwd|(?:api|secret|access|private)[_-]?key|client[_-]?secret"
-                   r"|(?:auth|access|refresh|bearer|api)[_-]?token))\s*[:=]\s*([^\s'\"`]{6,})")
+_BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:word|wd|phrase)?|pwd|(?:api|secret|access|private)[_-]?key"
+                   r"|client[_-]?secret|(?:auth|access|refresh|bearer|api)[_-]?token))\s*[:=]\s*([^\s'\"`]{6,})")
 """A password or key given bare, `password: Tr0ub4dor&3` (the plugins take quoted values only). ASCII case only,
 so that `may_hold_secret`'s lower-cased look for its words never misses one."""
 _BARE_WORDS = ("pass", "pwd", "key", "secret", "token")
