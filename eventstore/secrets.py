@@ -45,13 +45,15 @@ class Finding(msgspec.Struct, frozen=True):
 
 
 _OFF = {"Base64 High Entropy String", "Hex High Entropy String", "Public IP (ipv4)"}
-_KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]*['\"]?\s*[:=]+\s*['\"]")
-_BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:word|wd|phrase)?|pwd|(?:api|secret|access|private)[_-]?key"
-                   r"|client[_-]?secret|(?:auth|access|refresh|bearer|api)[_-]?token))\s*[:=]\s*([^\s'\"`]{6,})")
+_KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]{0,64}['\"]?\s{0,8}[:=]+\s{0,8}['\"]")
+"""Bounded runs: `[\w-]*` read to the end of `keykeykey...` from each `key`, a 60 KB line for 31 s (nc25a)."""
+_BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:word|wd|phrase)|pwd|(?:api|secret|access|private)[_-]?key"
+                   r"|client[_-]?secret|(?:auth|access|refresh|bearer|api)[_-]?token))"
+                   r"\s{0,8}[:=]\s{0,8}(`?[^\s'\"`]{6,}`?)")
 """A password or key given bare, `password: Tr0ub4dor&3` (the plugins take quoted values only). ASCII case only,
 so that `may_hold_secret`'s lower-cased look for its words never misses one."""
 _BARE_WORDS = ("pass", "pwd", "key", "secret", "token")
-_NAME_TAIL = re.compile(r"[a-z0-9_-]*[ \t\n\r\f\v]*[:=]")
+_NAME_TAIL = re.compile(r"[a-z]{0,6}[ \t\n\r\f\v]{0,8}[:=]")  # the rest of _BARE's names (`pass|phrase`)
 _PREFILTER = re.compile(r"[A-Za-z0-9+/=_\-]{16,}|PRIVATE KEY|://[^\s/:@]+:[^\s/@]+@|" + _KEYWORD.pattern)
 _NEWLINE = re.compile("\n")
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_\-]{20,}")
@@ -100,14 +102,21 @@ def _bare_hints(text: str) -> list[int]:
     return hints
 
 
+_CLASS_CHANGE = re.compile(r"(?<=[A-Za-z])(?=[^A-Za-z])|(?<=[0-9])(?=[^0-9])|(?<=[^A-Za-z0-9])(?=[A-Za-z0-9])")
+_WORDS_AFTER = re.compile(r"\s+[A-Za-z]{2,}")
+
+
 def _bare_secret(line: str, filters, is_indirect_reference) -> bool:
-    """A value given bare after a password's or key's name that reads as one: letters and digits, no path, no
-    template, no digest or id (`password: min-12` is prose, `password: ${DB_PASS}` a reference)."""
+    """A value given bare after a password's or key's name that reads as one, not as prose about it (an MCP client
+    has no --allow-secret: a note refused is a note lost, nc25a): eight characters or more, lower-case letters and
+    digits, alternating as a made-up string does (`Tr0ub4dor&3`, a key of twelve or more), the line's last word
+    (`password: Argon2id hashed` is prose, `access_token: JWT-RS256` a name, `password: ${DB_PASS}` a reference)."""
     for match in _BARE.finditer(line):
-        value = match.group(1).rstrip(".,;:)")
-        if (len(value) >= 6 and re.search(r"\d", value) and re.search(r"[A-Za-z]", value) and "/" not in value
-                and not _HEX.match(value) and not any(f(value) for f in filters) and not is_indirect_reference(line)
-                and not re.fullmatch(r"[a-z]+(?:-[a-z0-9]+)*-\d+|\d+-[a-z]+", value.lower())):
+        value = match.group(1).strip("`").rstrip(".,;:)")
+        if (len(value) >= 8 and re.search(r"[a-z]", value) and re.search(r"\d", value) and "/" not in value
+                and (len(value) >= 12 or len(_CLASS_CHANGE.findall(value)) >= 3)
+                and not _WORDS_AFTER.match(line, match.end()) and not any(f(value) for f in filters)
+                and not is_indirect_reference(line)):
             return True
     return False
 

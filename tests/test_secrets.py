@@ -35,6 +35,8 @@ SECRETS = {
     "quoted password": ('password = "hunter2x"', "Secret Keyword"),
     "bare password": ("the staging db password: Tr0ub4dor&3", "Secret Keyword"),
     "bare api key": ("API_KEY=sk9Lw2QpXz7m", "Secret Keyword"),
+    "bare key of hex digits": ("api_key: 9fceb02d0ae598e95dc970b74767f19372d61af8", "Secret Keyword"),
+    "bare password in backticks": ("the password: `Tr0ub4dor&3` (rotated monthly)", "Secret Keyword"),
     "json web token": ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
                        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "JSON Web Token"),
 }
@@ -50,6 +52,9 @@ ORDINARY = {
     "prose about passwords": "the password policy: rotate monthly; the API key lives in the vault, never here",
     "password words before no password": "password: min-12 chars; api_key: ${API_KEY}; token: v2; the password: see "
                                          "the vault; pwd: /home/me/x1; password: <redacted>; key: 42",
+    "prose a bare rule took for passwords (nc25a)": "First pass: 2nd-draft\nThe DB password: 1Password vault Eng\n"
+                                                    "password: Argon2id hashed\npassword: OAuth2\naccess_token: "
+                                                    "JWT-RS256\nrefresh_token: 30days\npassword: bcrypt-12",
     "kebab slugs": "deploy-procedure-for-the-new-staging-cluster-2026 and cross-domain-insights",
     "dates and numbers": "2026-11-29T11:22:23.876Z, 1795951347123 ms, 3.14159265358979",
 }
@@ -272,3 +277,17 @@ def test_a_bare_password_in_frontmatter_is_found_as_in_text():
     found = list(scan_value({"type": "note", "db_password": "Tr0ub4dor&3", "api_key": "${API_KEY}",
                              "description": "password: min-12"}, "frontmatter"))
     assert [(f.kind, f.field) for f in found] == [("Secret Keyword", "frontmatter.db_password")]
+
+
+
+@pytest.mark.parametrize("run", ["key", "key-", "password", "pass", "key: "])
+def test_a_long_run_of_keyword_text_is_scanned_in_linear_time(run):
+    """Regression (nc25a): on `keykeykey...` both keyword checks read on from each `key` to the end of the run, so
+    a 60 KB page took 46 s to scan (31 s before the bare-password check) and one pushed event held the hub for
+    minutes. Bounded now: a tenth of a second here; the bound leaves room for a loaded machine."""
+    import time
+
+    text = run * (60_000 // len(run))
+    started = time.process_time()
+    list(scan_text(text, "text"))
+    assert time.process_time() - started < 5
