@@ -818,7 +818,7 @@ def import_adf(memory, path: Path, progress=None, allow_secret: bool = False) ->
     if Path(path).exists() and not Path(path).is_file():  # a pipe: SQLite's read of it never ended (nc24a)
         raise InvalidInput(f"{path} is not a regular file (a pipe, a device), not an ADF file")
     try:
-        db = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True)
+        db = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)  # `#`, `?`: escaped (nc25a)
         try:
             contract = memory.views.hub
             reader = _Importer(db, memory.config.agent, allow_secret, contract.layers if contract else None)

@@ -22,6 +22,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import itemgetter
+from pathlib import Path
 import json
 
 import msgspec
@@ -137,7 +138,8 @@ def entries_text_apart(path: str, layer: str, as_of: int) -> "_Rendered | None":
     rendered (`Views.entries_ahead`: a team's layer of 800,000 entries took a second and a half of the rebuild's
     last, single-threaded, step). None when the views there are not at `as_of` or an entry is reversed (those
     lines are `entry_line`'s): the caller renders it as usual."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                         check_same_thread=False)
     try:
         db.execute("BEGIN")
         checkpoint = db.execute("SELECT value FROM meta WHERE key = 'checkpoint'").fetchone()

@@ -811,3 +811,16 @@ def test_an_adf_file_with_nothing_to_keep_says_so(tmp_path):
     said = run_mem("-w", tmp_path / "ws", "import", "adf", empty, check=True).stdout.decode()
     assert said == f"imported {empty} (schema 28): it holds nothing mindlog keeps; nothing appended\n"
     assert log_rows(tmp_path / "ws") == []
+
+
+def test_an_adf_file_whose_name_holds_a_hash_or_a_question_mark_is_the_file_read(tmp_path, fixture_adf):
+    """Regression (nc25a): the file's path went into an SQLite URI unescaped, so `backup#2.adf` opened `backup` (the
+    rest read as a fragment), read-write: it made an empty file `backup` and failed the import."""
+    for name in ("backup#2.adf", "what?.adf"):
+        odd = tmp_path / name
+        shutil.copy(fixture_adf, odd)
+        ws = tmp_path / f"ws-{len(name)}"
+        run_mem("init", "-w", ws, check=True)
+        said = run_mem("-w", ws, "import", "adf", odd, check=True).stdout.decode()
+        assert said.startswith(f"imported {odd} (schema 21) as ")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["artemis.adf", "backup#2.adf", "what?.adf"]
