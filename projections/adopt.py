@@ -217,15 +217,19 @@ def _restore_log(memory, report: AdoptReport, allow_secret: bool, explain) -> No
     is mindlog's from then on. A text that is no change log is left where it is (it is kept nowhere else):
     overwritten, the wiki's history was lost (nc24b)."""
     text = (memory.root / LOG_PATH).read_bytes()
-    entries = log_entries(text.decode("utf-8", "replace"))
+    entries = log_entries(text.decode("utf-8", "replace").replace("\r\n", "\n"))
     if entries is None:
         report.refused[LOG_PATH] = ("it is no change log mindlog can read (`# Log`, a blank line, then `## [DATE] "
                                     "kind | title` entries), and it was not written by mindlog: move it aside "
                                     "(mindlog writes its own), then `mem adopt` again")
         return
     try:
-        memory.append_all([memory.writer.log_restore(entries)] if entries else [], touches=[LOG_PATH],
-                          adopt={LOG_PATH: text}, force=True, allow_secret=allow_secret, from_disk=True)
+        restored = memory.append_all([memory.writer.log_restore(entries)] if entries else [], touches=[LOG_PATH],
+                                     adopt={LOG_PATH: text}, force=True, allow_secret=allow_secret, from_disk=True)
+        if memory.show(LOG_PATH, restored[0].seq if restored else 0).encode() != text:  # CRLF, bytes not UTF-8
+            target = KEPT_ASIDE + LOG_PATH
+            memory.file_write(target, text, "text/markdown", allow_secret=allow_secret)
+            report.kept[LOG_PATH] = target
     except MemError as exc:
         report.refused[LOG_PATH] = explain(exc)
     else:
@@ -235,13 +239,14 @@ def _restore_log(memory, report: AdoptReport, allow_secret: bool, explain) -> No
 MOVED_ALWAYS = "`mem always remove N`, then `mem always add --at M`, moves a line"
 
 
-def _kept_aside(memory, text: str, report: AdoptReport, allow_secret: bool) -> bool:
+def _kept_aside(memory, report: AdoptReport, allow_secret: bool) -> bool:
     """The wiki's own mind.md, from before `mem init`, kept whole as a file (as `mem import adf` keeps an imported
     one that mindlog would render otherwise): mindlog makes all of it but `## Always` from the pages, so whatever
     else it held, overwritten, was lost (nc24b)."""
     target = KEPT_ASIDE + MIND_PATH
     try:
-        memory.file_write(target, text.encode("utf-8"), "text/markdown", allow_secret=allow_secret)
+        memory.file_write(target, (memory.root / MIND_PATH).read_bytes(), "text/markdown",  # its bytes as they are
+                          allow_secret=allow_secret)
     except MemError as exc:
         report.refused[MIND_PATH] = f"it could not be kept as {target} ({exc}), so it is left as it is"
         return False
@@ -251,9 +256,12 @@ def _kept_aside(memory, text: str, report: AdoptReport, allow_secret: bool) -> b
 
 def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) -> None:
     wanted = always_lines(text)
+    current = memory.always()
+    for line in {line for line in wanted or () if line and line not in current}:  # each refused before any is
+        memory.admit(memory.writer.always_add(line), allow_secret)  # written: one refused halfway lost the rest (nc25a)
     first = written_hash(memory.views, MIND_PATH) is None  # not mindlog's: the wiki's own
     if first and outside_always(text) != outside_always(memory.show(MIND_PATH, memory.views.checkpoint()) or ""):
-        if not _kept_aside(memory, text, report, allow_secret):
+        if not _kept_aside(memory, report, allow_secret):
             return
         if wanted is None:
             memory.refresh(force=frozenset({MIND_PATH}))
@@ -262,7 +270,6 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
     if wanted is None:
         report.refused[MIND_PATH] = "mind.md has no `## Always` section to adopt"
         return
-    current = memory.always()
     # The edit was made on the mind.md mindlog last wrote: lines written since (an MCP insert) are not its removals.
     base = memory.views.written.text(MIND_PATH) or memory.show(MIND_PATH, memory.views.checkpoint()) or ""
     base_lines = always_lines(base)

@@ -552,13 +552,20 @@ class Memory:
         the log alone (mind/log.md, an entries layer's file), which only its deletion lets be written again."""
         hints = {}
         for path in paths:
-            hint = self.moved_hint(path) or self.redacted_under_hint(path)
+            hint = self.moved_hint(path) or self.redacted_under_hint(path) or self._before_mindlog(path)
             if hint is None and self._derived(path):
                 hint = ("it is derived from the log and cannot be adopted: delete it to have it written again"
                         + (" (`mem entry add` adds an entry)" if path != LOG_PATH else ""))
             if hint is not None:
                 hints[path] = hint
         return hints
+
+    def _before_mindlog(self, path: str) -> str | None:
+        """What `mem adopt` does with the wiki's own mind/log.md, from before `mem init`: deleted or overwritten, as
+        the hint for a log mindlog wrote says, its history was lost (nc25a)."""
+        if path == LOG_PATH and written_hash(self.views, LOG_PATH) is None:
+            return "it is from before mindlog: `mem adopt` keeps its entries, below those written since"
+        return None
 
     def _derived(self, path: str) -> bool:
         """mind/log.md, or the file of an entries layer."""
@@ -594,8 +601,9 @@ class Memory:
             if path == MIND_PATH:
                 return "call the adopt tool to record its `## Always` lines"
             if path == LOG_PATH:
-                return ("it is derived from the log and cannot be adopted; a person must delete the file in a shell "
-                        "(it is written again at the next change)")
+                return (self._before_mindlog(path).replace("`mem adopt`", "the adopt tool") if self._before_mindlog(path)
+                        else "it is derived from the log and cannot be adopted; a person must delete the file in a "
+                             "shell (it is written again at the next change)")
             if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
                 return (f"the adopt tool cannot take it ({_without_advice(refusal)}); a person must fix or delete the "
                         "file in a shell (deleted, it is written again from the log)")
@@ -608,7 +616,8 @@ class Memory:
         if path == MIND_PATH:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
-            return "it is derived from the log and cannot be adopted; pass --force to overwrite it"
+            return self._before_mindlog(path) or "it is derived from the log and cannot be adopted; pass --force to " \
+                "overwrite it"
         if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
             allowed = " (`mem adopt --allow-secret` takes it as it is)" if isinstance(refusal, secrets.SecretFound) else ""
             return (f"`mem adopt` cannot take it ({_without_advice(refusal)}){allowed}: fix the file, or pass --force "

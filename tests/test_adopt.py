@@ -738,3 +738,29 @@ def test_a_wiki_folder_brought_under_mindlog_keeps_its_change_log(tmp_path):
     result = run_mem("-w", other, "adopt")
     assert result.returncode == 1 and "left mind/log.md: it is no change log mindlog can read" in result.stdout.decode()
     assert (other / "mind/log.md").read_text() == "my notes, not a change log\n"
+
+
+def test_a_wiki_folders_files_are_kept_byte_for_byte_and_no_always_line_is_lost_halfway(tmp_path):
+    """Regression (nc25a): adopt kept the old mind.md with its CRLF turned LF and bytes that are not UTF-8 replaced,
+    read a CRLF mind/log.md as no change log, and with a `## Always` line too long, wrote the lines before it,
+    rendered mind.md again and lost that line and those after it (`mem status` then said clean). Status told a
+    pre-mindlog log to be deleted or forced over; it says adopt keeps it."""
+    wiki = tmp_path / "wiki"
+    (wiki / "mind").mkdir(parents=True)
+    mind = b"# Mind\r\n\r\n## Always\r\n\r\n- caf\xe9 rule\r\n- " + b"x" * 3000 + b"\r\n- after\r\n"
+    log = b"# Log\r\n\r\n## [2026-11-01] ingest | A\r\nold caf\xe9\r\n"
+    (wiki / "mind.md").write_bytes(mind)
+    (wiki / "mind/log.md").write_bytes(log)
+    run_mem("init", "-w", wiki, check=True)
+    said = run_mem("-w", wiki, "status", check=True).stdout.decode()
+    assert "mind/log.md  (edited by hand, but it is from before mindlog: `mem adopt` keeps its entries" in said
+    refused = run_mem("-w", wiki, "adopt")
+    assert "left mind.md: the Always line is longer than 2000 characters" in refused.stdout.decode()
+    assert (wiki / "mind.md").read_bytes() == mind and not any(row[6] == "always.add" for row in log_rows(wiki))
+    (wiki / "mind.md").write_bytes(mind.replace(b"x" * 3000, b"short"))
+    run_mem("-w", wiki, "adopt", check=True)
+    assert run_mem("-w", wiki, "show", "imported/mind/log.md", check=True).stdout == log
+    assert run_mem("-w", wiki, "show", "imported/mind.md", check=True).stdout == mind.replace(b"x" * 3000, b"short")
+    assert [line for line in (wiki / "mind.md").read_text().splitlines() if line.startswith("- ")][:3] == [
+        "- caf\ufffd rule", "- short", "- after"]
+    assert "old caf" in (wiki / "mind/log.md").read_text(errors="replace")
