@@ -403,7 +403,7 @@ def why_absent(mem, path: str, moment: int, asked: bool) -> str:
     """Why `path` shows nothing as of `moment` (`asked`: a moment was given), with the way to what it was: the
     page deleted, renamed, moved by the contract, or under its older name then (nc24b: a rename read as a delete)."""
     from projections.history import by_contract, history, moved
-    from projections.views import page_path
+    from projections.views import page_path, slug_of
 
     versions = [version for version in history(mem, path) if version.seq <= moment]
     last = versions[-1] if versions else None
@@ -413,8 +413,17 @@ def why_absent(mem, path: str, moment: int, asked: bool) -> str:
         if by_contract(last):  # not deleted (nc21a)
             gone = f"{path}: {moved(mem, path, last)} at seq {last.seq}"
         elif rename is not None and hasattr(rename, "new"):
-            new = page_path(rename.new)
-            gone = f"{path} was renamed to {new} at seq {last.seq} (`mem show {shlex.quote(new)}`)"
+            new, at_seq = page_path(rename.new), last.seq
+            while True:  # renamed again since: the name it has by the moment (nc25a: it named the one between)
+                later = [v for v in history(mem, new, moment) if v.seq > at_seq]
+                if not (later and later[-1].deleted and later[-1].kind == "page.rename"):
+                    break
+                at_seq = later[-1].seq
+                new = page_path(getattr(mem.event(at_seq).body, "new", slug_of(new)))
+            then = f" --seq {moment}" if asked else ""
+            gone = f"{path} was renamed to {new} at seq {last.seq} (`mem show {shlex.quote(new)}{then}`)" if \
+                at_seq == last.seq else (f"{path} was renamed at seq {last.seq}, and is {new} by then "
+                                         f"(`mem show {shlex.quote(new)}{then}`)")
         else:
             gone = f"{path} was deleted at seq {last.seq}"
         return f"{gone}; `mem show {quoted} --seq {last.seq - 1}` shows it as it was"

@@ -47,7 +47,7 @@ class Finding(msgspec.Struct, frozen=True):
 _OFF = {"Base64 High Entropy String", "Hex High Entropy String", "Public IP (ipv4)"}
 _KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]{0,64}['\"]?\s{0,8}[:=]+\s{0,8}['\"]")
 """Bounded runs: `[\w-]*` read to the end of `keykeykey...` from each `key`, a 60 KB line for 31 s (nc25a)."""
-_BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:word|wd|phrase)|pwd|(?:api|secret|access|private)[_-]?key"
+_BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:words?|wd|phrase)|pwd|(?:api|secret|access|private)[_-]?key"
                    r"|client[_-]?secret|(?:auth|access|refresh|bearer|api)[_-]?token))"
                    r"\s{0,8}[:=]\s{0,8}(`?[^\s'\"`]{6,}`?)")
 """A password or key given bare, `password: Tr0ub4dor&3` (the plugins take quoted values only). ASCII case only,
@@ -163,9 +163,11 @@ def scan_value(value, field: str) -> Iterator[Finding]:
         for number, (key, item) in enumerate(value.items(), 1):
             in_key = list(scan_text(key, f"{field} (its key {number})")) if isinstance(key, str) else []
             yield from in_key  # a map of credentials keyed by the token: the key is text someone wrote too
-            if isinstance(key, str) and isinstance(item, str) and _bare_hints(key + ":"):
+            values = [item] if isinstance(item, str) else item if isinstance(item, list) else []
+            if isinstance(key, str) and _bare_hints(key + ":") and any(isinstance(v, str) for v in values):
                 _plugins_, filters, is_indirect_reference, _entropy = _plugins()
-                if _bare_secret(f"{key}: {item}", filters, is_indirect_reference):  # `password: hunter2` in YAML
+                if any(isinstance(v, str) and _bare_secret(f"{key}: {v}", filters, is_indirect_reference)
+                       for v in values):  # `password: hunter2` in YAML, or `password: [hunter2]` (nc25a)
                     yield Finding(kind="Secret Keyword", field=f"{field}.{key}", line=1)
                     continue
             yield from scan_value(item, f"{field} (its key {number})" if in_key else f"{field}.{key}")

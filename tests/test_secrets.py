@@ -275,8 +275,10 @@ def test_a_bare_password_in_frontmatter_is_found_as_in_text():
     """A page's frontmatter is a mapping: `password: hunter22` there reaches the scan as the value alone, which no
     rule takes for a secret. It is judged with its key, as the same line in the text is."""
     found = list(scan_value({"type": "note", "db_password": "Tr0ub4dor&3", "api_key": "${API_KEY}",
-                             "description": "password: min-12"}, "frontmatter"))
-    assert [(f.kind, f.field) for f in found] == [("Secret Keyword", "frontmatter.db_password")]
+                             "description": "password: min-12", "passwords": ["staging", "Tr0ub4dor&3"]},
+                            "frontmatter"))
+    assert [(f.kind, f.field) for f in found] == [("Secret Keyword", "frontmatter.db_password"),
+                                                  ("Secret Keyword", "frontmatter.passwords")]
 
 
 
