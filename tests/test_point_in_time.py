@@ -74,7 +74,8 @@ def test_a_renamed_page_reads_as_renamed_and_its_new_name_names_the_old_one_then
         b"error: mind/oncall.md was renamed at seq 2, and is mind/rota.md by then (`mem show mind/rota.md`); "
         b"`mem show mind/oncall.md --seq 1` shows it as it was\n")
     assert show(workspace, "oncall", "--seq", "2").stderr.startswith(  # and the moment asked for is kept
-        b"error: mind/oncall.md was renamed to mind/oncall-roster.md at seq 2 (`mem show mind/oncall-roster.md --seq 2`)")
+        b"error: mind/oncall.md was renamed to mind/oncall-roster.md at seq 2 (`mem show mind/oncall-roster.md "
+        b"--seq 2`)")
 
 
 def test_at_accepts_offsets(history):
