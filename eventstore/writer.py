@@ -17,8 +17,8 @@ from .errors import Held, InvalidInput, NotFound, TooLarge, UnsafePath, for_each
 from .ids import now_ms, uuid7
 from .instants import LAST_MS
 from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, ConfigSet, ContractChange, EntryAppend,
-                    FileDelete, FileWrite, InboxMessage, Lint, LogRestore, LoopAppend, LoopClear, LoopCompact, OutboxMessage,
-                    PageDelete, PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
+                    FileDelete, FileWrite, InboxMessage, Lint, LogRestore, LoopAppend, LoopClear, LoopCompact,
+                    OutboxMessage, PageDelete, PageIngest, PageRelease, PageRename, PageUpdate, config_key_known)
 from .layers import AGENT, LOOP, MIND
 
 

@@ -290,8 +290,8 @@ def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = Fals
 
     A file whose disk bytes differ both from what was last written and from the new text was
     edited by hand: it is left alone (and reported) unless `force` (True, or a set that holds its path: what a
-    write was told to overwrite, never another file edited by hand that happens to be due too). `dry_run` only lists what would
-    be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
+    write was told to overwrite, never another file edited by hand that happens to be due too). `dry_run` only
+    lists what would be refused, rendering only the files edited by hand (a replay asks before it swaps the views in).
     `seen`: the hashes of the files on disk, kept from one call to the next (`disk_hash`). `settle` (with
     `dry_run`): every file on disk is rendered, and those whose bytes are already the views' are recorded as
     written, there and then (a replay, in its new views before it swaps them in, written without a journal:

@@ -601,7 +601,8 @@ class Memory:
             if path == MIND_PATH:
                 return "call the adopt tool to record its `## Always` lines"
             if path == LOG_PATH:
-                return (self._before_mindlog(path).replace("`mem adopt`", "the adopt tool") if self._before_mindlog(path)
+                before = self._before_mindlog(path)
+                return (before.replace("`mem adopt`", "the adopt tool") if before
                         else "it is derived from the log and cannot be adopted; a person must delete the file in a "
                              "shell (it is written again at the next change)")
             if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:

@@ -701,7 +701,8 @@ def test_always_remove_of_a_line_given_twice_removes_the_one_named(workspace):
 
 
 MIND_BEFORE = "# Mind\n\n## Always\n\n- be brief\n\n## Notes\n\nOn-call: lee (until Friday).\n"
-WIKI_LOG = "# Log\n\n## [2026-11-02] update | Deploy\nRotated on-call to lee\n\n## [2026-11-01] ingest | Deploy\nFirst\n"
+WIKI_LOG = ("# Log\n\n## [2026-11-02] update | Deploy\nRotated on-call to lee\n\n"
+            "## [2026-11-01] ingest | Deploy\nFirst\n")
 
 
 def test_a_wiki_folder_brought_under_mindlog_keeps_its_change_log(tmp_path):

@@ -313,8 +313,8 @@ def test_what_a_newcomer_met_without_a_next_step_says_one(workspace, tmp_path):
     wrote a file named `-`; a new hub's `contract show` printed `# hub position 0` alone; a directory as --db was sent
     to `mem hub init`, which failed; a layer format of `entry` did not name `entries`; `mem log -n 0` said "no events"
     of a log that holds some; `--at 9999-12-31` was "too far from today for a calendar (years 1970 to 9999)"; a new
-    workspace's files were dated 1970 (in `--json` too); a remote's URL with a path, and a revoked token, were a bare refusal; the hub's
-    own URL was a 404."""
+    workspace's files were dated 1970 (in `--json` too); a remote's URL with a path, and a revoked token, were a bare
+    refusal; the hub's own URL was a 404."""
     import httpx
 
     from hubserver import mem_serve
