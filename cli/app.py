@@ -645,10 +645,12 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
 
 
 def adopted_lines(report) -> list[str]:
+    from projections.views import MIND_PATH
+
     return ([f"adopted {path}" for path in report.adopted]
             + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()]
             + [f"kept {path} as it was, from before mindlog, as {kept} (`mem show {kept}`): " + (
-                "all but its `## Always` lines is made from the pages now" if path == "mind.md" else
+                "all but its `## Always` lines is made from the pages now" if path == MIND_PATH else
                 "its entries are in the log, written as mindlog writes them") for path, kept in report.kept.items()])
 
 

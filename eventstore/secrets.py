@@ -85,8 +85,12 @@ def may_hold_secret(text: str) -> bool:
     """False only when neither _PREFILTER nor _BARE finds anything in `text`, at a tenth of their cost on ordinary
     prose (the hub checks every pushed event): each of _PREFILTER's branches needs a run of 16 token characters,
     the literal `PRIVATE KEY`, `://`, or a quote (the keyword branch ends with one); _BARE, `_bare_hints`."""
+    return _may_hold_plugin_secret(text) or bool(_bare_hints(text))
+
+
+def _may_hold_plugin_secret(text: str) -> bool:
     return ('"' in text or "'" in text or "://" in text or "PRIVATE KEY" in text
-            or _RUN.search(text) is not None or bool(_bare_hints(text)))
+            or _RUN.search(text) is not None)
 
 
 def _bare_hints(text: str) -> list[int]:
@@ -123,9 +127,10 @@ def _bare_secret(line: str, filters, is_indirect_reference) -> bool:
 
 def scan_text(text: str, field: str) -> Iterator[Finding]:
     """The secrets in one string, each with its kind, this field's name and its line (from 1)."""
-    if not may_hold_secret(text):
+    hints = _bare_hints(text)  # once: the gate and the lines to read both need them (the hub scans every push)
+    if not hints and not _may_hold_plugin_secret(text):
         return
-    hits = [m.start() for m in _PREFILTER.finditer(text)] + _bare_hints(text)
+    hits = [m.start() for m in _PREFILTER.finditer(text)] + hints
     if not hits:
         return
     plugins, filters, is_indirect_reference, entropy = _plugins()
