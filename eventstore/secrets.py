@@ -35,6 +35,14 @@ class SecretFound(MemError):
                                     "leave the secret out and call again: the MCP tools never store one)"))
 
 
+def without_advice(refusal: MemError) -> str:
+    """A refusal's own words without the advice a secret's gives whoever made the write (`pass --allow-secret`),
+    told in another's words where the write is someone else's (a hand edit)."""
+    if isinstance(refusal, SecretFound):
+        return refusal.refused.removesuffix("; nothing was written")
+    return str(refusal)
+
+
 class Finding(msgspec.Struct, frozen=True):
     kind: str
     field: str

@@ -248,7 +248,10 @@ def _kept_aside(memory, report: AdoptReport, allow_secret: bool) -> bool:
         memory.file_write(target, (memory.root / MIND_PATH).read_bytes(), "text/markdown",  # its bytes as they are
                           allow_secret=allow_secret)
     except MemError as exc:
-        report.refused[MIND_PATH] = f"it could not be kept as {target} ({exc}), so it is left as it is"
+        allowed = " (`mem adopt --allow-secret` keeps it as it is)" if isinstance(exc, secrets.SecretFound) else ""
+        report.refused[MIND_PATH] = (f"it could not be kept as {target} ({secrets.without_advice(exc)}){allowed}, "
+                                     "so it is left as it is, and the pages wait for it: take that out of the file, "
+                                     "then `mem adopt`")
         return False
     report.kept[MIND_PATH] = target
     return True

@@ -41,20 +41,12 @@ from .materialize import (FileReport, InTheWay, file_hash, hand_edited, material
 from .render import CATALOG_EDIT, always_lines
 from .replay import remove_leftovers, replay
 from .shared import SharedPage
-from .views import LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
+from .views import KEPT_ASIDE, LOG_PATH, MIND_PATH, Views, page_path, placement, slug_of
 
 
 CONTRACT_STATE = "hub-contract"
 """The log's state key holding the hub's contract as last taken (`.mem/contract.json`'s bytes): a workspace made again
 on the log takes it (`Memory._keep_contract_of_log`)."""
-
-
-def _without_advice(refusal: MemError) -> str:
-    """A refusal's own words without the advice a secret's gives whoever made the write (`pass --allow-secret`),
-    told in another's words where the write is someone else's (a hand edit)."""
-    if isinstance(refusal, secrets.SecretFound):
-        return refusal.refused.removesuffix("; nothing was written")
-    return str(refusal)
 
 
 def below_zero(name: str, value: int) -> InvalidInput:
@@ -489,8 +481,8 @@ class Memory:
     def hand_edited_message(self, paths: list[str], strangers=(), *, tools: bool = False) -> str:
         """Why a write touching these hand-edited files is refused, and what can be done about each; `strangers`: those
         made by hand where mindlog never wrote."""
-        how = {path: "is on disk, made by hand" if path in strangers else "was edited by hand since mindlog wrote it"
-               for path in paths}
+        how = {path: "is on disk, made by hand" if path in strangers or written_hash(self.views, path) is None
+               else "was edited by hand since mindlog wrote it" for path in paths}
         said = "; ".join(f"{path} {how[path]}: {self.keep_hint(path, tools=tools)}" for path in paths)
         return f"{said}; then call again" if tools else said
 
@@ -567,6 +559,21 @@ class Memory:
             return "it is from before mindlog: `mem adopt` keeps its entries, below those written since"
         return None
 
+    def _kept_aside_refusal(self) -> MemError | None:
+        """Why `mem adopt` could not keep the wiki's own mind.md, from before `mem init`, as imported/mind.md (a
+        secret in it), or None: the hint for it and for the pages waiting on it says so instead of "adopt", which
+        would only be refused in turn (nc25a)."""
+        if written_hash(self.views, MIND_PATH) is not None:
+            return None
+        try:
+            self.admit(self.adf_writer.file_write(KEPT_ASIDE + MIND_PATH, (self.root / MIND_PATH).read_bytes(),
+                                                  "text/markdown"))
+        except MemError as exc:
+            return exc
+        except OSError:
+            return None
+        return None
+
     def _derived(self, path: str) -> bool:
         """mind/log.md, or the file of an entries layer."""
         if path == LOG_PATH:
@@ -598,6 +605,10 @@ class Memory:
             if path == MIND_PATH and not self._always_edited():
                 return (f"only lines outside `## Always` changed, which the adopt tool does not take ({CATALOG_EDIT}); "
                         "a person must put the file back in a shell (`mem show mind.md > mind.md`)")
+            if path == MIND_PATH and (refusal := self._kept_aside_refusal()) is not None:
+                return (f"the adopt tool cannot keep it as {KEPT_ASIDE}{MIND_PATH} "
+                        f"({secrets.without_advice(refusal)}); a person must take that out of the file in a shell, "
+                        "then call the adopt tool")
             if path == MIND_PATH:
                 return "call the adopt tool to record its `## Always` lines"
             if path == LOG_PATH:
@@ -606,14 +617,19 @@ class Memory:
                         else "it is derived from the log and cannot be adopted; a person must delete the file in a "
                              "shell (it is written again at the next change)")
             if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
-                return (f"the adopt tool cannot take it ({_without_advice(refusal)}); a person must fix or delete the "
-                        "file in a shell (deleted, it is written again from the log)")
+                return (f"the adopt tool cannot take it ({secrets.without_advice(refusal)}); a person must fix or "
+                        "delete the file in a shell (deleted, it is written again from the log)")
             if slug_of(path) or (target is not None and target[1] is not None):
                 return "call the adopt tool to keep the edit as a new version"
             return "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)"
         if path == MIND_PATH and not self._always_edited():
             return (f"only lines outside `## Always` changed, which `mem adopt` does not take ({CATALOG_EDIT}): "
                     "`mem show mind.md > mind.md` puts the file back, or pass --force to overwrite it")
+        if path == MIND_PATH and (refusal := self._kept_aside_refusal()) is not None:
+            allowed = (" (`mem adopt --allow-secret` keeps it as it is)" if isinstance(refusal, secrets.SecretFound)
+                       else "")
+            return (f"`mem adopt` cannot keep it as {KEPT_ASIDE}{MIND_PATH} ({secrets.without_advice(refusal)})"
+                    f"{allowed}: take that out of the file, then `mem adopt`")
         if path == MIND_PATH:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
@@ -621,8 +637,8 @@ class Memory:
                 "overwrite it"
         if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
             allowed = " (`mem adopt --allow-secret` takes it as it is)" if isinstance(refusal, secrets.SecretFound) else ""
-            return (f"`mem adopt` cannot take it ({_without_advice(refusal)}){allowed}: fix the file, or pass --force "
-                    "to overwrite it")
+            return (f"`mem adopt` cannot take it ({secrets.without_advice(refusal)}){allowed}: fix the file, or pass "
+                    "--force to overwrite it")
         if slug_of(path):
             return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
                     "or pass --force to overwrite it")

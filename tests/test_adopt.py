@@ -765,3 +765,30 @@ def test_a_wiki_folders_files_are_kept_byte_for_byte_and_no_always_line_is_lost_
     assert [line for line in (wiki / "mind.md").read_text().splitlines() if line.startswith("- ")][:3] == [
         "- caf\ufffd rule", "- short", "- after"]
     assert "old caf" in (wiki / "mind/log.md").read_text(errors="replace")
+
+
+def test_a_wiki_mind_md_holding_a_secret_says_what_to_do_not_adopt_again(tmp_path):
+    """Regression (nc25a): a pre-mindlog mind.md with a password in its notes could not be kept as imported/mind.md,
+    and the pages waiting on it said "`mem adopt` records its `## Always` lines", the command that had just refused:
+    a loop. Both now name the secret, `--allow-secret` and taking it out; either way on, adopt then takes all."""
+    wiki = tmp_path / "wiki"
+    (wiki / "mind").mkdir(parents=True)
+    (wiki / "mind.md").write_text(MIND_BEFORE + "old db password: Tr0ub4dor3x9\n")
+    (wiki / "mind/deploy.md").write_bytes(PAGE)
+    run_mem("init", "-w", wiki, check=True)
+    refused = run_mem("-w", wiki, "adopt")
+    said = refused.stdout.decode()
+    assert refused.returncode == 1 and log_rows(wiki) == []
+    assert ("left mind.md: it could not be kept as imported/mind.md (the write looks like it holds a secret: Secret "
+            "Keyword in `content`, line 10) (`mem adopt --allow-secret` keeps it as it is), so it is left as it is, "
+            "and the pages wait for it: take that out of the file, then `mem adopt`") in said
+    assert ("left mind/deploy.md: mind.md is on disk, made by hand: `mem adopt` cannot keep it as imported/mind.md "
+            "(the write looks like it holds a secret") in said
+    assert "`mem adopt` records its" not in said and "pass --allow-secret if" not in said
+    tools = Memory.open(wiki).keep_hint("mind.md", tools=True)
+    assert tools.startswith("the adopt tool cannot keep it as imported/mind.md (the write looks like it holds a secret")
+    assert tools.endswith("a person must take that out of the file in a shell, then call the adopt tool")
+
+    (wiki / "mind.md").write_text(MIND_BEFORE)
+    adopted = run_mem("-w", wiki, "adopt", check=True).stdout.decode()
+    assert "adopted mind/deploy.md" in adopted and "kept mind.md as it was" in adopted
