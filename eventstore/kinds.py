@@ -107,6 +107,25 @@ class LogRestore(Body, tag="log.restore"):
 
     entries: list[str]
 
+    PART_BYTES: ClassVar[int] = 2 * 1024 * 1024
+    """The most text one restore holds (a quarter of an event's limit, for the encoding's escapes)."""
+
+    @classmethod
+    def parts(cls, entries: list[str]) -> list["LogRestore"]:
+        """The entries (newest first) as restores of at most PART_BYTES each, oldest first: appended in this order,
+        they render as the one restore would (a later restore's entries above an earlier's), and a log too long for
+        one event is kept whole (nc25a). An entry alone over the limit is a restore of its own, refused as too large."""
+        parts: list[list[str]] = []
+        part: list[str] = []
+        size = 0
+        for entry in reversed(entries):
+            if part and size + len(entry.encode()) > cls.PART_BYTES:
+                parts.append(part)
+                part, size = [], 0
+            part.append(entry)
+            size += len(entry.encode()) + 1
+        return [cls(entries=part[::-1]) for part in [*parts, part] if part]
+
 
 class Lint(Body, tag="lint"):
     groups = frozenset({WIKI})

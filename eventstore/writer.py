@@ -94,9 +94,10 @@ class Writer:
         line = lines[number - 1]
         return self._event(AlwaysRemove(line=line, position=None if lines.index(line) == number - 1 else number))
 
-    def log_restore(self, entries: list[str]) -> Event:
-        """The entries of a mind/log.md from before mindlog (an import's, an adopted wiki's), kept as they were."""
-        return self._event(LogRestore(entries=entries))
+    def log_restores(self, entries: list[str]) -> list[Event]:
+        """The entries of a mind/log.md from before mindlog (an import's, an adopted wiki's), kept as they were, in
+        as many events as their size needs (LogRestore.parts)."""
+        return [self._event(part) for part in LogRestore.parts(entries)]
 
     def lint(self, summary: str, findings: list[str]) -> Event:
         return self._event(Lint(summary=validate.one_line(summary, "the lint summary"),

@@ -638,8 +638,8 @@ class _Importer:
         mind_text = files.get(MIND_PATH, (b"",))[0].decode("utf-8", "replace")
         log_text = files.get(LOG_PATH, (b"",))[0].decode("utf-8", "replace")
         entries = render.log_entries(log_text) if LOG_PATH in files else []
-        if entries:
-            body = self.scanned(LogRestore(entries=entries), f"adf_files {LOG_PATH!r}")
+        for part in LogRestore.parts(entries or []):
+            body = self.scanned(part, f"adf_files {LOG_PATH!r}")
             self.wiki.append(self.event(body, MIND, _time(files[LOG_PATH][4], None)))
         restored = [e.body.line for e in self.wiki if isinstance(e.body, AlwaysAdd)]
         if MIND_PATH in files and _rendered_mind_differs(mind_text, restored, self.wiki):

@@ -224,9 +224,9 @@ def _restore_log(memory, report: AdoptReport, allow_secret: bool, explain) -> No
                                     "(mindlog writes its own), then `mem adopt` again")
         return
     try:
-        restored = memory.append_all([memory.writer.log_restore(entries)] if entries else [], touches=[LOG_PATH],
+        restored = memory.append_all(memory.writer.log_restores(entries), touches=[LOG_PATH],
                                      adopt={LOG_PATH: text}, force=True, allow_secret=allow_secret, from_disk=True)
-        if memory.show(LOG_PATH, restored[0].seq if restored else 0).encode() != text:  # CRLF, bytes not UTF-8
+        if memory.show(LOG_PATH, restored[-1].seq if restored else 0).encode() != text:  # CRLF, bytes not UTF-8
             target = KEPT_ASIDE + LOG_PATH
             memory.file_write(target, text, "text/markdown", allow_secret=allow_secret)
             report.kept[LOG_PATH] = target

@@ -792,3 +792,36 @@ def test_a_wiki_mind_md_holding_a_secret_says_what_to_do_not_adopt_again(tmp_pat
     (wiki / "mind.md").write_text(MIND_BEFORE)
     adopted = run_mem("-w", wiki, "adopt", check=True).stdout.decode()
     assert "adopted mind/deploy.md" in adopted and "kept mind.md as it was" in adopted
+
+
+def test_a_wiki_change_log_past_one_events_limit_is_kept_in_parts(tmp_path):
+    """Regression (nc25a): an old mind/log.md over 8 MiB encoded was refused as one too large event, with no way on
+    but --force, which lost it. Its entries are restored in as many events as they need, oldest part first, and the
+    file mindlog renders from them is the wiki's byte for byte."""
+    wiki = tmp_path / "wiki"
+    (wiki / "mind").mkdir(parents=True)
+    old = "# Log\n\n" + "\n".join(f"## [2024-01-0{day}] update | Page {day}\n" + "note word " * 200_000 + "\n"
+                                  for day in range(5, 0, -1))
+    (wiki / "mind/log.md").write_text(old)
+    run_mem("init", "-w", wiki, check=True)
+    assert "adopted mind/log.md" in run_mem("-w", wiki, "adopt", check=True).stdout.decode()
+    rows = log_rows(wiki)
+    assert [row[6] for row in rows] == ["log.restore"] * 5
+    assert (wiki / "mind/log.md").read_text() == old
+    assert run_mem("-w", wiki, "show", "mind/log.md", check=True).stdout.decode() == old
+    assert "clean" in run_mem("-w", wiki, "status", check=True).stdout.decode()
+    assert "Page 1\n" in run_mem("-w", wiki, "show", "mind/log.md", "--seq", "1", check=True).stdout.decode()
+
+
+@given(st.lists(st.text(alphabet="ab \n", min_size=1, max_size=40), max_size=30), st.integers(8, 60))
+def test_restores_in_parts_keep_every_entry_in_order(entries, limit):
+    """The parts of a restore, appended oldest first and rendered newest first, are the entries as given."""
+    from eventstore.kinds import LogRestore
+    LogRestore.PART_BYTES, kept = limit, LogRestore.PART_BYTES
+    try:
+        parts = LogRestore.parts(entries)
+    finally:
+        LogRestore.PART_BYTES = kept
+    assert [entry for part in reversed(parts) for entry in part.entries] == entries
+    assert all(part.entries for part in parts)
+    assert all(len(part.entries) == 1 or sum(len(e.encode()) + 1 for e in part.entries) <= limit + 1 for part in parts)
