@@ -143,8 +143,8 @@ def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) ->
     lists the same versions whatever order they reached it in; `deleted` when the file was gone after it."""
     versions, shown = [], None
     for seq, winner in memory.views.shared.winner_at_each_version(layer, slug, upto):
-        version = _version(path, memory.log.get_by_seq(seq), bool(winner[3]))
-        version.shown, shown = winner[0] != shown, winner[0]
+        version = _version(path, memory.log.get_by_seq(seq), winner is None or bool(winner[3]))
+        version.shown, shown = (winner and winner[0]) != shown, winner and winner[0]
         versions.append(version)
     return versions
 

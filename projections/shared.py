@@ -330,7 +330,8 @@ class SharedViews:
     def winner_at_each_version(self, layer: str, slug: str, upto: int) -> Iterator[tuple[int, tuple]]:
         """(seq, winner row) at each of the page's versions up to a seq, oldest first (a version that did not win,
         one side of a conflict, too): its versions read once, in seq order, the heads kept as they go (what `heads`
-        finds as of each seq)."""
+        finds as of each seq). The winner is None where no version is a head: versions that name one another, which
+        a hub that did not check them may hand out (nc26a)."""
         heads: dict[str, tuple] = {}
         named: dict[str, int] = {}  # how many versions (not void) name each id
         rows: dict[str, tuple] = {}
@@ -355,10 +356,9 @@ class SharedViews:
                     if not named[parent] and parent in rows and parent not in void_now:
                         heads[parent] = rows[parent]
             several = len(heads) > 1
-            winner = max(heads.values(), key=lambda r: (several and r[4] is not None
-                                                        and is_held(getattr(decode_body(r[4]), "frontmatter", None)),
-                                                        r[0]))
-            yield seq, winner
+            yield seq, max(heads.values(), key=lambda r: (several and r[4] is not None
+                                                          and is_held(getattr(decode_body(r[4]), "frontmatter", None)),
+                                                          r[0]), default=None)
 
     def winner(self, layer: str, slug: str, as_of: int) -> tuple | None:
         """(id, agent, parents, deleted, doc) of the head shown in the file (the newest id), or None."""
@@ -394,7 +394,7 @@ class SharedViews:
         for slug in self.slugs(layer, as_of):
             heads = self.heads(layer, slug, as_of)
             winner = self.winner(layer, slug, as_of)
-            if winner[3]:
+            if winner is None or winner[3]:  # deleted, or no head (versions naming one another, nc26a)
                 continue
             page = decode_body(winner[4])
             title = render.title_of(slug, page.frontmatter, page.text)

@@ -179,6 +179,9 @@ def foreign_parent(event: Event, version: tuple[str, list[str]], log, pages: dic
     none."""
     page = (event.layer, version[0])
     for parent in version[1]:
+        if parent == event.id:  # superseded by itself: a page with no version left (nc26a)
+            field = "kept.parents" if event.body.__class__ is Redacted else "parents"
+            return f"body.{field}: parent {parent} is this version itself"
         named = page_of(parent, log, pages, taken)
         if named is not None and named != page:
             field = "kept.parents" if event.body.__class__ is Redacted else "parents"

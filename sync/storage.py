@@ -186,6 +186,47 @@ def record_page_versions(sql: PageVersionSQL, events) -> None:
     _make_void(sql, doomed)
 
 
+def refuse_loops(sql: PageVersionSQL, events) -> None:
+    """Refuses, in the commit's transaction and after record_page_versions, a group whose shared page versions
+    would supersede one another in a loop. A version may reach the hub after its child (another path, a resend),
+    so a parent not held is taken; but a producer, who chooses its ids, could then push the version named, naming
+    the child: two versions superseding each other, a page with no head, gone from every consumer with no delete
+    and no conflict (nc26a); a version naming itself made every view of its page fail. Checked here, not with
+    the batch's other checks, so that two pushes checked at once cannot make the loop between them. The loop
+    holds a version of the group (what was stored had none): it is among the versions reachable from the group's
+    by `named_by`, the child links, where most groups reach only themselves (one read); a topological sort of
+    those finds it. Raised, the group is retried batch by batch (HubStorage.commit): only the batch that makes
+    the loop is refused."""
+    versions = [event for event in events if isinstance(_readable(event.body), (PageIngest, PageUpdate, PageDelete))]
+    if not versions:
+        return
+    children: dict[str, list[str]] = {}
+    frontier = sorted({event.id for event in versions})
+    while frontier:
+        for row in sql.rows(sql.versions, (sql.ids(frontier),)):
+            children[row[0]] = row[4].split()
+        for id in frontier:
+            children.setdefault(id, [])
+        frontier = sorted({child for kids in children.values() for child in kids} - children.keys())
+    named = dict.fromkeys(children, 0)
+    for kids in children.values():
+        for child in kids:
+            named[child] += 1
+    ready = [id for id, count in named.items() if count == 0]
+    while ready:
+        for child in children[ready.pop()]:
+            named[child] -= 1
+            if named[child] == 0:
+                ready.append(child)
+    looped = {id for id, count in named.items() if count > 0}
+    if looped:
+        event = next(event for event in reversed(versions) if event.id in looped)
+        parent = next(parent for parent in getattr(_readable(event.body), "parents", ()) if parent in looped)
+        what = "is this version itself" if parent == event.id else "is built on this version"
+        raise InvalidInput(f"event {event.id}: parent {parent} {what}: the page's versions would supersede one "
+                           "another in a loop, and it would have no version left; nothing of the batch was applied")
+
+
 def _make_void(sql: PageVersionSQL, doomed: list[str]) -> None:
     """Makes void each of `doomed` and every version built on one: it names nothing any more (its parents
     are one version less superseded)."""

@@ -26,7 +26,8 @@ from eventstore.postgres import vacuum
 from .storage import (AUTHORED_ROWS_SQL, AUTHORS_TABLE, HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN,
                       PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL, REDACTIONS_TABLE, AgentInfo, Committed, HubStorage,
                       decode_stored, encode_stored, page_version_sql, plan_group, STORED_PAGE, record_page_versions,
-                      record_redactions, redacted_rows, refold_pages, stored_page_versions, stored_redactions)
+                      record_redactions, redacted_rows, refold_pages, refuse_loops, stored_page_versions,
+                      stored_redactions)
 
 CHANNEL = "mindlog_hub"
 REDACTIONS = "mindlog_hub_redactions"
@@ -226,6 +227,7 @@ class PostgresHubStorage(HubStorage):
                     conn.execute("UPDATE hub_counter SET position = %s WHERE one", (head + len(rows),))
                     versions = self._versions(conn)
                     record_page_versions(versions, rows)
+                    refuse_loops(versions, rows)
                     record_redactions(versions, rows, head + 1)
                     updates = redacted_rows(rows, lambda id: self._stored(conn, id))
                     if updates:

@@ -19,7 +19,7 @@ from eventstore.layers import CONTRACT_LAYER
 from .storage import (AUTHORED_ROWS_SQL, AUTHORS_TABLE, HEADS_SQL, NAMED_SQL, PAGE_VERSIONS_COLUMN,
                       PAGE_VERSIONS_TABLE, REDACTION_ROWS_SQL, REDACTIONS_TABLE, TOKEN_HASHES, AgentInfo, Committed,
                       HubStorage, Stale, decode_stored, encode_stored, page_version_sql, plain_group, plan_group,
-                      STORED_PAGE, record_page_versions, record_redactions, redacted_rows, refold_pages,
+                      STORED_PAGE, record_page_versions, record_redactions, redacted_rows, refold_pages, refuse_loops,
                       request_token_hash, stored_page_versions, stored_redactions)
 
 WATCH_INTERVAL = 0.002
@@ -374,6 +374,7 @@ class SQLiteHubStorage(HubStorage):
             self._insert("hub_events", [(head + 1 + i, e.id, e.digest, e.agent, e.layer, now, encode_stored(e))
                                         for i, e in enumerate(rows)])
             record_page_versions(self._versions, rows)
+            refuse_loops(self._versions, rows)
             record_redactions(self._versions, rows, head + 1)
             updates = redacted_rows(rows, self._stored)
             if updates:

@@ -414,6 +414,44 @@ class HubStorageConformance:
         assert hub.page_heads("drafts", "p") == [(on_top.id, False)]
         assert hub.named_versions([held.id, sneak.id, on_top.id]) == {held.id, sneak.id}
 
+    def test_versions_that_would_supersede_one_another_in_a_loop_are_refused_alone(self, hub):
+        """Regression (nc26a): a parent not held yet is taken (a child may come first), so a producer, who chooses
+        its ids, pushed a version naming the head and an id not pushed yet, then that id's version naming the first:
+        a page with no head, gone from every consumer; a version naming itself broke every view of its page. The
+        version that closes the loop is refused, alone in its group, in one batch or two, across pushes."""
+        head = version()
+        hub.push([head])
+        later = version()  # its id only: the version is made below, naming what names it
+        hiding = version(parents=[head.id, later.id])
+        hub.push([hiding])
+        closing = new_event(PageUpdate(slug="p", frontmatter={"type": "x"}, text="t", parents=[hiding.id]),
+                            agent="writer", layer="drafts", id=later.id)
+        with pytest.raises(InvalidInput, match=f"parent {hiding.id} is built on this version"):
+            hub.push([closing])
+        itself = version()
+        naming_itself = new_event(PageUpdate(slug="q", frontmatter={"type": "x"}, text="t", parents=[itself.id]),
+                                  agent="writer", layer="drafts", id=itself.id)
+        with pytest.raises(InvalidInput, match=f"parent {itself.id} is this version itself"):
+            hub.push([naming_itself])
+        b = version(slug="r")
+        a = version(slug="r", parents=[b.id])
+        b = new_event(PageUpdate(slug="r", frontmatter={"type": "x"}, text="t", parents=[a.id]), agent="writer",
+                      layer="drafts", id=b.id)
+        with pytest.raises(InvalidInput, match="loop"):
+            hub.push([a, b])
+        fact = entry()
+        done = hub.commit([[a], [b], [fact]])  # checked at once, as two pushes can be: the later is refused
+        assert [r.position for r in done.outcomes[0]] == [3] and isinstance(done.outcomes[1], InvalidInput)
+        assert [r.position for r in done.outcomes[2]] == [4]
+        assert [e.id for e in hub.pull(0, ["drafts", "insights"], 10)] == [head.id, hiding.id, a.id, fact.id]
+        assert hub.page_heads("drafts", "p") == [(hiding.id, False)]
+        assert hub.page_heads("drafts", "r") == [(a.id, False)]
+        chain = [version(slug="s")]
+        for _ in range(3):
+            chain.append(version(slug="s", parents=[chain[-1].id]))
+        hub.push(chain[::-1])  # children first, in one batch: no loop
+        assert hub.page_heads("drafts", "s") == [(chain[-1].id, False)]
+
     def test_named_versions_are_the_ids_a_stored_version_names_as_parent(self, hub):
         ingest = version()
         child = version(parents=[ingest.id])

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_mem
 from eventstore.envelope import compute_digest, new_event
-from eventstore.kinds import EntryAppend, PageIngest, Redacted
+from eventstore.kinds import EntryAppend, PageIngest, PageUpdate, Redacted
 from eventstore.layers import Contract
 from projections.memory import Memory
 from sync.intake import accept
@@ -216,3 +216,36 @@ def test_apart_from_its_pulls_an_agent_takes_only_redactions_of_the_events_it_wr
             "layer 'mind' is private to each agent"]
         events, rejected = accept(raws[:1], Contract(), "writer", mem.log)  # a pull's page: not its layer
         assert events == [] and rejected[0].reason == "layer 'reports' is not one this agent consumes"
+
+
+def test_versions_naming_themselves_or_one_another_neither_break_a_consumer(tmp_path, monkeypatch):
+    """Regression (nc26a): a hub that did not check (the hub now refuses a loop: the conformance suite) handed out a
+    version naming itself, which `mem page list`, `mem show` and `mem history` then failed on with a traceback, and
+    two versions naming each other. The first is rejected and named; the second leaves a page with no version,
+    listed as none, where every command answers in a line."""
+    monkeypatch.setattr("sync.storage_sqlite.refuse_loops", lambda sql, events: None)
+    db = str(tmp_path / "hub.db")
+    storage = open_storage(db)
+    storage.apply_contract(CONTRACT)
+    token = storage.add_agent("main")
+    head, later, itself = version("launch"), version("launch"), version("ghost")
+    hiding = version("launch", parents=[head.id, later.id])
+    closing = new_event(PageUpdate(slug="launch", frontmatter={"type": "x"}, text="t", parents=[hiding.id]),
+                        agent="writer", layer="drafts", id=later.id)
+    naming_itself = new_event(PageUpdate(slug="ghost", frontmatter={"type": "x"}, text="t", parents=[itself.id]),
+                              agent="writer", layer="drafts", id=itself.id)
+    for event in (head, hiding, closing, naming_itself):
+        storage.push([event])
+    storage.close()
+    with consumer_of(db, tmp_path, token) as (_server, root):
+        pulled = run_mem("pull", "-w", root, check=True)
+    assert pulled.stdout.decode().strip() == "pulled 3 events from origin"
+    assert f"rejected event {itself.id} (hub position 5): body.parents: parent {itself.id} is this version itself" \
+        in pulled.stderr.decode()
+    for command in (["page", "list", "--layer", "drafts"], ["show", "content/drafts/launch.md"],
+                    ["history", "content/drafts/launch.md"], ["replay", "--check"], ["conflicts"]):
+        result = run_mem(*command, "-w", root)
+        assert b"Traceback" not in result.stderr and len(result.stderr.decode().splitlines()) <= 1, command
+    assert run_mem("page", "list", "--layer", "drafts", "-w", root, check=True).stderr.decode().strip() == \
+        "no pages in layer drafts"
+    assert not (root / "content/drafts/launch.md").exists()

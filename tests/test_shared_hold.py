@@ -403,6 +403,25 @@ def test_the_hub_refuses_a_version_naming_another_pages_version_as_parent(hub):
     assert push(hub, "alice", fine).status_code == 200
 
 
+def test_a_version_closing_a_loop_of_versions_is_refused_over_http(hub):
+    """Regression (nc26a): a producer pushed a version naming the head and an id not pushed yet, then that id's
+    version naming the first: the page had no head and vanished from every consumer. Refused (422), nothing
+    applied; the version naming the id stays the head."""
+    plain = {"type": "policy"}
+    head = new_event(PageIngest(slug="pricing", frontmatter=plain, text=TEXT), agent="alice", layer="drafts")
+    assert push(hub, "alice", head).status_code == 200
+    later = update(head)
+    hiding = new_event(PageUpdate(slug="pricing", frontmatter=plain, text=TEXT, parents=[head.id, later.id]),
+                       agent="alice", layer="drafts")
+    assert push(hub, "alice", hiding).status_code == 200
+    closing = new_event(PageUpdate(slug="pricing", frontmatter=plain, text=TEXT, parents=[hiding.id]), agent="alice",
+                        layer="drafts", id=later.id)
+    response = push(hub, "alice", closing)
+    assert response.status_code == 422, response.text
+    assert f"parent {hiding.id} is built on this version" in response.json()["detail"]
+    assert hub_events(hub) == [head.id, hiding.id] and hub_heads(hub) == [(hiding.id, False)]
+
+
 def test_a_version_a_stored_one_names_as_parent_is_no_new_head(hub):
     """A child can reach the hub before its parent (another path, a resend): the parent arriving later,
     alone or after its resent child in one batch, adds no head, so it does not stand beside the hold."""
