@@ -10,6 +10,9 @@ is parsed by the SDK as a notification, which nothing answers: it gets -32600 wi
 The line is read for its id without recursion, so no nesting depth can stop the server.
 A line past 16 MiB (as a request to the hub may be) is refused too, -32600 with the id its first 64 KiB name, and
 read no further than that into memory: the rest of it is skipped up to its newline.
+At the end of stdin the SDK cancels the calls still running, though their events may be in the log already: the
+end is passed on only once every request read has been answered (`Answered`), so a client that closes stdin after
+its last request hears every call, and does not write one again for want of an answer (nc26b).
 """
 
 import json
@@ -21,7 +24,8 @@ from json.decoder import scanstring
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification
+from mcp_types import (INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCRequest,
+                       JSONRPCResponse)
 from pydantic import ValidationError
 
 NO_ID = object()
@@ -183,9 +187,59 @@ class Lines:
         return self.unclaimed.popleft() if self.unclaimed else None
 
 
+ANSWER_WAIT = 600
+"""Seconds the end of stdin waits at most for the calls still running (a sync with a slow hub included)."""
+
+
+class Answered:
+    """The transport's write stream, noting the requests answered, so that the end of stdin waits for the calls
+    still running (`Answering.receive`)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.pending: set = set()
+        self.settled = anyio.Event()
+
+    def note(self, message) -> None:
+        """A message read: a request waits for its answer; one the client cancels gets none (MCP's cancellation)."""
+        if isinstance(message, JSONRPCRequest):
+            self.pending.add(message.id)
+        elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+            self.pending.discard((message.params or {}).get("requestId"))
+            if not self.pending:
+                self.settled.set()
+
+    async def send(self, item) -> None:
+        await self.inner.send(item)
+        message = getattr(item, "message", None)
+        if isinstance(message, (JSONRPCResponse, JSONRPCError)):
+            self.pending.discard(message.id)
+            if not self.pending:
+                self.settled.set()
+
+    async def all_answered(self) -> None:
+        with anyio.move_on_after(ANSWER_WAIT):
+            while self.pending:
+                self.settled = anyio.Event()
+                await self.settled.wait()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.aclose()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 class Answering:
     """The transport's read stream, answering (on the write stream) each line it could not parse, and each request
-    whose id is unusable, instead of passing them on; everything else goes through as it came."""
+    whose id is unusable, instead of passing them on; everything else goes through as it came. With `write` an
+    `Answered`, the end of the stream comes once every request passed on has been answered."""
 
     def __init__(self, inner, write, lines: Lines | None = None):
         self.inner = inner
@@ -198,7 +252,12 @@ class Answering:
 
     async def receive(self):
         while True:
-            item = await self.inner.receive()
+            try:
+                item = await self.inner.receive()
+            except anyio.EndOfStream:
+                if isinstance(self.write, Answered):
+                    await self.write.all_answered()
+                raise
             line = self.lines.claim() if self.lines is not None else None
             if isinstance(line, TooLong):
                 await self.write.send(SessionMessage(line.answer()))
@@ -208,6 +267,8 @@ class Answering:
                     and top_level_id(line) not in (NO_ID, NOT_AN_OBJECT):  # a request whose id the SDK could not take
                 await self.write.send(SessionMessage(BAD_ID))
             else:
+                if isinstance(self.write, Answered):
+                    self.write.note(getattr(item, "message", None))
                 return item
 
     async def aclose(self) -> None:
@@ -275,7 +336,8 @@ async def run_stdio(server, stopping=None) -> None:
     lines = Lines(stdin)
     try:
         async with stdio_server(stdin=lines) as (read_stream, write_stream):
-            await lowlevel.run(Answering(read_stream, write_stream, lines), write_stream,
+            answered = Answered(write_stream)
+            await lowlevel.run(Answering(read_stream, answered, lines), answered,
                                lowlevel.create_initialization_options())
     finally:
         restore()

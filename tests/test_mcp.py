@@ -690,8 +690,8 @@ def test_a_damaged_views_database_is_named_as_the_cli_names_it(workspace):
 
 
 def raw_session(workspace, lines: list[bytes], answers: int) -> tuple[list[dict], bytes, int]:
-    """Writes `lines` to a `mem mcp` over stdio and reads `answers` answers before closing its stdin (the SDK
-    cancels the requests still running when stdin ends): (the answers in order, its stderr, its exit code)."""
+    """Writes `lines` to a `mem mcp` over stdio and reads `answers` answers before closing its stdin: (the answers in
+    order, its stderr, its exit code)."""
     server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
     server.stdin.write(b"\n".join(lines) + b"\n")
@@ -727,6 +727,26 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     assert all(a["jsonrpc"] == "2.0" for a in answers)
     assert answers[-1]["result"]["serverInfo"]["name"] == "mindlog"
     assert log_rows(workspace) == []
+
+
+def test_every_call_read_before_stdin_ends_is_answered(workspace):
+    """Regression (nc26b): a client that wrote its calls and closed stdin heard about half of them (the SDK cancels
+    the calls still running at the end of its read stream) though each was in the log: a client that retries for
+    want of an answer writes it twice. Every request read is answered before the server ends; one the client
+    cancels is not waited for."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    calls = [{"jsonrpc": "2.0", "id": n, "method": "tools/call",
+              "params": {"name": "loop_append", "arguments": {"role": "user", "text": f"call {n}"}}}
+             for n in range(10, 40)]
+    cancelled = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}
+    lines = [json.dumps(m).encode() for m in (initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                              *calls, cancelled)]
+    answers, _err, code = raw_session(workspace, lines, 0)  # stdin closed at once
+    assert code == 0
+    assert sorted(a["id"] for a in answers if "id" in a) == [1, *range(10, 40)]
+    assert all("result" in a and not a["result"].get("isError") for a in answers)
+    assert len(log_rows(workspace)) == 30
 
 
 def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and_the_server_goes_on(workspace):
