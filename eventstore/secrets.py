@@ -57,7 +57,7 @@ _KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]{0,64}['\"]
 """Bounded runs: `[\w-]*` read to the end of `keykeykey...` from each `key`, a 60 KB line for 31 s (nc25a)."""
 _BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:words?|wd|phrase)|pwd|(?:api|secret|access|private)[_-]?key"
                    r"|client[_-]?secret|(?:auth|access|refresh|bearer|api)[_-]?token))"
-                   r"\s{0,8}[:=]\s{0,8}(`?[^\s'\"`]{6,}`?)")
+                   r"(\s{0,8}[:=]\s{0,8})(`?[^\s'\"`]{6,}`?)")
 """A password or key given bare, `password: Tr0ub4dor&3` (the plugins take quoted values only). ASCII case only,
 so that `may_hold_secret`'s lower-cased look for its words never misses one."""
 _BARE_WORDS = ("pass", "pwd", "key", "secret", "token")
@@ -122,12 +122,15 @@ def _bare_secret(line: str, filters, is_indirect_reference) -> bool:
     """A value given bare after a password's or key's name that reads as one, not as prose about it (an MCP client
     has no --allow-secret: a note refused is a note lost, nc25a): eight characters or more, lower-case letters and
     digits, alternating as a made-up string does (`Tr0ub4dor&3`, a key of twelve or more), the line's last word
-    (`password: Argon2id hashed` is prose, `access_token: JWT-RS256` a name, `password: ${DB_PASS}` a reference)."""
+    (`password: Argon2id hashed` is prose, `access_token: JWT-RS256` a name, `password: ${DB_PASS}` a reference)
+    unless given as a shell or .env file gives it, `API_KEY=sk9Lw2QpXz7m` with no blank around `=`, which words after
+    it do not make prose (nc26b)."""
     for match in _BARE.finditer(line):
-        value = match.group(1).strip("`").rstrip(".,;:)")
+        value = match.group(2).strip("`").rstrip(".,;:)")
         if (len(value) >= 8 and re.search(r"[a-z]", value) and re.search(r"\d", value) and "/" not in value
                 and (len(value) >= 12 or len(_CLASS_CHANGE.findall(value)) >= 3)
-                and not _WORDS_AFTER.match(line, match.end()) and not any(f(value) for f in filters)
+                and (match.group(1) == "=" or not _WORDS_AFTER.match(line, match.end()))
+                and not any(f(value) for f in filters)
                 and not is_indirect_reference(line)):
             return True
     return False

@@ -35,6 +35,8 @@ SECRETS = {
     "quoted password": ('password = "hunter2x"', "Secret Keyword"),
     "bare password": ("the staging db password: Tr0ub4dor&3", "Secret Keyword"),
     "bare api key": ("API_KEY=sk9Lw2QpXz7m", "Secret Keyword"),
+    "bare key as .env gives it, words after (nc26b)": ("staging API_KEY=sk9Lw2QpXz7m works", "Secret Keyword"),
+    "bare password as a shell gives it, words after": ("run with PASSWORD=Tr0ub4dor3x then restart", "Secret Keyword"),
     "bare key of hex digits": ("api_key: 9fceb02d0ae598e95dc970b74767f19372d61af8", "Secret Keyword"),
     "bare password in backticks": ("the password: `Tr0ub4dor&3` (rotated monthly)", "Secret Keyword"),
     "json web token": ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
@@ -54,7 +56,8 @@ ORDINARY = {
                                          "the vault; pwd: /home/me/x1; password: <redacted>; key: 42",
     "prose a bare rule took for passwords (nc25a)": "First pass: 2nd-draft\nThe DB password: 1Password vault Eng\n"
                                                     "password: Argon2id hashed\npassword: OAuth2\naccess_token: "
-                                                    "JWT-RS256\nrefresh_token: 30days\npassword: bcrypt-12",
+                                                    "JWT-RS256\nrefresh_token: 30days\npassword: bcrypt-12\n"
+                                                    "api_key = v2-style keys only",
     "kebab slugs": "deploy-procedure-for-the-new-staging-cluster-2026 and cross-domain-insights",
     "dates and numbers": "2026-11-29T11:22:23.876Z, 1795951347123 ms, 3.14159265358979",
 }
