@@ -771,7 +771,7 @@ def _a_value_taken_for_an_option(exc) -> bool:
 
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
     from typer.exceptions import Abort
 
     tune_typer()
@@ -796,6 +796,8 @@ def main() -> None:
         typer.echo(f"error: {TOO_LARGE}", err=True)
         sys.exit(1)
     except ClickException as exc:
+        if isinstance(exc, NoArgsIsHelpError):  # a group given no command: its help is printed already (nc26b)
+            sys.exit(exc.exit_code)
         if _a_value_taken_for_an_option(exc):
             exc.message = (exc.message.rstrip() + ": a value that starts with '-' goes after `--` (`mem always add -- "
                            "'- [x] done'`, `mem config set lint.mind_max_lines -- -1`)")

@@ -171,7 +171,7 @@ def summary(event: Event) -> str:
     if event.kind == "log.restore":
         return f"{len(body.entries)} entr{'y' if len(body.entries) == 1 else 'ies'} of a mind/log.md from before"
     if event.kind == "audit.import":
-        return _cut(f"{body.source}: {body.entry_count} entries")
+        return _cut(f"{body.source}: {body.entry_count} entr{'y' if body.entry_count == 1 else 'ies'}")
     if event.kind == "config.set" and not body.key:
         return "the whole config"
     if event.kind == "loop.clear":

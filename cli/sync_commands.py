@@ -262,10 +262,15 @@ def contract_warnings(hub, before, after) -> list[str]:
     said = [f"layer {name} was dropped: the hub keeps its events, but no agent receives it any more and its consumers' "
             "file of it goes at their next pull (a contract naming it again brings it back)"
             for name in sorted(set(before.layers) - set(after.layers)) if hub.latest_position(name)]
-    known = {agent.name for agent in hub.agents() if not agent.revoked_at}
+    agents = hub.agents()
+    known = {agent.name for agent in agents if not agent.revoked_at}
+    revoked = {agent.name: agent.revoked_at for agent in agents if agent.revoked_at and agent.name not in known}
     named = sorted({agent for spec in after.layers.values() for agent in (*spec.producers, *spec.consumers)} - {"*"})
     for agent in named:
-        if agent not in known:
+        if agent in revoked:  # not "no agent yet": its token was revoked (nc26b)
+            said.append(f"{agent!r} was revoked at {format_instant(revoked[agent])}: it cannot sync until `mem hub "
+                        f"agent add {agent}` gives it a new token")
+        elif agent not in known:
             like = next((name for name in sorted(known) if name.casefold() == agent.casefold()), None)
             said.append(f"{agent!r} is no agent of this hub" + (f" ({like!r} is: names are compared as written)" if like
                                                                else f" yet (`mem hub agent add {agent}`)"))

@@ -126,3 +126,8 @@ def test_a_contract_that_drops_a_layer_holding_events_or_names_an_unknown_agent_
         "consumers' file of it goes at their next pull (a contract naming it again brings it back)",
         "warning: 'Alice' is no agent of this hub ('alice' is: names are compared as written)",
         "warning: 'bob' is no agent of this hub yet (`mem hub agent add bob`)"]
+    run_mem("hub", "agent", "revoke", "alice", *hub, check=True)  # regression (nc26b): "no agent of this hub yet"
+    (tmp_path / "c.toml").write_text(layer.format("insight", "insights", '"alice"'))
+    warned = run_mem("hub", "contract", "apply", tmp_path / "c.toml", *hub, check=True).stderr.decode()
+    assert warned.startswith("warning: 'alice' was revoked at 20") and warned.endswith(
+        ": it cannot sync until `mem hub agent add alice` gives it a new token\n")

@@ -121,6 +121,14 @@ def test_errors_are_one_plain_line_when_stderr_is_not_a_terminal(workspace, args
     assert log_rows(workspace) == before
 
 
+@pytest.mark.parametrize("group", ["hub", "page"])
+def test_a_group_given_no_command_prints_its_help_and_no_empty_error(workspace, group):
+    """Regression (nc26b): `mem hub` printed its help, then `error: ` with nothing after it."""
+    result = run_mem("-w", workspace, group)
+    assert result.returncode == 2 and result.stderr == b""
+    assert f"Usage: mem {group} [OPTIONS] COMMAND" in result.stdout.decode()
+
+
 def test_version():
     from importlib.metadata import version
 
