@@ -660,8 +660,8 @@ def show_status(json: bool, fetch: bool) -> None:
             typer.echo(f"{label + ':':<17}... and {len(paths) - STATUS_LINES:,} more "
                        "(`mem status --json` lists them all)")
         if label == "missing" and paths:
-            typer.echo(f"{'':<17}(deleted by hand: `mem adopt` records the deletion{'s' * (len(paths) > 1)}, "
-                       f"`mem replay` writes {'them' if len(paths) > 1 else 'it'} again)")
+            typer.echo(f"{'':<17}(deleted by hand: `mem adopt` records a page's deletion; `mem show PATH > PATH` "
+                       "puts a file back, `mem replay` every one)")
     if report.leftovers:
         them = "it" if len(report.leftovers) == 1 else "them"
         typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "

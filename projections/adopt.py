@@ -134,8 +134,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         shared = views.shared_target(path) if views.contract else None
         refusal = None
         if shared is not None and shared[1] is None:
-            refusal = (f"the entries of layer {shared[0]} are rendered from events; add one with "
-                       "`mem entry add`, and delete the file to have it written again")
+            refusal = memory.entries_file_hint(path, shared[0])
         elif path == LOG_PATH:
             refusal = "mind/log.md is derived from the log; write a page or a lint entry instead"
         elif shared is None and not slug_of(path):

@@ -574,6 +574,14 @@ class Memory:
             return None
         return None
 
+    def entries_file_hint(self, path: str, layer: str) -> str:
+        """What to do about the file of an entries layer edited by hand: its text is rendered from the layer's
+        entries, which an edit does not make; a consumer cannot add one (nc26b: it was told to, and that deleting
+        the file wrote it again, which only the layer's next entry does)."""
+        add = "`mem entry add` adds one; " if self.produces(layer) else ""
+        return (f"the entries of layer {layer} are rendered from its events, which an edit does not make: {add}"
+                f"`mem show {path} > {path}` puts the file back")
+
     def _derived(self, path: str) -> bool:
         """mind/log.md, or the file of an entries layer."""
         if path == LOG_PATH:
@@ -621,7 +629,9 @@ class Memory:
                         "delete the file in a shell (deleted, it is written again from the log)")
             if slug_of(path) or (target is not None and target[1] is not None):
                 return "call the adopt tool to keep the edit as a new version"
-            return "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)"
+            return (f"it cannot be adopted; a person must put the file back in a shell (`mem show {path} > {path}`)"
+                    if target is not None else
+                    "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)")
         if path == MIND_PATH and not self._always_edited():
             return (f"only lines outside `## Always` changed, which `mem adopt` does not take ({CATALOG_EDIT}): "
                     "`mem show mind.md > mind.md` puts the file back, or pass --force to overwrite it")
@@ -645,7 +655,7 @@ class Memory:
         if target is not None and target[1] is not None:
             return "`mem adopt` keeps the edit as a new version of the shared page"
         if target is not None:
-            return "an entries layer is derived from its entries (`mem entry add`); delete the file to get it back"
+            return self.entries_file_hint(path, target[0])
         return "pass --force to overwrite it"
 
     # --- the wiki -----------------------------------------------------------------------------

@@ -214,7 +214,8 @@ def test_status_lists_twenty_paths_of_a_kind_and_says_how_many_more_and_what_to_
     assert len(missing) == 21 and missing[0] == "missing:         mind/p00.md"
     assert missing[-1] == "missing:         ... and 3 more (`mem status --json` lists them all)"
     assert lines[lines.index(missing[-1]) + 1] == (
-        "                 (deleted by hand: `mem adopt` records the deletions, `mem replay` writes them again)")
+        "                 (deleted by hand: `mem adopt` records a page's deletion; `mem show PATH > PATH` puts a file "
+        "back, `mem replay` every one)")
     assert len(json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)["missing"]) == 23
 
 

@@ -442,3 +442,32 @@ def test_a_follower_says_when_a_pull_leaves_a_page_in_conflict_as_a_pull_does(tm
                          "the others are kept (`mem conflicts --show`; a producer of the layer resolves it)") == 1, err
     finally:
         team.stop()
+
+
+def test_a_consumer_editing_an_entries_layers_file_is_told_what_it_can_do(tmp_path):
+    """Regression (nc26b): a consumer that edited its file of an entries layer was told to `mem entry add` (which it
+    may not) and that deleting the file wrote it again (only the layer's next entry does); `mem status` said adopt
+    records a deletion, which adopt does not for such a file. The advice is what works: `mem show PATH > PATH`."""
+    team = Team(tmp_path, agents=("alice", "bob"), contract=decisions("bob"))
+    try:
+        entry(team, "decisions", "[DECISION] 2026-11-01: Deploys go out on Fridays")
+        team.mem("alice", "sync", check=True)
+        team.mem("bob", "sync", check=True)
+        path = "memory/decisions.md"
+        file = team.root / "bob" / path
+        kept = file.read_bytes()
+        file.write_bytes(kept + b"[DECISION] 2026-11-02: mine\n")
+        said = team.mem("bob", "adopt").stdout.decode()
+        assert (f"left {path}: the entries of layer decisions are rendered from its events, which an edit does not "
+                f"make: `mem show {path} > {path}` puts the file back") in said and "mem entry add" not in said
+        shown = team.mem("alice", "adopt", check=True)  # the producer's own file, untouched: nothing to say
+        assert "nothing edited by hand" in shown.stdout.decode()
+        file.write_bytes(team.mem("bob", "show", path, check=True).stdout)
+        assert file.read_bytes() == kept
+        file.unlink()
+        status = team.mem("bob", "status", check=True).stdout.decode()
+        assert f"missing:         {path}" in status and "`mem show PATH > PATH` puts a file back" in status
+        (team.root / "alice" / path).write_text("edited\n")
+        assert "`mem entry add` adds one; " in team.mem("alice", "adopt").stdout.decode()
+    finally:
+        team.stop()
