@@ -2,7 +2,8 @@
 
 ISO 8601 (`2026-11-29`, `2026-11-29T14:02`, `2026-11-29T14:02:00+01:00`), a time today (`14:00`),
 `today`/`yesterday` with an optional time (`yesterday 14:00`), `now`, and relative forms (`2h ago`,
-`90 minutes ago`). Everything without an offset is in the local timezone (the `TZ` variable)."""
+`90 minutes ago`), and milliseconds since 1970 as `--json` gives them (`1796354686391`, eleven digits or more: a
+bare date's digits are ISO 8601's). Everything without an offset is in the local timezone (the `TZ` variable)."""
 
 import datetime as dt
 import re
@@ -10,7 +11,7 @@ import re
 from .errors import InvalidInput
 
 FORMS = ("ISO 8601 like 2026-11-29, 2026-11-29T14:02 or 2026-11-29T14:02:00+01:00; 14:00, yesterday 14:00, "
-         "today, now, 2h ago, 30 min ago, 3 days ago")
+         "today, now, 2h ago, 30 min ago, 3 days ago; or milliseconds since 1970, as --json gives them)")
 
 UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
@@ -60,13 +61,15 @@ def _parse(text: str, now_ms: int | None) -> int:
         return _local(day, match[2] or "00:00", text)
     if CLOCK.fullmatch(value):
         return _local(now.date(), value, text)
+    if value.isascii() and value.isdigit() and len(value) >= 11:  # a time from --json output (nc26b)
+        return int(value)
     try:
         if len(value) == 10:
             moment = dt.datetime.combine(dt.date.fromisoformat(value), dt.time())
         else:
             moment = dt.datetime.fromisoformat(value.upper())
     except ValueError:
-        raise InvalidInput(f"{text!r} is not a time mindlog understands (e.g. {FORMS})") from None
+        raise InvalidInput(f"{text!r} is not a time mindlog understands (e.g. {FORMS}") from None
     return _ms(moment, text)
 
 

@@ -134,6 +134,16 @@ def test_parse_instant():
     assert parse_instant("2026-11-29") == parse_instant("2026-11-29T00:00:00Z")
     assert parse_instant("2026-11-29T02:00:00+02:00") == parse_instant("2026-11-29T00:00:00")
     assert format_instant(parse_instant("2026-08-13T14:02:00.250Z")) == "2026-08-13T14:02:00.250Z"
+    assert parse_instant("1796354686391") == parse_instant("2026-12-04T03:24:46.391Z")  # as --json gives it (nc26b)
+    assert parse_instant("20261129") == parse_instant("2026-11-29")  # a date's digits stay ISO 8601's
+
+
+def test_a_time_from_json_output_is_taken_back_by_at(history):
+    """Regression (nc26b): `recorded_at` in `--json` output is milliseconds since 1970, which --at refused."""
+    workspace, _marks = history
+    event = json.loads(run_mem("-w", workspace, "log", "--json", check=True).stdout)[-1]  # the newest: no later one
+    by_time = run_mem("-w", workspace, "show", "mind.md", "--at", str(event["recorded_at"]), check=True).stdout
+    assert by_time == run_mem("-w", workspace, "show", "mind.md", "--seq", str(event["seq"]), check=True).stdout
 
 
 @pytest.mark.parametrize("moment, says", [
