@@ -527,7 +527,8 @@ def sync_(remote: Optional[str] = typer.Argument(None), json: bool = JsonOpt):
         emit_json({"push": pushed, "pull": pulled})
     else:
         again = _came_again(pulled, "{} of this agent's own came back")
-        typer.echo(f"pushed {pushed.pushed}, pulled {pulled.pulled} ({target.name})"
+        there = f" ({pushed.duplicates} already there)" if pushed.duplicates else ""  # as `mem push` says (nc26a)
+        typer.echo(f"pushed {pushed.pushed}{there}, pulled {pulled.pulled} ({target.name})"
                    + (f"; {', '.join(again)}" if again else ""))
         _skipped_lines(pulled)
         _conflict_lines(pulled, settled)

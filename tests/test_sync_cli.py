@@ -220,6 +220,29 @@ def test_removing_a_remote_that_never_got_some_events_says_so(tmp_path):
         team.stop()
 
 
+def test_a_sync_says_how_many_events_the_hub_held_already_as_a_push_does(tmp_path):
+    """Regression (nc26a): a sync sending again what a killed one had got onto the hub (or a remote added again)
+    said only how many were new; `mem push` says how many were there already, and so does `mem sync`."""
+    from teamhub import Team
+
+    team = Team(tmp_path, agents=("alice",))
+    try:
+        from projections.memory import Memory
+        from sync.client import HubClient
+
+        for n in range(4):
+            team.mem("alice", "entry", "add", "insights", f"[FACT] fact {n}", check=True)
+        with Memory.open(tmp_path / "alice") as mem:  # as a sync killed once the hub had committed: no cursor moved
+            events = list(mem.log.read(layers=["insights"]))[:3]
+        client = HubClient(team.url, (tmp_path / "alice.token").read_text().strip())
+        client.push(events)
+        client.http.close()
+        said = team.mem("alice", "sync", check=True).stdout.decode()
+        assert said.startswith("pushed 1 (3 already there), pulled 0 (origin)"), said
+    finally:
+        team.stop()
+
+
 def test_status_bounds_how_far_behind_a_fresh_workspace_is_by_the_hubs_head():
     """Regression: a fresh workspace 22,860 hub positions behind read `behind the hub: 5000+ events` (one page of the
     pull counted): the hub's head, which its contract answer gives, says how far it may be."""
