@@ -280,8 +280,8 @@ def page_write(slug: str,
                layer: Optional[str] = LayerOpt, force: bool = ForceOpt, allow_secret: bool = AllowSecretOpt,
                if_version: Optional[str] = typer.Option(
                    None, "--if-version", help="Write only if the page's current version is still this one (its seq, "
-                   "as `mem history` and this command print it, or its id): the version the file was made from. "
-                   "Otherwise refused, nothing written. Without it the last writer wins.")):
+                   "as `mem history` and this command print it, or its id): the version the file was made from; 0: "
+                   "only if the page has none. Otherwise refused, nothing written. Without it the last writer wins.")):
     """Ingest a page when new, update it otherwise (a page that holds this already: nothing recorded)."""
     from projections.memory import Unchanged
 

@@ -701,11 +701,20 @@ class Memory:
         return Unchanged(version=head, path=path)
 
     def _refuse_unless_head(self, slug: str, expected: str) -> None:
+        """`expected` 0: the page must have no current version (never written, or deleted): a write that creates it
+        only if no other came first (nc26b: there was no way to say so)."""
         slug = validate.slug(slug)
         head = self.views.page_head(slug)
+        if expected.strip() == "0":
+            if head is not None:
+                raise Stale(f"mind/{slug}.md exists (its current version is seq {head[0]}), and --if-version 0 writes "
+                            f"it only if it does not: nothing was written; `mem show {slug}` has it")
+            return
         if head is None:
+            ever = self.views.page_version_seqs(slug, 1 << 62)
+            became = f"`mem history {slug}` says what became of it" if ever else "it never existed"
             raise Stale(f"mind/{slug}.md has no current version, not {expected} (the version the write was made "
-                        f"from): nothing was written; `mem history {slug}` says what became of it")
+                        f"from): nothing was written; {became} (--if-version 0 writes a page only if it has none)")
         if expected.strip() not in (str(head[0]), head[1]):
             self._refuse_unless_version(slug, expected.strip())
             raise Stale(f"mind/{slug}.md was written since version {expected} that this write was made from: its "

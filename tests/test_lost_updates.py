@@ -59,6 +59,26 @@ def test_an_if_version_that_names_no_version_of_the_page_says_so(workspace):
     assert log_rows(workspace) == rows
 
 
+def test_if_version_0_creates_a_page_only_if_it_has_no_current_version(workspace):
+    """Regression (nc26b): there was no way to write a page only if no one had (two agents creating it at once),
+    and a page that never existed was sent to `mem history`, which only says it never existed."""
+    path = workspace / "page.md"
+    path.write_bytes(PAGE)
+    never = run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--if-version", "3")
+    assert never.returncode == 1 and never.stderr.decode() == (
+        "error: mind/deploy.md has no current version, not 3 (the version the write was made from): nothing was "
+        "written; it never existed (--if-version 0 writes a page only if it has none)\n")
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--if-version", "0", check=True)
+    rows = log_rows(workspace)
+    second = run_mem("-w", workspace, "page", "write", "deploy", "--file", workspace / "page.md", "--if-version", "0")
+    assert second.returncode == 1 and second.stderr.decode() == (
+        "error: mind/deploy.md exists (its current version is seq 1), and --if-version 0 writes it only if it does "
+        "not: nothing was written; `mem show deploy` has it\n")
+    assert log_rows(workspace) == rows
+    run_mem("-w", workspace, "page", "delete", "deploy", check=True)
+    run_mem("-w", workspace, "page", "write", "deploy", "--file", path, "--if-version", "0", check=True)
+
+
 def test_a_write_without_a_version_is_the_last_writers(workspace):
     with Memory.open(workspace) as memory:
         memory.write_page("deploy", PAGE)
