@@ -519,7 +519,7 @@ def build_server(mem: Memory) -> MCPServer:
             raise ToolError("layer goes with match")
         found = redacting.search(mem, match, layer) if match else redacting.resolve(mem, list(map(str, targets)))
         report = redacting.redact(mem, found.events, reason, apply=not match or confirm)
-        listed = [event_line(event) for event in found.events] if match and not confirm else []
+        listed = [event_line(event, texts=False) for event in found.events] if match and not confirm else []
         warned = [*(found.kept_notes() if match else found.notes()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
         warned += [kept_by_hand(report)] if report.hand_edited else []
         warned += [VIEWS_HOLD] if report.views_behind else []

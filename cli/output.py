@@ -156,7 +156,14 @@ def with_cwd_note(message) -> str:
     return f"{message} ({CWD_GONE})" if CWD_GONE not in message and cwd_gone() else message
 
 
-def summary(event: Event) -> str:
+WRITTEN_TEXT = ("line", "content", "summary")
+"""Fields of text someone wrote (an Always line, an entry, a compaction's summary), as against names (a slug, a
+path, a key, a role)."""
+
+
+def summary(event: Event, texts: bool = True) -> str:
+    """An event's gist on one line; without `texts`, only what names it: a list of what a redaction removes showed
+    the secret it was removing again, on the terminal and in whatever kept its output (nc26b)."""
     body = event.body
     if event.kind == "redacted":
         return f"was {body.original}: {body.reason}"
@@ -177,8 +184,10 @@ def summary(event: Event) -> str:
     if event.kind == "loop.clear":
         return _cut(f"loop {body.loop}")
     if event.kind in ("inbox.message", "outbox.message") and isinstance(body.message.get("content"), str):
-        return summary_text(body.message["content"])
+        return summary_text(body.message["content"]) if texts else ""
     for field in ("slug", "line", "path", "summary", "key", "content", "role"):
+        if not texts and field in WRITTEN_TEXT:
+            continue
         value = getattr(body, field, None)
         if isinstance(value, str):
             return _cut(value)
@@ -196,9 +205,9 @@ def _cut(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def event_line(event: Event) -> str:
+def event_line(event: Event, texts: bool = True) -> str:
     return (f"{event.seq:>6}  {format_instant(event.recorded_at)}  {event.agent:<10} {event.layer:<8} "
-            f"{event.kind:<14} {summary(event)}")
+            f"{event.kind:<14} {summary(event, texts)}")
 
 
 @contextlib.contextmanager

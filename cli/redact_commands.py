@@ -36,7 +36,7 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
         else:
             found = redacting.resolve(mem, targets)
         report = redacting.redact(mem, found.events, reason, apply=not match or yes)
-        listed = [event_line(e) for e in found.events]
+        listed = [event_line(e, texts=False) for e in found.events]
     for note in found.kept_notes() if match else found.notes():
         typer.echo(f"{'warning' if match else 'note'}: {note}", err=True)
     if report.left_on_disk:

@@ -82,6 +82,21 @@ def test_redact_by_match_removes_every_byte_and_keeps_the_chain(leaky):
     assert SECRET.encode() not in (leaky.parent / "after.adf").read_bytes()
 
 
+def test_what_a_redaction_lists_names_the_events_and_never_shows_their_text(workspace):
+    """Regression (nc26b): `mem redact` listed each event with its summary, which for an Always line, an entry or a
+    message is the text the redaction removes: the secret went to the terminal (and any log of it) once more."""
+    mem(workspace, "always", "add", f"the key is {SECRET}", "--allow-secret", check=True)
+    message = workspace / "message.json"
+    message.write_text(json.dumps({"from": "bob", "content": f"here: {SECRET}"}))
+    mem(workspace, "message", "receive", "--file", message, "--allow-secret", check=True)
+    message.unlink()
+    preview = mem(workspace, "redact", "--match", "ghp_", "--reason", "leaked token", check=True).stdout.decode()
+    assert "would redact 2 events" in preview and "always.add" in preview and SECRET not in preview
+    done = mem(workspace, "redact", "1", "2", "--reason", "leaked token", check=True).stdout.decode()
+    assert "redacted 2 events" in done and SECRET not in done
+    assert files_holding(workspace, SECRET) == []
+
+
 def test_redact_by_seq_keeps_the_loop_seq_and_says_redacted_in_the_past(leaky):
     rows = [e for e in json.loads(mem(leaky, "log", "--json", check=True).stdout) if e["body"]["kind"] == "loop.append"]
     target = rows[0]["seq"]
