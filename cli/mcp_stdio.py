@@ -171,6 +171,8 @@ class Lines:
 
     async def __anext__(self) -> str:
         line = await anyio.to_thread.run_sync(self.readline, MAX_LINE_BYTES + 1)
+        while line and not line.strip():  # a blank line is no message: skipped, not answered as a parse error (nc27b)
+            line = await anyio.to_thread.run_sync(self.readline, MAX_LINE_BYTES + 1)
         if not line:
             raise StopAsyncIteration
         body = line.removesuffix("\n")

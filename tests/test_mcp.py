@@ -716,10 +716,11 @@ def raw_session(workspace, lines: list[bytes], answers: int) -> tuple[list[dict]
 
 def test_a_line_that_is_no_json_rpc_message_is_answered_over_stdio(workspace):
     """JSON-RPC answers a line it cannot parse (-32700) or that is no request (-32600), with the id when it can be
-    read, else null; the SDK's stdio reader dropped them and the client waited forever."""
+    read, else null; the SDK's stdio reader dropped them and the client waited forever. A blank line is no message:
+    skipped (nc27b: it was answered -32700)."""
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
-    lines = [b"not json", b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"x": "\\ud800"}}',
+    lines = [b"", b"  \t", b"not json", b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"x": "\\ud800"}}',
              b'{"jsonrpc": "2.0", "id": 8, "method": 5}', b"[1, 2]", json.dumps(initialize).encode()]
     answers, _err, _code = raw_session(workspace, lines, 5)
     assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
