@@ -1,6 +1,7 @@
 """The `mem` command. Each command parses its options and calls the library in a line or three."""
 
 import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -769,6 +770,10 @@ def _a_value_taken_for_an_option(exc) -> bool:
             and (name == "-" or name[1:2].isdigit() or " " in name))
 
 
+PIPED_COLUMNS = 120
+"""The width of help written to a pipe or a file (a terminal's own width otherwise; COLUMNS overrides both)."""
+
+
 def main() -> None:
     """Runs `mem`; every error, a usage error too, ends as one `error: ...` line when `plain()`."""
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -776,6 +781,8 @@ def main() -> None:
 
     tune_typer()
     strip_escapes_in_pipes()
+    if not sys.stdout.isatty():  # help in a pipe was 80 columns wide, its longer option names cut (nc27b)
+        os.environ.setdefault("COLUMNS", str(PIPED_COLUMNS))
     if sys.stdout.isatty():
         sys.stdout = TerminalSafe(sys.stdout)
     for arg in sys.argv[1:]:

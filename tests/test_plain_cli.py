@@ -182,6 +182,16 @@ def test_plain_help_is_rendered_for_every_command_without_error():
         assert result.returncode == 0 and b"Usage:" in result.stdout, (path, result.stderr)
 
 
+def test_help_in_a_pipe_shows_every_option_name_whole(monkeypatch):
+    """Regression (nc27b): help written to a pipe was 80 columns wide, and `mem serve --help | less` cut option
+    names (`--admin-token-fi…`); a pipe gets 120 unless COLUMNS says otherwise."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    helped = run_mem("serve", "--help", check=True).stdout.decode()
+    assert "--admin-token-file" in helped and "…" not in helped
+    assert max(map(len, helped.splitlines())) == 120
+    assert max(map(len, run_mem("serve", "--help", env={"COLUMNS": "90"}).stdout.decode().splitlines())) == 90
+
+
 def test_config_show_has_json(workspace):
     as_json = json.loads(run_mem("-w", workspace, "config", "show", "--json", check=True).stdout)
     text = run_mem("-w", workspace, "config", "show", check=True).stdout.decode().splitlines()
