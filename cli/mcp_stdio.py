@@ -17,7 +17,7 @@ its last request hears every call, and does not write one again for want of an a
 
 import json
 import re
-from collections import deque
+from collections import Counter, deque
 from io import TextIOWrapper
 from json.decoder import scanstring
 
@@ -195,29 +195,36 @@ ANSWER_WAIT = 600
 
 class Answered:
     """The transport's write stream, noting the requests answered, so that the end of stdin waits for the calls
-    still running (`Answering.receive`)."""
+    still running (`Answering.receive`). Counted by id: requests that share one (a client's mistake) are each
+    waited for (nc27a: the first answer ended the wait, and the others were cancelled)."""
 
     def __init__(self, inner):
         self.inner = inner
-        self.pending: set = set()
+        self.pending: Counter = Counter()
         self.settled = anyio.Event()
 
     def note(self, message) -> None:
-        """A message read: a request waits for its answer; one the client cancels gets none (MCP's cancellation)."""
+        """A message read: a request waits for its answer; one the client cancels gets none (MCP's cancellation),
+        whatever else a cancellation names is no request of this session (nc27a: a list as its id ended the server)."""
         if isinstance(message, JSONRPCRequest):
-            self.pending.add(message.id)
+            self.pending[message.id] += 1
         elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
-            self.pending.discard((message.params or {}).get("requestId"))
-            if not self.pending:
-                self.settled.set()
+            cancelled = (message.params or {}).get("requestId") if isinstance(message.params, dict) else None
+            if isinstance(cancelled, (str, int)) and not isinstance(cancelled, bool) and cancelled in self.pending:
+                self._answered(cancelled)
+
+    def _answered(self, id) -> None:
+        self.pending[id] -= 1
+        if self.pending[id] <= 0:
+            del self.pending[id]
+        if not self.pending:
+            self.settled.set()
 
     async def send(self, item) -> None:
         await self.inner.send(item)
         message = getattr(item, "message", None)
-        if isinstance(message, (JSONRPCResponse, JSONRPCError)):
-            self.pending.discard(message.id)
-            if not self.pending:
-                self.settled.set()
+        if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id in self.pending:
+            self._answered(message.id)
 
     async def all_answered(self) -> None:
         with anyio.move_on_after(ANSWER_WAIT):

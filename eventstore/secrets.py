@@ -116,6 +116,9 @@ def _bare_hints(text: str) -> list[int]:
 
 _CLASS_CHANGE = re.compile(r"(?<=[A-Za-z])(?=[^A-Za-z])|(?<=[0-9])(?=[^0-9])|(?<=[^A-Za-z0-9])(?=[A-Za-z0-9])")
 _WORDS_AFTER = re.compile(r"\s+[A-Za-z]{2,}")
+_SHELL_VALUE = re.compile(r"[A-Za-z0-9+-]+")
+"""A value given as a shell gives one, that words after it do not make prose: letters, digits, `+` and `-`; not
+`form.password2`, `id_ed25519.pub` or `client_secret_v2`, names of things in code and notes (nc27a)."""
 
 
 def _bare_secret(line: str, filters, is_indirect_reference) -> bool:
@@ -129,7 +132,8 @@ def _bare_secret(line: str, filters, is_indirect_reference) -> bool:
         value = match.group(2).strip("`").rstrip(".,;:)")
         if (len(value) >= 8 and re.search(r"[a-z]", value) and re.search(r"\d", value) and "/" not in value
                 and (len(value) >= 12 or len(_CLASS_CHANGE.findall(value)) >= 3)
-                and (match.group(1) == "=" or not _WORDS_AFTER.match(line, match.end()))
+                and ((match.group(1) == "=" and _SHELL_VALUE.fullmatch(value))
+                     or not _WORDS_AFTER.match(line, match.end()))
                 and not any(f(value) for f in filters)
                 and not is_indirect_reference(line)):
             return True

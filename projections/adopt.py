@@ -13,14 +13,15 @@ from collections import Counter
 
 import msgspec
 
-from eventstore.errors import MemError
+from eventstore.envelope import MAX_BODY_BYTES, check_body_size
+from eventstore.errors import MemError, TooLarge
 from eventstore import secrets, validate
 from eventstore.layers import MIND
 
 from .materialize import file_hash, hand_edited, untracked, written_hash
 from .merge import three_way
 from . import trust
-from .render import CATALOG_EDIT, always_lines, log_entries, outside_always
+from .render import CATALOG_EDIT, always_lines, log_block, log_entries, log_head, outside_always
 from .views import KEPT_ASIDE, LOG_PATH, MIND_PATH, slug_of
 
 
@@ -211,20 +212,19 @@ def _onto_current(views, path: str, document: bytes) -> tuple[bytes, str | None]
 
 
 def _restore_log(memory, report: AdoptReport, allow_secret: bool, explain) -> None:
-    """A mind/log.md mindlog never wrote, the wiki's own from before `mem init`: its entries are kept as one
-    log.restore event (as `mem import adf` keeps an imported one), below every entry written since, and the file
-    is mindlog's from then on. A text that is no change log is left where it is (it is kept nowhere else):
-    overwritten, the wiki's history was lost (nc24b)."""
+    """A mind/log.md mindlog never wrote, the wiki's own from before `mem init`: its entries are kept as log.restore
+    events (as `mem import adf` keeps an imported one), below every entry written since, and the file is mindlog's
+    from then on; where mindlog writes it otherwise (CRLF, bytes not UTF-8, its layout), the file as it was is kept
+    too, as imported/mind/log.md. One that cannot be kept so is left where it is, nothing appended
+    (`log_restore_refusal`): overwritten, the wiki's history was lost (nc24b, nc27a)."""
     text = (memory.root / LOG_PATH).read_bytes()
-    entries = log_entries(text.decode("utf-8", "replace").replace("\r\n", "\n"))
-    if entries is None:
-        report.refused[LOG_PATH] = ("it is no change log mindlog can read (`# Log`, a blank line, then `## [DATE] "
-                                    "kind | title` entries), and it was not written by mindlog: move it aside "
-                                    "(mindlog writes its own), then `mem adopt` again")
+    restores, refusal = _log_restores(memory, text)
+    if refusal is not None:
+        report.refused[LOG_PATH] = f"{refusal}: {LOG_ASIDE}"
         return
     try:
-        restored = memory.append_all(memory.writer.log_restores(entries), touches=[LOG_PATH],
-                                     adopt={LOG_PATH: text}, force=True, allow_secret=allow_secret, from_disk=True)
+        restored = memory.append_all(restores, touches=[LOG_PATH], adopt={LOG_PATH: text}, force=True,
+                                     allow_secret=allow_secret, from_disk=True)
         if memory.show(LOG_PATH, restored[-1].seq if restored else 0).encode() != text:  # CRLF, bytes not UTF-8
             target = KEPT_ASIDE + LOG_PATH
             memory.file_write(target, text, "text/markdown", allow_secret=allow_secret)
@@ -233,6 +233,45 @@ def _restore_log(memory, report: AdoptReport, allow_secret: bool, explain) -> No
         report.refused[LOG_PATH] = explain(exc)
     else:
         report.adopted.append(LOG_PATH)
+
+
+LOG_ASIDE = "move it aside (mindlog writes its own; the file stays yours), then `mem adopt` again"
+
+
+def log_restore_refusal(memory) -> str | None:
+    """Why `mem adopt` cannot keep the wiki's own mind/log.md as it is on disk (None: it can): told by the hints for
+    it and for the files that wait on it, which said adopt keeps it (nc27a)."""
+    try:
+        text = (memory.root / LOG_PATH).read_bytes()
+    except OSError:
+        return None
+    refusal = _log_restores(memory, text)[1]
+    return None if refusal is None else f"{refusal}: {LOG_ASIDE}"
+
+
+def _log_restores(memory, text: bytes) -> tuple[list, str | None]:
+    """The log.restore events of a pre-mindlog mind/log.md, or why it cannot be kept: it is no change log; an entry
+    is over one event's limit; or mindlog would write it otherwise, so its bytes must be kept as a file too, and it
+    is over a file's limit. All known before anything is appended: the copy refused after the restores, the file
+    was rewritten and its bytes were nowhere (nc27a)."""
+    decoded = text.decode("utf-8", "replace").replace("\r\n", "\n")
+    entries = log_entries(decoded)
+    if entries is None:
+        return [], ("it is no change log mindlog can read (`# Log`, a blank line, then `## [DATE] kind | title` "
+                    "entries), and it was not written by mindlog")
+    try:
+        restores = memory.writer.log_restores(entries)
+        for event in restores:
+            check_body_size(event.raw_body())
+    except TooLarge:
+        return [], f"an entry of it is over {MAX_BODY_BYTES // 2**20} MiB, more than one event holds"
+    rendered = log_head() + log_block(["\n".join(entries)] if entries else [])
+    current = memory.show(LOG_PATH, memory.views.checkpoint()) or log_head()
+    if len(text) > validate.MAX_FILE_BYTES and (rendered.encode() != text or current != log_head()):
+        return [], (f"mindlog would write it otherwise (CRLF line ends, bytes that are not UTF-8 or its layout), and "
+                    f"at {len(text):,} bytes it is too large to keep as it is too (a file may be at most "
+                    f"{validate.MAX_FILE_BYTES:,})")
+    return restores, None
 
 
 MOVED_ALWAYS = "`mem always remove N`, then `mem always add --at M`, moves a line"

@@ -545,9 +545,14 @@ class Memory:
         hints = {}
         for path in paths:
             hint = self.moved_hint(path) or self.redacted_under_hint(path) or self._before_mindlog(path)
-            if hint is None and self._derived(path):
-                hint = ("it is derived from the log and cannot be adopted: delete it to have it written again"
-                        + (" (`mem entry add` adds an entry)" if path != LOG_PATH else ""))
+            target = self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) \
+                else None
+            if hint is None and path == MIND_PATH and self._kept_aside_refusal() is not None:
+                hint = self.keep_hint(path)  # not "`mem adopt` keeps the edit", which it refuses (nc27a)
+            elif hint is None and target is not None and target[1] is None:
+                hint = self.entries_file_hint(path, target[0])
+            elif hint is None and self._derived(path):
+                hint = "it is derived from the log and cannot be adopted: delete it to have it written again"
             if hint is not None:
                 hints[path] = hint
         return hints
@@ -556,7 +561,11 @@ class Memory:
         """What `mem adopt` does with the wiki's own mind/log.md, from before `mem init`: deleted or overwritten, as
         the hint for a log mindlog wrote says, its history was lost (nc25a)."""
         if path == LOG_PATH and written_hash(self.views, LOG_PATH) is None:
-            return "it is from before mindlog: `mem adopt` keeps its entries, below those written since"
+            from .adopt import log_restore_refusal
+
+            refusal = log_restore_refusal(self)
+            return (f"it is from before mindlog, and `mem adopt` cannot keep it ({refusal})" if refusal else
+                    "it is from before mindlog: `mem adopt` keeps its entries, below those written since")
         return None
 
     def _kept_aside_refusal(self) -> MemError | None:
@@ -578,9 +587,9 @@ class Memory:
         """What to do about the file of an entries layer edited by hand: its text is rendered from the layer's
         entries, which an edit does not make; a consumer cannot add one (nc26b: it was told to, and that deleting
         the file wrote it again, which only the layer's next entry does)."""
-        add = "`mem entry add` adds one; " if self.produces(layer) else ""
+        add, quoted = "`mem entry add` adds one; " if self.produces(layer) else "", shlex.quote(path)
         return (f"the entries of layer {layer} are rendered from its events, which an edit does not make: {add}"
-                f"`mem show {path} > {path}` puts the file back")
+                f"`mem show {quoted} > {quoted}` puts the file back")
 
     def _derived(self, path: str) -> bool:
         """mind/log.md, or the file of an entries layer."""
@@ -629,7 +638,8 @@ class Memory:
                         "delete the file in a shell (deleted, it is written again from the log)")
             if slug_of(path) or (target is not None and target[1] is not None):
                 return "call the adopt tool to keep the edit as a new version"
-            return (f"it cannot be adopted; a person must put the file back in a shell (`mem show {path} > {path}`)"
+            quoted = shlex.quote(path)
+            return (f"it cannot be adopted; a person must put the file back in a shell (`mem show {quoted} > {quoted}`)"
                     if target is not None else
                     "it cannot be adopted; a person must delete the file in a shell (it is written again from the log)")
         if path == MIND_PATH and not self._always_edited():

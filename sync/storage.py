@@ -192,39 +192,69 @@ def refuse_loops(sql: PageVersionSQL, events) -> None:
     so a parent not held is taken; but a producer, who chooses its ids, could then push the version named, naming
     the child: two versions superseding each other, a page with no head, gone from every consumer with no delete
     and no conflict (nc26a); a version naming itself made every view of its page fail. Checked here, not with
-    the batch's other checks, so that two pushes checked at once cannot make the loop between them. The loop
-    holds a version of the group (what was stored had none): it is among the versions reachable from the group's
-    by `named_by`, the child links, where most groups reach only themselves (one read); a topological sort of
-    those finds it. Raised, the group is retried batch by batch (HubStorage.commit): only the batch that makes
-    the loop is refused."""
+    the batch's other checks, so that two pushes checked at once cannot make the loop between them. Raised, the
+    group is retried batch by batch (HubStorage.commit): only the batch that makes the loop is refused.
+
+    Of the versions of a loop, the one that came last closes it, and the others all came before it: one of them
+    names it. So only a version that a version come before it names (stored already, or earlier in the group) is
+    looked at, and only through versions come before it: from it down its children and up from its parents, until
+    the two searches meet, or either ends. Each step widens the smaller of the two (one read of its frontier): a
+    version pushed after its parent costs nothing, one pushed after its children (a resend) with its parents not
+    there yet one read (nc27a: walking every child took 20 s under the write lock for a root pushed after 16,000
+    of its descendants, and a chain pushed in one batch would have walked itself once per version)."""
     versions = [event for event in events if isinstance(_readable(event.body), (PageIngest, PageUpdate, PageDelete))]
     if not versions:
         return
-    children: dict[str, list[str]] = {}
-    frontier = sorted({event.id for event in versions})
-    while frontier:
-        for row in sql.rows(sql.versions, (sql.ids(frontier),)):
-            children[row[0]] = row[4].split()
-        for id in frontier:
-            children.setdefault(id, [])
-        frontier = sorted({child for kids in children.values() for child in kids} - children.keys())
-    named = dict.fromkeys(children, 0)
-    for kids in children.values():
-        for child in kids:
-            named[child] += 1
-    ready = [id for id, count in named.items() if count == 0]
-    while ready:
-        for child in children[ready.pop()]:
-            named[child] -= 1
-            if named[child] == 0:
-                ready.append(child)
-    looped = {id for id, count in named.items() if count > 0}
-    if looped:
-        event = next(event for event in reversed(versions) if event.id in looped)
-        parent = next(parent for parent in getattr(_readable(event.body), "parents", ()) if parent in looped)
-        what = "is this version itself" if parent == event.id else "is built on this version"
-        raise InvalidInput(f"event {event.id}: parent {parent} {what}: the page's versions would supersede one "
-                           "another in a loop, and it would have no version left; nothing of the batch was applied")
+    place = {event.id: index for index, event in enumerate(events)}
+    rows = {row[0]: row for row in sql.rows(sql.versions, (sql.ids(sorted(place.keys() & {e.id for e in versions})),))}
+    for event in versions:
+        row = rows.get(event.id)
+        at = place[event.id]
+
+        def before(node: str) -> bool:
+            return place.get(node, -1) < at
+
+        if row is None:
+            continue
+        parents = json.loads(row[3]) if row[3] else []
+        children = [child for child in row[4].split() if before(child)]
+        if event.id not in parents and not children:
+            continue  # named by nothing come before it: it closes no loop
+        parent = _loop_through(sql, event.id, children, parents, before)
+        if parent is not None:
+            what = "is this version itself" if parent == event.id else "is built on this version"
+            raise InvalidInput(f"event {event.id}: parent {parent} {what}: the page's versions would supersede one "
+                               "another in a loop, and it would have no version left; nothing of the batch was applied")
+
+
+def _loop_through(sql: PageVersionSQL, id: str, children: list[str], parents: list[str], before) -> str | None:
+    """The parent of version `id` that is `id` or built on it (a loop through versions `before` it), or None:
+    `refuse_loops`'s two searches."""
+    if id in parents:
+        return id
+    down, down_front = {id}, set(children) - {id}
+    up = {parent: parent for parent in parents if before(parent)}  # each ancestor -> the parent of `id` above it
+    up_front, downward = set(up), False
+    while True:
+        met = next((node for node in sorted(down_front) if node in up), None) or \
+            next((node for node in sorted(up_front) if node in down), None)
+        if met is not None:
+            return up[met]
+        if not (down_front and up_front):
+            return None
+        downward = len(down_front) < len(up_front) or (len(down_front) == len(up_front) and not downward)
+        if downward:
+            down |= down_front
+            found = sql.rows(sql.versions, (sql.ids(sorted(down_front)),))
+            down_front = {child for row in found for child in row[4].split() if before(child)} - down
+        else:
+            found = sql.rows(sql.versions, (sql.ids(sorted(up_front)),))
+            up_front = set()
+            for row in found:
+                for grand in json.loads(row[3]) if row[3] else ():
+                    if grand not in up and before(grand):
+                        up[grand] = up[row[0]]
+                        up_front.add(grand)
 
 
 def _make_void(sql: PageVersionSQL, doomed: list[str]) -> None:

@@ -452,6 +452,46 @@ class HubStorageConformance:
         hub.push(chain[::-1])  # children first, in one batch: no loop
         assert hub.page_heads("drafts", "s") == [(chain[-1].id, False)]
 
+    def test_the_loop_check_reads_little_whatever_order_a_pages_versions_come_in(self, hub, monkeypatch):
+        """Regression (nc27a): the check walked every descendant of a version, one read per level, under the write
+        lock: a root pushed after 16,000 of its descendants held it 20 s, and a chain pushed child first one version
+        per push took minutes. A version is looked at only when one come before it names it, through versions come
+        before it, the smaller side first: a few reads per push, however long the chain."""
+        import sync.storage as storage
+
+        reads = []
+        checked = storage.refuse_loops
+
+        def counted(sql, events):
+            def rows(query, params):
+                reads.append(query)
+                return sql.rows(query, params)
+            return checked(sql._replace(rows=rows), events)
+
+        monkeypatch.setattr(f"{type(hub).__module__}.refuse_loops", counted)
+        chain = [version(slug="long")]
+        for _ in range(300):
+            chain.append(version(slug="long", parents=[chain[-1].id]))
+        for event in reversed(chain):  # child first, one version per push
+            hub.push([event])
+        assert hub.page_heads("drafts", "long") == [(chain[-1].id, False)]
+        assert len([q for q in reads if q == reads[0]]) <= 3 * len(chain)
+        reads.clear()
+        hub.push([version(slug="long", parents=[chain[-1].id])])  # pushed after its parent: one read
+        assert len(reads) == 1
+
+    def test_a_loop_stored_before_the_check_does_not_refuse_a_version_that_closes_none(self, hub, monkeypatch):
+        """Regression (nc27a): a hub holding a loop from before the check failed (500) on every version reaching it."""
+        monkeypatch.setattr(f"{type(hub).__module__}.refuse_loops", lambda sql, events: None)
+        root, later = version(slug="old"), version(slug="old")
+        looped = version(slug="old", parents=[root.id, later.id])
+        closing = new_event(PageUpdate(slug="old", frontmatter={"type": "x"}, text="t", parents=[looped.id]),
+                            agent="writer", layer="drafts", id=later.id)
+        hub.push([looped])
+        hub.push([closing])
+        monkeypatch.undo()
+        assert [r.duplicate for r in hub.push([root])] == [False]
+
     def test_named_versions_are_the_ids_a_stored_version_names_as_parent(self, hub):
         ingest = version()
         child = version(parents=[ingest.id])

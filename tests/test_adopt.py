@@ -785,6 +785,8 @@ def test_a_wiki_mind_md_holding_a_secret_says_what_to_do_not_adopt_again(tmp_pat
     assert ("left mind/deploy.md: mind.md is on disk, made by hand: `mem adopt` cannot keep it as imported/mind.md "
             "(the write looks like it holds a secret") in said
     assert "`mem adopt` records its" not in said and "pass --allow-secret if" not in said
+    status = run_mem("-w", wiki, "status", check=True).stdout.decode()  # not "`mem adopt` keeps the edit" (nc27a)
+    assert "not written:     mind.md  (edited by hand, but `mem adopt` cannot keep it as imported/mind.md" in status
     tools = Memory.open(wiki).keep_hint("mind.md", tools=True)
     assert tools.startswith("the adopt tool cannot keep it as imported/mind.md (the write looks like it holds a secret")
     assert tools.endswith("a person must take that out of the file in a shell, then call the adopt tool")
@@ -825,3 +827,42 @@ def test_restores_in_parts_keep_every_entry_in_order(entries, limit):
     assert [entry for part in reversed(parts) for entry in part.entries] == entries
     assert all(part.entries for part in parts)
     assert all(len(part.entries) == 1 or sum(len(e.encode()) + 1 for e in part.entries) <= limit + 1 for part in parts)
+
+
+def test_a_wiki_change_log_that_cannot_be_kept_whole_is_left_untouched_with_the_way_on(tmp_path):
+    """Regression (nc27a, data loss): a log over 8 MiB that mindlog writes otherwise (bytes not UTF-8, CRLF) was
+    restored, rewritten on disk, and then its copy as it was refused as too large: its bytes were nowhere, while adopt
+    said it left it and status said clean. One entry over an event's limit left every page waiting, each pointing back
+    at adopt. Both are known before anything is appended, the file left as it is, and moving it aside is the way on."""
+    wiki = tmp_path / "wiki"
+    (wiki / "mind").mkdir(parents=True)
+    (wiki / "mind/deploy.md").write_bytes(PAGE)
+    old = ("# Log\n\n" + "\n".join(f"## [2026-01-{i % 28 + 1:02d}] update | page {i}\n" + "\xe9" * 1000 + "\n"
+                                  for i in range(9000))).encode("latin-1")
+    (wiki / "mind/log.md").write_bytes(old)
+    run_mem("init", "-w", wiki, check=True)
+    refused = run_mem("-w", wiki, "adopt")
+    said = refused.stdout.decode()
+    assert refused.returncode == 1 and log_rows(wiki) == [] and (wiki / "mind/log.md").read_bytes() == old
+    assert ("left mind/log.md: mindlog would write it otherwise (CRLF line ends, bytes that are not UTF-8 or its "
+            "layout), and at 9,331,896 bytes it is too large to keep as it is too") in said
+    assert "move it aside (mindlog writes its own; the file stays yours), then `mem adopt` again" in said
+    assert "`mem adopt` keeps its entries" not in run_mem("-w", wiki, "status", check=True).stdout.decode()
+
+    (wiki / "mind/log.md").write_text("# Log\n\n## [2026-01-01] update | big\n" + "x" * (9 * 1024 * 1024) + "\n")
+    said = run_mem("-w", wiki, "adopt").stdout.decode()
+    assert "left mind/log.md: an entry of it is over 8 MiB, more than one event holds: move it aside" in said
+    assert "left mind/deploy.md: mind/log.md is on disk, made by hand: it is from before mindlog, and `mem adopt` " \
+        "cannot keep it (an entry of it is over 8 MiB" in said and log_rows(wiki) == []
+    (wiki / "mind/log.md").rename(tmp_path / "old-log.md")
+    assert "adopted mind/deploy.md" in run_mem("-w", wiki, "adopt", check=True).stdout.decode()
+
+
+def test_the_way_to_put_an_entries_file_back_is_quoted_for_the_shell(workspace):
+    """Regression (nc27a): `mem show PATH > PATH` was given unquoted: pasted, a path with a blank or `$` failed, and
+    left a stray file behind."""
+    run_mem("-w", workspace, "layer", "add", "notes", "memory/my notes $HOME.md", check=True)
+    run_mem("-w", workspace, "entry", "add", "notes", "[FACT] 2026-11-01: kept", check=True)
+    (workspace / "memory/my notes $HOME.md").write_text("edited\n")
+    said = run_mem("-w", workspace, "adopt").stdout.decode()
+    assert "`mem show 'memory/my notes $HOME.md' > 'memory/my notes $HOME.md'` puts the file back" in said

@@ -740,14 +740,17 @@ def test_every_call_read_before_stdin_ends_is_answered(workspace):
     calls = [{"jsonrpc": "2.0", "id": n, "method": "tools/call",
               "params": {"name": "loop_append", "arguments": {"role": "user", "text": f"call {n}"}}}
              for n in range(10, 40)]
-    cancelled = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}
+    twins = [{**call, "id": 7, "params": {"name": "loop_append", "arguments": {"role": "user", "text": f"twin {n}"}}}
+             for n, call in enumerate(calls[:10])]  # one id for ten calls, a client's mistake (nc27a: half lost)
+    cancelled = [{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request}}
+                 for request in (99, [1], {"a": 1}, True)]  # (nc27a: a list or an object ended the server)
     lines = [json.dumps(m).encode() for m in (initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                                              *calls, cancelled)]
-    answers, _err, code = raw_session(workspace, lines, 0)  # stdin closed at once
-    assert code == 0
-    assert sorted(a["id"] for a in answers if "id" in a) == [1, *range(10, 40)]
+                                              *calls, *twins, *cancelled)]
+    answers, err, code = raw_session(workspace, lines, 0)  # stdin closed at once
+    assert code == 0 and b"Traceback" not in err
+    assert sorted(a["id"] for a in answers if "id" in a) == [1, *[7] * 10, *range(10, 40)]
     assert all("result" in a and not a["result"].get("isError") for a in answers)
-    assert len(log_rows(workspace)) == 30
+    assert len(log_rows(workspace)) == 40
 
 
 def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and_the_server_goes_on(workspace):

@@ -58,6 +58,10 @@ ORDINARY = {
                                                     "password: Argon2id hashed\npassword: OAuth2\naccess_token: "
                                                     "JWT-RS256\nrefresh_token: 30days\npassword: bcrypt-12\n"
                                                     "api_key = v2-style keys only",
+    "names of things after NAME= (nc27a)": "login(user=u, password=form.password2) returns a session\n"
+                                           "ssh uses private_key=id_ed25519.pub as the key file name\n"
+                                           "client_secret=client_secret_v2 is the name of the field\n"
+                                           "Set API_KEY=changeme_in_prod2 before deploy",
     "kebab slugs": "deploy-procedure-for-the-new-staging-cluster-2026 and cross-domain-insights",
     "dates and numbers": "2026-11-29T11:22:23.876Z, 1795951347123 ms, 3.14159265358979",
 }
