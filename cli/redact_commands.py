@@ -45,6 +45,8 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
         typer.echo(f"warning: {VIEWS_HOLD}", err=True)
     if kept_by_hand(report):
         typer.echo(f"warning: {kept_by_hand(report)}", err=True)
+    for note in report.stubs:
+        typer.echo(f"note: {note}", err=True)
     if json:
         return emit_json(report)
     for line in listed:

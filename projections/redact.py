@@ -39,6 +39,7 @@ class RedactReport(msgspec.Struct):
     left_on_disk: bool = False  # a reader held the log: the old text stays on disk until a later append erases it
     hand_edited: list[str] = []  # files edited by hand, so not rewritten: they may still hold what was redacted
     views_behind: bool = False  # the views could not follow (a full disk): they and the files still hold the text
+    stubs: list[str] = []  # notes on pages whose current version was redacted: they show the stub now (`shown_stubs`)
 
 
 def _target(event: Event) -> Target:
@@ -226,7 +227,35 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
         seqs = memory.log.append(redactions, state=lambda seqs: {REDACTION_FILES: pending_since(memory, seqs)})
         files = memory.follow()  # marks the files edited by hand it leaves (Memory._rewritten)
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
-                        hand_edited=list(files.refused), views_behind=memory.behind is not None)
+                        hand_edited=list(files.refused), views_behind=memory.behind is not None,
+                        stubs=shown_stubs(memory, events, reason))
+
+
+def shown_stubs(memory, events: list[Event], reason: str) -> list[str]:
+    """A note for each page whose current version is among the redacted `events`: the page now shows the redaction's
+    stub in its place, as every agent's copy will once it is pushed (a shared page), which a user redacting a write
+    made by mistake did not expect (nc26b); the note names the version before, and the write that brings its text
+    back."""
+    notes = []
+    for event in events:
+        version = page_version(event.body) if event.kind in ("page.ingest", "page.update") else None
+        if version is None:
+            continue
+        slug, parents = version
+        current = (memory.views.page_head(slug) or (None, None))[1] if event.layer == MIND else \
+            memory.views.shared_winner(event.layer, slug)
+        if current != event.id:
+            continue
+        path = memory.page_file(event.layer, slug)
+        before = memory.log.get(parents[0]) if parents else None
+        layer = "" if event.layer == MIND else f" --layer {event.layer}"
+        back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`, "
+                "brings the version before back" if before is not None and before.kind != "redacted" else
+                f"`mem page write {slug}{layer} --file FILE` writes it anew")
+        shared = event.layer != MIND and event.layer not in memory.local_layers()
+        notes.append(f"{path} shows `[redacted: {reason}]` now, its current version redacted"
+                     + (", and so will every agent's copy once it is pushed" if shared else "") + f": {back}")
+    return notes
 
 
 def pending_since(memory, seqs: list[int]) -> str:

@@ -222,7 +222,9 @@ def test_a_hand_edited_file_that_may_still_hold_the_redacted_text_is_named_with_
     assert redacted.stderr.decode() == (
         "warning: mind/staging-access.md edited by hand, so not rewritten: it may still hold what was redacted; remove "
         "it from the file, or put back mindlog's version without it (`mem show mind/staging-access.md > "
-        "mind/staging-access.md`)\n")
+        "mind/staging-access.md`)\n"
+        "note: mind/staging-access.md shows `[redacted: leak]` now, its current version redacted: `mem page write "
+        "staging-access --file FILE` writes it anew\n")
     shown = mem(workspace, "show", "mind/staging-access.md", check=True).stdout
     (workspace / "mind/staging-access.md").write_bytes(shown)
     assert files_holding(workspace, SECRET) == []
@@ -1090,3 +1092,23 @@ def test_a_hand_edit_of_an_entries_file_a_pulled_redaction_changed_is_told_how_t
             "does not take it: `mem show memory/insights.md > memory/insights.md` drops the edit")
     status = mem(team / "main", "status").stdout.decode()
     assert f"memory/insights.md  ({said})" in status and "None" not in status, status
+
+
+def test_redacting_a_pages_current_version_says_it_shows_the_stub_and_how_to_bring_the_one_before_back(workspace):
+    """Regression (nc26b): a version written by mistake and redacted left the page showing `[redacted: ...]` as its
+    current version (on every agent, for a shared page, once pushed) without a word; the note says so and names the
+    write that brings the version before back. A version no longer current gets no note."""
+    page = workspace / "p.md"
+    page.write_text("---\ntype: note\n---\n# X\n\ngood\n")
+    mem(workspace, "page", "write", "x", "--file", page, check=True)
+    page.write_text("---\ntype: note\n---\n# X\n\noops\n")
+    mem(workspace, "page", "write", "x", "--file", page, check=True)
+    done = mem(workspace, "redact", "2", "--reason", "mistake", check=True)
+    assert done.stderr.decode() == ("note: mind/x.md shows `[redacted: mistake]` now, its current version redacted: "
+                                    "`mem show mind/x.md --seq 1 > page.md`, then `mem page write x --file page.md`, "
+                                    "brings the version before back\n")
+    (workspace / "page.md").write_bytes(mem(workspace, "show", "mind/x.md", "--seq", "1", check=True).stdout)
+    mem(workspace, "page", "write", "x", "--file", workspace / "page.md", check=True)
+    assert "good" in (workspace / "mind/x.md").read_text()
+    report = json.loads(mem(workspace, "redact", "1", "--reason", "old", "--json", check=True).stdout)
+    assert report["stubs"] == [] and report["done"]
