@@ -2,8 +2,8 @@
 
 ISO 8601 (`2026-11-29`, `2026-11-29T14:02`, `2026-11-29T14:02:00+01:00`), a time today (`14:00`),
 `today`/`yesterday` with an optional time (`yesterday 14:00`), `now`, and relative forms (`2h ago`,
-`90 minutes ago`), and milliseconds since 1970 as `--json` gives them (`1796354686391`, eleven digits or more: a
-bare date's digits are ISO 8601's). Everything without an offset is in the local timezone (the `TZ` variable)."""
+`90 minutes ago`), and milliseconds since 1970 as `--json` gives them (`1796354686391`, thirteen digits: other counts
+are ISO 8601's compact forms, or no time). Everything without an offset is in the local timezone (the `TZ` variable)."""
 
 import datetime as dt
 import re
@@ -61,8 +61,8 @@ def _parse(text: str, now_ms: int | None) -> int:
         return _local(day, match[2] or "00:00", text)
     if CLOCK.fullmatch(value):
         return _local(now.date(), value, text)
-    if value.isascii() and value.isdigit() and len(value) >= 11:  # a time from --json output (nc26b)
-        return int(value)
+    if value.isascii() and value.isdigit() and len(value) == 13:  # a time from --json output (nc26b): 2001 to 2286;
+        return int(value)  # a compact ISO 8601 time has 12 or 14 digits, a date 8 (nc27a: 12 was read as ms)
     try:
         if len(value) == 10:
             moment = dt.datetime.combine(dt.date.fromisoformat(value), dt.time())

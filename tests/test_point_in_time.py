@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from eventstore.errors import InvalidInput
 from eventstore.instants import format_instant, parse_instant
 
 from projections.memory import Memory
@@ -136,6 +137,8 @@ def test_parse_instant():
     assert format_instant(parse_instant("2026-08-13T14:02:00.250Z")) == "2026-08-13T14:02:00.250Z"
     assert parse_instant("1796354686391") == parse_instant("2026-12-04T03:24:46.391Z")  # as --json gives it (nc26b)
     assert parse_instant("20261129") == parse_instant("2026-11-29")  # a date's digits stay ISO 8601's
+    with pytest.raises(InvalidInput):
+        parse_instant("202612041402")  # a compact time's 12 digits: refused, not read as ms of 1976 (nc27a)
 
 
 def test_a_time_from_json_output_is_taken_back_by_at(history):
