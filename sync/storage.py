@@ -206,7 +206,7 @@ def refuse_loops(sql: PageVersionSQL, events) -> None:
     if not versions:
         return
     place = {event.id: index for index, event in enumerate(events)}
-    rows = {row[0]: row for row in sql.rows(sql.versions, (sql.ids(sorted(place.keys() & {e.id for e in versions})),))}
+    rows = {row[0]: row for row in sql.rows(sql.versions, (sql.ids(sorted({event.id for event in versions})),))}
     for event in versions:
         row = rows.get(event.id)
         at = place[event.id]
