@@ -226,8 +226,8 @@ def test_a_hand_edited_entries_file_is_not_sent_to_mem_adopt(tmp_path):
         team.mem("writer", "entry", "add", "insights", "[FACT] 2026-11-03: Then prod", check=True)
         team.mem("writer", "push", check=True)
         pulled = team.mem("reviewer", "pull", check=True).stderr.decode()
-        why = ("it is derived from the log and cannot be adopted: delete it to have it written again (`mem entry add` "
-               "adds an entry)")
+        why = ("the entries of layer insights are rendered from its events, which an edit does not make: `mem entry "
+               "add` adds one; `mem show memory/insights.md > memory/insights.md` puts the file back")
         assert f"not written: memory/insights.md was edited by hand, but {why}\n" in pulled, pulled
         assert "mem adopt" not in pulled, pulled
         status = out(team.mem("reviewer", "status", check=True))
