@@ -14,7 +14,7 @@ from eventstore.instants import format_instant
 
 
 AT_HELP = ("A moment: ISO 8601, `14:00`, `yesterday 14:00`, `2h ago`, `now` (local time unless an offset "
-           "is given).")
+           "is given), or milliseconds since 1970 as --json gives them.")
 AllowSecretOpt = typer.Option(False, "--allow-secret",
                               help="Write it even if the secret scanner finds something (the event records it).")
 
