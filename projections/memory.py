@@ -432,8 +432,8 @@ class Memory:
                           if not (adopt and p in adopt and (self.root / p).read_bytes() == adopt[p])
                           and not (p in gone and not (self.root / p).exists())]
                 if edited:
-                    raise HandEdited(self.hand_edited_message(edited, strangers), edited,
-                                     for_tools=self.hand_edited_message(edited, strangers, tools=True))
+                    raise HandEdited(self.hand_edited_message(edited), edited,
+                                     for_tools=self.hand_edited_message(edited, tools=True))
             for event, seq in zip(events, self.log.append(events)):
                 event.seq = seq
             if adopt:
@@ -478,10 +478,10 @@ class Memory:
                        "that can" if views_followed else
                        f"recorded, but the views and files are behind the log ({why}); they catch up at the next command")
 
-    def hand_edited_message(self, paths: list[str], strangers=(), *, tools: bool = False) -> str:
-        """Why a write touching these hand-edited files is refused, and what can be done about each; `strangers`: those
-        made by hand where mindlog never wrote."""
-        how = {path: "is on disk, made by hand" if path in strangers or written_hash(self.views, path) is None
+    def hand_edited_message(self, paths: list[str], *, tools: bool = False) -> str:
+        """Why a write touching these hand-edited files is refused, and what can be done about each (a file mindlog
+        never wrote is said to be made by hand, not edited since it wrote it)."""
+        how = {path: "is on disk, made by hand" if written_hash(self.views, path) is None
                else "was edited by hand since mindlog wrote it" for path in paths}
         said = "; ".join(f"{path} {how[path]}: {self.keep_hint(path, tools=tools)}" for path in paths)
         return f"{said}; then call again" if tools else said
@@ -545,8 +545,7 @@ class Memory:
         hints = {}
         for path in paths:
             hint = self.moved_hint(path) or self.redacted_under_hint(path) or self._before_mindlog(path)
-            target = self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) \
-                else None
+            target = self._layer_file(path)
             if hint is None and path == MIND_PATH and self._kept_aside_refusal() is not None:
                 hint = self.keep_hint(path)  # not "`mem adopt` keeps the edit", which it refuses (nc27a)
             elif hint is None and target is not None and target[1] is None:
@@ -591,11 +590,16 @@ class Memory:
         return (f"the entries of layer {layer} are rendered from its events, which an edit does not make: {add}"
                 f"`mem show {quoted} > {quoted}` puts the file back")
 
+    def _layer_file(self, path: str) -> tuple[str, str | None] | None:
+        """(layer, slug or None for an entries layer) of a file a layer of the contract places, or None (mind.md and
+        mind/log.md are the agent's own)."""
+        return self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) else None
+
     def _derived(self, path: str) -> bool:
         """mind/log.md, or the file of an entries layer."""
         if path == LOG_PATH:
             return True
-        target = self.views.shared_target(path) if self.views.contract and path != MIND_PATH else None
+        target = self._layer_file(path)
         return target is not None and target[1] is None
 
     def _adopt_refusal(self, path: str) -> MemError | None:
@@ -612,7 +616,7 @@ class Memory:
     def keep_hint(self, path: str, *, tools: bool = False) -> str:
         """What a user can do about a hand-edited file, which depends on what the file is; `tools`: in the words
         of an MCP client, which has the adopt tool but no --force (a person in a shell has)."""
-        target = self.views.shared_target(path) if self.views.contract and path not in (MIND_PATH, LOG_PATH) else None
+        target = self._layer_file(path)
         moved = self.moved_hint(path, tools=tools) if target is None else None
         if moved is not None:
             return moved
