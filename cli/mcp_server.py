@@ -217,6 +217,7 @@ class MindlogServer(MCPServer):
     def __init__(self, mem: Memory, **options):
         super().__init__(**options)
         self.mem = mem
+        self.running: str | None = None  # the tool whose call is in progress (the calls run one at a time)
 
     async def call_tool(self, name, arguments, context=None):
         tool = self._tool_manager.get_tool(name)
@@ -271,6 +272,7 @@ def build_server(mem: Memory) -> MCPServer:
                 numbers = whole_numbers(value for name, value in kwargs.items() if name not in OWN_WORDS)
                 if any(not -2**63 <= number < 2**63 for number in numbers):
                     return refusal(TOO_LARGE)  # as the CLI refuses such an option (loop_clear's start said 2**64)
+                server.running = fn.__name__
                 try:
                     current()
                     head = mem.checkpoint()
@@ -286,6 +288,8 @@ def build_server(mem: Memory) -> MCPServer:
                     message = str(mem.ws.damage(exc) or storage_failure(exc))
                 except OverflowError:  # a number past what the log holds (a seq, `[S<seq>]`)
                     message = TOO_LARGE
+                finally:
+                    server.running = None
                 return refusal(echoes_cut(message, kwargs.values()))
 
             server.add_tool(call, structured_output=False, **options)
@@ -610,7 +614,7 @@ def serve(mem: Memory, http: str | None = None, token_file=None) -> None:
 
             from .mcp_stdio import run_stdio
 
-            anyio.run(run_stdio, server, mem.refresh)
+            anyio.run(run_stdio, server, mem.refresh, lambda: server.running)
         else:
             from sync.server import listen, run_on
 

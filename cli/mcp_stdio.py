@@ -334,13 +334,14 @@ def wire_stdin():
     return anyio.wrap_file(_Unowned(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")), restore
 
 
-async def run_stdio(server, stopping=None) -> None:
+async def run_stdio(server, stopping=None, running=lambda: None) -> None:
     """`MCPServer.run_stdio_async`, with the read stream answering what it cannot parse. SIGTERM (MCP's shutdown
-    over stdio: close stdin, then SIGTERM) and Ctrl-C call `stopping` on the event loop, between two calls, and end
-    the process (143 and 0): the loop could not end by itself while its reader waits on a stdin still open."""
+    over stdio: close stdin, then SIGTERM) and Ctrl-C end the process (143 and 0): the loop could not end by itself
+    while its reader waits on a stdin still open. Between two calls `stopping` runs first, on the event loop; during
+    a call (`running` names it) the process ends at once, as a kill would, and says so."""
     lowlevel = server._lowlevel_server
     if stopping is not None:
-        _stop_on_signals(stopping)
+        _stop_on_signals(stopping, running)
     stdin, restore = wire_stdin()
     lines = Lines(stdin)
     try:
@@ -352,7 +353,11 @@ async def run_stdio(server, stopping=None) -> None:
         restore()
 
 
-def _stop_on_signals(stopping) -> None:
+def _stop_on_signals(stopping, running) -> None:
+    """Python's own handlers, not the event loop's (`loop.add_signal_handler` runs them only when the loop is free:
+    a call waiting 60 s on a silent hub held SIGTERM as long). A signal interrupts the wait of the call in progress;
+    ending the process there is what a kill does, which the log is made to survive: what the call committed is kept,
+    what it had not is rolled back when the log is next opened, and the next `mem` command writes the files."""
     import asyncio
     import os
     import signal
@@ -366,9 +371,19 @@ def _stop_on_signals(stopping) -> None:
         finally:
             os._exit(code)
 
+    def on_signal(signum, _frame) -> None:
+        code = 128 + signal.SIGTERM if signum == signal.SIGTERM else 0  # as every other server `mem` runs on Ctrl-C
+        call = running()
+        if call is None:
+            loop.call_soon_threadsafe(stop, code)
+            return
+        print(f"warning: stopped during a call ({call}), which may not have ended; the log holds every change made, "
+              "and the next `mem` command writes the files", file=sys.stderr, flush=True)
+        os._exit(code)
+
     try:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop, 128 + signal.SIGTERM)
-        loop.add_signal_handler(signal.SIGINT, stop, 0)  # as every other server `mem` runs stops on Ctrl-C
-    except (NotImplementedError, RuntimeError):  # no signal handlers here (Windows, another thread): as before
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    except (RuntimeError, ValueError):  # not the main thread: as before
         pass

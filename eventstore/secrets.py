@@ -54,7 +54,7 @@ class Finding(msgspec.Struct, frozen=True):
 
 _OFF = {"Base64 High Entropy String", "Hex High Entropy String", "Public IP (ipv4)"}
 _KEYWORD = re.compile(r"(?i:pass|secret|key|token|auth|cred|pwd)[\w-]{0,64}['\"]?\s{0,8}[:=]+\s{0,8}['\"]")
-"""Bounded runs: `[\w-]*` read to the end of `keykeykey...` from each `key`, a 60 KB line for 31 s (nc25a)."""
+r"""Bounded runs: `[\w-]*` read to the end of `keykeykey...` from each `key`, a 60 KB line for 31 s (nc25a)."""
 _BARE = re.compile(r"(?ai:(?<![a-z0-9])(?:pass(?:words?|wd|phrase)|pwd|(?:api|secret|access|private)[_-]?key"
                    r"|client[_-]?secret|(?:auth|access|refresh|bearer|api)[_-]?token))"
                    r"(\s{0,8}[:=]\s{0,8})(`?[^\s'\"`]{6,}`?)")

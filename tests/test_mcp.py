@@ -1196,6 +1196,53 @@ def test_sigterm_or_ctrl_c_after_a_burst_of_calls_still_writes_the_files(workspa
     assert server.stderr.read() == b""
 
 
+def test_sigterm_during_a_call_waiting_on_a_silent_hub_stops_the_server_at_once(workspace, tmp_path):
+    """Regression: SIGTERM (MCP's shutdown over stdio) waited for the call in progress, here a sync whose hub never
+    answers (60 s), as the signal's handler ran on the event loop the call held; the client then killed the server."""
+    import signal
+
+    from hubserver import HubServer
+    from sync.client import add_remote
+
+    hub = HubServer(str(tmp_path / "hub.db")).start()
+    try:
+        (tmp_path / "alice.token").write_text(hub.storage.add_agent("alice") + "\n")
+        with Memory.open(workspace) as mem:
+            add_remote(mem, "origin", hub.url, str(tmp_path / "alice.token"))
+    finally:
+        hub.stop()
+    silent = socket.socket()
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    silent.bind(("127.0.0.1", int(hub.url.rpartition(":")[2])))
+    silent.listen(8)  # takes the connection, never reads the request nor answers it
+    head = log_rows(workspace)
+    server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
+    try:
+        for message in ({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sync", "arguments": {}}}):
+            server.stdin.write((json.dumps(message) + "\n").encode())
+            server.stdin.flush()
+        assert b'"id":0' in server.stdout.readline()
+        time.sleep(1.5)  # the sync is waiting on the hub
+        assert server.poll() is None
+        stopped = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 143
+        assert time.monotonic() - stopped < 5
+    finally:
+        server.kill()
+        server.wait()
+        silent.close()
+    assert server.stderr.read().decode() == ("warning: stopped during a call (sync), which may not have ended; the "
+                                             "log holds every change made, and the next `mem` command writes the "
+                                             "files\n")
+    assert log_rows(workspace) == head
+    assert run_mem("-w", workspace, "status", check=True).returncode == 0
+
+
 def test_refusals_name_the_tools_way_forward_not_the_clis(workspace):
     """Regression (nc13c): a tool was told to pass --note or to use `mem page write|delete|rename`, which it cannot."""
     from mcp.client.client import Client
