@@ -1,4 +1,4 @@
-"""Event ids (UUIDv7) and clocks."""
+"""Event ids (UUIDv7), seqs as users write them, and clocks."""
 
 import os
 import re
@@ -6,6 +6,15 @@ import time
 
 _last_ms = 0
 _last_rand = 0
+
+
+def seq_number(digits: str) -> int:
+    """The whole number a run of ASCII digits a user gave names (a seq, `[S<seq>]`): OverflowError past 19 digits,
+    beyond any seq as SQLite's 64-bit integers are (the edges say "past what the log holds"), where Python would
+    refuse 4,301 digits or more with a ValueError."""
+    if len(digits) > 19:
+        raise OverflowError(f"{len(digits)} digits")
+    return int(digits)
 
 
 def now_ms() -> int:

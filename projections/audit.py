@@ -16,6 +16,7 @@ import msgspec
 
 from eventstore.blobs import blob_json
 from eventstore.errors import InvalidInput
+from eventstore.ids import seq_number
 from eventstore.kinds import LoopAppend, LoopCompact, Redacted
 from eventstore.redaction import stand_in
 from eventstore.writer import entry_id
@@ -173,7 +174,7 @@ def cite(views: Views, log, citation: str, as_of: int | None = None) -> Citation
     match = _SEQ_CITE.match(text) or _AUDIT_CITE.match(text)
     if match:
         loop = match.group(2) if match.re is _AUDIT_CITE else None
-        hit = audit_read(views, log, int(match.group(1)), loop, as_of)
+        hit = audit_read(views, log, seq_number(match.group(1)), loop, as_of)
         return Citation(citation=text, kind="seq", resolved=hit.source != "missing", hit=hit)
     if text.startswith("adf-file://"):
         path = text[len("adf-file://"):]

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore.envelope import Event
-from eventstore.ids import is_uuid, now_ms
+from eventstore.ids import is_uuid, now_ms, seq_number
 from eventstore import secrets, validate
 from eventstore.errors import (Damaged, HandEdited, InvalidInput, MemError, NotFound, Stale, StorageFailure, UnsafePath,
                                for_each, is_damaged, storage_exceptions, storage_failure)
@@ -739,7 +739,7 @@ class Memory:
         """Refuses an `--if-version` that names no version of the page: no seq or event id, a seq past the log's
         head, an event that is no version of it (each was said to be a version written over since)."""
         if expected.isascii() and expected.isdigit():
-            if int(expected) > self.log.head():
+            if seq_number(expected) > self.log.head():
                 raise InvalidInput(f"--if-version {expected}: seq {expected} is past the log's head "
                                    f"({self.log.head()})")
             event = self.log.get_by_seq(int(expected))

@@ -13,7 +13,7 @@ import msgspec
 from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
-from eventstore.ids import is_uuid
+from eventstore.ids import is_uuid, seq_number
 from eventstore.layers import MIND, left, produces
 from eventstore.writer import entry_id
 from eventstore.redaction import matches, page_version, redaction_events
@@ -79,10 +79,11 @@ def resolve(memory, refs: list[str]) -> Resolved:
     for ref in refs:
         if not ref.strip():  # the start of every entry's id: it named a layer's only entry
             raise InvalidInput("an empty text names no event: give a seq, an event id or the start of an entry's id")
-        event = (memory.log.get_by_seq(int(ref)) if ref.isdigit() else
+        seq = seq_number(ref) if ref.isascii() and ref.isdigit() else None
+        event = (memory.log.get_by_seq(seq) if seq is not None else
                  memory.log.get(ref) if is_uuid(ref) else _entry(memory, ref))
-        if (event is None or event.kind == "import.gap") and ref.isdigit():
-            _refuse_archived(memory, int(ref))
+        if (event is None or event.kind == "import.gap") and seq is not None:
+            _refuse_archived(memory, seq)
         if event is None:
             raise NotFound(f"there is no event {ref!r} in the log (give a seq, an event id or the start of an "
                            "entry's id)")

@@ -235,17 +235,22 @@ def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace)
     read 9...9` ended in an OverflowError traceback (SQLite holds 64-bit integers); so did the cite tool."""
     huge = "99999999999999999999999"
     too_large = "a number given is past what the log holds: whole numbers go from -2**63 to 2**63 - 1"
-    for command in (["cite", f"[S{huge}]"], ["redact", huge, "--reason", "x"]):
+    longest = "9" * 4301  # Python converts 4,300 digits at most: a ValueError traceback past them (nc28a)
+    run_mem("page", "write", "deploy", "--file", "-", "--workspace", workspace, input=PAGE, check=True)
+    for command in (["cite", f"[S{huge}]"], ["redact", huge, "--reason", "x"], ["cite", f"[S{longest}]"],
+                    ["cite", f"adf-audit://seq/{longest}"], ["redact", longest, "--reason", "x"],
+                    ["page", "write", "deploy", "--file", "-", "--if-version", longest]):
         assert cli_error(workspace, *command) == too_large
+    assert cli_error(workspace, "redact", "\u00b2", "--reason", "x").startswith("there is no event '\u00b2' in the log")
     for command in (["log", "-n", huge], ["audit", "read", huge], ["show", "mind.md", "--seq", huge]):
         result = run_mem(*command, "--workspace", workspace)
         assert result.returncode == 2 and result.stderr.decode().endswith(
             f": {huge} is out of range: whole numbers go from -2**63 to 2**63 - 1.\n"), result.stderr
 
     async def session_body(session):
-        return await call(session, "cite", citation=f"[S{huge}]")
+        return [await call(session, "cite", citation=f"[S{number}]") for number in (huge, longest)]
 
-    assert run_stdio(workspace, session_body) == (True, too_large)
+    assert run_stdio(workspace, session_body) == [(True, too_large)] * 2
 
 
 def test_a_citation_that_resolves_to_nothing_is_a_tool_error_as_mem_cite_exits_1(workspace):
