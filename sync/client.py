@@ -1156,7 +1156,8 @@ class _Tally:
         redacting = any(type(event.body) is Redaction for event in events)
 
         def rows(seqs: list[int]) -> dict[str, str]:
-            own = [seq for seq, event in zip(seqs, events) if event.agent == agent]
+            # events the log held already keep their seqs: this workspace's own, come back, are no hub's (nc28b)
+            own = [seq for seq, event in zip(seqs, events) if event.agent == agent and seq > head]
             marks = {}
             if marked is not None:
                 key = marks_key("pull", self.name)

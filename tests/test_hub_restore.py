@@ -132,6 +132,29 @@ def test_a_push_after_a_restore_older_than_every_mark_sends_everything_again(tea
     assert pushed.stdout.decode() == "pushed 1 event to origin\n"
 
 
+@pytest.mark.parametrize("backed_up", ["after E1", "before any push"])
+def test_a_sync_that_brought_this_agents_own_events_back_still_sends_them_again_after_a_restore(team, backed_up):
+    """Regression (nc28b): `mem sync` pulls an agent's own events back, and the pull marked them as brought by a
+    hub, so never to be pushed; after a restore the push said it sent them again, sent none, and the team diverged
+    for good (`mem status` clean, a newcomer without E2)."""
+    if backed_up != "after E1":
+        backup(team)
+    entry(team, "alice", "E1")
+    team.mem("alice", "sync", check=True)
+    if backed_up == "after E1":
+        backup(team)
+    entry(team, "alice", "E2")
+    assert "1 of this agent's own came back" in team.mem("alice", "sync", check=True).stdout.decode()
+    team.mem("bob", "sync", check=True)
+    restore(team)
+    synced = team.mem("alice", "sync", check=True)
+    assert "sending this agent's events again" in synced.stderr.decode()
+    assert synced.stdout.decode().startswith("pushed 1," if backed_up == "after E1" else "pushed 2,"), synced.stdout
+    team.mem("carol", "pull", check=True)
+    assert insights(team, "carol") == insights(team, "alice") == insights(team, "bob")
+    assert "E2" in insights(team, "carol")
+
+
 def test_a_pull_after_a_restore_begins_again_at_the_last_pull_the_hub_still_holds(team):
     """Regression: it began from the hub's start (a consumer of a long-lived hub received everything again)."""
     entry(team, "alice", "E1 before the backup")
