@@ -172,6 +172,18 @@ def left(contract: Contract | None, agent: str, layer: str) -> bool:
     return contract is None or not (produces(contract, agent, layer) or consumes(contract, agent, layer))
 
 
+ONLY_REDACTIONS = frozenset({"redaction"})
+"""The kinds taken of a layer that takes redactions alone (of an agent's own events, of a layer it produces alone)."""
+
+
+def redacts_own_alone(contract: Contract, agent: str, layer: str, kind: str) -> bool:
+    """Whether an event of `kind` in `layer` by an agent that consumes the layer without producing it (any more) goes
+    to the hub all the same: a redaction naming only the agent's own events (checked where the events are known).
+    Forgetting what one wrote does not end with the right to write more: a producer demoted after a leak takes it
+    back itself, not only through the hub's administrator (nc28b)."""
+    return kind == "redaction" and consumes(contract, agent, layer) and not produces(contract, agent, layer)
+
+
 def produced_layers(contract: Contract, agent: str) -> list[str]:
     return sorted(name for name in contract.layers if produces(contract, agent, name))
 

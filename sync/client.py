@@ -32,7 +32,7 @@ from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redaction
-from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, takes
+from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, redacts_own_alone, takes
 from eventstore.recorder import broken_link
 from eventstore.workspace import absolute
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
@@ -628,24 +628,37 @@ class CameFromHub:
         return {_came_key(name): json.dumps(runs)}
 
 
-def pushable(contract: Contract, agent: str, event: Event) -> bool:
-    """Whether the hub's contract takes `event` from this agent (`refusal`)."""
-    return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets)) is None
+def pushable(memory, remote: Remote, contract: Contract, agent: str, event: Event) -> bool:
+    """Whether the hub's contract takes `event` from this agent (`event_refusal`)."""
+    return event_refusal(memory, remote, contract, agent, event) is None
+
+
+def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event: Event) -> str | None:
+    """`refusal` of one of this agent's events, a redaction naming only its own events that went out to the hub told
+    apart (one naming an event the hub never had is refused by it: its target is held back with it)."""
+    own = False
+    if type(event.body) is Redaction:
+        cursor = int(memory.log.state(f"push:{remote.name}") or 0)
+        held = set(json.loads(memory.log.state(_held_key(remote)) or "[]"))
+        own = all((target := memory.log.get(id)) is not None and target.agent == agent and target.seq <= cursor
+                  and target.seq not in held for id in event.body.target_ids)
+    return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
 
 
 SECRET_ALLOWED = "secret-allowed"
 """`refusal`'s answer for an event written with --allow-secret in a layer the hub scans (said by `_secret_why`)."""
 
 
-def refusal(contract: Contract, agent: str, layer: str, kind: str, secret: bool) -> str | None:
+def refusal(contract: Contract, agent: str, layer: str, kind: str, secret: bool, own: bool = False) -> str | None:
     """Why the hub's contract would refuse for good an event of this agent's (None: it takes it): the agent does not
-    produce the layer, the layer's format changed while the event waited, or the layer is scanned for secrets now
+    produce the layer (but for a redaction naming only its own events, `own`, of a layer it consumes:
+    `redacts_own_alone`), the layer's format changed while the event waited, or the layer is scanned for secrets now
     and the event was written with --allow-secret over a finding (`secret`; the hub's own scan refuses it:
     `SECRET_ALLOWED`). Worded to be true whether the contract changed or this agent never had the right (a local
     copy edited)."""
     if layer not in contract.layers:
         return f"the hub's contract has no layer {layer!r}"
-    if not produces(contract, agent, layer):
+    if not produces(contract, agent, layer) and not (own and redacts_own_alone(contract, agent, layer, kind)):
         return f"the hub's contract does not list {agent!r} among the producers of {layer!r}"
     spec = contract.layers[layer]
     if not takes(spec, kind):
@@ -705,7 +718,7 @@ def _held(memory, remote: Remote, contract=None) -> list[Waiting]:
     local = memory.local_layers()
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
-    return [Waiting(e.layer, e.id, refusal(contract, agent, e.layer, e.original_kind, bool(e.body.allowed_secrets)))
+    return [Waiting(e.layer, e.id, event_refusal(memory, remote, contract, agent, e))
             for e in events if e.layer not in local]  # older versions held local layers'
 
 
@@ -903,6 +916,10 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
+
+    def goes(event: Event) -> bool:
+        return pushable(memory, remote, contract, agent, event)
+
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
                 None) if shared else None
     if last is not None:  # up to the last event to send, not the head: rows pulled since are checked once pushed past
@@ -923,13 +940,13 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     retried = [e for e in map(memory.log.get_by_seq, held)  # older versions held local layers' events
                if e.layer not in local and not written_local(once_local, e.layer, e.seq)]
     if shared:
-        check_ingests(memory, [*(e for e in retried if pushable(contract, agent, e)),
+        check_ingests(memory, [*(e for e in retried if goes(e)),
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
-                                 if pushable(contract, agent, e) and e.seq not in came
+                                 if goes(e) and e.seq not in came
                                  and not written_local(once_local, e.layer, e.seq))],
                       cursor, came)
-    acknowledged = send([_outgoing(e) for e in checked([e for e in retried if pushable(contract, agent, e)])])
-    held = [e.seq for e in retried if not pushable(contract, agent, e)]
+    acknowledged = send([_outgoing(e) for e in checked([e for e in retried if goes(e)])])
+    held = [e.seq for e in retried if not goes(e)]
     if acknowledged:
         memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, acknowledged))
     else:
@@ -952,15 +969,15 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                 batch = [e for e in read if e.seq not in came  # a redaction of a layer left: its own copy's
                          and not (e.kind == "redaction" and left(contract, agent, e.layer))
                          and not written_local(once_local, e.layer, e.seq)]
-                outgoing = [e for e in batch if pushable(contract, agent, e) and e.id not in sent_ahead]
+                outgoing = [e for e in batch if goes(e) and e.id not in sent_ahead]
                 if len(read) == BATCH:  # more may follow in another request
                     ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
-                             if pushable(contract, agent, e) and e.id not in sent_ahead]
+                             if goes(e) and e.id not in sent_ahead]
                     sent_ahead.update(e.id for e in ahead)
                     outgoing += ahead
                 outgoing = [_outgoing(e) for e in checked(outgoing)]
                 body = Outgoing.push(outgoing) if outgoing else None
-                held += [e.seq for e in batch if not pushable(contract, agent, e)]
+                held += [e.seq for e in batch if not goes(e)]
                 cursor = read[-1].seq
             if in_flight is not None:
                 answered, in_flight = (*in_flight[1:], in_flight[0].result()), None

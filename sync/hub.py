@@ -36,7 +36,8 @@ from eventstore.governance import INGEST_VERB, held_message, hold_refusal, inges
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
 from eventstore.redaction import page_version, redacts, reversal
-from eventstore.layers import LAYER_KINDS, consumed_layers, is_reserved, produced_only, produces, why_reserved
+from eventstore.layers import (LAYER_KINDS, ONLY_REDACTIONS, consumed_layers, is_reserved, produced_only, produces,
+                               redacts_own_alone, why_reserved)
 
 from .committer import GroupCommitter
 from .compression import ZstdResponses
@@ -188,6 +189,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
     """Every check a pushed event must pass before any of its batch is applied. With `storage`, an
     entry's `reverses` must name an entry of its layer, on the hub or earlier in the batch."""
     rules: dict[str, tuple[frozenset, bool]] = {}  # layer -> (kinds it takes, scan secrets): its checks passed
+    own_alone: list[int] = []  # the redactions of a layer the agent consumes without producing it
     for index, event in enumerate(events):
         try:
             check_event(event)
@@ -202,11 +204,16 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
             raise HubError(403, "agent-mismatch", "Agent mismatch",
                            f"event {event.id} names agent {event.agent!r}; the token belongs to {agent!r}")
         if rule is None:
-            if not produces(contract, agent, event.layer):
+            if redacts_own_alone(contract, agent, event.layer, event.original_kind):
+                own_alone.append(index)  # its targets are checked below, against the events the hub holds
+                # for this event alone: the agent's other events there are refused
+                rule = (ONLY_REDACTIONS, contract.layers[event.layer].scan_secrets)
+            elif not produces(contract, agent, event.layer):
                 raise HubError(403, "out-of-contract", "Out of contract",
                                f"{agent!r} does not produce layer {event.layer!r}; nothing of the batch was applied")
-            spec = contract.layers[event.layer]
-            rule = rules[event.layer] = (LAYER_KINDS[spec.format], spec.scan_secrets)
+            else:
+                spec = contract.layers[event.layer]
+                rule = rules[event.layer] = (LAYER_KINDS[spec.format], spec.scan_secrets)
         allowed, scan = rule
         if event.original_kind not in allowed:
             raise HubError(422, "wrong-kind", "Wrong kind for layer",
@@ -221,10 +228,14 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                 raise HubError(422, "secret-detected", "Secret detected",
                                f"event {event.id} in layer {event.layer!r}: {secrets.describe(found)}; "
                                "nothing of the batch was applied")
+    if own_alone and storage is None:
+        raise HubError(403, "out-of-contract", "Out of contract", f"{agent!r} does not produce layer "
+                       f"{events[own_alone[0]].layer!r}; nothing of the batch was applied")
     if storage is not None:
         check_reversals(events, storage)
         stored = stored_bodies(storage)
         check_redaction_targets(events, stored)
+        check_own_alone(events, own_alone, agent, storage)
         check_redacted_by(events, stored)
         check_parents(events, stored)
         check_holds(events, storage, stored)
@@ -265,6 +276,22 @@ def check_redaction_targets(events, stored: Callable[[str], tuple[str, object] |
                 continue
             raise InvalidInput(f"event {event.id}: {why}; nothing of the batch was applied",
                                field=f"events[{index}].body.target_ids[{at}]")
+
+
+def check_own_alone(events, indexes: list[int], agent: str, storage: HubStorage) -> None:
+    """A redaction by an agent that no longer produces its layer (`redacts_own_alone`) names only that agent's own
+    events the hub holds (check_redaction_targets has found each of them in its layer)."""
+    for index in indexes:
+        event = events[index]
+        for at, target in enumerate(event.body.target_ids):
+            found = storage.stored(target)
+            author = decode_stored(found[1], 0, 0).agent if found is not None else None
+            if author != agent:
+                whose = f"{author!r}'s" if author else "not on the hub"
+                raise HubError(403, "out-of-contract", "Out of contract",
+                               f"{agent!r} does not produce layer {event.layer!r}: of its events there, it pushes "
+                               f"only redactions of its own, and event {target} is {whose}; nothing of the batch "
+                               "was applied")
 
 
 def check_redacted_by(events, stored: Callable[[str], tuple[str, object] | None]) -> None:

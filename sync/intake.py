@@ -20,7 +20,7 @@ from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redacted, Redaction
 from eventstore.redaction import page_version, redacts, reversal
-from eventstore.layers import LAYER_KINDS, Contract, consumes, is_reserved, produces
+from eventstore.layers import LAYER_KINDS, ONLY_REDACTIONS, Contract, consumes, is_reserved, produces
 from eventstore.recorder import TAGS
 
 
@@ -95,9 +95,6 @@ def _refusal(event: Event, rule: tuple[str, frozenset] | str) -> str | None:
 
 def _reason(exc: MemError) -> str:
     return f"{exc.field + ': ' if exc.field and exc.field not in str(exc) else ''}{exc}"
-
-
-ONLY_REDACTIONS = frozenset({"redaction"})
 
 
 def layer_rule(contract: Contract, agent: str, layer: str) -> tuple[str, frozenset] | str:

@@ -225,3 +225,40 @@ def test_a_revoked_token_gets_nothing_from_an_open_long_poll(hub):
     (answer,) = answers
     assert answer.status_code == 401, answer.text
     assert secret.id not in answer.text
+
+
+def test_an_agent_no_longer_producing_a_layer_redacts_only_its_own_events_there(hub):
+    """Regression (nc28b): a producer demoted to consumer after a leak could not take it back: the hub refused its
+    redaction as out of contract, and only the hub's administrator could. Its redaction of its own events is taken;
+    of another agent's, or with any other event of the layer, refused whole."""
+    from eventstore.kinds import Redaction
+    from eventstore.layers import Contract, ContractLayer
+
+    leak, others = new_event(EntryAppend(**{**FACT, "content": "leaked"}), agent="main", layer="insights"), \
+        new_event(EntryAppend(**FACT), agent="writer", layer="insights")
+    assert push(hub, leak, agent="main").status_code == 200
+    assert push(hub, others, agent="writer").status_code == 200
+    storage = open_storage(hub.db)
+    storage.apply_contract(Contract(layers={"insights": ContractLayer(
+        path="memory/insights.md", format="entries", producers=["alice", "writer"], consumers=["*"])}))
+    storage.close()
+    before = head(hub)
+
+    def redaction(*targets):
+        return new_event(Redaction(target_ids=[t.id for t in targets], reason="leak"), agent="main", layer="insights")
+
+    problem = refused(push(hub, redaction(others), agent="main"), 403, "out-of-contract")
+    assert problem["detail"] == (f"'main' does not produce layer 'insights': of its events there, it pushes only "
+                                 f"redactions of its own, and event {others.id} is 'writer''s; nothing of the batch "
+                                 "was applied"), problem
+    refused(push(hub, redaction(leak, others), agent="main"), 403, "out-of-contract")
+    refused(push(hub, redaction(leak), new_event(EntryAppend(**FACT), agent="main", layer="insights"), agent="main"),
+            403, "out-of-contract")
+    refused(push(hub, new_event(Redaction(target_ids=[leak.id], reason="leak"), agent="main", layer="drafts"),
+                 agent="main"), 403, "out-of-contract")  # a layer the contract has no more
+    assert head(hub) == before
+    taken = push(hub, redaction(leak), agent="main")
+    assert taken.status_code == 200, taken.text
+    assert head(hub) == before + 1
+    assert "leaked" not in httpx.get(hub.url + "/v1/pull", headers={"authorization": f"Bearer {hub.tokens['writer']}"},
+                                     timeout=30).text

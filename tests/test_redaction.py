@@ -1112,3 +1112,30 @@ def test_redacting_a_pages_current_version_says_it_shows_the_stub_and_how_to_bri
     assert "good" in (workspace / "mind/x.md").read_text()
     report = json.loads(mem(workspace, "redact", "1", "--reason", "old", "--json", check=True).stdout)
     assert report["stubs"] == [] and report["done"]
+
+
+def test_a_producer_demoted_after_a_leak_takes_it_back_itself(team, tmp_path):
+    """Regression (nc28b): a producer made a consumer could not redact what it had pushed: its redaction was held
+    back for good (`mem sync` exiting 1 each time) and the text stayed with every other agent. Its redaction of its own
+    event goes out; of another agent's event it stays its own copy's, held back, and the push still sends the rest."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "writer", "entry", "add", "insights", "[FACT] the writer's own", check=True)
+    for agent in ("main", "writer", "late", "main"):
+        mem(team / agent, "sync", check=True)
+    demoted = CONTRACT.replace('producers = ["writer", "main"]', 'producers = ["writer"]')
+    (tmp_path / "demoted.toml").write_text(demoted)
+    run_mem("hub", "contract", "apply", tmp_path / "demoted.toml", "--db", team / "hub.db", check=True)
+    mem(team / "main", "redact", entry_id(team, "main", "insights", "555-0199"), "--reason", "leak", check=True)
+    mem(team / "main", "redact", entry_id(team, "main", "insights", "the writer's own"), "--reason", "mine alone",
+        check=True)
+    synced = mem(team / "main", "sync")
+    assert synced.stdout.startswith(b"pushed 1,"), synced
+    assert synced.returncode == 1 and synced.stderr.decode() == (
+        "error: 1 event in layer insights cannot be pushed: the hub's contract does not list 'main' among the "
+        "producers of 'insights'\n")  # the redaction of the writer's entry: its own copy's
+    for agent in ("writer", "late"):
+        mem(team / agent, "sync", check=True)
+        assert files_holding(team / agent, "555-0199") == [], agent
+        assert "the writer's own" in (team / agent / "memory/insights.md").read_text()
