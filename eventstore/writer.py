@@ -22,6 +22,9 @@ from .kinds import (CONFIG_KEY_PREFIXES, CONFIG_KEYS, AlwaysAdd, AlwaysRemove, C
 from .layers import AGENT, LOOP, MIND
 
 
+EMPTY_ALWAYS = "an Always line cannot be empty"
+
+
 class WikiState(Protocol):
     """What the write side needs to know of the current wiki."""
 
@@ -78,7 +81,7 @@ class Writer:
     def always_add(self, line: str, position: int | None = None) -> Event:
         line = validate.one_line(line, "the Always line")
         if not line:
-            raise InvalidInput("an Always line cannot be empty")
+            raise InvalidInput(EMPTY_ALWAYS)
         if position is not None:  # the end is no place of its own: recorded as without one
             count = len(self.state.always())
             if not 1 <= position <= count + 1:

@@ -14,7 +14,7 @@ import functools
 
 from eventstore import validate
 from eventstore.errors import InvalidInput, MemError, NotFound, UnsafePath
-from eventstore.writer import file_path
+from eventstore.writer import EMPTY_ALWAYS, file_path
 
 from .views import LOG_PATH, MIND_PATH
 
@@ -228,6 +228,8 @@ class MemoryTool:
         if not 0 <= insert_line <= len(lines):
             raise ToolRefusal(f"Invalid `insert_line` parameter: {insert_line}. "
                               f"It should be within the range [0, {len(lines)}].")
+        if target.kind == "mind" and not insert_text.strip():  # no Always line: the edit would change nothing (nc28a)
+            raise InvalidInput(EMPTY_ALWAYS)
         lines.insert(insert_line, insert_text.rstrip("\n"))
         self._write(target, text, "\n".join(lines) + "\n")
         return f"The file {path} has been edited."

@@ -283,7 +283,7 @@ def check_own_alone(events, indexes: list[int], agent: str, storage: HubStorage)
     events the hub holds (check_redaction_targets has found each of them in its layer)."""
     for index in indexes:
         event = events[index]
-        for at, target in enumerate(event.body.target_ids):
+        for target in event.body.target_ids:
             found = storage.stored(target)
             author = decode_stored(found[1], 0, 0).agent if found is not None else None
             if author != agent:

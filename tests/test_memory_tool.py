@@ -92,6 +92,13 @@ def test_always_lines_are_edited_through_mind_md(tool, memory, workspace):
     tool.str_replace("/memories/mind.md", "- No deploys on Friday.\n", "- Staging first.\n- No deploys on Friday.\n")
     assert memory.always() == ["Staging first.", "No deploys on Friday."]
     assert "- Staging first.\n- No deploys on Friday.\n" in (workspace / "mind.md").read_text()
+    # an empty line inserted was answered "edited" and recorded nothing, where `mem always add ""` refuses (nc28a)
+    for text in ("", "\n", "  "):
+        assert refused(tool, workspace, "insert", "/memories/mind.md", 4, text) == "an Always line cannot be empty"
+    tool.create("/memories/notes/a.md", "one\n")
+    before = memory.log.head()
+    tool.insert("/memories/notes/a.md", 1, "")  # a file's empty line is a change
+    assert memory.log.head() == before + 1 and memory.log.get_by_seq(before + 1).kind == "file.write"
 
 
 def test_memory_tool_refusals_leave_the_log_untouched(tool, memory, workspace):
