@@ -43,7 +43,7 @@ def search(query: str,
            n: int = typer.Option(10, "-n", help="How many hits."), json: bool = JsonOpt):
     """Full-text search (BM25) over pages, shared layers, entries, the loop, files and Always lines, as of any moment.
     Every word must appear ("quoted phrases" too); OR, NOT, -word and prefix* are words like the others, not
-    operators."""
+    operators. A query that starts with - follows --: `mem search -- -word`."""
     for k in kind or ():
         if k not in searching.KINDS:
             fail(f"--kind must be one of {', '.join(searching.KINDS)}, not {k!r}", 2)
