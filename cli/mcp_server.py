@@ -114,6 +114,10 @@ def cut(text: str) -> str:
     return f"{text[:ECHO_CHARS]}… ({len(text):,} characters)" if len(text) > ECHO_CHARS else text
 
 
+class JsonToolError(ToolError):
+    """A tool error whose text is JSON with every long text cut already (a cut of the whole text would break it)."""
+
+
 LONG_RUN = re.compile(r"\S{%d,}" % (2 * ECHO_CHARS))
 
 
@@ -282,6 +286,9 @@ def build_server(mem: Memory) -> MCPServer:
                     return result
                 except MemError as exc:
                     message = exc.told("tools")
+                except JsonToolError as exc:  # its long texts cut field by field: the JSON stays whole
+                    message = None
+                    answer = refusal(str(exc))
                 except ToolError as exc:
                     message = str(exc)
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
@@ -290,7 +297,7 @@ def build_server(mem: Memory) -> MCPServer:
                     message = TOO_LARGE
                 finally:
                     server.running = None
-                return refusal(echoes_cut(message, kwargs.values()))
+                return answer if message is None else refusal(echoes_cut(message, kwargs.values()))
 
             server.add_tool(call, structured_output=False, **options)
             return fn
@@ -430,7 +437,8 @@ def build_server(mem: Memory) -> MCPServer:
         said: list[str] = []
         result = mem.cite(citation, moment(mem, at, seq, said.append))
         if not result.resolved:  # an error, as `mem cite` exits 1: the JSON still says what was looked at
-            raise ToolError(json_text(result))
+            raise JsonToolError(json_text(msgspec.structs.replace(
+                result, citation=cut(result.citation), path=None if result.path is None else cut(result.path))))
         return [json_text(result), *said]
 
     @register

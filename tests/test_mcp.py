@@ -261,9 +261,13 @@ def test_a_citation_that_resolves_to_nothing_is_a_tool_error_as_mem_cite_exits_1
 
     async def session_body(session):
         return [await call(session, "cite", citation=citation)
-                for citation in ("[S1]", "[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7")]
+                for citation in ("[S1]", "[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7",
+                                 "adf-file://" + "b" * 10000)]
 
-    found, *missing = run_stdio(workspace, session_body)
+    found, *missing, (long_error, long_text) = run_stdio(workspace, session_body)
+    told = json.loads(long_text)  # cut field by field (nc28a: cut as one run, the JSON was broken)
+    assert long_error and told["path"] == "b" * 120 + "… (10,000 characters)", told
+    assert told["citation"] == "adf-file://" + "b" * 109 + "… (10,011 characters)" and not told["resolved"]
     assert found[0] is False and json.loads(found[1])["resolved"] is True
     for (error, text), citation in zip(missing, ("[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7")):
         assert error is True and json.loads(text)["resolved"] is False, (citation, text)
