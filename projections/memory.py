@@ -550,6 +550,8 @@ class Memory:
                 hint = self.keep_hint(path)  # not "`mem adopt` keeps the edit", which it refuses (nc27a)
             elif hint is None and target is not None and target[1] is None:
                 hint = self.entries_file_hint(path, target[0])
+            elif hint is None and target is not None and not self.produces(target[0]):
+                hint = self.consumed_page_hint(path, target[0])
             elif hint is None and self._derived(path):
                 hint = "it is derived from the log and cannot be adopted: delete it to have it written again"
             if hint is not None:
@@ -588,6 +590,13 @@ class Memory:
         the file wrote it again, which only the layer's next entry does)."""
         add, quoted = "`mem entry add` adds one; " if self.produces(layer) else "", shlex.quote(path)
         return (f"the entries of layer {layer} are rendered from its events, which an edit does not make: {add}"
+                f"`mem show {quoted} > {quoted}` puts the file back")
+
+    def consumed_page_hint(self, path: str, layer: str) -> str:
+        """What to do about a shared page edited by hand in a layer this agent consumes without producing it: `mem
+        adopt` refuses to make the edit a version (nc28b: it was told `mem adopt` keeps the edit)."""
+        quoted = shlex.quote(path)
+        return (f"this agent does not produce layer {layer}, so `mem adopt` cannot keep the edit: "
                 f"`mem show {quoted} > {quoted}` puts the file back")
 
     def _layer_file(self, path: str) -> tuple[str, str | None] | None:
@@ -667,6 +676,8 @@ class Memory:
             return (f"`mem adopt` keeps the edit (or `mem page write {slug_of(path)} --file {path}`), "
                     "or pass --force to overwrite it")
         if target is not None and target[1] is not None:
+            if not self.produces(target[0]):
+                return self.consumed_page_hint(path, target[0])
             return "`mem adopt` keeps the edit as a new version of the shared page"
         if target is not None:
             return self.entries_file_hint(path, target[0])

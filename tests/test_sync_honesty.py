@@ -339,3 +339,31 @@ def test_what_a_pull_brought_in_this_agents_name_is_pushed_to_no_other_remote(te
             hub.close()
     finally:
         other.stop()
+
+
+def test_a_consumer_that_edited_a_shared_page_by_hand_is_told_how_to_put_it_back_not_to_adopt_it(tmp_path):
+    """Regression (nc28b): a consumer that edited a shared page by hand was told "`mem adopt` keeps the edit", which
+    refuses it (this agent does not produce the layer), and nothing named the way back."""
+    team = Team(tmp_path, agents=("writer", "reader"))
+    try:
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "v1"),
+                 check=True)
+        team.mem("writer", "push", check=True)
+        team.mem("reader", "pull", check=True)
+        plan = tmp_path / "reader/content/drafts/plan.md"
+        plan.write_text(plan.read_text() + "reader's hand edit\n")
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p2", "Plan", "v2"),
+                 check=True)
+        team.mem("writer", "push", check=True)
+        why = ("this agent does not produce layer drafts, so `mem adopt` cannot keep the edit: "
+               "`mem show content/drafts/plan.md > content/drafts/plan.md` puts the file back")
+        pulled = team.mem("reader", "pull", check=True)
+        assert f"not written: content/drafts/plan.md was edited by hand, but {why}\n" in pulled.stderr.decode()
+        assert f"(edited by hand, but {why})" in team.mem("reader", "status", check=True).stdout.decode()
+        shown = team.mem("reader", "show", "content/drafts/plan.md", check=True).stdout
+        plan.write_bytes(shown)
+        team.mem("reader", "pull", check=True)
+        assert "v2" in plan.read_text() and "hand edit" not in plan.read_text()
+        assert "clean: every file is what the log says" in team.mem("reader", "status", check=True).stdout.decode()
+    finally:
+        team.stop()
