@@ -287,8 +287,7 @@ def build_server(mem: Memory) -> MCPServer:
                 except MemError as exc:
                     message = exc.told("tools")
                 except JsonToolError as exc:  # its long texts cut field by field: the JSON stays whole
-                    message = None
-                    answer = refusal(str(exc))
+                    return refusal(str(exc))
                 except ToolError as exc:
                     message = str(exc)
                 except storage_exceptions() as exc:  # as `mem` says it: a damaged file named, else the cause
@@ -297,7 +296,7 @@ def build_server(mem: Memory) -> MCPServer:
                     message = TOO_LARGE
                 finally:
                     server.running = None
-                return answer if message is None else refusal(echoes_cut(message, kwargs.values()))
+                return refusal(echoes_cut(message, kwargs.values()))
 
             server.add_tool(call, structured_output=False, **options)
             return fn

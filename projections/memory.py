@@ -750,10 +750,11 @@ class Memory:
         """Refuses an `--if-version` that names no version of the page: no seq or event id, a seq past the log's
         head, an event that is no version of it (each was said to be a version written over since)."""
         if expected.isascii() and expected.isdigit():
-            if seq_number(expected) > self.log.head():
+            seq = seq_number(expected)
+            if seq > self.log.head():
                 raise InvalidInput(f"--if-version {expected}: seq {expected} is past the log's head "
                                    f"({self.log.head()})")
-            event = self.log.get_by_seq(int(expected))
+            event = self.log.get_by_seq(seq)
         elif is_uuid(expected):
             event = self.log.get(expected)
         else:
