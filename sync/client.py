@@ -100,37 +100,56 @@ PUSHING_AGAIN = ("the next `mem push` sends this agent's events again from the l
                  "(those it holds are counted as already there)")
 
 
-def hub_behind(memory, remote: "Remote", answer: "ContractResponse") -> str | None:
+class Asked(msgspec.Struct, frozen=True):
+    """What a contract request asks the hub about (`holds_asked`), read once with it: a concurrent push or pull of
+    this workspace moves the marks read here, and the hub's answer is about these, not those."""
+
+    pushed: str
+    """The id of the last event the hub acknowledged to a push ('': none yet)."""
+    pulled_at: int
+    pulled_id: str
+    """The hub position and id of the last event pulled from it (0, '': none yet)."""
+    pulled_to: int
+    """The hub position this workspace pulled up to."""
+
+    @property
+    def ids(self) -> list[str]:
+        return [id for id in (self.pushed, self.pulled_id) if id]
+
+
+def holds_asked(memory, name: str) -> Asked:
+    """The marks a contract request asks the hub about: the last event this workspace pushed to it and the last it
+    pulled from it (`hub_lost_pushes`, `hub_behind`)."""
+    position, _, pulled = (memory.log.state(_pulled_key(name)) or "").partition(" ")
+    return Asked(pushed=memory.log.state(_pushed_key(name)) or "", pulled_at=int(position or 0), pulled_id=pulled,
+                 pulled_to=int(memory.log.state(f"pulled-to:{name}") or 0))
+
+
+def ask_contract(memory, client: "HubClient", name: str) -> tuple["ContractResponse", Asked]:
+    asked = holds_asked(memory, name)
+    return client.contract(asked.ids), asked
+
+
+def hub_behind(remote: "Remote", answer: "ContractResponse", asked: Asked) -> str | None:
     """What to say when the hub no longer holds what this workspace pulled from it (None: it does, as far as it
     tells): its head is behind the position pulled up to, or the last event pulled is no longer at its position (a
     hub restored from a backup hands the lost positions out again, to other events)."""
-    pulled_to = int(memory.log.state(f"pulled-to:{remote.name}") or 0)
-    position, _, id = (memory.log.state(_pulled_key(remote.name)) or "").partition(" ")
-    if answer.head and answer.head < pulled_to:
-        why = f"its head is at hub position {answer.head}, this workspace pulled up to {pulled_to}"
-    elif id and answer.holds is not None and answer.holds.get(id) != int(position):
-        why = f"the event this workspace pulled at hub position {position} is no longer there"
+    if answer.head and answer.head < asked.pulled_to:
+        why = f"its head is at hub position {answer.head}, this workspace pulled up to {asked.pulled_to}"
+    elif asked.pulled_id and answer.holds is not None and answer.holds.get(asked.pulled_id) != asked.pulled_at:
+        why = f"the event this workspace pulled at hub position {asked.pulled_at} is no longer there"
     else:
         return None
     return (f"remote {remote.name} at {remote.url} lost events this workspace pulled from it (restored from a "
             f"backup?): {why}")
 
 
-def hub_lost_pushes(memory, remote: "Remote", answer: "ContractResponse") -> str | None:
+def hub_lost_pushes(remote: "Remote", answer: "ContractResponse", asked: Asked) -> str | None:
     """What to say when the hub no longer holds the last event this workspace pushed to it (None: it does, or it
     does not tell): the push cursor then counts as pushed events the hub lost."""
-    last = memory.log.state(_pushed_key(remote.name))
-    if not last or answer.holds is None or last in answer.holds:
+    if not asked.pushed or answer.holds is None or asked.pushed in answer.holds:
         return None
     return f"remote {remote.name} at {remote.url} lost events this workspace pushed to it (restored from a backup?)"
-
-
-def holds_asked(memory, name: str) -> list[str]:
-    """The ids a contract request asks the hub about: the last event this workspace pushed to it and the last it
-    pulled from it (`hub_lost_pushes`, `hub_behind`)."""
-    pushed = memory.log.state(_pushed_key(name))
-    pulled = (memory.log.state(_pulled_key(name)) or "").partition(" ")[2]
-    return [id for id in (pushed, pulled) if id]
 
 
 class HeldBack(msgspec.Struct):
@@ -758,8 +777,8 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
     `restart` (a pull that has stored nothing yet) the pull cursor is forgotten, said through the tally, and the
     pull begins from the hub's start (the log keeps each event once, by id); else HubBehind."""
     previous = memory.views.contract
-    answer = fetch_contract(memory, tally.remote, client, tally.say)
-    behind = hub_behind(memory, tally.remote, answer)
+    answer, asked = fetch_contract(memory, tally.remote, client, tally.say)
+    behind = hub_behind(tally.remote, answer, asked)
     if behind and not restart:
         raise HubBehind(f"{behind}; {PULLING_AGAIN}")
     if behind:
@@ -821,17 +840,17 @@ def _redactions_apart(memory, client: HubClient, tally: "_Tally", fold: bool) ->
         tally.skipped.update(memory.follow().refused)
 
 
-def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> ContractResponse:
-    """The hub's contract (kept for rendering) and position; refused if the token is no longer the agent
-    it was accepted for (a token file swapped behind mindlog's back). A contract that places a layer's file where
-    this agent's own file is (Memory.blocked) is taken, and said through `say`."""
-    answer = client.contract(holds_asked(memory, remote.name))
+def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> tuple[ContractResponse, Asked]:
+    """The hub's contract (kept for rendering) and position, with what it was asked about; refused if the token is
+    no longer the agent it was accepted for (a token file swapped behind mindlog's back). A contract that places a
+    layer's file where this agent's own file is (Memory.blocked) is taken, and said through `say`."""
+    answer, asked = ask_contract(memory, client, remote.name)
     expected = remote.agent or memory.config.agent
     if answer.agent != expected:
         raise InvalidInput(f"remote {remote.name}'s token now belongs to agent {answer.agent!r}, not {expected!r}; "
                            "`mem remote add` it again with the right token")
     take_placed(memory, answer.contract, say)
-    return answer
+    return answer, asked
 
 
 def take_placed(memory, contract: Contract, say=None) -> None:
@@ -901,8 +920,8 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     (`hub_lost_pushes`) gets all of them again, said through `say`: it keeps each once, by id."""
     client = client or HubClient.for_remote(remote)
     known = memory.views.contract
-    answer = fetch_contract(memory, remote, client, say)
-    contract, lost = answer.contract, hub_lost_pushes(memory, remote, answer)
+    answer, asked = fetch_contract(memory, remote, client, say)
+    contract, lost = answer.contract, hub_lost_pushes(remote, answer, asked)
     if lost:
         since = _push_again(memory, remote, client)
         if say:

@@ -8,7 +8,7 @@ from eventstore.layers import consumes, produces
 from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
-from .client import (PULLING_AGAIN, PUSHING_AGAIN, HeldBack, HubClient, PULL_BATCH, holds_asked, hub_behind,
+from .client import (PULLING_AGAIN, PUSHING_AGAIN, HeldBack, HubClient, PULL_BATCH, ask_contract, hub_behind,
                      hub_lost_pushes, load_remotes, outgoing, uncovered)
 
 
@@ -92,9 +92,9 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
         client = HubClient.for_remote(remote, timeout=timeout)
         cursor = memory.log.state(f"pull:{remote.name}") or ""
         try:
-            answer = client.contract(holds_asked(memory, remote.name))
+            answer, asked = ask_contract(memory, client, remote.name)
             status.hub_head = answer.head or None
-            lost = _lost(memory, remote, answer)
+            lost = _lost(remote, answer, asked)
             if lost:
                 status.hub_error = lost
                 return status
@@ -111,9 +111,9 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
     return status
 
 
-def _lost(memory, remote, answer) -> str | None:
+def _lost(remote, answer, asked) -> str | None:
     """What the hub lost of what this workspace pushed and pulled (restored from a backup), with what the next push
     and pull do about it; None when it lost nothing, as far as it tells."""
-    said = [f"{lost}; {then}" for lost, then in ((hub_lost_pushes(memory, remote, answer), PUSHING_AGAIN),
-                                                (hub_behind(memory, remote, answer), PULLING_AGAIN)) if lost]
+    said = [f"{lost}; {then}" for lost, then in ((hub_lost_pushes(remote, answer, asked), PUSHING_AGAIN),
+                                                (hub_behind(remote, answer, asked), PULLING_AGAIN)) if lost]
     return "; ".join(said) or None

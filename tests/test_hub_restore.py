@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 from conftest import run_mem
 from projections.memory import Memory
-from sync.client import get_remote
+from sync.client import HubClient, get_remote, push
 from sync.marks import KEPT, Mark, with_mark
 from teamhub import Team
 
@@ -225,3 +225,31 @@ def test_marks_keep_the_oldest_and_newest_and_one_near_any_point_in_between(step
     for backup in range(kept[0], at + 1, max(1, at // 500)):
         start = max(k for k in kept if k <= backup)
         assert at - start <= 6 * (at - backup) + 2 * max(steps), (backup, kept)
+
+
+def test_a_push_that_another_push_of_the_same_workspace_overtook_does_not_say_the_hub_lost_events(team):
+    """Regression (nc28b): a push asked the hub whether it still held the last event pushed, then read that mark
+    again to judge the answer; a concurrent push of the same workspace had moved it to an event the hub was not
+    asked about, and the push warned of a restore that never happened and sent everything again."""
+    entry(team, "alice", "E1")
+    team.mem("alice", "push", check=True)
+
+    class Overtaken(HubClient):
+        def contract(self, holds=()):
+            answer = super().contract(holds)
+            entry(team, "alice", "E2 pushed by another process meanwhile")
+            team.mem("alice", "push", check=True)
+            return answer
+
+    entry(team, "alice", "E3")
+    said = []
+    with Memory.open(team.root / "alice") as memory:
+        remote = get_remote(memory, "origin")
+        client = Overtaken.for_remote(remote)
+        try:
+            report = push(memory, remote, client, say=said.append)
+        finally:
+            client.close()
+    assert said == [] and not report.resent
+    team.mem("bob", "pull", check=True)
+    assert [insights(team, "bob").count(f": {e}") for e in ("E1", "E2", "E3")] == [1, 1, 1]
