@@ -33,7 +33,7 @@ from projections.views import page_path
 
 from .app import point, release, resolve_at
 from .output import (LEFT_ON_DISK, TOO_LARGE, VIEWS_HOLD, cleared_line, compacted_line, event_line, held_lines,
-                     kept_by_hand, redacted_line)
+                     kept_by_hand, redacted_line, taken_back_line)
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -548,6 +548,8 @@ def build_server(mem: Memory) -> MCPServer:
         if direction in ("pull", "both"):
             report["pull"] = pull(mem, target, say=warnings.append)
         warnings += [f"error: {line}" for line in held_lines(report.get("push"))]  # `mem sync` exits 1 on them
+        if report.get("push") and report["push"].taken_back:
+            warnings.append(f"note: {taken_back_line(report['push'])}")
         if mem.behind:
             warnings.append(f"warning: {mem.behind}")
             mem.behind = None

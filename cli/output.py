@@ -124,6 +124,12 @@ def held_lines(report) -> list[str]:
             for held in (report.held if report is not None else ())]
 
 
+def taken_back_line(report) -> str:
+    """What a push (a `sync.client.PushReport` with `taken_back`) passed for good instead of holding it back."""
+    return (f"{event_count(report.taken_back)} that the hub's contract refuses taken back before they went out "
+            "(redacted here, and the redactions): never sent")
+
+
 def kept_by_hand(report) -> str:
     """What a redaction left in files edited by hand (a `redact.RedactReport`), or "" when it left nothing."""
     if not report.hand_edited:

@@ -11,7 +11,7 @@ from eventstore.kinds import EntryAppend
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, read_page, state
 from .output import (AT_HELP, AllowSecretOpt, emit_json, event_count, held_lines, http_url, listing, progress_bar,
-                     summary)
+                     summary, taken_back_line)
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -430,7 +430,9 @@ def _say(line: str) -> None:
 
 
 def _held_lines(report) -> bool:
-    """Says what stays behind (stderr); True when something does."""
+    """Says what stays behind (stderr), and what was taken back instead; True when something stays behind."""
+    if report.taken_back:
+        typer.echo(f"note: {taken_back_line(report)}", err=True)
     for line in held_lines(report):
         typer.echo(f"error: {line}", err=True)
     return bool(report.held)

@@ -31,7 +31,7 @@ from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError
                                storage_exceptions, storage_failure)
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import now_ms, uuid_text
-from eventstore.kinds import Redaction
+from eventstore.kinds import Redacted, Redaction
 from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, redacts_own_alone, takes
 from eventstore.recorder import broken_link
 from eventstore.workspace import absolute
@@ -168,6 +168,9 @@ class PushReport(msgspec.Struct):
     duplicates: int
     held: list[HeldBack] = []
     resent: bool = False
+    taken_back: int = 0
+    """Own events the contract refuses that this agent took back before they went out (`taken_back`): passed for
+    good."""
 
 
 class PullReport(msgspec.Struct):
@@ -647,18 +650,21 @@ class CameFromHub:
         return {_came_key(name): json.dumps(runs)}
 
 
-def pushable(memory, remote: Remote, contract: Contract, agent: str, event: Event) -> bool:
+def pushable(memory, remote: Remote, contract: Contract, agent: str, event: Event,
+             withheld: set[int] = frozenset()) -> bool:
     """Whether the hub's contract takes `event` from this agent (`event_refusal`)."""
-    return event_refusal(memory, remote, contract, agent, event) is None
+    return event_refusal(memory, remote, contract, agent, event, withheld) is None
 
 
-def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event: Event) -> str | None:
+def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event: Event,
+                  withheld: set[int] = frozenset()) -> str | None:
     """`refusal` of one of this agent's events, a redaction naming only its own events that went out to the hub told
-    apart (one naming an event the hub never had is refused by it: its target is held back with it)."""
+    apart (one naming an event the hub never had is refused by it: its target is held back with it). `withheld`:
+    seqs a running push found refused that its held-back list may no longer name (`taken_back`)."""
     own = False
     if type(event.body) is Redaction:
         cursor = int(memory.log.state(f"push:{remote.name}") or 0)
-        held = set(json.loads(memory.log.state(_held_key(remote)) or "[]"))
+        held = set(json.loads(memory.log.state(_held_key(remote)) or "[]")) | withheld
         own = all((target := memory.log.get(id)) is not None and target.agent == agent and target.seq <= cursor
                   and target.seq not in held for id in event.body.target_ids)
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
@@ -936,8 +942,10 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
     pushed = duplicates = 0
 
+    withheld: set[int] = set()  # the seqs of this push's events the contract refuses, taken back or not
+
     def goes(event: Event) -> bool:
-        return pushable(memory, remote, contract, agent, event)
+        return pushable(memory, remote, contract, agent, event, withheld)
 
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
                 None) if shared else None
@@ -965,7 +973,22 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                                  and not written_local(once_local, e.layer, e.seq))],
                       cursor, came)
     acknowledged = send([_outgoing(e) for e in checked([e for e in retried if goes(e)])])
-    held = [e.seq for e in retried if not goes(e)]
+    taken = 0
+
+    def holding(events: list[Event]) -> list[int]:
+        """The seqs of `events` the contract refuses, but those this agent took back (`taken_back`)."""
+        nonlocal taken
+        kept = []
+        for event in events:
+            if not goes(event):
+                withheld.add(event.seq)
+                if taken_back(memory, event, withheld):
+                    taken += 1
+                else:
+                    kept.append(event.seq)
+        return kept
+
+    held = holding(retried)
     if acknowledged:
         memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, acknowledged))
     else:
@@ -996,7 +1019,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                     outgoing += ahead
                 outgoing = [_outgoing(e) for e in checked(outgoing)]
                 body = Outgoing.push(outgoing) if outgoing else None
-                held += [e.seq for e in batch if not goes(e)]
+                held += holding(batch)
                 cursor = read[-1].seq
             if in_flight is not None:
                 answered, in_flight = (*in_flight[1:], in_flight[0].result()), None
@@ -1008,7 +1031,18 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             if not read:
                 break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
-                      held=held_back(memory, remote, contract), resent=bool(lost))
+                      held=held_back(memory, remote, contract), resent=bool(lost), taken_back=taken)
+
+
+def taken_back(memory, event: Event, withheld: set[int]) -> bool:
+    """Whether an own event that the contract refuses was taken back before it went out: its body redacted (a
+    producer made a consumer redacts what it wrote but could not push), or a redaction naming only such events
+    (`withheld`: the seqs refused so far, in log order). Neither is held back: the hub never had them, and a
+    consumer could not send them; the push passes them for good."""
+    if type(event.body) is Redacted:
+        return True
+    return type(event.body) is Redaction and all((target := memory.log.get(id)) is not None
+                                                 and target.seq in withheld for id in event.body.target_ids)
 
 
 def _pushed_rows(memory, remote: Remote, cursor: int, held: list[int], acknowledged: str) -> dict[str, str]:

@@ -1139,3 +1139,32 @@ def test_a_producer_demoted_after_a_leak_takes_it_back_itself(team, tmp_path):
         mem(team / agent, "sync", check=True)
         assert files_holding(team / agent, "555-0199") == [], agent
         assert "the writer's own" in (team / agent / "memory/insights.md").read_text()
+
+
+def test_a_producer_demoted_before_it_pushed_takes_its_writes_back_by_redacting_them(team, tmp_path):
+    """Regression (nc28b): a producer made a consumer before it pushed was held back for good: `mem sync` exited 1 at
+    every call, and redacting the writes only added the redaction to what was held. What it redacts before it went
+    out is taken back: never sent, no longer held, said once; what another agent wrote stays held as before."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] pushed while a producer", check=True)
+    mem(team / "main", "sync", check=True)
+    mem(team / "main", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    demoted = CONTRACT.replace('producers = ["writer", "main"]', 'producers = ["writer"]')
+    (tmp_path / "demoted.toml").write_text(demoted)
+    run_mem("hub", "contract", "apply", tmp_path / "demoted.toml", "--db", team / "hub.db", check=True)
+    held = mem(team / "main", "sync")
+    assert held.returncode == 1 and "1 event in layer insights cannot be pushed" in held.stderr.decode(), held
+    mem(team / "main", "redact", entry_id(team, "main", "insights", "555-0199"), "--reason", "not ours to say",
+        check=True)
+    synced = mem(team / "main", "sync")
+    assert synced.returncode == 0 and synced.stderr.decode() == (
+        "note: 2 events that the hub's contract refuses taken back before they went out (redacted here, and the "
+        "redactions): never sent\n"), synced
+    assert "held back" not in mem(team / "main", "status", check=True).stdout.decode()
+    again = mem(team / "main", "sync", "--json")
+    assert again.returncode == 0 and again.stderr == b"" and json.loads(again.stdout)["push"]["taken_back"] == 0
+    mem(team / "writer", "sync", check=True)
+    assert files_holding(team, "555-0199") == []
+    assert [path for path in files_holding(team, "not ours to say") if not path.startswith("main/")] == []
+    assert "pushed while a producer" in (team / "writer" / "memory/insights.md").read_text()
