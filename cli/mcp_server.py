@@ -468,7 +468,8 @@ def build_server(mem: Memory) -> MCPServer:
         """Record as events the pages, shared pages and `## Always` lines of mind.md edited, created or deleted on
         disk by hand (as `mem adopt` does); a file that cannot be adopted (it breaks the page contract, holds a
         secret) is left on disk; a page moved by hand, its bytes unchanged, is a rename. JSON: {"adopted": [paths],
-        "refused": {path: why}, "renamed": {old path: new path}}."""
+        "refused": {path: why}, "renamed": {old path: new path}, "kept": {file from before mindlog that it renders
+        otherwise: the file that keeps its text}}."""
         return json_text(adopting(mem, explain=adopt_refusal))
 
     @register

@@ -24,8 +24,8 @@ from json.decoder import scanstring
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp_types import (INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCRequest,
-                       JSONRPCResponse)
+from mcp_types import (INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, JSONRPCNotification,
+                       JSONRPCRequest, JSONRPCResponse)
 from pydantic import ValidationError
 
 NO_ID = object()
@@ -135,6 +135,19 @@ def unparsed_answer(exc: Exception, what: str = "line") -> JSONRPCError:
         code, message = INVALID_REQUEST, f"Invalid Request: the {what} is not a JSON-RPC 2.0 message"
     return JSONRPCError(jsonrpc="2.0", id=ident if usable_id(ident) else None, error=ErrorData(code=code,
                                                                                                 message=message))
+
+
+ARGUMENTS_NOT_AN_OBJECT = "Invalid params: a tool call's arguments must be a JSON object"
+
+
+def not_an_object(message) -> bool:
+    """Whether `message` calls a tool with arguments that are no JSON object (a string holding one, say), which the
+    SDK answers with a bare -32602 that does not say what is wrong."""
+    if not isinstance(message, JSONRPCRequest) or message.method != "tools/call" \
+            or not isinstance(message.params, dict):
+        return False
+    arguments = message.params.get("arguments")
+    return arguments is not None and not isinstance(arguments, dict)
 
 
 BAD_ID = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
@@ -275,6 +288,10 @@ class Answering:
             elif isinstance(getattr(item, "message", None), JSONRPCNotification) and line is not None \
                     and top_level_id(line) not in (NO_ID, NOT_AN_OBJECT):  # a request whose id the SDK could not take
                 await self.write.send(SessionMessage(BAD_ID))
+            elif not_an_object(getattr(item, "message", None)):
+                await self.write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=item.message.id,
+                                                                  error=ErrorData(code=INVALID_PARAMS,
+                                                                                  message=ARGUMENTS_NOT_AN_OBJECT))))
             else:
                 if isinstance(self.write, Answered):
                     self.write.note(getattr(item, "message", None))

@@ -403,6 +403,9 @@ def test_streamable_http_on_loopback(workspace):
         batch = httpx.post(url, headers=headers, timeout=30, content=b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]')
         listed = httpx.post(url, headers=headers, timeout=30,  # params a list: the validator's dump too (nc24a)
                             content=b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": ["a"]}')
+        stringed = httpx.post(url, headers=headers, timeout=30,  # arguments a string: the SDK's bare -32602 (nc28a)
+                              content=b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": '
+                                      b'"show", "arguments": "{\\"path\\": \\"mind.md\\"}"}}')
         foreign = httpx.post(url, headers={**headers, "Host": f"evil.example:{port}"}, timeout=30,
                              content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}')  # refused first for its Host
         with socket.create_connection(("127.0.0.1", port)) as gone:  # a client that leaves before its body ends
@@ -425,6 +428,8 @@ def test_streamable_http_on_loopback(workspace):
     assert listed.status_code == 400 and listed.json() == {"jsonrpc": "2.0", "id": 6, "error": {
         "code": -32600, "message": "Invalid Request: the body is not a JSON-RPC 2.0 message"}}
     assert pinged.status_code == 200 and '"id":9,"result":{}' in pinged.text
+    assert stringed.status_code == 400 and stringed.json() == {"jsonrpc": "2.0", "id": 11, "error": {
+        "code": -32602, "message": "Invalid params: a tool call's arguments must be a JSON object"}}
     assert created == (False, "File created successfully at: /memories/mind/deploy.md")
     assert not edited[0] and refused == (
         True, "No replacement was performed, old_str `nowhere` did not appear verbatim in /memories/mind/deploy.md.")
@@ -784,6 +789,25 @@ def test_a_deeply_nested_line_and_a_request_with_an_unusable_id_are_answered_and
     assert {a["error"]["message"] for a in answers if a.get("id") is None} == {
         "Invalid Request: the id must be a whole number or a string"}
     assert [a["result"] for a in answers if a.get("id") == 2] == [{}]
+
+
+def test_a_tool_call_whose_arguments_are_no_object_is_told_so_over_stdio(workspace):
+    """Regression (nc28a): arguments given as a string holding JSON (or a list) got the SDK's bare -32602, "Invalid
+    request parameters", which does not say what is wrong; nothing is written, and the next call is served."""
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    call = {"jsonrpc": "2.0", "method": "tools/call"}
+    lines = [json.dumps(m).encode() for m in (
+        initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {**call, "id": 1, "params": {"name": "loop_append", "arguments": json.dumps({"role": "user", "text": "x"})}},
+        {**call, "id": 2, "params": {"name": "loop_append", "arguments": ["user", "x"]}},
+        {**call, "id": 3, "params": {"name": "loop_append", "arguments": {"role": "user", "text": "y"}}})]
+    answers, err, code = raw_session(workspace, lines, 4)
+    assert code == 0 and b"Traceback" not in err
+    told = {"code": -32602, "message": "Invalid params: a tool call's arguments must be a JSON object"}
+    assert [a.get("error") for a in answers if a.get("id") in (1, 2)] == [told, told]
+    assert [a["result"]["isError"] for a in answers if a.get("id") == 3] == [False]
+    assert len(log_rows(workspace)) == 1
 
 
 def test_a_line_past_16_mib_is_refused_unread_with_its_id_and_the_server_goes_on(workspace):
