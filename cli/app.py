@@ -412,7 +412,7 @@ def why_absent(mem, path: str, moment: int, asked: bool) -> str:
     if last is not None and last.deleted:  # the way back to it, where "does not exist" was all it said
         rename = mem.event(last.seq).body if last.kind == "page.rename" else None
         if by_contract(last):  # not deleted (nc21a)
-            gone = f"{path}: {moved(mem, path, last)} at seq {last.seq}"
+            gone = f"{path}: {moved(mem, last)} at seq {last.seq}"
         elif rename is not None and hasattr(rename, "new"):
             new, at_seq = page_path(rename.new), last.seq
             while True:  # renamed again since: the name it has by the moment (nc25a: it named the one between)
@@ -485,17 +485,12 @@ def diff(path: str, from_: str = typer.Option(..., "--from", help="A moment (as 
 @app.command()
 def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Every version of a file (or a page by its slug), following renames, now or as of a moment."""
-    from projections.history import history as history_of
-    from projections.history import by_contract, moved
-
-    from projections.views import page_path
+    from projections.history import described, history as history_of
 
     with memory() as mem:
         moment = as_of(mem, at, seq) if at is not None or seq is not None else None
         path = mem.named_file(path, mem.seq_at() if moment is None else moment)
-        versions = history_of(mem, path, moment)
-        renames = {v.seq: mem.event(v.seq).body for v in versions if v.kind == "page.rename"}
-        moves = {v.seq: f"  ({moved(mem, path, v)})" for v in versions if by_contract(v)}
+        versions = described(mem, history_of(mem, path, moment))
         as_made = not versions and mem.show(path, mem.seq_at() if moment is None else moment) is not None
     if as_made and not json:
         typer.echo(f"{path} is as the workspace began: no event has changed it{' by then' if moment else ''}")
@@ -503,17 +498,10 @@ def history(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, j
         fail(f"{path} never existed" if at is None and seq is None else f"{path} had not existed by then")
     if json:
         return emit_json(versions)
-    for before, v in zip([None, *versions], versions):
-        rename = renames.get(v.seq)  # a rename reads as one, not as a deletion (a redacted one keeps no names)
-        if rename is not None and hasattr(rename, "new") and v.path in (page_path(rename.old), page_path(rename.new)):
-            said = f"  (renamed to {page_path(rename.new)})" if v.deleted else f"  (renamed from {page_path(rename.old)})"
-        elif before is not None and before.path != v.path and v.seq not in moves:  # a shared page's rename
-            said = f"  (renamed from {before.path})"
-        else:
-            said = moves.get(v.seq) or ("  (deleted)" if v.deleted else "")
-        if not v.shown:
-            said += "  (not shown: the other side of a conflict)"
-        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}{said}"
+    for v in versions:
+        typer.echo(f"{v.seq:>6}  {v.recorded_at}  {v.agent:<10} {v.kind:<14} {v.path}"
+                   + (f"  ({v.change})" if v.change else "")
+                   + ("" if v.shown else "  (not shown: the other side of a conflict)")
                    + (f" — {v.note}" if v.note else ""))  # the web history's notes, here too (nc23b)
 
 

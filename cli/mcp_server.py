@@ -24,7 +24,7 @@ from eventstore import secrets
 from eventstore.errors import InvalidInput, MemError, storage_exceptions, storage_failure
 from eventstore.instants import format_local, past_instant
 from projections import search as searching
-from projections.history import diff as diff_of, history as history_of
+from projections.history import described, diff as diff_of, history as history_of
 from projections.adopt import adopt as adopting
 from projections import redact as redacting
 from projections.memory import Memory, below_zero
@@ -384,7 +384,7 @@ def build_server(mem: Memory) -> MCPServer:
         asked = at is not None or seq is not None
         as_of = moment(mem, at, seq, said.append) if asked else None
         point = mem.seq_at() if as_of is None else as_of
-        versions = history_of(mem, rel := mem.named_file(workspace_path(path), point), as_of)
+        versions = described(mem, history_of(mem, rel := mem.named_file(workspace_path(path), point), as_of))
         if not versions and mem.show(rel, point) is None:  # [] for one as the workspace began (mind.md)
             raise ToolError(f"{rel} had not existed by then" if asked else f"{rel} never existed")
         return [json_text(versions), *said]

@@ -26,6 +26,7 @@ class Version(msgspec.Struct, omit_defaults=True):
     deleted: bool
     shown: bool = True  # False: a shared page's version the file did not show (a conflict's other side kept it)
     note: str = ""  # why the version was written, as its event says (`mem page write --note`, a resolve's)
+    change: str = ""  # what the version did to the file beyond its text (`described`): "renamed to PATH", ...
 
 
 def _candidates(memory, path: str, upto: int):
@@ -121,15 +122,33 @@ def by_contract(version: Version) -> bool:
     return version.kind == ContractChange.__struct_config__.tag
 
 
-def moved(memory, path: str, version: Version) -> str:
-    """What a contract change did to the layer file at `path` (a version of kind `contract.change`): moved it
-    there or away, or dropped its layer."""
+def moved(memory, version: Version) -> str:
+    """What a contract change did to the layer file at the version's path (a version of kind `contract.change`):
+    moved it there or away, or dropped its layer. The version's own path, not the one asked about: a history
+    follows a layer's file through its moves, and one moved back names versions at the other path (nc29a)."""
     views = memory.views
-    layer, slug = views.layer_at(path, version.seq - 1 if version.deleted else version.seq)
+    layer, slug = views.layer_at(version.path, version.seq - 1 if version.deleted else version.seq)
     other = views.shared_path(layer, slug, version.seq if version.deleted else version.seq - 1)
     if version.deleted:
         return f"moved to {other}" if other else f"layer {layer} dropped from the contract"
     return f"moved from {other}" if other else f"layer {layer} placed here by the contract"
+
+
+def described(memory, versions: list[Version]) -> list[Version]:
+    """The versions with `change` said: a rename (to or from a path: not a deletion), a layer's file moved or its
+    layer dropped by a contract change (`moved`), or a deletion."""
+    for before, version in zip([None, *versions], versions):
+        body = memory.event(version.seq).body if version.kind == PageRename.__struct_config__.tag else None
+        if isinstance(body, PageRename) and version.path in (page_path(body.old), page_path(body.new)):
+            change = f"renamed to {page_path(body.new)}" if version.deleted else f"renamed from {page_path(body.old)}"
+        elif by_contract(version):
+            change = moved(memory, version)
+        elif before is not None and before.path != version.path:  # a shared page's rename
+            change = f"renamed from {before.path}"
+        else:
+            change = "deleted" if version.deleted else ""
+        version.change = change
+    return versions
 
 
 def _version(path: str, event, deleted: bool) -> Version:

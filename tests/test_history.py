@@ -1,6 +1,8 @@
 """A file's history and diffs (projections.history), in-process: the seqs at which its text changed,
 following a page through a rename, for the wiki's files and for adf_files alike."""
 
+import json
+
 from projections.history import diff, history
 
 from conftest import PAGE
@@ -52,6 +54,9 @@ def test_mem_history_names_a_renames_other_path(memory):
     new = run_mem("-w", memory.root, "history", "release", check=True).stdout.decode().splitlines()
     assert old[-1].endswith("page.rename    mind/deploy.md  (renamed to mind/release.md)"), old
     assert new[-1].endswith("page.rename    mind/release.md  (renamed from mind/deploy.md)"), new
+    listed = json.loads(run_mem("-w", memory.root, "history", "deploy", "--json", check=True).stdout)
+    assert [(v["path"], v["deleted"], v.get("change")) for v in listed] == [  # a rename, not a delete (nc29a)
+        ("mind/deploy.md", False, None), ("mind/deploy.md", True, "renamed to mind/release.md")]
     memory.delete_page("release")
     assert run_mem("-w", memory.root, "history", "release", check=True).stdout.decode().endswith(
         "mind/release.md  (deleted)\n")

@@ -277,3 +277,29 @@ def test_a_pull_says_when_a_layer_it_took_left_the_contract(tmp_path):
         assert again.stderr == b"", again.stderr
     finally:
         team.stop()
+
+
+def test_the_history_of_a_layer_moved_away_and_back_says_each_move_at_its_path(tmp_path):
+    """Regression (nc29a): a layer's file moved A -> B -> A by contract changes made `mem history A` a traceback
+    (each move was described by the path asked about, where the layer was not at the move to B); its --json said
+    nothing of renames and moves, which the text says."""
+    team = Team(tmp_path, agents=("alice",), contract=placed("memory"))
+    try:
+        team.mem("alice", "entry", "add", "notes", "[FACT] 2026-12-01: one", check=True)
+        team.mem("alice", "sync", check=True)
+        for root in ("team", "memory"):
+            team.apply(placed(root))
+            team.mem("alice", "pull", check=True)
+    finally:
+        team.stop()
+    for asked, last in (("memory/notes.md", ["memory/notes.md", "(moved", "from", "team/notes.md)"]),
+                        ("team/notes.md", ["team/notes.md", "(moved", "to", "memory/notes.md)"])):
+        lines = out(team.mem("alice", "history", asked, check=True)).splitlines()
+        assert [line.split()[3:] for line in lines] == [
+            ["entry.append", "memory/notes.md"],
+            ["contract.change", "team/notes.md", "(moved", "from", "memory/notes.md)"],
+            ["contract.change", *last]], lines
+    versions = json.loads(out(team.mem("alice", "history", "memory/notes.md", "--json", check=True)))
+    assert [(v["path"], v.get("change")) for v in versions] == [
+        ("memory/notes.md", None), ("team/notes.md", "moved from memory/notes.md"),
+        ("memory/notes.md", "moved from team/notes.md")]
