@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 from typer.models import TyperInfo
 
 from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_failure
-from eventstore.instants import format_local, past_instant
+from eventstore.instants import format_local
 from eventstore.layers import MIND
 
 from .output import (AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail,
@@ -515,7 +515,7 @@ def log_(kind: Optional[list[str]] = typer.Option(None, "--kind", help="Only the
          json: bool = JsonOpt):
     """The events themselves, oldest first."""
     with memory(refresh=False) as mem:
-        since_ms = past_instant(since) if since else None
+        since_ms = mem.past_instant(since) if since else None
         if since_ms is not None:
             typer.echo(f"since {format_local(since_ms)}", err=True)
         events = mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n)

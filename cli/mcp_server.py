@@ -22,7 +22,7 @@ from pydantic import StrictBool, StrictInt, StrictStr, ValidationError
 
 from eventstore import secrets
 from eventstore.errors import InvalidInput, MemError, storage_exceptions, storage_failure
-from eventstore.instants import format_local, past_instant
+from eventstore.instants import format_local
 from projections import search as searching
 from projections.history import described, diff as diff_of, history as history_of
 from projections.adopt import adopt as adopting
@@ -451,7 +451,7 @@ def build_server(mem: Memory) -> MCPServer:
             if event is None:
                 raise ToolError(f"there is no event at seq {seq} (the log's head is {mem.head()})")
             return [json_text(event)]
-        since_ms = past_instant(since) if since else None
+        since_ms = mem.past_instant(since) if since else None
         said = [f"since {format_local(since_ms)}"] if since_ms is not None else []
         events = msgspec.to_builtins(mem.events(kinds=kind, layers=layer, since_ms=since_ms, limit=n))
         return [json_text([{**event, "body": clipped(event["body"], event["seq"])} for event in events]), *said]

@@ -73,18 +73,23 @@ def _parse(text: str, now_ms: int | None) -> int:
     return _ms(moment, text)
 
 
-def past_instant(text: str, now_ms: int | None = None) -> int:
+def past_instant(text: str, now_ms: int | None = None, latest_ms: int | None = None) -> int:
     """A moment to look back at (`--at`): parsed as `parse_instant` does, refused when it is still to come
-    (a future time would show today's memory as if it were then's)."""
+    (a future time would show today's memory as if it were then's). `latest_ms`: the log's newest recorded time,
+    which a clock set back since lies ahead of: up to it is no future, and `now` is it (nc29a: `--at now` showed the
+    memory from before the events recorded while the clock was ahead)."""
     now = int(dt.datetime.now().timestamp() * 1000) if now_ms is None else now_ms
+    ceiling = max(now, latest_ms or 0)
+    if ceiling > now and " ".join(text.strip().lower().split()) == "now":
+        return ceiling
     try:
         at_ms = parse_instant(text, now)
     except BeyondCalendar:
         year = YEAR.match(text)
-        if year and int(year[1]) > dt.datetime.fromtimestamp(now / 1000).year:  # `9999-12-31` was "too far from today
-            raise InvalidInput(f"{text!r} is in the future") from None       # for a calendar (1970 to 9999)" (nc22b)
+        if year and int(year[1]) > dt.datetime.fromtimestamp(ceiling / 1000).year:  # `9999-12-31` was "too far from
+            raise InvalidInput(f"{text!r} is in the future") from None  # today for a calendar (1970 to 9999)" (nc22b)
         raise
-    if at_ms > now:
+    if at_ms > ceiling:
         raise InvalidInput(f"{text!r} ({format_local(at_ms)}) is in the future")
     return at_ms
 

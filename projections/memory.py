@@ -1191,10 +1191,16 @@ class Memory:
         """When the log's first event was recorded (ms), or None while the log is empty."""
         return self.log.recorded_at(1) if self.log.head() else None
 
+    def past_instant(self, at: str) -> int:
+        """`eventstore.instants.past_instant` of a typed moment, no later than this log's newest recorded time
+        counting as past, though a clock set back since is behind it."""
+        head = self.log.head()
+        return past_instant(at, latest_ms=self.log.recorded_at(head) if head else None)
+
     def moment(self, at: str) -> Moment:
         """What a typed moment (`--at`, a tool's `at`) means: its instant and the seq then. A moment before
         the first event is refused: that is no memory, not an empty one."""
-        at_ms = past_instant(at)
+        at_ms = self.past_instant(at)
         first = self.first_recorded_at()
         if first is None or at_ms < first:
             since = f"its first event is at {format_local(first)}" if first is not None else "its log is empty"

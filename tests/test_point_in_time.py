@@ -265,3 +265,30 @@ def test_believed_says_when_the_loop_was_empty_as_it_does_of_pages(workspace):
     run_mem("-w", workspace, "loop", "append", "--role", "user", "--text", "hello", check=True)
     out = run_mem("-w", workspace, "believed", check=True).stdout.decode()
     assert "loop (last 10):\n[S1] user: hello" in out, out
+
+
+def test_at_now_reads_the_events_recorded_while_the_clock_was_ahead(tmp_path):
+    """Regression (nc29a): after an event recorded while the clock was an hour ahead (and the ones after it, stamped
+    with its time), `--at now` read the memory from before them without a word, and their own times were refused as
+    in the future: `--at` could not reach the current memory until the clock caught up. Up to the log's newest time
+    is the past, and `now` is at least that."""
+    import time
+
+    from eventstore.envelope import new_event
+    from eventstore.instants import format_instant
+    from eventstore.kinds import AlwaysAdd
+
+    root = tmp_path / "ws"
+    with Memory.init(root, "b") as memory:
+        memory.log.append([new_event(AlwaysAdd(line="before"), agent="b", layer="mind")])
+        ahead = int(time.time() * 1000) + 3_600_000
+        memory.log.append([new_event(AlwaysAdd(line="written an hour ahead"), agent="b", layer="mind")],
+                          recorded_at=ahead)
+    run_mem("-w", root, "always", "add", "after it", check=True)
+    current = run_mem("-w", root, "always", "list", check=True).stdout
+    assert run_mem("-w", root, "always", "list", "--at", "now", check=True).stdout == current
+    assert b"after it" in current
+    at_ahead = run_mem("-w", root, "always", "list", "--at", format_instant(ahead), check=True)
+    assert b"written an hour ahead" in at_ahead.stdout
+    later = run_mem("-w", root, "always", "list", "--at", format_instant(ahead + 3_600_000))
+    assert later.returncode == 1 and later.stderr.decode().endswith("is in the future\n"), later.stderr
