@@ -179,20 +179,38 @@ def _content(memory, path: str, seq: int) -> str | bytes | None:
 def diff(memory, path: str, a: int, b: int) -> str:
     """A unified diff of `path` between seqs a and b (missing at one of them, it reads as empty; missing at
     both, it is refused: most likely a mistyped path, which would otherwise diff as nothing changed). A page renamed
-    into `path` between them is compared with itself under the name it had at a, as `history` follows it."""
-    old_path = path
-    old, new = _content(memory, path, a), _content(memory, path, b)
-    if old is None and new is not None and a < b:  # renamed into `path` since a: from the name it had then
-        earlier = [version for version in history(memory, path, b) if version.seq <= a]
-        if earlier and earlier[-1].path != path and not earlier[-1].deleted:
-            old_path = earlier[-1].path
-            old = _content(memory, old_path, a)
+    between them is compared with itself under the name it had at each, as `history` follows it (nc29a: two
+    versions `mem history` listed from before a rename were "at neither moment")."""
+    for known in (max(a, b), memory.seq_at()):  # named as it was at the later moment, or as it is now
+        old_path, new_path = (_name_at(memory, path, seq, known) for seq in (a, b))
+        old, new = _content(memory, old_path, a), _content(memory, new_path, b)
+        if old is not None or new is not None:
+            break
     if old is None and new is None:
         raise NotFound(f"{path} exists at neither moment (seq {a}, seq {b})")
     if isinstance(old, bytes) or isinstance(new, bytes):
         sides = [side.encode() if isinstance(side, str) else side or b"" for side in (old, new)]
-        return "" if sides[0] == sides[1] else f"Binary files {old_path}@{a} and {path}@{b} differ\n"
-    if old_path != path and old == new:  # renamed and nothing else: said, as git says it, not an empty diff (nc19b)
-        return f"rename from {old_path}@{a}\nrename to {path}@{b}\n"
+        return "" if sides[0] == sides[1] else f"Binary files {old_path}@{a} and {new_path}@{b} differ\n"
+    if old_path != new_path and old == new:  # renamed and nothing else: said, as git says it, not an empty diff (nc19b)
+        return f"rename from {old_path}@{a}\nrename to {new_path}@{b}\n"
     old, new = old or "", new or ""
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{old_path}@{a}", f"{path}@{b}"))
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{old_path}@{a}",
+                                        f"{new_path}@{b}"))
+
+
+def _name_at(memory, path: str, seq: int, upto: int) -> str:
+    """The path the file named `path` at seq `upto` had at `seq`: its own, unless it did not exist there then
+    and its history (following renames) places it elsewhere: under an older name, or the new name of a rename away
+    that it was renamed back from since."""
+    if _content(memory, path, seq) is not None:
+        return path
+    earlier = [version for version in history(memory, path, upto) if version.seq <= seq]
+    if not earlier:
+        return path
+    last = earlier[-1]
+    if not last.deleted:
+        return last.path
+    body = folded(memory.log.get_by_seq(last.seq)) if last.kind == PageRename.__struct_config__.tag else None
+    if isinstance(body, PageRename) and page_path(body.old) == last.path:
+        return page_path(body.new) if _content(memory, page_path(body.new), seq) is not None else path
+    return path

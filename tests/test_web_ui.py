@@ -732,3 +732,39 @@ def test_the_file_of_a_layer_the_agent_neither_produces_nor_consumes_is_a_404_as
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_renamed_pages_history_opens_each_version_under_the_name_it_had(tmp_path):
+    """Regression (nc29a): after a rename, the history page linked each older version to the moment it was made
+    under today's name ("this page did not exist"), and any diff of two versions from before the rename was a 404
+    ("exists at neither moment"), as `mem diff` between them was; a rename back showed as a whole new file."""
+    import html
+
+    from starlette.testclient import TestClient
+
+    from cli.web.app import create_app
+
+    root, page = tmp_path / "ws", tmp_path / "d.md"
+    run_mem("init", "-w", root, check=True)
+    for text in ("first text", "second text"):
+        page.write_bytes(PAGE.replace(b"Staging first.", text.encode()))
+        run_mem("-w", root, "page", "write", "deploy-procedure", "--file", page, check=True)
+    run_mem("-w", root, "page", "rename", "deploy-procedure", "deploy", check=True)
+    diffed = run_mem("-w", root, "diff", "deploy", "--from", "seq:1", "--to", "seq:2", check=True).stdout.decode()
+    assert diffed.startswith("--- mind/deploy-procedure.md@1\n+++ mind/deploy-procedure.md@2\n") \
+        and "-first text" in diffed and "+second text" in diffed, diffed
+    with TestClient(create_app(root)) as client:
+        history = client.get("/history?page=deploy").text
+        links = [html.unescape(href) for href in re.findall(r'href="(asof\?seq=\d[^"]*)"', history)]
+        assert links == ["asof?seq=3&page=deploy", "asof?seq=2&page=deploy-procedure",
+                         "asof?seq=1&page=deploy-procedure"], links
+        for link, text in zip(links, ("second text", "second text", "first text")):
+            assert text in client.get("/" + link).text, link
+        assert "(renamed from mind/deploy-procedure.md)" in history
+        for a, b in ((1, 2), (0, 1), (0, 2)):
+            answer = client.get(f"/history?page=deploy&a={a}&b={b}")
+            assert answer.status_code == 200 and f"+{'second' if b == 2 else 'first'} text" in answer.text, (
+                a, b, answer.text[:300])
+    run_mem("-w", root, "page", "rename", "deploy", "deploy-procedure", check=True)
+    back = run_mem("-w", root, "diff", "deploy-procedure", "--from", "seq:3", "--to", "seq:4", check=True)
+    assert back.stdout == b"rename from mind/deploy.md@3\nrename to mind/deploy-procedure.md@4\n"

@@ -329,7 +329,7 @@ class Site:
             paths += shared + [p for p in self.agent_files(mem, now) if p not in shared]
             if path and path not in paths:
                 self.check_file(request, mem, now, path)
-            versions = histories.history(mem, path, now.seq) if path else []
+            versions = histories.described(mem, histories.history(mem, path, now.seq)) if path else []
             wiki = not self.hub and path in (MIND_PATH, LOG_PATH)  # there from `mem init` on, as the as-of page shows
             if path and not versions and not wiki:
                 self.check_ever(mem, now, path, f"file {path!r}")
