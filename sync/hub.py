@@ -30,9 +30,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from eventstore import secrets, validate
-from eventstore.envelope import Tag, check_event, check_tag
+from eventstore.envelope import MAX_TS, Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
+from eventstore.ids import now_ms, uuid7_ms
+from eventstore.instants import format_instant
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
 from eventstore.redaction import page_version, redacts, reversal
@@ -190,9 +192,11 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
     entry's `reverses` must name an entry of its layer, on the hub or earlier in the batch."""
     rules: dict[str, tuple[frozenset, bool]] = {}  # layer -> (kinds it takes, scan secrets): its checks passed
     own_alone: list[int] = []  # the redactions of a layer the agent consumes without producing it
+    now = now_ms()
     for index, event in enumerate(events):
         try:
             check_event(event)
+            check_minted(event.id, now)
         except MemError as exc:
             raise _in_event(exc, index, event) from None
         rule = rules.get(event.layer)
@@ -443,6 +447,24 @@ def check_once(twice: bytes | str | None) -> None:
 def repeated(request: Request) -> str | None:
     """The first of ONCE_ONLY a request through the router gives twice, or None."""
     return next((name.decode() for name in ONCE_ONLY if len(request.headers.getlist(name.decode())) > 1), None)
+
+
+MINTED_AHEAD_MS = 86_400_000
+"""How far past the hub's clock an event id's time may lie: a writer's clock a day fast, no more."""
+
+
+def check_minted(id: str, now: int) -> None:
+    """An event's id must be a UUIDv7 made by now (give or take MINTED_AHEAD_MS): the greatest id is a shared page's
+    winner and an entry's place at the end of its layer, so an id chosen at will (a version 4 UUID starting with ff,
+    a UUIDv7 of year 9999) would win every conflict of the page it is written on for good (nc29b). An id of any past
+    is taken: an event written long ago and pushed now, an import's."""
+    if id[14] != "7":
+        raise InvalidInput(f"event id {id} is not a UUIDv7 (version 7): the hub takes an event's id only as "
+                           "the time it was made", field="id")
+    made = uuid7_ms(id)
+    if made > now + MINTED_AHEAD_MS:
+        raise InvalidInput(f"event id {id} was made at {format_instant(made) if made <= MAX_TS else 'past 9999'}, "
+                           f"more than a day after the hub's clock ({format_instant(now)})", field="id")
 
 
 def _in_event(exc: MemError, index: int, event) -> MemError:

@@ -133,6 +133,28 @@ def test_ids_are_canonical_uuid_text_checked_whole(hub):
     assert head(hub) == 2
 
 
+def test_an_id_is_a_uuidv7_made_by_now_not_one_chosen_to_win(hub):
+    """Regression (nc29b): any UUID was taken for an event's id, and the greatest id wins a shared page's conflict
+    and ends its layer's entries: a version 4 id starting with ff, or a UUIDv7 of year 9999, won every conflict of
+    its page for good. Refused whole, naming the id; an id made in the past (an event pushed late) is taken."""
+    from eventstore.ids import now_ms, uuid7_layout, uuid_text
+
+    def made_at(ms: int) -> str:  # not through uuid7(), whose ids never go back: every later id would be as late
+        return uuid_text(uuid7_layout(ms, 0, 12345))
+
+    before = head(hub)
+    chosen = ("ffffffff-ffff-4fff-bfff-ffffffffffff", "e677d21f-dc00-72e6-81e8-73558bf074f6",
+              made_at(now_ms() + 2 * 86_400_000))
+    for forged_id in chosen:
+        forged = new_event(EntryAppend(**FACT), agent="alice", layer="insights", id=forged_id)
+        problem = refused(push(hub, entry(), forged), 422, "invalid-input", "events[1].id")
+        assert forged_id in problem["detail"], problem
+        assert head(hub) == before
+    late = new_event(EntryAppend(**FACT), agent="alice", layer="insights", id=made_at(now_ms() - 300 * 86_400_000))
+    fast = new_event(EntryAppend(**FACT), agent="alice", layer="insights", id=made_at(now_ms() + 3_600_000))
+    assert push(hub, late, fast).status_code == 200 and head(hub) == before + 2
+
+
 def encoded(event) -> dict:
     return msgspec.json.decode(msgspec.json.encode(event))
 
