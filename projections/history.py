@@ -74,12 +74,15 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
 
 def _moved_from(memory, path: str, tenure: tuple) -> list[Version]:
     """The versions a layer's file had at its earlier path, when the contract change that began its `tenure` at
-    `path` moved it there (followed as a rename is); the agent's own file's versions there, when its delete let the
-    layer's file in (Views.blocked)."""
+    `path` moved it there (followed as a rename is), or here, when it put back a layer it had dropped; the agent's
+    own file's versions there, when its delete let the layer's file in (Views.blocked)."""
     layer, slug, since, _until = tenure
     if since and memory.views.own_file_at(path, since - 1):
         return history(memory, path, since - 1)
     old = memory.views.shared_path(layer, slug, since - 1) if since else None
+    if old is None and since:  # dropped from the contract then, and put back here: what it had here before (nc29b)
+        before = memory.views.tenure(path, since - 1)
+        return history(memory, path, since - 1) if before is not None and before[:2] == (layer, slug) else []
     return history(memory, old, since - 1) if old and old != path else []
 
 

@@ -303,3 +303,23 @@ def test_the_history_of_a_layer_moved_away_and_back_says_each_move_at_its_path(t
     assert [(v["path"], v.get("change")) for v in versions] == [
         ("memory/notes.md", None), ("team/notes.md", "moved from memory/notes.md"),
         ("memory/notes.md", "moved from team/notes.md")]
+
+
+def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_keeps_its_versions_from_before(team, tmp_path):
+    """Regression (nc29b): once its layer was dropped from the contract and put back, a shared page's history was
+    the contract change alone: every version from before the drop was left out (`--seq` before it still had them)."""
+    drafts = layer("drafts", "content/drafts/", "pages")
+    team.apply(OPS + INSIGHTS + drafts)
+    team.mem("alice", "pull", check=True)
+    for text in ("v1", "v2"):
+        team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", text),
+                 check=True)
+    team.mem("alice", "sync", check=True)
+    for contract in (OPS + INSIGHTS, OPS + INSIGHTS + drafts):
+        team.apply(contract)
+        team.mem("alice", "sync", check=True)
+    lines = out(team.mem("alice", "history", "drafts/launch", check=True)).splitlines()
+    assert [line.split(None, 3)[3] for line in lines] == [
+        "page.ingest    content/drafts/launch.md", "page.update    content/drafts/launch.md",
+        "contract.change content/drafts/launch.md  (layer drafts dropped from the contract)",
+        "contract.change content/drafts/launch.md  (layer drafts placed here by the contract)"], lines
