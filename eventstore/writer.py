@@ -305,6 +305,8 @@ class SharedState(Protocol):
 
     def shared_deleted(self, layer: str, slug: str) -> bool: ...
 
+    def shared_deleted_by_every_head(self, layer: str, slug: str) -> bool: ...
+
     def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None: ...
 
     def entry_ids_starting(self, layer: str, prefix: str) -> list[str]:
@@ -369,9 +371,10 @@ class SharedWriter:
         version the author really started from (a file edited by hand: the version it showed)."""
         slug = validate.slug(slug)
         frontmatter, text = validate.page_document(document)
-        if parents is None:
+        if parents is None:  # a page deleted by several agents at once is written anew over every deletion (nc29b)
+            every = self.state.shared_deleted_by_every_head(layer, slug)
             winner = self.state.shared_winner(layer, slug)
-            parents = [winner] if winner else []
+            parents = self.state.shared_heads(layer, slug) if every else [winner] if winner else []
         note = validate.one_line(note, "the note")
         if not parents:
             body = PageIngest(slug=slug, frontmatter=frontmatter, text=text, note=note)

@@ -386,6 +386,9 @@ class _ImportedLayers:
     def shared_deleted(self, layer: str, slug: str) -> bool:
         return False
 
+    def shared_deleted_by_every_head(self, layer: str, slug: str) -> bool:
+        return False
+
     def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None:
         return None
 

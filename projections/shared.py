@@ -411,7 +411,8 @@ class SharedViews:
             "(SELECT 1 FROM shared_versions WHERE layer = ?1 AND slug = s.slug AND seq <= ?2)", (layer, as_of))]
 
     def conflicts(self, as_of: int) -> list[Conflict]:
-        """The pages with several heads as of a seq, then each one's heads read in order. As of the
+        """The pages with several heads as of a seq, but those whose heads all delete them (deleted by two agents at
+        once: nothing to choose between), then each one's heads read in order. As of the
         checkpoint they are the pages with several rows in `shared_heads`; before it, one statement over
         every version then (an id is a head unless some version names it as a parent: ids are unique
         across slugs)."""
@@ -427,7 +428,7 @@ class SharedViews:
         found = []
         for layer, slug in candidates:
             heads = self.heads(layer, slug, as_of)
-            if len(heads) > 1:
+            if len(heads) > 1 and not all(head.deleted for head in heads):  # deleted twice at once: agreed (nc29b)
                 found.append(Conflict(layer=layer, slug=slug, winner=heads[-1].id, heads=heads))
         return found
 

@@ -497,6 +497,11 @@ class Views:
     def shared_deleted(self, layer: str, slug: str) -> bool:
         return self.shared.page_text(layer, slug, self.checkpoint()) is None
 
+    def shared_deleted_by_every_head(self, layer: str, slug: str) -> bool:
+        """Whether the page has heads and each of them deletes it (deleted by several agents at once: no conflict)."""
+        heads = self.shared.heads(layer, slug, self.checkpoint())
+        return bool(heads) and all(head.deleted for head in heads)
+
     def shared_document(self, layer: str, slug: str) -> tuple[dict, str] | None:
         """The winner's (frontmatter, text), or None when the page does not exist (or was deleted)."""
         winner = self.shared.winner(layer, slug, self.checkpoint())

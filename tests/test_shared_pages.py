@@ -250,7 +250,8 @@ def test_open_conflicts_follow_the_heads_whatever_the_order_and_batches(tmp_path
             for e in seen:
                 if e.id not in named:
                     by_slug.setdefault(e.body.slug, set()).add(e.id)
-            return {slug: heads for slug, heads in by_slug.items() if len(heads) > 1}
+            deleting = {e.id for e in seen if isinstance(e.body, PageDelete)}
+            return {slug: heads for slug, heads in by_slug.items() if len(heads) > 1 and not heads <= deleting}
 
         def found(as_of):
             return {c.slug: {h.id for h in c.heads} for c in mem.views.shared.conflicts(as_of)}
@@ -362,3 +363,27 @@ def test_a_pulled_redaction_of_another_page_leaves_a_hand_edit_adoptable(team):
     pulled = team.mem("reviewer", "pull", check=True).stderr.decode()
     assert f"not written: {PRICING} was edited by hand; `mem adopt` keeps the edit" in pulled, pulled
     assert "lemur" not in (team.root / "reviewer/content/drafts/memo.md").read_text()
+
+
+def test_a_page_two_agents_delete_at_once_is_deleted_not_a_conflict_and_can_be_written_anew(team):
+    """Regression (nc29b): two deletes of one page at once were a conflict between two deletions, listed by `mem
+    conflicts` (exit 1) on every replica and warned of at the pull ("its file shows..."; there was no file), which
+    `mem page delete` could not clear ("there is no page"). Both deleted it: nothing to choose. Written anew, the
+    page supersedes both deletions, not one of them (that was a conflict again)."""
+    page = team.page("plan", "Plan", "first")
+    team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", page, check=True)
+    for agent in ("writer", "reviewer"):
+        team.mem(agent, "sync", check=True)
+    for agent in ("writer", "reviewer"):
+        team.mem(agent, "page", "delete", "plan", "--layer", "drafts", check=True)
+    for agent in ("writer", "reviewer", "writer"):
+        synced = team.mem(agent, "sync", check=True)
+        assert b"conflict" not in synced.stderr, synced.stderr
+    for agent in ("writer", "reviewer"):
+        listed = team.mem(agent, "conflicts", "--json")
+        assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed
+    team.mem("reviewer", "page", "write", "plan", "--layer", "drafts", "--file", page, check=True)
+    for agent in ("reviewer", "writer"):
+        team.mem(agent, "sync", check=True)
+        assert team.mem(agent, "conflicts").returncode == 0
+        assert (team.root / agent / "content/drafts/plan.md").read_text().endswith("first\n")
