@@ -1099,6 +1099,8 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
             behind = page.more
         except (HubUnreachable, HubRefused) as exc:
             if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
+                if tally.pulled:  # what landed is kept: said, not left for the next pull's "pulled 0" (nc29b)
+                    exc.args = (f"{exc}; {_stopped_after(tally.pulled)}",)
                 raise
             if not down and say:
                 say(f"{exc}; retrying until it answers")
@@ -1122,9 +1124,12 @@ def _recorded_so_far(tally: "_Tally", pulling: Callable[[], None]) -> None:
     except storage_exceptions() as exc:
         if not tally.pulled:
             raise
-        count = f"{tally.pulled} event{'' if tally.pulled == 1 else 's'}"
-        raise StorageFailure(f"{storage_failure(exc)}: the pull stopped after {count}, which are recorded (the next "
-                             "pull goes on from there)") from None
+        raise StorageFailure(f"{storage_failure(exc)}: {_stopped_after(tally.pulled)}") from None
+
+
+def _stopped_after(pulled: int) -> str:
+    return (f"the pull stopped after {pulled} event{'' if pulled == 1 else 's'}, which are recorded (the next pull "
+            "goes on from there)")
 
 
 def _open_conflicts(memory) -> set[str]:

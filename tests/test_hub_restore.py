@@ -253,3 +253,29 @@ def test_a_push_that_another_push_of_the_same_workspace_overtook_does_not_say_th
     assert said == [] and not report.resent
     team.mem("bob", "pull", check=True)
     assert [insights(team, "bob").count(f": {e}") for e in ("E1", "E2", "E3")] == [1, 1, 1]
+
+
+def test_a_pull_cut_off_after_it_recorded_events_says_how_many_it_kept(team):
+    """Regression (nc29b): a pull whose hub went away after its pages were recorded said only `cannot reach remote
+    ...` (exit 1), and the next pull `pulled 0 events`: nobody was told that the events had landed."""
+    from sync.client import HubUnreachable, pull
+
+    for text in ("E1", "E2"):
+        entry(team, "alice", text)
+    team.mem("alice", "push", check=True)
+
+    class CutOff(HubClient):
+        def redactions_page(self, cursor="", limit=1000):
+            raise HubUnreachable(f"cannot reach remote origin at {team.url}: Connection refused")
+
+    with Memory.open(team.root / "bob") as memory:
+        remote = get_remote(memory, "origin")
+        client = CutOff.for_remote(remote)
+        try:
+            with pytest.raises(HubUnreachable) as raised:
+                pull(memory, remote, client)
+        finally:
+            client.close()
+    assert str(raised.value) == (f"cannot reach remote origin at {team.url}: Connection refused; the pull stopped "
+                                 "after 2 events, which are recorded (the next pull goes on from there)")
+    assert "E2" in insights(team, "bob")
