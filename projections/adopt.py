@@ -177,8 +177,8 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
 def _moved(views, root, missing: list[str], edited: set[str]) -> dict[str, str]:
     """The wiki pages moved by hand (`mv mind/a.md mind/b.md`): a missing page whose last written bytes are those
     of exactly one new page, and the other way round. A page moved and edited at once is a delete and an ingest."""
-    written = views.written.hashes()
-    new_pages = [path for path in edited if slug_of(path) and path not in written]
+    written, pages = views.written.hashes(), set(views.paths())
+    new_pages = [path for path in edited if slug_of(path) and path not in pages]  # a name it had once too (nc29a)
     by_hash: dict[str, list[str]] = {}
     for path in new_pages:
         by_hash.setdefault(file_hash(root / path), []).append(path)

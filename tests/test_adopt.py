@@ -106,6 +106,22 @@ def test_a_linked_page_is_left_alone_and_the_pages_beside_it_adopted(workspace, 
     assert b"Outside the workspace" not in run_mem("-w", workspace, "log", "--json", check=True).stdout
 
 
+def test_a_page_moved_back_by_hand_to_a_name_it_had_is_a_rename_too(workspace):
+    """Regression (nc29a): `mv mind/beta.md mind/alpha.md` after alpha had been moved to beta was adopted as an
+    ingest of alpha and a delete of beta (a name the page had once was not taken for a new one), so the history
+    of alpha lost its link to beta's time."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "alpha", "--file", page, check=True)
+    mind = workspace / "mind"
+    for old, new in (("alpha", "beta"), ("beta", "alpha"), ("alpha", "beta")):
+        (mind / f"{old}.md").rename(mind / f"{new}.md")
+        report = json.loads(run_mem("-w", workspace, "adopt", "--json", check=True).stdout)
+        assert (report["renamed"], report["adopted"]) == ({f"mind/{old}.md": f"mind/{new}.md"}, []), report
+    kinds = [e["body"]["kind"] for e in json.loads(run_mem("-w", workspace, "log", "--json", check=True).stdout)]
+    assert kinds == ["page.ingest", "page.rename", "page.rename", "page.rename"]
+
+
 def test_a_page_moved_by_hand_and_an_always_line_edited_are_adopted_in_one_run(workspace):
     """Regression (nc13a): the rename came first and was left, mind.md being edited by hand ("`mem adopt` records its
     `## Always` lines"), though the same run adopted mind.md just after; a second run did the rename."""
