@@ -356,10 +356,7 @@ def page_list(json: bool = JsonOpt, layer: Optional[str] = LayerOpt, at: Optiona
     if layer is not None and layer != MIND:
         from .sync_commands import shared_page_list
 
-        if at is not None or seq is not None:
-            fail(f"--at and --seq list the wiki's pages as they were; the pages of layer {layer} are listed as "
-                 "they are now (`mem show PATH --seq N` shows one as it was)", 2)
-        return shared_page_list(layer, json)
+        return shared_page_list(layer, json, at, seq)
     with memory() as mem:
         pages = mem.catalog(as_of(mem, at, seq) if at is not None or seq is not None else None)
     listing(pages, json, lambda page: f"{page.slug:<28} {page.title}" + (f" — {page.hook}" if page.hook else ""),

@@ -149,8 +149,15 @@ def redacted_line(report, confirm: str) -> str:
 
 
 def fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {with_cwd_note(message)}", err=True)
+    """One `error:` line: a line break that a message quotes from what it was given (a path typed with one) is
+    shown escaped, as `\\n` (nc29a: the error took two lines)."""
+    typer.echo(f"error: {one_line(with_cwd_note(message))}", err=True)
     raise typer.Exit(code)
+
+
+def one_line(message: str) -> str:
+    return message.replace("\r", "\\r").replace("\n", "\\n").replace("\u2028", "\\u2028").replace(
+        "\u2029", "\\u2029")
 
 
 def with_cwd_note(message) -> str:

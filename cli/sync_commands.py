@@ -624,9 +624,12 @@ def shared_page_rename(layer: str, old: str, new: str, note: str, allow_secret: 
     typer.echo(f"rename {paths[0]} -> {paths[1]} (seq {event.seq})")
 
 
-def shared_page_list(layer: str, json: bool) -> None:
+def shared_page_list(layer: str, json: bool, at: str | None = None, seq: int | None = None) -> None:
+    from .app import as_of
+
     with memory() as mem:
-        pages, why = mem.shared_pages(layer), mem.not_consumed(layer)
+        moment = as_of(mem, at, seq) if at is not None or seq is not None else None
+        pages, why = mem.shared_pages(layer, moment), mem.not_consumed(layer)
     listing(pages, json, lambda p: f"{p.slug:<28} {p.title:<30} {p.agent}"
             + (f"  ({p.heads} heads: a conflict)" if p.heads > 1 else ""), f"no pages in layer {layer}", why)
 

@@ -1068,9 +1068,10 @@ class Memory:
         event = self.shared_writer.page_release(layer, slug, note)
         return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], allow_secret=allow_secret)
 
-    def shared_pages(self, layer: str) -> list[SharedPage]:
+    def shared_pages(self, layer: str, as_of: int | None = None) -> list[SharedPage]:
+        """The live pages of a pages layer, now or as of a seq."""
         self.shared_layer(layer, "pages", produce=False)
-        return self.views.shared.pages(layer, self.views.checkpoint())
+        return self.views.shared.pages(layer, self.views.checkpoint() if as_of is None else as_of)
 
     def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> Event:
         spec = self.shared_layer(layer, "pages", allow_secret)

@@ -28,7 +28,7 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("search", "staging", "--layer", "nosuch"): LAYER_UNKNOWN,
         ("redact", "--match", "staging", "--layer", "nosuch", "--reason", "r"): LAYER_UNKNOWN,
         ("entry", "list", "nosuch"): "there is no layer 'nosuch' declared here (`mem layer list`) (layers: notes)",
-        ("page", "list", "--layer", "drafts", "--seq", "1"): "--at and --seq list the wiki's pages as they were",
+        ("page", "list", "--layer", "drafts", "--seq", "1"): "there is no layer 'drafts' declared here",
         ("loop", "show", "--loop", "nosuch"): "there is no loop 'nosuch'",
         ("loop", "show", "--loop", "side", "--seq", "4"):  # regression (nc14b): an empty loop, exit 0
             "loop 'side' did not exist then: its first message is seq 5, after seq 4",
@@ -52,6 +52,8 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("loop", "append", "--role", "user", "--content-json", '[{"type": "text", "text": "\\udfff"}]'): "a lone surrogate",
         ("show", "mind.md", "--seq", "0"): "seq 0 is before the first event",
         ("show", ""): "give a file: mind.md, mind/log.md",  # was `mind/.md does not exist`
+        ("show", "mind/deploy.md\nX", "--seq", "1"): "mind/deploy.md\\nX did not exist then",  # two lines (nc29a)
+        ("history", "a\rb\u2028c"): "mind/a\\rb\\u2028c.md never existed",
         ("show", "mind.md", "--seq", "-1"): "seq -1 is before the first event",
         ("show", "mind.md", "--at", "2030-01-01"): "is in the future",
         ("search", "staging", "--at", future): "is in the future",

@@ -387,3 +387,20 @@ def test_a_page_two_agents_delete_at_once_is_deleted_not_a_conflict_and_can_be_w
         team.mem(agent, "sync", check=True)
         assert team.mem(agent, "conflicts").returncode == 0
         assert (team.root / agent / "content/drafts/plan.md").read_text().endswith("first\n")
+
+
+def test_a_layers_pages_are_listed_as_of_a_moment(team):
+    """Regression (nc29a): `mem page list --layer L --seq N` was refused, though the README lists `page list` among
+    the reads that take --at or --seq."""
+    team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("plan", "Plan", "x"),
+             check=True)
+    then = len(log_rows(team.root / "writer"))
+    team.mem("writer", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "Launch", "y"),
+             check=True)
+    team.mem("writer", "page", "delete", "plan", "--layer", "drafts", check=True)
+    listed = {seq: [p["slug"] for p in json.loads(team.mem("writer", "page", "list", "--layer", "drafts", "--seq",
+                                                           str(seq), "--json", check=True).stdout)]
+              for seq in (then, then + 1, then + 2)}
+    assert listed == {then: ["plan"], then + 1: ["launch", "plan"], then + 2: ["launch"]}
+    assert team.mem("writer", "page", "list", "--layer", "drafts", "--json", check=True).stdout == team.mem(
+        "writer", "page", "list", "--layer", "drafts", "--seq", str(then + 2), "--json", check=True).stdout
