@@ -57,19 +57,49 @@ def history(memory, path: str, upto: int | None = None) -> list[Version]:
     tenure = memory.views.tenure(path, head)
     if tenure is not None:
         versions = _layer_file_history(memory, path, *tenure, head)
-        older = _shared_rename_source(memory, tenure[0], tenure[1], versions[0].seq) if versions else None
-        return history(memory, older[0], older[1]) + versions if older else _moved_from(memory, path, tenure) + versions
+        layer, slug = tenure[:2]
+
+        def source(version: Version) -> tuple[str, int] | None:
+            if slug is None or not version.note.startswith(renamed_from("")):
+                return None
+            return _shared_rename_source(memory, layer, slug, version.seq)
+
+        renamed_in = bool(versions) and source(versions[0]) is not None
+        followed = _followed(memory, versions, source)
+        return followed if renamed_in else _moved_from(memory, path, tenure) + followed
     versions, last = [], None
     for event in _candidates(memory, path, head):
         text = _content(memory, path, event.seq)
         if text != last:
             versions.append(_version(path, event, text is None))
             last = text
-    first = memory.log.get_by_seq(versions[0].seq) if versions and slug_of(path) else None
-    renamed = folded(first) if first is not None else None
+    return _followed(memory, versions, lambda v: _wiki_rename_source(memory, path, v))
+
+
+def _wiki_rename_source(memory, path: str, version: Version) -> tuple[str, int] | None:
+    """(the old path, the seq before the rename) when the version renamed a wiki page into `path`."""
+    if version.kind not in (PageRename.__struct_config__.tag, Redacted.__struct_config__.tag) or version.deleted \
+            or not slug_of(path):  # a redacted rename is followed as the folds follow it (its stand-in keeps names)
+        return None
+    renamed = folded(memory.log.get_by_seq(version.seq))
     if isinstance(renamed, PageRename) and renamed.new == slug_of(path):
-        versions = history(memory, page_path(renamed.old), first.seq - 1) + versions
-    return versions
+        return page_path(renamed.old), version.seq - 1
+    return None
+
+
+def _followed(memory, versions: list[Version], source) -> list[Version]:
+    """The versions, with those the page had under another name spliced in before each version that renamed it
+    into this one (`source`: (the old path, the seq before the rename) or None), as `git log --follow` lists
+    them: all of them before a first version, those made since the version before otherwise (nc29a: a page
+    renamed away and back lost the versions it had under the other name)."""
+    followed: list[Version] = []
+    for version in versions:
+        older = source(version)
+        if older is not None:
+            since = followed[-1].seq if followed else 0
+            followed += [v for v in history(memory, *older) if v.seq > since]
+        followed.append(version)
+    return followed
 
 
 def _moved_from(memory, path: str, tenure: tuple) -> list[Version]:
@@ -141,17 +171,38 @@ def described(memory, versions: list[Version]) -> list[Version]:
     """The versions with `change` said: a rename (to or from a path: not a deletion), a layer's file moved or its
     layer dropped by a contract change (`moved`), or a deletion."""
     for before, version in zip([None, *versions], versions):
-        body = memory.event(version.seq).body if version.kind == PageRename.__struct_config__.tag else None
+        body = (folded(memory.log.get_by_seq(version.seq))  # a redacted rename's stand-in keeps its names
+                if version.kind in (PageRename.__struct_config__.tag, Redacted.__struct_config__.tag) else None)
         if isinstance(body, PageRename) and version.path in (page_path(body.old), page_path(body.new)):
             change = f"renamed to {page_path(body.new)}" if version.deleted else f"renamed from {page_path(body.old)}"
         elif by_contract(version):
             change = moved(memory, version)
-        elif before is not None and before.path != version.path:  # a shared page's rename
+        elif before is not None and before.path != version.path and _renamed_in(version):  # a shared page's rename
             change = f"renamed from {before.path}"
+        elif version.deleted and (renamed := _shared_rename_target(memory, version)):
+            change = f"renamed to {renamed}"
         else:
             change = "deleted" if version.deleted else ""
         version.change = change
     return versions
+
+
+def _shared_rename_target(memory, version: Version) -> str | None:
+    """The path a shared page's deletion renamed it to: the delete half of a rename (SharedWriter.page_rename), the
+    new name's version right after it, by the same agent, noted `renamed_from` the old name."""
+    if version.kind != PageDelete.__struct_config__.tag:
+        return None
+    gone, then = memory.log.get_by_seq(version.seq), memory.log.get_by_seq(version.seq + 1)
+    written = folded(then) if then is not None else None
+    if not (isinstance(written, (PageIngest, PageUpdate)) and then.layer == gone.layer and then.agent == gone.agent
+            and written.note == renamed_from(folded(gone).slug)):
+        return None
+    return f"{version.path.rpartition('/')[0]}/{written.slug}.md"
+
+
+def _renamed_in(version: Version) -> bool:
+    """Whether a shared page's version is the new name's first in a rename (SharedWriter.page_rename's note)."""
+    return version.kind != PageRename.__struct_config__.tag and version.note.startswith(renamed_from(""))
 
 
 def _version(path: str, event, deleted: bool) -> Version:

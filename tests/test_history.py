@@ -116,3 +116,33 @@ def test_mem_history_shows_each_versions_note_as_the_web_history_does(workspace,
     assert lines[1].endswith("page.update    mind/deploy.md — canary after the outage"), lines
     versions = json.loads(run_mem("-w", workspace, "history", "deploy", "--json", check=True).stdout)
     assert ["note" in v for v in versions] == [False, True] and versions[1]["note"] == "canary after the outage"
+
+
+def test_a_page_renamed_away_and_back_keeps_the_versions_it_had_under_the_other_name(workspace, tmp_path):
+    """Regression (nc29a): `mem history alpha` after alpha -> beta, an update of beta, beta -> alpha left out the
+    update made under beta (only a first version renamed in was followed, as `git log --follow` follows them all);
+    so for a page of a pages layer, local or shared."""
+    from conftest import run_mem
+
+    page = tmp_path / "p.md"
+    page.write_bytes(PAGE)
+    w = ("-w", workspace)
+    run_mem(*w, "layer", "add", "nts", "nts/", "--format", "pages", check=True)
+    for layer in ((), ("--layer", "nts")):
+        run_mem(*w, "page", "write", "alpha", "--file", page, *layer, check=True)
+        run_mem(*w, "page", "rename", "alpha", "beta", *layer, check=True)
+        page.write_bytes(PAGE + b"Under beta.\n")
+        run_mem(*w, "page", "write", "beta", "--file", page, "--note", "made as beta", *layer, check=True)
+        run_mem(*w, "page", "rename", "beta", "alpha", *layer, check=True)
+        page.write_bytes(PAGE)
+    listed = {path: [(v["path"], v.get("change")) for v in json.loads(run_mem(*w, "history", path, "--json",
+                                                                             check=True).stdout)]
+              for path in ("mind/alpha.md", "nts/alpha.md", "nts/beta.md")}
+    assert listed == {
+        "mind/alpha.md": [("mind/alpha.md", None), ("mind/alpha.md", "renamed to mind/beta.md"), ("mind/beta.md", None),
+                          ("mind/alpha.md", "renamed from mind/beta.md")],
+        "nts/alpha.md": [("nts/alpha.md", None), ("nts/alpha.md", "renamed to nts/beta.md"),
+                         ("nts/beta.md", "renamed from nts/alpha.md"), ("nts/beta.md", None),
+                         ("nts/alpha.md", "renamed from nts/beta.md")],
+        "nts/beta.md": [("nts/alpha.md", None), ("nts/beta.md", "renamed from nts/alpha.md"), ("nts/beta.md", None),
+                        ("nts/beta.md", "renamed to nts/alpha.md")]}, listed
