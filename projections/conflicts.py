@@ -25,10 +25,9 @@ class ConflictText(msgspec.Struct):
 
 def conflicts_shown(memory, as_of: int | None = None) -> list[ConflictText]:
     """The conflicts open as of a seq (None: now), each head's text as that head wrote it."""
-    as_of = memory.views.checkpoint() if as_of is None else as_of
     shared = memory.views.shared
     shown = []
-    for conflict in shared.conflicts(as_of):
+    for conflict in memory.conflicts() if as_of is None else shared.conflicts(as_of):
         heads = []
         for head in conflict.heads:  # each head's body alone: a page may have hundreds of versions
             doc = shared.doc(conflict.layer, conflict.slug, head.id)

@@ -1433,7 +1433,10 @@ class Memory:
                 "pulled before, not what the hub holds")
 
     def conflicts(self) -> list:
-        return self.views.shared.conflicts(self.views.checkpoint())
+        """The conflicts open now, in the layers placed now: one left in a layer the contract dropped since is no
+        one's to resolve (its past stays in the log, and `--seq` reads it)."""
+        placed = set(self.views.contract.layers if self.views.contract else ()) | set(self.local_layers())
+        return [c for c in self.views.shared.conflicts(self.views.checkpoint()) if c.layer in placed]
 
     def status(self):
         from .status import workspace_status

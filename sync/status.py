@@ -50,7 +50,7 @@ def sync_status(memory, fetch: bool = False, timeout: float = 0.5) -> SyncStatus
     """Asks each hub how far behind this workspace is: always with `fetch`, else only if it answers
     within `timeout` seconds."""
     base = workspace_status(memory)
-    conflicts = memory.views.shared.conflicts(memory.views.checkpoint())
+    conflicts = memory.conflicts()
     dirty = {p for p, _hash in memory.views.written.dirty()}
     skipped = [p for p in base.hand_edited if p in dirty]
     remotes = [_remote_status(memory, remote, timeout=10.0 if fetch else timeout)

@@ -404,3 +404,21 @@ def test_a_layers_pages_are_listed_as_of_a_moment(team):
     assert listed == {then: ["plan"], then + 1: ["launch", "plan"], then + 2: ["launch"]}
     assert team.mem("writer", "page", "list", "--layer", "drafts", "--json", check=True).stdout == team.mem(
         "writer", "page", "list", "--layer", "drafts", "--seq", str(then + 2), "--json", check=True).stdout
+
+
+def test_a_conflict_left_in_a_layer_the_contract_dropped_is_no_longer_listed(team):
+    """Regression: a conflict open when its layer was dropped from the contract stayed in `mem conflicts` (exit 1)
+    and `mem status` for good, with no way to resolve it (the layer is gone); its past stays readable by --seq."""
+    from teamhub import CONTRACT
+
+    team.conflict("plan", "Plan", "base", "by {agent}")
+    before = len(log_rows(team.root / "writer"))
+    assert team.mem("writer", "conflicts").returncode == 1
+    team.apply(CONTRACT.split("[layers.drafts]")[0])
+    for agent in team.agents:
+        team.mem(agent, "pull", check=True)
+        listed = team.mem(agent, "conflicts", "--json")
+        assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed
+        assert json.loads(team.mem(agent, "status", "--json", check=True).stdout)["conflicts"] == []
+    then = team.mem("writer", "show", "content/drafts/plan.md", "--seq", str(before), check=True).stdout.decode()
+    assert "by " in then
