@@ -529,8 +529,11 @@ def build_server(mem: Memory) -> MCPServer:
             raise ToolError("give targets (seqs or event ids) or match (a regular expression), not both or neither")
         if layer is not None and not match:
             raise ToolError("layer goes with match")
+        from sync.client import unsent
+
         found = redacting.search(mem, match, layer) if match else redacting.resolve(mem, list(map(str, targets)))
-        report = redacting.redact(mem, found.events, reason, apply=not match or confirm)
+        report = redacting.redact(mem, found.events, reason, apply=not match or confirm,
+                                  apart=unsent(mem, found.events))
         listed = [event_line(event, texts=False) for event in found.events] if match and not confirm else []
         warned = [*(found.kept_notes() if match else found.notes()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
         warned += [kept_by_hand(report)] if report.hand_edited else []

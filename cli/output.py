@@ -126,8 +126,8 @@ def held_lines(report) -> list[str]:
 
 def taken_back_line(report) -> str:
     """What a push (a `sync.client.PushReport` with `taken_back`) passed for good instead of holding it back."""
-    return (f"{event_count(report.taken_back)} that the hub's contract refuses taken back before they went out "
-            "(redacted here, and the redactions): never sent")
+    return (f"{event_count(report.taken_back)} held back from the hub taken back before they went out (redacted "
+            "here, and their redactions): never sent")
 
 
 def kept_by_hand(report) -> str:

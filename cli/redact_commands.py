@@ -24,6 +24,7 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
            json: bool = JsonOpt):
     """Remove events' bodies from the log and rebuild every view and file without them."""
     from projections import redact as redacting
+    from sync.client import unsent
 
     if match == "":
         fail("--match needs a pattern (a regular expression)", 2)
@@ -35,7 +36,8 @@ def redact(targets: Optional[list[str]] = typer.Argument(None, help="Seqs or eve
                 found = redacting.search(mem, match, layer, progress=advance)
         else:
             found = redacting.resolve(mem, targets)
-        report = redacting.redact(mem, found.events, reason, apply=not match or yes)
+        report = redacting.redact(mem, found.events, reason, apply=not match or yes,
+                                  apart=unsent(mem, found.events))
         listed = [event_line(e, texts=False) for e in found.events]
     for note in found.kept_notes() if match else found.notes():
         typer.echo(f"{'warning' if match else 'note'}: {note}", err=True)

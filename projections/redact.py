@@ -207,8 +207,11 @@ def check_allowed(memory, events: list[Event]) -> None:
                            "(`mem hub redact`) may redact it")
 
 
-def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> RedactReport:
-    """Appends one redaction per layer of `events` (all in one transaction) and rebuilds the views."""
+def redact(memory, events: list[Event], reason: str, *, apply: bool = True,
+           apart: set[str] = frozenset()) -> RedactReport:
+    """Appends one redaction per layer of `events` (all in one transaction) and rebuilds the views; the ids in
+    `apart` (own events no hub has had: sync.client.unsent) get redactions of their own, so that the others' goes
+    to the hub while theirs is taken back with them (sync.client.taken_back)."""
     reason = validate.one_line(reason, "a redaction's reason")
     if not reason:
         raise InvalidInput("a redaction needs a --reason", for_tools="a redaction needs a reason")
@@ -219,9 +222,11 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True) -> R
     if not apply:
         return RedactReport(targets=targets, redactions=[], done=False)
     by_layer: dict[str, list[str]] = {}
+    unsent: dict[str, list[str]] = {}
     for event in events:
-        by_layer.setdefault(event.layer, []).append(event.id)
-    redactions = redaction_events(by_layer, reason, memory.config.agent)
+        (unsent if event.id in apart else by_layer).setdefault(event.layer, []).append(event.id)
+    redactions = [*redaction_events(by_layer, reason, memory.config.agent),
+                  *redaction_events(unsent, reason, memory.config.agent)]
     from .memory import REDACTION_FILES
 
     with memory.lock():  # refused up front when the views cannot follow (a read-only file, a full disk)

@@ -34,6 +34,7 @@ from eventstore.ids import now_ms, uuid_text
 from eventstore.kinds import Redacted, Redaction
 from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, redacts_own_alone, takes
 from eventstore.recorder import broken_link
+from eventstore.redaction import stand_in
 from eventstore.workspace import absolute
 from projections.bulk import BULK_FOLD_THRESHOLD, discard, spawn_builder, worth_building
 from projections.fold import no_cyclic_gc
@@ -237,7 +238,8 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 
 def _forget_cursors(memory, name: str) -> None:
-    for key in (f"push:{name}", f"held:{name}", _pushed_key(name), _came_key(name), marks_key("push", name)):
+    for key in (f"push:{name}", f"held:{name}", _taken_key(name), _pushed_key(name), _came_key(name),
+                marks_key("push", name)):
         memory.log.set_state(key, "")
     _forget_pull_cursor(memory, name)
 
@@ -561,6 +563,15 @@ def _held_key(remote: Remote) -> str:
     return f"held:{remote.name}"
 
 
+def _taken_key(remote: Remote | str) -> str:
+    """The seqs of the own events a push passed for good as taken back (`taken_back`): never at the hub."""
+    return f"taken:{getattr(remote, 'name', remote)}"
+
+
+def _taken(memory, remote: Remote) -> set[int]:
+    return set(json.loads(memory.log.state(_taken_key(remote)) or "[]"))
+
+
 def _came_key(name: str) -> str:
     return f"from-hub:{name}"
 
@@ -651,16 +662,26 @@ class CameFromHub:
 
 
 def pushable(memory, remote: Remote, contract: Contract, agent: str, event: Event,
-             withheld: set[int] = frozenset()) -> bool:
+             withheld: set[int] = frozenset(), taken: set[int] | None = None) -> bool:
     """Whether the hub's contract takes `event` from this agent (`event_refusal`)."""
-    return event_refusal(memory, remote, contract, agent, event, withheld) is None
+    return event_refusal(memory, remote, contract, agent, event, withheld, taken) is None
 
 
 def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event: Event,
-                  withheld: set[int] = frozenset()) -> str | None:
+                  withheld: set[int] = frozenset(), taken: set[int] | None = None) -> str | None:
     """`refusal` of one of this agent's events, a redaction naming only its own events that went out to the hub told
     apart (one naming an event the hub never had is refused by it: its target is held back with it). `withheld`:
-    seqs a running push found refused that its held-back list may no longer name (`taken_back`)."""
+    seqs a running push found refused that its held-back list may no longer name; `taken`: the seqs taken back
+    (`taken_back`; None: as the state rows say). An event that names one of those (a redaction, a reversal, a page
+    version's parent) is held back: the hub, which never had it, would refuse the whole push for it (nc30a)."""
+    taken = _taken(memory, remote) if taken is None else taken
+    gone = taken and _names_taken(memory, event, taken)
+    if gone and type(event.body) is Redaction:
+        return (f"it redacts seq {gone} too, which this agent took back before it went out: the hub never had it, "
+                "so this redaction stays this copy's (the hub's administrator may `mem hub redact` the others)")
+    if gone:
+        return (f"it names seq {gone}, which this agent took back before it went out: the hub never had it; "
+                f"`mem redact {event.seq} --reason \"...\"` takes this one back too")
     own = False
     if type(event.body) is Redaction:
         cursor = int(memory.log.state(f"push:{remote.name}") or 0)
@@ -668,6 +689,35 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
         own = all((target := memory.log.get(id)) is not None and target.agent == agent and target.seq <= cursor
                   and target.seq not in held for id in event.body.target_ids)
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
+
+
+def unsent(memory, events: list[Event]) -> set[str]:
+    """The ids of the own events among `events` that no remote's hub has had: after its push cursor, or held back or
+    taken back by its pushes. A redaction of such events together with others, which are at a hub, could go to no
+    hub (the hub refuses a redaction of an event it does not hold): `mem redact` gives them one of their own (nc30a)."""
+    remotes = list(load_remotes(memory).values())
+    agent, contract = memory.config.agent, memory.views.contract
+    shared = set(contract.layers) - memory.local_layers() if contract else set()
+    events = [e for e in events if e.layer in shared and e.agent == agent]
+    if not remotes or not events:
+        return set()
+    state = [(int(memory.log.state(f"push:{r.name}") or 0), set(json.loads(memory.log.state(_held_key(r)) or "[]"))
+              | _taken(memory, r), CameFromHub(memory, r.name)) for r in remotes]
+    return {e.id for e in events if all((e.seq > cursor or e.seq in held) and e.seq not in came
+                                        for cursor, held, came in state)}
+
+
+def _names_taken(memory, event: Event, taken: set[int]) -> int | None:
+    """The seq of an event taken back (`taken`) that `event` names: as a redaction's target, the entry it reverses,
+    or a page version's parent; None when it names none."""
+    body = stand_in(event.body) if type(event.body) is Redacted else event.body  # a redacted one names as before
+    named = (body.target_ids if type(body) is Redaction else [body.reverses] if getattr(body, "reverses", None)
+             else getattr(body, "parents", None) or [])
+    for id in named:
+        target = memory.log.get(id)
+        if target is not None and target.seq in taken:
+            return target.seq
+    return None
 
 
 SECRET_ALLOWED = "secret-allowed"
@@ -940,12 +990,14 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     cursor = int(memory.log.state(key) or 0)
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
+    taken_seqs = sorted(_taken(memory, remote))
     pushed = duplicates = 0
 
     withheld: set[int] = set()  # the seqs of this push's events the contract refuses, taken back or not
+    taken_set = set(taken_seqs)
 
     def goes(event: Event) -> bool:
-        return pushable(memory, remote, contract, agent, event, withheld)
+        return pushable(memory, remote, contract, agent, event, withheld, taken_set)
 
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
                 None) if shared else None
@@ -984,19 +1036,22 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                 withheld.add(event.seq)
                 if taken_back(memory, event, withheld):
                     taken += 1
+                    taken_seqs.append(event.seq)
+                    taken_set.add(event.seq)
                 else:
                     kept.append(event.seq)
         return kept
 
     held = holding(retried)
     if acknowledged:
-        memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, acknowledged))
+        memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, taken_seqs, acknowledged))
     else:
-        memory.log.set_state(held_key, json.dumps(held))
+        memory.log.append([], state=lambda _seqs: {held_key: json.dumps(held),
+                                                   _taken_key(remote): json.dumps(taken_seqs)})
 
-    def moved(cursor: int, held: list[int], acknowledged: str | None) -> None:
-        rows = (_pushed_rows(memory, remote, cursor, held, acknowledged) if acknowledged
-                else {key: str(cursor), held_key: json.dumps(held)})
+    def moved(cursor: int, held: list[int], taken_seqs: list[int], acknowledged: str | None) -> None:
+        rows = (_pushed_rows(memory, remote, cursor, held, taken_seqs, acknowledged) if acknowledged
+                else {key: str(cursor), held_key: json.dumps(held), _taken_key(remote): json.dumps(taken_seqs)})
         memory.log.append([], state=lambda _seqs: {**rows, **CameFromHub.prune(memory, remote.name, cursor)})
 
     # While the hub checks and commits a batch, this thread reads and encodes the next one, then moves the cursor
@@ -1024,7 +1079,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             if in_flight is not None:
                 answered, in_flight = (*in_flight[1:], in_flight[0].result()), None
             if read:
-                in_flight = (sender.submit(send, outgoing, body), cursor, list(held))
+                in_flight = (sender.submit(send, outgoing, body), cursor, list(held), list(taken_seqs))
             if answered is not None:
                 moved(*answered)
                 answered = None
@@ -1045,11 +1100,12 @@ def taken_back(memory, event: Event, withheld: set[int]) -> bool:
                                                  and target.seq in withheld for id in event.body.target_ids)
 
 
-def _pushed_rows(memory, remote: Remote, cursor: int, held: list[int], acknowledged: str) -> dict[str, str]:
+def _pushed_rows(memory, remote: Remote, cursor: int, held: list[int], taken: list[int],
+                 acknowledged: str) -> dict[str, str]:
     """The state rows of a push the hub acknowledged up to `cursor`, its last event `acknowledged`, with the mark a
     restored hub would start again from (sync.marks)."""
     rows = {f"push:{remote.name}": str(cursor), _held_key(remote): json.dumps(held),
-            _pushed_key(remote.name): acknowledged}
+            _taken_key(remote): json.dumps(taken), _pushed_key(remote.name): acknowledged}
     key = marks_key("push", remote.name)
     return {**rows, key: encoded(with_mark(load(memory, key), Mark(at=cursor, id=acknowledged, state=rows)))}
 
@@ -1059,7 +1115,8 @@ def _push_again(memory, remote: Remote, client: HubClient) -> str:
     the first event when it holds none. Says from where."""
     mark = start_again(memory, client, marks_key("push", remote.name), positioned=False)
     if mark is None:
-        for key in (f"push:{remote.name}", _held_key(remote), _pushed_key(remote.name), marks_key("push", remote.name)):
+        for key in (f"push:{remote.name}", _held_key(remote), _taken_key(remote), _pushed_key(remote.name),
+                    marks_key("push", remote.name)):
             memory.log.set_state(key, "")
         return "from the first"
     return f"after seq {mark.at}, the last push it holds"

@@ -13,8 +13,9 @@ from typing import Callable, NamedTuple
 import pytest
 
 from eventstore.blobs import blob_json
+from eventstore.ids import uuid_text
 
-from conftest import run_mem
+from conftest import log_rows, run_mem
 from test_mcp import call, run_stdio
 from test_adf_file import build_adf, text_row
 
@@ -1159,7 +1160,7 @@ def test_a_producer_demoted_before_it_pushed_takes_its_writes_back_by_redacting_
         check=True)
     synced = mem(team / "main", "sync")
     assert synced.returncode == 0 and synced.stderr.decode() == (
-        "note: 2 events that the hub's contract refuses taken back before they went out (redacted here, and the "
+        "note: 2 events held back from the hub taken back before they went out (redacted here, and their "
         "redactions): never sent\n"), synced
     assert "held back" not in mem(team / "main", "status", check=True).stdout.decode()
     again = mem(team / "main", "sync", "--json")
@@ -1168,3 +1169,63 @@ def test_a_producer_demoted_before_it_pushed_takes_its_writes_back_by_redacting_
     assert files_holding(team, "555-0199") == []
     assert [path for path in files_holding(team, "not ours to say") if not path.startswith("main/")] == []
     assert "pushed while a producer" in (team / "writer" / "memory/insights.md").read_text()
+
+
+def demote_main(team, tmp_path, back: bool = False) -> None:
+    contract = CONTRACT if back else CONTRACT.replace('producers = ["writer", "main"]', 'producers = ["writer"]')
+    (tmp_path / "c.toml").write_text(contract)
+    run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", team / "hub.db", check=True)
+
+
+def test_one_redaction_of_a_pushed_and_an_unpushed_write_takes_back_the_one_and_sends_the_other(team, tmp_path):
+    """Regression (nc30a): a demoted producer's `mem redact` naming an event it had pushed and one it had not made
+    one redaction, which (its unpushed target taken back) went to the hub at the next push and was refused whole
+    there, at every push from then on, for every layer: the agent could push nothing again, and the pushed text
+    stayed with the others. The two get a redaction each: the one of the pushed event goes, the other is taken back."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", f"[FACT] {PRIVATE}", check=True)
+    mem(team / "main", "sync", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] never pushed", check=True)
+    demote_main(team, tmp_path)
+    assert mem(team / "main", "sync").returncode == 1
+    ids = [entry_id(team, "main", "insights", text) for text in ("555-0199", "never pushed")]
+    redacted = mem(team / "main", "redact", *ids, "--reason", "both", check=True).stdout.decode()
+    assert redacted.splitlines()[-1].startswith("redacted 2 events (redaction seq "), redacted
+    synced = mem(team / "main", "sync")
+    assert synced.returncode == 0 and synced.stdout.startswith(b"pushed 1,"), synced
+    for agent in ("writer", "late"):
+        mem(team / agent, "sync", check=True)
+        assert files_holding(team / agent, "555-0199") == [], agent
+    demote_main(team, tmp_path, back=True)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] after it", check=True)
+    again = mem(team / "main", "sync")
+    assert again.returncode == 0 and again.stdout.startswith(b"pushed 1,"), again
+    mem(team / "writer", "sync", check=True)
+    assert "after it" in (team / "writer" / "memory/insights.md").read_text()
+    assert "never pushed" not in (team / "writer" / "memory/insights.md").read_text()
+
+
+def test_a_write_that_names_a_taken_back_one_is_held_back_saying_so_not_refused_by_the_hub(team, tmp_path):
+    """Regression (nc30a): an entry reversing an entry taken back went to the hub once its author produced the layer
+    again, and the hub refused the whole push for it, at every push. It is held back, saying why and how to take it
+    back too; taken back, the agent's pushes go again."""
+    mem(team / "main", "pull", check=True)
+    first = mem(team / "main", "entry", "add", "insights", "[FACT] first", check=True).stdout.split()[0].decode()
+    mem(team / "main", "entry", "add", "insights", "[FACT] second", "--reverses", first, check=True)
+    demote_main(team, tmp_path)
+    mem(team / "main", "push")
+    mem(team / "main", "redact", first, "--reason", "taken back", check=True)
+    mem(team / "main", "push")
+    demote_main(team, tmp_path, back=True)
+    held = mem(team / "main", "push")
+    second = entry_id(team, "main", "insights", "second")
+    seq = next(row[0] for row in log_rows(team / "main") if uuid_text(row[1]) == second)
+    assert held.returncode == 1 and held.stderr.decode() == (
+        "error: 1 event in layer insights cannot be pushed: it names seq 1, which this agent took back before it went "
+        f"out: the hub never had it; `mem redact {seq} --reason \"...\"` takes this one back too\n"), held
+    mem(team / "main", "redact", second, "--reason", "with it", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] third", check=True)
+    pushed = mem(team / "main", "push")
+    assert pushed.returncode == 0 and pushed.stdout == b"pushed 1 event to origin\n", pushed
