@@ -56,6 +56,10 @@ def uuid_text(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+MINTED_AHEAD_MS = 86_400_000
+"""How far past a hub's clock an event id's time may lie (sync.hub.check_minted): a writer's clock a day fast."""
+
+
 def uuid7_ms(text: str) -> int:
     """The milliseconds a UUIDv7 in text form was made at (its first 48 bits)."""
     return int(text[:8] + text[9:13], 16)

@@ -26,11 +26,12 @@ from typing import ClassVar, NamedTuple
 import msgspec
 
 from eventstore import validate
-from eventstore.envelope import Event, check_event, decode_body, secrets_allowed
+from eventstore.envelope import MAX_TS, Event, check_event, decode_body, secrets_allowed
 from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError, NotFound, StorageFailure,
                                storage_exceptions, storage_failure)
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
-from eventstore.ids import now_ms, uuid_text
+from eventstore.ids import MINTED_AHEAD_MS, now_ms, uuid7_ms, uuid_text
+from eventstore.instants import format_instant
 from eventstore.kinds import Redacted, Redaction
 from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, redacts_own_alone, takes
 from eventstore.recorder import broken_link
@@ -674,6 +675,9 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
     seqs a running push found refused that its held-back list may no longer name; `taken`: the seqs taken back
     (`taken_back`; None: as the state rows say). An event that names one of those (a redaction, a reversal, a page
     version's parent) is held back: the hub, which never had it, would refuse the whole push for it (nc30a)."""
+    ahead = made_ahead(event.id)
+    if ahead:
+        return ahead
     taken = _taken(memory, remote) if taken is None else taken
     gone = taken and _names_taken(memory, event, taken)
     if gone and type(event.body) is Redaction:
@@ -689,6 +693,17 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
         own = all((target := memory.log.get(id)) is not None and target.agent == agent and target.seq <= cursor
                   and target.seq not in held for id in event.body.target_ids)
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
+
+
+def made_ahead(id: str) -> str | None:
+    """Why the hub refuses an event id made more than MINTED_AHEAD_MS after this machine's clock (sync.hub.check_minted):
+    the clock was ahead when it was made, and was set back since; None when it was not. Held back, the event goes once
+    the clock passes (the rest of the push goes now: nc30a, a refused batch stopped every push)."""
+    made = uuid7_ms(id) if id[14] == "7" else 0
+    if made <= now_ms() + MINTED_AHEAD_MS:
+        return None
+    return (f"it was made at {format_instant(min(made, MAX_TS))}, more than a day ahead of this machine's clock (it "
+            f"was ahead then): the hub takes it from {format_instant(min(made, MAX_TS) - MINTED_AHEAD_MS)} on")
 
 
 def unsent(memory, events: list[Event]) -> set[str]:
@@ -810,8 +825,8 @@ def _waiting(memory, remote: Remote) -> list[Waiting]:
         return []
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
-    return [Waiting(layer, uuid_text(id), refusal(contract, agent, layer, kind, contract.layers[layer].scan_secrets
-                                                 and secrets_allowed(codec, body)))
+    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id)) or refusal(
+                contract, agent, layer, kind, contract.layers[layer].scan_secrets and secrets_allowed(codec, body)))
             for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
             memory.log.read_rows(after=cursor, layers=layers, agent=agent)
             if seq not in came and not written_local(once_local, layer, seq)]

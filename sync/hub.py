@@ -33,7 +33,7 @@ from eventstore import secrets, validate
 from eventstore.envelope import MAX_TS, Tag, check_event, check_tag
 from eventstore.errors import Held, InvalidInput, MemError, StorageFailure, storage_exceptions, storage_failure
 from eventstore.governance import INGEST_VERB, held_message, hold_refusal, ingest_refusal, is_held
-from eventstore.ids import now_ms, uuid7_ms
+from eventstore.ids import MINTED_AHEAD_MS, now_ms, uuid7_ms
 from eventstore.instants import format_instant
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
@@ -447,10 +447,6 @@ def check_once(twice: bytes | str | None) -> None:
 def repeated(request: Request) -> str | None:
     """The first of ONCE_ONLY a request through the router gives twice, or None."""
     return next((name.decode() for name in ONCE_ONLY if len(request.headers.getlist(name.decode())) > 1), None)
-
-
-MINTED_AHEAD_MS = 86_400_000
-"""How far past the hub's clock an event id's time may lie: a writer's clock a day fast, no more."""
 
 
 def check_minted(id: str, now: int) -> None:

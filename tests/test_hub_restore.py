@@ -279,3 +279,28 @@ def test_a_pull_cut_off_after_it_recorded_events_says_how_many_it_kept(team):
     assert str(raised.value) == (f"cannot reach remote origin at {team.url}: Connection refused; the pull stopped "
                                  "after 2 events, which are recorded (the next pull goes on from there)")
     assert "E2" in insights(team, "bob")
+
+
+def test_an_event_made_while_the_clock_was_a_day_ahead_is_held_back_and_the_rest_goes(team):
+    """Regression (nc30a): the hub refuses an event id made more than a day after its clock, and refused the whole push
+    for it: one write made while the clock was ahead stopped every push of the agent until the hub's clock caught up,
+    `mem status` saying only "to push". It is held back saying until when; the rest goes."""
+    import time as clock
+
+    from eventstore.envelope import new_event
+    from eventstore.ids import uuid7_layout, uuid_text
+    from eventstore.kinds import EntryAppend
+
+    ahead = int(clock.time() * 1000) + 2 * 86_400_000
+    with Memory.open(team.root / "alice") as memory:  # an id made by a clock two days fast, not through uuid7()
+        memory.log.append([new_event(EntryAppend(type="FACT", date="2026-11-30", content="from a fast clock"),
+                                     agent="alice", layer="insights", id=uuid_text(uuid7_layout(ahead, 0, 7)))])
+    entry(team, "alice", "E1 with the clock right")
+    pushed = team.mem("alice", "push")
+    err = pushed.stderr.decode()
+    assert pushed.returncode == 1 and pushed.stdout == b"pushed 1 event to origin\n", pushed
+    assert err.startswith("error: 1 event in layer insights cannot be pushed: it was made at ") and \
+        "more than a day ahead of this machine's clock" in err and len(err.splitlines()) == 1, err
+    assert "held back: 1 in insights: it was made at" in team.mem("alice", "status", check=True).stdout.decode()
+    team.mem("bob", "pull", check=True)
+    assert "E1 with the clock right" in insights(team, "bob") and "fast clock" not in insights(team, "bob")
