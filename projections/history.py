@@ -217,7 +217,9 @@ def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) ->
     versions, shown = [], None
     for seq, winner in memory.views.shared.winner_at_each_version(layer, slug, upto):
         version = _version(path, memory.log.get_by_seq(seq), winner is None or bool(winner[3]))
-        version.shown, shown = (winner and winner[0]) != shown, winner and winner[0]
+        # a deletion shows no text either way: never "the other side of a conflict" (two at once are none, nc30a)
+        deletes = version.kind == PageDelete.__struct_config__.tag
+        version.shown, shown = (winner and winner[0]) != shown or deletes, winner and winner[0]
         versions.append(version)
     return versions
 

@@ -382,6 +382,7 @@ def test_a_page_two_agents_delete_at_once_is_deleted_not_a_conflict_and_can_be_w
     for agent in ("writer", "reviewer"):
         listed = team.mem(agent, "conflicts", "--json")
         assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed
+        assert b"not shown" not in team.mem(agent, "history", "drafts/plan", check=True).stdout  # (nc30a)
     team.mem("reviewer", "page", "write", "plan", "--layer", "drafts", "--file", page, check=True)
     for agent in ("reviewer", "writer"):
         team.mem(agent, "sync", check=True)
