@@ -266,6 +266,10 @@ def _name_at(memory, path: str, seq: int, upto: int) -> str:
     last = earlier[-1]
     if not last.deleted:
         return last.path
+    if by_contract(last):  # a layer's file the contract moved away from `path`: where it was at `seq` (nc30a)
+        placed = memory.views.layer_at(last.path, last.seq - 1)
+        moved_to = memory.views.shared_path(*placed, seq) if placed else None
+        return moved_to if moved_to and _content(memory, moved_to, seq) is not None else path
     body = folded(memory.log.get_by_seq(last.seq)) if last.kind == PageRename.__struct_config__.tag else None
     if isinstance(body, PageRename) and page_path(body.old) == last.path:
         return page_path(body.new) if _content(memory, page_path(body.new), seq) is not None else path

@@ -454,9 +454,9 @@ def check_minted(id: str, now: int) -> None:
     winner and an entry's place at the end of its layer, so an id chosen at will (a version 4 UUID starting with ff,
     a UUIDv7 of year 9999) would win every conflict of the page it is written on for good (nc29b). An id of any past
     is taken: an event written long ago and pushed now, an import's."""
-    if id[14] != "7":
-        raise InvalidInput(f"event id {id} is not a UUIDv7 (version 7): the hub takes an event's id only as "
-                           "the time it was made", field="id")
+    if id[14] != "7" or id[19] not in "89ab":
+        raise InvalidInput(f"event id {id} is not a UUIDv7 (version 7, RFC 9562's variant): the hub takes an event's "
+                           "id only as the time it was made", field="id")
     made = uuid7_ms(id)
     if made > now + MINTED_AHEAD_MS:
         raise InvalidInput(f"event id {id} was made at {format_instant(made) if made <= MAX_TS else 'past 9999'}, "

@@ -144,6 +144,7 @@ def test_an_id_is_a_uuidv7_made_by_now_not_one_chosen_to_win(hub):
 
     before = head(hub)
     chosen = ("ffffffff-ffff-4fff-bfff-ffffffffffff", "e677d21f-dc00-72e6-81e8-73558bf074f6",
+              made_at(now_ms())[:19] + "f" + made_at(now_ms())[20:],  # its variant bits not RFC 9562's (nc30a)
               made_at(now_ms() + 2 * 86_400_000))
     for forged_id in chosen:
         forged = new_event(EntryAppend(**FACT), agent="alice", layer="insights", id=forged_id)

@@ -303,6 +303,10 @@ def test_the_history_of_a_layer_moved_away_and_back_says_each_move_at_its_path(t
     assert [(v["path"], v.get("change")) for v in versions] == [
         ("memory/notes.md", None), ("team/notes.md", "moved from memory/notes.md"),
         ("memory/notes.md", "moved from team/notes.md")]
+    moves = [str(v["seq"]) for v in versions[1:]]
+    diffed = team.mem("alice", "diff", "memory/notes.md", "--from", f"seq:{versions[0]['seq']}", "--to",
+                      f"seq:{moves[0]}", check=True)  # followed at --to as at --from (nc30a: a deletion)
+    assert out(diffed) == f"rename from memory/notes.md@{versions[0]['seq']}\nrename to team/notes.md@{moves[0]}\n"
 
 
 def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_keeps_its_versions_from_before(team, tmp_path):
