@@ -203,7 +203,8 @@ def cite_entry(views: Views, ref: str, as_of: int | None = None) -> Citation:
                     entry=entry, seq=seq)
 
 
-CITATION_IN_TEXT = re.compile(r"\[S(\d+)\]|adf-audit://seq/\d+(?:\?loop=[a-z0-9_-]+)?|adf-file://[^\s)\]>\"']+"
+CITATION_IN_TEXT = re.compile(r"\[S(\d+)\]|adf-audit://seq/\d+(?:\?loop=[a-z0-9_-]+)?"
+                              r"|adf-file://[^\s)\]>\"']*[^\s)\]>\"'.,;:!?]"  # not the full stop after it (nc30b)
                               rf"|\b{_ENTRY_ID}\b")
 
 

@@ -111,6 +111,15 @@ def test_dead_links_citations_orphans_budget(memory):
     assert [f[0] for f in findings(memory, "budget")] == ["budget", "budget"]
 
 
+def test_a_link_at_the_end_of_a_sentence_is_not_dead_for_its_full_stop(memory):
+    """Regression (nc30b): `adf-file://mind/bb.md.` and `..., adf-file://mind/bb.md, then` were dead links (the
+    full stop and the comma read as part of the path); lint exited 1 on every page that ends a sentence with one."""
+    memory.write_page("bb", page("BB"))
+    memory.write_page("p", page("P", "See adf-file://mind/bb.md. Also adf-file://mind/bb.md, then "
+                                     "(adf-file://mind/bb.md); or adf-file://mind/bb.md! Not adf-file://mind/gone.md."))
+    assert findings(memory, "dead-links") == [("dead-links", "mind/p.md", "adf-file://mind/gone.md")]
+
+
 def test_cli_check_json_record_judge_and_exit_codes(workspace, tmp_path):
     w = ("-w", workspace)
     for slug, body in (("a", "Deploy staging canary rollback owner"), ("b", "Deploy staging canary rollback never")):
