@@ -666,8 +666,9 @@ class Memory:
         if path == MIND_PATH:
             return "`mem adopt` records its `## Always` lines, or pass --force to overwrite it"
         if path == LOG_PATH:
-            return self._before_mindlog(path) or "it is derived from the log and cannot be adopted; pass --force to " \
-                "overwrite it"
+            return self._before_mindlog(path) or (  # the way back, for `mem adopt` has no --force (nc30b)
+                "it is derived from the log and cannot be adopted: `mem show mind/log.md > mind/log.md` puts mindlog's "
+                "version back (a write's --force overwrites it)")
         if slug_of(path) and (refusal := self._adopt_refusal(path)) is not None:
             allowed = " (`mem adopt --allow-secret` takes it as it is)" if isinstance(refusal, secrets.SecretFound) else ""
             return (f"`mem adopt` cannot take it ({secrets.without_advice(refusal)}){allowed}: fix the file, or pass "

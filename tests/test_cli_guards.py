@@ -209,7 +209,13 @@ def test_hand_edit_refusals_name_what_applies(workspace, tmp_path):
     page.write_bytes(PAGE)
     refused = run_mem("-w", workspace, "page", "write", "deploy", "--file", page)
     assert refused.returncode == 1 and b"mind/log.md was edited by hand" in refused.stderr
-    assert b"cannot be adopted; pass --force" in refused.stderr and b"mem page write" not in refused.stderr
+    assert b"cannot be adopted: `mem show mind/log.md > mind/log.md` puts mindlog's version back (a write's --force " \
+        b"overwrites it)" in refused.stderr and b"mem page write" not in refused.stderr
+    (workspace / "mind/new.md").write_bytes(PAGE)  # adopt has no --force: told the way back (nc30b: "pass --force")
+    adopted = run_mem("-w", workspace, "adopt")
+    assert adopted.returncode == 1 and b"--force to overwrite" not in adopted.stderr + adopted.stdout
+    (workspace / "mind/log.md").write_bytes(run_mem("-w", workspace, "show", "mind/log.md", check=True).stdout)
+    assert b"adopted mind/new.md" in run_mem("-w", workspace, "adopt", check=True).stdout
 
 
 def test_checkout_never_writes_through_a_link_below_its_directory_into_another_workspace(workspace, tmp_path):

@@ -553,8 +553,8 @@ def test_a_replay_refused_over_hand_edits_says_what_keeps_each(workspace):
     assert result.stderr.decode() == (
         "error: mind.md was edited by hand since mindlog wrote it: `mem adopt` records its `## Always` lines, or pass "
         "--force to overwrite it; mind/log.md was edited by hand since mindlog wrote it: it is derived from the log "
-        "and cannot be adopted; pass --force to overwrite it (a replay would overwrite them; `mem replay --force` "
-        "does)\n")
+        "and cannot be adopted: `mem show mind/log.md > mind/log.md` puts mindlog's version back (a write's --force "
+        "overwrites it) (a replay would overwrite them; `mem replay --force` does)\n")
     (workspace / "mind/log.md").write_text(log)
     run_mem("-w", workspace, "adopt", check=True)
     assert "two added by hand" in run_mem("-w", workspace, "always", "list", check=True).stdout.decode()
