@@ -67,7 +67,7 @@ TERMS = {
                 "(consumers); applying it is itself an event on the hub.",
     "hub position": "a hub position counts the events a hub has received, in its order; an agent's "
                     "position says how far it has pulled.",
-    "token": "the token is printed once: the hub keeps only its hash, the agent keeps it in a file.",
+    "token": "the token is written once, to a file only its owner can read: the hub keeps only its hash.",
     "remote": "a remote is a hub this workspace syncs with: `mem sync` pushes this agent's events in the "
               "layers it produces and pulls those it consumes.",
     "heads": "two agents changed the same shared page without seeing each other's version: both versions "
@@ -250,7 +250,7 @@ def _run_team(root: Path, told: set[str]) -> None:
         explain("contract", told)
         explain("hub position", told)
         for name in names:
-            (root / f"{name}.token").write_text(mem_cli(None, "hub", "agent", "add", name, "--db", "hub.db"))
+            mem_cli(None, "hub", "agent", "add", name, "--token-file", f"{name}.token", "--db", "hub.db")
             explain("token", told)
         hub, url = start_hub("hub.db")
         for name in names:

@@ -18,8 +18,9 @@ def test_demo_runs_end_to_end_and_prints_what_the_real_commands_print(tmp_path):
         assert expected in out, expected
     assert out.startswith("An event log keeps every change")
     for term in ("seq N is the event's position", "an audit blob holds", "the contract lists", "a hub position counts",
-                 "the token is printed once", "a remote is a hub", "both versions stay (two heads)"):
+                 "the token is written once", "a remote is a hub", "both versions stay (two heads)"):
         assert out.count(term) == 1, term
+    assert "can be read by other users" not in out  # its own token files, mode 644 (nc30b)
     assert out.index("(seq 1)") < out.index("seq N is the event's position")
     assert out.index("an audit blob holds") < out.index("$ mem audit list")
     assert out.index("contract applied at hub position") < out.index("a hub position counts")
