@@ -633,7 +633,7 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
 def adopted_lines(report) -> list[str]:
     from projections.views import MIND_PATH
 
-    return ([f"adopted {path}" for path in report.adopted]
+    return ([f"adopted {path}" + (" (deleted)" if path in report.deleted else "") for path in report.adopted]
             + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()]
             + [f"kept {path} as it was, from before mindlog, as {kept} (`mem show {kept}`): " + (
                 "all but its `## Always` lines is made from the pages now" if path == MIND_PATH else

@@ -469,7 +469,7 @@ def build_server(mem: Memory) -> MCPServer:
         disk by hand (as `mem adopt` does); a file that cannot be adopted (it breaks the page contract, holds a
         secret) is left on disk; a page moved by hand, its bytes unchanged, is a rename. JSON: {"adopted": [paths],
         "refused": {path: why}, "renamed": {old path: new path}, "kept": {file from before mindlog that it renders
-        otherwise: the file that keeps its text}}."""
+        otherwise: the file that keeps its text}, "deleted": [those of adopted deleted by hand]}."""
         return json_text(adopting(mem, explain=adopt_refusal))
 
     @register

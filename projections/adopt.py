@@ -30,6 +30,7 @@ class AdoptReport(msgspec.Struct):
     refused: dict[str, str] = {}
     renamed: dict[str, str] = {}  # a page moved by hand (its bytes unchanged): old path -> new path, one rename each
     kept: dict[str, str] = {}  # a file from before mindlog that it renders otherwise -> the file that keeps its text
+    deleted: list[str] = []  # those of `adopted` deleted by hand: their adoption is a deletion
 
 
 def adopt(memory, *, allow_secret: bool = False, progress=None, explain=str) -> AdoptReport:
@@ -92,6 +93,7 @@ class _Batch:
                 self.report.refused[path] = self.explain(exc)
         else:
             self.report.adopted.extend(touches[:len(items)])
+            self.report.deleted.extend(path for path, _event, document in items if document is None)
         self.progress(len(items))
 
 

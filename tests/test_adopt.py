@@ -30,7 +30,7 @@ def test_edited_new_and_deleted_pages_and_always_lines_are_adopted(memory):
     (root / "mind.md").write_text(text)
     report = adopt(memory)
     assert sorted(report.adopted) == ["mind.md", "mind/deploy.md", "mind/new.md", "mind/old.md"]
-    assert report.refused == {}
+    assert report.refused == {} and report.deleted == ["mind/old.md"]  # said as a deletion (nc30b: "adopted")
     kinds = [e.kind for e in memory.log.read(after=4)]
     assert sorted(kinds) == ["always.add", "always.remove", "page.delete", "page.ingest", "page.update"]
     assert memory.always() == ["keep me", "added by hand"]
