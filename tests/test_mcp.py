@@ -1248,7 +1248,7 @@ def test_sigterm_during_a_call_waiting_on_a_silent_hub_stops_the_server_at_once(
     silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     silent.bind(("127.0.0.1", int(hub.url.rpartition(":")[2])))
     silent.listen(8)  # takes the connection, never reads the request nor answers it
-    head = log_rows(workspace)
+    head, waiting = log_rows(workspace), None
     server = subprocess.Popen([*mem_command(), "mcp", "--workspace", str(workspace)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
     try:
@@ -1259,7 +1259,8 @@ def test_sigterm_during_a_call_waiting_on_a_silent_hub_stops_the_server_at_once(
             server.stdin.write((json.dumps(message) + "\n").encode())
             server.stdin.flush()
         assert b'"id":0' in server.stdout.readline()
-        time.sleep(1.5)  # the sync is waiting on the hub
+        silent.settimeout(60)
+        waiting, _ = silent.accept()  # the sync is waiting on the hub (a sleep was too short on a loaded machine)
         assert server.poll() is None
         stopped = time.monotonic()
         server.send_signal(signal.SIGTERM)
@@ -1269,6 +1270,8 @@ def test_sigterm_during_a_call_waiting_on_a_silent_hub_stops_the_server_at_once(
         server.kill()
         server.wait()
         silent.close()
+        if waiting is not None:
+            waiting.close()
     assert server.stderr.read().decode() == ("warning: stopped during a call (sync), which may not have ended; the "
                                              "log holds every change made, and the next `mem` command writes the "
                                              "files\n")
