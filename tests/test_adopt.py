@@ -882,3 +882,28 @@ def test_the_way_to_put_an_entries_file_back_is_quoted_for_the_shell(workspace):
     (workspace / "memory/my notes $HOME.md").write_text("edited\n")
     said = run_mem("-w", workspace, "adopt").stdout.decode()
     assert "`mem show 'memory/my notes $HOME.md' > 'memory/my notes $HOME.md'` puts the file back" in said
+
+
+def test_watch_waits_for_the_files_to_be_quiet_as_long_as_debounce_ms_says(workspace):
+    """Regression (nc30b): `--debounce-ms 1000` adopted eight saves 100 ms apart one by one (it was passed to
+    watchfiles as the longest a group of changes may grow, whose quiet is 50 ms): a page saved in steps left every
+    step in its history. The files quiet for the time given, the last text is adopted once."""
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "1000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert watcher.stderr.readline().startswith(b"watching")
+        time.sleep(1)  # the watch begins after that line
+        page = workspace / "mind/z.md"
+        for step in range(8):
+            page.write_bytes(PAGE + f"Step {step}.\n".encode())
+            time.sleep(0.1)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(log_rows(workspace)) < 1:
+            time.sleep(0.2)
+        time.sleep(1.5)
+        rows = log_rows(workspace)
+        assert [row[6] for row in rows] == ["page.ingest"], rows
+        assert run_mem("-w", workspace, "show", "z", check=True).stdout.endswith(b"Step 7.\n")
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
