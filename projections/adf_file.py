@@ -214,19 +214,33 @@ def _str_or_none(value) -> str | None:
 
 def _entry_orders(count: int, kept: dict[int, str], file_ms: int) -> list[tuple[int, int]]:
     """(ms, the 12 bits after it) for each of `count` entry lines, where `kept` gives some lines the 18
-    characters of their id a file shows: each other line takes those of the nearest kept line above it
-    (or, above the first, of the first), so that with their rank after them the ids sort as the lines.
-    Kept prefixes that do not rise with the lines (a file edited by hand) are not kept: every line
-    takes the file's time."""
+    characters of their id a file shows: each other line takes the next 18 characters after those of the nearest
+    kept line above it (above the first, those just before the first's), so that with their rank after them the ids
+    sort as the lines, and no line takes a prefix the file shows for another (nc30b: a reversal after the entry it
+    reverses took its prefix, and a citation of it named two entries). Kept prefixes that do not rise with the lines
+    (a file edited by hand) are not kept: every line takes the file's time."""
     known = {index: (uuid7_ms(prefix), int(prefix[15:18], 16)) for index, prefix in kept.items()
              if re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}", prefix)}
     rising = [known[index] for index in sorted(known)]
     if len(known) != len(kept) or rising != sorted(set(rising)):
         known = {}
-    orders, last = [], min(known.items())[1] if known else (file_ms, 0)
+    if not known:
+        return [(file_ms, 0)] * count
+    kept_at = sorted(known)
+    orders = []
     for index in range(count):
-        last = known.get(index, last)
-        orders.append(last)
+        if index in known:
+            orders.append(known[index])
+            continue
+        above = [at for at in kept_at if at < index]
+        below = [at for at in kept_at if at > index]
+        if not above:  # before the first kept line: just under its prefix
+            ms, bits = known[below[0]]
+            orders.append((ms, bits - 1) if bits else (ms - 1, 0xFFF))
+            continue
+        ms, bits = known[above[-1]]
+        after = (ms, bits + 1) if bits < 0xFFF else (ms + 1, 0)  # past the kept line's prefix: never its 18 characters
+        orders.append(after if not below or after < known[below[0]] else (ms, bits))  # (nc30b)
     return orders
 
 

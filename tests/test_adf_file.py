@@ -824,3 +824,24 @@ def test_an_adf_file_whose_name_holds_a_hash_or_a_question_mark_is_the_file_read
         said = run_mem("-w", ws, "import", "adf", odd, check=True).stdout.decode()
         assert said.startswith(f"imported {odd} (schema 21) as ")
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["artemis.adf", "backup#2.adf", "what?.adf"]
+
+
+def test_an_entry_reversed_twice_comes_back_with_no_prefix_shared_with_another(tmp_path):
+    """Regression (nc30b): of an entry reversed by two later ones, the import gave the first reversal the 18
+    characters of the entry it reverses (a line takes those of the nearest kept line above it): a citation of the
+    entry by the prefix its file shows named two entries in the copy, and lint found it unresolvable."""
+    w = ("-w", tmp_path / "a")
+    run_mem("init", *w, "--agent", "a", check=True)
+    run_mem(*w, "layer", "add", "decisions", "memory/decisions.md", check=True)
+    first = run_mem(*w, "entry", "add", "decisions", "[DECISION] 2026-11-01: Fridays", check=True).stdout.split()[0]
+    for text in ("[DECISION] 2026-11-29: Never Fridays", "[DECISION] 2026-11-30: Fridays again"):
+        run_mem(*w, "entry", "add", "decisions", text, "--reverses", first.decode(), check=True)
+    run_mem(*w, "export", "adf", tmp_path / "a.adf", check=True)
+    copy = ("-w", tmp_path / "copy")
+    run_mem("init", *copy, "--agent", "a", check=True)
+    run_mem(*copy, "import", "adf", tmp_path / "a.adf", check=True)
+    ids = [e["id"] for e in json.loads(run_mem(*copy, "entry", "list", "decisions", "--json", check=True).stdout)]
+    assert len({id[:18] for id in ids}) == 3 and ids == sorted(ids), ids
+    cited = run_mem(*copy, "cite", first.decode()[:18], check=True).stdout.decode()
+    assert cited.endswith("[DECISION] 2026-11-01: Fridays [reversed by " + ids[2][:18] + "]\n"), cited
+    assert (tmp_path / "copy/memory/decisions.md").read_text() == (tmp_path / "a/memory/decisions.md").read_text()
