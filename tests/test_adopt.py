@@ -907,3 +907,22 @@ def test_watch_waits_for_the_files_to_be_quiet_as_long_as_debounce_ms_says(works
     finally:
         watcher.terminate()
         watcher.wait(timeout=10)
+
+
+def test_the_mind_folder_moved_aside_is_not_taken_as_the_deletion_of_every_page(workspace):
+    """Regression (nc30b): `mv mind mind.bak` (a backup, an editor's move) under `mem adopt` or `mem watch` recorded
+    the deletion of every page; putting the folder back was then refused. It is reported and nothing recorded."""
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    for slug in ("a", "b"):
+        run_mem("-w", workspace, "page", "write", slug, "--file", page, check=True)
+    rows = log_rows(workspace)
+    (workspace / "mind").rename(workspace / "mind.bak")
+    adopted = run_mem("-w", workspace, "adopt")
+    assert adopted.returncode == 1 and adopted.stdout.decode() == (
+        "left mind/: the folder is gone, with its 2 page(s): not taken as their deletion (put it back, or `mem "
+        "replay` writes it again from the log)\n"), adopted
+    assert log_rows(workspace) == rows
+    (workspace / "mind.bak").rename(workspace / "mind")
+    assert run_mem("-w", workspace, "adopt", check=True).stdout == b"nothing edited by hand\n"
+    assert log_rows(workspace) == rows
