@@ -18,7 +18,7 @@ from eventstore.instants import format_local
 from eventstore.layers import MIND
 
 from .output import (AT_HELP, TOO_LARGE, AllowSecretOpt, TerminalSafe, emit_json, event_count, event_line, fail,
-                     listing, plain, progress_bar, strip_escapes_in_pipes, with_cwd_note)
+                     listing, one_line, plain, progress_bar, strip_escapes_in_pipes, with_cwd_note)
 from .typer_tuning import tune_typer
 
 # The commands defined outside this module, by the module that registers them. A command's module is
@@ -625,7 +625,7 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
     for line in adopted_lines(report):
         typer.echo(line)
     for path, why in report.refused.items():
-        typer.echo(f"left {path}: {why}")
+        typer.echo(f"left {one_line(path)}: {why}")
     if not report.adopted and not report.refused and not report.renamed:
         typer.echo("nothing edited by hand")
     raise typer.Exit(1 if report.refused else 0)
@@ -634,8 +634,8 @@ def adopt(json: bool = JsonOpt, allow_secret: bool = AllowSecretOpt):
 def adopted_lines(report) -> list[str]:
     from projections.views import MIND_PATH
 
-    return ([f"adopted {path}" + (" (deleted)" if path in report.deleted else "") for path in report.adopted]
-            + [f"adopted {old} -> {new} (a rename)" for old, new in report.renamed.items()]
+    return ([f"adopted {one_line(path)}" + (" (deleted)" if path in report.deleted else "") for path in report.adopted]
+            + [f"adopted {one_line(old)} -> {one_line(new)} (a rename)" for old, new in report.renamed.items()]
             + [f"kept {path} as it was, from before mindlog, as {kept} (`mem show {kept}`): " + (
                 "all but its `## Always` lines is made from the pages now" if path == MIND_PATH else
                 "its entries are in the log, written as mindlog writes them") for path, kept in report.kept.items()])
@@ -696,7 +696,7 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Adopt once
                 said = f"{why}\0{file_hash(target) if target.is_file() else 'not a file'}"
                 if told.get(path) != said:
                     told[path] = said
-                    typer.echo(f"left {path}: {why}")
+                    typer.echo(f"left {one_line(path)}: {why}")
 
         try:
             for _quiet in quiet_after_edits(mem.root, debounce_ms):  # first: what was edited before, as `mem adopt`

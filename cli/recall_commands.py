@@ -9,7 +9,7 @@ from projections import search as searching
 from projections import trust
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, fail, memory, resolve_at, said_on_stderr
-from .output import emit_json, listing
+from .output import emit_json, listing, one_line
 
 
 def moment(mem, at: Optional[str], seq: Optional[int], say=said_on_stderr) -> tuple[int | None, str]:
@@ -118,7 +118,7 @@ def lint(check: Optional[list[str]] = typer.Option(None, "--check", help="Run on
         emit_json(report)
     else:
         for line in report.lines():
-            typer.echo(line)
+            typer.echo(one_line(line))  # a file named with a line break stays on its finding's line (nc30a)
         typer.echo(report.summary())
         if report.recorded is not None:
             typer.echo(f"recorded in mind/log.md (seq {report.recorded})")

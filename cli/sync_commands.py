@@ -11,7 +11,7 @@ from eventstore.kinds import EntryAppend
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, read_page, state
 from .output import (AT_HELP, AllowSecretOpt, emit_json, event_count, held_lines, http_url, listing, progress_bar,
-                     summary, taken_back_line)
+                     one_line, summary, taken_back_line)
 
 hub_app = typer.Typer(help="Administer a hub: agents and their tokens, contracts, what agents received.",
                       no_args_is_help=True)
@@ -661,7 +661,8 @@ def show_status(json: bool, fetch: bool) -> None:
                          ("not yet written", report.pending), ("missing", report.missing),
                          ("untracked", report.untracked)):
         for path in paths[:STATUS_LINES]:
-            typer.echo(f"{label + ':':<17}{path}" + (_not_written_note(report, path) if label == "not written" else ""))
+            typer.echo(f"{label + ':':<17}{one_line(path)}"  # a name with a line break: one line (nc30a)
+                       + (_not_written_note(report, path) if label == "not written" else ""))
         if len(paths) > STATUS_LINES:  # ten thousand pages deleted by hand printed ten thousand lines (nc24b)
             typer.echo(f"{label + ':':<17}... and {len(paths) - STATUS_LINES:,} more "
                        "(`mem status --json` lists them all)")

@@ -289,3 +289,16 @@ def test_checkout_never_writes_into_a_root_a_home_or_a_directory_holding_the_wor
             (folder / f"f{m:02}").touch()
     told = run_mem("-w", workspace, "checkout", crowded, "--seq", "1", "--force", check=True).stdout.decode()
     assert told.splitlines()[1].startswith(f"left {LEFT_LOOKED_AT:,} or more files there"), told
+
+
+def test_a_file_named_with_a_line_break_stays_on_one_line_in_status_adopt_and_lint(workspace):
+    """Regression (nc30a): `mem status`, `mem adopt` and `mem lint` printed such a name raw, over two lines, where an
+    error quoting it was one line."""
+    (workspace / "mind/a\nb.md").write_bytes(PAGE)
+    status = run_mem("-w", workspace, "status").stdout.decode()
+    adopted = run_mem("-w", workspace, "adopt").stdout.decode()
+    linted = run_mem("-w", workspace, "lint").stdout.decode()
+    assert "untracked:       mind/a\\nb.md\n" in status, status
+    assert adopted.startswith("left mind/a\\nb.md: slug 'a\\nb' is not safe") and adopted.count("\n") == 1, adopted
+    assert linted.startswith("[orphans] mind/a\\nb.md: is in mind/ but is no page of the log") \
+        and linted.count("\n") == 2, linted
