@@ -696,9 +696,10 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
 
 
 def made_ahead(id: str) -> str | None:
-    """Why the hub refuses an event id made more than MINTED_AHEAD_MS after this machine's clock (sync.hub.check_minted):
-    the clock was ahead when it was made, and was set back since; None when it was not. Held back, the event goes once
-    the clock passes (the rest of the push goes now: nc30a, a refused batch stopped every push)."""
+    """Why the hub refuses an event id made more than MINTED_AHEAD_MS after this machine's clock
+    (sync.hub.check_minted): the clock was ahead when it was made, and was set back since; None when it was not. Held
+    back, the event goes once the clock passes (the rest of the push goes now: nc30a, a refused batch stopped every
+    push)."""
     made = uuid7_ms(id) if id[14] == "7" else 0
     if made <= now_ms() + MINTED_AHEAD_MS:
         return None
@@ -1130,9 +1131,8 @@ def _push_again(memory, remote: Remote, client: HubClient) -> str:
     the first event when it holds none. Says from where."""
     mark = start_again(memory, client, marks_key("push", remote.name), positioned=False)
     if mark is None:
-        for key in (f"push:{remote.name}", _held_key(remote), _taken_key(remote), _pushed_key(remote.name),
-                    marks_key("push", remote.name)):
-            memory.log.set_state(key, "")
+        for key in (f"push:{remote.name}", _held_key(remote), _pushed_key(remote.name), marks_key("push", remote.name)):
+            memory.log.set_state(key, "")  # not what was taken back: no hub ever had it
         return "from the first"
     return f"after seq {mark.at}, the last push it holds"
 
