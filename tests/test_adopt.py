@@ -892,7 +892,7 @@ def test_watch_waits_for_the_files_to_be_quiet_as_long_as_debounce_ms_says(works
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert watcher.stderr.readline().startswith(b"watching")
-        time.sleep(1)  # the watch begins after that line
+        time.sleep(2)  # the watch begins after that line (begun mid-way, a first adoption would take a step)
         page = workspace / "mind/z.md"
         for step in range(8):
             page.write_bytes(PAGE + f"Step {step}.\n".encode())
