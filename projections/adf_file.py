@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from eventstore import secrets, validate
-from eventstore.envelope import encode_body, new_event
+from eventstore.envelope import MAX_TS, encode_body, new_event
 from eventstore.errors import InvalidInput, MemError, storage_failure
 from eventstore.ids import uuid7_layout, uuid7_ms, uuid_text
 from eventstore.instants import LAST_MS, format_instant, parse_instant
@@ -214,34 +214,30 @@ def _str_or_none(value) -> str | None:
 
 def _entry_orders(count: int, kept: dict[int, str], file_ms: int) -> list[tuple[int, int]]:
     """(ms, the 12 bits after it) for each of `count` entry lines, where `kept` gives some lines the 18
-    characters of their id a file shows: each other line takes the next 18 characters after those of the nearest
-    kept line above it (above the first, those just before the first's), so that with their rank after them the ids
-    sort as the lines, and no line takes a prefix the file shows for another (nc30b: a reversal after the entry it
-    reverses took its prefix, and a citation of it named two entries). Kept prefixes that do not rise with the lines
-    (a file edited by hand) are not kept: every line takes the file's time."""
-    known = {index: (uuid7_ms(prefix), int(prefix[15:18], 16)) for index, prefix in kept.items()
-             if re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}", prefix)}
+    characters of their id a file shows: the others count on from those of the nearest kept line above them, one a
+    line (above the first, back from the first's; none kept: on from the file's time), so that with their rank after
+    them the ids sort as the lines and no two lines share the 18 characters a file may show of them (nc30b: a
+    reversal after the entry it reverses took its prefix, and a citation of it named two entries), but where two kept
+    ones leave no room between them. Kept prefixes that do not rise with the lines (a file edited by hand), or read
+    past the year 9999 (nc31a: an import made events no command could fold), are not kept."""
+    known = {index: (uuid7_ms(prefix) << 12) + int(prefix[15:18], 16) for index, prefix in kept.items()
+             if re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}", prefix) and uuid7_ms(prefix) <= MAX_TS}
     rising = [known[index] for index in sorted(known)]
     if len(known) != len(kept) or rising != sorted(set(rising)):
         known = {}
     if not known:
-        return [(file_ms, 0)] * count
-    kept_at = sorted(known)
-    orders = []
+        known = {-1: file_ms << 12}
+    kept_at, keys = sorted(known), []
     for index in range(count):
-        if index in known:
-            orders.append(known[index])
-            continue
-        above = [at for at in kept_at if at < index]
+        above = [at for at in kept_at if at <= index]
         below = [at for at in kept_at if at > index]
-        if not above:  # before the first kept line: just under its prefix
-            ms, bits = known[below[0]]
-            orders.append((ms, bits - 1) if bits else (ms - 1, 0xFFF))
+        if not above:  # before the first kept line: back from its prefix
+            keys.append(max(known[below[0]] - (below[0] - index), 0))
             continue
-        ms, bits = known[above[-1]]
-        after = (ms, bits + 1) if bits < 0xFFF else (ms + 1, 0)  # past the kept line's prefix: never its 18 characters
-        orders.append(after if not below or after < known[below[0]] else (ms, bits))  # (nc30b)
-    return orders
+        key = known[above[-1]] + index - above[-1]
+        ceiling = known[below[0]] - 1 if below else (MAX_TS << 12) | 0xFFF
+        keys.append(max(min(key, ceiling), known[above[-1]]))
+    return [(key >> 12, key & 0xFFF) for key in keys]
 
 
 def _depth(value, limit: int = MAX_JSON_DEPTH) -> int:

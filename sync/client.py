@@ -696,15 +696,16 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
 
 
 def made_ahead(id: str) -> str | None:
-    """Why the hub refuses an event id made more than MINTED_AHEAD_MS after this machine's clock
-    (sync.hub.check_minted): the clock was ahead when it was made, and was set back since; None when it was not. Held
-    back, the event goes once the clock passes (the rest of the push goes now: nc30a, a refused batch stopped every
-    push)."""
+    """Why the hub would refuse an event id made more than MINTED_AHEAD_MS after this machine's clock
+    (sync.hub.check_minted): the clock was ahead when it was made and was set back since, or it is behind now (this
+    side cannot tell; the hub's clock decides); None when it was not. Held back, the event goes once the clock passes
+    (the rest of the push goes now: nc30a, a refused batch stopped every push)."""
     made = uuid7_ms(id) if id[14] == "7" else 0
     if made <= now_ms() + MINTED_AHEAD_MS:
         return None
-    return (f"it was made at {format_instant(min(made, MAX_TS))}, more than a day ahead of this machine's clock (it "
-            f"was ahead then): the hub takes it from {format_instant(min(made, MAX_TS) - MINTED_AHEAD_MS)} on")
+    return (f"it was made at {format_instant(min(made, MAX_TS))}, more than a day ahead of this machine's clock (was "
+            "the clock ahead then, or is it behind now?): the hub takes it once its own clock reads "
+            f"{format_instant(min(made, MAX_TS) - MINTED_AHEAD_MS)}")
 
 
 def unsent(memory, events: list[Event]) -> set[str]:

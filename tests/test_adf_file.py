@@ -845,3 +845,53 @@ def test_an_entry_reversed_twice_comes_back_with_no_prefix_shared_with_another(t
     cited = run_mem(*copy, "cite", first.decode()[:18], check=True).stdout.decode()
     assert cited.endswith("[DECISION] 2026-11-01: Fridays [reversed by " + ids[2][:18] + "]\n"), cited
     assert (tmp_path / "copy/memory/decisions.md").read_text() == (tmp_path / "a/memory/decisions.md").read_text()
+
+
+def _layer_file(tmp_path, lines: list[str]) -> Path:
+    """An export of a workspace with a `notes` entries layer, its file's text replaced by `lines`."""
+    w = ("-w", tmp_path / "src")
+    run_mem("init", *w, "--agent", "a", check=True)
+    run_mem(*w, "layer", "add", "notes", "memory/notes.md", check=True)
+    run_mem(*w, "entry", "add", "notes", "[FACT] 2026-12-04: a", check=True)
+    run_mem(*w, "export", "adf", tmp_path / "x.adf", check=True)
+    text = ("# notes\n\n" + "".join(f"{line}\n" for line in lines)).encode()
+    db = sqlite3.connect(tmp_path / "x.adf")
+    db.execute("UPDATE adf_files SET content = ?, size = ? WHERE path = 'memory/notes.md'", (text, len(text)))
+    db.commit()
+    db.close()
+    return tmp_path / "x.adf"
+
+
+def test_a_prefix_past_the_year_9999_is_not_kept_and_the_copy_stays_usable(tmp_path):
+    """Regression (nc31a): an entries file naming ids past the year 9999 (`ffffffff-ffff-7fff`) made the import record
+    events stamped in the year 10889, then fail on them with a traceback, as every later command did (replay, export):
+    such prefixes are not kept (the lines take the file's time) and the copy works."""
+    adf = _layer_file(tmp_path, ["[FACT] 2026-12-04: a [reversed by ffffffff-ffff-7fff]",
+                                 "[FACT] 2026-12-04: not a (reverses ffffffff-ffff-7ffe)"])
+    copy = ("-w", tmp_path / "copy")
+    run_mem("init", *copy, "--agent", "a", check=True)
+    run_mem(*copy, "import", "adf", adf, check=True)
+    entries = json.loads(run_mem(*copy, "entry", "list", "notes", "--json", check=True).stdout)
+    assert [e["content"] for e in entries] == ["a", "not a"] and all(e["id"] < "ffff" for e in entries), entries
+    assert b"no differences" in run_mem(*copy, "replay", "--check", check=True).stdout
+    run_mem(*copy, "export", "adf", tmp_path / "again.adf", check=True)
+
+
+def test_imported_lines_between_shown_prefixes_take_prefixes_of_their_own(tmp_path):
+    """Regression (nc31a): the lines between two prefixes a file shows all took the same 18 characters: once one of
+    them was reversed, the prefix the file showed for it named several entries (`mem cite` and `--reverses` refused
+    it as ambiguous)."""
+    w = ("-w", tmp_path / "a")
+    run_mem("init", *w, "--agent", "a", check=True)
+    run_mem(*w, "layer", "add", "notes", "memory/notes.md", check=True)
+    first = run_mem(*w, "entry", "add", "notes", "[FACT] 2026-12-04: a", check=True).stdout.split()[0].decode()
+    for n in (1, 2, 3):
+        run_mem(*w, "entry", "add", "notes", f"[FACT] 2026-12-04: not a {n}", "--reverses", first, check=True)
+    run_mem(*w, "export", "adf", tmp_path / "a.adf", check=True)
+    copy = ("-w", tmp_path / "copy")
+    run_mem("init", *copy, "--agent", "a", check=True)
+    run_mem(*copy, "import", "adf", tmp_path / "a.adf", check=True)
+    ids = [e["id"] for e in json.loads(run_mem(*copy, "entry", "list", "notes", "--json", check=True).stdout)]
+    assert len({id[:18] for id in ids}) == len(ids) == 4 and ids == sorted(ids), ids
+    run_mem(*copy, "entry", "add", "notes", "[FACT] 2026-12-04: not not a 1", "--reverses", ids[1][:18], check=True)
+    assert run_mem(*copy, "cite", ids[1][:18], check=True).returncode == 0
