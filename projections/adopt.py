@@ -108,7 +108,8 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
     missing = [p for p in views.paths() if slug_of(p) and not (root / p).exists()]
     if missing and not (root / "mind").is_dir():  # moved aside (a backup, an editor's move): no page was deleted
         report.refused["mind/"] = (f"the folder is gone, with its {len(missing)} page(s): not taken as their deletion "
-                                   "(put it back, or `mem replay` writes it again from the log)")
+                                   "(put it back, or `mem replay` writes it again from the log; `mkdir mind`, then "
+                                   "`mem adopt`, records their deletion)")
         missing = []
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]

@@ -921,8 +921,12 @@ def test_the_mind_folder_moved_aside_is_not_taken_as_the_deletion_of_every_page(
     adopted = run_mem("-w", workspace, "adopt")
     assert adopted.returncode == 1 and adopted.stdout.decode() == (
         "left mind/: the folder is gone, with its 2 page(s): not taken as their deletion (put it back, or `mem "
-        "replay` writes it again from the log)\n"), adopted
+        "replay` writes it again from the log; `mkdir mind`, then `mem adopt`, records their deletion)\n"), adopted
     assert log_rows(workspace) == rows
+    written = run_mem("-w", workspace, "page", "write", "c", "--file", page)  # it made mind/ with c alone (nc31a)
+    assert written.returncode == 1 and written.stderr.decode().startswith(
+        "error: mind/ is gone, with its 2 page(s) (moved aside?): put it back"), written
+    assert log_rows(workspace) == rows and not (workspace / "mind").exists()
     (workspace / "mind.bak").rename(workspace / "mind")
     assert run_mem("-w", workspace, "adopt", check=True).stdout == b"nothing edited by hand\n"
     assert log_rows(workspace) == rows
