@@ -113,6 +113,12 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         missing = []
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]
+    for folder in sorted({path.rpartition("/")[0] for path in shared_missing}):
+        if not (root / folder).is_dir():  # a pages layer's folder moved aside: its pages were not deleted (nc31a)
+            gone = [path for path in shared_missing if path.rpartition("/")[0] == folder]
+            report.refused[f"{folder}/"] = (f"the folder is gone, with its {len(gone)} page(s): not taken as their "
+                                            "deletion (put it back, or `mem replay` writes it again from the log)")
+            shared_missing = [path for path in shared_missing if path not in gone]
     progress(0, total=len(edited) + len(missing) + len(shared_missing))
     if LOG_PATH in edited and written_hash(views, LOG_PATH) is None:  # first: the pages adopted next add entries
         edited.discard(LOG_PATH)

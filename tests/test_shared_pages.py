@@ -423,3 +423,20 @@ def test_a_conflict_left_in_a_layer_the_contract_dropped_is_no_longer_listed(tea
         assert json.loads(team.mem(agent, "status", "--json", check=True).stdout)["conflicts"] == []
     then = team.mem("writer", "show", "content/drafts/plan.md", "--seq", str(before), check=True).stdout.decode()
     assert "by " in then
+
+
+def test_a_pages_layers_folder_moved_aside_is_not_taken_as_the_deletion_of_its_pages(team):
+    """Regression (nc31a): `mv content/drafts content/drafts.bak` under `mem adopt` or `mem watch` deleted every
+    shared page of the layer, and the next sync deleted them from every agent. It is reported, nothing recorded."""
+    for slug in ("p", "q"):
+        team.mem("writer", "page", "write", slug, "--layer", "drafts", "--file", team.page(slug, slug.upper(), "x"),
+                 check=True)
+    team.mem("writer", "sync", check=True)
+    rows = log_rows(team.root / "writer")
+    drafts = team.root / "writer/content/drafts"
+    drafts.rename(drafts.with_name("drafts.bak"))
+    adopted = team.mem("writer", "adopt")
+    assert adopted.returncode == 1 and adopted.stdout.decode() == (
+        "left content/drafts/: the folder is gone, with its 2 page(s): not taken as their deletion (put it back, or "
+        "`mem replay` writes it again from the log)\n"), adopted
+    assert log_rows(team.root / "writer") == rows
