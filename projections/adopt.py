@@ -107,17 +107,14 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         report.refused[path] = "a directory, not a page"
     missing = [p for p in views.paths() if slug_of(p) and not (root / p).exists()]
     if missing and not (root / "mind").is_dir():  # moved aside (a backup, an editor's move): no page was deleted
-        report.refused["mind/"] = (f"the folder is gone, with its {len(missing)} page(s): not taken as their deletion "
-                                   "(put it back, or `mem replay` writes it again from the log; `mkdir mind`, then "
-                                   "`mem adopt`, records their deletion)")
+        report.refused["mind/"] = _folder_gone(len(missing), "; `mkdir mind`, then `mem adopt`, records their deletion")
         missing = []
     shared_missing = [p for p in views.shared_paths() if views.shared_target(p)[1] is not None
                       and not (root / p).exists() and written_hash(views, p) is not None]
     for folder in sorted({path.rpartition("/")[0] for path in shared_missing}):
         if not (root / folder).is_dir():  # a pages layer's folder moved aside: its pages were not deleted (nc31a)
             gone = [path for path in shared_missing if path.rpartition("/")[0] == folder]
-            report.refused[f"{folder}/"] = (f"the folder is gone, with its {len(gone)} page(s): not taken as their "
-                                            "deletion (put it back, or `mem replay` writes it again from the log)")
+            report.refused[f"{folder}/"] = _folder_gone(len(gone))
             shared_missing = [path for path in shared_missing if path not in gone]
     progress(0, total=len(edited) + len(missing) + len(shared_missing))
     if LOG_PATH in edited and written_hash(views, LOG_PATH) is None:  # first: the pages adopted next add entries
@@ -185,6 +182,12 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         if path in report.refused:  # kept for adoption (a hold released, a contract changed), else to be put back
             report.refused[path] += f"; or put the file back: `mem show {shlex.quote(path)} > {shlex.quote(path)}`"
     return report
+
+
+def _folder_gone(pages: int, more: str = "") -> str:
+    """Why the pages of a folder gone as a whole are not adopted as deleted (`_adopt`)."""
+    return (f"the folder is gone, with its {pages} page(s): not taken as their deletion (put it back, or `mem replay` "
+            f"writes it again from the log{more})")
 
 
 def _moved(views, root, missing: list[str], edited: set[str]) -> dict[str, str]:
