@@ -5,7 +5,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -644,37 +643,13 @@ def adopted_lines(report) -> list[str]:
 DAY_MS = 86_400_000
 
 
-def quiet_after_edits(root: Path, quiet_ms: int):
-    """Yields once the watch of the files under `root` (but mindlog's own) has begun, so that what was edited before
-    is adopted with nothing edited meanwhile missed; then each time they have been quiet for `quiet_ms` after an
-    edit, or edits have gone on for ten times that. watchfiles' `debounce` only caps how long a group of changes
-    grows; its quiet is 50 ms (nc30b: saves 100 ms apart were adopted one by one whatever --debounce-ms said). It
-    hands back what it saw every 100 ms at most, so Ctrl-C stops it at once whatever the quiet."""
-    import watchfiles
-
-    begun, first, last = False, None, None
-    # Every change comes back, and is filtered here: one that watchfiles' filter drops (a reader of .mem/log.db,
-    # polling it) yields nothing there, so the quiet was never seen while another process read the log.
-    for changes in watchfiles.watch(root, debounce=100, rust_timeout=100, yield_on_timeout=True, watch_filter=None):
-        now = time.monotonic()
-        if not begun:
-            begun = True
-            yield
-            continue
-        if any("/.mem/" not in path and ".mem-tmp-" not in path for _change, path in changes):
-            first, last = first or now, now
-        if last is not None and (now - last >= quiet_ms / 1000 or now - first >= 10 * quiet_ms / 1000):
-            first = last = None
-            yield
-
-
 @app.command()
 def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Adopt once the files have been quiet this "
                                           "long after an edit (at most ten times as long while edits go on).")):
     """Adopt direct edits as they happen, until interrupted."""
     if not 0 <= debounce_ms <= DAY_MS:
         fail(f"--debounce-ms must be between 0 and {DAY_MS} (a day), not {debounce_ms}", 2)
-    from projections.adopt import adopt as adopting
+    from projections.adopt import adopt as adopting, quiet_after_edits
     from projections.materialize import file_hash
 
     with memory() as mem:

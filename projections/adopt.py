@@ -9,7 +9,9 @@ reported, never overwritten.
 """
 
 import shlex
+import time
 from collections import Counter
+from pathlib import Path
 
 import msgspec
 
@@ -360,3 +362,27 @@ def _adopt_always(memory, text: str, report: AdoptReport, allow_secret: bool) ->
     if left:
         report.refused[MIND_PATH] = ("its `## Always` lines were adopted, and mind.md rendered again without "
                                      + "; and ".join(left))
+
+
+def quiet_after_edits(root: Path, quiet_ms: int):
+    """Yields once the watch of the files under `root` (but mindlog's own) has begun, so that what was edited before
+    is adopted with nothing edited meanwhile missed; then each time they have been quiet for `quiet_ms` after an
+    edit, or edits have gone on for ten times that. watchfiles' `debounce` only caps how long a group of changes
+    grows; its quiet is 50 ms (nc30b: saves 100 ms apart were adopted one by one whatever --debounce-ms said). It
+    hands back what it saw every 100 ms at most, so Ctrl-C stops it at once whatever the quiet."""
+    import watchfiles
+
+    begun, first, last = False, None, None
+    # Every change comes back, and is filtered here: one that watchfiles' filter drops (a reader of .mem/log.db,
+    # polling it) yields nothing there, so the quiet was never seen while another process read the log.
+    for changes in watchfiles.watch(root, debounce=100, rust_timeout=100, yield_on_timeout=True, watch_filter=None):
+        now = time.monotonic()
+        if not begun:
+            begun = True
+            yield
+            continue
+        if any("/.mem/" not in path and ".mem-tmp-" not in path for _change, path in changes):
+            first, last = first or now, now
+        if last is not None and (now - last >= quiet_ms / 1000 or now - first >= 10 * quiet_ms / 1000):
+            first = last = None
+            yield
