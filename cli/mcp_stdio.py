@@ -263,10 +263,11 @@ class Answering:
     whose id is unusable, instead of passing them on; everything else goes through as it came. With `write` an
     `Answered`, the end of the stream comes once every request passed on has been answered."""
 
-    def __init__(self, inner, write, lines: Lines | None = None):
+    def __init__(self, inner, write, lines: Lines | None = None, reading=None):
         self.inner = inner
         self.write = write
         self.lines = lines
+        self.reading = reading  # called once the first line came: the threads that read stdin are made by then
 
     @property
     def last_context(self):
@@ -280,6 +281,10 @@ class Answering:
                 if isinstance(self.write, Answered):
                     await self.write.all_answered()
                 raise
+            finally:
+                if self.reading is not None:
+                    self.reading, reading = None, self.reading
+                    reading()
             line = self.lines.claim() if self.lines is not None else None
             if isinstance(line, TooLong):
                 await self.write.send(SessionMessage(line.answer()))
@@ -357,20 +362,19 @@ async def run_stdio(server, stopping=None, running=lambda: None) -> None:
     while its reader waits on a stdin still open. Between two calls `stopping` runs first, on the event loop; during
     a call (`running` names it) the process ends at once, as a kill would, and says so."""
     lowlevel = server._lowlevel_server
-    if stopping is not None:
-        _stop_on_signals(stopping, running)
+    reading = _stop_on_signals(stopping, running) if stopping is not None else None
     stdin, restore = wire_stdin()
     lines = Lines(stdin)
     try:
         async with stdio_server(stdin=lines) as (read_stream, write_stream):
             answered = Answered(write_stream)
-            await lowlevel.run(Answering(read_stream, answered, lines), answered,
+            await lowlevel.run(Answering(read_stream, answered, lines, reading), answered,
                                lowlevel.create_initialization_options())
     finally:
         restore()
 
 
-def _stop_on_signals(stopping, running) -> None:
+def _stop_on_signals(stopping, running):
     """Python's own handlers, not the event loop's (`loop.add_signal_handler` runs them only when the loop is free:
     a call waiting 60 s on a silent hub held SIGTERM as long). A signal interrupts the wait of the call in progress;
     ending the process there is what a kill does, which the log is made to survive: what the call committed is kept,
@@ -403,4 +407,10 @@ def _stop_on_signals(stopping, running) -> None:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     except (RuntimeError, ValueError):  # not the main thread: as before
-        pass
+        return None
+    # The threads that read stdin are made with the signals blocked (they inherit the mask), so that the kernel hands
+    # a signal to the main thread: handed to one of those, it left the main thread blocked in a call's wait on the hub
+    # for as long (the server hung on SIGTERM now and then on a loaded machine). Unblocked once the first line came.
+    caught = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+    return lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)

@@ -1260,7 +1260,15 @@ def test_sigterm_during_a_call_waiting_on_a_silent_hub_stops_the_server_at_once(
             server.stdin.flush()
         assert b'"id":0' in server.stdout.readline()
         silent.settimeout(60)
-        waiting, _ = silent.accept()  # the sync is waiting on the hub (a sleep was too short on a loaded machine)
+        token = (tmp_path / "alice.token").read_text().strip().encode()
+        while waiting is None:  # the sync is waiting on the hub (a sleep was too short on a loaded machine), not
+            taken, _ = silent.accept()  # another test's client on this port: its request carries alice's token
+            taken.settimeout(30)
+            if token in taken.recv(65536):
+                waiting = taken
+            else:
+                taken.close()
+        time.sleep(0.5)  # the server, loaded, is still inside the call after its request went out
         assert server.poll() is None
         stopped = time.monotonic()
         server.send_signal(signal.SIGTERM)
