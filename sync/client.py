@@ -688,10 +688,9 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
                 f"`mem redact {event.seq} --reason \"...\"` takes this one back too")
     own = False
     if type(event.body) is Redaction:
-        cursor = int(memory.log.state(f"push:{remote.name}") or 0)
-        held = set(json.loads(memory.log.state(_held_key(remote)) or "[]")) | withheld
-        own = all((target := memory.log.get(id)) is not None and target.agent == agent and target.seq <= cursor
-                  and target.seq not in held for id in event.body.target_ids)
+        went = went_out(memory, remote, withheld | taken)
+        own = all((target := memory.log.get(id)) is not None and target.agent == agent and went(target.seq)
+                  for id in event.body.target_ids)
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
 
 
@@ -718,10 +717,16 @@ def unsent(memory, events: list[Event]) -> set[str]:
     events = [e for e in events if e.layer in shared and e.agent == agent]
     if not remotes or not events:
         return set()
-    state = [(int(memory.log.state(f"push:{r.name}") or 0), set(json.loads(memory.log.state(_held_key(r)) or "[]"))
-              | _taken(memory, r), CameFromHub(memory, r.name)) for r in remotes]
-    return {e.id for e in events if all((e.seq > cursor or e.seq in held) and e.seq not in came
-                                        for cursor, held, came in state)}
+    state = [(went_out(memory, r, _taken(memory, r)), CameFromHub(memory, r.name)) for r in remotes]
+    return {e.id for e in events if not any(went(e.seq) or e.seq in came for went, came in state)}
+
+
+def went_out(memory, remote: Remote, kept: set[int] = frozenset()) -> Callable[[int], bool]:
+    """Whether an own event (by its seq) went out to the remote's hub: the push cursor passed it, and neither held it
+    back nor passed it as `kept` (taken back, or refused by the push under way)."""
+    cursor = int(memory.log.state(f"push:{remote.name}") or 0)
+    kept = set(json.loads(memory.log.state(_held_key(remote)) or "[]")) | kept
+    return lambda seq: seq <= cursor and seq not in kept
 
 
 def _names_taken(memory, event: Event, taken: set[int]) -> int | None:
@@ -1007,14 +1012,14 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     cursor = int(memory.log.state(key) or 0)
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
     held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
-    taken_seqs = sorted(_taken(memory, remote))
+    taken = _taken(memory, remote)  # the seqs taken back, by earlier pushes and by this one
+    taken_before = len(taken)
     pushed = duplicates = 0
 
     withheld: set[int] = set()  # the seqs of this push's events the contract refuses, taken back or not
-    taken_set = set(taken_seqs)
 
     def goes(event: Event) -> bool:
-        return pushable(memory, remote, contract, agent, event, withheld, taken_set)
+        return pushable(memory, remote, contract, agent, event, withheld, taken)
 
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
                 None) if shared else None
@@ -1042,29 +1047,25 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                                  and not written_local(once_local, e.layer, e.seq))],
                       cursor, came)
     acknowledged = send([_outgoing(e) for e in checked([e for e in retried if goes(e)])])
-    taken = 0
 
     def holding(events: list[Event]) -> list[int]:
         """The seqs of `events` the contract refuses, but those this agent took back (`taken_back`)."""
-        nonlocal taken
         kept = []
         for event in events:
             if not goes(event):
                 withheld.add(event.seq)
                 if taken_back(memory, event, withheld):
-                    taken += 1
-                    taken_seqs.append(event.seq)
-                    taken_set.add(event.seq)
+                    taken.add(event.seq)
                 else:
                     kept.append(event.seq)
         return kept
 
     held = holding(retried)
     if acknowledged:
-        memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, taken_seqs, acknowledged))
+        memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, sorted(taken), acknowledged))
     else:
         memory.log.append([], state=lambda _seqs: {held_key: json.dumps(held),
-                                                   _taken_key(remote): json.dumps(taken_seqs)})
+                                                   _taken_key(remote): json.dumps(sorted(taken))})
 
     def moved(cursor: int, held: list[int], taken_seqs: list[int], acknowledged: str | None) -> None:
         rows = (_pushed_rows(memory, remote, cursor, held, taken_seqs, acknowledged) if acknowledged
@@ -1096,14 +1097,14 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             if in_flight is not None:
                 answered, in_flight = (*in_flight[1:], in_flight[0].result()), None
             if read:
-                in_flight = (sender.submit(send, outgoing, body), cursor, list(held), list(taken_seqs))
+                in_flight = (sender.submit(send, outgoing, body), cursor, list(held), sorted(taken))
             if answered is not None:
                 moved(*answered)
                 answered = None
             if not read:
                 break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
-                      held=held_back(memory, remote, contract), resent=bool(lost), taken_back=taken)
+                      held=held_back(memory, remote, contract), resent=bool(lost), taken_back=len(taken) - taken_before)
 
 
 def taken_back(memory, event: Event, withheld: set[int]) -> bool:
