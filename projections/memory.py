@@ -572,8 +572,12 @@ class Memory:
         return hints
 
     def _before_mindlog(self, path: str) -> str | None:
-        """What `mem adopt` does with the wiki's own mind/log.md, from before `mem init`: deleted or overwritten, as
-        the hint for a log mindlog wrote says, its history was lost (nc25a)."""
+        """What `mem adopt` does with the wiki's own mind/log.md or mind.md, from before `mem init`: deleted or
+        overwritten, as the hint for a log mindlog wrote says, its history was lost (nc25a); "a newer version waits"
+        said of a log that held nothing (nc31b)."""
+        if path == MIND_PATH and written_hash(self.views, MIND_PATH) is None and self._kept_aside_refusal() is None:
+            return (f"it is from before mindlog: `mem adopt` keeps it whole as {KEPT_ASIDE}{MIND_PATH} and takes its "
+                    "`## Always` lines")
         if path == LOG_PATH and written_hash(self.views, LOG_PATH) is None:
             from .adopt import log_restore_refusal
 

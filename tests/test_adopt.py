@@ -726,7 +726,8 @@ def test_a_wiki_folder_brought_under_mindlog_keeps_its_change_log(tmp_path):
     mind/log.md while saying it left it: adopting mind.md's Always lines forced every file due, the log's too, and
     the wiki's history was in no event. Its entries are now kept as a log.restore event, below those written since,
     and the file is mindlog's from then on; a log that is no change log is left, and says what to do. The wiki's
-    mind.md, which mindlog renders from the pages but for `## Always` (its notes were lost), is kept as a file."""
+    mind.md, which mindlog renders from the pages but for `## Always` (its notes were lost), is kept as a file.
+    Regression (nc31b): `mem status` said that a newer version of that mind.md waited, of a log holding nothing."""
     wiki = tmp_path / "wiki"
     (wiki / "mind").mkdir(parents=True)
     (wiki / "mind.md").write_text(MIND_BEFORE)
@@ -734,6 +735,9 @@ def test_a_wiki_folder_brought_under_mindlog_keeps_its_change_log(tmp_path):
     (wiki / "mind/log.md").write_text(WIKI_LOG)
     said = run_mem("init", "-w", wiki, "--agent", "hermes", check=True).stdout.decode()
     assert "it holds a wiki already (mind.md, mind/): `mem adopt` records its pages" in said
+    waiting = run_mem("-w", wiki, "status", check=True).stdout.decode()  # no "newer version waits" of an empty log
+    assert ("mind.md  (edited by hand, but it is from before mindlog: `mem adopt` keeps it whole as imported/mind.md "
+            "and takes its `## Always` lines)") in waiting and "newer version" not in waiting
     adopted = run_mem("-w", wiki, "adopt", check=True).stdout.decode()
     assert "adopted mind/log.md" in adopted and "adopted mind/deploy.md" in adopted
     assert ("kept mind.md as it was, from before mindlog, as imported/mind.md (`mem show imported/mind.md`): all but "
