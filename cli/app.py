@@ -660,8 +660,17 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Adopt once
         def adopt_and_say() -> None:
             nonlocal began
             began = mem.log.head()
-            report = adopting(mem)
-            began = None
+            try:
+                report = adopting(mem)
+            except MemError as exc:  # the files in a state no adoption can take (`mind` a file): said, watched on
+                said = exc.told("cli")
+                if told.get("") != said:
+                    told[""] = said
+                    typer.echo(f"error: {one_line(said)} (watching on)", err=True)
+                return
+            finally:
+                began = None
+            told.pop("", None)
             for path in (*report.adopted, *report.renamed.values()):
                 told.pop(path, None)
             for line in adopted_lines(report):

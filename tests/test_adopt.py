@@ -222,6 +222,42 @@ def test_watch_goes_on_when_a_directory_is_made_under_mind(workspace):
     assert b"Is a directory" not in err and b"left mind/sub: " in out, (out, err)
 
 
+def test_watch_goes_on_when_mind_is_replaced_by_a_file_and_adopts_once_it_is_back(workspace):
+    """Regression: a file put where mind/ was ended the watcher (exit 1) with an error no adoption could avoid;
+    it says the error once and adopts once the folder is back."""
+    (workspace / "mind/before.md").write_bytes(PAGE)
+    run_mem("-w", workspace, "adopt", check=True)
+    watcher = subprocess.Popen([*mem_command(), "-w", str(workspace), "watch", "--debounce-ms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert watcher.stderr.readline().startswith(b"watching")
+        time.sleep(1)  # its first adoption (nothing to adopt) is over
+        os.replace(workspace / "mind", workspace.parent / "mind.bak")
+        (workspace / "mind").write_text("not a folder\n")
+        assert select.select([watcher.stderr], [], [], 30)[0], "the watcher said nothing of mind"
+        said = watcher.stderr.readline().decode()
+        assert said.startswith(f"error: {workspace / 'mind'} is a file where mindlog needs a folder") and \
+            said.endswith("(watching on)\n"), said
+        for line in ("more", "and more"):  # said once while the reason stays
+            with open(workspace / "mind", "a") as file:
+                file.write(line + "\n")
+            time.sleep(0.5)
+        (workspace / "mind").unlink()
+        os.replace(workspace.parent / "mind.bak", workspace / "mind")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(log_rows(workspace)) < 2:  # made again until seen
+            scratch = workspace.parent / "new.md"
+            scratch.write_bytes(PAGE)
+            os.replace(scratch, workspace / "mind/after.md")
+            time.sleep(0.5)
+        assert watcher.poll() is None, watcher.communicate(timeout=10)
+        assert [row[6] for row in log_rows(workspace)] == ["page.ingest", "page.ingest"]
+    finally:
+        watcher.terminate()
+        out, err = watcher.communicate(timeout=10)
+    assert b"adopted mind/after.md" in out and err.count(b"needs a folder") == 0, (out, err)
+
+
 def test_adopt_waits_for_a_write_in_progress(memory):
     """A write whose event is in the views but whose file is not yet on disk must not look deleted by
     hand: adopt takes the projector's lock, so it runs before the write starts or after it ends."""
