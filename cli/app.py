@@ -663,13 +663,12 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Adopt once
             try:
                 report = adopting(mem)
             except MemError as exc:  # the files in a state no adoption can take (`mind` a file): said, watched on
-                said = exc.told("cli")
+                began, said = None, exc.told("cli")
                 if told.get("") != said:
                     told[""] = said
                     typer.echo(f"error: {one_line(said)} (watching on)", err=True)
                 return
-            finally:
-                began = None
+            began = None
             told.pop("", None)
             for path in (*report.adopted, *report.renamed.values()):
                 told.pop(path, None)

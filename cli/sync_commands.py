@@ -452,8 +452,12 @@ def _came_again(counts, own: str) -> list[str]:
 
 def _skipped_lines(report) -> None:
     """The files a pull left as edited by hand, but those the command's opening refresh warned of already."""
+    from projections.memory import FOLDER_GONE
+
     for path in sorted(set(report.skipped) - state["refused"]):
-        if path in report.not_adoptable:
+        if path in report.not_adoptable and report.not_adoptable[path].startswith(FOLDER_GONE):
+            typer.echo(f"not written: {path}: {report.not_adoptable[path]}", err=True)
+        elif path in report.not_adoptable:
             typer.echo(f"not written: {path} was edited by hand, but {report.not_adoptable[path]}", err=True)
         else:
             typer.echo(f"not written: {path} was edited by hand; `mem adopt` keeps the edit, "
@@ -669,6 +673,9 @@ def show_status(json: bool, fetch: bool) -> None:
         if label == "missing" and paths:
             typer.echo(f"{'':<17}(deleted by hand: `mem adopt` records a page's deletion; `mem show PATH > PATH` "
                        "puts a file back, `mem replay` every one)")
+    for folder, files in report.folders_gone.items():
+        typer.echo(f"{'folder gone:':<17}{one_line(folder)} ({files} file(s) mindlog writes there; moved aside? put it "
+                   "back, or `mem replay` writes it again from the log; `mem adopt` takes none as deleted)")
     if report.leftovers:
         them = "it" if len(report.leftovers) == 1 else "them"
         typer.echo(f"{'left over:':<17}{', '.join(report.leftovers)} (a replay or check cut off left {them}; the next "

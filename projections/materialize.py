@@ -209,13 +209,39 @@ def record_adopted(views: Views, files: dict[str, bytes]) -> None:
         views.written.mark_dirty(list(files))
 
 
+def page_folders(views: Views) -> list[str]:
+    """The folders of pages: mind/, and each shared pages layer's (each ends in '/')."""
+    return ["mind/"] + [spec.path for spec in (views.contract.layers.values() if views.contract else ())
+                        if spec.format == "pages"]
+
+
+class FoldersGone:
+    """The page folders moved aside as a whole (a backup, an editor's move): gone from disk while files mindlog
+    wrote were in them. A file is not written into one: written, it would make the folder again holding that file
+    alone, and the next `mem adopt` take the others for deleted (nc31a); `mem replay` writes them all again."""
+
+    def __init__(self, views: Views, root: Path):
+        self.views, self.root = views, root
+        self.folders: list[str] | None = None
+        self.gone: dict[str, bool] = {}
+
+    def holds(self, path: str) -> str | None:
+        """The folder gone that `path` is in, or None."""
+        if self.folders is None:
+            self.folders = page_folders(self.views)
+        folder = next((f for f in self.folders if path.startswith(f)), None)
+        if folder is None:
+            return None
+        if folder not in self.gone:
+            self.gone[folder] = not (self.root / folder).is_dir() and self.views.written.any_under(folder)
+        return folder if self.gone[folder] else None
+
+
 def untracked(views: Views, root: Path) -> list[str]:
     """Files nobody asked mindlog to write: in mind/, and pages in the shared pages layers' folders."""
     known = views.written.hashes()
-    folders = ["mind/"] + [spec.path for spec in (views.contract.layers.values() if views.contract else ())
-                           if spec.format == "pages"]
     found = []
-    for folder in folders:
+    for folder in page_folders(views):
         if not (root / folder).is_dir():
             continue
         for entry in sorted((root / folder).iterdir()):
@@ -285,7 +311,8 @@ HEADS_KEPT_FROM = 64
 
 
 def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = False, dry_run: bool = False,
-                seen: dict | None = None, settle: bool = False, rendered: dict[str, str] | None = None) -> FileReport:
+                seen: dict | None = None, settle: bool = False, rendered: dict[str, str] | None = None,
+                into_gone: bool = False) -> FileReport:
     """Brings every dirty file on disk (and its adf_files row) up to date with the views.
 
     A file whose disk bytes differ both from what was last written and from the new text was
@@ -299,11 +326,12 @@ def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = Fals
     unchanged mind/log.md do not go through the write-ahead log). Recording a file as written is safe before
     anything is written only because nothing is to be written for it. `rendered` (with `dry_run`): the hashes
     of files as these views render them, known already (`Prechecks`): mind/log.md is not rendered again.
+    A page folder moved aside is not made again (`FoldersGone`) unless `into_gone` (a replay writes every file).
     """
     report = FileReport(written=[], removed=[], refused=[])
     staged = []  # (temporary file, target, path, hash, content) of files written: landed together at the end
     records = []  # (target, path, hash, content) of every file brought up to date: recorded together at the end
-    folders = {}
+    folders, gone = {}, FoldersGone(views, root)
     dirty = views.written.dirty()
     landings = views.written.landings()  # files renamed into place by a process stopped before it recorded them
     ahead = {} if dry_run else views.entries_ahead(path for path, _written in dirty)
@@ -318,6 +346,9 @@ def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = Fals
                     continue
                 checked = stat_key(target)
                 on_disk = disk_hash(target, seen, checked) if checked is not None else None
+                if on_disk is None and not (dry_run or into_gone) and gone.holds(path) is not None:
+                    report.refused.append(path)
+                    continue
                 edited = on_disk is not None and on_disk != written and on_disk != landings.get(path) and not (
                     force is True or force and path in force)
                 if dry_run and (on_disk is None or not (settle or edited)):

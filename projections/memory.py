@@ -142,6 +142,10 @@ class Moment(msgspec.Struct):
         return f"as of {format_local(self.at_ms)} (seq {self.seq})"
 
 
+FOLDER_GONE = "its folder"
+"""How the hint for a file not written into a page folder moved aside begins (Memory.not_adoptable)."""
+
+
 class Memory:
     called = "this workspace"
     """What a refusal of a moment before the first event calls this memory (the hub's pages: "this hub")."""
@@ -555,9 +559,12 @@ class Memory:
         """Of these hand-edited files that a pull or refresh left unwritten, those `mem adopt` cannot take, each with
         what becomes of the edit: a file whose layer moved away or was dropped (moved_hint), and a file derived from
         the log alone (mind/log.md, an entries layer's file), which only its deletion lets be written again."""
-        hints = {}
+        from .materialize import FoldersGone
+
+        hints, gone = {}, FoldersGone(self.views, self.root)
         for path in paths:
-            hint = self.moved_hint(path) or self.redacted_under_hint(path) or self._before_mindlog(path)
+            hint = (self._folder_gone_hint(path, gone) or self.moved_hint(path) or self.redacted_under_hint(path)
+                    or self._before_mindlog(path))
             target = self._layer_file(path)
             if hint is None and path == MIND_PATH and self._kept_aside_refusal() is not None:
                 hint = self.keep_hint(path)  # not "`mem adopt` keeps the edit", which it refuses (nc27a)
@@ -570,6 +577,14 @@ class Memory:
             if hint is not None:
                 hints[path] = hint
         return hints
+
+    @staticmethod
+    def _folder_gone_hint(path: str, gone) -> str | None:
+        folder = gone.holds(path) if not (gone.root / path).exists() else None
+        if folder is None:
+            return None
+        return (f"{FOLDER_GONE} {folder} is gone, with the pages mindlog wrote there (moved aside?): put it back, or "
+                "`mem replay` writes it again from the log")
 
     def _before_mindlog(self, path: str) -> str | None:
         """What `mem adopt` does with the wiki's own mind/log.md or mind.md, from before `mem init`: deleted or

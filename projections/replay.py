@@ -119,7 +119,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         _replace(rebuilt, target)
         memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
         laps.lap("swap")
-        files = materialize(memory.views, memory.root, force=force, seen=seen)
+        files = materialize(memory.views, memory.root, force=force, seen=seen, into_gone=True)
         laps.lap("materialize")
         laps.dump()
     return ReplayReport(checkpoint=checkpoint, events=counted(), files=files)

@@ -5,7 +5,7 @@ import msgspec
 from eventstore.backends import shown
 from eventstore.workspace import log_damaged
 
-from .materialize import hand_edited, stale_temp_files, untracked
+from .materialize import FoldersGone, hand_edited, stale_temp_files, untracked
 from .replay import leftovers, lock_free
 
 
@@ -33,6 +33,9 @@ class WorkspaceStatus(msgspec.Struct):
     redaction_cut_off: bool = False
     """A redaction committed and the rewrite of the files it changed was cut off: the files not written since may still
     hold what it removed, until the next command that writes files (Memory.redaction_cut_off)."""
+    folders_gone: dict[str, int] = {}
+    """Page folders moved aside as a whole (materialize.FoldersGone) -> how many files mindlog wrote there are due or
+    missing: not listed as missing one by one (deleted by hand), as `mem adopt` does not take them for deleted."""
     temporary: list[str] = []
     """Temporary files a command stopped mid-write left beside the files (`.NAME.mem-tmp-PID`), which the next
     command that writes files removes."""
@@ -59,11 +62,19 @@ def workspace_status(memory) -> WorkspaceStatus:
         edited, loose = hand_edited(memory.views, memory.root), untracked(memory.views, memory.root)
     pending = [p for p, _hash in memory.views.written.dirty() if p not in edited and _owed(memory, p)]
     missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
+    gone, folders_gone = FoldersGone(memory.views, memory.root), {}
+    for path in [*pending, *missing]:
+        folder = gone.holds(path)
+        if folder is not None:
+            folders_gone[folder] = folders_gone.get(folder, 0) + 1
+    if folders_gone:
+        pending, missing = ([p for p in paths if gone.holds(p) is None] for paths in (pending, missing))
     nowhere = unplaced(memory)
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
-                           untracked=loose, blocked=memory.blocked(), unplaced=nowhere,
-                           clean=head == checkpoint and not (edited or pending or missing or loose or nowhere),
+                           untracked=loose, blocked=memory.blocked(), unplaced=nowhere, folders_gone=folders_gone,
+                           clean=head == checkpoint and not (edited or pending or missing or loose or nowhere
+                                                             or folders_gone),
                            leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)],
                            redaction_cut_off=bool(pending or head > checkpoint) and memory.redaction_cut_off(),
                            temporary=[str(path.relative_to(memory.root)) for path in stale_temp_files(

@@ -963,6 +963,8 @@ def test_the_mind_folder_moved_aside_is_not_taken_as_the_deletion_of_every_page(
         "left mind/: the folder is gone, with its 2 page(s): not taken as their deletion (put it back, or `mem "
         "replay` writes it again from the log; `mkdir mind`, then `mem adopt`, records their deletion)\n"), adopted
     assert log_rows(workspace) == rows
+    status = run_mem("-w", workspace, "status", check=True).stdout.decode()  # not three pages "deleted by hand"
+    assert "folder gone:     mind/ (3 file(s) mindlog writes there" in status and "missing:" not in status, status
     written = run_mem("-w", workspace, "page", "write", "c", "--file", page)  # it made mind/ with c alone (nc31a)
     assert written.returncode == 1 and written.stderr.decode().startswith(
         "error: mind/ is gone, with its 2 page(s) (moved aside?): put it back"), written

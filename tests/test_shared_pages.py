@@ -440,3 +440,38 @@ def test_a_pages_layers_folder_moved_aside_is_not_taken_as_the_deletion_of_its_p
         "left content/drafts/: the folder is gone, with its 2 page(s): not taken as their deletion (put it back, or "
         "`mem replay` writes it again from the log)\n"), adopted
     assert log_rows(team.root / "writer") == rows
+
+
+def test_a_pull_writes_no_page_into_a_pages_layers_folder_moved_aside(team):
+    """Regression (nc31a): a pull bringing a page of a layer whose folder was moved aside made the folder again
+    holding that page alone, and the next `mem adopt` took the others for deleted (and sync spread it). The page
+    waits, said by the pull and by `mem status`; the folder put back, the next command writes it; `mem replay`
+    writes the folder again."""
+    for slug in ("p", "q"):
+        team.mem("writer", "page", "write", slug, "--layer", "drafts", "--file", team.page(slug, slug.upper(), "x"),
+                 check=True)
+    team.mem("writer", "sync", check=True)
+    team.mem("reviewer", "sync", check=True)
+    drafts = team.root / "reviewer/content/drafts"
+    drafts.rename(drafts.with_name("drafts.bak"))
+    team.mem("writer", "page", "write", "r", "--layer", "drafts", "--file", team.page("r", "R", "x"), check=True)
+    team.mem("writer", "sync", check=True)
+    pulled = team.mem("reviewer", "pull", check=True)
+    assert ("not written: content/drafts/r.md: its folder content/drafts/ is gone, with the pages mindlog wrote "
+            "there (moved aside?): put it back, or `mem replay` writes it again from the log") in pulled.stderr.decode()
+    assert not drafts.exists()
+    status = team.mem("reviewer", "status", check=True).stdout.decode()
+    assert "folder gone:     content/drafts/ (3 file(s) mindlog writes there; moved aside?" in status
+    assert "missing:" not in status and "not yet written:" not in status
+    assert json.loads(team.mem("reviewer", "status", "--json", check=True).stdout)["folders_gone"] == {
+        "content/drafts/": 3}
+    rows = log_rows(team.root / "reviewer")
+    assert team.mem("reviewer", "adopt").returncode == 1 and log_rows(team.root / "reviewer") == rows
+    drafts.with_name("drafts.bak").rename(drafts)
+    assert team.mem("reviewer", "adopt", check=True).stdout == b"nothing edited by hand\n"
+    assert sorted(p.name for p in drafts.iterdir()) == ["p.md", "q.md", "r.md"]
+    assert log_rows(team.root / "reviewer") == rows
+    drafts.rename(drafts.with_name("drafts.bak"))
+    team.mem("reviewer", "replay", check=True)
+    assert sorted(p.name for p in drafts.iterdir()) == ["p.md", "q.md", "r.md"]
+    assert "clean" in team.mem("reviewer", "status", check=True).stdout.decode()
