@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, ErrorData, JSONRPCError
 
-from .mcp_stdio import ARGUMENTS_NOT_AN_OBJECT, BAD_ID, not_an_object, unparsed_answer, usable_id
+from .mcp_stdio import BAD_ID, bad_tool_call, unparsed_answer, usable_id
 
 
 NOT_A_MESSAGE = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
@@ -25,7 +25,7 @@ def refusal(body: bytes) -> JSONRPCError | None:
     """BAD_ID for a JSON-RPC request (an object with a method) whose id is there but unusable; NOT_A_MESSAGE for a
     JSON array (a batch, which this protocol version has no more: the SDK answered it with its validator's dump);
     for any other object that is no JSON-RPC message (`params` a list), what stdio answers: -32600 with its id; a tool
-    call whose arguments are no object, -32602 saying so (`mcp_stdio.not_an_object`).
+    call whose name is no string or whose arguments are no object, -32602 saying so (`mcp_stdio.bad_tool_call`).
     None: the SDK's to answer, a body that does not parse (or nests past Python's recursion limit) included."""
     try:
         message = json.loads(body)
@@ -39,9 +39,8 @@ def refusal(body: bytes) -> JSONRPCError | None:
         validated = jsonrpc_message_adapter.validate_python(message, by_name=False)
     except ValidationError as exc:  # the SDK answered with its validator's dump, and id null (nc24a)
         return unparsed_answer(exc, "body")
-    if not_an_object(validated):  # the SDK answered a bare -32602
-        return JSONRPCError(jsonrpc="2.0", id=validated.id, error=ErrorData(code=INVALID_PARAMS,
-                                                                            message=ARGUMENTS_NOT_AN_OBJECT))
+    if (wrong := bad_tool_call(validated)) is not None:  # the SDK answered a bare -32602
+        return JSONRPCError(jsonrpc="2.0", id=validated.id, error=ErrorData(code=INVALID_PARAMS, message=wrong))
     return None
 
 

@@ -138,16 +138,20 @@ def unparsed_answer(exc: Exception, what: str = "line") -> JSONRPCError:
 
 
 ARGUMENTS_NOT_AN_OBJECT = "Invalid params: a tool call's arguments must be a JSON object"
+NAME_NOT_A_STRING = "Invalid params: a tool call's name must be a string, the name of one of the tools tools/list gives"
 
 
-def not_an_object(message) -> bool:
-    """Whether `message` calls a tool with arguments that are no JSON object (a string holding one, say), which the
-    SDK answers with a bare -32602 that does not say what is wrong."""
+def bad_tool_call(message) -> str | None:
+    """What is wrong with `message`, a tool call whose name is missing or no string, or whose arguments are no JSON
+    object (a string holding one, say), which the SDK answers with a bare -32602 that does not say (nc28a, nc32a);
+    None for any other message."""
     if not isinstance(message, JSONRPCRequest) or message.method != "tools/call" \
             or not isinstance(message.params, dict):
-        return False
+        return None
+    if not isinstance(message.params.get("name"), str):
+        return NAME_NOT_A_STRING
     arguments = message.params.get("arguments")
-    return arguments is not None and not isinstance(arguments, dict)
+    return ARGUMENTS_NOT_AN_OBJECT if arguments is not None and not isinstance(arguments, dict) else None
 
 
 BAD_ID = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
@@ -293,10 +297,9 @@ class Answering:
             elif isinstance(getattr(item, "message", None), JSONRPCNotification) and line is not None \
                     and top_level_id(line) not in (NO_ID, NOT_AN_OBJECT):  # a request whose id the SDK could not take
                 await self.write.send(SessionMessage(BAD_ID))
-            elif not_an_object(getattr(item, "message", None)):
+            elif (wrong := bad_tool_call(getattr(item, "message", None))) is not None:
                 await self.write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=item.message.id,
-                                                                  error=ErrorData(code=INVALID_PARAMS,
-                                                                                  message=ARGUMENTS_NOT_AN_OBJECT))))
+                                                                  error=ErrorData(code=INVALID_PARAMS, message=wrong))))
             else:
                 if isinstance(self.write, Answered):
                     self.write.note(getattr(item, "message", None))

@@ -406,6 +406,8 @@ def test_streamable_http_on_loopback(workspace):
         stringed = httpx.post(url, headers=headers, timeout=30,  # arguments a string: the SDK's bare -32602 (nc28a)
                               content=b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": '
                                       b'"show", "arguments": "{\\"path\\": \\"mind.md\\"}"}}')
+        unnamed = httpx.post(url, headers=headers, timeout=30,  # no name: the SDK's bare -32602 (nc32a)
+                             content=b'{"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"arguments": {}}}')
         foreign = httpx.post(url, headers={**headers, "Host": f"evil.example:{port}"}, timeout=30,
                              content=b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}')  # refused first for its Host
         with socket.create_connection(("127.0.0.1", port)) as gone:  # a client that leaves before its body ends
@@ -430,6 +432,8 @@ def test_streamable_http_on_loopback(workspace):
     assert pinged.status_code == 200 and '"id":9,"result":{}' in pinged.text
     assert stringed.status_code == 400 and stringed.json() == {"jsonrpc": "2.0", "id": 11, "error": {
         "code": -32602, "message": "Invalid params: a tool call's arguments must be a JSON object"}}
+    assert unnamed.status_code == 400 and unnamed.json()["error"]["message"].startswith(
+        "Invalid params: a tool call's name must be a string")
     assert created == (False, "File created successfully at: /memories/mind/deploy.md")
     assert not edited[0] and refused == (
         True, "No replacement was performed, old_str `nowhere` did not appear verbatim in /memories/mind/deploy.md.")
@@ -801,11 +805,16 @@ def test_a_tool_call_whose_arguments_are_no_object_is_told_so_over_stdio(workspa
         initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {**call, "id": 1, "params": {"name": "loop_append", "arguments": json.dumps({"role": "user", "text": "x"})}},
         {**call, "id": 2, "params": {"name": "loop_append", "arguments": ["user", "x"]}},
-        {**call, "id": 3, "params": {"name": "loop_append", "arguments": {"role": "user", "text": "y"}}})]
-    answers, err, code = raw_session(workspace, lines, 4)
+        {**call, "id": 3, "params": {"name": "loop_append", "arguments": {"role": "user", "text": "y"}}},
+        {**call, "id": 4, "params": {"name": 123, "arguments": {}}},  # nc32a: a bare -32602 too
+        {**call, "id": 5, "params": {"arguments": {"role": "user", "text": "z"}}})]
+    answers, err, code = raw_session(workspace, lines, 6)
     assert code == 0 and b"Traceback" not in err
     told = {"code": -32602, "message": "Invalid params: a tool call's arguments must be a JSON object"}
     assert [a.get("error") for a in answers if a.get("id") in (1, 2)] == [told, told]
+    named = {"code": -32602, "message": "Invalid params: a tool call's name must be a string, the name of one of the "
+                                        "tools tools/list gives"}
+    assert [a.get("error") for a in answers if a.get("id") in (4, 5)] == [named, named]
     assert [a["result"]["isError"] for a in answers if a.get("id") == 3] == [False]
     assert len(log_rows(workspace)) == 1
 
