@@ -11,7 +11,7 @@ import re
 from .errors import InvalidInput
 
 FORMS = ("ISO 8601 like 2026-11-29, 2026-11-29T14:02 or 2026-11-29T14:02:00+01:00; 14:00, yesterday 14:00, "
-         "today, now, 2h ago, 30 min ago, 3 days ago; or milliseconds since 1970, as --json gives them)")
+         "today, now, 2h ago, 30 min ago, 3 days ago; or milliseconds since 1970, as --json gives them: 13 digits)")
 
 UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
