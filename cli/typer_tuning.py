@@ -22,6 +22,8 @@ def tune_typer() -> None:
         if isinstance(value, kind):
             return value
         try:
+            if kind is int and isinstance(value, str) and not value.isascii():  # int() reads '١' and '１' (nc32a)
+                raise ValueError(value)
             converted = BOOLS[str(value).lower()] if kind is bool else kind(value)
         except (KeyError, TypeError, ValueError):
             name = {int: "integer", bool: "boolean", Path: "path"}.get(kind, kind.__name__)

@@ -246,6 +246,10 @@ def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace)
         result = run_mem(*command, "--workspace", workspace)
         assert result.returncode == 2 and result.stderr.decode().endswith(
             f": {huge} is out of range: whole numbers go from -2**63 to 2**63 - 1.\n"), result.stderr
+    for digits in ("\u0661", "\uff11"):  # int() reads them as 1 (nc32a): `diff seq:` and the web pages refused them
+        result = run_mem("show", "mind.md", "--seq", digits, "--workspace", workspace)
+        assert result.returncode == 2 and result.stderr.decode().endswith(
+            f"'--seq': '{digits}' is not a valid integer.\n"), result.stderr
 
     async def session_body(session):
         return [await call(session, "cite", citation=f"[S{number}]") for number in (huge, longest)]
