@@ -144,7 +144,8 @@ def loop_name(name: str) -> str:
 def file_path(path: str) -> str:
     """A path for adf_files: relative, no traversal, and not one of the wiki's own files."""
     if not path or path.startswith("/") or "\\" in path or "\x00" in path or re.match(r"^[A-Za-z]:", path):
-        raise UnsafePath(f"file path {path!r} must be a relative path like 'notes/today.md'")
+        drive = " (it begins as a Windows drive does)" if re.match(r"^[A-Za-z]:", path) else ""
+        raise UnsafePath(f"file path {path!r} must be a relative path like 'notes/today.md'{drive}")
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePath(f"file path {path!r} contains an empty, '.' or '..' segment")

@@ -40,6 +40,8 @@ def test_unknown_names_past_and_future_moments_are_refused(workspace):
         ("file", "write", ".MEM/config.json", "--file", "-"): ".MEM/config.json belongs to mindlog itself",
         ("file", "write", "Mind.md", "--file", "-"): "Mind.md belongs to the mind wiki",
         ("file", "write", ".git/hooks/pre-commit", "--file", "-"): "is inside a .git directory",
+        ("file", "write", "x:y.txt", "--file", "-"):  # said relative (nc32a): it is, but for a Windows drive
+            "file path 'x:y.txt' must be a relative path like 'notes/today.md' (it begins as a Windows drive does)",
         ("diff", "nosuch.md", "--from", "seq:1", "--to", "seq:2"): "nosuch.md exists at neither moment",
         ("config", "set", "nosuch.key", "1"): "there is no config key 'nosuch.key'",
         ("config", "set", "audit", "false"): "audit is a group of keys (files, inbox, loop, outbox)",
