@@ -234,14 +234,14 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True,
         files = memory.follow()  # marks the files edited by hand it leaves (Memory._rewritten)
     return RedactReport(targets=targets, redactions=seqs, done=True, left_on_disk=memory.log.unscrubbed,
                         hand_edited=list(files.refused), views_behind=memory.behind is not None,
-                        stubs=shown_stubs(memory, events, reason))
+                        stubs=shown_stubs(memory, events, reason, apart))
 
 
-def shown_stubs(memory, events: list[Event], reason: str) -> list[str]:
+def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = frozenset()) -> list[str]:
     """A note for each page whose current version is among the redacted `events`: the page now shows the redaction's
     stub in its place, as every agent's copy will once it is pushed (a shared page), which a user redacting a write
     made by mistake did not expect (nc26b); the note names the version before, and the write that brings its text
-    back."""
+    back. A version in `apart` never went out: no other agent's copy is told of it."""
     notes = []
     for event in events:
         version = page_version(event.body) if event.kind in ("page.ingest", "page.update") else None
@@ -258,7 +258,7 @@ def shown_stubs(memory, events: list[Event], reason: str) -> list[str]:
         back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`, "
                 "brings the version before back" if before is not None and before.kind != "redacted" else
                 f"`mem page write {slug}{layer} --file FILE` writes it anew")
-        shared = event.layer != MIND and event.layer not in memory.local_layers()
+        shared = event.layer != MIND and event.layer not in memory.local_layers() and event.id not in apart
         notes.append(f"{path} shows `[redacted: {reason}]` now, its current version redacted"
                      + (", and so will every agent's copy once it is pushed" if shared else "") + f": {back}")
     return notes

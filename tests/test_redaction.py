@@ -1229,3 +1229,31 @@ def test_a_write_that_names_a_taken_back_one_is_held_back_saying_so_not_refused_
     mem(team / "main", "entry", "add", "insights", "[FACT] third", check=True)
     pushed = mem(team / "main", "push")
     assert pushed.returncode == 0 and pushed.stdout == b"pushed 1 event to origin\n", pushed
+
+
+def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the_stub(team, tmp_path):
+    """Regression (found last stop): the note of a redacted current page version said every agent's copy would show
+    the stub once pushed, of a version taken back before it went out (its redaction is never pushed); a version that
+    went out keeps the note."""
+    def drafts(producers: str) -> str:
+        return CONTRACT + f'\n[layers.drafts]\npath = "content/drafts/"\nformat = "pages"\nproducers = {producers}\n' \
+                          'consumers = ["*"]\n'
+
+    for name, producers in (("pages", '["writer", "main"]'), ("demoted", '["writer"]')):
+        (tmp_path / f"{name}.toml").write_text(drafts(producers))
+    run_mem("hub", "contract", "apply", tmp_path / "pages.toml", "--db", team / "hub.db", check=True)
+    mem(team / "main", "pull", check=True)
+    page = tmp_path / "plan.md"
+    for slug in ("sent", "kept"):
+        page.write_text(f"---\ntitle: {slug}\ntype: note\n---\n{slug} text\n")
+        mem(team / "main", "page", "write", slug, "--layer", "drafts", "--file", page, check=True)
+        if slug == "sent":
+            mem(team / "main", "push", check=True)
+    run_mem("hub", "contract", "apply", tmp_path / "demoted.toml", "--db", team / "hub.db", check=True)
+    assert mem(team / "main", "push").returncode == 1  # the unpushed version is held back
+    kept, sent = (json.loads(mem(team / "main", "history", f"content/drafts/{slug}.md", "--json",
+                                 check=True).stdout)[-1]["seq"] for slug in ("kept", "sent"))
+    taken = mem(team / "main", "redact", str(kept), "--reason", "not ours", check=True).stderr.decode()
+    assert "content/drafts/kept.md shows `[redacted: not ours]` now" in taken and "every agent" not in taken, taken
+    went = mem(team / "main", "redact", str(sent), "--reason", "leaked", check=True).stderr.decode()
+    assert "and so will every agent's copy once it is pushed" in went, went
