@@ -159,7 +159,7 @@ BAD_ID = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
 
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
-"""As a request to the hub may be (`sync.hub.MAX_REQUEST_BYTES`): an event's 8 MiB body, escaped in JSON."""
+"""As a request to the hub may be (`sync.wire.MAX_REQUEST_BYTES`): an event's 8 MiB body, escaped in JSON."""
 ID_HEAD_CHARS = 65536
 
 

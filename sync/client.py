@@ -46,7 +46,8 @@ from projections.replay import replay
 
 from .intake import Rejected, accept, conflicting
 from .marks import Mark, encoded, load, marks_key, start_again, with_mark
-from .wire import MAX_PULL, MSGPACK, ContractResponse, Problem, PullPage, PullResponse, PushRequest, PushResponse
+from .wire import (MAX_PULL, MAX_REQUEST_BYTES, MSGPACK, ContractResponse, Problem, PullPage, PullResponse, PushRequest,
+                   PushResponse)
 
 BATCH = 5000
 PULL_BATCH = 5000
@@ -361,6 +362,20 @@ class Outgoing(NamedTuple):
     @classmethod
     def push(cls, events: list[Event]) -> "Outgoing":
         return cls.of(msgspec.json.encode(PushRequest(events=events)))
+
+
+PUSH_BYTES = MAX_REQUEST_BYTES // 2
+"""The most bytes of JSON one push request carries (one event alone may carry more, up to the hub's limit)."""
+
+
+def push_bodies(events: list[Event]) -> list[tuple[list[Event], Outgoing]]:
+    """A batch's request bodies, in order: one, unless its JSON is past PUSH_BYTES, then halves until each fits (nc32b:
+    a batch of 5,000 events cut by count alone passed the hub's 16 MiB, which refused it at every push for good)."""
+    encoded = msgspec.json.encode(PushRequest(events=events))
+    if len(encoded) <= PUSH_BYTES or len(events) == 1:
+        return [(events, Outgoing.of(encoded))]
+    half = len(events) // 2
+    return push_bodies(events[:half]) + push_bodies(events[half:])
 
 
 def on_loopback(url: str) -> bool:
@@ -1026,16 +1041,18 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
     if last is not None:  # up to the last event to send, not the head: rows pulled since are checked once pushed past
         check_chain(memory, cursor, last[0])
 
-    def send(events: list[Event], body: Outgoing | None = None) -> str | None:
-        """The id of the batch's last event, acknowledged (None: nothing to send)."""
+    def send(events: list[Event], bodies: list[tuple[list[Event], Outgoing]] | None = None) -> str | None:
+        """The id of the batch's last event, acknowledged (None: nothing to send), in one request or more
+        (`push_bodies`), in order."""
         nonlocal pushed, duplicates
         if not events:
             return None
-        results = client.push(body or events).results
-        duplicates += sum(r.duplicate for r in results)
-        pushed += sum(not r.duplicate for r in results)
-        if progress:
-            progress(len(events))
+        for part, body in bodies or push_bodies(events):
+            results = client.push(body).results
+            duplicates += sum(r.duplicate for r in results)
+            pushed += sum(not r.duplicate for r in results)
+            if progress:
+                progress(len(part))
         return events[-1].id
 
     retried = [e for e in map(memory.log.get_by_seq, held)  # older versions held local layers' events
@@ -1091,7 +1108,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                     sent_ahead.update(e.id for e in ahead)
                     outgoing += ahead
                 outgoing = [_outgoing(e) for e in checked(outgoing)]
-                body = Outgoing.push(outgoing) if outgoing else None
+                body = push_bodies(outgoing) if outgoing else None
                 held += holding(batch)
                 cursor = read[-1].seq
             if in_flight is not None:

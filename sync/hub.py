@@ -47,10 +47,9 @@ from .contracts import backfill_agent
 from .fanout import Fanout
 from .openapi import openapi_document
 from .storage import HubStorage, Stale, decode_stored, placed_stored
-from .wire import (MAX_PULL, MSGPACK, PROBLEM_BASE, ContractResponse, Problem, PullPage, PullResponse, PushRequest,
+from .wire import (MAX_PULL, MAX_REQUEST_BYTES, MSGPACK, PROBLEM_BASE, ContractResponse, Problem, PullPage, PullResponse, PushRequest,
                    PushResponse)
 
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_WAIT_SECONDS = 30.0
 MAX_POSITION = 2 ** 63 - 1
 INLINE_CHECKS = 16

@@ -79,6 +79,10 @@ MSGPACK = "application/msgpack"
 """The media type of a pull answer in msgpack (asked with `Accept`): the events are sent as the hub stores them
 (msgpack), with neither end encoding them again. Everything else, and a pull without it, is JSON."""
 
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""The largest request body the hub reads, compressed or decompressed: an event's 8 MiB body, escaped in JSON. A push
+is cut into requests of half that at most (`sync.client.push_bodies`)."""
+
 MAX_PULL = 20_000
 """The most events one pull answer holds: a catch-up's pages are this large, so a million events take 50
 requests and 50 local transactions."""

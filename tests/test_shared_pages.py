@@ -9,7 +9,8 @@ import time
 import pytest
 
 from conftest import log_rows, mem_command
-from teamhub import Team
+from projections.memory import Memory
+from teamhub import PAGE, Team
 from test_shared_hold import assert_kept_heads_are_the_heads
 
 PRICING = "content/drafts/pricing.md"
@@ -475,3 +476,22 @@ def test_a_pull_writes_no_page_into_a_pages_layers_folder_moved_aside(team):
     team.mem("reviewer", "replay", check=True)
     assert sorted(p.name for p in drafts.iterdir()) == ["p.md", "q.md", "r.md"]
     assert "clean" in team.mem("reviewer", "status", check=True).stdout.decode()
+
+
+def test_a_push_past_the_hubs_request_limit_goes_in_several_requests(team):
+    """Regression (nc32b, high): a push was cut into batches of 5,000 events by count alone; 20 pages of 900 KB (each
+    under the page limit) made one request past the hub's 16 MiB, refused at every push for good. Each request now
+    carries at most half the hub's limit, and every page reaches the other agents."""
+    from sync.wire import MAX_REQUEST_BYTES
+
+    prose = "lorem ipsum dolor sit amet " * 3 + "\n"  # 900 KB of lines, as a long page has (quick to scan)
+    with Memory.open(team.root / "writer") as memory:
+        for i in range(20):
+            memory.shared_page_write("drafts", f"big-{i}", PAGE.format(title=f"Big {i}", text=prose * 11_000).encode())
+    assert 20 * len(prose) * 11_000 > MAX_REQUEST_BYTES
+    pushed = team.mem("writer", "push")
+    assert pushed.returncode == 0 and pushed.stdout == b"pushed 20 events to origin\n", pushed
+    team.mem("reviewer", "pull", check=True)
+    drafts = team.root / "reviewer/content/drafts"
+    assert sorted(p.name for p in drafts.iterdir()) == sorted(f"big-{i}.md" for i in range(20))
+    assert (drafts / "big-7.md").read_text().count("lorem") == 33_000
