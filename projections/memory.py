@@ -1156,9 +1156,10 @@ class Memory:
         if "/" not in path and "." not in path or path.startswith("mind/") and "." not in path[5:] and "/" not in path[5:]:
             return f"mind/{path.removeprefix('mind/')}.md"
         layer, _, slug = path.partition("/")
-        spec = self.views.contract.layers.get(layer) if self.views.contract and "." not in path else None
-        if spec is not None and spec.format == "pages" and slug and "/" not in slug:  # `drafts/launch`, as conflicts say
-            return self.views.shared_path(layer, slug, seqs[0] if seqs else None) or path
+        placed = self.views.last_placed(layer, seqs[0] if seqs else None) if "." not in path and slug \
+            and "/" not in slug else None  # a layer dropped since too (nc32b: "drafts/plan never existed")
+        if placed is not None and placed[0].format == "pages":  # `drafts/launch`, as conflicts say
+            return self.views.shared_path(layer, slug, placed[1]) or path
         if "/" in path:  # `notes/café.md` typed in NFC for the file written in NFD: rendered only when a twin exists
             twin = self.views.file_twin(path) if seqs and not slug_of(path) and path != LOG_PATH else None
             return twin if twin and not any(self.show(path, s) is not None for s in seqs) else path

@@ -463,6 +463,20 @@ class Views:
         layer, slug, _since, _until = held
         return layer, self.shared_path(layer, slug)
 
+    def last_placed(self, layer: str, upto: int | None = None) -> tuple[object, int | None] | None:
+        """The spec of `layer` in the newest contract up to seq `upto` (now: None) that placed it, and a seq at which
+        that contract was in force (None: now): a layer dropped since is found where it was last."""
+        contract = self.contract_at(upto)
+        if contract is not None and layer in contract.layers:
+            return contract.layers[layer], upto
+        if not self._placed_by_log:
+            return None
+        for seq in placements.changes(self.db, self.checkpoint() if upto is None else upto):
+            before = self.contract_at(seq - 1) if seq > 1 else None
+            if before is not None and layer in before.layers:
+                return before.layers[layer], seq - 1
+        return None
+
     def shared_path(self, layer: str, slug: str | None = None, as_of: int | None = None) -> str | None:
         """Where a shared layer (or one page of it) is written as of a seq (now: None); None if no contract
         placed it then."""

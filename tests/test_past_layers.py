@@ -329,3 +329,21 @@ def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_keeps_its_version
         "page.ingest    content/drafts/launch.md", "page.update    content/drafts/launch.md",
         "contract.change content/drafts/launch.md  (layer drafts dropped from the contract)",
         "contract.change content/drafts/launch.md  (layer drafts placed here by the contract)"], lines
+
+
+def test_a_page_of_a_dropped_layer_is_named_by_layer_and_slug_as_before(team, tmp_path):
+    """Regression (nc32b): while its layer was dropped, `mem history drafts/launch` said "never existed" and `mem show
+    drafts/launch --seq 1` "did not exist then" (LAYER/SLUG was read by today's contract); the path form worked."""
+    drafts = layer("drafts", "content/drafts/", "pages")
+    team.apply(OPS + INSIGHTS + drafts)
+    team.mem("alice", "pull", check=True)
+    team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", "v1"),
+             check=True)
+    team.mem("alice", "sync", check=True)
+    team.apply(OPS + INSIGHTS)
+    team.mem("alice", "sync", check=True)
+    named, by_path = (out(team.mem("alice", "history", name, check=True)) for name in ("drafts/launch",
+                                                                                      "content/drafts/launch.md"))
+    assert named == by_path and "page.ingest    content/drafts/launch.md" in named, named
+    seq = named.split()[0]
+    assert "v1" in out(team.mem("alice", "show", "drafts/launch", "--seq", seq, check=True))
