@@ -258,6 +258,9 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`, "
                 "brings the version before back" if before is not None and before.kind != "redacted" else
                 f"`mem page write {slug}{layer} --file FILE` writes it anew")
+        if event.layer != MIND and event.layer not in memory.local_layers() and not memory.produces(event.layer):
+            # nc32b: not a write it cannot make
+            back = f"this agent does not produce {event.layer} now, so a producer of it writes the page anew"
         shared = event.layer != MIND and event.layer not in memory.local_layers() and event.id not in apart
         notes.append(f"{path} shows `[redacted: {reason}]` now, its current version redacted"
                      + (", and so will every agent's copy once it is pushed" if shared else "") + f": {back}")

@@ -1234,7 +1234,7 @@ def test_a_write_that_names_a_taken_back_one_is_held_back_saying_so_not_refused_
 def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the_stub(team, tmp_path):
     """Regression (found last stop): the note of a redacted current page version said every agent's copy would show
     the stub once pushed, of a version taken back before it went out (its redaction is never pushed); a version that
-    went out keeps the note."""
+    went out keeps the note. Neither names a write the agent, a consumer of the layer now, is refused (nc32b)."""
     def drafts(producers: str) -> str:
         return CONTRACT + f'\n[layers.drafts]\npath = "content/drafts/"\nformat = "pages"\nproducers = {producers}\n' \
                           'consumers = ["*"]\n'
@@ -1257,3 +1257,5 @@ def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the
     assert "content/drafts/kept.md shows `[redacted: not ours]` now" in taken and "every agent" not in taken, taken
     went = mem(team / "main", "redact", str(sent), "--reason", "leaked", check=True).stderr.decode()
     assert "and so will every agent's copy once it is pushed" in went, went
+    for note in (taken, went):  # nc32b: not `mem page write --layer drafts`, which a consumer is refused
+        assert note.endswith(": this agent does not produce drafts now, so a producer of it writes the page anew\n")
