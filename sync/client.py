@@ -869,7 +869,7 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
     A hub that lost events this workspace pulled from it (`hub_behind`) hands their positions out again: with
     `restart` (a pull that has stored nothing yet) the pull cursor is forgotten, said through the tally, and the
     pull begins from the hub's start (the log keeps each event once, by id); else HubBehind."""
-    previous = memory.views.contract
+    previous, shadowed = memory.views.contract, memory.not_taken()
     answer, asked = fetch_contract(memory, tally.remote, client, tally.say)
     behind = hub_behind(tally.remote, answer, asked)
     if behind and not restart:
@@ -878,6 +878,8 @@ def take_contract(memory, client: HubClient, tally: "_Tally", fold: bool = True,
         tally.restart(behind, _pull_again(memory, tally.remote, client))
     _backfill(memory, client, tally, uncovered(memory, tally.name, answer.contract, previous), fold)
     not_taken = memory.not_taken()  # its past is fetched once a local layer no longer shadows it
+    for layer in sorted(not_taken.keys() - shadowed.keys()):  # said as the contract changes, not at its first event
+        tally.not_taken(not_taken[layer])  # (nc31b)
     covered = json.dumps([layer for layer in consumed_layers(answer.contract, memory.config.agent)
                           if layer not in not_taken])
     if memory.log.state(_covered_key(tally.name)) != covered:
@@ -1247,6 +1249,12 @@ class _Tally:
         self.no_redactions_endpoint = False  # a hub that predates GET /v1/redactions: not asked again
         self.pages: dict = {}  # id -> (layer, slug) of the page versions pulled: sync.intake.page_of
 
+    def not_taken(self, why: str) -> None:
+        """Says, once per pull, why a hub layer a local one shadows is not taken."""
+        if self.say and why not in self.told:
+            self.told.add(why)
+            self.say(f"warning: {why} (its events are left out; `mem status` says so)")
+
     def restart(self, behind: str, since: str) -> None:
         """The hub lost events this workspace pulled (`hub_behind`): the pull begins again `since` (`_pull_again`)."""
         self.restarted = True
@@ -1349,9 +1357,7 @@ class _Tally:
         self.rejected += rejected
         for r in rejected if self.say else ():
             if r.reason in shadowed:
-                if r.reason not in self.told:
-                    self.told.add(r.reason)
-                    self.say(f"warning: {r.reason} (its events are left out; `mem status` says so)")
+                self.not_taken(r.reason)
                 continue
             what = f"event {r.id} (hub position {r.position})" if r.position is not None else "an undecodable event"
             self.say(f"warning: rejected {what}: {r.reason}")

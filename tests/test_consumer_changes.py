@@ -308,7 +308,8 @@ def test_an_entry_let_in_with_allow_secret_is_held_back_once_its_layer_is_scanne
 def test_a_hub_layer_overlapping_a_local_one_is_not_taken_and_the_agent_is_told(tmp_path):
     """Regression (M11): a team layer added at the path of bob's local layer was listed beside it, bob's pull wrote
     the team's entries into his private file (or left them out of it while search cited it), `mem status` said
-    clean, and nothing said why."""
+    clean, and nothing said why. Regression (nc31b): said only at the first pull that brought the layer's events.
+    """
     from teamhub import CONTRACT
 
     team = Team(tmp_path, agents=("alice", "bob"))
@@ -320,16 +321,19 @@ def test_a_hub_layer_overlapping_a_local_one_is_not_taken_and_the_agent_is_told(
         team.apply(CONTRACT + '\n[layers.team]\npath = "memory/private.md"\nformat = "entries"\nproducers = ["*"]\n'
                    'consumers = ["*"]\n\n[layers.shelf]\npath = "shelf/"\nformat = "pages"\nproducers = ["*"]\n'
                    'consumers = ["*"]\n')
+        team_says = ("the hub's layer 'team' (memory/private.md) is not taken here: it overlaps this agent's local "
+                     "layer 'private' (memory/private.md), which wins")
+        shelf_says = ("the hub's layer 'shelf' (shelf/) is not taken here: it overlaps this agent's local layer 'mine' "
+                      "(shelf/mine.md), which wins")
+        told = [f"warning: {why} (its events are left out; `mem status` says so)" for why in (shelf_says, team_says)]
+        first = team.mem("bob", "pull", check=True)  # nc31b: said as the contract changes, before any event of them
+        assert first.stderr.decode().splitlines() == told, first
         team.mem("alice", "pull", check=True)
         for n in (1, 2):
             team.mem("alice", "entry", "add", "team", f"[FACT] 2026-11-30: team note {n}", check=True)
         team.mem("alice", "page", "write", "mine", "--layer", "shelf", "--file", team.page("p", "Shelf", "team page"),
                  check=True)
         team.mem("alice", "push", check=True)
-        team_says = ("the hub's layer 'team' (memory/private.md) is not taken here: it overlaps this agent's local "
-                     "layer 'private' (memory/private.md), which wins")
-        shelf_says = ("the hub's layer 'shelf' (shelf/) is not taken here: it overlaps this agent's local layer 'mine' "
-                      "(shelf/mine.md), which wins")
         pulled = team.mem("bob", "pull", check=True)
         assert pulled.stderr.decode().splitlines() == [
             f"warning: {why} (its events are left out; `mem status` says so)" for why in (team_says, shelf_says)], pulled
