@@ -293,6 +293,7 @@ def page_write(slug: str,
         if layer is not None and layer != MIND:
             event = mem.shared_page_write(layer, slug, read_page(file), note, allow_secret=allow_secret)
         else:
+            _named_layer(mem, slug, "write", "--file FILE")
             event = mem.write_page(slug, read_page(file), note, force=force, allow_secret=allow_secret,
                                    if_version=if_version)
             if isinstance(event, Unchanged):
@@ -305,6 +306,16 @@ def page_write(slug: str,
 NoteOpt = typer.Option("", "--note", help="Why: the log entry's text (cite [S<seq>]).")
 
 
+def _named_layer(mem, slug: str, command: str, rest: str = "") -> None:
+    """Refuses a wiki page's slug that is a shared page's LAYER/SLUG, as `mem show` and `mem history` name it,
+    saying how the command writes that page (nc33b: "a slug is one name" did not say)."""
+    layer, _, page = slug.partition("/")
+    spec = mem.views.contract.layers.get(layer) if mem.views.contract is not None and page else None
+    if spec is not None and spec.format == "pages" and "/" not in page:
+        fail(f"{slug} names page {page} of layer {layer}: `mem page {command} {page}{' ' + rest if rest else ''} "
+             f"--layer {layer}` {'writes' if command == 'write' else command + 's'} it", 2)
+
+
 @page_app.command("delete")
 def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
                 layer: Optional[str] = LayerOpt, allow_secret: bool = AllowSecretOpt):
@@ -314,6 +325,7 @@ def page_delete(slug: str, note: str = NoteOpt, force: bool = ForceOpt,
 
         return shared_page_delete(layer, slug, note, allow_secret)
     with memory() as mem:
+        _named_layer(mem, slug, "delete")
         event = mem.delete_page(slug, note, force=force, allow_secret=allow_secret)
     typer.echo(f"delete mind/{event.body.slug}.md (seq {event.seq})")
 
@@ -327,6 +339,7 @@ def page_rename(old: str, new: str, note: str = NoteOpt, force: bool = ForceOpt,
 
         return shared_page_rename(layer, old, new, note, allow_secret)
     with memory() as mem:
+        _named_layer(mem, old, "rename", new.rpartition("/")[2])
         event = mem.rename_page(old, new, note, force=force, allow_secret=allow_secret)
     typer.echo(f"rename mind/{event.body.old}.md -> mind/{event.body.new}.md (seq {event.seq})")
 

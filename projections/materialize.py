@@ -216,9 +216,10 @@ def page_folders(views: Views) -> list[str]:
 
 
 class FoldersGone:
-    """The page folders moved aside as a whole (a backup, an editor's move): gone from disk while files mindlog
-    wrote were in them. A file is not written into one: written, it would make the folder again holding that file
-    alone, and the next `mem adopt` take the others for deleted (nc31a); `mem replay` writes them all again."""
+    """The page folders moved aside as a whole (a backup, an editor's move): gone from disk while pages mindlog
+    wrote were in them (mind/log.md is no page: a mind/ that held it alone is made again). A file is not written into
+    one: written, it would make the folder again holding that file alone, and the next `mem adopt` take the others
+    for deleted (nc31a); `mem replay` writes them all again."""
 
     def __init__(self, views: Views, root: Path):
         self.views, self.root = views, root
@@ -233,7 +234,7 @@ class FoldersGone:
         if folder is None:
             return None
         if folder not in self.gone:
-            self.gone[folder] = not (self.root / folder).is_dir() and self.views.written.any_under(folder)
+            self.gone[folder] = not (self.root / folder).is_dir() and self.views.written.any_under(folder, LOG_PATH)
         return folder if self.gone[folder] else None
 
 

@@ -1184,13 +1184,13 @@ class Memory:
         around = Workspace.around(target)
         if around is not None:
             raise InvalidInput(f"{target} is inside the workspace {around.root}; check out into a new directory")
+        unfit = _not_for_a_checkout(target, self.root)  # first: "pass --force" would lead to this (nc33b)
+        if unfit is not None:
+            raise InvalidInput(f"{target} is {unfit}; check out into a directory of its own")
         if not force and target.is_dir() and any(target.iterdir()):
             raise InvalidInput(f"{target} is not empty; pick a new directory or pass --force to write into it")
         if target.exists() and not target.is_dir():
             raise InvalidInput(f"{target} is a file, not a directory")
-        unfit = _not_for_a_checkout(target, self.root)
-        if unfit is not None:
-            raise InvalidInput(f"{target} is {unfit}; check out into a directory of its own")
         paths, folders = self.views.paths(as_of), {}
         try:
             files = [(path, validate.inside_workspace(target, path, folders)) for path in paths]

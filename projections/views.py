@@ -105,10 +105,11 @@ class WrittenFiles:
         return dict(self.db.execute(f"SELECT path, written_hash FROM file_state WHERE path IN "
                                     f"({','.join('?' * len(paths))})", paths)) if paths else {}
 
-    def any_under(self, folder: str) -> bool:
-        """Whether mindlog wrote a file now on record under `folder` (ending in '/')."""
-        return self.db.execute("SELECT 1 FROM file_state WHERE path >= ? AND path < ? AND written_hash IS NOT NULL "
-                               "LIMIT 1", (folder, folder[:-1] + chr(ord("/") + 1))).fetchone() is not None
+    def any_under(self, folder: str, but: str = "") -> bool:
+        """Whether mindlog wrote a file now on record under `folder` (ending in '/'), but the file `but`."""
+        return self.db.execute("SELECT 1 FROM file_state WHERE path >= ? AND path < ? AND path != ? AND written_hash "
+                               "IS NOT NULL LIMIT 1", (folder, folder[:-1] + chr(ord("/") + 1), but)).fetchone() \
+            is not None
 
     def landings(self) -> dict[str, str]:
         """The hash of each file mindlog was renaming into place, not recorded yet (`land`): one whose bytes are that

@@ -949,6 +949,19 @@ def test_watch_waits_for_the_files_to_be_quiet_as_long_as_debounce_ms_says(works
         watcher.wait(timeout=10)
 
 
+def test_a_mind_folder_deleted_while_it_held_no_page_is_made_again_by_the_next_write(workspace):
+    """A mind/ that held only mindlog's change log is no folder of pages moved aside: a page written is written
+    there, the folder made again (as before folders gone were kept from being made again)."""
+    import shutil
+
+    shutil.rmtree(workspace / "mind")
+    page = workspace.parent / "p.md"
+    page.write_bytes(PAGE)
+    run_mem("-w", workspace, "page", "write", "a", "--file", page, check=True)
+    assert (workspace / "mind/a.md").read_bytes() == PAGE and (workspace / "mind/log.md").exists()
+    assert "clean" in run_mem("-w", workspace, "status", check=True).stdout.decode()
+
+
 def test_the_mind_folder_moved_aside_is_not_taken_as_the_deletion_of_every_page(workspace):
     """Regression (nc30b): `mv mind mind.bak` (a backup, an editor's move) under `mem adopt` or `mem watch` recorded
     the deletion of every page; putting the folder back was then refused. It is reported and nothing recorded."""

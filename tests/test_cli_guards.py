@@ -276,9 +276,10 @@ def test_checkout_never_writes_into_a_root_a_home_or_a_directory_holding_the_wor
     (home / "notes.txt").write_text("mine")
     for target, cwd, env, why in ((home, None, {"HOME": str(home)}, b"your home directory"),
                                   ("..", workspace, {}, b"a directory holding the workspace")):
-        refused = run_mem("-w", workspace, "checkout", target, "--seq", "1", "--force", cwd=cwd, env=env)
-        assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and why in refused.stderr, \
-            refused.stderr
+        for force in (["--force"], []):  # without it too: not "pass --force", which leads here (nc33b)
+            refused = run_mem("-w", workspace, "checkout", target, "--seq", "1", *force, cwd=cwd, env=env)
+            assert refused.returncode == 1 and refused.stderr.startswith(b"error: ") and why in refused.stderr, \
+                refused.stderr
     assert [p.name for p in home.iterdir()] == ["notes.txt"] and not (workspace.parent / "mind.md").exists()
 
     crowded = tmp_path / "crowded"

@@ -495,3 +495,18 @@ def test_a_push_past_the_hubs_request_limit_goes_in_several_requests(team):
     drafts = team.root / "reviewer/content/drafts"
     assert sorted(p.name for p in drafts.iterdir()) == sorted(f"big-{i}.md" for i in range(20))
     assert (drafts / "big-7.md").read_text().count("lorem") == 33_000
+
+
+def test_a_page_command_given_layer_and_slug_names_the_layer_option(team):
+    """Regression (nc33b): `mem page write drafts/launch` (the LAYER/SLUG `mem show` and `mem history` take) was
+    refused as a slug holding a path separator, with no word of --layer; nothing is written either way."""
+    rows = log_rows(team.root / "writer")
+    page = team.page("launch", "Launch", "Tuesday")
+    for args, said in ((["write", "drafts/launch", "--file", page],
+                        "`mem page write launch --file FILE --layer drafts` writes it"),
+                       (["delete", "drafts/launch"], "`mem page delete launch --layer drafts` deletes it"),
+                       (["rename", "drafts/launch", "drafts/go"], "`mem page rename launch go --layer drafts` renames it")):
+        refused = team.mem("writer", "page", *args)
+        assert refused.returncode == 2 and refused.stderr.decode() == (
+            f"error: drafts/launch names page launch of layer drafts: {said}\n"), refused
+    assert log_rows(team.root / "writer") == rows
