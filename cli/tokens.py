@@ -78,8 +78,15 @@ class HostGate:
 
     async def __call__(self, scope, receive, send):
         refusal = await self.check.validate_request(Request(scope)) if scope["type"] == "http" else None
-        if refusal is not None:
-            return await refusal(scope, receive, send)
+        if refusal is not None:  # as a problem document, as the servers' other refusals (nc33b: the SDK's text)
+            from sync.hub import problem_response
+            from sync.wire import PROBLEM_BASE, Problem
+
+            what = "host" if refusal.status_code == 421 else "origin"
+            problem = Problem(type=f"{PROBLEM_BASE}foreign-{what}", title=refusal.body.decode(),
+                              status=refusal.status_code, detail=f"on loopback this server answers only its own "
+                              f"{what} names (a page elsewhere must not read it through DNS rebinding)")
+            return await problem_response(problem)(scope, receive, send)
         await self.app(scope, receive, send)
 
 

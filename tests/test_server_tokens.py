@@ -258,7 +258,8 @@ def test_ui_on_loopback_refuses_a_foreign_host_or_origin_as_mcp_does(workspace):
                 assert client.get("/asof", headers={"Host": f"{name}:{port}"}).status_code == 200
             assert client.get("/asof", headers={"Origin": f"http://localhost:{port}"}).status_code == 200
             foreign = client.get("/asof", headers={"Host": f"evil.example:{port}"})
-            assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
+            assert foreign.status_code == 421 and foreign.json()["title"] == "Invalid Host header"  # JSON (nc33b)
+            assert foreign.headers["content-type"] == "application/problem+json"
             assert client.get("/asof", headers={"Host": f"127.0.0.1:{port + 1}"}).status_code == 421
             assert client.get("/search?q=deploy", headers={"Origin": "http://evil.example"}).status_code == 403
     finally:
