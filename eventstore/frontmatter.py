@@ -166,10 +166,15 @@ def parse(yaml_text: str) -> dict[str, Any]:
     try:
         data = msgspec.yaml.decode(yaml_text.encode("utf-8")) if yaml_text.strip() else None
     except msgspec.DecodeError as exc:
+        if "maximum nesting depth" in str(exc):  # PyYAML 6.0.4 bounds a flow's depth itself
+            raise InvalidInput(TOO_DEEP) from None
         raise InvalidInput(_yaml_refusal(str(exc))) from None
     except RecursionError:
-        raise InvalidInput(f"frontmatter is nested too deep (or refers to itself); the limit is {MAX_DEPTH}") from None
+        raise InvalidInput(TOO_DEEP) from None
     return check(data)
+
+
+TOO_DEEP = f"frontmatter is nested too deep (or refers to itself); the limit is {MAX_DEPTH}"
 
 
 def check(data: Any) -> dict[str, Any]:
