@@ -241,7 +241,8 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
     """A note for each page whose current version is among the redacted `events`: the page now shows the redaction's
     stub in its place, as every agent's copy will once it is pushed (a shared page), which a user redacting a write
     made by mistake did not expect (nc26b); the note names the version before, and the write that brings its text
-    back. A version in `apart` never went out: no other agent's copy is told of it."""
+    back. A version in `apart` (none went out) of a layer the agent no longer produces is taken back: no other agent's
+    copy is told of it."""
     notes = []
     for event in events:
         version = page_version(event.body) if event.kind in ("page.ingest", "page.update") else None
@@ -258,10 +259,10 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`, "
                 "brings the version before back" if before is not None and before.kind != "redacted" else
                 f"`mem page write {slug}{layer} --file FILE` writes it anew")
-        if event.layer != MIND and event.layer not in memory.local_layers() and not memory.produces(event.layer):
-            # nc32b: not a write it cannot make
+        shared = event.layer != MIND and event.layer not in memory.local_layers()
+        if shared and not memory.produces(event.layer):  # nc32b: not a write it cannot make
             back = f"this agent does not produce {event.layer} now, so a producer of it writes the page anew"
-        shared = event.layer != MIND and event.layer not in memory.local_layers() and event.id not in apart
+            shared = event.id not in apart  # taken back: it never goes out (one not pushed yet goes: nc33a)
         notes.append(f"{path} shows `[redacted: {reason}]` now, its current version redacted"
                      + (", and so will every agent's copy once it is pushed" if shared else "") + f": {back}")
     return notes

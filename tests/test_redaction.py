@@ -1244,6 +1244,12 @@ def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the
     run_mem("hub", "contract", "apply", tmp_path / "pages.toml", "--db", team / "hub.db", check=True)
     mem(team / "main", "pull", check=True)
     page = tmp_path / "plan.md"
+    page.write_text("---\ntitle: later\ntype: note\n---\nlater text\n")
+    mem(team / "main", "page", "write", "later", "--layer", "drafts", "--file", page, check=True)
+    later = json.loads(mem(team / "main", "history", "content/drafts/later.md", "--json", check=True).stdout)[-1]["seq"]
+    unpushed = mem(team / "main", "redact", str(later), "--reason", "oops", check=True).stderr.decode()
+    assert "and so will every agent's copy once it is pushed" in unpushed, unpushed  # nc33a: its push sends it
+    mem(team / "main", "push", check=True)
     for slug in ("sent", "kept"):
         page.write_text(f"---\ntitle: {slug}\ntype: note\n---\n{slug} text\n")
         mem(team / "main", "page", "write", slug, "--layer", "drafts", "--file", page, check=True)
