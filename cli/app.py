@@ -410,15 +410,20 @@ def always_list(json: bool = JsonOpt, at: Optional[str] = AtOpt, seq: Optional[i
 # --- point in time ------------------------------------------------------------------------------
 
 
-def why_absent(mem, path: str, moment: int, asked: bool) -> str:
+def why_absent(mem, path: str, moment: int, asked: bool, tools: bool = False) -> str:
     """Why `path` shows nothing as of `moment` (`asked`: a moment was given), with the way to what it was: the
-    page deleted, renamed, moved by the contract, or under its older name then (nc24b: a rename read as a delete)."""
+    page deleted, renamed, moved by the contract, or under its older name then (nc24b: a rename read as a delete).
+    `tools`: the way named as the MCP `show` tool takes it (nc33a: it said a dropped layer's page did not exist)."""
     from projections.history import by_contract, history, moved
     from projections.views import page_path, slug_of
 
+    def shows(name: str, seq: int | None) -> str:
+        if tools:
+            return f"the show tool with path {name!r}" + (f" and seq {seq}" if seq is not None else "")
+        return f"`mem show {shlex.quote(name)}" + (f" --seq {seq}`" if seq is not None else "`")
+
     versions = [version for version in history(mem, path) if version.seq <= moment]
     last = versions[-1] if versions else None
-    quoted = shlex.quote(path)
     if last is not None and last.deleted:  # the way back to it, where "does not exist" was all it said
         rename = mem.event(last.seq).body if last.kind == "page.rename" else None
         if by_contract(last):  # not deleted (nc21a)
@@ -431,16 +436,15 @@ def why_absent(mem, path: str, moment: int, asked: bool) -> str:
                     break
                 at_seq = later[-1].seq
                 new = page_path(getattr(mem.event(at_seq).body, "new", slug_of(new)))
-            then = f" --seq {moment}" if asked else ""
-            gone = f"{path} was renamed to {new} at seq {last.seq} (`mem show {shlex.quote(new)}{then}`)" if \
+            then = moment if asked else None
+            gone = f"{path} was renamed to {new} at seq {last.seq} ({shows(new, then)})" if \
                 at_seq == last.seq else (f"{path} was renamed at seq {last.seq}, and is {new} by then "
-                                         f"(`mem show {shlex.quote(new)}{then}`)")
+                                         f"({shows(new, then)})")
         else:
             gone = f"{path} was deleted at seq {last.seq}"
-        return f"{gone}; `mem show {quoted} --seq {last.seq - 1}` shows it as it was"
+        return f"{gone}; {shows(path, last.seq - 1)} shows it as it was"
     if last is not None and last.path != path:  # the page had its older name then
-        return (f"{path} did not exist then: the page was {last.path} (`mem show {shlex.quote(last.path)} "
-                f"--seq {moment}`)")
+        return f"{path} did not exist then: the page was {last.path} ({shows(last.path, moment)})"
     return f"{path} did not exist then" if asked else f"{path} does not exist"
 
 

@@ -373,7 +373,9 @@ def build_server(mem: Memory) -> MCPServer:
         if text is None:
             text = mem.file_text(rel, as_of)
         if text is None:
-            raise ToolError(f"{rel} did not exist then" if at or seq is not None else f"{rel} does not exist")
+            from .app import why_absent
+
+            raise ToolError(why_absent(mem, rel, as_of, at is not None or seq is not None, tools=True))
         return [text, *said]
 
     @register

@@ -347,3 +347,37 @@ def test_a_page_of_a_dropped_layer_is_named_by_layer_and_slug_as_before(team, tm
     assert named == by_path and "page.ingest    content/drafts/launch.md" in named, named
     seq = named.split()[0]
     assert "v1" in out(team.mem("alice", "show", "drafts/launch", "--seq", seq, check=True))
+
+
+def test_the_show_tool_says_where_a_dropped_layers_page_went_as_the_cli_does(team, tmp_path):
+    """Regression (nc33a): the MCP `show` tool said a page of a dropped layer "does not exist" (or "did not exist
+    then"), where `mem show` says the layer was dropped and how to read the page as it was."""
+    import anyio
+    from mcp.client.client import Client
+
+    from cli.mcp_server import build_server
+    from projections.memory import Memory
+
+    drafts = layer("drafts", "content/drafts/", "pages")
+    team.apply(OPS + INSIGHTS + drafts)
+    team.mem("alice", "pull", check=True)
+    team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", "v1"),
+             check=True)
+    team.mem("alice", "sync", check=True)
+    team.apply(OPS + INSIGHTS)
+    team.mem("alice", "sync", check=True)
+    cli = team.mem("alice", "show", "drafts/launch").stderr.decode()
+    dropped = [row[0] for row in log_rows(team.root / "alice") if row[6] == "contract.change"][-1]
+
+    async def main():
+        with Memory.open(team.root / "alice") as mem:
+            async with Client(build_server(mem)) as client:
+                return [await client.session.call_tool("show", {"path": "drafts/launch", **extra})
+                        for extra in ({}, {"seq": dropped})]
+
+    for result in anyio.run(main):
+        assert result.is_error and result.content[0].text == (
+            f"content/drafts/launch.md: layer drafts dropped from the contract at seq {dropped}; the show tool with "
+            f"path 'content/drafts/launch.md' and seq {dropped - 1} shows it as it was"), result.content[0].text
+    assert cli == (f"error: content/drafts/launch.md: layer drafts dropped from the contract at seq {dropped}; `mem show "
+                   f"content/drafts/launch.md --seq {dropped - 1}` shows it as it was\n"), cli
