@@ -126,6 +126,16 @@ def main_options(workspace: Optional[Path] = typer.Option(
     state["workspace"] = workspace
 
 
+def unwritten_warnings(report) -> list[str]:
+    """What a refresh left unwritten, said: files edited by hand, and files due in a page folder moved aside (nc33a:
+    they were called edited by hand)."""
+    said = [f"not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)"] if report.refused else []
+    if report.gone:
+        said.append(f"not writing {', '.join(report.gone)}: its folder is gone (moved aside?); put it back, or `mem "
+                    "replay` writes it again from the log (see `mem status`)")
+    return said
+
+
 @contextlib.contextmanager
 def memory(refresh: bool = True, rebuild_damaged: bool = False):
     """The workspace's Memory for one command, caught up first unless `refresh` is False. Says at the end
@@ -135,10 +145,9 @@ def memory(refresh: bool = True, rebuild_damaged: bool = False):
     with Memory.open(state["workspace"], rebuild_damaged=rebuild_damaged) as mem:
         if refresh:
             report = caught_up(mem)
-            state["refused"] = set(report.refused)  # said here once: a pull's report names them again
-            if report.refused:
-                typer.echo(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
-                           err=True)
+            state["refused"] = set(report.unwritten)  # said here once: a pull's report names them again
+            for warning in unwritten_warnings(report):
+                typer.echo(f"warning: {warning}", err=True)
         head = mem.log.head()
         try:
             yield mem

@@ -31,7 +31,7 @@ from projections.memory import Memory, below_zero
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
-from .app import point, release, resolve_at
+from .app import point, release, resolve_at, unwritten_warnings, why_absent
 from .output import (LEFT_ON_DISK, TOO_LARGE, VIEWS_HOLD, cleared_line, compacted_line, event_line, held_lines,
                      kept_by_hand, redacted_line, taken_back_line)
 
@@ -210,9 +210,8 @@ class FileFlush:
             print(f"warning: the workspace's files were not rewritten: {cause} (the log holds every change; the files "
                   "are written again after the next change, and when the server stops)", file=sys.stderr)
             return
-        if report.refused:
-            print(f"warning: not overwriting hand-edited {', '.join(report.refused)} (see `mem status`)",
-                  file=sys.stderr)
+        for warning in unwritten_warnings(report):
+            print(f"warning: {warning}", file=sys.stderr)
 
 
 class MindlogServer(MCPServer):
@@ -373,8 +372,6 @@ def build_server(mem: Memory) -> MCPServer:
         if text is None:
             text = mem.file_text(rel, as_of)
         if text is None:
-            from .app import why_absent
-
             raise ToolError(why_absent(mem, rel, as_of, at is not None or seq is not None, tools=True))
         return [text, *said]
 
@@ -614,7 +611,7 @@ def parse_http(address: str) -> tuple[str, int]:
     from sync.server import bare_host
 
     host, _, port = address.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):  # int() reads "４" and fails on "²" (nc33a)
         raise MemError(f"--http takes HOST:PORT or PORT, not {address!r:.120}")
     return bare_host(host) or DEFAULT_HOST, int(port)
 

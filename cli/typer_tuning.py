@@ -5,11 +5,13 @@ the rest of a `mem status`. Our options are plain str, int, bool and Path values
 parsers), and lists of them: those are converted here directly, and anything else still goes through typer's own path.
 Typer's rich help also shows `<bool>` after every flag, though a flag takes no value."""
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args, get_origin
 
 SCALARS = (str, int, bool, Path)
+WHOLE = re.compile(r"[+-]?[0-9]+")
 BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -22,8 +24,8 @@ def tune_typer() -> None:
         if isinstance(value, kind):
             return value
         try:
-            if kind is int and isinstance(value, str) and not value.isascii():  # int() reads '١' and '１' (nc32a)
-                raise ValueError(value)
+            if kind is int and isinstance(value, str) and not WHOLE.fullmatch(value.strip()):  # int() reads '١',
+                raise ValueError(value)  # '１' (nc32a) and '1_0' as 10 (nc33a)
             converted = BOOLS[str(value).lower()] if kind is bool else kind(value)
         except (KeyError, TypeError, ValueError):
             name = {int: "integer", bool: "boolean", Path: "path"}.get(kind, kind.__name__)

@@ -19,7 +19,7 @@ UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
          "d": 86400, "day": 86400, "days": 86400,
          "w": 604800, "week": 604800, "weeks": 604800}
 
-AGO = re.compile(r"(\d+)\s*([a-z]+)\s+ago")
+AGO = re.compile(r"([0-9]+)\s*([a-z]+)\s+ago")
 DAY_AND_TIME = re.compile(r"(today|yesterday)(?:\s+(\d{1,2}:\d{2}(?::\d{2})?))?")
 CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?")
 YEAR = re.compile(r"\s*(\d{4})-")

@@ -145,8 +145,8 @@ class Citation(msgspec.Struct, omit_defaults=True):
     seq: int | None = None
 
 
-_SEQ_CITE = re.compile(r"^\[?S(\d+)\]?$")
-_AUDIT_CITE = re.compile(r"^adf-audit://seq/(\d+)(?:\?loop=([a-z0-9_-]+))?$")
+_SEQ_CITE = re.compile(r"^\[?S([0-9]+)\]?$")  # ASCII digits: `\d` took "١" (nc33a)
+_AUDIT_CITE = re.compile(r"^adf-audit://seq/([0-9]+)(?:\?loop=([a-z0-9_-]+))?$")
 _ENTRY_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}(?:-[0-9a-f]{4}-[0-9a-f]{12})?"
 """An entry's id as `mem search` cites it, or as its layer's file shows it (18 characters)."""
 _ENTRY_CITE = re.compile(r"^[0-9a-f]{8}-[0-9a-f-]{1,27}$")

@@ -18,7 +18,12 @@ from .views import LOG_PATH, Views
 class FileReport(msgspec.Struct):
     written: list[str] = []
     removed: list[str] = []
-    refused: list[str] = []
+    refused: list[str] = []  # edited by hand: left as they are
+    gone: list[str] = []  # due in a page folder moved aside (FoldersGone): not written until it is back
+
+    @property
+    def unwritten(self) -> list[str]:
+        return [*self.refused, *self.gone]
 
 
 class InTheWay(UnsafePath):
@@ -348,7 +353,7 @@ def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = Fals
                 checked = stat_key(target)
                 on_disk = disk_hash(target, seen, checked) if checked is not None else None
                 if on_disk is None and not (dry_run or into_gone) and gone.holds(path) is not None:
-                    report.refused.append(path)
+                    report.gone.append(path)
                     continue
                 edited = on_disk is not None and on_disk != written and on_disk != landings.get(path) and not (
                     force is True or force and path in force)
@@ -385,7 +390,7 @@ def materialize(views: Views, root: Path, *, force: bool | frozenset[str] = Fals
                     continue
                 records.append((target, path, new_hash, content if chunks is not None and path != LOG_PATH else None))
         wait(ahead.values())  # a file refused before its text was needed: no thread reads on while these are recorded
-        for paths in (report.written, report.removed, report.refused):
+        for paths in (report.written, report.removed, report.refused, report.gone):
             paths.sort()  # in the order of `dirty`, as if the files rendered ahead had not waited
         _land(views, staged, records, report)
     if records:

@@ -428,7 +428,7 @@ class Memory:
             refuse_in_the_way(self.root, path)
         with self.lock():
             self.witnesses()  # views the log cannot have given are folded onto by nothing, this append's included
-            self.refuse_mind_gone(touches)
+            self.refuse_folder_gone(touches)
             if not force:
                 gone, known = set(gone), self.views.written.hashes(set(touches))
                 strangers = [p for p in touches if p not in known and (self.root / p).is_file()]  # made by hand: the
@@ -483,17 +483,21 @@ class Memory:
                        "that can" if views_followed else
                        f"recorded, but the views and files are behind the log ({why}); they catch up at the next command")
 
-    def refuse_mind_gone(self, touches: Iterable[str]) -> None:
-        """Refuses a write into mind/ while the folder is gone with the pages it held (moved aside: a backup, an
-        editor's move): written, it would make mind/ again with this page alone, and the next `mem adopt` or `mem
-        watch` take the others for deleted (nc31a)."""
-        if (self.root / "mind").is_dir() or not any(path.startswith("mind/") for path in touches):
+    def refuse_folder_gone(self, touches: Iterable[str]) -> None:
+        """Refuses a write into a page folder (mind/, a pages layer's) gone with the pages it held (moved aside: a
+        backup, an editor's move): written, it would make the folder again with this page alone, and the next `mem
+        adopt` or `mem watch` take the others for deleted (nc31a); the write is not recorded to wait unwritten
+        (nc33a: it was, a pages layer's, and said nothing)."""
+        from .materialize import FoldersGone
+
+        gone = FoldersGone(self.views, self.root)
+        folder = next((found for path in touches if (found := gone.holds(path)) is not None), None)
+        if folder is None:
             return
-        pages = [path for path in self.views.paths() if slug_of(path)]
-        if pages:
-            raise InvalidInput(f"mind/ is gone, with its {len(pages)} page(s) (moved aside?): put it back, or `mem "
-                               "replay` writes it again from the log (`mkdir mind` then `mem adopt` records their "
-                               "deletion); then write again")
+        pages = [path for path in self.views.paths() if path.startswith(folder) and path != LOG_PATH]
+        raise InvalidInput(f"{folder} is gone, with its {len(pages)} page(s) (moved aside?): put it back, or `mem "
+                           f"replay` writes it again from the log (`mkdir {folder.rstrip('/')}` then `mem adopt` "
+                           "records their deletion); then write again")
 
     def hand_edited_message(self, paths: list[str], *, tools: bool = False) -> str:
         """Why a write touching these hand-edited files is refused, and what can be done about each (a file mindlog

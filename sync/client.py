@@ -901,7 +901,7 @@ def _backfill(memory, client: HubClient, tally: "_Tally", layers: list[str], fol
             break
         at = page.cursor
     if fold:
-        tally.skipped.update(memory.follow().refused)
+        tally.skipped.update(memory.follow().unwritten)
 
 
 def _redactions_apart(memory, client: HubClient, tally: "_Tally", fold: bool) -> None:
@@ -932,7 +932,7 @@ def _redactions_apart(memory, client: HubClient, tally: "_Tally", fold: bool) ->
         if not page.more or not page.events or page.cursor == at:  # a full page alone has more after it
             break
     if fold and stored:
-        tally.skipped.update(memory.follow().refused)
+        tally.skipped.update(memory.follow().unwritten)
 
 
 def fetch_contract(memory, remote: Remote, client: HubClient, say=None) -> tuple[ContractResponse, Asked]:
@@ -1202,7 +1202,7 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 break
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
-    tally.skipped.update(memory.follow().refused)
+    tally.skipped.update(memory.follow().unwritten)
     return PullReport(remote=remote.name, pulled=tally.pulled, cursor=memory.log.state(key) or "",
                       returned=tally.returned, skipped=sorted(tally.skipped), rejected=tally.rejected,
                       already_held=tally.already_held, restarted=tally.restarted,
@@ -1374,7 +1374,7 @@ class _Tally:
         if not apart:
             self.advance(position)
         if events and not page.more and fold:
-            self.skipped.update(memory.follow().refused)  # once caught up: a burst renders its files once
+            self.skipped.update(memory.follow().unwritten)  # once caught up: a burst renders its files once
         if events and self.on_batch:
             conflicts = []
             if not page.more and fold:  # folded: a follower says a conflict as `mem pull` does (it said none: nc23b)
@@ -1568,7 +1568,7 @@ class _ViewsBuilder:
             if self._redacted():
                 report = replay(self.memory, keep_hand_edits=True)
             if report.files is not None:
-                self.tally.skipped.update(report.files.refused)
+                self.tally.skipped.update(report.files.unwritten)
                 self.memory.redactions_rewritten(report.files.refused)
         finally:
             self.thread.shutdown()

@@ -246,10 +246,16 @@ def test_a_number_past_what_the_log_holds_is_one_line_not_a_traceback(workspace)
         result = run_mem(*command, "--workspace", workspace)
         assert result.returncode == 2 and result.stderr.decode().endswith(
             f": {huge} is out of range: whole numbers go from -2**63 to 2**63 - 1.\n"), result.stderr
-    for digits in ("\u0661", "\uff11"):  # int() reads them as 1 (nc32a): `diff seq:` and the web pages refused them
+    for digits in ("\u0661", "\uff11", "1_0"):  # int() reads 1, 1, 10 (nc32a, nc33a): `diff seq:` refuses them
         result = run_mem("show", "mind.md", "--seq", digits, "--workspace", workspace)
         assert result.returncode == 2 and result.stderr.decode().endswith(
             f"'--seq': '{digits}' is not a valid integer.\n"), result.stderr
+    for command, said in ((["cite", "[S\u0661]"], "is not a citation"), (["show", "mind.md", "--at", "\u0662 h ago"],
+                          "is not a time mindlog understands"), (["mcp", "--http", "\u00b2"], "--http takes HOST:PORT"),
+                         (["mcp", "--http", "127.0.0.1:\uff14\uff17"], "--http takes HOST:PORT")):
+        result = run_mem(*command, "--workspace", workspace)
+        assert result.returncode != 0 and said in result.stderr.decode() and b"Traceback" not in result.stderr, (
+            command, result.stderr)
 
     async def session_body(session):
         return [await call(session, "cite", citation=f"[S{number}]") for number in (huge, longest)]

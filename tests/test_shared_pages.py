@@ -10,7 +10,7 @@ import pytest
 
 from conftest import log_rows, mem_command
 from projections.memory import Memory
-from teamhub import PAGE, Team
+from teamhub import CONTRACT, PAGE, Team
 from test_shared_hold import assert_kept_heads_are_the_heads
 
 PRICING = "content/drafts/pricing.md"
@@ -466,6 +466,17 @@ def test_a_pull_writes_no_page_into_a_pages_layers_folder_moved_aside(team):
     assert "missing:" not in status and "not yet written:" not in status
     assert json.loads(team.mem("reviewer", "status", "--json", check=True).stdout)["folders_gone"] == {
         "content/drafts/": 3}
+    later = team.mem("reviewer", "show", "mind.md").stderr.decode()  # nc33a: not "not overwriting hand-edited"
+    assert later == ("warning: not writing content/drafts/r.md: its folder is gone (moved aside?); put it back, or "
+                     "`mem replay` writes it again from the log (see `mem status`)\n"), later
+    rows = log_rows(team.root / "reviewer")
+    team.apply(CONTRACT.replace('producers = ["researcher", "writer", "reviewer"]', 'producers = ["*"]'))
+    team.mem("reviewer", "pull", check=True)
+    written = team.mem("reviewer", "page", "write", "s", "--layer", "drafts", "--file", team.page("s", "S", "x"))
+    assert written.returncode == 1 and written.stderr.decode().endswith(  # nc33a: recorded, exit 0, unsaid
+        "error: content/drafts/ is gone, with its 3 page(s) (moved aside?): put it back, or `mem replay` writes it "
+        "again from the log (`mkdir content/drafts` then `mem adopt` records their deletion); then write again\n"), written
+    assert log_rows(team.root / "reviewer") == rows  # a change of producers records nothing
     rows = log_rows(team.root / "reviewer")
     assert team.mem("reviewer", "adopt").returncode == 1 and log_rows(team.root / "reviewer") == rows
     drafts.with_name("drafts.bak").rename(drafts)
