@@ -145,10 +145,9 @@ def bad_tool_call(message) -> str | None:
     """What is wrong with `message`, a tool call whose name is missing or no string, or whose arguments are no JSON
     object (a string holding one, say), which the SDK answers with a bare -32602 that does not say (nc28a, nc32a);
     None for any other message."""
-    if not isinstance(message, JSONRPCRequest) or message.method != "tools/call" \
-            or not isinstance(message.params, dict):
+    if not isinstance(message, JSONRPCRequest) or message.method != "tools/call":
         return None
-    if not isinstance(message.params.get("name"), str):
+    if not isinstance(message.params, dict) or not isinstance(message.params.get("name"), str):  # no params: nc33a
         return NAME_NOT_A_STRING
     arguments = message.params.get("arguments")
     return ARGUMENTS_NOT_AN_OBJECT if arguments is not None and not isinstance(arguments, dict) else None

@@ -817,14 +817,15 @@ def test_a_tool_call_whose_arguments_are_no_object_is_told_so_over_stdio(workspa
         {**call, "id": 2, "params": {"name": "loop_append", "arguments": ["user", "x"]}},
         {**call, "id": 3, "params": {"name": "loop_append", "arguments": {"role": "user", "text": "y"}}},
         {**call, "id": 4, "params": {"name": 123, "arguments": {}}},  # nc32a: a bare -32602 too
-        {**call, "id": 5, "params": {"arguments": {"role": "user", "text": "z"}}})]
-    answers, err, code = raw_session(workspace, lines, 6)
+        {**call, "id": 5, "params": {"arguments": {"role": "user", "text": "z"}}},
+        {**call, "id": 6})]  # no params at all (nc33a)
+    answers, err, code = raw_session(workspace, lines, 7)
     assert code == 0 and b"Traceback" not in err
     told = {"code": -32602, "message": "Invalid params: a tool call's arguments must be a JSON object"}
     assert [a.get("error") for a in answers if a.get("id") in (1, 2)] == [told, told]
     named = {"code": -32602, "message": "Invalid params: a tool call's name must be a string, the name of one of the "
                                         "tools tools/list gives"}
-    assert [a.get("error") for a in answers if a.get("id") in (4, 5)] == [named, named]
+    assert [a.get("error") for a in answers if a.get("id") in (4, 5, 6)] == [named, named, named]
     assert [a["result"]["isError"] for a in answers if a.get("id") == 3] == [False]
     assert len(log_rows(workspace)) == 1
 
