@@ -958,6 +958,12 @@ class Memory:
     def declare_layer(self, name: str, path: str, format: str = "entries") -> Event:
         """A local layer (no hub needed): its declaration is a config event."""
         local_layers.check_name(name)  # before the key is made of it: `Bad Name` is no layer name, not a config key
+        if name not in self.local_layers():
+            others = next((row[4] for row in self.log.read_rows(layers=[name]) if row[4] != self.config.agent), None)
+            if others is not None:  # nc33a: the new local layer showed the team's pages, and wrote over them
+                raise InvalidInput(f"the log holds other agents' events of layer {name!r} ({others}'s among them), "
+                                   "from a hub that shares or shared it: a local layer of that name would take them "
+                                   "in; choose another name")
         return self.config_set(f"layers.{name}", {"path": path, "format": format})
 
     def set_contract(self, contract) -> bool:

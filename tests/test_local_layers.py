@@ -199,6 +199,31 @@ def test_a_local_layer_never_leaves_even_when_the_hub_gets_a_layer_of_its_name(t
         team.stop()
 
 
+def test_a_local_layer_is_refused_a_name_whose_events_other_agents_wrote(tmp_path):
+    """Regression (nc33a): after the hub dropped `drafts`, `mem layer add drafts notes/ --format pages` took in the
+    team's pages of it (written into the agent's own folder, its next write an update over a teammate's version).
+    A local layer of a name the log holds other agents' events of is refused; nothing is recorded."""
+    from teamhub import CONTRACT, Team
+
+    team = Team(tmp_path, agents=("alice", "writer"))
+    try:
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "by bob"),
+                 check=True)
+        team.mem("writer", "push", check=True)
+        team.mem("alice", "pull", check=True)
+        team.apply(CONTRACT.split("[layers.drafts]")[0])
+        team.mem("alice", "pull", check=True)
+        rows = log_rows(tmp_path / "alice")
+        refused = team.mem("alice", "layer", "add", "drafts", "notes/", "--format", "pages")
+        assert refused.returncode == 1 and refused.stderr.decode() == (
+            "error: the log holds other agents' events of layer 'drafts' (writer's among them), from a hub that shares or "
+            "shared it: a local layer of that name would take them in; choose another name\n"), refused
+        assert log_rows(tmp_path / "alice") == rows and not (tmp_path / "alice/notes").exists()
+        team.mem("alice", "layer", "add", "mydrafts", "notes/", "--format", "pages", check=True)
+    finally:
+        team.stop()
+
+
 def test_entries_written_to_a_local_layer_stay_local_after_its_declaration_is_redacted(tmp_path):
     """Regression (nc13b): `mem redact` of the layer's `config.set layers.journal` un-declared it; once the hub's
     contract had a layer of that name, status said "1 to push" and the push sent the private entry to every
