@@ -673,6 +673,8 @@ def show_status(json: bool, fetch: bool) -> None:
         if label == "missing" and paths:
             typer.echo(f"{'':<17}(deleted by hand: `mem adopt` records a page's deletion; `mem show PATH > PATH` "
                        "puts a file back, `mem replay` every one)")
+    for why in report.in_the_way:
+        typer.echo(f"{'in the way:':<17}{one_line(why)}")
     for folder, files in report.folders_gone.items():
         typer.echo(f"{'folder gone:':<17}{one_line(folder)} ({files} file(s) mindlog writes there; moved aside? put it "
                    "back, or `mem replay` writes it again from the log; `mem adopt` takes none as deleted)")

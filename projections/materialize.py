@@ -31,13 +31,19 @@ class InTheWay(UnsafePath):
     goes (open() says only `[Errno 21] Is a directory`)."""
 
 
-def in_the_way(path: Path, error: OSError) -> InTheWay:
+def in_the_way(path: Path, error: OSError, files: int = 0) -> InTheWay:
+    """`files`: how many files go under a file standing where their folder goes, said instead of `path`'s name."""
     if isinstance(error, IsADirectoryError):
-        return InTheWay(f"{path} is a directory where mindlog writes a file; move it away (`mem replay` then "
-                        "writes the file)")
+        found = InTheWay(f"{path} is a directory where mindlog writes a file; move it away (`mem replay` then "
+                         "writes the file)")
+        found.blocking = path
+        return found
     blocking = next((parent for parent in path.parents if parent.is_file()), path.parent)
-    return InTheWay(f"{blocking} is a file where mindlog needs a folder (for {path.name}); move it away (`mem replay` "
-                    "then writes the files)")
+    found = InTheWay(f"{blocking} is a file where mindlog needs a folder (for "
+                     f"{f'{files} files' if files > 1 else path.name}); move it away (`mem replay` then writes the "
+                     "files)")
+    found.blocking = blocking
+    return found
 
 
 def refuse_in_the_way(root: Path, path: str) -> None:
@@ -173,12 +179,19 @@ def write_atomic(target: Path, chunks) -> str:
     return digest
 
 
-def hand_edited(views: Views, root: Path, paths=None) -> list[str]:
-    """Files whose bytes on disk are not what mindlog last wrote there."""
+def hand_edited(views: Views, root: Path, paths=None, in_the_way: dict[str, InTheWay] | None = None) -> list[str]:
+    """Files whose bytes on disk are not what mindlog last wrote there. With `in_the_way`, a file something stands in
+    the way of (a file where its folder goes) is noted there, path -> InTheWay, not raised (`mem status` says it)."""
     found = []
     landings = views.written.landings()
     for path, written in views.written.hashes(paths).items():
-        on_disk = file_hash(root / path)
+        try:
+            on_disk = file_hash(root / path)
+        except InTheWay as exc:
+            if in_the_way is None:
+                raise
+            in_the_way[path] = exc
+            continue
         if on_disk is None or on_disk == written or on_disk == landings.get(path):
             continue
         chunks = views.file_chunks(path)

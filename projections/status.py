@@ -1,11 +1,13 @@
 """`mem status`: how the views and the files on disk stand against the log."""
 
+from collections import Counter
+
 import msgspec
 
 from eventstore.backends import shown
 from eventstore.workspace import log_damaged
 
-from .materialize import FoldersGone, hand_edited, stale_temp_files, untracked
+from .materialize import FoldersGone, InTheWay, hand_edited, in_the_way, stale_temp_files, untracked
 from .replay import leftovers, lock_free
 
 
@@ -33,6 +35,9 @@ class WorkspaceStatus(msgspec.Struct):
     redaction_cut_off: bool = False
     """A redaction committed and the rewrite of the files it changed was cut off: the files not written since may still
     hold what it removed, until the next command that writes files (Memory.redaction_cut_off)."""
+    in_the_way: list[str] = []
+    """Why files cannot be written or read where they go: a file stands where their folder goes (nc33a: `mem status`
+    failed with it, saying nothing else)."""
     folders_gone: dict[str, int] = {}
     """Page folders moved aside as a whole (materialize.FoldersGone) -> how many files mindlog wrote there are due or
     missing: not listed as missing one by one (deleted by hand), as `mem adopt` does not take them for deleted."""
@@ -56,12 +61,16 @@ def workspace_status(memory) -> WorkspaceStatus:
     checkpoint, head = memory.witnesses()  # views another log gave, or edited outside mem: said, not counted "behind"
     if head and memory.log.recorded_at(head) is None:
         raise log_damaged(shown(memory.config.log or memory.ws.log_path), f"its head, seq {head}, holds no event")
+    blocked_by: dict[str, InTheWay] = {}
     if head > checkpoint and not any(memory.views.written.hashes().values()):
         edited, loose = [], []  # views lost (or rebuilt from nothing): they know no file, so none is judged yet
     else:
-        edited, loose = hand_edited(memory.views, memory.root), untracked(memory.views, memory.root)
-    pending = [p for p, _hash in memory.views.written.dirty() if p not in edited and _owed(memory, p)]
-    missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending]
+        edited, loose = hand_edited(memory.views, memory.root, in_the_way=blocked_by), untracked(memory.views,
+                                                                                                memory.root)
+    pending = [p for p, _hash in memory.views.written.dirty() if p not in edited and p not in blocked_by
+               and _owed(memory, p)]
+    missing = [p for p in memory.views.paths() if not (memory.root / p).exists() and p not in pending
+               and p not in blocked_by]
     gone, folders_gone = FoldersGone(memory.views, memory.root), {}
     for path in [*pending, *missing]:
         folder = gone.holds(path)
@@ -73,12 +82,23 @@ def workspace_status(memory) -> WorkspaceStatus:
     return WorkspaceStatus(workspace=str(memory.root), agent=memory.config.agent, head=head, checkpoint=checkpoint,
                            behind=head - checkpoint, hand_edited=edited, pending=pending, missing=missing,
                            untracked=loose, blocked=memory.blocked(), unplaced=nowhere, folders_gone=folders_gone,
+                           in_the_way=_in_the_way(memory.root, blocked_by),
                            clean=head == checkpoint and not (edited or pending or missing or loose or nowhere
-                                                             or folders_gone),
+                                                             or folders_gone or blocked_by),
                            leftovers=[str(path.relative_to(memory.root)) for path in leftovers(memory.ws)],
                            redaction_cut_off=bool(pending or head > checkpoint) and memory.redaction_cut_off(),
                            temporary=[str(path.relative_to(memory.root)) for path in stale_temp_files(
                                memory.views, memory.root)] if lock_free(memory.ws) else [])
+
+
+def _in_the_way(root, blocked: dict[str, InTheWay]) -> list[str]:
+    """One line per thing in the way, however many files it keeps from their place (a file where a folder of 10,000
+    pages goes is one line)."""
+    kept_out = Counter(found.blocking for found in blocked.values())
+    said = {found.blocking: str(found) if kept_out[found.blocking] == 1 else
+            str(in_the_way(root / path, NotADirectoryError(), kept_out[found.blocking]))
+            for path, found in blocked.items()}
+    return sorted(said.values())
 
 
 def unplaced(memory) -> list[str]:

@@ -962,6 +962,19 @@ def test_a_mind_folder_deleted_while_it_held_no_page_is_made_again_by_the_next_w
     assert "clean" in run_mem("-w", workspace, "status", check=True).stdout.decode()
 
 
+def test_status_says_what_stands_where_mind_goes_instead_of_failing(workspace):
+    """Regression (nc33a): with a file where mind/ was, `mem status` (and `--json`) failed with the error alone."""
+    run_mem("-w", workspace, "page", "write", "a", "--file", "-", input=PAGE, check=True)
+    os.replace(workspace / "mind", workspace.parent / "mind.bak")
+    (workspace / "mind").write_text("not a folder\n")
+    said = run_mem("-w", workspace, "status", check=True).stdout.decode()
+    assert f"in the way:      {workspace / 'mind'} is a file where mindlog needs a folder" in said, said
+    status = json.loads(run_mem("-w", workspace, "status", "--json", check=True).stdout)
+    assert status["clean"] is False and status["missing"] == [] and status["in_the_way"] == [
+        f"{workspace / 'mind'} is a file where mindlog needs a folder (for 2 files); move it away (`mem replay` "
+        "then writes the files)"]
+
+
 def test_the_mind_folder_moved_aside_is_not_taken_as_the_deletion_of_every_page(workspace):
     """Regression (nc30b): `mv mind mind.bak` (a backup, an editor's move) under `mem adopt` or `mem watch` recorded
     the deletion of every page; putting the folder back was then refused. It is reported and nothing recorded."""
