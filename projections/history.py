@@ -110,7 +110,11 @@ def _moved_from(memory, path: str, tenure: tuple) -> list[Version]:
     if since and memory.views.own_file_at(path, since - 1):
         return history(memory, path, since - 1)
     old = memory.views.shared_path(layer, slug, since - 1) if since else None
-    if old is None and since:  # dropped from the contract then, and put back here: what it had here before (nc29b)
+    if old is None and since:  # dropped from the contract then, and put back: what it had where it was (nc29b)
+        placed = memory.views.last_placed(layer, since - 1)
+        earlier = memory.views.shared_path(layer, slug, placed[1]) if placed is not None else None
+        if earlier is not None and earlier != path:  # put back elsewhere: followed to there, its drop with it (nc33a)
+            return history(memory, earlier, placed[1] + 1)
         before = memory.views.tenure(path, since - 1)
         return history(memory, path, since - 1) if before is not None and before[:2] == (layer, slug) else []
     return history(memory, old, since - 1) if old and old != path else []

@@ -381,3 +381,27 @@ def test_the_show_tool_says_where_a_dropped_layers_page_went_as_the_cli_does(tea
             f"path 'content/drafts/launch.md' and seq {dropped - 1} shows it as it was"), result.content[0].text
     assert cli == (f"error: content/drafts/launch.md: layer drafts dropped from the contract at seq {dropped}; `mem show "
                    f"content/drafts/launch.md --seq {dropped - 1}` shows it as it was\n"), cli
+
+
+def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_elsewhere_keeps_its_versions_from_before(team):
+    """Regression (nc33a): a layer dropped, then put back at another folder: `mem history LAYER/SLUG` began at the
+    contract change that placed it anew; the versions at its old folder (which `mem diff` links) were left out."""
+    drafts, posts = layer("drafts", "content/drafts/", "pages"), layer("drafts", "content/posts/", "pages")
+    team.apply(OPS + INSIGHTS + drafts)
+    team.mem("alice", "pull", check=True)
+    for text in ("v1", "v2"):
+        team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", text),
+                 check=True)
+    team.mem("alice", "sync", check=True)
+    for contract in (OPS + INSIGHTS, OPS + INSIGHTS + posts):
+        team.apply(contract)
+        team.mem("alice", "sync", check=True)
+    team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", "v3"),
+             check=True)
+    for name in ("drafts/launch", "content/posts/launch.md"):
+        lines = out(team.mem("alice", "history", name, check=True)).splitlines()
+        assert [line.split(None, 3)[3] for line in lines] == [
+            "page.ingest    content/drafts/launch.md", "page.update    content/drafts/launch.md",
+            "contract.change content/drafts/launch.md  (layer drafts dropped from the contract)",
+            "contract.change content/posts/launch.md  (layer drafts placed here by the contract)",
+            "page.update    content/posts/launch.md"], (name, lines)
