@@ -712,6 +712,9 @@ def show_status(json: bool, fetch: bool) -> None:
                    f"last pull {r.last_pull or 'never'}" + (f" (to hub position {r.pulled_to})" if r.pulled_to else ""))
         for held in r.held:
             typer.echo(f"  held back: {held.count} in {held.layer}: {held.why}")
+        for path in r.taken_back:
+            typer.echo(f"  taken back: {one_line(path)} shows this agent's version it took back before it went out "
+                       f"(redacted); the others show the version before it, until a producer writes the page anew")
     if report.clean:
         typer.echo("clean: every file is what the log says")
     if short:

@@ -588,6 +588,21 @@ def _taken(memory, remote: Remote) -> set[int]:
     return set(json.loads(memory.log.state(_taken_key(remote)) or "[]"))
 
 
+def shown_taken_back(memory, remote: Remote) -> list[str]:
+    """The shared pages whose file shows a version this agent took back before it went out (its stub): the other
+    agents show the version before it, and nothing else says this copy differs (nc33a); until a producer writes the
+    page anew."""
+    from eventstore.redaction import page_version
+
+    shown = []
+    for seq in sorted(_taken(memory, remote)):
+        event = memory.log.get_by_seq(seq)
+        version = page_version(event.body) if event is not None else None
+        if version is not None and version[0] and memory.views.shared_winner(event.layer, version[0]) == event.id:
+            shown.append(memory.page_file(event.layer, version[0]))
+    return shown
+
+
 def _came_key(name: str) -> str:
     return f"from-hub:{name}"
 

@@ -9,7 +9,7 @@ from projections.shared import Conflict
 from projections.status import WorkspaceStatus, workspace_status
 
 from .client import (PULLING_AGAIN, PUSHING_AGAIN, HeldBack, HubClient, PULL_BATCH, ask_contract, hub_behind,
-                     hub_lost_pushes, load_remotes, outgoing, uncovered)
+                     hub_lost_pushes, load_remotes, outgoing, shown_taken_back, uncovered)
 
 
 class RemoteStatus(msgspec.Struct):
@@ -23,6 +23,7 @@ class RemoteStatus(msgspec.Struct):
     more_behind: bool = False  # at least `behind`
     hub_head: int | None = None  # the hub's last position, any layer (from a hub that says it)
     hub_error: str | None = None
+    taken_back: list[str] = []  # files showing a version this agent took back before it went out (shown_taken_back)
 
     def behind_text(self) -> str:
         """How far behind, in words: a bound from the hub's positions when more than a page of events waits."""
@@ -85,7 +86,8 @@ def _remote_status(memory, remote, timeout: float) -> RemoteStatus:
     waiting, held = outgoing(memory, remote)
     status = RemoteStatus(name=remote.name, url=remote.url, unpushed=waiting,
                           held=held, pulled_to=int(pulled_to) if pulled_to else None,
-                          last_pull=format_instant(int(pulled_at)) if pulled_at else None, behind=None)
+                          last_pull=format_instant(int(pulled_at)) if pulled_at else None, behind=None,
+                          taken_back=shown_taken_back(memory, remote))
     import httpx  # only when a remote is asked: a workspace without remotes never loads it
 
     try:

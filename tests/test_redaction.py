@@ -1260,6 +1260,12 @@ def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the
     kept, sent = (json.loads(mem(team / "main", "history", f"content/drafts/{slug}.md", "--json",
                                  check=True).stdout)[-1]["seq"] for slug in ("kept", "sent"))
     taken = mem(team / "main", "redact", str(kept), "--reason", "not ours", check=True).stderr.decode()
+    mem(team / "main", "push")
+    status = mem(team / "main", "status", check=True).stdout.decode()  # nc33a: it said nothing of the difference
+    assert ("  taken back: content/drafts/kept.md shows this agent's version it took back before it went out "
+            "(redacted); the others show the version before it, until a producer writes the page anew") in status, status
+    assert json.loads(mem(team / "main", "status", "--json", check=True).stdout)["remotes"][0]["taken_back"] == [
+        "content/drafts/kept.md"]
     assert "content/drafts/kept.md shows `[redacted: not ours]` now" in taken and "every agent" not in taken, taken
     went = mem(team / "main", "redact", str(sent), "--reason", "leaked", check=True).stderr.decode()
     assert "and so will every agent's copy once it is pushed" in went, went
