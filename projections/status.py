@@ -95,10 +95,12 @@ def _in_the_way(root, blocked: dict[str, InTheWay]) -> list[str]:
     """One line per thing in the way, however many files it keeps from their place (a file where a folder of 10,000
     pages goes is one line)."""
     kept_out = Counter(found.blocking for found in blocked.values())
-    said = {found.blocking: str(found) if kept_out[found.blocking] == 1 else
-            str(in_the_way(root / path, NotADirectoryError(), kept_out[found.blocking]))
-            for path, found in blocked.items()}
-    return sorted(said.values())
+    first: dict = {}
+    for path, found in blocked.items():
+        first.setdefault(found.blocking, (path, found))
+    return sorted(str(found) if kept_out[blocking] == 1 else
+                  str(in_the_way(root / path, NotADirectoryError(), kept_out[blocking]))
+                  for blocking, (path, found) in first.items())
 
 
 def unplaced(memory) -> list[str]:

@@ -473,17 +473,22 @@ def test_a_directory_or_file_in_a_views_way_is_named_and_replay_writes_it_once_m
     page.unlink()
     page.mkdir()
     new_page = ("page", "write", "deploy", "-f", "-")
-    for command in (["status"], ["replay"], ["replay", "--check"], ["adopt"], new_page):
+    for command in (["replay"], ["replay", "--check"], ["adopt"], new_page):
         line = refused(run_mem(*command, "-w", written, input=PAGE), str(page))
         assert line.endswith("is a directory where mindlog writes a file; move it away (`mem replay` then writes "
                              "the file)"), line
+    said = run_mem("status", "-w", written, check=True).stdout.decode()  # said, not failed with (nc33a)
+    assert f"in the way:      {page} is a directory where mindlog writes a file; move it away" in said, said
     page.rmdir()
     (written / "memory").rename(written / "moved")
     (written / "memory").write_text("not a folder")
-    for command in (["status"], ["replay"], ["entry", "add", "decisions", "[FACT] 2026-11-01: x"]):
+    for command in (["replay"], ["entry", "add", "decisions", "[FACT] 2026-11-01: x"]):
         line = refused(run_mem(*command, "-w", written))
         assert line == (f"error: {written / 'memory'} is a file where mindlog needs a folder (for decisions.md); "
                         "move it away (`mem replay` then writes the files)"), line
+    said = run_mem("status", "-w", written, check=True).stdout.decode()
+    assert (f"in the way:      {written / 'memory'} is a file where mindlog needs a folder (for decisions.md); "
+            "move it away (`mem replay` then writes the files)") in said, said
     assert log_rows(written) == before
     (written / "memory").unlink()
     (written / "moved").rename(written / "memory")
