@@ -1,5 +1,6 @@
 """`mem replay`: delete every view and rebuild it from the log, or check that a rebuild agrees."""
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -7,7 +8,6 @@ import sqlite3
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -83,6 +83,7 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
         checks = Prechecks(memory.root, carried, seen, rebuilt)  # begun as the fold ends
         laps = bulk.LAPS
         laps.begin()
+        counted = None
         try:
             views = _build(memory, rebuilt, upto, progress, heads, child, folded=checks.start, expected=expected)
             with views.transaction():
@@ -97,32 +98,46 @@ def replay(memory, upto: int | None = None, *, force: bool = False, keep_hand_ed
             counted = _counting(memory.log, checkpoint)
             views.close()
         except BaseException:
+            _settled(counted)
             remove_leftovers(memory.ws)  # a build that failed (a full disk) keeps no room
             raise
         finally:
             checks.finish()
-        if unsafe := _unsafe(memory.root, refused):  # no --force writes there: not said to be edited by hand (nc17a)
-            rebuilt.unlink()
-            more = f"; and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
-            raise UnsafePath(f"{'; '.join(unsafe[:3])}{more}: a replay writes no file there, --force neither (the "
-                             "views are as they were)")
-        if refused and not keep_hand_edits:
-            rebuilt.unlink()
-            raise HandEdited(f"{memory.hand_edited_message(refused)} (a replay would overwrite "
-                             f"{'it' if len(refused) == 1 else 'them'}; `mem replay --force` does)", refused)
-        with open(rebuilt, "rb+") as f:
-            os.fsync(f.fileno())
-        laps.lap("fsync")
-        memory.views.close()
-        for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
-            stale.unlink(missing_ok=True)
-        _replace(rebuilt, target)
-        memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
-        laps.lap("swap")
-        files = materialize(memory.views, memory.root, force=force, seen=seen, into_gone=True)
+        try:
+            if unsafe := _unsafe(memory.root, refused):  # no --force writes there: not said to be edited by hand
+                rebuilt.unlink()  # (nc17a)
+                more = f"; and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
+                raise UnsafePath(f"{'; '.join(unsafe[:3])}{more}: a replay writes no file there, --force neither (the "
+                                 "views are as they were)")
+            if refused and not keep_hand_edits:
+                rebuilt.unlink()
+                raise HandEdited(f"{memory.hand_edited_message(refused)} (a replay would overwrite "
+                                 f"{'it' if len(refused) == 1 else 'them'}; `mem replay --force` does)", refused)
+            with open(rebuilt, "rb+") as f:
+                os.fsync(f.fileno())
+            laps.lap("fsync")
+            memory.views.close()
+            for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
+                stale.unlink(missing_ok=True)
+            _replace(rebuilt, target)
+            memory.swap_views(Views(target, contract=memory.hub_contract(), agent=memory.config.agent))
+            laps.lap("swap")
+            files = materialize(memory.views, memory.root, force=force, seen=seen, into_gone=True)
+        except BaseException:
+            _settled(counted)
+            raise
         laps.lap("materialize")
         laps.dump()
     return ReplayReport(checkpoint=checkpoint, events=counted(), files=files)
+
+
+def _settled(counted: Callable[[], int] | None) -> None:
+    """Waits for a count begun by `_counting` to end, its answer or failure dropped: a replay that fails or is
+    interrupted after it began leaves it reading the log's connection, which the caller closes next (a segfault of an
+    interrupted replay, once, under load)."""
+    if counted is not None:
+        with contextlib.suppress(BaseException):
+            counted()
 
 
 def _counting(log, upto: int) -> Callable[[], int]:
@@ -245,7 +260,7 @@ def _claim(directory: Path, *, wait: bool = True) -> int | None:
     return fd
 
 
-@contextmanager
+@contextlib.contextmanager
 def _scratch(memory) -> Iterator[Path]:
     """A new scratch directory for a check, removed when the check ends. In .mem/ it is made and locked under the
     projector lock, where nothing removes it between the two, and stays locked while the check runs: a replay or

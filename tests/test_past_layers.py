@@ -311,19 +311,24 @@ def test_the_history_of_a_layer_moved_away_and_back_says_each_move_at_its_path(t
     assert out(diffed) == f"rename from memory/notes.md@{versions[0]['seq']}\nrename to team/notes.md@{moves[0]}\n"
 
 
-def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_keeps_its_versions_from_before(team, tmp_path):
-    """Regression (nc29b): once its layer was dropped from the contract and put back, a shared page's history was
-    the contract change alone: every version from before the drop was left out (`--seq` before it still had them)."""
-    drafts = layer("drafts", "content/drafts/", "pages")
-    team.apply(OPS + INSIGHTS + drafts)
+def drop_and_put_back(team, back_at: str | None) -> None:
+    """alice writes drafts/launch twice (v1, v2) and syncs; the hub drops `drafts`, then puts it back at `back_at`
+    (None: not)."""
+    team.apply(OPS + INSIGHTS + layer("drafts", "content/drafts/", "pages"))
     team.mem("alice", "pull", check=True)
     for text in ("v1", "v2"):
         team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", text),
                  check=True)
     team.mem("alice", "sync", check=True)
-    for contract in (OPS + INSIGHTS, OPS + INSIGHTS + drafts):
+    for contract in (OPS + INSIGHTS, *([OPS + INSIGHTS + layer("drafts", back_at, "pages")] if back_at else [])):
         team.apply(contract)
         team.mem("alice", "sync", check=True)
+
+
+def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_keeps_its_versions_from_before(team, tmp_path):
+    """Regression (nc29b): once its layer was dropped from the contract and put back, a shared page's history was
+    the contract change alone: every version from before the drop was left out (`--seq` before it still had them)."""
+    drop_and_put_back(team, "content/drafts/")
     lines = out(team.mem("alice", "history", "drafts/launch", check=True)).splitlines()
     assert [line.split(None, 3)[3] for line in lines] == [
         "page.ingest    content/drafts/launch.md", "page.update    content/drafts/launch.md",
@@ -334,14 +339,7 @@ def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_keeps_its_version
 def test_a_page_of_a_dropped_layer_is_named_by_layer_and_slug_as_before(team, tmp_path):
     """Regression (nc32b): while its layer was dropped, `mem history drafts/launch` said "never existed" and `mem show
     drafts/launch --seq 1` "did not exist then" (LAYER/SLUG was read by today's contract); the path form worked."""
-    drafts = layer("drafts", "content/drafts/", "pages")
-    team.apply(OPS + INSIGHTS + drafts)
-    team.mem("alice", "pull", check=True)
-    team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", "v1"),
-             check=True)
-    team.mem("alice", "sync", check=True)
-    team.apply(OPS + INSIGHTS)
-    team.mem("alice", "sync", check=True)
+    drop_and_put_back(team, None)
     named, by_path = (out(team.mem("alice", "history", name, check=True)) for name in ("drafts/launch",
                                                                                       "content/drafts/launch.md"))
     assert named == by_path and "page.ingest    content/drafts/launch.md" in named, named
@@ -358,14 +356,7 @@ def test_the_show_tool_says_where_a_dropped_layers_page_went_as_the_cli_does(tea
     from cli.mcp_server import build_server
     from projections.memory import Memory
 
-    drafts = layer("drafts", "content/drafts/", "pages")
-    team.apply(OPS + INSIGHTS + drafts)
-    team.mem("alice", "pull", check=True)
-    team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", "v1"),
-             check=True)
-    team.mem("alice", "sync", check=True)
-    team.apply(OPS + INSIGHTS)
-    team.mem("alice", "sync", check=True)
+    drop_and_put_back(team, None)
     cli = team.mem("alice", "show", "drafts/launch").stderr.decode()
     dropped = [row[0] for row in log_rows(team.root / "alice") if row[6] == "contract.change"][-1]
 
@@ -386,16 +377,7 @@ def test_the_show_tool_says_where_a_dropped_layers_page_went_as_the_cli_does(tea
 def test_the_history_of_a_page_of_a_layer_dropped_and_put_back_elsewhere_keeps_its_versions_from_before(team):
     """Regression (nc33a): a layer dropped, then put back at another folder: `mem history LAYER/SLUG` began at the
     contract change that placed it anew; the versions at its old folder (which `mem diff` links) were left out."""
-    drafts, posts = layer("drafts", "content/drafts/", "pages"), layer("drafts", "content/posts/", "pages")
-    team.apply(OPS + INSIGHTS + drafts)
-    team.mem("alice", "pull", check=True)
-    for text in ("v1", "v2"):
-        team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", text),
-                 check=True)
-    team.mem("alice", "sync", check=True)
-    for contract in (OPS + INSIGHTS, OPS + INSIGHTS + posts):
-        team.apply(contract)
-        team.mem("alice", "sync", check=True)
+    drop_and_put_back(team, "content/posts/")
     team.mem("alice", "page", "write", "launch", "--layer", "drafts", "--file", team.page("launch", "L", "v3"),
              check=True)
     for name in ("drafts/launch", "content/posts/launch.md"):

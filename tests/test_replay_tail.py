@@ -234,6 +234,39 @@ def test_a_replay_interrupted_while_it_writes_the_files_removes_its_temporary_fi
     assert snapshot(workspace) == files
 
 
+COUNT_OUTLIVES_AN_INTERRUPTED_REPLAY = """
+import os, signal, sys, time
+from eventstore.sqlite import SQLiteLog
+from projections import materialize
+from projections.memory import Memory
+from projections.replay import replay
+land, count = materialize._land, SQLiteLog.count
+def interrupted(views, staged, records, report):
+    if staged:
+        os.kill(os.getpid(), signal.SIGINT)
+    land(views, staged, records, report)
+def slow_count(log, upto=None):
+    time.sleep(0.5)  # still counting on the log's connection when the interrupt reaches the caller
+    found = count(log, upto)
+    open(sys.argv[1] + "/counted", "w").write(str(found))
+    return found
+materialize._land, SQLiteLog.count = interrupted, slow_count
+with Memory.open(sys.argv[1]) as memory:
+    try:
+        replay(memory)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+def test_an_interrupted_replay_waits_for_its_count_before_the_log_is_closed(workspace):
+    """Regression (a segfault in CI, once, under load): the count a replay begins in a thread, reading the log's
+    connection, ran on when the replay was interrupted; the caller closed the log under it. It is waited for."""
+    _files, replayed = replay_stopped_while_writing(workspace, COUNT_OUTLIVES_AN_INTERRUPTED_REPLAY)
+    assert replayed == 130
+    assert (workspace / "counted").read_text() == "40"
+
+
 def test_the_views_file_a_replay_replaces_is_freed_by_a_thread_that_leaves_nothing_open(tmp_path):
     """A replay's rename over the old views leaves their blocks to be freed by a thread closing the last
     descriptor of the old file (`_replace`): the new file in place, the old one's descriptor closed once it
