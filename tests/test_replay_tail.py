@@ -234,35 +234,23 @@ def test_a_replay_interrupted_while_it_writes_the_files_removes_its_temporary_fi
     assert snapshot(workspace) == files
 
 
-COUNT_OUTLIVES_AN_INTERRUPTED_REPLAY = """
-import os, signal, sys, time
+SLOW_COUNT = """
+import sys, time
 from eventstore.sqlite import SQLiteLog
-from projections import materialize
-from projections.memory import Memory
-from projections.replay import replay
-land, count = materialize._land, SQLiteLog.count
-def interrupted(views, staged, records, report):
-    if staged:
-        os.kill(os.getpid(), signal.SIGINT)
-    land(views, staged, records, report)
+count = SQLiteLog.count
 def slow_count(log, upto=None):
     time.sleep(0.5)  # still counting on the log's connection when the interrupt reaches the caller
     found = count(log, upto)
     open(sys.argv[1] + "/counted", "w").write(str(found))
     return found
-materialize._land, SQLiteLog.count = interrupted, slow_count
-with Memory.open(sys.argv[1]) as memory:
-    try:
-        replay(memory)
-    except KeyboardInterrupt:
-        sys.exit(130)
+SQLiteLog.count = slow_count
 """
 
 
 def test_an_interrupted_replay_waits_for_its_count_before_the_log_is_closed(workspace):
     """Regression (a segfault in CI, once, under load): the count a replay begins in a thread, reading the log's
     connection, ran on when the replay was interrupted; the caller closed the log under it. It is waited for."""
-    _files, replayed = replay_stopped_while_writing(workspace, COUNT_OUTLIVES_AN_INTERRUPTED_REPLAY)
+    _files, replayed = replay_stopped_while_writing(workspace, SLOW_COUNT + INTERRUPTED_WHILE_WRITING_FILES)
     assert replayed == 130
     assert (workspace / "counted").read_text() == "40"
 
