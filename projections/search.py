@@ -1101,12 +1101,11 @@ def _hit(views, table: str, row, as_of: int, day: str, local: list[str]) -> Hit 
             return None
         citation = ref
     elif kind == "loop":
-        removed = views.loop_removed(id)
-        compacted = removed is None or (removed[0] is not None and removed[0] <= as_of)  # None: imported archived
-        path = f"loop {key}" + (" (compacted: `mem audit read`)" if compacted else "")
+        how = _removed_how(views, id, as_of)
+        path = f"loop {key}" + (f" ({how}: `mem audit read`)" if how else "")
         citation = f"[S{id}]"
-        if compacted:
-            flags.append("compacted")
+        if how:
+            flags.append(how.split(",")[0])
     else:
         path = key
         citation = f"adf-file://{key}"
@@ -1114,6 +1113,19 @@ def _hit(views, table: str, row, as_of: int, day: str, local: list[str]) -> Hit 
         kind = "local-page"
     return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
                status=status, flags=flags, layer=layer, type=type, score=_score(score))
+
+
+def _removed_how(views, seq: int, as_of: int) -> str | None:
+    """How a loop message had left the live loop as of `as_of` (None: it had not): `compacted` (a compaction,
+    whose summary takes the removing seq, or a message imported archived), `cleared`, and, when no audit blob kept
+    it (the loop audit was off), that `mem audit read` reads it from the log."""
+    removed = views.loop_removed(seq)
+    if removed is None:
+        return "compacted"
+    if removed[0] is None or removed[0] > as_of:
+        return None
+    how = "compacted" if views.loop_removed(removed[0]) is not None else "cleared"
+    return how if views.archived_by(removed[0]) is not None else f"{how}, loop audit off"
 
 
 def _placed(views, layer: str, slug: str | None, as_of: int, seq: int, flags: list[str]) -> str | None:

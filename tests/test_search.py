@@ -57,6 +57,23 @@ def test_deleted_and_renamed_pages_are_found_only_while_they_existed(memory):
     assert cites(memory, "rotate", as_of=ingest) == ["adf-file://mind/runbook.md"]
 
 
+def test_a_cleared_loop_message_is_labelled_cleared_and_one_no_audit_kept_says_the_loop_audit_was_off(memory):
+    def found(text):
+        [hit] = search.search(memory.views, text, kinds=["loop"], day=DAY, limit=1)
+        return hit.path, hit.flags
+
+    memory.loop_append("user", [{"type": "text", "text": "kestrel audited"}])
+    memory.loop_clear()
+    memory.config_set("audit.loop", False)
+    memory.loop_append("user", [{"type": "text", "text": "kestrel unaudited"}])
+    memory.loop_clear()
+    memory.loop_append("user", [{"type": "text", "text": "osprey unaudited"}])
+    memory.loop_compact("Summary.", preserve=0)
+    assert found("kestrel audited") == ("loop main (cleared: `mem audit read`)", ["cleared"])
+    assert found("kestrel unaudited") == ("loop main (cleared, loop audit off: `mem audit read`)", ["cleared"])
+    assert found("osprey") == ("loop main (compacted, loop audit off: `mem audit read`)", ["compacted"])
+
+
 def test_compacted_loop_messages_stay_findable_and_say_where(memory):
     seq = memory.loop_append("user", [{"type": "text", "text": "Prod needs my ack."}]).seq
     memory.loop_append("assistant", [{"type": "text", "text": "Understood."}])
@@ -222,7 +239,8 @@ def test_a_status_no_page_ever_had_is_refused_through_the_cli(workspace, tmp_pat
     hits = json.loads(run_mem("search", "owner", "--status", "deprecated", "--seq", "1", "--json", cwd=workspace,
                               check=True).stdout)
     assert [h["status"] for h in hits] == ["deprecated"]
-    assert b"A status no page ever had is refused" in b" ".join(run_mem("search", "--help", cwd=workspace).stdout.split())
+    helped = run_mem("search", "--help", cwd=workspace, env={"COLUMNS": "300"}).stdout
+    assert b"A status no page ever had is refused" in b" ".join(helped.split())
 
 
 def test_always_lines_are_found_while_they_are_in_mind_md_and_tell_the_event_that_added_them(memory, workspace):
