@@ -693,19 +693,21 @@ class CameFromHub:
 
 
 def pushable(memory, remote: Remote, contract: Contract, agent: str, event: Event,
-             withheld: set[int] = frozenset(), taken: set[int] | None = None) -> bool:
+             withheld: set[int] = frozenset(), taken: set[int] | None = None, hub_clock: int | None = None) -> bool:
     """Whether the hub's contract takes `event` from this agent (`event_refusal`)."""
-    return event_refusal(memory, remote, contract, agent, event, withheld, taken) is None
+    return event_refusal(memory, remote, contract, agent, event, withheld, taken, hub_clock) is None
 
 
 def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event: Event,
-                  withheld: set[int] = frozenset(), taken: set[int] | None = None) -> str | None:
+                  withheld: set[int] = frozenset(), taken: set[int] | None = None,
+                  hub_clock: int | None = None) -> str | None:
     """`refusal` of one of this agent's events, a redaction naming only its own events that went out to the hub told
     apart (one naming an event the hub never had is refused by it: its target is held back with it). `withheld`:
     seqs a running push found refused that its held-back list may no longer name; `taken`: the seqs taken back
     (`taken_back`; None: as the state rows say). An event that names one of those (a redaction, a reversal, a page
-    version's parent) is held back: the hub, which never had it, would refuse the whole push for it (nc30a)."""
-    ahead = made_ahead(event.id)
+    version's parent) is held back: the hub, which never had it, would refuse the whole push for it (nc30a).
+    `hub_clock`: how far the hub's clock is ahead of this machine's, in ms (`made_ahead`)."""
+    ahead = made_ahead(event.id, hub_clock)
     if ahead:
         return ahead
     taken = _taken(memory, remote) if taken is None else taken
@@ -724,17 +726,19 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
 
 
-def made_ahead(id: str) -> str | None:
-    """Why the hub would refuse an event id made more than MINTED_AHEAD_MS after this machine's clock
-    (sync.hub.check_minted): the clock was ahead when it was made and was set back since, or it is behind now (this
-    side cannot tell; the hub's clock decides); None when it was not. Held back, the event goes once the clock passes
-    (the rest of the push goes now: nc30a, a refused batch stopped every push)."""
+def made_ahead(id: str, hub_clock: int | None = None) -> str | None:
+    """Why the hub would refuse an event id made more than MINTED_AHEAD_MS after its clock (sync.hub.check_minted);
+    None when it was not. `hub_clock`: how far the hub's clock is ahead of this machine's (ms), as its last answer
+    said (a push asks it first); None when not known: this machine's clock stands for the hub's, which cannot tell a
+    clock ahead when the event was made from one behind now. Held back, the event goes once the hub's clock passes
+    (the rest of the push goes now: nc30a, a refused batch stopped every push; a clock ahead, nc31a)."""
     made = uuid7_ms(id) if id[14] == "7" else 0
-    if made <= now_ms() + MINTED_AHEAD_MS:
+    if made <= now_ms() + (hub_clock or 0) + MINTED_AHEAD_MS:
         return None
-    return (f"it was made at {format_instant(min(made, MAX_TS))}, more than a day ahead of this machine's clock (was "
-            "the clock ahead then, or is it behind now?): the hub takes it once its own clock reads "
-            f"{format_instant(min(made, MAX_TS) - MINTED_AHEAD_MS)}")
+    whose = ("the hub's clock (this machine's clock was ahead when it was made)" if hub_clock is not None else
+             "this machine's clock (was the clock ahead then, or is it behind now?)")
+    return (f"it was made at {format_instant(min(made, MAX_TS))}, more than a day ahead of {whose}: the hub takes it "
+            f"once its own clock reads {format_instant(min(made, MAX_TS) - MINTED_AHEAD_MS)}")
 
 
 def unsent(memory, events: list[Event]) -> set[str]:
@@ -810,10 +814,10 @@ class Waiting(NamedTuple):
     refused: str | None
 
 
-def held_back(memory, remote: Remote, contract=None) -> list[HeldBack]:
+def held_back(memory, remote: Remote, contract=None, hub_clock: int | None = None) -> list[HeldBack]:
     """Own events kept back from the hub because the contract stopped taking them: those a push held (its
     producers, its layers or their secret scan changed), and those waiting that the contract refuses."""
-    return _grouped(_held(memory, remote, contract) + _waiting(memory, remote))
+    return _grouped(_held(memory, remote, contract, hub_clock) + _waiting(memory, remote, hub_clock))
 
 
 def unpushed(memory, remote: Remote) -> int:
@@ -838,18 +842,18 @@ def _grouped(events: list[Waiting]) -> list[HeldBack]:
             for (layer, why), ids in sorted(grouped.items())]
 
 
-def _held(memory, remote: Remote, contract=None) -> list[Waiting]:
+def _held(memory, remote: Remote, contract=None, hub_clock: int | None = None) -> list[Waiting]:
     """The events a push held back (but those a pull brought since), each with why the contract refuses it now."""
     contract, agent = contract or memory.views.contract, memory.config.agent
     came = CameFromHub(memory, remote.name)
     local = memory.local_layers()
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
-    return [Waiting(e.layer, e.id, event_refusal(memory, remote, contract, agent, e))
+    return [Waiting(e.layer, e.id, event_refusal(memory, remote, contract, agent, e, hub_clock=hub_clock))
             for e in events if e.layer not in local]  # older versions held local layers'
 
 
-def _waiting(memory, remote: Remote) -> list[Waiting]:
+def _waiting(memory, remote: Remote, hub_clock: int | None = None) -> list[Waiting]:
     """Each own event after the push cursor in the layers this agent produces by the last contract seen, but those
     a pull brought. Only a layer scanned for secrets has its events' bodies looked into (for --allow-secret)."""
     contract = memory.views.contract
@@ -862,7 +866,7 @@ def _waiting(memory, remote: Remote) -> list[Waiting]:
         return []
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
-    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id)) or refusal(
+    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id), hub_clock) or refusal(
                 contract, agent, layer, kind, contract.layers[layer].scan_secrets and secrets_allowed(codec, body)))
             for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
             memory.log.read_rows(after=cursor, layers=layers, agent=agent)
@@ -1050,8 +1054,10 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
 
     withheld: set[int] = set()  # the seqs of this push's events the contract refuses, taken back or not
 
+    hub_clock = answer.now - now_ms() if answer.now else None
+
     def goes(event: Event) -> bool:
-        return pushable(memory, remote, contract, agent, event, withheld, taken)
+        return pushable(memory, remote, contract, agent, event, withheld, taken, hub_clock)
 
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
                 None) if shared else None
@@ -1138,7 +1144,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             if not read:
                 break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
-                      held=held_back(memory, remote, contract), resent=bool(lost), taken_back=len(taken) - taken_before)
+                      held=held_back(memory, remote, contract, hub_clock), resent=bool(lost), taken_back=len(taken) - taken_before)
 
 
 def taken_back(memory, event: Event, withheld: set[int]) -> bool:

@@ -784,7 +784,7 @@ async def contract(request: Request) -> Response:
     and pulled (a hub restored from a backup hands positions out again; sync.client.lost_events)."""
     hub = hub_of(request)
     agent, current, position, head = await hub.read(hub.state, bearer_token(request))
-    answer = ContractResponse(contract=current, position=position, agent=agent, head=head)
+    answer = ContractResponse(contract=current, position=position, agent=agent, head=head, now=now_ms())
     if "holds" in request.query_params:
         ids = [id for id in request.query_params["holds"].split(",") if id]
         if len(ids) > MAX_HOLDS:

@@ -60,6 +60,9 @@ class ContractResponse(msgspec.Struct):
     holds: dict[str, int] | None = None
     """Asked for (`holds`: event ids), the position of each of those the hub holds; None when not asked (or from a
     hub that does not answer it)."""
+    now: int = 0
+    """The hub's clock when it answered (milliseconds since 1970; 0 from a hub that does not say): a push holds back
+    only the events the hub's clock refuses (`sync.hub.check_minted`), whatever this machine's clock says."""
 
 
 class Problem(msgspec.Struct, omit_defaults=True):

@@ -300,7 +300,57 @@ def test_an_event_made_while_the_clock_was_a_day_ahead_is_held_back_and_the_rest
     err = pushed.stderr.decode()
     assert pushed.returncode == 1 and pushed.stdout == b"pushed 1 event to origin\n", pushed
     assert err.startswith("error: 1 event in layer insights cannot be pushed: it was made at ") and \
-        "more than a day ahead of this machine's clock" in err and len(err.splitlines()) == 1, err
+        "more than a day ahead of the hub's clock" in err and len(err.splitlines()) == 1, err
     assert "held back: 1 in insights: it was made at" in team.mem("alice", "status", check=True).stdout.decode()
     team.mem("bob", "pull", check=True)
     assert "E1 with the clock right" in insights(team, "bob") and "fast clock" not in insights(team, "bob")
+
+
+DAYS_2 = 2 * 86_400_000
+
+
+def pushed_with_a_clock(team: Team, agent: str, monkeypatch, skew: int):
+    """A push by `agent` on a machine whose clock is `skew` ms off (the hub's is right)."""
+    import sync.client
+
+    right = sync.client.now_ms
+    monkeypatch.setattr(sync.client, "now_ms", lambda: right() + skew)
+    with Memory.open(team.root / agent) as memory:
+        report = push(memory, get_remote(memory, "origin"))
+    monkeypatch.setattr(sync.client, "now_ms", right)
+    return report
+
+
+def test_a_push_from_a_machine_whose_clock_is_behind_sends_the_events_made_with_a_right_clock(team, monkeypatch):
+    """Regression (nc31a): checked against this machine's clock two days behind, an event made with a right clock was
+    held back as made "more than a day ahead", though the hub, whose clock decides, takes it. A push goes by the hub's
+    clock, which the contract it asks first tells it."""
+    entry(team, "alice", "E1 made with a right clock")
+    report = pushed_with_a_clock(team, "alice", monkeypatch, -DAYS_2)
+    assert (report.pushed, report.held) == (1, [])
+    team.mem("bob", "pull", check=True)
+    assert "E1 made with a right clock" in insights(team, "bob")
+
+
+def test_a_push_from_a_machine_whose_clock_is_ahead_holds_back_what_it_made_and_sends_the_rest(team, monkeypatch):
+    """Regression (nc31a): a machine whose clock is still two days fast cannot tell by its own clock that what it makes
+    is ahead; the hub refused the whole push for those events, the ones made with a right clock too, at every push
+    until the clock was put right. Going by the hub's clock, the push holds them back, says until when, and sends the
+    rest."""
+    import time as clock
+
+    from eventstore.envelope import new_event
+    from eventstore.ids import uuid7_layout, uuid_text
+    from eventstore.kinds import EntryAppend
+
+    entry(team, "alice", "E1 made with a right clock")
+    fast = int(clock.time() * 1000) + DAYS_2
+    with Memory.open(team.root / "alice") as memory:  # as `mem entry add` makes it on the fast machine
+        memory.log.append([new_event(EntryAppend(type="FACT", date="2026-12-02", content="made while fast"),
+                                     agent="alice", layer="insights", id=uuid_text(uuid7_layout(fast, 0, 7)))])
+    report = pushed_with_a_clock(team, "alice", monkeypatch, DAYS_2)
+    [held] = report.held
+    assert report.pushed == 1 and held.count == 1 and held.layer == "insights", report
+    assert "more than a day ahead of the hub's clock (this machine's clock was ahead when it was made)" in held.why
+    team.mem("bob", "pull", check=True)
+    assert "E1 made with a right clock" in insights(team, "bob") and "made while fast" not in insights(team, "bob")
