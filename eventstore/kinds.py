@@ -281,6 +281,11 @@ class Redaction(Body, tag="redaction"):
 
     target_ids: list[str]
     reason: str
+    withdraws: bool = False
+    """Its targets are this agent's own events of a shared layer it no longer produces, which never went out and now
+    never will (taken back): the page versions among them count as never having come from this redaction on
+    (projections.shared's void), so this copy shows what every other agent's does. It stays with its agent: a hub
+    refuses it."""
 
 
 class Redacted(Body, tag="redacted"):

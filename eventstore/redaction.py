@@ -39,21 +39,32 @@ ENTRY_KEPT = ("seq", "role", "model", "created_at", "ord")
 MESSAGE_KEPT = ("id", "from", "to", "status", "received_at", "created_at", "thread_id")
 
 
-def redaction_events(by_layer: dict[str, list[str]], reason: str, agent: str) -> list:
+def redaction_events(by_layer: dict[str, list[str]], reason: str, agent: str,
+                     withdrawn: frozenset[str] = frozenset()) -> list:
     """The redactions of `by_layer`'s targets (layer -> ids): one per layer and per MAX_REDACTION_TARGETS of its
     targets, each checked as the hub and every consumer check a pushed one (validate.body: ids, a one-line reason)
-    and its reason scanned for secrets (a stand-in copies it into every target's place, never to be redacted)."""
+    and its reason scanned for secrets (a stand-in copies it into every target's place, never to be redacted). Those
+    of the layers in `withdrawn` withdraw their targets (Redaction.withdraws)."""
     from . import secrets, validate
     from .envelope import new_event
 
     limit = validate.MAX_REDACTION_TARGETS
     try:
-        return [secrets.checked(new_event(validate.body(Redaction(target_ids=ids[at:at + limit], reason=reason)),
+        return [secrets.checked(new_event(validate.body(Redaction(target_ids=ids[at:at + limit], reason=reason,
+                                                                  withdraws=layer in withdrawn)),
                                           agent=agent, layer=layer))
                 for layer, ids in by_layer.items() for at in range(0, len(ids), limit)]
     except secrets.SecretFound as found:  # no --allow-secret here: a reason is never redacted
         raise InvalidInput(f"{found.refused}: a redaction's reason is copied into every target's place and can "
                            "never be redacted, so it may hold no secret; say why without it") from None
+
+
+def check_not_withdrawal(body) -> None:
+    """Refuses a withdrawal (Redaction.withdraws) that came from elsewhere (a hub's push, a consumer's pull): it stays
+    with the agent that made it, as its targets, which never went out, do."""
+    if type(body) is Redaction and body.withdraws:
+        raise InvalidInput("a redaction that withdraws its targets stays with the agent that made it (they never went "
+                           "out)", field="body.withdraws")
 
 
 def reversal(body) -> str | None:

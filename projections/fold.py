@@ -23,7 +23,7 @@ from eventstore.envelope import CODEC_RAW, CODEC_REDACTED, decode_bodies, decode
 from eventstore.governance import GOVERNANCE
 from eventstore.kinds import (ADF_KINDS, KINDS, SHARED_KINDS, WIKI_KINDS, AlwaysAdd, AlwaysRemove, Body, BodyUnion,
                               ContractChange, EntryAppend, FileDelete, FileWrite, Lint, LogRestore, PageDelete,
-                              PageIngest, PageRelease, PageRename, PageUpdate, Redacted)
+                              PageIngest, PageRelease, PageRename, PageUpdate, Redacted, Redaction)
 from eventstore.errors import Damaged, InvalidInput
 from eventstore.layers import AGENT, CONTRACT_LAYER, MIND
 from eventstore.recorder import ROW_FAULTS, damaged_row, id_text, stored_body
@@ -461,6 +461,8 @@ def _catch_up(log, views, target, batch, progress, wiki, adf, shared, search) ->
                         apply_shared(seq, id, agent, layer or MIND, decoded, raw, wiki.dirty)
                         if cls in searched:
                             apply_search(seq, layer or MIND, decoded, id, agent)
+                    elif cls is Redaction and decoded.withdraws:
+                        shared.withdraw(seq, layer, decoded.target_ids)
                     elif cls is ContractChange and layer == AGENT:
                         placements.record(views.db, seq, decoded)
                     elif cls is ContractChange and layer == CONTRACT_LAYER:  # a hub's mirror

@@ -226,7 +226,7 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True,
     for event in events:
         (unsent if event.id in apart else by_layer).setdefault(event.layer, []).append(event.id)
     redactions = [*redaction_events(by_layer, reason, memory.config.agent),
-                  *redaction_events(unsent, reason, memory.config.agent)]
+                  *redaction_events(unsent, reason, memory.config.agent, withdrawn_layers(memory, unsent))]
     from .memory import REDACTION_FILES
 
     with memory.lock():  # refused up front when the views cannot follow (a read-only file, a full disk)
@@ -237,18 +237,30 @@ def redact(memory, events: list[Event], reason: str, *, apply: bool = True,
                         stubs=shown_stubs(memory, events, reason, apart))
 
 
+def withdrawn_layers(memory, layers) -> frozenset[str]:
+    """Of `layers` (of own events no hub has had), the shared ones this agent no longer produces: what it wrote there
+    never goes out, so its redaction withdraws it (Redaction.withdraws)."""
+    local = memory.local_layers()
+    return frozenset(layer for layer in layers if layer != MIND and layer not in local and not memory.produces(layer))
+
+
 def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = frozenset()) -> list[str]:
     """A note for each page whose current version is among the redacted `events`: the page now shows the redaction's
     stub in its place, as every agent's copy will once it is pushed (a shared page), which a user redacting a write
     made by mistake did not expect (nc26b); the note names the version before, and the write that brings its text
     back. A version in `apart` (none went out) of a layer the agent no longer produces is taken back: no other agent's
-    copy is told of it."""
+    copy is told of it: its redaction withdraws it (withdrawn_layers), and the page shows what every other copy shows."""
     notes = []
+    withdrawn = withdrawn_layers(memory, {event.layer for event in events if event.id in apart})
     for event in events:
         version = page_version(event.body) if event.kind in ("page.ingest", "page.update") else None
         if version is None:
             continue
         slug, parents = version
+        if event.id in apart and event.layer in withdrawn:
+            notes.append(f"{memory.page_file(event.layer, slug)}: its version at seq {event.seq} never went out, and "
+                         "is withdrawn: the page shows what every other agent's copy shows")
+            continue
         current = (memory.views.page_head(slug) or (None, None))[1] if event.layer == MIND else \
             memory.views.shared_winner(event.layer, slug)
         if current != event.id:

@@ -7,12 +7,13 @@ any other: a concurrent edit cannot unfreeze a page), and a slug with several he
 conflict until an update names all of them.
 
 The held head wins whatever the order versions arrive in. A version is *void* when it supersedes a held
-version without releasing it (eventstore.governance), or names a void version as a parent (a chain built on
+version without releasing it (eventstore.governance), is withdrawn by its agent's redaction before it ever went
+out (Redaction.withdraws: no other replica has it), or names a void version as a parent (a chain built on
 a bad update is as bad): no head, superseding nothing, as if it had never come. Whether a version is void
-depends only on the versions, not on the order they came in; from when on is the seq at which the last of
-the versions that make it so was folded (`shared_void`): the greater of its own seq and its held parent's,
-or its void parent's void seq. So every replica with the same versions shows the same heads and winner,
-and, as of any seq, what it showed then.
+depends only on the events, not on the order they came in; from when on is the seq at which the last of
+the events that make it so was folded (`shared_void`): the greater of its own seq and its held parent's, the
+withdrawal's seq, or its void parent's void seq. So every replica with the same versions shows the same heads
+and winner, and, as of any seq, what it showed then.
 """
 
 import hashlib
@@ -473,7 +474,9 @@ class SharedFold:
         self.versions: list[tuple] = []
         self.parents: list[list[str]] = []  # each version's parents, sorted (its row holds them in JSON)
         self.held: list[tuple] = []  # (layer, slug, id, seq) of each held version of the batch
-        self.holds = views.db.execute("SELECT 1 FROM shared_held LIMIT 1").fetchone() is not None
+        self.withdrawn: list[tuple] = []  # (seq, layer, id) of each page version the batch's withdrawals withdraw
+        self.holds = views.db.execute("SELECT 1 FROM shared_held UNION ALL SELECT 1 FROM shared_void "
+                                      "LIMIT 1").fetchone() is not None  # a version may be void: `_void` looks
         self._paths: dict[tuple, str | None] = {}  # (layer, slug or None) -> Views.shared_path
         self._entry_paths: dict[str, str | None] = {}  # layer -> Views.shared_path of its entries
 
@@ -528,6 +531,11 @@ class SharedFold:
         if path:
             dirty.add(path)
 
+    def withdraw(self, seq: int, layer: str, ids: list[str]) -> None:
+        """A redaction at `seq` that withdraws its targets (Redaction.withdraws): the page versions among them are
+        void from it on (`_void`), as is every version built on one."""
+        self.withdrawn.extend((seq, layer, id) for id in ids)
+
     def flush(self) -> list[tuple]:
         """Writes the batch; the caller holds the transaction that also moves the checkpoint. In `bulk`, the
         batch's `entries` rows are returned instead of written."""
@@ -547,9 +555,10 @@ class SharedFold:
             if self.held:
                 db.executemany("INSERT OR IGNORE INTO shared_held VALUES (?, ?, ?, ?)", self.held)
                 self.holds = True
-            if self.holds:
-                self._void()
-        self.entries, self.versions, self.parents, self.held = [], [], [], []
+        if self.holds or self.withdrawn:
+            self._void()
+            self.holds = True
+        self.entries, self.versions, self.parents, self.held, self.withdrawn = [], [], [], [], []
         return entries if self.bulk else []
 
     def _move_heads(self, named: list[tuple]) -> None:
@@ -590,6 +599,9 @@ class SharedFold:
             for child, child_seq in self._children(layer, slug, id):
                 if child_seq < seq and self._refuses(layer, slug, child, id):
                     candidates.append((seq, layer, slug, child))
+        for seq, layer, id in self.withdrawn:
+            candidates += [(seq, layer, slug, id) for (slug,) in db.execute(
+                "SELECT slug FROM shared_versions WHERE layer = ? AND id = ?", (layer, id))]
         heapq.heapify(candidates)
         made = []
         while candidates:

@@ -710,6 +710,8 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
     ahead = made_ahead(event.id, hub_clock)
     if ahead:
         return ahead
+    if withdrawn(memory, event):
+        return WITHDRAWN
     taken = _taken(memory, remote) if taken is None else taken
     gone = taken and _names_taken(memory, event, taken)
     if gone and type(event.body) is Redaction:
@@ -724,6 +726,19 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
         own = all((target := memory.log.get(id)) is not None and target.agent == agent and went(target.seq)
                   for id in event.body.target_ids)
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
+
+
+WITHDRAWN = "this agent withdrew it before it went out (`mem redact`, while it did not produce the layer)"
+"""`event_refusal`'s answer for a withdrawal and its targets (Redaction.withdraws): taken back for good, never sent."""
+
+
+def withdrawn(memory, event: Event) -> bool:
+    """Whether `event` is a redaction that withdraws its targets (Redaction.withdraws) or one of those targets."""
+    body = event.body
+    if type(body) is Redacted:
+        by = memory.log.get(body.by)
+        body = by.body if by is not None else None
+    return type(body) is Redaction and body.withdraws
 
 
 def made_ahead(id: str, hub_clock: int | None = None) -> str | None:
@@ -866,8 +881,10 @@ def _waiting(memory, remote: Remote, hub_clock: int | None = None) -> list[Waiti
         return []
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
-    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id), hub_clock) or refusal(
-                contract, agent, layer, kind, contract.layers[layer].scan_secrets and secrets_allowed(codec, body)))
+    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id), hub_clock) or (
+                WITHDRAWN if kind in ("redaction", "redacted") and withdrawn(memory, memory.log.get_by_seq(seq)) else
+                refusal(contract, agent, layer, kind,
+                        contract.layers[layer].scan_secrets and secrets_allowed(codec, body))))
             for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
             memory.log.read_rows(after=cursor, layers=layers, agent=agent)
             if seq not in came and not written_local(once_local, layer, seq)]
@@ -1152,7 +1169,7 @@ def taken_back(memory, event: Event, withheld: set[int]) -> bool:
     producer made a consumer redacts what it wrote but could not push), or a redaction naming only such events
     (`withheld`: the seqs refused so far, in log order). Neither is held back: the hub never had them, and a
     consumer could not send them; the push passes them for good."""
-    if type(event.body) is Redacted:
+    if type(event.body) is Redacted or withdrawn(memory, event):
         return True
     return type(event.body) is Redaction and all((target := memory.log.get(id)) is not None
                                                  and target.seq in withheld for id in event.body.target_ids)

@@ -37,7 +37,7 @@ from eventstore.ids import MINTED_AHEAD_MS, now_ms, uuid7_ms
 from eventstore.instants import format_instant
 from eventstore.kinds import SHARED_PAGE_KINDS, PageDelete, PageIngest, Redacted, Redaction
 from eventstore.recorder import TAGS, UNREDACTABLE
-from eventstore.redaction import page_version, redacts, reversal
+from eventstore.redaction import check_not_withdrawal, page_version, redacts, reversal
 from eventstore.layers import (LAYER_KINDS, ONLY_REDACTIONS, consumed_layers, is_reserved, produced_only, produces,
                                redacts_own_alone, why_reserved)
 
@@ -223,6 +223,7 @@ def check_batch(events, agent: str, contract, storage: HubStorage | None = None)
                            f"layer {event.layer!r} takes {', '.join(sorted(allowed))}, not {event.original_kind!r}")
         try:
             validate.body(event.body)
+            check_not_withdrawal(event.body)
         except MemError as exc:
             raise _in_event(exc, index, event) from None
         if scan:

@@ -19,7 +19,7 @@ from eventstore.envelope import Event, check_event, check_tag
 from eventstore.errors import MemError, UnknownKind
 from eventstore.ids import is_uuid
 from eventstore.kinds import Redacted, Redaction
-from eventstore.redaction import page_version, redacts, reversal
+from eventstore.redaction import check_not_withdrawal, page_version, redacts, reversal
 from eventstore.layers import LAYER_KINDS, ONLY_REDACTIONS, Contract, consumes, is_reserved, produces
 from eventstore.recorder import TAGS
 
@@ -90,6 +90,7 @@ def _refusal(event: Event, rule: tuple[str, frozenset] | str) -> str | None:
     if kind not in kinds:
         return refused.format(kind)
     validate.body(body)
+    check_not_withdrawal(body)
     return None
 
 

@@ -35,8 +35,8 @@ def push(team, agent, *events):
                       headers={"authorization": f"Bearer {token}", "content-type": "application/json"}, timeout=60)
 
 
-def redaction(target_ids, reason="cleanup", layer="insights"):
-    return new_event(Redaction(target_ids=target_ids, reason=reason), agent="writer", layer=layer)
+def redaction(target_ids, reason="cleanup", layer="insights", withdraws=False):
+    return new_event(Redaction(target_ids=target_ids, reason=reason, withdraws=withdraws), agent="writer", layer=layer)
 
 
 def stand_in(original, kept, layer="insights", by=UUID, reason="cleanup"):
@@ -73,6 +73,8 @@ def test_the_hub_refuses_a_hostile_redaction_or_stand_in_and_applies_nothing(tea
         (redaction([entry, entry]), "events[0].body.target_ids", "a redaction names an event twice"),
         (redaction([entry], "dup]\n[DECISION] 2026-11-01: forged (alice)"), "events[0].body.reason", "one line"),
         (redaction([entry], "  "), "events[0].body.reason", "a redaction needs a reason"),
+        (redaction([entry], withdraws=True), "events[0].body.withdraws",  # it voids versions on every copy
+         "a redaction that withdraws its targets stays with the agent that made it"),
         (redaction([entry], "x" * 2001), "events[0].body.reason", "longer than 2000 characters"),
         (redaction([UUID] * 10_001), "events[0].body.target_ids", "at most 10,000 events"),
         (stand_in("page.update", {"slug": "../../x", "parents": []}, layer="drafts"), "events[0].body.kept.slug",
@@ -123,6 +125,30 @@ def test_a_consumer_rejects_a_hostile_redaction_a_hub_took_and_keeps_pulling(tea
     assert "after the bad ones" in text and "forged" not in text and "DECISION" not in text
     again = team.mem("reviewer", "pull", check=True)
     assert again.stderr == b"" and b"pulled 0 events" in again.stdout
+
+
+def test_a_consumer_rejects_a_withdrawal_a_hub_took(tmp_path):
+    """A withdrawal (a redaction that `withdraws`) stays with the agent that made it: one that an unchecking hub
+    hands out would make void, on every copy, the page version it names. Each consumer rejects it, pulled apart from
+    the events (`reviewer` has the version) or with them (`late` pulls for the first time), and keeps the version."""
+    team = Team(tmp_path, agents=("writer", "reviewer", "late"))
+    try:
+        team.mem("writer", "page", "write", "rates", "--layer", "drafts", "--file",
+                 team.page("r", "Rates", "above 20"), check=True)
+        team.mem("writer", "push", check=True)
+        team.mem("reviewer", "pull", check=True)
+        page = json.loads(team.mem("writer", "log", "--json", check=True).stdout)[-1]["id"]
+        admin = open_storage(str(team.db))
+        admin.push([redaction([page], layer="drafts", withdraws=True)])
+        admin.close()
+        for agent in ("reviewer", "late"):
+            pulled = team.mem(agent, "pull")
+            said = pulled.stderr.decode()
+            assert pulled.returncode == 0 and "a redaction that withdraws its targets stays with the agent" in said, \
+                (agent, said)
+            assert (team.root / agent / "content/drafts/rates.md").exists(), agent
+    finally:
+        team.stop()
 
 
 def test_a_consumer_rejects_a_stand_in_whose_by_names_no_redaction_of_it(team):

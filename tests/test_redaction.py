@@ -1231,43 +1231,108 @@ def test_a_write_that_names_a_taken_back_one_is_held_back_saying_so_not_refused_
     assert pushed.returncode == 0 and pushed.stdout == b"pushed 1 event to origin\n", pushed
 
 
+def drafts_contract(producers: str) -> str:
+    return CONTRACT + f'\n[layers.drafts]\npath = "content/drafts/"\nformat = "pages"\nproducers = {producers}\n' \
+                      'consumers = ["*"]\n'
+
+
+def apply_drafts(team, tmp_path, producers: str) -> None:
+    (tmp_path / "drafts.toml").write_text(drafts_contract(producers))
+    run_mem("hub", "contract", "apply", tmp_path / "drafts.toml", "--db", team / "hub.db", check=True)
+
+
+def draft(team, agent: str, slug: str, text: str, tmp_path) -> int:
+    """Writes drafts/SLUG in `agent`'s workspace; its seq."""
+    page = tmp_path / f"{slug}.md"
+    page.write_text(f"---\ntitle: {slug}\ntype: note\n---\n{text}\n")
+    mem(team / agent, "page", "write", slug, "--layer", "drafts", "--file", page, check=True)
+    return json.loads(mem(team / agent, "history", f"content/drafts/{slug}.md", "--json", check=True).stdout)[-1]["seq"]
+
+
 def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the_stub(team, tmp_path):
     """Regression (found last stop): the note of a redacted current page version said every agent's copy would show
     the stub once pushed, of a version taken back before it went out (its redaction is never pushed); a version that
-    went out keeps the note. Neither names a write the agent, a consumer of the layer now, is refused (nc32b)."""
-    def drafts(producers: str) -> str:
-        return CONTRACT + f'\n[layers.drafts]\npath = "content/drafts/"\nformat = "pages"\nproducers = {producers}\n' \
-                          'consumers = ["*"]\n'
-
-    for name, producers in (("pages", '["writer", "main"]'), ("demoted", '["writer"]')):
-        (tmp_path / f"{name}.toml").write_text(drafts(producers))
-    run_mem("hub", "contract", "apply", tmp_path / "pages.toml", "--db", team / "hub.db", check=True)
+    went out keeps the note. Neither names a write the agent, a consumer of the layer now, is refused (nc32b). A
+    version taken back is withdrawn: the page shows what every other copy shows (here none: it was the first)."""
+    apply_drafts(team, tmp_path, '["writer", "main"]')
     mem(team / "main", "pull", check=True)
-    page = tmp_path / "plan.md"
-    page.write_text("---\ntitle: later\ntype: note\n---\nlater text\n")
-    mem(team / "main", "page", "write", "later", "--layer", "drafts", "--file", page, check=True)
-    later = json.loads(mem(team / "main", "history", "content/drafts/later.md", "--json", check=True).stdout)[-1]["seq"]
+    later = draft(team, "main", "later", "later text", tmp_path)
     unpushed = mem(team / "main", "redact", str(later), "--reason", "oops", check=True).stderr.decode()
     assert "and so will every agent's copy once it is pushed" in unpushed, unpushed  # nc33a: its push sends it
     mem(team / "main", "push", check=True)
-    for slug in ("sent", "kept"):
-        page.write_text(f"---\ntitle: {slug}\ntype: note\n---\n{slug} text\n")
-        mem(team / "main", "page", "write", slug, "--layer", "drafts", "--file", page, check=True)
-        if slug == "sent":
-            mem(team / "main", "push", check=True)
-    run_mem("hub", "contract", "apply", tmp_path / "demoted.toml", "--db", team / "hub.db", check=True)
+    sent = draft(team, "main", "sent", "sent text", tmp_path)
+    mem(team / "main", "push", check=True)
+    kept = draft(team, "main", "kept", "kept text", tmp_path)
+    apply_drafts(team, tmp_path, '["writer"]')
     assert mem(team / "main", "push").returncode == 1  # the unpushed version is held back
-    kept, sent = (json.loads(mem(team / "main", "history", f"content/drafts/{slug}.md", "--json",
-                                 check=True).stdout)[-1]["seq"] for slug in ("kept", "sent"))
     taken = mem(team / "main", "redact", str(kept), "--reason", "not ours", check=True).stderr.decode()
+    assert taken == (f"note: content/drafts/kept.md: its version at seq {kept} never went out, and is withdrawn: the "
+                     "page shows what every other agent's copy shows\n"), taken
+    assert not (team / "main/content/drafts/kept.md").exists()
+    mem(team / "main", "push", check=True)
+    assert "taken back" not in mem(team / "main", "status", check=True).stdout.decode()
+    went = mem(team / "main", "redact", str(sent), "--reason", "leaked", check=True).stderr.decode()
+    assert "and so will every agent's copy once it is pushed" in went, went
+    # nc32b: not `mem page write --layer drafts`, which a consumer is refused
+    assert went.endswith(": this agent does not produce drafts now, so a producer of it writes the page anew\n")
+
+
+def test_a_version_taken_back_by_a_redaction_that_does_not_withdraw_it_is_said_by_status(team, tmp_path):
+    """A redaction made before withdrawals were (a library caller's, which names no event as apart) leaves the version
+    taken back as this copy's head: `mem status` says the copy differs from every other (nc33a)."""
+    from projections import redact
+    from projections.memory import Memory
+
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    mem(team / "main", "pull", check=True)
+    kept = draft(team, "main", "kept", "kept text", tmp_path)
+    apply_drafts(team, tmp_path, '["writer"]')
+    assert mem(team / "main", "push").returncode == 1
+    with Memory.open(team / "main") as memory:
+        redact.redact(memory, [memory.log.get_by_seq(kept)], "not ours")
     mem(team / "main", "push")
-    status = mem(team / "main", "status", check=True).stdout.decode()  # nc33a: it said nothing of the difference
+    status = mem(team / "main", "status", check=True).stdout.decode()
     assert ("  taken back: content/drafts/kept.md shows this agent's version it took back before it went out "
             "(redacted); the others show the version before it, until a producer writes the page anew") in status, status
     assert json.loads(mem(team / "main", "status", "--json", check=True).stdout)["remotes"][0]["taken_back"] == [
         "content/drafts/kept.md"]
-    assert "content/drafts/kept.md shows `[redacted: not ours]` now" in taken and "every agent" not in taken, taken
-    went = mem(team / "main", "redact", str(sent), "--reason", "leaked", check=True).stderr.decode()
-    assert "and so will every agent's copy once it is pushed" in went, went
-    for note in (taken, went):  # nc32b: not `mem page write --layer drafts`, which a consumer is refused
-        assert note.endswith(": this agent does not produce drafts now, so a producer of it writes the page anew\n")
+
+
+def test_a_page_version_taken_back_is_withdrawn_so_no_conflict_outlives_it(team, tmp_path):
+    """Regression (nc31a, the last stops' open item): a producer made a consumer took back its unpushed version of a
+    page by redacting it, and its copy kept that version (the stub) as the page's head while every other copy showed
+    the version before; once a producer wrote the page anew, the copy showed a conflict it could never resolve (it
+    produces the layer no more), and a write of its own, once a producer again, named the version taken back and
+    was held back for good. The redaction withdraws the version: from it on the version counts as never having come,
+    as on every other copy; as of before it, the copy shows what it showed then."""
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    first = draft(team, "main", "plan", "v1 text", tmp_path)
+    mem(team / "main", "push", check=True)
+    taken = draft(team, "main", "plan", "v2 text", tmp_path)
+    apply_drafts(team, tmp_path, '["writer"]')
+    assert mem(team / "main", "sync").returncode == 1  # held back
+    mem(team / "main", "redact", str(taken), "--reason", "not ours", check=True)
+    plan = team / "main/content/drafts/plan.md"
+    assert "v1 text" in plan.read_text()
+    assert "[redacted: not ours]" in mem(team / "main", "show", "content/drafts/plan.md", "--seq", str(taken),
+                                         check=True).stdout.decode()  # what it showed then
+    mem(team / "main", "sync", check=True)
+    mem(team / "writer", "sync", check=True)
+    draft(team, "writer", "plan", "v3 text", tmp_path)
+    mem(team / "writer", "sync", check=True)
+    synced = mem(team / "main", "sync", check=True)
+    assert b"conflict" not in synced.stderr, synced
+    assert "v3 text" in plan.read_text()
+    assert json.loads(mem(team / "main", "conflicts", "--json", check=True).stdout) == []
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    mem(team / "main", "pull", check=True)
+    draft(team, "main", "plan", "v4 text", tmp_path)
+    pushed = mem(team / "main", "push")
+    assert pushed.returncode == 0 and pushed.stdout == b"pushed 1 event to origin\n", pushed
+    mem(team / "writer", "sync", check=True)
+    assert "v4 text" in (team / "writer/content/drafts/plan.md").read_text()
+    writer_log = json.loads(mem(team / "writer", "log", "--json", check=True).stdout)
+    assert [e["seq"] for e in writer_log if e["body"]["kind"] in ("redaction", "redacted")] == []  # never went out
+    assert first < taken and mem(team / "main", "replay", "--check").returncode == 0
