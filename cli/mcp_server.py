@@ -263,8 +263,9 @@ def build_server(mem: Memory) -> MCPServer:
     flush = FileFlush(mem)
 
     def current() -> None:
-        """Catches up with events appended by other processes (the CLI, a pull) since the last call."""
-        if mem.head() != mem.checkpoint():
+        """Catches up with events appended, and a contract taken, by other processes (the CLI, a pull) since the last
+        call."""
+        if mem.head() != mem.checkpoint() or mem.moved_elsewhere():
             mem.refresh(files=False)
             flush.schedule()
 

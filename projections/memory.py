@@ -180,8 +180,25 @@ class Memory:
         # A long-running caller (the MCP server) answers once the event is in the log and the views, and
         # writes the files after: appends then leave them dirty for its own `refresh()`.
         self.defer_files = False
+        self._seen = self._stamp()
         if self.views.started_over:  # views of an older version: folded again before anything reads them
             self.refresh()
+
+    def _stamp(self) -> tuple:
+        """The log's head and the kept hub contract's file (its size and time), as this process last caught up."""
+        try:
+            found = self.contract_path.stat()
+            contract = (found.st_size, found.st_mtime_ns)
+        except FileNotFoundError:
+            contract = None
+        return self.log.head(), contract
+
+    def moved_elsewhere(self) -> bool:
+        """Whether another process (the CLI, a pull) appended to the log or took a new hub contract since this one
+        last caught up (`refresh`): what a long-running caller (the MCP server, the web view) checks before it reads.
+        The views' checkpoint is no witness: the other process folds its events into the same views, so they are at
+        the head while this process's copy of the contract, which places the layers' files, is not (nc34b)."""
+        return self._stamp() != self._seen
 
     def _open_views(self, rebuild_damaged: bool) -> Views:
         path = self.ws.views_path
@@ -348,6 +365,7 @@ class Memory:
                 remove_leftovers(self.ws)
                 self._swept = True
             checkpoint, head = self.witnesses()
+            self._seen = self._stamp()
             if not worth_building(head - checkpoint, checkpoint) and next(
                     self.log.read_rows(checkpoint, head, kinds=["redaction"], limit=1), None) is None:
                 try:

@@ -1330,3 +1330,31 @@ def test_refusals_name_the_tools_way_forward_not_the_clis(workspace):
         "a page, and only the `## Always` lines of /memories/mind.md are edited"), create.content[0].text
     said = run_mem("page", "release", "held", "--note", " ", "--workspace", workspace)
     assert said.stderr == b"error: a release needs a note: why the held page may change now (--note)\n"
+
+
+def test_a_contract_another_process_took_places_the_files_the_tools_read(tmp_path):
+    """Regression (nc34b): a running server kept the contract it had read; once the agent's own `mem pull` (another
+    process, folding into the same views) took a contract that moved a layer's file, `view /memories` listed the old
+    file, and both the old path and the new one "did not exist", until the server's own `sync`. The server now
+    catches up with a contract taken elsewhere before each call."""
+    from teamhub import Team, layer
+
+    moved = layer("insights", "memory/moved.md")
+    team = Team(tmp_path, agents=("writer",), contract=layer("insights", "memory/insights.md"))
+    try:
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-12-01: staging first", check=True)
+        team.mem("writer", "sync", check=True)
+
+        async def body(session):
+            before = await call(session, "view", path="/memories/memory/insights.md")
+            team.apply(moved)
+            team.mem("writer", "pull", check=True)
+            return before, await call(session, "view", path="/memories"), \
+                await call(session, "view", path="/memories/memory/moved.md")
+
+        before, listed, now = run_stdio(team.root / "writer", body)
+    finally:
+        team.stop()
+    assert not before[0] and "staging first" in before[1]
+    assert "/memories/memory/moved.md" in listed[1] and "/memories/memory/insights.md" not in listed[1], listed
+    assert now == (False, now[1]) and "staging first" in now[1], now

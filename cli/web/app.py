@@ -176,7 +176,7 @@ class Site:
                 self._memories[id(mem)] = mem
                 self._busy.add(id(mem))
         try:
-            if mem.head() > mem.checkpoint():
+            if mem.head() > mem.checkpoint() or mem.moved_elsewhere():
                 mem.refresh(files=False)
             yield mem
         except storage_exceptions() as exc:
