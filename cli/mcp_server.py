@@ -532,12 +532,14 @@ def build_server(mem: Memory) -> MCPServer:
         from sync.client import unsent
 
         found = redacting.search(mem, match, layer) if match else redacting.resolve(mem, list(map(str, targets)))
-        report = redacting.redact(mem, found.events, reason, apply=not match or confirm,
-                                  apart=unsent(mem, found.events))
+        apart = unsent(mem, found.events)
+        report = redacting.redact(mem, found.events, reason, apply=not match or confirm, apart=apart)
         listed = [event_line(event, texts=False) for event in found.events] if match and not confirm else []
         warned = [*(found.kept_notes() if match else found.notes()), *([LEFT_ON_DISK] if report.left_on_disk else [])]
         warned += [kept_by_hand(report)] if report.hand_edited else []
         warned += [VIEWS_HOLD] if report.views_behind else []
+        if report.done:
+            warned += redacting.shown_stubs(mem, found.events, reason, apart, tools=True)
         return "\n".join([*listed, redacted_line(report, "call redact again with confirm=true to do it"), *warned])
 
     @register

@@ -244,7 +244,8 @@ def withdrawn_layers(memory, layers) -> frozenset[str]:
     return frozenset(layer for layer in layers if layer != MIND and layer not in local and not memory.produces(layer))
 
 
-def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = frozenset()) -> list[str]:
+def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = frozenset(), *,
+                tools: bool = False) -> list[str]:
     """A note for each page whose current version is among the redacted `events`: the page now shows the redaction's
     stub in its place, as every agent's copy will once it is pushed (a shared page), which a user redacting a write
     made by mistake did not expect (nc26b); the note names the version before, and the write that brings its text
@@ -268,9 +269,14 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         path = memory.page_file(event.layer, slug)
         before = memory.log.get(parents[0]) if parents else None
         layer = "" if event.layer == MIND else f" --layer {event.layer}"
-        back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`, "
-                "brings the version before back" if before is not None and before.kind != "redacted" else
-                f"`mem page write {slug}{layer} --file FILE` writes it anew")
+        if tools:  # nc34b: the MCP redact tool said nothing of the stub
+            back = (f"the show tool with path {path} and seq {before.seq} gives the version before, and create of "
+                    f"/memories/{path} with its text brings it back" if before is not None and before.kind != "redacted"
+                    else f"create of /memories/{path} writes it anew")
+        else:
+            back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`,"
+                    " brings the version before back" if before is not None and before.kind != "redacted" else
+                    f"`mem page write {slug}{layer} --file FILE` writes it anew")
         shared = event.layer != MIND and event.layer not in memory.local_layers()
         if shared and not memory.produces(event.layer):  # nc32b: not a write it cannot make
             back = f"this agent does not produce {event.layer} now, so a producer of it writes the page anew"

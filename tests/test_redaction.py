@@ -1115,6 +1115,23 @@ def test_redacting_a_pages_current_version_says_it_shows_the_stub_and_how_to_bri
     assert report["stubs"] == [] and report["done"]
 
 
+def test_the_redact_tool_says_a_page_shows_the_stub_and_how_to_bring_the_one_before_back_in_tools_words(workspace):
+    """Regression (nc34b): the MCP redact tool answered `redacted 1 event` alone; an agent was not told its page now
+    reads `[redacted: ...]` (the CLI's note), nor how to bring the version before back with its own tools."""
+    page = workspace / "p.md"
+    for text in ("good", "oops"):
+        page.write_text(f"---\ntype: note\n---\n# X\n\n{text}\n")
+        mem(workspace, "page", "write", "x", "--file", page, check=True)
+
+    async def body(session):
+        return await call(session, "redact", targets=[2], reason="mistake")
+
+    error, text = run_stdio(workspace, body)
+    assert not error and text.splitlines()[1:] == [
+        "mind/x.md shows `[redacted: mistake]` now, its current version redacted: the show tool with path mind/x.md "
+        "and seq 1 gives the version before, and create of /memories/mind/x.md with its text brings it back"], text
+
+
 def test_a_producer_demoted_after_a_leak_takes_it_back_itself(team, tmp_path):
     """Regression (nc28b): a producer made a consumer could not redact what it had pushed: its redaction was held
     back for good (`mem sync` exiting 1 each time) and the text stayed with every other agent. Its redaction of its own
