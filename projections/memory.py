@@ -745,7 +745,7 @@ class Memory:
         """The lock, with the views caught up with the log: a page read inside is the version an append made
         inside supersedes (its parent), not one another process superseded since this one last read the views."""
         with self.lock():
-            if self.views.checkpoint() < self.log.head():
+            if self.views.checkpoint() < self.log.head() or self.moved_elsewhere():
                 self.refresh(files=False)
             yield
 
@@ -916,13 +916,15 @@ class Memory:
         return self.append(self.adf_writer.message(box, message), allow_secret=allow_secret)
 
     def config_set(self, key: str, value, *, allow_secret: bool = False) -> Event:
-        """Sets a config key; `layers.<name>` declares a local layer, checked as `mem layer add` checks it."""
-        event = self.adf_writer.config_set(key, value)
-        if key.startswith("layers."):
-            spec = local_layers.checked_spec(key, value, self.views.contract)
-            local_layers.refuse_own_files(key.removeprefix("layers."), spec, self.views.file_paths())
-            event = self.adf_writer.config_set(key, spec)
-        return self.append(event, allow_secret=allow_secret)
+        """Sets a config key; `layers.<name>` declares a local layer, checked as `mem layer add` checks it, under the
+        lock against the layers as they are then (nc34a: two at once both passed, two layers on one file)."""
+        with self.at_head():
+            event = self.adf_writer.config_set(key, value)
+            if key.startswith("layers."):
+                spec = local_layers.checked_spec(key, value, self.views.contract)
+                local_layers.refuse_own_files(key.removeprefix("layers."), spec, self.views.file_paths())
+                event = self.adf_writer.config_set(key, spec)
+            return self.append(event, allow_secret=allow_secret)
 
     def swap_views(self, views: Views) -> None:
         """Points every part at a new views database (after a replay)."""
@@ -1089,9 +1091,10 @@ class Memory:
                           allow_secret: bool = False) -> Event:
         """Writes a shared page; from a hand-edited file, its parent is the version the file showed,
         so a teammate's version that arrived meanwhile stays a head (a conflict), never lost."""
-        event = self.shared_page_writing(layer, slug, document, note, allow_secret=allow_secret)
-        path = self.shared_page_path(layer, event.body.slug)
-        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
+        with self.at_head():  # nc34a: two writes at once both named the version before them, forking the page
+            event = self.shared_page_writing(layer, slug, document, note, allow_secret=allow_secret)
+            path = self.shared_page_path(layer, event.body.slug)
+            return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
     def shared_page_writing(self, layer: str, slug: str, document: bytes, note: str = "", *,
                             allow_secret: bool = False) -> Event:
@@ -1104,9 +1107,10 @@ class Memory:
                            allow_secret: bool = False) -> Event:
         """Deletes a shared page; `by_hand` (its file was deleted) supersedes only the version the
         file showed, so a teammate's newer version is kept as a conflict."""
-        event = self.shared_page_deleting(layer, slug, note, by_hand=by_hand, allow_secret=allow_secret)
-        return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], force=by_hand,
-                           allow_secret=allow_secret)
+        with self.at_head():
+            event = self.shared_page_deleting(layer, slug, note, by_hand=by_hand, allow_secret=allow_secret)
+            return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], force=by_hand,
+                               allow_secret=allow_secret)
 
     def shared_page_deleting(self, layer: str, slug: str, note: str = "", *, by_hand: bool = False,
                              allow_secret: bool = False) -> Event:
@@ -1118,16 +1122,19 @@ class Memory:
 
     def shared_page_rename(self, layer: str, old: str, new: str, note: str = "", *,
                            allow_secret: bool = False) -> Event:
-        self.shared_layer(layer, "pages", allow_secret)
-        events = self.shared_writer.page_rename(layer, old, new, note)
-        touches = [self.shared_page_path(layer, e.body.slug) for e in events]
-        return self.append_all(events, touches=touches, allow_secret=allow_secret)[-1]
+        with self.at_head():
+            self.shared_layer(layer, "pages", allow_secret)
+            events = self.shared_writer.page_rename(layer, old, new, note)
+            touches = [self.shared_page_path(layer, e.body.slug) for e in events]
+            return self.append_all(events, touches=touches, allow_secret=allow_secret)[-1]
 
     def release_shared_page(self, layer: str, slug: str, note: str, *, allow_secret: bool = False) -> Event:
         """Lifts the hold of a shared page: a version with its text, without `governance: hold`."""
-        self.shared_layer(layer, "pages", allow_secret)
-        event = self.shared_writer.page_release(layer, slug, note)
-        return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)], allow_secret=allow_secret)
+        with self.at_head():
+            self.shared_layer(layer, "pages", allow_secret)
+            event = self.shared_writer.page_release(layer, slug, note)
+            return self.append(event, touches=[self.shared_page_path(layer, event.body.slug)],
+                               allow_secret=allow_secret)
 
     def shared_pages(self, layer: str, as_of: int | None = None) -> list[SharedPage]:
         """The live pages of a pages layer, now or as of a seq."""
@@ -1135,10 +1142,11 @@ class Memory:
         return self.views.shared.pages(layer, self.views.checkpoint() if as_of is None else as_of)
 
     def resolve(self, layer: str, slug: str, document: bytes, *, allow_secret: bool = False) -> Event:
-        spec = self.shared_layer(layer, "pages", allow_secret)
-        event = self.shared_writer.resolve(layer, slug, document, f"{spec.path}{slug}.md")
-        path = f"{spec.path}{event.body.slug}.md"
-        return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
+        with self.at_head():
+            spec = self.shared_layer(layer, "pages", allow_secret)
+            event = self.shared_writer.resolve(layer, slug, document, f"{spec.path}{slug}.md")
+            path = f"{spec.path}{event.body.slug}.md"
+            return self.append(event, touches=[path], adopt={path: document}, allow_secret=allow_secret)
 
     # --- point in time ------------------------------------------------------------------------
 

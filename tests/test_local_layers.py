@@ -458,3 +458,58 @@ def test_a_file_named_as_a_layers_file_but_for_letter_case_is_refused(workspace)
             "or Unicode normalization, or one inside the other\n")
     assert log_rows(workspace) == before
     run_mem("-w", workspace, "file", "write", "memory/other.md", "--file", "-", input=b"x\n", check=True)
+
+
+def while_another_holds_the_lock(root, first, second):
+    """Runs `second(memory)` in a thread on its own Memory while `first(memory)`, on another, holds the workspace's
+    lock (two processes at once): `second` starts, and reads whatever it reads before it waits for the lock, before
+    `first` writes. Returns what `second` returned or raised."""
+    import threading
+    import time
+
+    from projections.memory import Memory
+
+    one, two = Memory.open(root), Memory.open(root)
+    outcome = {}
+
+    def run():
+        try:
+            outcome["done"] = second(two)
+        except Exception as exc:  # noqa: BLE001 - the refusal is what the caller checks
+            outcome["refused"] = exc
+
+    try:
+        with one.lock():
+            thread = threading.Thread(target=run)
+            thread.start()
+            time.sleep(0.5)
+            first(one)
+        thread.join(30)
+    finally:
+        one.close()
+        two.close()
+    return outcome
+
+
+def test_two_layers_declared_at_once_on_one_file_are_refused_one_of_them(workspace):
+    """Regression (nc34a): `mem layer add` checked the new layer's path against the layers as this process had read
+    them, before it took the lock: two at once both passed, and one layer's entries showed in no file."""
+    outcome = while_another_holds_the_lock(workspace, lambda m: m.declare_layer("e1", "memory/same.md"),
+                                           lambda m: m.declare_layer("e2", "memory/same.md"))
+    assert str(outcome.get("refused")) == "memory/same.md overlaps layer 'e1' (memory/same.md)", outcome
+    assert [line.split()[0] for line in run_mem("layer", "list", "-w", workspace, check=True).stdout.decode()
+            .splitlines() if "same.md" in line] == ["e1"]
+
+
+def test_two_writes_at_once_of_a_layer_page_in_one_workspace_chain_not_fork(workspace):
+    """Regression (nc34a): a write of a layer page named as its parent the version its file showed, read before the
+    lock: two writes at once in one workspace both named the version before them, and the page was in conflict with
+    itself (no `--if-version` for layer pages to guard it). The second now builds on the first."""
+    run_mem("layer", "add", "notes", "notes/", "--format", "pages", "-w", workspace, check=True)
+    run_mem("page", "write", "y", "--layer", "notes", "--file", "-", "-w", workspace, input=PAGE, check=True)
+    outcome = while_another_holds_the_lock(
+        workspace, lambda m: m.shared_page_write("notes", "y", PAGE.replace(b"Staging", b"First")),
+        lambda m: m.shared_page_write("notes", "y", PAGE.replace(b"Staging", b"Second")))
+    assert "done" in outcome, outcome
+    assert run_mem("conflicts", "-w", workspace).stdout.decode() == "no conflicts\n"
+    assert "Second" in (workspace / "notes/y.md").read_text()
