@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import psycopg
 
 from .envelope import Event, check_event
-from .errors import InvalidInput
+from .errors import InvalidInput, StorageUnavailable
 from .layers import MIND
 from .recorder import (ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows,
                        kind_condition, recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
@@ -59,6 +59,23 @@ def vacuum(conn: psycopg.Connection, tables: Iterable[str]) -> None:
         conn.autocommit = was
 
 
+def _again(method):
+    """Runs `method` once more, on connections opened anew, when the database closed the one it used (a restart, an
+    administrator's pg_terminate_backend): a long-running process (`mem mcp`, `mem pull --follow`) goes on once the
+    database answers again (nc34b: every call failed with "the connection is closed" until it was restarted). An
+    append run again is safe: the ids it committed already are found there and not appended twice. A reader (a
+    generator) is not run again: the next one reads through a new connection."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.OperationalError:
+            if self._inside == threading.get_ident() or not self._reopened():  # inside an append: it runs again
+                raise
+        return method(self, *args, **kwargs)
+    return run
+
+
 def _row(row) -> tuple:
     seq, id, ts, recorded_at, agent, layer, kind, codec, body, digest, chain = row
     return seq, bytes(id), ts, recorded_at, agent, layer, kind, codec, bytes(body), bytes(digest), bytes(chain)
@@ -96,18 +113,47 @@ class PostgresLog(Recorder):
             self._reading.close()
         self.conn.close()
 
+    def _reopened(self) -> bool:
+        """Opens anew each connection the database closed; whether there was one. One that cannot be opened (the
+        database still down) is a StorageUnavailable naming the log."""
+        lost = False
+        with self._writing:
+            if self.conn.broken or self.conn.closed:
+                self.conn = self._connect()
+                lost = True
+        with self._opening:
+            if self._reading is not None and (self._reading.broken or self._reading.closed):
+                self._reading = None
+                lost = True
+        return lost
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self.url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            from .backends import shown
+
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0].strip()
+            raise StorageUnavailable(f"the event log {shown(self.url)} does not answer ({reason}); try again once "
+                                     "its database does") from None
+
     def _reader(self) -> psycopg.Connection:
         """The connection reads go through: not `conn`, on which another thread's open append would show its rows
         before they are committed (see eventstore.sqlite.SQLiteLog._reader); psycopg lets threads share it, each
-        statement its own transaction. The thread running an append's `state` function reads inside it."""
+        statement its own transaction. The thread running an append's `state` function reads inside it. One the
+        database closed (a restart) is opened anew."""
         if self._inside == threading.get_ident():
             return self.conn
+        reading = self._reading
+        if reading is not None and (reading.broken or reading.closed):
+            self._reopened()
         if self._reading is None:
             with self._opening:
                 if self._reading is None:
-                    self._reading = psycopg.connect(self.url, autocommit=True)
+                    self._reading = self._connect()
         return self._reading
 
+    @_again
     def append(self, events: Sequence[Event], *, state: StateRows = None,
                verify: bool = False, recorded_at: int | Sequence[int] | None = None,
                unsent: Iterable[str] = ()) -> list[int]:
@@ -139,10 +185,12 @@ class PostgresLog(Recorder):
                 vacuum(self.conn, ["events"])
         return seqs
 
+    @_again
     def state(self, key: str) -> str | None:
         row = self._reader().execute("SELECT value FROM sync_state WHERE key = %s", (key,)).fetchone()
         return row[0] if row else None
 
+    @_again
     def set_state(self, key: str, value: str) -> None:
         with self._writing:
             self.conn.execute(UPSERT_STATE, (key, value))
@@ -186,36 +234,44 @@ class PostgresLog(Recorder):
                 mind = layer == MIND
                 yield seq, bytes(id), ts, None if mind else layer, codec, bytes(body), None if mind else agent
 
+    @_again
     def get(self, id: str) -> Event | None:
         row = self._reader().execute(f"SELECT {COLUMNS} FROM events WHERE id = %s", (id_bytes(id),)).fetchone()
         return row_to_event(_row(row)) if row else None
 
+    @_again
     def get_by_seq(self, seq: int) -> Event | None:
         row = self._reader().execute(f"SELECT {COLUMNS} FROM events WHERE seq = %s", (seq,)).fetchone()
         return row_to_event(_row(row)) if row else None
 
+    @_again
     def head(self) -> int:
         return self._reader().execute("SELECT seq FROM log_counter").fetchone()[0]
 
+    @_again
     def count(self, upto: int | None = None) -> int:
         if upto is None:
             return self._reader().execute("SELECT count(*) FROM events").fetchone()[0]
         return self._reader().execute("SELECT count(*) FROM events WHERE seq <= %s", (upto,)).fetchone()[0]
 
+    @_again
     def seq_after(self, after: int, count: int) -> int | None:
         row = self._reader().execute("SELECT seq FROM events WHERE seq > %s ORDER BY seq LIMIT 1 OFFSET %s",
                                 (after, count - 1)).fetchone()
         return row[0] if row else None
 
+    @_again
     def recorded_at(self, seq: int) -> int | None:
         row = self._reader().execute("SELECT recorded_at FROM events WHERE seq >= %s ORDER BY seq LIMIT 1",
                                 (seq,)).fetchone()
         return row[0] if row else None
 
+    @_again
     def seq_at(self, recorded_at_ms: int) -> int:
         row = self._reader().execute("SELECT MAX(seq) FROM events WHERE recorded_at <= %s", (recorded_at_ms,)).fetchone()
         return row[0] or 0
 
+    @_again
     def verify(self, progress=None) -> VerifyReport:
         """`verify_rows` up to the counter's seq, then the counter against the rows: the last row is the counter's
         seq with its chain (rows deleted at the end leave a chain that verifies on its own), and no row lies past

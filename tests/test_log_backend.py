@@ -162,3 +162,25 @@ def test_status_says_a_layers_file_no_contract_places(tmp_path):
         assert status.endswith("clean: every file is what the log says\n"), status
     finally:
         team.stop()
+
+
+def test_mem_mcp_on_a_postgresql_log_goes_on_after_its_database_closed_its_connections(tmp_path, pg_url):
+    """Regression (nc34b): after the log's database restarted, a running `mem mcp` answered every tool call, reads
+    too, with `the connection is closed` until it was restarted. Its log opens its connections anew."""
+    from test_log_postgres import cut_off
+    from test_mcp import call, run_stdio
+
+    ws = tmp_path / "ws"
+    run_mem("init", "-w", ws, "--agent", "alice", "--log", pg_url, check=True)
+
+    async def body(session):
+        said = [await call(session, "loop_append", role="user", text="before")]
+        cut_off(pg_url)
+        said.append(await call(session, "loop_append", role="user", text="after"))
+        cut_off(pg_url)
+        said.append(await call(session, "loop_show"))
+        return said
+
+    said = run_stdio(ws, body)
+    assert [error for error, _text in said] == [False, False, False], said
+    assert "before" in said[2][1] and "after" in said[2][1], said

@@ -119,3 +119,35 @@ def test_verify_reports_a_last_row_whose_chain_is_not_the_counter_s(recorder):
     recorder.conn.execute("UPDATE log_counter SET chain = decode(md5('x') || md5('y'), 'hex')")
     report = recorder.verify()
     assert not report.ok and report.first_bad_seq == 3 and "counter" in report.problem, report
+
+
+def cut_off(url: str) -> None:
+    """Ends every other session of the log's database, as a restart of the server does (`terminating connection due
+    to administrator command`)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND pid <> pg_backend_pid()")
+
+
+def test_a_log_whose_connections_the_database_closed_goes_on_through_new_ones(recorder):
+    """Regression (nc34b): once its database restarted, a long-running process's log failed every read and write
+    with `the connection is closed`, for good (`mem mcp` answered every tool call so, `mem pull --follow` ended). The
+    log opens its connections anew, and the call that found one closed runs again on them."""
+    first = new_event(AlwaysAdd(line="before"), agent="alice", layer="mind")
+    recorder.append([first])
+    recorder.set_state("k", "v")
+    assert recorder.head() == 1
+    for step in ("head", "append", "state", "read", "append again"):
+        cut_off(recorder.url)
+        if step == "head":
+            assert recorder.head() == 1
+        elif step == "state":
+            assert recorder.state("k") == "v"
+        elif step == "read":
+            recorder.head()  # the reader's connection, opened anew; the generator below reads through it
+            assert [row[0] for row in recorder.read_rows()] == [1, 2]
+        else:
+            recorder.append([new_event(AlwaysAdd(line=step), agent="alice", layer="mind")])
+    assert recorder.head() == 3 and recorder.verify().ok
