@@ -145,6 +145,20 @@ class MemoryTool:
             raise NotFound(f"The path {target.path} does not exist. Please provide a valid path.")
         return text
 
+    def _conflict_note(self, target: Target, edited: bool = False) -> str:
+        """A shared page in conflict, said after what a call answers about it (nc34b: `view` showed the winner alone,
+        and an edit, which builds on it, answered as if it had settled the page); "" for any other file."""
+        if target.kind != "shared" or target.slug is None:
+            return ""
+        views = self.mem.views
+        heads = views.shared.heads(target.layer, target.slug, views.checkpoint())
+        if len(heads) < 2:
+            return ""
+        agents = ", ".join(sorted({head.agent for head in heads}))
+        return (f"\n\nNote: {target.path} is in conflict: {len(heads)} versions of it are heads (by {agents}), and "
+                f"the file shows one of them{', which this edit built on: the others stay heads' if edited else ''}. "
+                f"The conflicts tool shows each; resolve writes one version over them all.")
+
     # --- the commands -------------------------------------------------------------------------
 
     def view(self, path: str, view_range: list[int] | None = None) -> str:
@@ -158,9 +172,10 @@ class MemoryTool:
         if len(lines) > MAX_LINES:
             raise ToolRefusal(f"File {path} exceeds maximum line limit of 999,999 lines.")
         if view_range is None:
-            return f"Here's the content of {path} with line numbers:\n" + numbered(lines, 1)
+            return f"Here's the content of {path} with line numbers:\n" + numbered(lines, 1) + self._conflict_note(target)
         first, end = lines_in_range(view_range, len(lines))
-        return f"Here's the content of {path} with line numbers:\n" + numbered(lines[first - 1:end], first)
+        return (f"Here's the content of {path} with line numbers:\n" + numbered(lines[first - 1:end], first)
+                + self._conflict_note(target))
 
     def _view_dir(self, target: Target) -> str:
         prefix = target.rel + "/" if target.rel else ""
@@ -216,7 +231,7 @@ class MemoryTool:
         new_lines = (self._text(target) or new_text).split("\n")
         first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
         return ("The memory file has been edited. Here is the snippet showing the change (with line numbers):\n"
-                + numbered(new_lines[first:last], first + 1))
+                + numbered(new_lines[first:last], first + 1) + self._conflict_note(target, edited=True))
 
     @_at_head
     def insert(self, path: str, insert_line: int, insert_text: str) -> str:
@@ -232,7 +247,7 @@ class MemoryTool:
             raise InvalidInput(EMPTY_ALWAYS)
         lines.insert(insert_line, insert_text.rstrip("\n"))
         self._write(target, text, "\n".join(lines) + "\n")
-        return f"The file {path} has been edited."
+        return f"The file {path} has been edited." + self._conflict_note(target, edited=True)
 
     def delete(self, path: str) -> str:
         target = self.resolve(path)

@@ -1358,3 +1358,29 @@ def test_a_contract_another_process_took_places_the_files_the_tools_read(tmp_pat
     assert not before[0] and "staging first" in before[1]
     assert "/memories/memory/moved.md" in listed[1] and "/memories/memory/insights.md" not in listed[1], listed
     assert now == (False, now[1]) and "staging first" in now[1], now
+
+
+def test_a_shared_page_in_conflict_is_said_so_by_view_and_by_an_edit_that_leaves_the_conflict(tmp_path):
+    """Regression (nc34b): `view` of a shared page in conflict showed the winner alone, and `str_replace` answered
+    "edited" while the other head stayed: an agent using the memory tool alone believed it had settled the page."""
+    from teamhub import Team
+
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        team.conflict("plan", "Plan", "base", "{agent} says")
+
+        async def body(session):
+            return [await call(session, "view", path="/memories/content/drafts/plan.md"),
+                    await call(session, "str_replace", path="/memories/content/drafts/plan.md", old_str="says",
+                               new_str="says, merged"),
+                    await call(session, "view", path="/memories/content/drafts/other.md")]
+
+        viewed, edited, other = run_stdio(team.root / "reviewer", body)
+    finally:
+        team.stop()
+    note = ("Note: /memories/content/drafts/plan.md is in conflict: 2 versions of it are heads (by reviewer, writer), "
+            "and the file shows one of them")
+    assert not viewed[0] and viewed[1].endswith(f"{note}. The conflicts tool shows each; resolve writes one version "
+                                                "over them all."), viewed
+    assert not edited[0] and f"{note}, which this edit built on: the others stay heads." in edited[1], edited
+    assert other[0] and "Note:" not in other[1]
