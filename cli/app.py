@@ -446,9 +446,11 @@ def why_absent(mem, path: str, moment: int, asked: bool, tools: bool = False) ->
                 at_seq = later[-1].seq
                 new = page_path(getattr(mem.event(at_seq).body, "new", slug_of(new)))
             then = moment if asked else None
-            gone = f"{path} was renamed to {new} at seq {last.seq} ({shows(new, then)})" if \
-                at_seq == last.seq else (f"{path} was renamed at seq {last.seq}, and is {new} by then "
-                                         f"({shows(new, then)})")
+            deleted = later[-1].seq if later and later[-1].deleted else None  # nc34a: named a show that failed too
+            after = "" if deleted is None else f", deleted at seq {deleted}"
+            shown = shows(new, then if deleted is None else deleted - 1)
+            gone = f"{path} was renamed to {new} at seq {last.seq}{after} ({shown})" if at_seq == last.seq else \
+                f"{path} was renamed at seq {last.seq}, and is {new} by then{after} ({shown})"
         else:
             gone = f"{path} was deleted at seq {last.seq}"
         return f"{gone}; {shows(path, last.seq - 1)} shows it as it was"

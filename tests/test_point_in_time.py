@@ -77,6 +77,11 @@ def test_a_renamed_page_reads_as_renamed_and_its_new_name_names_the_old_one_then
     assert show(workspace, "oncall", "--seq", "2").stderr.startswith(  # and the moment asked for is kept
         b"error: mind/oncall.md was renamed to mind/oncall-roster.md at seq 2 (`mem show mind/oncall-roster.md "
         b"--seq 2`)")
+    run_mem("-w", workspace, "page", "delete", "rota", check=True)  # nc34a: it named a show that failed too
+    assert show(workspace, "oncall").stderr == (
+        b"error: mind/oncall.md was renamed at seq 2, and is mind/rota.md by then, deleted at seq 4 (`mem show "
+        b"mind/rota.md --seq 3`); `mem show mind/oncall.md --seq 1` shows it as it was\n")
+    assert show(workspace, "rota", "--seq", "3").returncode == 0
 
 
 def test_at_accepts_offsets(history):
