@@ -1031,6 +1031,10 @@ class Memory:
         known = [*(sorted(PRIVATE_LAYERS) if private else ()), *(contract.layers if contract else ())]
         if self.hub_contract() is None:  # local layers alone: there is no contract to speak of
             raise InvalidInput(f"there is no layer {layer!r} declared here (`mem layer list`) (layers: {', '.join(known)})")
+        placed = self.views.last_placed(layer)
+        if placed is not None and placed[1] is not None:  # nc34b: it said to pull, as if the hub might have it
+            raise InvalidInput(f"layer {layer!r} was dropped from the hub's contract at seq {placed[1] + 1} (layers now: "
+                               f"{', '.join(known)}): it takes no writes; its past still reads as it was then")
         raise InvalidInput(**for_each(f"layer {layer!r} is not in the contract as last pulled (layers: "
                                       f"{', '.join(known)})", "; `mem pull` fetches the hub's, if it has changed since",
                                       "; sync fetches the hub's, if it has changed since"))
