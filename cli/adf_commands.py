@@ -12,8 +12,8 @@ from eventstore.instants import LAST_MS, format_instant
 from eventstore.validate import MAX_FILE_BYTES
 
 from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
-from .output import (AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, listing, progress_bar,
-                     summary_text)
+from .output import (AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, hit_line, listing,
+                     progress_bar, summary_text, unresolved_line)
 
 loop_app = typer.Typer(help="The loop (transcript): append, show, compact, clear.", no_args_is_help=True)
 file_app = typer.Typer(help="Files in adf_files.", no_args_is_help=True)
@@ -243,18 +243,8 @@ def audit_read(seq: int, loop: Optional[str] = typer.Option(None, "--loop",
     raise typer.Exit(1 if hit.source == "missing" else 0)
 
 
-def _article(word: str) -> str:
-    return "an" if word and word[0] in "aeiou" else "a"
-
-
 def _print_hit(hit) -> None:
-    where = {"live": "live in the loop", "audit": f"in audit blob {hit.audit_id}",
-             "log": "not in any audit blob (loop audit was off); the event log still holds it",
-             "missing": f"not a loop message: event {hit.seq} is {_article(hit.other)} {hit.other}" if hit.other
-             else f"not in the loop cited: it is a message of loop {hit.in_loop}" if hit.in_loop
-             else f"missing: not yet written by seq {hit.read_at}" if hit.read_at is not None
-             else "missing: not live, not in any audit blob, not in the log"}[hit.source]
-    typer.echo(f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else ""))
+    typer.echo(hit_line(hit))
     if hit.entry:
         typer.echo(jsonlib.dumps(hit.entry, ensure_ascii=False))
 
@@ -268,19 +258,16 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
         emit_json(result)
     elif result.kind == "seq":
         _print_hit(result.hit)
-    elif result.kind == "entry":
+    elif result.resolved and result.kind == "entry":
         _print_entry(result)
     elif result.resolved:
         sys.stdout.write(result.text)
     else:
-        fail(f"{result.path}: no such file" if result.path else f"{citation!r} names no file: adf-file://PATH, like "
-             "adf-file://mind/deploy.md")
+        fail(unresolved_line(result))
     raise typer.Exit(0 if result.resolved else 1)
 
 
 def _print_entry(result) -> None:
-    if not result.resolved:
-        fail(f"there is no entry {result.citation} in any layer of this workspace (`mem entry list LAYER` lists them)")
     entry = result.entry
     typer.echo(f"{entry.id} in {result.path} (layer {result.layer}, seq {result.seq}, by {entry.agent})")
     typer.echo(result.text)

@@ -33,7 +33,7 @@ from projections.views import page_path
 
 from .app import point, release, resolve_at, unwritten_warnings, why_absent
 from .output import (LEFT_ON_DISK, TOO_LARGE, VIEWS_HOLD, cleared_line, compacted_line, event_line, held_lines,
-                     kept_by_hand, redacted_line, taken_back_line)
+                     kept_by_hand, redacted_line, taken_back_line, unresolved_line)
 
 DEFAULT_HOST = "127.0.0.1"
 INSTRUCTIONS = (
@@ -435,9 +435,10 @@ def build_server(mem: Memory) -> MCPServer:
         a moment; one that resolves to nothing is an error, its JSON saying what was looked at."""
         said: list[str] = []
         result = mem.cite(citation, moment(mem, at, seq, said.append))
-        if not result.resolved:  # an error, as `mem cite` exits 1: the JSON still says what was looked at
-            raise JsonToolError(json_text(msgspec.structs.replace(
-                result, citation=cut(result.citation), path=None if result.path is None else cut(result.path))))
+        if not result.resolved:  # an error, as `mem cite` exits 1: the JSON still says what was looked at, after why
+            told = msgspec.structs.replace(result, citation=cut(result.citation),
+                                           path=None if result.path is None else cut(result.path))
+            raise JsonToolError(json_text({"error": unresolved_line(told, tools=True), **msgspec.to_builtins(told)}))
         return [json_text(result), *said]
 
     @register

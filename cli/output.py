@@ -268,3 +268,30 @@ def _rate_column():
 def http_url(host: str, port: int) -> str:
     """The URL of a server listening on host:port (an IPv6 address in brackets)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _article(word: str) -> str:
+    return "an" if word and word[0] in "aeiou" else "a"
+
+
+def hit_line(hit) -> str:
+    """Where a cited loop message is (an `audit.AuditHit`), as `mem audit read` and `mem cite` say it."""
+    where = {"live": "live in the loop", "audit": f"in audit blob {hit.audit_id}",
+             "log": "not in any audit blob (loop audit was off); the event log still holds it",
+             "missing": f"not a loop message: event {hit.seq} is {_article(hit.other)} {hit.other}" if hit.other
+             else f"not in the loop cited: it is a message of loop {hit.in_loop}" if hit.in_loop
+             else f"missing: not yet written by seq {hit.read_at}" if hit.read_at is not None
+             else "missing: not live, not in any audit blob, not in the log"}[hit.source]
+    return f"S{hit.seq}: {where}" + (f" (loop {hit.loop})" if hit.loop else "")
+
+
+def unresolved_line(result, tools: bool = False) -> str:
+    """Why a citation (a `Memory.cite` result) resolves to nothing, in one sentence (nc34b: the cite tool's error was
+    its JSON alone)."""
+    if result.kind == "seq":
+        return hit_line(result.hit)
+    if result.kind == "entry":
+        listed = "view of a layer's file lists them" if tools else "`mem entry list LAYER` lists them"
+        return f"there is no entry {result.citation} in any layer of this workspace ({listed})"
+    return (f"{result.path}: no such file" if result.path else
+            f"{result.citation!r} names no file: adf-file://PATH, like adf-file://mind/deploy.md")

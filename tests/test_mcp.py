@@ -279,9 +279,12 @@ def test_a_citation_that_resolves_to_nothing_is_a_tool_error_as_mem_cite_exits_1
     assert long_error and told["path"] == "b" * 120 + "… (10,000 characters)", told
     assert told["citation"] == "adf-file://" + "b" * 109 + "… (10,011 characters)" and not told["resolved"]
     assert found[0] is False and json.loads(found[1])["resolved"] is True
-    for (error, text), citation in zip(missing, ("[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7")):
-        assert error is True and json.loads(text)["resolved"] is False, (citation, text)
-        assert run_mem("cite", citation, "--workspace", workspace).returncode == 1
+    said = ("S99: missing: not yet written by seq 1", "mind/nosuch.md: no such file",
+            "there is no entry 01a23acc-5b7f-71f7 in any layer of this workspace (view of a layer's file lists them)")
+    for (error, text), citation, why in zip(missing, ("[S99]", "adf-file://mind/nosuch.md", "01a23acc-5b7f-71f7"), said):
+        told = json.loads(text)  # nc34b: the JSON alone, where every other tool error is a sentence
+        assert error is True and told["resolved"] is False and told["error"] == why, (citation, text)
+        assert list(told)[0] == "error" and run_mem("cite", citation, "--workspace", workspace).returncode == 1
 
 
 def test_an_empty_loop_message_is_refused_on_both_sides(workspace):
