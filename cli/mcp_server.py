@@ -427,7 +427,7 @@ def build_server(mem: Memory) -> MCPServer:
         hits = mem.search(query, as_of=as_of, day=day, kinds=kinds or (), layers=layers or (), types=types or (),
                           agent=agent, status=status, include_all=include_all, limit=n)
         hint = None if hits else searching.operators_hint(query)
-        return [json_text(hits), *said, *([f"no matches: {hint}"] if hint else [])]
+        return [json_text(searching.in_tools_words(hits)), *said, *([f"no matches: {hint}"] if hint else [])]
 
     @register
     def cite(citation: str, at: str | None = None, seq: StrictInt | None = None) -> list[str]:

@@ -1094,7 +1094,7 @@ def _hit(views, table: str, row, as_of: int, day: str, local: list[str]) -> Hit 
         citation = f"adf-file://{path}"
         winner = views.shared.winner(layer, slug, as_of)
         if winner is not None and winner[0] != ref:  # a losing head of a conflict: its text is not in the file
-            flags.append("conflict: not the version the file shows (`mem conflicts --show`)")
+            flags.append(f"conflict: not the version the file shows ({WAYS['conflicts'][0]})")
     elif kind == "entry":
         path = _placed(views, layer, None, as_of, id, flags)
         if path is None:
@@ -1102,7 +1102,7 @@ def _hit(views, table: str, row, as_of: int, day: str, local: list[str]) -> Hit 
         citation = ref
     elif kind == "loop":
         how = _removed_how(views, id, as_of)
-        path = f"loop {key}" + (f" ({how}: `mem audit read`)" if how else "")
+        path = f"loop {key}" + (f" ({how}: {WAYS['audit'][0]})" if how else "")
         citation = f"[S{id}]"
         if how:
             flags.append(how.split(",")[0])
@@ -1113,6 +1113,21 @@ def _hit(views, table: str, row, as_of: int, day: str, local: list[str]) -> Hit 
         kind = "local-page"
     return Hit(kind=kind, path=path, citation=citation, title=title, snippet="", seq=id,
                status=status, flags=flags, layer=layer, type=type, score=_score(score))
+
+
+WAYS = {"conflicts": ("`mem conflicts --show`", "the conflicts tool"), "audit": ("`mem audit read`", "the audit tool")}
+"""The way to more that a hit's path or flag names: (a command, the MCP tool that does it)."""
+
+
+def in_tools_words(hits: list[Hit]) -> list[Hit]:
+    """`hits` with the ways to more they name (WAYS) named as the MCP tools take them (nc34b: the search tool's flags
+    named `mem conflicts --show`, which an agent cannot run)."""
+    def said(text: str) -> str:
+        for command, tool in WAYS.values():
+            text = text.replace(command, tool)
+        return text
+
+    return [msgspec.structs.replace(hit, path=said(hit.path), flags=[said(flag) for flag in hit.flags]) for hit in hits]
 
 
 def _removed_how(views, seq: int, as_of: int) -> str | None:

@@ -1373,14 +1373,17 @@ def test_a_shared_page_in_conflict_is_said_so_by_view_and_by_an_edit_that_leaves
         team.conflict("plan", "Plan", "base", "{agent} says")
 
         async def body(session):
-            return [await call(session, "view", path="/memories/content/drafts/plan.md"),
+            return [await call(session, "search", query="writer says"),
+                    await call(session, "view", path="/memories/content/drafts/plan.md"),
                     await call(session, "str_replace", path="/memories/content/drafts/plan.md", old_str="says",
                                new_str="says, merged"),
                     await call(session, "view", path="/memories/content/drafts/other.md")]
 
-        viewed, edited, other = run_stdio(team.root / "reviewer", body)
+        searched, viewed, edited, other = run_stdio(team.root / "reviewer", body)
     finally:
         team.stop()
+    [hit] = json.loads(searched[1])  # nc34b: the flag named `mem conflicts --show`
+    assert "conflict: not the version the file shows (the conflicts tool)" in hit["flags"], hit
     note = ("Note: /memories/content/drafts/plan.md is in conflict: 2 versions of it are heads (by reviewer, writer), "
             "and the file shows one of them")
     assert not viewed[0] and viewed[1].endswith(f"{note}. The conflicts tool shows each; resolve writes one version "
