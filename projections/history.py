@@ -22,6 +22,9 @@ class Version(msgspec.Struct, omit_defaults=True):
     seq: int
     recorded_at: str
     agent: str
+    made_at: str
+    """When its agent made it (the event's `ts`): for a version pulled from a hub, not when this workspace recorded it
+    (nc34b: an agent that caught up later read every version as written at its pull)."""
     kind: str
     deleted: bool
     shown: bool = True  # False: a shared page's version the file did not show (a conflict's other side kept it)
@@ -211,7 +214,8 @@ def _renamed_in(version: Version) -> bool:
 
 def _version(path: str, event, deleted: bool) -> Version:
     return Version(path=path, seq=event.seq, recorded_at=format_instant(event.recorded_at), agent=event.agent,
-                   kind=event.kind, deleted=deleted, note=getattr(event.body, "note", "") or "")
+                   made_at=format_instant(event.ts), kind=event.kind, deleted=deleted,
+                   note=getattr(event.body, "note", "") or "")
 
 
 def _shared_page_history(memory, path: str, layer: str, slug: str, upto: int) -> list[Version]:

@@ -521,3 +521,16 @@ def test_a_page_command_given_layer_and_slug_names_the_layer_option(team):
         assert refused.returncode == 2 and refused.stderr.decode() == (
             f"error: drafts/launch names page launch of layer drafts: {said}\n"), refused
     assert log_rows(team.root / "writer") == rows
+
+
+def test_history_says_when_each_version_was_made_as_well_as_when_this_copy_recorded_it(team):
+    """Regression (nc34b): an agent that caught up later read from its history every version as written at its own
+    pull (`recorded_at` alone): `made_at` is when the version's agent made it, the same on every copy."""
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
+             check=True)
+    team.mem("writer", "sync", check=True)
+    time.sleep(0.05)
+    team.mem("reviewer", "sync", check=True)
+    [written], [pulled] = (json.loads(team.mem(agent, "history", PRICING, "--json", check=True).stdout)
+                           for agent in ("writer", "reviewer"))
+    assert pulled["made_at"] == written["made_at"] <= written["recorded_at"] < pulled["recorded_at"], (written, pulled)
