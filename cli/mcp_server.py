@@ -15,6 +15,7 @@ from typing import Literal
 
 import msgspec
 from mcp_types import INVALID_PARAMS, CallToolResult, Resource, TextContent
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
@@ -215,11 +216,14 @@ class FileFlush:
 
 
 class MindlogServer(MCPServer):
-    """An MCPServer whose resource list names mind.md and every page as they are now."""
+    """An MCPServer whose resource list names mind.md, every page and every shared layer's file as they are now, and
+    which reads any `adf-file://` citation `cite` resolves (nc34b: a shared page's, which search hands out, was an
+    unknown resource)."""
 
     def __init__(self, mem: Memory, **options):
         super().__init__(**options)
         self.mem = mem
+        self.cited = lambda uri: None  # the text of a citation (build_server's, caught up first), or None
         self.running: str | None = None  # the tool whose call is in progress (the calls run one at a time)
 
     async def call_tool(self, name, arguments, context=None):
@@ -249,7 +253,18 @@ class MindlogServer(MCPServer):
         for page in self.mem.catalog():
             resources.append(Resource(uri=f"adf-file://{page_path(page.slug)}", name=page.slug, title=page.title,
                                       description=page.hook or None, mime_type="text/markdown"))
+        for path in self.mem.views.shared_paths():
+            resources.append(Resource(uri=f"adf-file://{path}", name=path, mime_type="text/markdown"))
         return resources
+
+    async def read_resource(self, uri, context=None):
+        try:
+            return await super().read_resource(uri, context)
+        except ResourceNotFoundError:
+            text = self.cited(str(uri)) if str(uri).startswith("adf-file://") else None
+            if text is None:
+                raise
+        return [ReadResourceContents(content=text, mime_type="text/markdown")]
 
 
 def build_server(mem: Memory) -> MCPServer:
@@ -590,6 +605,16 @@ def build_server(mem: Memory) -> MCPServer:
         return f"resolved {layer}/{event.body.slug} (seq {event.seq})"
 
     # --- resources --------------------------------------------------------------------------------
+
+    def cited(uri: str) -> str | None:
+        current()
+        try:
+            found = mem.cite(uri, mem.seq_at())
+        except MemError:
+            return None
+        return found.text if found.resolved and found.kind == "file" else None
+
+    server.cited = cited
 
     @server.resource("adf-file://mind.md", name="mind.md", mime_type="text/markdown",
                      description="The always-loaded index: `## Always` and the page catalog.")

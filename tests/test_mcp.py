@@ -1390,3 +1390,33 @@ def test_a_shared_page_in_conflict_is_said_so_by_view_and_by_an_edit_that_leaves
                                                 "over them all."), viewed
     assert not edited[0] and f"{note}, which this edit built on: the others stay heads." in edited[1], edited
     assert other[0] and "Note:" not in other[1]
+
+
+def test_a_shared_pages_citation_search_hands_out_reads_as_a_resource(tmp_path):
+    """Regression (nc34b): `search` cites a shared page as `adf-file://content/drafts/x.md`, which `cite` resolves,
+    but reading it as a resource was `Unknown resource`, and the resource list named the wiki's pages alone."""
+    from teamhub import Team
+
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "ship it"),
+                 check=True)
+        team.mem("writer", "sync", check=True)
+        team.mem("reviewer", "sync", check=True)
+
+        async def body(session):
+            [hit] = json.loads((await call(session, "search", query="ship"))[1])
+            listed = [str(r.uri) for r in (await session.list_resources()).resources]
+            read = await session.read_resource(hit["citation"])
+            try:
+                await session.read_resource("adf-file://content/drafts/nosuch.md")
+                missing = None
+            except Exception as exc:  # noqa: BLE001 - the SDK's error for an unknown resource
+                missing = str(exc)
+            return hit["citation"], listed, read.contents[0].text, missing
+
+        citation, listed, text, missing = run_stdio(team.root / "reviewer", body)
+    finally:
+        team.stop()
+    assert citation == "adf-file://content/drafts/plan.md" and citation in listed, listed
+    assert "ship it" in text and missing is not None and "nosuch" in missing, missing
