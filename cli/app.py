@@ -396,10 +396,13 @@ def always_add(line: str, at: Optional[int] = typer.Option(None, "--at", help="P
 
 
 @always_app.command("remove")
-def always_remove(number: int, force: bool = ForceOpt):
+def always_remove(number: int, force: bool = ForceOpt,
+                  if_line: Optional[str] = typer.Option(None, "--if-line", help="Remove it only if line N still reads "
+                                                        "this (as `mem always list` showed it): nothing is removed "
+                                                        "when another write moved the lines since.")):
     """Remove line N (as numbered by `mem always list`)."""
     with memory() as mem:
-        event = mem.always_remove(number, force=force)
+        event = mem.always_remove(number, force=force, if_line=if_line)
     typer.echo(f"always - {event.body.line} (seq {event.seq})")
 
 

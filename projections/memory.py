@@ -843,8 +843,19 @@ class Memory:
         return self.append(self.writer.always_add(line, position), touches=[MIND_PATH], force=force,
                            allow_secret=allow_secret)
 
-    def always_remove(self, number: int, *, force: bool = False) -> Event:
-        return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
+    def always_remove(self, number: int, *, force: bool = False, if_line: str | None = None) -> Event:
+        """Removes `## Always` line `number`, read under the lock; with `if_line`, only if that line still reads so
+        (nc34a: two removals of line 1 at once, and an add at line 1 between them, removed a line neither had seen)."""
+        with self.at_head():
+            if if_line is not None:
+                lines = self.views.always()
+                now = lines[number - 1] if 0 < number <= len(lines) else None
+                if now != if_line:
+                    where = (f"it is line {lines.index(if_line) + 1} now" if if_line in lines else
+                             "no line reads it now")
+                    raise Stale(f"line {number} of `## Always` is {'no line' if now is None else repr(now)} now, not "
+                                f"{if_line!r} ({where}): nothing was removed")
+            return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
 
     def always(self, as_of: int | None = None) -> list[str]:
         """The `## Always` lines now, or as mind.md had them at a seq."""

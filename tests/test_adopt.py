@@ -710,6 +710,23 @@ def test_always_add_at_a_place(workspace):
     assert log_rows(workspace) == before
 
 
+def test_always_remove_if_line_removes_nothing_when_the_lines_moved_since(workspace):
+    """Regression (nc34a): `mem always remove N` removed whatever line N was by the time it ran: two removals of line
+    1 at once, with an add at line 1 between them, removed a line neither caller had seen. `--if-line` says which line
+    the caller saw; another there is refused, the log untouched."""
+    for line in ("line 1", "line 2"):
+        run_mem("-w", workspace, "always", "add", line, check=True)
+    run_mem("-w", workspace, "always", "add", "new first", "--at", "1", check=True)
+    before = log_rows(workspace)
+    for number, said in (("1", "line 1 of `## Always` is 'new first' now, not 'line 1' (it is line 2 now)"),
+                         ("9", "line 9 of `## Always` is no line now, not 'line 1' (it is line 2 now)")):
+        refused = run_mem("-w", workspace, "always", "remove", number, "--if-line", "line 1")
+        assert refused.returncode == 1 and refused.stderr.decode() == f"error: {said}: nothing was removed\n", refused
+    assert log_rows(workspace) == before
+    run_mem("-w", workspace, "always", "remove", "2", "--if-line", "line 1", check=True)
+    assert json.loads(run_mem("-w", workspace, "always", "list", "--json", check=True).stdout) == ["new first", "line 2"]
+
+
 def test_always_lines_moved_or_a_repeated_line_removed_are_said_as_they_are(memory):
     """Regression (nc21b): lines only moved, or one copy of a line given twice removed, were reported "adopted mind.md"
     with nothing recorded, and `mem status` went on saying mind.md was edited by hand. A copy removed is removed; a
