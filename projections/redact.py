@@ -262,19 +262,22 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
             notes.append(f"{memory.page_file(event.layer, slug)}: its version at seq {event.seq} never went out, and "
                          "is withdrawn: the page shows what every other agent's copy shows")
             continue
-        current = (memory.views.page_head(slug) or (None, None))[1] if event.layer == MIND else \
-            memory.views.shared_winner(event.layer, slug)
-        if current != event.id:
+        if event.layer == MIND:
+            old, slug = memory.page_file(MIND, slug), _shown_under(memory, slug, event)
+        elif memory.views.shared_winner(event.layer, slug) != event.id:
+            slug = None
+        if slug is None:
             continue
         path = memory.page_file(event.layer, slug)
+        old = path if event.layer != MIND else old  # where the version before was: the page's name then
         before = memory.log.get(parents[0]) if parents else None
         layer = "" if event.layer == MIND else f" --layer {event.layer}"
         if tools:  # nc34b: the MCP redact tool said nothing of the stub
-            back = (f"the show tool with path {path} and seq {before.seq} gives the version before, and create of "
+            back = (f"the show tool with path {old} and seq {before.seq} gives the version before, and create of "
                     f"/memories/{path} with its text brings it back" if before is not None and before.kind != "redacted"
                     else f"create of /memories/{path} writes it anew")
         else:
-            back = (f"`mem show {path} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`,"
+            back = (f"`mem show {old} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`,"
                     " brings the version before back" if before is not None and before.kind != "redacted" else
                     f"`mem page write {slug}{layer} --file FILE` writes it anew")
         shared = event.layer != MIND and event.layer not in memory.local_layers()
@@ -284,6 +287,22 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         notes.append(f"{path} shows `[redacted: {reason}]` now, its current version redacted"
                      + (", and so will every agent's copy once it is pushed" if shared else "") + f": {back}")
     return notes
+
+
+def _shown_under(memory, slug: str, event: Event) -> str | None:
+    """The wiki slug whose page shows `event`'s version now: its own, or the name renames made since gave it with no
+    other write between (a rename keeps the version's text: nc35b, the renamed page showed the stub unsaid); None
+    when no page shows it."""
+    seq, id = event.seq, event.id
+    while True:
+        head = memory.views.page_head(slug)
+        if head is not None and head[1] == id:
+            return slug
+        rename = next((e for e in memory.log.read(after=seq, kinds=["page.rename"], layers=[MIND])
+                       if getattr(e.body, "old", None) == slug), None)
+        if rename is None or memory.views.page_version_seqs(slug, rename.seq - 1)[-1:] != [seq]:
+            return None
+        slug, seq, id = rename.body.new, rename.seq, rename.id
 
 
 def pending_since(memory, seqs: list[int]) -> str:

@@ -1115,6 +1115,22 @@ def test_redacting_a_pages_current_version_says_it_shows_the_stub_and_how_to_bri
     assert report["stubs"] == [] and report["done"]
 
 
+def test_redacting_the_version_a_renamed_page_shows_says_so_under_its_name_now(workspace):
+    """Regression (nc35b): a page renamed after its current version keeps that version's text, so redacting it put
+    the stub in the renamed page with no note (the note looked for the version as the head of its old name)."""
+    page = workspace / "p.md"
+    for text in ("good", "oops"):
+        page.write_text(f"---\ntype: note\n---\n# X\n\n{text}\n")
+        mem(workspace, "page", "write", "x", "--file", page, check=True)
+    mem(workspace, "page", "rename", "x", "y", check=True)
+    done = mem(workspace, "redact", "2", "--reason", "mistake", check=True)
+    assert done.stderr.decode() == ("note: mind/y.md shows `[redacted: mistake]` now, its current version redacted: "
+                                    "`mem show mind/x.md --seq 1 > page.md`, then `mem page write y --file page.md`, "
+                                    "brings the version before back\n"), done.stderr
+    assert "[redacted: mistake]" in (workspace / "mind/y.md").read_text()
+    assert "good" in mem(workspace, "show", "mind/x.md", "--seq", "1", check=True).stdout.decode()
+
+
 def test_the_redact_tool_says_a_page_shows_the_stub_and_how_to_bring_the_one_before_back_in_tools_words(workspace):
     """Regression (nc34b): the MCP redact tool answered `redacted 1 event` alone; an agent was not told its page now
     reads `[redacted: ...]` (the CLI's note), nor how to bring the version before back with its own tools."""
