@@ -160,8 +160,9 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
             continue
         document = (root / path).read_bytes()
         if shared is not None:
-            batch.add(path, lambda layer=shared[0], slug=shared[1], document=document:
-                      memory.shared_page_writing(layer, slug, document, "edited in place", allow_secret=allow_secret),
+            note = EDITED if views.shared_winner(*shared) is not None else WRITTEN
+            batch.add(path, lambda layer=shared[0], slug=shared[1], document=document, note=note:
+                      memory.shared_page_writing(layer, slug, document, note, allow_secret=allow_secret),
                       document)
         else:
             edit, refusal = _onto_current(views, path, document)
@@ -169,8 +170,9 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
                 report.refused[path] = refusal
                 progress(1)
                 continue
-            batch.add(path, lambda slug=slug_of(path), edit=edit:
-                      memory.writer.page_write(slug, edit, "edited in place"), document)
+            note = EDITED if views.page_head(slug_of(path)) is not None else WRITTEN
+            batch.add(path, lambda slug=slug_of(path), edit=edit, note=note:
+                      memory.writer.page_write(slug, edit, note), document)
     batch.flush()
     deletes = _Batch(memory, report, progress, allow_secret, explain=explain)  # no document: a file deleted
     for path in missing:
@@ -184,6 +186,11 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
         if path in report.refused:  # kept for adoption (a hold released, a contract changed), else to be put back
             report.refused[path] += f"; or put the file back: `mem show {shlex.quote(path)} > {shlex.quote(path)}`"
     return report
+
+
+EDITED, WRITTEN = "edited in place", "written by hand"
+"""The note of an adopted page's version: an edit of a page the log has, or a page it never had (nc35b: a wiki kept
+by hand before mindlog logged each of its pages as "edited in place")."""
 
 
 def _folder_gone(pages: int, more: str = "") -> str:

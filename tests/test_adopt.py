@@ -1015,3 +1015,15 @@ def test_the_mind_folder_moved_aside_is_not_taken_as_the_deletion_of_every_page(
     (workspace / "mind.bak").rename(workspace / "mind")
     assert run_mem("-w", workspace, "adopt", check=True).stdout == b"nothing edited by hand\n"
     assert log_rows(workspace) == rows
+
+
+def test_a_page_the_log_never_had_is_adopted_as_written_by_hand_not_edited_in_place(workspace):
+    """Regression (nc35b): adopting a wiki kept by hand before mindlog logged each of its pages as "edited in place";
+    an edit of a page the log has keeps that note."""
+    (workspace / "mind/deploy.md").write_bytes(PAGE)
+    run_mem("-w", workspace, "adopt", check=True)
+    (workspace / "mind/deploy.md").write_bytes(PAGE.replace(b"Staging first.", b"Staging first, always."))
+    run_mem("-w", workspace, "adopt", check=True)
+    notes = [event["body"].get("note") for event in json.loads(run_mem("-w", workspace, "log", "--json",
+                                                                       check=True).stdout)]
+    assert notes == ["written by hand", "edited in place"], notes
