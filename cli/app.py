@@ -98,7 +98,8 @@ def root_command() -> LazyGroup:
 
 
 app = typer.Typer(help="mindlog: an event-sourced memory store for AI agents.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False, cls=LazyGroup)
+                  add_completion=False, pretty_exceptions_enable=False, cls=LazyGroup,
+                  context_settings={"help_option_names": ["-h", "--help"]})  # every command's, as its context's parent
 page_app = typer.Typer(help="Pages of the mind wiki (mind/<slug>.md).", no_args_is_help=True)
 always_app = typer.Typer(help="The `## Always` section of mind.md.", no_args_is_help=True)
 app.add_typer(page_app, name="page")

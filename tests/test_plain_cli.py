@@ -425,3 +425,10 @@ def test_a_ctrl_c_while_the_commands_are_imported_is_one_line(workspace):
     assert done.returncode != -signal.SIGINT and log_rows(workspace) == before
     project = (Path(__file__).parent.parent / "pyproject.toml").read_text()
     assert [line for line in project.splitlines() if line.startswith("mem = ")] == ['mem = "cli:main"']
+
+
+def test_dash_h_is_help_as_dash_dash_help_is_for_every_command():
+    """Regression (nc35b): `mem push -h` said `No such option: -h`; a newcomer tries -h first."""
+    for path in ([], ["push"], ["page", "write"], ["hub", "agent", "add"], ["loop", "clear"]):
+        short, long = (run_mem(*path, flag, env={"COLUMNS": "120"}) for flag in ("-h", "--help"))
+        assert short.returncode == 0 and short.stdout == long.stdout and b"Usage: mem" in short.stdout, (path, short)
