@@ -85,7 +85,7 @@ class PostgresLog(Recorder):
     def __init__(self, url: str, *, trusted: bool = True):
         self.trusted = trusted
         self.url = url
-        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn = self._connect()
         # Writes go through `conn`, one at a time (a statement of another thread's would run inside an open
         # append's transaction); reads through a connection of their own (`_reader`).
         self._writing = threading.Lock()

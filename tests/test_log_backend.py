@@ -184,3 +184,19 @@ def test_mem_mcp_on_a_postgresql_log_goes_on_after_its_database_closed_its_conne
     said = run_stdio(ws, body)
     assert [error for error, _text in said] == [False, False, False], said
     assert "before" in said[2][1] and "after" in said[2][1], said
+
+
+def test_a_command_on_a_log_whose_database_does_not_answer_says_so_in_one_line(tmp_path, pg_url):
+    """Regression (nc35b): a command said `cannot open the event log ...: connection failed: ... Is the server
+    running ...`, where the README (and the MCP tools) say the log does not answer and to try again."""
+    from sync.server import free_port
+
+    ws = tmp_path / "ws"
+    run_mem("init", "-w", ws, "--agent", "alice", "--log", pg_url, check=True)
+    config = json.loads((ws / ".mem/config.json").read_text())
+    gone = f"postgresql://nobody@127.0.0.1:{free_port()}/mindlog"  # no server listens there
+    (ws / ".mem/config.json").write_text(json.dumps({**config, "log": gone}))
+    said = run_mem("always", "list", "-w", ws)
+    assert said.returncode == 1 and said.stderr.decode().startswith(
+        f"error: the event log {gone} does not answer (connection failed: ") and said.stderr.decode().endswith(
+        "); try again once its database does\n") and said.stderr.count(b"\n") == 1, said.stderr
