@@ -154,10 +154,12 @@ class MemoryTool:
         heads = views.shared.heads(target.layer, target.slug, views.checkpoint())
         if len(heads) < 2:
             return ""
-        agents = ", ".join(sorted({head.agent for head in heads}))
-        return (f"\n\nNote: {target.path} is in conflict: {len(heads)} versions of it are heads (by {agents}), and "
-                f"the file shows one of them{', which this edit built on: the others stay heads' if edited else ''}. "
-                f"The conflicts tool shows each; resolve writes one version over them all.")
+        by = [head.agent for head in heads]
+        agents = ", ".join(f"{by.count(agent)} by {agent}" for agent in sorted(set(by)))
+        others = "the other stays a head" if len(heads) == 2 else "the others stay heads"
+        return (f"\n\nNote: {target.path} is in conflict: {len(heads)} versions of it are heads ({agents}), and the "
+                f"file shows one of them{f', which this edit built on: {others}' if edited else ''}. The conflicts "
+                f"tool shows each; resolve writes one version over them all.")
 
     # --- the commands -------------------------------------------------------------------------
 

@@ -1384,11 +1384,11 @@ def test_a_shared_page_in_conflict_is_said_so_by_view_and_by_an_edit_that_leaves
         team.stop()
     [hit] = json.loads(searched[1])  # nc34b: the flag named `mem conflicts --show`
     assert "conflict: not the version the file shows (the conflicts tool)" in hit["flags"], hit
-    note = ("Note: /memories/content/drafts/plan.md is in conflict: 2 versions of it are heads (by reviewer, writer), "
-            "and the file shows one of them")
+    note = ("Note: /memories/content/drafts/plan.md is in conflict: 2 versions of it are heads (1 by reviewer, 1 by "
+            "writer), and the file shows one of them")
     assert not viewed[0] and viewed[1].endswith(f"{note}. The conflicts tool shows each; resolve writes one version "
                                                 "over them all."), viewed
-    assert not edited[0] and f"{note}, which this edit built on: the others stay heads." in edited[1], edited
+    assert not edited[0] and f"{note}, which this edit built on: the other stays a head." in edited[1], edited
     assert other[0] and "Note:" not in other[1]
 
 
