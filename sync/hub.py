@@ -14,6 +14,7 @@ import binascii
 import heapq
 import logging
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
@@ -137,13 +138,24 @@ def _tags_of(raw: bytes) -> list[str]:
         return []
 
 
+_MISSING, _AT = re.compile(r"Object missing required field `([^`]+)`"), re.compile(r" - at `\$\.?([^`]*)`$")
+
+
+def decode_field(message: str) -> str:
+    """The part at fault that msgspec's ValidationError names (`- at `$.events[0].ts``, and a missing field's name),
+    as a problem's `field` (`events[0].ts`): the README's promise, which a decode error kept only in its detail
+    (nc35b). "" when it names none."""
+    at, missing = _AT.search(message), _MISSING.match(message)
+    return ".".join(found.group(1) for found in (at, missing) if found is not None and found.group(1))
+
+
 def decode_push(raw: bytes) -> PushRequest:
     try:
         return _push_decoder.decode(raw)
     except msgspec.ValidationError as exc:
         for kind in _tags_of(raw):
             check_tag(kind)
-        raise HubError(422, "invalid-event", "Invalid event", str(exc)) from None
+        raise HubError(422, "invalid-event", "Invalid event", str(exc), field=decode_field(str(exc))) from None
     except msgspec.DecodeError as exc:
         raise HubError(400, "invalid-body", "Invalid body", f"not JSON: {exc}") from None
     except RecursionError:

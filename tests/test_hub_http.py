@@ -109,7 +109,11 @@ def test_unknown_kinds_wrong_kinds_and_malformed_bodies(hub):
     page = new_event(PageIngest(slug="x", frontmatter={"type": "t"}, text=""), agent="alice", layer="insights")
     refused(push(hub, [page]), 422, "wrong-kind")
     refused(push(hub, None, raw=b"{not json"), 400, "invalid-body")
-    refused(push(hub, None, raw=b'{"events": [{"id": 1}]}'), 422, "invalid-event")
+    assert refused(push(hub, None, raw=b'{"events": [{"id": 1}]}'), 422, "invalid-event")["field"] == "events[0].id"
+    no_ts = json.loads(msgspec.json.encode({"events": [entry()]}))
+    del no_ts["events"][0]["ts"]  # nc35b: the part at fault was in the detail alone, not in `field`
+    assert refused(push(hub, None, raw=json.dumps(no_ts).encode()), 422, "invalid-event")["field"] == "events[0].ts"
+    assert refused(push(hub, None, raw=b'{}'), 422, "invalid-event")["field"] == "events"
     bad_id = json.loads(msgspec.json.encode({"events": [entry()]}))
     bad_id["events"][0]["id"] = "not-a-uuid"
     refused(push(hub, None, raw=json.dumps(bad_id).encode()), 422, "invalid-input")
