@@ -713,7 +713,9 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
     if withdrawn(memory, event):
         return WITHDRAWN
     taken = _taken(memory, remote) if taken is None else taken
-    gone = taken and _names_taken(memory, event, taken)
+    gone = (taken or withheld) and _names_kept(memory, event, taken | withheld)
+    if gone and gone not in taken:  # nc35a: sent, it named what the hub does not have, refused whole
+        return f"it names seq {gone}, which is held back too: it goes once that one does"
     if gone and type(event.body) is Redaction:
         return (f"it redacts seq {gone} too, which this agent took back before it went out: the hub never had it, "
                 "so this redaction stays this copy's (the hub's administrator may `mem hub redact` the others)")
@@ -778,15 +780,15 @@ def went_out(memory, remote: Remote, kept: set[int] = frozenset()) -> Callable[[
     return lambda seq: seq <= cursor and seq not in kept
 
 
-def _names_taken(memory, event: Event, taken: set[int]) -> int | None:
-    """The seq of an event taken back (`taken`) that `event` names: as a redaction's target, the entry it reverses,
-    or a page version's parent; None when it names none."""
+def _names_kept(memory, event: Event, kept: set[int]) -> int | None:
+    """The seq of an event held back or taken back (`kept`) that `event` names: as a redaction's target, the entry it
+    reverses, or a page version's parent; None when it names none."""
     body = stand_in(event.body) if type(event.body) is Redacted else event.body  # a redacted one names as before
     named = (body.target_ids if type(body) is Redaction else [body.reverses] if getattr(body, "reverses", None)
              else getattr(body, "parents", None) or [])
     for id in named:
         target = memory.log.get(id)
-        if target is not None and target.seq in taken:
+        if target is not None and target.seq in kept:
             return target.seq
     return None
 
@@ -864,7 +866,8 @@ def _held(memory, remote: Remote, contract=None, hub_clock: int | None = None) -
     local = memory.local_layers()
     seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
     events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
-    return [Waiting(e.layer, e.id, event_refusal(memory, remote, contract, agent, e, hub_clock=hub_clock))
+    kept = set(seqs)  # one held for naming another held is said so
+    return [Waiting(e.layer, e.id, event_refusal(memory, remote, contract, agent, e, kept - {e.seq}, hub_clock=hub_clock))
             for e in events if e.layer not in local]  # older versions held local layers'
 
 
@@ -1103,21 +1106,25 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                                  if goes(e) and e.seq not in came
                                  and not written_local(once_local, e.layer, e.seq))],
                       cursor, came)
-    acknowledged = send([_outgoing(e) for e in checked([e for e in retried if goes(e)])])
 
-    def holding(events: list[Event]) -> list[int]:
-        """The seqs of `events` the contract refuses, but those this agent took back (`taken_back`)."""
-        kept = []
+    def split(events: list[Event]) -> tuple[list[Event], list[int]]:
+        """`events` (in log order) to send, and the seqs of those held back: the ones the contract refuses, and those
+        that name one held back or taken back before them (nc35a: a version built on a version withdrawn in the same
+        batch was sent, and a reversal of it refused the whole push, at every push); those taken back are neither."""
+        sending, kept = [], []
         for event in events:
-            if not goes(event):
-                withheld.add(event.seq)
-                if taken_back(memory, event, withheld):
-                    taken.add(event.seq)
-                else:
-                    kept.append(event.seq)
-        return kept
+            if goes(event):
+                sending.append(event)
+                continue
+            withheld.add(event.seq)
+            if taken_back(memory, event, withheld):
+                taken.add(event.seq)
+            else:
+                kept.append(event.seq)
+        return sending, kept
 
-    held = holding(retried)
+    sending, held = split(retried)
+    acknowledged = send([_outgoing(e) for e in checked(sending)])
     if acknowledged:
         memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, sorted(taken), acknowledged))
     else:
@@ -1141,7 +1148,8 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                 batch = [e for e in read if e.seq not in came  # a redaction of a layer left: its own copy's
                          and not (e.kind == "redaction" and left(contract, agent, e.layer))
                          and not written_local(once_local, e.layer, e.seq)]
-                outgoing = [e for e in batch if goes(e) and e.id not in sent_ahead]
+                sending, kept = split(batch)
+                outgoing = [e for e in sending if e.id not in sent_ahead]
                 if len(read) == BATCH:  # more may follow in another request
                     ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
                              if goes(e) and e.id not in sent_ahead]
@@ -1149,7 +1157,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                     outgoing += ahead
                 outgoing = [_outgoing(e) for e in checked(outgoing)]
                 body = push_bodies(outgoing) if outgoing else None
-                held += holding(batch)
+                held += kept
                 cursor = read[-1].seq
             if in_flight is not None:
                 answered, in_flight = (*in_flight[1:], in_flight[0].result()), None

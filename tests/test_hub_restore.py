@@ -354,3 +354,28 @@ def test_a_push_from_a_machine_whose_clock_is_ahead_holds_back_what_it_made_and_
     assert "more than a day ahead of the hub's clock (this machine's clock was ahead when it was made)" in held.why
     team.mem("bob", "pull", check=True)
     assert "E1 made with a right clock" in insights(team, "bob") and "made while fast" not in insights(team, "bob")
+
+
+def test_a_reversal_of_an_entry_made_ahead_of_the_hubs_clock_is_held_back_with_it_and_the_rest_goes(team):
+    """Regression (nc35a): an entry made while the clock was two days fast is held back, but a reversal of it made
+    with a right clock was sent, and the hub refused the whole push for it (no such entry to reverse) until its clock
+    passed the fast one: nothing else of the agent went meanwhile. It is held back with what it names."""
+    import time as clock
+
+    from eventstore.envelope import new_event
+    from eventstore.ids import uuid7_layout, uuid_text
+    from eventstore.kinds import EntryAppend
+
+    fast = new_event(EntryAppend(type="FACT", date="2026-12-04", content="made fast"), agent="alice",
+                     layer="insights", id=uuid_text(uuid7_layout(int(clock.time() * 1000) + DAYS_2, 0, 7)))
+    with Memory.open(team.root / "alice") as memory:
+        memory.log.append([fast])
+    team.mem("alice", "entry", "add", "insights", "[FACT] 2026-12-04: made fast was wrong", "--reverses", fast.id,
+             check=True)
+    entry(team, "alice", "unrelated")
+    pushed = team.mem("alice", "push")
+    assert pushed.returncode == 1 and pushed.stdout == b"pushed 1 event to origin\n", pushed
+    said = pushed.stderr.decode()
+    assert "which is held back too: it goes once that one does" in said, said
+    team.mem("bob", "pull", check=True)
+    assert "unrelated" in insights(team, "bob") and "made fast" not in insights(team, "bob")

@@ -1369,3 +1369,57 @@ def test_a_page_version_taken_back_is_withdrawn_so_no_conflict_outlives_it(team,
     writer_log = json.loads(mem(team / "writer", "log", "--json", check=True).stdout)
     assert [e["seq"] for e in writer_log if e["body"]["kind"] in ("redaction", "redacted")] == []  # never went out
     assert first < taken and mem(team / "main", "replay", "--check").returncode == 0
+
+
+def test_a_version_built_on_a_withdrawn_one_is_held_back_when_the_agent_produces_again(team, tmp_path):
+    """Regression (nc35a): a producer again before its first push after a withdrawal sent a version built on the
+    withdrawn one (the push chose what to send before it found the withdrawal): the hub took it, the other copies
+    showed it and a lasting conflict while this one showed the version before. It is held back with it."""
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    draft(team, "main", "plan", "v1 text", tmp_path)
+    mem(team / "main", "push", check=True)
+    withdrawn = draft(team, "main", "plan", "v2 text", tmp_path)
+    built = draft(team, "main", "plan", "v3 text", tmp_path)
+    apply_drafts(team, tmp_path, '["writer"]')
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "redact", str(withdrawn), "--reason", "not ours", check=True)
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    synced = mem(team / "main", "sync")
+    assert synced.returncode == 1 and synced.stderr.decode() == (
+        f"note: 2 events held back from the hub taken back before they went out (redacted here, and their "
+        f"redactions): never sent\nerror: 1 event in layer drafts cannot be pushed: it names seq {withdrawn}, which "
+        f"this agent took back before it went out: the hub never had it; `mem redact {built} --reason \"...\"` "
+        "takes this one back too\n"), synced.stderr
+    mem(team / "writer", "sync", check=True)
+    for agent in ("main", "writer"):
+        assert "v1 text" in (team / agent / "content/drafts/plan.md").read_text(), agent
+    assert json.loads(mem(team / "writer", "conflicts", "--json").stdout) == []
+
+
+def test_a_reversal_of_a_withdrawn_entry_is_held_back_and_the_rest_of_the_push_goes(team, tmp_path):
+    """Regression (nc35a): sent with the batch that withdrew the entry it reverses, the reversal made the hub refuse
+    the whole push, at every push: nothing of the agent's reached the hub again."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: first", check=True)
+    mem(team / "main", "push", check=True)
+    second = entry_id_of(mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: second", check=True))
+    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: second is wrong", "--reverses", second,
+        check=True)
+    demote_main(team, tmp_path)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "redact", second, "--reason", "mine", check=True)
+    demote_main(team, tmp_path, back=True)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: unrelated later", check=True)
+    synced = mem(team / "main", "sync")
+    assert synced.returncode == 1 and synced.stdout.startswith(b"pushed 1,"), synced
+    mem(team / "writer", "sync", check=True)
+    text = (team / "writer" / "memory/insights.md").read_text()
+    assert "unrelated later" in text and "second" not in text, text
+
+
+def entry_id_of(added) -> str:
+    return added.stdout.split()[0].decode()
