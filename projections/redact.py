@@ -273,9 +273,10 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         before = memory.log.get(parents[0]) if parents else None
         layer = "" if event.layer == MIND else f" --layer {event.layer}"
         if tools:  # nc34b: the MCP redact tool said nothing of the stub
-            back = (f"the show tool with path {old} and seq {before.seq} gives the version before, and create of "
-                    f"/memories/{path} with its text brings it back" if before is not None and before.kind != "redacted"
-                    else f"create of /memories/{path} writes it anew")
+            back = (f"the show tool with path {old} and seq {before.seq} gives the version before, and str_replace of "
+                    f"/memories/{path}'s whole text (the show tool with path {path} gives it) with that text brings it "
+                    "back" if before is not None and before.kind != "redacted" else
+                    f"str_replace of /memories/{path}'s whole text writes it anew")  # create: it exists (nc35a)
         else:
             back = (f"`mem show {old} --seq {before.seq} > page.md`, then `mem page write {slug}{layer} --file page.md`,"
                     " brings the version before back" if before is not None and before.kind != "redacted" else

@@ -1133,20 +1133,26 @@ def test_redacting_the_version_a_renamed_page_shows_says_so_under_its_name_now(w
 
 def test_the_redact_tool_says_a_page_shows_the_stub_and_how_to_bring_the_one_before_back_in_tools_words(workspace):
     """Regression (nc34b): the MCP redact tool answered `redacted 1 event` alone; an agent was not told its page now
-    reads `[redacted: ...]` (the CLI's note), nor how to bring the version before back with its own tools."""
+    reads `[redacted: ...]` (the CLI's note), nor how to bring the version before back with its own tools. The way it
+    names works when followed (nc35a: `create` of a page that exists is refused)."""
     page = workspace / "p.md"
     for text in ("good", "oops"):
         page.write_text(f"---\ntype: note\n---\n# X\n\n{text}\n")
         mem(workspace, "page", "write", "x", "--file", page, check=True)
 
     async def body(session):
-        return await call(session, "redact", targets=[2], reason="mistake")
+        said = [await call(session, "redact", targets=[2], reason="mistake")]
+        before = (await call(session, "show", path="mind/x.md", seq=1))[1]
+        stub = (await call(session, "show", path="mind/x.md"))[1]
+        said.append(await call(session, "str_replace", path="/memories/mind/x.md", old_str=stub, new_str=before))
+        return said
 
-    error, text = run_stdio(workspace, body)
+    (error, text), (replaced, _) = run_stdio(workspace, body)
     assert not error and text.splitlines()[1:] == [
         "mind/x.md shows `[redacted: mistake]` now, its current version redacted: the show tool with path mind/x.md "
-        "and seq 1 gives the version before, and create of /memories/mind/x.md with its text brings it back"], text
-
+        "and seq 1 gives the version before, and str_replace of /memories/mind/x.md's whole text (the show tool with "
+        "path mind/x.md gives it) with that text brings it back"], text
+    assert not replaced and "good" in mem(workspace, "show", "mind/x.md", check=True).stdout.decode()
 
 def test_a_producer_demoted_after_a_leak_takes_it_back_itself(team, tmp_path):
     """Regression (nc28b): a producer made a consumer could not redact what it had pushed: its redaction was held
