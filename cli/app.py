@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 from typer.models import TyperInfo
 
-from eventstore.errors import MemError, TooLarge, storage_exceptions, storage_failure
+from eventstore.errors import TRY_LATER, MemError, TooLarge, storage_exceptions, storage_failure, unavailable
 from eventstore.instants import format_local
 from eventstore.layers import MIND
 
@@ -691,11 +691,17 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Adopt once
 
         def adopt_and_say() -> None:
             nonlocal began
-            began = mem.log.head()
             try:
+                began = mem.log.head()
                 report = adopting(mem)
-            except MemError as exc:  # the files in a state no adoption can take (`mind` a file): said, watched on
-                began, said = None, exc.told("cli")
+            except (MemError, *storage_exceptions()) as exc:  # the files in a state no adoption can take (`mind`
+                # a file), a log whose database does not answer (nc35a: it ended the watch): said, watched on
+                if not isinstance(exc, MemError) and not unavailable(exc):
+                    raise
+                began = None
+                said = exc.told("cli") if isinstance(exc, MemError) else f"the event log does not answer ({exc})"
+                if unavailable(exc):
+                    said = f"{said.removesuffix(TRY_LATER)}; an edit once it answers adopts this one too"
                 if told.get("") != said:
                     told[""] = said
                     typer.echo(f"error: {one_line(said)} (watching on)", err=True)
@@ -717,7 +723,10 @@ def watch(debounce_ms: int = typer.Option(300, "--debounce-ms", help="Adopt once
             for _quiet in quiet_after_edits(mem.root, debounce_ms):  # first: what was edited before, as `mem adopt`
                 adopt_and_say()
         except KeyboardInterrupt:
-            head = mem.log.head() if began is not None else None
+            try:
+                head = mem.log.head() if began is not None else None
+            except (MemError, *storage_exceptions()):  # stopped while its log's database does not answer
+                head = None
             if head is not None and head > began:  # stopped in the middle: what it adopted is recorded, not yet said
                 typer.echo(f"stopped while adopting: {event_count(head - began)} recorded (up to seq {head}); "
                            "the files catch up at the next command", err=True)

@@ -143,6 +143,19 @@ def storage_exceptions() -> tuple[type[BaseException], ...]:
     return (sqlite3.Error, OSError) + ((psycopg.Error,) if psycopg else ())
 
 
+TRY_LATER = "; try again once its database does"
+"""What a refusal of a log whose database does not answer ends with: a long-running process says its own instead."""
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a failure is a database that does not answer (stopped, restarting): what a long-running process (a
+    follower, a watcher) waits out rather than ends on."""
+    import sys
+
+    psycopg = sys.modules.get("psycopg")
+    return isinstance(exc, StorageUnavailable) or (psycopg is not None and isinstance(exc, psycopg.OperationalError))
+
+
 def storage_failure(exc: BaseException, where: str = "") -> StorageFailure:
     """One line for a storage failure, the common causes named first; `where` (what was being done, a
     file named) leads the line."""

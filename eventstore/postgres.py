@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import psycopg
 
 from .envelope import Event, check_event
-from .errors import InvalidInput, StorageUnavailable
+from .errors import TRY_LATER, InvalidInput, StorageUnavailable
 from .layers import MIND
 from .recorder import (ROW_WIDTH, ZERO_CHAIN, Recorder, StateRows, VerifyReport, id_bytes, id_text, plan_rows,
                        kind_condition, recording_times, redaction_updates, row_to_event, rows_of, verify_rows)
@@ -134,8 +134,7 @@ class PostgresLog(Recorder):
             from .backends import shown
 
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0].strip()
-            raise StorageUnavailable(f"the event log {shown(self.url)} does not answer ({reason}); try again once "
-                                     "its database does") from None
+            raise StorageUnavailable(f"the event log {shown(self.url)} does not answer ({reason}){TRY_LATER}") from None
 
     def _reader(self) -> psycopg.Connection:
         """The connection reads go through: not `conn`, on which another thread's open append would show its rows

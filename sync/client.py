@@ -28,7 +28,7 @@ import msgspec
 from eventstore import validate
 from eventstore.envelope import MAX_TS, Event, check_event, decode_body, secrets_allowed
 from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError, NotFound, StorageFailure,
-                               storage_exceptions, storage_failure)
+                               TRY_LATER, storage_exceptions, storage_failure, unavailable)
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
 from eventstore.ids import MINTED_AHEAD_MS, now_ms, uuid7_ms, uuid_text
 from eventstore.instants import format_instant
@@ -1224,7 +1224,8 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 answer = take_contract(memory, client, tally, restart=True)
                 tally.expect(memory, answer.head or answer.position)
                 if down and say:  # said at the first answer, before anything it brings is stored
-                    say(f"hub {remote.url} answers again; following")
+                    say(f"hub {remote.url} answers again; following" if down == "hub" else
+                        "the event log answers again; following")
                 down, delay = False, 0.5
                 _recorded_so_far(tally, lambda: _pull_until_caught_up(memory, client, tally))
                 _redactions_apart(memory, client, tally, fold=True)
@@ -1236,14 +1237,17 @@ def pull(memory, remote: Remote, client: HubClient | None = None, follow: bool =
                 take_contract(memory, client, tally)
                 _redactions_apart(memory, client, tally, fold=True)
             behind = page.more
-        except (HubUnreachable, HubRefused) as exc:
-            if not follow or (isinstance(exc, HubRefused) and exc.status < 500):
-                if tally.pulled:  # what landed is kept: said, not left for the next pull's "pulled 0" (nc29b)
-                    exc.args = (f"{exc}; {_stopped_after(tally.pulled)}",)
+        except (HubUnreachable, HubRefused, StorageFailure, *storage_exceptions()) as exc:
+            hub = isinstance(exc, HubUnreachable) or (isinstance(exc, HubRefused) and exc.status >= 500)
+            if not follow or not (hub or unavailable(exc)):  # nc35a: a follower on a PostgreSQL log ended while
+                if tally.pulled and isinstance(exc, (HubUnreachable, HubRefused)):  # its database restarted
+                    exc.args = (f"{exc}; {_stopped_after(tally.pulled)}",)  # what landed is said (nc29b)
                 raise
             if not down and say:
-                say(f"{exc}; retrying until it answers")
-            down, behind = True, True
+                say(f"{exc}; retrying until it answers" if hub else
+                    f"{str(exc).removesuffix(TRY_LATER)}; retrying until it does" if isinstance(exc, StorageFailure)
+                    else f"the event log does not answer ({' '.join(str(exc).split())}); retrying until it does")
+            down, behind = ("hub" if hub else "log"), True
             if stop is not None and stop():
                 break
             time.sleep(delay)
@@ -1261,7 +1265,7 @@ def _recorded_so_far(tally: "_Tally", pulling: Callable[[], None]) -> None:
     try:
         pulling()
     except storage_exceptions() as exc:
-        if not tally.pulled:
+        if not tally.pulled or unavailable(exc):  # a database down: a follower waits it out (`pull`)
             raise
         raise StorageFailure(f"{storage_failure(exc)}: {_stopped_after(tally.pulled)}") from None
 
