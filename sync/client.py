@@ -677,11 +677,14 @@ class CameFromHub:
         return merged
 
     @classmethod
-    def mark(cls, memory, name: str, seqs: list[int]) -> dict[str, str]:
-        """The state rows recording `seqs` too (read under the log's write lock, in the append's transaction)."""
+    def mark(cls, memory, name: str, seqs: list[int], back: list[int] = ()) -> dict[str, str]:
+        """The state rows recording `seqs` too (read under the log's write lock, in the append's transaction), and
+        `back`, this workspace's own events the pull brought back: this remote's hub has them (nc35a: after `mem
+        remote add` again, its cursor at 0, they counted as never sent, and a redaction of one as a withdrawal),
+        but another remote's may not, so they are not marked as from any."""
         from_any = {CAME_FROM_ANY: json.dumps(cls.merged(json.loads(memory.log.state(CAME_FROM_ANY) or "[]"), seqs))}
         floor = int(memory.log.state(f"push:{name}") or 0)
-        seqs = [seq for seq in seqs if seq > floor]
+        seqs = [seq for seq in [*seqs, *back] if seq > floor]
         if not seqs:
             return from_any
         return {**from_any, _came_key(name): json.dumps(cls.merged(cls(memory, name).runs, seqs))}
@@ -724,9 +727,9 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
                 f"`mem redact {event.seq} --reason \"...\"` takes this one back too")
     own = False
     if type(event.body) is Redaction:
-        went = went_out(memory, remote, withheld | taken)
-        own = all((target := memory.log.get(id)) is not None and target.agent == agent and went(target.seq)
-                  for id in event.body.target_ids)
+        went, came = went_out(memory, remote, withheld | taken), CameFromHub(memory, remote.name)
+        own = all((target := memory.log.get(id)) is not None and target.agent == agent
+                  and (went(target.seq) or target.seq in came) for id in event.body.target_ids)
     return refusal(contract, agent, event.layer, event.original_kind, bool(event.body.allowed_secrets), own)
 
 
@@ -1382,13 +1385,14 @@ class _Tally:
         def rows(seqs: list[int]) -> dict[str, str]:
             # events the log held already keep their seqs: this workspace's own, come back, are no hub's (nc28b)
             own = [seq for seq, event in zip(seqs, events) if event.agent == agent and seq > head]
+            back = [seq for seq, event in zip(seqs, events) if event.agent == agent and seq <= head]
             marks = {}
             if marked is not None:
                 key = marks_key("pull", self.name)
                 marks[key] = encoded(with_mark(load(memory, key), marked))
             if redacting:  # until the files are rewritten without what it removed
                 marks[REDACTION_FILES] = pending_since(memory, seqs)
-            return {**state, **marks, **(CameFromHub.mark(memory, self.name, own) if own else {})}
+            return {**state, **marks, **(CameFromHub.mark(memory, self.name, own, back) if own or back else {})}
 
         head = memory.log.head()
         unsent = self.unsent_redactions(memory, events)

@@ -1429,3 +1429,27 @@ def test_a_reversal_of_a_withdrawn_entry_is_held_back_and_the_rest_of_the_push_g
 
 def entry_id_of(added) -> str:
     return added.stdout.split()[0].decode()
+
+
+def test_after_a_remote_is_added_again_own_events_its_hub_brought_back_count_as_sent(served, tmp_path):
+    """Regression (nc35a): after `mem remote remove` and `add` (its push cursor at 0), this agent's own events a pull
+    brought back from the hub still counted as never sent: a demoted producer's redaction of a leaked version it had
+    pushed was made a withdrawal, never sent, while the hub and every other copy kept the leak (and the agent's copy
+    said it showed what theirs did). They count as at that hub: the redaction goes, as any own one does."""
+    team = served.root
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    draft(team, "main", "plan", "v1 text", tmp_path)
+    leaked = draft(team, "main", "plan", "v2 LEAKED", tmp_path)
+    mem(team / "main", "push", check=True)
+    mem(team / "main", "remote", "remove", "origin", check=True)
+    mem(team / "main", "remote", "add", "origin", served.url, "--token-file", team / "main.token", check=True)
+    apply_drafts(team, tmp_path, '["writer"]')
+    assert b"2 of this agent's own came back" in mem(team / "main", "pull", check=True).stdout
+    note = mem(team / "main", "redact", str(leaked), "--reason", "leak", check=True).stderr.decode()
+    assert "and so will every agent's copy once it is pushed" in note, note
+    mem(team / "main", "sync", check=True)
+    mem(team / "writer", "sync", check=True)
+    assert "LEAKED" not in (team / "writer/content/drafts/plan.md").read_text()
+    assert "[redacted: leak]" in (team / "writer/content/drafts/plan.md").read_text()
