@@ -259,8 +259,11 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
             continue
         slug, parents = version
         if event.id in apart and event.layer in withdrawn:
+            shown = memory.log.get(memory.views.shared_winner(event.layer, slug) or "")
+            now = (f"the page shows its version at seq {shown.seq}" if shown is not None else
+                   "the page has no version here now")  # nc35a: "every other copy's", of an own one not sent
             notes.append(f"{memory.page_file(event.layer, slug)}: its version at seq {event.seq} never went out, and "
-                         "is withdrawn: the page shows what every other agent's copy shows")
+                         f"is withdrawn: {now}")
             continue
         if event.layer == MIND:
             old, slug = memory.page_file(MIND, slug), _shown_under(memory, slug, event)

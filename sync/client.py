@@ -876,7 +876,9 @@ def _held(memory, remote: Remote, contract=None, hub_clock: int | None = None) -
 
 def _waiting(memory, remote: Remote, hub_clock: int | None = None) -> list[Waiting]:
     """Each own event after the push cursor in the layers this agent produces by the last contract seen, but those
-    a pull brought. Only a layer scanned for secrets has its events' bodies looked into (for --allow-secret)."""
+    a pull brought. Only a layer scanned for secrets has its events' bodies looked into (for --allow-secret). A
+    withdrawal and its targets are neither to push nor held back: the next push takes them back (nc35a: status said
+    them held back)."""
     contract = memory.views.contract
     if contract is None:
         return []
@@ -887,13 +889,12 @@ def _waiting(memory, remote: Remote, hub_clock: int | None = None) -> list[Waiti
         return []
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
     came, once_local = CameFromHub(memory, remote.name), memory.once_local()
-    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id), hub_clock) or (
-                WITHDRAWN if kind in ("redaction", "redacted") and withdrawn(memory, memory.log.get_by_seq(seq)) else
-                refusal(contract, agent, layer, kind,
-                        contract.layers[layer].scan_secrets and secrets_allowed(codec, body))))
+    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id), hub_clock) or refusal(
+                contract, agent, layer, kind, contract.layers[layer].scan_secrets and secrets_allowed(codec, body)))
             for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
             memory.log.read_rows(after=cursor, layers=layers, agent=agent)
-            if seq not in came and not written_local(once_local, layer, seq)]
+            if seq not in came and not written_local(once_local, layer, seq)
+            and not (kind in ("redaction", "redacted") and withdrawn(memory, memory.log.get_by_seq(seq)))]
 
 
 def written_local(once_local: dict[str, list[tuple[int, int]]], layer: str, seq: int) -> bool:

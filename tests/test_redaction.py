@@ -1306,7 +1306,7 @@ def test_taking_back_a_page_version_does_not_say_every_agents_copy_will_show_the
     assert mem(team / "main", "push").returncode == 1  # the unpushed version is held back
     taken = mem(team / "main", "redact", str(kept), "--reason", "not ours", check=True).stderr.decode()
     assert taken == (f"note: content/drafts/kept.md: its version at seq {kept} never went out, and is withdrawn: the "
-                     "page shows what every other agent's copy shows\n"), taken
+                     "page has no version here now\n"), taken
     assert not (team / "main/content/drafts/kept.md").exists()
     mem(team / "main", "push", check=True)
     assert "taken back" not in mem(team / "main", "status", check=True).stdout.decode()
@@ -1352,7 +1352,9 @@ def test_a_page_version_taken_back_is_withdrawn_so_no_conflict_outlives_it(team,
     taken = draft(team, "main", "plan", "v2 text", tmp_path)
     apply_drafts(team, tmp_path, '["writer"]')
     assert mem(team / "main", "sync").returncode == 1  # held back
-    mem(team / "main", "redact", str(taken), "--reason", "not ours", check=True)
+    said = mem(team / "main", "redact", str(taken), "--reason", "not ours", check=True).stderr.decode()
+    assert said.endswith(f"its version at seq {taken} never went out, and is withdrawn: the page shows its version at "
+                         f"seq {first}\n"), said  # nc35a: "what every other copy shows", of an own one not sent
     plan = team / "main/content/drafts/plan.md"
     assert "v1 text" in plan.read_text()
     assert "[redacted: not ours]" in mem(team / "main", "show", "content/drafts/plan.md", "--seq", str(taken),
@@ -1392,6 +1394,9 @@ def test_a_version_built_on_a_withdrawn_one_is_held_back_when_the_agent_produces
     mem(team / "main", "pull", check=True)
     mem(team / "main", "redact", str(withdrawn), "--reason", "not ours", check=True)
     apply_drafts(team, tmp_path, '["writer", "main"]')
+    mem(team / "main", "pull", check=True)
+    status = mem(team / "main", "status", check=True).stdout.decode()
+    assert "withdrew" not in status, status  # nc35a: the withdrawal was "held back" until the next push
     synced = mem(team / "main", "sync")
     assert synced.returncode == 1 and synced.stderr.decode() == (
         f"note: 2 events held back from the hub taken back before they went out (redacted here, and their "
