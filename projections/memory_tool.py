@@ -141,8 +141,9 @@ class MemoryTool:
         if target.kind in ("root", "dir"):
             raise ToolRefusal(f"The path {target.path} is not a file.")
         text = self._text(target)
-        if text is None:
-            raise NotFound(f"The path {target.path} does not exist. Please provide a valid path.")
+        if text is None:  # a conflict a delete won is said too (nc35a)
+            raise NotFound(f"The path {target.path} does not exist. Please provide a valid path."
+                           + self._conflict_note(target))
         return text
 
     def _conflict_note(self, target: Target, edited: bool = False) -> str:
@@ -157,9 +158,12 @@ class MemoryTool:
         by = [head.agent for head in heads]
         agents = ", ".join(f"{by.count(agent)} by {agent}" for agent in sorted(set(by)))
         others = "the other stays a head" if len(heads) == 2 else "the others stay heads"
-        return (f"\n\nNote: {target.path} is in conflict: {len(heads)} versions of it are heads ({agents}), and the "
-                f"file shows one of them{f', which this edit built on: {others}' if edited else ''}. The conflicts "
-                f"tool shows each; resolve writes one version over them all.")
+        if heads[-1].deleted:  # the winner (nc35a: a delete won, and `view` said only "does not exist")
+            shown = "the one that wins deletes the file" + (f"; {others} after this write" if edited else "")
+        else:
+            shown = "the file shows one of them" + (f", which this edit built on: {others}" if edited else "")
+        return (f"\n\nNote: {target.path} is in conflict: {len(heads)} versions of it are heads ({agents}), and "
+                f"{shown}. The conflicts tool shows each; resolve writes one version over them all.")
 
     # --- the commands -------------------------------------------------------------------------
 
@@ -207,7 +211,7 @@ class MemoryTool:
         if target.kind in ("root", "dir") or self._text(target) is not None:
             raise ToolRefusal(f"File {path} already exists")
         self._write(target, None, file_text)
-        return f"File created successfully at: {path}"
+        return f"File created successfully at: {path}" + self._conflict_note(target, edited=True)
 
     @_at_head
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:

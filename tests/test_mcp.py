@@ -1420,3 +1420,31 @@ def test_a_shared_pages_citation_search_hands_out_reads_as_a_resource(tmp_path):
         team.stop()
     assert citation == "adf-file://content/drafts/plan.md" and citation in listed, listed
     assert "ship it" in text and missing is not None and "nosuch" in missing, missing
+
+
+def test_a_shared_page_whose_conflict_a_delete_wins_is_said_so_by_view(tmp_path):
+    """Regression (nc35a): when a delete won a conflict, `view` said only that the file does not exist, though the
+    other version stayed a head."""
+    from teamhub import Team
+
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "base"),
+                 check=True)
+        for agent in ("writer", "reviewer"):
+            team.mem(agent, "sync", check=True)
+        team.mem("reviewer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("r", "Plan", "mine"),
+                 check=True)
+        team.mem("writer", "page", "delete", "plan", "--layer", "drafts", check=True)  # made after: its id wins
+        for agent in ("reviewer", "writer", "reviewer"):
+            team.mem(agent, "sync", check=True)
+
+        async def body(session):
+            return await call(session, "view", path="/memories/content/drafts/plan.md")
+
+        error, text = run_stdio(team.root / "reviewer", body)
+    finally:
+        team.stop()
+    assert error and text.startswith("The path /memories/content/drafts/plan.md does not exist."), text
+    assert "is in conflict: 2 versions of it are heads (1 by reviewer, 1 by writer), and the one that wins deletes " \
+           "the file." in text, text
