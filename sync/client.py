@@ -241,7 +241,7 @@ def _save_remotes(memory, remotes: dict[str, Remote]) -> None:
 
 def _forget_cursors(memory, name: str) -> None:
     for key in (f"push:{name}", f"held:{name}", _taken_key(name), _pushed_key(name), _came_key(name),
-                marks_key("push", name)):
+                marks_key("push", name), _clock_key(name)):
         memory.log.set_state(key, "")
     _forget_pull_cursor(memory, name)
 
@@ -846,10 +846,22 @@ def unpushed(memory, remote: Remote) -> int:
     return outgoing(memory, remote)[0]
 
 
+def _clock_key(remote: Remote | str) -> str:
+    """How far the hub's clock was ahead of this machine's (ms) at the last push: what `mem status` goes by."""
+    return f"hub-clock:{getattr(remote, 'name', remote)}"
+
+
+def last_hub_clock(memory, remote: Remote) -> int | None:
+    value = memory.log.state(_clock_key(remote))
+    return int(value) if value and value.lstrip("-").isdigit() else None
+
+
 def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
     """`unpushed` and `held_back` from one read of the events waiting (`mem status`): an event a push held that the
-    contract takes again is to push (the next push retries it)."""
-    events = _held(memory, remote) + _waiting(memory, remote)
+    contract takes again is to push (the next push retries it). Made ahead is judged by the hub's clock as the last
+    push found it (nc35a: by this machine's, status said held what a push sends, and the other way round)."""
+    clock = last_hub_clock(memory, remote)
+    events = _held(memory, remote, hub_clock=clock) + _waiting(memory, remote, clock)
     return sum(event.refused is None for event in events), _grouped(events)
 
 
@@ -1129,11 +1141,13 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
 
     sending, held = split(retried)
     acknowledged = send([_outgoing(e) for e in checked(sending)])
+    clock = {_clock_key(remote): str(hub_clock)} if hub_clock is not None else {}
     if acknowledged:
-        memory.log.append([], state=lambda _seqs: _pushed_rows(memory, remote, cursor, held, sorted(taken), acknowledged))
+        memory.log.append([], state=lambda _seqs: {**_pushed_rows(memory, remote, cursor, held, sorted(taken),
+                                                                  acknowledged), **clock})
     else:
         memory.log.append([], state=lambda _seqs: {held_key: json.dumps(held),
-                                                   _taken_key(remote): json.dumps(sorted(taken))})
+                                                   _taken_key(remote): json.dumps(sorted(taken)), **clock})
 
     def moved(cursor: int, held: list[int], taken_seqs: list[int], acknowledged: str | None) -> None:
         rows = (_pushed_rows(memory, remote, cursor, held, taken_seqs, acknowledged) if acknowledged

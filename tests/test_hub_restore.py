@@ -379,3 +379,20 @@ def test_a_reversal_of_an_entry_made_ahead_of_the_hubs_clock_is_held_back_with_i
     assert "which is held back too: it goes once that one does" in said, said
     team.mem("bob", "pull", check=True)
     assert "unrelated" in insights(team, "bob") and "made fast" not in insights(team, "bob")
+
+
+def test_status_judges_made_ahead_by_the_hubs_clock_as_the_last_push_found_it(team, monkeypatch):
+    """Regression (nc35a): `mem status` judged "made more than a day ahead" by this machine's clock while a push went
+    by the hub's: on a slow machine it said held back what a push sends, on a fast one "to push" what a push holds."""
+    import sync.client
+    from sync.client import outgoing
+
+    entry(team, "alice", "E1 made with a right clock")
+    right = sync.client.now_ms
+    monkeypatch.setattr(sync.client, "now_ms", lambda: right() - DAYS_2)  # this machine two days slow from now on
+    with Memory.open(team.root / "alice") as memory:
+        remote = get_remote(memory, "origin")
+        assert outgoing(memory, remote)[1] != []  # by its own clock, before any push told it the hub's
+        push(memory, remote)
+        entry(team, "alice", "E2 made with a right clock")
+        assert outgoing(memory, remote) == (1, [])  # by the hub's clock, as the push found it
