@@ -423,6 +423,11 @@ class SharedWriter:
             raise governance.held(layer, old, self.state.shared_winner(layer, old), "rename")
         if self.state.shared_document(layer, new) is not None:
             raise InvalidInput(f"a page {new!r} already exists in layer {layer}; delete it first or pick another name")
+        heads = self.state.shared_heads(layer, old)
+        if len(heads) > 1:  # nc35a: the rename's delete superseded every head, the others' text dropped unsaid
+            raise InvalidInput(**for_each(
+                f"{layer}/{old} is in conflict ({len(heads)} heads): renamed, it would keep the winner's text alone; "
+                "resolve it first (", f"`mem resolve {layer}/{old} --file F`)", "the resolve tool)"))
         note = validate.one_line(note or f"renamed to {new}", "the note")
         gone = new_event(validate.body(PageDelete(slug=old, note=note, parents=self.state.shared_heads(layer, old))),
                          agent=self.agent, layer=layer)

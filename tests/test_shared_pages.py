@@ -534,3 +534,18 @@ def test_history_says_when_each_version_was_made_as_well_as_when_this_copy_recor
     [written], [pulled] = (json.loads(team.mem(agent, "history", PRICING, "--json", check=True).stdout)
                            for agent in ("writer", "reviewer"))
     assert pulled["made_at"] == written["made_at"] <= written["recorded_at"] < pulled["recorded_at"], (written, pulled)
+
+
+def test_a_shared_page_in_conflict_is_not_renamed_until_it_is_resolved(team):
+    """Regression (nc35a): a rename's delete superseded every head of a page in conflict: the renamed page kept the
+    winner's text alone, the other version dropped without a word, `mem conflicts` empty. It is refused, the log
+    untouched, until the page is resolved."""
+    team.conflict("plan", "Plan", "base", "{agent} says")
+    before = log_rows(team.root / "reviewer")
+    refused = team.mem("reviewer", "page", "rename", "plan", "plan-2", "--layer", "drafts")
+    assert refused.returncode == 1 and refused.stderr.decode() == (
+        "error: drafts/plan is in conflict (2 heads): renamed, it would keep the winner's text alone; resolve it "
+        "first (`mem resolve drafts/plan --file F`)\n"), refused.stderr
+    assert log_rows(team.root / "reviewer") == before
+    team.mem("reviewer", "resolve", "drafts/plan", "--file", team.page("both", "Plan", "both say"), check=True)
+    team.mem("reviewer", "page", "rename", "plan", "plan-2", "--layer", "drafts", check=True)
