@@ -1216,6 +1216,14 @@ def demote_main(team, tmp_path, back: bool = False) -> None:
     run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", team / "hub.db", check=True)
 
 
+def producing_again(team, tmp_path, text: str):
+    """Main, a producer of insights again, pulls the contract, adds the entry `text` and syncs: the sync's result."""
+    demote_main(team, tmp_path, back=True)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", text, check=True)
+    return mem(team / "main", "sync")
+
+
 def test_one_redaction_of_a_pushed_and_an_unpushed_write_takes_back_the_one_and_sends_the_other(team, tmp_path):
     """Regression (nc30a): a demoted producer's `mem redact` naming an event it had pushed and one it had not made
     one redaction, which (its unpushed target taken back) went to the hub at the next push and was refused whole
@@ -1236,10 +1244,7 @@ def test_one_redaction_of_a_pushed_and_an_unpushed_write_takes_back_the_one_and_
     for agent in ("writer", "late"):
         mem(team / agent, "sync", check=True)
         assert files_holding(team / agent, "555-0199") == [], agent
-    demote_main(team, tmp_path, back=True)
-    mem(team / "main", "pull", check=True)
-    mem(team / "main", "entry", "add", "insights", "[FACT] after it", check=True)
-    again = mem(team / "main", "sync")
+    again = producing_again(team, tmp_path, "[FACT] after it")
     assert again.returncode == 0 and again.stdout.startswith(b"pushed 1,"), again
     mem(team / "writer", "sync", check=True)
     assert "after it" in (team / "writer" / "memory/insights.md").read_text()
@@ -1422,10 +1427,7 @@ def test_a_reversal_of_a_withdrawn_entry_is_held_back_and_the_rest_of_the_push_g
     demote_main(team, tmp_path)
     mem(team / "main", "pull", check=True)
     mem(team / "main", "redact", second, "--reason", "mine", check=True)
-    demote_main(team, tmp_path, back=True)
-    mem(team / "main", "pull", check=True)
-    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: unrelated later", check=True)
-    synced = mem(team / "main", "sync")
+    synced = producing_again(team, tmp_path, "[FACT] 2026-12-04: unrelated later")
     assert synced.returncode == 1 and synced.stdout.startswith(b"pushed 1,"), synced
     mem(team / "writer", "sync", check=True)
     text = (team / "writer" / "memory/insights.md").read_text()
