@@ -86,6 +86,30 @@ postgresql = factories.postgresql("postgresql_proc")
 
 
 @pytest.fixture
+def own_postgres(tmp_path):
+    """A PostgreSQL server of this test's own, to stop and start under what uses it (the session's server is shared
+    by the other tests)."""
+    import tempfile
+
+    from pytest_postgresql.executors import PostgreSQLExecutor
+
+    from sync.server import free_port
+
+    folder = tmp_path / "pg"
+    folder.mkdir()
+    server = PostgreSQLExecutor(executable=pg.pg_ctl(), host="127.0.0.1", port=free_port(),
+                                datadir=str(folder / "data"), unixsocketdir=tempfile.gettempdir(),
+                                logfile=str(folder / "server.log"), startparams="-w", dbname="postgres")
+    try:
+        pg.started(server)
+        yield server
+    finally:
+        if server.running():  # stopped by a test that failed before starting it again
+            server.stop()
+        server.clean_directory()
+
+
+@pytest.fixture
 def pg_url(postgresql) -> str:
     """A fresh, empty database on the test server, as a URL."""
     info = postgresql.info

@@ -59,3 +59,24 @@ def table_bytes(url: str, table: str) -> bytes:
         files = conn.execute("SELECT pg_relation_filepath(oid), pg_relation_filepath(NULLIF(reltoastrelid, 0)) "
                              "FROM pg_class WHERE oid = %s::regclass", (table,)).fetchone()
     return b"".join(Path(folder, file).read_bytes() for file in files if file)
+
+
+def url_of(server) -> str:
+    """The URL of a server `own_postgres` (conftest) started."""
+    return f"postgresql://{server.user}@127.0.0.1:{server.port}/postgres"
+
+
+def started(server) -> None:
+    """Starts SERVER and returns once it takes connections (pg_ctl -w returns while it may still be "starting up")."""
+    import time
+
+    import psycopg
+
+    server.start()
+    for _ in range(300):
+        try:
+            psycopg.connect(url_of(server)).close()
+            return
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    raise AssertionError(f"PostgreSQL on port {server.port} did not take connections within 30 s")

@@ -3,18 +3,14 @@
 (never a traceback), nothing is written meanwhile, and the first push after it is back goes through."""
 
 import asyncio
-import tempfile
 import time
 
 import httpx
 import msgspec
-import psycopg
-import pytest
-from pytest_postgresql.executors import PostgreSQLExecutor
 
-import pg
 from conftest import run_mem
-from hubserver import free_port, mem_serve
+from pg import started, url_of
+from hubserver import mem_serve
 from eventstore.errors import StorageUnavailable
 from sync.committer import GroupCommitter
 from sync.fanout import Fanout
@@ -24,40 +20,6 @@ from two_hubs import CONTRACT, fact, hub_with
 
 PROMPT = 5.0
 """Seconds within which a request is answered while the database is down (the pool's default wait was 30)."""
-
-
-@pytest.fixture
-def own_postgres(tmp_path):
-    """A PostgreSQL server of this test's own: it is stopped and started under the hub (the session's
-    server is shared by the other tests)."""
-    folder = tmp_path / "pg"
-    folder.mkdir()
-    server = PostgreSQLExecutor(executable=pg.pg_ctl(), host="127.0.0.1", port=free_port(),
-                                datadir=str(folder / "data"), unixsocketdir=tempfile.gettempdir(),
-                                logfile=str(folder / "server.log"), startparams="-w", dbname="postgres")
-    try:
-        started(server)
-        yield server
-    finally:
-        if server.running():  # stopped by a test that failed before starting it again
-            server.stop()
-        server.clean_directory()
-
-
-def url_of(server) -> str:
-    return f"postgresql://{server.user}@127.0.0.1:{server.port}/postgres"
-
-
-def started(server) -> None:
-    """Starts SERVER and returns once it takes connections (pg_ctl -w returns while it may still be "starting up")."""
-    server.start()
-    for _ in range(300):
-        try:
-            psycopg.connect(url_of(server)).close()
-            return
-        except psycopg.OperationalError:
-            time.sleep(0.1)
-    raise AssertionError(f"PostgreSQL on port {server.port} did not take connections within 30 s")
 
 
 def test_a_hub_whose_database_stops_answers_503_at_once_and_serves_again_when_it_is_back(own_postgres, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import mem_command, run_mem
 from hubserver import mem_serve
-from test_hub_postgres_outage import own_postgres, started, url_of  # noqa: F401 - the fixture, used by name
+from pg import started, url_of
 from teamhub import layer
 
 PAGE = "---\ntype: note\n---\n# {0}\n\n{0}\n"
@@ -43,7 +43,7 @@ def ended(process: subprocess.Popen) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def own_log(own_postgres):  # noqa: F811 - pytest's fixture by name
+def own_log(own_postgres):
     """A database of its own for an agent's log on the test's own server."""
     import psycopg
 
@@ -53,7 +53,7 @@ def own_log(own_postgres):  # noqa: F811 - pytest's fixture by name
 
 
 def test_a_follower_on_a_postgresql_log_waits_out_its_database_and_records_what_came_meanwhile(
-        own_postgres, own_log, tmp_path):  # noqa: F811
+        own_postgres, own_log, tmp_path):
     hub_db = tmp_path / "hub.db"
     (tmp_path / "c.toml").write_text(layer("insights", "memory/insights.md"))
     run_mem("hub", "init", "--db", hub_db, check=True)
@@ -86,7 +86,7 @@ def test_a_follower_on_a_postgresql_log_waits_out_its_database_and_records_what_
 
 
 def test_a_watch_on_a_postgresql_log_says_its_database_is_down_and_adopts_once_it_answers(
-        own_postgres, own_log, tmp_path):  # noqa: F811
+        own_postgres, own_log, tmp_path):
     ws = tmp_path / "w"
     run_mem("init", "-w", ws, "--agent", "a", "--log", own_log, check=True)
     watcher = running("watch", "-w", ws)
