@@ -768,3 +768,28 @@ def test_a_renamed_pages_history_opens_each_version_under_the_name_it_had(tmp_pa
     run_mem("-w", root, "page", "rename", "deploy", "deploy-procedure", check=True)
     back = run_mem("-w", root, "diff", "deploy-procedure", "--from", "seq:3", "--to", "seq:4", check=True)
     assert back.stdout == b"rename from mind/deploy.md@3\nrename to mind/deploy-procedure.md@4\n"
+
+
+def test_a_contract_another_process_took_places_the_files_the_pages_show(tmp_path):
+    """A running `mem ui` shows a layer's file where a contract the agent's own `mem pull` took since places it (the
+    MCP server kept the contract it had read: nc34b; the pages read placements from the log, and catch up first)."""
+    from teamhub import Team, layer
+    from webui import serve_ui
+
+    team = Team(tmp_path, agents=("writer",), contract=layer("insights", "memory/insights.md"))
+    server = None
+    try:
+        team.mem("writer", "entry", "add", "insights", "[FACT] 2026-12-01: staging first", check=True)
+        team.mem("writer", "sync", check=True)
+        server, url = serve_ui(tmp_path / "writer")
+        before = httpx.get(f"{url}/asof", timeout=30).text
+        team.apply(layer("insights", "memory/moved.md"))
+        team.mem("writer", "pull", check=True)
+        after = httpx.get(f"{url}/asof", timeout=30).text
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+        team.stop()
+    assert "memory/insights.md" in before and "memory/moved.md" not in before
+    assert "memory/moved.md" in after and "memory/insights.md" not in after, after
