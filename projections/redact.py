@@ -13,6 +13,7 @@ import msgspec
 from eventstore import recorder, validate
 from eventstore.envelope import CODEC_REDACTED, Event, decode_body, unpack_body
 from eventstore.errors import InvalidInput, NotFound, for_each
+from eventstore.governance import is_held
 from eventstore.ids import is_uuid, seq_number
 from eventstore.layers import MIND, left, produces
 from eventstore.writer import entry_id
@@ -288,6 +289,9 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         if shared and not memory.produces(event.layer):  # nc32b: not a write it cannot make
             back = f"this agent does not produce {event.layer} now, so a producer of it writes the page anew"
             shared = event.id not in apart  # taken back: it never goes out (one not pushed yet goes: nc33a)
+        elif is_held(getattr(event.body, "frontmatter", None)):  # nc36b: the hold went with it, unsaid
+            back = ("the version held the page (governance: hold); redacted, it holds nothing: the page is no longer "
+                    f"held; {back}")
         notes.append(f"{path} shows `[redacted: {reason}]` now, its current version redacted"
                      + (", and so will every agent's copy once it is pushed" if shared else "") + f": {back}")
     return notes

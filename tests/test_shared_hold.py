@@ -139,6 +139,27 @@ def test_mem_refuses_to_change_a_held_shared_page_until_it_is_released(tmp_path)
         team.stop()
 
 
+def test_a_redaction_of_a_held_version_says_the_page_is_no_longer_held(tmp_path):
+    """Regression (nc36b): a redacted version holds nothing (its text cannot be read: see the hub's and consumers'
+    checks), so redacting the held version of a page lifts its hold; `mem redact` said only that the page showed the
+    stub, and gave a way back to the version before as if nothing else had changed."""
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        held = team.root / "held.md"
+        held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Ops\n\nEscalate to Dana, cell 555-0142.\n")
+        team.mem("writer", "page", "write", "ops", "--layer", "drafts", "--file", held, check=True)
+        team.mem("writer", "sync", check=True)
+        team.mem("reviewer", "sync", check=True)
+        seq = json.loads(team.mem("reviewer", "history", "content/drafts/ops.md", "--json", check=True).stdout)[-1]
+        note = team.mem("reviewer", "redact", str(seq["seq"]), "--reason", "private cell", check=True).stderr.decode()
+    finally:
+        team.stop()
+    assert note == ("note: content/drafts/ops.md shows `[redacted: private cell]` now, its current version redacted, "
+                    "and so will every agent's copy once it is pushed: the version held the page (governance: hold); "
+                    "redacted, it holds nothing: the page is no longer held; `mem page write ops --layer drafts "
+                    "--file FILE` writes it anew\n"), note
+
+
 def check_holds_through_mem(team):
     held = team.root / "held.md"
     held.write_text("---\ntype: policy\ngovernance: hold\n---\n# Pricing\n\nNo discounts above 20%.\n")
