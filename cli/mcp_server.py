@@ -275,6 +275,7 @@ def build_server(mem: Memory) -> MCPServer:
                            instructions=INSTRUCTIONS.format(agent=mem.config.agent), log_level="WARNING")
 
     mem.defer_files = True
+    mem.told = "tools"
     flush = FileFlush(mem)
 
     def current() -> None:

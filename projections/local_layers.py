@@ -10,7 +10,7 @@ layer wins, for this agent.
 
 import re
 
-from eventstore.errors import InvalidInput, UnsafePath
+from eventstore.errors import InvalidInput, UnsafePath, for_each
 from eventstore.layers import (FORMATS, LAYER_NAME_PATTERN, Contract, ContractLayer, is_reserved,
                                path_problem, paths_overlap, why_reserved)
 
@@ -122,9 +122,11 @@ def refuse_layer_path(path: str, contract: Contract | None) -> None:
     """`mem file write` may not write a layer's file: the layer's events own it (and its bytes on disk)."""
     name = layer_owning(path, contract.layers if contract else {})
     if name is not None:
-        how = f"mem entry add {name} \"[TYPE] ...\"" if contract.layers[name].format == "entries" else \
-            f"mem page write SLUG --layer {name}"
-        raise InvalidInput(f"{path} belongs to layer {name!r}; write it with `{how}`")
+        spec = contract.layers[name]
+        how, tool = ((f"`mem entry add {name} \"[TYPE] ...\"`", f"entry_add with layer {name}")
+                     if spec.format == "entries" else
+                     (f"`mem page write SLUG --layer {name}`", f"create of /memories/{spec.path}SLUG.md"))
+        raise InvalidInput(**for_each(f"{path} belongs to layer {name!r}; write it with ", how, tool))  # nc36b
     twin = next((name for name, spec in (contract.layers if contract else {}).items()
                  if paths_overlap(path, spec.path)), None)
     if twin is not None:  # `memory/Insights.md` beside the layer's memory/insights.md: one file on macOS (nc24a)

@@ -180,6 +180,7 @@ class Memory:
         # A long-running caller (the MCP server) answers once the event is in the log and the views, and
         # writes the files after: appends then leave them dirty for its own `refresh()`.
         self.defer_files = False
+        self.told = "cli"  # whose words messages made here name the way forward in: "cli", or "tools" (MCP)
         self._seen = self._stamp()
         if self.views.started_over:  # views of an older version: folded again before anything reads them
             self.refresh()
@@ -1479,12 +1480,21 @@ class Memory:
 
     def blocked(self) -> dict[str, str]:
         """The agent's own files at a path where the contract places a layer's file (`Views.blocked`), each with what
-        that means and how to let the layer's file in."""
-        return {path: (f"layer {layer!r} is placed at {path}, where this agent's own file is: the layer's file is not "
-                       f"written there and `mem show {shlex.quote(path)}` answers the agent's file, until `mem file "
-                       f"delete {shlex.quote(path)}` (to keep it, first `mem show {shlex.quote(path)} | mem file write "
-                       "OTHER-PATH --file -`)")
-                for path, layer in self.views.blocked().items()}
+        that means and how to let the layer's file in, in the words of who reads this memory (`told`: nc36b, the MCP
+        sync tool's warnings named `mem file delete`)."""
+        contract, said = self.views.contract, {}
+        for path, layer in self.views.blocked().items():
+            folder = contract.layers[layer].path if contract and layer in contract.layers else path
+            where = (f"layer {layer!r} is placed at {path}, where this agent's own file is" if folder == path else
+                     f"layer {layer!r} has its folder {folder} where this agent's own file {path} is")  # nc36b: it
+            quoted = shlex.quote(path)  # named a page the layer does not have
+            said[path] = (f"{where}: the layer's file is not written there and view of /memories/{path} shows the "
+                          "agent's file, until the delete tool removes it (to keep it, rename it first to a path "
+                          "outside the layer)" if self.told == "tools" else
+                          f"{where}: the layer's file is not written there and `mem show {quoted}` answers the agent's "
+                          f"file, until `mem file delete {quoted}` (to keep it, first `mem show {quoted} | mem file "
+                          "write OTHER-PATH --file -`)")
+        return said
 
     def layers(self) -> list[dict]:
         """Every layer this workspace renders: the hub's (as last pulled) and its own (`local`); then the hub's

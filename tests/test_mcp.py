@@ -1163,10 +1163,10 @@ def test_the_sync_tool_says_what_a_person_running_mem_sync_would_hear(workspace,
     finally:
         hub.stop()
     assert not error
-    assert json.loads(first)["warnings"] == [
+    assert json.loads(first)["warnings"] == [  # nc36b: in the tools' words, not `mem file delete`
         "warning: layer 'insights' is placed at memory/insights.md, where this agent's own file is: the layer's file is "
-        "not written there and `mem show memory/insights.md` answers the agent's file, until `mem file delete "
-        "memory/insights.md` (to keep it, first `mem show memory/insights.md | mem file write OTHER-PATH --file -`)"]
+        "not written there and view of /memories/memory/insights.md shows the agent's file, until the delete tool "
+        "removes it (to keep it, rename it first to a path outside the layer)"]
     assert "warnings" not in json.loads(second)
 
 
@@ -1448,3 +1448,25 @@ def test_a_shared_page_whose_conflict_a_delete_wins_is_said_so_by_view(tmp_path)
     assert error and text.startswith("The path /memories/content/drafts/plan.md does not exist."), text
     assert "is in conflict: 2 versions of it are heads (1 by reviewer, 1 by writer), and the one that wins deletes " \
            "the file." in text, text
+
+
+def test_a_file_under_a_pages_layers_folder_is_refused_naming_the_tools_way(tmp_path):
+    """Regression (nc36b): `create` of /memories/content/drafts/notes.txt was told to use `mem page write`, which an
+    agent cannot run; the CLI keeps its own words."""
+    from teamhub import Team
+
+    team = Team(tmp_path, agents=("writer",))
+    try:
+        team.mem("writer", "pull", check=True)
+
+        async def body(session):
+            return await call(session, "create", path="/memories/content/drafts/notes.txt", file_text="hello")
+
+        error, text = run_stdio(team.root / "writer", body)
+        said = team.mem("writer", "file", "write", "content/drafts/notes.txt", "--file", "-", input=b"hello")
+    finally:
+        team.stop()
+    assert error and text == ("content/drafts/notes.txt belongs to layer 'drafts'; write it with create of "
+                              "/memories/content/drafts/SLUG.md"), text
+    assert said.stderr.decode() == ("error: content/drafts/notes.txt belongs to layer 'drafts'; write it with `mem page "
+                                    "write SLUG --layer drafts`\n"), said.stderr
