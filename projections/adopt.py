@@ -160,7 +160,7 @@ def _adopt(memory, allow_secret: bool, progress, explain) -> AdoptReport:
             continue
         document = (root / path).read_bytes()
         if shared is not None:
-            note = EDITED if views.shared_winner(*shared) is not None else WRITTEN
+            note = EDITED if views.shared_document(*shared) is not None else WRITTEN  # a deleted page: anew (nc36a)
             batch.add(path, lambda layer=shared[0], slug=shared[1], document=document, note=note:
                       memory.shared_page_writing(layer, slug, document, note, allow_secret=allow_secret),
                       document)

@@ -854,8 +854,9 @@ class Memory:
                 if now != if_line:
                     where = (f"it is line {lines.index(if_line) + 1} now" if if_line in lines else
                              "no line reads it now")
-                    raise Stale(f"line {number} of `## Always` is {'no line' if now is None else repr(now)} now, not "
-                                f"{if_line!r} ({where}): nothing was removed")
+                    there = (f"line {number} of `## Always` is {now!r} now" if now is not None else
+                             f"`## Always` has no line {number} now ({len(lines)} lines)")  # nc36a
+                    raise Stale(f"{there}, not {if_line!r} ({where}): nothing was removed")
             return self.append(self.writer.always_remove(number), touches=[MIND_PATH], force=force)
 
     def always(self, as_of: int | None = None) -> list[str]:
@@ -1045,8 +1046,10 @@ class Memory:
             raise InvalidInput(f"there is no layer {layer!r} declared here (`mem layer list`) (layers: {', '.join(known)})")
         placed = self.views.last_placed(layer)
         if placed is not None and placed[1] is not None:  # nc34b: it said to pull, as if the hub might have it
-            raise InvalidInput(f"layer {layer!r} was dropped from the hub's contract at seq {placed[1] + 1} (layers now: "
-                               f"{', '.join(known)}): it takes no writes; its past still reads as it was then")
+            raise InvalidInput(**for_each(
+                f"layer {layer!r} was dropped from the hub's contract at seq {placed[1] + 1} (layers now: "
+                f"{', '.join(known)}): it takes no writes", " (`mem pull` takes it again if the hub has it back)",
+                " (sync takes it again if the hub has it back)"))
         raise InvalidInput(**for_each(f"layer {layer!r} is not in the contract as last pulled (layers: "
                                       f"{', '.join(known)})", "; `mem pull` fetches the hub's, if it has changed since",
                                       "; sync fetches the hub's, if it has changed since"))

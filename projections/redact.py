@@ -261,6 +261,7 @@ def shown_stubs(memory, events: list[Event], reason: str, apart: set[str] = froz
         slug, parents = version
         if event.id in apart and event.layer in withdrawn:
             shown = memory.log.get(memory.views.shared_winner(event.layer, slug) or "")
+            shown = None if shown is not None and shown.kind == "page.delete" else shown  # nc36a: "shows" a delete
             now = (f"the page shows its version at seq {shown.seq}" if shown is not None else
                    "the page has no version here now")  # nc35a: "every other copy's", of an own one not sent
             notes.append(f"{memory.page_file(event.layer, slug)}: its version at seq {event.seq} never went out, and "

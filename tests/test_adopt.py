@@ -719,7 +719,7 @@ def test_always_remove_if_line_removes_nothing_when_the_lines_moved_since(worksp
     run_mem("-w", workspace, "always", "add", "new first", "--at", "1", check=True)
     before = log_rows(workspace)
     for number, said in (("1", "line 1 of `## Always` is 'new first' now, not 'line 1' (it is line 2 now)"),
-                         ("9", "line 9 of `## Always` is no line now, not 'line 1' (it is line 2 now)")):
+                         ("9", "`## Always` has no line 9 now (3 lines), not 'line 1' (it is line 2 now)")):
         refused = run_mem("-w", workspace, "always", "remove", number, "--if-line", "line 1")
         assert refused.returncode == 1 and refused.stderr.decode() == f"error: {said}: nothing was removed\n", refused
     assert log_rows(workspace) == before

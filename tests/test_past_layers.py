@@ -280,7 +280,7 @@ def test_a_pull_says_when_a_layer_it_took_left_the_contract(tmp_path):
         refused = team.mem("reviewer", "entry", "add", "insights", "[FACT] 2026-11-02: more")  # nc34b: "`mem pull`"
         assert refused.returncode == 1 and refused.stderr.decode() == (
             "error: layer 'insights' was dropped from the hub's contract at seq 2 (layers now: drafts, insight): it "
-            "takes no writes; its past still reads as it was then\n"), refused.stderr
+            "takes no writes (`mem pull` takes it again if the hub has it back)\n"), refused.stderr
     finally:
         team.stop()
 

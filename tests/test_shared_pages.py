@@ -549,3 +549,14 @@ def test_a_shared_page_in_conflict_is_not_renamed_until_it_is_resolved(team):
     assert log_rows(team.root / "reviewer") == before
     team.mem("reviewer", "resolve", "drafts/plan", "--file", team.page("both", "Plan", "both say"), check=True)
     team.mem("reviewer", "page", "rename", "plan", "plan-2", "--layer", "drafts", check=True)
+
+
+def test_a_shared_page_written_again_by_hand_after_its_delete_is_adopted_as_written_by_hand(team):
+    """Regression (nc36a): the note was "edited in place" for a shared page deleted before (its winner a delete)."""
+    team.mem("writer", "page", "write", "pricing", "--layer", "drafts", "--file", team.page("v1", "Pricing", "v1"),
+             check=True)
+    team.mem("writer", "page", "delete", "pricing", "--layer", "drafts", check=True)
+    (team.root / "writer" / PRICING).write_text(team.page("v2", "Pricing", "again").read_text())
+    team.mem("writer", "adopt", check=True)
+    last = json.loads(team.mem("writer", "log", "--json", check=True).stdout)[-1]
+    assert last["body"]["note"] == "written by hand", last
