@@ -562,7 +562,7 @@ def build_server(mem: Memory) -> MCPServer:
     @register
     def sync(direction: Literal["push", "pull", "both"] = "both", remote: str | None = None) -> str:
         """Push this agent's shared-layer events to its hub and/or pull what it consumes (a remote must be set)."""
-        from sync.client import get_remote, pull, push
+        from sync.client import NOT_PRODUCED, get_remote, pull, push
 
         target = get_remote(mem, remote)
         report, warnings = {}, []
@@ -571,6 +571,10 @@ def build_server(mem: Memory) -> MCPServer:
         if direction in ("pull", "both"):
             report["pull"] = pull(mem, target, say=warnings.append)
         warnings += [f"error: {line}" for line in held_lines(report.get("push"))]  # `mem sync` exits 1 on them
+        if any(held.why.startswith(NOT_PRODUCED) for held in getattr(report.get("push"), "held", ())):
+            warnings.append("note: writes to a layer this agent no longer produces wait until it does; if it will "
+                            "not, the redact tool given their seqs (the log tool with layer lists them) takes them "
+                            "back")  # nc36b: no way forward
         if report.get("push") and report["push"].taken_back:
             warnings.append(f"note: {taken_back_line(report['push'])}")
         if mem.behind:

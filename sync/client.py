@@ -796,6 +796,9 @@ def _names_kept(memory, event: Event, kept: set[int]) -> int | None:
     return None
 
 
+NOT_PRODUCED = "the hub's contract does not list"
+"""How `refusal` begins for a layer the agent does not produce (now): what a taken-back redaction answers."""
+
 SECRET_ALLOWED = "secret-allowed"
 """`refusal`'s answer for an event written with --allow-secret in a layer the hub scans (said by `_secret_why`)."""
 
@@ -810,7 +813,7 @@ def refusal(contract: Contract, agent: str, layer: str, kind: str, secret: bool,
     if layer not in contract.layers:
         return f"the hub's contract has no layer {layer!r}"
     if not produces(contract, agent, layer) and not (own and redacts_own_alone(contract, agent, layer, kind)):
-        return f"the hub's contract does not list {agent!r} among the producers of {layer!r}"
+        return f"{NOT_PRODUCED} {agent!r} among the producers of {layer!r}"
     spec = contract.layers[layer]
     if not takes(spec, kind):
         return f"the hub's contract makes {layer!r} a {spec.format} layer now, which takes no {kind}"

@@ -1470,3 +1470,27 @@ def test_a_file_under_a_pages_layers_folder_is_refused_naming_the_tools_way(tmp_
                               "/memories/content/drafts/SLUG.md"), text
     assert said.stderr.decode() == ("error: content/drafts/notes.txt belongs to layer 'drafts'; write it with `mem page "
                                     "write SLUG --layer drafts`\n"), said.stderr
+
+
+def test_the_sync_tool_names_the_way_to_take_back_writes_a_layer_no_longer_takes(tmp_path):
+    """Regression (nc36b): a producer dropped from a layer heard at every sync that its writes cannot be pushed, and
+    nothing of the redact tool, which takes them back."""
+    from teamhub import CONTRACT, Team
+
+    team = Team(tmp_path, agents=("writer", "reviewer"))
+    try:
+        team.mem("writer", "pull", check=True)
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "mine"),
+                 check=True)
+        team.apply(CONTRACT.replace('producers = ["researcher", "writer", "reviewer"]', 'producers = ["reviewer"]'))
+
+        async def body(session):
+            return await call(session, "sync")
+
+        error, text = run_stdio(team.root / "writer", body)
+    finally:
+        team.stop()
+    warnings = json.loads(text)["warnings"]
+    assert not error and warnings[0].startswith("error: 1 event in layer drafts cannot be pushed: the hub's "
+                                                "contract does not list 'writer'"), warnings
+    assert "the redact tool given their seqs" in warnings[1], warnings
