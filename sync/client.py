@@ -864,8 +864,24 @@ def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
     contract takes again is to push (the next push retries it). Made ahead is judged by the hub's clock as the last
     push found it (nc35a: by this machine's, status said held what a push sends, and the other way round)."""
     clock = last_hub_clock(memory, remote)
-    events = _held(memory, remote, hub_clock=clock) + _waiting(memory, remote, clock)
+    events = _with_what_they_name(memory, _held(memory, remote, hub_clock=clock) + _waiting(memory, remote, clock))
     return sum(event.refused is None for event in events), _grouped(events)
+
+
+def _with_what_they_name(memory, events: list[Waiting]) -> list[Waiting]:
+    """`events` (in log order), each that names one held back held back with it, as a push holds it (`split`:
+    nc36a, status counted it to push, and the push held it)."""
+    kept: set[int] = set()
+    said = []
+    for waiting in events:
+        event = memory.log.get(waiting.id) if kept or waiting.refused else None
+        if waiting.refused is None and kept and (named := _names_kept(memory, event, kept)) is not None:
+            waiting = waiting._replace(refused=f"it names seq {named}, which is held back too: it goes once that one "
+                                               "does")
+        if waiting.refused is not None and event is not None:
+            kept.add(event.seq)
+        said.append(waiting)
+    return said
 
 
 def _grouped(events: list[Waiting]) -> list[HeldBack]:

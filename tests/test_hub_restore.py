@@ -365,6 +365,7 @@ def test_a_reversal_of_an_entry_made_ahead_of_the_hubs_clock_is_held_back_with_i
     from eventstore.envelope import new_event
     from eventstore.ids import uuid7_layout, uuid_text
     from eventstore.kinds import EntryAppend
+    from sync.client import outgoing
 
     fast = new_event(EntryAppend(type="FACT", date="2026-12-04", content="made fast"), agent="alice",
                      layer="insights", id=uuid_text(uuid7_layout(int(clock.time() * 1000) + DAYS_2, 0, 7)))
@@ -373,6 +374,9 @@ def test_a_reversal_of_an_entry_made_ahead_of_the_hubs_clock_is_held_back_with_i
     team.mem("alice", "entry", "add", "insights", "[FACT] 2026-12-04: made fast was wrong", "--reverses", fast.id,
              check=True)
     entry(team, "alice", "unrelated")
+    with Memory.open(team.root / "alice") as memory:  # nc36a: status counted the reversal to push, as a push did not
+        to_push, held = outgoing(memory, get_remote(memory, "origin"))
+    assert to_push == 1 and sum(h.count for h in held) == 2, held
     pushed = team.mem("alice", "push")
     assert pushed.returncode == 1 and pushed.stdout == b"pushed 1 event to origin\n", pushed
     said = pushed.stderr.decode()
