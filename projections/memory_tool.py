@@ -146,6 +146,17 @@ class MemoryTool:
                            + self._conflict_note(target))
         return text
 
+    def _left_note(self, target: Target) -> str:
+        """A file written where a layer's file was until a contract change moved or dropped the layer: the agent's own,
+        which no other agent gets (nc36b: it answered as a shared write does); "" for any other."""
+        moved = self.mem.views.moved_away(target.rel) if target.kind == "file" and self.mem.views.contract else None
+        if moved is None:
+            return ""
+        layer, now = moved
+        where = f"it is at /memories/{now} now" if now is not None else "the layer was dropped from the contract"
+        return (f"\n\nNote: {target.path} was where layer {layer} kept it until a contract change ({where}): this "
+                "file is this agent's own, which no other agent gets.")
+
     def _conflict_note(self, target: Target, edited: bool = False) -> str:
         """A shared page in conflict, said after what a call answers about it (nc34b: `view` showed the winner alone,
         and an edit, which builds on it, answered as if it had settled the page); "" for any other file."""
@@ -211,7 +222,8 @@ class MemoryTool:
         if target.kind in ("root", "dir") or self._text(target) is not None:
             raise ToolRefusal(f"File {path} already exists")
         self._write(target, None, file_text)
-        return f"File created successfully at: {path}" + self._conflict_note(target, edited=True)
+        return (f"File created successfully at: {path}" + self._conflict_note(target, edited=True)
+                + self._left_note(target))
 
     @_at_head
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:

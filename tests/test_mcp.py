@@ -1494,3 +1494,28 @@ def test_the_sync_tool_names_the_way_to_take_back_writes_a_layer_no_longer_takes
     assert not error and warnings[0].startswith("error: 1 event in layer drafts cannot be pushed: the hub's "
                                                 "contract does not list 'writer'"), warnings
     assert "the redact tool given their seqs" in warnings[1], warnings
+
+
+def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tmp_path):
+    """Regression (nc36b): after a contract moved a layer, `create` at its old path answered as a shared write does,
+    and made a file of the agent's own that no other agent ever got."""
+    from teamhub import CONTRACT, Team
+
+    team = Team(tmp_path, agents=("writer",))
+    try:
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "ours"),
+                 check=True)
+        team.mem("writer", "sync", check=True)
+        team.apply(CONTRACT.replace('path = "content/drafts/"', 'path = "content/posts/"'))
+        team.mem("writer", "pull", check=True)
+
+        async def body(session):
+            return await call(session, "create", path="/memories/content/drafts/plan.md",
+                              file_text="---\ntype: draft\n---\n# Plan\n\nfor the team\n")
+
+        error, text = run_stdio(team.root / "writer", body)
+    finally:
+        team.stop()
+    assert not error and text.endswith(
+        "Note: /memories/content/drafts/plan.md was where layer drafts kept it until a contract change (it is at "
+        "/memories/content/posts/plan.md now): this file is this agent's own, which no other agent gets."), text
