@@ -26,14 +26,14 @@ from typing import ClassVar, NamedTuple
 import msgspec
 
 from eventstore import validate
-from eventstore.envelope import MAX_TS, Event, check_event, decode_body, secrets_allowed
+from eventstore.envelope import MAX_TS, Event, check_event, decode_body
 from eventstore.errors import (Damaged, Held, IdConflict, InvalidInput, MemError, NotFound, StorageFailure,
                                TRY_LATER, storage_exceptions, storage_failure, unavailable)
 from eventstore.governance import INGEST_VERB, held_message, ingest_refusal, is_held, releases
-from eventstore.ids import MINTED_AHEAD_MS, now_ms, uuid7_ms, uuid_text
+from eventstore.ids import MINTED_AHEAD_MS, now_ms, uuid7_ms
 from eventstore.instants import format_instant
 from eventstore.kinds import Redacted, Redaction
-from eventstore.layers import Contract, consumed_layers, left, produced_layers, produces, redacts_own_alone, takes
+from eventstore.layers import Contract, consumed_layers, left, produces, redacts_own_alone, takes
 from eventstore.recorder import broken_link
 from eventstore.redaction import stand_in
 from eventstore.workspace import absolute
@@ -829,23 +829,8 @@ def _secret_why(layer: str, ids: list[str]) -> str:
             f"contract may set `scan_secrets = false` for {layer!r}")
 
 
-class Waiting(NamedTuple):
-    """One own event after the push cursor: its layer, its id, and why the hub's contract refuses it (`refusal`)."""
-
-    layer: str
-    id: str
-    refused: str | None
-
-
-def held_back(memory, remote: Remote, contract=None, hub_clock: int | None = None) -> list[HeldBack]:
-    """Own events kept back from the hub because the contract stopped taking them: those a push held (its
-    producers, its layers or their secret scan changed), and those waiting that the contract refuses."""
-    return _grouped(_held(memory, remote, contract, hub_clock) + _waiting(memory, remote, hub_clock))
-
-
 def unpushed(memory, remote: Remote) -> int:
-    """Own events in the layers this agent produces (by the last contract seen) not yet sent (those a
-    pull brought are at the hub already), but those the contract refuses (held back)."""
+    """Own events a push would send now (`outgoing`)."""
     return outgoing(memory, remote)[0]
 
 
@@ -859,73 +844,76 @@ def last_hub_clock(memory, remote: Remote) -> int | None:
     return int(value) if value and value.lstrip("-").isdigit() else None
 
 
-def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
-    """`unpushed` and `held_back` from one read of the events waiting (`mem status`): an event a push held that the
-    contract takes again is to push (the next push retries it). Made ahead is judged by the hub's clock as the last
-    push found it (nc35a: by this machine's, status said held what a push sends, and the other way round)."""
-    clock = last_hub_clock(memory, remote)
-    events = _with_what_they_name(memory, _held(memory, remote, hub_clock=clock) + _waiting(memory, remote, clock))
-    return sum(event.refused is None for event in events), _grouped(events)
+class PushPlan:
+    """How a push decides each own event, in log order (`goes`): sent, held back (with why), or taken back for good.
+    `mem push` and `mem status` both go by it, so status says what the next push does (nc35a, nc36a, nc37a: status
+    judged apart, and said held what a push sends, to push what it holds, waiting what it takes back)."""
+
+    def __init__(self, memory, remote: Remote, contract: Contract, hub_clock: int | None = None):
+        self.memory, self.remote, self.contract, self.hub_clock = memory, remote, contract, hub_clock
+        self.agent = memory.config.agent
+        self.withheld: set[int] = set()  # the seqs refused so far, taken back or not
+        self.taken = _taken(memory, remote)  # the seqs taken back, by earlier pushes and by this one
+        self.kept: dict[int, tuple[str, str, str]] = {}  # seq -> (layer, why, id) of each held back
+
+    def goes(self, event: Event) -> bool:
+        why = event_refusal(self.memory, self.remote, self.contract, self.agent, event, self.withheld, self.taken,
+                            self.hub_clock)
+        if why is None:
+            return True
+        self.withheld.add(event.seq)
+        if taken_back(self.memory, event, self.withheld):
+            self.taken.add(event.seq)
+        else:
+            self.kept[event.seq] = (event.layer, why, event.id)
+        return False
+
+    def split(self, events: list[Event]) -> tuple[list[Event], list[int]]:
+        """`events` (in log order) to send, and the seqs of those held back: the ones the contract refuses, and those
+        that name one held back or taken back before them (nc35a: a version built on a version withdrawn in the same
+        batch was sent, and a reversal of it refused the whole push, at every push); those taken back are neither."""
+        sending = [event for event in events if self.goes(event)]
+        return sending, [event.seq for event in events if event.seq in self.kept]
+
+    def held(self) -> list[HeldBack]:
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for layer, why, id in self.kept.values():
+            grouped.setdefault((layer, why), []).append(id)
+        return [HeldBack(layer=layer, count=len(ids), why=_secret_why(layer, ids) if why == SECRET_ALLOWED else why)
+                for (layer, why), ids in sorted(grouped.items())]
 
 
-def _with_what_they_name(memory, events: list[Waiting]) -> list[Waiting]:
-    """`events` (in log order), each that names one held back held back with it, as a push holds it (`split`:
-    nc36a, status counted it to push, and the push held it)."""
-    kept: set[int] = set()
-    said = []
-    for waiting in events:
-        event = memory.log.get(waiting.id) if kept or waiting.refused else None
-        if waiting.refused is None and kept and (named := _names_kept(memory, event, kept)) is not None:
-            waiting = waiting._replace(refused=f"it names seq {named}, which is held back too: it goes once that one "
-                                               "does")
-        if waiting.refused is not None and event is not None:
-            kept.add(event.seq)
-        said.append(waiting)
-    return said
-
-
-def _grouped(events: list[Waiting]) -> list[HeldBack]:
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for event in events:
-        if event.refused:
-            grouped.setdefault((event.layer, event.refused), []).append(event.id)
-    return [HeldBack(layer=layer, count=len(ids), why=_secret_why(layer, ids) if why == SECRET_ALLOWED else why)
-            for (layer, why), ids in sorted(grouped.items())]
-
-
-def _held(memory, remote: Remote, contract=None, hub_clock: int | None = None) -> list[Waiting]:
-    """The events a push held back (but those a pull brought since), each with why the contract refuses it now."""
-    contract, agent = contract or memory.views.contract, memory.config.agent
-    came = CameFromHub(memory, remote.name)
+def push_sources(memory, remote: Remote, contract: Contract, known=None):
+    """What a push reads: (the events it held before, to try again; the layers it reads after its cursor; the seqs a
+    pull brought; the spans a layer was the agent's own) — `pending` reads the rest."""
     local = memory.local_layers()
-    seqs = json.loads(memory.log.state(_held_key(remote)) or "[]")
-    events = map(memory.log.get_by_seq, (seq for seq in seqs if seq not in came))
-    kept = set(seqs)  # one held for naming another held is said so
-    return [Waiting(e.layer, e.id, event_refusal(memory, remote, contract, agent, e, kept - {e.seq}, hub_clock=hub_clock))
-            for e in events if e.layer not in local]  # older versions held local layers'
+    shared = sorted((set(contract.layers) | set(known.layers if known else ())) - local)
+    came, once_local = CameFromHub(memory, remote.name), memory.once_local()
+    held = [seq for seq in json.loads(memory.log.state(_held_key(remote)) or "[]") if seq not in came]
+    retried = [e for e in map(memory.log.get_by_seq, held)  # older versions held local layers' events
+               if e.layer not in local and not written_local(once_local, e.layer, e.seq)]
+    return retried, shared, came, once_local
 
 
-def _waiting(memory, remote: Remote, hub_clock: int | None = None) -> list[Waiting]:
-    """Each own event after the push cursor in the layers this agent produces by the last contract seen, but those
-    a pull brought. Only a layer scanned for secrets has its events' bodies looked into (for --allow-secret). A
-    withdrawal and its targets are neither to push nor held back: the next push takes them back (nc35a: status said
-    them held back)."""
+def pending(events: list[Event], contract: Contract, agent: str, came, once_local) -> list[Event]:
+    """Of own events read after the push cursor, those a push decides on: not those a pull brought, not a redaction of
+    a layer the agent left (its own copy's), not one written while the layer was the agent's own."""
+    return [e for e in events if e.seq not in came and not (e.kind == "redaction" and left(contract, agent, e.layer))
+            and not written_local(once_local, e.layer, e.seq)]
+
+
+def outgoing(memory, remote: Remote) -> tuple[int, list[HeldBack]]:
+    """(how many own events the next push sends, what it holds back), decided as a push decides (PushPlan) on the
+    contract last seen, made ahead judged by the hub's clock as the last push found it (nc35a)."""
     contract = memory.views.contract
     if contract is None:
-        return []
-    agent = memory.config.agent
-    local = memory.local_layers()
-    layers = [layer for layer in produced_layers(contract, agent) if layer not in local]
-    if not layers:
-        return []
+        return 0, []
+    plan = PushPlan(memory, remote, contract, last_hub_clock(memory, remote))
+    retried, shared, came, once_local = push_sources(memory, remote, contract)
     cursor = int(memory.log.state(f"push:{remote.name}") or 0)
-    came, once_local = CameFromHub(memory, remote.name), memory.once_local()
-    return [Waiting(layer, uuid_text(id), made_ahead(uuid_text(id), hub_clock) or refusal(
-                contract, agent, layer, kind, contract.layers[layer].scan_secrets and secrets_allowed(codec, body)))
-            for seq, id, _ts, _at, _agent, layer, kind, codec, body, *_ in
-            memory.log.read_rows(after=cursor, layers=layers, agent=agent)
-            if seq not in came and not written_local(once_local, layer, seq)
-            and not (kind in ("redaction", "redacted") and withdrawn(memory, memory.log.get_by_seq(seq)))]
+    after = list(memory.log.read(after=cursor, layers=shared, agent=memory.config.agent)) if shared else []
+    sending = sum(plan.goes(e) for e in [*retried, *pending(after, contract, memory.config.agent, came, once_local)])
+    return sending, plan.held()
 
 
 def written_local(once_local: dict[str, list[tuple[int, int]]], layer: str, seq: int) -> bool:
@@ -1097,22 +1085,18 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             say(f"warning: {lost}; sending this agent's events again {since} (those it holds are counted as "
                 "already there)")
     agent = memory.config.agent
-    local = memory.local_layers()
-    shared = sorted((set(contract.layers) | set(known.layers if known else ())) - local)
     key, held_key = f"push:{remote.name}", _held_key(remote)
     cursor = int(memory.log.state(key) or 0)
-    came, once_local = CameFromHub(memory, remote.name), memory.once_local()
-    held = [seq for seq in json.loads(memory.log.state(held_key) or "[]") if seq not in came]
-    taken = _taken(memory, remote)  # the seqs taken back, by earlier pushes and by this one
+    retried, shared, came, once_local = push_sources(memory, remote, contract, known)
+    hub_clock = answer.now - now_ms() if answer.now else None
+    plan = PushPlan(memory, remote, contract, hub_clock)
+    taken = plan.taken
     taken_before = len(taken)
     pushed = duplicates = 0
 
-    withheld: set[int] = set()  # the seqs of this push's events the contract refuses, taken back or not
-
-    hub_clock = answer.now - now_ms() if answer.now else None
-
     def goes(event: Event) -> bool:
-        return pushable(memory, remote, contract, agent, event, withheld, taken, hub_clock)
+        """Whether `event` would go, not deciding it (a pre-check, an ingest's release read ahead)."""
+        return pushable(memory, remote, contract, agent, event, plan.withheld, taken, hub_clock)
 
     last = next(iter(memory.log.read_rows(after=cursor, layers=shared, agent=agent, limit=1, newest_first=True)),
                 None) if shared else None
@@ -1133,8 +1117,6 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                 progress(len(part))
         return events[-1].id
 
-    retried = [e for e in map(memory.log.get_by_seq, held)  # older versions held local layers' events
-               if e.layer not in local and not written_local(once_local, e.layer, e.seq)]
     if shared:
         check_ingests(memory, [*(e for e in retried if goes(e)),
                                *(e for e in memory.log.read(after=cursor, layers=shared, agent=agent, kinds=["page.ingest"])
@@ -1142,23 +1124,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
                                  and not written_local(once_local, e.layer, e.seq))],
                       cursor, came)
 
-    def split(events: list[Event]) -> tuple[list[Event], list[int]]:
-        """`events` (in log order) to send, and the seqs of those held back: the ones the contract refuses, and those
-        that name one held back or taken back before them (nc35a: a version built on a version withdrawn in the same
-        batch was sent, and a reversal of it refused the whole push, at every push); those taken back are neither."""
-        sending, kept = [], []
-        for event in events:
-            if goes(event):
-                sending.append(event)
-                continue
-            withheld.add(event.seq)
-            if taken_back(memory, event, withheld):
-                taken.add(event.seq)
-            else:
-                kept.append(event.seq)
-        return sending, kept
-
-    sending, held = split(retried)
+    sending, held = plan.split(retried)
     acknowledged = send([_outgoing(e) for e in checked(sending)])
     clock = {_clock_key(remote): str(hub_clock)} if hub_clock is not None else {}
     if acknowledged:
@@ -1182,10 +1148,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
         while shared:
             read = list(memory.log.read(after=cursor, layers=shared, agent=agent, limit=BATCH))
             if read:
-                batch = [e for e in read if e.seq not in came  # a redaction of a layer left: its own copy's
-                         and not (e.kind == "redaction" and left(contract, agent, e.layer))
-                         and not written_local(once_local, e.layer, e.seq)]
-                sending, kept = split(batch)
+                sending, kept = plan.split(pending(read, contract, agent, came, once_local))
                 outgoing = [e for e in sending if e.id not in sent_ahead]
                 if len(read) == BATCH:  # more may follow in another request
                     ahead = [e for e in releases_ahead(memory, outgoing, read[-1].seq, came)
@@ -1206,7 +1169,7 @@ def push(memory, remote: Remote, client: HubClient | None = None, progress=None,
             if not read:
                 break
     return PushReport(remote=remote.name, pushed=pushed, duplicates=duplicates,
-                      held=held_back(memory, remote, contract, hub_clock), resent=bool(lost), taken_back=len(taken) - taken_before)
+                      held=plan.held(), resent=bool(lost), taken_back=len(taken) - taken_before)
 
 
 def taken_back(memory, event: Event, withheld: set[int]) -> bool:

@@ -1460,3 +1460,50 @@ def test_after_a_remote_is_added_again_own_events_its_hub_brought_back_count_as_
     mem(team / "writer", "sync", check=True)
     assert "LEAKED" not in (team / "writer/content/drafts/plan.md").read_text()
     assert "[redacted: leak]" in (team / "writer/content/drafts/plan.md").read_text()
+
+
+def status_then_push(root: Path):
+    """(what `mem status` says the next push sends and holds back, what that push then sends and holds back)."""
+    from projections.memory import Memory
+    from sync.client import get_remote, outgoing, push
+
+    with Memory.open(root) as memory:
+        remote = get_remote(memory, "origin")
+        to_push, held = outgoing(memory, remote)
+        report = push(memory, remote)
+    return (to_push, sum(h.count for h in held)), (report.pushed + report.duplicates, sum(h.count for h in report.held))
+
+
+def test_status_says_what_the_next_push_does_with_a_reversal_of_a_withdrawn_entry(team, tmp_path):
+    """Regression (nc37a): status judged apart from the push: it counted a withdrawn entry and a reversal of it to
+    push ("3 to push"), where the push sent one, took two back and held the reversal. Both go by one plan now."""
+    for agent in ("main", "writer"):
+        mem(team / agent, "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: first", check=True)
+    mem(team / "main", "push", check=True)
+    second = entry_id_of(mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: second", check=True))
+    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: second is wrong", "--reverses", second,
+        check=True)
+    demote_main(team, tmp_path)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "redact", second, "--reason", "mine", check=True)
+    demote_main(team, tmp_path, back=True)
+    mem(team / "main", "pull", check=True)
+    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: unrelated later", check=True)
+    said, done = status_then_push(team / "main")
+    assert said == done == (1, 1), (said, done)
+
+
+def test_status_says_what_the_next_push_does_once_a_held_chains_first_event_goes(team, tmp_path):
+    """Regression (nc37a): after the contract stopped refusing the first of two held versions, status still said the
+    second was held for naming it, and the push sent both."""
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    mem(team / "main", "pull", check=True)
+    draft(team, "main", "plan", "v1 text", tmp_path)
+    draft(team, "main", "plan", "v2 text", tmp_path)
+    apply_drafts(team, tmp_path, '["writer"]')
+    assert mem(team / "main", "push").returncode == 1  # both held
+    apply_drafts(team, tmp_path, '["writer", "main"]')
+    mem(team / "main", "pull", check=True)
+    said, done = status_then_push(team / "main")
+    assert said == done == (2, 0), (said, done)
