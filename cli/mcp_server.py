@@ -571,10 +571,10 @@ def build_server(mem: Memory) -> MCPServer:
         if direction in ("pull", "both"):
             report["pull"] = pull(mem, target, say=warnings.append)
         warnings += [f"error: {line}" for line in held_lines(report.get("push"))]  # `mem sync` exits 1 on them
-        if any(held.why.startswith(NOT_PRODUCED) for held in getattr(report.get("push"), "held", ())):
-            warnings.append("note: writes to a layer this agent no longer produces wait until it does; if it will "
-                            "not, the redact tool given their seqs (the log tool with layer lists them) takes them "
-                            "back")  # nc36b: no way forward
+        for held in getattr(report.get("push"), "held", ()):  # nc36b: no way forward; nc37a: exactly those
+            if held.why.startswith(NOT_PRODUCED):
+                warnings.append(f"note: the writes to layer {held.layer} this agent no longer produces wait until it "
+                                f"does; if it will not, the redact tool with targets {held.seqs} takes them back")
         if report.get("push") and report["push"].taken_back:
             warnings.append(f"note: {taken_back_line(report['push'])}")
         if mem.behind:

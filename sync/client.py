@@ -161,6 +161,8 @@ class HeldBack(msgspec.Struct):
     layer: str
     count: int
     why: str
+    seqs: list[int] = []
+    """Their seqs: what `mem redact` (the redact tool's targets) takes back, when the agent will not produce it."""
 
 
 class PushReport(msgspec.Struct):
@@ -723,8 +725,10 @@ def event_refusal(memory, remote: Remote, contract: Contract, agent: str, event:
         return (f"it redacts seq {gone} too, which this agent took back before it went out: the hub never had it, "
                 "so this redaction stays this copy's (the hub's administrator may `mem hub redact` the others)")
     if gone:
+        again = (f"the redact tool with targets [{event.seq}]" if memory.told == "tools" else
+                 f"`mem redact {event.seq} --reason \"...\"`")  # nc37a: the sync tool's warning named `mem redact`
         return (f"it names seq {gone}, which this agent took back before it went out: the hub never had it; "
-                f"`mem redact {event.seq} --reason \"...\"` takes this one back too")
+                f"{again} takes this one back too")
     own = False
     if type(event.body) is Redaction:
         went, came = went_out(memory, remote, withheld | taken), CameFromHub(memory, remote.name)
@@ -822,10 +826,14 @@ def refusal(contract: Contract, agent: str, layer: str, kind: str, secret: bool,
     return None
 
 
-def _secret_why(layer: str, ids: list[str]) -> str:
+def _secret_why(layer: str, ids: list[str], told: str = "cli") -> str:
+    refused = (f"the hub's contract scans {layer!r} for secrets now, and the hub refuses what this agent wrote there "
+               "with --allow-secret")
+    if told == "tools":  # nc37a: the sync tool's warning named `mem redact`
+        return (f"{refused}; the redact tool given them as targets sends them without their text, or the contract "
+                f"may set `scan_secrets = false` for {layer!r}")
     shown = " ".join(ids[:3]) + (f" (and {len(ids) - 3} more: `mem log --layer {layer}`)" if len(ids) > 3 else "")
-    return (f"the hub's contract scans {layer!r} for secrets now, and the hub refuses what this agent wrote there "
-            f"with --allow-secret; `mem redact {shown} --reason \"...\"` sends it without its text, or the "
+    return (f"{refused}; `mem redact {shown} --reason \"...\"` sends it without its text, or the "
             f"contract may set `scan_secrets = false` for {layer!r}")
 
 
@@ -876,11 +884,12 @@ class PushPlan:
         return sending, [event.seq for event in events if event.seq in self.kept]
 
     def held(self) -> list[HeldBack]:
-        grouped: dict[tuple[str, str], list[str]] = {}
-        for layer, why, id in self.kept.values():
-            grouped.setdefault((layer, why), []).append(id)
-        return [HeldBack(layer=layer, count=len(ids), why=_secret_why(layer, ids) if why == SECRET_ALLOWED else why)
-                for (layer, why), ids in sorted(grouped.items())]
+        grouped: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for seq, (layer, why, id) in sorted(self.kept.items()):
+            grouped.setdefault((layer, why), []).append((seq, id))
+        return [HeldBack(layer=layer, count=len(held), seqs=[seq for seq, _id in held],
+                         why=_secret_why(layer, [id for _seq, id in held], self.memory.told) if why == SECRET_ALLOWED
+                         else why) for (layer, why), held in sorted(grouped.items())]
 
 
 def push_sources(memory, remote: Remote, contract: Contract, known=None):

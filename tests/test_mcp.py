@@ -1493,7 +1493,8 @@ def test_the_sync_tool_names_the_way_to_take_back_writes_a_layer_no_longer_takes
     warnings = json.loads(text)["warnings"]
     assert not error and warnings[0].startswith("error: 1 event in layer drafts cannot be pushed: the hub's "
                                                 "contract does not list 'writer'"), warnings
-    assert "the redact tool given their seqs" in warnings[1], warnings
+    assert warnings[1] == ("note: the writes to layer drafts this agent no longer produces wait until it does; if it "
+                           "will not, the redact tool with targets [1] takes them back"), warnings
 
 
 def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tmp_path):

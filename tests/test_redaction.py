@@ -1269,6 +1269,14 @@ def test_a_write_that_names_a_taken_back_one_is_held_back_saying_so_not_refused_
     assert held.returncode == 1 and held.stderr.decode() == (
         "error: 1 event in layer insights cannot be pushed: it names seq 1, which this agent took back before it went "
         f"out: the hub never had it; `mem redact {seq} --reason \"...\"` takes this one back too\n"), held
+
+    async def body(session):  # nc37a: the sync tool said `mem redact`, which an agent cannot run
+        return await call(session, "sync", direction="push")
+
+    said = json.loads(run_stdio(team / "main", body)[1])["warnings"]
+    assert said == ["error: 1 event in layer insights cannot be pushed: it names seq 1, which this agent took back "
+                    f"before it went out: the hub never had it; the redact tool with targets [{seq}] takes this one "
+                    "back too"], said
     mem(team / "main", "redact", second, "--reason", "with it", check=True)
     mem(team / "main", "entry", "add", "insights", "[FACT] third", check=True)
     pushed = mem(team / "main", "push")
