@@ -1216,12 +1216,13 @@ def demote_main(team, tmp_path, back: bool = False) -> None:
     run_mem("hub", "contract", "apply", tmp_path / "c.toml", "--db", team / "hub.db", check=True)
 
 
-def producing_again(team, tmp_path, text: str):
-    """Main, a producer of insights again, pulls the contract, adds the entry `text` and syncs: the sync's result."""
+def producing_again(team, tmp_path, text: str, sync: bool = True):
+    """Main, a producer of insights again, pulls the contract, adds the entry `text` and (`sync`) syncs: the sync's
+    result."""
     demote_main(team, tmp_path, back=True)
     mem(team / "main", "pull", check=True)
     mem(team / "main", "entry", "add", "insights", text, check=True)
-    return mem(team / "main", "sync")
+    return mem(team / "main", "sync") if sync else None
 
 
 def test_one_redaction_of_a_pushed_and_an_unpushed_write_takes_back_the_one_and_sends_the_other(team, tmp_path):
@@ -1425,6 +1426,17 @@ def test_a_version_built_on_a_withdrawn_one_is_held_back_when_the_agent_produces
 def test_a_reversal_of_a_withdrawn_entry_is_held_back_and_the_rest_of_the_push_goes(team, tmp_path):
     """Regression (nc35a): sent with the batch that withdrew the entry it reverses, the reversal made the hub refuse
     the whole push, at every push: nothing of the agent's reached the hub again."""
+    withdraw_a_reversed_entry(team, tmp_path)
+    synced = producing_again(team, tmp_path, "[FACT] 2026-12-04: unrelated later")
+    assert synced.returncode == 1 and synced.stdout.startswith(b"pushed 1,"), synced
+    mem(team / "writer", "sync", check=True)
+    text = (team / "writer" / "memory/insights.md").read_text()
+    assert "unrelated later" in text and "second" not in text, text
+
+
+def withdraw_a_reversed_entry(team, tmp_path) -> None:
+    """Main pushes an entry, writes a second and its reversal, is dropped from the layer's producers and takes the
+    second back (a withdrawal: it never went out)."""
     for agent in ("main", "writer"):
         mem(team / agent, "pull", check=True)
     mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: first", check=True)
@@ -1435,11 +1447,6 @@ def test_a_reversal_of_a_withdrawn_entry_is_held_back_and_the_rest_of_the_push_g
     demote_main(team, tmp_path)
     mem(team / "main", "pull", check=True)
     mem(team / "main", "redact", second, "--reason", "mine", check=True)
-    synced = producing_again(team, tmp_path, "[FACT] 2026-12-04: unrelated later")
-    assert synced.returncode == 1 and synced.stdout.startswith(b"pushed 1,"), synced
-    mem(team / "writer", "sync", check=True)
-    text = (team / "writer" / "memory/insights.md").read_text()
-    assert "unrelated later" in text and "second" not in text, text
 
 
 def entry_id_of(added) -> str:
@@ -1485,19 +1492,8 @@ def status_then_push(root: Path):
 def test_status_says_what_the_next_push_does_with_a_reversal_of_a_withdrawn_entry(team, tmp_path):
     """Regression (nc37a): status judged apart from the push: it counted a withdrawn entry and a reversal of it to
     push ("3 to push"), where the push sent one, took two back and held the reversal. Both go by one plan now."""
-    for agent in ("main", "writer"):
-        mem(team / agent, "pull", check=True)
-    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: first", check=True)
-    mem(team / "main", "push", check=True)
-    second = entry_id_of(mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: second", check=True))
-    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: second is wrong", "--reverses", second,
-        check=True)
-    demote_main(team, tmp_path)
-    mem(team / "main", "pull", check=True)
-    mem(team / "main", "redact", second, "--reason", "mine", check=True)
-    demote_main(team, tmp_path, back=True)
-    mem(team / "main", "pull", check=True)
-    mem(team / "main", "entry", "add", "insights", "[FACT] 2026-12-04: unrelated later", check=True)
+    withdraw_a_reversed_entry(team, tmp_path)
+    producing_again(team, tmp_path, "[FACT] 2026-12-04: unrelated later", sync=False)
     said, done = status_then_push(team / "main")
     assert said == done == (1, 1), (said, done)
 
