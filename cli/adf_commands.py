@@ -11,7 +11,7 @@ from eventstore.errors import InvalidInput
 from eventstore.instants import LAST_MS, format_instant
 from eventstore.validate import MAX_FILE_BYTES
 
-from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, fail, memory, read_input, state
+from .app import AtOpt, JsonOpt, SeqOpt, app, as_of, citation_gone, fail, memory, read_input, state
 from .output import (AllowSecretOpt, cleared_line, compacted_line, emit_json, event_count, hit_line, listing,
                      progress_bar, summary_text, unresolved_line)
 
@@ -253,7 +253,9 @@ def _print_hit(hit) -> None:
 def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, json: bool = JsonOpt):
     """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (or its first 18 characters)."""
     with memory() as mem:
-        result = mem.cite(citation, as_of(mem, at, seq))
+        moment = as_of(mem, at, seq)
+        result = mem.cite(citation, moment)
+        gone = citation_gone(mem, result, moment, at is not None or seq is not None)
     if json:
         emit_json(result)
     elif result.kind == "seq":
@@ -263,7 +265,7 @@ def cite(citation: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt, 
     elif result.resolved:
         sys.stdout.write(result.text)
     else:
-        fail(unresolved_line(result))
+        fail(gone or unresolved_line(result))
     raise typer.Exit(0 if result.resolved else 1)
 
 

@@ -463,6 +463,16 @@ def why_absent(mem, path: str, moment: int, asked: bool, tools: bool = False) ->
     return f"{path} did not exist then" if asked else f"{path} does not exist"
 
 
+def citation_gone(mem, result, moment: int, asked: bool, tools: bool = False) -> str | None:
+    """Why a file citation that resolves to nothing names no file then, when its file was there once (moved by the
+    contract, renamed, deleted: `why_absent`), with the way to it; None when it never was (nc36b: `cite` said "no such
+    file" where `show` names the move)."""
+    if result.kind != "file" or result.resolved or not result.path:
+        return None
+    said = why_absent(mem, result.path, moment, asked, tools=tools)
+    return None if said.endswith(("does not exist", "did not exist then")) else said
+
+
 @app.command()
 def show(path: str, at: Optional[str] = AtOpt, seq: Optional[int] = SeqOpt):
     """Print mind.md, mind/log.md or mind/<slug>.md (or a page by its slug) as of any moment."""

@@ -32,7 +32,7 @@ from projections.memory import Memory, below_zero
 from projections.memory_tool import ROOT, MemoryTool
 from projections.views import page_path
 
-from .app import point, release, resolve_at, unwritten_warnings, why_absent
+from .app import citation_gone, point, release, resolve_at, unwritten_warnings, why_absent
 from .output import (LEFT_ON_DISK, TOO_LARGE, VIEWS_HOLD, cleared_line, compacted_line, event_line, held_lines,
                      kept_by_hand, redacted_line, taken_back_line, unresolved_line)
 
@@ -450,11 +450,14 @@ def build_server(mem: Memory) -> MCPServer:
         """Resolve [S412], adf-audit://seq/412[?loop=NAME], adf-file://PATH or an entry's id (JSON), now or as of
         a moment; one that resolves to nothing is an error, its JSON saying what was looked at."""
         said: list[str] = []
-        result = mem.cite(citation, moment(mem, at, seq, said.append))
+        as_of = moment(mem, at, seq, said.append)
+        result = mem.cite(citation, as_of)
         if not result.resolved:  # an error, as `mem cite` exits 1: the JSON still says what was looked at, after why
             told = msgspec.structs.replace(result, citation=cut(result.citation),
                                            path=None if result.path is None else cut(result.path))
-            raise JsonToolError(json_text({"error": unresolved_line(told, tools=True), **msgspec.to_builtins(told)}))
+            why = (citation_gone(mem, result, as_of, at is not None or seq is not None, tools=True)
+                   or unresolved_line(told, tools=True))
+            raise JsonToolError(json_text({"error": why, **msgspec.to_builtins(told)}))
         return [json_text(result), *said]
 
     @register

@@ -1520,3 +1520,31 @@ def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tm
     assert not error and text.endswith(
         "Note: /memories/content/drafts/plan.md was where layer drafts kept it until a contract change (it is at "
         "/memories/content/posts/plan.md now): this file is this agent's own, which no other agent gets."), text
+
+
+def test_a_citation_of_a_page_the_contract_moved_says_where_it_is_now(tmp_path):
+    """Regression (nc36b): `cite` of a shared page's citation from before a contract moved its layer said "no such
+    file", where `show` of the same path names the move (CLI and tool alike)."""
+    from teamhub import CONTRACT, Team
+
+    team = Team(tmp_path, agents=("writer",))
+    try:
+        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "ours"),
+                 check=True)
+        team.mem("writer", "sync", check=True)
+        team.apply(CONTRACT.replace('path = "content/drafts/"', 'path = "content/posts/"'))
+        team.mem("writer", "pull", check=True)
+        cited = team.mem("writer", "cite", "adf-file://content/drafts/plan.md")
+
+        async def body(session):
+            return await call(session, "cite", citation="adf-file://content/drafts/plan.md")
+
+        error, text = run_stdio(team.root / "writer", body)
+    finally:
+        team.stop()
+    said = cited.stderr.decode()
+    assert cited.returncode == 1 and said.startswith("error: content/drafts/plan.md: moved to "
+                                                     "content/posts/plan.md") and "no such file" not in said, said
+    why = json.loads(text)["error"]
+    assert error and why.startswith("content/drafts/plan.md: moved to content/posts/plan.md"), why
+    assert "the show tool" in why, why
