@@ -1497,9 +1497,9 @@ def test_the_sync_tool_names_the_way_to_take_back_writes_a_layer_no_longer_takes
                            "will not, the redact tool with targets [1] takes them back"), warnings
 
 
-def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tmp_path):
-    """Regression (nc36b): after a contract moved a layer, `create` at its old path answered as a shared write does,
-    and made a file of the agent's own that no other agent ever got."""
+def drafts_moved_to_posts(tmp_path):
+    """A team of one (`writer`) whose page drafts/plan went to the hub before a contract moved the layer from
+    content/drafts/ to content/posts/, a change the writer has pulled."""
     from teamhub import CONTRACT, Team
 
     team = Team(tmp_path, agents=("writer",))
@@ -1509,6 +1509,17 @@ def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tm
         team.mem("writer", "sync", check=True)
         team.apply(CONTRACT.replace('path = "content/drafts/"', 'path = "content/posts/"'))
         team.mem("writer", "pull", check=True)
+    except BaseException:
+        team.stop()
+        raise
+    return team
+
+
+def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tmp_path):
+    """Regression (nc36b): after a contract moved a layer, `create` at its old path answered as a shared write does,
+    and made a file of the agent's own that no other agent ever got."""
+    team = drafts_moved_to_posts(tmp_path)
+    try:
 
         async def body(session):
             return await call(session, "create", path="/memories/content/drafts/plan.md",
@@ -1525,15 +1536,8 @@ def test_a_file_created_where_a_layer_moved_from_is_said_to_be_the_agents_own(tm
 def test_a_citation_of_a_page_the_contract_moved_says_where_it_is_now(tmp_path):
     """Regression (nc36b): `cite` of a shared page's citation from before a contract moved its layer said "no such
     file", where `show` of the same path names the move (CLI and tool alike)."""
-    from teamhub import CONTRACT, Team
-
-    team = Team(tmp_path, agents=("writer",))
+    team = drafts_moved_to_posts(tmp_path)
     try:
-        team.mem("writer", "page", "write", "plan", "--layer", "drafts", "--file", team.page("p", "Plan", "ours"),
-                 check=True)
-        team.mem("writer", "sync", check=True)
-        team.apply(CONTRACT.replace('path = "content/drafts/"', 'path = "content/posts/"'))
-        team.mem("writer", "pull", check=True)
         cited = team.mem("writer", "cite", "adf-file://content/drafts/plan.md")
 
         async def body(session):
